@@ -1,0 +1,117 @@
+//! The packet buffer the pipeline works on: a frame with headroom in front (for tunnel and
+//! ICMP headers) and tailroom behind (for the TOA option). The DPDK runtime implements
+//! [`PacketBuf`] over mbufs; replay, tests and benchmarks use [`HeapBuf`].
+
+/// Room kept in front of a frame, as in DPDK's default mbuf headroom.
+pub const DEFAULT_HEADROOM: usize = 128;
+/// Default data room (a standard frame plus slack).
+pub const DEFAULT_ROOM: usize = 2048;
+
+pub trait PacketBuf {
+    fn data(&self) -> &[u8];
+    fn data_mut(&mut self) -> &mut [u8];
+    /// Grows the frame by `n` bytes at the front. False (and no change) without headroom.
+    fn prepend(&mut self, n: usize) -> bool;
+    /// Removes `n` bytes from the front.
+    fn adj(&mut self, n: usize);
+    /// Sets the frame length: shrinks, or grows into tailroom. False (and no change) if the
+    /// tailroom is too small.
+    fn set_len(&mut self, len: usize) -> bool;
+    /// Hints that the frame's first cache line will be read soon.
+    #[inline(always)]
+    fn prefetch(&self) {}
+}
+
+/// A heap-allocated buffer.
+#[derive(Clone)]
+pub struct HeapBuf {
+    mem: Box<[u8]>,
+    headroom: usize,
+    start: usize,
+    len: usize,
+}
+
+impl HeapBuf {
+    pub fn new(headroom: usize, room: usize) -> Self {
+        HeapBuf { mem: vec![0u8; headroom + room].into_boxed_slice(), headroom, start: headroom, len: 0 }
+    }
+
+    /// A buffer holding `frame`, with the default headroom and at least the default room.
+    pub fn from_frame(frame: &[u8]) -> Self {
+        let mut b = HeapBuf::new(DEFAULT_HEADROOM, DEFAULT_ROOM.max(frame.len() + 64));
+        b.load(frame);
+        b
+    }
+
+    /// Replaces the contents with `frame`, restoring the headroom. Panics if the frame does not
+    /// fit (a caller's sizing bug, not packet input).
+    #[inline]
+    pub fn load(&mut self, frame: &[u8]) {
+        let head = self.headroom;
+        assert!(head + frame.len() <= self.mem.len(), "frame larger than the buffer");
+        self.mem[head..head + frame.len()].copy_from_slice(frame);
+        self.start = head;
+        self.len = frame.len();
+    }
+}
+
+impl PacketBuf for HeapBuf {
+    #[inline(always)]
+    fn data(&self) -> &[u8] {
+        &self.mem[self.start..self.start + self.len]
+    }
+
+    #[inline(always)]
+    fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.mem[self.start..self.start + self.len]
+    }
+
+    #[inline]
+    fn prepend(&mut self, n: usize) -> bool {
+        if n > self.start {
+            return false;
+        }
+        self.start -= n;
+        self.len += n;
+        true
+    }
+
+    #[inline]
+    fn adj(&mut self, n: usize) {
+        let n = n.min(self.len);
+        self.start += n;
+        self.len -= n;
+    }
+
+    #[inline]
+    fn set_len(&mut self, len: usize) -> bool {
+        if self.start + len > self.mem.len() {
+            return false;
+        }
+        self.len = len;
+        true
+    }
+
+    #[inline(always)]
+    fn prefetch(&self) {
+        crate::mem::prefetch_ptr(self.mem[self.start..].as_ptr());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_is_bounded() {
+        let mut b = HeapBuf::new(4, 8);
+        b.load(&[1, 2, 3]);
+        assert!(b.prepend(4));
+        assert!(!b.prepend(1));
+        assert_eq!(b.data().len(), 7);
+        b.adj(4);
+        assert_eq!(b.data(), &[1, 2, 3]);
+        assert!(b.set_len(8));
+        assert!(!b.set_len(9));
+    }
+}

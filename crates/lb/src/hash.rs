@@ -1,0 +1,81 @@
+//! Hashing helpers: a fast hasher for the small configuration maps read per packet, and the
+//! flow hashes schedulers consume.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+pub use vectorlb_sched::mix64;
+
+/// A multiply-rotate hasher (the Fx hash of rustc) for small maps keyed by trusted
+/// configuration (VIPs, local addresses): far cheaper than SipHash per packet. Maps keyed by
+/// packet contents under an attacker's control use the keyed session-table hash instead.
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+const K: u64 = 0x517c_c1b7_2722_0a95;
+
+impl FxHasher {
+    #[inline(always)]
+    fn add(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(K);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            self.add(u64::from_le_bytes(b));
+        }
+    }
+    #[inline(always)]
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64);
+    }
+    #[inline(always)]
+    fn write_u16(&mut self, i: u16) {
+        self.add(i as u64);
+    }
+    #[inline(always)]
+    fn write_u32(&mut self, i: u32) {
+        self.add(i as u64);
+    }
+    #[inline(always)]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    #[inline(always)]
+    fn write_u128(&mut self, i: u128) {
+        self.add(i as u64);
+        self.add((i >> 64) as u64);
+    }
+    #[inline(always)]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    #[inline(always)]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub type FxBuild = BuildHasherDefault<FxHasher>;
+pub type FxHashMap<K, V> = HashMap<K, V, FxBuild>;
+pub type FxHashSet<K> = HashSet<K, FxBuild>;
+
+/// Flow hash over a 5-tuple (for Maglev): symmetric in nothing, keyed by nothing; Maglev
+/// wants every LB node to agree on it.
+#[inline(always)]
+pub fn flow_hash(src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> u64 {
+    let a = mix64(src as u64 ^ (src >> 64) as u64 ^ ((sport as u64) << 48));
+    let b = mix64(dst as u64 ^ (dst >> 64) as u64 ^ ((dport as u64) << 32) ^ proto as u64);
+    mix64(a ^ b.rotate_left(17))
+}
+
+/// Hash of a client address alone (for source hashing).
+#[inline(always)]
+pub fn addr_hash(a: u128) -> u64 {
+    mix64(a as u64 ^ mix64((a >> 64) as u64))
+}

@@ -1,0 +1,431 @@
+//! ICMP on the data plane: echo replies for the LB's addresses, errors the LB originates (TTL
+//! exceeded, fragmentation needed / packet too big, so path-MTU discovery works through it),
+//! and errors from elsewhere about a session, translated like the session's packets so they
+//! reach the host that sent the original.
+
+use crate::buf::PacketBuf;
+use crate::mem::Zeroable;
+use crate::pipeline::{Meta, Worker};
+use crate::rewrite::{egress, Fam, Hdr};
+use crate::service::{Hop, Mode, Snapshot};
+use crate::session::{state, Session};
+use crate::verdict::{DropReason, Verdict};
+use vectorlb_packet::checksum::{self, adjust16};
+use vectorlb_packet::{icmp, proto};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    TimeExceeded,
+    /// Fragmentation needed (IPv4, DF set) or packet too big (IPv6), with the MTU to report.
+    TooBig(u16),
+}
+
+/// Recomputes the upper-layer checksum of `d[l4..end]` (pseudo header included where the
+/// protocol has one).
+pub fn fill_l4_checksum<A: Fam>(d: &mut [u8], l3: usize, l4: usize, end: usize, protocol: u8)
+where
+    Session<A>: Zeroable,
+{
+    let at = match protocol {
+        proto::TCP => 16,
+        proto::UDP => 6,
+        proto::ICMP | proto::ICMPV6 => 2,
+        _ => return,
+    };
+    d[l4 + at] = 0;
+    d[l4 + at + 1] = 0;
+    let len = end - l4;
+    let pseudo = if protocol == proto::ICMP {
+        0
+    } else if A::V6 {
+        let s: [u8; 16] = d[l3 + 8..l3 + 24].try_into().unwrap();
+        let t: [u8; 16] = d[l3 + 24..l3 + 40].try_into().unwrap();
+        checksum::pseudo_v6(&s, &t, protocol, len as u32)
+    } else {
+        let s: [u8; 4] = d[l3 + 12..l3 + 16].try_into().unwrap();
+        let t: [u8; 4] = d[l3 + 16..l3 + 20].try_into().unwrap();
+        checksum::pseudo_v4(s, t, protocol, len as u16)
+    };
+    let mut c = checksum::finish(checksum::accumulate(pseudo, &d[l4..end]));
+    if c == 0 && protocol == proto::UDP {
+        c = 0xffff;
+    }
+    d[l4 + at..l4 + at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+fn ipv4_header_checksum(d: &mut [u8], l3: usize) {
+    let hl = ((d[l3] & 0x0f) as usize) * 4;
+    d[l3 + 10] = 0;
+    d[l3 + 11] = 0;
+    let c = checksum::checksum(&d[l3..l3 + hl]);
+    d[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+}
+
+#[inline]
+fn be16(d: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([d[at], d[at + 1]])
+}
+
+/// How a translated error leaves: rewritten addresses and the next hop.
+struct Translation<A> {
+    outer_src: Option<A>,
+    outer_dst: A,
+    emb_src: Option<(A, u16)>,
+    emb_dst: Option<(A, u16)>,
+    hop: Hop,
+    /// TUN mode: encapsulate to this backend from this source.
+    tunnel: Option<(A, A)>,
+}
+
+impl Worker {
+    fn icmp_allowed(&mut self, snap: &Snapshot, now: u32) -> bool {
+        let rate = snap.spec.icmp_rate;
+        if rate == 0 {
+            return false;
+        }
+        let elapsed = now.wrapping_sub(self.icmp_refill);
+        if elapsed > 0 {
+            let add = (elapsed as u64 * rate as u64 / 1000) as u32;
+            if add > 0 {
+                self.icmp_tokens = (self.icmp_tokens + add).min(rate);
+                self.icmp_refill = now;
+            }
+        }
+        if self.icmp_tokens == 0 {
+            return false;
+        }
+        self.icmp_tokens -= 1;
+        true
+    }
+
+    /// A packet too big for the egress MTU: IPv4 without DF is dropped (the LB does not
+    /// fragment); otherwise a fragmentation-needed / packet-too-big error goes to its source.
+    pub(crate) fn too_big<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, mtu: usize, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        if !m.hdr().dont_frag(b.data()) {
+            return Verdict::Drop(DropReason::MtuExceeded);
+        }
+        self.icmp_error::<A, B>(snap, b, m, ErrorKind::TooBig(mtu.min(65535) as u16), DropReason::MtuExceeded, now)
+    }
+
+    /// Turns the packet in `b` into an ICMP error to its source, in place, quoting as much of it
+    /// as fits in 576 (IPv4) or 1280 (IPv6) bytes. The packet itself counts as dropped for
+    /// `reason`; if no error can be sent the verdict is that drop.
+    pub(crate) fn icmp_error<A: Fam, B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        b: &mut B,
+        m: &Meta,
+        kind: ErrorKind,
+        reason: DropReason,
+        now: u32,
+    ) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let h = m.hdr();
+        let d = b.data();
+        // Never an error about an ICMP error (RFC 1122 §3.2.2).
+        if m.proto == proto::ICMP || m.proto == proto::ICMPV6 {
+            let t = d[h.l4];
+            if (A::V6 && icmp::v6::is_error(t)) || (!A::V6 && icmp::v4::is_error(t)) {
+                return Verdict::Drop(reason);
+            }
+        }
+        let orig_src = A::read(d, h.l3 + A::SRC);
+        let orig_dst = A::read(d, h.l3 + A::DST);
+        let Some(hop) = snap.route(orig_src.key(), !A::V6) else {
+            return Verdict::Drop(reason);
+        };
+        let from = if snap.is_own(orig_dst.key()) {
+            orig_dst
+        } else {
+            match snap.port_addr(hop.port, !A::V6).and_then(A::from_ip) {
+                Some(a) => a,
+                None => return Verdict::Drop(reason),
+            }
+        };
+        if !self.icmp_allowed(snap, now) {
+            self.counters.drop(DropReason::IcmpRateLimited);
+            return Verdict::Drop(reason);
+        }
+        let iphl = if A::V6 { 40 } else { 20 };
+        let hdr = iphl + icmp::HEADER_LEN;
+        let quote = h.ip_len().min(if A::V6 { 1280 } else { 576 } - hdr);
+        if !b.set_len(h.l3 + quote) || !b.prepend(hdr) {
+            return Verdict::Drop(reason);
+        }
+        let (t, code, rest) = match (kind, A::V6) {
+            (ErrorKind::TimeExceeded, false) => (icmp::v4::TIME_EXCEEDED, 0, [0; 4]),
+            (ErrorKind::TimeExceeded, true) => (icmp::v6::TIME_EXCEEDED, 0, [0; 4]),
+            (ErrorKind::TooBig(mtu), false) => {
+                let b = mtu.to_be_bytes();
+                (icmp::v4::DEST_UNREACH, icmp::v4::CODE_FRAG_NEEDED, [0, 0, b[0], b[1]])
+            }
+            (ErrorKind::TooBig(mtu), true) => (icmp::v6::PACKET_TOO_BIG, 0, (mtu as u32).to_be_bytes()),
+        };
+        let d = b.data_mut();
+        let l3 = h.l3;
+        let end = l3 + hdr + quote;
+        if A::V6 {
+            d[l3..l3 + 4].copy_from_slice(&[0x60, 0, 0, 0]);
+            d[l3 + 4..l3 + 6].copy_from_slice(&((end - l3 - 40) as u16).to_be_bytes());
+            d[l3 + 6] = proto::ICMPV6;
+            d[l3 + 7] = 64;
+        } else {
+            self.ip_ident = self.ip_ident.wrapping_add(1);
+            d[l3] = 0x45;
+            d[l3 + 1] = 0;
+            d[l3 + 2..l3 + 4].copy_from_slice(&((end - l3) as u16).to_be_bytes());
+            d[l3 + 4..l3 + 6].copy_from_slice(&self.ip_ident.to_be_bytes());
+            d[l3 + 6] = 0;
+            d[l3 + 7] = 0;
+            d[l3 + 8] = 64;
+            d[l3 + 9] = proto::ICMP;
+        }
+        d[l3 + A::SRC..l3 + A::SRC + A::LEN].copy_from_slice(from.bytes());
+        d[l3 + A::DST..l3 + A::DST + A::LEN].copy_from_slice(orig_src.bytes());
+        if !A::V6 {
+            ipv4_header_checksum(d, l3);
+        }
+        icmp::emit_header(&mut d[l3 + iphl..], t, code, rest);
+        fill_l4_checksum::<A>(d, l3, l3 + iphl, end, if A::V6 { proto::ICMPV6 } else { proto::ICMP });
+        self.counters.icmp_errors_sent += 1;
+        self.counters.drop(reason);
+        egress(b, l3, &hop, A::ETHERTYPE)
+    }
+
+    /// ICMP addressed to or through the LB.
+    pub(crate) fn icmp<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let h = m.hdr();
+        let d = b.data();
+        let t = d[h.l4];
+        let dst = A::read(d, h.l3 + A::DST);
+        let (echo_req, is_err) = if A::V6 {
+            (t == icmp::v6::ECHO_REQUEST, icmp::v6::is_error(t))
+        } else {
+            (t == icmp::v4::ECHO_REQUEST, icmp::v4::is_error(t))
+        };
+        if echo_req {
+            return if snap.is_own(dst.key()) { self.echo_reply::<A, B>(snap, b, &h) } else { Verdict::Kernel };
+        }
+        if !is_err {
+            return Verdict::Kernel;
+        }
+        match self.translate::<A>(snap, b.data(), &h, now) {
+            Ok(Some(tr)) => self.apply_translation::<A, B>(b, &h, tr),
+            Ok(None) => {
+                if snap.is_own(dst.key()) {
+                    Verdict::Drop(DropReason::IcmpNoSession)
+                } else {
+                    Verdict::Kernel
+                }
+            }
+            Err(e) => Verdict::Drop(e),
+        }
+    }
+
+    fn echo_reply<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, h: &Hdr) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let src = A::read(b.data(), h.l3 + A::SRC);
+        let Some(hop) = snap.route(src.key(), !A::V6) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        let dst = A::read(b.data(), h.l3 + A::DST);
+        b.set_len(h.end);
+        let d = b.data_mut();
+        // Swapping addresses keeps every checksum; the type and TTL change.
+        d[h.l3 + A::SRC..h.l3 + A::SRC + A::LEN].copy_from_slice(dst.bytes());
+        d[h.l3 + A::DST..h.l3 + A::DST + A::LEN].copy_from_slice(src.bytes());
+        let reply = if A::V6 { icmp::v6::ECHO_REPLY } else { icmp::v4::ECHO_REPLY };
+        let old = be16(d, h.l4);
+        d[h.l4] = reply;
+        let c = adjust16(be16(d, h.l4 + 2), old, be16(d, h.l4));
+        d[h.l4 + 2..h.l4 + 4].copy_from_slice(&c.to_be_bytes());
+        if A::V6 {
+            d[h.l3 + 7] = 64;
+        } else {
+            let old = be16(d, h.l3 + 8);
+            d[h.l3 + 8] = 64;
+            let c = adjust16(be16(d, h.l3 + 10), old, be16(d, h.l3 + 8));
+            d[h.l3 + 10..h.l3 + 12].copy_from_slice(&c.to_be_bytes());
+        }
+        self.counters.icmp_echo_replies += 1;
+        egress(b, h.l3, &hop, A::ETHERTYPE)
+    }
+
+    /// Finds the session an ICMP error is about and how to translate it.
+    fn translate<A: Fam>(&mut self, snap: &Snapshot, d: &[u8], h: &Hdr, now: u32) -> Result<Option<Translation<A>>, DropReason>
+    where
+        Session<A>: Zeroable,
+    {
+        let e = h.l4 + icmp::HEADER_LEN;
+        let (ehl, eproto) = if A::V6 {
+            if e + 44 > h.end {
+                return Err(DropReason::Truncated);
+            }
+            (40, d[e + 6])
+        } else {
+            if e + 20 > h.end || d[e] >> 4 != 4 {
+                return Err(DropReason::Truncated);
+            }
+            let ihl = ((d[e] & 0x0f) as usize) * 4;
+            if ihl < 20 || e + ihl + 4 > h.end {
+                return Err(DropReason::Truncated);
+            }
+            (ihl, d[e + 9])
+        };
+        if eproto != proto::TCP && eproto != proto::UDP {
+            return Ok(None);
+        }
+        let esrc = A::read(d, e + A::SRC);
+        let edst = A::read(d, e + A::DST);
+        let esport = be16(d, e + ehl);
+        let edport = be16(d, e + ehl + 2);
+        let outer_dst = A::read(d, h.l3 + A::DST);
+
+        // The quoted packet left a VIP toward a client: the error goes to the backend.
+        if let Some(sid) = snap.lookup_service(esrc.key(), esport, eproto) {
+            let svc = snap.service(sid).expect("indexed service exists");
+            let hh = self.table.hash_fwd(sid, &edst, edport);
+            let Some(r) = self.table.find_fwd(hh, sid, &edst, edport).and_then(|r| self.live::<A>(r, now)) else {
+                return Ok(None);
+            };
+            let s = *self.table.get::<A>(r);
+            let be = snap.backend(s.backend).ok_or(DropReason::BackendRemoved)?;
+            let hop = be.hop.ok_or(DropReason::NoNeighbor)?;
+            let baddr = A::from_ip(be.addr).ok_or(DropReason::NoRoute)?;
+            let bport = if be.port != 0 { be.port } else { esport };
+            return Ok(Some(match svc.spec.mode {
+                Mode::Nat => Translation {
+                    outer_src: None,
+                    outer_dst: baddr,
+                    emb_src: Some((baddr, bport)),
+                    emb_dst: None,
+                    hop,
+                    tunnel: None,
+                },
+                Mode::Fnat => {
+                    let laddr = snap.laddr_addr(s.laddr).and_then(A::from_ip).ok_or(DropReason::NoRoute)?;
+                    Translation {
+                        outer_src: Some(laddr),
+                        outer_dst: baddr,
+                        emb_src: Some((baddr, bport)),
+                        emb_dst: Some((laddr, s.lport)),
+                        hop,
+                        tunnel: None,
+                    }
+                }
+                Mode::Dr => Translation { outer_src: None, outer_dst, emb_src: None, emb_dst: None, hop, tunnel: None },
+                Mode::Tun => {
+                    let src = be.tun_src.and_then(A::from_ip).ok_or(DropReason::NoRoute)?;
+                    Translation { outer_src: None, outer_dst, emb_src: None, emb_dst: None, hop, tunnel: Some((src, baddr)) }
+                }
+            }));
+        }
+        // The quoted packet left a local address (full NAT toward a backend, or SNAT outbound).
+        if let Some(l) = snap.laddr(esrc.key()) {
+            if !self.table.owns_port(esport) {
+                return Err(DropReason::Misdirected);
+            }
+            let Some(r) = self.table.port_lookup(l, esport) else { return Ok(None) };
+            if r.is_v6() != A::V6 || self.live::<A>(r, now).is_none() {
+                return Ok(None);
+            }
+            let s = *self.table.get::<A>(r);
+            let hop = snap.route(s.client.key(), !A::V6).ok_or(DropReason::NoRoute)?;
+            if s.flags & crate::session::flag::SNAT != 0 {
+                return Ok(Some(Translation {
+                    outer_src: None,
+                    outer_dst: s.client,
+                    emb_src: Some((s.client, s.cport)),
+                    emb_dst: None,
+                    hop,
+                    tunnel: None,
+                }));
+            }
+            let svc = snap.service(s.svc).ok_or(DropReason::BackendRemoved)?;
+            let vip = A::from_ip(svc.spec.vip).ok_or(DropReason::NoRoute)?;
+            let vport = if svc.spec.port != 0 { svc.spec.port } else { edport };
+            return Ok(Some(Translation {
+                outer_src: Some(vip),
+                outer_dst: s.client,
+                emb_src: Some((s.client, s.cport)),
+                emb_dst: Some((vip, vport)),
+                hop,
+                tunnel: None,
+            }));
+        }
+        // The quoted packet went from a client to a NAT backend.
+        if let Some(ids) = snap.nat_backends(edst.key(), edport, eproto) {
+            for &id in ids {
+                let hh = self.table.hash_rev(id, &esrc, esport);
+                let Some(r) = self.table.find_rev(hh, id, &esrc, esport).and_then(|r| self.live::<A>(r, now)) else {
+                    continue;
+                };
+                let s = *self.table.get::<A>(r);
+                if s.state == state::FREE {
+                    continue;
+                }
+                let svc = snap.service(s.svc).ok_or(DropReason::BackendRemoved)?;
+                let vip = A::from_ip(svc.spec.vip).ok_or(DropReason::NoRoute)?;
+                let vport = if svc.spec.port != 0 { svc.spec.port } else { edport };
+                let hop = snap.route(s.client.key(), !A::V6).ok_or(DropReason::NoRoute)?;
+                return Ok(Some(Translation {
+                    outer_src: Some(vip),
+                    outer_dst: s.client,
+                    emb_src: None,
+                    emb_dst: Some((vip, vport)),
+                    hop,
+                    tunnel: None,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    fn apply_translation<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &Hdr, tr: Translation<A>) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        if h.ttl(b.data()) <= 1 {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        b.set_len(h.end);
+        let d = b.data_mut();
+        let e = h.l4 + icmp::HEADER_LEN;
+        let ehl = if A::V6 { 40 } else { ((d[e] & 0x0f) as usize) * 4 };
+        if let Some(a) = tr.outer_src {
+            d[h.l3 + A::SRC..h.l3 + A::SRC + A::LEN].copy_from_slice(a.bytes());
+        }
+        d[h.l3 + A::DST..h.l3 + A::DST + A::LEN].copy_from_slice(tr.outer_dst.bytes());
+        if let Some((a, p)) = tr.emb_src {
+            d[e + A::SRC..e + A::SRC + A::LEN].copy_from_slice(a.bytes());
+            d[e + ehl..e + ehl + 2].copy_from_slice(&p.to_be_bytes());
+        }
+        if let Some((a, p)) = tr.emb_dst {
+            d[e + A::DST..e + A::DST + A::LEN].copy_from_slice(a.bytes());
+            d[e + ehl + 2..e + ehl + 4].copy_from_slice(&p.to_be_bytes());
+        }
+        if !A::V6 {
+            ipv4_header_checksum(d, e);
+            ipv4_header_checksum(d, h.l3);
+        }
+        fill_l4_checksum::<A>(d, h.l3, h.l4, h.end, if A::V6 { proto::ICMPV6 } else { proto::ICMP });
+        h.dec_ttl(d);
+        self.counters.icmp_errors_translated += 1;
+        if let Some((src, dst)) = tr.tunnel {
+            if let Err(e) = self.encapsulate_pub::<A, B>(b, h, &src, &dst) {
+                return Verdict::Drop(e);
+            }
+        }
+        egress(b, h.l3, &tr.hop, A::ETHERTYPE)
+    }
+}

@@ -1,0 +1,28 @@
+//! The layer-4 load-balancer core of vectorlb, independent of how packets arrive.
+//!
+//! * [`service`]: the service model ([`LbSpec`]) and the immutable [`Snapshot`] the packet path
+//!   reads; [`Control`] publishes new snapshots without stopping traffic.
+//! * [`session`]: the per-core session table (index, records, full-NAT port maps).
+//! * [`pipeline`]: the per-core [`Worker`] that runs batches of [`PacketBuf`]s through
+//!   classification, session lookup and rewriting, and returns a [`Verdict`] per packet.
+//! * [`icmp`]: echo, generated errors, and error translation for sessions.
+//!
+//! Ownership: a `Worker` and its `SessionTable` belong to one core; the `Control` and its
+//! snapshots are shared read-only. The DPDK runtime, `vectorlb replay` and the benchmarks all
+//! drive `Worker::process`.
+
+pub mod buf;
+pub mod hash;
+pub mod icmp;
+pub mod mem;
+pub mod pipeline;
+pub mod rewrite;
+pub mod service;
+pub mod session;
+pub mod tcpstate;
+pub mod verdict;
+
+pub use buf::{HeapBuf, PacketBuf};
+pub use pipeline::{Worker, WorkerConfig, DEFAULT_BATCH};
+pub use service::{BackendSpec, ConfigError, Control, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, SnatSpec, Snapshot, Timeouts};
+pub use verdict::{Counters, DropReason, Verdict};

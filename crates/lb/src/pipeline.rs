@@ -1,0 +1,828 @@
+//! The vector pipeline: one [`Worker`] per core processes batches of packets in three stages
+//! so that the cache misses of a batch overlap (the VPP / HDSLB technique):
+//!
+//! 1. **classify**: parse, find the service / local address / NAT backend the packet belongs
+//!    to, hash its session key and prefetch the index bucket (or the port-map slot);
+//! 2. **probe**: read the bucket, pick the candidate record and prefetch it;
+//! 3. **act**: verify the key (falling back to a full lookup), create the session if needed,
+//!    rewrite the packet and decide its [`Verdict`].
+//!
+//! The worker owns its session table and counters; it shares only the configuration snapshot,
+//! which it re-reads between batches when the control plane publishes a new one.
+
+use crate::buf::PacketBuf;
+use crate::hash::{addr_hash, flow_hash};
+use crate::mem::Zeroable;
+use crate::rewrite::{egress, Fam, Hdr};
+use crate::service::{backend_slot, Control, Mode, Service, Snapshot, Timeouts};
+use crate::session::{expired, flag, state, InsertError, Probe, Ref, Session, SessionTable, TableConfig, NO_LADDR};
+use crate::tcpstate;
+use crate::verdict::{Counters, DropReason, Verdict};
+use std::sync::Arc;
+use vectorlb_packet::{parse_frame, proto, tcp, Family, Frag};
+use vectorlb_sched::PickState;
+
+/// Packets per batch by default (the DPDK burst the runtime uses).
+pub const DEFAULT_BATCH: usize = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Kind {
+    #[default]
+    Done,
+    /// To a VIP service.
+    Forward,
+    /// To a local address and port (full-NAT reply or SNAT return).
+    PortReply,
+    /// From a NAT backend.
+    NatReply,
+    /// From an SNAT source to the outside.
+    Snat,
+    /// ICMP / ICMPv6 (echo, errors): the slow path.
+    Icmp,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Meta {
+    pub kind: Kind,
+    pub v6: bool,
+    pub proto: u8,
+    pub tcp_flags: u8,
+    pub l3: u16,
+    pub l4: u16,
+    pub end: u16,
+    pub sport: u16,
+    pub dport: u16,
+    /// Service id, SNAT rule id, local address index, or NAT backend id, by kind.
+    pub id: u32,
+    pub hash: u64,
+    /// Candidate record from stage 2 (raw reference, 0: none).
+    pub cand: Option<Ref>,
+    pub deep: bool,
+}
+
+impl Meta {
+    #[inline(always)]
+    pub fn hdr(&self) -> Hdr {
+        Hdr { l3: self.l3 as usize, l4: self.l4 as usize, end: self.end as usize, v6: self.v6, proto: self.proto }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub table: TableConfig,
+    /// Largest batch `process` accepts in one call.
+    pub batch: usize,
+}
+
+impl WorkerConfig {
+    pub fn new(max_sessions: u32) -> Self {
+        WorkerConfig { table: TableConfig::new(max_sessions), batch: DEFAULT_BATCH }
+    }
+}
+
+pub struct Worker {
+    control: Arc<Control>,
+    pub(crate) snap: Arc<Snapshot>,
+    pub table: SessionTable,
+    pub counters: Counters,
+    pub(crate) picks: Vec<PickState>,
+    pub(crate) cursors: Vec<usize>,
+    wlc_scratch: Vec<u32>,
+    meta: Vec<Meta>,
+    pub(crate) icmp_tokens: u32,
+    pub(crate) icmp_refill: u32,
+    pub(crate) ip_ident: u16,
+}
+
+impl Worker {
+    pub fn new(control: Arc<Control>, cfg: WorkerConfig) -> std::io::Result<Worker> {
+        let snap = control.snapshot();
+        let batch = cfg.batch.max(1);
+        Ok(Worker {
+            snap,
+            control,
+            table: SessionTable::new(cfg.table)?,
+            counters: Counters::default(),
+            picks: Vec::new(),
+            cursors: Vec::new(),
+            wlc_scratch: Vec::new(),
+            meta: vec![Meta::default(); batch],
+            icmp_tokens: 0,
+            icmp_refill: 0,
+            ip_ident: 0,
+        })
+    }
+
+    pub fn snapshot(&self) -> &Arc<Snapshot> {
+        &self.snap
+    }
+
+    /// Picks up a newly published configuration; per-service scheduler state restarts.
+    #[inline]
+    fn refresh(&mut self) {
+        if self.control.generation() != self.snap.generation {
+            self.snap = self.control.snapshot();
+            self.picks.clear();
+        }
+    }
+
+    /// Expires idle sessions when the worker has no packets (bounded work per call).
+    pub fn idle(&mut self, now: u32, budget: u32) -> u32 {
+        self.refresh();
+        self.table.sweep(now, budget)
+    }
+
+    /// Processes a batch. `verdicts[i]` receives the decision for `bufs[i]`; buffers marked
+    /// `Tx` have been rewritten in place. `now` is the worker clock in milliseconds.
+    pub fn process<B: PacketBuf>(&mut self, bufs: &mut [B], verdicts: &mut [Verdict], now: u32) {
+        assert!(verdicts.len() >= bufs.len(), "one verdict per buffer");
+        self.refresh();
+        let snap = self.snap.clone();
+        for start in (0..bufs.len()).step_by(self.meta.len()) {
+            let end = (start + self.meta.len()).min(bufs.len());
+            self.batch(&snap, &mut bufs[start..end], &mut verdicts[start..end], now);
+        }
+        let budget = self.table.config().sweep_budget;
+        self.table.sweep(now, budget);
+    }
+
+    fn batch<B: PacketBuf>(&mut self, snap: &Snapshot, bufs: &mut [B], verdicts: &mut [Verdict], now: u32) {
+        let n = bufs.len();
+        self.counters.rx += n as u64;
+        // Stage 1: classify, hash, prefetch buckets.
+        for i in 0..n {
+            if i + 4 < n {
+                bufs[i + 4].prefetch();
+            }
+            let mut m = Meta::default();
+            verdicts[i] = match self.classify(snap, bufs[i].data(), &mut m) {
+                Some(v) => v,
+                None => Verdict::Kernel,
+            };
+            self.meta[i] = m;
+        }
+        // Stage 2: probe home buckets, prefetch records.
+        for i in 0..n {
+            let m = &mut self.meta[i];
+            match m.kind {
+                Kind::Forward | Kind::NatReply | Kind::Snat => match self.table.probe(m.hash) {
+                    Probe::Candidate(r) => {
+                        self.table.prefetch_record(r);
+                        m.cand = Some(r);
+                    }
+                    Probe::Miss => {}
+                    Probe::Deep => m.deep = true,
+                },
+                Kind::PortReply => {
+                    if let Some(r) = self.table.port_lookup(m.id as u16, m.dport) {
+                        self.table.prefetch_record(r);
+                        m.cand = Some(r);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Stage 3: act.
+        for i in 0..n {
+            let m = self.meta[i];
+            if m.kind == Kind::Done {
+                continue;
+            }
+            verdicts[i] = if m.v6 {
+                self.act::<[u8; 16], B>(snap, &mut bufs[i], &m, now)
+            } else {
+                self.act::<[u8; 4], B>(snap, &mut bufs[i], &m, now)
+            };
+        }
+        for v in &verdicts[..n] {
+            match *v {
+                Verdict::Tx(_) => self.counters.tx += 1,
+                Verdict::Kernel => self.counters.kernel += 1,
+                Verdict::Drop(r) => self.counters.drop(r),
+            }
+        }
+    }
+
+    /// Stage 1 for one packet. Returns a verdict when the packet is decided already.
+    #[inline(always)]
+    fn classify(&self, snap: &Snapshot, d: &[u8], m: &mut Meta) -> Option<Verdict> {
+        let info = match parse_frame(d) {
+            Ok(i) => i,
+            Err(e) => return Some(Verdict::Drop(e.into())),
+        };
+        let Some(family) = info.family else {
+            return Some(Verdict::Kernel);
+        };
+        m.l3 = info.l3 as u16;
+        m.l4 = info.l4 as u16;
+        m.end = info.end as u16;
+        m.proto = info.proto;
+        m.v6 = family == Family::V6;
+        if m.v6 {
+            self.classify_fam::<[u8; 16]>(snap, d, info.frag, m)
+        } else {
+            if !vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(&d[info.l3..]).verify_checksum() {
+                return Some(Verdict::Drop(DropReason::BadChecksum));
+            }
+            self.classify_fam::<[u8; 4]>(snap, d, info.frag, m)
+        }
+    }
+
+    #[inline(always)]
+    fn classify_fam<A: Fam>(&self, snap: &Snapshot, d: &[u8], frag: Frag, m: &mut Meta) -> Option<Verdict>
+    where
+        Session<A>: Zeroable,
+    {
+        let l3 = m.l3 as usize;
+        let l4 = m.l4 as usize;
+        let src = A::read(d, l3 + A::SRC);
+        let dst = A::read(d, l3 + A::DST);
+        let dkey = dst.key();
+        let ours = snap.is_own(dkey);
+        if frag != Frag::None {
+            return Some(if ours { Verdict::Drop(DropReason::Fragment) } else { Verdict::Kernel });
+        }
+        match m.proto {
+            proto::TCP | proto::UDP => {}
+            proto::ICMP | proto::ICMPV6 if (m.proto == proto::ICMPV6) == m.v6 => {
+                m.kind = Kind::Icmp;
+                return None;
+            }
+            _ => {
+                return Some(if snap.is_vip(dkey) {
+                    Verdict::Drop(DropReason::UnsupportedProtocol)
+                } else {
+                    Verdict::Kernel
+                })
+            }
+        }
+        m.sport = u16::from_be_bytes([d[l4], d[l4 + 1]]);
+        m.dport = u16::from_be_bytes([d[l4 + 2], d[l4 + 3]]);
+        if m.proto == proto::TCP {
+            m.tcp_flags = d[l4 + 13];
+        }
+        if ours {
+            if let Some(svc) = snap.lookup_service(dkey, m.dport, m.proto) {
+                m.kind = Kind::Forward;
+                m.id = svc as u32;
+                m.hash = self.table.hash_fwd(svc, &src, m.sport);
+                self.table.prefetch_bucket(m.hash);
+                return None;
+            }
+            if let Some(l) = snap.laddr(dkey) {
+                m.kind = Kind::PortReply;
+                m.id = l as u32;
+                self.table.prefetch_port(l, m.dport);
+                return None;
+            }
+            return Some(if snap.is_vip(dkey) { Verdict::Drop(DropReason::NoSession) } else { Verdict::Kernel });
+        }
+        let skey = src.key();
+        if let Some(ids) = snap.nat_backends(skey, m.sport, m.proto) {
+            m.kind = Kind::NatReply;
+            m.id = ids[0];
+            m.hash = self.table.hash_rev(ids[0], &dst, m.dport);
+            self.table.prefetch_bucket(m.hash);
+            return None;
+        }
+        if let Some(rule) = snap.snat_rule(skey, !m.v6) {
+            m.kind = Kind::Snat;
+            m.id = rule.id as u32;
+            m.hash = self.table.hash_fwd(rule.id, &src, m.sport);
+            self.table.prefetch_bucket(m.hash);
+            return None;
+        }
+        Some(Verdict::Kernel)
+    }
+
+    fn act<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        match m.kind {
+            Kind::Forward => self.forward::<A, B>(snap, b, m, now),
+            Kind::PortReply => self.port_reply::<A, B>(snap, b, m, now),
+            Kind::NatReply => self.nat_reply::<A, B>(snap, b, m, now),
+            Kind::Snat => self.snat_out::<A, B>(snap, b, m, now),
+            Kind::Icmp => self.icmp::<A, B>(snap, b, m, now),
+            Kind::Done => Verdict::Kernel,
+        }
+    }
+
+    /// The live forward-key session, using the stage-2 candidate when it verifies. An expired
+    /// session is removed and reported absent.
+    #[inline(always)]
+    fn lookup_fwd<A: Fam>(&mut self, m: &Meta, svc: u16, client: &A, cport: u16, now: u32) -> Option<Ref>
+    where
+        Session<A>: Zeroable,
+    {
+        let hit = |t: &SessionTable, r: Ref| {
+            !r.is_reverse() && r.is_v6() == A::V6 && {
+                let s = t.get::<A>(r);
+                s.state != state::FREE && s.svc == svc && s.cport == cport && s.client == *client
+            }
+        };
+        let r = match m.cand {
+            Some(r) if hit(&self.table, r) => Some(r),
+            Some(_) => self.table.find_fwd(m.hash, svc, client, cport),
+            None if m.deep => self.table.find_fwd(m.hash, svc, client, cport),
+            None => None,
+        }?;
+        self.live::<A>(r, now)
+    }
+
+    #[inline(always)]
+    pub(crate) fn live<A: Fam>(&mut self, r: Ref, now: u32) -> Option<Ref>
+    where
+        Session<A>: Zeroable,
+    {
+        if expired(now, self.table.get::<A>(r).expire) {
+            self.table.remove::<A>(r);
+            self.counters_expired_on_lookup();
+            return None;
+        }
+        Some(r)
+    }
+
+    #[inline(always)]
+    fn counters_expired_on_lookup(&mut self) {
+        self.table.stats.expired += 1;
+    }
+
+    /// Advances the session's state for a packet; returns (old state, remove after forwarding).
+    #[inline(always)]
+    pub(crate) fn advance<A: Fam>(&mut self, r: Ref, m: &Meta, inbound: bool, one_way: bool, t: &Timeouts, now: u32) -> (u8, bool)
+    where
+        Session<A>: Zeroable,
+    {
+        let s = self.table.get_mut::<A>(r);
+        let old = s.state;
+        let st = if m.proto == proto::TCP {
+            tcpstate::transition(old, &mut s.flags, m.tcp_flags, inbound, one_way)
+        } else {
+            state::UDP
+        };
+        let to = tcpstate::timeout(st, t);
+        s.state = st;
+        let e = now.wrapping_add(to);
+        if s.expire != e {
+            s.expire = e;
+        }
+        (old, to == 0)
+    }
+
+    /// Creates a session for a new flow, or says why not.
+    #[inline]
+    fn create<A: Fam>(&mut self, svc: &Service, client: A, m: &Meta, now: u32) -> Result<Ref, DropReason>
+    where
+        Session<A>: Zeroable,
+    {
+        if m.proto == proto::TCP && m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST) != tcp::flags::SYN {
+            return Err(DropReason::NoSession);
+        }
+        let id = svc.id as usize;
+        if self.picks.len() <= id {
+            self.picks.resize_with(id + 1, PickState::default);
+        }
+        if self.cursors.len() <= id {
+            self.cursors.resize(id + 1, 0);
+        }
+        if matches!(svc.spec.scheduler, vectorlb_sched::Algorithm::Wlc) {
+            let active = self.table.active();
+            self.wlc_scratch.clear();
+            self.wlc_scratch
+                .extend(svc.backends.iter().map(|&b| active.get(backend_slot(b) as usize).copied().unwrap_or(0)));
+        }
+        let fh = flow_hash(client.key(), svc.vip_key, m.sport, m.dport, m.proto);
+        let pick = svc.sched.pick(&mut self.picks[id], fh, addr_hash(client.key()), &self.wlc_scratch);
+        let Some(bi) = pick else {
+            return Err(DropReason::NoBackend);
+        };
+        let st = if m.proto == proto::TCP { state::SYN_SENT } else { state::UDP };
+        let s = Session {
+            client,
+            cport: m.sport,
+            svc: svc.id,
+            backend: svc.backends[bi as usize],
+            laddr: NO_LADDR,
+            lport: 0,
+            expire: now.wrapping_add(tcpstate::timeout(st, &svc.spec.timeouts)),
+            state: st,
+            flags: if svc.spec.mode == Mode::Nat { flag::REVERSE } else { 0 },
+        };
+        let laddrs: &[u16] = if svc.spec.mode == Mode::Fnat { &svc.laddrs } else { &[] };
+        match self.table.insert(s, laddrs, &mut self.cursors[id]) {
+            Ok(r) => {
+                self.counters.sessions_created += 1;
+                self.svc_counters(svc.id).new_sessions += 1;
+                Ok(r)
+            }
+            Err(InsertError::Full) => Err(DropReason::TableFull),
+            Err(InsertError::NoPort) => Err(DropReason::NoLocalPort),
+        }
+    }
+
+    #[inline(always)]
+    fn svc_counters(&mut self, id: u16) -> &mut crate::verdict::ServiceCounters {
+        let i = id as usize;
+        if self.counters.services.len() <= i {
+            self.counters.services.resize(i + 1, Default::default());
+        }
+        &mut self.counters.services[i]
+    }
+
+    #[inline(always)]
+    fn account(&mut self, svc: u16, backend: u32, bytes: usize) {
+        let c = self.svc_counters(svc);
+        c.packets += 1;
+        c.bytes += bytes as u64;
+        let slot = backend_slot(backend) as usize;
+        if self.counters.backends.len() <= slot {
+            self.counters.backends.resize(slot + 1, Default::default());
+        }
+        let c = &mut self.counters.backends[slot];
+        c.packets += 1;
+        c.bytes += bytes as u64;
+    }
+
+    /// Client to VIP.
+    fn forward<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let Some(svc) = snap.service(m.id as u16) else {
+            return Verdict::Drop(DropReason::NoSession);
+        };
+        let h = m.hdr();
+        let src = A::read(b.data(), h.l3 + A::SRC);
+        if h.ttl(b.data()) <= 1 {
+            return self.icmp_error::<A, B>(snap, b, m, crate::icmp::ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
+        }
+        let r = match self.lookup_fwd::<A>(m, svc.id, &src, m.sport, now) {
+            Some(r) => r,
+            None => match self.create::<A>(svc, src, m, now) {
+                Ok(r) => r,
+                Err(e) => return Verdict::Drop(e),
+            },
+        };
+        let mode = svc.spec.mode;
+        let one_way = matches!(mode, Mode::Dr | Mode::Tun);
+        let (old, remove) = self.advance::<A>(r, m, true, one_way, &svc.spec.timeouts, now);
+        let s = *self.table.get::<A>(r);
+        let Some(be) = snap.backend(s.backend) else {
+            self.table.remove::<A>(r);
+            return Verdict::Drop(DropReason::BackendRemoved);
+        };
+        let Some(hop) = be.hop else {
+            return Verdict::Drop(DropReason::NoNeighbor);
+        };
+        let overhead = if mode == Mode::Tun { if A::V6 { 40 } else { 20 } } else { 0 };
+        if h.ip_len() + overhead > hop.mtu as usize {
+            let mtu = hop.mtu as usize - overhead;
+            return self.too_big::<A, B>(snap, b, m, mtu, now);
+        }
+        let bytes = h.ip_len();
+        let v = match mode {
+            Mode::Nat | Mode::Fnat => {
+                let d = b.data_mut();
+                let baddr = A::from_ip(be.addr).expect("backend family checked at config");
+                h.set_addr(d, A::DST, baddr.bytes());
+                if be.port != 0 {
+                    h.set_port(d, 2, be.port);
+                }
+                let mut end = h.end;
+                if mode == Mode::Fnat {
+                    let Some(laddr) = snap.laddr_addr(s.laddr).and_then(A::from_ip) else {
+                        return Verdict::Drop(DropReason::NoRoute);
+                    };
+                    h.set_addr(d, A::SRC, laddr.bytes());
+                    h.set_port(d, 0, s.lport);
+                    if svc.spec.toa
+                        && m.proto == proto::TCP
+                        && s.flags & flag::TOA_DONE == 0
+                        && old == state::SYN_RECV
+                        && s.state == state::ESTABLISHED
+                    {
+                        self.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
+                        end = self.insert_toa::<A, B>(b, &h, &src, s.cport, hop.mtu as usize);
+                    }
+                }
+                let d = b.data_mut();
+                h.dec_ttl(d);
+                let _ = end;
+                egress(b, h.l3, &hop, A::ETHERTYPE)
+            }
+            Mode::Dr => {
+                h.dec_ttl(b.data_mut());
+                egress(b, h.l3, &hop, A::ETHERTYPE)
+            }
+            Mode::Tun => {
+                h.dec_ttl(b.data_mut());
+                let (Some(tsrc), Some(tdst)) = (be.tun_src.and_then(A::from_ip), A::from_ip(be.addr)) else {
+                    return Verdict::Drop(DropReason::NoRoute);
+                };
+                match self.encapsulate_pub::<A, B>(b, &h, &tsrc, &tdst) {
+                    Ok(()) => egress(b, h.l3, &hop, A::ETHERTYPE),
+                    Err(e) => Verdict::Drop(e),
+                }
+            }
+        };
+        if matches!(v, Verdict::Tx(_)) {
+            self.account(svc.id, s.backend, bytes);
+        }
+        if remove {
+            self.table.remove::<A>(r);
+        }
+        v
+    }
+
+    /// Inserts the TOA option carrying the client's address; returns the new IP end. Skipped
+    /// (and counted) when the header or MTU has no room.
+    fn insert_toa<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &Hdr, client: &A, cport: u16, mtu: usize) -> usize
+    where
+        Session<A>: Zeroable,
+    {
+        let (opt, len) = tcp::toa_option(client.bytes(), cport);
+        let add = len.div_ceil(4) * 4;
+        let thl = ((b.data()[h.l4 + 12] >> 4) as usize) * 4;
+        if h.ip_len() + add > mtu || thl + add > tcp::MAX_HEADER_LEN || !b.set_len(h.end + add) {
+            self.counters.toa_skipped += 1;
+            return h.end;
+        }
+        let d = b.data_mut();
+        if tcp::insert_option(&mut d[h.l4..], h.end - h.l4, &opt[..len]).is_err() {
+            // Cannot happen after the checks above; keep the packet intact if it does.
+            self.counters.toa_skipped += 1;
+            return h.end;
+        }
+        let end = h.end + add;
+        let seg_len = end - h.l4;
+        if A::V6 {
+            let pl = (end - h.l3 - 40) as u16;
+            d[h.l3 + 4..h.l3 + 6].copy_from_slice(&pl.to_be_bytes());
+        } else {
+            d[h.l3 + 2..h.l3 + 4].copy_from_slice(&((end - h.l3) as u16).to_be_bytes());
+            let mut ip = vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(&mut d[h.l3..]);
+            ip.fill_checksum();
+        }
+        crate::icmp::fill_l4_checksum::<A>(d, h.l3, h.l4, end, proto::TCP);
+        let _ = seg_len;
+        self.counters.toa_inserted += 1;
+        end
+    }
+
+    /// Prepends the outer IPv4 (protocol 4) or IPv6 (next header 41) header.
+    pub(crate) fn encapsulate_pub<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &Hdr, src: &A, dst: &A) -> Result<(), DropReason>
+    where
+        Session<A>: Zeroable,
+    {
+        let over = if A::V6 { 40 } else { 20 };
+        let inner = h.ip_len();
+        if !b.set_len(h.end) || !b.prepend(over) {
+            return Err(DropReason::NoRoom);
+        }
+        let d = b.data_mut();
+        let o = h.l3;
+        let i = o + over;
+        if A::V6 {
+            d.copy_within(i..i + 4, o);
+            d[o + 4..o + 6].copy_from_slice(&(inner as u16).to_be_bytes());
+            d[o + 6] = proto::IPV6;
+            d[o + 7] = 64;
+        } else {
+            self.ip_ident = self.ip_ident.wrapping_add(1);
+            d[o] = 0x45;
+            d[o + 1] = d[i + 1];
+            d[o + 2..o + 4].copy_from_slice(&((inner + 20) as u16).to_be_bytes());
+            d[o + 4..o + 6].copy_from_slice(&self.ip_ident.to_be_bytes());
+            d[o + 6] = d[i + 6] & 0x40;
+            d[o + 7] = 0;
+            d[o + 8] = 64;
+            d[o + 9] = proto::IPIP;
+            d[o + 10] = 0;
+            d[o + 11] = 0;
+        }
+        d[o + A::SRC..o + A::SRC + A::LEN].copy_from_slice(src.bytes());
+        d[o + A::DST..o + A::DST + A::LEN].copy_from_slice(dst.bytes());
+        if !A::V6 {
+            vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(&mut d[o..]).fill_checksum();
+        }
+        Ok(())
+    }
+
+    /// Backend to a full-NAT local address (reply), or outside host to an SNAT address.
+    fn port_reply<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        if !self.table.owns_port(m.dport) {
+            return Verdict::Drop(DropReason::Misdirected);
+        }
+        let Some(r) = m.cand.or_else(|| self.table.port_lookup(m.id as u16, m.dport)) else {
+            return Verdict::Drop(DropReason::NoSession);
+        };
+        if r.is_v6() != A::V6 || self.live::<A>(r, now).is_none() {
+            return Verdict::Drop(DropReason::NoSession);
+        }
+        let h = m.hdr();
+        let s = *self.table.get::<A>(r);
+        if s.flags & flag::SNAT != 0 {
+            let Some(rule) = snap.snat_by_id(s.svc) else {
+                self.table.remove::<A>(r);
+                return Verdict::Drop(DropReason::NoSession);
+            };
+            let t = rule.timeouts;
+            return self.to_client::<A, B>(snap, b, m, r, &t, None, now);
+        }
+        let (Some(svc), Some(be)) = (snap.service(s.svc), snap.backend(s.backend)) else {
+            self.table.remove::<A>(r);
+            return Verdict::Drop(DropReason::BackendRemoved);
+        };
+        let src = A::read(b.data(), h.l3 + A::SRC);
+        if src.key() != be.key || (be.port != 0 && m.sport != be.port) {
+            return Verdict::Drop(DropReason::NoSession);
+        }
+        let t = svc.spec.timeouts;
+        let vip = A::from_ip(svc.spec.vip).expect("family checked at config");
+        let vport = svc.spec.port;
+        let (sid, bid) = (svc.id, s.backend);
+        let v = self.to_client::<A, B>(snap, b, m, r, &t, Some((vip, vport)), now);
+        if matches!(v, Verdict::Tx(_)) {
+            self.account(sid, bid, h.ip_len());
+        }
+        v
+    }
+
+    /// Rewrites a reply toward the session's client: the source becomes the VIP (when given),
+    /// the destination the client. Shared by full-NAT replies, NAT replies and SNAT returns.
+    #[allow(clippy::too_many_arguments)]
+    fn to_client<A: Fam, B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        b: &mut B,
+        m: &Meta,
+        r: Ref,
+        t: &Timeouts,
+        vip: Option<(A, u16)>,
+        now: u32,
+    ) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let h = m.hdr();
+        if h.ttl(b.data()) <= 1 {
+            return self.icmp_error::<A, B>(snap, b, m, crate::icmp::ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
+        }
+        let s = *self.table.get::<A>(r);
+        let Some(hop) = snap.route(s.client.key(), !A::V6) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        if h.ip_len() > hop.mtu as usize {
+            return self.too_big::<A, B>(snap, b, m, hop.mtu as usize, now);
+        }
+        let (_, remove) = self.advance::<A>(r, m, false, false, t, now);
+        let d = b.data_mut();
+        if let Some((vip, vport)) = vip {
+            h.set_addr(d, A::SRC, vip.bytes());
+            if vport != 0 {
+                h.set_port(d, 0, vport);
+            }
+        }
+        h.set_addr(d, A::DST, s.client.bytes());
+        h.set_port(d, 2, s.cport);
+        h.dec_ttl(d);
+        let v = egress(b, h.l3, &hop, A::ETHERTYPE);
+        if remove {
+            self.table.remove::<A>(r);
+        }
+        v
+    }
+
+    /// Backend to client through a NAT service.
+    fn nat_reply<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let h = m.hdr();
+        let client = A::read(b.data(), h.l3 + A::DST);
+        let mut found = None;
+        if let Some(r) = m.cand {
+            if r.is_reverse() && r.is_v6() == A::V6 {
+                let s = self.table.get::<A>(r);
+                if s.state != state::FREE && s.backend == m.id && s.cport == m.dport && s.client == client {
+                    found = Some(r);
+                }
+            }
+        }
+        if found.is_none() {
+            let src = A::read(b.data(), h.l3 + A::SRC);
+            let ids = snap.nat_backends(src.key(), m.sport, m.proto).unwrap_or(&[]);
+            for &id in ids {
+                let hh = self.table.hash_rev(id, &client, m.dport);
+                if let Some(r) = self.table.find_rev(hh, id, &client, m.dport) {
+                    found = Some(r);
+                    break;
+                }
+            }
+        }
+        let r = match found.and_then(|r| self.live::<A>(r, now)) {
+            Some(r) => r,
+            None => {
+                // Not a reply: the backend's own outbound traffic may be source-NATed.
+                let src = A::read(b.data(), h.l3 + A::SRC);
+                if let Some(rule) = snap.snat_rule(src.key(), !A::V6) {
+                    let mut m2 = *m;
+                    m2.kind = Kind::Snat;
+                    m2.id = rule.id as u32;
+                    m2.hash = self.table.hash_fwd(rule.id, &src, m.sport);
+                    m2.cand = None;
+                    m2.deep = true;
+                    return self.snat_out::<A, B>(snap, b, &m2, now);
+                }
+                return Verdict::Kernel;
+            }
+        };
+        let s = *self.table.get::<A>(r);
+        let (Some(svc), Some(_)) = (snap.service(s.svc), snap.backend(s.backend)) else {
+            self.table.remove::<A>(r);
+            return Verdict::Drop(DropReason::BackendRemoved);
+        };
+        let t = svc.spec.timeouts;
+        let vip = A::from_ip(svc.spec.vip).expect("family checked at config");
+        let (sid, vport) = (svc.id, svc.spec.port);
+        let v = self.to_client::<A, B>(snap, b, m, r, &t, Some((vip, vport)), now);
+        if matches!(v, Verdict::Tx(_)) {
+            self.account(sid, s.backend, h.ip_len());
+        }
+        v
+    }
+
+    /// Inside host to the outside through an SNAT rule (endpoint-independent mapping).
+    fn snat_out<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let Some(rule) = snap.snat_by_id(m.id as u16) else {
+            return Verdict::Kernel;
+        };
+        let h = m.hdr();
+        let src = A::read(b.data(), h.l3 + A::SRC);
+        let dst = A::read(b.data(), h.l3 + A::DST);
+        if h.ttl(b.data()) <= 1 {
+            return self.icmp_error::<A, B>(snap, b, m, crate::icmp::ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
+        }
+        let Some(hop) = snap.route(dst.key(), !A::V6) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        if h.ip_len() > hop.mtu as usize {
+            return self.too_big::<A, B>(snap, b, m, hop.mtu as usize, now);
+        }
+        let r = match self.lookup_fwd::<A>(m, rule.id, &src, m.sport, now) {
+            Some(r) => r,
+            None => {
+                if m.proto == proto::TCP && m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST) != tcp::flags::SYN {
+                    return Verdict::Drop(DropReason::NoSession);
+                }
+                let st = if m.proto == proto::TCP { state::SYN_SENT } else { state::UDP };
+                let s = Session {
+                    client: src,
+                    cport: m.sport,
+                    svc: rule.id,
+                    backend: 0,
+                    laddr: NO_LADDR,
+                    lport: 0,
+                    expire: now.wrapping_add(tcpstate::timeout(st, &rule.timeouts)),
+                    state: st,
+                    flags: flag::SNAT,
+                };
+                let ci = (rule.id & !crate::service::SNAT_ID_BIT) as usize + crate::service::MAX_SERVICES;
+                if self.cursors.len() <= ci {
+                    self.cursors.resize(ci + 1, 0);
+                }
+                match self.table.insert(s, &rule.laddrs, &mut self.cursors[ci]) {
+                    Ok(r) => {
+                        self.counters.sessions_created += 1;
+                        r
+                    }
+                    Err(InsertError::Full) => return Verdict::Drop(DropReason::TableFull),
+                    Err(InsertError::NoPort) => return Verdict::Drop(DropReason::NoLocalPort),
+                }
+            }
+        };
+        let t = rule.timeouts;
+        let (_, remove) = self.advance::<A>(r, m, true, false, &t, now);
+        let s = *self.table.get::<A>(r);
+        let Some(laddr) = snap.laddr_addr(s.laddr).and_then(A::from_ip) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        let d = b.data_mut();
+        h.set_addr(d, A::SRC, laddr.bytes());
+        h.set_port(d, 0, s.lport);
+        h.dec_ttl(d);
+        let v = egress(b, h.l3, &hop, A::ETHERTYPE);
+        if remove {
+            self.table.remove::<A>(r);
+        }
+        v
+    }
+}

@@ -1,0 +1,196 @@
+//! In-place header edits with incremental checksum updates (RFC 1624), shared by every
+//! forwarding mode, plus the address-family glue the pipeline is generic over.
+
+use crate::mem::Zeroable;
+use crate::service::{key4, key6, Hop};
+use crate::session::{Addr, Session};
+use crate::verdict::{DropReason, Verdict};
+use crate::PacketBuf;
+use std::net::IpAddr;
+use vectorlb_packet::checksum::{adjust, adjust16};
+use vectorlb_packet::ethernet::{self, ethertype};
+use vectorlb_packet::proto;
+
+/// An IP family's header layout.
+pub trait Fam: Addr
+where
+    Session<Self>: Zeroable,
+{
+    const LEN: usize;
+    const SRC: usize;
+    const DST: usize;
+    const ETHERTYPE: u16;
+    fn read(d: &[u8], at: usize) -> Self;
+    fn key(&self) -> u128;
+    fn bytes(&self) -> &[u8];
+    fn from_ip(ip: IpAddr) -> Option<Self>;
+}
+
+impl Fam for [u8; 4] {
+    const LEN: usize = 4;
+    const SRC: usize = 12;
+    const DST: usize = 16;
+    const ETHERTYPE: u16 = ethertype::IPV4;
+    #[inline(always)]
+    fn read(d: &[u8], at: usize) -> Self {
+        d[at..at + 4].try_into().unwrap()
+    }
+    #[inline(always)]
+    fn key(&self) -> u128 {
+        key4(*self)
+    }
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn from_ip(ip: IpAddr) -> Option<Self> {
+        match ip {
+            IpAddr::V4(a) => Some(a.octets()),
+            IpAddr::V6(_) => None,
+        }
+    }
+}
+
+impl Fam for [u8; 16] {
+    const LEN: usize = 16;
+    const SRC: usize = 8;
+    const DST: usize = 24;
+    const ETHERTYPE: u16 = ethertype::IPV6;
+    #[inline(always)]
+    fn read(d: &[u8], at: usize) -> Self {
+        d[at..at + 16].try_into().unwrap()
+    }
+    #[inline(always)]
+    fn key(&self) -> u128 {
+        key6(*self)
+    }
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn from_ip(ip: IpAddr) -> Option<Self> {
+        match ip {
+            IpAddr::V6(a) => Some(a.octets()),
+            IpAddr::V4(_) => None,
+        }
+    }
+}
+
+/// Where the layers of the packet being edited are.
+#[derive(Debug, Clone, Copy)]
+pub struct Hdr {
+    pub l3: usize,
+    pub l4: usize,
+    pub end: usize,
+    pub v6: bool,
+    pub proto: u8,
+}
+
+impl Hdr {
+    /// Offset of the upper-layer checksum that covers the pseudo header, if any.
+    #[inline(always)]
+    fn l4_csum(&self, d: &[u8]) -> Option<usize> {
+        match self.proto {
+            proto::TCP => Some(self.l4 + 16),
+            // An IPv4 UDP checksum of zero means "none" and stays zero.
+            proto::UDP if self.v6 || d[self.l4 + 6] | d[self.l4 + 7] != 0 => Some(self.l4 + 6),
+            proto::ICMPV6 => Some(self.l4 + 2),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    fn patch(&self, d: &mut [u8], at: usize, old: &[u8], new: &[u8]) {
+        let c = u16::from_be_bytes([d[at], d[at + 1]]);
+        let mut n = adjust(c, old, new);
+        if n == 0 && self.proto == proto::UDP {
+            n = 0xffff;
+        }
+        d[at..at + 2].copy_from_slice(&n.to_be_bytes());
+    }
+
+    /// Rewrites an address at `off` in the IP header (`Fam::SRC` or `Fam::DST`).
+    #[inline(always)]
+    pub fn set_addr(&self, d: &mut [u8], off: usize, new: &[u8]) {
+        let at = self.l3 + off;
+        let mut old = [0u8; 16];
+        let n = new.len();
+        old[..n].copy_from_slice(&d[at..at + n]);
+        if old[..n] == *new {
+            return;
+        }
+        d[at..at + n].copy_from_slice(new);
+        if !self.v6 {
+            let c = u16::from_be_bytes([d[self.l3 + 10], d[self.l3 + 11]]);
+            d[self.l3 + 10..self.l3 + 12].copy_from_slice(&adjust(c, &old[..n], new).to_be_bytes());
+        }
+        if let Some(c) = self.l4_csum(d) {
+            self.patch(d, c, &old[..n], new);
+        }
+    }
+
+    /// Rewrites the upper-layer source (`off` 0) or destination (`off` 2) port.
+    #[inline(always)]
+    pub fn set_port(&self, d: &mut [u8], off: usize, port: u16) {
+        let at = self.l4 + off;
+        let old = [d[at], d[at + 1]];
+        let new = port.to_be_bytes();
+        if old == new {
+            return;
+        }
+        d[at..at + 2].copy_from_slice(&new);
+        let c = match self.proto {
+            proto::TCP => Some(self.l4 + 16),
+            proto::UDP if self.v6 || d[self.l4 + 6] | d[self.l4 + 7] != 0 => Some(self.l4 + 6),
+            _ => None,
+        };
+        if let Some(c) = c {
+            self.patch(d, c, &old, &new);
+        }
+    }
+
+    #[inline(always)]
+    pub fn ttl(&self, d: &[u8]) -> u8 {
+        d[self.l3 + if self.v6 { 7 } else { 8 }]
+    }
+
+    /// Decrements TTL / hop limit (IPv4 checksum patched).
+    #[inline(always)]
+    pub fn dec_ttl(&self, d: &mut [u8]) {
+        if self.v6 {
+            d[self.l3 + 7] = d[self.l3 + 7].wrapping_sub(1);
+        } else {
+            let at = self.l3 + 8;
+            let old = u16::from_be_bytes([d[at], d[at + 1]]);
+            d[at] = d[at].wrapping_sub(1);
+            let new = u16::from_be_bytes([d[at], d[at + 1]]);
+            let c = u16::from_be_bytes([d[self.l3 + 10], d[self.l3 + 11]]);
+            d[self.l3 + 10..self.l3 + 12].copy_from_slice(&adjust16(c, old, new).to_be_bytes());
+        }
+    }
+
+    /// Length of the IP packet.
+    #[inline(always)]
+    pub fn ip_len(&self) -> usize {
+        self.end - self.l3
+    }
+
+    #[inline(always)]
+    pub fn dont_frag(&self, d: &[u8]) -> bool {
+        self.v6 || d[self.l3 + 6] & 0x40 != 0
+    }
+}
+
+/// Rewrites the Ethernet header for `hop` in front of the IP header at `l3`, growing or
+/// shrinking the frame's front as the egress VLAN tag requires.
+#[inline(always)]
+pub fn egress<B: PacketBuf>(b: &mut B, l3: usize, hop: &Hop, et: u16) -> Verdict {
+    let hl = ethernet::header_len(hop.vlan);
+    if l3 > hl {
+        b.adj(l3 - hl);
+    } else if l3 < hl && !b.prepend(hl - l3) {
+        return Verdict::Drop(DropReason::NoRoom);
+    }
+    ethernet::write_header(&mut b.data_mut()[..hl], hop.dst_mac, hop.src_mac, hop.vlan, et);
+    Verdict::Tx(hop.port)
+}

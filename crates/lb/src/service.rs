@@ -1,0 +1,685 @@
+//! The service model and the immutable configuration snapshot the packet path reads.
+//!
+//! Operators describe the load balancer with an [`LbSpec`]. [`Control::apply`] validates it,
+//! assigns stable ids (services, backends, local addresses keep their ids across changes, so
+//! live sessions keep pointing at the right objects), compiles a [`Snapshot`] and publishes it
+//! atomically. Workers pick the new snapshot up between batches: the per-packet path reads one
+//! snapshot per batch and never takes a lock. A spec that fails validation changes nothing.
+
+use crate::hash::{FxHashMap, FxHashSet};
+use arc_swap::ArcSwap;
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use vectorlb_packet::ethernet::Mac;
+use vectorlb_packet::proto;
+use vectorlb_sched::{Algorithm, Scheduler, Target};
+
+/// Backend ids are a slot (low 24 bits) and a generation (high 8 bits): a slot freed by a
+/// removed backend and reused by a new one gets a new generation, so stale sessions of the old
+/// backend never reach the new one.
+pub const BACKEND_SLOT_BITS: u32 = 24;
+pub const MAX_SERVICES: usize = 0x7fff;
+/// SNAT rule ids live in the service id space with this bit set.
+pub const SNAT_ID_BIT: u16 = 0x8000;
+
+#[inline(always)]
+pub fn backend_slot(id: u32) -> u32 {
+    id & ((1 << BACKEND_SLOT_BITS) - 1)
+}
+
+/// An address as a map key: IPv4 as IPv4-mapped IPv6.
+#[inline(always)]
+pub fn key4(a: [u8; 4]) -> u128 {
+    0xffff_0000_0000u128 | u32::from_be_bytes(a) as u128
+}
+
+#[inline(always)]
+pub fn key6(a: [u8; 16]) -> u128 {
+    u128::from_be_bytes(a)
+}
+
+pub fn key(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => key4(a.octets()),
+        IpAddr::V6(a) => key6(a.octets()),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Destination NAT: VIP:port to backend:port; replies must come back through the LB.
+    Nat,
+    /// Full NAT: the source becomes a local address and port too, so backends need no route
+    /// back through the LB.
+    Fnat,
+    /// Direct routing: only the destination MAC changes; the backend holds the VIP.
+    Dr,
+    /// IP-in-IP (IPv4) or IPv6-in-IPv6 tunnel to the backend.
+    Tun,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Nat => "nat",
+            Mode::Fnat => "fnat",
+            Mode::Dr => "dr",
+            Mode::Tun => "tun",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        Some(match s {
+            "nat" => Mode::Nat,
+            "fnat" => Mode::Fnat,
+            "dr" => Mode::Dr,
+            "tun" => Mode::Tun,
+            _ => return None,
+        })
+    }
+}
+
+/// Session timeouts in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Handshake in progress (SYN seen, or SYN and SYN-ACK).
+    pub syn: u32,
+    pub established: u32,
+    /// One side has sent FIN, or both have and the last ACK is awaited.
+    pub fin: u32,
+    /// After the last ACK. 0 removes the session at once (what seed 003's HDSLB does).
+    pub time_wait: u32,
+    /// After a RST.
+    pub close: u32,
+    pub udp: u32,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts { syn: 30_000, established: 900_000, fin: 30_000, time_wait: 2_000, close: 2_000, udp: 300_000 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendSpec {
+    pub addr: IpAddr,
+    /// 0: the client's destination port (for any-port services).
+    pub port: u16,
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceSpec {
+    pub vip: IpAddr,
+    /// 0: every port of the VIP.
+    pub port: u16,
+    /// `proto::TCP` or `proto::UDP`.
+    pub proto: u8,
+    pub mode: Mode,
+    pub scheduler: Algorithm,
+    pub backends: Vec<BackendSpec>,
+    /// Full-NAT source addresses.
+    pub local_addrs: Vec<IpAddr>,
+    /// Insert the TOA option (client address) in full-NAT TCP handshakes.
+    pub toa: bool,
+    pub timeouts: Timeouts,
+}
+
+/// Source NAT for connections backends open to the outside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnatSpec {
+    pub source: IpAddr,
+    pub prefix_len: u8,
+    pub addrs: Vec<IpAddr>,
+    pub timeouts: Timeouts,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortSpec {
+    pub name: String,
+    pub mac: Mac,
+    /// Interface addresses with their prefix lengths (each gives a connected route).
+    pub addrs: Vec<(IpAddr, u8)>,
+    pub vlan: Option<u16>,
+    pub mtu: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSpec {
+    pub prefix: IpAddr,
+    pub len: u8,
+    pub port: u16,
+    pub via: IpAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LbSpec {
+    pub ports: Vec<PortSpec>,
+    pub routes: Vec<RouteSpec>,
+    pub neighbors: Vec<(IpAddr, Mac)>,
+    pub services: Vec<ServiceSpec>,
+    pub snat: Vec<SnatSpec>,
+    /// ICMP errors the LB may originate per second per core (TTL exceeded, too big).
+    pub icmp_rate: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+macro_rules! bail {
+    ($($t:tt)*) => { return Err(ConfigError(format!($($t)*))) };
+}
+
+/// Where a packet leaves: port, addresses to write in the Ethernet header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hop {
+    pub port: u16,
+    pub dst_mac: Mac,
+    pub src_mac: Mac,
+    pub vlan: Option<u16>,
+    pub mtu: u16,
+}
+
+#[derive(Debug, Clone)]
+pub struct Port {
+    pub spec: PortSpec,
+    pub v4: Option<[u8; 4]>,
+    pub v6: Option<[u8; 16]>,
+}
+
+#[derive(Debug, Clone)]
+struct Route {
+    net: u128,
+    mask: u128,
+    v4: bool,
+    port: u16,
+    via: Option<u128>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Service {
+    pub id: u16,
+    pub spec: ServiceSpec,
+    pub vip_key: u128,
+    pub sched: Scheduler,
+    /// Backend ids, in spec order (the scheduler's indices).
+    pub backends: Vec<u32>,
+    pub laddrs: Vec<u16>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Backend {
+    pub id: u32,
+    pub svc: u16,
+    pub addr: IpAddr,
+    pub key: u128,
+    pub port: u16,
+    pub weight: u32,
+    /// How to reach it; `None` when its next hop has no known MAC.
+    pub hop: Option<Hop>,
+    /// Tunnel source (the egress port's address) for TUN mode.
+    pub tun_src: Option<IpAddr>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SnatRule {
+    pub id: u16,
+    pub net: u128,
+    pub mask: u128,
+    pub v4: bool,
+    pub laddrs: Vec<u16>,
+    pub timeouts: Timeouts,
+}
+
+/// An immutable, compiled configuration.
+pub struct Snapshot {
+    pub generation: u64,
+    pub spec: LbSpec,
+    services: Vec<Option<Service>>,
+    svc_index: FxHashMap<(u128, u16, u8), u16>,
+    backends: Vec<Option<Backend>>,
+    nat_replies: FxHashMap<(u128, u16, u8), Vec<u32>>,
+    laddr_index: FxHashMap<u128, u16>,
+    laddrs: Vec<Option<IpAddr>>,
+    pub snat: Vec<SnatRule>,
+    own: FxHashSet<u128>,
+    vips: FxHashSet<u128>,
+    pub ports: Vec<Port>,
+    routes: Vec<Route>,
+    neighbors: FxHashMap<u128, Mac>,
+}
+
+fn prefix_mask(v4: bool, len: u8) -> u128 {
+    let bits = if v4 { 96 + len as u32 } else { len as u32 };
+    if bits == 0 {
+        0
+    } else {
+        u128::MAX << (128 - bits)
+    }
+}
+
+impl Snapshot {
+    #[inline(always)]
+    pub fn service(&self, id: u16) -> Option<&Service> {
+        self.services.get(id as usize)?.as_ref()
+    }
+
+    pub fn services(&self) -> impl Iterator<Item = &Service> {
+        self.services.iter().flatten()
+    }
+
+    /// The service for a destination: exact port first, then an any-port service.
+    #[inline(always)]
+    pub fn lookup_service(&self, dst: u128, port: u16, proto: u8) -> Option<u16> {
+        if self.svc_index.is_empty() {
+            return None;
+        }
+        self.svc_index.get(&(dst, port, proto)).or_else(|| self.svc_index.get(&(dst, 0, proto))).copied()
+    }
+
+    /// The backend for an id, if it still exists with that generation.
+    #[inline(always)]
+    pub fn backend(&self, id: u32) -> Option<&Backend> {
+        match self.backends.get(backend_slot(id) as usize) {
+            Some(Some(b)) if b.id == id => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn backends(&self) -> impl Iterator<Item = &Backend> {
+        self.backends.iter().flatten()
+    }
+
+    /// NAT backends with this address and port (replies from them are translated back).
+    #[inline(always)]
+    pub fn nat_backends(&self, src: u128, port: u16, proto: u8) -> Option<&[u32]> {
+        if self.nat_replies.is_empty() {
+            return None;
+        }
+        self.nat_replies
+            .get(&(src, port, proto))
+            .or_else(|| self.nat_replies.get(&(src, 0, proto)))
+            .map(|v| &v[..])
+    }
+
+    #[inline(always)]
+    pub fn laddr(&self, a: u128) -> Option<u16> {
+        if self.laddr_index.is_empty() {
+            return None;
+        }
+        self.laddr_index.get(&a).copied()
+    }
+
+    pub fn laddr_addr(&self, idx: u16) -> Option<IpAddr> {
+        *self.laddrs.get(idx as usize)?
+    }
+
+    /// Whether the LB owns this address (interface, VIP or local address).
+    #[inline(always)]
+    pub fn is_own(&self, a: u128) -> bool {
+        self.own.contains(&a)
+    }
+
+    /// Whether some service listens on this address.
+    #[inline(always)]
+    pub fn is_vip(&self, a: u128) -> bool {
+        self.vips.contains(&a)
+    }
+
+    #[inline]
+    pub fn snat_rule(&self, src: u128, v4: bool) -> Option<&SnatRule> {
+        self.snat.iter().find(|r| r.v4 == v4 && src & r.mask == r.net)
+    }
+
+    pub fn snat_by_id(&self, id: u16) -> Option<&SnatRule> {
+        self.snat.iter().find(|r| r.id == id)
+    }
+
+    /// Next hop toward `dst`: longest-prefix route, then the neighbour's MAC.
+    pub fn route(&self, dst: u128, v4: bool) -> Option<Hop> {
+        let r = self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net)?;
+        let nh = r.via.unwrap_or(dst);
+        let mac = *self.neighbors.get(&nh)?;
+        let p = &self.ports[r.port as usize];
+        Some(Hop { port: r.port, dst_mac: mac, src_mac: p.spec.mac, vlan: p.spec.vlan, mtu: p.spec.mtu })
+    }
+
+    /// Whether `dst` is on a connected network (no gateway).
+    pub fn on_link(&self, dst: u128, v4: bool) -> bool {
+        self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).is_some_and(|r| r.via.is_none())
+    }
+
+    /// The egress port's own address of a family (source of ICMP errors and tunnels).
+    pub fn port_addr(&self, port: u16, v4: bool) -> Option<IpAddr> {
+        let p = self.ports.get(port as usize)?;
+        if v4 {
+            p.v4.map(|a| IpAddr::from(a))
+        } else {
+            p.v6.map(|a| IpAddr::from(a))
+        }
+    }
+}
+
+/// Ids that stay stable across snapshots.
+#[derive(Default)]
+struct Registry {
+    services: HashMap<(u128, u16, u8), u16>,
+    free_services: Vec<u16>,
+    backends: HashMap<(u16, u128, u16), u32>,
+    slot_gen: Vec<u8>,
+    free_slots: Vec<u32>,
+    laddrs: HashMap<u128, u16>,
+}
+
+impl Registry {
+    fn service_id(&mut self, k: (u128, u16, u8)) -> Result<u16, ConfigError> {
+        if let Some(&id) = self.services.get(&k) {
+            return Ok(id);
+        }
+        let id = match self.free_services.pop() {
+            Some(id) => id,
+            None if self.services.len() < MAX_SERVICES => self.services.len() as u16,
+            None => bail!("too many services (limit {MAX_SERVICES})"),
+        };
+        self.services.insert(k, id);
+        Ok(id)
+    }
+
+    fn backend_id(&mut self, k: (u16, u128, u16)) -> Result<u32, ConfigError> {
+        if let Some(&id) = self.backends.get(&k) {
+            return Ok(id);
+        }
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None if self.slot_gen.len() < (1 << BACKEND_SLOT_BITS) => {
+                self.slot_gen.push(0);
+                (self.slot_gen.len() - 1) as u32
+            }
+            None => bail!("too many backends"),
+        };
+        let id = slot | (self.slot_gen[slot as usize] as u32) << BACKEND_SLOT_BITS;
+        self.backends.insert(k, id);
+        Ok(id)
+    }
+
+    fn laddr_id(&mut self, a: u128) -> Result<u16, ConfigError> {
+        if let Some(&id) = self.laddrs.get(&a) {
+            return Ok(id);
+        }
+        if self.laddrs.len() >= u16::MAX as usize - 1 {
+            bail!("too many local addresses");
+        }
+        let id = self.laddrs.len() as u16;
+        self.laddrs.insert(a, id);
+        Ok(id)
+    }
+
+    /// Forgets services and backends that are not in use any more. Local address ids are kept
+    /// for the process lifetime: port maps are indexed by them.
+    fn retain(&mut self, svcs: &FxHashSet<(u128, u16, u8)>, backends: &FxHashSet<(u16, u128, u16)>) {
+        let gone: Vec<_> = self.services.keys().filter(|k| !svcs.contains(k)).copied().collect();
+        for k in gone {
+            let id = self.services.remove(&k).unwrap();
+            self.free_services.push(id);
+        }
+        let gone: Vec<_> = self.backends.keys().filter(|k| !backends.contains(k)).copied().collect();
+        for k in gone {
+            let id = self.backends.remove(&k).unwrap();
+            let slot = backend_slot(id);
+            self.slot_gen[slot as usize] = self.slot_gen[slot as usize].wrapping_add(1);
+            self.free_slots.push(slot);
+        }
+    }
+}
+
+fn same_family(a: IpAddr, b: IpAddr) -> bool {
+    a.is_ipv4() == b.is_ipv4()
+}
+
+fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot, ConfigError> {
+    let mut ports = Vec::new();
+    let mut routes = Vec::new();
+    let mut own = FxHashSet::default();
+    for (i, p) in spec.ports.iter().enumerate() {
+        if p.mtu < 576 {
+            bail!("port {}: mtu {} is below 576", p.name, p.mtu);
+        }
+        if let Some(v) = p.vlan {
+            if v == 0 || v > 4094 {
+                bail!("port {}: vlan {v} is out of range 1..=4094", p.name);
+            }
+        }
+        let mut v4 = None;
+        let mut v6 = None;
+        for &(a, len) in &p.addrs {
+            let max = if a.is_ipv4() { 32 } else { 128 };
+            if len > max {
+                bail!("port {}: prefix length /{len} is too long for {a}", p.name);
+            }
+            match a {
+                IpAddr::V4(x) => v4 = v4.or(Some(x.octets())),
+                IpAddr::V6(x) => v6 = v6.or(Some(x.octets())),
+            }
+            own.insert(key(a));
+            let mask = prefix_mask(a.is_ipv4(), len);
+            routes.push((len, Route { net: key(a) & mask, mask, v4: a.is_ipv4(), port: i as u16, via: None }));
+        }
+        ports.push(Port { spec: p.clone(), v4, v6 });
+    }
+    for r in &spec.routes {
+        if r.port as usize >= ports.len() {
+            bail!("route {}/{}: port {} does not exist", r.prefix, r.len, r.port);
+        }
+        if !same_family(r.prefix, r.via) {
+            bail!("route {}/{}: gateway {} is of another family", r.prefix, r.len, r.via);
+        }
+        let max = if r.prefix.is_ipv4() { 32 } else { 128 };
+        if r.len > max {
+            bail!("route {}/{}: prefix length is too long", r.prefix, r.len);
+        }
+        let mask = prefix_mask(r.prefix.is_ipv4(), r.len);
+        routes.push((r.len, Route { net: key(r.prefix) & mask, mask, v4: r.prefix.is_ipv4(), port: r.port, via: Some(key(r.via)) }));
+    }
+    // Longest prefix first; connected routes before gateways of the same length.
+    routes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.via.is_some().cmp(&b.1.via.is_some())));
+    let neighbors: FxHashMap<u128, Mac> = spec.neighbors.iter().map(|(ip, mac)| (key(*ip), *mac)).collect();
+
+    let mut snap = Snapshot {
+        generation,
+        spec: spec.clone(),
+        services: Vec::new(),
+        svc_index: FxHashMap::default(),
+        backends: Vec::new(),
+        nat_replies: FxHashMap::default(),
+        laddr_index: FxHashMap::default(),
+        laddrs: Vec::new(),
+        snat: Vec::new(),
+        own,
+        vips: FxHashSet::default(),
+        ports,
+        routes: routes.into_iter().map(|(_, r)| r).collect(),
+        neighbors,
+    };
+
+    let mut used_svcs = FxHashSet::default();
+    let mut used_backends = FxHashSet::default();
+    let add_laddr = |snap: &mut Snapshot, reg: &mut Registry, a: IpAddr| -> Result<u16, ConfigError> {
+        let id = reg.laddr_id(key(a))?;
+        snap.laddr_index.insert(key(a), id);
+        if snap.laddrs.len() <= id as usize {
+            snap.laddrs.resize(id as usize + 1, None);
+        }
+        snap.laddrs[id as usize] = Some(a);
+        snap.own.insert(key(a));
+        Ok(id)
+    };
+
+    for s in &spec.services {
+        let name = format!("service {} {}:{}", if s.proto == proto::TCP { "tcp" } else { "udp" }, s.vip, s.port);
+        if s.proto != proto::TCP && s.proto != proto::UDP {
+            bail!("{name}: protocol {} is not supported (tcp or udp)", s.proto);
+        }
+        let k = (key(s.vip), s.port, s.proto);
+        if !used_svcs.insert(k) {
+            bail!("{name}: defined twice");
+        }
+        if s.mode == Mode::Fnat && s.local_addrs.is_empty() {
+            bail!("{name}: fnat needs at least one local address");
+        }
+        for &l in &s.local_addrs {
+            if !same_family(l, s.vip) {
+                bail!("{name}: local address {l} is not of the VIP's family");
+            }
+        }
+        let id = reg.service_id(k)?;
+        let mut targets = Vec::new();
+        let mut ids = Vec::new();
+        let mut seen = FxHashSet::default();
+        for b in &s.backends {
+            if !same_family(b.addr, s.vip) {
+                bail!("{name}: backend {} is not of the VIP's family", b.addr);
+            }
+            if b.weight > 65535 {
+                bail!("{name}: backend {} weight {} is above 65535", b.addr, b.weight);
+            }
+            if s.port == 0 && b.port != 0 {
+                bail!("{name}: an any-port service forwards to the same port; backend {} must have port 0", b.addr);
+            }
+            if !seen.insert((key(b.addr), b.port)) {
+                bail!("{name}: backend {}:{} listed twice", b.addr, b.port);
+            }
+            if matches!(s.mode, Mode::Dr) && !snap.on_link(key(b.addr), b.addr.is_ipv4()) {
+                bail!("{name}: dr backend {} is not on a connected network of any port", b.addr);
+            }
+            let bk = (id, key(b.addr), b.port);
+            used_backends.insert(bk);
+            let bid = reg.backend_id(bk)?;
+            let hop = snap.route(key(b.addr), b.addr.is_ipv4());
+            let tun_src = hop.and_then(|h| snap.port_addr(h.port, b.addr.is_ipv4()));
+            if s.mode == Mode::Tun && hop.is_some() && tun_src.is_none() {
+                bail!("{name}: tun backend {}: its egress port has no address of its family", b.addr);
+            }
+            let slot = backend_slot(bid) as usize;
+            if snap.backends.len() <= slot {
+                snap.backends.resize(slot + 1, None);
+            }
+            snap.backends[slot] = Some(Backend {
+                id: bid,
+                svc: id,
+                addr: b.addr,
+                key: key(b.addr),
+                port: b.port,
+                weight: b.weight,
+                hop,
+                tun_src,
+            });
+            if s.mode == Mode::Nat {
+                let port = if b.port == 0 { 0 } else { b.port };
+                snap.nat_replies.entry((key(b.addr), port, s.proto)).or_default().push(bid);
+            }
+            ids.push(bid);
+            targets.push(Target { weight: b.weight, key: crate::hash::mix64(key(b.addr) as u64 ^ ((key(b.addr) >> 64) as u64) ^ b.port as u64) });
+        }
+        let sched = Scheduler::new(s.scheduler, &targets).map_err(|e| ConfigError(format!("{name}: {e}")))?;
+        let mut laddrs = Vec::new();
+        if s.mode == Mode::Fnat {
+            for &l in &s.local_addrs {
+                laddrs.push(add_laddr(&mut snap, reg, l)?);
+            }
+        }
+        snap.own.insert(key(s.vip));
+        snap.vips.insert(key(s.vip));
+        snap.svc_index.insert(k, id);
+        if snap.services.len() <= id as usize {
+            snap.services.resize(id as usize + 1, None);
+        }
+        snap.services[id as usize] = Some(Service { id, spec: s.clone(), vip_key: key(s.vip), sched, backends: ids, laddrs });
+    }
+    for (i, r) in spec.snat.iter().enumerate() {
+        if r.addrs.is_empty() {
+            bail!("snat rule {}/{}: needs at least one address", r.source, r.prefix_len);
+        }
+        let max = if r.source.is_ipv4() { 32 } else { 128 };
+        if r.prefix_len > max {
+            bail!("snat rule {}/{}: prefix length is too long", r.source, r.prefix_len);
+        }
+        let mut laddrs = Vec::new();
+        for &a in &r.addrs {
+            if !same_family(a, r.source) {
+                bail!("snat rule {}/{}: address {a} is of another family", r.source, r.prefix_len);
+            }
+            laddrs.push(add_laddr(&mut snap, reg, a)?);
+        }
+        let mask = prefix_mask(r.source.is_ipv4(), r.prefix_len);
+        snap.snat.push(SnatRule {
+            id: SNAT_ID_BIT | i as u16,
+            net: key(r.source) & mask,
+            mask,
+            v4: r.source.is_ipv4(),
+            laddrs,
+            timeouts: r.timeouts,
+        });
+    }
+    reg.retain(&used_svcs, &used_backends);
+    Ok(snap)
+}
+
+/// Holds the current snapshot; shared by the control plane and every worker.
+pub struct Control {
+    current: ArcSwap<Snapshot>,
+    generation: AtomicU64,
+    registry: Mutex<Registry>,
+}
+
+impl Control {
+    pub fn new(spec: &LbSpec) -> Result<Arc<Control>, ConfigError> {
+        let mut reg = Registry::default();
+        let snap = build(spec, &mut reg, 1)?;
+        Ok(Arc::new(Control {
+            current: ArcSwap::from_pointee(snap),
+            generation: AtomicU64::new(1),
+            registry: Mutex::new(reg),
+        }))
+    }
+
+    /// Validates and publishes a new configuration. On error nothing changes.
+    pub fn apply(&self, spec: &LbSpec) -> Result<u64, ConfigError> {
+        let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        // Build against a copy so that a failed build leaves the registry as it was.
+        let mut trial = Registry {
+            services: reg.services.clone(),
+            free_services: reg.free_services.clone(),
+            backends: reg.backends.clone(),
+            slot_gen: reg.slot_gen.clone(),
+            free_slots: reg.free_slots.clone(),
+            laddrs: reg.laddrs.clone(),
+        };
+        let generation = self.generation.load(Ordering::Relaxed) + 1;
+        let snap = build(spec, &mut trial, generation)?;
+        *reg = trial;
+        self.current.store(Arc::new(snap));
+        self.generation.store(generation, Ordering::Release);
+        Ok(generation)
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// Cheap check for workers: has a new snapshot been published?
+    #[inline(always)]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,891 @@
+//! The per-core session table.
+//!
+//! One table per worker core, touched by that core only: no locks, no atomics. It has three
+//! parts:
+//!
+//! * **Records**, in two arenas (IPv4 records are 24 bytes, IPv6 records 36): client address and
+//!   port, service, backend, local address and port (full NAT / SNAT), TCP state and expiry.
+//!   A record stores only what cannot be derived: the VIP and virtual port come from the
+//!   service, the backend address from the configuration snapshot.
+//! * **The index**: 64-byte buckets of seven (32-bit signature, 32-bit record reference) slots,
+//!   bucket chosen by the low half of a keyed 64-bit hash, signature the high half. A key that
+//!   finds its home bucket full goes to one of the next [`MAX_PROBE`] buckets and the home
+//!   bucket counts it in `ovf`, so a miss in a bucket with `ovf == 0` is final after one cache
+//!   line. Forward keys are (service, client address, client port); NAT sessions add a reverse
+//!   key (backend id, client address, client port) for replies. Both hashes are computable from
+//!   the record alone, so removal never needs the configuration.
+//! * **Port maps** for full NAT and SNAT: per local address, a direct array indexed by local
+//!   port giving the record, so reply traffic finds its session without hashing. Each core owns
+//!   the ports whose low bits equal its core number (`port & mask == core`), which a NIC can
+//!   steer to with one masked flow rule.
+//!
+//! Expiry is lazy and bounded: a session past its expiry is treated as absent when looked up,
+//! and a sweep walks a bounded number of records per batch (and when idle), so the packet path
+//! never stalls on a timer storm.
+//!
+//! When the table is full, new sessions are refused (counted as `session_table_full`) and
+//! established ones keep forwarding; expired records met in a full bucket are reclaimed first.
+
+use crate::mem::{MmapArray, Zeroable};
+use std::io;
+
+/// Buckets probed past the home bucket.
+pub const MAX_PROBE: usize = 8;
+const SLOTS: usize = 7;
+const NONE: u32 = u32::MAX;
+/// Largest number of records per family (references keep 30 bits).
+pub const MAX_RECORDS: u32 = (1 << 30) - 2;
+/// Local-port slots scanned per local address before trying the next one.
+const PORT_SCAN: u32 = 256;
+
+pub mod state {
+    pub const FREE: u8 = 0;
+    pub const SYN_SENT: u8 = 1;
+    pub const SYN_RECV: u8 = 2;
+    pub const ESTABLISHED: u8 = 3;
+    pub const FIN_WAIT: u8 = 4;
+    pub const LAST_ACK: u8 = 5;
+    pub const TIME_WAIT: u8 = 6;
+    pub const CLOSE: u8 = 7;
+    pub const UDP: u8 = 8;
+
+    pub fn name(s: u8) -> &'static str {
+        match s {
+            FREE => "free",
+            SYN_SENT => "syn_sent",
+            SYN_RECV => "syn_recv",
+            ESTABLISHED => "established",
+            FIN_WAIT => "fin_wait",
+            LAST_ACK => "last_ack",
+            TIME_WAIT => "time_wait",
+            CLOSE => "close",
+            UDP => "udp",
+            _ => "unknown",
+        }
+    }
+}
+
+pub mod flag {
+    /// A NAT session: it has a reverse index entry.
+    pub const REVERSE: u8 = 0x01;
+    /// The client sent a FIN.
+    pub const FIN_IN: u8 = 0x02;
+    /// The backend sent a FIN.
+    pub const FIN_OUT: u8 = 0x04;
+    /// The TOA option has been inserted (or could not be).
+    pub const TOA_DONE: u8 = 0x08;
+    /// An SNAT mapping, not a load-balanced session.
+    pub const SNAT: u8 = 0x10;
+    /// The session's local address and port are bound in a port map.
+    pub const PORT: u8 = 0x20;
+}
+
+pub const NO_LADDR: u16 = u16::MAX;
+
+/// One session. `client`/`cport` are the flow's originator (for SNAT, the inside host).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session<A> {
+    pub client: A,
+    pub cport: u16,
+    /// Service id (or SNAT rule id).
+    pub svc: u16,
+    /// Backend id (slot | generation << 24); the free-list link while the record is free.
+    pub backend: u32,
+    pub laddr: u16,
+    pub lport: u16,
+    /// Expiry, in milliseconds of the worker clock (wrapping).
+    pub expire: u32,
+    pub state: u8,
+    pub flags: u8,
+}
+
+// SAFETY: repr(C) structs of integers and byte arrays.
+unsafe impl Zeroable for Session<[u8; 4]> {}
+unsafe impl Zeroable for Session<[u8; 16]> {}
+
+pub type SessionV4 = Session<[u8; 4]>;
+pub type SessionV6 = Session<[u8; 16]>;
+
+/// Whether `expire` has passed at `now` (both wrapping milliseconds; valid for spans < 24 days).
+#[inline(always)]
+pub fn expired(now: u32, expire: u32) -> bool {
+    (now.wrapping_sub(expire) as i32) >= 0
+}
+
+#[inline(always)]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let r = (a as u128) * (b as u128);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// An address family's record type and key hashing.
+pub trait Addr: Copy + Eq + std::fmt::Debug + 'static
+where
+    Session<Self>: Zeroable,
+{
+    const V6: bool;
+    fn key_word(&self, seed: u64) -> u64;
+    fn arena(t: &SessionTable) -> &Arena<Self>;
+    fn arena_mut(t: &mut SessionTable) -> &mut Arena<Self>;
+}
+
+impl Addr for [u8; 4] {
+    const V6: bool = false;
+    #[inline(always)]
+    fn key_word(&self, seed: u64) -> u64 {
+        u32::from_ne_bytes(*self) as u64 ^ seed
+    }
+    #[inline(always)]
+    fn arena(t: &SessionTable) -> &Arena<Self> {
+        &t.v4
+    }
+    #[inline(always)]
+    fn arena_mut(t: &mut SessionTable) -> &mut Arena<Self> {
+        &mut t.v4
+    }
+}
+
+impl Addr for [u8; 16] {
+    const V6: bool = true;
+    #[inline(always)]
+    fn key_word(&self, seed: u64) -> u64 {
+        let hi = u64::from_ne_bytes(self[..8].try_into().unwrap());
+        let lo = u64::from_ne_bytes(self[8..].try_into().unwrap());
+        fold_mul(hi ^ seed, lo ^ 0x9e37_79b9_7f4a_7c15)
+    }
+    #[inline(always)]
+    fn arena(t: &SessionTable) -> &Arena<Self> {
+        &t.v6
+    }
+    #[inline(always)]
+    fn arena_mut(t: &mut SessionTable) -> &mut Arena<Self> {
+        &mut t.v6
+    }
+}
+
+/// A reference to a record from the index: family, direction of the key, record index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ref(u32);
+
+impl Ref {
+    const V6: u32 = 1 << 31;
+    const REV: u32 = 1 << 30;
+
+    #[inline(always)]
+    fn new(idx: u32, v6: bool, rev: bool) -> Ref {
+        Ref((idx + 1) | if v6 { Self::V6 } else { 0 } | if rev { Self::REV } else { 0 })
+    }
+    #[inline(always)]
+    pub fn idx(self) -> usize {
+        ((self.0 & !(Self::V6 | Self::REV)) - 1) as usize
+    }
+    #[inline(always)]
+    pub fn is_v6(self) -> bool {
+        self.0 & Self::V6 != 0
+    }
+    /// Whether this reference came from a NAT reverse key.
+    #[inline(always)]
+    pub fn is_reverse(self) -> bool {
+        self.0 & Self::REV != 0
+    }
+    #[inline(always)]
+    fn raw(self) -> u32 {
+        self.0
+    }
+    #[inline(always)]
+    fn from_raw(v: u32) -> Option<Ref> {
+        if v == 0 {
+            None
+        } else {
+            Some(Ref(v))
+        }
+    }
+}
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Bucket {
+    sig: [u32; SLOTS],
+    /// Keys whose home is this bucket but that live in a later one.
+    ovf: u32,
+    refs: [u32; SLOTS],
+    _pad: u32,
+}
+
+// SAFETY: integers only.
+unsafe impl Zeroable for Bucket {}
+
+/// Result of looking at the home bucket only (the staged, prefetched path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// A slot with the right signature (the caller verifies the key).
+    Candidate(Ref),
+    /// Definitely absent.
+    Miss,
+    /// Not in the home bucket but it has overflowed: use the full lookup.
+    Deep,
+}
+
+pub struct Arena<A>
+where
+    Session<A>: Zeroable,
+{
+    recs: MmapArray<Session<A>>,
+    next_unused: u32,
+    free_head: u32,
+    sweep: u32,
+}
+
+impl<A> Arena<A>
+where
+    Session<A>: Zeroable,
+{
+    fn new(cap: u32) -> io::Result<Self> {
+        Ok(Arena { recs: MmapArray::new(cap as usize)?, next_unused: 0, free_head: NONE, sweep: 0 })
+    }
+
+    fn alloc(&mut self) -> Option<u32> {
+        if self.free_head != NONE {
+            let i = self.free_head;
+            self.free_head = self.recs.as_slice()[i as usize].backend;
+            Some(i)
+        } else if (self.next_unused as usize) < self.recs.len() {
+            self.next_unused += 1;
+            Some(self.next_unused - 1)
+        } else {
+            None
+        }
+    }
+
+    fn release(&mut self, i: u32) {
+        let r = &mut self.recs.as_mut_slice()[i as usize];
+        r.state = state::FREE;
+        r.backend = self.free_head;
+        self.free_head = i;
+    }
+}
+
+/// A local address's port map: slot `port >> shift` holds the record bound to that port.
+struct PortMap {
+    slots: MmapArray<u32>,
+    cursor: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct TableConfig {
+    /// Records per family (IPv4 and IPv6 each; memory is only used as they fill).
+    pub max_sessions: u32,
+    /// Index entries (a NAT session takes two). Defaults to `max_sessions`.
+    pub index_entries: u32,
+    /// This core's number and log2 of the number of port partitions (cores rounded up to a
+    /// power of two).
+    pub core: u16,
+    pub core_shift: u8,
+    /// Local ports handed out for full NAT and SNAT.
+    pub port_min: u16,
+    pub port_max: u16,
+    /// Records examined per sweep call.
+    pub sweep_budget: u32,
+    /// Key for the index hash (random in production; fixed for reproducible tests).
+    pub seed: u64,
+}
+
+impl TableConfig {
+    pub fn new(max_sessions: u32) -> Self {
+        TableConfig {
+            max_sessions,
+            index_entries: max_sessions,
+            core: 0,
+            core_shift: 0,
+            port_min: 1024,
+            port_max: 65535,
+            sweep_budget: 64,
+            seed: 0x5eed_0f_5e55_10f5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableStats {
+    pub inserted: u64,
+    pub removed: u64,
+    pub expired: u64,
+    pub full: u64,
+    pub no_port: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertError {
+    /// No record or index slot left.
+    Full,
+    /// Every local address's ports owned by this core are in use.
+    NoPort,
+}
+
+pub struct SessionTable {
+    buckets: MmapArray<Bucket>,
+    nbuckets: u32,
+    v4: Arena<[u8; 4]>,
+    v6: Arena<[u8; 16]>,
+    entries: u32,
+    max_entries: u32,
+    live: u32,
+    ports: Vec<Option<PortMap>>,
+    /// Active sessions per backend slot (what `wlc` reads).
+    active: Vec<u32>,
+    seeds: [u64; 3],
+    cfg: TableConfig,
+    pub stats: TableStats,
+}
+
+/// Index load factor the bucket count is sized for.
+const LOAD: f64 = 0.85;
+
+impl SessionTable {
+    pub fn new(cfg: TableConfig) -> io::Result<Self> {
+        let max = cfg.max_sessions.clamp(1, MAX_RECORDS);
+        let entries = cfg.index_entries.max(1);
+        let nbuckets = ((entries as f64 / (SLOTS as f64 * LOAD)).ceil() as u32).max(2);
+        let s = cfg.seed;
+        Ok(SessionTable {
+            buckets: MmapArray::new(nbuckets as usize + MAX_PROBE)?,
+            nbuckets,
+            v4: Arena::new(max)?,
+            v6: Arena::new(max)?,
+            entries: 0,
+            max_entries: (nbuckets as f64 * SLOTS as f64 * 0.97) as u32,
+            live: 0,
+            ports: Vec::new(),
+            active: Vec::new(),
+            seeds: [
+                crate::hash::mix64(s ^ 1) | 1,
+                crate::hash::mix64(s ^ 2) | 1,
+                crate::hash::mix64(s ^ 3) | 1,
+            ],
+            cfg: TableConfig { max_sessions: max, ..cfg },
+            stats: TableStats::default(),
+        })
+    }
+
+    pub fn config(&self) -> &TableConfig {
+        &self.cfg
+    }
+
+    /// Live sessions (both families).
+    pub fn len(&self) -> u32 {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.cfg.max_sessions
+    }
+
+    /// Active sessions per backend slot.
+    pub fn active(&self) -> &[u32] {
+        &self.active
+    }
+
+    #[inline(always)]
+    pub fn hash_fwd<A: Addr>(&self, svc: u16, client: &A, cport: u16) -> u64
+    where
+        Session<A>: Zeroable,
+    {
+        fold_mul(client.key_word(self.seeds[0]), ((cport as u64) << 16 | svc as u64) ^ self.seeds[1])
+    }
+
+    #[inline(always)]
+    pub fn hash_rev<A: Addr>(&self, backend: u32, client: &A, cport: u16) -> u64
+    where
+        Session<A>: Zeroable,
+    {
+        fold_mul(client.key_word(self.seeds[2]), ((backend as u64) << 16 | cport as u64) ^ self.seeds[1])
+    }
+
+    #[inline(always)]
+    fn home(&self, h: u64) -> usize {
+        ((h as u32 as u64 * self.nbuckets as u64) >> 32) as usize
+    }
+
+    #[inline(always)]
+    pub fn prefetch_bucket(&self, h: u64) {
+        self.buckets.prefetch(self.home(h));
+    }
+
+    /// Looks at the home bucket only.
+    #[inline(always)]
+    pub fn probe(&self, h: u64) -> Probe {
+        let b = &self.buckets.as_slice()[self.home(h)];
+        let sig = (h >> 32) as u32;
+        for k in 0..SLOTS {
+            if b.sig[k] == sig && b.refs[k] != 0 {
+                return Probe::Candidate(Ref(b.refs[k]));
+            }
+        }
+        if b.ovf == 0 {
+            Probe::Miss
+        } else {
+            Probe::Deep
+        }
+    }
+
+    /// Full lookup: every slot with the signature in the home bucket and, if it overflowed, the
+    /// probe window; `hit` verifies the key.
+    #[inline]
+    fn find(&self, h: u64, mut hit: impl FnMut(Ref) -> bool) -> Option<Ref> {
+        let home = self.home(h);
+        let sig = (h >> 32) as u32;
+        let buckets = self.buckets.as_slice();
+        let window = if buckets[home].ovf == 0 { 1 } else { MAX_PROBE + 1 };
+        for b in &buckets[home..home + window] {
+            for k in 0..SLOTS {
+                if b.sig[k] == sig {
+                    if let Some(r) = Ref::from_raw(b.refs[k]) {
+                        if hit(r) {
+                            return Some(r);
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Finds the live session with this forward key.
+    #[inline]
+    pub fn find_fwd<A: Addr>(&self, h: u64, svc: u16, client: &A, cport: u16) -> Option<Ref>
+    where
+        Session<A>: Zeroable,
+    {
+        self.find(h, |r| {
+            !r.is_reverse() && r.is_v6() == A::V6 && {
+                let s = self.get::<A>(r);
+                s.state != state::FREE && s.svc == svc && s.cport == cport && s.client == *client
+            }
+        })
+    }
+
+    /// Finds the live NAT session with this reverse key.
+    #[inline]
+    pub fn find_rev<A: Addr>(&self, h: u64, backend: u32, client: &A, cport: u16) -> Option<Ref>
+    where
+        Session<A>: Zeroable,
+    {
+        self.find(h, |r| {
+            r.is_reverse() && r.is_v6() == A::V6 && {
+                let s = self.get::<A>(r);
+                s.state != state::FREE && s.backend == backend && s.cport == cport && s.client == *client
+            }
+        })
+    }
+
+    #[inline(always)]
+    pub fn get<A: Addr>(&self, r: Ref) -> &Session<A>
+    where
+        Session<A>: Zeroable,
+    {
+        &A::arena(self).recs.as_slice()[r.idx()]
+    }
+
+    #[inline(always)]
+    pub fn get_mut<A: Addr>(&mut self, r: Ref) -> &mut Session<A>
+    where
+        Session<A>: Zeroable,
+    {
+        &mut A::arena_mut(self).recs.as_mut_slice()[r.idx()]
+    }
+
+    #[inline(always)]
+    pub fn prefetch_record(&self, r: Ref) {
+        // Records are 24 or 36 bytes and may straddle two lines: fetch both ends.
+        if r.is_v6() {
+            self.v6.recs.prefetch(r.idx());
+            self.v6.recs.prefetch(r.idx() + 1);
+        } else {
+            self.v4.recs.prefetch(r.idx());
+            self.v4.recs.prefetch(r.idx() + 1);
+        }
+    }
+
+    /// Port map slot for (local address, port), or `None` when this core does not own the port.
+    #[inline(always)]
+    fn port_slot(&self, laddr: u16, lport: u16) -> Option<(usize, usize)> {
+        let mask = (1u16 << self.cfg.core_shift) - 1;
+        if lport & mask != self.cfg.core {
+            return None;
+        }
+        Some((laddr as usize, (lport >> self.cfg.core_shift) as usize))
+    }
+
+    /// Whether this core owns `lport` (replies to other cores' ports are misdirected).
+    pub fn owns_port(&self, lport: u16) -> bool {
+        let mask = (1u16 << self.cfg.core_shift) - 1;
+        lport & mask == self.cfg.core
+    }
+
+    /// The session bound to a local address and port (reply traffic of full NAT and SNAT).
+    #[inline(always)]
+    pub fn port_lookup(&self, laddr: u16, lport: u16) -> Option<Ref> {
+        let (l, i) = self.port_slot(laddr, lport)?;
+        let map = self.ports.get(l)?.as_ref()?;
+        Ref::from_raw(*map.slots.as_slice().get(i)?)
+    }
+
+    #[inline(always)]
+    pub fn prefetch_port(&self, laddr: u16, lport: u16) {
+        if let Some((l, i)) = self.port_slot(laddr, lport) {
+            if let Some(Some(map)) = self.ports.get(l) {
+                map.slots.prefetch(i);
+            }
+        }
+    }
+
+    /// Slot indices of this core's ports within [port_min, port_max].
+    fn port_range(&self) -> (u32, u32) {
+        let shift = self.cfg.core_shift as u32;
+        let core = self.cfg.core as u32;
+        let (pmin, pmax) = (self.cfg.port_min as u32, self.cfg.port_max as u32);
+        let lo = (pmin.max(core) - core).div_ceil(1 << shift);
+        let hi = if pmax < core { 0 } else { (pmax - core) >> shift };
+        (lo, hi)
+    }
+
+    fn alloc_port(&mut self, laddr: u16, r: Ref) -> io::Result<Option<u16>> {
+        let shift = self.cfg.core_shift;
+        let core = self.cfg.core as u32;
+        let (lo, hi) = self.port_range();
+        if lo > hi {
+            return Ok(None);
+        }
+        let l = laddr as usize;
+        if self.ports.len() <= l {
+            self.ports.resize_with(l + 1, || None);
+        }
+        if self.ports[l].is_none() {
+            self.ports[l] = Some(PortMap { slots: MmapArray::new((1usize << (16 - shift)) as usize)?, cursor: lo });
+        }
+        let map = self.ports[l].as_mut().unwrap();
+        let slots = map.slots.as_mut_slice();
+        for _ in 0..PORT_SCAN.min(hi - lo + 1) {
+            let i = map.cursor.clamp(lo, hi);
+            map.cursor = if i >= hi { lo } else { i + 1 };
+            if slots[i as usize] == 0 {
+                slots[i as usize] = r.raw();
+                return Ok(Some(((i << shift) | core) as u16));
+            }
+        }
+        Ok(None)
+    }
+
+    fn free_port(&mut self, laddr: u16, lport: u16) {
+        if let Some((l, i)) = self.port_slot(laddr, lport) {
+            if let Some(Some(map)) = self.ports.get_mut(l) {
+                map.slots.as_mut_slice()[i] = 0;
+            }
+        }
+    }
+
+    fn index_insert(&mut self, h: u64, r: Ref) -> bool {
+        let home = self.home(h);
+        let sig = (h >> 32) as u32;
+        let buckets = self.buckets.as_mut_slice();
+        for d in 0..=MAX_PROBE {
+            let b = &mut buckets[home + d];
+            if let Some(k) = b.refs.iter().position(|&x| x == 0) {
+                b.refs[k] = r.raw();
+                b.sig[k] = sig;
+                if d > 0 {
+                    buckets[home].ovf += 1;
+                }
+                return true;
+            }
+        }
+        false
+    }
+
+    fn index_remove(&mut self, h: u64, r: Ref) {
+        let home = self.home(h);
+        let buckets = self.buckets.as_mut_slice();
+        let window = if buckets[home].ovf == 0 { 1 } else { MAX_PROBE + 1 };
+        for d in 0..window {
+            let b = &mut buckets[home + d];
+            if let Some(k) = b.refs.iter().position(|&x| x == r.raw()) {
+                b.refs[k] = 0;
+                if d > 0 {
+                    buckets[home].ovf -= 1;
+                }
+                return;
+            }
+        }
+        debug_assert!(false, "index entry not found");
+    }
+
+    fn track_backend(&mut self, backend: u32, delta: i32) {
+        let slot = crate::service::backend_slot(backend) as usize;
+        if self.active.len() <= slot {
+            self.active.resize(slot + 1, 0);
+        }
+        self.active[slot] = self.active[slot].saturating_add_signed(delta);
+    }
+
+    /// Inserts a session. With `laddrs` non-empty a local port is bound on the first of them
+    /// (starting at `*cursor`, which advances) that has one free, and written to the record.
+    pub fn insert<A: Addr>(&mut self, mut s: Session<A>, laddrs: &[u16], cursor: &mut usize) -> Result<Ref, InsertError>
+    where
+        Session<A>: Zeroable,
+    {
+        let need = if s.flags & flag::REVERSE != 0 { 2 } else { 1 };
+        if self.entries + need > self.max_entries {
+            self.stats.full += 1;
+            return Err(InsertError::Full);
+        }
+        let Some(idx) = A::arena_mut(self).alloc() else {
+            self.stats.full += 1;
+            return Err(InsertError::Full);
+        };
+        let r = Ref::new(idx, A::V6, false);
+        if !laddrs.is_empty() {
+            let mut bound = None;
+            for k in 0..laddrs.len() {
+                let l = laddrs[(*cursor + k) % laddrs.len()];
+                if let Ok(Some(p)) = self.alloc_port(l, r) {
+                    bound = Some((l, p));
+                    *cursor = (*cursor + k + 1) % laddrs.len();
+                    break;
+                }
+            }
+            let Some((l, p)) = bound else {
+                A::arena_mut(self).release(idx);
+                self.stats.no_port += 1;
+                return Err(InsertError::NoPort);
+            };
+            s.laddr = l;
+            s.lport = p;
+            s.flags |= flag::PORT;
+        }
+        let hf = self.hash_fwd(s.svc, &s.client, s.cport);
+        let ok = self.index_insert(hf, r) && {
+            s.flags & flag::REVERSE == 0 || {
+                let hr = self.hash_rev(s.backend, &s.client, s.cport);
+                self.index_insert(hr, Ref::new(idx, A::V6, true)) || {
+                    self.index_remove(hf, r);
+                    false
+                }
+            }
+        };
+        if !ok {
+            if s.flags & flag::PORT != 0 {
+                self.free_port(s.laddr, s.lport);
+            }
+            A::arena_mut(self).release(idx);
+            self.stats.full += 1;
+            return Err(InsertError::Full);
+        }
+        *self.get_mut::<A>(r) = s;
+        self.entries += need;
+        self.live += 1;
+        self.stats.inserted += 1;
+        if s.flags & flag::SNAT == 0 {
+            self.track_backend(s.backend, 1);
+        }
+        Ok(r)
+    }
+
+    /// Removes a live session (any reference to it).
+    pub fn remove<A: Addr>(&mut self, r: Ref)
+    where
+        Session<A>: Zeroable,
+    {
+        let s = *self.get::<A>(r);
+        if s.state == state::FREE {
+            return;
+        }
+        let fwd = Ref::new(r.idx() as u32, A::V6, false);
+        self.index_remove(self.hash_fwd(s.svc, &s.client, s.cport), fwd);
+        let mut n = 1;
+        if s.flags & flag::REVERSE != 0 {
+            self.index_remove(self.hash_rev(s.backend, &s.client, s.cport), Ref::new(r.idx() as u32, A::V6, true));
+            n = 2;
+        }
+        if s.flags & flag::PORT != 0 {
+            self.free_port(s.laddr, s.lport);
+        }
+        if s.flags & flag::SNAT == 0 {
+            self.track_backend(s.backend, -1);
+        }
+        A::arena_mut(self).release(r.idx() as u32);
+        self.entries -= n;
+        self.live -= 1;
+        self.stats.removed += 1;
+    }
+
+    fn sweep_family<A: Addr>(&mut self, now: u32, budget: u32) -> u32
+    where
+        Session<A>: Zeroable,
+    {
+        let mut removed = 0;
+        let used = A::arena(self).next_unused;
+        if used == 0 {
+            return 0;
+        }
+        for _ in 0..budget.min(used) {
+            let arena = A::arena_mut(self);
+            let i = arena.sweep;
+            arena.sweep = if i + 1 >= used { 0 } else { i + 1 };
+            let s = &arena.recs.as_slice()[i as usize];
+            if s.state != state::FREE && expired(now, s.expire) {
+                self.remove::<A>(Ref::new(i, A::V6, false));
+                self.stats.expired += 1;
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Removes expired sessions among the next `budget` records of each family.
+    pub fn sweep(&mut self, now: u32, budget: u32) -> u32 {
+        self.sweep_family::<[u8; 4]>(now, budget) + self.sweep_family::<[u8; 16]>(now, budget)
+    }
+
+    /// Visits live sessions of one family in record order, from `start`; returns the index to
+    /// continue from (for paged listings).
+    pub fn for_each<A: Addr>(&self, start: usize, mut f: impl FnMut(usize, &Session<A>) -> bool) -> Option<usize>
+    where
+        Session<A>: Zeroable,
+    {
+        let arena = A::arena(self);
+        let used = arena.next_unused as usize;
+        for (i, s) in arena.recs.as_slice()[..used].iter().enumerate().skip(start) {
+            if s.state != state::FREE && !f(i, s) {
+                return Some(i + 1);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sess(ip: u32, port: u16, svc: u16, backend: u32) -> SessionV4 {
+        Session {
+            client: ip.to_be_bytes(),
+            cport: port,
+            svc,
+            backend,
+            laddr: NO_LADDR,
+            lport: 0,
+            expire: 1000,
+            state: state::ESTABLISHED,
+            flags: 0,
+        }
+    }
+
+    #[test]
+    fn record_sizes() {
+        assert_eq!(std::mem::size_of::<SessionV4>(), 24);
+        assert_eq!(std::mem::size_of::<SessionV6>(), 36);
+        assert_eq!(std::mem::size_of::<Bucket>(), 64);
+    }
+
+    #[test]
+    fn insert_find_remove() {
+        let mut t = SessionTable::new(TableConfig::new(1000)).unwrap();
+        let mut refs = Vec::new();
+        for i in 0..1000u32 {
+            let s = sess(0x0a00_0000 + i, (i % 60000) as u16, 1, 7);
+            refs.push(t.insert(s, &[], &mut 0).unwrap());
+        }
+        assert_eq!(t.len(), 1000);
+        assert_eq!(t.active()[7], 1000);
+        for i in 0..1000u32 {
+            let c = (0x0a00_0000 + i).to_be_bytes();
+            let h = t.hash_fwd(1, &c, (i % 60000) as u16);
+            assert_eq!(t.find_fwd(h, 1, &c, (i % 60000) as u16), Some(refs[i as usize]));
+            assert_eq!(t.find_fwd(h, 2, &c, (i % 60000) as u16), None);
+        }
+        // The table is full: one more is refused and counted.
+        assert_eq!(t.insert(sess(1, 1, 1, 7), &[], &mut 0), Err(InsertError::Full));
+        for r in &refs {
+            t.remove::<[u8; 4]>(*r);
+        }
+        assert_eq!(t.len(), 0);
+        assert_eq!(t.active()[7], 0);
+        assert!(t.insert(sess(1, 1, 1, 7), &[], &mut 0).is_ok());
+    }
+
+    #[test]
+    fn nat_sessions_have_reverse_keys() {
+        let mut t = SessionTable::new(TableConfig { index_entries: 20, ..TableConfig::new(10) }).unwrap();
+        let mut s = sess(0x0102_0304, 5555, 3, 9);
+        s.flags = flag::REVERSE;
+        let r = t.insert(s, &[], &mut 0).unwrap();
+        let h = t.hash_rev(9, &s.client, 5555);
+        let rr = t.find_rev(h, 9, &s.client, 5555).unwrap();
+        assert!(rr.is_reverse());
+        assert_eq!(rr.idx(), r.idx());
+        t.remove::<[u8; 4]>(rr);
+        assert_eq!(t.find_rev(h, 9, &s.client, 5555), None);
+    }
+
+    #[test]
+    fn ports_are_per_core_and_freed() {
+        let cfg = TableConfig { core: 1, core_shift: 1, port_min: 1024, port_max: 1040, ..TableConfig::new(100) };
+        let mut t = SessionTable::new(cfg).unwrap();
+        let mut cur = 0;
+        let mut got = Vec::new();
+        for i in 0..8u32 {
+            let r = t.insert(sess(i, 1, 1, 1), &[0], &mut cur).unwrap();
+            let s = *t.get::<[u8; 4]>(r);
+            assert_eq!(s.lport & 1, 1, "odd ports belong to core 1");
+            assert_eq!(t.port_lookup(0, s.lport), Some(r));
+            got.push((r, s.lport));
+        }
+        // Ports 1025..=1039 odd: 8 of them. The ninth is refused.
+        assert_eq!(t.insert(sess(99, 1, 1, 1), &[0], &mut cur), Err(InsertError::NoPort));
+        assert_eq!(t.len(), 8);
+        t.remove::<[u8; 4]>(got[3].0);
+        assert_eq!(t.port_lookup(0, got[3].1), None);
+        assert!(t.insert(sess(99, 1, 1, 1), &[0], &mut cur).is_ok());
+        assert_eq!(t.port_lookup(0, 1024), None, "even port is not ours");
+    }
+
+    #[test]
+    fn sweep_removes_expired_only() {
+        let mut t = SessionTable::new(TableConfig::new(100)).unwrap();
+        for i in 0..50u32 {
+            let mut s = sess(i, 1, 1, 1);
+            s.expire = if i % 2 == 0 { 100 } else { 5000 };
+            t.insert(s, &[], &mut 0).unwrap();
+        }
+        assert_eq!(t.sweep(200, 1000), 25);
+        assert_eq!(t.len(), 25);
+        assert!(expired(0, 0) && !expired(0, 1) && expired(5, u32::MAX - 3));
+    }
+
+    #[test]
+    fn v6_records() {
+        let mut t = SessionTable::new(TableConfig::new(10)).unwrap();
+        let s = SessionV6 {
+            client: [7; 16],
+            cport: 80,
+            svc: 2,
+            backend: 1,
+            laddr: NO_LADDR,
+            lport: 0,
+            expire: 10,
+            state: state::UDP,
+            flags: 0,
+        };
+        let r = t.insert(s, &[], &mut 0).unwrap();
+        assert!(r.is_v6());
+        let h = t.hash_fwd(2, &[7u8; 16], 80);
+        assert_eq!(t.find_fwd(h, 2, &[7u8; 16], 80), Some(r));
+        assert_eq!(*t.get::<[u8; 16]>(r), s);
+    }
+}

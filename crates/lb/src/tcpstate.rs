@@ -1,0 +1,112 @@
+//! TCP connection tracking as a load balancer sees it: both directions for NAT and full NAT,
+//! the client's direction only for DR and TUN (`one_way`).
+
+use crate::service::Timeouts;
+use crate::session::{flag, state};
+use vectorlb_packet::tcp::flags as tf;
+
+/// The state after a segment with `tcp` flags travelling `inbound` (client to backend) or not.
+#[inline]
+pub fn transition(st: u8, sflags: &mut u8, tcp: u8, inbound: bool, one_way: bool) -> u8 {
+    if tcp & tf::RST != 0 {
+        return state::CLOSE;
+    }
+    if tcp & tf::SYN != 0 {
+        if tcp & tf::ACK == 0 {
+            // A new SYN on a closed session reuses it (client port reuse).
+            if inbound && matches!(st, state::TIME_WAIT | state::CLOSE | state::SYN_SENT | state::FREE) {
+                *sflags &= !(flag::FIN_IN | flag::FIN_OUT);
+                return state::SYN_SENT;
+            }
+            return st;
+        }
+        if !inbound && matches!(st, state::SYN_SENT | state::SYN_RECV) {
+            return state::SYN_RECV;
+        }
+        return st;
+    }
+    let mut next = st;
+    if tcp & tf::ACK != 0 {
+        next = match st {
+            state::SYN_RECV if inbound => state::ESTABLISHED,
+            state::SYN_SENT if inbound && one_way => state::ESTABLISHED,
+            state::LAST_ACK if tcp & tf::FIN == 0 => state::TIME_WAIT,
+            state::FIN_WAIT if one_way && inbound && tcp & tf::FIN == 0 && *sflags & flag::FIN_IN != 0 => {
+                state::TIME_WAIT
+            }
+            s => s,
+        };
+    }
+    if tcp & tf::FIN != 0 && matches!(next, state::SYN_SENT | state::SYN_RECV | state::ESTABLISHED | state::FIN_WAIT) {
+        *sflags |= if inbound { flag::FIN_IN } else { flag::FIN_OUT };
+        next = if *sflags & (flag::FIN_IN | flag::FIN_OUT) == (flag::FIN_IN | flag::FIN_OUT) {
+            state::LAST_ACK
+        } else {
+            state::FIN_WAIT
+        };
+    }
+    next
+}
+
+/// Timeout of a state, in milliseconds.
+#[inline(always)]
+pub fn timeout(st: u8, t: &Timeouts) -> u32 {
+    match st {
+        state::SYN_SENT | state::SYN_RECV => t.syn,
+        state::ESTABLISHED => t.established,
+        state::FIN_WAIT | state::LAST_ACK => t.fin,
+        state::TIME_WAIT => t.time_wait,
+        state::CLOSE => t.close,
+        _ => t.udp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(steps: &[(u8, bool)], one_way: bool) -> Vec<u8> {
+        let mut st = state::FREE;
+        let mut f = 0;
+        steps
+            .iter()
+            .map(|&(t, inb)| {
+                st = transition(st, &mut f, t, inb, one_way);
+                st
+            })
+            .collect()
+    }
+
+    #[test]
+    fn full_lifecycle_client_closes() {
+        let s = run(
+            &[
+                (tf::SYN, true),
+                (tf::SYN | tf::ACK, false),
+                (tf::ACK, true),
+                (tf::ACK | tf::PSH, true),
+                (tf::ACK | tf::PSH, false),
+                (tf::FIN | tf::ACK, true),
+                (tf::FIN | tf::ACK, false),
+                (tf::ACK, true),
+            ],
+            false,
+        );
+        use state::*;
+        assert_eq!(s, vec![SYN_SENT, SYN_RECV, ESTABLISHED, ESTABLISHED, ESTABLISHED, FIN_WAIT, LAST_ACK, TIME_WAIT]);
+    }
+
+    #[test]
+    fn one_way_lifecycle() {
+        use state::*;
+        let s = run(&[(tf::SYN, true), (tf::ACK, true), (tf::FIN | tf::ACK, true), (tf::ACK, true)], true);
+        assert_eq!(s, vec![SYN_SENT, ESTABLISHED, FIN_WAIT, TIME_WAIT]);
+    }
+
+    #[test]
+    fn rst_closes_and_syn_reopens() {
+        use state::*;
+        let s = run(&[(tf::SYN, true), (tf::RST, false), (tf::SYN, true)], false);
+        assert_eq!(s, vec![SYN_SENT, CLOSE, SYN_SENT]);
+    }
+}
