@@ -1,0 +1,46 @@
+//! In-memory benchmarks of the load-balancer pipeline on one core.
+//!
+//! * [`pipeline`]: fills a session table with N flows, then pushes batches of packets drawn
+//!   uniformly at random from those flows (the cache's worst case) through `Worker::process`,
+//!   and measures packets per second and resident bytes per session.
+//! * [`cps`]: complete TCP lifecycles (the HTTP/1.0 pattern of seed 003 §4.2) through the
+//!   pipeline, sessions created and removed, and measures connections per second.
+//!
+//! The generator (building the frames a NIC would deliver) is timed separately from the
+//! pipeline: results report the pipeline's time, and the whole loop's time alongside.
+
+pub mod cps;
+pub mod pipeline;
+pub mod topo;
+
+/// Median of a non-empty list.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// xorshift64*: a small, fast PRNG for drawing flows.
+pub struct Rng(pub u64);
+
+impl Rng {
+    #[inline]
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    #[inline]
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next() >> 32) * n) >> 32
+    }
+}

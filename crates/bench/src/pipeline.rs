@@ -1,0 +1,236 @@
+//! Throughput over many established sessions, packets drawn uniformly at random.
+
+use crate::topo;
+use crate::{median, Rng};
+use serde::Serialize;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+use vectorlb_lb::mem::resident_bytes;
+use vectorlb_lb::{Control, HeapBuf, Mode, PacketBuf, Timeouts, Verdict, Worker, WorkerConfig};
+use vectorlb_packet::builder::Builder;
+use vectorlb_packet::checksum::adjust;
+use vectorlb_packet::proto;
+use vectorlb_packet::tcp::flags;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub mode: Mode,
+    pub v6: bool,
+    pub protocol: u8,
+    pub sessions: u64,
+    pub seconds: f64,
+    pub rounds: usize,
+    pub batch: usize,
+    /// Distinct packets in the pre-built pool the timed loop cycles through.
+    pub pool: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            mode: Mode::Fnat,
+            v6: false,
+            protocol: proto::UDP,
+            sessions: 1_000_000,
+            seconds: 5.0,
+            rounds: 5,
+            batch: 256,
+            pool: 1 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub bench: &'static str,
+    pub mode: &'static str,
+    pub family: u8,
+    pub proto: &'static str,
+    pub sessions: u64,
+    pub frame_bytes: usize,
+    pub batch: usize,
+    /// Median over rounds, pipeline time only.
+    pub mpps: f64,
+    pub ns_per_packet: f64,
+    pub mpps_rounds: Vec<f64>,
+    /// Including the copy of each frame into its buffer (the NIC's work in a real system).
+    pub mpps_with_copy: f64,
+    pub packets: u64,
+    /// Packets not forwarded during the timed rounds (must be 0).
+    pub not_forwarded: u64,
+    pub bytes_per_session: f64,
+    pub resident_bytes: u64,
+    pub fill_seconds: f64,
+    pub fill_sessions_per_second: f64,
+}
+
+/// Frame size (without FCS): 60 bytes (64 on the wire) for IPv4, 76 (80 on the wire) for
+/// IPv6, as in seed 003's UDP64 / UDP80 tests.
+pub fn template(v6: bool, protocol: u8, tcp_flags: u8) -> Vec<u8> {
+    let (a, p) = topo::client(v6, 0);
+    let src = sock(a, p);
+    let dst = sock(topo::vip(v6), if protocol == proto::TCP { 80 } else { 53 });
+    let hdr = 14 + if v6 { 40 } else { 20 } + if protocol == proto::TCP { 20 } else { 8 };
+    let want = if v6 { 76 } else { 60 };
+    let payload = vec![0x42u8; want - hdr];
+    let b = if protocol == proto::TCP {
+        Builder::tcp(&src, &dst, tcp_flags).seq(1).ack(1)
+    } else {
+        Builder::udp(&src, &dst)
+    };
+    b.payload(&payload).macs(topo::ROUTER_MAC, topo::EXT_MAC).build()
+}
+
+pub fn sock(a: IpAddr, p: u16) -> String {
+    match a {
+        IpAddr::V4(x) => format!("{x}:{p}"),
+        IpAddr::V6(x) => format!("[{x}]:{p}"),
+    }
+}
+
+/// Rewrites the client address and port of a template frame, patching checksums.
+pub fn patch_client(f: &mut [u8], v6: bool, protocol: u8, a: IpAddr, port: u16) {
+    let l3 = 14;
+    let l4 = l3 + if v6 { 40 } else { 20 };
+    let csum = l4 + if protocol == proto::TCP { 16 } else { 6 };
+    let (at, new): (usize, Vec<u8>) = match a {
+        IpAddr::V4(x) => (l3 + 12, x.octets().to_vec()),
+        IpAddr::V6(x) => (l3 + 8, x.octets().to_vec()),
+    };
+    let old = f[at..at + new.len()].to_vec();
+    f[at..at + new.len()].copy_from_slice(&new);
+    let mut c = u16::from_be_bytes([f[csum], f[csum + 1]]);
+    c = adjust(c, &old, &new);
+    if !v6 {
+        let h = u16::from_be_bytes([f[l3 + 10], f[l3 + 11]]);
+        f[l3 + 10..l3 + 12].copy_from_slice(&adjust(h, &old, &new).to_be_bytes());
+    }
+    let oldp = [f[l4], f[l4 + 1]];
+    f[l4..l4 + 2].copy_from_slice(&port.to_be_bytes());
+    c = adjust(c, &oldp, &port.to_be_bytes());
+    if c == 0 && protocol == proto::UDP {
+        c = 0xffff;
+    }
+    f[csum..csum + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+fn long_timeouts() -> Timeouts {
+    let hour = 3_600_000;
+    Timeouts { syn: hour, established: hour, fin: hour, time_wait: hour, close: hour, udp: hour }
+}
+
+pub fn run(o: &Options) -> Result<Report, String> {
+    if o.sessions == 0 || o.sessions > vectorlb_lb::session::MAX_RECORDS as u64 {
+        return Err(format!("--sessions must be in 1..={}", vectorlb_lb::session::MAX_RECORDS));
+    }
+    let first_flags = flags::SYN;
+    let fill_tpl = template(o.v6, o.protocol, first_flags);
+    let run_tpl = template(o.v6, o.protocol, flags::ACK | flags::PSH);
+    let flen = run_tpl.len();
+    // The pool of frames the timed loop replays: built before the memory baseline.
+    let pool_n = o.pool.clamp(1, 1 << 24);
+    let mut pool = vec![0u8; pool_n * flen];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for k in 0..pool_n {
+        let i = rng.below(o.sessions);
+        let (a, p) = topo::client(o.v6, i);
+        let f = &mut pool[k * flen..(k + 1) * flen];
+        f.copy_from_slice(&run_tpl);
+        patch_client(f, o.v6, o.protocol, a, p);
+    }
+    let batch = o.batch.clamp(1, 4096);
+    let mut bufs: Vec<HeapBuf> = (0..batch).map(|_| HeapBuf::new(128, 2048)).collect();
+    let mut verdicts = vec![Verdict::Kernel; batch];
+
+    let spec = topo::spec(o.mode, o.v6, o.protocol, o.sessions, long_timeouts());
+    let control = Control::new(&spec).map_err(|e| e.to_string())?;
+    let rss0 = resident_bytes().unwrap_or(0);
+    let mut cfg = WorkerConfig::new(o.sessions as u32);
+    cfg.batch = batch;
+    cfg.table.index_entries = (o.sessions as u32).saturating_mul(if o.mode == Mode::Nat { 2 } else { 1 });
+    let mut w = Worker::new(control, cfg).map_err(|e| format!("cannot allocate the session table: {e}"))?;
+
+    // Fill: the first packet of every flow creates its session.
+    let now = 1;
+    let t0 = Instant::now();
+    let mut i = 0u64;
+    while i < o.sessions {
+        let n = ((o.sessions - i) as usize).min(batch);
+        for (k, b) in bufs[..n].iter_mut().enumerate() {
+            b.load(&fill_tpl);
+            let (a, p) = topo::client(o.v6, i + k as u64);
+            patch_client(b.data_mut(), o.v6, o.protocol, a, p);
+        }
+        w.process(&mut bufs[..n], &mut verdicts[..n], now);
+        i += n as u64;
+    }
+    let fill = t0.elapsed().as_secs_f64();
+    let rss1 = resident_bytes().unwrap_or(0);
+    if w.table.len() as u64 != o.sessions {
+        let drops: Vec<String> = vectorlb_lb::DropReason::ALL
+            .iter()
+            .filter(|r| w.counters.dropped(**r) > 0)
+            .map(|r| format!("{}={}", r.name(), w.counters.dropped(*r)))
+            .collect();
+        return Err(format!("filled {} of {} sessions ({})", w.table.len(), o.sessions, drops.join(" ")));
+    }
+
+    // Timed rounds.
+    let rounds = o.rounds.max(1);
+    let per_round = Duration::from_secs_f64((o.seconds / rounds as f64).max(0.05));
+    let mut mpps = Vec::new();
+    let mut with_copy = Vec::new();
+    let mut packets = 0u64;
+    let tx_before = w.counters.tx;
+    let mut k = 0usize;
+    for _ in 0..rounds {
+        let mut pipe = Duration::ZERO;
+        let start = Instant::now();
+        let mut n = 0u64;
+        loop {
+            for b in bufs.iter_mut() {
+                b.load(&pool[k * flen..(k + 1) * flen]);
+                k += 1;
+                if k == pool_n {
+                    k = 0;
+                }
+            }
+            let t = Instant::now();
+            w.process(&mut bufs, &mut verdicts, now);
+            pipe += t.elapsed();
+            n += batch as u64;
+            if n % (batch as u64 * 64) == 0 && start.elapsed() >= per_round {
+                break;
+            }
+        }
+        let wall = start.elapsed();
+        packets += n;
+        mpps.push(n as f64 / pipe.as_secs_f64() / 1e6);
+        with_copy.push(n as f64 / wall.as_secs_f64() / 1e6);
+    }
+    let forwarded = w.counters.tx - tx_before;
+    let m = median(&mpps);
+    Ok(Report {
+        bench: "pipeline",
+        mode: o.mode.name(),
+        family: if o.v6 { 6 } else { 4 },
+        proto: if o.protocol == proto::TCP { "tcp" } else { "udp" },
+        sessions: o.sessions,
+        frame_bytes: flen + 4,
+        batch,
+        mpps: round3(m),
+        ns_per_packet: round3(1e3 / m),
+        mpps_rounds: mpps.iter().map(|x| round3(*x)).collect(),
+        mpps_with_copy: round3(median(&with_copy)),
+        packets,
+        not_forwarded: packets - forwarded,
+        bytes_per_session: round3(rss1.saturating_sub(rss0) as f64 / o.sessions as f64),
+        resident_bytes: rss1,
+        fill_seconds: round3(fill),
+        fill_sessions_per_second: (o.sessions as f64 / fill).round(),
+    })
+}
+
+pub fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}

@@ -1,0 +1,98 @@
+//! The benchmark topology: a client side (port 0) and a backend side (port 1) with 16 backends,
+//! one VIP service per run, and enough full-NAT local addresses for the sessions asked for.
+
+use std::net::IpAddr;
+use vectorlb_lb::{BackendSpec, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, Timeouts};
+use vectorlb_packet::proto;
+use vectorlb_sched::Algorithm;
+
+pub const BACKENDS: u32 = 16;
+pub const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xfe];
+pub const EXT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+pub const INT_MAC: [u8; 6] = [2, 0, 0, 0, 1, 1];
+/// Ports each local address offers (1024..=65535).
+pub const PORTS_PER_LADDR: u64 = 64512;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+pub fn vip(v6: bool) -> IpAddr {
+    ip(if v6 { "2001:db8::100" } else { "10.0.0.100" })
+}
+
+pub fn backend(v6: bool, i: u32) -> IpAddr {
+    if v6 {
+        ip(&format!("2001:db8:1::{:x}", 0x100 + i))
+    } else {
+        ip(&format!("10.1.1.{}", i + 1))
+    }
+}
+
+pub fn laddr(v6: bool, i: u32) -> IpAddr {
+    if v6 {
+        ip(&format!("2001:db8:2::{:x}", i + 1))
+    } else {
+        ip(&format!("10.2.{}.{}", i / 250, i % 250 + 1))
+    }
+}
+
+/// Client `i` of a run: addresses spread over a /10 (IPv4) or a /96 (IPv6), 50,000 ports each.
+pub fn client(v6: bool, i: u64) -> (IpAddr, u16) {
+    let host = (i / 50_000) as u32;
+    let port = 10_000 + (i % 50_000) as u16;
+    let a = if v6 {
+        let mut o = ip("2001:db8:c::").to_string().parse::<std::net::Ipv6Addr>().unwrap().octets();
+        o[12..16].copy_from_slice(&host.to_be_bytes());
+        IpAddr::from(o)
+    } else {
+        IpAddr::from((0x6440_0000u32 + host).to_be_bytes())
+    };
+    (a, port)
+}
+
+pub fn spec(mode: Mode, v6: bool, protocol: u8, sessions: u64, timeouts: Timeouts) -> LbSpec {
+    let backends: Vec<BackendSpec> = (0..BACKENDS)
+        .map(|i| BackendSpec { addr: backend(v6, i), port: if matches!(mode, Mode::Nat | Mode::Fnat) { 8080 } else { 0 }, weight: 1 })
+        .collect();
+    let nladdr = if mode == Mode::Fnat { sessions.div_ceil(PORTS_PER_LADDR) as u32 + 1 } else { 0 };
+    let mut neighbors: Vec<(IpAddr, [u8; 6])> =
+        (0..BACKENDS).map(|i| (backend(v6, i), [2, 0, 0, 0, 2, i as u8])).collect();
+    neighbors.push((ip(if v6 { "2001:db8::fe" } else { "10.0.0.254" }), ROUTER_MAC));
+    LbSpec {
+        ports: vec![
+            PortSpec {
+                name: "ext".into(),
+                mac: EXT_MAC,
+                addrs: vec![(ip("10.0.0.1"), 24), (ip("2001:db8::1"), 64)],
+                vlan: None,
+                mtu: 1500,
+            },
+            PortSpec {
+                name: "int".into(),
+                mac: INT_MAC,
+                addrs: vec![(ip("10.1.0.1"), 16), (ip("2001:db8:1::1"), 64)],
+                vlan: None,
+                mtu: 1500,
+            },
+        ],
+        routes: vec![
+            RouteSpec { prefix: ip("0.0.0.0"), len: 0, port: 0, via: ip("10.0.0.254") },
+            RouteSpec { prefix: ip("::"), len: 0, port: 0, via: ip("2001:db8::fe") },
+        ],
+        neighbors,
+        services: vec![ServiceSpec {
+            vip: vip(v6),
+            port: if protocol == proto::TCP { 80 } else { 53 },
+            proto: protocol,
+            mode,
+            scheduler: Algorithm::Rr,
+            backends,
+            local_addrs: (0..nladdr).map(|i| laddr(v6, i)).collect(),
+            toa: false,
+            timeouts,
+        }],
+        snat: vec![],
+        icmp_rate: 1000,
+    }
+}

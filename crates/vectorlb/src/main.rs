@@ -1,0 +1,205 @@
+//! The `vectorlb` command: thin glue over the crates that do the work.
+
+mod replay;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vectorlb_lb::Mode;
+use vectorlb_packet::proto;
+
+#[derive(Parser)]
+#[command(name = "vectorlb", version, about = "A high-performance layer-4 load balancer data plane")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the packets of a pcap through the load balancer offline; write what would leave.
+    Replay {
+        /// Configuration file (TOML; see docs/configuration.md).
+        #[arg(long)]
+        config: PathBuf,
+        /// Input capture (classic pcap, Ethernet).
+        #[arg(long = "in")]
+        input: PathBuf,
+        /// Directory for one pcap per egress port, plus kernel.pcap.
+        #[arg(long)]
+        out_dir: PathBuf,
+        /// Print the summary as one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a configuration file and print what it defines.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// In-memory benchmarks of the pipeline on one core.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModeArg {
+    Nat,
+    Fnat,
+    Dr,
+    Tun,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Nat => Mode::Nat,
+            ModeArg::Fnat => Mode::Fnat,
+            ModeArg::Dr => Mode::Dr,
+            ModeArg::Tun => Mode::Tun,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ProtoArg {
+    Tcp,
+    Udp,
+}
+
+#[derive(Args)]
+struct Common {
+    /// IP family: 4 or 6.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(4..=6))]
+    family: u8,
+    /// Seconds of measurement, split into rounds; the median round is reported.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Print one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Throughput over N established sessions, packets drawn at random.
+    Pipeline {
+        #[arg(long, value_enum, default_value = "fnat")]
+        mode: ModeArg,
+        #[arg(long, value_enum, default_value = "udp")]
+        proto: ProtoArg,
+        #[arg(long, default_value_t = 1_000_000)]
+        sessions: u64,
+        #[arg(long, default_value_t = 256)]
+        batch: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Connections per second: complete TCP lifecycles through the pipeline.
+    Cps {
+        #[arg(long, value_enum, default_value = "fnat")]
+        mode: ModeArg,
+        /// Connections in flight (one packet each per batch).
+        #[arg(long, default_value_t = 256)]
+        concurrency: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vectorlb: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print<T: serde::Serialize + std::fmt::Debug>(r: &T, json: bool) -> Result<(), String> {
+    if json {
+        println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(r).map_err(|e| e.to_string())?);
+    }
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.cmd {
+        Cmd::Replay { config, input, out_dir, json } => {
+            let s = replay::run(&config, &input, &out_dir)?;
+            if json {
+                print(&s, true)
+            } else {
+                println!("packets: {}", s.packets);
+                for (port, n) in &s.tx {
+                    println!("  tx {port}: {n}");
+                }
+                println!("  kernel: {}", s.kernel);
+                println!("  dropped: {}", s.dropped);
+                for (r, n) in &s.drop_reasons {
+                    println!("    {r}: {n}");
+                }
+                println!("sessions: {} created, {} live", s.sessions_created, s.sessions_live);
+                for p in &s.outputs {
+                    println!("wrote {}", p.display());
+                }
+                Ok(())
+            }
+        }
+        Cmd::Check { config } => {
+            let c = vectorlb_config::Config::load(&config).map_err(|e| e.to_string())?;
+            println!(
+                "{}: ok: {} ports, {} services, {} snat rules, max_sessions {}",
+                config.display(),
+                c.spec.ports.len(),
+                c.spec.services.len(),
+                c.spec.snat.len(),
+                c.engine.max_sessions
+            );
+            for s in &c.spec.services {
+                println!(
+                    "  {} {}:{} {} {} ({} backends)",
+                    if s.proto == proto::TCP { "tcp" } else { "udp" },
+                    s.vip,
+                    s.port,
+                    s.mode.name(),
+                    s.scheduler.name(),
+                    s.backends.len()
+                );
+            }
+            Ok(())
+        }
+        Cmd::Bench(BenchCmd::Pipeline { mode, proto: p, sessions, batch, common }) => {
+            let o = vectorlb_bench::pipeline::Options {
+                mode: mode.into(),
+                v6: common.family == 6,
+                protocol: match p {
+                    ProtoArg::Tcp => proto::TCP,
+                    ProtoArg::Udp => proto::UDP,
+                },
+                sessions,
+                seconds: common.seconds,
+                rounds: common.rounds,
+                batch,
+                ..Default::default()
+            };
+            print(&vectorlb_bench::pipeline::run(&o)?, common.json)
+        }
+        Cmd::Bench(BenchCmd::Cps { mode, concurrency, common }) => {
+            let o = vectorlb_bench::cps::Options {
+                mode: mode.into(),
+                v6: common.family == 6,
+                seconds: common.seconds,
+                rounds: common.rounds,
+                concurrency,
+            };
+            print(&vectorlb_bench::cps::run(&o)?, common.json)
+        }
+    }
+}
