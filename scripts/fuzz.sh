@@ -48,19 +48,20 @@ logdir="$root/fuzz/target/fuzz-logs"
 mkdir -p "$logdir"
 
 # Build everything first so the per-target times below are fuzzing time, not compile time.
-if ! cargo fuzz build -s "$sanitizer" >"$logdir/build.log" 2>&1; then
+if ! cargo fuzz build -s "$sanitizer" >"$logdir/build-$sanitizer.log" 2>&1; then
     if [ "$sanitizer" != none ]; then
-        echo "fuzz.sh: build with -s $sanitizer failed (see $logdir/build.log); falling back to -s none" >&2
+        echo "fuzz.sh: build with -s $sanitizer failed (see $logdir/build-$sanitizer.log); falling back to -s none" >&2
         sanitizer=none
-        cargo fuzz build -s none >"$logdir/build.log" 2>&1 || {
-            cat "$logdir/build.log" >&2
+        cargo fuzz build -s none >"$logdir/build-none.log" 2>&1 || {
+            cat "$logdir/build-none.log" >&2
             exit 1
         }
     else
-        cat "$logdir/build.log" >&2
+        cat "$logdir/build-none.log" >&2
         exit 1
     fi
 fi
+echo "fuzz.sh: sanitizer=$sanitizer runs=$runs targets: ${targets[*]}"
 
 failed=0
 printf '%-14s %12s %8s %10s  %s\n' target runs result wall_s detail
@@ -81,7 +82,7 @@ for t in "${targets[@]}"; do
         artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n1)
         printf '%-14s %12s %8s %10s  %s\n' "$t" "${done_runs:--}" CRASH "$wall" \
             "rc=$rc artifact: ${artifact:-none} log: $log"
-        grep -m1 -E "panicked at|ERROR: AddressSanitizer|ERROR: libFuzzer" "$log" | sed 's/^/    /' || true
+        grep -m1 -A1 -E "panicked at|ERROR: AddressSanitizer|ERROR: libFuzzer" "$log" | sed 's/^/    /' || true
         if [ -n "$artifact" ] && [ -f "$artifact" ]; then
             echo "    input (hex): $(od -An -v -tx1 "$artifact" | tr -d ' \n')"
         fi

@@ -92,6 +92,9 @@ pub struct Worker {
     pub(crate) icmp_tokens: u32,
     pub(crate) icmp_refill: u32,
     pub(crate) ip_ident: u16,
+    /// Sessions inserted before this batch's stage 3: a packet whose stage-2 probe missed must
+    /// look again if its flow's session was created by an earlier packet of the same batch.
+    inserted_before: u64,
 }
 
 impl Worker {
@@ -110,6 +113,7 @@ impl Worker {
             icmp_tokens: 0,
             icmp_refill: 0,
             ip_ident: 0,
+            inserted_before: 0,
         })
     }
 
@@ -183,6 +187,7 @@ impl Worker {
             }
         }
         // Stage 3: act.
+        self.inserted_before = self.table.stats.inserted;
         for i in 0..n {
             let m = self.meta[i];
             if m.kind == Kind::Done {
@@ -238,9 +243,9 @@ impl Worker {
         let src = A::read(d, l3 + A::SRC);
         let dst = A::read(d, l3 + A::DST);
         let dkey = dst.key();
-        let ours = snap.is_own(dkey);
+        let own = snap.dst(dkey);
         if frag != Frag::None {
-            return Some(if ours { Verdict::Drop(DropReason::Fragment) } else { Verdict::Kernel });
+            return Some(if own.is_some() { Verdict::Drop(DropReason::Fragment) } else { Verdict::Kernel });
         }
         match m.proto {
             proto::TCP | proto::UDP => {}
@@ -249,7 +254,7 @@ impl Worker {
                 return None;
             }
             _ => {
-                return Some(if snap.is_vip(dkey) {
+                return Some(if own.is_some_and(|d| d.vip) {
                     Verdict::Drop(DropReason::UnsupportedProtocol)
                 } else {
                     Verdict::Kernel
@@ -261,21 +266,21 @@ impl Worker {
         if m.proto == proto::TCP {
             m.tcp_flags = d[l4 + 13];
         }
-        if ours {
-            if let Some(svc) = snap.lookup_service(dkey, m.dport, m.proto) {
+        if let Some(own) = own {
+            if let Some(svc) = own.service(m.dport, m.proto) {
                 m.kind = Kind::Forward;
                 m.id = svc as u32;
                 m.hash = self.table.hash_fwd(svc, &src, m.sport);
                 self.table.prefetch_bucket(m.hash);
                 return None;
             }
-            if let Some(l) = snap.laddr(dkey) {
+            if let Some(l) = own.laddr {
                 m.kind = Kind::PortReply;
                 m.id = l as u32;
                 self.table.prefetch_port(l, m.dport);
                 return None;
             }
-            return Some(if snap.is_vip(dkey) { Verdict::Drop(DropReason::NoSession) } else { Verdict::Kernel });
+            return Some(if own.vip { Verdict::Drop(DropReason::NoSession) } else { Verdict::Kernel });
         }
         let skey = src.key();
         if let Some(ids) = snap.nat_backends(skey, m.sport, m.proto) {
@@ -325,7 +330,9 @@ impl Worker {
         let r = match m.cand {
             Some(r) if hit(&self.table, r) => Some(r),
             Some(_) => self.table.find_fwd(m.hash, svc, client, cport),
-            None if m.deep => self.table.find_fwd(m.hash, svc, client, cport),
+            None if m.deep || self.table.stats.inserted != self.inserted_before => {
+                self.table.find_fwd(m.hash, svc, client, cport)
+            }
             None => None,
         }?;
         self.live::<A>(r, now)
@@ -484,32 +491,26 @@ impl Worker {
         let bytes = h.ip_len();
         let v = match mode {
             Mode::Nat | Mode::Fnat => {
-                let d = b.data_mut();
                 let baddr = A::from_ip(be.addr).expect("backend family checked at config");
-                h.set_addr(d, A::DST, baddr.bytes());
-                if be.port != 0 {
-                    h.set_port(d, 2, be.port);
-                }
-                let mut end = h.end;
-                if mode == Mode::Fnat {
+                let new_src = if mode == Mode::Fnat {
                     let Some(laddr) = snap.laddr_addr(s.laddr).and_then(A::from_ip) else {
                         return Verdict::Drop(DropReason::NoRoute);
                     };
-                    h.set_addr(d, A::SRC, laddr.bytes());
-                    h.set_port(d, 0, s.lport);
-                    if svc.spec.toa
-                        && m.proto == proto::TCP
-                        && s.flags & flag::TOA_DONE == 0
-                        && old == state::SYN_RECV
-                        && s.state == state::ESTABLISHED
-                    {
-                        self.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
-                        end = self.insert_toa::<A, B>(b, &h, &src, s.cport, hop.mtu as usize);
-                    }
+                    Some((laddr, s.lport))
+                } else {
+                    None
+                };
+                h.translate::<A>(b.data_mut(), new_src.as_ref().map(|(a, p)| (a, *p)), Some((&baddr, be.port)));
+                if mode == Mode::Fnat
+                    && svc.spec.toa
+                    && m.proto == proto::TCP
+                    && s.flags & flag::TOA_DONE == 0
+                    && old == state::SYN_RECV
+                    && s.state == state::ESTABLISHED
+                {
+                    self.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
+                    self.insert_toa::<A, B>(b, &h, &src, s.cport, hop.mtu as usize);
                 }
-                let d = b.data_mut();
-                h.dec_ttl(d);
-                let _ = end;
                 egress(b, h.l3, &hop, A::ETHERTYPE)
             }
             Mode::Dr => {
@@ -681,16 +682,7 @@ impl Worker {
             return self.too_big::<A, B>(snap, b, m, hop.mtu as usize, now);
         }
         let (_, remove) = self.advance::<A>(r, m, false, false, t, now);
-        let d = b.data_mut();
-        if let Some((vip, vport)) = vip {
-            h.set_addr(d, A::SRC, vip.bytes());
-            if vport != 0 {
-                h.set_port(d, 0, vport);
-            }
-        }
-        h.set_addr(d, A::DST, s.client.bytes());
-        h.set_port(d, 2, s.cport);
-        h.dec_ttl(d);
+        h.translate::<A>(b.data_mut(), vip.as_ref().map(|(a, p)| (a, *p)), Some((&s.client, s.cport)));
         let v = egress(b, h.l3, &hop, A::ETHERTYPE);
         if remove {
             self.table.remove::<A>(r);
@@ -815,10 +807,7 @@ impl Worker {
         let Some(laddr) = snap.laddr_addr(s.laddr).and_then(A::from_ip) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        let d = b.data_mut();
-        h.set_addr(d, A::SRC, laddr.bytes());
-        h.set_port(d, 0, s.lport);
-        h.dec_ttl(d);
+        h.translate::<A>(b.data_mut(), Some((&laddr, s.lport)), None);
         let v = egress(b, h.l3, &hop, A::ETHERTYPE);
         if remove {
             self.table.remove::<A>(r);

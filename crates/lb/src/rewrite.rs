@@ -149,6 +149,48 @@ impl Hdr {
         }
     }
 
+    /// Full and plain NAT in one pass: rewrites the source and/or destination address and
+    /// port, decrements the TTL, and updates the IPv4 header and upper-layer checksums once each.
+    #[inline(always)]
+    pub fn translate<A: Fam>(&self, d: &mut [u8], src: Option<(&A, u16)>, dst: Option<(&A, u16)>)
+    where
+        Session<A>: Zeroable,
+    {
+        let mut ip_acc = 0u64;
+        let mut l4_acc = 0u64;
+        for (off, port_off, e) in [(A::SRC, 0, src), (A::DST, 2, dst)] {
+            let Some((a, port)) = e else { continue };
+            let at = self.l3 + off;
+            let delta = word_delta(&d[at..at + A::LEN], a.bytes());
+            d[at..at + A::LEN].copy_from_slice(a.bytes());
+            ip_acc += delta;
+            l4_acc += delta;
+            if port != 0 {
+                let pa = self.l4 + port_off;
+                let old = u16::from_be_bytes([d[pa], d[pa + 1]]);
+                l4_acc += (!old) as u64 + port as u64;
+                d[pa..pa + 2].copy_from_slice(&port.to_be_bytes());
+            }
+        }
+        if self.v6 {
+            d[self.l3 + 7] = d[self.l3 + 7].wrapping_sub(1);
+        } else {
+            let at = self.l3 + 8;
+            let old = u16::from_be_bytes([d[at], d[at + 1]]);
+            d[at] = d[at].wrapping_sub(1);
+            ip_acc += (!old) as u64 + u16::from_be_bytes([d[at], d[at + 1]]) as u64;
+            apply(d, self.l3 + 10, ip_acc, false);
+        }
+        let c = match self.proto {
+            proto::TCP => Some(self.l4 + 16),
+            proto::UDP if self.v6 || d[self.l4 + 6] | d[self.l4 + 7] != 0 => Some(self.l4 + 6),
+            _ => None,
+        };
+        if let Some(c) = c {
+            apply(d, c, l4_acc, self.proto == proto::UDP);
+        }
+    }
+
     #[inline(always)]
     pub fn ttl(&self, d: &[u8]) -> u8 {
         d[self.l3 + if self.v6 { 7 } else { 8 }]
@@ -179,6 +221,31 @@ impl Hdr {
     pub fn dont_frag(&self, d: &[u8]) -> bool {
         self.v6 || d[self.l3 + 6] & 0x40 != 0
     }
+}
+
+/// Ones'-complement difference of replacing `old` by `new` (equal, even lengths).
+#[inline(always)]
+fn word_delta(old: &[u8], new: &[u8]) -> u64 {
+    let n = old.len().min(new.len()) & !1;
+    let (old, new) = (&old[..n], &new[..n]);
+    let mut acc = 0u64;
+    let mut i = 0;
+    while i < n {
+        acc += (!u16::from_be_bytes([old[i], old[i + 1]])) as u64 + u16::from_be_bytes([new[i], new[i + 1]]) as u64;
+        i += 2;
+    }
+    acc
+}
+
+/// Adds a difference to the checksum at `at` (RFC 1624 eqn. 3).
+#[inline(always)]
+fn apply(d: &mut [u8], at: usize, acc: u64, udp: bool) {
+    let c = u16::from_be_bytes([d[at], d[at + 1]]);
+    let mut n = !vectorlb_packet::checksum::fold((!c) as u64 + acc);
+    if n == 0 && udp {
+        n = 0xffff;
+    }
+    d[at..at + 2].copy_from_slice(&n.to_be_bytes());
 }
 
 /// Rewrites the Ethernet header for `hop` in front of the IP header at `l3`, growing or

@@ -242,19 +242,34 @@ pub struct SnatRule {
     pub timeouts: Timeouts,
 }
 
+/// What the LB knows of one of its own addresses.
+#[derive(Debug, Clone, Default)]
+pub struct Dst {
+    pub vip: bool,
+    pub laddr: Option<u16>,
+    /// (port, protocol, service id): exact ports first, then any-port services (port 0).
+    services: Vec<(u16, u8, u16)>,
+}
+
+impl Dst {
+    #[inline(always)]
+    pub fn service(&self, port: u16, proto: u8) -> Option<u16> {
+        self.services.iter().find(|s| (s.0 == port || s.0 == 0) && s.1 == proto).map(|s| s.2)
+    }
+}
+
 /// An immutable, compiled configuration.
 pub struct Snapshot {
     pub generation: u64,
     pub spec: LbSpec,
     services: Vec<Option<Service>>,
-    svc_index: FxHashMap<(u128, u16, u8), u16>,
+    /// Every address the LB owns: interface addresses, VIPs, local addresses. One lookup per
+    /// packet answers "is it ours, which service, which local address".
+    dsts: FxHashMap<u128, Dst>,
     backends: Vec<Option<Backend>>,
     nat_replies: FxHashMap<(u128, u16, u8), Vec<u32>>,
-    laddr_index: FxHashMap<u128, u16>,
     laddrs: Vec<Option<IpAddr>>,
     pub snat: Vec<SnatRule>,
-    own: FxHashSet<u128>,
-    vips: FxHashSet<u128>,
     pub ports: Vec<Port>,
     routes: Vec<Route>,
     neighbors: FxHashMap<u128, Mac>,
@@ -279,13 +294,16 @@ impl Snapshot {
         self.services.iter().flatten()
     }
 
+    /// The LB's own address entry, if `a` is one.
+    #[inline(always)]
+    pub fn dst(&self, a: u128) -> Option<&Dst> {
+        self.dsts.get(&a)
+    }
+
     /// The service for a destination: exact port first, then an any-port service.
     #[inline(always)]
     pub fn lookup_service(&self, dst: u128, port: u16, proto: u8) -> Option<u16> {
-        if self.svc_index.is_empty() {
-            return None;
-        }
-        self.svc_index.get(&(dst, port, proto)).or_else(|| self.svc_index.get(&(dst, 0, proto))).copied()
+        self.dst(dst)?.service(port, proto)
     }
 
     /// The backend for an id, if it still exists with that generation.
@@ -315,10 +333,7 @@ impl Snapshot {
 
     #[inline(always)]
     pub fn laddr(&self, a: u128) -> Option<u16> {
-        if self.laddr_index.is_empty() {
-            return None;
-        }
-        self.laddr_index.get(&a).copied()
+        self.dst(a)?.laddr
     }
 
     pub fn laddr_addr(&self, idx: u16) -> Option<IpAddr> {
@@ -328,13 +343,13 @@ impl Snapshot {
     /// Whether the LB owns this address (interface, VIP or local address).
     #[inline(always)]
     pub fn is_own(&self, a: u128) -> bool {
-        self.own.contains(&a)
+        self.dsts.contains_key(&a)
     }
 
     /// Whether some service listens on this address.
     #[inline(always)]
     pub fn is_vip(&self, a: u128) -> bool {
-        self.vips.contains(&a)
+        self.dst(a).is_some_and(|d| d.vip)
     }
 
     #[inline]
@@ -450,7 +465,7 @@ fn same_family(a: IpAddr, b: IpAddr) -> bool {
 fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot, ConfigError> {
     let mut ports = Vec::new();
     let mut routes = Vec::new();
-    let mut own = FxHashSet::default();
+    let mut dsts: FxHashMap<u128, Dst> = FxHashMap::default();
     for (i, p) in spec.ports.iter().enumerate() {
         if p.mtu < 576 {
             bail!("port {}: mtu {} is below 576", p.name, p.mtu);
@@ -471,7 +486,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
                 IpAddr::V4(x) => v4 = v4.or(Some(x.octets())),
                 IpAddr::V6(x) => v6 = v6.or(Some(x.octets())),
             }
-            own.insert(key(a));
+            dsts.entry(key(a)).or_default();
             let mask = prefix_mask(a.is_ipv4(), len);
             routes.push((len, Route { net: key(a) & mask, mask, v4: a.is_ipv4(), port: i as u16, via: None }));
         }
@@ -499,14 +514,11 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         generation,
         spec: spec.clone(),
         services: Vec::new(),
-        svc_index: FxHashMap::default(),
+        dsts,
         backends: Vec::new(),
         nat_replies: FxHashMap::default(),
-        laddr_index: FxHashMap::default(),
         laddrs: Vec::new(),
         snat: Vec::new(),
-        own,
-        vips: FxHashSet::default(),
         ports,
         routes: routes.into_iter().map(|(_, r)| r).collect(),
         neighbors,
@@ -516,12 +528,15 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
     let mut used_backends = FxHashSet::default();
     let add_laddr = |snap: &mut Snapshot, reg: &mut Registry, a: IpAddr| -> Result<u16, ConfigError> {
         let id = reg.laddr_id(key(a))?;
-        snap.laddr_index.insert(key(a), id);
+        let d = snap.dsts.entry(key(a)).or_default();
+        if d.vip {
+            return Err(ConfigError(format!("local address {a} is also a VIP")));
+        }
+        d.laddr = Some(id);
         if snap.laddrs.len() <= id as usize {
             snap.laddrs.resize(id as usize + 1, None);
         }
         snap.laddrs[id as usize] = Some(a);
-        snap.own.insert(key(a));
         Ok(id)
     };
 
@@ -598,9 +613,13 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
                 laddrs.push(add_laddr(&mut snap, reg, l)?);
             }
         }
-        snap.own.insert(key(s.vip));
-        snap.vips.insert(key(s.vip));
-        snap.svc_index.insert(k, id);
+        let d = snap.dsts.entry(key(s.vip)).or_default();
+        if d.laddr.is_some() {
+            bail!("{name}: the VIP is also a local address");
+        }
+        d.vip = true;
+        d.services.push((s.port, s.proto, id));
+        d.services.sort_by_key(|&(port, _, _)| (port == 0, port));
         if snap.services.len() <= id as usize {
             snap.services.resize(id as usize + 1, None);
         }

@@ -8,10 +8,11 @@
 //!   A record stores only what cannot be derived: the VIP and virtual port come from the
 //!   service, the backend address from the configuration snapshot.
 //! * **The index**: 64-byte buckets of seven (32-bit signature, 32-bit record reference) slots,
-//!   bucket chosen by the low half of a keyed 64-bit hash, signature the high half. A key that
-//!   finds its home bucket full goes to one of the next [`MAX_PROBE`] buckets and the home
-//!   bucket counts it in `ovf`, so a miss in a bucket with `ovf == 0` is final after one cache
-//!   line. Forward keys are (service, client address, client port); NAT sessions add a reverse
+//!   bucket chosen by the low half of a keyed 64-bit hash, signature the high half, sized for a
+//!   load of 0.7 at the configured capacity. A key that finds its home bucket full goes to one of
+//!   the next [`MAX_PROBE`] buckets (the next cache lines) and the home bucket counts it in `ovf`
+//!   and remembers how far it went, so a miss in a bucket with `ovf == 0` is final after one
+//!   cache line. At full load about 5% of keys live outside their home bucket. Forward keys are (service, client address, client port); NAT sessions add a reverse
 //!   key (backend id, client address, client port) for replies. Both hashes are computable from
 //!   the record alone, so removal never needs the configuration.
 //! * **Port maps** for full NAT and SNAT: per local address, a direct array indexed by local
@@ -30,7 +31,7 @@ use crate::mem::{MmapArray, Zeroable};
 use std::io;
 
 /// Buckets probed past the home bucket.
-pub const MAX_PROBE: usize = 8;
+pub const MAX_PROBE: usize = 32;
 const SLOTS: usize = 7;
 const NONE: u32 = u32::MAX;
 /// Largest number of records per family (references keep 30 bits).
@@ -210,7 +211,8 @@ struct Bucket {
     /// Keys whose home is this bucket but that live in a later one.
     ovf: u32,
     refs: [u32; SLOTS],
-    _pad: u32,
+    /// How far past this bucket such keys have ever been placed (never shrinks).
+    reach: u32,
 }
 
 // SAFETY: integers only.
@@ -340,7 +342,7 @@ pub struct SessionTable {
 }
 
 /// Index load factor the bucket count is sized for.
-const LOAD: f64 = 0.85;
+const LOAD: f64 = 0.7;
 
 impl SessionTable {
     pub fn new(cfg: TableConfig) -> io::Result<Self> {
@@ -395,7 +397,9 @@ impl SessionTable {
     where
         Session<A>: Zeroable,
     {
-        fold_mul(client.key_word(self.seeds[0]), ((cport as u64) << 16 | svc as u64) ^ self.seeds[1])
+        let h = fold_mul(client.key_word(self.seeds[0]), ((cport as u64) << 16 | svc as u64) ^ self.seeds[1]);
+        // A second round: structured keys (consecutive addresses and ports) otherwise cluster.
+        fold_mul(h ^ self.seeds[2], 0x9e37_79b9_7f4a_7c15)
     }
 
     #[inline(always)]
@@ -403,7 +407,8 @@ impl SessionTable {
     where
         Session<A>: Zeroable,
     {
-        fold_mul(client.key_word(self.seeds[2]), ((backend as u64) << 16 | cport as u64) ^ self.seeds[1])
+        let h = fold_mul(client.key_word(self.seeds[2]), ((backend as u64) << 16 | cport as u64) ^ self.seeds[1]);
+        fold_mul(h ^ self.seeds[0], 0x9e37_79b9_7f4a_7c15)
     }
 
     #[inline(always)]
@@ -440,7 +445,7 @@ impl SessionTable {
         let home = self.home(h);
         let sig = (h >> 32) as u32;
         let buckets = self.buckets.as_slice();
-        let window = if buckets[home].ovf == 0 { 1 } else { MAX_PROBE + 1 };
+        let window = if buckets[home].ovf == 0 { 1 } else { buckets[home].reach as usize + 1 };
         for b in &buckets[home..home + window] {
             for k in 0..SLOTS {
                 if b.sig[k] == sig {
@@ -600,6 +605,7 @@ impl SessionTable {
                 b.sig[k] = sig;
                 if d > 0 {
                     buckets[home].ovf += 1;
+                    buckets[home].reach = buckets[home].reach.max(d as u32);
                 }
                 return true;
             }
@@ -610,7 +616,7 @@ impl SessionTable {
     fn index_remove(&mut self, h: u64, r: Ref) {
         let home = self.home(h);
         let buckets = self.buckets.as_mut_slice();
-        let window = if buckets[home].ovf == 0 { 1 } else { MAX_PROBE + 1 };
+        let window = if buckets[home].ovf == 0 { 1 } else { buckets[home].reach as usize + 1 };
         for d in 0..window {
             let b = &mut buckets[home + d];
             if let Some(k) = b.refs.iter().position(|&x| x == r.raw()) {

@@ -509,3 +509,20 @@ fn snat_for_backend_initiated_traffic() {
         lb.expect_tx(&back.build(), 1, &expected.build());
     }
 }
+
+#[test]
+fn a_flow_created_earlier_in_the_same_batch_is_found() {
+    let f = Fam { v6: false };
+    let mut spec = topology();
+    spec.services.push(service(&f, Mode::Fnat, proto::TCP, 80, &[(1, 8080, 1), (2, 8080, 1)]));
+    let mut lb = Lb::new(spec);
+    let c = f.sock(f.client(), 40000);
+    let v = f.sock(f.vip(), 80);
+    let frames = [Builder::tcp(&c, &v, SYN).build(), Builder::tcp(&c, &v, ACK).payload(b"x").build()];
+    let mut bufs: Vec<HeapBuf> = frames.iter().map(|x| HeapBuf::from_frame(x)).collect();
+    let mut verdicts = [Verdict::Kernel; 2];
+    lb.worker.process(&mut bufs, &mut verdicts, 1);
+    assert_eq!(verdicts, [Verdict::Tx(1), Verdict::Tx(1)]);
+    assert_eq!(bufs[0].data()[30..34], bufs[1].data()[30..34], "same backend");
+    assert_eq!(lb.worker.table.len(), 1);
+}

@@ -146,6 +146,14 @@ fn run(cli: Cli) -> Result<(), String> {
                     println!("    {r}: {n}");
                 }
                 println!("sessions: {} created, {} live", s.sessions_created, s.sessions_live);
+                println!("packets per backend:");
+                for (b, n) in &s.backends {
+                    println!("  {b}: {n}");
+                }
+                println!(
+                    "icmp: {} echo replies, {} errors sent, {} errors translated",
+                    s.icmp_echo_replies, s.icmp_errors_sent, s.icmp_errors_translated
+                );
                 for p in &s.outputs {
                     println!("wrote {}", p.display());
                 }

@@ -24,10 +24,19 @@ pub struct Summary {
     pub drop_reasons: BTreeMap<&'static str, u64>,
     pub sessions_created: u64,
     pub sessions_live: u32,
+    /// Packets sent to each backend ("service -> backend").
+    pub backends: BTreeMap<String, u64>,
     pub icmp_echo_replies: u64,
     pub icmp_errors_sent: u64,
     pub icmp_errors_translated: u64,
     pub outputs: Vec<PathBuf>,
+}
+
+fn sock(a: std::net::IpAddr, p: u16) -> String {
+    match a {
+        std::net::IpAddr::V4(x) => format!("{x}:{p}"),
+        std::net::IpAddr::V6(x) => format!("[{x}]:{p}"),
+    }
 }
 
 pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, String> {
@@ -115,7 +124,15 @@ pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, Strin
     outputs.push(kernel_path);
 
     let c = &worker.counters;
+    let snap = worker.snapshot().clone();
+    let mut backends = BTreeMap::new();
+    for b in snap.backends() {
+        let n = c.backends.get(vectorlb_lb::service::backend_slot(b.id) as usize).map_or(0, |x| x.packets);
+        let svc = snap.service(b.svc).map(|s| sock(s.spec.vip, s.spec.port)).unwrap_or_default();
+        backends.insert(format!("{svc} -> {}", sock(b.addr, b.port)), n);
+    }
     Ok(Summary {
+        backends,
         packets,
         tx: cfg.spec.ports.iter().zip(&tx_counts).map(|(p, n)| (p.name.clone(), *n)).collect(),
         kernel: kernel_count,

@@ -1,0 +1,43 @@
+# vectorlb — see README.md. Every target works from a fresh clone on Debian as root.
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+CARGO ?= cargo
+BIN := target/release/vectorlb
+OUT := out
+
+.PHONY: all setup build demo test fuzz bench-core clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	$(CARGO) build --release --bins --examples
+
+# Until the DPDK runtime lands, the demo replays a capture through the pipeline offline.
+demo: build
+	@mkdir -p $(OUT)
+	@target/release/examples/demo_pcap $(OUT)/demo.pcap
+	@echo "== vectorlb replay: examples/fnat-demo.toml over $(OUT)/demo.pcap"
+	@$(BIN) replay --config examples/fnat-demo.toml --in $(OUT)/demo.pcap --out-dir $(OUT)/demo
+	@echo "== 1 s in-memory benchmark, full NAT, 100k sessions"
+	@$(BIN) bench pipeline --mode fnat --sessions 100000 --seconds 1 --json
+	@$(BIN) bench cps --seconds 1 --json
+
+test: setup
+	$(CARGO) test --workspace 2>&1 | tee $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
+	@grep -h "^test result:" $(OUT).test.log | awk '{p+=$$4; f+=$$6} END {print "total: " p " passed, " f " failed"}'
+	@rm -f $(OUT).test.log
+
+# Every fuzz target, 1,000,000 runs each (installs cargo-fuzz on first use).
+fuzz:
+	bash scripts/fuzz.sh
+
+# The issue's benchmark figures (docs/benchmarks.md).
+bench-core: build
+	bash scripts/bench-core.sh
+
+clean:
+	$(CARGO) clean
+	rm -rf $(OUT) fuzz/target
