@@ -24,6 +24,8 @@ use vectorlb_sched::PickState;
 
 /// Packets per batch by default (the DPDK burst the runtime uses).
 pub const DEFAULT_BATCH: usize = 256;
+/// Packets between the stages of one packet (see `Worker::batch`).
+pub const PREFETCH_DISTANCE: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Kind {
@@ -58,12 +60,26 @@ pub(crate) struct Meta {
     /// Candidate record from stage 2 (raw reference, 0: none).
     pub cand: Option<Ref>,
     pub deep: bool,
+    /// Sessions inserted (low bits) when stage 2 looked: if more have been inserted since, a
+    /// miss must look again (the flow may have been created by an earlier packet of the batch).
+    pub seen: u32,
 }
 
 impl Meta {
     #[inline(always)]
     pub fn hdr(&self) -> Hdr {
         Hdr { l3: self.l3 as usize, l4: self.l4 as usize, end: self.end as usize, v6: self.v6, proto: self.proto }
+    }
+}
+
+/// Verifies an IPv4 header checksum; the common 20-byte header is summed in five words.
+#[inline(always)]
+fn ipv4_header_ok(h: &[u8]) -> bool {
+    if h.len() >= 20 && h[0] == 0x45 {
+        let w = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]) as u64;
+        vectorlb_packet::checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff
+    } else {
+        vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(h).verify_checksum()
     }
 }
 
@@ -92,9 +108,6 @@ pub struct Worker {
     pub(crate) icmp_tokens: u32,
     pub(crate) icmp_refill: u32,
     pub(crate) ip_ident: u16,
-    /// Sessions inserted before this batch's stage 3: a packet whose stage-2 probe missed must
-    /// look again if its flow's session was created by an earlier packet of the same batch.
-    inserted_before: u64,
 }
 
 impl Worker {
@@ -113,7 +126,6 @@ impl Worker {
             icmp_tokens: 0,
             icmp_refill: 0,
             ip_ident: 0,
-            inserted_before: 0,
         })
     }
 
@@ -127,6 +139,13 @@ impl Worker {
         if self.control.generation() != self.snap.generation {
             self.snap = self.control.snapshot();
             self.picks.clear();
+        }
+        let (svcs, slots) = self.snap.id_bounds();
+        if self.counters.services.len() < svcs {
+            self.counters.services.resize(svcs, Default::default());
+        }
+        if self.counters.backends.len() < slots {
+            self.counters.backends.resize(slots, Default::default());
         }
     }
 
@@ -150,55 +169,64 @@ impl Worker {
         self.table.sweep(now, budget);
     }
 
+    /// Stage 2: reads the home bucket (or port map) and prefetches the candidate record.
+    #[inline(always)]
+    fn probe(&self, m: &mut Meta) {
+        m.seen = self.table.stats.inserted as u32;
+        match m.kind {
+            Kind::Forward | Kind::NatReply | Kind::Snat => match self.table.probe(m.hash) {
+                Probe::Candidate(r) => {
+                    self.table.prefetch_record(r);
+                    m.cand = Some(r);
+                }
+                Probe::Miss => {}
+                Probe::Deep => m.deep = true,
+            },
+            Kind::PortReply => {
+                if let Some(r) = self.table.port_lookup(m.id as u16, m.dport) {
+                    self.table.prefetch_record(r);
+                    m.cand = Some(r);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn batch<B: PacketBuf>(&mut self, snap: &Snapshot, bufs: &mut [B], verdicts: &mut [Verdict], now: u32) {
         let n = bufs.len();
         self.counters.rx += n as u64;
-        // Stage 1: classify, hash, prefetch buckets.
-        for i in 0..n {
-            if i + 4 < n {
-                bufs[i + 4].prefetch();
-            }
-            let mut m = Meta::default();
-            verdicts[i] = match self.classify(snap, bufs[i].data(), &mut m) {
-                Some(v) => v,
-                None => Verdict::Kernel,
-            };
-            self.meta[i] = m;
-        }
-        // Stage 2: probe home buckets, prefetch records.
-        for i in 0..n {
-            let m = &mut self.meta[i];
-            match m.kind {
-                Kind::Forward | Kind::NatReply | Kind::Snat => match self.table.probe(m.hash) {
-                    Probe::Candidate(r) => {
-                        self.table.prefetch_record(r);
-                        m.cand = Some(r);
-                    }
-                    Probe::Miss => {}
-                    Probe::Deep => m.deep = true,
-                },
-                Kind::PortReply => {
-                    if let Some(r) = self.table.port_lookup(m.id as u16, m.dport) {
-                        self.table.prefetch_record(r);
-                        m.cand = Some(r);
-                    }
+        let mut meta = std::mem::take(&mut self.meta);
+        // The three stages run interleaved, packet i in stage 1 while packet i - D is in stage 2
+        // and packet i - 2D in stage 3, so that prefetches are issued evenly and each has about
+        // D packets' worth of work to complete (VPP's and HDSLB's staged prefetching).
+        const D: usize = PREFETCH_DISTANCE;
+        for i in 0..n + 2 * D {
+            if i < n {
+                if i + 4 < n {
+                    bufs[i + 4].prefetch();
                 }
-                _ => {}
+                let m = &mut meta[i];
+                *m = Meta::default();
+                if let Some(v) = self.classify(snap, bufs[i].data(), m) {
+                    verdicts[i] = v;
+                }
+            }
+            if i >= D && i - D < n {
+                self.probe(&mut meta[i - D]);
+            }
+            if i >= 2 * D && i - 2 * D < n {
+                let j = i - 2 * D;
+                let m = &meta[j];
+                if m.kind != Kind::Done {
+                    verdicts[j] = if m.v6 {
+                        self.act::<[u8; 16], B>(snap, &mut bufs[j], m, now)
+                    } else {
+                        self.act::<[u8; 4], B>(snap, &mut bufs[j], m, now)
+                    };
+                }
             }
         }
-        // Stage 3: act.
-        self.inserted_before = self.table.stats.inserted;
-        for i in 0..n {
-            let m = self.meta[i];
-            if m.kind == Kind::Done {
-                continue;
-            }
-            verdicts[i] = if m.v6 {
-                self.act::<[u8; 16], B>(snap, &mut bufs[i], &m, now)
-            } else {
-                self.act::<[u8; 4], B>(snap, &mut bufs[i], &m, now)
-            };
-        }
+        self.meta = meta;
         for v in &verdicts[..n] {
             match *v {
                 Verdict::Tx(_) => self.counters.tx += 1,
@@ -226,7 +254,7 @@ impl Worker {
         if m.v6 {
             self.classify_fam::<[u8; 16]>(snap, d, info.frag, m)
         } else {
-            if !vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(&d[info.l3..]).verify_checksum() {
+            if !ipv4_header_ok(&d[info.l3..]) {
                 return Some(Verdict::Drop(DropReason::BadChecksum));
             }
             self.classify_fam::<[u8; 4]>(snap, d, info.frag, m)
@@ -330,7 +358,7 @@ impl Worker {
         let r = match m.cand {
             Some(r) if hit(&self.table, r) => Some(r),
             Some(_) => self.table.find_fwd(m.hash, svc, client, cport),
-            None if m.deep || self.table.stats.inserted != self.inserted_before => {
+            None if m.deep || self.table.stats.inserted as u32 != m.seen => {
                 self.table.find_fwd(m.hash, svc, client, cport)
             }
             None => None,
@@ -440,16 +468,15 @@ impl Worker {
 
     #[inline(always)]
     fn account(&mut self, svc: u16, backend: u32, bytes: usize) {
-        let c = self.svc_counters(svc);
-        c.packets += 1;
-        c.bytes += bytes as u64;
-        let slot = backend_slot(backend) as usize;
-        if self.counters.backends.len() <= slot {
-            self.counters.backends.resize(slot + 1, Default::default());
+        // Sized for the snapshot at refresh time.
+        if let Some(c) = self.counters.services.get_mut(svc as usize) {
+            c.packets += 1;
+            c.bytes += bytes as u64;
         }
-        let c = &mut self.counters.backends[slot];
-        c.packets += 1;
-        c.bytes += bytes as u64;
+        if let Some(c) = self.counters.backends.get_mut(backend_slot(backend) as usize) {
+            c.packets += 1;
+            c.bytes += bytes as u64;
+        }
     }
 
     /// Client to VIP.
@@ -491,12 +518,12 @@ impl Worker {
         let bytes = h.ip_len();
         let v = match mode {
             Mode::Nat | Mode::Fnat => {
-                let baddr = A::from_ip(be.addr).expect("backend family checked at config");
+                let baddr = A::from16(&be.bytes);
                 let new_src = if mode == Mode::Fnat {
-                    let Some(laddr) = snap.laddr_addr(s.laddr).and_then(A::from_ip) else {
+                    let Some(laddr) = snap.laddr_bytes(s.laddr) else {
                         return Verdict::Drop(DropReason::NoRoute);
                     };
-                    Some((laddr, s.lport))
+                    Some((A::from16(laddr), s.lport))
                 } else {
                     None
                 };

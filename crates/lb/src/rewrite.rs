@@ -24,6 +24,11 @@ where
     fn key(&self) -> u128;
     fn bytes(&self) -> &[u8];
     fn from_ip(ip: IpAddr) -> Option<Self>;
+    /// From the 16-byte form the snapshot keeps (IPv4 in the first four bytes).
+    fn from16(b: &[u8; 16]) -> Self;
+    /// Ones'-complement difference of replacing the address `old` by `new`. Sums of 32-bit
+    /// words fold to the same 16-bit checksum as sums of 16-bit words (2^16 = 1 mod 0xffff).
+    fn delta(old: &Self, new: &Self) -> u64;
 }
 
 impl Fam for [u8; 4] {
@@ -49,6 +54,14 @@ impl Fam for [u8; 4] {
             IpAddr::V6(_) => None,
         }
     }
+    #[inline(always)]
+    fn from16(b: &[u8; 16]) -> Self {
+        [b[0], b[1], b[2], b[3]]
+    }
+    #[inline(always)]
+    fn delta(old: &Self, new: &Self) -> u64 {
+        (!u32::from_be_bytes(*old)) as u64 + u32::from_be_bytes(*new) as u64
+    }
 }
 
 impl Fam for [u8; 16] {
@@ -73,6 +86,16 @@ impl Fam for [u8; 16] {
             IpAddr::V6(a) => Some(a.octets()),
             IpAddr::V4(_) => None,
         }
+    }
+    #[inline(always)]
+    fn from16(b: &[u8; 16]) -> Self {
+        *b
+    }
+    #[inline(always)]
+    fn delta(old: &Self, new: &Self) -> u64 {
+        let w = |a: &[u8; 16], i: usize| u32::from_be_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]]) as u64;
+        let n = |a: &[u8; 16], i: usize| (!u32::from_be_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]])) as u64;
+        n(old, 0) + n(old, 4) + n(old, 8) + n(old, 12) + w(new, 0) + w(new, 4) + w(new, 8) + w(new, 12)
     }
 }
 
@@ -150,44 +173,50 @@ impl Hdr {
     }
 
     /// Full and plain NAT in one pass: rewrites the source and/or destination address and
-    /// port, decrements the TTL, and updates the IPv4 header and upper-layer checksums once each.
+    /// port (a port of 0 is left as it is), decrements the TTL, and updates the IPv4 header and
+    /// upper-layer checksums once each.
     #[inline(always)]
     pub fn translate<A: Fam>(&self, d: &mut [u8], src: Option<(&A, u16)>, dst: Option<(&A, u16)>)
     where
         Session<A>: Zeroable,
     {
+        let (l3, l4) = (self.l3, self.l4);
         let mut ip_acc = 0u64;
         let mut l4_acc = 0u64;
-        for (off, port_off, e) in [(A::SRC, 0, src), (A::DST, 2, dst)] {
-            let Some((a, port)) = e else { continue };
-            let at = self.l3 + off;
-            let delta = word_delta(&d[at..at + A::LEN], a.bytes());
-            d[at..at + A::LEN].copy_from_slice(a.bytes());
-            ip_acc += delta;
-            l4_acc += delta;
+        if let Some((a, port)) = src {
+            let old = A::read(d, l3 + A::SRC);
+            ip_acc += A::delta(&old, a);
+            d[l3 + A::SRC..l3 + A::SRC + A::LEN].copy_from_slice(a.bytes());
             if port != 0 {
-                let pa = self.l4 + port_off;
-                let old = u16::from_be_bytes([d[pa], d[pa + 1]]);
+                let old = u16::from_be_bytes([d[l4], d[l4 + 1]]);
                 l4_acc += (!old) as u64 + port as u64;
-                d[pa..pa + 2].copy_from_slice(&port.to_be_bytes());
+                d[l4..l4 + 2].copy_from_slice(&port.to_be_bytes());
             }
         }
-        if self.v6 {
-            d[self.l3 + 7] = d[self.l3 + 7].wrapping_sub(1);
-        } else {
-            let at = self.l3 + 8;
-            let old = u16::from_be_bytes([d[at], d[at + 1]]);
-            d[at] = d[at].wrapping_sub(1);
-            ip_acc += (!old) as u64 + u16::from_be_bytes([d[at], d[at + 1]]) as u64;
-            apply(d, self.l3 + 10, ip_acc, false);
+        if let Some((a, port)) = dst {
+            let old = A::read(d, l3 + A::DST);
+            ip_acc += A::delta(&old, a);
+            d[l3 + A::DST..l3 + A::DST + A::LEN].copy_from_slice(a.bytes());
+            if port != 0 {
+                let old = u16::from_be_bytes([d[l4 + 2], d[l4 + 3]]);
+                l4_acc += (!old) as u64 + port as u64;
+                d[l4 + 2..l4 + 4].copy_from_slice(&port.to_be_bytes());
+            }
         }
-        let c = match self.proto {
-            proto::TCP => Some(self.l4 + 16),
-            proto::UDP if self.v6 || d[self.l4 + 6] | d[self.l4 + 7] != 0 => Some(self.l4 + 6),
-            _ => None,
-        };
-        if let Some(c) = c {
-            apply(d, c, l4_acc, self.proto == proto::UDP);
+        // Addresses are in the pseudo header: they change the upper-layer checksum too.
+        l4_acc += ip_acc;
+        if A::V6 {
+            d[l3 + 7] = d[l3 + 7].wrapping_sub(1);
+        } else {
+            // TTL is the high byte of its word: decrementing it subtracts 0x0100.
+            d[l3 + 8] = d[l3 + 8].wrapping_sub(1);
+            ip_acc += 0xfeff;
+            apply(d, l3 + 10, ip_acc, false);
+        }
+        match self.proto {
+            proto::TCP => apply(d, l4 + 16, l4_acc, false),
+            proto::UDP if A::V6 || d[l4 + 6] | d[l4 + 7] != 0 => apply(d, l4 + 6, l4_acc, true),
+            _ => {}
         }
     }
 
@@ -221,20 +250,6 @@ impl Hdr {
     pub fn dont_frag(&self, d: &[u8]) -> bool {
         self.v6 || d[self.l3 + 6] & 0x40 != 0
     }
-}
-
-/// Ones'-complement difference of replacing `old` by `new` (equal, even lengths).
-#[inline(always)]
-fn word_delta(old: &[u8], new: &[u8]) -> u64 {
-    let n = old.len().min(new.len()) & !1;
-    let (old, new) = (&old[..n], &new[..n]);
-    let mut acc = 0u64;
-    let mut i = 0;
-    while i < n {
-        acc += (!u16::from_be_bytes([old[i], old[i + 1]])) as u64 + u16::from_be_bytes([new[i], new[i + 1]]) as u64;
-        i += 2;
-    }
-    acc
 }
 
 /// Adds a difference to the checksum at `at` (RFC 1624 eqn. 3).

@@ -212,6 +212,7 @@ pub struct Service {
     pub id: u16,
     pub spec: ServiceSpec,
     pub vip_key: u128,
+    pub vip_bytes: [u8; 16],
     pub sched: Scheduler,
     /// Backend ids, in spec order (the scheduler's indices).
     pub backends: Vec<u32>,
@@ -223,6 +224,8 @@ pub struct Backend {
     pub id: u32,
     pub svc: u16,
     pub addr: IpAddr,
+    /// The address's bytes (IPv4 in the first four), for the packet path.
+    pub bytes: [u8; 16],
     pub key: u128,
     pub port: u16,
     pub weight: u32,
@@ -268,7 +271,7 @@ pub struct Snapshot {
     dsts: FxHashMap<u128, Dst>,
     backends: Vec<Option<Backend>>,
     nat_replies: FxHashMap<(u128, u16, u8), Vec<u32>>,
-    laddrs: Vec<Option<IpAddr>>,
+    laddrs: Vec<Option<(IpAddr, [u8; 16])>>,
     pub snat: Vec<SnatRule>,
     pub ports: Vec<Port>,
     routes: Vec<Route>,
@@ -337,7 +340,18 @@ impl Snapshot {
     }
 
     pub fn laddr_addr(&self, idx: u16) -> Option<IpAddr> {
-        *self.laddrs.get(idx as usize)?
+        self.laddrs.get(idx as usize)?.map(|l| l.0)
+    }
+
+    /// A local address's bytes (IPv4 in the first four).
+    #[inline(always)]
+    pub fn laddr_bytes(&self, idx: u16) -> Option<&[u8; 16]> {
+        self.laddrs.get(idx as usize)?.as_ref().map(|l| &l.1)
+    }
+
+    /// One past the largest service id and backend slot (for sizing per-core counters).
+    pub fn id_bounds(&self) -> (usize, usize) {
+        (self.services.len(), self.backends.len())
     }
 
     /// Whether the LB owns this address (interface, VIP or local address).
@@ -458,6 +472,16 @@ impl Registry {
     }
 }
 
+/// An address's bytes in a 16-byte array (IPv4 in the first four).
+pub fn bytes16(a: IpAddr) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    match a {
+        IpAddr::V4(x) => b[..4].copy_from_slice(&x.octets()),
+        IpAddr::V6(x) => b = x.octets(),
+    }
+    b
+}
+
 fn same_family(a: IpAddr, b: IpAddr) -> bool {
     a.is_ipv4() == b.is_ipv4()
 }
@@ -536,7 +560,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         if snap.laddrs.len() <= id as usize {
             snap.laddrs.resize(id as usize + 1, None);
         }
-        snap.laddrs[id as usize] = Some(a);
+        snap.laddrs[id as usize] = Some((a, bytes16(a)));
         Ok(id)
     };
 
@@ -593,6 +617,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
                 id: bid,
                 svc: id,
                 addr: b.addr,
+                bytes: bytes16(b.addr),
                 key: key(b.addr),
                 port: b.port,
                 weight: b.weight,
@@ -623,7 +648,15 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         if snap.services.len() <= id as usize {
             snap.services.resize(id as usize + 1, None);
         }
-        snap.services[id as usize] = Some(Service { id, spec: s.clone(), vip_key: key(s.vip), sched, backends: ids, laddrs });
+        snap.services[id as usize] = Some(Service {
+            id,
+            spec: s.clone(),
+            vip_key: key(s.vip),
+            vip_bytes: bytes16(s.vip),
+            sched,
+            backends: ids,
+            laddrs,
+        });
     }
     for (i, r) in spec.snat.iter().enumerate() {
         if r.addrs.is_empty() {

@@ -218,6 +218,34 @@ struct Bucket {
 // SAFETY: integers only.
 unsafe impl Zeroable for Bucket {}
 
+/// Bit k set where slot k's signature equals `sig` (SSE2 on x86_64: two compares of four).
+#[inline(always)]
+fn sig_matches(b: &Bucket, sig: u32) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is part of the x86_64 baseline; the loads read the 32 bytes of `sig` and
+        // `ovf` inside the bucket (unaligned loads, no alignment requirement).
+        unsafe {
+            let p = b.sig.as_ptr() as *const __m128i;
+            let want = _mm_set1_epi32(sig as i32);
+            let lo = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_loadu_si128(p), want))) as u32;
+            let hi = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_loadu_si128(p.add(1)), want))) as u32;
+            (lo | hi << 4) & ((1 << SLOTS) - 1)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut m = 0;
+        for k in 0..SLOTS {
+            if b.sig[k] == sig {
+                m |= 1 << k;
+            }
+        }
+        m
+    }
+}
+
 /// Result of looking at the home bucket only (the staged, prefetched path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Probe {
@@ -426,10 +454,13 @@ impl SessionTable {
     pub fn probe(&self, h: u64) -> Probe {
         let b = &self.buckets.as_slice()[self.home(h)];
         let sig = (h >> 32) as u32;
-        for k in 0..SLOTS {
-            if b.sig[k] == sig && b.refs[k] != 0 {
+        let mut hits = sig_matches(b, sig);
+        while hits != 0 {
+            let k = hits.trailing_zeros() as usize;
+            if b.refs[k] != 0 {
                 return Probe::Candidate(Ref(b.refs[k]));
             }
+            hits &= hits - 1;
         }
         if b.ovf == 0 {
             Probe::Miss
@@ -447,14 +478,15 @@ impl SessionTable {
         let buckets = self.buckets.as_slice();
         let window = if buckets[home].ovf == 0 { 1 } else { buckets[home].reach as usize + 1 };
         for b in &buckets[home..home + window] {
-            for k in 0..SLOTS {
-                if b.sig[k] == sig {
-                    if let Some(r) = Ref::from_raw(b.refs[k]) {
-                        if hit(r) {
-                            return Some(r);
-                        }
+            let mut hits = sig_matches(b, sig);
+            while hits != 0 {
+                let k = hits.trailing_zeros() as usize;
+                if let Some(r) = Ref::from_raw(b.refs[k]) {
+                    if hit(r) {
+                        return Some(r);
                     }
                 }
+                hits &= hits - 1;
             }
         }
         None
@@ -506,13 +538,25 @@ impl SessionTable {
 
     #[inline(always)]
     pub fn prefetch_record(&self, r: Ref) {
-        // Records are 24 or 36 bytes and may straddle two lines: fetch both ends.
+        // Records are 24 or 36 bytes: fetch the second line only when one straddles two.
+        fn fetch<A>(a: &Arena<A>, i: usize)
+        where
+            Session<A>: Zeroable,
+        {
+            let recs = a.recs.as_slice();
+            if let Some(rec) = recs.get(i) {
+                let p = rec as *const Session<A> as *const u8;
+                crate::mem::prefetch_ptr(p);
+                let size = std::mem::size_of::<Session<A>>();
+                if (p as usize & 63) + size > 64 {
+                    crate::mem::prefetch_ptr(p.wrapping_add(size - 1));
+                }
+            }
+        }
         if r.is_v6() {
-            self.v6.recs.prefetch(r.idx());
-            self.v6.recs.prefetch(r.idx() + 1);
+            fetch(&self.v6, r.idx());
         } else {
-            self.v4.recs.prefetch(r.idx());
-            self.v4.recs.prefetch(r.idx() + 1);
+            fetch(&self.v4, r.idx());
         }
     }
 
