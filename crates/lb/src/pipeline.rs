@@ -200,6 +200,7 @@ impl Worker {
         // and packet i - 2D in stage 3, so that prefetches are issued evenly and each has about
         // D packets' worth of work to complete (VPP's and HDSLB's staged prefetching).
         const D: usize = PREFETCH_DISTANCE;
+        let mut memo = None;
         for i in 0..n + 2 * D {
             if i < n {
                 if i + 4 < n {
@@ -207,7 +208,7 @@ impl Worker {
                 }
                 let m = &mut meta[i];
                 *m = Meta::default();
-                if let Some(v) = self.classify(snap, bufs[i].data(), m) {
+                if let Some(v) = self.classify(snap, bufs[i].data(), m, &mut memo) {
                     verdicts[i] = v;
                 }
             }
@@ -238,7 +239,13 @@ impl Worker {
 
     /// Stage 1 for one packet. Returns a verdict when the packet is decided already.
     #[inline(always)]
-    fn classify(&self, snap: &Snapshot, d: &[u8], m: &mut Meta) -> Option<Verdict> {
+    fn classify<'a>(
+        &self,
+        snap: &'a Snapshot,
+        d: &[u8],
+        m: &mut Meta,
+        memo: &mut Option<(u128, Option<&'a crate::service::Dst>)>,
+    ) -> Option<Verdict> {
         let info = match parse_frame(d) {
             Ok(i) => i,
             Err(e) => return Some(Verdict::Drop(e.into())),
@@ -252,17 +259,24 @@ impl Worker {
         m.proto = info.proto;
         m.v6 = family == Family::V6;
         if m.v6 {
-            self.classify_fam::<[u8; 16]>(snap, d, info.frag, m)
+            self.classify_fam::<[u8; 16]>(snap, d, info.frag, m, memo)
         } else {
             if !ipv4_header_ok(&d[info.l3..]) {
                 return Some(Verdict::Drop(DropReason::BadChecksum));
             }
-            self.classify_fam::<[u8; 4]>(snap, d, info.frag, m)
+            self.classify_fam::<[u8; 4]>(snap, d, info.frag, m, memo)
         }
     }
 
     #[inline(always)]
-    fn classify_fam<A: Fam>(&self, snap: &Snapshot, d: &[u8], frag: Frag, m: &mut Meta) -> Option<Verdict>
+    fn classify_fam<'a, A: Fam>(
+        &self,
+        snap: &'a Snapshot,
+        d: &[u8],
+        frag: Frag,
+        m: &mut Meta,
+        memo: &mut Option<(u128, Option<&'a crate::service::Dst>)>,
+    ) -> Option<Verdict>
     where
         Session<A>: Zeroable,
     {
@@ -271,7 +285,7 @@ impl Worker {
         let src = A::read(d, l3 + A::SRC);
         let dst = A::read(d, l3 + A::DST);
         let dkey = dst.key();
-        let own = snap.dst(dkey);
+        let own = snap.dst_memo(dkey, memo);
         if frag != Frag::None {
             return Some(if own.is_some() { Verdict::Drop(DropReason::Fragment) } else { Verdict::Kernel });
         }

@@ -303,6 +303,20 @@ impl Snapshot {
         self.dsts.get(&a)
     }
 
+    /// Like [`Snapshot::dst`], remembering the last address looked up in `memo` (most packets
+    /// of a batch go to the same few VIPs). The memo must be cleared when the snapshot changes.
+    #[inline(always)]
+    pub fn dst_memo<'a>(&'a self, a: u128, memo: &mut Option<(u128, Option<&'a Dst>)>) -> Option<&'a Dst> {
+        if let Some((k, d)) = *memo {
+            if k == a {
+                return d;
+            }
+        }
+        let d = self.dsts.get(&a);
+        *memo = Some((a, d));
+        d
+    }
+
     /// The service for a destination: exact port first, then an any-port service.
     #[inline(always)]
     pub fn lookup_service(&self, dst: u128, port: u16, proto: u8) -> Option<u16> {
