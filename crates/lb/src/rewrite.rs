@@ -273,6 +273,13 @@ pub fn egress<B: PacketBuf>(b: &mut B, l3: usize, hop: &Hop, et: u16) -> Verdict
     } else if l3 < hl && !b.prepend(hl - l3) {
         return Verdict::Drop(DropReason::NoRoom);
     }
-    ethernet::write_header(&mut b.data_mut()[..hl], hop.dst_mac, hop.src_mac, hop.vlan, et);
+    let d = b.data_mut();
+    if hop.vlan.is_none() && d.len() >= 14 {
+        // The common case: twelve bytes of addresses from the hop, then the ethertype.
+        d[..12].copy_from_slice(&hop.macs);
+        d[12..14].copy_from_slice(&et.to_be_bytes());
+    } else {
+        ethernet::write_header(&mut d[..hl], hop.dst_mac, hop.src_mac, hop.vlan, et);
+    }
     Verdict::Tx(hop.port)
 }

@@ -187,8 +187,19 @@ pub struct Hop {
     pub port: u16,
     pub dst_mac: Mac,
     pub src_mac: Mac,
+    /// Destination then source MAC, as they are written.
+    pub macs: [u8; 12],
     pub vlan: Option<u16>,
     pub mtu: u16,
+}
+
+impl Hop {
+    pub fn new(port: u16, dst_mac: Mac, src_mac: Mac, vlan: Option<u16>, mtu: u16) -> Hop {
+        let mut macs = [0u8; 12];
+        macs[..6].copy_from_slice(&dst_mac);
+        macs[6..].copy_from_slice(&src_mac);
+        Hop { port, dst_mac, src_mac, macs, vlan, mtu }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -395,7 +406,7 @@ impl Snapshot {
         let nh = r.via.unwrap_or(dst);
         let mac = *self.neighbors.get(&nh)?;
         let p = &self.ports[r.port as usize];
-        Some(Hop { port: r.port, dst_mac: mac, src_mac: p.spec.mac, vlan: p.spec.vlan, mtu: p.spec.mtu })
+        Some(Hop::new(r.port, mac, p.spec.mac, p.spec.vlan, p.spec.mtu))
     }
 
     /// Whether `dst` is on a connected network (no gateway).
