@@ -620,6 +620,9 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             if s.port == 0 && b.port != 0 {
                 bail!("{name}: an any-port service forwards to the same port; backend {} must have port 0", b.addr);
             }
+            if matches!(s.mode, Mode::Dr | Mode::Tun) && b.port != 0 && b.port != s.port {
+                bail!("{name}: {} does not translate ports; backend {} must have port 0 or {}", s.mode.name(), b.addr, s.port);
+            }
             if !seen.insert((key(b.addr), b.port)) {
                 bail!("{name}: backend {}:{} listed twice", b.addr, b.port);
             }
