@@ -200,7 +200,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
                 }
             }
             batches += 1;
-            if batches % 64 == 0 && start.elapsed() >= per_round {
+            if batches.is_multiple_of(64) && start.elapsed() >= per_round {
                 break;
             }
         }

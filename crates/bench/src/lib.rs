@@ -30,7 +30,7 @@ pub struct Rng(pub u64);
 
 impl Rng {
     #[inline]
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -41,6 +41,6 @@ impl Rng {
 
     #[inline]
     pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next() >> 32) * n) >> 32
+        ((self.next_u64() >> 32) * n) >> 32
     }
 }

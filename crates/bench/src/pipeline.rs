@@ -199,7 +199,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
             w.process(&mut bufs, &mut verdicts, now);
             pipe += t.elapsed();
             n += batch as u64;
-            if n % (batch as u64 * 64) == 0 && start.elapsed() >= per_round {
+            if n.is_multiple_of(batch as u64 * 64) && start.elapsed() >= per_round {
                 break;
             }
         }

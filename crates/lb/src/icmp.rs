@@ -83,13 +83,11 @@ impl Worker {
         if rate == 0 {
             return false;
         }
-        let elapsed = now.wrapping_sub(self.icmp_refill);
-        if elapsed > 0 {
-            let add = (elapsed as u64 * rate as u64 / 1000) as u32;
-            if add > 0 {
-                self.icmp_tokens = (self.icmp_tokens + add).min(rate);
-                self.icmp_refill = now;
-            }
+        let elapsed = now.wrapping_sub(self.icmp_refill) as u64;
+        let add = elapsed * rate as u64 / 1000;
+        if add > 0 {
+            self.icmp_tokens = (self.icmp_tokens as u64 + add).min(rate as u64) as u32;
+            self.icmp_refill = now;
         }
         if self.icmp_tokens == 0 {
             return false;

@@ -72,6 +72,12 @@ impl Meta {
     }
 }
 
+/// Whether a packet may create a session: any UDP datagram, a TCP SYN without ACK or RST.
+#[inline(always)]
+fn opens_flow(m: &Meta) -> bool {
+    m.proto != proto::TCP || m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST) == tcp::flags::SYN
+}
+
 /// Verifies an IPv4 header checksum; the common 20-byte header is summed in five words.
 #[inline(always)]
 fn ipv4_header_ok(h: &[u8]) -> bool {
@@ -426,15 +432,12 @@ impl Worker {
     where
         Session<A>: Zeroable,
     {
-        if m.proto == proto::TCP && m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST) != tcp::flags::SYN {
+        if !opens_flow(m) {
             return Err(DropReason::NoSession);
         }
         let id = svc.id as usize;
         if self.picks.len() <= id {
             self.picks.resize_with(id + 1, PickState::default);
-        }
-        if self.cursors.len() <= id {
-            self.cursors.resize(id + 1, 0);
         }
         if matches!(svc.spec.scheduler, vectorlb_sched::Algorithm::Wlc) {
             let active = self.table.active();
@@ -447,23 +450,50 @@ impl Worker {
         let Some(bi) = pick else {
             return Err(DropReason::NoBackend);
         };
+        let flags = if svc.spec.mode == Mode::Nat { flag::REVERSE } else { 0 };
+        let laddrs: &[u16] = if svc.spec.mode == Mode::Fnat { &svc.laddrs } else { &[] };
+        let backend = svc.backends[bi as usize];
+        let r = self.insert::<A>(m, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now)?;
+        self.svc_counters(svc.id).new_sessions += 1;
+        Ok(r)
+    }
+
+    /// Inserts a session for the flow of `m`, binding a local port from `laddrs` (cursor
+    /// `cursor` of this core) when given.
+    #[allow(clippy::too_many_arguments)]
+    fn insert<A: Fam>(
+        &mut self,
+        m: &Meta,
+        client: A,
+        svc: u16,
+        backend: u32,
+        flags: u8,
+        t: &Timeouts,
+        laddrs: &[u16],
+        cursor: usize,
+        now: u32,
+    ) -> Result<Ref, DropReason>
+    where
+        Session<A>: Zeroable,
+    {
         let st = if m.proto == proto::TCP { state::SYN_SENT } else { state::UDP };
         let s = Session {
             client,
             cport: m.sport,
-            svc: svc.id,
-            backend: svc.backends[bi as usize],
+            svc,
+            backend,
             laddr: NO_LADDR,
             lport: 0,
-            expire: now.wrapping_add(tcpstate::timeout(st, &svc.spec.timeouts)),
+            expire: now.wrapping_add(tcpstate::timeout(st, t)),
             state: st,
-            flags: if svc.spec.mode == Mode::Nat { flag::REVERSE } else { 0 },
+            flags,
         };
-        let laddrs: &[u16] = if svc.spec.mode == Mode::Fnat { &svc.laddrs } else { &[] };
-        match self.table.insert(s, laddrs, &mut self.cursors[id]) {
+        if self.cursors.len() <= cursor {
+            self.cursors.resize(cursor + 1, 0);
+        }
+        match self.table.insert(s, laddrs, &mut self.cursors[cursor]) {
             Ok(r) => {
                 self.counters.sessions_created += 1;
-                self.svc_counters(svc.id).new_sessions += 1;
                 Ok(r)
             }
             Err(InsertError::Full) => Err(DropReason::TableFull),
@@ -674,7 +704,7 @@ impl Worker {
                 return Verdict::Drop(DropReason::NoSession);
             };
             let t = rule.timeouts;
-            return self.to_client::<A, B>(snap, b, m, r, &t, None, now);
+            return self.reply_to_client::<A, B>(snap, b, m, r, &t, None, now);
         }
         let (Some(svc), Some(be)) = (snap.service(s.svc), snap.backend(s.backend)) else {
             self.table.remove::<A>(r);
@@ -688,7 +718,7 @@ impl Worker {
         let vip = A::from_ip(svc.spec.vip).expect("family checked at config");
         let vport = svc.spec.port;
         let (sid, bid) = (svc.id, s.backend);
-        let v = self.to_client::<A, B>(snap, b, m, r, &t, Some((vip, vport)), now);
+        let v = self.reply_to_client::<A, B>(snap, b, m, r, &t, Some((vip, vport)), now);
         if matches!(v, Verdict::Tx(_)) {
             self.account(sid, bid, h.ip_len());
         }
@@ -698,7 +728,7 @@ impl Worker {
     /// Rewrites a reply toward the session's client: the source becomes the VIP (when given),
     /// the destination the client. Shared by full-NAT replies, NAT replies and SNAT returns.
     #[allow(clippy::too_many_arguments)]
-    fn to_client<A: Fam, B: PacketBuf>(
+    fn reply_to_client<A: Fam, B: PacketBuf>(
         &mut self,
         snap: &Snapshot,
         b: &mut B,
@@ -783,7 +813,7 @@ impl Worker {
         let t = svc.spec.timeouts;
         let vip = A::from_ip(svc.spec.vip).expect("family checked at config");
         let (sid, vport) = (svc.id, svc.spec.port);
-        let v = self.to_client::<A, B>(snap, b, m, r, &t, Some((vip, vport)), now);
+        let v = self.reply_to_client::<A, B>(snap, b, m, r, &t, Some((vip, vport)), now);
         if matches!(v, Verdict::Tx(_)) {
             self.account(sid, s.backend, h.ip_len());
         }
@@ -813,32 +843,14 @@ impl Worker {
         let r = match self.lookup_fwd::<A>(m, rule.id, &src, m.sport, now) {
             Some(r) => r,
             None => {
-                if m.proto == proto::TCP && m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST) != tcp::flags::SYN {
+                if !opens_flow(m) {
                     return Verdict::Drop(DropReason::NoSession);
                 }
-                let st = if m.proto == proto::TCP { state::SYN_SENT } else { state::UDP };
-                let s = Session {
-                    client: src,
-                    cport: m.sport,
-                    svc: rule.id,
-                    backend: 0,
-                    laddr: NO_LADDR,
-                    lport: 0,
-                    expire: now.wrapping_add(tcpstate::timeout(st, &rule.timeouts)),
-                    state: st,
-                    flags: flag::SNAT,
-                };
-                let ci = (rule.id & !crate::service::SNAT_ID_BIT) as usize + crate::service::MAX_SERVICES;
-                if self.cursors.len() <= ci {
-                    self.cursors.resize(ci + 1, 0);
-                }
-                match self.table.insert(s, &rule.laddrs, &mut self.cursors[ci]) {
-                    Ok(r) => {
-                        self.counters.sessions_created += 1;
-                        r
-                    }
-                    Err(InsertError::Full) => return Verdict::Drop(DropReason::TableFull),
-                    Err(InsertError::NoPort) => return Verdict::Drop(DropReason::NoLocalPort),
+                // SNAT rules keep their local-port cursors after the services'.
+                let cursor = (rule.id & !crate::service::SNAT_ID_BIT) as usize + crate::service::MAX_SERVICES;
+                match self.insert::<A>(m, src, rule.id, 0, flag::SNAT, &rule.timeouts, &rule.laddrs, cursor, now) {
+                    Ok(r) => r,
+                    Err(e) => return Verdict::Drop(e),
                 }
             }
         };

@@ -418,9 +418,9 @@ impl Snapshot {
     pub fn port_addr(&self, port: u16, v4: bool) -> Option<IpAddr> {
         let p = self.ports.get(port as usize)?;
         if v4 {
-            p.v4.map(|a| IpAddr::from(a))
+            p.v4.map(IpAddr::from)
         } else {
-            p.v6.map(|a| IpAddr::from(a))
+            p.v6.map(IpAddr::from)
         }
     }
 }

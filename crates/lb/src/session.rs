@@ -331,7 +331,7 @@ impl TableConfig {
             port_min: 1024,
             port_max: 65535,
             sweep_budget: 64,
-            seed: 0x5eed_0f_5e55_10f5,
+            seed: 0x005e_ed0f_5e55_10f5,
         }
     }
 }
@@ -615,7 +615,7 @@ impl SessionTable {
             self.ports.resize_with(l + 1, || None);
         }
         if self.ports[l].is_none() {
-            self.ports[l] = Some(PortMap { slots: MmapArray::new((1usize << (16 - shift)) as usize)?, cursor: lo });
+            self.ports[l] = Some(PortMap { slots: MmapArray::new(1usize << (16 - shift))?, cursor: lo });
         }
         let map = self.ports[l].as_mut().unwrap();
         let slots = map.slots.as_mut_slice();

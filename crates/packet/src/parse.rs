@@ -150,11 +150,10 @@ fn check_l4(seg: &[u8], protocol: u8, frag: Frag) -> Result<()> {
                 return Err(if len > seg.len() { Error::Truncated } else { Error::Malformed });
             }
         }
-        proto::ICMP | proto::ICMPV6 => {
-            if seg.len() < crate::icmp::HEADER_LEN {
+        proto::ICMP | proto::ICMPV6
+            if seg.len() < crate::icmp::HEADER_LEN => {
                 return Err(Error::Truncated);
             }
-        }
         _ => {}
     }
     Ok(())

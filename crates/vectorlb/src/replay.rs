@@ -114,7 +114,6 @@ pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, Strin
     if let Some(prev) = batch_ms {
         flush(&mut pending, &mut worker, &mut ports, &mut kernel, prev)?;
     }
-    drop(flush);
     let mut outputs = Vec::new();
     for (p, mut w) in ports {
         w.flush().map_err(|e| format!("{}: {e}", p.display()))?;
