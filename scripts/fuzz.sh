@@ -13,6 +13,8 @@
 #
 # Works from any directory. Prints one summary line per target and exits non-zero if any target
 # crashed (the input is saved under fuzz/artifacts/<target>/, logs under fuzz/target/fuzz-logs/).
+# The `pipeline` and `config` seed corpora are generated (fuzz/examples/seeds.rs) when missing;
+# a dictionary fuzz/dicts/<target>.dict, if present, is passed as -dict=.
 #
 # Toolchain: cargo-fuzz passes nightly-only flags (-Zsanitizer=..., -Cpasses=sancov-module, ...),
 # so on a stable toolchain we set RUSTC_BOOTSTRAP=1. With Rust 1.95 stable that is enough for
@@ -63,13 +65,33 @@ if ! cargo fuzz build -s "$sanitizer" >"$logdir/build-$sanitizer.log" 2>&1; then
 fi
 echo "fuzz.sh: sanitizer=$sanitizer runs=$runs targets: ${targets[*]}"
 
+# Seed corpora that are generated rather than found: `pipeline` and `config` (see
+# fuzz/examples/seeds.rs). Only when a corpus directory is missing or empty, so a grown corpus
+# is never touched.
+for t in "${targets[@]}"; do
+    case "$t" in
+        pipeline | config)
+            if [ -z "$(ls -A "fuzz/corpus/$t" 2>/dev/null)" ]; then
+                echo "fuzz.sh: generating seed corpora (cargo run --example seeds)"
+                cargo run --quiet --manifest-path fuzz/Cargo.toml --example seeds -- fuzz/corpus \
+                    >"$logdir/seeds.log" 2>&1 || { cat "$logdir/seeds.log" >&2; exit 1; }
+                break
+            fi
+            ;;
+    esac
+done
+
 failed=0
 printf '%-14s %12s %8s %10s  %s\n' target runs result wall_s detail
 for t in "${targets[@]}"; do
     log="$logdir/$t.log"
     start=$(date +%s.%N)
     set +e
-    cargo fuzz run -s "$sanitizer" "$t" -- -runs="$runs" "${extra_args[@]}" >"$log" 2>&1
+    dict=()
+    if [ -f "fuzz/dicts/$t.dict" ]; then
+        dict=(-dict="fuzz/dicts/$t.dict")
+    fi
+    cargo fuzz run -s "$sanitizer" "$t" -- -runs="$runs" "${dict[@]}" "${extra_args[@]}" >"$log" 2>&1
     rc=$?
     set -e
     end=$(date +%s.%N)

@@ -187,18 +187,22 @@ fn inside_udp(src: &str, dst: &str, backend_mac: Mac) -> Builder {
     Builder::udp(src, dst).macs(backend_mac, INT_MAC).vlan(100)
 }
 
-/// A full TCP connection through a two-way (fnat / nat) service: handshake, data both ways,
-/// client close. Returns the transmitted SYN and SYN-ACK.
-fn tcp_conversation(s: &mut Seed, client: &str, vip: &str) -> (Vec<u8>, Vec<u8>) {
+/// A TCP connection through a two-way (fnat / nat) service: handshake (TOA inserted on the
+/// ACK), data both ways. Returns the transmitted SYN and SYN-ACK.
+fn tcp_open(s: &mut Seed, client: &str, vip: &str) -> (Vec<u8>, Vec<u8>) {
     let syn = s.push(client_tcp(client, vip, SYN).tcp_options(&[2, 4, 5, 0xb4, 1, 3, 3, 7]).build()).expect("SYN forwarded");
     let synack = s.push(tcp_reply(&syn, SYN | ACK, b"")).expect("SYN-ACK returned");
     s.push(client_tcp(client, vip, ACK).build()).expect("ACK forwarded (TOA)");
     let data = s.push(client_tcp(client, vip, PSH | ACK).payload(b"GET / HTTP/1.1\r\n\r\n").build()).unwrap();
     s.push(tcp_reply(&data, PSH | ACK, b"HTTP/1.1 200 OK\r\n\r\n"));
-    let fin = s.push(client_tcp(client, vip, FIN | ACK).build()).unwrap();
-    s.push(tcp_reply(&fin, FIN | ACK, b""));
-    s.push(client_tcp(client, vip, ACK).build());
     (syn, synack)
+}
+
+/// The client closes the connection `tcp_open` opened (time_wait = 0 removes the session).
+fn tcp_close(s: &mut Seed, client: &str, vip: &str) {
+    let fin = s.push(client_tcp(client, vip, FIN | ACK).build()).expect("FIN forwarded");
+    s.push(tcp_reply(&fin, FIN | ACK, b"")).expect("FIN returned");
+    s.push(client_tcp(client, vip, ACK).build()).expect("last ACK forwarded");
 }
 
 fn main() {
@@ -212,25 +216,30 @@ fn main() {
     // IPv4 full NAT with TOA: a whole conversation, then ICMP errors quoting the flow from
     // both sides (backend -> local address, outside router -> VIP).
     let mut s = new(0);
-    let (syn, synack) = tcp_conversation(&mut s, "198.51.100.10:40000", "10.0.0.100:80");
+    let (c, vip) = ("198.51.100.10:40000", "10.0.0.100:80");
+    let (syn, synack) = tcp_open(&mut s, c, vip);
     let f = seen(&syn);
-    s.push(icmp_error(&f.dst.to_string(), &f.src.to_string(), &f.ip, Some(1300), (f.eth_dst, INT_MAC), Some(100)));
+    s.push(icmp_error(&f.dst.to_string(), &f.src.to_string(), &f.ip, Some(1300), (f.eth_dst, INT_MAC), Some(100))).expect("translated");
     let r = seen(&synack);
-    s.push(icmp_error("203.0.113.1", "10.0.0.100", &r.ip, None, (GW_MAC, EXT_MAC), None));
+    s.push(icmp_error("203.0.113.1", "10.0.0.100", &r.ip, None, (GW_MAC, EXT_MAC), None)).expect("translated");
+    tcp_close(&mut s, c, vip);
     seeds.push(("fnat4-conversation-icmp", s));
 
     // The same conversation on two cores (ports partitioned), core 1, batches of 4.
     let mut s = new(1 | 2 | 4);
-    tcp_conversation(&mut s, "198.51.100.11:40001", "10.0.0.100:80");
+    tcp_open(&mut s, "198.51.100.11:40001", "10.0.0.100:80");
+    tcp_close(&mut s, "198.51.100.11:40001", "10.0.0.100:80");
     seeds.push(("fnat4-core1-batch4", s));
 
     // IPv6 full NAT with TOA, plus a too-big from the backend about the forwarded SYN.
     let mut s = new(0);
-    let (syn, synack) = tcp_conversation(&mut s, "[2001:db8:ff::10]:40000", "[2001:db8::100]:443");
+    let (c, vip) = ("[2001:db8:ff::10]:40000", "[2001:db8::100]:443");
+    let (syn, synack) = tcp_open(&mut s, c, vip);
     let f = seen(&syn);
-    s.push(icmp_error(&f.dst.to_string(), &f.src.to_string(), &f.ip, Some(1280), (f.eth_dst, INT_MAC), Some(100)));
+    s.push(icmp_error(&f.dst.to_string(), &f.src.to_string(), &f.ip, Some(1280), (f.eth_dst, INT_MAC), Some(100))).expect("translated");
     let r = seen(&synack);
-    s.push(icmp_error("2001:db8:ff::1", "2001:db8::100", &r.ip, None, (GW_MAC, EXT_MAC), None));
+    s.push(icmp_error("2001:db8:ff::1", "2001:db8::100", &r.ip, None, (GW_MAC, EXT_MAC), None)).expect("translated");
+    tcp_close(&mut s, c, vip);
     seeds.push(("fnat6-conversation-icmp", s));
 
     // IPv4 NAT UDP: queries from two clients, replies, and ICMP errors both ways.
@@ -345,12 +354,14 @@ fn main() {
 
     // More new flows than local ports (8) and sessions (16): no_local_port, table full.
     let mut s = new(0);
-    for i in 0..24u16 {
+    for i in 0..32u16 {
         let c = format!("198.51.100.{}:{}", 100 + i, 30000 + i);
-        if i % 3 == 2 {
+        if i < 10 {
+            s.push(client_tcp(&c, "10.0.0.100:80", SYN).build());
+        } else if i % 2 == 0 {
             s.push(client_udp(&c, "10.0.0.100:53").payload(b"q").build());
         } else {
-            s.push(client_tcp(&c, "10.0.0.100:80", SYN).build());
+            s.push(client_udp(&c, &format!("10.0.0.102:{}", 7000 + i)).payload(b"t").build());
         }
     }
     seeds.push(("flood", s));

@@ -185,3 +185,33 @@ impl Counters {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cores_are_summed_on_read() {
+        let mut a = Counters { rx: 3, tx: 2, ..Default::default() };
+        a.drop(DropReason::NoSession);
+        a.services = vec![ServiceCounters { packets: 1, bytes: 10, new_sessions: 1 }];
+        let mut b = Counters { rx: 5, kernel: 1, ..Default::default() };
+        b.drop(DropReason::NoSession);
+        b.drop(DropReason::TableFull);
+        b.services = vec![ServiceCounters { packets: 2, bytes: 20, new_sessions: 0 }; 2];
+        b.backends = vec![BackendCounters { packets: 4, bytes: 40 }];
+        let mut total = Counters::default();
+        total.add(&a);
+        total.add(&b);
+        assert_eq!((total.rx, total.tx, total.kernel), (8, 2, 1));
+        assert_eq!(total.dropped(DropReason::NoSession), 2);
+        assert_eq!(total.total_drops(), 3);
+        assert_eq!(total.services[0], ServiceCounters { packets: 3, bytes: 30, new_sessions: 1 });
+        assert_eq!(total.services.len(), 2);
+        assert_eq!(total.backends[0].bytes, 40);
+        assert_eq!(DropReason::ALL.len(), DropReason::COUNT);
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "ALL is in discriminant order");
+        }
+    }
+}

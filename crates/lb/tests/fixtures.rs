@@ -526,3 +526,38 @@ fn a_flow_created_earlier_in_the_same_batch_is_found() {
     assert_eq!(bufs[0].data()[30..34], bufs[1].data()[30..34], "same backend");
     assert_eq!(lb.worker.table.len(), 1);
 }
+
+#[test]
+fn ipv4_options_are_carried_through() {
+    let f = Fam { v6: false };
+    let mut spec = topology();
+    spec.services.push(service(&f, Mode::Fnat, proto::UDP, 53, &[(1, 5353, 1)]));
+    let mut lb = Lb::new(spec);
+    // A router-alert option (RFC 2113) makes a 24-byte header: the slow parse path.
+    let opts = [0x94, 0x04, 0x00, 0x00];
+    let input = Builder::udp(&f.sock(f.client(), 4000), &f.sock(f.vip(), 53)).ip_options(&opts).payload(b"q");
+    let expected = Builder::udp(&f.sock(f.laddr(), 1024), &f.sock(&f.backend(1), 5353))
+        .ip_options(&opts)
+        .payload(b"q")
+        .ttl(63)
+        .macs(INT_MAC, be_mac(1));
+    lb.expect_tx(&input.macs(ROUTER_MAC, EXT_MAC).build(), 1, &expected.build());
+}
+
+#[test]
+fn any_port_service_keeps_the_port() {
+    let f = Fam { v6: true };
+    let mut spec = topology();
+    spec.services.push(service(&f, Mode::Nat, proto::TCP, 0, &[(2, 0, 1)]));
+    let mut lb = Lb::new(spec);
+    let c = f.sock(f.client(), 40000);
+    let be = f.backend(2);
+    for port in [22u16, 8443] {
+        let syn = Builder::tcp(&c, &f.sock(f.vip(), port), SYN).macs(ROUTER_MAC, EXT_MAC);
+        let expected = Builder::tcp(&c, &f.sock(&be, port), SYN).ttl(63).macs(INT_MAC, be_mac(2));
+        lb.expect_tx(&syn.build(), 1, &expected.build());
+        let reply = Builder::tcp(&f.sock(&be, port), &c, SYN | ACK).macs(be_mac(2), INT_MAC);
+        let expected = Builder::tcp(&f.sock(f.vip(), port), &c, SYN | ACK).ttl(63).macs(EXT_MAC, ROUTER_MAC);
+        lb.expect_tx(&reply.build(), 0, &expected.build());
+    }
+}
