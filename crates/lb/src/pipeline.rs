@@ -551,7 +551,7 @@ impl Worker {
             self.table.remove::<A>(r);
             return Verdict::Drop(DropReason::BackendRemoved);
         };
-        let Some(hop) = be.hop else {
+        let Some(hop) = be.hop.as_ref() else {
             return Verdict::Drop(DropReason::NoNeighbor);
         };
         let overhead = if mode == Mode::Tun { if A::V6 { 40 } else { 20 } } else { 0 };
