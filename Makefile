@@ -37,6 +37,7 @@ fuzz:
 # The issue's benchmark figures (docs/benchmarks.md).
 bench-core: build
 	bash scripts/bench-core.sh
+	python3 scripts/bench-report.py
 
 clean:
 	$(CARGO) clean

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Writes docs/benchmarks.md from bench-results/core.jsonl (made by scripts/bench-core.sh)."""
+import json, os, platform, subprocess, sys, datetime
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+rows = [json.loads(l) for l in open(os.path.join(root, "bench-results/core.jsonl")) if l.strip()]
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+    except Exception:
+        return "?"
+
+cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
+cores = sh("nproc")
+mem = sh("free -g | awk '/Mem:/ {print $2}'")
+kernel = platform.release()
+rustc = sh("rustc --version")
+commit = sh(f"git -C {root} rev-parse --short HEAD")
+thp = sh("cat /sys/kernel/mm/transparent_hugepage/enabled")
+today = datetime.date.today().isoformat()
+
+pipe = [r for r in rows if r["bench"] == "pipeline"]
+cps = [r for r in rows if r["bench"] == "cps"]
+big = [r for r in pipe if r["sessions"] >= 10_000_000]
+mid = [r for r in pipe if r["sessions"] < 10_000_000]
+
+out = []
+w = out.append
+w("# Benchmarks\n")
+w(f"Measured {today} at commit `{commit}` on: {cpu}, {cores} cores (a shared VM), {mem} GiB, "
+  f"Linux {kernel}, {rustc}, transparent huge pages `{thp}`. One core runs the pipeline; the "
+  "machine is shared with other tenants, so rounds vary: each figure is the median of 5 rounds "
+  "and every round is listed in `bench-results/core.jsonl`.\n")
+w("Regenerate: `make bench-core` (runs `scripts/bench-core.sh`, then `scripts/bench-report.py`).\n")
+w("## What is measured\n")
+w("- **pipeline**: `vectorlb bench pipeline` fills a session table with N flows (the first packet "
+  "of each creates its session), then replays a pool of 1 M frames drawn uniformly at random "
+  "from those flows through `Worker::process` in batches of 256. Frames are 64 bytes on the wire "
+  "for IPv4 and 80 for IPv6 (seed 003's UDP64 / UDP80). `mpps` counts pipeline time only; "
+  "`mpps_with_copy` also counts copying each frame into its buffer, the work a NIC's DMA does "
+  "in a real system. Every packet must be forwarded (`not_forwarded` = 0). `bytes_per_session` "
+  "is the growth of resident memory while the table fills, divided by N (index, records, "
+  "full-NAT port maps: everything the table costs).")
+w("- **cps**: `vectorlb bench cps` runs complete TCP lifecycles — SYN, SYN-ACK, ACK, request, "
+  "1-byte response, FIN/ACK both ways, last ACK (seed 003 Figure 14) — 256 connections in "
+  "flight, server packets addressed from what the LB actually sent. Sessions are created at "
+  "the SYN and deleted at the last ACK (TIME-WAIT timeout 0, as HDSLB does in that test). "
+  "`connections_per_second` counts pipeline time; `wall` includes the generator.\n")
+
+def table(rs, title):
+    w(f"## {title}\n")
+    w("| mode | family | proto | sessions | Mpps (median) | ns/packet | Mpps with copy | bytes/session | rounds (Mpps) |")
+    w("|---|---|---|---|---|---|---|---|---|")
+    for r in rs:
+        w(f"| {r['mode']} | IPv{r['family']} | {r['proto']} | {r['sessions']:,} | **{r['mpps']}** | "
+          f"{r['ns_per_packet']} | {r['mpps_with_copy']} | {r['bytes_per_session']} | "
+          f"{', '.join(str(x) for x in r['mpps_rounds'])} |")
+    w("")
+
+table(big, "Throughput at 10 M sessions (full NAT, UDP)")
+w("Command: `vectorlb bench pipeline --mode fnat --family {4,6} --proto udp --sessions 10000000 --json`\n")
+table(mid, "Throughput, every mode, family and protocol (1 M sessions)")
+w("Command: `vectorlb bench pipeline --mode M --family F --proto P --sessions 1000000 --json`\n")
+w("## Connections per second\n")
+w("| mode | family | connections/s (median) | wall connections/s | ns/packet | rounds | errors |")
+w("|---|---|---|---|---|---|---|")
+for r in cps:
+    w(f"| {r['mode']} | IPv{r['family']} | **{int(r['connections_per_second']):,}** | "
+      f"{int(r['wall_connections_per_second']):,} | {r['ns_per_packet']} | "
+      f"{', '.join(f'{int(x):,}' for x in r['cps_rounds'])} | {r['errors']} |")
+w("\nCommand: `vectorlb bench cps --mode M --family F --json`\n")
+w("## JSON lines\n")
+w("```")
+for r in rows:
+    w(json.dumps(r, separators=(",", ":")))
+w("```\n")
+tail = os.path.join(root, "docs/benchmarks-notes.md")
+if os.path.exists(tail):
+    w(open(tail).read())
+open(os.path.join(root, "docs/benchmarks.md"), "w").write("\n".join(out) + "\n")
+print("wrote docs/benchmarks.md")
