@@ -3,15 +3,16 @@
 //!     cargo run --manifest-path fuzz/Cargo.toml --example seeds -- fuzz/corpus
 //!
 //! (`scripts/fuzz.sh` runs it when `fuzz/corpus/pipeline` or `fuzz/corpus/config` is missing
-//! or empty.) Pipeline seeds are in the target's input format (see
-//! `fuzz_targets/pipeline.rs`). They are built with `vectorlb_packet::builder::Builder`, and
+//! or empty.) Pipeline seeds are in the target's input format and are replayed through the
+//! target's own harness (`src/pipeline.rs`) before they are written. They are built with `vectorlb_packet::builder::Builder`, and
 //! backend replies, ICMP errors quoting a flow and SNAT returns are derived from what a worker
 //! built from the same `fuzz/pipeline.toml` actually transmitted, so they carry the real
 //! backend, local address and local port.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use vectorlb_config::Config;
+use std::sync::Arc;
+use vectorlb_fuzz::pipeline::{self, flags as fl, Case};
 use vectorlb_lb::{Control, HeapBuf, PacketBuf, Verdict, Worker};
 use vectorlb_packet::builder::Builder;
 use vectorlb_packet::ethernet::Mac;
@@ -19,7 +20,6 @@ use vectorlb_packet::icmp::{v4, v6};
 use vectorlb_packet::tcp::flags::{ACK, FIN, PSH, RST, SYN};
 use vectorlb_packet::{parse_frame, Family};
 
-const CONFIG: &str = include_str!("../pipeline.toml");
 const DEMO: &str = include_str!("../../examples/fnat-demo.toml");
 
 const EXT_MAC: Mac = [2, 0, 0, 0, 0, 1];
@@ -27,67 +27,54 @@ const GW_MAC: Mac = [2, 0, 0, 0, 0, 0xfe];
 const INT_MAC: Mac = [2, 0, 0, 0, 1, 1];
 const NOW0: u32 = 1_000;
 
-/// A seed under construction: the frames, and a worker that has seen them (at `NOW0`, one
-/// frame per call) so that replies can be derived from its output.
+/// A seed under construction: the input, and a worker that has seen its frames (one frame
+/// per call, at the clock of the batch the frame is in) so that replies can be derived from
+/// what it transmitted.
 struct Seed {
-    flags: u8,
-    dt: u32,
-    split: u8,
-    frames: Vec<Vec<u8>>,
+    case: Case,
+    control: Arc<Control>,
     worker: Worker,
     now: u32,
-    /// The verdict of each frame, for `SEEDS_VERBOSE=1`.
+    /// The verdict of each frame while generating, for `SEEDS_VERBOSE=1`.
     log: Vec<String>,
 }
 
 impl Seed {
-    fn new(control: &std::sync::Arc<Control>, config: &Config, flags: u8) -> Seed {
-        let (cores, core) = if flags & 1 != 0 { (2, ((flags >> 1) & 1) as u16) } else { (1, 0) };
-        let mut wc = config.worker_config(core, cores);
-        if flags & 4 != 0 {
-            wc.batch = 4;
-        }
-        let worker = Worker::new(control.clone(), wc).expect("worker");
-        Seed { flags, dt: 500, split: 255, frames: Vec::new(), worker, now: NOW0, log: Vec::new() }
+    fn new(flags: u8) -> Seed {
+        let (control, worker) = pipeline::worker(flags);
+        let case = Case { flags, now0: NOW0, dt: 500, split: 255, frames: Vec::new() };
+        Seed { case, control, worker, now: NOW0, log: Vec::new() }
     }
 
-    /// Starts the second batch: frames pushed from now on run `dt` ms later.
+    /// Starts the second batch: frames pushed from now on run `dt` ms later (after the
+    /// configuration change, if the seed's flags ask for one).
     fn second_batch(&mut self, dt: u32) {
-        self.split = self.frames.len() as u8;
-        self.dt = dt;
+        self.case.split = self.case.frames.len() as u8;
+        self.case.dt = dt;
         self.now = NOW0.wrapping_add(dt);
+        if self.case.flags & fl::RECONFIGURE != 0 {
+            self.control.apply(&pipeline::setup().reconfigured).expect("reconfigure");
+        }
     }
 
     /// Adds a frame; returns what the worker transmitted for it, if anything.
     fn push(&mut self, f: Vec<u8>) -> Option<Vec<u8>> {
-        assert!(f.len() < 1600, "seed frame too long");
         let mut b = [HeapBuf::from_frame(&f)];
         let mut v = [Verdict::Kernel];
         self.worker.process(&mut b, &mut v, self.now);
-        self.frames.push(f);
-        self.log.push(format!("at {}: {:?}", self.now, v[0]));
+        self.case.frames.push(f);
         match v[0] {
-            Verdict::Tx(_) => Some(b[0].data().to_vec()),
-            _ => None,
+            Verdict::Tx(_) => {
+                let o = seen(b[0].data());
+                self.log.push(format!("at {}: {:?} {} -> {}", self.now, v[0], sa(o.src, o.sport), sa(o.dst, o.dport)));
+                Some(b[0].data().to_vec())
+            }
+            _ => {
+                self.log.push(format!("at {}: {:?}", self.now, v[0]));
+                None
+            }
         }
     }
-
-    fn encode(&self) -> Vec<u8> {
-        encode(self.flags, self.dt, self.split, &self.frames)
-    }
-}
-
-/// The `pipeline` target's input format.
-fn encode(flags: u8, dt: u32, split: u8, frames: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = vec![flags];
-    out.extend_from_slice(&NOW0.to_le_bytes());
-    out.extend_from_slice(&dt.to_le_bytes());
-    out.push(split);
-    for f in frames {
-        out.extend_from_slice(&(f.len() as u16).to_le_bytes());
-        out.extend_from_slice(f);
-    }
-    out
 }
 
 /// Addresses, ports and layout of a frame the worker sent.
@@ -208,9 +195,7 @@ fn tcp_close(s: &mut Seed, client: &str, vip: &str) {
 fn main() {
     let root = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
     let root = Path::new(&root);
-    let config = Config::parse(CONFIG).expect("fuzz/pipeline.toml parses");
-    let control = Control::new(&config.spec).expect("fuzz/pipeline.toml builds");
-    let new = |flags: u8| Seed::new(&control, &config, flags);
+    let new = Seed::new;
     let mut seeds: Vec<(&str, Seed)> = Vec::new();
 
     // IPv4 full NAT with TOA: a whole conversation, then ICMP errors quoting the flow from
@@ -226,7 +211,7 @@ fn main() {
     seeds.push(("fnat4-conversation-icmp", s));
 
     // The same conversation on two cores (ports partitioned), core 1, batches of 4.
-    let mut s = new(1 | 2 | 4);
+    let mut s = new(fl::TWO_CORES | fl::CORE1 | fl::SMALL_BATCH);
     tcp_open(&mut s, "198.51.100.11:40001", "10.0.0.100:80");
     tcp_close(&mut s, "198.51.100.11:40001", "10.0.0.100:80");
     seeds.push(("fnat4-core1-batch4", s));
@@ -385,26 +370,63 @@ fn main() {
     s.push(client_tcp("198.51.100.90:45000", "10.0.0.100:80", ACK).build());
     seeds.push(("two-batches", s));
 
+    // A configuration change between the batches: flows of every kind open in the first
+    // batch and continue in the second, after a backend, a service and the SNAT address have
+    // gone (src/pipeline.rs, `reconfigure`).
+    let mut s = new(fl::RECONFIGURE);
+    let mut fnat = Vec::new();
+    for i in 0..6u16 {
+        let c = format!("198.51.100.{}:{}", 110 + i, 46000 + i);
+        let syn = s.push(client_tcp(&c, "10.0.0.100:80", SYN).build()).unwrap();
+        fnat.push((c, syn));
+    }
+    let q: Vec<_> = (0..2u16)
+        .map(|i| s.push(client_udp(&format!("198.51.100.{}:{}", 120 + i, 47000 + i), "10.0.0.100:53").payload(b"q").build()).unwrap())
+        .collect();
+    s.push(client_tcp("198.51.100.130:48000", "10.0.0.101:80", SYN).build());
+    s.push(client_tcp("[2001:db8:ff::40]:42000", "[2001:db8::101]:80", SYN).build());
+    let o = s.push(inside_udp("10.1.0.50:33000", "8.8.8.8:53", [2, 0, 0, 0, 1, 0x50]).payload(b"dns?").build()).unwrap();
+    s.second_batch(200);
+    for (c, syn) in &fnat {
+        s.push(tcp_reply(syn, SYN | ACK, b""));
+        s.push(client_tcp(c, "10.0.0.100:80", ACK).build());
+    }
+    for q in &q {
+        s.push(udp_reply(q, b"a"));
+    }
+    s.push(client_tcp("198.51.100.130:48000", "10.0.0.101:80", ACK).build());
+    s.push(client_tcp("[2001:db8:ff::40]:42000", "[2001:db8::101]:80", ACK).build());
+    s.push(udp_reply(&o, b"dns!"));
+    s.push(inside_udp("10.1.0.50:33000", "8.8.8.8:53", [2, 0, 0, 0, 1, 0x50]).payload(b"again").build());
+    s.push(client_tcp("198.51.100.131:48001", "10.0.0.104:80", SYN).build());
+    seeds.push(("reconfigure", s));
+
+    let verbose = std::env::var_os("SEEDS_VERBOSE").is_some();
     let dir = root.join("pipeline");
     std::fs::create_dir_all(&dir).expect("create corpus dir");
+    let mut count = 0;
     for (name, s) in &seeds {
-        if std::env::var_os("SEEDS_VERBOSE").is_some() {
-            eprintln!("{name}:");
+        // Replay the seed the way the fuzz target does (all frames of a batch in one call,
+        // with the target's checks).
+        let out = pipeline::run(&s.case);
+        if verbose {
+            eprintln!("{name} (flags {:#x}, split {}, dt {}):", s.case.flags, s.case.split, s.case.dt);
             for (i, l) in s.log.iter().enumerate() {
-                eprintln!("  frame {i:2} {l}");
+                eprintln!("  frame {i:2} {l:70} target: {:?}", out.verdicts[i]);
             }
         }
-        std::fs::write(dir.join(format!("seed-{name}")), s.encode()).expect("write seed");
+        std::fs::write(dir.join(format!("seed-{name}")), s.case.encode()).expect("write seed");
+        count += 1;
         // Each frame on its own too, so the fuzzer has single-frame starting points.
-        for (i, f) in s.frames.iter().enumerate() {
-            let one = encode(0, 0, 255, std::slice::from_ref(f));
-            std::fs::write(dir.join(format!("seed-{name}-{i:02}")), one).expect("write seed");
+        for (i, f) in s.case.frames.iter().enumerate() {
+            let one = Case { flags: 0, now0: NOW0, dt: 0, split: 255, frames: vec![f.clone()] };
+            std::fs::write(dir.join(format!("seed-{name}-{i:02}")), one.encode()).expect("write seed");
+            count += 1;
         }
     }
     let dir = root.join("config");
     std::fs::create_dir_all(&dir).expect("create corpus dir");
-    std::fs::write(dir.join("seed-pipeline.toml"), CONFIG).expect("write seed");
+    std::fs::write(dir.join("seed-pipeline.toml"), pipeline::CONFIG).expect("write seed");
     std::fs::write(dir.join("seed-fnat-demo.toml"), DEMO).expect("write seed");
-    let total: usize = seeds.iter().map(|(_, s)| 1 + s.frames.len()).sum();
-    println!("wrote {total} pipeline seeds to {} and 2 config seeds to {}", root.join("pipeline").display(), dir.display());
+    println!("wrote {count} pipeline seeds to {} and 2 config seeds to {}", root.join("pipeline").display(), dir.display());
 }

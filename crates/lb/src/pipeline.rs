@@ -565,6 +565,9 @@ impl Worker {
                 let baddr = A::from16(&be.bytes);
                 let new_src = if mode == Mode::Fnat {
                     let Some(laddr) = snap.laddr_bytes(s.laddr) else {
+                        // The local address left the configuration: end the session so the
+                        // flow's next packet starts a new one on a current address.
+                        self.table.remove::<A>(r);
                         return Verdict::Drop(DropReason::NoRoute);
                     };
                     Some((A::from16(laddr), s.lport))
@@ -857,7 +860,8 @@ impl Worker {
         let t = rule.timeouts;
         let (_, remove) = self.advance::<A>(r, m, true, false, &t, now);
         let s = *self.table.get::<A>(r);
-        let Some(laddr) = snap.laddr_addr(s.laddr).and_then(A::from_ip) else {
+        let Some(laddr) = snap.laddr_bytes(s.laddr).map(A::from16) else {
+            self.table.remove::<A>(r);
             return Verdict::Drop(DropReason::NoRoute);
         };
         h.translate::<A>(b.data_mut(), Some((&laddr, s.lport)), None);

@@ -97,3 +97,31 @@ fn maglev_sessions_stick_and_spread() {
         assert!((850..1150).contains(&c), "{count:?}");
     }
 }
+
+#[test]
+fn sessions_on_a_removed_local_address_end() {
+    let f = Fam { v6: false };
+    let mut spec = topology();
+    spec.services.push(service(&f, Mode::Fnat, proto::UDP, 53, &[(1, 53, 1)]));
+    spec.snat.push(SnatSpec { source: ip("10.1.0.0"), prefix_len: 24, addrs: vec![ip("10.0.0.200")], timeouts: Timeouts::default() });
+    let mut lb = Lb::new(spec.clone());
+    let q = Builder::udp(&f.sock(f.client(), 1000), &f.sock(f.vip(), 53)).payload(b"q").build();
+    let out = Builder::udp("10.1.0.12:7000", "203.0.113.1:9").payload(b"o").build();
+    assert_eq!(lb.run(&q).0, Verdict::Tx(1));
+    assert_eq!(lb.run(&out).0, Verdict::Tx(0));
+    assert_eq!(lb.worker.table.len(), 2);
+    // Move both the full-NAT local address and the SNAT address.
+    spec.services[0].local_addrs = vec![ip("10.1.0.201")];
+    spec.snat[0].addrs = vec![ip("10.0.0.201")];
+    lb.control.apply(&spec).unwrap();
+    lb.expect_drop(&q, DropReason::NoRoute);
+    lb.expect_drop(&out, DropReason::NoRoute);
+    assert_eq!(lb.worker.table.len(), 0, "stale sessions are removed");
+    // The flows' next packets get sessions on the new addresses.
+    let (v, o) = lb.run(&q);
+    assert_eq!(v, Verdict::Tx(1));
+    assert_eq!(&o[26..30], &[10, 1, 0, 201]);
+    let (v, o) = lb.run(&out);
+    assert_eq!(v, Verdict::Tx(0));
+    assert_eq!(&o[26..30], &[10, 0, 0, 201]);
+}
