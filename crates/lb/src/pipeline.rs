@@ -585,11 +585,11 @@ impl Worker {
                     self.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
                     self.insert_toa::<A, B>(b, &h, &src, s.cport, hop.mtu as usize);
                 }
-                egress(b, h.l3, &hop, A::ETHERTYPE)
+                egress(b, h.l3, hop, A::ETHERTYPE)
             }
             Mode::Dr => {
                 h.dec_ttl(b.data_mut());
-                egress(b, h.l3, &hop, A::ETHERTYPE)
+                egress(b, h.l3, hop, A::ETHERTYPE)
             }
             Mode::Tun => {
                 h.dec_ttl(b.data_mut());
@@ -597,7 +597,7 @@ impl Worker {
                     return Verdict::Drop(DropReason::NoRoute);
                 };
                 match self.encapsulate_pub::<A, B>(b, &h, &tsrc, &tdst) {
-                    Ok(()) => egress(b, h.l3, &hop, A::ETHERTYPE),
+                    Ok(()) => egress(b, h.l3, hop, A::ETHERTYPE),
                     Err(e) => Verdict::Drop(e),
                 }
             }

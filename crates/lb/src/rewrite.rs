@@ -7,7 +7,7 @@ use crate::session::{Addr, Session};
 use crate::verdict::{DropReason, Verdict};
 use crate::PacketBuf;
 use std::net::IpAddr;
-use vectorlb_packet::checksum::{adjust, adjust16};
+use vectorlb_packet::checksum::adjust16;
 use vectorlb_packet::ethernet::{self, ethertype};
 use vectorlb_packet::proto;
 
@@ -110,68 +110,6 @@ pub struct Hdr {
 }
 
 impl Hdr {
-    /// Offset of the upper-layer checksum that covers the pseudo header, if any.
-    #[inline(always)]
-    fn l4_csum(&self, d: &[u8]) -> Option<usize> {
-        match self.proto {
-            proto::TCP => Some(self.l4 + 16),
-            // An IPv4 UDP checksum of zero means "none" and stays zero.
-            proto::UDP if self.v6 || d[self.l4 + 6] | d[self.l4 + 7] != 0 => Some(self.l4 + 6),
-            proto::ICMPV6 => Some(self.l4 + 2),
-            _ => None,
-        }
-    }
-
-    #[inline(always)]
-    fn patch(&self, d: &mut [u8], at: usize, old: &[u8], new: &[u8]) {
-        let c = u16::from_be_bytes([d[at], d[at + 1]]);
-        let mut n = adjust(c, old, new);
-        if n == 0 && self.proto == proto::UDP {
-            n = 0xffff;
-        }
-        d[at..at + 2].copy_from_slice(&n.to_be_bytes());
-    }
-
-    /// Rewrites an address at `off` in the IP header (`Fam::SRC` or `Fam::DST`).
-    #[inline(always)]
-    pub fn set_addr(&self, d: &mut [u8], off: usize, new: &[u8]) {
-        let at = self.l3 + off;
-        let mut old = [0u8; 16];
-        let n = new.len();
-        old[..n].copy_from_slice(&d[at..at + n]);
-        if old[..n] == *new {
-            return;
-        }
-        d[at..at + n].copy_from_slice(new);
-        if !self.v6 {
-            let c = u16::from_be_bytes([d[self.l3 + 10], d[self.l3 + 11]]);
-            d[self.l3 + 10..self.l3 + 12].copy_from_slice(&adjust(c, &old[..n], new).to_be_bytes());
-        }
-        if let Some(c) = self.l4_csum(d) {
-            self.patch(d, c, &old[..n], new);
-        }
-    }
-
-    /// Rewrites the upper-layer source (`off` 0) or destination (`off` 2) port.
-    #[inline(always)]
-    pub fn set_port(&self, d: &mut [u8], off: usize, port: u16) {
-        let at = self.l4 + off;
-        let old = [d[at], d[at + 1]];
-        let new = port.to_be_bytes();
-        if old == new {
-            return;
-        }
-        d[at..at + 2].copy_from_slice(&new);
-        let c = match self.proto {
-            proto::TCP => Some(self.l4 + 16),
-            proto::UDP if self.v6 || d[self.l4 + 6] | d[self.l4 + 7] != 0 => Some(self.l4 + 6),
-            _ => None,
-        };
-        if let Some(c) = c {
-            self.patch(d, c, &old, &new);
-        }
-    }
-
     /// Full and plain NAT in one pass: rewrites the source and/or destination address and
     /// port (a port of 0 is left as it is), decrements the TTL, and updates the IPv4 header and
     /// upper-layer checksums once each.
