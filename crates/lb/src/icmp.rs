@@ -420,7 +420,7 @@ impl Worker {
         h.dec_ttl(d);
         self.counters.icmp_errors_translated += 1;
         if let Some((src, dst)) = tr.tunnel {
-            if let Err(e) = self.encapsulate_pub::<A, B>(b, h, &src, &dst) {
+            if let Err(e) = self.encapsulate::<A, B>(b, h, &src, &dst) {
                 return Verdict::Drop(e);
             }
         }

@@ -596,7 +596,7 @@ impl Worker {
                 let (Some(tsrc), Some(tdst)) = (be.tun_src.and_then(A::from_ip), A::from_ip(be.addr)) else {
                     return Verdict::Drop(DropReason::NoRoute);
                 };
-                match self.encapsulate_pub::<A, B>(b, &h, &tsrc, &tdst) {
+                match self.encapsulate::<A, B>(b, &h, &tsrc, &tdst) {
                     Ok(()) => egress(b, h.l3, hop, A::ETHERTYPE),
                     Err(e) => Verdict::Drop(e),
                 }
@@ -611,27 +611,28 @@ impl Worker {
         v
     }
 
-    /// Inserts the TOA option carrying the client's address; returns the new IP end. Skipped
-    /// (and counted) when the header or MTU has no room.
-    fn insert_toa<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &Hdr, client: &A, cport: u16, mtu: usize) -> usize
+    /// Inserts the TOA option carrying the client's address. Skipped (and counted) when the
+    /// header or MTU has no room.
+    fn insert_toa<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &Hdr, client: &A, cport: u16, mtu: usize)
     where
         Session<A>: Zeroable,
     {
         let (opt, len) = tcp::toa_option(client.bytes(), cport);
         let add = len.div_ceil(4) * 4;
         let thl = ((b.data()[h.l4 + 12] >> 4) as usize) * 4;
+        let old_len = b.data().len();
         if h.ip_len() + add > mtu || thl + add > tcp::MAX_HEADER_LEN || !b.set_len(h.end + add) {
             self.counters.toa_skipped += 1;
-            return h.end;
+            return;
         }
         let d = b.data_mut();
         if tcp::insert_option(&mut d[h.l4..], h.end - h.l4, &opt[..len]).is_err() {
-            // Cannot happen after the checks above; keep the packet intact if it does.
+            // Cannot happen after the checks above; keep the packet as it was if it does.
+            b.set_len(old_len);
             self.counters.toa_skipped += 1;
-            return h.end;
+            return;
         }
         let end = h.end + add;
-        let seg_len = end - h.l4;
         if A::V6 {
             let pl = (end - h.l3 - 40) as u16;
             d[h.l3 + 4..h.l3 + 6].copy_from_slice(&pl.to_be_bytes());
@@ -641,13 +642,11 @@ impl Worker {
             ip.fill_checksum();
         }
         crate::icmp::fill_l4_checksum::<A>(d, h.l3, h.l4, end, proto::TCP);
-        let _ = seg_len;
         self.counters.toa_inserted += 1;
-        end
     }
 
     /// Prepends the outer IPv4 (protocol 4) or IPv6 (next header 41) header.
-    pub(crate) fn encapsulate_pub<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &Hdr, src: &A, dst: &A) -> Result<(), DropReason>
+    pub(crate) fn encapsulate<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &Hdr, src: &A, dst: &A) -> Result<(), DropReason>
     where
         Session<A>: Zeroable,
     {

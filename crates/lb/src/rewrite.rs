@@ -217,7 +217,7 @@ pub fn egress<B: PacketBuf>(b: &mut B, l3: usize, hop: &Hop, et: u16) -> Verdict
         d[..12].copy_from_slice(&hop.macs);
         d[12..14].copy_from_slice(&et.to_be_bytes());
     } else {
-        ethernet::write_header(&mut d[..hl], hop.dst_mac, hop.src_mac, hop.vlan, et);
+        ethernet::write_header(&mut d[..hl], hop.dst_mac(), hop.src_mac(), hop.vlan, et);
     }
     Verdict::Tx(hop.port)
 }

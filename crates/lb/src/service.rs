@@ -185,9 +185,7 @@ macro_rules! bail {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hop {
     pub port: u16,
-    pub dst_mac: Mac,
-    pub src_mac: Mac,
-    /// Destination then source MAC, as they are written.
+    /// Destination then source MAC, as an Ethernet header starts.
     pub macs: [u8; 12],
     pub vlan: Option<u16>,
     pub mtu: u16,
@@ -198,7 +196,15 @@ impl Hop {
         let mut macs = [0u8; 12];
         macs[..6].copy_from_slice(&dst_mac);
         macs[6..].copy_from_slice(&src_mac);
-        Hop { port, dst_mac, src_mac, macs, vlan, mtu }
+        Hop { port, macs, vlan, mtu }
+    }
+
+    pub fn dst_mac(&self) -> Mac {
+        self.macs[..6].try_into().unwrap()
+    }
+
+    pub fn src_mac(&self) -> Mac {
+        self.macs[6..].try_into().unwrap()
     }
 }
 
