@@ -238,10 +238,7 @@ fn tcp_lifecycle_and_expiry() {
     s.timeouts.time_wait = 2_000;
     spec.services.push(s);
     let mut lb = Lb::new(spec);
-    let c = f.sock(f.client(), 40000);
-    let v = f.sock(f.vip(), 80);
-    let be = f.sock(&f.backend(1), 8080);
-    let l = f.sock(f.laddr(), 1024);
+    let (c, v, be, l) = f.flow();
     let steps: [(bool, u8); 8] = [
         (true, SYN),
         (false, SYN | ACK),
@@ -289,9 +286,7 @@ fn time_wait_zero_removes_at_last_ack() {
     s.timeouts.time_wait = 0;
     spec.services.push(s);
     let mut lb = Lb::new(spec);
-    let c = f.sock(f.client(), 40000);
-    let v = f.sock(f.vip(), 80);
-    let be = f.sock(&f.backend(1), 8080);
+    let (c, v, be, _) = f.flow();
     for (inbound, fl) in [(true, SYN), (false, SYN | ACK), (true, ACK), (true, FIN | ACK), (false, FIN | ACK), (true, ACK)] {
         let pkt = if inbound { Builder::tcp(&c, &v, fl) } else { Builder::tcp(&be, &c, fl) };
         assert!(matches!(lb.run(&pkt.build()).0, Verdict::Tx(_)));
@@ -460,10 +455,7 @@ fn toa_is_inserted_in_the_handshake_ack() {
         s.toa = true;
         spec.services.push(s);
         let mut lb = Lb::new(spec);
-        let c = f.sock(f.client(), 40000);
-        let v = f.sock(f.vip(), 80);
-        let be = f.sock(&f.backend(1), 8080);
-        let l = f.sock(f.laddr(), 1024);
+        let (c, v, be, l) = f.flow();
         lb.run(&Builder::tcp(&c, &v, SYN).seq(1).build());
         lb.run(&Builder::tcp(&be, &l, SYN | ACK).seq(9).ack(2).build());
         let ack = Builder::tcp(&c, &v, ACK).seq(2).ack(10).macs(ROUTER_MAC, EXT_MAC);

@@ -47,6 +47,17 @@ impl Fam {
     pub fn backend(&self, i: u8) -> String {
         if self.v6 { format!("2001:db8:1::1{i}") } else { format!("10.1.0.1{i}") }
     }
+    /// The four endpoints of the standard TCP flow: client:40000, VIP:80, backend 1:8080 and
+    /// the first full-NAT local port.
+    pub fn flow(&self) -> (String, String, String, String) {
+        (
+            self.sock(self.client(), 40000),
+            self.sock(self.vip(), 80),
+            self.sock(&self.backend(1), 8080),
+            self.sock(self.laddr(), 1024),
+        )
+    }
+
     /// "addr:port" with brackets for IPv6.
     pub fn sock(&self, a: &str, port: u16) -> String {
         if self.v6 { format!("[{a}]:{port}") } else { format!("{a}:{port}") }
