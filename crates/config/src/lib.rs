@@ -40,10 +40,58 @@ pub struct Engine {
     pub sweep_budget: u32,
 }
 
+/// Settings of the daemon (`vectorlb run`): threads, DPDK, the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runtime {
+    /// Worker threads; each owns one rx/tx queue on every port and its own session table.
+    pub workers: u16,
+    /// CPUs to pin the workers to, in order (empty: not pinned).
+    pub cpus: Vec<usize>,
+    /// EAL arguments (devices are added from the ports).
+    pub eal: Vec<String>,
+    /// Packet buffers in the pool shared by all ports.
+    pub mbufs: u32,
+    /// Descriptors per rx and per tx queue.
+    pub queue_desc: u16,
+    /// Where the control API listens: "127.0.0.1:9180", or "unix:/run/vectorlb.sock".
+    pub api: String,
+    /// Longest sleep of an idle worker, microseconds (its wake-up latency bound). 0: busy-poll.
+    pub idle_sleep_us: u32,
+    /// Learned neighbours not confirmed for this long are forgotten (seconds).
+    pub neighbor_timeout: u32,
+    /// Directory for run-time files (the XDP object).
+    pub run_dir: String,
+}
+
+pub const DEFAULT_EAL: &[&str] = &["-l", "0", "--in-memory", "--log-level", "*:warning"];
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime {
+            workers: 1,
+            cpus: Vec::new(),
+            eal: DEFAULT_EAL.iter().map(|s| s.to_string()).collect(),
+            mbufs: 16383,
+            queue_desc: 1024,
+            api: "127.0.0.1:9180".into(),
+            idle_sleep_us: 200,
+            neighbor_timeout: 300,
+            run_dir: "/run/vectorlb".into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub engine: Engine,
     pub spec: LbSpec,
+    pub runtime: Runtime,
+    /// Per port (same order as `spec.ports`): the DPDK device string, if any.
+    pub devices: Vec<Option<String>>,
+    /// Per port: whether the MAC address was left to the device.
+    pub mac_from_device: Vec<bool>,
+    /// Per port: the MTU given in the file (None: the default).
+    pub mtu_given: Vec<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -69,11 +117,26 @@ struct RawTimeouts {
     udp: Option<f64>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRuntime {
+    workers: Option<u16>,
+    cpus: Option<Vec<usize>>,
+    eal: Option<Vec<String>>,
+    mbufs: Option<u32>,
+    queue_desc: Option<u16>,
+    api: Option<String>,
+    idle_sleep_us: Option<u32>,
+    neighbor_timeout: Option<u32>,
+    run_dir: Option<String>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPort {
     name: String,
-    mac: String,
+    device: Option<String>,
+    mac: Option<String>,
     #[serde(default)]
     addrs: Vec<String>,
     vlan: Option<u16>,
@@ -136,6 +199,8 @@ struct RawSnat {
 struct Raw {
     #[serde(default)]
     global: RawGlobal,
+    #[serde(default)]
+    runtime: RawRuntime,
     #[serde(default)]
     timeouts: RawTimeouts,
     #[serde(default)]
@@ -216,6 +281,84 @@ fn timeouts(field: &str, r: &RawTimeouts, base: &Timeouts) -> Result<Timeouts, E
     Ok(t)
 }
 
+/// A TOML basic string.
+fn quote(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn secs(ms: u32) -> String {
+    format!("{}", ms as f64 / 1000.0)
+}
+
+fn timeouts_toml(t: &Timeouts) -> String {
+    format!(
+        "{{ syn = {}, established = {}, fin = {}, time_wait = {}, close = {}, udp = {} }}",
+        secs(t.syn),
+        secs(t.established),
+        secs(t.fin),
+        secs(t.time_wait),
+        secs(t.close),
+        secs(t.udp)
+    )
+}
+
+fn runtime(r: &RawRuntime) -> Result<Runtime, Error> {
+    let d = Runtime::default();
+    let workers = r.workers.unwrap_or(d.workers);
+    if !(1..=64).contains(&workers) {
+        bail!("runtime.workers: {workers} is out of range 1..=64");
+    }
+    let cpus = r.cpus.clone().unwrap_or_default();
+    if !cpus.is_empty() && cpus.len() < workers as usize {
+        bail!("runtime.cpus: {} CPUs for {workers} workers (give one per worker, or none)", cpus.len());
+    }
+    let mbufs = r.mbufs.unwrap_or(d.mbufs);
+    if !(1024..=16_777_215).contains(&mbufs) {
+        bail!("runtime.mbufs: {mbufs} is out of range 1024..=16777215");
+    }
+    let queue_desc = r.queue_desc.unwrap_or(d.queue_desc);
+    if !(64..=16384).contains(&queue_desc) || !queue_desc.is_power_of_two() {
+        bail!("runtime.queue_desc: {queue_desc} must be a power of two in 64..=16384");
+    }
+    let api = r.api.clone().unwrap_or(d.api);
+    if let Some(path) = api.strip_prefix("unix:") {
+        if path.is_empty() {
+            bail!("runtime.api: 'unix:' needs a socket path");
+        }
+    } else if api.parse::<std::net::SocketAddr>().is_err() {
+        bail!("runtime.api: '{api}' is not ADDRESS:PORT or unix:PATH");
+    }
+    let idle_sleep_us = r.idle_sleep_us.unwrap_or(d.idle_sleep_us);
+    if idle_sleep_us > 100_000 {
+        bail!("runtime.idle_sleep_us: {idle_sleep_us} is above 100000");
+    }
+    let neighbor_timeout = r.neighbor_timeout.unwrap_or(d.neighbor_timeout);
+    if neighbor_timeout < 10 {
+        bail!("runtime.neighbor_timeout: {neighbor_timeout} is below 10 seconds");
+    }
+    Ok(Runtime {
+        workers,
+        cpus,
+        eal: r.eal.clone().unwrap_or(d.eal),
+        mbufs,
+        queue_desc,
+        api,
+        idle_sleep_us,
+        neighbor_timeout,
+        run_dir: r.run_dir.clone().unwrap_or(d.run_dir),
+    })
+}
+
 impl Config {
     pub fn load(path: &Path) -> Result<Config, Error> {
         let text = std::fs::read_to_string(path).map_err(|e| Error(format!("{}: {e}", path.display())))?;
@@ -229,6 +372,9 @@ impl Config {
 
         let mut port_ids = HashMap::new();
         let mut ports = Vec::new();
+        let mut devices = Vec::new();
+        let mut mac_from_device = Vec::new();
+        let mut mtu_given = Vec::new();
         for (i, p) in raw.ports.iter().enumerate() {
             let f = format!("ports[{i}]");
             if p.name.is_empty() {
@@ -237,7 +383,19 @@ impl Config {
             if port_ids.insert(p.name.clone(), i as u16).is_some() {
                 bail!("{f}.name: '{}' is used twice", p.name);
             }
-            let mac = parse_mac(&p.mac).ok_or_else(|| Error(format!("{f}.mac: '{}' is not a MAC address", p.mac)))?;
+            let mac = match (&p.mac, &p.device) {
+                (Some(m), _) => parse_mac(m).ok_or_else(|| Error(format!("{f}.mac: '{m}' is not a MAC address")))?,
+                (None, Some(_)) => [0u8; 6],
+                (None, None) => bail!("{f}.mac: required when the port has no device (the device's own MAC is used otherwise)"),
+            };
+            if let Some(d) = &p.device {
+                if d.trim().is_empty() || d.contains(char::is_whitespace) {
+                    bail!("{f}.device: '{d}' is not a DPDK device string (net_af_xdp0,iface=eth0 or a PCI address)");
+                }
+            }
+            devices.push(p.device.clone());
+            mac_from_device.push(p.mac.is_none());
+            mtu_given.push(p.mtu.is_some());
             let addrs =
                 p.addrs.iter().map(|a| prefix(&format!("{f}.addrs"), a)).collect::<Result<Vec<_>, _>>()?;
             let mtu = p.mtu.unwrap_or(1500);
@@ -350,6 +508,7 @@ impl Config {
             bail!("global.local_port_min/local_port_max: need 1 <= min <= max");
         }
         let spec = LbSpec { ports, routes, neighbors, services, snat, icmp_rate: g.icmp_rate.unwrap_or(1000) };
+        let runtime = runtime(&raw.runtime)?;
         // Build once to report semantic errors (families, routes, tables) at load time.
         vectorlb_lb::Control::new(&spec).map_err(|e| Error(e.to_string()))?;
         Ok(Config {
@@ -362,7 +521,78 @@ impl Config {
                 sweep_budget: g.sweep_budget.unwrap_or(64).max(1),
             },
             spec,
+            runtime,
+            devices,
+            mac_from_device,
+            mtu_given,
         })
+    }
+
+    /// The configuration as a TOML file that [`Config::parse`] reads back to the same value
+    /// (the API's "save" writes this). Comments of the original file are not kept.
+    pub fn to_toml(&self) -> String {
+        use std::fmt::Write;
+        let mut o = String::from("# The running configuration, written by vectorlb.\n\n");
+        let e = &self.engine;
+        let _ = writeln!(o, "[global]\nmax_sessions = {}\nindex_entries = {}\nbatch = {}", e.max_sessions, e.index_entries, e.batch);
+        let _ = writeln!(o, "icmp_rate = {}\nlocal_port_min = {}\nlocal_port_max = {}\nsweep_budget = {}\n", self.spec.icmp_rate, e.local_port_min, e.local_port_max, e.sweep_budget);
+        let r = &self.runtime;
+        let _ = writeln!(o, "[runtime]\nworkers = {}\ncpus = {:?}\neal = [{}]", r.workers, r.cpus, r.eal.iter().map(|a| quote(a)).collect::<Vec<_>>().join(", "));
+        let _ = writeln!(o, "mbufs = {}\nqueue_desc = {}\napi = {}\nidle_sleep_us = {}", r.mbufs, r.queue_desc, quote(&r.api), r.idle_sleep_us);
+        let _ = writeln!(o, "neighbor_timeout = {}\nrun_dir = {}\n", r.neighbor_timeout, quote(&r.run_dir));
+        for (i, p) in self.spec.ports.iter().enumerate() {
+            let _ = writeln!(o, "[[ports]]\nname = {}", quote(&p.name));
+            if let Some(Some(d)) = self.devices.get(i) {
+                let _ = writeln!(o, "device = {}", quote(d));
+            }
+            if !self.mac_from_device.get(i).copied().unwrap_or(false) {
+                let _ = writeln!(o, "mac = \"{}\"", format_mac(&p.mac));
+            }
+            let addrs: Vec<String> = p.addrs.iter().map(|(a, l)| format!("\"{a}/{l}\"")).collect();
+            let _ = writeln!(o, "addrs = [{}]", addrs.join(", "));
+            if let Some(v) = p.vlan {
+                let _ = writeln!(o, "vlan = {v}");
+            }
+            if self.mtu_given.get(i).copied().unwrap_or(true) {
+                let _ = writeln!(o, "mtu = {}", p.mtu);
+            }
+            o.push('\n');
+        }
+        for r in &self.spec.routes {
+            let port = self.spec.ports.get(r.port as usize).map(|p| p.name.as_str()).unwrap_or("");
+            let _ = writeln!(o, "[[routes]]\nprefix = \"{}/{}\"\nvia = \"{}\"\nport = {}\n", r.prefix, r.len, r.via, quote(port));
+        }
+        for (a, m) in &self.spec.neighbors {
+            let _ = writeln!(o, "[[neighbors]]\nip = \"{a}\"\nmac = \"{}\"\n", format_mac(m));
+        }
+        for s in &self.spec.services {
+            let proto = if s.proto == proto::TCP { "tcp" } else { "udp" };
+            let _ = writeln!(o, "[[services]]\nvip = \"{}\"\nport = {}\nproto = \"{proto}\"\nmode = \"{}\"", s.vip, s.port, s.mode.name());
+            let _ = writeln!(o, "scheduler = \"{}\"", s.scheduler.name());
+            if let Algorithm::Sh { table_size } | Algorithm::Maglev { table_size } = s.scheduler {
+                let _ = writeln!(o, "table_size = {table_size}");
+            }
+            if !s.local_addrs.is_empty() {
+                let l: Vec<String> = s.local_addrs.iter().map(|a| format!("\"{a}\"")).collect();
+                let _ = writeln!(o, "local_addrs = [{}]", l.join(", "));
+            }
+            if s.toa {
+                let _ = writeln!(o, "toa = true");
+            }
+            let b: Vec<String> = s
+                .backends
+                .iter()
+                .map(|b| format!("    {{ addr = \"{}\", port = {}, weight = {} }},", b.addr, b.port, b.weight))
+                .collect();
+            let _ = writeln!(o, "backends = [\n{}\n]", b.join("\n"));
+            let _ = writeln!(o, "timeouts = {}\n", timeouts_toml(&s.timeouts));
+        }
+        for r in &self.spec.snat {
+            let l: Vec<String> = r.addrs.iter().map(|a| format!("\"{a}\"")).collect();
+            let _ = writeln!(o, "[[snat]]\nsource = \"{}/{}\"\naddrs = [{}]", r.source, r.prefix_len, l.join(", "));
+            let _ = writeln!(o, "timeouts = {}\n", timeouts_toml(&r.timeouts));
+        }
+        o
     }
 
     /// Worker settings for core `core` of `cores`.
@@ -417,6 +647,28 @@ backends = [{ addr = "10.0.0.11", port = 8080, weight = 2 }]
 
     fn err(text: &str) -> String {
         Config::parse(text).unwrap_err().0
+    }
+
+    #[test]
+    fn writes_back_what_it_reads() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/fnat-demo.toml")).unwrap();
+        let c = Config::parse(&text).unwrap();
+        let again = Config::parse(&c.to_toml()).unwrap();
+        assert_eq!(c, again);
+        let dev = GOOD.replace("mac = \"02:00:00:00:00:01\"", "device = \"net_af_xdp0,iface=v\\\"x\"\nmtu = 1400")
+            + "\n[runtime]\nworkers = 2\napi = \"unix:/tmp/x.sock\"\n";
+        let c = Config::parse(&dev).unwrap();
+        assert_eq!(c.devices[0].as_deref(), Some("net_af_xdp0,iface=v\"x"));
+        assert!(c.mac_from_device[0]);
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+    }
+
+    #[test]
+    fn runtime_errors_name_the_field() {
+        assert!(err(&format!("{GOOD}\n[runtime]\nworkers = 0\n")).contains("runtime.workers"));
+        assert!(err(&format!("{GOOD}\n[runtime]\napi = \"nowhere\"\n")).contains("runtime.api"));
+        assert!(err(&format!("{GOOD}\n[runtime]\nqueue_desc = 1000\n")).contains("runtime.queue_desc"));
+        assert!(err(&GOOD.replace("mac = \"02:00:00:00:00:01\"", "")).contains("ports[0].mac"));
     }
 
     #[test]

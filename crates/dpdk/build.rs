@@ -1,0 +1,63 @@
+//! Builds the C shim against DPDK (`pkg-config libdpdk libbpf`) and the XDP program (clang).
+use std::env;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn pkg_config(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("pkg-config")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run pkg-config ({e}); run scripts/setup.sh"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "pkg-config {}: {}; install DPDK 22.11 and libbpf (scripts/setup.sh: apt-get install libdpdk-dev libbpf-dev)",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let st = cmd.status().unwrap_or_else(|e| panic!("{what}: cannot start {:?}: {e}", cmd.get_program()));
+    if !st.success() {
+        panic!("{what} failed ({st})");
+    }
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=csrc/shim.c");
+    println!("cargo:rerun-if-changed=csrc/vectorlb_xdp.c");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let cflags = pkg_config(&["--cflags", "libdpdk", "libbpf"]).unwrap_or_else(|e| panic!("{e}"));
+    let libs = pkg_config(&["--libs", "libdpdk", "libbpf"]).unwrap_or_else(|e| panic!("{e}"));
+
+    let obj = out.join("shim.o");
+    let mut cc = Command::new(env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cc.args(["-O2", "-g", "-fPIC", "-Wall", "-Werror", "-c", "csrc/shim.c", "-o"]).arg(&obj);
+    cc.args(cflags.split_whitespace());
+    run(&mut cc, "compiling csrc/shim.c");
+    run(Command::new("ar").arg("rcs").arg(out.join("libvlshim.a")).arg(&obj), "archiving the shim");
+    println!("cargo:rustc-link-search=native={}", out.display());
+    println!("cargo:rustc-link-lib=static=vlshim");
+    for tok in libs.split_whitespace() {
+        if let Some(l) = tok.strip_prefix("-l") {
+            println!("cargo:rustc-link-lib={l}");
+        } else if let Some(p) = tok.strip_prefix("-L") {
+            println!("cargo:rustc-link-search=native={p}");
+        }
+    }
+
+    // The XDP program: clang's BPF target. The multiarch include directory has asm/types.h.
+    let xdp = out.join("vectorlb_xdp.o");
+    let mut clang = Command::new(env::var("BPF_CLANG").unwrap_or_else(|_| "clang".into()));
+    clang.args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-c", "csrc/vectorlb_xdp.c", "-o"]).arg(&xdp);
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    for dir in [format!("/usr/include/{arch}-linux-gnu"), "/usr/include/x86_64-linux-gnu".to_string()] {
+        if std::path::Path::new(&dir).exists() {
+            clang.arg(format!("-I{dir}"));
+            break;
+        }
+    }
+    run(&mut clang, "compiling the XDP program csrc/vectorlb_xdp.c with clang (apt-get install clang)");
+}

@@ -1,0 +1,318 @@
+/* vectorlb's C shim over DPDK 22.11 and libbpf.
+ *
+ * DPDK's burst functions and most mbuf helpers are static inline, so Rust cannot call them
+ * directly: this file gives each a small exported wrapper. Everything returns 0 or a negative
+ * errno; strings for errors come from vl_strerror. Only this file includes DPDK headers. */
+#include <errno.h>
+#include <net/if.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_ring.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+/* The Rust side reads and writes these mbuf fields directly on the hot path (see mbuf.rs).
+ * If a DPDK release moves them, the build fails here instead of corrupting packets. */
+_Static_assert(offsetof(struct rte_mbuf, buf_addr) == 0, "buf_addr");
+_Static_assert(offsetof(struct rte_mbuf, data_off) == 16, "data_off");
+_Static_assert(offsetof(struct rte_mbuf, nb_segs) == 20, "nb_segs");
+_Static_assert(offsetof(struct rte_mbuf, port) == 22, "port");
+_Static_assert(offsetof(struct rte_mbuf, ol_flags) == 24, "ol_flags");
+_Static_assert(offsetof(struct rte_mbuf, pkt_len) == 36, "pkt_len");
+_Static_assert(offsetof(struct rte_mbuf, data_len) == 40, "data_len");
+_Static_assert(offsetof(struct rte_mbuf, buf_len) == 54, "buf_len");
+
+int vl_eal_init(int argc, char **argv)
+{
+	int r = rte_eal_init(argc, argv);
+	return r < 0 ? -rte_errno : r;
+}
+
+int vl_eal_cleanup(void) { return rte_eal_cleanup(); }
+const char *vl_strerror(int e) { return rte_strerror(e < 0 ? -e : e); }
+int vl_thread_register(void) { return rte_thread_register() < 0 ? -rte_errno : 0; }
+void vl_thread_unregister(void) { rte_thread_unregister(); }
+unsigned vl_lcore_id(void) { return rte_lcore_id(); }
+int vl_socket_id(void) { return (int)rte_socket_id(); }
+
+struct rte_mempool *vl_pool_create(const char *name, unsigned n, unsigned cache, uint16_t data_room,
+				   int socket, int *err)
+{
+	struct rte_mempool *mp = rte_pktmbuf_pool_create(name, n, cache, 0, data_room, socket);
+	if (!mp)
+		*err = -rte_errno;
+	return mp;
+}
+
+void vl_pool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }
+unsigned vl_pool_avail(struct rte_mempool *mp) { return rte_mempool_avail_count(mp); }
+struct rte_mbuf *vl_mbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_alloc(mp); }
+void vl_mbuf_free_bulk(struct rte_mbuf **m, unsigned n) { rte_pktmbuf_free_bulk(m, n); }
+void vl_mbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
+
+int vl_port_by_name(const char *name, uint16_t *port)
+{
+	return rte_eth_dev_get_port_by_name(name, port);
+}
+
+uint16_t vl_port_count(void) { return rte_eth_dev_count_avail(); }
+
+int vl_port_name(uint16_t port, char *out, size_t len)
+{
+	char name[RTE_ETH_NAME_MAX_LEN];
+	int r = rte_eth_dev_get_name_by_port(port, name);
+	if (r)
+		return r;
+	snprintf(out, len, "%s", name);
+	return 0;
+}
+
+struct vl_port_info {
+	uint16_t max_rx_queues;
+	uint16_t max_tx_queues;
+	uint32_t max_rx_pktlen;
+	uint64_t rss_offloads;
+	char driver[64];
+};
+
+int vl_port_info(uint16_t port, struct vl_port_info *out)
+{
+	struct rte_eth_dev_info info;
+	int r = rte_eth_dev_info_get(port, &info);
+	if (r)
+		return r;
+	out->max_rx_queues = info.max_rx_queues;
+	out->max_tx_queues = info.max_tx_queues;
+	out->max_rx_pktlen = info.max_rx_pktlen;
+	out->rss_offloads = info.flow_type_rss_offloads;
+	snprintf(out->driver, sizeof(out->driver), "%s", info.driver_name ? info.driver_name : "?");
+	return 0;
+}
+
+/* RSS over the IP addresses and L4 ports, limited to what the device supports. */
+int vl_port_configure(uint16_t port, uint16_t nrxq, uint16_t ntxq, uint16_t mtu)
+{
+	struct rte_eth_conf conf;
+	struct rte_eth_dev_info info;
+	int r = rte_eth_dev_info_get(port, &info);
+	if (r)
+		return r;
+	memset(&conf, 0, sizeof(conf));
+	if (nrxq > 1) {
+		uint64_t hf = (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+		if (hf) {
+			conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+			conf.rx_adv_conf.rss_conf.rss_hf = hf;
+		}
+	}
+	r = rte_eth_dev_configure(port, nrxq, ntxq, &conf);
+	if (r)
+		return r;
+	if (mtu) {
+		r = rte_eth_dev_set_mtu(port, mtu);
+		if (r && r != -ENOTSUP)
+			return r;
+	}
+	return 0;
+}
+
+int vl_rx_queue_setup(uint16_t port, uint16_t q, uint16_t desc, int socket, struct rte_mempool *mp)
+{
+	uint16_t nb_rx = desc, nb_tx = 0;
+	int r = rte_eth_dev_adjust_nb_rx_tx_desc(port, &nb_rx, &nb_tx);
+	if (r)
+		return r;
+	return rte_eth_rx_queue_setup(port, q, nb_rx, socket < 0 ? SOCKET_ID_ANY : socket, NULL, mp);
+}
+
+int vl_tx_queue_setup(uint16_t port, uint16_t q, uint16_t desc, int socket)
+{
+	uint16_t nb_rx = 0, nb_tx = desc;
+	int r = rte_eth_dev_adjust_nb_rx_tx_desc(port, &nb_rx, &nb_tx);
+	if (r)
+		return r;
+	return rte_eth_tx_queue_setup(port, q, nb_tx, socket < 0 ? SOCKET_ID_ANY : socket, NULL);
+}
+
+int vl_port_start(uint16_t port) { return rte_eth_dev_start(port); }
+int vl_port_stop(uint16_t port) { return rte_eth_dev_stop(port); }
+int vl_port_close(uint16_t port) { return rte_eth_dev_close(port); }
+int vl_promiscuous(uint16_t port, int on)
+{
+	return on ? rte_eth_promiscuous_enable(port) : rte_eth_promiscuous_disable(port);
+}
+
+int vl_port_mac(uint16_t port, uint8_t out[6])
+{
+	struct rte_ether_addr a;
+	int r = rte_eth_macaddr_get(port, &a);
+	if (r)
+		return r;
+	memcpy(out, a.addr_bytes, 6);
+	return 0;
+}
+
+int vl_link(uint16_t port, uint32_t *speed, int *up)
+{
+	struct rte_eth_link l;
+	int r = rte_eth_link_get_nowait(port, &l);
+	if (r)
+		return r;
+	*speed = l.link_speed;
+	*up = l.link_status;
+	return 0;
+}
+
+struct vl_stats {
+	uint64_t ipackets, opackets, ibytes, obytes, imissed, ierrors, oerrors, rx_nombuf;
+};
+
+int vl_stats(uint16_t port, struct vl_stats *s)
+{
+	struct rte_eth_stats st;
+	int r = rte_eth_stats_get(port, &st);
+	if (r)
+		return r;
+	s->ipackets = st.ipackets;
+	s->opackets = st.opackets;
+	s->ibytes = st.ibytes;
+	s->obytes = st.obytes;
+	s->imissed = st.imissed;
+	s->ierrors = st.ierrors;
+	s->oerrors = st.oerrors;
+	s->rx_nombuf = st.rx_nombuf;
+	return 0;
+}
+
+/* Extended statistics: names are 64-byte NUL-terminated slots. Returns the count, which may be
+ * above `n` (then call again with more room). */
+int vl_xstats(uint16_t port, char *names, uint64_t *values, int n)
+{
+	int count = rte_eth_xstats_get_names(port, NULL, 0);
+	if (count < 0 || count > n || !names)
+		return count;
+	struct rte_eth_xstat_name xn[count];
+	struct rte_eth_xstat xs[count];
+	if (rte_eth_xstats_get_names(port, xn, count) != count)
+		return -EAGAIN;
+	if (rte_eth_xstats_get(port, xs, count) != count)
+		return -EAGAIN;
+	for (int i = 0; i < count; i++) {
+		snprintf(names + 64 * i, 64, "%s", xn[i].name);
+		values[i] = xs[i].value;
+	}
+	return count;
+}
+
+uint16_t vl_rx_burst(uint16_t port, uint16_t q, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_rx_burst(port, q, pkts, n);
+}
+
+uint16_t vl_tx_burst(uint16_t port, uint16_t q, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_tx_burst(port, q, pkts, n);
+}
+
+struct rte_ring *vl_ring_create(const char *name, unsigned count, int socket, int *err)
+{
+	/* Many producers (any worker), one consumer (the owner). */
+	struct rte_ring *r = rte_ring_create(name, count, socket < 0 ? SOCKET_ID_ANY : socket, RING_F_SC_DEQ);
+	if (!r)
+		*err = -rte_errno;
+	return r;
+}
+
+unsigned vl_ring_enqueue_burst(struct rte_ring *r, void **objs, unsigned n)
+{
+	return rte_ring_enqueue_burst(r, objs, n, NULL);
+}
+
+unsigned vl_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned n)
+{
+	return rte_ring_dequeue_burst(r, objs, n, NULL);
+}
+
+/* ---- the XDP flow director ------------------------------------------------------------------
+ * The af_xdp PMD loads our object (xdp_prog=...) and attaches it to the interface. We find the
+ * program attached to `ifname`, then its maps by name, and write the addresses it must send to
+ * the data plane. Keys follow xdp/vectorlb_xdp.c. */
+
+static int find_map(const char *ifname, const char *map_name)
+{
+	unsigned ifindex = if_nametoindex(ifname);
+	if (!ifindex)
+		return -ENODEV;
+	__u32 prog_id = 0;
+	int r = bpf_xdp_query_id((int)ifindex, 0, &prog_id);
+	if (r)
+		return r;
+	if (!prog_id)
+		return -ENOENT;
+	int pfd = bpf_prog_get_fd_by_id(prog_id);
+	if (pfd < 0)
+		return -errno;
+	__u32 ids[16];
+	struct bpf_prog_info info;
+	memset(&info, 0, sizeof(info));
+	info.nr_map_ids = 16;
+	info.map_ids = (__u64)(unsigned long)ids;
+	__u32 len = sizeof(info);
+	r = bpf_obj_get_info_by_fd(pfd, &info, &len);
+	close(pfd);
+	if (r)
+		return -errno;
+	for (__u32 i = 0; i < info.nr_map_ids && i < 16; i++) {
+		int mfd = bpf_map_get_fd_by_id(ids[i]);
+		if (mfd < 0)
+			continue;
+		struct bpf_map_info mi;
+		memset(&mi, 0, sizeof(mi));
+		__u32 ml = sizeof(mi);
+		if (!bpf_obj_get_info_by_fd(mfd, &mi, &ml) && !strcmp(mi.name, map_name))
+			return mfd;
+		close(mfd);
+	}
+	return -ENOENT;
+}
+
+/* Replaces the contents of map `map_name` on `ifname`'s XDP program with `n` keys of
+ * `key_size` bytes, each with value `values[i]`. */
+int vl_xdp_map_set(const char *ifname, const char *map_name, const uint8_t *keys, const uint32_t *values,
+		   int n, int key_size)
+{
+	int fd = find_map(ifname, map_name);
+	if (fd < 0)
+		return fd;
+	/* Delete what is there, then insert the new set. */
+	uint8_t cur[64], next[64];
+	if (key_size > 64) {
+		close(fd);
+		return -EINVAL;
+	}
+	int have = bpf_map_get_next_key(fd, NULL, cur) == 0;
+	while (have) {
+		have = bpf_map_get_next_key(fd, cur, next) == 0;
+		bpf_map_delete_elem(fd, cur);
+		memcpy(cur, next, key_size);
+	}
+	int r = 0;
+	for (int i = 0; i < n; i++) {
+		if (bpf_map_update_elem(fd, keys + (size_t)i * key_size, &values[i], BPF_ANY)) {
+			r = -errno;
+			break;
+		}
+	}
+	close(fd);
+	return r;
+}

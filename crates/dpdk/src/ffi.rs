@@ -1,0 +1,80 @@
+//! Declarations of the C shim's functions (csrc/shim.c).
+#![allow(dead_code)]
+use std::os::raw::{c_char, c_int, c_uint, c_void};
+
+#[repr(C)]
+pub struct RteMempool {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct RteMbuf {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct RteRing {
+    _opaque: [u8; 0],
+}
+
+#[repr(C)]
+pub struct VlPortInfo {
+    pub max_rx_queues: u16,
+    pub max_tx_queues: u16,
+    pub max_rx_pktlen: u32,
+    pub rss_offloads: u64,
+    pub driver: [u8; 64],
+}
+
+impl Default for VlPortInfo {
+    fn default() -> Self {
+        VlPortInfo { max_rx_queues: 0, max_tx_queues: 0, max_rx_pktlen: 0, rss_offloads: 0, driver: [0; 64] }
+    }
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub struct VlStats {
+    pub ipackets: u64,
+    pub opackets: u64,
+    pub ibytes: u64,
+    pub obytes: u64,
+    pub imissed: u64,
+    pub ierrors: u64,
+    pub oerrors: u64,
+    pub rx_nombuf: u64,
+}
+
+extern "C" {
+    pub fn vl_eal_init(argc: c_int, argv: *mut *mut c_char) -> c_int;
+    pub fn vl_eal_cleanup() -> c_int;
+    pub fn vl_strerror(e: c_int) -> *const c_char;
+    pub fn vl_thread_register() -> c_int;
+    pub fn vl_thread_unregister();
+    pub fn vl_lcore_id() -> c_uint;
+    pub fn vl_socket_id() -> c_int;
+    pub fn vl_pool_create(name: *const c_char, n: c_uint, cache: c_uint, data_room: u16, socket: c_int, err: *mut c_int) -> *mut RteMempool;
+    pub fn vl_pool_free(mp: *mut RteMempool);
+    pub fn vl_pool_avail(mp: *mut RteMempool) -> c_uint;
+    pub fn vl_mbuf_alloc(mp: *mut RteMempool) -> *mut RteMbuf;
+    pub fn vl_mbuf_free_bulk(m: *mut *mut RteMbuf, n: c_uint);
+    pub fn vl_mbuf_free(m: *mut RteMbuf);
+    pub fn vl_port_by_name(name: *const c_char, port: *mut u16) -> c_int;
+    pub fn vl_port_count() -> u16;
+    pub fn vl_port_info(port: u16, out: *mut VlPortInfo) -> c_int;
+    pub fn vl_port_configure(port: u16, nrxq: u16, ntxq: u16, mtu: u16) -> c_int;
+    pub fn vl_rx_queue_setup(port: u16, q: u16, desc: u16, socket: c_int, mp: *mut RteMempool) -> c_int;
+    pub fn vl_tx_queue_setup(port: u16, q: u16, desc: u16, socket: c_int) -> c_int;
+    pub fn vl_port_start(port: u16) -> c_int;
+    pub fn vl_port_stop(port: u16) -> c_int;
+    pub fn vl_port_close(port: u16) -> c_int;
+    pub fn vl_promiscuous(port: u16, on: c_int) -> c_int;
+    pub fn vl_port_mac(port: u16, out: *mut u8) -> c_int;
+    pub fn vl_link(port: u16, speed: *mut u32, up: *mut c_int) -> c_int;
+    pub fn vl_stats(port: u16, s: *mut VlStats) -> c_int;
+    pub fn vl_xstats(port: u16, names: *mut c_char, values: *mut u64, n: c_int) -> c_int;
+    pub fn vl_rx_burst(port: u16, q: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
+    pub fn vl_tx_burst(port: u16, q: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
+    pub fn vl_ring_create(name: *const c_char, count: c_uint, socket: c_int, err: *mut c_int) -> *mut RteRing;
+    pub fn vl_ring_enqueue_burst(r: *mut RteRing, objs: *mut *mut c_void, n: c_uint) -> c_uint;
+    pub fn vl_ring_dequeue_burst(r: *mut RteRing, objs: *mut *mut c_void, n: c_uint) -> c_uint;
+    pub fn vl_xdp_map_set(ifname: *const c_char, map: *const c_char, keys: *const u8, values: *const u32, n: c_int, key_size: c_int) -> c_int;
+}

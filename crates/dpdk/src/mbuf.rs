@@ -1,0 +1,154 @@
+//! Packet buffers: DPDK mbufs seen through the pipeline's [`PacketBuf`].
+//!
+//! The hot path reads and writes the few mbuf fields it needs directly; `csrc/shim.c` asserts
+//! their offsets at build time, so a DPDK release that moves them fails the build.
+
+use std::ptr::NonNull;
+use vectorlb_lb::PacketBuf;
+
+const OFF_DATA_OFF: usize = 16;
+const OFF_NB_SEGS: usize = 20;
+const OFF_PORT: usize = 22;
+const OFF_PKT_LEN: usize = 36;
+const OFF_DATA_LEN: usize = 40;
+const OFF_BUF_LEN: usize = 54;
+
+/// An owned mbuf (one segment). It is not freed on drop: the runtime hands every mbuf to a
+/// tx burst, a ring or [`crate::free_bulk`].
+///
+/// Invariant: the pointer is a valid `rte_mbuf` that this value exclusively owns, with
+/// `data_off + data_len <= buf_len` (DPDK's own invariant, kept by every method here).
+#[repr(transparent)]
+pub struct Mbuf(NonNull<u8>);
+
+// SAFETY: an mbuf may move between threads with its ownership (DPDK does this across lcores).
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// # Safety
+    /// `p` is a valid mbuf owned by the caller, which gives up its ownership.
+    pub unsafe fn from_raw(p: NonNull<u8>) -> Mbuf {
+        Mbuf(p)
+    }
+
+    #[inline(always)]
+    fn field<T: Copy>(&self, off: usize) -> T {
+        // SAFETY: offsets inside struct rte_mbuf (asserted in the shim); valid per invariant.
+        unsafe { std::ptr::read_unaligned(self.0.as_ptr().add(off) as *const T) }
+    }
+
+    #[inline(always)]
+    fn set<T: Copy>(&mut self, off: usize, v: T) {
+        // SAFETY: as `field`; we own the mbuf.
+        unsafe { std::ptr::write_unaligned(self.0.as_ptr().add(off) as *mut T, v) }
+    }
+
+    #[inline(always)]
+    fn base(&self) -> *mut u8 {
+        self.field::<*mut u8>(0)
+    }
+
+    /// Segments in the chain (the pipeline handles single-segment frames only).
+    #[inline(always)]
+    pub fn segments(&self) -> u16 {
+        self.field(OFF_NB_SEGS)
+    }
+
+    /// The port the frame was received on.
+    #[inline(always)]
+    pub fn port(&self) -> u16 {
+        self.field(OFF_PORT)
+    }
+
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.field::<u16>(OFF_DATA_LEN) as usize
+    }
+
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn headroom(&self) -> usize {
+        self.field::<u16>(OFF_DATA_OFF) as usize
+    }
+
+    fn room(&self) -> usize {
+        self.field::<u16>(OFF_BUF_LEN) as usize
+    }
+
+    #[inline(always)]
+    fn set_lens(&mut self, len: usize) {
+        self.set(OFF_DATA_LEN, len as u16);
+        self.set(OFF_PKT_LEN, len as u32);
+    }
+
+    /// Replaces the contents with `frame` from the default headroom. False if it does not fit.
+    pub fn load(&mut self, frame: &[u8]) -> bool {
+        let head = self.headroom().min(128);
+        if head + frame.len() > self.room() {
+            return false;
+        }
+        self.set(OFF_DATA_OFF, head as u16);
+        self.set_lens(frame.len());
+        self.data_mut().copy_from_slice(frame);
+        true
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.0.as_ptr()
+    }
+}
+
+impl PacketBuf for Mbuf {
+    #[inline(always)]
+    fn data(&self) -> &[u8] {
+        // SAFETY: [base + data_off, + data_len) lies inside the buffer (invariant).
+        unsafe { std::slice::from_raw_parts(self.base().add(self.headroom()), self.len()) }
+    }
+
+    #[inline(always)]
+    fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `data`, and we own the mbuf exclusively.
+        unsafe { std::slice::from_raw_parts_mut(self.base().add(self.headroom()), self.len()) }
+    }
+
+    #[inline]
+    fn prepend(&mut self, n: usize) -> bool {
+        let head = self.headroom();
+        if n > head || self.len() + n > u16::MAX as usize {
+            return false;
+        }
+        self.set(OFF_DATA_OFF, (head - n) as u16);
+        let len = self.len() + n;
+        self.set_lens(len);
+        true
+    }
+
+    #[inline]
+    fn adj(&mut self, n: usize) {
+        let n = n.min(self.len());
+        self.set(OFF_DATA_OFF, (self.headroom() + n) as u16);
+        let len = self.len() - n;
+        self.set_lens(len);
+    }
+
+    #[inline]
+    fn set_len(&mut self, len: usize) -> bool {
+        if self.headroom() + len > self.room() {
+            return false;
+        }
+        self.set_lens(len);
+        true
+    }
+
+    #[inline(always)]
+    fn prefetch(&self) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: prefetch never faults.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(self.base().add(self.headroom()) as *const i8, std::arch::x86_64::_MM_HINT_T0)
+        }
+    }
+}

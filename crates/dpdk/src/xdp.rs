@@ -1,0 +1,79 @@
+//! The XDP flow director: our program (built from `csrc/vectorlb_xdp.c` by build.rs) and the
+//! maps through which the daemon tells it which addresses are the load balancer's.
+
+use crate::{ffi, Error};
+use std::ffi::CString;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// The compiled BPF object, embedded so that the binary needs nothing beside it.
+pub static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/vectorlb_xdp.o"));
+
+/// Traffic to this address goes to the data plane.
+pub const FLAG_DST: u32 = 1;
+/// Traffic from this address goes to the data plane (a NAT backend's replies).
+pub const FLAG_SRC: u32 = 2;
+
+/// Writes the object to `dir` (once per process) and returns its path, for `xdp_prog=`.
+pub fn write_object(dir: &Path) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(dir).map_err(|e| Error(format!("{}: {e}", dir.display())))?;
+    let path = dir.join(format!("vectorlb_xdp.{}.o", std::process::id()));
+    std::fs::write(&path, OBJECT).map_err(|e| Error(format!("{}: {e}", path.display())))?;
+    Ok(path)
+}
+
+fn family_addr(a: IpAddr) -> (u8, [u8; 16]) {
+    let mut b = [0u8; 16];
+    match a {
+        IpAddr::V4(x) => {
+            b[..4].copy_from_slice(&x.octets());
+            (4, b)
+        }
+        IpAddr::V6(x) => (6, x.octets()),
+    }
+}
+
+fn set(ifname: &str, map: &str, keys: &[u8], values: &[u32], key_size: usize) -> Result<(), Error> {
+    let cif = CString::new(ifname).map_err(|_| Error("interface name contains NUL".into()))?;
+    let cmap = CString::new(map).unwrap();
+    // SAFETY: keys holds values.len() keys of key_size bytes.
+    let r = unsafe { ffi::vl_xdp_map_set(cif.as_ptr(), cmap.as_ptr(), keys.as_ptr(), values.as_ptr(), values.len() as i32, key_size as i32) };
+    if r < 0 {
+        let e = std::io::Error::from_raw_os_error(-r);
+        return Err(Error(format!("XDP map '{map}' on {ifname}: {e} (is vectorlb's program attached? xdp_prog= in the device string)")));
+    }
+    Ok(())
+}
+
+/// Replaces the program's address table on `ifname`: `(address, FLAG_DST | FLAG_SRC)`.
+pub fn set_addrs(ifname: &str, addrs: &[(IpAddr, u32)]) -> Result<(), Error> {
+    let mut keys = Vec::with_capacity(addrs.len() * 20);
+    let mut values = Vec::with_capacity(addrs.len());
+    for &(a, flags) in addrs {
+        let (fam, b) = family_addr(a);
+        keys.extend_from_slice(&[fam, 0, 0, 0]);
+        keys.extend_from_slice(&b);
+        values.push(flags);
+    }
+    set(ifname, "vl_addrs", &keys, &values, 20)
+}
+
+/// Replaces the program's source prefixes (SNAT sources) on `ifname`.
+pub fn set_source_nets(ifname: &str, nets: &[(IpAddr, u8)]) -> Result<(), Error> {
+    let mut keys = Vec::with_capacity(nets.len() * 21);
+    for &(a, len) in nets {
+        let (fam, b) = family_addr(a);
+        keys.extend_from_slice(&(8 + len as u32).to_ne_bytes());
+        keys.push(fam);
+        keys.extend_from_slice(&b);
+    }
+    set(ifname, "vl_srcnets", &keys, &vec![1u32; nets.len()], 21)
+}
+
+/// The interface named by an af_xdp device string (`net_af_xdp0,iface=veth0,...`).
+pub fn af_xdp_iface(dev: &str) -> Option<&str> {
+    if !crate::device_name(dev).starts_with("net_af_xdp") {
+        return None;
+    }
+    dev.split(',').find_map(|kv| kv.strip_prefix("iface="))
+}
