@@ -15,6 +15,7 @@ pub mod buf;
 pub mod hash;
 pub mod icmp;
 pub mod mem;
+pub mod neigh;
 pub mod pipeline;
 pub mod rewrite;
 pub mod service;

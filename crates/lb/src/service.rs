@@ -415,6 +415,11 @@ impl Snapshot {
         Some(Hop::new(r.port, mac, p.spec.mac, p.spec.vlan, p.spec.mtu))
     }
 
+    /// The port of the route toward `dst`, whether or not its next hop is resolved.
+    pub fn route_port(&self, dst: u128, v4: bool) -> Option<u16> {
+        self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).map(|r| r.port)
+    }
+
     /// Whether `dst` is on a connected network (no gateway).
     pub fn on_link(&self, dst: u128, v4: bool) -> bool {
         self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).is_some_and(|r| r.via.is_none())

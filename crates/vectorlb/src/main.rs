@@ -40,6 +40,16 @@ enum Cmd {
     /// In-memory benchmarks of the pipeline on one core.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Run the load balancer daemon on DPDK ports (SIGTERM stops, SIGHUP reloads).
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Control a running daemon (ipvsadm-like; see `vectorlb ctl --help`).
+    Ctl(vectorlb::ctl::CtlArgs),
+    /// Test clients and servers for the demo and the end-to-end tests.
+    #[command(subcommand)]
+    Probe(vectorlb::probe::ProbeCmd),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -110,6 +120,9 @@ enum BenchCmd {
 }
 
 fn main() -> ExitCode {
+    // A CLI piped into `head` ends quietly on SIGPIPE (the daemon ignores it instead).
+    // SAFETY: setting a signal disposition before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -131,6 +144,9 @@ fn print<T: serde::Serialize + std::fmt::Debug>(r: &T, json: bool) -> Result<(),
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.cmd {
+        Cmd::Run { config } => vectorlb::daemon::run(&config),
+        Cmd::Ctl(a) => vectorlb::ctl::run(&a),
+        Cmd::Probe(p) => vectorlb::probe::run(&p),
         Cmd::Replay { config, input, out_dir, json } => {
             let s = replay::run(&config, &input, &out_dir)?;
             if json {

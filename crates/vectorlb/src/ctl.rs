@@ -1,0 +1,305 @@
+//! `vectorlb ctl`: the API's command line, with verbs and a listing that feel like ipvsadm.
+
+use clap::Args;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vectorlb ctl -A -t 10.0.0.100:80 -s maglev --mode fnat --laddr 10.1.0.200
+  vectorlb ctl -a -t 10.0.0.100:80 -r 10.1.0.11:8080 -w 3
+  vectorlb ctl -e -t 10.0.0.100:80 -r 10.1.0.11:8080 -w 0     (drain)
+  vectorlb ctl -d -t 10.0.0.100:80 -r 10.1.0.11:8080
+  vectorlb ctl -Ln            vectorlb ctl -L -c (sessions)      vectorlb ctl --save")]
+pub struct CtlArgs {
+    /// The daemon's API: ADDRESS:PORT or unix:PATH.
+    #[arg(long, env = "VECTORLB_API", default_value = "127.0.0.1:9180")]
+    pub api: String,
+    /// Add a virtual service.
+    #[arg(short = 'A', long = "add-service")]
+    pub add_service: bool,
+    /// Edit a virtual service (scheduler).
+    #[arg(short = 'E', long = "edit-service")]
+    pub edit_service: bool,
+    /// Delete a virtual service.
+    #[arg(short = 'D', long = "delete-service")]
+    pub delete_service: bool,
+    /// Add a real server (backend) to a service.
+    #[arg(short = 'a', long = "add-server")]
+    pub add_server: bool,
+    /// Edit a real server's weight (0 drains it).
+    #[arg(short = 'e', long = "edit-server")]
+    pub edit_server: bool,
+    /// Delete a real server.
+    #[arg(short = 'd', long = "delete-server")]
+    pub delete_server: bool,
+    /// List services and backends (or sessions with -c).
+    #[arg(short = 'L', long = "list")]
+    pub list: bool,
+    /// Numeric output (always the case; accepted for ipvsadm habits).
+    #[arg(short = 'n', long = "numeric")]
+    pub numeric: bool,
+    /// With -L: list sessions.
+    #[arg(short = 'c', long = "connection")]
+    pub connection: bool,
+    /// With -L: counters per service and backend.
+    #[arg(long)]
+    pub stats: bool,
+    /// TCP service VIP:PORT ([v6]:port for IPv6).
+    #[arg(short = 't', long = "tcp-service", value_name = "VIP:PORT")]
+    pub tcp: Option<String>,
+    /// UDP service VIP:PORT.
+    #[arg(short = 'u', long = "udp-service", value_name = "VIP:PORT")]
+    pub udp: Option<String>,
+    /// Scheduler: rr, wrr, wlc, sh, maglev.
+    #[arg(short = 's', long = "scheduler")]
+    pub scheduler: Option<String>,
+    /// Real server ADDRESS:PORT.
+    #[arg(short = 'r', long = "real-server", value_name = "RS:PORT")]
+    pub real: Option<String>,
+    /// Weight of the real server.
+    #[arg(short = 'w', long = "weight")]
+    pub weight: Option<u32>,
+    /// Forwarding mode of a new service: nat, fnat, dr, tun (default fnat).
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Full-NAT local addresses of a new service (comma-separated).
+    #[arg(long = "laddr", value_delimiter = ',')]
+    pub laddrs: Vec<String>,
+    /// Insert the TOA option (tcp fnat).
+    #[arg(long)]
+    pub toa: bool,
+    /// Re-read the configuration file.
+    #[arg(long)]
+    pub reload: bool,
+    /// Write the running configuration back to its file.
+    #[arg(long)]
+    pub save: bool,
+    /// Print global statistics (JSON).
+    #[arg(long = "global-stats")]
+    pub global_stats: bool,
+    /// Print the ports (JSON).
+    #[arg(long)]
+    pub ports: bool,
+    /// Print the neighbour table (JSON).
+    #[arg(long)]
+    pub neighbors: bool,
+    /// Raw request: METHOD PATH [JSON body], printing the answer.
+    #[arg(long, num_args = 2..=3, value_names = ["METHOD", "PATH", "BODY"])]
+    pub raw: Vec<String>,
+}
+
+/// One API call: returns (status, body).
+pub fn call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), String> {
+    let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: vectorlb\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        payload.len()
+    );
+    let mut resp = Vec::new();
+    let t = Some(Duration::from_secs(10));
+    if let Some(p) = api.strip_prefix("unix:") {
+        let mut s = UnixStream::connect(p).map_err(|e| format!("cannot reach the API at {api}: {e} (is `vectorlb run` up?)"))?;
+        s.set_read_timeout(t).ok();
+        s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+        s.read_to_end(&mut resp).map_err(|e| e.to_string())?;
+    } else {
+        let a: SocketAddr = api.parse().map_err(|_| format!("--api: '{api}' is not ADDRESS:PORT or unix:PATH"))?;
+        let mut s = TcpStream::connect_timeout(&a, Duration::from_secs(3)).map_err(|e| format!("cannot reach the API at {api}: {e} (is `vectorlb run` up?)"))?;
+        s.set_read_timeout(t).ok();
+        s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+        s.read_to_end(&mut resp).map_err(|e| e.to_string())?;
+    }
+    let head_end = resp.windows(4).position(|w| w == b"\r\n\r\n").ok_or("malformed answer from the API")?;
+    let status_line = String::from_utf8_lossy(&resp[..head_end]);
+    let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or("malformed status line from the API")?;
+    Ok((status, resp[head_end + 4..].to_vec()))
+}
+
+fn ok(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
+    let (status, b) = call(api, method, path, body)?;
+    let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+    if status >= 300 {
+        let msg = v.get("error").and_then(|e| e.as_str()).map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(&b).into_owned());
+        return Err(format!("{status}: {msg}"));
+    }
+    Ok(v)
+}
+
+fn parse_sock(what: &str, s: &str) -> Result<(IpAddr, u16), String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok((a.ip(), a.port()));
+    }
+    if let Ok(ip) = s.trim_matches(|c| c == '[' || c == ']').parse::<IpAddr>() {
+        return Ok((ip, 0));
+    }
+    Err(format!("{what}: '{s}' is not ADDRESS:PORT (use [v6addr]:port for IPv6)"))
+}
+
+fn svc_path(a: &CtlArgs) -> Result<(String, IpAddr, u16, &'static str), String> {
+    let (s, p) = match (&a.tcp, &a.udp) {
+        (Some(s), None) => (s, "tcp"),
+        (None, Some(s)) => (s, "udp"),
+        (Some(_), Some(_)) => return Err("give -t or -u, not both".into()),
+        (None, None) => return Err("this command needs a service: -t VIP:PORT or -u VIP:PORT".into()),
+    };
+    let (ip, port) = parse_sock(if p == "tcp" { "-t" } else { "-u" }, s)?;
+    Ok((format!("/v1/services/{p}/{ip}/{port}"), ip, port, p))
+}
+
+fn real(a: &CtlArgs) -> Result<(IpAddr, u16), String> {
+    parse_sock("-r", a.real.as_deref().ok_or("this command needs a real server: -r ADDRESS:PORT")?)
+}
+
+pub fn run(a: &CtlArgs) -> Result<(), String> {
+    let api = a.api.as_str();
+    let verbs = [a.add_service, a.edit_service, a.delete_service, a.add_server, a.edit_server, a.delete_server, a.list, a.reload, a.save, a.global_stats, a.ports, a.neighbors, !a.raw.is_empty()];
+    match verbs.iter().filter(|v| **v).count() {
+        0 => return Err("nothing to do: give a command such as -A, -a, -e, -d, -L (see --help)".into()),
+        1 => {}
+        _ => return Err("give one command at a time".into()),
+    }
+    if !a.raw.is_empty() {
+        let body = match a.raw.get(2) {
+            Some(b) => Some(serde_json::from_str::<Value>(b).map_err(|e| format!("BODY: invalid JSON: {e}"))?),
+            None => None,
+        };
+        let (status, b) = call(api, &a.raw[0], &a.raw[1], body.as_ref())?;
+        print!("{}", String::from_utf8_lossy(&b));
+        return if status < 300 { Ok(()) } else { Err(format!("HTTP {status}")) };
+    }
+    if a.add_service {
+        let (_, ip, port, p) = svc_path(a)?;
+        let mut body = json!({ "vip": ip.to_string(), "port": port, "proto": p, "mode": a.mode.as_deref().unwrap_or("fnat") });
+        if let Some(s) = &a.scheduler {
+            body["scheduler"] = json!(s);
+        }
+        if !a.laddrs.is_empty() {
+            body["local_addrs"] = json!(a.laddrs);
+        }
+        if a.toa {
+            body["toa"] = json!(true);
+        }
+        ok(api, "POST", "/v1/services", Some(&body))?;
+    } else if a.edit_service {
+        let (path, ..) = svc_path(a)?;
+        let s = a.scheduler.as_deref().ok_or("-E needs -s SCHEDULER")?;
+        ok(api, "PATCH", &path, Some(&json!({ "scheduler": s })))?;
+    } else if a.delete_service {
+        let (path, ..) = svc_path(a)?;
+        ok(api, "DELETE", &path, None)?;
+    } else if a.add_server {
+        let (path, ..) = svc_path(a)?;
+        let (ip, port) = real(a)?;
+        ok(api, "POST", &format!("{path}/backends"), Some(&json!({ "addr": ip.to_string(), "port": port, "weight": a.weight.unwrap_or(1) })))?;
+    } else if a.edit_server {
+        let (path, ..) = svc_path(a)?;
+        let (ip, port) = real(a)?;
+        let w = a.weight.ok_or("-e needs -w WEIGHT")?;
+        ok(api, "PATCH", &format!("{path}/backends/{ip}/{port}"), Some(&json!({ "weight": w })))?;
+    } else if a.delete_server {
+        let (path, ..) = svc_path(a)?;
+        let (ip, port) = real(a)?;
+        ok(api, "DELETE", &format!("{path}/backends/{ip}/{port}"), None)?;
+    } else if a.list && a.connection {
+        list_sessions(api)?;
+    } else if a.list {
+        list(api, a.stats)?;
+    } else if a.reload {
+        let v = ok(api, "POST", "/v1/reload", None)?;
+        println!("reloaded (generation {})", v["generation"]);
+    } else if a.save {
+        let v = ok(api, "POST", "/v1/save", None)?;
+        println!("saved to {}", v["saved"].as_str().unwrap_or("?"));
+    } else {
+        let path = if a.global_stats {
+            "/v1/stats"
+        } else if a.ports {
+            "/v1/ports"
+        } else {
+            "/v1/neighbors"
+        };
+        println!("{}", serde_json::to_string_pretty(&ok(api, "GET", path, None)?).unwrap_or_default());
+    }
+    Ok(())
+}
+
+fn sock(ip: &Value, port: &Value) -> String {
+    let ip: IpAddr = ip.as_str().and_then(|s| s.parse().ok()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    SocketAddr::new(ip, port.as_u64().unwrap_or(0) as u16).to_string()
+}
+
+fn mode_word(m: &str) -> &'static str {
+    match m {
+        "nat" => "Masq",
+        "fnat" => "FullNat",
+        "dr" => "Route",
+        "tun" => "Tunnel",
+        _ => "?",
+    }
+}
+
+fn list(api: &str, stats: bool) -> Result<(), String> {
+    let v = ok(api, "GET", "/v1/services", None)?;
+    let h = ok(api, "GET", "/v1/health", None)?;
+    println!("vectorlb {} (configuration generation {})", env!("CARGO_PKG_VERSION"), h["generation"]);
+    if stats {
+        println!("Prot LocalAddress:Port               Conns/s    Packets      Bytes\n  -> RemoteAddress:Port             ActiveConn Packets      Bytes");
+    } else {
+        println!("Prot LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn");
+    }
+    for s in v.as_array().into_iter().flatten() {
+        let proto = s["proto"].as_str().unwrap_or("?").to_uppercase();
+        let vip = sock(&s["vip"], &s["port"]);
+        if stats {
+            let st = &s["stats"];
+            println!("{proto:<4} {vip:<32} {:<10.1} {:<12} {}", st["new_sessions_per_second"].as_f64().unwrap_or(0.0), st["packets"], st["bytes"]);
+        } else {
+            let mut flags = s["mode"].as_str().unwrap_or("").to_string();
+            if s["toa"].as_bool() == Some(true) {
+                flags.push_str(",toa");
+            }
+            println!("{proto:<4} {vip} {} {flags}", s["scheduler"].as_str().unwrap_or("?"));
+        }
+        for b in s["backends"].as_array().into_iter().flatten() {
+            let rs = sock(&b["addr"], &b["port"]);
+            if stats {
+                println!("  -> {rs:<30} {:<10} {:<12} {}", b["active_sessions"], b["packets"], b["bytes"]);
+            } else {
+                let fwd = mode_word(s["mode"].as_str().unwrap_or(""));
+                println!("  -> {rs:<28} {fwd:<7} {:<6} {}", b["weight"], b["active_sessions"]);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn list_sessions(api: &str) -> Result<(), String> {
+    let st = ok(api, "GET", "/v1/stats", None)?;
+    let workers = st["workers"].as_u64().unwrap_or(1);
+    println!("{:<5} {:<10} {:<44} {:<44} {:<30} {}", "Pro", "State", "Source", "Virtual", "Destination", "Expires");
+    for w in 0..workers {
+        for fam in [4, 6] {
+            let mut cursor = Some(0u64);
+            while let Some(c) = cursor {
+                let v = ok(api, "GET", &format!("/v1/sessions?worker={w}&family={fam}&cursor={c}&limit=1000"), None)?;
+                for s in v["sessions"].as_array().into_iter().flatten() {
+                    println!(
+                        "{:<5} {:<10} {:<44} {:<44} {:<30} {:.1}s",
+                        s["proto"].as_str().unwrap_or(""),
+                        s["state"].as_str().unwrap_or(""),
+                        s["client"].as_str().unwrap_or(""),
+                        s["vip"].as_str().unwrap_or(""),
+                        s["backend"].as_str().unwrap_or(""),
+                        s["expires_ms"].as_i64().unwrap_or(0) as f64 / 1000.0
+                    );
+                }
+                cursor = v["next_cursor"].as_u64();
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,529 @@
+//! `vectorlb run`: the daemon. The main thread is the control core (signals, timers, neighbour
+//! resolution, publishing configurations); one thread per worker owns a queue on every port
+//! and its own session table; the API runs on its own thread (see `crate::api`).
+
+pub mod sessions;
+pub mod worker;
+
+use sessions::Page;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use vectorlb_config::Config;
+use vectorlb_dpdk::{xdp, Eal, Mempool, Port, Ring};
+use vectorlb_lb::{neigh, service::key, Control, Counters, Mode, Worker};
+use vectorlb_packet::ethernet::Mac;
+use worker::{IoCounters, WorkerCtx};
+
+/// Requests from the control thread and the API to one worker.
+pub enum WorkerMsg {
+    /// Transmit this frame on a port (ARP / ND requests, announcements).
+    Send { port: u16, frame: Vec<u8> },
+    /// A page of this worker's sessions.
+    Sessions { start: usize, limit: usize, v6: bool, reply: SyncSender<Page> },
+}
+
+/// What workers report to the control thread.
+pub enum Event {
+    Learned { ip: IpAddr, mac: Mac, port: u16 },
+}
+
+#[derive(Default)]
+pub struct Published {
+    pub counters: Counters,
+    pub io: IoCounters,
+    /// Active sessions per backend slot.
+    pub active: Vec<u32>,
+    pub sessions: u32,
+}
+
+pub struct WorkerShared {
+    pub published: Mutex<Published>,
+    pub tx: Mutex<Sender<WorkerMsg>>,
+}
+
+impl WorkerShared {
+    pub fn publish(&self, w: &Worker, io: &IoCounters) {
+        let mut p = lock(&self.published);
+        p.counters.clone_from(&w.counters);
+        p.io = *io;
+        p.active.clear();
+        p.active.extend_from_slice(w.table.active());
+        p.sessions = w.table.len();
+    }
+}
+
+pub struct PortRt {
+    pub name: String,
+    pub device: String,
+    pub port: Port,
+    /// The kernel interface of an AF_XDP port (its XDP program holds our addresses).
+    pub xdp_iface: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Neighbour {
+    pub mac: Mac,
+    pub port: u16,
+    pub seen: Instant,
+}
+
+pub struct Shared {
+    pub started: Instant,
+    pub control: Arc<Control>,
+    pub config: Mutex<Config>,
+    pub path: PathBuf,
+    pub pool: Mempool,
+    pub ports: Vec<PortRt>,
+    pub workers: Vec<WorkerShared>,
+    pub learned: Mutex<BTreeMap<IpAddr, Neighbour>>,
+    pub idle_sleep_us: u32,
+    pub reloads: AtomicU64,
+    pub reload_failures: AtomicU64,
+    /// New sessions per second per service id, over the last second.
+    pub rates: Mutex<Vec<f64>>,
+    stop: AtomicBool,
+}
+
+/// Locks a mutex, recovering the data if a thread panicked while holding it (the data are
+/// counters and copies of configuration, always left consistent).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+static SIG_STOP: AtomicBool = AtomicBool::new(false);
+static SIG_RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only atomic stores: async-signal-safe.
+    if sig == libc::SIGHUP {
+        SIG_RELOAD.store(true, Ordering::SeqCst);
+    } else {
+        SIG_STOP.store(true, Ordering::SeqCst);
+    }
+}
+
+fn install_signals() {
+    // SAFETY: the handler only stores to atomics.
+    unsafe {
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::signal(s, on_signal as *const () as libc::sighandler_t);
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+impl Shared {
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Publishes `new` as the running configuration, all or nothing: ports and runtime
+    /// settings must be unchanged (they need a restart), the services must build.
+    pub fn apply(&self, mut new: Config) -> Result<u64, String> {
+        let mut cur = lock(&self.config);
+        self.apply_locked(&mut cur, &mut new)
+    }
+
+    /// Runs `edit` on a copy of the running configuration and applies the result.
+    pub fn edit<T>(&self, edit: impl FnOnce(&mut Config) -> Result<T, String>) -> Result<T, String> {
+        let mut cur = lock(&self.config);
+        let mut new = cur.clone();
+        let t = edit(&mut new)?;
+        self.apply_locked(&mut cur, &mut new)?;
+        Ok(t)
+    }
+
+    fn apply_locked(&self, cur: &mut Config, new: &mut Config) -> Result<u64, String> {
+        if new.devices != cur.devices || new.spec.ports.len() != cur.spec.ports.len() {
+            return Err("ports changed: adding, removing or re-pointing a port needs a restart".into());
+        }
+        if new.runtime != cur.runtime || new.engine != cur.engine {
+            return Err("[runtime] or [global] changed: these need a restart".into());
+        }
+        for (i, p) in new.spec.ports.iter_mut().enumerate() {
+            if new.mac_from_device[i] {
+                p.mac = cur.spec.ports[i].mac;
+            }
+        }
+        let spec = self.with_learned(new);
+        let g = self.control.apply(&spec).map_err(|e| e.to_string())?;
+        *cur = new.clone();
+        self.sync_xdp(cur);
+        Ok(g)
+    }
+
+    /// The configuration's service model plus the neighbours learned at run time (entries in
+    /// the file win).
+    fn with_learned(&self, c: &Config) -> vectorlb_lb::LbSpec {
+        let mut spec = c.spec.clone();
+        let learned = lock(&self.learned);
+        for (ip, n) in learned.iter() {
+            if !spec.neighbors.iter().any(|(a, _)| a == ip) {
+                spec.neighbors.push((*ip, n.mac));
+            }
+        }
+        spec
+    }
+
+    /// Re-publishes the running configuration (after neighbours changed).
+    fn republish(&self) {
+        let cur = lock(&self.config);
+        let spec = self.with_learned(&cur);
+        if let Err(e) = self.control.apply(&spec) {
+            eprintln!("vectorlb: neighbour update not applied: {e}");
+        }
+    }
+
+    /// Writes our addresses into every AF_XDP port's flow director.
+    fn sync_xdp(&self, c: &Config) {
+        let (addrs, nets) = xdp_tables(c);
+        for p in &self.ports {
+            if let Some(ifname) = &p.xdp_iface {
+                if let Err(e) = xdp::set_addrs(ifname, &addrs).and_then(|_| xdp::set_source_nets(ifname, &nets)) {
+                    eprintln!("vectorlb: {e}");
+                }
+            }
+        }
+    }
+
+    /// Every worker's counters, summed.
+    pub fn totals(&self) -> Published {
+        let mut t = Published::default();
+        for w in &self.workers {
+            let p = lock(&w.published);
+            t.counters.add(&p.counters);
+            t.io.tx_full += p.io.tx_full;
+            t.io.multi_segment += p.io.multi_segment;
+            t.io.handed_off += p.io.handed_off;
+            t.io.neighbour_replies += p.io.neighbour_replies;
+            t.io.not_ours += p.io.not_ours;
+            t.io.polls += p.io.polls;
+            t.io.idle_sleeps += p.io.idle_sleeps;
+            if t.active.len() < p.active.len() {
+                t.active.resize(p.active.len(), 0);
+            }
+            for (a, b) in t.active.iter_mut().zip(&p.active) {
+                *a += b;
+            }
+            t.sessions += p.sessions;
+        }
+        t
+    }
+
+    /// A page of worker `w`'s sessions (the worker answers between bursts).
+    pub fn sessions(&self, w: usize, start: usize, limit: usize, v6: bool) -> Result<Page, String> {
+        let ws = self.workers.get(w).ok_or_else(|| format!("worker: {w} does not exist (0..{})", self.workers.len()))?;
+        let (tx, rx) = mpsc::sync_channel(1);
+        lock(&ws.tx).send(WorkerMsg::Sessions { start, limit, v6, reply: tx }).map_err(|_| "worker stopped".to_string())?;
+        rx.recv_timeout(Duration::from_secs(2)).map_err(|_| "worker did not answer in 2 s".to_string())
+    }
+
+    fn send(&self, port: u16, frame: Vec<u8>) {
+        if let Some(w) = self.workers.first() {
+            let _ = lock(&w.tx).send(WorkerMsg::Send { port, frame });
+        }
+    }
+}
+
+/// The flow director's tables: our addresses (to: VIPs, local and interface addresses; from:
+/// NAT backends, whose replies cross us) and the SNAT source prefixes.
+pub fn xdp_tables(c: &Config) -> (Vec<(IpAddr, u32)>, Vec<(IpAddr, u8)>) {
+    let mut m: BTreeMap<IpAddr, u32> = BTreeMap::new();
+    for p in &c.spec.ports {
+        for (a, _) in &p.addrs {
+            *m.entry(*a).or_default() |= xdp::FLAG_DST;
+        }
+    }
+    for s in &c.spec.services {
+        *m.entry(s.vip).or_default() |= xdp::FLAG_DST;
+        for a in &s.local_addrs {
+            *m.entry(*a).or_default() |= xdp::FLAG_DST;
+        }
+        if s.mode == Mode::Nat {
+            for b in &s.backends {
+                *m.entry(b.addr).or_default() |= xdp::FLAG_SRC;
+            }
+        }
+    }
+    for r in &c.spec.snat {
+        for a in &r.addrs {
+            *m.entry(*a).or_default() |= xdp::FLAG_DST;
+        }
+    }
+    let nets = c.spec.snat.iter().map(|r| (r.source, r.prefix_len)).collect();
+    (m.into_iter().collect(), nets)
+}
+
+fn log(msg: impl AsRef<str>) {
+    eprintln!("vectorlb: {}", msg.as_ref());
+}
+
+/// Starts the daemon and runs until SIGTERM / SIGINT (or an API stop).
+pub fn run(path: &Path) -> Result<(), String> {
+    let mut cfg = Config::load(path).map_err(|e| e.to_string())?;
+    let rt = cfg.runtime.clone();
+    for (i, d) in cfg.devices.iter().enumerate() {
+        if d.is_none() {
+            return Err(format!("ports[{i}].device: `vectorlb run` needs a DPDK device for every port (net_af_xdp0,iface=eth0, a PCI address, ...)"));
+        }
+    }
+    install_signals();
+    let run_dir = PathBuf::from(&rt.run_dir);
+    let xdp_obj = xdp::write_object(&run_dir).map_err(|e| e.to_string())?;
+    let mut devices = Vec::new();
+    for d in cfg.devices.iter().flatten() {
+        let mut d = d.clone();
+        if xdp::af_xdp_iface(&d).is_some() {
+            if !d.contains("xdp_prog=") {
+                d.push_str(&format!(",xdp_prog={}", xdp_obj.display()));
+            }
+            if rt.workers > 1 && !d.contains("queue_count=") {
+                d.push_str(&format!(",queue_count={}", rt.workers));
+            }
+        }
+        devices.push(d);
+    }
+    let result = start(path, &mut cfg, &devices);
+    let _ = std::fs::remove_file(&xdp_obj);
+    result
+}
+
+fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String> {
+    let rt = cfg.runtime.clone();
+    let eal = Eal::init(&rt.eal, devices).map_err(|e| e.to_string())?;
+    let pool = Mempool::new(&eal, "vectorlb", rt.mbufs, 256, 2048 + 128).map_err(|e| e.to_string())?;
+    let mut ports = Vec::new();
+    for (i, dev) in devices.iter().enumerate() {
+        let port = Port::find(&eal, dev).map_err(|e| format!("ports[{i}] ({}): {e}", cfg.spec.ports[i].name))?;
+        let mtu = if cfg.mtu_given[i] { cfg.spec.ports[i].mtu } else { 0 };
+        port.setup(rt.workers, rt.queue_desc, &pool, mtu).map_err(|e| format!("ports[{i}] ({}): {e}", cfg.spec.ports[i].name))?;
+        port.start().map_err(|e| format!("ports[{i}] ({}): {e}", cfg.spec.ports[i].name))?;
+        if cfg.mac_from_device[i] {
+            cfg.spec.ports[i].mac = port.mac().map_err(|e| e.to_string())?;
+        }
+        ports.push(PortRt {
+            name: cfg.spec.ports[i].name.clone(),
+            device: dev.clone(),
+            port,
+            xdp_iface: xdp::af_xdp_iface(dev).map(str::to_string),
+        });
+    }
+    let control = Control::new(&cfg.spec).map_err(|e| e.to_string())?;
+    let (ev_tx, ev_rx) = mpsc::channel();
+    let mut worker_rx = Vec::new();
+    let mut workers_shared = Vec::new();
+    for _ in 0..rt.workers {
+        let (tx, rx) = mpsc::channel();
+        worker_rx.push(rx);
+        workers_shared.push(WorkerShared { published: Mutex::new(Published::default()), tx: Mutex::new(tx) });
+    }
+    let mut rings = Vec::new();
+    if rt.workers > 1 {
+        for w in 0..rt.workers {
+            rings.push(Ring::new(&eal, &format!("vl_handoff{w}"), 4096).map_err(|e| e.to_string())?);
+        }
+    }
+    let rings = Arc::new(rings);
+    let shared = Arc::new(Shared {
+        started: Instant::now(),
+        control: control.clone(),
+        config: Mutex::new(cfg.clone()),
+        path: path.to_path_buf(),
+        pool,
+        ports,
+        workers: workers_shared,
+        learned: Mutex::new(BTreeMap::new()),
+        idle_sleep_us: rt.idle_sleep_us,
+        reloads: AtomicU64::new(0),
+        reload_failures: AtomicU64::new(0),
+        rates: Mutex::new(Vec::new()),
+        stop: AtomicBool::new(false),
+    });
+    shared.sync_xdp(cfg);
+    let api = crate::api::Server::bind(&rt.api, shared.clone())?;
+    let eal = Arc::new(eal);
+    let mut handles = Vec::new();
+    for (w, msgs) in worker_rx.into_iter().enumerate() {
+        let wc = cfg.worker_config(w as u16, rt.workers);
+        let shift = wc.table.core_shift;
+        let worker = Worker::new(control.clone(), wc).map_err(|e| format!("worker {w}: session table: {e}"))?;
+        let ctx = WorkerCtx {
+            id: w as u16,
+            ports: shared.ports.iter().map(|p| p.port).collect(),
+            worker,
+            shared: shared.clone(),
+            msgs,
+            events: ev_tx.clone(),
+            rings: rings.clone(),
+            core_shift: shift,
+        };
+        let cpu = rt.cpus.get(w).copied();
+        let eal = eal.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("vlb-worker{w}"))
+            .spawn(move || {
+                if let Err(e) = eal.register_thread() {
+                    log(format!("worker {w}: {e}"));
+                }
+                pin(cpu);
+                ctx.run();
+                eal.unregister_thread();
+            })
+            .map_err(|e| e.to_string())?;
+        handles.push(h);
+    }
+    let api_handle = std::thread::Builder::new().name("vlb-api".into()).spawn(move || api.run()).map_err(|e| e.to_string())?;
+    log(format!(
+        "running: {} port(s), {} worker(s), {} service(s), API on {}",
+        shared.ports.len(),
+        rt.workers,
+        cfg.spec.services.len(),
+        rt.api
+    ));
+    control_loop(&shared, ev_rx);
+    log("stopping: draining workers");
+    shared.request_stop();
+    for h in handles {
+        let _ = h.join();
+    }
+    drop(api_handle); // the API thread ends with the process (it may sit in accept()).
+    for p in &shared.ports {
+        p.port.stop();
+    }
+    if let Some(path) = rt.api.strip_prefix("unix:") {
+        let _ = std::fs::remove_file(path);
+    }
+    let t = shared.totals();
+    log(format!("stopped: rx {} tx {} drops {} sessions created {}", t.counters.rx, t.counters.tx, t.counters.total_drops(), t.counters.sessions_created));
+    Ok(())
+}
+
+/// Pins the calling thread to `cpu`, or lets it run on every CPU (EAL pins the main thread,
+/// and threads inherit that).
+fn pin(cpu: Option<usize>) {
+    // SAFETY: a zeroed cpu_set_t is valid; the calls only read it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).max(1);
+        match cpu {
+            Some(c) => libc::CPU_SET(c, &mut set),
+            None => (0..n.max(64)).for_each(|c| libc::CPU_SET(c, &mut set)),
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// The control core: signals, neighbour learning and resolution, rates.
+fn control_loop(shared: &Arc<Shared>, events: Receiver<Event>) {
+    let timeout = Duration::from_secs(lock(&shared.config).runtime.neighbor_timeout as u64);
+    let mut last_resolve = Instant::now() - Duration::from_secs(3600);
+    let mut last_rate = Instant::now();
+    let mut last_created: Vec<u64> = Vec::new();
+    let mut dirty = false;
+    let mut asked: BTreeMap<IpAddr, Instant> = BTreeMap::new();
+    loop {
+        if SIG_STOP.load(Ordering::SeqCst) || shared.stopping() {
+            return;
+        }
+        if SIG_RELOAD.swap(false, Ordering::SeqCst) {
+            match reload(shared) {
+                Ok(g) => log(format!("SIGHUP: reloaded {} (generation {g})", shared.path.display())),
+                Err(e) => log(format!("SIGHUP: reload failed, running configuration kept: {e}")),
+            }
+        }
+        match events.recv_timeout(Duration::from_millis(20)) {
+            Ok(Event::Learned { ip, mac, port }) => {
+                let mut l = lock(&shared.learned);
+                let prev = l.insert(ip, Neighbour { mac, port, seen: Instant::now() });
+                if prev.is_none_or(|p| p.mac != mac) {
+                    dirty = true;
+                }
+                asked.remove(&ip);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        if dirty {
+            // Drain further events first so that a burst of learning gives one snapshot.
+            while let Ok(Event::Learned { ip, mac, port }) = events.try_recv() {
+                lock(&shared.learned).insert(ip, Neighbour { mac, port, seen: Instant::now() });
+                asked.remove(&ip);
+            }
+            shared.republish();
+            dirty = false;
+        }
+        // Resolve next hops: unknown ones every second, known ones when a third of their
+        // lifetime has passed (a reply refreshes them); forget the silent ones.
+        if last_resolve.elapsed() >= Duration::from_secs(1) {
+            last_resolve = Instant::now();
+            let snap = shared.control.snapshot();
+            let hops = neigh::next_hops(&snap);
+            let now = Instant::now();
+            let mut expired = false;
+            {
+                let mut l = lock(&shared.learned);
+                let before = l.len();
+                l.retain(|_, n| now.duration_since(n.seen) < timeout);
+                expired |= l.len() != before;
+            }
+            if expired {
+                shared.republish();
+            }
+            let statics: Vec<IpAddr> = lock(&shared.config).spec.neighbors.iter().map(|(a, _)| *a).collect();
+            for (ip, port) in hops {
+                if statics.contains(&ip) {
+                    continue;
+                }
+                let age = lock(&shared.learned).get(&ip).map(|n| now.duration_since(n.seen));
+                let due = match age {
+                    None => true,
+                    Some(a) => a > timeout / 3 && asked.get(&ip).is_none_or(|t| now.duration_since(*t) > Duration::from_secs(5)),
+                };
+                if !due {
+                    continue;
+                }
+                let frame = match ip {
+                    IpAddr::V4(a) => neigh::arp_request(&snap, port, a),
+                    IpAddr::V6(a) => neigh::solicit(&snap, port, a),
+                };
+                if let Some(f) = frame {
+                    shared.send(port, f);
+                    asked.insert(ip, now);
+                }
+            }
+            let _ = key; // (address keys are used by neigh::next_hops)
+        }
+        if last_rate.elapsed() >= Duration::from_secs(1) {
+            let secs = last_rate.elapsed().as_secs_f64();
+            last_rate = Instant::now();
+            let t = shared.totals();
+            let created: Vec<u64> = t.counters.services.iter().map(|s| s.new_sessions).collect();
+            let rates: Vec<f64> = created
+                .iter()
+                .enumerate()
+                .map(|(i, c)| c.saturating_sub(last_created.get(i).copied().unwrap_or(*c)) as f64 / secs)
+                .collect();
+            *lock(&shared.rates) = rates;
+            last_created = created;
+        }
+    }
+}
+
+/// Re-reads the configuration file and applies it (all or nothing).
+pub fn reload(shared: &Shared) -> Result<u64, String> {
+    let r = Config::load(&shared.path).map_err(|e| e.to_string()).and_then(|c| shared.apply(c));
+    match &r {
+        Ok(_) => shared.reloads.fetch_add(1, Ordering::Relaxed),
+        Err(_) => shared.reload_failures.fetch_add(1, Ordering::Relaxed),
+    };
+    r
+}

@@ -1,0 +1,94 @@
+//! Paged session listings, read by the owning worker on request of the API.
+
+use serde::Serialize;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use vectorlb_lb::session::{flag, state, Addr, Session};
+use vectorlb_lb::Worker;
+use vectorlb_packet::proto;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionInfo {
+    pub proto: &'static str,
+    pub client: String,
+    pub vip: String,
+    pub backend: String,
+    pub local: Option<String>,
+    pub state: &'static str,
+    pub expires_ms: i64,
+    pub snat: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Page {
+    pub sessions: Vec<SessionInfo>,
+    /// Where the next page starts (None: this was the last).
+    pub next: Option<usize>,
+}
+
+fn sock(a: IpAddr, port: u16) -> String {
+    std::net::SocketAddr::new(a, port).to_string()
+}
+
+trait ToIp {
+    fn ip(&self) -> IpAddr;
+}
+impl ToIp for [u8; 4] {
+    fn ip(&self) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(*self))
+    }
+}
+impl ToIp for [u8; 16] {
+    fn ip(&self) -> IpAddr {
+        IpAddr::V6(Ipv6Addr::from(*self))
+    }
+}
+
+fn collect<A: Addr + ToIp>(w: &Worker, start: usize, limit: usize, now: u32) -> Page
+where
+    Session<A>: vectorlb_lb::mem::Zeroable,
+{
+    let snap = w.snapshot();
+    let mut out = Vec::new();
+    let next = w.table.for_each::<A>(start, |_, s| {
+        if out.len() >= limit {
+            return false;
+        }
+        let snat = s.flags & flag::SNAT != 0;
+        let (p, vip) = if snat {
+            (if s.state == state::UDP { proto::UDP } else { proto::TCP }, "snat".to_string())
+        } else {
+            match snap.service(s.svc) {
+                Some(sv) => (sv.spec.proto, sock(sv.spec.vip, sv.spec.port)),
+                None => (0, "(removed)".into()),
+            }
+        };
+        let backend = match snap.backend(s.backend) {
+            Some(b) => sock(b.addr, b.port),
+            None if snat => String::new(),
+            None => "(removed)".into(),
+        };
+        let local = snap.laddr_addr(s.laddr).map(|a| sock(a, s.lport));
+        out.push(SessionInfo {
+            proto: if p == proto::UDP { "udp" } else { "tcp" },
+            client: sock(s.client.ip(), s.cport),
+            vip,
+            backend,
+            local,
+            state: state::name(s.state),
+            expires_ms: s.expire.wrapping_sub(now) as i32 as i64,
+            snat,
+        });
+        true
+    });
+    // for_each stops (returning the resume index) only when the page is full.
+    Page { sessions: out, next }
+}
+
+pub fn page(w: &Worker, start: usize, limit: usize, v6: bool, now: u32) -> Page {
+    let limit = limit.clamp(1, 10_000);
+    if v6 {
+        collect::<[u8; 16]>(w, start, limit, now)
+    } else {
+        collect::<[u8; 4]>(w, start, limit, now)
+    }
+}

@@ -1,0 +1,564 @@
+//! Probes: small clients and servers that `make demo` and the end-to-end tests run inside
+//! network namespaces. They report what real kernels' TCP/UDP stacks saw through the LB.
+//!
+//! - `http`: HTTP/1.0 GETs, one new connection per request, with a progress bar, the spread
+//!   across backends (each backend's page names it) and latency percentiles;
+//! - `serve-udp` / `serve-tcp`: echo servers that prefix their answers with their name;
+//! - `udp` / `tcp`: clients of those (stickiness per flow, payload integrity, path MTU);
+//! - `garbage`: malformed frames from a raw socket, at the LB's MAC.
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Subcommand, Debug)]
+pub enum ProbeCmd {
+    /// HTTP/1.0 GETs through a VIP, one connection per request.
+    Http(HttpArgs),
+    /// A UDP echo server that prefixes each answer with its name.
+    ServeUdp {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        name: String,
+    },
+    /// A TCP echo server: sends its name and a newline, then echoes until EOF.
+    ServeTcp {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        name: String,
+    },
+    /// UDP flows to a serve-udp service: spread, stickiness, loss, path MTU.
+    Udp(UdpArgs),
+    /// TCP connections to a serve-tcp service: each sends BYTES and checks the echo.
+    Tcp(TcpArgs),
+    /// Malformed frames from a raw socket on IFACE to DST_MAC (the LB).
+    Garbage(GarbageArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct HttpArgs {
+    /// http://HOST:PORT/PATH ([v6] for IPv6).
+    #[arg(long)]
+    pub url: String,
+    #[arg(long, default_value_t = 200)]
+    pub requests: usize,
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    #[arg(long, default_value_t = 3000)]
+    pub timeout_ms: u64,
+    /// Draw a progress bar on stderr.
+    #[arg(long)]
+    pub progress: bool,
+    /// Print one JSON line instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct UdpArgs {
+    #[arg(long)]
+    pub target: SocketAddr,
+    /// Distinct flows (each its own source port).
+    #[arg(long, default_value_t = 30)]
+    pub flows: usize,
+    /// Datagrams per flow.
+    #[arg(long, default_value_t = 3)]
+    pub per_flow: usize,
+    /// Payload bytes.
+    #[arg(long, default_value_t = 32)]
+    pub size: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub timeout_ms: u64,
+    /// Set "don't fragment" and report the path MTU the kernel learnt.
+    #[arg(long)]
+    pub df: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TcpArgs {
+    #[arg(long)]
+    pub target: SocketAddr,
+    #[arg(long, default_value_t = 10)]
+    pub connections: usize,
+    /// Bytes each connection sends and expects back.
+    #[arg(long, default_value_t = 1000)]
+    pub bytes: usize,
+    #[arg(long, default_value_t = 5000)]
+    pub timeout_ms: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct GarbageArgs {
+    #[arg(long)]
+    pub iface: String,
+    #[arg(long)]
+    pub dst_mac: String,
+    /// An address of ours on that link (source of the crafted IP packets).
+    #[arg(long)]
+    pub src: IpAddr,
+    /// A VIP to aim the crafted IP packets at.
+    #[arg(long)]
+    pub vip: IpAddr,
+    #[arg(long, default_value_t = 5000)]
+    pub count: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+pub fn run(cmd: &ProbeCmd) -> Result<(), String> {
+    match cmd {
+        ProbeCmd::Http(a) => http(a),
+        ProbeCmd::ServeUdp { listen, name } => serve_udp(*listen, name),
+        ProbeCmd::ServeTcp { listen, name } => serve_tcp(*listen, name),
+        ProbeCmd::Udp(a) => udp(a),
+        ProbeCmd::Tcp(a) => tcp(a),
+        ProbeCmd::Garbage(a) => garbage(a),
+    }
+}
+
+/// Percentile of sorted microsecond samples, in milliseconds.
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)] as f64 / 1000.0
+}
+
+fn bar(done: usize, total: usize, errors: usize) {
+    let w = 40;
+    let f = if total == 0 { w } else { done * w / total };
+    eprint!("\r  [{}{}] {done}/{total} requests, {errors} errors ", "#".repeat(f), ".".repeat(w - f));
+    let _ = std::io::stderr().flush();
+}
+
+fn parse_url(url: &str) -> Result<(SocketAddr, String, String), String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("--url: '{url}' must start with http://"))?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let hp = if hostport.contains(':') && !hostport.ends_with(']') && hostport.rfind(']').is_none_or(|i| hostport[i..].contains(':')) {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:80")
+    };
+    let addr = hp.to_socket_addrs().map_err(|e| format!("--url: {hostport}: {e}"))?.next().ok_or("--url: no address")?;
+    Ok((addr, hostport.to_string(), path.to_string()))
+}
+
+/// One GET on a new connection: the first line of the body (the backend's name).
+fn get(addr: SocketAddr, host: &str, path: &str, timeout: Duration) -> Result<String, String> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(timeout)).ok();
+    s.set_write_timeout(Some(timeout)).ok();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: vectorlb-probe\r\n\r\n").as_bytes()).map_err(|e| format!("send: {e}"))?;
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&resp);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("truncated response")?;
+    let status = head.split_whitespace().nth(1).unwrap_or("");
+    if status != "200" {
+        return Err(format!("status {status}"));
+    }
+    Ok(body.lines().next().unwrap_or("").trim().to_string())
+}
+
+fn http(a: &HttpArgs) -> Result<(), String> {
+    let (addr, host, path) = parse_url(&a.url)?;
+    let timeout = Duration::from_millis(a.timeout_ms);
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let errs = Arc::new(AtomicUsize::new(0));
+    let results = Arc::new(Mutex::new((BTreeMap::<String, usize>::new(), Vec::<u64>::with_capacity(a.requests), BTreeMap::<String, usize>::new())));
+    let start = Instant::now();
+    let mut threads = Vec::new();
+    for _ in 0..a.concurrency.clamp(1, 256) {
+        let (next, done, errs, results) = (next.clone(), done.clone(), errs.clone(), results.clone());
+        let (host, path, total) = (host.clone(), path.clone(), a.requests);
+        threads.push(std::thread::spawn(move || loop {
+            if next.fetch_add(1, Ordering::SeqCst) >= total {
+                return;
+            }
+            let t = Instant::now();
+            let r = get(addr, &host, &path, timeout);
+            let us = t.elapsed().as_micros() as u64;
+            let mut g = results.lock().unwrap();
+            match r {
+                Ok(name) => {
+                    *g.0.entry(name).or_default() += 1;
+                    g.1.push(us);
+                }
+                Err(e) => {
+                    errs.fetch_add(1, Ordering::SeqCst);
+                    *g.2.entry(e).or_default() += 1;
+                }
+            }
+            done.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    if a.progress {
+        while done.load(Ordering::SeqCst) < a.requests && threads.iter().any(|t| !t.is_finished()) {
+            bar(done.load(Ordering::SeqCst), a.requests, errs.load(Ordering::SeqCst));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    if a.progress {
+        bar(a.requests, a.requests, errs.load(Ordering::SeqCst));
+        eprintln!();
+    }
+    let mut g = results.lock().unwrap();
+    g.1.sort_unstable();
+    let lat = &g.1;
+    let errors = errs.load(Ordering::SeqCst);
+    let out = json!({
+        "requests": a.requests, "ok": lat.len(), "errors": errors, "seconds": elapsed,
+        "requests_per_second": a.requests as f64 / elapsed.max(1e-9),
+        "backends": g.0, "error_kinds": g.2,
+        "latency_ms": { "p50": pct(lat, 50.0), "p90": pct(lat, 90.0), "p99": pct(lat, 99.0), "p99_9": pct(lat, 99.9), "max": pct(lat, 100.0) },
+    });
+    if a.json {
+        println!("{out}");
+    } else {
+        println!("  {} requests in {elapsed:.2} s ({:.0}/s), {errors} errors", a.requests, a.requests as f64 / elapsed.max(1e-9));
+        println!("  backend            requests  share");
+        for (name, n) in &g.0 {
+            let share = *n as f64 * 100.0 / a.requests.max(1) as f64;
+            println!("  {name:<18} {n:>8}  {share:5.1}% {}", "#".repeat((share / 2.5).round() as usize));
+        }
+        for (e, n) in &g.2 {
+            println!("  error: {e} x{n}");
+        }
+        println!(
+            "  latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+            pct(lat, 50.0),
+            pct(lat, 90.0),
+            pct(lat, 99.0),
+            pct(lat, 99.9),
+            pct(lat, 100.0)
+        );
+    }
+    if errors > 0 {
+        return Err(format!("{errors} of {} requests failed", a.requests));
+    }
+    Ok(())
+}
+
+fn serve_udp(listen: SocketAddr, name: &str) -> Result<(), String> {
+    let s = UdpSocket::bind(listen).map_err(|e| format!("--listen {listen}: {e}"))?;
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let Ok((n, from)) = s.recv_from(&mut buf) else { continue };
+        let mut out = Vec::with_capacity(n + name.len() + 1);
+        out.extend_from_slice(name.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(&buf[..n.min(64)]);
+        let _ = s.send_to(&out, from);
+    }
+}
+
+fn serve_tcp(listen: SocketAddr, name: &str) -> Result<(), String> {
+    let l = TcpListener::bind(listen).map_err(|e| format!("--listen {listen}: {e}"))?;
+    for c in l.incoming() {
+        let Ok(mut c) = c else { continue };
+        let name = name.to_string();
+        std::thread::spawn(move || {
+            c.set_read_timeout(Some(Duration::from_secs(30))).ok();
+            if c.write_all(format!("{name}\n").as_bytes()).is_err() {
+                return;
+            }
+            let mut buf = [0u8; 16384];
+            loop {
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if c.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+fn set_df(s: &UdpSocket, v6: bool) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let (level, opt) = if v6 { (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER) } else { (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER) };
+    let val: libc::c_int = 2; // IP_PMTUDISC_DO / IPV6_PMTUDISC_DO
+    // SAFETY: valid fd and a c_int option value.
+    let r = unsafe { libc::setsockopt(s.as_raw_fd(), level, opt, &val as *const _ as *const libc::c_void, 4) };
+    if r != 0 {
+        return Err(format!("setsockopt(MTU_DISCOVER): {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn path_mtu(s: &UdpSocket, v6: bool) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let (level, opt) = if v6 { (libc::IPPROTO_IPV6, libc::IPV6_MTU) } else { (libc::IPPROTO_IP, libc::IP_MTU) };
+    let mut val: libc::c_int = 0;
+    let mut len: libc::socklen_t = 4;
+    // SAFETY: valid fd and out pointers.
+    let r = unsafe { libc::getsockopt(s.as_raw_fd(), level, opt, &mut val as *mut _ as *mut libc::c_void, &mut len) };
+    (r == 0).then_some(val as u32)
+}
+
+fn udp(a: &UdpArgs) -> Result<(), String> {
+    let v6 = a.target.is_ipv6();
+    let bind: SocketAddr = if v6 { "[::]:0".parse().unwrap() } else { "0.0.0.0:0".parse().unwrap() };
+    let mut spread: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut sent, mut received, mut switched, mut too_big) = (0usize, 0usize, 0usize, 0usize);
+    let mut mtu = None;
+    let mut buf = vec![0u8; 65536];
+    for f in 0..a.flows {
+        let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
+        s.connect(a.target).map_err(|e| format!("--target: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_millis(a.timeout_ms))).ok();
+        if a.df {
+            set_df(&s, v6)?;
+        }
+        let mut first: Option<String> = None;
+        for k in 0..a.per_flow {
+            let mut payload = format!("flow {f} seq {k} ").into_bytes();
+            payload.resize(a.size.max(payload.len()), b'x');
+            match s.send(&payload) {
+                Ok(_) => sent += 1,
+                Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                    too_big += 1;
+                    mtu = path_mtu(&s, v6);
+                    continue;
+                }
+                Err(e) => return Err(format!("send: {e}")),
+            }
+            match s.recv(&mut buf) {
+                Ok(n) => {
+                    received += 1;
+                    let name = String::from_utf8_lossy(&buf[..n]).split(' ').next().unwrap_or("").to_string();
+                    match &first {
+                        None => first = Some(name.clone()),
+                        Some(x) if *x != name => switched += 1,
+                        _ => {}
+                    }
+                    *spread.entry(name).or_default() += 1;
+                }
+                Err(_) => {}
+            }
+            if a.df {
+                std::thread::sleep(Duration::from_millis(50));
+                mtu = path_mtu(&s, v6).or(mtu);
+            }
+        }
+    }
+    println!(
+        "{}",
+        json!({ "sent": sent, "received": received, "lost": sent - received, "flows": a.flows,
+                 "flows_switched": switched, "backends": spread, "too_big": too_big, "path_mtu": mtu })
+    );
+    Ok(())
+}
+
+fn tcp_one(target: SocketAddr, bytes: usize, timeout: Duration) -> Result<String, String> {
+    let mut s = TcpStream::connect_timeout(&target, timeout).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(timeout)).ok();
+    s.set_write_timeout(Some(timeout)).ok();
+    let payload: Vec<u8> = (0..bytes).map(|i| (i * 7 % 251) as u8).collect();
+    let mut r = s.try_clone().map_err(|e| e.to_string())?;
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let res = r.read_to_end(&mut got);
+        (res.map_err(|e| e.to_string()), got)
+    });
+    s.write_all(&payload).map_err(|e| format!("send: {e}"))?;
+    s.shutdown(std::net::Shutdown::Write).map_err(|e| e.to_string())?;
+    let (res, got) = reader.join().map_err(|_| "reader panicked")?;
+    res.map_err(|e| format!("read: {e}"))?;
+    let nl = got.iter().position(|&b| b == b'\n').ok_or("no greeting")?;
+    let name = String::from_utf8_lossy(&got[..nl]).to_string();
+    if got[nl + 1..] != payload[..] {
+        return Err(format!("echo mismatch: sent {} bytes, got {}", payload.len(), got.len() - nl - 1));
+    }
+    Ok(name)
+}
+
+fn tcp(a: &TcpArgs) -> Result<(), String> {
+    let mut spread: BTreeMap<String, usize> = BTreeMap::new();
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    let start = Instant::now();
+    for _ in 0..a.connections {
+        match tcp_one(a.target, a.bytes, Duration::from_millis(a.timeout_ms)) {
+            Ok(n) => *spread.entry(n).or_default() += 1,
+            Err(e) => *errors.entry(e).or_default() += 1,
+        }
+    }
+    let n_err: usize = errors.values().sum();
+    println!("{}", json!({ "connections": a.connections, "errors": n_err, "error_kinds": errors, "backends": spread, "bytes": a.bytes, "seconds": start.elapsed().as_secs_f64() }));
+    Ok(())
+}
+
+/// xorshift64*: a small deterministic generator for the garbage probe.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn csum(data: &[u8], init: u32) -> u16 {
+    let mut s = init;
+    for c in data.chunks(2) {
+        s += u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32;
+    }
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// A well-formed TCP SYN or UDP datagram from `src` to `vip`, to be mutated.
+fn base_frame(r: &mut Rng, dst: [u8; 6], src: IpAddr, vip: IpAddr) -> Vec<u8> {
+    let mut f = Vec::with_capacity(128);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&[0x02, 0x66, 0x66, 0x66, 0x66, 0x66]);
+    let tcp = r.below(2) == 0;
+    let mut l4 = vec![0u8; if tcp { 20 } else { 8 }];
+    l4[0..2].copy_from_slice(&(1024 + r.below(60000) as u16).to_be_bytes());
+    l4[2..4].copy_from_slice(&[0, 80]);
+    if tcp {
+        l4[12] = 0x50;
+        l4[13] = [0x02, 0x10, 0x04, 0x01, 0x3f][r.below(5)];
+    } else {
+        let n = l4.len() as u16;
+        l4[4..6].copy_from_slice(&n.to_be_bytes());
+    }
+    l4.extend((0..r.below(64)).map(|_| r.next() as u8));
+    match (src, vip) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            f.extend_from_slice(&[0x08, 0x00]);
+            let mut ip = [0u8; 20];
+            ip[0] = 0x45;
+            ip[2..4].copy_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
+            ip[8] = 64;
+            ip[9] = if tcp { 6 } else { 17 };
+            ip[12..16].copy_from_slice(&s.octets());
+            ip[16..20].copy_from_slice(&d.octets());
+            let c = csum(&ip, 0);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            f.extend_from_slice(&ip);
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            f.extend_from_slice(&[0x86, 0xdd]);
+            let mut ip = [0u8; 40];
+            ip[0] = 0x60;
+            ip[4..6].copy_from_slice(&(l4.len() as u16).to_be_bytes());
+            ip[6] = if tcp { 6 } else { 17 };
+            ip[7] = 64;
+            ip[8..24].copy_from_slice(&s.octets());
+            ip[24..40].copy_from_slice(&d.octets());
+            f.extend_from_slice(&ip);
+        }
+        _ => {}
+    }
+    f.extend_from_slice(&l4);
+    f
+}
+
+fn mutate(r: &mut Rng, mut f: Vec<u8>) -> Vec<u8> {
+    match r.below(8) {
+        0 => f.truncate(r.below(f.len() + 1)),
+        1 => {
+            for _ in 0..1 + r.below(6) {
+                let i = r.below(f.len());
+                f[i] = r.next() as u8;
+            }
+        }
+        2 if f.len() > 18 => f[14] = r.next() as u8, // version / IHL
+        3 if f.len() > 18 => {
+            f[16] = r.next() as u8; // IPv4 total length / IPv6 payload length
+            f[17] = r.next() as u8;
+        }
+        4 if f.len() > 22 => {
+            f[20] = 0x20 | (r.next() as u8 & 0x1f); // IPv4 fragment flags; IPv6 next header
+            f[21] = r.next() as u8;
+        }
+        5 => f.extend((0..r.below(1400)).map(|_| r.next() as u8)),
+        6 => {
+            // An ARP frame with random fields.
+            f.truncate(12);
+            f.extend_from_slice(&[0x08, 0x06]);
+            f.extend((0..r.below(40)).map(|_| r.next() as u8));
+        }
+        _ => {
+            // VLAN tags stacked on top.
+            let tag = [0x81, 0x00, 0x00, r.next() as u8];
+            for _ in 0..1 + r.below(3) {
+                f.splice(12..12, tag);
+            }
+        }
+    }
+    f
+}
+
+fn garbage(a: &GarbageArgs) -> Result<(), String> {
+    let dst = vectorlb_config::parse_mac(&a.dst_mac).ok_or_else(|| format!("--dst-mac: '{}' is not a MAC address", a.dst_mac))?;
+    let ifname = std::ffi::CString::new(a.iface.clone()).map_err(|_| "--iface: NUL")?;
+    // SAFETY: plain libc calls with valid arguments; the socket is closed at the end.
+    unsafe {
+        let idx = libc::if_nametoindex(ifname.as_ptr());
+        if idx == 0 {
+            return Err(format!("--iface: no interface '{}'", a.iface));
+        }
+        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        if fd < 0 {
+            return Err(format!("raw socket: {} (needs root)", std::io::Error::last_os_error()));
+        }
+        let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_ifindex = idx as i32;
+        sll.sll_halen = 6;
+        sll.sll_addr[..6].copy_from_slice(&dst);
+        let mut r = Rng(a.seed.max(1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut sent = 0;
+        for i in 0..a.count {
+            let f = if i % 16 == 0 {
+                let mut f = dst.to_vec();
+                f.extend((0..r.below(200)).map(|_| r.next() as u8));
+                f
+            } else {
+                let b = base_frame(&mut r, dst, a.src, a.vip);
+                mutate(&mut r, b)
+            };
+            if f.len() < 14 {
+                continue;
+            }
+            let n = libc::sendto(fd, f.as_ptr() as *const libc::c_void, f.len(), 0, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32);
+            if n > 0 {
+                sent += 1;
+            }
+            if i % 256 == 255 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        libc::close(fd);
+        println!("{}", json!({ "garbage_frames_sent": sent }));
+    }
+    Ok(())
+}
