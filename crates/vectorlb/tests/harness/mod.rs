@@ -1,0 +1,280 @@
+//! The end-to-end harness: a topology in network namespaces (scripts/netns.sh), real servers
+//! (nginx, the echo probes), the daemon, and clients, all torn down on drop.
+
+#![allow(dead_code)]
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_vectorlb");
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs a command; panics with its output if it fails.
+pub fn sh(args: &[&str]) -> Output {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    if !out.status.success() {
+        panic!("{args:?} failed: {}\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+    out
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Shape {
+    TwoArm,
+    OneArm,
+}
+
+pub struct Topo {
+    pub p: String,
+    pub dir: PathBuf,
+    pub shape: Shape,
+    children: Vec<Child>,
+    lb: Option<Child>,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Topo {
+    pub fn new(p: &str, shape: Shape, backend_mtu: u16) -> Topo {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(unsafe { libc::geteuid() } == 0, "the end-to-end tests need root (network namespaces, AF_XDP)");
+        let dir = std::env::temp_dir().join(format!("vectorlb-e2e-{p}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = repo().join("scripts/netns.sh");
+        let s = if shape == Shape::OneArm { "one-arm" } else { "two-arm" };
+        sh(&[script.to_str().unwrap(), "up", p, s, &backend_mtu.to_string()]);
+        Topo { p: p.to_string(), dir, shape, children: Vec::new(), lb: None, _serial: serial }
+    }
+
+    pub fn ns(&self, n: &str) -> String {
+        format!("{}-{n}", self.p)
+    }
+
+    /// A command inside namespace `n`.
+    pub fn cmd(&self, n: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns(n)]).args(args);
+        c
+    }
+
+    pub fn run(&self, n: &str, args: &[&str]) -> Output {
+        self.cmd(n, args).output().unwrap()
+    }
+
+    pub fn spawn(&mut self, n: &str, args: &[&str]) {
+        let c = self.cmd(n, args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        self.children.push(c);
+    }
+
+    /// nginx in each backend, answering every path with its name ("be1".."be3").
+    pub fn nginx(&mut self) {
+        for i in 1..=3 {
+            let d = self.dir.join(format!("be{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let d = d.display();
+            let conf = format!(
+                "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{ worker_connections 4096; }}\n\
+                 http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fcgi;\n\
+                 uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n default_type text/plain;\n\
+                 server {{\n  listen 80;\n  listen [::]:80;\n  location / {{ return 200 \"be{i}\\n\"; }}\n }}\n}}\n"
+            );
+            let path = format!("{d}/nginx.conf");
+            std::fs::write(&path, conf).unwrap();
+            let o = self.run(&format!("be{i}"), &["nginx", "-c", &path, "-p", &d.to_string()]);
+            assert!(o.status.success(), "nginx in be{i}: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+
+    pub fn kill_nginx(&self, i: usize) {
+        let pid = std::fs::read_to_string(self.dir.join(format!("be{i}/nginx.pid"))).unwrap();
+        sh(&["kill", "-9", pid.trim()]);
+        // The workers belong to the master; kill whatever else runs nginx in that namespace.
+        let _ = self.run(&format!("be{i}"), &["pkill", "-9", "-f", &format!("{}/be{i}/nginx.conf", self.dir.display())]);
+    }
+
+    /// UDP and TCP echo servers in each backend on `port` (v4 and v6).
+    pub fn echo(&mut self, port: u16) {
+        for i in 1..=3 {
+            let n = format!("be{i}");
+            let name = format!("be{i}");
+            // One dual-stack socket serves both families.
+            self.spawn(&n, &[BIN, "probe", "serve-udp", "--listen", &format!("[::]:{port}"), "--name", &name]);
+            self.spawn(&n, &[BIN, "probe", "serve-tcp", "--listen", &format!("[::]:{port}"), "--name", &name]);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    pub fn api(&self) -> String {
+        format!("unix:{}/api.sock", self.dir.display())
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("lb.toml")
+    }
+
+    /// The runtime and port sections for this topology; services are appended by the test.
+    pub fn base_config(&self, int_mtu: Option<u16>) -> String {
+        let mut c = format!(
+            "[global]\nmax_sessions = 200000\n\n[runtime]\napi = \"{}\"\nmbufs = 8191\nrun_dir = \"{}\"\nidle_sleep_us = 100\n\n",
+            self.api(),
+            self.dir.display()
+        );
+        if self.shape == Shape::TwoArm {
+            c += "[[ports]]\nname = \"ext\"\ndevice = \"net_af_xdp0,iface=ext0\"\naddrs = [\"10.0.0.1/24\", \"2001:db8::1/64\"]\n\n";
+        }
+        c += "[[ports]]\nname = \"int\"\ndevice = \"net_af_xdp1,iface=int0\"\naddrs = [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]\n";
+        if let Some(m) = int_mtu {
+            c += &format!("mtu = {m}\n");
+        }
+        c + "\n"
+    }
+
+    /// Writes the configuration and starts the daemon; waits until its API answers and its
+    /// backends are resolved.
+    pub fn start_lb(&mut self, config: &str) {
+        std::fs::write(self.config_path(), config).unwrap();
+        let log = std::fs::File::create(self.dir.join("lb.log")).unwrap();
+        let cfg = self.config_path();
+        let child = self
+            .cmd("lb", &[BIN, "run", "--config", cfg.to_str().unwrap()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.lb = Some(child);
+        let t = Instant::now();
+        loop {
+            if let Ok((200, _)) = vectorlb::ctl::call(&self.api(), "GET", "/v1/health", None) {
+                break;
+            }
+            if let Some(st) = self.lb.as_mut().unwrap().try_wait().unwrap() {
+                panic!("vectorlb run exited ({st}):\n{}", self.lb_log());
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "vectorlb run did not come up:\n{}", self.lb_log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Next hops resolve within a second or two (ARP / ND from the LB).
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            let v = self.get("/v1/services");
+            let all = v.as_array().unwrap().iter().all(|s| s["backends"].as_array().unwrap().iter().all(|b| b["resolved"] == true));
+            if all {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("backends not resolved in 10 s: {}\n{}", self.get("/v1/services"), self.lb_log());
+    }
+
+    pub fn lb_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("lb.log")).unwrap_or_default()
+    }
+
+    pub fn lb_alive(&mut self) -> bool {
+        self.lb.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    pub fn lb_pid(&self) -> u32 {
+        self.lb.as_ref().unwrap().id()
+    }
+
+    /// Stops the daemon with SIGTERM and checks it exits cleanly.
+    pub fn stop_lb(&mut self) {
+        if let Some(mut c) = self.lb.take() {
+            // `ip netns exec` execs the daemon, so the child's pid is the daemon's.
+            sh(&["kill", "-TERM", &c.id().to_string()]);
+            let t = Instant::now();
+            loop {
+                if let Some(st) = c.try_wait().unwrap() {
+                    assert!(st.success(), "vectorlb exited with {st} after SIGTERM:\n{}", self.lb_log());
+                    return;
+                }
+                assert!(t.elapsed() < Duration::from_secs(10), "vectorlb did not stop on SIGTERM");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let (s, b) = vectorlb::ctl::call(&self.api(), method, path, body).unwrap();
+        (s, serde_json::from_slice(&b).unwrap_or(Value::Null))
+    }
+
+    pub fn get(&self, path: &str) -> Value {
+        let (s, v) = self.call("GET", path, None);
+        assert_eq!(s, 200, "GET {path}: {v}");
+        v
+    }
+
+    pub fn stats(&self) -> Value {
+        self.get("/v1/stats")
+    }
+
+    /// `vectorlb probe ...` in the client namespace; returns its JSON line.
+    pub fn probe(&self, args: &[&str]) -> Value {
+        let mut a = vec![BIN, "probe"];
+        a.extend_from_slice(args);
+        let o = self.run("cl", &a);
+        let out = stdout(&o);
+        let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| {
+            panic!("probe {args:?} printed no JSON: {out}\n{}\nLB log:\n{}", String::from_utf8_lossy(&o.stderr), self.lb_log())
+        });
+        serde_json::from_str(line).unwrap()
+    }
+
+    pub fn http(&self, url: &str, requests: usize, concurrency: usize) -> Value {
+        self.probe(&["http", "--url", url, "--requests", &requests.to_string(), "--concurrency", &concurrency.to_string(), "--json"])
+    }
+}
+
+impl Drop for Topo {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.lb.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- LB log ({}) ---\n{}", self.p, self.lb_log());
+        }
+        let script = repo().join("scripts/netns.sh");
+        let _ = Command::new(script).args(["down", &self.p]).status();
+    }
+}
+
+/// Counts per backend name from a probe's "backends" object.
+pub fn spread(v: &Value) -> Vec<(String, u64)> {
+    v["backends"].as_object().map(|m| m.iter().map(|(k, n)| (k.clone(), n.as_u64().unwrap())).collect()).unwrap_or_default()
+}
+
+pub fn service(vip: &str, port: u16, proto: &str, mode: &str, sched: &str, laddr: Option<&str>, backends: &[(&str, u16, u32)]) -> String {
+    let mut s = format!("[[services]]\nvip = \"{vip}\"\nport = {port}\nproto = \"{proto}\"\nmode = \"{mode}\"\nscheduler = \"{sched}\"\n");
+    if let Some(l) = laddr {
+        s += &format!("local_addrs = [\"{l}\"]\n");
+    }
+    s += "backends = [\n";
+    for (a, p, w) in backends {
+        s += &format!("    {{ addr = \"{a}\", port = {p}, weight = {w} }},\n");
+    }
+    s + "]\n\n"
+}
+
+pub const BE4: [&str; 3] = ["10.1.0.11", "10.1.0.12", "10.1.0.13"];
+pub const BE6: [&str; 3] = ["2001:db8:1::11", "2001:db8:1::12", "2001:db8:1::13"];
+
+pub fn backends(v6: bool, port: u16) -> Vec<(&'static str, u16, u32)> {
+    (if v6 { BE6 } else { BE4 }).iter().map(|a| (*a, port, 1)).collect()
+}
