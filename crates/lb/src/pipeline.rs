@@ -139,12 +139,24 @@ impl Worker {
         &self.snap
     }
 
-    /// Picks up a newly published configuration; per-service scheduler state restarts.
+    /// Picks up a newly published configuration; a service's scheduler state restarts only if
+    /// that service changed.
     #[inline]
     fn refresh(&mut self) {
         if self.control.generation() != self.snap.generation {
-            self.snap = self.control.snapshot();
-            self.picks.clear();
+            let new = self.control.snapshot();
+            // Scheduler state (rr / wrr positions) survives snapshots that leave the service
+            // as it was (a neighbour learnt, another service edited).
+            for (i, p) in self.picks.iter_mut().enumerate() {
+                let same = match (self.snap.service(i as u16), new.service(i as u16)) {
+                    (Some(a), Some(b)) => a.spec == b.spec && a.backends == b.backends,
+                    _ => false,
+                };
+                if !same {
+                    *p = PickState::default();
+                }
+            }
+            self.snap = new;
         }
         let (svcs, slots) = self.snap.id_bounds();
         if self.counters.services.len() < svcs {

@@ -29,7 +29,8 @@ pub enum WorkerMsg {
 
 /// What workers report to the control thread.
 pub enum Event {
-    Learned { ip: IpAddr, mac: Mac, port: u16 },
+    /// A neighbour seen in ARP / ND; `reply` is our answer, to send once it is published.
+    Learned { ip: IpAddr, mac: Mac, port: u16, reply: Option<Vec<u8>> },
 }
 
 #[derive(Default)]
@@ -441,25 +442,29 @@ fn control_loop(shared: &Arc<Shared>, events: Receiver<Event>) {
             }
         }
         match events.recv_timeout(Duration::from_millis(20)) {
-            Ok(Event::Learned { ip, mac, port }) => {
-                let mut l = lock(&shared.learned);
-                let prev = l.insert(ip, Neighbour { mac, port, seen: Instant::now() });
-                if prev.is_none_or(|p| p.mac != mac) {
-                    dirty = true;
+            Ok(first) => {
+                // Take every pending event, publish once, then send the held answers.
+                let mut replies = Vec::new();
+                let mut ev = Some(first);
+                while let Some(Event::Learned { ip, mac, port, reply }) = ev.take() {
+                    let prev = lock(&shared.learned).insert(ip, Neighbour { mac, port, seen: Instant::now() });
+                    dirty |= prev.is_none_or(|p| p.mac != mac);
+                    asked.remove(&ip);
+                    if let Some(r) = reply {
+                        replies.push((port, r));
+                    }
+                    ev = events.try_recv().ok();
                 }
-                asked.remove(&ip);
+                if dirty {
+                    shared.republish();
+                    dirty = false;
+                }
+                for (port, r) in replies {
+                    shared.send(port, r);
+                }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
-        }
-        if dirty {
-            // Drain further events first so that a burst of learning gives one snapshot.
-            while let Ok(Event::Learned { ip, mac, port }) = events.try_recv() {
-                lock(&shared.learned).insert(ip, Neighbour { mac, port, seen: Instant::now() });
-                asked.remove(&ip);
-            }
-            shared.republish();
-            dirty = false;
         }
         // Resolve next hops: unknown ones every second, known ones when a third of their
         // lifetime has passed (a reply refreshes them); forget the silent ones.

@@ -182,7 +182,13 @@ impl WorkerCtx {
                     let snap = self.worker.snapshot().clone();
                     let out = neigh::handle(&mut m, &snap, port);
                     if let Some((ip, mac)) = out.learned {
-                        let _ = self.events.send(Event::Learned { ip, mac, port });
+                        // Learn first, answer after: the control thread publishes the
+                        // neighbour, then sends our reply, so the asker's first packet (sent as
+                        // soon as it has our answer) finds its way back.
+                        let reply = out.reply.then(|| m.data().to_vec());
+                        let _ = self.events.send(Event::Learned { ip, mac, port, reply });
+                        free.push(m);
+                        continue;
                     }
                     if out.reply && (port as usize) < txq.len() {
                         io.neighbour_replies += 1;

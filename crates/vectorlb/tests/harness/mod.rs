@@ -95,11 +95,15 @@ impl Topo {
         }
     }
 
+    /// Kills every nginx process (master and workers) of backend `i`.
     pub fn kill_nginx(&self, i: usize) {
-        let pid = std::fs::read_to_string(self.dir.join(format!("be{i}/nginx.pid"))).unwrap();
-        sh(&["kill", "-9", pid.trim()]);
-        // The workers belong to the master; kill whatever else runs nginx in that namespace.
-        let _ = self.run(&format!("be{i}"), &["pkill", "-9", "-f", &format!("{}/be{i}/nginx.conf", self.dir.display())]);
+        let pids = sh(&["ip", "netns", "pids", &self.ns(&format!("be{i}"))]);
+        for pid in stdout(&pids).split_whitespace() {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "nginx" {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
     }
 
     /// UDP and TCP echo servers in each backend on `port` (v4 and v6).
@@ -110,6 +114,19 @@ impl Topo {
             // One dual-stack socket serves both families.
             self.spawn(&n, &[BIN, "probe", "serve-udp", "--listen", &format!("[::]:{port}"), "--name", &name]);
             self.spawn(&n, &[BIN, "probe", "serve-tcp", "--listen", &format!("[::]:{port}"), "--name", &name]);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    /// UDP echo servers bound to specific addresses (DR: the VIP on the backend's loopback).
+    pub fn echo_bound(&mut self, port: u16, addrs: &[&str]) {
+        for i in 1..=3 {
+            let n = format!("be{i}");
+            let name = format!("be{i}");
+            for a in addrs {
+                let l = if a.contains(':') { format!("[{a}]:{port}") } else { format!("{a}:{port}") };
+                self.spawn(&n, &[BIN, "probe", "serve-udp", "--listen", &l, "--name", &name]);
+            }
         }
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -216,7 +233,9 @@ impl Topo {
         v
     }
 
+    /// Global counters, after the workers' next publication (every 100 ms).
     pub fn stats(&self) -> Value {
+        std::thread::sleep(Duration::from_millis(250));
         self.get("/v1/stats")
     }
 
