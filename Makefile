@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build demo test fuzz bench-core clean
+.PHONY: all setup build demo demo-offline test test-e2e fuzz bench-core clean
 
 all: build
 
@@ -15,8 +15,12 @@ setup:
 build: setup
 	$(CARGO) build --release --bins --examples
 
-# Until the DPDK runtime lands, the demo replays a capture through the pipeline offline.
+# The load balancer on AF_XDP ports in network namespaces, real HTTP through it (root).
 demo: build
+	@bash scripts/demo.sh
+
+# The pipeline offline: a capture replayed through a configuration, and two short benchmarks.
+demo-offline: build
 	@mkdir -p $(OUT)
 	@target/release/examples/demo_pcap $(OUT)/demo.pcap
 	@echo "== vectorlb replay: examples/fnat-demo.toml over $(OUT)/demo.pcap"
@@ -38,6 +42,10 @@ fuzz:
 bench-core: build
 	bash scripts/bench-core.sh
 	python3 scripts/bench-report.py
+
+# Only the end-to-end suite (root; network namespaces, AF_XDP, nginx).
+test-e2e: setup
+	$(CARGO) test -p vectorlb --test e2e -- --test-threads=1
 
 clean:
 	$(CARGO) clean

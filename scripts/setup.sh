@@ -3,8 +3,13 @@
 # nothing once everything is present. Run as root (CI and `make demo` call it).
 set -euo pipefail
 
+# Build: a C compiler, DPDK 22.11 (its PMDs come with libdpdk-dev's dependencies), libbpf and
+# clang for the XDP program. Run time and tests: iproute2 (ip netns), ethtool, nginx, wrk,
+# curl, tcpdump, ping.
+PKGS=(build-essential pkg-config ca-certificates libdpdk-dev dpdk libbpf-dev clang
+      iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps)
 need_apt=()
-for pkg in build-essential pkg-config ca-certificates; do
+for pkg in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -14,7 +19,34 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     fi
     echo "setup: installing ${need_apt[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    # Do not let package installation start nginx in the host's namespace.
+    policy=/usr/sbin/policy-rc.d
+    created_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && created_policy=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    [ "$created_policy" = 1 ] && rm -f "$policy"
+fi
+
+# Huge pages for DPDK: reserve 512 x 2 MiB (1 GiB) unless enough are reserved, and mount
+# hugetlbfs. Both are idempotent.
+if [ "$(id -u)" -eq 0 ]; then
+    want=${VECTORLB_HUGEPAGES:-512}
+    hp=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+    if [ -w "$hp" ] && [ "$(cat "$hp")" -lt "$want" ]; then
+        echo "$want" > "$hp" || true
+    fi
+    if ! grep -qs "hugetlbfs" /proc/mounts; then
+        mkdir -p /dev/hugepages
+        mount -t hugetlbfs nodev /dev/hugepages 2>/dev/null || true
+    fi
+    free=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
+    if [ "${free:-0}" -lt 64 ]; then
+        echo "setup: warning: only ${free:-0} free huge pages; vectorlb run needs some (echo 512 > $hp)" >&2
+    fi
+    # bpffs for BPF tools (the XDP program itself needs none).
+    grep -qs " /sys/fs/bpf " /proc/mounts || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
 fi
 
 # Rust: use the toolchain on PATH (rustup's in ~/.cargo/bin included); Debian's own cargo as a

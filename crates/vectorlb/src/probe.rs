@@ -248,6 +248,7 @@ fn http(a: &HttpArgs) -> Result<(), String> {
             pct(lat, 99.9),
             pct(lat, 100.0)
         );
+        println!("result requests={} errors={errors} backends={}", a.requests, g.0.len());
     }
     if errors > 0 {
         return Err(format!("{errors} of {} requests failed", a.requests));

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# `make demo`: a client, the load balancer and three nginx backends in network namespaces;
+# real HTTP requests through a full-NAT VIP; the spread across backends and the latency.
+# Everything it creates is removed on exit, Ctrl-C or failure. Last line:
+#   DEMO OK requests=<n> errors=<n> backends=<n served>
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=target/release/vectorlb
+P=vlbdemo
+DIR=$(mktemp -d /tmp/vectorlb-demo.XXXXXX)
+REQUESTS=${DEMO_REQUESTS:-3000}
+LB_PID=
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [ -n "$LB_PID" ] && kill -0 "$LB_PID" 2>/dev/null; then
+        kill -TERM "$LB_PID" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$LB_PID" 2>/dev/null || break; sleep 0.1; done
+    fi
+    bash scripts/netns.sh down "$P" >/dev/null 2>&1 || true
+    if [ $rc -ne 0 ]; then
+        echo "demo failed (exit $rc); the LB's log:" >&2
+        tail -20 "$DIR/lb.log" >&2 2>/dev/null || true
+    fi
+    rm -rf "$DIR"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say() { printf '\n== %s\n' "$*"; }
+
+say "topology: client | LB (AF_XDP on two veth ports) | switch | 3 nginx backends"
+bash scripts/netns.sh up "$P" two-arm
+for i in 1 2 3; do
+    d=$DIR/be$i
+    mkdir -p "$d"
+    cat > "$d/nginx.conf" <<CONF
+worker_processes 1;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $d/body; proxy_temp_path $d/proxy; fastcgi_temp_path $d/fcgi;
+    uwsgi_temp_path $d/uwsgi; scgi_temp_path $d/scgi;
+    default_type text/plain;
+    server {
+        listen 8080;
+        listen [::]:8080;
+        location / { return 200 "backend-$i (10.1.0.1$i)\n"; }
+    }
+}
+CONF
+    ip netns exec "$P-be$i" nginx -c "$d/nginx.conf" -p "$d"
+done
+
+# The embedded default configuration: full NAT, Maglev, one VIP.
+cat > "$DIR/lb.toml" <<CONF
+[global]
+max_sessions = 100000
+
+[runtime]
+api = "unix:$DIR/api.sock"
+run_dir = "$DIR"
+mbufs = 8191
+
+[[ports]]
+name = "ext"
+device = "net_af_xdp0,iface=ext0"
+addrs = ["10.0.0.1/24"]
+
+[[ports]]
+name = "int"
+device = "net_af_xdp1,iface=int0"
+addrs = ["10.1.0.1/24"]
+
+[[services]]
+vip = "10.0.0.100"
+port = 80
+proto = "tcp"
+mode = "fnat"
+scheduler = "maglev"
+local_addrs = ["10.1.0.200"]
+backends = [
+    { addr = "10.1.0.11", port = 8080 },
+    { addr = "10.1.0.12", port = 8080 },
+    { addr = "10.1.0.13", port = 8080 },
+]
+CONF
+export VECTORLB_API="unix:$DIR/api.sock"
+
+say "starting: ip netns exec $P-lb vectorlb run --config lb.toml"
+ip netns exec "$P-lb" "$BIN" run --config "$DIR/lb.toml" > "$DIR/lb.log" 2>&1 &
+LB_PID=$!
+for _ in $(seq 100); do
+    if "$BIN" ctl --raw GET /v1/health >/dev/null 2>&1; then break; fi
+    kill -0 "$LB_PID" 2>/dev/null || { echo "vectorlb run exited" >&2; exit 1; }
+    sleep 0.1
+done
+# Wait until the LB has resolved its backends (ARP).
+for _ in $(seq 100); do
+    if [ "$("$BIN" ctl --raw GET /v1/services | grep -c '"resolved": true')" -ge 3 ]; then break; fi
+    sleep 0.1
+done
+grep -h "running" "$DIR/lb.log" || true
+
+say "vectorlb ctl -Ln"
+"$BIN" ctl -Ln
+
+say "$REQUESTS HTTP requests from the client to http://10.0.0.100/ (a new connection each)"
+ip netns exec "$P-cl" "$BIN" probe http --url http://10.0.0.100/ --requests "$REQUESTS" --concurrency 8 --progress \
+    | tee "$DIR/result.txt" || true
+
+say "vectorlb ctl -Ln --stats"
+"$BIN" ctl -Ln --stats
+
+say "a few Prometheus metrics (GET /metrics)"
+"$BIN" ctl --raw GET /metrics | grep -E '^vectorlb_(sessions_created_total|backend_packets_total|drops_total\{reason="no_session"\}|port_packets_total)' | head -12
+
+line=$(grep '^result ' "$DIR/result.txt" | tail -1)
+errors=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$line")
+served=$(sed -n 's/.*backends=\([0-9]*\).*/\1/p' <<<"$line")
+requests=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")
+if [ "$errors" = 0 ] && [ "$served" = 3 ]; then
+    echo "DEMO OK requests=$requests errors=$errors backends=$served"
+else
+    echo "DEMO FAILED requests=$requests errors=$errors backends=$served"
+    exit 1
+fi
