@@ -195,6 +195,27 @@ pub fn run(case: &Case) -> Outcome {
         worker.process(b1, v1, now1);
         check_tx(b1, v1, now1);
     }
+    // Frames for the host (ARP, ND, the rest) go through the neighbour handler, on every port
+    // and one that does not exist: answers must be well-formed frames.
+    let snap = worker.snapshot().clone();
+    for (b, v) in bufs.iter().zip(&verdicts) {
+        if *v != Verdict::Kernel {
+            continue;
+        }
+        for port in 0..=snap.ports.len() as u16 {
+            let mut c = b.clone();
+            let o = vectorlb_lb::neigh::handle(&mut c, &snap, port);
+            if o.reply {
+                let d = c.data();
+                let l2 = vectorlb_packet::ethernet::parse_l2(d).expect("a neighbour answer has an Ethernet header");
+                if l2.ethertype == vectorlb_packet::ethernet::ethertype::ARP {
+                    vectorlb_packet::arp::ArpPacket::new_checked(&d[l2.l3_offset..]).expect("ARP answer parses");
+                } else {
+                    vectorlb_packet::parse_frame(d).expect("neighbour advertisement parses");
+                }
+            }
+        }
+    }
     worker.idle(now1, 1000);
     worker.idle(now1.wrapping_add(20_000), 1000);
     if case.dt < 1 << 30 {

@@ -4,6 +4,6 @@
 pub mod api;
 pub mod ctl;
 pub mod daemon;
-pub mod http;
+pub use vectorlb_http as http;
 pub mod metrics;
 pub mod probe;

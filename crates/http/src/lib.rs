@@ -1,6 +1,7 @@
-//! A small HTTP/1.1 server side: request parsing with hard limits, and responses. The control
-//! API needs little (one request per connection, JSON bodies), so this is ours rather than an
-//! async web stack: fewer dependencies on a two-core build machine, and a parser we fuzz.
+//! The control API's HTTP/1.1 server side: request parsing with hard limits, and responses.
+//! The API needs little (one request per connection, JSON bodies), so this is ours rather than
+//! an async web stack: fewer dependencies on a two-core build machine, and a parser we fuzz
+//! (`fuzz/fuzz_targets/http_request.rs`).
 
 use std::io::{Read, Write};
 use std::time::Duration;
