@@ -16,6 +16,9 @@ cmd=${1:?usage: netns.sh up|down PREFIX [two-arm|one-arm] [BACKEND_MTU]}
 P=${2:?prefix}
 shape=${3:-two-arm}
 bmtu=${4:-1500}
+# Queues on the LB's veth ports (one per worker): VLB_QUEUES=2 scripts/netns.sh up ...
+q=${VLB_QUEUES:-1}
+qa="numtxqueues $q numrxqueues $q"
 
 ns() { ip netns exec "$@"; }
 # Kernel-originated frames on veth carry partial checksums and may be GSO-sized; the LB sees
@@ -48,7 +51,7 @@ ns "$P-sw" ip link add br0 type bridge
 ns "$P-sw" ip link set br0 mtu "$bmtu"
 ns "$P-sw" ip link set br0 up
 # LB inside arm <-> switch
-ip link add "$P-int0" type veth peer name "$P-p0"
+ip link add "$P-int0" $qa type veth peer name "$P-p0" $qa
 ip link set "$P-int0" netns "$P-lb" name int0
 ip link set "$P-p0" netns "$P-sw" name p0
 ns "$P-lb" ip link set int0 mtu "$bmtu" up
@@ -75,7 +78,7 @@ if [ "$shape" = one-arm ]; then
     ns "$P-cl" ip -6 addr add 2001:db8:1::2/64 dev cl0 nodad
     nooffload "$P-sw" pc
 else
-    ip link add "$P-ext0" type veth peer name "$P-cl0"
+    ip link add "$P-ext0" $qa type veth peer name "$P-cl0" $qa
     ip link set "$P-ext0" netns "$P-lb" name ext0
     ip link set "$P-cl0" netns "$P-cl" name cl0
     ns "$P-lb" ip link set ext0 up

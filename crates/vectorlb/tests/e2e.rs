@@ -381,3 +381,34 @@ fn raw(t: &Topo, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     assert!(status != 0, "no answer to {method} {path}: {text:?}");
     (status, text)
 }
+
+#[test]
+fn two_workers_on_af_packet_hand_replies_to_their_owner() {
+    // Two workers, each with its own queue (af_packet fans flows out by hash) and session
+    // table. Full-NAT replies come back on whichever queue the hash picks; those for the other
+    // worker's local ports are handed to it through a ring.
+    let mut t = Topo::new("v2", Shape::TwoArm, 1500);
+    t.nginx();
+    let mut c = t
+        .base_config(None)
+        .replace("net_af_xdp0,iface=ext0", "net_af_packet0,iface=ext0,qpairs=2")
+        .replace("net_af_xdp1,iface=int0", "net_af_packet1,iface=int0,qpairs=2")
+        .replace("[runtime]\n", "[runtime]\nworkers = 2\n");
+    c += &service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80));
+    c += &service("2001:db8::100", 80, "tcp", "fnat", "maglev", Some("2001:db8:1::200"), &backends(true, 80));
+    t.start_lb(&c);
+    for vip in ["10.0.0.100", "2001:db8::100"] {
+        let r = t.http(&url(vip), 1000, 8);
+        assert_eq!(r["errors"], 0, "{r}");
+        assert_spread(&r, 1000, vip);
+    }
+    let st = t.stats();
+    assert_eq!(st["workers"], 2);
+    assert!(st["io"]["handed_off"].as_u64().unwrap() > 0, "some replies crossed workers: {st}");
+    assert_eq!(st["drops"]["misdirected"], 0, "{st}");
+    for w in 0..2 {
+        let s = t.get(&format!("/v1/sessions?worker={w}&limit=10000"));
+        assert!(s["sessions"].as_array().unwrap().len() > 100, "worker {w} owns sessions: {}", s["sessions"].as_array().unwrap().len());
+    }
+    t.stop_lb();
+}

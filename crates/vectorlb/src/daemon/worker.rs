@@ -92,6 +92,9 @@ impl WorkerCtx {
                 }
                 let n = self.rings[w].enqueue(list);
                 io.handed_off += n as u64;
+                // The pipeline counted these as misdirected drops; they were delivered.
+                let d = &mut self.worker.counters.drops[DropReason::Misdirected as usize];
+                *d = d.saturating_sub(n as u64);
                 if n < list.len() {
                     free_bulk(&mut list[n..]);
                 }
