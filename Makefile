@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build demo demo-offline test test-e2e fuzz bench-core clean
+.PHONY: all setup build demo demo-offline test test-e2e fuzz bench-core bench-wrk clean
 
 all: build
 
@@ -30,7 +30,7 @@ demo-offline: build
 	@$(BIN) bench cps --seconds 1 --json
 
 test: setup
-	$(CARGO) test --workspace 2>&1 | tee $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
+	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^test result:" $(OUT).test.log | awk '{p+=$$4; f+=$$6} END {print "total: " p " passed, " f " failed"}'
 	@rm -f $(OUT).test.log
 
@@ -42,6 +42,11 @@ fuzz:
 bench-core: build
 	bash scripts/bench-core.sh
 	python3 scripts/bench-report.py
+
+# wrk for 20 s through the demo's full-NAT VIP (bench-results/wrk-fnat.txt; docs/benchmarks.md).
+bench-wrk: build
+	@mkdir -p bench-results
+	@DEMO_WRK=20 WRK_OUT=bench-results/wrk-fnat.txt bash scripts/demo.sh
 
 # Only the end-to-end suite (root; network namespaces, AF_XDP, nginx).
 test-e2e: setup

@@ -113,6 +113,17 @@ say "$REQUESTS HTTP requests from the client to http://10.0.0.100/ (a new connec
 ip netns exec "$P-cl" "$BIN" probe http --url http://10.0.0.100/ --requests "$REQUESTS" --concurrency 8 --progress \
     | tee "$DIR/result.txt" || true
 
+if [ "${DEMO_WRK:-0}" -gt 0 ]; then
+    say "wrk for ${DEMO_WRK} s through the VIP (keep-alive connections)"
+    ip netns exec "$P-cl" wrk -t2 -c32 -d"${DEMO_WRK}s" --latency http://10.0.0.100/ | tee "$DIR/wrk.txt"
+    if [ -n "${WRK_OUT:-}" ]; then
+        { echo "# $(date -u +%FT%TZ) wrk -t2 -c32 -d${DEMO_WRK}s --latency http://10.0.0.100/ (FNAT, maglev, 3 nginx backends, AF_XDP, 1 worker)";
+          echo "# $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)";
+          cat "$DIR/wrk.txt"; } > "$WRK_OUT"
+    fi
+    grep -q "Socket errors" "$DIR/wrk.txt" && { echo "wrk reported socket errors" >&2; exit 1; }
+fi
+
 say "vectorlb ctl -Ln --stats"
 "$BIN" ctl -Ln --stats
 

@@ -286,33 +286,41 @@ static int find_map(const char *ifname, const char *map_name)
 	return -ENOENT;
 }
 
-/* Replaces the contents of map `map_name` on `ifname`'s XDP program with `n` keys of
- * `key_size` bytes, each with value `values[i]`. */
+static int key_in(const uint8_t *keys, int n, int key_size, const uint8_t *k)
+{
+	for (int i = 0; i < n; i++)
+		if (!memcmp(keys + (size_t)i * key_size, k, key_size))
+			return 1;
+	return 0;
+}
+
+/* Makes map `map_name` on `ifname`'s XDP program hold exactly `n` keys of `key_size` bytes,
+ * each with value `values[i]`: new keys are written first, stale ones deleted after, so an
+ * address that stays never disappears from the map, even for a moment. */
 int vl_xdp_map_set(const char *ifname, const char *map_name, const uint8_t *keys, const uint32_t *values,
 		   int n, int key_size)
 {
+	if (key_size > 64)
+		return -EINVAL;
 	int fd = find_map(ifname, map_name);
 	if (fd < 0)
 		return fd;
-	/* Delete what is there, then insert the new set. */
-	uint8_t cur[64], next[64];
-	if (key_size > 64) {
-		close(fd);
-		return -EINVAL;
-	}
-	int have = bpf_map_get_next_key(fd, NULL, cur) == 0;
-	while (have) {
-		have = bpf_map_get_next_key(fd, cur, next) == 0;
-		bpf_map_delete_elem(fd, cur);
-		memcpy(cur, next, key_size);
-	}
 	int r = 0;
 	for (int i = 0; i < n; i++) {
 		if (bpf_map_update_elem(fd, keys + (size_t)i * key_size, &values[i], BPF_ANY)) {
 			r = -errno;
-			break;
+			goto out;
 		}
 	}
+	uint8_t cur[64], next[64];
+	int have = bpf_map_get_next_key(fd, NULL, cur) == 0;
+	while (have) {
+		have = bpf_map_get_next_key(fd, cur, next) == 0;
+		if (!key_in(keys, n, key_size, cur))
+			bpf_map_delete_elem(fd, cur);
+		memcpy(cur, next, key_size);
+	}
+out:
 	close(fd);
 	return r;
 }

@@ -31,7 +31,7 @@ impl Default for VlPortInfo {
 }
 
 #[repr(C)]
-#[derive(Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct VlStats {
     pub ipackets: u64,
     pub opackets: u64,

@@ -202,17 +202,8 @@ pub struct Link {
     pub speed_mbps: u32,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PortStats {
-    pub ipackets: u64,
-    pub opackets: u64,
-    pub ibytes: u64,
-    pub obytes: u64,
-    pub imissed: u64,
-    pub ierrors: u64,
-    pub oerrors: u64,
-    pub rx_nombuf: u64,
-}
+/// The port's basic counters (`rte_eth_stats`).
+pub use ffi::VlStats as PortStats;
 
 /// One DPDK ethernet port (its id). Queue use is the caller's discipline: each queue is used by
 /// one thread at a time (vectorlb gives each worker its own queue on every port).
@@ -263,7 +254,12 @@ impl Port {
         unsafe {
             check(|| format!("port {}: configure", self.id), ffi::vl_port_configure(self.id, queues, queues, mtu))?;
             for q in 0..queues {
-                check(|| format!("port {}: rx queue {q}", self.id), ffi::vl_rx_queue_setup(self.id, q, desc, -1, pool.raw()))?;
+                let hint = if info.driver == "net_af_xdp" {
+                    " (is an XDP program already attached to the interface, by another vectorlb or another tool? `ip link show` lists it; `ip link set dev IFACE xdp off` removes it)"
+                } else {
+                    ""
+                };
+                check(|| format!("port {}: rx queue {q}{hint}", self.id), ffi::vl_rx_queue_setup(self.id, q, desc, -1, pool.raw()))?;
                 check(|| format!("port {}: tx queue {q}", self.id), ffi::vl_tx_queue_setup(self.id, q, desc, -1))?;
             }
         }
@@ -309,19 +305,10 @@ impl Port {
     }
 
     pub fn stats(&self) -> PortStats {
-        let mut s = ffi::VlStats::default();
+        let mut s = PortStats::default();
         // SAFETY: valid out pointer.
         unsafe { ffi::vl_stats(self.id, &mut s) };
-        PortStats {
-            ipackets: s.ipackets,
-            opackets: s.opackets,
-            ibytes: s.ibytes,
-            obytes: s.obytes,
-            imissed: s.imissed,
-            ierrors: s.ierrors,
-            oerrors: s.oerrors,
-            rx_nombuf: s.rx_nombuf,
-        }
+        s
     }
 
     /// The driver's extended counters, by name.

@@ -63,19 +63,11 @@ impl Server {
         loop {
             let conn: Box<dyn Conn> = match &self.listener {
                 Listener::Tcp(l) => match l.accept() {
-                    Ok((s, _)) => {
-                        let _ = s.set_read_timeout(Some(http::IO_TIMEOUT));
-                        let _ = s.set_write_timeout(Some(http::IO_TIMEOUT));
-                        Box::new(s)
-                    }
+                    Ok((s, _)) => with_timeouts(s, |s| (s.set_read_timeout(Some(http::IO_TIMEOUT)), s.set_write_timeout(Some(http::IO_TIMEOUT)))),
                     Err(_) => continue,
                 },
                 Listener::Unix(l) => match l.accept() {
-                    Ok((s, _)) => {
-                        let _ = s.set_read_timeout(Some(http::IO_TIMEOUT));
-                        let _ = s.set_write_timeout(Some(http::IO_TIMEOUT));
-                        Box::new(s)
-                    }
+                    Ok((s, _)) => with_timeouts(s, |s| (s.set_read_timeout(Some(http::IO_TIMEOUT)), s.set_write_timeout(Some(http::IO_TIMEOUT)))),
                     Err(_) => continue,
                 },
             };
@@ -99,6 +91,11 @@ impl Server {
             }
         }
     }
+}
+
+fn with_timeouts<S: Conn + 'static>(s: S, set: impl FnOnce(&S) -> (std::io::Result<()>, std::io::Result<()>)) -> Box<dyn Conn> {
+    let _ = set(&s);
+    Box::new(s)
 }
 
 trait Conn: Read + Write + Send {}

@@ -89,6 +89,24 @@ fn fnat_tcp_udp_v4_v6() {
     let c = mode_config(&t, "fnat", "maglev");
     t.start_lb(&c);
     traffic_checks(&t);
+    // The XDP flow director passes what is not the LB's to the kernel: an address the host
+    // itself holds on the same interface answers ping.
+    sh(&["ip", "netns", "exec", &t.ns("lb"), "ip", "addr", "add", "10.0.0.50/24", "dev", "ext0"]);
+    let o = t.run("cl", &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.0.0.50"]);
+    assert!(o.status.success(), "the host's own address on the LB's interface: {}", stdout(&o));
+    // Metrics per service and backend.
+    let (s, _) = vectorlb::ctl::call(&t.api(), "GET", "/metrics", None).unwrap();
+    assert_eq!(s, 200);
+    let m = String::from_utf8(vectorlb::ctl::call(&t.api(), "GET", "/metrics", None).unwrap().1).unwrap();
+    for want in [
+        "vectorlb_backend_packets_total{vip=\"10.0.0.100\",port=\"80\",proto=\"tcp\",backend=\"10.1.0.11\",backend_port=\"80\"}",
+        "vectorlb_service_new_sessions_total{vip=\"2001:db8::100\",port=\"5353\",proto=\"udp\"}",
+        "vectorlb_drops_total{reason=\"no_session\"}",
+        "vectorlb_port_packets_total{port=\"ext\",dir=\"rx\"}",
+        "vectorlb_backend_active_sessions{",
+    ] {
+        assert!(m.contains(want), "metrics lack {want}");
+    }
     // Backends see the local address, not the client (full NAT).
     let s = t.get("/v1/sessions?limit=10000");
     let sessions = s["sessions"].as_array().unwrap();
@@ -246,7 +264,25 @@ fn drain_then_remove_under_load_and_reload() {
     let after = t.http("http://10.0.0.100/", 300, 4);
     assert_eq!(after["errors"], 0);
     assert_spread(&after, 300, "after reload");
-    let _ = api;
+
+    // ipvsadm-style CLI: a new service with a backend, listed, saved to the file.
+    let ctl = |args: &[&str]| {
+        let o = std::process::Command::new(BIN).arg("ctl").arg("--api").arg(&api).args(args).output().unwrap();
+        assert!(o.status.success(), "ctl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        stdout(&o)
+    };
+    ctl(&["-A", "-t", "10.0.0.100:8080", "-s", "wrr", "--mode", "fnat", "--laddr", "10.1.0.200"]);
+    ctl(&["-a", "-t", "10.0.0.100:8080", "-r", "10.1.0.12:80", "-w", "3"]);
+    let list = ctl(&["-Ln"]);
+    assert!(list.contains("TCP  10.0.0.100:8080 wrr fnat") && list.contains("-> 10.1.0.12:80"), "{list}");
+    let o = std::process::Command::new(BIN).args(["ctl", "--api", &api, "-a", "-t", "10.0.0.100:8080", "-r", "10.1.0.12:80"]).output().unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("409"), "adding it twice is a conflict");
+    let r = t.http("http://10.0.0.100:8080/", 20, 2);
+    assert_eq!(spread(&r), vec![("be2".into(), 20)], "{r}");
+    ctl(&["--save"]);
+    let saved = vectorlb_config::Config::load(&t.config_path()).expect("the saved file loads");
+    assert_eq!(saved.spec.services.len(), 2);
+    assert_eq!(saved.spec.services[1].backends[0].weight, 3);
     t.stop_lb();
 }
 
@@ -411,4 +447,28 @@ fn two_workers_on_af_packet_hand_replies_to_their_owner() {
         assert!(s["sessions"].as_array().unwrap().len() > 100, "worker {w} owns sessions: {}", s["sessions"].as_array().unwrap().len());
     }
     t.stop_lb();
+}
+
+#[test]
+fn clear_errors_for_a_missing_interface_and_a_port_in_use() {
+    let mut t = Topo::new("ve", Shape::TwoArm, 1500);
+    let mut c = t.base_config(None);
+    c += &service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80));
+    // A second daemon on the same interfaces while the first holds them.
+    t.start_lb(&c);
+    let second = t.dir.join("second.toml");
+    std::fs::write(&second, c.replace("api.sock", "api2.sock")).unwrap();
+    let o = t.run("lb", &[BIN, "run", "--config", second.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.lines().any(|l| l.starts_with("vectorlb: ports[0] (ext): ") && l.contains("XDP program already attached")), "{err}");
+    assert!(t.lb_alive(), "the first daemon is unaffected");
+    t.stop_lb();
+    // An interface that does not exist.
+    let bad = t.dir.join("bad.toml");
+    std::fs::write(&bad, c.replace("iface=ext0", "iface=nosuch0")).unwrap();
+    let o = t.run("lb", &[BIN, "run", "--config", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.lines().any(|l| l.starts_with("vectorlb: ports[0] (ext): device 'net_af_xdp0' did not become a DPDK port")), "{err}");
 }

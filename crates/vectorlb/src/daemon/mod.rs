@@ -87,8 +87,12 @@ pub struct Shared {
     pub reload_failures: AtomicU64,
     /// New sessions per second per service id, over the last second.
     pub rates: Mutex<Vec<f64>>,
+    /// What the flow director's maps hold now.
+    xdp_synced: Mutex<Option<XdpTables>>,
     stop: AtomicBool,
 }
+
+type XdpTables = (Vec<(IpAddr, u32)>, Vec<(IpAddr, u8)>);
 
 /// Locks a mutex, recovering the data if a thread panicked while holding it (the data are
 /// counters and copies of configuration, always left consistent).
@@ -184,9 +188,17 @@ impl Shared {
         }
     }
 
-    /// Writes our addresses into every AF_XDP port's flow director.
+    /// Writes our addresses into every AF_XDP port's flow director, when they changed.
     fn sync_xdp(&self, c: &Config) {
-        let (addrs, nets) = xdp_tables(c);
+        let tables = xdp_tables(c);
+        {
+            let mut last = lock(&self.xdp_synced);
+            if last.as_ref() == Some(&tables) {
+                return;
+            }
+            *last = Some(tables.clone());
+        }
+        let (addrs, nets) = tables;
         for p in &self.ports {
             if let Some(ifname) = &p.xdp_iface {
                 if let Err(e) = xdp::set_addrs(ifname, &addrs).and_then(|_| xdp::set_source_nets(ifname, &nets)) {
@@ -237,7 +249,7 @@ impl Shared {
 
 /// The flow director's tables: our addresses (to: VIPs, local and interface addresses; from:
 /// NAT backends, whose replies cross us) and the SNAT source prefixes.
-pub fn xdp_tables(c: &Config) -> (Vec<(IpAddr, u32)>, Vec<(IpAddr, u8)>) {
+pub fn xdp_tables(c: &Config) -> XdpTables {
     let mut m: BTreeMap<IpAddr, u32> = BTreeMap::new();
     for p in &c.spec.ports {
         for (a, _) in &p.addrs {
@@ -347,6 +359,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String
         reloads: AtomicU64::new(0),
         reload_failures: AtomicU64::new(0),
         rates: Mutex::new(Vec::new()),
+        xdp_synced: Mutex::new(None),
         stop: AtomicBool::new(false),
     });
     shared.sync_xdp(cfg);
