@@ -70,6 +70,28 @@ for r in cps:
       f"{int(r['wall_connections_per_second']):,} | {r['ns_per_packet']} | "
       f"{', '.join(f'{int(x):,}' for x in r['cps_rounds'])} | {r['errors']} |")
 w("\nCommand: `vectorlb bench cps --mode M --family F --json`\n")
+wrk_path = os.path.join(root, "bench-results/wrk-fnat.txt")
+if os.path.exists(wrk_path):
+    text = open(wrk_path).read()
+    head = [l[2:] for l in text.splitlines() if l.startswith("# ")]
+    body = [l for l in text.splitlines() if not l.startswith("# ")]
+    pct = {}
+    for l in body:
+        parts = l.split()
+        if len(parts) == 2 and parts[0].endswith("%"):
+            pct[parts[0]] = parts[1]
+    rps = next((l.split(":", 1)[1].strip() for l in body if l.startswith("Requests/sec")), "?")
+    errors = next((l.strip() for l in body if "Socket errors" in l), "Socket errors: none")
+    w("## Real TCP through the daemon: wrk, 20 s, full NAT to three nginx\n")
+    w("`make bench-wrk` (the `make demo` topology: client, LB on two AF_XDP veth ports with one "
+      "worker, three nginx backends, all in network namespaces on this 2-core VM, so wrk, the "
+      "LB and nginx share the two cores). Measured " + (head[0].split(" ")[0] if head else "?") + ".\n")
+    w("| requests/s | p50 | p75 | p90 | p99 | socket errors |")
+    w("|---|---|---|---|---|---|")
+    w(f"| {rps} | {pct.get('50%','?')} | {pct.get('75%','?')} | {pct.get('90%','?')} | {pct.get('99%','?')} | {errors.replace('Socket errors:', '').strip()} |\n")
+    w("```")
+    w(text.strip())
+    w("```\n")
 w("## JSON lines\n")
 w("```")
 for r in rows:

@@ -119,7 +119,9 @@ if [ "${DEMO_WRK:-0}" -gt 0 ]; then
     if [ -n "${WRK_OUT:-}" ]; then
         { echo "# $(date -u +%FT%TZ) wrk -t2 -c32 -d${DEMO_WRK}s --latency http://10.0.0.100/ (FNAT, maglev, 3 nginx backends, AF_XDP, 1 worker)";
           echo "# $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)";
-          cat "$DIR/wrk.txt"; } > "$WRK_OUT"
+          cat "$DIR/wrk.txt";
+          echo "# vectorlb ctl -Ln --stats after the run (every backend served):";
+          "$BIN" ctl -Ln --stats | sed 's/^/# /'; } > "$WRK_OUT"
     fi
     grep -q "Socket errors" "$DIR/wrk.txt" && { echo "wrk reported socket errors" >&2; exit 1; }
 fi
