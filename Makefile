@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build demo demo-offline test test-e2e fuzz bench-core bench-wrk clean
+.PHONY: all setup build demo demo-offline test test-e2e fuzz fuzz-api bench-core bench-wrk clean
 
 all: build
 
@@ -33,6 +33,10 @@ test: setup
 	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^test result:" $(OUT).test.log | awk '{p+=$$4; f+=$$6} END {print "total: " p " passed, " f " failed"}'
 	@rm -f $(OUT).test.log
+
+# The control API against docs/openapi.json (schemathesis; root, DPDK null devices).
+fuzz-api:
+	bash scripts/fuzz-api.sh
 
 # Every fuzz target, 1,000,000 runs each (installs cargo-fuzz on first use).
 fuzz:

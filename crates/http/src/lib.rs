@@ -171,9 +171,12 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-pub fn write_response<S: Write>(s: &mut S, status: u16, content_type: &str, body: &[u8]) -> std::io::Result<()> {
+/// Writes a response and closes the exchange (`Connection: close`). `allow` is sent as the
+/// `Allow` header (405 answers must list the methods a resource takes).
+pub fn write_response<S: Write>(s: &mut S, status: u16, content_type: &str, body: &[u8], allow: Option<&str>) -> std::io::Result<()> {
+    let allow = allow.map(|a| format!("Allow: {a}\r\n")).unwrap_or_default();
     let head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
         reason(status),
         body.len()
     );

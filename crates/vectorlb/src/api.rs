@@ -34,12 +34,14 @@ pub struct Reply {
     pub status: u16,
     pub content_type: &'static str,
     pub body: Vec<u8>,
+    /// The methods a path takes (sent as `Allow` with 405).
+    pub allow: Option<&'static str>,
 }
 
 fn reply(status: u16, v: Value) -> Reply {
     let mut body = serde_json::to_vec_pretty(&v).unwrap_or_default();
     body.push(b'\n');
-    Reply { status, content_type: "application/json", body }
+    Reply { status, content_type: "application/json", body, allow: None }
 }
 
 fn error(status: u16, msg: impl Into<String>) -> Reply {
@@ -76,7 +78,7 @@ impl Server {
             }
             let mut conn = conn;
             if active.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-                let _ = http::write_response(&mut conn, 503, "application/json", b"{\"error\":\"too many API connections\"}\n");
+                let _ = http::write_response(&mut conn, 503, "application/json", b"{\"error\":\"too many API connections\"}\n", None);
                 continue;
             }
             active.fetch_add(1, Ordering::SeqCst);
@@ -106,7 +108,7 @@ fn serve(shared: &Shared, conn: &mut Box<dyn Conn>) {
         Ok(req) => handle(shared, &req),
         Err(e) => error(e.status, e.message),
     };
-    let _ = http::write_response(conn, r.status, r.content_type, &r.body);
+    let _ = http::write_response(conn, r.status, r.content_type, &r.body, r.allow);
 }
 
 /// Routes one request. Public for the fuzz target and tests.
@@ -115,9 +117,9 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
     let m = req.method.as_str();
     let r = match (m, segs.as_slice()) {
         ("GET", ["metrics"]) => {
-            return Reply { status: 200, content_type: "text/plain; version=0.0.4", body: metrics::render(shared).into_bytes() }
+            return Reply { status: 200, content_type: "text/plain; version=0.0.4", body: metrics::render(shared).into_bytes(), allow: None }
         }
-        ("GET", ["openapi.json"]) => return Reply { status: 200, content_type: "application/json", body: OPENAPI.as_bytes().to_vec() },
+        ("GET", ["openapi.json"]) => return Reply { status: 200, content_type: "application/json", body: OPENAPI.as_bytes().to_vec(), allow: None },
         ("GET", ["v1", "health"]) => Ok(reply(200, json!({ "status": "ok", "generation": shared.control.generation() }))),
         ("GET", ["v1", "services"]) => Ok(reply(200, Value::Array(list_services(shared)))),
         ("POST", ["v1", "services"]) => add_service(shared, req),
@@ -131,25 +133,33 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         ("GET", ["v1", "stats"]) => Ok(reply(200, stats(shared))),
         ("GET", ["v1", "ports"]) => Ok(reply(200, ports(shared))),
         ("GET", ["v1", "neighbors"]) => Ok(reply(200, neighbors(shared))),
-        ("GET", ["v1", "config"]) => Ok(Reply { status: 200, content_type: "application/toml", body: lock(&shared.config).to_toml().into_bytes() }),
+        ("GET", ["v1", "config"]) => Ok(Reply { status: 200, content_type: "application/toml", body: lock(&shared.config).to_toml().into_bytes(), allow: None }),
         ("POST", ["v1", "reload"]) => daemon::reload(shared).map(|g| reply(200, json!({ "reloaded": true, "generation": g }))).map_err(|e| (422, e)),
         ("POST", ["v1", "save"]) => save(shared),
-        (_, ["metrics"] | ["openapi.json"] | ["v1", ..]) if known_path(&segs) => Err((405, format!("method {m} is not allowed on {}", req.path))),
-        _ => Err((404, format!("no such endpoint: {} (see /openapi.json)", req.path))),
+        _ => match allowed(&segs) {
+            Some(allow) => {
+                let mut r = error(405, format!("method {m} is not allowed on {} (allowed: {allow})", req.path));
+                r.allow = Some(allow);
+                return r;
+            }
+            None => Err((404, format!("no such endpoint: {} (see /openapi.json)", req.path))),
+        },
     };
     r.unwrap_or_else(|(s, msg)| error(s, msg))
 }
 
-fn known_path(segs: &[&str]) -> bool {
-    matches!(
-        segs,
-        ["metrics"]
-            | ["openapi.json"]
-            | ["v1", "health" | "services" | "sessions" | "stats" | "ports" | "neighbors" | "config" | "reload" | "save"]
-            | ["v1", "services", _, _, _]
-            | ["v1", "services", _, _, _, "backends"]
-            | ["v1", "services", _, _, _, "backends", _, _]
-    )
+/// The methods a known path takes.
+fn allowed(segs: &[&str]) -> Option<&'static str> {
+    Some(match segs {
+        ["metrics"] | ["openapi.json"] => "GET",
+        ["v1", "health" | "sessions" | "stats" | "ports" | "neighbors" | "config"] => "GET",
+        ["v1", "reload" | "save"] => "POST",
+        ["v1", "services"] => "GET, POST",
+        ["v1", "services", _, _, _] => "GET, PATCH, DELETE",
+        ["v1", "services", _, _, _, "backends"] => "POST",
+        ["v1", "services", _, _, _, "backends", _, _] => "PATCH, DELETE",
+        _ => return None,
+    })
 }
 
 type R = Result<Reply, (u16, String)>;
@@ -250,7 +260,7 @@ fn scheduler(m: &Map<String, Value>, cur: Option<Algorithm>) -> Result<Option<Al
     if let Some(n) = size {
         match &mut a {
             Algorithm::Sh { table_size } | Algorithm::Maglev { table_size } => *table_size = n as u32,
-            _ => return Err((400, "table_size: only sh and maglev have a table".into())),
+            _ => return Err((422, "table_size: only sh and maglev have a table".into())),
         }
     }
     Ok(if name.is_some() || size.is_some() || cur.is_none() { Some(a) } else { None })
@@ -308,10 +318,10 @@ fn add_service(shared: &Shared, req: &Request) -> R {
     }
     let toa = get_bool(&m, "toa", "")?.unwrap_or(false);
     if toa && (mode != Mode::Fnat || p != proto::TCP) {
-        return Err((400, "toa: only tcp fnat services can insert the TOA option".into()));
+        return Err((422, "toa: only tcp fnat services can insert the TOA option".into()));
     }
     if mode != Mode::Fnat && !local_addrs.is_empty() {
-        return Err((400, "local_addrs: only fnat services use local addresses".into()));
+        return Err((422, "local_addrs: only fnat services use local addresses".into()));
     }
     shared
         .edit(|c| {
@@ -462,15 +472,18 @@ pub fn list_services(shared: &Shared) -> Vec<Value> {
 }
 
 fn sessions(shared: &Shared, req: &Request) -> R {
-    let num = |k: &str, d: usize| -> Result<usize, (u16, String)> {
+    let num = |k: &str, d: usize, max: usize| -> Result<usize, (u16, String)> {
         match req.query(k) {
             None => Ok(d),
-            Some(v) => v.parse().map_err(|_| (400, format!("{k}: '{v}' is not a non-negative integer"))),
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if n <= max => Ok(n),
+                _ => Err((400, format!("{k}: '{v}' is not an integer in 0..={max}"))),
+            },
         }
     };
-    let worker = num("worker", 0)?;
-    let cursor = num("cursor", 0)?;
-    let limit = num("limit", 100)?;
+    let worker = num("worker", 0, 65535)?;
+    let cursor = num("cursor", 0, u32::MAX as usize)?;
+    let limit = num("limit", 100, 10_000)?;
     if limit == 0 || limit > 10_000 {
         return Err((400, "limit: must be in 1..=10000".into()));
     }
@@ -480,7 +493,7 @@ fn sessions(shared: &Shared, req: &Request) -> R {
         Some(f) => return Err((400, format!("family: '{f}' is not 4 or 6"))),
     };
     if worker >= shared.workers.len() {
-        return Err((400, format!("worker: {worker} does not exist (0..{})", shared.workers.len())));
+        return Err((404, format!("worker: {worker} does not exist (0..{})", shared.workers.len())));
     }
     let page = shared.sessions(worker, cursor, limit, v6).map_err(|e| (503, e))?;
     Ok(reply(200, json!({ "worker": worker, "family": if v6 { 6 } else { 4 }, "sessions": page.sessions, "next_cursor": page.next })))
