@@ -92,6 +92,19 @@ if os.path.exists(wrk_path):
     w("```")
     w(text.strip())
     w("```\n")
+idle_path = os.path.join(root, "bench-results/idle.jsonl")
+if os.path.exists(idle_path):
+    idle = [json.loads(l) for l in open(idle_path) if l.strip()]
+    w("## Polling that fits the host: idle CPU and wake-up\n")
+    w("`scripts/bench-idle.sh`: the daemon with one worker on the demo topology, no traffic for "
+      "5 s (its CPU time over that window, all threads), then 50 pings to the VIP at 20 per "
+      "second (the LB answers them itself, so each ping wakes an idle worker).\n")
+    w("| idle_sleep_us | idle CPU (% of one core) | ping RTT min / avg / max (ms) |")
+    w("|---|---|---|")
+    for r in idle:
+        mode = "busy poll (0)" if r["idle_sleep_us"] == 0 else f"back-off ({r['idle_sleep_us']})"
+        w(f"| {mode} | {r['idle_cpu_percent']} | {r['ping_rtt_ms_min']} / {r['ping_rtt_ms_avg']} / {r['ping_rtt_ms_max']} |")
+    w("")
 w("## JSON lines\n")
 w("```")
 for r in rows:

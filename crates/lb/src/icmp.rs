@@ -134,7 +134,7 @@ impl Worker {
         }
         let orig_src = A::read(d, h.l3 + A::SRC);
         let orig_dst = A::read(d, h.l3 + A::DST);
-        let Some(hop) = snap.route(orig_src.key(), !A::V6) else {
+        let Some(hop) = self.route_to(snap, orig_src.key(), !A::V6) else {
             return Verdict::Drop(reason);
         };
         let from = if snap.is_own(orig_dst.key()) {
@@ -233,7 +233,7 @@ impl Worker {
         Session<A>: Zeroable,
     {
         let src = A::read(b.data(), h.l3 + A::SRC);
-        let Some(hop) = snap.route(src.key(), !A::V6) else {
+        let Some(hop) = self.route_to(snap, src.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         let dst = A::read(b.data(), h.l3 + A::DST);
@@ -338,7 +338,7 @@ impl Worker {
                 return Ok(None);
             }
             let s = *self.table.get::<A>(r);
-            let hop = snap.route(s.client.key(), !A::V6).ok_or(DropReason::NoRoute)?;
+            let hop = self.route_to(snap, s.client.key(), !A::V6).ok_or(DropReason::NoRoute)?;
             if s.flags & crate::session::flag::SNAT != 0 {
                 return Ok(Some(Translation {
                     outer_src: None,
@@ -375,7 +375,7 @@ impl Worker {
                 let svc = snap.service(s.svc).ok_or(DropReason::BackendRemoved)?;
                 let vip = A::from_ip(svc.spec.vip).ok_or(DropReason::NoRoute)?;
                 let vport = if svc.spec.port != 0 { svc.spec.port } else { edport };
-                let hop = snap.route(s.client.key(), !A::V6).ok_or(DropReason::NoRoute)?;
+                let hop = self.route_to(snap, s.client.key(), !A::V6).ok_or(DropReason::NoRoute)?;
                 return Ok(Some(Translation {
                     outer_src: Some(vip),
                     outer_dst: s.client,

@@ -14,7 +14,7 @@ use crate::buf::PacketBuf;
 use crate::hash::{addr_hash, flow_hash};
 use crate::mem::Zeroable;
 use crate::rewrite::{egress, Fam, Hdr};
-use crate::service::{backend_slot, Control, Mode, Service, Snapshot, Timeouts};
+use crate::service::{backend_slot, Control, Hop, Mode, Service, Snapshot, Timeouts};
 use crate::session::{expired, flag, state, InsertError, Probe, Ref, Session, SessionTable, TableConfig, NO_LADDR};
 use crate::tcpstate;
 use crate::verdict::{Counters, DropReason, Verdict};
@@ -111,6 +111,9 @@ pub struct Worker {
     pub(crate) cursors: Vec<usize>,
     wlc_scratch: Vec<u32>,
     meta: Vec<Meta>,
+    /// Next hops (address key, IPv4?) a packet needed but whose MAC is unknown, for the
+    /// runtime to resolve; bounded, drained by [`Worker::take_unresolved`].
+    unresolved: Vec<(u128, bool)>,
     pub(crate) icmp_tokens: u32,
     pub(crate) icmp_refill: u32,
     pub(crate) ip_ident: u16,
@@ -129,6 +132,7 @@ impl Worker {
             cursors: Vec::new(),
             wlc_scratch: Vec::new(),
             meta: vec![Meta::default(); batch],
+            unresolved: Vec::new(),
             icmp_tokens: 0,
             icmp_refill: 0,
             ip_ident: 0,
@@ -137,6 +141,43 @@ impl Worker {
 
     pub fn snapshot(&self) -> &Arc<Snapshot> {
         &self.snap
+    }
+
+    /// Like [`Snapshot::route`]; a next hop without a known MAC is remembered for
+    /// [`Worker::take_unresolved`] (so that the runtime can ask for it, as a host's stack would).
+    #[inline]
+    pub(crate) fn route_to(&mut self, snap: &Snapshot, dst: u128, v4: bool) -> Option<Hop> {
+        let hop = snap.route(dst, v4);
+        if hop.is_none() && self.unresolved.len() < 64 {
+            if let Some((nh, _)) = snap.next_hop(dst, v4) {
+                if !self.unresolved.contains(&(nh, v4)) {
+                    self.unresolved.push((nh, v4));
+                }
+            }
+        }
+        hop
+    }
+
+    #[inline(always)]
+    pub fn has_unresolved(&self) -> bool {
+        !self.unresolved.is_empty()
+    }
+
+    /// Next hops packets needed since the last call whose MAC was unknown.
+    pub fn take_unresolved(&mut self) -> Vec<(std::net::IpAddr, u16)> {
+        let snap = self.snap.clone();
+        self.unresolved
+            .drain(..)
+            .filter_map(|(k, v4)| {
+                let port = snap.next_hop(k, v4)?.1;
+                let ip = if v4 {
+                    std::net::IpAddr::V4(std::net::Ipv4Addr::from(k as u32))
+                } else {
+                    std::net::IpAddr::V6(std::net::Ipv6Addr::from(k))
+                };
+                Some((ip, port))
+            })
+            .collect()
     }
 
     /// Picks up a newly published configuration; a service's scheduler state restarts only if
@@ -760,7 +801,7 @@ impl Worker {
             return self.icmp_error::<A, B>(snap, b, m, crate::icmp::ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
         }
         let s = *self.table.get::<A>(r);
-        let Some(hop) = snap.route(s.client.key(), !A::V6) else {
+        let Some(hop) = self.route_to(snap, s.client.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         if h.ip_len() > hop.mtu as usize {
@@ -848,7 +889,7 @@ impl Worker {
         if h.ttl(b.data()) <= 1 {
             return self.icmp_error::<A, B>(snap, b, m, crate::icmp::ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
         }
-        let Some(hop) = snap.route(dst.key(), !A::V6) else {
+        let Some(hop) = self.route_to(snap, dst.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         if h.ip_len() > hop.mtu as usize {

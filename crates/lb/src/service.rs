@@ -415,6 +415,13 @@ impl Snapshot {
         Some(Hop::new(r.port, mac, p.spec.mac, p.spec.vlan, p.spec.mtu))
     }
 
+    /// The next hop toward `dst` (the gateway, or `dst` itself on a connected network) and its
+    /// port, whether or not its MAC is known.
+    pub fn next_hop(&self, dst: u128, v4: bool) -> Option<(u128, u16)> {
+        let r = self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net)?;
+        Some((r.via.unwrap_or(dst), r.port))
+    }
+
     /// The port of the route toward `dst`, whether or not its next hop is resolved.
     pub fn route_port(&self, dst: u128, v4: bool) -> Option<u16> {
         self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).map(|r| r.port)

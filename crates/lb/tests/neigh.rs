@@ -149,3 +149,24 @@ fn learns_from_advertisements_and_builds_requests() {
     assert!(hops.contains(&(IpAddr::V4(Ipv4Addr::new(10, 1, 0, 11)), 1)));
     assert!(hops.contains(&(IpAddr::V6(be), 1)));
 }
+
+#[test]
+fn a_packet_to_an_unknown_neighbour_asks_for_it() {
+    // The client (on the outside network) is not in the neighbour table: the echo reply to it
+    // cannot leave, and the worker reports the client for the runtime to resolve.
+    let mut s = spec();
+    s.routes.clear();
+    let mut lb = Lb::new(s);
+    let echo = vectorlb_packet::builder::Builder::icmp("10.0.0.2", "10.0.0.100", 8, 0, [0, 1, 0, 1]).macs(CLIENT_MAC, EXT_MAC).build();
+    assert_eq!(lb.run(&echo).0, Verdict::Drop(vectorlb_lb::DropReason::NoRoute));
+    assert!(lb.worker.has_unresolved());
+    assert_eq!(lb.worker.take_unresolved(), vec![(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 0)]);
+    assert!(!lb.worker.has_unresolved(), "taken once");
+    // Off-link destinations are reached through the gateway: that is what must be resolved.
+    let mut s = spec();
+    s.neighbors.retain(|(a, _)| *a != IpAddr::V4(Ipv4Addr::new(10, 0, 0, 254)));
+    let mut lb = Lb::new(s);
+    let echo = vectorlb_packet::builder::Builder::icmp("192.0.2.7", "10.0.0.100", 8, 0, [0, 1, 0, 1]).macs(CLIENT_MAC, EXT_MAC).build();
+    assert_eq!(lb.run(&echo).0, Verdict::Drop(vectorlb_lb::DropReason::NoRoute));
+    assert_eq!(lb.worker.take_unresolved(), vec![(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 254)), 0)]);
+}

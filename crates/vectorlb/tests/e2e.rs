@@ -304,6 +304,13 @@ fn ping_vip_and_path_mtu_discovery() {
     }
     let st = t.stats();
     assert!(st["icmp_echo_replies"].as_u64().unwrap() >= 6, "{st}");
+    // A restarted LB has forgotten its neighbours, and the client still has the VIP's MAC in
+    // its cache, so it will not ask again: the LB must resolve the client itself on demand.
+    t.stop_lb();
+    t.start_lb(&c);
+    let o = t.run("cl", &["ping", "-4", "-c", "5", "-i", "0.2", "-W", "1", "10.0.0.100"]);
+    let out = stdout(&o);
+    assert!(out.contains(" 4 received") || out.contains(" 5 received"), "after a restart: {out}");
     for (vip, mtu) in [("10.0.0.100:5353", 1280), ("[2001:db8::100]:5353", 1280)] {
         let u = t.probe(&["udp", "--target", vip, "--flows", "1", "--per-flow", "4", "--size", "1400", "--df", "--timeout-ms", "300"]);
         assert_eq!(u["path_mtu"], mtu, "path MTU learnt through the LB for {vip}: {u}");

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use vectorlb_config::Config;
 use vectorlb_dpdk::{xdp, Eal, Mempool, Port, Ring};
-use vectorlb_lb::{neigh, service::key, Control, Counters, Mode, Worker};
+use vectorlb_lb::{neigh, Control, Counters, Mode, Worker};
 use vectorlb_packet::ethernet::Mac;
 use worker::{IoCounters, WorkerCtx};
 
@@ -31,6 +31,8 @@ pub enum WorkerMsg {
 pub enum Event {
     /// A neighbour seen in ARP / ND; `reply` is our answer, to send once it is published.
     Learned { ip: IpAddr, mac: Mac, port: u16, reply: Option<Vec<u8>> },
+    /// A packet needed this next hop and its MAC is unknown: ask for it.
+    Resolve { ip: IpAddr, port: u16 },
 }
 
 #[derive(Default)]
@@ -289,6 +291,18 @@ pub fn run(path: &Path) -> Result<(), String> {
             return Err(format!("ports[{i}].device: `vectorlb run` needs a DPDK device for every port (net_af_xdp0,iface=eth0, a PCI address, ...)"));
         }
     }
+    // Every rx and tx ring of every queue can hold a descriptor's worth of buffers, plus the
+    // per-thread caches and what is in flight.
+    let need = cfg.spec.ports.len() as u64 * rt.workers as u64 * 2 * rt.queue_desc as u64 + 256 * (rt.workers as u64 + 1) + 1024;
+    if (rt.mbufs as u64) < need {
+        return Err(format!(
+            "runtime.mbufs: {} is too few for {} port(s) x {} worker(s) x 2 rings x {} descriptors; give at least {need} (or lower runtime.queue_desc)",
+            rt.mbufs,
+            cfg.spec.ports.len(),
+            rt.workers,
+            rt.queue_desc
+        ));
+    }
     install_signals();
     let run_dir = PathBuf::from(&rt.run_dir);
     let xdp_obj = xdp::write_object(&run_dir).map_err(|e| e.to_string())?;
@@ -459,12 +473,31 @@ fn control_loop(shared: &Arc<Shared>, events: Receiver<Event>) {
                 // Take every pending event, publish once, then send the held answers.
                 let mut replies = Vec::new();
                 let mut ev = Some(first);
-                while let Some(Event::Learned { ip, mac, port, reply }) = ev.take() {
-                    let prev = lock(&shared.learned).insert(ip, Neighbour { mac, port, seen: Instant::now() });
-                    dirty |= prev.is_none_or(|p| p.mac != mac);
-                    asked.remove(&ip);
-                    if let Some(r) = reply {
-                        replies.push((port, r));
+                while let Some(e) = ev.take() {
+                    match e {
+                        Event::Learned { ip, mac, port, reply } => {
+                            let prev = lock(&shared.learned).insert(ip, Neighbour { mac, port, seen: Instant::now() });
+                            dirty |= prev.is_none_or(|p| p.mac != mac);
+                            asked.remove(&ip);
+                            if let Some(r) = reply {
+                                replies.push((port, r));
+                            }
+                        }
+                        Event::Resolve { ip, port } => {
+                            // At most one request per address per second.
+                            let now = Instant::now();
+                            if asked.get(&ip).is_none_or(|t| now.duration_since(*t) >= Duration::from_secs(1)) {
+                                let snap = shared.control.snapshot();
+                                let frame = match ip {
+                                    IpAddr::V4(a) => neigh::arp_request(&snap, port, a),
+                                    IpAddr::V6(a) => neigh::solicit(&snap, port, a),
+                                };
+                                if let Some(f) = frame {
+                                    replies.push((port, f));
+                                    asked.insert(ip, now);
+                                }
+                            }
+                        }
                     }
                     ev = events.try_recv().ok();
                 }
@@ -518,7 +551,6 @@ fn control_loop(shared: &Arc<Shared>, events: Receiver<Event>) {
                     asked.insert(ip, now);
                 }
             }
-            let _ = key; // (address keys are used by neigh::next_hops)
         }
         if last_rate.elapsed() >= Duration::from_secs(1) {
             let secs = last_rate.elapsed().as_secs_f64();

@@ -168,6 +168,11 @@ impl WorkerCtx {
         // pointer), so this is a valid &mut [Mbuf] for the duration of the call.
         let bufs: &mut [Mbuf] = unsafe { std::slice::from_raw_parts_mut(rx.as_mut_ptr() as *mut Mbuf, k) };
         self.worker.process(bufs, &mut verdicts[..k], now);
+        if self.worker.has_unresolved() {
+            for (ip, port) in self.worker.take_unresolved() {
+                let _ = self.events.send(Event::Resolve { ip, port });
+            }
+        }
         for i in 0..k {
             let mut m = rx[i].take().unwrap();
             match verdicts[i] {

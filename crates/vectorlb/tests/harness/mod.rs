@@ -142,7 +142,7 @@ impl Topo {
     /// The runtime and port sections for this topology; services are appended by the test.
     pub fn base_config(&self, int_mtu: Option<u16>) -> String {
         let mut c = format!(
-            "[global]\nmax_sessions = 200000\n\n[runtime]\napi = \"{}\"\nmbufs = 8191\nrun_dir = \"{}\"\nidle_sleep_us = 100\n\n",
+            "[global]\nmax_sessions = 200000\n\n[runtime]\napi = \"{}\"\nmbufs = 16383\nrun_dir = \"{}\"\nidle_sleep_us = 100\n\n",
             self.api(),
             self.dir.display()
         );
