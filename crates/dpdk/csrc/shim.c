@@ -162,6 +162,13 @@ int vl_port_mac(uint16_t port, uint8_t out[6])
 	return 0;
 }
 
+int vl_set_mac(uint16_t port, const uint8_t mac[6])
+{
+	struct rte_ether_addr a;
+	memcpy(a.addr_bytes, mac, 6);
+	return rte_eth_dev_default_mac_addr_set(port, &a);
+}
+
 int vl_link(uint16_t port, uint32_t *speed, int *up)
 {
 	struct rte_eth_link l;

@@ -68,6 +68,7 @@ extern "C" {
     pub fn vl_port_close(port: u16) -> c_int;
     pub fn vl_promiscuous(port: u16, on: c_int) -> c_int;
     pub fn vl_port_mac(port: u16, out: *mut u8) -> c_int;
+    pub fn vl_set_mac(port: u16, mac: *const u8) -> c_int;
     pub fn vl_link(port: u16, speed: *mut u32, up: *mut c_int) -> c_int;
     pub fn vl_stats(port: u16, s: *mut VlStats) -> c_int;
     pub fn vl_xstats(port: u16, names: *mut c_char, values: *mut u64, n: c_int) -> c_int;

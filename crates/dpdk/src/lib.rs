@@ -295,6 +295,20 @@ impl Port {
         Ok(m)
     }
 
+    /// Makes the port receive frames for `mac`: sets it as the device's address, or, where the
+    /// driver cannot, turns on promiscuous mode. Returns whether promiscuous mode was needed.
+    pub fn use_mac(&self, mac: [u8; 6]) -> Result<bool, Error> {
+        if self.mac()? == mac {
+            return Ok(false);
+        }
+        // SAFETY: 6-byte buffer.
+        if unsafe { ffi::vl_set_mac(self.id, mac.as_ptr()) } == 0 {
+            return Ok(false);
+        }
+        self.promiscuous(true)?;
+        Ok(true)
+    }
+
     pub fn link(&self) -> Link {
         let (mut speed, mut up) = (0u32, 0i32);
         // SAFETY: valid out pointers.

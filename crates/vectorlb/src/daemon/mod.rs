@@ -336,6 +336,8 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String
         port.start().map_err(|e| format!("ports[{i}] ({}): {e}", cfg.spec.ports[i].name))?;
         if cfg.mac_from_device[i] {
             cfg.spec.ports[i].mac = port.mac().map_err(|e| e.to_string())?;
+        } else if port.use_mac(cfg.spec.ports[i].mac).map_err(|e| format!("ports[{i}].mac: {e}"))? {
+            log(format!("ports[{i}] ({}): the device cannot take the configured MAC; promiscuous mode is on", cfg.spec.ports[i].name));
         }
         ports.push(PortRt {
             name: cfg.spec.ports[i].name.clone(),
