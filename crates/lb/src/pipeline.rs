@@ -589,7 +589,22 @@ impl Worker {
         if h.ttl(b.data()) <= 1 {
             return self.icmp_error::<A, B>(snap, b, m, crate::icmp::ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
         }
-        let r = match self.lookup_fwd::<A>(m, svc.id, &src, m.sport, now) {
+        let found = match self.lookup_fwd::<A>(m, svc.id, &src, m.sport, now) {
+            // A packet that may open a flow, on a session that is over (TCP: a new SYN on a
+            // TIME_WAIT / CLOSE session, the client reusing its port) or whose backend was
+            // removed: the old session ends and the flow is scheduled afresh (as IPVS's
+            // conn_reuse_mode), so a drained or removed backend gets no new connection.
+            Some(r) if opens_flow(m) && {
+                let s = self.table.get::<A>(r);
+                snap.backend(s.backend).is_none() || (m.proto == proto::TCP && matches!(s.state, state::TIME_WAIT | state::CLOSE))
+            } =>
+            {
+                self.table.remove::<A>(r);
+                None
+            }
+            found => found,
+        };
+        let r = match found {
             Some(r) => r,
             None => match self.create::<A>(svc, src, m, now) {
                 Ok(r) => r,

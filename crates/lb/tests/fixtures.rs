@@ -330,14 +330,41 @@ fn drained_then_removed_backend() {
     for p in 2000..2010 {
         assert_eq!(dst(&lb.run(&pkt(p)).1), vec![10, 1, 0, 12], "new sessions avoid the drained backend");
     }
-    // Remove it: its session's packets are dropped and the session goes.
+    // Remove it: a UDP flow has no connection to break, so its session ends and the same
+    // datagram starts a new one on a live backend.
     spec.services[0].backends.remove(0);
     lb.control.apply(&spec).unwrap();
     let before = lb.worker.table.len();
-    lb.expect_drop(&pkt(1000), DropReason::BackendRemoved);
-    assert_eq!(lb.worker.table.len(), before - 1);
-    // The flow comes back as a new session on a live backend.
     assert_eq!(dst(&lb.run(&pkt(1000)).1), vec![10, 1, 0, 12]);
+    assert_eq!(lb.worker.table.len(), before, "the old session went, a new one came");
+}
+
+#[test]
+fn port_reuse_and_removed_backends_reschedule_new_tcp_connections() {
+    let f = Fam { v6: false };
+    let mut spec = topology();
+    spec.services.push(service(&f, Mode::Fnat, proto::TCP, 80, &[(1, 80, 1), (2, 80, 1)]));
+    let mut lb = Lb::new(spec.clone());
+    let dst = |out: &[u8]| out[14 + 16..14 + 20].to_vec();
+    let c = |flags: u8| Builder::tcp(&f.sock(f.client(), 5000), &f.sock(f.vip(), 80), flags).build();
+    use vectorlb_packet::tcp::flags as tf;
+    // A connection to backend 1 (rr), reset by the client: CLOSE (TIME_WAIT is handled alike).
+    assert_eq!(dst(&lb.run(&c(tf::SYN)).1), vec![10, 1, 0, 11]);
+    lb.run(&c(tf::ACK));
+    lb.run(&c(tf::RST));
+    // Backend 1 is drained; the client reuses its port for a new connection: it goes to
+    // backend 2, not to the drained one the old session named.
+    spec.services[0].backends[0].weight = 0;
+    lb.control.apply(&spec).unwrap();
+    assert_eq!(dst(&lb.run(&c(tf::SYN)).1), vec![10, 1, 0, 12]);
+    // Backend 2 is removed mid-connection: the connection's next packet is dropped and its
+    // session ends, but a new SYN on the same port is scheduled at once.
+    lb.run(&c(tf::ACK));
+    spec.services[0].backends[0].weight = 1;
+    spec.services[0].backends.remove(1);
+    lb.control.apply(&spec).unwrap();
+    lb.expect_drop(&c(tf::ACK), DropReason::BackendRemoved);
+    assert_eq!(dst(&lb.run(&c(tf::SYN)).1), vec![10, 1, 0, 11]);
 }
 
 #[test]

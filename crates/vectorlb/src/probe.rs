@@ -53,6 +53,9 @@ pub struct HttpArgs {
     pub concurrency: usize,
     #[arg(long, default_value_t = 3000)]
     pub timeout_ms: u64,
+    /// Run for this many seconds instead of a number of requests.
+    #[arg(long)]
+    pub duration_s: Option<f64>,
     /// Draw a progress bar on stderr.
     #[arg(long)]
     pub progress: bool,
@@ -182,9 +185,11 @@ fn http(a: &HttpArgs) -> Result<(), String> {
     let mut threads = Vec::new();
     for _ in 0..a.concurrency.clamp(1, 256) {
         let (next, done, errs, results) = (next.clone(), done.clone(), errs.clone(), results.clone());
-        let (host, path, total) = (host.clone(), path.clone(), a.requests);
+        let (host, path) = (host.clone(), path.clone());
+        let total = if a.duration_s.is_some() { usize::MAX } else { a.requests };
+        let until = a.duration_s.map(|d| start + Duration::from_secs_f64(d));
         threads.push(std::thread::spawn(move || loop {
-            if next.fetch_add(1, Ordering::SeqCst) >= total {
+            if next.fetch_add(1, Ordering::SeqCst) >= total || until.is_some_and(|u| Instant::now() >= u) {
                 return;
             }
             let t = Instant::now();
@@ -214,8 +219,9 @@ fn http(a: &HttpArgs) -> Result<(), String> {
         let _ = t.join();
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let requests = done.load(Ordering::SeqCst);
     if a.progress {
-        bar(a.requests, a.requests, errs.load(Ordering::SeqCst));
+        bar(requests, requests, errs.load(Ordering::SeqCst));
         eprintln!();
     }
     let mut g = results.lock().unwrap();
@@ -223,18 +229,18 @@ fn http(a: &HttpArgs) -> Result<(), String> {
     let lat = &g.1;
     let errors = errs.load(Ordering::SeqCst);
     let out = json!({
-        "requests": a.requests, "ok": lat.len(), "errors": errors, "seconds": elapsed,
-        "requests_per_second": a.requests as f64 / elapsed.max(1e-9),
+        "requests": requests, "ok": lat.len(), "errors": errors, "seconds": elapsed,
+        "requests_per_second": requests as f64 / elapsed.max(1e-9),
         "backends": g.0, "error_kinds": g.2,
         "latency_ms": { "p50": pct(lat, 50.0), "p90": pct(lat, 90.0), "p99": pct(lat, 99.0), "p99_9": pct(lat, 99.9), "max": pct(lat, 100.0) },
     });
     if a.json {
         println!("{out}");
     } else {
-        println!("  {} requests in {elapsed:.2} s ({:.0}/s), {errors} errors", a.requests, a.requests as f64 / elapsed.max(1e-9));
+        println!("  {requests} requests in {elapsed:.2} s ({:.0}/s), {errors} errors", requests as f64 / elapsed.max(1e-9));
         println!("  backend            requests  share");
         for (name, n) in &g.0 {
-            let share = *n as f64 * 100.0 / a.requests.max(1) as f64;
+            let share = *n as f64 * 100.0 / requests.max(1) as f64;
             println!("  {name:<18} {n:>8}  {share:5.1}% {}", "#".repeat((share / 2.5).round() as usize));
         }
         for (e, n) in &g.2 {
@@ -248,10 +254,10 @@ fn http(a: &HttpArgs) -> Result<(), String> {
             pct(lat, 99.9),
             pct(lat, 100.0)
         );
-        println!("result requests={} errors={errors} backends={}", a.requests, g.0.len());
+        println!("result requests={requests} errors={errors} backends={}", g.0.len());
     }
     if errors > 0 {
-        return Err(format!("{errors} of {} requests failed", a.requests));
+        return Err(format!("{errors} of {requests} requests failed"));
     }
     Ok(())
 }

@@ -227,14 +227,18 @@ fn drain_then_remove_under_load_and_reload() {
     let mut t = Topo::new("vr", Shape::TwoArm, 1500);
     t.nginx();
     let mut c = t.base_config(None);
-    c += &service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80));
+    // Thousands of connections per second for 10 s: four local addresses, so that no (local
+    // address, port) comes back to a backend while that backend still holds the previous
+    // connection in TIME_WAIT (60 s; see docs/operations.md).
+    let laddrs = "local_addrs = [\"10.1.0.200\", \"10.1.0.201\", \"10.1.0.202\", \"10.1.0.203\"]";
+    c += &service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80)).replace("local_addrs = [\"10.1.0.200\"]", laddrs);
     t.start_lb(&c);
     let api = t.api();
     let bin = BIN;
     let ns = t.ns("cl");
     let load = std::thread::spawn(move || {
         let o = std::process::Command::new("ip")
-            .args(["netns", "exec", &ns, bin, "probe", "http", "--url", "http://10.0.0.100/", "--requests", "12000", "--concurrency", "4", "--json"])
+            .args(["netns", "exec", &ns, bin, "probe", "http", "--url", "http://10.0.0.100/", "--duration-s", "10", "--concurrency", "4", "--json"])
             .output()
             .unwrap();
         serde_json::from_str::<serde_json::Value>(stdout(&o).lines().last().unwrap_or("{}")).unwrap()
@@ -243,12 +247,25 @@ fn drain_then_remove_under_load_and_reload() {
     // Drain be1: no new sessions; then remove it once its short connections are done.
     let (s, v) = t.call("PATCH", "/v1/services/tcp/10.0.0.100/80/backends/10.1.0.11/80", Some(&json!({ "weight": 0 })));
     assert_eq!(s, 200, "{v}");
-    std::thread::sleep(Duration::from_millis(300));
+    // The graceful way: wait until the drained backend has no session left (its last ones
+    // linger in TIME_WAIT for 2 s), then remove it. Removing it earlier would end sessions
+    // that may still need a retransmission.
+    let t0 = std::time::Instant::now();
+    loop {
+        let v = t.get("/v1/services/tcp/10.0.0.100/80");
+        let be1 = v["backends"].as_array().unwrap().iter().find(|b| b["addr"] == "10.1.0.11").unwrap().clone();
+        if be1["active_sessions"] == 0 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "be1 still has sessions 10 s after its drain: {be1}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let (s, v) = t.call("DELETE", "/v1/services/tcp/10.0.0.100/80/backends/10.1.0.11/80", None);
     assert_eq!(s, 200, "{v}");
     // A reload under load: the file gains be1 back with weight 2 (SIGHUP), sessions are kept.
     let mut c2 = t.base_config(None);
-    c2 += &service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &[("10.1.0.12", 80, 1), ("10.1.0.13", 80, 1), ("10.1.0.11", 80, 2)]);
+    c2 += &service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &[("10.1.0.12", 80, 1), ("10.1.0.13", 80, 1), ("10.1.0.11", 80, 2)])
+        .replace("local_addrs = [\"10.1.0.200\"]", laddrs);
     std::fs::write(t.config_path(), &c2).unwrap();
     let gen_before = t.get("/v1/health")["generation"].as_u64().unwrap();
     sh(&["kill", "-HUP", &t.lb_pid().to_string()]);
@@ -258,11 +275,11 @@ fn drain_then_remove_under_load_and_reload() {
     }
     assert!(!load.is_finished(), "the reload happened under load (make the load longer if this fails)");
     let r = load.join().unwrap();
-    assert_eq!(r["errors"], 0, "drain, removal and reload under load lost no request: {r}");
+    assert_eq!(r["errors"], 0, "drain, removal and reload under load lost no request: {r}\n{}", t.stats());
     assert!(t.get("/v1/health")["generation"].as_u64().unwrap() > gen_before);
     assert_eq!(t.stats()["reloads"], 1);
     let after = t.http("http://10.0.0.100/", 300, 4);
-    assert_eq!(after["errors"], 0);
+    assert_eq!(after["errors"], 0, "{after}");
     assert_spread(&after, 300, "after reload");
 
     // ipvsadm-style CLI: a new service with a backend, listed, saved to the file.
