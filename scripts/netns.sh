@@ -8,6 +8,7 @@
 # two-arm:  PREFIX-cl [cl0] ---- [ext0] PREFIX-lb [int0] ---- PREFIX-sw (bridge) ---- PREFIX-be1..3 [eth0]
 #           client 10.0.0.2 / 2001:db8::2, LB ext 10.0.0.1 / 2001:db8::1 (VIP 10.0.0.100, 2001:db8::100)
 #           LB int 10.1.0.1 / 2001:db8:1::1, backends 10.1.0.11-13 / 2001:db8:1::11-13 (default via the LB)
+#           The LB host's kernel holds 10.1.0.250 / 2001:db8:1::250 on int0 (health checks).
 # one-arm:  the client sits on the bridge too (10.1.0.2 / 2001:db8:1::2); the LB uses int0 only
 #           (VIP 10.1.0.100 / 2001:db8:1::100). DR and TUN need this shape.
 # The LB's interfaces carry no kernel addresses: vectorlb owns them through AF_XDP.
@@ -55,6 +56,10 @@ ip link add "$P-int0" $qa type veth peer name "$P-p0" $qa
 ip link set "$P-int0" netns "$P-lb" name int0
 ip link set "$P-p0" netns "$P-sw" name p0
 ns "$P-lb" ip link set int0 mtu "$bmtu" up
+# The LB host's own (kernel) address on the backend network, beside the data plane's: health
+# checks and management use it; the XDP flow director passes its traffic to the kernel.
+ns "$P-lb" ip addr add 10.1.0.250/24 dev int0
+ns "$P-lb" ip -6 addr add 2001:db8:1::250/64 dev int0 nodad
 ns "$P-sw" ip link set p0 mtu "$bmtu" master br0 up
 nooffload "$P-sw" p0
 for i in 1 2 3; do

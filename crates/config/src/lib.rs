@@ -81,6 +81,45 @@ impl Default for Runtime {
     }
 }
 
+/// How a service's backends are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    /// A TCP connection opens.
+    Tcp,
+    /// `GET path` answers `expect_status`.
+    Http { path: String, host: Option<String>, expect_status: u16 },
+    /// A datagram `send` gets an answer (containing `expect` when given).
+    Udp { send: Vec<u8>, expect: Vec<u8> },
+    /// A command exits 0 (`VLB_BACKEND_ADDR`, `VLB_BACKEND_PORT`, `VLB_VIP`, `VLB_VPORT` set).
+    Exec { command: String },
+}
+
+/// What happens to a failed backend's established sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDown {
+    /// They continue until they end (the backend only stops getting new ones).
+    Keep,
+    /// They end at once (the backend leaves the published configuration).
+    End,
+}
+
+/// A service's health check (`[services.health]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthSpec {
+    pub kind: CheckKind,
+    /// Milliseconds between checks of one backend.
+    pub interval: u32,
+    /// Milliseconds a check may take.
+    pub timeout: u32,
+    /// Consecutive successes that bring a down backend up.
+    pub rise: u32,
+    /// Consecutive failures that take an up backend down.
+    pub fall: u32,
+    /// Port to check (0: the backend's port).
+    pub port: u16,
+    pub on_down: OnDown,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub engine: Engine,
@@ -92,6 +131,8 @@ pub struct Config {
     pub mac_from_device: Vec<bool>,
     /// Per port: the MTU given in the file (None: the default).
     pub mtu_given: Vec<bool>,
+    /// Per service (same order as `spec.services`): its health check, if any.
+    pub health: Vec<Option<HealthSpec>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -184,6 +225,25 @@ struct RawService {
     timeouts: Option<RawTimeouts>,
     #[serde(default)]
     backends: Vec<RawBackend>,
+    health: Option<RawHealth>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHealth {
+    kind: String,
+    interval: Option<f64>,
+    timeout: Option<f64>,
+    rise: Option<u32>,
+    fall: Option<u32>,
+    port: Option<u16>,
+    path: Option<String>,
+    host: Option<String>,
+    expect_status: Option<u16>,
+    send: Option<String>,
+    expect: Option<String>,
+    command: Option<String>,
+    on_down: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -279,6 +339,105 @@ fn timeouts(field: &str, r: &RawTimeouts, base: &Timeouts) -> Result<Timeouts, E
         }
     }
     Ok(t)
+}
+
+fn health_spec(f: &str, h: &RawHealth, protocol: u8) -> Result<HealthSpec, Error> {
+    let only = |what: &str, set: bool, kinds: &str| -> Result<(), Error> {
+        if set {
+            bail!("{f}.{what}: only for kind {kinds}");
+        }
+        Ok(())
+    };
+    let kind = match h.kind.as_str() {
+        "tcp" => CheckKind::Tcp,
+        "http" => {
+            let path = h.path.clone().unwrap_or_else(|| "/".into());
+            if !path.starts_with('/') || path.contains(char::is_whitespace) {
+                bail!("{f}.path: '{path}' must start with / and hold no spaces");
+            }
+            let expect_status = h.expect_status.unwrap_or(200);
+            if !(100..=599).contains(&expect_status) {
+                bail!("{f}.expect_status: {expect_status} is not an HTTP status");
+            }
+            if h.host.as_deref().is_some_and(|x| x.is_empty() || x.contains(char::is_whitespace)) {
+                bail!("{f}.host: must be a host name");
+            }
+            CheckKind::Http { path, host: h.host.clone(), expect_status }
+        }
+        "udp" => {
+            let send = h.send.clone().unwrap_or_default().into_bytes();
+            if send.is_empty() {
+                bail!("{f}.send: a udp check needs the datagram to send");
+            }
+            CheckKind::Udp { send, expect: h.expect.clone().unwrap_or_default().into_bytes() }
+        }
+        "exec" => {
+            let command = h.command.clone().unwrap_or_default();
+            if command.trim().is_empty() {
+                bail!("{f}.command: an exec check needs a command");
+            }
+            CheckKind::Exec { command }
+        }
+        k => bail!("{f}.kind: '{k}' is not one of tcp, http, udp, exec"),
+    };
+    only("path", h.path.is_some() && !matches!(kind, CheckKind::Http { .. }), "http")?;
+    only("host", h.host.is_some() && !matches!(kind, CheckKind::Http { .. }), "http")?;
+    only("expect_status", h.expect_status.is_some() && !matches!(kind, CheckKind::Http { .. }), "http")?;
+    only("send", h.send.is_some() && !matches!(kind, CheckKind::Udp { .. }), "udp")?;
+    only("expect", h.expect.is_some() && !matches!(kind, CheckKind::Udp { .. }), "udp")?;
+    only("command", h.command.is_some() && !matches!(kind, CheckKind::Exec { .. }), "exec")?;
+    if matches!(kind, CheckKind::Tcp | CheckKind::Http { .. }) && protocol != proto::TCP && h.port.is_none() {
+        bail!("{f}.kind: a {} check of a udp service needs an explicit port", h.kind);
+    }
+    let interval = ms(&format!("{f}.interval"), h.interval, 2000)?;
+    let timeout = ms(&format!("{f}.timeout"), h.timeout, interval.min(1000))?;
+    if !(50..=3_600_000).contains(&interval) {
+        bail!("{f}.interval: must be in 0.05..=3600 seconds");
+    }
+    if timeout < 10 || timeout > interval.max(10) {
+        bail!("{f}.timeout: must be at least 0.01 s and at most the interval");
+    }
+    let rise = h.rise.unwrap_or(2);
+    let fall = h.fall.unwrap_or(3);
+    if !(1..=100).contains(&rise) || !(1..=100).contains(&fall) {
+        bail!("{f}.rise/fall: must be in 1..=100");
+    }
+    let on_down = match h.on_down.as_deref().unwrap_or("keep") {
+        "keep" => OnDown::Keep,
+        "end" => OnDown::End,
+        o => bail!("{f}.on_down: '{o}' is not keep or end"),
+    };
+    Ok(HealthSpec { kind, interval, timeout, rise, fall, port: h.port.unwrap_or(0), on_down })
+}
+
+fn health_toml(h: &HealthSpec) -> String {
+    let mut o = String::from("{ ");
+    match &h.kind {
+        CheckKind::Tcp => o.push_str("kind = \"tcp\""),
+        CheckKind::Http { path, host, expect_status } => {
+            o.push_str(&format!("kind = \"http\", path = {}, expect_status = {expect_status}", quote(path)));
+            if let Some(x) = host {
+                o.push_str(&format!(", host = {}", quote(x)));
+            }
+        }
+        CheckKind::Udp { send, expect } => {
+            o.push_str(&format!("kind = \"udp\", send = {}", quote(&String::from_utf8_lossy(send))));
+            if !expect.is_empty() {
+                o.push_str(&format!(", expect = {}", quote(&String::from_utf8_lossy(expect))));
+            }
+        }
+        CheckKind::Exec { command } => o.push_str(&format!("kind = \"exec\", command = {}", quote(command))),
+    }
+    o.push_str(&format!(
+        ", interval = {}, timeout = {}, rise = {}, fall = {}, port = {}, on_down = \"{}\" }}",
+        secs(h.interval),
+        secs(h.timeout),
+        h.rise,
+        h.fall,
+        h.port,
+        if h.on_down == OnDown::Keep { "keep" } else { "end" }
+    ));
+    o
 }
 
 /// A TOML basic string.
@@ -422,6 +581,7 @@ impl Config {
             neighbors.push((a, mac));
         }
         let mut services = Vec::new();
+        let mut health = Vec::new();
         for (i, s) in raw.services.iter().enumerate() {
             let f = format!("services[{i}]");
             let vip = ip(&format!("{f}.vip"), &s.vip)?;
@@ -477,6 +637,10 @@ impl Config {
                 toa: s.toa,
                 timeouts: t,
             });
+            health.push(match &s.health {
+                Some(h) => Some(health_spec(&format!("{f}.health"), h, protocol)?),
+                None => None,
+            });
         }
         let mut snat = Vec::new();
         for (i, r) in raw.snat.iter().enumerate() {
@@ -525,6 +689,7 @@ impl Config {
             devices,
             mac_from_device,
             mtu_given,
+            health,
         })
     }
 
@@ -565,7 +730,7 @@ impl Config {
         for (a, m) in &self.spec.neighbors {
             let _ = writeln!(o, "[[neighbors]]\nip = \"{a}\"\nmac = \"{}\"\n", format_mac(m));
         }
-        for s in &self.spec.services {
+        for (i, s) in self.spec.services.iter().enumerate() {
             let proto = if s.proto == proto::TCP { "tcp" } else { "udp" };
             let _ = writeln!(o, "[[services]]\nvip = \"{}\"\nport = {}\nproto = \"{proto}\"\nmode = \"{}\"", s.vip, s.port, s.mode.name());
             let _ = writeln!(o, "scheduler = \"{}\"", s.scheduler.name());
@@ -585,7 +750,11 @@ impl Config {
                 .map(|b| format!("    {{ addr = \"{}\", port = {}, weight = {} }},", b.addr, b.port, b.weight))
                 .collect();
             let _ = writeln!(o, "backends = [\n{}\n]", b.join("\n"));
-            let _ = writeln!(o, "timeouts = {}\n", timeouts_toml(&s.timeouts));
+            let _ = writeln!(o, "timeouts = {}", timeouts_toml(&s.timeouts));
+            if let Some(Some(h)) = self.health.get(i) {
+                let _ = writeln!(o, "health = {}", health_toml(h));
+            }
+            o.push('\n');
         }
         for r in &self.spec.snat {
             let l: Vec<String> = r.addrs.iter().map(|a| format!("\"{a}\"")).collect();
@@ -661,6 +830,24 @@ backends = [{ addr = "10.0.0.11", port = 8080, weight = 2 }]
         assert_eq!(c.devices[0].as_deref(), Some("net_af_xdp0,iface=v\"x"));
         assert!(c.mac_from_device[0]);
         assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+    }
+
+    #[test]
+    fn health_checks_parse_write_back_and_name_their_errors() {
+        let with = |h: &str| GOOD.replace("backends = [{", &format!("health = {h}\nbackends = [{{"));
+        let c = Config::parse(&with("{ kind = \"http\", path = \"/healthz\", interval = 0.5, rise = 1, fall = 2, on_down = \"end\" }")).unwrap();
+        let h = c.health[0].as_ref().unwrap();
+        assert_eq!((h.interval, h.timeout, h.rise, h.fall, h.on_down), (500, 500, 1, 2, OnDown::End));
+        assert_eq!(h.kind, CheckKind::Http { path: "/healthz".into(), host: None, expect_status: 200 });
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+        let c = Config::parse(&with("{ kind = \"exec\", command = \"/bin/true\" }")).unwrap();
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+        assert!(err(&with("{ kind = \"icmp\" }")).contains("services[0].health.kind"));
+        assert!(err(&with("{ kind = \"tcp\", path = \"/\" }")).contains("services[0].health.path: only for kind http"));
+        assert!(err(&with("{ kind = \"udp\" }")).contains("services[0].health.send"));
+        assert!(err(&with("{ kind = \"tcp\", interval = 1, timeout = 2 }")).contains("services[0].health.timeout"));
+        assert!(err(&with("{ kind = \"tcp\", on_down = \"reset\" }")).contains("services[0].health.on_down"));
+        assert!(err(&with("{ kind = \"tcp\", rise = 0 }")).contains("rise/fall"));
     }
 
     #[test]

@@ -441,7 +441,8 @@ pub fn list_services(shared: &Shared) -> Vec<Value> {
     let t = shared.totals();
     let rates = lock(&shared.rates).clone();
     let mut out = Vec::new();
-    for s in &snap.spec.services {
+    let cfg = lock(&shared.config).spec.services.clone();
+    for s in &cfg {
         let id = snap.lookup_service(key(s.vip), s.port, s.proto);
         let sc = id.and_then(|i| t.counters.services.get(i as usize)).copied().unwrap_or_default();
         let mut backends = Vec::new();
@@ -450,10 +451,13 @@ pub fn list_services(shared: &Shared) -> Vec<Value> {
             let slot = found.map(|x| backend_slot(x.id) as usize);
             let bc = slot.and_then(|k| t.counters.backends.get(k)).copied().unwrap_or_default();
             let active = slot.and_then(|k| t.active.get(k)).copied().unwrap_or(0);
+            let target = crate::daemon::health::Target { proto: s.proto, vip: s.vip, vport: s.port, addr: b.addr, port: b.port };
+            let health = shared.health.state(&target).map(|h| h.json()).unwrap_or(Value::Null);
             backends.push(json!({
                 "addr": b.addr.to_string(), "port": b.port, "weight": b.weight,
                 "resolved": found.is_some_and(|x| x.hop.is_some()),
                 "active_sessions": active, "packets": bc.packets, "bytes": bc.bytes,
+                "health": health,
             }));
         }
         let mut v = json!({

@@ -86,6 +86,30 @@ pub fn render(shared: &Shared) -> String {
     for (l, _, _, w) in &be_lines {
         let _ = writeln!(o, "vectorlb_backend_weight{{{l}}} {w}");
     }
+    let health = shared.health.all();
+    if !health.is_empty() {
+        let label = |t: &crate::daemon::health::Target| {
+            let p = if t.proto == proto::UDP { "udp" } else { "tcp" };
+            format!("vip=\"{}\",port=\"{}\",proto=\"{p}\",backend=\"{}\",backend_port=\"{}\"", esc(&t.vip.to_string()), t.vport, esc(&t.addr.to_string()), t.port)
+        };
+        head(&mut o, "vectorlb_backend_up", "gauge", "Health check state (1 up, 0 down).");
+        for (t, s) in &health {
+            let _ = writeln!(o, "vectorlb_backend_up{{{}}} {}", label(t), s.up as u8);
+        }
+        head(&mut o, "vectorlb_backend_health_checks_total", "counter", "Health checks run, by result.");
+        for (t, s) in &health {
+            let l = label(t);
+            let _ = writeln!(o, "vectorlb_backend_health_checks_total{{{l},result=\"ok\"}} {}\nvectorlb_backend_health_checks_total{{{l},result=\"fail\"}} {}", s.checks - s.failed_checks, s.failed_checks);
+        }
+        head(&mut o, "vectorlb_backend_health_transitions_total", "counter", "Up/down transitions.");
+        for (t, s) in &health {
+            let _ = writeln!(o, "vectorlb_backend_health_transitions_total{{{}}} {}", label(t), s.transitions);
+        }
+        head(&mut o, "vectorlb_backend_health_check_seconds", "gauge", "Duration of the last check.");
+        for (t, s) in &health {
+            let _ = writeln!(o, "vectorlb_backend_health_check_seconds{{{}}} {}", label(t), s.last_duration.as_secs_f64());
+        }
+    }
     head(&mut o, "vectorlb_port_packets_total", "counter", "DPDK port counters.");
     let mut xs = Vec::new();
     for p in &shared.ports {

@@ -496,3 +496,87 @@ fn clear_errors_for_a_missing_interface_and_a_port_in_use() {
     assert!(!o.status.success());
     assert!(err.lines().any(|l| l.starts_with("vectorlb: ports[0] (ext): device 'net_af_xdp0' did not become a DPDK port")), "{err}");
 }
+
+fn backend_health(t: &Topo, svc: &str, addr: &str) -> serde_json::Value {
+    let v = t.get(svc);
+    v["backends"].as_array().unwrap().iter().find(|b| b["addr"] == addr).unwrap()["health"].clone()
+}
+
+/// Waits until `addr`'s health state is `want`; returns how long it took.
+fn wait_health(t: &Topo, svc: &str, addr: &str, want: &str, limit: Duration) -> Duration {
+    let t0 = std::time::Instant::now();
+    loop {
+        let h = backend_health(t, svc, addr);
+        if h["state"] == want {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < limit, "{addr} not {want} after {limit:?}: {h}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn health_checks_take_a_failed_backend_out_and_bring_it_back() {
+    let mut t = Topo::new("vh", Shape::TwoArm, 1500);
+    t.nginx();
+    t.echo(5353);
+    let mut c = t.base_config(None);
+    // HTTP checks every 200 ms, down after 2 failures, up after 2 successes.
+    c += &service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80)).replace(
+        "backends = [",
+        "health = { kind = \"http\", path = \"/\", interval = 0.2, timeout = 0.2, rise = 2, fall = 2 }\nbackends = [",
+    );
+    // UDP checks: a datagram must get an answer.
+    c += &service("2001:db8::100", 5353, "udp", "fnat", "rr", Some("2001:db8:1::200"), &backends(true, 5353)).replace(
+        "backends = [",
+        "health = { kind = \"udp\", send = \"ping\", expect = \"ping\", interval = 0.2, timeout = 0.2, rise = 1, fall = 2, on_down = \"end\" }\nbackends = [",
+    );
+    t.start_lb(&c);
+    let svc = "/v1/services/tcp/10.0.0.100/80";
+    for a in BE4 {
+        wait_health(&t, svc, a, "up", Duration::from_secs(5));
+    }
+    assert!(backend_health(&t, svc, "10.1.0.12")["checks"].as_u64().unwrap() >= 1);
+    let r = t.http("http://10.0.0.100/", 300, 4);
+    assert_eq!(r["errors"], 0, "{r}");
+    assert_spread(&r, 300, "all up");
+
+    // be2's server dies: within fall x interval (+ one timeout) it is down and gets no new
+    // connection.
+    t.kill_nginx(2);
+    let took = wait_health(&t, svc, "10.1.0.12", "down", Duration::from_secs(5));
+    eprintln!("be2 down {took:?} after its server died (fall 2 x interval 0.2 s + timeout 0.2 s)");
+    assert!(took < Duration::from_millis(2 * 200 + 200 + 1500), "{took:?}");
+    let h = backend_health(&t, svc, "10.1.0.12");
+    assert!(h["last_error"].as_str().unwrap().starts_with("connect:"), "{h}");
+    std::thread::sleep(Duration::from_millis(100));
+    let r = t.http("http://10.0.0.100/", 300, 4);
+    assert_eq!(r["errors"], 0, "no request reaches the dead backend: {r}");
+    assert!(!spread(&r).iter().any(|(n, _)| n == "be2"), "{r}");
+    let m = String::from_utf8(vectorlb::ctl::call(&t.api(), "GET", "/metrics", None).unwrap().1).unwrap();
+    assert!(m.contains("vectorlb_backend_up{vip=\"10.0.0.100\",port=\"80\",proto=\"tcp\",backend=\"10.1.0.12\",backend_port=\"80\"} 0"), "{m}");
+
+    // It comes back: within rise x interval it is up and serves again.
+    t.start_nginx(2);
+    let took = wait_health(&t, svc, "10.1.0.12", "up", Duration::from_secs(5));
+    eprintln!("be2 up {took:?} after its server restarted (rise 2 x interval 0.2 s)");
+    assert!(took < Duration::from_millis(2 * 200 + 1500), "{took:?}");
+    assert_eq!(backend_health(&t, svc, "10.1.0.12")["transitions"], 2);
+    std::thread::sleep(Duration::from_millis(100));
+    let r = t.http("http://10.0.0.100/", 300, 4);
+    assert_eq!(r["errors"], 0, "{r}");
+    assert_spread(&r, 300, "be2 back");
+
+    // UDP: be3's echo server is the only process in its namespace answering on 5353; stop it
+    // by taking its address away, and the UDP check ends its sessions ("end").
+    let usvc = "/v1/services/udp/2001:db8::100/5353";
+    for a in BE6 {
+        wait_health(&t, usvc, a, "up", Duration::from_secs(5));
+    }
+    sh(&["ip", "netns", "exec", &t.ns("be3"), "ip", "-6", "addr", "del", "2001:db8:1::13/64", "dev", "eth0"]);
+    wait_health(&t, usvc, "2001:db8:1::13", "down", Duration::from_secs(5));
+    let u = t.probe(&["udp", "--target", "[2001:db8::100]:5353", "--flows", "30", "--per-flow", "2"]);
+    assert_eq!(u["lost"], 0, "{u}");
+    assert!(!spread(&u).iter().any(|(n, _)| n == "be3"), "{u}");
+    t.stop_lb();
+}

@@ -2,6 +2,7 @@
 //! resolution, publishing configurations); one thread per worker owns a queue on every port
 //! and its own session table; the API runs on its own thread (see `crate::api`).
 
+pub mod health;
 pub mod sessions;
 pub mod worker;
 
@@ -13,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use vectorlb_config::Config;
+use vectorlb_config::{Config, OnDown};
 use vectorlb_dpdk::{xdp, Eal, Mempool, Port, Ring};
 use vectorlb_lb::{neigh, Control, Counters, Mode, Worker};
 use vectorlb_packet::ethernet::Mac;
@@ -33,6 +34,8 @@ pub enum Event {
     Learned { ip: IpAddr, mac: Mac, port: u16, reply: Option<Vec<u8>> },
     /// A packet needed this next hop and its MAC is unknown: ask for it.
     Resolve { ip: IpAddr, port: u16 },
+    /// A backend went up or down: publish again.
+    HealthChanged,
 }
 
 #[derive(Default)]
@@ -91,6 +94,7 @@ pub struct Shared {
     pub rates: Mutex<Vec<f64>>,
     /// What the flow director's maps hold now.
     xdp_synced: Mutex<Option<XdpTables>>,
+    pub health: Arc<health::Health>,
     stop: AtomicBool,
 }
 
@@ -161,21 +165,31 @@ impl Shared {
                 p.mac = cur.spec.ports[i].mac;
             }
         }
-        let spec = self.with_learned(new);
+        let spec = self.published(new);
         let g = self.control.apply(&spec).map_err(|e| e.to_string())?;
         *cur = new.clone();
         self.sync_xdp(cur);
+        self.health.reconcile(cur);
         Ok(g)
     }
 
-    /// The configuration's service model plus the neighbours learned at run time (entries in
-    /// the file win).
-    fn with_learned(&self, c: &Config) -> vectorlb_lb::LbSpec {
+    /// What the workers run: the configuration's service model, plus the neighbours learned at
+    /// run time (entries in the file win), minus what health checks took down (weight 0, or
+    /// left out when its sessions must end).
+    fn published(&self, c: &Config) -> vectorlb_lb::LbSpec {
         let mut spec = c.spec.clone();
         let learned = lock(&self.learned);
         for (ip, n) in learned.iter() {
             if !spec.neighbors.iter().any(|(a, _)| a == ip) {
                 spec.neighbors.push((*ip, n.mac));
+            }
+        }
+        for (t, on_down) in self.health.down() {
+            for s in spec.services.iter_mut().filter(|s| s.proto == t.proto && s.vip == t.vip && s.port == t.vport) {
+                match on_down {
+                    OnDown::Keep => s.backends.iter_mut().filter(|b| b.addr == t.addr && b.port == t.port).for_each(|b| b.weight = 0),
+                    OnDown::End => s.backends.retain(|b| !(b.addr == t.addr && b.port == t.port)),
+                }
             }
         }
         spec
@@ -184,7 +198,7 @@ impl Shared {
     /// Re-publishes the running configuration (after neighbours changed).
     fn republish(&self) {
         let cur = lock(&self.config);
-        let spec = self.with_learned(&cur);
+        let spec = self.published(&cur);
         if let Err(e) = self.control.apply(&spec) {
             eprintln!("vectorlb: neighbour update not applied: {e}");
         }
@@ -376,9 +390,11 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String
         reload_failures: AtomicU64::new(0),
         rates: Mutex::new(Vec::new()),
         xdp_synced: Mutex::new(None),
+        health: health::Health::new(ev_tx.clone()),
         stop: AtomicBool::new(false),
     });
     shared.sync_xdp(cfg);
+    shared.health.reconcile(cfg);
     let api = crate::api::Server::bind(&rt.api, shared.clone())?;
     let eal = Arc::new(eal);
     let mut handles = Vec::new();
@@ -422,6 +438,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String
     control_loop(&shared, ev_rx);
     log("stopping: draining workers");
     shared.request_stop();
+    shared.health.stop_all();
     for h in handles {
         let _ = h.join();
     }
@@ -485,6 +502,7 @@ fn control_loop(shared: &Arc<Shared>, events: Receiver<Event>) {
                                 replies.push((port, r));
                             }
                         }
+                        Event::HealthChanged => dirty = true,
                         Event::Resolve { ip, port } => {
                             // At most one request per address per second.
                             let now = Instant::now();

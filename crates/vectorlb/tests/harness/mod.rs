@@ -79,6 +79,12 @@ impl Topo {
     /// nginx in each backend, answering every path with its name ("be1".."be3").
     pub fn nginx(&mut self) {
         for i in 1..=3 {
+            self.start_nginx(i);
+        }
+    }
+
+    pub fn start_nginx(&mut self, i: usize) {
+        {
             let d = self.dir.join(format!("be{i}"));
             std::fs::create_dir_all(&d).unwrap();
             let d = d.display();
