@@ -2,7 +2,7 @@
 # Builds (or removes) the test topology in network namespaces. Used by `make demo`, the
 # end-to-end tests and the benchmarks. Everything it creates is named after PREFIX.
 #
-#   scripts/netns.sh up PREFIX [two-arm|one-arm] [BACKEND_MTU]
+#   scripts/netns.sh up PREFIX [two-arm|one-arm|ha] [BACKEND_MTU]
 #   scripts/netns.sh down PREFIX
 #
 # two-arm:  PREFIX-cl [cl0] ---- [ext0] PREFIX-lb [int0] ---- PREFIX-sw (bridge) ---- PREFIX-be1..3 [eth0]
@@ -27,7 +27,7 @@ ns() { ip netns exec "$@"; }
 nooffload() { ns "$1" ethtool -K "$2" tx off tso off gso off gro off >/dev/null 2>&1 || true; }
 
 down() {
-    for n in cl lb sw be1 be2 be3; do
+    for n in cl lb lb1 lb2 sx sw be1 be2 be3; do
         if ip netns list | grep -qw "$P-$n"; then
             # Kill what runs inside (servers, the LB) before removing the namespace.
             for pid in $(ip netns pids "$P-$n" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
@@ -40,8 +40,61 @@ if [ "$cmd" = down ]; then
     down
     exit 0
 fi
+
+# ha: two LB nodes (lb1, lb2) on an outside bridge (sx, with the client) and the backend
+# bridge (sw). Kernel addresses for VRRP and health checks: lb1 10.0.0.251 / 10.1.0.251,
+# lb2 10.0.0.252 / 10.1.0.252. The data plane's own interface addresses are in the LB configs.
+ha_up() {
+    for n in cl lb1 lb2 sx sw be1 be2 be3; do
+        ip netns add "$P-$n"
+        ns "$P-$n" ip link set lo up
+        ns "$P-$n" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
+            net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.default.accept_ra=0 >/dev/null
+    done
+    for b in sx sw; do
+        ns "$P-$b" ip link add br0 type bridge
+        ns "$P-$b" ip link set br0 up
+    done
+    local k
+    for k in 1 2; do
+        for side in ext:sx:0 int:sw:1; do
+            IFS=: read -r dev br net <<<"$side"
+            ip link add "$P-$dev$k" type veth peer name "$P-q$dev$k"
+            ip link set "$P-$dev$k" netns "$P-lb$k" name "${dev}0"
+            ip link set "$P-q$dev$k" netns "$P-$br" name "q$dev$k"
+            ns "$P-lb$k" ip link set "${dev}0" up
+            ns "$P-$br" ip link set "q$dev$k" master br0 up
+            ns "$P-lb$k" ip addr add "10.$net.0.25$k/24" dev "${dev}0"
+            nooffload "$P-$br" "q$dev$k"
+        done
+    done
+    ip link add "$P-pc" type veth peer name "$P-cl0"
+    ip link set "$P-pc" netns "$P-sx" name pc
+    ip link set "$P-cl0" netns "$P-cl" name cl0
+    ns "$P-sx" ip link set pc master br0 up
+    ns "$P-cl" ip link set cl0 up
+    ns "$P-cl" ip addr add 10.0.0.2/24 dev cl0
+    ns "$P-cl" ip -6 addr add 2001:db8::2/64 dev cl0 nodad
+    nooffload "$P-cl" cl0
+    nooffload "$P-sx" pc
+    for i in 1 2 3; do
+        ip link add "$P-p$i" type veth peer name "$P-b$i"
+        ip link set "$P-p$i" netns "$P-sw" name "p$i"
+        ip link set "$P-b$i" netns "$P-be$i" name eth0
+        ns "$P-sw" ip link set "p$i" master br0 up
+        ns "$P-be$i" ip link set eth0 up
+        ns "$P-be$i" ip addr add "10.1.0.1$i/24" dev eth0
+        ns "$P-be$i" ip -6 addr add "2001:db8:1::1$i/64" dev eth0 nodad
+        nooffload "$P-be$i" eth0
+        nooffload "$P-sw" "p$i"
+    done
+}
 [ "$cmd" = up ] || { echo "netns.sh: unknown command '$cmd'" >&2; exit 2; }
 down
+if [ "$shape" = ha ]; then
+    ha_up
+    exit 0
+fi
 for n in cl lb sw be1 be2 be3; do
     ip netns add "$P-$n"
     ns "$P-$n" ip link set lo up

@@ -204,7 +204,7 @@ pub fn run(case: &Case) -> Outcome {
         }
         for port in 0..=snap.ports.len() as u16 {
             let mut c = b.clone();
-            let o = vectorlb_lb::neigh::handle(&mut c, &snap, port);
+            let o = vectorlb_lb::neigh::handle(&mut c, &snap, port, true);
             if o.reply {
                 let d = c.data();
                 let l2 = vectorlb_packet::ethernet::parse_l2(d).expect("a neighbour answer has an Ethernet header");

@@ -61,6 +61,9 @@ pub struct Runtime {
     pub neighbor_timeout: u32,
     /// Directory for run-time files (the XDP object).
     pub run_dir: String,
+    /// HA state at start: "standalone" (no HA), "master" or "backup" (keepalived's notify
+    /// scripts change it through the API).
+    pub ha_state: String,
 }
 
 pub const DEFAULT_EAL: &[&str] = &["-l", "0", "--in-memory", "--log-level", "*:warning"];
@@ -77,6 +80,7 @@ impl Default for Runtime {
             idle_sleep_us: 200,
             neighbor_timeout: 300,
             run_dir: "/run/vectorlb".into(),
+            ha_state: "standalone".into(),
         }
     }
 }
@@ -170,6 +174,7 @@ struct RawRuntime {
     idle_sleep_us: Option<u32>,
     neighbor_timeout: Option<u32>,
     run_dir: Option<String>,
+    ha_state: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -505,7 +510,12 @@ fn runtime(r: &RawRuntime) -> Result<Runtime, Error> {
     if neighbor_timeout < 10 {
         bail!("runtime.neighbor_timeout: {neighbor_timeout} is below 10 seconds");
     }
+    let ha_state = r.ha_state.clone().unwrap_or(d.ha_state);
+    if !matches!(ha_state.as_str(), "standalone" | "master" | "backup") {
+        bail!("runtime.ha_state: '{ha_state}' is not standalone, master or backup");
+    }
     Ok(Runtime {
+        ha_state,
         workers,
         cpus,
         eal: r.eal.clone().unwrap_or(d.eal),
@@ -704,7 +714,7 @@ impl Config {
         let r = &self.runtime;
         let _ = writeln!(o, "[runtime]\nworkers = {}\ncpus = {:?}\neal = [{}]", r.workers, r.cpus, r.eal.iter().map(|a| quote(a)).collect::<Vec<_>>().join(", "));
         let _ = writeln!(o, "mbufs = {}\nqueue_desc = {}\napi = {}\nidle_sleep_us = {}", r.mbufs, r.queue_desc, quote(&r.api), r.idle_sleep_us);
-        let _ = writeln!(o, "neighbor_timeout = {}\nrun_dir = {}\n", r.neighbor_timeout, quote(&r.run_dir));
+        let _ = writeln!(o, "neighbor_timeout = {}\nrun_dir = {}\nha_state = {}\n", r.neighbor_timeout, quote(&r.run_dir), quote(&r.ha_state));
         for (i, p) in self.spec.ports.iter().enumerate() {
             let _ = writeln!(o, "[[ports]]\nname = {}", quote(&p.name));
             if let Some(Some(d)) = self.devices.get(i) {

@@ -51,8 +51,16 @@ fn store<B: PacketBuf>(buf: &mut B, f: &[u8]) -> bool {
     true
 }
 
-/// Handles an ARP or ND frame received on `port`.
-pub fn handle<B: PacketBuf>(buf: &mut B, snap: &Snapshot, port: u16) -> Outcome {
+/// Whether we answer for `a`: every address of ours, except the floating ones (VIPs and
+/// full-NAT/SNAT local addresses, which move between HA nodes) when `floating` is false (a
+/// BACKUP node).
+fn answers(snap: &Snapshot, a: u128, floating: bool) -> bool {
+    snap.dst(a).is_some_and(|d| floating || !(d.vip || d.laddr.is_some()))
+}
+
+/// Handles an ARP or ND frame received on `port`. `floating`: answer for VIPs and local
+/// addresses too (false on an HA BACKUP node).
+pub fn handle<B: PacketBuf>(buf: &mut B, snap: &Snapshot, port: u16, floating: bool) -> Outcome {
     let mut out = Outcome::default();
     let Some((mac, vlan)) = port_mac(snap, port) else { return out };
     let data = buf.data();
@@ -63,7 +71,7 @@ pub fn handle<B: PacketBuf>(buf: &mut B, snap: &Snapshot, port: u16) -> Outcome 
         out.neighbour = true;
         let Ok(a) = arp::ArpPacket::new_checked(l3) else { return out };
         let (sip, smac, tip) = (a.sender_ip(), a.sender_mac(), a.target_ip());
-        let ours = snap.is_own(key4(tip.octets()));
+        let ours = answers(snap, key4(tip.octets()), floating);
         if !sip.is_unspecified() && smac != BROADCAST && smac[0] & 1 == 0 && ours
             && !snap.is_own(key4(sip.octets()))
             && snap.on_link(key4(sip.octets()), true)
@@ -98,7 +106,7 @@ pub fn handle<B: PacketBuf>(buf: &mut B, snap: &Snapshot, port: u16) -> Outcome 
         }
         return out;
     }
-    if !snap.is_own(key6(target)) {
+    if !answers(snap, key6(target), floating) {
         return out;
     }
     if !unspecified {

@@ -41,7 +41,7 @@ fn answers_arp_for_a_vip_and_learns_the_asker() {
     let mut w = Lb::new(spec());
     assert_eq!(w.run(&req).0, Verdict::Kernel);
     let mut b = HeapBuf::from_frame(&req);
-    let o = neigh::handle(&mut b, &snap, 0);
+    let o = neigh::handle(&mut b, &snap, 0, true);
     assert!(o.reply && o.neighbour);
     assert_eq!(o.learned, Some((IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), CLIENT_MAC)));
     let want = arp(2, EXT_MAC, EXT_MAC, [10, 0, 0, 100], CLIENT_MAC, [10, 0, 0, 2], CLIENT_MAC);
@@ -53,27 +53,27 @@ fn ignores_arp_for_others_and_does_not_learn_off_link() {
     let snap = Lb::new(spec()).control.snapshot();
     // Not our address: no answer, nothing learnt.
     let mut b = HeapBuf::from_frame(&arp(1, CLIENT_MAC, CLIENT_MAC, [10, 0, 0, 2], [0; 6], [10, 0, 0, 77], [0xff; 6]));
-    assert_eq!(neigh::handle(&mut b, &snap, 0), neigh::Outcome { reply: false, learned: None, neighbour: true });
+    assert_eq!(neigh::handle(&mut b, &snap, 0, true), neigh::Outcome { reply: false, learned: None, neighbour: true });
     // An asker outside every connected network is answered but not learnt.
     let mut b = HeapBuf::from_frame(&arp(1, CLIENT_MAC, CLIENT_MAC, [192, 0, 2, 9], [0; 6], [10, 0, 0, 100], [0xff; 6]));
-    let o = neigh::handle(&mut b, &snap, 0);
+    let o = neigh::handle(&mut b, &snap, 0, true);
     assert!(o.reply);
     assert_eq!(o.learned, None);
     // A probe (sender 0.0.0.0) is answered, not learnt; a multicast sender MAC is not learnt.
     let mut b = HeapBuf::from_frame(&arp(1, CLIENT_MAC, CLIENT_MAC, [0, 0, 0, 0], [0; 6], [10, 0, 0, 1], [0xff; 6]));
-    assert_eq!(neigh::handle(&mut b, &snap, 0).learned, None);
+    assert_eq!(neigh::handle(&mut b, &snap, 0, true).learned, None);
     let mut b = HeapBuf::from_frame(&arp(1, CLIENT_MAC, [1, 0, 0x5e, 0, 0, 1], [10, 0, 0, 2], [0; 6], [10, 0, 0, 1], [0xff; 6]));
-    assert_eq!(neigh::handle(&mut b, &snap, 0).learned, None);
+    assert_eq!(neigh::handle(&mut b, &snap, 0, true).learned, None);
     // Truncated ARP and non-ARP frames are left alone.
     let mut t = arp(1, CLIENT_MAC, CLIENT_MAC, [10, 0, 0, 2], [0; 6], [10, 0, 0, 100], [0xff; 6]);
     t.truncate(30);
     let mut b = HeapBuf::from_frame(&t);
-    assert!(!neigh::handle(&mut b, &snap, 0).reply);
+    assert!(!neigh::handle(&mut b, &snap, 0, true).reply);
     let mut b = HeapBuf::from_frame(&[0u8; 60]);
-    assert_eq!(neigh::handle(&mut b, &snap, 0), neigh::Outcome::default());
+    assert_eq!(neigh::handle(&mut b, &snap, 0, true), neigh::Outcome::default());
     // A port that does not exist.
     let mut b = HeapBuf::from_frame(&arp(1, CLIENT_MAC, CLIENT_MAC, [10, 0, 0, 2], [0; 6], [10, 0, 0, 100], [0xff; 6]));
-    assert_eq!(neigh::handle(&mut b, &snap, 9), neigh::Outcome::default());
+    assert_eq!(neigh::handle(&mut b, &snap, 9, true), neigh::Outcome::default());
 }
 
 /// An NS or NA: Ethernet + IPv6 + ICMPv6 with one link-layer address option.
@@ -102,7 +102,7 @@ fn answers_neighbour_solicitation_for_a_vip() {
     let snm: Ipv6Addr = "ff02::1:ff00:100".parse().unwrap();
     let ns = nd(135, 0, [0x33, 0x33, 0xff, 0, 1, 0], CLIENT_MAC, client, snm, vip, 1, CLIENT_MAC);
     let mut b = HeapBuf::from_frame(&ns);
-    let o = neigh::handle(&mut b, &snap, 0);
+    let o = neigh::handle(&mut b, &snap, 0, true);
     assert!(o.reply);
     assert_eq!(o.learned, Some((IpAddr::V6(client), CLIENT_MAC)));
     let want = nd(136, 0x60, CLIENT_MAC, EXT_MAC, vip, client, vip, 2, EXT_MAC);
@@ -110,14 +110,14 @@ fn answers_neighbour_solicitation_for_a_vip() {
     // Duplicate address detection (source ::) is answered to all nodes, without the S flag.
     let dad = nd(135, 0, [0x33, 0x33, 0xff, 0, 1, 0], CLIENT_MAC, Ipv6Addr::UNSPECIFIED, snm, vip, 1, CLIENT_MAC);
     let mut b = HeapBuf::from_frame(&dad);
-    let o = neigh::handle(&mut b, &snap, 0);
+    let o = neigh::handle(&mut b, &snap, 0, true);
     assert!(o.reply && o.learned.is_none());
     let all: Ipv6Addr = "ff02::1".parse().unwrap();
     assert_eq!(b.data(), &nd(136, 0x20, [0x33, 0x33, 0, 0, 0, 1], EXT_MAC, vip, all, vip, 2, EXT_MAC)[..]);
     // Not ours: nothing.
     let other = nd(135, 0, [0x33, 0x33, 0xff, 0, 0, 9], CLIENT_MAC, client, snm, "2001:db8::9".parse().unwrap(), 1, CLIENT_MAC);
     let mut b = HeapBuf::from_frame(&other);
-    assert!(!neigh::handle(&mut b, &snap, 0).reply);
+    assert!(!neigh::handle(&mut b, &snap, 0, true).reply);
 }
 
 #[test]
@@ -127,13 +127,13 @@ fn learns_from_advertisements_and_builds_requests() {
     let me: Ipv6Addr = "2001:db8:1::1".parse().unwrap();
     let na = nd(136, 0x60, INT_MAC, be_mac(1), be, me, be, 2, be_mac(1));
     let mut b = HeapBuf::from_frame(&na);
-    let o = neigh::handle(&mut b, &snap, 1);
+    let o = neigh::handle(&mut b, &snap, 1, true);
     assert!(!o.reply);
     assert_eq!(o.learned, Some((IpAddr::V6(be), be_mac(1))));
     // An ARP reply to our request teaches the backend's MAC.
     let rep = arp(2, be_mac(2), be_mac(2), [10, 1, 0, 12], INT_MAC, [10, 1, 0, 1], INT_MAC);
     let mut b = HeapBuf::from_frame(&rep);
-    assert_eq!(neigh::handle(&mut b, &snap, 1).learned, Some((IpAddr::V4(Ipv4Addr::new(10, 1, 0, 12)), be_mac(2))));
+    assert_eq!(neigh::handle(&mut b, &snap, 1, true).learned, Some((IpAddr::V4(Ipv4Addr::new(10, 1, 0, 12)), be_mac(2))));
 
     // Requests from the port's own address.
     let r = neigh::arp_request(&snap, 1, Ipv4Addr::new(10, 1, 0, 13)).unwrap();
@@ -169,4 +169,26 @@ fn a_packet_to_an_unknown_neighbour_asks_for_it() {
     let echo = vectorlb_packet::builder::Builder::icmp("192.0.2.7", "10.0.0.100", 8, 0, [0, 1, 0, 1]).macs(CLIENT_MAC, EXT_MAC).build();
     assert_eq!(lb.run(&echo).0, Verdict::Drop(vectorlb_lb::DropReason::NoRoute));
     assert_eq!(lb.worker.take_unresolved(), vec![(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 254)), 0)]);
+}
+
+#[test]
+fn a_backup_node_is_silent_for_floating_addresses() {
+    let snap = Lb::new(spec()).control.snapshot();
+    // BACKUP (floating = false): no answer for the VIP or a local address, but the interface
+    // address still answers.
+    for (target, answered) in [([10, 0, 0, 100], false), ([10, 1, 0, 200], false), ([10, 0, 0, 1], true)] {
+        let mut b = HeapBuf::from_frame(&arp(1, CLIENT_MAC, CLIENT_MAC, [10, 0, 0, 2], [0; 6], target, [0xff; 6]));
+        assert_eq!(neigh::handle(&mut b, &snap, 0, false).reply, answered, "{target:?}");
+    }
+    let client: Ipv6Addr = "2001:db8::2".parse().unwrap();
+    let vip: Ipv6Addr = "2001:db8::100".parse().unwrap();
+    let ns = nd(135, 0, [0x33, 0x33, 0xff, 0, 1, 0], CLIENT_MAC, client, "ff02::1:ff00:100".parse().unwrap(), vip, 1, CLIENT_MAC);
+    let mut b = HeapBuf::from_frame(&ns);
+    assert!(!neigh::handle(&mut b, &snap, 0, false).reply);
+    // Announcements a new MASTER sends.
+    let g = neigh::gratuitous_arp(&snap, 0, Ipv4Addr::new(10, 0, 0, 100)).unwrap();
+    assert_eq!(g, arp(1, EXT_MAC, EXT_MAC, [10, 0, 0, 100], [0; 6], [10, 0, 0, 100], [0xff; 6]));
+    let na = neigh::unsolicited_na(&snap, 0, vip).unwrap();
+    let all: Ipv6Addr = "ff02::1".parse().unwrap();
+    assert_eq!(na, nd(136, 0x20, [0x33, 0x33, 0, 0, 0, 1], EXT_MAC, vip, all, vip, 2, EXT_MAC));
 }

@@ -103,7 +103,7 @@ fn with_timeouts<S: Conn + 'static>(s: S, set: impl FnOnce(&S) -> (std::io::Resu
 trait Conn: Read + Write + Send {}
 impl<T: Read + Write + Send> Conn for T {}
 
-fn serve(shared: &Shared, conn: &mut Box<dyn Conn>) {
+fn serve(shared: &Arc<Shared>, conn: &mut Box<dyn Conn>) {
     let r = match http::read_request(conn) {
         Ok(req) => handle(shared, &req),
         Err(e) => error(e.status, e.message),
@@ -111,8 +111,27 @@ fn serve(shared: &Shared, conn: &mut Box<dyn Conn>) {
     let _ = http::write_response(conn, r.status, r.content_type, &r.body, r.allow);
 }
 
+fn ha_json(shared: &Shared) -> Value {
+    use crate::daemon::ha;
+    json!({
+        "state": ha::name(shared.ha.state()),
+        "since_seconds": shared.ha.since().as_secs_f64(),
+        "transitions": shared.ha.transitions.load(Ordering::Relaxed),
+        "announcements": shared.ha.announcements.load(Ordering::Relaxed),
+    })
+}
+
+fn set_ha(shared: &Arc<Shared>, req: &Request) -> R {
+    let m = body(req)?;
+    known(&m, &["state"], "")?;
+    let st = get_str(&m, "state", "")?.ok_or((400, "state: required".to_string()))?;
+    let new = crate::daemon::ha::parse(st).ok_or_else(|| (400, format!("state: '{st}' is not master, backup or standalone")))?;
+    let old = shared.set_ha(new);
+    Ok(reply(200, json!({ "state": st, "previous": crate::daemon::ha::name(old) })))
+}
+
 /// Routes one request. Public for the fuzz target and tests.
-pub fn handle(shared: &Shared, req: &Request) -> Reply {
+pub fn handle(shared: &Arc<Shared>, req: &Request) -> Reply {
     let segs: Vec<&str> = req.path.trim_end_matches('/').split('/').skip(1).collect();
     let m = req.method.as_str();
     let r = match (m, segs.as_slice()) {
@@ -136,6 +155,8 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         ("GET", ["v1", "config"]) => Ok(Reply { status: 200, content_type: "application/toml", body: lock(&shared.config).to_toml().into_bytes(), allow: None }),
         ("POST", ["v1", "reload"]) => daemon::reload(shared).map(|g| reply(200, json!({ "reloaded": true, "generation": g }))).map_err(|e| (422, e)),
         ("POST", ["v1", "save"]) => save(shared),
+        ("GET", ["v1", "ha"]) => Ok(reply(200, ha_json(shared))),
+        ("POST", ["v1", "ha"]) => set_ha(shared, req),
         _ => match allowed(&segs) {
             Some(allow) => {
                 let mut r = error(405, format!("method {m} is not allowed on {} (allowed: {allow})", req.path));
@@ -154,6 +175,7 @@ fn allowed(segs: &[&str]) -> Option<&'static str> {
         ["metrics"] | ["openapi.json"] => "GET",
         ["v1", "health" | "sessions" | "stats" | "ports" | "neighbors" | "config"] => "GET",
         ["v1", "reload" | "save"] => "POST",
+        ["v1", "ha"] => "GET, POST",
         ["v1", "services"] => "GET, POST",
         ["v1", "services", _, _, _] => "GET, PATCH, DELETE",
         ["v1", "services", _, _, _, "backends"] => "POST",

@@ -87,6 +87,12 @@ pub struct CtlArgs {
     /// Print the neighbour table (JSON).
     #[arg(long)]
     pub neighbors: bool,
+    /// Set the HA state: master, backup or standalone (keepalived's notify scripts call this).
+    #[arg(long = "ha-state", value_name = "STATE")]
+    pub ha_state: Option<String>,
+    /// Print the HA state (JSON).
+    #[arg(long)]
+    pub ha: bool,
     /// Raw request: METHOD PATH [JSON body], printing the answer.
     #[arg(long, num_args = 2..=3, value_names = ["METHOD", "PATH", "BODY"])]
     pub raw: Vec<String>,
@@ -156,7 +162,7 @@ fn real(a: &CtlArgs) -> Result<(IpAddr, u16), String> {
 
 pub fn run(a: &CtlArgs) -> Result<(), String> {
     let api = a.api.as_str();
-    let verbs = [a.add_service, a.edit_service, a.delete_service, a.add_server, a.edit_server, a.delete_server, a.list, a.reload, a.save, a.global_stats, a.ports, a.neighbors, !a.raw.is_empty()];
+    let verbs = [a.add_service, a.edit_service, a.delete_service, a.add_server, a.edit_server, a.delete_server, a.list, a.reload, a.save, a.global_stats, a.ports, a.neighbors, !a.raw.is_empty(), a.ha_state.is_some(), a.ha];
     match verbs.iter().filter(|v| **v).count() {
         0 => return Err("nothing to do: give a command such as -A, -a, -e, -d, -L (see --help)".into()),
         1 => {}
@@ -211,6 +217,11 @@ pub fn run(a: &CtlArgs) -> Result<(), String> {
     } else if a.reload {
         let v = ok(api, "POST", "/v1/reload", None)?;
         println!("reloaded (generation {})", v["generation"]);
+    } else if let Some(st) = &a.ha_state {
+        let v = ok(api, "POST", "/v1/ha", Some(&json!({ "state": st })))?;
+        println!("ha state {} (was {})", st, v["previous"].as_str().unwrap_or("?"));
+    } else if a.ha {
+        println!("{}", serde_json::to_string_pretty(&ok(api, "GET", "/v1/ha", None)?).unwrap_or_default());
     } else if a.save {
         let v = ok(api, "POST", "/v1/save", None)?;
         println!("saved to {}", v["saved"].as_str().unwrap_or("?"));

@@ -34,6 +34,12 @@ pub fn render(shared: &Shared) -> String {
     let _ = writeln!(o, "vectorlb_sessions_created_total {}", c.sessions_created);
     head(&mut o, "vectorlb_icmp_total", "counter", "ICMP handled by the LB.");
     let _ = writeln!(o, "vectorlb_icmp_total{{kind=\"echo_reply\"}} {}\nvectorlb_icmp_total{{kind=\"error_sent\"}} {}\nvectorlb_icmp_total{{kind=\"error_translated\"}} {}", c.icmp_echo_replies, c.icmp_errors_sent, c.icmp_errors_translated);
+    head(&mut o, "vectorlb_ha_state", "gauge", "HA state of this node (1 for the current one).");
+    for st in [crate::daemon::ha::STANDALONE, crate::daemon::ha::MASTER, crate::daemon::ha::BACKUP] {
+        let _ = writeln!(o, "vectorlb_ha_state{{state=\"{}\"}} {}", crate::daemon::ha::name(st), (shared.ha.state() == st) as u8);
+    }
+    head(&mut o, "vectorlb_ha_transitions_total", "counter", "HA state changes.");
+    let _ = writeln!(o, "vectorlb_ha_transitions_total {}", shared.ha.transitions.load(std::sync::atomic::Ordering::Relaxed));
     head(&mut o, "vectorlb_config_generation", "gauge", "Generation of the running configuration.");
     let _ = writeln!(o, "vectorlb_config_generation {}", shared.control.generation());
 

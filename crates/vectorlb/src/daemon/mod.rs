@@ -2,6 +2,7 @@
 //! resolution, publishing configurations); one thread per worker owns a queue on every port
 //! and its own session table; the API runs on its own thread (see `crate::api`).
 
+pub mod ha;
 pub mod health;
 pub mod sessions;
 pub mod worker;
@@ -95,6 +96,7 @@ pub struct Shared {
     /// What the flow director's maps hold now.
     xdp_synced: Mutex<Option<XdpTables>>,
     pub health: Arc<health::Health>,
+    pub ha: ha::Ha,
     stop: AtomicBool,
 }
 
@@ -256,7 +258,7 @@ impl Shared {
         rx.recv_timeout(Duration::from_secs(2)).map_err(|_| "worker did not answer in 2 s".to_string())
     }
 
-    fn send(&self, port: u16, frame: Vec<u8>) {
+    pub fn send(&self, port: u16, frame: Vec<u8>) {
         if let Some(w) = self.workers.first() {
             let _ = lock(&w.tx).send(WorkerMsg::Send { port, frame });
         }
@@ -391,6 +393,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String
         rates: Mutex::new(Vec::new()),
         xdp_synced: Mutex::new(None),
         health: health::Health::new(ev_tx.clone()),
+        ha: ha::Ha::new(ha::parse(&rt.ha_state).unwrap_or(ha::STANDALONE)),
         stop: AtomicBool::new(false),
     });
     shared.sync_xdp(cfg);

@@ -188,7 +188,7 @@ impl WorkerCtx {
                 Verdict::Kernel => {
                     let port = m.port();
                     let snap = self.worker.snapshot().clone();
-                    let out = neigh::handle(&mut m, &snap, port);
+                    let out = neigh::handle(&mut m, &snap, port, self.shared.ha.answers_floating());
                     if let Some((ip, mac)) = out.learned {
                         // Learn first, answer after: the control thread publishes the
                         // neighbour, then sends our reply, so the asker's first packet (sent as

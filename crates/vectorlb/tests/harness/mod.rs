@@ -32,6 +32,8 @@ pub fn stdout(o: &Output) -> String {
 pub enum Shape {
     TwoArm,
     OneArm,
+    /// Two LB nodes (lb1, lb2) between an outside bridge with the client and the backends.
+    Ha,
 }
 
 pub struct Topo {
@@ -51,7 +53,11 @@ impl Topo {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let script = repo().join("scripts/netns.sh");
-        let s = if shape == Shape::OneArm { "one-arm" } else { "two-arm" };
+        let s = match shape {
+            Shape::OneArm => "one-arm",
+            Shape::TwoArm => "two-arm",
+            Shape::Ha => "ha",
+        };
         sh(&[script.to_str().unwrap(), "up", p, s, &backend_mtu.to_string()]);
         Topo { p: p.to_string(), dir, shape, children: Vec::new(), lb: None, _serial: serial }
     }

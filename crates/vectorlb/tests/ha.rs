@@ -1,0 +1,158 @@
+//! High availability with the real keepalived: two LB nodes share the VIP through VRRP;
+//! keepalived's notify scripts switch the data plane between MASTER and BACKUP through
+//! `vectorlb ctl --ha-state`, and a track script notices a dead daemon.
+
+mod harness;
+
+use harness::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Node {
+    name: &'static str,
+    dir: PathBuf,
+    lb: Option<Child>,
+    keepalived: Option<Child>,
+}
+
+impl Node {
+    fn api(&self) -> String {
+        format!("unix:{}/api.sock", self.dir.display())
+    }
+
+    fn ha_state(&self) -> String {
+        match vectorlb::ctl::call(&self.api(), "GET", "/v1/ha", None) {
+            Ok((200, b)) => serde_json::from_slice::<serde_json::Value>(&b).unwrap()["state"].as_str().unwrap_or("").to_string(),
+            _ => "unreachable".into(),
+        }
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        std::thread::sleep(Duration::from_millis(250));
+        let (_, b) = vectorlb::ctl::call(&self.api(), "GET", "/v1/stats", None).unwrap();
+        serde_json::from_slice(&b).unwrap()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        for c in [self.keepalived.as_mut(), self.lb.as_mut()].into_iter().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn lb_config(t: &Topo, dir: &Path, k: u8) -> String {
+    format!(
+        "[runtime]\napi = \"unix:{d}/api.sock\"\nrun_dir = \"{d}\"\nmbufs = 16383\nidle_sleep_us = 100\nha_state = \"backup\"\n\n\
+         [[ports]]\nname = \"ext\"\ndevice = \"net_af_xdp0,iface=ext0\"\naddrs = [\"10.0.0.{a}/24\"]\n\n\
+         [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp1,iface=int0\"\naddrs = [\"10.1.0.{a}/24\"]\n\n{svc}",
+        d = dir.display(),
+        a = if k == 1 { 1 } else { 3 },
+        svc = service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80)),
+    )
+    .replace("{t}", &t.p)
+}
+
+fn keepalived_config(dir: &Path, k: u8, api: &str) -> String {
+    let ctl = format!("{BIN} ctl --api {api}");
+    let (me, peer, prio) = if k == 1 { ("10.0.0.251", "10.0.0.252", 150) } else { ("10.0.0.252", "10.0.0.251", 100) };
+    format!(
+        "global_defs {{\n  router_id lb{k}\n  script_user root\n  enable_script_security\n  vrrp_version 3\n}}\n\
+         vrrp_script vectorlb_alive {{\n  script \"{ctl} --ha\"\n  interval 1\n  timeout 1\n  fall 1\n  rise 1\n}}\n\
+         vrrp_instance VI_1 {{\n  state BACKUP\n  interface ext0\n  virtual_router_id 51\n  priority {prio}\n  advert_int 0.2\n\
+         \x20 unicast_src_ip {me}\n  unicast_peer {{\n    {peer}\n  }}\n  track_script {{\n    vectorlb_alive\n  }}\n\
+         \x20 virtual_ipaddress {{\n    192.0.2.100/32 dev lo\n  }}\n\
+         \x20 notify_master \"{ctl} --ha-state master\"\n  notify_backup \"{ctl} --ha-state backup\"\n  notify_fault \"{ctl} --ha-state backup\"\n}}\n"
+    )
+    .replace("{dir}", &dir.display().to_string())
+}
+
+fn start_node(t: &Topo, k: u8) -> Node {
+    let name = if k == 1 { "lb1" } else { "lb2" };
+    let dir = t.dir.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("lb.toml");
+    std::fs::write(&cfg, lb_config(t, &dir, k)).unwrap();
+    let log = std::fs::File::create(dir.join("lb.log")).unwrap();
+    let lb = t.cmd(name, &[BIN, "run", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+    let mut node = Node { name, dir: dir.clone(), lb: Some(lb), keepalived: None };
+    let t0 = Instant::now();
+    while node.ha_state() == "unreachable" {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{name} did not start: {}", std::fs::read_to_string(dir.join("lb.log")).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let kc = dir.join("keepalived.conf");
+    std::fs::write(&kc, keepalived_config(&dir, k, &node.api())).unwrap();
+    let klog = std::fs::File::create(dir.join("keepalived.log")).unwrap();
+    let ka = t
+        .cmd(name, &["keepalived", "-n", "-l", "-D", "-P", "-f", kc.to_str().unwrap(), "-p", dir.join("k.pid").to_str().unwrap(), "-r", dir.join("v.pid").to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(klog.try_clone().unwrap())
+        .stderr(klog)
+        .spawn()
+        .unwrap();
+    node.keepalived = Some(ka);
+    node
+}
+
+fn wait_state(n: &Node, want: &str, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let s = n.ha_state();
+        if s == want {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "{} is {s}, not {want}, after {limit:?}; keepalived log:\n{}",
+            n.name,
+            std::fs::read_to_string(n.dir.join("keepalived.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn vrrp_moves_the_vip_to_the_standby_when_the_active_lb_dies() {
+    let mut t = Topo::new("va", Shape::Ha, 1500);
+    t.nginx();
+    let mut lb1 = start_node(&t, 1);
+    let lb2 = start_node(&t, 2);
+    wait_state(&lb1, "master", Duration::from_secs(15));
+    wait_state(&lb2, "backup", Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(300));
+    let r = t.http("http://10.0.0.100/", 200, 4);
+    assert_eq!(r["errors"], 0, "{r}");
+    assert_spread(&r, 200);
+    assert!(lb1.stats()["sessions_created"].as_u64().unwrap() >= 200, "the MASTER serves");
+    assert_eq!(lb2.stats()["sessions_created"], 0, "the BACKUP is silent");
+
+    // SIGKILL the active LB: keepalived's track script fails, lb1 resigns, lb2 becomes
+    // MASTER and announces the VIP; new connections go to it.
+    let killed = Instant::now();
+    let mut c = lb1.lb.take().unwrap();
+    c.kill().unwrap();
+    c.wait().unwrap();
+    loop {
+        let r = t.probe(&["http", "--url", "http://10.0.0.100/", "--requests", "1", "--concurrency", "1", "--timeout-ms", "200", "--json"]);
+        if r["errors"] == 0 {
+            break;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(15), "no failover in 15 s: lb2 is {}", lb2.ha_state());
+    }
+    let failover_ms = killed.elapsed().as_millis();
+    eprintln!("new connections served by the standby {failover_ms} ms after SIGKILL of the active LB");
+    assert_eq!(lb2.ha_state(), "master");
+    let r = t.http("http://10.0.0.100/", 200, 4);
+    assert_eq!(r["errors"], 0, "{r}");
+    assert!(lb2.stats()["sessions_created"].as_u64().unwrap() >= 200);
+}
+
+fn assert_spread(r: &serde_json::Value, total: u64) {
+    let s = spread(r);
+    assert_eq!(s.len(), 3, "{r}");
+    assert!(s.iter().all(|(_, n)| *n * 100 >= total * 15), "{r}");
+}
