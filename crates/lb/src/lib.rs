@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod rewrite;
 pub mod service;
 pub mod session;
+pub mod sync;
 pub mod tcpstate;
 pub mod verdict;
 

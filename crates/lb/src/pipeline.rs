@@ -114,6 +114,9 @@ pub struct Worker {
     /// Next hops (address key, IPv4?) a packet needed but whose MAC is unknown, for the
     /// runtime to resolve; bounded, drained by [`Worker::take_unresolved`].
     unresolved: Vec<(u128, bool)>,
+    /// Session synchronisation: whether to remember changed sessions, and which.
+    pub(crate) sync_on: bool,
+    pub(crate) changed: Vec<Ref>,
     pub(crate) icmp_tokens: u32,
     pub(crate) icmp_refill: u32,
     pub(crate) ip_ident: u16,
@@ -133,6 +136,8 @@ impl Worker {
             wlc_scratch: Vec::new(),
             meta: vec![Meta::default(); batch],
             unresolved: Vec::new(),
+            sync_on: false,
+            changed: Vec::new(),
             icmp_tokens: 0,
             icmp_refill: 0,
             ip_ident: 0,
@@ -178,6 +183,11 @@ impl Worker {
                 Some((ip, port))
             })
             .collect()
+    }
+
+    /// Takes the current configuration now (outside a batch).
+    pub(crate) fn refresh_snapshot(&mut self) {
+        self.refresh();
     }
 
     /// Picks up a newly published configuration; a service's scheduler state restarts only if
@@ -472,6 +482,9 @@ impl Worker {
         };
         let to = tcpstate::timeout(st, t);
         s.state = st;
+        if self.sync_on && st != old {
+            self.changed.push(r);
+        }
         let e = now.wrapping_add(to);
         if s.expire != e {
             s.expire = e;
@@ -547,6 +560,9 @@ impl Worker {
         match self.table.insert(s, laddrs, &mut self.cursors[cursor]) {
             Ok(r) => {
                 self.counters.sessions_created += 1;
+                if self.sync_on {
+                    self.changed.push(r);
+                }
                 Ok(r)
             }
             Err(InsertError::Full) => Err(DropReason::TableFull),

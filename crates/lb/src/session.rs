@@ -682,9 +682,48 @@ impl SessionTable {
         self.active[slot] = self.active[slot].saturating_add_signed(delta);
     }
 
+    /// Claims local port `lport` of `laddr` for `r`. False when this core does not own the
+    /// port or it is taken.
+    fn claim_port(&mut self, laddr: u16, lport: u16, r: Ref) -> io::Result<bool> {
+        let shift = self.cfg.core_shift;
+        let l = laddr as usize;
+        if self.ports.len() <= l {
+            self.ports.resize_with(l + 1, || None);
+        }
+        if self.ports[l].is_none() {
+            let (lo, _) = self.port_range();
+            self.ports[l] = Some(PortMap { slots: MmapArray::new(1usize << (16 - shift))?, cursor: lo });
+        }
+        let Some((_, i)) = self.port_slot(laddr, lport) else { return Ok(false) };
+        let slots = self.ports[l].as_mut().unwrap().slots.as_mut_slice();
+        match slots.get_mut(i) {
+            Some(v) if *v == 0 => {
+                *v = r.raw();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Inserts a session whose local address and port are already chosen (`s.laddr`,
+    /// `s.lport`; `NO_LADDR` for none): a session synchronised from another node.
+    pub fn insert_bound<A: Addr>(&mut self, s: Session<A>) -> Result<Ref, InsertError>
+    where
+        Session<A>: Zeroable,
+    {
+        self.insert_inner(s, None)
+    }
+
     /// Inserts a session. With `laddrs` non-empty a local port is bound on the first of them
     /// (starting at `*cursor`, which advances) that has one free, and written to the record.
-    pub fn insert<A: Addr>(&mut self, mut s: Session<A>, laddrs: &[u16], cursor: &mut usize) -> Result<Ref, InsertError>
+    pub fn insert<A: Addr>(&mut self, s: Session<A>, laddrs: &[u16], cursor: &mut usize) -> Result<Ref, InsertError>
+    where
+        Session<A>: Zeroable,
+    {
+        self.insert_inner(s, Some((laddrs, cursor)))
+    }
+
+    fn insert_inner<A: Addr>(&mut self, mut s: Session<A>, alloc: Option<(&[u16], &mut usize)>) -> Result<Ref, InsertError>
     where
         Session<A>: Zeroable,
     {
@@ -698,7 +737,15 @@ impl SessionTable {
             return Err(InsertError::Full);
         };
         let r = Ref::new(idx, A::V6, false);
-        if !laddrs.is_empty() {
+        if alloc.is_none() && s.laddr != NO_LADDR {
+            if !self.claim_port(s.laddr, s.lport, r).unwrap_or(false) {
+                A::arena_mut(self).release(idx);
+                self.stats.no_port += 1;
+                return Err(InsertError::NoPort);
+            }
+            s.flags |= flag::PORT;
+        }
+        if let Some((laddrs, cursor)) = alloc.filter(|(l, _)| !l.is_empty()) {
             let mut bound = None;
             for k in 0..laddrs.len() {
                 let l = laddrs[(*cursor + k) % laddrs.len()];

@@ -1,0 +1,108 @@
+//! Session synchronisation: a session exported by one worker and installed on another (the
+//! standby) translates the flow's later packets, both directions, exactly as the first would.
+
+mod common;
+
+use common::*;
+use vectorlb_lb::sync::{InstallError, SyncRecord};
+use vectorlb_lb::{Mode, Verdict};
+use vectorlb_packet::builder::Builder;
+use vectorlb_packet::proto;
+use vectorlb_packet::tcp::flags as tf;
+
+fn spec(v6: bool, mode: Mode) -> vectorlb_lb::LbSpec {
+    let mut s = topology();
+    let bp = if matches!(mode, Mode::Dr | Mode::Tun) { 80 } else { 8080 };
+    s.services.push(service(&Fam { v6 }, mode, proto::TCP, 80, &[(1, bp, 1), (2, bp, 1), (3, bp, 1)]));
+    s
+}
+
+#[test]
+fn an_installed_session_forwards_like_the_original_in_every_mode_and_family() {
+    for v6 in [false, true] {
+        for mode in [Mode::Fnat, Mode::Nat, Mode::Dr, Mode::Tun] {
+            let f = Fam { v6 };
+            let mut active = Lb::new(spec(v6, mode));
+            let mut standby = Lb::new(spec(v6, mode));
+            active.worker.track_changes(true);
+            let client = |flags: u8| Builder::tcp(&f.sock(f.client(), 40000), &f.sock(f.vip(), 80), flags).macs(ROUTER_MAC, EXT_MAC).build();
+            let (v, out) = active.run(&client(tf::SYN));
+            assert!(matches!(v, Verdict::Tx(_)), "{mode:?} v6={v6}: {v:?}");
+            active.run(&client(tf::ACK));
+            let mut recs = Vec::new();
+            active.worker.take_changes(active.now, &mut recs);
+            assert!(!recs.is_empty() && !active.worker.has_changes());
+            let rec = *recs.last().unwrap();
+            assert_eq!((rec.vport, rec.cport, rec.proto), (80, 40000, proto::TCP));
+            for r in &recs {
+                standby.worker.install(r, standby.now).unwrap();
+            }
+            assert_eq!(standby.worker.table.len(), 1);
+            // Client to backend: the same frame leaves both.
+            let data = client(tf::ACK | tf::PSH);
+            let (mut a, mut b) = (active.run(&data), standby.run(&data));
+            if mode == Mode::Tun && !v6 {
+                // The outer header's identification (and so its checksum) is per node.
+                for x in [&mut a.1, &mut b.1] {
+                    x[18..20].fill(0);
+                    x[24..26].fill(0);
+                }
+            }
+            assert_eq!(a, b, "{mode:?} v6={v6}: forward");
+            // Backend to client (full NAT and NAT): the reply finds the session on the standby.
+            if matches!(mode, Mode::Fnat | Mode::Nat) {
+                let l3 = 14;
+                let (src, dst) = if v6 { (&out[l3 + 24..l3 + 40], &out[l3 + 8..l3 + 24]) } else { (&out[l3 + 16..l3 + 20], &out[l3 + 12..l3 + 16]) };
+                let l4 = if v6 { l3 + 40 } else { l3 + 20 };
+                let bport = u16::from_be_bytes([out[l4 + 2], out[l4 + 3]]);
+                let dst_port = u16::from_be_bytes([out[l4], out[l4 + 1]]);
+                let ip = |b: &[u8]| -> String {
+                    if v6 {
+                        std::net::Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap()).to_string()
+                    } else {
+                        std::net::Ipv4Addr::from(<[u8; 4]>::try_from(b).unwrap()).to_string()
+                    }
+                };
+                let reply = Builder::tcp(&f.sock(&ip(src), bport), &f.sock(&ip(dst), dst_port), tf::ACK | tf::PSH).macs(be_mac(1), INT_MAC).build();
+                let a = active.run(&reply);
+                let b = standby.run(&reply);
+                assert!(matches!(a.0, Verdict::Tx(0)), "{mode:?} v6={v6}: {a:?}");
+                assert_eq!(a, b, "{mode:?} v6={v6}: reply");
+            }
+        }
+    }
+}
+
+#[test]
+fn install_refuses_what_it_cannot_place_and_updates_what_it_has() {
+    let f = Fam { v6: false };
+    let mut active = Lb::new(spec(false, Mode::Fnat));
+    let mut standby = Lb::new(spec(false, Mode::Fnat));
+    active.worker.track_changes(true);
+    active.run(&Builder::tcp(&f.sock(f.client(), 40000), &f.sock(f.vip(), 80), tf::SYN).build());
+    let mut recs = Vec::new();
+    active.worker.take_changes(1, &mut recs);
+    let rec = recs[0];
+    // Unknown service / backend / local address: the configurations differ.
+    for bad in [
+        SyncRecord { vport: 81, ..rec },
+        SyncRecord { backend: "10.1.0.99".parse().unwrap(), ..rec },
+        SyncRecord { local: Some(("10.1.0.99".parse().unwrap(), rec.local.unwrap().1)), ..rec },
+    ] {
+        assert_eq!(standby.worker.install(&bad, 1), Err(InstallError::Unknown));
+    }
+    assert_eq!(standby.worker.install(&SyncRecord { expire_in: 0, ..rec }, 1), Err(InstallError::Stale));
+    assert_eq!(standby.worker.install(&SyncRecord { state: 99, ..rec }, 1), Err(InstallError::Stale));
+    // Installed twice: updated, not duplicated.
+    standby.worker.install(&rec, 1).unwrap();
+    standby.worker.install(&SyncRecord { state: 3, ..rec }, 1).unwrap();
+    assert_eq!(standby.worker.table.len(), 1);
+    // The same local port for another client: taken.
+    let other = SyncRecord { cport: 40001, ..rec };
+    assert_eq!(standby.worker.install(&other, 1), Err(InstallError::PortTaken));
+    // Export walks the whole table (bulk transfer).
+    let mut all = Vec::new();
+    assert_eq!(standby.worker.export(false, 0, 100, 1, &mut all), None);
+    assert_eq!(all.len(), 1);
+    assert_eq!((all[0].state, all[0].local), (3, rec.local));
+}
