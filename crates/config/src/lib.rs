@@ -124,6 +124,17 @@ pub struct HealthSpec {
     pub on_down: OnDown,
 }
 
+/// Session synchronisation between HA nodes (`[ha]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncSpec {
+    /// Where this node receives sync messages (a host address, not a data-plane one).
+    pub listen: std::net::SocketAddr,
+    /// Where it sends them: the peers, or one multicast group.
+    pub peers: Vec<std::net::SocketAddr>,
+    /// The HMAC-SHA256 key every message is signed with.
+    pub key: Vec<u8>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub engine: Engine,
@@ -137,6 +148,7 @@ pub struct Config {
     pub mtu_given: Vec<bool>,
     /// Per service (same order as `spec.services`): its health check, if any.
     pub health: Vec<Option<HealthSpec>>,
+    pub sync: Option<SyncSpec>,
 }
 
 #[derive(Deserialize, Default)]
@@ -235,6 +247,14 @@ struct RawService {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawHa {
+    sync_listen: String,
+    sync_peers: Vec<String>,
+    sync_key: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawHealth {
     kind: String,
     interval: Option<f64>,
@@ -266,6 +286,7 @@ struct Raw {
     global: RawGlobal,
     #[serde(default)]
     runtime: RawRuntime,
+    ha: Option<RawHa>,
     #[serde(default)]
     timeouts: RawTimeouts,
     #[serde(default)]
@@ -683,6 +704,23 @@ impl Config {
         }
         let spec = LbSpec { ports, routes, neighbors, services, snat, icmp_rate: g.icmp_rate.unwrap_or(1000) };
         let runtime = runtime(&raw.runtime)?;
+        let sync = match &raw.ha {
+            None => None,
+            Some(h) => {
+                let listen = h.sync_listen.parse().map_err(|_| Error(format!("ha.sync_listen: '{}' is not ADDRESS:PORT", h.sync_listen)))?;
+                let mut peers = Vec::new();
+                for (i, p) in h.sync_peers.iter().enumerate() {
+                    peers.push(p.parse().map_err(|_| Error(format!("ha.sync_peers[{i}]: '{p}' is not ADDRESS:PORT")))?);
+                }
+                if peers.is_empty() {
+                    bail!("ha.sync_peers: give the peer(s), or one multicast group");
+                }
+                if h.sync_key.len() < 16 {
+                    bail!("ha.sync_key: at least 16 characters (it signs every sync message)");
+                }
+                Some(SyncSpec { listen, peers, key: h.sync_key.clone().into_bytes() })
+            }
+        };
         // Build once to report semantic errors (families, routes, tables) at load time.
         vectorlb_lb::Control::new(&spec).map_err(|e| Error(e.to_string()))?;
         Ok(Config {
@@ -700,6 +738,7 @@ impl Config {
             mac_from_device,
             mtu_given,
             health,
+            sync,
         })
     }
 
@@ -715,6 +754,16 @@ impl Config {
         let _ = writeln!(o, "[runtime]\nworkers = {}\ncpus = {:?}\neal = [{}]", r.workers, r.cpus, r.eal.iter().map(|a| quote(a)).collect::<Vec<_>>().join(", "));
         let _ = writeln!(o, "mbufs = {}\nqueue_desc = {}\napi = {}\nidle_sleep_us = {}", r.mbufs, r.queue_desc, quote(&r.api), r.idle_sleep_us);
         let _ = writeln!(o, "neighbor_timeout = {}\nrun_dir = {}\nha_state = {}\n", r.neighbor_timeout, quote(&r.run_dir), quote(&r.ha_state));
+        if let Some(h) = &self.sync {
+            let peers: Vec<String> = h.peers.iter().map(|p| quote(&p.to_string())).collect();
+            let _ = writeln!(
+                o,
+                "[ha]\nsync_listen = {}\nsync_peers = [{}]\nsync_key = {}\n",
+                quote(&h.listen.to_string()),
+                peers.join(", "),
+                quote(&String::from_utf8_lossy(&h.key))
+            );
+        }
         for (i, p) in self.spec.ports.iter().enumerate() {
             let _ = writeln!(o, "[[ports]]\nname = {}", quote(&p.name));
             if let Some(Some(d)) = self.devices.get(i) {

@@ -156,6 +156,7 @@ pub fn handle(shared: &Arc<Shared>, req: &Request) -> Reply {
         ("POST", ["v1", "reload"]) => daemon::reload(shared).map(|g| reply(200, json!({ "reloaded": true, "generation": g }))).map_err(|e| (422, e)),
         ("POST", ["v1", "save"]) => save(shared),
         ("GET", ["v1", "ha"]) => Ok(reply(200, ha_json(shared))),
+        ("GET", ["v1", "sync"]) => Ok(reply(200, shared.sync.as_ref().map(|s| s.stats.json()).unwrap_or(json!({ "configured": false })))),
         ("POST", ["v1", "ha"]) => set_ha(shared, req),
         _ => match allowed(&segs) {
             Some(allow) => {
@@ -176,6 +177,7 @@ fn allowed(segs: &[&str]) -> Option<&'static str> {
         ["v1", "health" | "sessions" | "stats" | "ports" | "neighbors" | "config"] => "GET",
         ["v1", "reload" | "save"] => "POST",
         ["v1", "ha"] => "GET, POST",
+        ["v1", "sync"] => "GET",
         ["v1", "services"] => "GET, POST",
         ["v1", "services", _, _, _] => "GET, PATCH, DELETE",
         ["v1", "services", _, _, _, "backends"] => "POST",
@@ -544,6 +546,8 @@ pub fn stats(shared: &Shared) -> Value {
                 "polls": t.io.polls, "idle_sleeps": t.io.idle_sleeps },
         "reloads": shared.reloads.load(Ordering::Relaxed), "reload_failures": shared.reload_failures.load(Ordering::Relaxed),
         "mbufs_available": shared.pool.available(),
+        "ha": ha_json(shared),
+        "sync": shared.sync.as_ref().map(|s| s.stats.json()),
     })
 }
 

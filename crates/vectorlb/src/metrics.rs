@@ -40,6 +40,32 @@ pub fn render(shared: &Shared) -> String {
     }
     head(&mut o, "vectorlb_ha_transitions_total", "counter", "HA state changes.");
     let _ = writeln!(o, "vectorlb_ha_transitions_total {}", shared.ha.transitions.load(std::sync::atomic::Ordering::Relaxed));
+    if let Some(sy) = &shared.sync {
+        let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let st = &sy.stats;
+        head(&mut o, "vectorlb_sync_records_total", "counter", "Session sync records by direction and outcome.");
+        for (k, v) in [
+            ("sent", g(&st.records_sent)),
+            ("received", g(&st.records_received)),
+            ("installed", g(&st.installed)),
+            ("rejected_unknown", g(&st.rejected_unknown)),
+            ("rejected_stale", g(&st.rejected_stale)),
+            ("rejected_port_taken", g(&st.rejected_port)),
+            ("rejected_table_full", g(&st.rejected_full)),
+            ("bulk_sent", g(&st.bulk_sent)),
+            ("bulk_received", g(&st.bulk_received)),
+        ] {
+            let _ = writeln!(o, "vectorlb_sync_records_total{{kind=\"{k}\"}} {v}");
+        }
+        head(&mut o, "vectorlb_sync_messages_refused_total", "counter", "Sync messages dropped, by reason.");
+        for (k, v) in [("bad_hmac", g(&st.refused_mac)), ("truncated", g(&st.refused_truncated)), ("malformed", g(&st.refused_malformed)), ("replayed", g(&st.refused_replayed))] {
+            let _ = writeln!(o, "vectorlb_sync_messages_refused_total{{reason=\"{k}\"}} {v}");
+        }
+        head(&mut o, "vectorlb_sync_unacked_datagrams", "gauge", "Sync datagrams the standby has not acknowledged (lag).");
+        let _ = writeln!(o, "vectorlb_sync_unacked_datagrams {}", g(&st.sent_seq).saturating_sub(g(&st.acked_seq)));
+        head(&mut o, "vectorlb_sync_batch_period_seconds", "gauge", "Current batching period (adapts to load and acknowledgements).");
+        let _ = writeln!(o, "vectorlb_sync_batch_period_seconds {}", g(&st.period_us) as f64 / 1e6);
+    }
     head(&mut o, "vectorlb_config_generation", "gauge", "Generation of the running configuration.");
     let _ = writeln!(o, "vectorlb_config_generation {}", shared.control.generation());
 

@@ -40,6 +40,27 @@ pub enum ProbeCmd {
     Tcp(TcpArgs),
     /// Malformed frames from a raw socket on IFACE to DST_MAC (the LB).
     Garbage(GarbageArgs),
+    /// Long-lived TCP connections to a serve-tcp service: some stream (a message every
+    /// interval), the rest stay idle until the end; reports how many survive.
+    Hold(HoldArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct HoldArgs {
+    #[arg(long)]
+    pub target: SocketAddr,
+    #[arg(long, default_value_t = 100)]
+    pub connections: usize,
+    /// How many of them send a message every --interval-ms.
+    #[arg(long, default_value_t = 50)]
+    pub streaming: usize,
+    #[arg(long, default_value_t = 50)]
+    pub interval_ms: u64,
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Written once every connection is open (a test waits for it before failing over).
+    #[arg(long)]
+    pub ready_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -123,6 +144,7 @@ pub fn run(cmd: &ProbeCmd) -> Result<(), String> {
         ProbeCmd::Udp(a) => udp(a),
         ProbeCmd::Tcp(a) => tcp(a),
         ProbeCmd::Garbage(a) => garbage(a),
+        ProbeCmd::Hold(a) => hold(a),
     }
 }
 
@@ -567,5 +589,82 @@ fn garbage(a: &GarbageArgs) -> Result<(), String> {
         libc::close(fd);
         println!("{}", json!({ "garbage_frames_sent": sent }));
     }
+    Ok(())
+}
+
+/// One round trip on a held connection: a line out, the same line back.
+fn echo_line(s: &mut TcpStream, line: &[u8]) -> Result<(), String> {
+    s.write_all(line).map_err(|e| format!("send: {e}"))?;
+    let mut got = vec![0u8; line.len()];
+    s.read_exact(&mut got).map_err(|e| format!("read: {e}"))?;
+    if got != line {
+        return Err("echo mismatch".into());
+    }
+    Ok(())
+}
+
+fn hold(a: &HoldArgs) -> Result<(), String> {
+    let timeout = Duration::from_secs(10);
+    let mut conns = Vec::new();
+    for i in 0..a.connections {
+        let mut s = TcpStream::connect_timeout(&a.target, Duration::from_secs(3)).map_err(|e| format!("connection {i}: {e}"))?;
+        s.set_read_timeout(Some(timeout)).ok();
+        s.set_nodelay(true).ok();
+        // The server greets with its name.
+        let mut name = Vec::new();
+        let mut b = [0u8; 1];
+        while s.read_exact(&mut b).is_ok() && b[0] != b'\n' {
+            name.push(b[0]);
+        }
+        conns.push((s, String::from_utf8_lossy(&name).into_owned()));
+    }
+    if let Some(f) = &a.ready_file {
+        std::fs::write(f, b"ready").map_err(|e| e.to_string())?;
+    }
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(a.seconds);
+    let results: Arc<Mutex<Vec<(usize, Result<(), String>, u64)>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for (i, (mut s, _)) in conns.into_iter().enumerate() {
+        let streaming = i < a.streaming;
+        let interval = Duration::from_millis(a.interval_ms);
+        let results = results.clone();
+        threads.push(std::thread::spawn(move || {
+            let mut max_gap = 0u64;
+            let mut last_ok = Instant::now();
+            let mut k = 0u64;
+            let r = (|| {
+                while Instant::now() < end {
+                    if streaming {
+                        echo_line(&mut s, format!("conn {i} msg {k}\n").as_bytes())?;
+                        max_gap = max_gap.max(last_ok.elapsed().as_millis() as u64);
+                        last_ok = Instant::now();
+                        k += 1;
+                    }
+                    std::thread::sleep(interval.min(end.saturating_duration_since(Instant::now())));
+                }
+                // Every connection, idle or not, must still carry a last round trip.
+                echo_line(&mut s, format!("conn {i} last\n").as_bytes())
+            })();
+            results.lock().unwrap().push((i, r, max_gap));
+        }));
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    let res = results.lock().unwrap();
+    let survived = res.iter().filter(|(_, r, _)| r.is_ok()).count();
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, r, _) in res.iter() {
+        if let Err(e) = r {
+            *errors.entry(e.clone()).or_default() += 1;
+        }
+    }
+    let max_stall = res.iter().map(|(_, _, g)| *g).max().unwrap_or(0);
+    println!(
+        "{}",
+        json!({ "connections": a.connections, "survived": survived, "streaming": a.streaming, "errors": errors,
+                 "max_stall_ms": max_stall, "seconds": start.elapsed().as_secs_f64() })
+    );
     Ok(())
 }

@@ -28,6 +28,11 @@ impl Node {
         }
     }
 
+    fn sync(&self) -> serde_json::Value {
+        let (_, b) = vectorlb::ctl::call(&self.api(), "GET", "/v1/sync", None).unwrap();
+        serde_json::from_slice(&b).unwrap()
+    }
+
     fn stats(&self) -> serde_json::Value {
         std::thread::sleep(Duration::from_millis(250));
         let (_, b) = vectorlb::ctl::call(&self.api(), "GET", "/v1/stats", None).unwrap();
@@ -44,14 +49,19 @@ impl Drop for Node {
     }
 }
 
+pub const SYNC_KEY: &str = "test-sync-key-0123456789";
+
 fn lb_config(t: &Topo, dir: &Path, k: u8) -> String {
+    let (me, peer) = if k == 1 { ("10.1.0.251", "10.1.0.252") } else { ("10.1.0.252", "10.1.0.251") };
     format!(
         "[runtime]\napi = \"unix:{d}/api.sock\"\nrun_dir = \"{d}\"\nmbufs = 16383\nidle_sleep_us = 100\nha_state = \"backup\"\n\n\
+         [ha]\nsync_listen = \"{me}:7788\"\nsync_peers = [\"{peer}:7788\"]\nsync_key = \"{SYNC_KEY}\"\n\n\
          [[ports]]\nname = \"ext\"\ndevice = \"net_af_xdp0,iface=ext0\"\naddrs = [\"10.0.0.{a}/24\"]\n\n\
          [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp1,iface=int0\"\naddrs = [\"10.1.0.{a}/24\"]\n\n{svc}",
         d = dir.display(),
         a = if k == 1 { 1 } else { 3 },
-        svc = service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80)),
+        svc = service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80))
+            + &service("10.0.0.100", 9000, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 9000)),
     )
     .replace("{t}", &t.p)
 }
@@ -155,4 +165,54 @@ fn assert_spread(r: &serde_json::Value, total: u64) {
     let s = spread(r);
     assert_eq!(s.len(), 3, "{r}");
     assert!(s.iter().all(|(_, n)| *n * 100 >= total * 15), "{r}");
+}
+
+#[test]
+fn connections_survive_the_active_lb_being_killed() {
+    let mut t = Topo::new("vs", Shape::Ha, 1500);
+    t.echo(9000);
+    let mut lb1 = start_node(&t, 1);
+    let lb2 = start_node(&t, 2);
+    wait_state(&lb1, "master", Duration::from_secs(15));
+    wait_state(&lb2, "backup", Duration::from_secs(5));
+    // The standby asked for the table and got it (empty so far).
+    let t0 = Instant::now();
+    while lb2.sync()["bulk"]["completed"].as_u64().unwrap_or(0) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no bulk transfer: {}", lb2.sync());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // 100 long-lived connections through the VIP: 50 stream a message every 50 ms, 50 stay
+    // idle and must still work at the end.
+    let ready = t.dir.join("ready");
+    let ns = t.ns("cl");
+    let ready2 = ready.clone();
+    let hold = std::thread::spawn(move || {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &ns, BIN, "probe", "hold", "--target", "10.0.0.100:9000", "--connections", "100", "--streaming", "50", "--seconds", "8", "--ready-file"])
+            .arg(&ready2)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        serde_json::from_str::<serde_json::Value>(out.lines().last().unwrap_or("{}")).unwrap_or_else(|_| panic!("hold: {out} {}", String::from_utf8_lossy(&o.stderr)))
+    });
+    let t0 = Instant::now();
+    while !ready.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "connections did not open");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let installed = lb2.sync()["installed"].as_u64().unwrap();
+    assert!(installed >= 100, "the standby holds the sessions before the failover: {}", lb2.sync());
+    let mut c = lb1.lb.take().unwrap();
+    c.kill().unwrap();
+    c.wait().unwrap();
+    let r = hold.join().unwrap();
+    let survived = r["survived"].as_u64().unwrap();
+    let failover_ms = r["max_stall_ms"].as_u64().unwrap();
+    assert_eq!(lb2.ha_state(), "master");
+    let st = lb2.sync();
+    assert_eq!(st["refused"]["bad_hmac"], 0);
+    eprintln!("standby sync: {st}");
+    eprintln!("HA OK survived={survived}/100 failover_ms={failover_ms}");
+    assert!(survived >= 99, "{r}");
 }

@@ -5,6 +5,7 @@
 pub mod ha;
 pub mod health;
 pub mod sessions;
+pub mod sync;
 pub mod worker;
 
 use sessions::Page;
@@ -27,6 +28,10 @@ pub enum WorkerMsg {
     Send { port: u16, frame: Vec<u8> },
     /// A page of this worker's sessions.
     Sessions { start: usize, limit: usize, v6: bool, reply: SyncSender<Page> },
+    /// Sessions from the active node, to install (standby).
+    Install(Vec<vectorlb_lb::sync::SyncRecord>),
+    /// A page of sessions as sync records (bulk transfer).
+    Export { v6: bool, start: usize, limit: usize, reply: SyncSender<(Vec<vectorlb_lb::sync::SyncRecord>, Option<usize>)> },
 }
 
 /// What workers report to the control thread.
@@ -97,6 +102,7 @@ pub struct Shared {
     xdp_synced: Mutex<Option<XdpTables>>,
     pub health: Arc<health::Health>,
     pub ha: ha::Ha,
+    pub sync: Option<Arc<sync::Sync>>,
     stop: AtomicBool,
 }
 
@@ -250,6 +256,14 @@ impl Shared {
         t
     }
 
+    /// A page of worker `w`'s sessions as sync records.
+    pub fn export(&self, w: usize, v6: bool, start: usize, limit: usize) -> Result<(Vec<vectorlb_lb::sync::SyncRecord>, Option<usize>), String> {
+        let ws = self.workers.get(w).ok_or("no such worker")?;
+        let (tx, rx) = mpsc::sync_channel(1);
+        lock(&ws.tx).send(WorkerMsg::Export { v6, start, limit, reply: tx }).map_err(|_| "worker stopped".to_string())?;
+        rx.recv_timeout(Duration::from_secs(2)).map_err(|_| "worker did not answer in 2 s".to_string())
+    }
+
     /// A page of worker `w`'s sessions (the worker answers between bursts).
     pub fn sessions(&self, w: usize, start: usize, limit: usize, v6: bool) -> Result<Page, String> {
         let ws = self.workers.get(w).ok_or_else(|| format!("worker: {w} does not exist (0..{})", self.workers.len()))?;
@@ -371,6 +385,11 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String
         worker_rx.push(rx);
         workers_shared.push(WorkerShared { published: Mutex::new(Published::default()), tx: Mutex::new(tx) });
     }
+    let sync = match &cfg.sync {
+        Some(spec) => Some(sync::Sync::bind(spec)?),
+        None => None,
+    };
+    let (changes_tx, changes_rx) = mpsc::channel();
     let mut rings = Vec::new();
     if rt.workers > 1 {
         for w in 0..rt.workers {
@@ -394,6 +413,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String
         xdp_synced: Mutex::new(None),
         health: health::Health::new(ev_tx.clone()),
         ha: ha::Ha::new(ha::parse(&rt.ha_state).unwrap_or(ha::STANDALONE)),
+        sync: sync.clone(),
         stop: AtomicBool::new(false),
     });
     shared.sync_xdp(cfg);
@@ -414,6 +434,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String
             events: ev_tx.clone(),
             rings: rings.clone(),
             core_shift: shift,
+            changes: sync.as_ref().map(|_| changes_tx.clone()),
         };
         let cpu = rt.cpus.get(w).copied();
         let eal = eal.clone();
@@ -431,6 +452,17 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String
         handles.push(h);
     }
     let api_handle = std::thread::Builder::new().name("vlb-api".into()).spawn(move || api.run()).map_err(|e| e.to_string())?;
+    let mut sync_threads = Vec::new();
+    if let Some(sy) = &sync {
+        let (a, b) = (shared.clone(), sy.clone());
+        sync_threads.push(std::thread::Builder::new().name("vlb-sync-tx".into()).spawn(move || sync::sender(a, b, changes_rx)).map_err(|e| e.to_string())?);
+        let (a, b) = (shared.clone(), sy.clone());
+        sync_threads.push(std::thread::Builder::new().name("vlb-sync-rx".into()).spawn(move || sync::receiver(a, b)).map_err(|e| e.to_string())?);
+        log(format!("session sync: listening on {}, peers {:?}", sy.spec.listen, sy.spec.peers));
+    } else {
+        drop(changes_rx);
+    }
+    drop(changes_tx);
     log(format!(
         "running: {} port(s), {} worker(s), {} service(s), API on {}",
         shared.ports.len(),
@@ -443,6 +475,9 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), String
     shared.request_stop();
     shared.health.stop_all();
     for h in handles {
+        let _ = h.join();
+    }
+    for h in sync_threads {
         let _ = h.join();
     }
     drop(api_handle); // the API thread ends with the process (it may sit in accept()).

@@ -24,6 +24,8 @@ pub struct WorkerCtx {
     pub rings: Arc<Vec<Ring>>,
     /// log2 of the local-port partitions (see `TableConfig::core_shift`).
     pub core_shift: u8,
+    /// Where changed sessions go for synchronisation (HA), when configured.
+    pub changes: Option<Sender<Vec<(u8, vectorlb_lb::sync::SyncRecord)>>>,
 }
 
 /// Per-worker counters the runtime adds to the pipeline's.
@@ -51,6 +53,8 @@ impl WorkerCtx {
         let mut empty_polls = 0u32;
         let mut last_publish = Instant::now();
         let max_sleep = self.shared.idle_sleep_us;
+        self.worker.track_changes(self.changes.is_some());
+        let mut changed = Vec::new();
         loop {
             if self.shared.stopping() {
                 break;
@@ -72,6 +76,15 @@ impl WorkerCtx {
                 }
                 got += n;
                 self.burst(&mut rx[..n], &mut verdicts, now, &mut txq, &mut free, &mut handoff, &mut io);
+            }
+            if self.worker.has_changes() {
+                self.worker.take_changes(now, &mut changed);
+                if let Some(tx) = &self.changes {
+                    if !changed.is_empty() {
+                        let _ = tx.send(changed.drain(..).map(|r| (q as u8, r)).collect());
+                    }
+                }
+                changed.clear();
             }
             for (p, list) in txq.iter_mut().enumerate() {
                 if list.is_empty() {
@@ -232,6 +245,21 @@ impl WorkerCtx {
                             free_bulk(std::slice::from_mut(&mut m));
                         }
                     }
+                }
+                WorkerMsg::Install(records) => {
+                    let now = self.shared.started.elapsed().as_millis() as u32;
+                    for r in &records {
+                        let res = self.worker.install(r, now);
+                        if let Some(sy) = &self.shared.sync {
+                            sy.stats.count_install(res);
+                        }
+                    }
+                }
+                WorkerMsg::Export { v6, start, limit, reply } => {
+                    let now = self.shared.started.elapsed().as_millis() as u32;
+                    let mut out = Vec::new();
+                    let next = self.worker.export(v6, start, limit, now, &mut out);
+                    let _ = reply.send((out, next));
                 }
                 WorkerMsg::Sessions { start, limit, v6, reply } => {
                     let page = super::sessions::page(&self.worker, start, limit, v6, self.shared.started.elapsed().as_millis() as u32);

@@ -1,0 +1,506 @@
+//! Session synchronisation between HA nodes, over UDP through the host's network stack.
+//!
+//! The active node (MASTER, or STANDALONE) streams the sessions its workers create or move to
+//! another TCP state; the standby (BACKUP) installs each on the worker that will see its
+//! packets after a failover: for full NAT the worker owning the local port (`port % 2^k`, the
+//! same partition on both nodes when they run the same number of workers), otherwise the
+//! worker that had it on the active node (same RSS on both nodes). A standby that starts asks
+//! for a bulk transfer of the whole table, and asks again until one completes.
+//!
+//! Message: a 40-byte header (`VLBS`, version, kind, sender epoch, sequence, record count),
+//! 82-byte records, and an HMAC-SHA256 over everything before it, under `ha.sync_key`. A
+//! message whose HMAC fails, that is cut short, or whose (epoch, sequence) was already seen
+//! (a 64-message window per sender) changes nothing and is counted. Batching adapts: a
+//! datagram leaves when 16 records are waiting or when the period has passed since the
+//! oldest; the period grows while the standby's acknowledgements fall behind and shrinks back
+//! when they catch up.
+
+use super::{lock, Shared, WorkerMsg};
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use sha2::Sha256;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vectorlb_config::SyncSpec;
+use vectorlb_lb::sync::{InstallError, SyncRecord};
+
+pub const MAGIC: &[u8; 4] = b"VLBS";
+pub const VERSION: u8 = 1;
+pub const HEADER: usize = 40;
+pub const RECORD: usize = 82;
+pub const MAC: usize = 32;
+pub const MAX_RECORDS: usize = 16;
+
+pub const KIND_RECORDS: u8 = 1;
+pub const KIND_ACK: u8 = 2;
+pub const KIND_BULK_REQUEST: u8 = 3;
+pub const KIND_BULK_DONE: u8 = 4;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub kind: u8,
+    pub epoch: u64,
+    pub seq: u64,
+    /// ACK: the sequence acknowledged.
+    pub ack: u64,
+    /// (worker on the sender, record)
+    pub records: Vec<(u8, SyncRecord)>,
+}
+
+fn put_ip(out: &mut Vec<u8>, a: IpAddr) {
+    match a {
+        IpAddr::V4(x) => {
+            out.extend_from_slice(&x.octets());
+            out.extend_from_slice(&[0; 12]);
+        }
+        IpAddr::V6(x) => out.extend_from_slice(&x.octets()),
+    }
+}
+
+fn get_ip(b: &[u8], v6: bool) -> IpAddr {
+    if v6 {
+        IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&b[..16]).unwrap()))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+    }
+}
+
+pub fn encode(m: &Message, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + m.records.len() * RECORD + MAC);
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.push(m.kind);
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&m.epoch.to_be_bytes());
+    out.extend_from_slice(&m.seq.to_be_bytes());
+    out.extend_from_slice(&(m.records.len() as u16).to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&m.ack.to_be_bytes());
+    out.extend_from_slice(&[0; 4]);
+    for (w, r) in &m.records {
+        let local = r.local;
+        out.push(if r.client.is_ipv6() { 6 } else { 4 });
+        out.push(r.proto);
+        out.push(r.state);
+        out.push(r.flags);
+        out.push(*w);
+        out.push(local.is_some() as u8);
+        out.extend_from_slice(&r.cport.to_be_bytes());
+        out.extend_from_slice(&r.vport.to_be_bytes());
+        out.extend_from_slice(&r.bport.to_be_bytes());
+        out.extend_from_slice(&local.map(|l| l.1).unwrap_or(0).to_be_bytes());
+        out.extend_from_slice(&r.expire_in.to_be_bytes());
+        put_ip(&mut out, r.client);
+        put_ip(&mut out, r.vip);
+        put_ip(&mut out, r.backend);
+        put_ip(&mut out, local.map(|l| l.0).unwrap_or(r.client));
+    }
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(&out);
+    out.extend_from_slice(&mac.finalize().into_bytes());
+    out
+}
+
+/// Why a message was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Truncated,
+    BadMac,
+    Malformed,
+    Replayed,
+}
+
+pub fn decode(b: &[u8], key: &[u8]) -> Result<Message, Refused> {
+    if b.len() < HEADER + MAC {
+        return Err(Refused::Truncated);
+    }
+    let (body, tag) = b.split_at(b.len() - MAC);
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(body);
+    mac.verify_slice(tag).map_err(|_| Refused::BadMac)?;
+    if &body[..4] != MAGIC || body[4] != VERSION {
+        return Err(Refused::Malformed);
+    }
+    let be64 = |o: usize| u64::from_be_bytes(body[o..o + 8].try_into().unwrap());
+    let be16 = |o: usize| u16::from_be_bytes([body[o], body[o + 1]]);
+    let count = be16(24) as usize;
+    if body.len() != HEADER + count * RECORD || count > MAX_RECORDS {
+        return Err(Refused::Malformed);
+    }
+    let mut records = Vec::with_capacity(count);
+    for i in 0..count {
+        let r = &body[HEADER + i * RECORD..HEADER + (i + 1) * RECORD];
+        let v6 = match r[0] {
+            4 => false,
+            6 => true,
+            _ => return Err(Refused::Malformed),
+        };
+        let p16 = |o: usize| u16::from_be_bytes([r[o], r[o + 1]]);
+        let rec = SyncRecord {
+            proto: r[1],
+            state: r[2],
+            flags: r[3],
+            cport: p16(6),
+            vport: p16(8),
+            bport: p16(10),
+            expire_in: u32::from_be_bytes(r[14..18].try_into().unwrap()),
+            client: get_ip(&r[18..], v6),
+            vip: get_ip(&r[34..], v6),
+            backend: get_ip(&r[50..], v6),
+            local: (r[5] != 0).then(|| (get_ip(&r[66..], v6), p16(12))),
+        };
+        records.push((r[4], rec));
+    }
+    Ok(Message { kind: body[5], epoch: be64(8), seq: be64(16), ack: be64(28), records })
+}
+
+/// Replay protection per sender: its epoch (boot time) and a 64-message window.
+#[derive(Debug, Default, Clone)]
+pub struct Window {
+    epoch: u64,
+    top: u64,
+    bits: u64,
+}
+
+impl Window {
+    /// Whether (epoch, seq) is new; records it if so.
+    pub fn accept(&mut self, epoch: u64, seq: u64) -> bool {
+        if epoch < self.epoch {
+            return false;
+        }
+        if epoch > self.epoch {
+            *self = Window { epoch, top: seq, bits: 1 };
+            return true;
+        }
+        if seq > self.top {
+            let shift = seq - self.top;
+            self.bits = if shift >= 64 { 1 } else { (self.bits << shift) | 1 };
+            self.top = seq;
+            return true;
+        }
+        let back = self.top - seq;
+        if back >= 64 || self.bits & (1 << back) != 0 {
+            return false;
+        }
+        self.bits |= 1 << back;
+        true
+    }
+}
+
+#[derive(Default)]
+pub struct Stats {
+    pub records_sent: AtomicU64,
+    pub datagrams_sent: AtomicU64,
+    pub records_received: AtomicU64,
+    pub installed: AtomicU64,
+    pub rejected_unknown: AtomicU64,
+    pub rejected_stale: AtomicU64,
+    pub rejected_port: AtomicU64,
+    pub rejected_full: AtomicU64,
+    pub refused_mac: AtomicU64,
+    pub refused_truncated: AtomicU64,
+    pub refused_malformed: AtomicU64,
+    pub refused_replayed: AtomicU64,
+    pub acked_seq: AtomicU64,
+    pub sent_seq: AtomicU64,
+    pub period_us: AtomicU64,
+    pub bulk_sent: AtomicU64,
+    pub bulk_received: AtomicU64,
+    pub bulk_requests: AtomicU64,
+    pub bulk_completed: AtomicU64,
+    pub last_received: Mutex<Option<Instant>>,
+}
+
+impl Stats {
+    pub fn count_install(&self, r: Result<(), InstallError>) {
+        let c = match r {
+            Ok(()) => &self.installed,
+            Err(InstallError::Unknown) => &self.rejected_unknown,
+            Err(InstallError::Stale) => &self.rejected_stale,
+            Err(InstallError::PortTaken) => &self.rejected_port,
+            Err(InstallError::Full) => &self.rejected_full,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn json(&self) -> Value {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let sent = g(&self.sent_seq);
+        let acked = g(&self.acked_seq);
+        json!({
+            "records_sent": g(&self.records_sent), "datagrams_sent": g(&self.datagrams_sent),
+            "unacked_datagrams": sent.saturating_sub(acked),
+            "batch_period_ms": g(&self.period_us) as f64 / 1000.0,
+            "records_received": g(&self.records_received), "installed": g(&self.installed),
+            "rejected": { "unknown": g(&self.rejected_unknown), "stale": g(&self.rejected_stale),
+                          "port_taken": g(&self.rejected_port), "table_full": g(&self.rejected_full) },
+            "refused": { "bad_hmac": g(&self.refused_mac), "truncated": g(&self.refused_truncated),
+                         "malformed": g(&self.refused_malformed), "replayed": g(&self.refused_replayed) },
+            "bulk": { "records_sent": g(&self.bulk_sent), "records_received": g(&self.bulk_received),
+                      "requests": g(&self.bulk_requests), "completed": g(&self.bulk_completed) },
+            "last_received_seconds_ago": lock(&self.last_received).map(|t| t.elapsed().as_secs_f64()),
+        })
+    }
+}
+
+pub struct Sync {
+    pub spec: SyncSpec,
+    pub socket: UdpSocket,
+    pub epoch: u64,
+    seq: AtomicU64,
+    pub stats: Stats,
+}
+
+impl Sync {
+    pub fn bind(spec: &SyncSpec) -> Result<Arc<Sync>, String> {
+        let socket = UdpSocket::bind(spec.listen).map_err(|e| format!("ha.sync_listen {}: {e}", spec.listen))?;
+        for p in &spec.peers {
+            match (p.ip(), spec.listen.ip()) {
+                (IpAddr::V4(g), IpAddr::V4(me)) if g.is_multicast() => {
+                    socket.join_multicast_v4(&g, &me).map_err(|e| format!("ha.sync_peers: joining {g}: {e}"))?;
+                    socket.set_multicast_loop_v4(false).ok();
+                }
+                (IpAddr::V6(g), IpAddr::V6(_)) if g.is_multicast() => {
+                    socket.join_multicast_v6(&g, 0).map_err(|e| format!("ha.sync_peers: joining {g}: {e}"))?;
+                    socket.set_multicast_loop_v6(false).ok();
+                }
+                _ => {}
+            }
+        }
+        socket.set_read_timeout(Some(Duration::from_millis(100))).ok();
+        let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);
+        Ok(Arc::new(Sync { spec: spec.clone(), socket, epoch, seq: AtomicU64::new(0), stats: Stats::default() }))
+    }
+
+    fn send_to(&self, to: &[SocketAddr], kind: u8, ack: u64, records: Vec<(u8, SyncRecord)>) {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let n = records.len() as u64;
+        let msg = encode(&Message { kind, epoch: self.epoch, seq, ack, records }, &self.spec.key);
+        for p in to {
+            let _ = self.socket.send_to(&msg, p);
+        }
+        if kind == KIND_RECORDS {
+            self.stats.sent_seq.store(seq, Ordering::Relaxed);
+            self.stats.records_sent.fetch_add(n, Ordering::Relaxed);
+            self.stats.datagrams_sent.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+const BASE_PERIOD: Duration = Duration::from_millis(2);
+const MAX_PERIOD: Duration = Duration::from_millis(100);
+
+/// The sending side: batches what the workers report and, while this node is active, sends it.
+pub fn sender(shared: Arc<Shared>, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncRecord)>>) {
+    let mut pending: Vec<(u8, SyncRecord)> = Vec::new();
+    let mut oldest: Option<Instant> = None;
+    let mut period = BASE_PERIOD;
+    while !shared.stopping() {
+        match changes.recv_timeout(period.max(Duration::from_millis(1))) {
+            Ok(v) => {
+                if oldest.is_none() && !v.is_empty() {
+                    oldest = Some(Instant::now());
+                }
+                pending.extend(v);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if !shared.ha.answers_floating() {
+            // A BACKUP sends nothing: its sessions come from the MASTER.
+            pending.clear();
+            oldest = None;
+            continue;
+        }
+        // Adapt: back off while the standby's acknowledgements lag, come back when they
+        // catch up.
+        let lag = sync.stats.sent_seq.load(Ordering::Relaxed).saturating_sub(sync.stats.acked_seq.load(Ordering::Relaxed));
+        period = if lag > 256 { (period * 2).min(MAX_PERIOD) } else if lag < 32 { (period / 2).max(BASE_PERIOD) } else { period };
+        sync.stats.period_us.store(period.as_micros() as u64, Ordering::Relaxed);
+        while pending.len() >= MAX_RECORDS || (!pending.is_empty() && oldest.is_some_and(|t| t.elapsed() >= period)) {
+            let n = pending.len().min(MAX_RECORDS);
+            let batch: Vec<_> = pending.drain(..n).collect();
+            sync.send_to(&sync.spec.peers, KIND_RECORDS, 0, batch);
+            oldest = if pending.is_empty() { None } else { Some(Instant::now()) };
+        }
+    }
+}
+
+/// The receiving side: checks every message, installs records while this node is standby,
+/// answers acknowledgements and bulk requests.
+pub fn receiver(shared: Arc<Shared>, sync: Arc<Sync>) {
+    let mut windows: HashMap<SocketAddr, Window> = HashMap::new();
+    let mut buf = vec![0u8; 65536];
+    let mut last_bulk_request = Instant::now() - Duration::from_secs(3600);
+    let mut bulk_done = false;
+    let mut was_backup = false;
+    while !shared.stopping() {
+        let backup = !shared.ha.answers_floating();
+        if backup && !was_backup {
+            bulk_done = false;
+        }
+        was_backup = backup;
+        // A standby asks for the whole table until it has had it once.
+        if backup && !bulk_done && last_bulk_request.elapsed() >= Duration::from_secs(2) {
+            last_bulk_request = Instant::now();
+            sync.stats.bulk_requests.fetch_add(1, Ordering::Relaxed);
+            sync.send_to(&sync.spec.peers, KIND_BULK_REQUEST, 0, Vec::new());
+        }
+        let Ok((n, from)) = sync.socket.recv_from(&mut buf) else { continue };
+        let msg = match decode(&buf[..n], &sync.spec.key) {
+            Ok(m) => m,
+            Err(e) => {
+                let c = match e {
+                    Refused::Truncated => &sync.stats.refused_truncated,
+                    Refused::BadMac => &sync.stats.refused_mac,
+                    Refused::Malformed => &sync.stats.refused_malformed,
+                    Refused::Replayed => &sync.stats.refused_replayed,
+                };
+                c.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        if msg.epoch == sync.epoch {
+            continue; // our own (multicast loop)
+        }
+        if !windows.entry(from).or_default().accept(msg.epoch, msg.seq) {
+            sync.stats.refused_replayed.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        *lock(&sync.stats.last_received) = Some(Instant::now());
+        match msg.kind {
+            KIND_RECORDS => {
+                let n = msg.records.len() as u64;
+                sync.stats.records_received.fetch_add(n, Ordering::Relaxed);
+                if msg.ack == 1 {
+                    sync.stats.bulk_received.fetch_add(n, Ordering::Relaxed);
+                }
+                if backup {
+                    dispatch(&shared, msg.records);
+                }
+                sync.send_to(&[from], KIND_ACK, msg.seq, Vec::new());
+            }
+            KIND_ACK => {
+                sync.stats.acked_seq.fetch_max(msg.ack, Ordering::Relaxed);
+            }
+            KIND_BULK_REQUEST if !backup => {
+                let (shared, sync) = (shared.clone(), sync.clone());
+                std::thread::spawn(move || bulk(&shared, &sync, from));
+            }
+            KIND_BULK_DONE => {
+                bulk_done = true;
+                sync.stats.bulk_completed.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Hands records to the workers that will see their packets.
+fn dispatch(shared: &Shared, records: Vec<(u8, SyncRecord)>) {
+    let workers = shared.workers.len();
+    let mask = workers.next_power_of_two() - 1;
+    let mut per: Vec<Vec<SyncRecord>> = vec![Vec::new(); workers];
+    for (w, r) in records {
+        let target = match r.local {
+            Some((_, lport)) => lport as usize & mask,
+            None => w as usize,
+        };
+        per[if target < workers { target } else { 0 }].push(r);
+    }
+    for (w, v) in per.into_iter().enumerate() {
+        if !v.is_empty() {
+            let _ = lock(&shared.workers[w].tx).send(WorkerMsg::Install(v));
+        }
+    }
+}
+
+/// Sends every session of every worker to `to`, then BULK_DONE.
+fn bulk(shared: &Shared, sync: &Sync, to: SocketAddr) {
+    for w in 0..shared.workers.len() {
+        for v6 in [false, true] {
+            let mut cursor = Some(0);
+            while let Some(c) = cursor {
+                let Ok((records, next)) = shared.export(w, v6, c, MAX_RECORDS * 8) else { break };
+                for chunk in records.chunks(MAX_RECORDS) {
+                    sync.stats.bulk_sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    // `ack = 1` marks bulk records.
+                    sync.send_to(&[to], KIND_RECORDS, 1, chunk.iter().map(|r| (w as u8, *r)).collect());
+                }
+                cursor = next;
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+    sync.send_to(&[to], KIND_BULK_DONE, 0, Vec::new());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(i: u16) -> (u8, SyncRecord) {
+        (
+            (i % 3) as u8,
+            SyncRecord {
+                proto: 6,
+                vip: "10.0.0.100".parse().unwrap(),
+                vport: 80,
+                client: "10.0.0.2".parse().unwrap(),
+                cport: 40000 + i,
+                backend: "10.1.0.11".parse().unwrap(),
+                bport: 8080,
+                local: (i % 2 == 0).then(|| ("10.1.0.200".parse().unwrap(), 1024 + i)),
+                state: 3,
+                flags: 0x08,
+                expire_in: 900_000,
+            },
+        )
+    }
+
+    #[test]
+    fn messages_round_trip_and_refuse_tampering() {
+        let key = b"0123456789abcdef-key";
+        let mut m = Message { kind: KIND_RECORDS, epoch: 77, seq: 5, ack: 0, records: (0..16).map(rec).collect() };
+        let v6 = SyncRecord { client: "2001:db8::2".parse().unwrap(), vip: "2001:db8::100".parse().unwrap(), backend: "2001:db8:1::11".parse().unwrap(), local: Some(("2001:db8:1::200".parse().unwrap(), 7)), ..m.records[0].1 };
+        m.records[3] = (1, v6);
+        let b = encode(&m, key);
+        assert_eq!(b.len(), HEADER + 16 * RECORD + MAC);
+        assert_eq!(decode(&b, key), Ok(m.clone()));
+        // A wrong key, any flipped bit, a cut: refused.
+        assert_eq!(decode(&b, b"another-key-0123456"), Err(Refused::BadMac));
+        for i in [0, 5, 30, HEADER + 7, b.len() - 1] {
+            let mut t = b.clone();
+            t[i] ^= 1;
+            assert_eq!(decode(&t, key), Err(Refused::BadMac), "bit flipped at {i}");
+        }
+        assert_eq!(decode(&b[..b.len() - 1], key), Err(Refused::BadMac));
+        assert_eq!(decode(&b[..20], key), Err(Refused::Truncated));
+        // Signed but inconsistent (count says 17 records): malformed.
+        let mut body = b[..b.len() - MAC].to_vec();
+        body[24..26].copy_from_slice(&17u16.to_be_bytes());
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap();
+        mac.update(&body);
+        body.extend_from_slice(&mac.finalize().into_bytes());
+        assert_eq!(decode(&body, key), Err(Refused::Malformed));
+    }
+
+    #[test]
+    fn the_window_refuses_replays() {
+        let mut w = Window::default();
+        assert!(w.accept(10, 1));
+        assert!(w.accept(10, 3));
+        assert!(!w.accept(10, 3), "the same message twice");
+        assert!(w.accept(10, 2), "late but new");
+        assert!(!w.accept(10, 2));
+        assert!(w.accept(10, 100));
+        assert!(!w.accept(10, 30), "older than the window");
+        assert!(!w.accept(9, 500), "a previous epoch (an old boot of the sender)");
+        assert!(w.accept(11, 1), "a new epoch starts over");
+        assert!(!w.accept(10, 101));
+    }
+}
