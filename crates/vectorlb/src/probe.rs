@@ -43,6 +43,27 @@ pub enum ProbeCmd {
     /// Long-lived TCP connections to a serve-tcp service: some stream (a message every
     /// interval), the rest stay idle until the end; reports how many survive.
     Hold(HoldArgs),
+    /// Sends session-sync messages to a node: valid, signed with a wrong key, cut short, or
+    /// a valid one twice (a replay). For testing the standby's checks.
+    SyncInject(SyncInjectArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SyncInjectArgs {
+    #[arg(long)]
+    pub to: SocketAddr,
+    #[arg(long)]
+    pub key: String,
+    /// good, bad-mac, truncated or replay.
+    #[arg(long)]
+    pub mode: String,
+    /// Records in the message (sessions of 10.0.0.100:9000 from 10.0.0.2 to 10.1.0.11:9000
+    /// through 10.1.0.200).
+    #[arg(long, default_value_t = 4)]
+    pub records: u16,
+    /// First client port (and local port) of the records.
+    #[arg(long, default_value_t = 30000)]
+    pub first_port: u16,
 }
 
 #[derive(Args, Debug)]
@@ -145,6 +166,7 @@ pub fn run(cmd: &ProbeCmd) -> Result<(), String> {
         ProbeCmd::Tcp(a) => tcp(a),
         ProbeCmd::Garbage(a) => garbage(a),
         ProbeCmd::Hold(a) => hold(a),
+        ProbeCmd::SyncInject(a) => sync_inject(a),
     }
 }
 
@@ -666,5 +688,47 @@ fn hold(a: &HoldArgs) -> Result<(), String> {
         json!({ "connections": a.connections, "survived": survived, "streaming": a.streaming, "errors": errors,
                  "max_stall_ms": max_stall, "seconds": start.elapsed().as_secs_f64() })
     );
+    Ok(())
+}
+
+fn sync_inject(a: &SyncInjectArgs) -> Result<(), String> {
+    use crate::daemon::sync::{encode, Message, KIND_RECORDS};
+    use vectorlb_lb::sync::SyncRecord;
+    let records = (0..a.records.min(16))
+        .map(|i| {
+            let p = a.first_port.wrapping_add(i);
+            (0u8, SyncRecord {
+                proto: 6,
+                vip: "10.0.0.100".parse().unwrap(),
+                vport: 9000,
+                client: "10.0.0.2".parse().unwrap(),
+                cport: p,
+                backend: "10.1.0.11".parse().unwrap(),
+                bport: 9000,
+                local: Some(("10.1.0.200".parse().unwrap(), p)),
+                state: 3,
+                flags: 0,
+                expire_in: 600_000,
+            })
+        })
+        .collect();
+    let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);
+    let msg = Message { kind: KIND_RECORDS, epoch, seq: 1, ack: 0, records };
+    let key = if a.mode == "bad-mac" { format!("{}-wrong", a.key) } else { a.key.clone() };
+    let mut bytes = encode(&msg, key.as_bytes());
+    let bind: SocketAddr = if a.to.is_ipv6() { "[::]:0".parse().unwrap() } else { "0.0.0.0:0".parse().unwrap() };
+    let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
+    match a.mode.as_str() {
+        "good" | "bad-mac" => {}
+        // Shorter than a header and its HMAC.
+        "truncated" => bytes.truncate(30),
+        "replay" => {
+            s.send_to(&bytes, a.to).map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        m => return Err(format!("--mode: '{m}' is not good, bad-mac, truncated or replay")),
+    }
+    s.send_to(&bytes, a.to).map_err(|e| e.to_string())?;
+    println!("{}", json!({ "sent": a.mode, "bytes": bytes.len() }));
     Ok(())
 }

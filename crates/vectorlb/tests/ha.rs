@@ -216,3 +216,32 @@ fn connections_survive_the_active_lb_being_killed() {
     eprintln!("HA OK survived={survived}/100 failover_ms={failover_ms}");
     assert!(survived >= 99, "{r}");
 }
+
+#[test]
+fn forged_truncated_and_replayed_sync_messages_change_nothing() {
+    let mut t = Topo::new("vf2", Shape::Ha, 1500);
+    t.echo(9000);
+    let lb1 = start_node(&t, 1);
+    let lb2 = start_node(&t, 2);
+    wait_state(&lb1, "master", Duration::from_secs(15));
+    wait_state(&lb2, "backup", Duration::from_secs(5));
+    // The client namespace cannot reach the sync network: send from lb1's host address.
+    let inject = |mode: &str, first: u16| {
+        let o = t.run("lb1", &[BIN, "probe", "sync-inject", "--to", "10.1.0.252:7788", "--key", SYNC_KEY, "--mode", mode, "--first-port", &first.to_string()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::thread::sleep(Duration::from_millis(300));
+        (lb2.sync(), lb2.stats()["sessions"].as_u64().unwrap())
+    };
+    let (s0, n0) = (lb2.sync(), lb2.stats()["sessions"].as_u64().unwrap());
+    let (s1, n1) = inject("bad-mac", 31000);
+    assert_eq!(n1, n0, "a wrong HMAC installs nothing");
+    assert_eq!(s1["refused"]["bad_hmac"].as_u64().unwrap(), s0["refused"]["bad_hmac"].as_u64().unwrap() + 1);
+    let (s2, n2) = inject("truncated", 32000);
+    assert_eq!(n2, n0);
+    assert_eq!(s2["refused"]["truncated"].as_u64().unwrap(), s1["refused"]["truncated"].as_u64().unwrap() + 1, "{s2}");
+    // A valid message installs its 4 sessions; the same message again is a replay.
+    let (s3, n3) = inject("replay", 33000);
+    assert_eq!(n3, n0 + 4, "{s3}");
+    assert_eq!(s3["refused"]["replayed"].as_u64().unwrap(), s2["refused"]["replayed"].as_u64().unwrap() + 1, "{s3}");
+    assert_eq!(s3["installed"].as_u64().unwrap(), s2["installed"].as_u64().unwrap() + 4);
+}
