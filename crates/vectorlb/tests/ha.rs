@@ -167,6 +167,54 @@ fn assert_spread(r: &serde_json::Value, total: u64) {
     assert!(s.iter().all(|(_, n)| *n * 100 >= total * 15), "{r}");
 }
 
+/// Starts `probe hold` (100 connections, 50 streaming, 8 s) and waits until they are open.
+fn hold_connections(t: &Topo) -> std::thread::JoinHandle<serde_json::Value> {
+    let ready = t.dir.join("ready");
+    let _ = std::fs::remove_file(&ready);
+    let ns = t.ns("cl");
+    let ready2 = ready.clone();
+    let h = std::thread::spawn(move || {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &ns, BIN, "probe", "hold", "--target", "10.0.0.100:9000", "--connections", "100", "--streaming", "50", "--seconds", "8", "--ready-file"])
+            .arg(&ready2)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        serde_json::from_str::<serde_json::Value>(out.lines().last().unwrap_or("{}")).unwrap_or_else(|_| panic!("hold: {out} {}", String::from_utf8_lossy(&o.stderr)))
+    });
+    let t0 = Instant::now();
+    while !ready.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "connections did not open");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    h
+}
+
+#[test]
+fn a_graceful_switchover_keeps_every_connection() {
+    let mut t = Topo::new("vg2", Shape::Ha, 1500);
+    t.echo(9000);
+    let lb1 = start_node(&t, 1);
+    let lb2 = start_node(&t, 2);
+    wait_state(&lb1, "master", Duration::from_secs(15));
+    wait_state(&lb2, "backup", Duration::from_secs(5));
+    let hold = hold_connections(&t);
+    std::thread::sleep(Duration::from_millis(1500));
+    // Lower lb1's priority and make keepalived re-read its configuration: lb2 preempts.
+    let kc = lb1.dir.join("keepalived.conf");
+    let conf = std::fs::read_to_string(&kc).unwrap().replace("priority 150", "priority 50");
+    std::fs::write(&kc, conf).unwrap();
+    let pid = lb1.keepalived.as_ref().unwrap().id();
+    sh(&["kill", "-HUP", &pid.to_string()]);
+    wait_state(&lb2, "master", Duration::from_secs(5));
+    wait_state(&lb1, "backup", Duration::from_secs(5));
+    let r = hold.join().unwrap();
+    let survived = r["survived"].as_u64().unwrap();
+    eprintln!("HA switchover survived={survived}/100 max_stall_ms={}", r["max_stall_ms"]);
+    assert_eq!(survived, 100, "{r}");
+    assert!(lb2.stats()["rx"].as_u64().unwrap() > 0, "the new MASTER carries the traffic");
+}
+
 #[test]
 fn connections_survive_the_active_lb_being_killed() {
     let mut t = Topo::new("vs", Shape::Ha, 1500);
@@ -183,23 +231,7 @@ fn connections_survive_the_active_lb_being_killed() {
     }
     // 100 long-lived connections through the VIP: 50 stream a message every 50 ms, 50 stay
     // idle and must still work at the end.
-    let ready = t.dir.join("ready");
-    let ns = t.ns("cl");
-    let ready2 = ready.clone();
-    let hold = std::thread::spawn(move || {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &ns, BIN, "probe", "hold", "--target", "10.0.0.100:9000", "--connections", "100", "--streaming", "50", "--seconds", "8", "--ready-file"])
-            .arg(&ready2)
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        serde_json::from_str::<serde_json::Value>(out.lines().last().unwrap_or("{}")).unwrap_or_else(|_| panic!("hold: {out} {}", String::from_utf8_lossy(&o.stderr)))
-    });
-    let t0 = Instant::now();
-    while !ready.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "connections did not open");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let hold = hold_connections(&t);
     std::thread::sleep(Duration::from_millis(1500));
     let installed = lb2.sync()["installed"].as_u64().unwrap();
     assert!(installed >= 100, "the standby holds the sessions before the failover: {}", lb2.sync());
