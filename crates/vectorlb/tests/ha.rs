@@ -277,3 +277,26 @@ fn forged_truncated_and_replayed_sync_messages_change_nothing() {
     assert_eq!(s3["refused"]["replayed"].as_u64().unwrap(), s2["refused"]["replayed"].as_u64().unwrap() + 1, "{s3}");
     assert_eq!(s3["installed"].as_u64().unwrap(), s2["installed"].as_u64().unwrap() + 4);
 }
+
+#[test]
+fn a_standby_that_joins_late_gets_the_table_in_bulk() {
+    let mut t = Topo::new("vb", Shape::Ha, 1500);
+    t.echo(9000);
+    let mut lb1 = start_node(&t, 1);
+    wait_state(&lb1, "master", Duration::from_secs(15));
+    // The connections open while lb1 is alone; lb2 joins afterwards and must ask for them.
+    let hold = hold_connections(&t);
+    let lb2 = start_node(&t, 2);
+    wait_state(&lb2, "backup", Duration::from_secs(10));
+    let t0 = Instant::now();
+    while lb2.sync()["bulk"]["records_received"].as_u64().unwrap_or(0) < 100 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no bulk transfer: {}", lb2.sync());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut c = lb1.lb.take().unwrap();
+    c.kill().unwrap();
+    c.wait().unwrap();
+    let r = hold.join().unwrap();
+    eprintln!("late standby: {}", lb2.sync());
+    assert!(r["survived"].as_u64().unwrap() >= 99, "{r}");
+}
