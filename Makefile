@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build demo demo-offline test test-e2e fuzz fuzz-api bench-core bench-wrk clean
+.PHONY: all setup build demo demo-offline test test-e2e test-ha fuzz fuzz-api bench-core bench-wrk clean
 
 all: build
 
@@ -51,6 +51,12 @@ bench-core: build
 bench-wrk: build
 	@mkdir -p bench-results
 	@DEMO_WRK=20 WRK_OUT=bench-results/wrk-fnat.txt bash scripts/demo.sh
+
+# High availability: two LB nodes with keepalived, session sync, SIGKILL of the active one
+# (root). Last line: HA OK survived=<n>/100 failover_ms=<ms>.
+test-ha: setup
+	$(CARGO) test -p vectorlb --test ha -- --test-threads=1 --nocapture 2>&1 | tee $(OUT).ha.log; test $${PIPESTATUS[0]} -eq 0
+	@grep -h "^HA OK" $(OUT).ha.log | tail -1; rm -f $(OUT).ha.log
 
 # Only the end-to-end suite (root; network namespaces, AF_XDP, nginx).
 test-e2e: setup
