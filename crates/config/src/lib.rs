@@ -90,8 +90,9 @@ impl Default for Runtime {
 pub enum CheckKind {
     /// A TCP connection opens.
     Tcp,
-    /// `GET path` answers `expect_status`.
-    Http { path: String, host: Option<String>, expect_status: u16 },
+    /// `GET path` answers `expect_status` (over TLS when `tls`; the certificate is not
+    /// verified, as with keepalived's SSL_GET: a health check asks "is it serving").
+    Http { path: String, host: Option<String>, expect_status: u16, tls: bool },
     /// A datagram `send` gets an answer (containing `expect` when given).
     Udp { send: Vec<u8>, expect: Vec<u8> },
     /// A command exits 0 (`VLB_BACKEND_ADDR`, `VLB_BACKEND_PORT`, `VLB_VIP`, `VLB_VPORT` set).
@@ -376,7 +377,7 @@ fn health_spec(f: &str, h: &RawHealth, protocol: u8) -> Result<HealthSpec, Error
     };
     let kind = match h.kind.as_str() {
         "tcp" => CheckKind::Tcp,
-        "http" => {
+        "http" | "https" => {
             let path = h.path.clone().unwrap_or_else(|| "/".into());
             if !path.starts_with('/') || path.contains(char::is_whitespace) {
                 bail!("{f}.path: '{path}' must start with / and hold no spaces");
@@ -388,7 +389,7 @@ fn health_spec(f: &str, h: &RawHealth, protocol: u8) -> Result<HealthSpec, Error
             if h.host.as_deref().is_some_and(|x| x.is_empty() || x.contains(char::is_whitespace)) {
                 bail!("{f}.host: must be a host name");
             }
-            CheckKind::Http { path, host: h.host.clone(), expect_status }
+            CheckKind::Http { path, host: h.host.clone(), expect_status, tls: h.kind == "https" }
         }
         "udp" => {
             let send = h.send.clone().unwrap_or_default().into_bytes();
@@ -404,7 +405,7 @@ fn health_spec(f: &str, h: &RawHealth, protocol: u8) -> Result<HealthSpec, Error
             }
             CheckKind::Exec { command }
         }
-        k => bail!("{f}.kind: '{k}' is not one of tcp, http, udp, exec"),
+        k => bail!("{f}.kind: '{k}' is not one of tcp, http, https, udp, exec"),
     };
     only("path", h.path.is_some() && !matches!(kind, CheckKind::Http { .. }), "http")?;
     only("host", h.host.is_some() && !matches!(kind, CheckKind::Http { .. }), "http")?;
@@ -440,8 +441,9 @@ fn health_toml(h: &HealthSpec) -> String {
     let mut o = String::from("{ ");
     match &h.kind {
         CheckKind::Tcp => o.push_str("kind = \"tcp\""),
-        CheckKind::Http { path, host, expect_status } => {
-            o.push_str(&format!("kind = \"http\", path = {}, expect_status = {expect_status}", quote(path)));
+        CheckKind::Http { path, host, expect_status, tls } => {
+            let k = if *tls { "https" } else { "http" };
+            o.push_str(&format!("kind = \"{k}\", path = {}, expect_status = {expect_status}", quote(path)));
             if let Some(x) = host {
                 o.push_str(&format!(", host = {}", quote(x)));
             }
@@ -897,7 +899,10 @@ backends = [{ addr = "10.0.0.11", port = 8080, weight = 2 }]
         let c = Config::parse(&with("{ kind = \"http\", path = \"/healthz\", interval = 0.5, rise = 1, fall = 2, on_down = \"end\" }")).unwrap();
         let h = c.health[0].as_ref().unwrap();
         assert_eq!((h.interval, h.timeout, h.rise, h.fall, h.on_down), (500, 500, 1, 2, OnDown::End));
-        assert_eq!(h.kind, CheckKind::Http { path: "/healthz".into(), host: None, expect_status: 200 });
+        assert_eq!(h.kind, CheckKind::Http { path: "/healthz".into(), host: None, expect_status: 200, tls: false });
+        let c = Config::parse(&with("{ kind = \"https\", host = \"be.example\", expect_status = 204 }")).unwrap();
+        assert_eq!(c.health[0].as_ref().unwrap().kind, CheckKind::Http { path: "/".into(), host: Some("be.example".into()), expect_status: 204, tls: true });
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
         assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
         let c = Config::parse(&with("{ kind = \"exec\", command = \"/bin/true\" }")).unwrap();
         assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);

@@ -14,7 +14,7 @@ struct Vips {
 
 fn vips(shape: Shape) -> Vips {
     match shape {
-        Shape::TwoArm => Vips { v4: "10.0.0.100", v6: "2001:db8::100" },
+        Shape::TwoArm | Shape::Ha => Vips { v4: "10.0.0.100", v6: "2001:db8::100" },
         Shape::OneArm => Vips { v4: "10.1.0.100", v6: "2001:db8:1::100" },
     }
 }
@@ -531,11 +531,23 @@ fn health_checks_take_a_failed_backend_out_and_bring_it_back() {
         "backends = [",
         "health = { kind = \"udp\", send = \"ping\", expect = \"ping\", interval = 0.2, timeout = 0.2, rise = 1, fall = 2, on_down = \"end\" }\nbackends = [",
     );
+    // HTTPS checks of the same backends (self-signed certificates), for a TLS service.
+    c += &service("10.0.0.100", 443, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 443)).replace(
+        "backends = [",
+        "health = { kind = \"https\", path = \"/\", interval = 0.2, timeout = 0.2, rise = 2, fall = 2 }\nbackends = [",
+    );
     t.start_lb(&c);
     let svc = "/v1/services/tcp/10.0.0.100/80";
+    let tls = "/v1/services/tcp/10.0.0.100/443";
     for a in BE4 {
         wait_health(&t, svc, a, "up", Duration::from_secs(5));
+        wait_health(&t, tls, a, "up", Duration::from_secs(5));
     }
+    std::thread::sleep(Duration::from_millis(500));
+    let h = backend_health(&t, tls, "10.1.0.11");
+    assert!(h["checks"].as_u64().unwrap() >= 2 && h["failed_checks"] == 0, "HTTPS checks pass: {h}");
+    let o = t.run("cl", &["curl", "-sk", "-m", "3", "https://10.0.0.100/"]);
+    assert!(stdout(&o).starts_with("be"), "HTTPS through the VIP: {}", stdout(&o));
     assert!(backend_health(&t, svc, "10.1.0.12")["checks"].as_u64().unwrap() >= 1);
     let r = t.http("http://10.0.0.100/", 300, 4);
     assert_eq!(r["errors"], 0, "{r}");
@@ -549,6 +561,7 @@ fn health_checks_take_a_failed_backend_out_and_bring_it_back() {
     assert!(took < Duration::from_millis(2 * 200 + 200 + 1500), "{took:?}");
     let h = backend_health(&t, svc, "10.1.0.12");
     assert!(h["last_error"].as_str().unwrap().starts_with("connect:"), "{h}");
+    wait_health(&t, tls, "10.1.0.12", "down", Duration::from_secs(5));
     std::thread::sleep(Duration::from_millis(100));
     let r = t.http("http://10.0.0.100/", 300, 4);
     assert_eq!(r["errors"], 0, "no request reaches the dead backend: {r}");

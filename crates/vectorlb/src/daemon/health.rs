@@ -200,23 +200,21 @@ pub fn check(kind: &CheckKind, addr: SocketAddr, t: &Target, timeout: Duration) 
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     match kind {
         CheckKind::Tcp => TcpStream::connect_timeout(&addr, timeout).map(|_| ()).map_err(|e| format!("connect: {e}")),
-        CheckKind::Http { path, host, expect_status } => {
-            let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect: {e}"))?;
+        CheckKind::Http { path, host, expect_status, tls } => {
+            let s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect: {e}"))?;
             s.set_write_timeout(Some(left())).ok();
-            let host = host.clone().unwrap_or_else(|| addr.to_string());
-            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: vectorlb-health\r\nConnection: close\r\n\r\n").as_bytes())
-                .map_err(|e| format!("send: {e}"))?;
-            let mut buf = Vec::with_capacity(256);
-            let mut chunk = [0u8; 512];
-            while !buf.windows(2).any(|w| w == b"\r\n") && buf.len() < 4096 {
-                s.set_read_timeout(Some(left())).ok();
-                match s.read(&mut chunk) {
-                    Ok(0) => break,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    Err(e) => return Err(format!("read: {e}")),
-                }
-            }
-            let line = String::from_utf8_lossy(&buf);
+            s.set_read_timeout(Some(left())).ok();
+            let host = host.clone().unwrap_or_else(|| addr.ip().to_string());
+            let req = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: vectorlb-health\r\nConnection: close\r\n\r\n");
+            let line = if *tls {
+                let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|_| format!("tls: '{host}' is not a server name"))?;
+                let conn = rustls::ClientConnection::new(tls_config(), name).map_err(|e| format!("tls: {e}"))?;
+                let mut stream = rustls::StreamOwned::new(conn, s);
+                status_line(&mut stream, req.as_bytes(), &left)?
+            } else {
+                let mut s = s;
+                status_line(&mut s, req.as_bytes(), &left)?
+            };
             let status: u16 = line.split_whitespace().nth(1).and_then(|x| x.parse().ok()).ok_or("no HTTP status line")?;
             if status != *expect_status {
                 return Err(format!("status {status}, expected {expect_status}"));
@@ -266,6 +264,63 @@ pub fn check(kind: &CheckKind, addr: SocketAddr, t: &Target, timeout: Duration) 
     }
 }
 
+/// Sends `req` and reads the response's first line.
+fn status_line<S: Read + Write>(s: &mut S, req: &[u8], _left: &dyn Fn() -> Duration) -> Result<String, String> {
+    s.write_all(req).map_err(|e| format!("send: {e}"))?;
+    s.flush().map_err(|e| format!("send: {e}"))?;
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 512];
+    while !buf.windows(2).any(|w| w == b"\r\n") && buf.len() < 4096 {
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+    let text = String::from_utf8_lossy(&buf);
+    Ok(text.lines().next().unwrap_or("").to_string())
+}
+
+/// A TLS client that does not verify the server's certificate (a health check asks whether the
+/// backend serves, not who it is), with the ring provider's algorithms for the handshake.
+fn tls_config() -> Arc<rustls::ClientConfig> {
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::{DigitallySignedStruct, SignatureScheme};
+    use std::sync::OnceLock;
+
+    #[derive(Debug)]
+    struct AnyCert(Arc<CryptoProvider>);
+    impl ServerCertVerifier for AnyCert {
+        fn verify_server_cert(&self, _: &CertificateDer<'_>, _: &[CertificateDer<'_>], _: &ServerName<'_>, _: &[u8], _: UnixTime) -> Result<ServerCertVerified, rustls::Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(&self, m: &[u8], c: &CertificateDer<'_>, d: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+            verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+        }
+        fn verify_tls13_signature(&self, m: &[u8], c: &CertificateDer<'_>, d: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+            verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+        }
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .expect("the ring provider supports TLS 1.2 and 1.3")
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+                .with_no_client_auth();
+            Arc::new(cfg)
+        })
+        .clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,7 +355,7 @@ mod tests {
         assert!(check(&CheckKind::Tcp, open, &target(open), t).unwrap_err().starts_with("connect:"));
         // HTTP: the expected status passes, another fails.
         let ok = http_server(200);
-        let http = |st| CheckKind::Http { path: "/healthz".into(), host: None, expect_status: st };
+        let http = |st| CheckKind::Http { path: "/healthz".into(), host: None, expect_status: st, tls: false };
         assert_eq!(check(&http(200), ok, &target(ok), t), Ok(()));
         let bad = http_server(503);
         assert_eq!(check(&http(200), bad, &target(bad), t).unwrap_err(), "status 503, expected 200");

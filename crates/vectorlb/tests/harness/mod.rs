@@ -94,17 +94,32 @@ impl Topo {
             let d = self.dir.join(format!("be{i}"));
             std::fs::create_dir_all(&d).unwrap();
             let d = d.display();
+            let (cert, key) = self.tls_files();
             let conf = format!(
                 "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{ worker_connections 4096; }}\n\
                  http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fcgi;\n\
                  uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n default_type text/plain;\n\
-                 server {{\n  listen 80;\n  listen [::]:80;\n  location / {{ return 200 \"be{i}\\n\"; }}\n }}\n}}\n"
+                 server {{\n  listen 80;\n  listen [::]:80;\n  listen 443 ssl;\n  ssl_certificate {cert};\n  ssl_certificate_key {key};\n\
+                 \x20 location / {{ return 200 \"be{i}\\n\"; }}\n }}\n}}\n"
             );
             let path = format!("{d}/nginx.conf");
             std::fs::write(&path, conf).unwrap();
             let o = self.run(&format!("be{i}"), &["nginx", "-c", &path, "-p", &d.to_string()]);
             assert!(o.status.success(), "nginx in be{i}: {}", String::from_utf8_lossy(&o.stderr));
         }
+    }
+
+    /// A self-signed certificate and key for the backends' HTTPS (made once per topology).
+    fn tls_files(&self) -> (String, String) {
+        let cert = self.dir.join("cert.pem");
+        let key = self.dir.join("key.pem");
+        if !cert.exists() {
+            sh(&[
+                "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=backend", "-days", "2",
+                "-keyout", key.to_str().unwrap(), "-out", cert.to_str().unwrap(),
+            ]);
+        }
+        (cert.display().to_string(), key.display().to_string())
     }
 
     /// Kills every nginx process (master and workers) of backend `i`.
