@@ -51,8 +51,10 @@ impl Drop for Node {
 
 pub const SYNC_KEY: &str = "test-sync-key-0123456789";
 
-fn lb_config(t: &Topo, dir: &Path, k: u8) -> String {
-    let (me, peer) = if k == 1 { ("10.1.0.251", "10.1.0.252") } else { ("10.1.0.252", "10.1.0.251") };
+/// `group`: sync over this multicast group instead of unicast to the other node.
+fn lb_config(t: &Topo, dir: &Path, k: u8, group: Option<&str>) -> String {
+    let me = if k == 1 { "10.1.0.251" } else { "10.1.0.252" };
+    let peer = group.unwrap_or(if k == 1 { "10.1.0.252" } else { "10.1.0.251" });
     format!(
         "[runtime]\napi = \"unix:{d}/api.sock\"\nrun_dir = \"{d}\"\nmbufs = 16383\nidle_sleep_us = 100\nha_state = \"backup\"\n\n\
          [ha]\nsync_listen = \"{me}:7788\"\nsync_peers = [\"{peer}:7788\"]\nsync_key = \"{SYNC_KEY}\"\n\n\
@@ -81,11 +83,15 @@ fn keepalived_config(dir: &Path, k: u8, api: &str) -> String {
 }
 
 fn start_node(t: &Topo, k: u8) -> Node {
+    start_node_with(t, k, None)
+}
+
+fn start_node_with(t: &Topo, k: u8, group: Option<&str>) -> Node {
     let name = if k == 1 { "lb1" } else { "lb2" };
     let dir = t.dir.join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("lb.toml");
-    std::fs::write(&cfg, lb_config(t, &dir, k)).unwrap();
+    std::fs::write(&cfg, lb_config(t, &dir, k, group)).unwrap();
     let log = std::fs::File::create(dir.join("lb.log")).unwrap();
     let lb = t.cmd(name, &[BIN, "run", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
     let mut node = Node { name, dir: dir.clone(), lb: Some(lb), keepalived: None };
@@ -298,5 +304,23 @@ fn a_standby_that_joins_late_gets_the_table_in_bulk() {
     c.wait().unwrap();
     let r = hold.join().unwrap();
     eprintln!("late standby: {}", lb2.sync());
+    assert!(r["survived"].as_u64().unwrap() >= 99, "{r}");
+}
+
+#[test]
+fn sessions_sync_over_a_multicast_group_too() {
+    let mut t = Topo::new("vm2", Shape::Ha, 1500);
+    t.echo(9000);
+    let mut lb1 = start_node_with(&t, 1, Some("239.7.7.7"));
+    let lb2 = start_node_with(&t, 2, Some("239.7.7.7"));
+    wait_state(&lb1, "master", Duration::from_secs(15));
+    wait_state(&lb2, "backup", Duration::from_secs(5));
+    let hold = hold_connections(&t);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(lb2.sync()["installed"].as_u64().unwrap() >= 100, "{}", lb2.sync());
+    let mut c = lb1.lb.take().unwrap();
+    c.kill().unwrap();
+    c.wait().unwrap();
+    let r = hold.join().unwrap();
     assert!(r["survived"].as_u64().unwrap() >= 99, "{r}");
 }

@@ -257,12 +257,29 @@ pub struct Sync {
 
 impl Sync {
     pub fn bind(spec: &SyncSpec) -> Result<Arc<Sync>, String> {
-        let socket = UdpSocket::bind(spec.listen).map_err(|e| format!("ha.sync_listen {}: {e}", spec.listen))?;
+        // A socket bound to a unicast address does not see multicast: with a group, bind the
+        // port on every address and use the listen address as the group's interface.
+        let multicast = spec.peers.iter().any(|p| p.ip().is_multicast());
+        let bind_to = if multicast {
+            SocketAddr::new(if spec.listen.is_ipv6() { IpAddr::V6(Ipv6Addr::UNSPECIFIED) } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) }, spec.listen.port())
+        } else {
+            spec.listen
+        };
+        let socket = UdpSocket::bind(bind_to).map_err(|e| format!("ha.sync_listen {bind_to}: {e}"))?;
         for p in &spec.peers {
             match (p.ip(), spec.listen.ip()) {
                 (IpAddr::V4(g), IpAddr::V4(me)) if g.is_multicast() => {
                     socket.join_multicast_v4(&g, &me).map_err(|e| format!("ha.sync_peers: joining {g}: {e}"))?;
                     socket.set_multicast_loop_v4(false).ok();
+                    use std::os::fd::AsRawFd;
+                    let addr = libc::in_addr { s_addr: u32::from_ne_bytes(me.octets()) };
+                    // SAFETY: a valid socket and an in_addr option value.
+                    let r = unsafe {
+                        libc::setsockopt(socket.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &addr as *const _ as *const libc::c_void, std::mem::size_of::<libc::in_addr>() as u32)
+                    };
+                    if r != 0 {
+                        return Err(format!("ha.sync_listen: sending to {g} from {me}: {}", std::io::Error::last_os_error()));
+                    }
                 }
                 (IpAddr::V6(g), IpAddr::V6(_)) if g.is_multicast() => {
                     socket.join_multicast_v6(&g, 0).map_err(|e| format!("ha.sync_peers: joining {g}: {e}"))?;
