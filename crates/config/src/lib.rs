@@ -104,8 +104,9 @@ pub enum CheckKind {
 pub enum OnDown {
     /// They continue until they end (the backend only stops getting new ones).
     Keep,
-    /// They end at once (the backend leaves the published configuration).
-    End,
+    /// They end at once: the backend leaves the published configuration, and the next packet
+    /// of each of its TCP connections is answered with a reset.
+    Reset,
 }
 
 /// A service's health check (`[services.health]`).
@@ -431,8 +432,8 @@ fn health_spec(f: &str, h: &RawHealth, protocol: u8) -> Result<HealthSpec, Error
     }
     let on_down = match h.on_down.as_deref().unwrap_or("keep") {
         "keep" => OnDown::Keep,
-        "end" => OnDown::End,
-        o => bail!("{f}.on_down: '{o}' is not keep or end"),
+        "reset" => OnDown::Reset,
+        o => bail!("{f}.on_down: '{o}' is not keep or reset"),
     };
     Ok(HealthSpec { kind, interval, timeout, rise, fall, port: h.port.unwrap_or(0), on_down })
 }
@@ -463,7 +464,7 @@ fn health_toml(h: &HealthSpec) -> String {
         h.rise,
         h.fall,
         h.port,
-        if h.on_down == OnDown::Keep { "keep" } else { "end" }
+        if h.on_down == OnDown::Keep { "keep" } else { "reset" }
     ));
     o
 }
@@ -896,9 +897,9 @@ backends = [{ addr = "10.0.0.11", port = 8080, weight = 2 }]
     #[test]
     fn health_checks_parse_write_back_and_name_their_errors() {
         let with = |h: &str| GOOD.replace("backends = [{", &format!("health = {h}\nbackends = [{{"));
-        let c = Config::parse(&with("{ kind = \"http\", path = \"/healthz\", interval = 0.5, rise = 1, fall = 2, on_down = \"end\" }")).unwrap();
+        let c = Config::parse(&with("{ kind = \"http\", path = \"/healthz\", interval = 0.5, rise = 1, fall = 2, on_down = \"reset\" }")).unwrap();
         let h = c.health[0].as_ref().unwrap();
-        assert_eq!((h.interval, h.timeout, h.rise, h.fall, h.on_down), (500, 500, 1, 2, OnDown::End));
+        assert_eq!((h.interval, h.timeout, h.rise, h.fall, h.on_down), (500, 500, 1, 2, OnDown::Reset));
         assert_eq!(h.kind, CheckKind::Http { path: "/healthz".into(), host: None, expect_status: 200, tls: false });
         let c = Config::parse(&with("{ kind = \"https\", host = \"be.example\", expect_status = 204 }")).unwrap();
         assert_eq!(c.health[0].as_ref().unwrap().kind, CheckKind::Http { path: "/".into(), host: Some("be.example".into()), expect_status: 204, tls: true });
@@ -910,7 +911,7 @@ backends = [{ addr = "10.0.0.11", port = 8080, weight = 2 }]
         assert!(err(&with("{ kind = \"tcp\", path = \"/\" }")).contains("services[0].health.path: only for kind http"));
         assert!(err(&with("{ kind = \"udp\" }")).contains("services[0].health.send"));
         assert!(err(&with("{ kind = \"tcp\", interval = 1, timeout = 2 }")).contains("services[0].health.timeout"));
-        assert!(err(&with("{ kind = \"tcp\", on_down = \"reset\" }")).contains("services[0].health.on_down"));
+        assert!(err(&with("{ kind = \"tcp\", on_down = \"end\" }")).contains("services[0].health.on_down"));
         assert!(err(&with("{ kind = \"tcp\", rise = 0 }")).contains("rise/fall"));
     }
 

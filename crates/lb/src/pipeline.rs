@@ -492,6 +492,79 @@ impl Worker {
         (old, to == 0)
     }
 
+    /// Turns a TCP segment into the reset that answers it (RFC 9293 §3.10.7.1): addresses and
+    /// ports swapped, `seq` = its ACK number (or 0 with ACK set and `ack` = its sequence number
+    /// plus its length), no options, no payload; sent back toward its sender.
+    pub(crate) fn tcp_reset<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let h = m.hdr();
+        let d = b.data();
+        if h.end < h.l4 + 20 {
+            return Verdict::Drop(DropReason::BackendRemoved);
+        }
+        let src = A::read(d, h.l3 + A::SRC);
+        let dst = A::read(d, h.l3 + A::DST);
+        let t = &d[h.l4..h.end];
+        let doff = ((t[12] >> 4) as usize * 4).clamp(20, t.len());
+        let seq = u32::from_be_bytes(t[4..8].try_into().unwrap());
+        let ack = u32::from_be_bytes(t[8..12].try_into().unwrap());
+        let flags = t[13];
+        let seg_len = (t.len() - doff) as u32 + (flags & tcp::flags::SYN != 0) as u32 + (flags & tcp::flags::FIN != 0) as u32;
+        let (rseq, rack, rflags) = if flags & tcp::flags::ACK != 0 {
+            (ack, 0, tcp::flags::RST)
+        } else {
+            (0, seq.wrapping_add(seg_len), tcp::flags::RST | tcp::flags::ACK)
+        };
+        let mut th = [0u8; 20];
+        th[0..2].copy_from_slice(&t[2..4]);
+        th[2..4].copy_from_slice(&t[0..2]);
+        th[4..8].copy_from_slice(&rseq.to_be_bytes());
+        th[8..12].copy_from_slice(&rack.to_be_bytes());
+        th[12] = 5 << 4;
+        th[13] = rflags;
+        let Some(hop) = self.route_to(snap, src.key(), !A::V6) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        // The new IP header: 20 (IPv4, no options) or 40 bytes, right where the old one began.
+        let l3 = h.l3;
+        let ip_len = if A::V6 { 40 } else { 20 };
+        if !b.set_len(l3 + ip_len + 20) {
+            return Verdict::Drop(DropReason::NoRoom);
+        }
+        let d = b.data_mut();
+        let acc = if A::V6 {
+            let (s16, d16): ([u8; 16], [u8; 16]) = (dst.bytes().try_into().unwrap(), src.bytes().try_into().unwrap());
+            vectorlb_packet::checksum::pseudo_v6(&s16, &d16, proto::TCP, 20)
+        } else {
+            let (s4, d4): ([u8; 4], [u8; 4]) = (dst.bytes().try_into().unwrap(), src.bytes().try_into().unwrap());
+            vectorlb_packet::checksum::pseudo_v4(s4, d4, proto::TCP, 20)
+        };
+        let c = vectorlb_packet::checksum::finish(vectorlb_packet::checksum::accumulate(acc, &th));
+        th[16..18].copy_from_slice(&c.to_be_bytes());
+        if A::V6 {
+            let ip = &mut d[l3..l3 + 40];
+            ip[0] = 0x60;
+            ip[1..4].fill(0);
+            ip[4..6].copy_from_slice(&20u16.to_be_bytes());
+            ip[6] = proto::TCP;
+            ip[7] = 64;
+            ip[8..24].copy_from_slice(dst.bytes());
+            ip[24..40].copy_from_slice(src.bytes());
+        } else {
+            let ip = &mut d[l3..l3 + 20];
+            ip.copy_from_slice(&[0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, proto::TCP, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            ip[12..16].copy_from_slice(dst.bytes());
+            ip[16..20].copy_from_slice(src.bytes());
+            let c = vectorlb_packet::checksum::checksum(ip);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+        d[l3 + ip_len..l3 + ip_len + 20].copy_from_slice(&th);
+        self.counters.tcp_resets_sent += 1;
+        egress(b, l3, &hop, A::ETHERTYPE)
+    }
+
     /// Creates a session for a new flow, or says why not.
     #[inline]
     fn create<A: Fam>(&mut self, svc: &Service, client: A, m: &Meta, now: u32) -> Result<Ref, DropReason>
@@ -633,6 +706,11 @@ impl Worker {
         let s = *self.table.get::<A>(r);
         let Some(be) = snap.backend(s.backend) else {
             self.table.remove::<A>(r);
+            // The connection cannot go on: tell the client at once (a TCP reset), rather than
+            // leave it to time out.
+            if m.proto == proto::TCP && m.tcp_flags & tcp::flags::RST == 0 {
+                return self.tcp_reset::<A, B>(snap, b, m);
+            }
             return Verdict::Drop(DropReason::BackendRemoved);
         };
         let Some(hop) = be.hop.as_ref() else {

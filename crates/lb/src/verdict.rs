@@ -134,6 +134,8 @@ pub struct Counters {
     pub icmp_errors_translated: u64,
     pub toa_inserted: u64,
     pub toa_skipped: u64,
+    /// Resets sent for connections whose backend was taken out.
+    pub tcp_resets_sent: u64,
     /// Indexed by service id.
     pub services: Vec<ServiceCounters>,
     /// Indexed by backend slot.
@@ -168,6 +170,7 @@ impl Counters {
         self.icmp_errors_translated += o.icmp_errors_translated;
         self.toa_inserted += o.toa_inserted;
         self.toa_skipped += o.toa_skipped;
+        self.tcp_resets_sent += o.tcp_resets_sent;
         if self.services.len() < o.services.len() {
             self.services.resize(o.services.len(), Default::default());
         }

@@ -363,7 +363,24 @@ fn port_reuse_and_removed_backends_reschedule_new_tcp_connections() {
     spec.services[0].backends[0].weight = 1;
     spec.services[0].backends.remove(1);
     lb.control.apply(&spec).unwrap();
-    lb.expect_drop(&c(tf::ACK), DropReason::BackendRemoved);
+    // The client learns at once: a reset from the VIP, in sequence with what it sent.
+    let ack_in = c(tf::ACK);
+    let (v, rst) = lb.run(&ack_in);
+    assert_eq!(v, Verdict::Tx(0));
+    let (l3, l4) = (14, 34);
+    assert_eq!(rst.len(), 14 + 40);
+    assert_eq!(&rst[l3 + 12..l3 + 16], &ack_in[l3 + 16..l3 + 20], "from the VIP");
+    assert_eq!(&rst[l3 + 16..l3 + 20], &ack_in[l3 + 12..l3 + 16], "to the client");
+    assert_eq!(&rst[l4..l4 + 2], &ack_in[l4 + 2..l4 + 4]);
+    assert_eq!(&rst[l4 + 2..l4 + 4], &ack_in[l4..l4 + 2]);
+    assert_eq!(&rst[l4 + 4..l4 + 8], &ack_in[l4 + 8..l4 + 12], "seq = the segment's ACK number");
+    assert_eq!(rst[l4 + 13], tf::RST);
+    assert_eq!(vectorlb_packet::checksum::checksum(&rst[l3..l3 + 20]), 0, "IPv4 header checksum");
+    let pseudo = vectorlb_packet::checksum::pseudo_v4(rst[l3 + 12..l3 + 16].try_into().unwrap(), rst[l3 + 16..l3 + 20].try_into().unwrap(), 6, 20);
+    assert_eq!(vectorlb_packet::checksum::fold(vectorlb_packet::checksum::accumulate(pseudo, &rst[l4..])), 0xffff, "TCP checksum");
+    assert_eq!(lb.worker.counters.tcp_resets_sent, 1);
+    // The session is gone: a RST from the client is just dropped.
+    lb.expect_drop(&c(tf::RST), DropReason::NoSession);
     assert_eq!(dst(&lb.run(&c(tf::SYN)).1), vec![10, 1, 0, 11]);
 }
 

@@ -540,7 +540,7 @@ pub fn stats(shared: &Shared) -> Value {
         "sessions": t.sessions, "sessions_created": c.sessions_created,
         "icmp_echo_replies": c.icmp_echo_replies, "icmp_errors_sent": c.icmp_errors_sent,
         "icmp_errors_translated": c.icmp_errors_translated,
-        "toa_inserted": c.toa_inserted,
+        "toa_inserted": c.toa_inserted, "tcp_resets_sent": c.tcp_resets_sent,
         "io": { "tx_full": t.io.tx_full, "multi_segment": t.io.multi_segment, "handed_off": t.io.handed_off,
                 "neighbour_replies": t.io.neighbour_replies, "not_ours": t.io.not_ours,
                 "polls": t.io.polls, "idle_sleeps": t.io.idle_sleeps },

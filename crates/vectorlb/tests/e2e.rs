@@ -529,7 +529,7 @@ fn health_checks_take_a_failed_backend_out_and_bring_it_back() {
     // UDP checks: a datagram must get an answer.
     c += &service("2001:db8::100", 5353, "udp", "fnat", "rr", Some("2001:db8:1::200"), &backends(true, 5353)).replace(
         "backends = [",
-        "health = { kind = \"udp\", send = \"ping\", expect = \"ping\", interval = 0.2, timeout = 0.2, rise = 1, fall = 2, on_down = \"end\" }\nbackends = [",
+        "health = { kind = \"udp\", send = \"ping\", expect = \"ping\", interval = 0.2, timeout = 0.2, rise = 1, fall = 2, on_down = \"reset\" }\nbackends = [",
     );
     // HTTPS checks of the same backends (self-signed certificates), for a TLS service.
     c += &service("10.0.0.100", 443, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 443)).replace(
@@ -581,7 +581,7 @@ fn health_checks_take_a_failed_backend_out_and_bring_it_back() {
     assert_spread(&r, 300, "be2 back");
 
     // UDP: be3's echo server is the only process in its namespace answering on 5353; stop it
-    // by taking its address away, and the UDP check ends its sessions ("end").
+    // by taking its address away, and the UDP check ends its sessions ("reset").
     let usvc = "/v1/services/udp/2001:db8::100/5353";
     for a in BE6 {
         wait_health(&t, usvc, a, "up", Duration::from_secs(5));

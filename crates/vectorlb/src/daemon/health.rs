@@ -1,7 +1,8 @@
 //! Health checks: one thread per (service, backend) checks it every `interval` through the
 //! host's own network stack (TCP connect, HTTP GET, UDP request/answer, or a command). After
 //! `fall` consecutive failures a backend is down: the published configuration gives it weight 0
-//! (`on_down = "keep"`: its sessions continue) or leaves it out (`"end"`: they end); after
+//! (`on_down = "keep"`: its sessions continue) or leaves it out (`"reset"`: they end, and
+//! TCP clients get a reset on their next packet); after
 //! `rise` consecutive successes it is up again. Backends start up.
 
 use super::{lock, Event};

@@ -196,7 +196,7 @@ impl Shared {
             for s in spec.services.iter_mut().filter(|s| s.proto == t.proto && s.vip == t.vip && s.port == t.vport) {
                 match on_down {
                     OnDown::Keep => s.backends.iter_mut().filter(|b| b.addr == t.addr && b.port == t.port).for_each(|b| b.weight = 0),
-                    OnDown::End => s.backends.retain(|b| !(b.addr == t.addr && b.port == t.port)),
+                    OnDown::Reset => s.backends.retain(|b| !(b.addr == t.addr && b.port == t.port)),
                 }
             }
         }
