@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build demo demo-offline test test-e2e test-ha fuzz fuzz-api bench-core bench-wrk clean
+.PHONY: all setup build demo demo-offline test test-e2e test-ha fuzz fuzz-api bench-core bench-wrk bench-cps-peers clean
 
 all: build
 
@@ -57,6 +57,12 @@ bench-wrk: build
 test-ha: setup
 	$(CARGO) test -p vectorlb --test ha -- --test-threads=1 --nocapture 2>&1 | tee $(OUT).ha.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^HA OK" $(OUT).ha.log | tail -1; rm -f $(OUT).ha.log
+
+# Connections per second with real TCP: vectorlb, nftables, HAProxy, nginx stream side by side.
+bench-cps-peers: build
+	@mkdir -p bench-results
+	bash scripts/bench-cps-peers.sh 5 16 | tee bench-results/cps-peers.jsonl
+	python3 scripts/bench-report.py
 
 # Only the end-to-end suite (root; network namespaces, AF_XDP, nginx).
 test-e2e: setup
