@@ -13,7 +13,8 @@
 //! (a 64-message window per sender) changes nothing and is counted. Batching adapts: a
 //! datagram leaves when 16 records are waiting or when the period has passed since the
 //! oldest; the period grows while the standby's acknowledgements fall behind and shrinks back
-//! when they catch up.
+//! when they catch up. Every 60 s the active node re-sends its whole table (paced), so the
+//! standby's expiry times follow sessions that stay in one state.
 
 use super::{lock, Shared, WorkerMsg};
 use hmac::{Hmac, Mac};
@@ -309,6 +310,8 @@ impl Sync {
 }
 
 const BASE_PERIOD: Duration = Duration::from_millis(2);
+/// How often the active node re-sends its whole table (expiry refresh on the standby).
+const REFRESH: Duration = Duration::from_secs(60);
 const MAX_PERIOD: Duration = Duration::from_millis(100);
 
 /// The sending side: batches what the workers report and, while this node is active, sends it.
@@ -316,7 +319,19 @@ pub fn sender(shared: Arc<Shared>, sync: Arc<Sync>, changes: Receiver<Vec<(u8, S
     let mut pending: Vec<(u8, SyncRecord)> = Vec::new();
     let mut oldest: Option<Instant> = None;
     let mut period = BASE_PERIOD;
+    let mut last_refresh = Instant::now();
     while !shared.stopping() {
+        // Sessions whose state does not change are sent once; re-send the whole table now and
+        // then so that the standby's expiry times follow the active node's.
+        if last_refresh.elapsed() >= REFRESH && shared.ha.answers_floating() {
+            last_refresh = Instant::now();
+            let (a, b) = (shared.clone(), sync.clone());
+            std::thread::spawn(move || {
+                for p in b.spec.peers.clone() {
+                    bulk(&a, &b, p);
+                }
+            });
+        }
         match changes.recv_timeout(period.max(Duration::from_millis(1))) {
             Ok(v) => {
                 if oldest.is_none() && !v.is_empty() {
