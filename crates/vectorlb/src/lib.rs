@@ -4,6 +4,7 @@
 pub mod api;
 pub mod ctl;
 pub mod daemon;
+pub mod gen;
 pub use vectorlb_http as http;
 pub mod metrics;
 pub mod probe;

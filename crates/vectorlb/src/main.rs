@@ -94,6 +94,8 @@ struct Common {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Traffic generator on DPDK ports: UDP flows at a rate; loss, reordering, latency.
+    Gen(vectorlb::gen::GenArgs),
     /// Throughput over N established sessions, packets drawn at random.
     Pipeline {
         #[arg(long, value_enum, default_value = "fnat")]
@@ -196,6 +198,15 @@ fn run(cli: Cli) -> Result<(), String> {
                     s.scheduler.name(),
                     s.backends.len()
                 );
+            }
+            Ok(())
+        }
+        Cmd::Bench(BenchCmd::Gen(a)) => {
+            let r = vectorlb::gen::run(&a)?;
+            if a.json {
+                println!("{r}");
+            } else {
+                println!("{}", serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
             }
             Ok(())
         }
