@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build demo demo-offline test test-e2e test-ha fuzz fuzz-api bench-core bench-wrk bench-cps-peers clean
+.PHONY: all setup build demo demo-offline test test-e2e test-ha fuzz fuzz-api bench-core bench-wrk bench-cps-peers bench-quick clean
 
 all: build
 
@@ -57,6 +57,11 @@ bench-wrk: build
 test-ha: setup
 	$(CARGO) test -p vectorlb --test ha -- --test-threads=1 --nocapture 2>&1 | tee $(OUT).ha.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^HA OK" $(OUT).ha.log | tail -1; rm -f $(OUT).ha.log
+
+# Reduced benchmark suite (< 3 min): last line one JSON object with lb_mpps, testpmd_mpps,
+# lb_vs_testpmd, lb_cps, nft_cps, haproxy_cps (root; installs the peers through setup).
+bench-quick: build
+	@bash scripts/bench-quick.sh 2>/dev/null
 
 # Connections per second with real TCP: vectorlb, nftables, HAProxy, nginx stream side by side.
 bench-cps-peers: build

@@ -6,10 +6,10 @@ set -euo pipefail
 # Build: a C compiler, DPDK 22.11 (its PMDs come with libdpdk-dev's dependencies), libbpf and
 # clang for the XDP program. Run time and tests: iproute2 (ip netns), ethtool, nginx, wrk,
 # curl, tcpdump, ping, keepalived (VRRP for the HA tests); the peers the benchmarks compare
-# with: nftables, HAProxy, nginx's stream module.
+# with: nftables, HAProxy, nginx's stream module, dpdk-testpmd (dpdk-dev).
 PKGS=(build-essential pkg-config ca-certificates libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
-      nftables haproxy libnginx-mod-stream)
+      nftables haproxy libnginx-mod-stream dpdk-dev)
 need_apt=()
 for pkg in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# `make bench-quick`: a reduced benchmark run (under 3 minutes) whose last line is one JSON
+# object: 64-byte UDP through full NAT with one worker against dpdk-testpmd io-forward on the
+# same AF_XDP ports (both driven by `vectorlb bench gen`), and real-TCP connections per second
+# through vectorlb, nftables and HAProxy (scripts/bench-cps-peers.sh, 3 s each).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=target/release/vectorlb
+P=vlbq
+DIR=$(mktemp -d /tmp/vectorlb-quick.XXXXXX)
+SECS=${QUICK_SECONDS:-4}
+netns_down() {
+    pkill -f "dpdk-testpmd.*$P" 2>/dev/null || true
+    for n in gen lb; do
+        for pid in $(ip netns pids "$P-$n" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+        ip netns del "$P-$n" 2>/dev/null || true
+    done
+}
+cleanup() {
+    netns_down
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+# Generator namespace (g0, g1) wired straight to the device under test's ports (ext0, int0).
+netns_down
+for n in gen lb; do ip netns add "$P-$n"; ip netns exec "$P-$n" ip link set lo up; done
+ip link add "$P-g0" type veth peer name "$P-e0"
+ip link add "$P-g1" type veth peer name "$P-i0"
+ip link set "$P-g0" netns "$P-gen" name g0
+ip link set "$P-g1" netns "$P-gen" name g1
+ip link set "$P-e0" netns "$P-lb" name ext0
+ip link set "$P-i0" netns "$P-lb" name int0
+for d in g0 g1; do ip netns exec "$P-gen" ip link set "$d" up; done
+for d in ext0 int0; do ip netns exec "$P-lb" ip link set "$d" up; done
+G1=$(ip netns exec "$P-gen" cat /sys/class/net/g1/address)
+E0=$(ip netns exec "$P-lb" cat /sys/class/net/ext0/address)
+
+gen() {
+    ip netns exec "$P-gen" "$BIN" bench gen --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
+        --dst-mac "$E0" --rate 0 --seconds "$SECS" --json 2>/dev/null | tail -1
+}
+
+# 1. vectorlb, full NAT, one worker, busy polling.
+cat > "$DIR/lb.toml" <<CONF
+[runtime]
+api = "unix:$DIR/api.sock"
+run_dir = "$DIR"
+idle_sleep_us = 0
+cpus = [1]
+
+[[ports]]
+name = "ext"
+device = "net_af_xdp0,iface=ext0"
+addrs = ["10.0.0.1/24"]
+
+[[ports]]
+name = "int"
+device = "net_af_xdp1,iface=int0"
+addrs = ["10.1.0.1/24"]
+
+[[neighbors]]
+ip = "10.1.0.11"
+mac = "$G1"
+
+[[services]]
+vip = "10.0.0.100"
+port = 9
+proto = "udp"
+mode = "fnat"
+scheduler = "rr"
+local_addrs = ["10.1.0.200"]
+backends = [{ addr = "10.1.0.11", port = 9 }]
+CONF
+ip netns exec "$P-lb" "$BIN" run --config "$DIR/lb.toml" > "$DIR/lb.log" 2>&1 &
+LB=$!
+for _ in $(seq 100); do "$BIN" ctl --api "unix:$DIR/api.sock" --raw GET /v1/health >/dev/null 2>&1 && break; sleep 0.1; done
+sleep 1
+LBR=$(gen)
+echo "$LBR" >&2
+kill -TERM $LB; wait $LB || true
+sleep 1
+
+# 2. dpdk-testpmd io-forward between the same two ports (the I/O ceiling).
+mkfifo "$DIR/tp.in"
+(sleep $((SECS + 8)); echo) > "$DIR/tp.in" &
+ip netns exec "$P-lb" dpdk-testpmd -l 0,1 --in-memory --log-level '*:error' --file-prefix "$P" \
+    --vdev net_af_xdp0,iface=ext0 --vdev net_af_xdp1,iface=int0 -- \
+    --forward-mode=io --auto-start --nb-cores=1 < "$DIR/tp.in" > "$DIR/testpmd.log" 2>&1 &
+TP=$!
+sleep 3
+TPR=$(gen)
+echo "$TPR" >&2
+kill -INT $TP 2>/dev/null || true; wait $TP 2>/dev/null || true
+
+# 3. Connections per second with real TCP.
+CPS=$(bash scripts/bench-cps-peers.sh 3 16 2>/dev/null || true)
+echo "$CPS" >&2
+
+python3 - "$LBR" "$TPR" "$CPS" <<'PY'
+import json, sys
+lb = json.loads(sys.argv[1]); tp = json.loads(sys.argv[2])
+cps = {}
+for l in sys.argv[3].splitlines():
+    if l.strip():
+        r = json.loads(l)
+        cps[r["peer"]] = round(r["result"].get("requests_per_second", 0))
+out = {
+    "lb_mpps": round(lb["rx_mpps"], 3), "testpmd_mpps": round(tp["rx_mpps"], 3),
+    "lb_vs_testpmd": round(lb["rx_mpps"] / tp["rx_mpps"], 3) if tp["rx_mpps"] else None,
+    "lb_loss_ratio": round(lb["loss_ratio"], 4), "testpmd_loss_ratio": round(tp["loss_ratio"], 4),
+    "lb_cps": cps.get("vectorlb"), "nft_cps": cps.get("nftables"), "haproxy_cps": cps.get("haproxy"),
+    "nginx_stream_cps": cps.get("nginx_stream"), "frame_bytes": 64, "seconds": lb["seconds"],
+}
+print(json.dumps(out))
+PY
