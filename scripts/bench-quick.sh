@@ -9,32 +9,13 @@ BIN=target/release/vectorlb
 P=vlbq
 DIR=$(mktemp -d /tmp/vectorlb-quick.XXXXXX)
 SECS=${QUICK_SECONDS:-4}
-netns_down() {
-    pkill -f "dpdk-testpmd.*$P" 2>/dev/null || true
-    for n in gen lb; do
-        for pid in $(ip netns pids "$P-$n" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-        ip netns del "$P-$n" 2>/dev/null || true
-    done
-}
 cleanup() {
-    netns_down
+    pkill -f "dpdk-testpmd.*$P" 2>/dev/null || true
+    bash scripts/gen-topo.sh down "$P"
     rm -rf "$DIR"
 }
 trap cleanup EXIT
-
-# Generator namespace (g0, g1) wired straight to the device under test's ports (ext0, int0).
-netns_down
-for n in gen lb; do ip netns add "$P-$n"; ip netns exec "$P-$n" ip link set lo up; done
-ip link add "$P-g0" type veth peer name "$P-e0"
-ip link add "$P-g1" type veth peer name "$P-i0"
-ip link set "$P-g0" netns "$P-gen" name g0
-ip link set "$P-g1" netns "$P-gen" name g1
-ip link set "$P-e0" netns "$P-lb" name ext0
-ip link set "$P-i0" netns "$P-lb" name int0
-for d in g0 g1; do ip netns exec "$P-gen" ip link set "$d" up; done
-for d in ext0 int0; do ip netns exec "$P-lb" ip link set "$d" up; done
-G1=$(ip netns exec "$P-gen" cat /sys/class/net/g1/address)
-E0=$(ip netns exec "$P-lb" cat /sys/class/net/ext0/address)
+read -r G1 E0 < <(bash scripts/gen-topo.sh up "$P")
 
 gen() {
     ip netns exec "$P-gen" "$BIN" bench gen --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \

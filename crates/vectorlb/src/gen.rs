@@ -101,119 +101,239 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
     sorted[(((p / 100.0) * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)] as f64 / 1000.0
 }
 
-pub fn run(a: &GenArgs) -> Result<serde_json::Value, String> {
-    if !(60..=9000).contains(&a.size) || a.size < 42 + PAYLOAD_MIN {
-        return Err(format!("--size: {} is out of range 64..=9000", a.size));
+/// The generator's ports, opened once for any number of trials.
+pub struct Gen {
+    _eal: Eal,
+    pool: Mempool,
+    tx: Port,
+    rx: Port,
+    two: bool,
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+}
+
+/// One trial's counts.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    pub size: usize,
+    pub rate: u64,
+    pub seconds: f64,
+    pub sent: u64,
+    pub received: u64,
+    pub reordered: u64,
+    pub foreign: u64,
+    pub lat_ns: Vec<u64>,
+}
+
+impl Trial {
+    pub fn loss_ratio(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            self.sent.saturating_sub(self.received) as f64 / self.sent as f64
+        }
+    }
+
+    pub fn json(&self, flows: u16) -> serde_json::Value {
+        let lat = &self.lat_ns;
+        json!({
+            "bench": "gen", "size": self.size, "flows": flows, "rate_pps": self.rate, "seconds": self.seconds,
+            "sent": self.sent, "received": self.received, "lost": self.sent.saturating_sub(self.received), "reordered": self.reordered,
+            "not_ours": self.foreign,
+            "tx_mpps": self.sent as f64 / self.seconds / 1e6, "rx_mpps": self.received as f64 / self.seconds / 1e6,
+            "loss_ratio": self.loss_ratio(),
+            "latency_us": { "p50": pct(lat, 50.0), "p90": pct(lat, 90.0), "p99": pct(lat, 99.0), "p99_9": pct(lat, 99.9), "max": pct(lat, 100.0) },
+        })
+    }
+}
+
+impl Gen {
+    pub fn open(a: &GenArgs, max_size: usize) -> Result<Gen, String> {
+        let dst_mac = vectorlb_config::parse_mac(&a.dst_mac).ok_or_else(|| format!("--dst-mac: '{}' is not a MAC address", a.dst_mac))?;
+        let mut devs = vec![a.tx.clone()];
+        if let Some(r) = &a.rx {
+            if r != &a.tx {
+                devs.push(r.clone());
+            }
+        }
+        let eal_args: Vec<String> = a.eal.split_whitespace().map(str::to_string).collect();
+        let eal = Eal::init(&eal_args, &devs).map_err(|e| e.to_string())?;
+        let room = (max_size + 128).max(2048 + 128).min(u16::MAX as usize) as u16;
+        let pool = Mempool::new(&eal, "vlbgen", 16383, 256, room).map_err(|e| e.to_string())?;
+        let tx = Port::find(&eal, &devs[0]).map_err(|e| e.to_string())?;
+        let rx = if devs.len() > 1 { Port::find(&eal, &devs[1]).map_err(|e| e.to_string())? } else { tx };
+        let two = devs.len() > 1;
+        for p in if two { vec![tx, rx] } else { vec![tx] } {
+            p.setup(1, 1024, &pool, 0).map_err(|e| e.to_string())?;
+            p.start().map_err(|e| e.to_string())?;
+        }
+        let src_mac = tx.mac().map_err(|e| e.to_string())?;
+        Ok(Gen { _eal: eal, pool, tx, rx, two, src_mac, dst_mac })
+    }
+
+    /// Sends `size`-byte frames (without FCS) at `rate` pps (0: as fast as the port takes)
+    /// for `seconds`, receiving until 300 ms after the last.
+    pub fn trial(&mut self, a: &GenArgs, size: usize, rate: u64, seconds: f64) -> Trial {
+        let (tx, rx, pool) = (self.tx, self.rx, &self.pool);
+        let mut template = vec![0u8; size];
+        let start = Instant::now();
+        let end = start + Duration::from_secs_f64(seconds);
+        let mut seq = 0u64;
+        let mut flow = 0u16;
+        let mut t = Trial { size, rate, seconds, sent: 0, received: 0, reordered: 0, foreign: 0, lat_ns: Vec::with_capacity(1 << 20) };
+        let mut top = 0u64;
+        let mut any = false;
+        let mut burst: Vec<Mbuf> = Vec::with_capacity(32);
+        let mut rxb: Vec<Option<Mbuf>> = (0..64).map(|_| None).collect();
+        let mut drain_until = None;
+        loop {
+            let now = Instant::now();
+            if now >= end && drain_until.is_none() {
+                drain_until = Some(now + Duration::from_millis(300));
+            }
+            if drain_until.is_some_and(|d| now >= d) {
+                break;
+            }
+            if drain_until.is_none() {
+                let due = if rate == 0 { u64::MAX } else { (start.elapsed().as_secs_f64() * rate as f64) as u64 };
+                let n = due.saturating_sub(t.sent).min(32) as usize;
+                let ts = start.elapsed().as_nanos() as u64;
+                for _ in 0..n {
+                    let Some(mut m) = pool.alloc() else { break };
+                    build(&mut template, a, self.src_mac, self.dst_mac, flow, seq + burst.len() as u64, ts);
+                    if !m.load(&template) {
+                        free_bulk(std::slice::from_mut(&mut m));
+                        break;
+                    }
+                    burst.push(m);
+                    flow = (flow + 1) % a.flows;
+                }
+                if !burst.is_empty() {
+                    let k = tx.tx(0, &mut burst);
+                    t.sent += k as u64;
+                    seq += k as u64;
+                    if k < burst.len() {
+                        free_bulk(&mut burst[k..]);
+                    }
+                    burst.clear();
+                }
+            }
+            let n = rx.rx(0, &mut rxb);
+            if n > 0 {
+                let now_ns = start.elapsed().as_nanos() as u64;
+                let mut got: Vec<Mbuf> = rxb[..n].iter_mut().map(|m| m.take().unwrap()).collect();
+                for m in &got {
+                    match parse(m.data()) {
+                        Some((_, s, ts)) => {
+                            t.received += 1;
+                            if any && s < top {
+                                t.reordered += 1;
+                            } else {
+                                top = s;
+                                any = true;
+                            }
+                            if t.lat_ns.len() < t.lat_ns.capacity() {
+                                t.lat_ns.push(now_ns.saturating_sub(ts));
+                            }
+                        }
+                        None => t.foreign += 1,
+                    }
+                }
+                free_bulk(&mut got);
+            }
+        }
+        t.lat_ns.sort_unstable();
+        t
+    }
+}
+
+impl Drop for Gen {
+    fn drop(&mut self) {
+        for p in if self.two { vec![self.tx, self.rx] } else { vec![self.tx] } {
+            p.stop();
+        }
+    }
+}
+
+fn check(a: &GenArgs, size: usize) -> Result<(), String> {
+    if !(60..=9000).contains(&size) || size < 42 + PAYLOAD_MIN {
+        return Err(format!("frame size: {} is out of range 64..=9004 on the wire", size + 4));
     }
     if a.flows == 0 {
         return Err("--flows: at least 1".into());
     }
-    let dst_mac = vectorlb_config::parse_mac(&a.dst_mac).ok_or_else(|| format!("--dst-mac: '{}' is not a MAC address", a.dst_mac))?;
-    let mut devs = vec![a.tx.clone()];
-    if let Some(r) = &a.rx {
-        if r != &a.tx {
-            devs.push(r.clone());
+    Ok(())
+}
+
+pub fn run(a: &GenArgs) -> Result<serde_json::Value, String> {
+    check(a, a.size)?;
+    let mut g = Gen::open(a, a.size)?;
+    Ok(g.trial(a, a.size, a.rate, a.seconds).json(a.flows))
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Rfc2544Args {
+    #[command(flatten)]
+    pub gen: GenArgs,
+    /// Frame sizes on the wire (with FCS).
+    #[arg(long, value_delimiter = ',', default_value = "64,128,256,512,1024,1280,1518")]
+    pub sizes: Vec<usize>,
+    /// Seconds per trial.
+    #[arg(long, default_value_t = 2.0)]
+    pub trial_seconds: f64,
+    /// Stop the search when the bounds are this close, as a fraction of MAX.
+    #[arg(long, default_value_t = 0.02)]
+    pub resolution: f64,
+    /// Loss ratio allowed for PDR (0.00001 = 0.001 %).
+    #[arg(long, default_value_t = 0.00001)]
+    pub pdr_loss: f64,
+}
+
+/// Highest rate (pps) whose loss ratio is at most `allowed`, by binary search below `max`.
+fn search(g: &mut Gen, a: &Rfc2544Args, size: usize, max: u64, allowed: f64, trials: &mut Vec<serde_json::Value>) -> u64 {
+    let (mut lo, mut hi) = (0u64, max);
+    let step = ((max as f64) * a.resolution).max(1000.0) as u64;
+    while hi - lo > step {
+        let mid = (lo + hi) / 2;
+        let t = g.trial(&a.gen, size, mid, a.trial_seconds);
+        let ok = t.loss_ratio() <= allowed;
+        trials.push(json!({ "size": size + 4, "rate_pps": mid, "loss_ratio": t.loss_ratio(), "pass": ok }));
+        if ok {
+            lo = mid;
+        } else {
+            hi = mid;
         }
     }
-    let eal_args: Vec<String> = a.eal.split_whitespace().map(str::to_string).collect();
-    let eal = Eal::init(&eal_args, &devs).map_err(|e| e.to_string())?;
-    let room = (a.size + 128).max(2048 + 128) as u16;
-    let pool = Mempool::new(&eal, "vlbgen", 16383, 256, room).map_err(|e| e.to_string())?;
-    let tx = Port::find(&eal, &devs[0]).map_err(|e| e.to_string())?;
-    let rx = if devs.len() > 1 { Port::find(&eal, &devs[1]).map_err(|e| e.to_string())? } else { tx };
-    for p in if devs.len() > 1 { vec![tx, rx] } else { vec![tx] } {
-        p.setup(1, 1024, &pool, 0).map_err(|e| e.to_string())?;
-        p.start().map_err(|e| e.to_string())?;
+    lo
+}
+
+/// RFC 2544 throughput per frame size: MAX (the received rate at full offered load), NDR (no
+/// loss) and PDR (loss at most `--pdr-loss`), one JSON object per size.
+pub fn rfc2544(a: &Rfc2544Args) -> Result<Vec<serde_json::Value>, String> {
+    let sizes: Vec<usize> = a.sizes.iter().map(|s| s.saturating_sub(4)).collect();
+    for &s in &sizes {
+        check(&a.gen, s)?;
     }
-    let src_mac = tx.mac().map_err(|e| e.to_string())?;
-    let mut template = vec![0u8; a.size];
-    let start = Instant::now();
-    let end = start + Duration::from_secs_f64(a.seconds);
-    let mut seq = 0u64;
-    let mut flow = 0u16;
-    let (mut sent, mut received, mut reordered, mut foreign) = (0u64, 0u64, 0u64, 0u64);
-    let mut last: Vec<u64> = vec![0; a.flows as usize];
-    let mut seen: Vec<bool> = vec![false; a.flows as usize];
-    let mut lat: Vec<u64> = Vec::with_capacity(1 << 20);
-    let mut burst: Vec<Mbuf> = Vec::with_capacity(32);
-    let mut rxb: Vec<Option<Mbuf>> = (0..64).map(|_| None).collect();
-    let mut drain_until = None;
-    loop {
-        let now = Instant::now();
-        if now >= end && drain_until.is_none() {
-            drain_until = Some(now + Duration::from_millis(300));
-        }
-        if drain_until.is_some_and(|d| now >= d) {
-            break;
-        }
-        // Send: as many as the rate allows now (up to a burst).
-        if drain_until.is_none() {
-            let due = if a.rate == 0 { u64::MAX } else { (start.elapsed().as_secs_f64() * a.rate as f64) as u64 };
-            let n = due.saturating_sub(sent).min(32) as usize;
-            let ts = start.elapsed().as_nanos() as u64;
-            for _ in 0..n {
-                let Some(mut m) = pool.alloc() else { break };
-                build(&mut template, a, src_mac, dst_mac, flow, seq, ts);
-                if !m.load(&template) {
-                    free_bulk(std::slice::from_mut(&mut m));
-                    break;
-                }
-                burst.push(m);
-                seq += 1;
-                flow = (flow + 1) % a.flows;
-            }
-            if !burst.is_empty() {
-                let k = tx.tx(0, &mut burst);
-                sent += k as u64;
-                if k < burst.len() {
-                    // Not taken: give back the sequence numbers with the buffers.
-                    seq -= (burst.len() - k) as u64;
-                    flow = ((flow as u64 + a.flows as u64 * 64 - (burst.len() - k) as u64) % a.flows as u64) as u16;
-                    free_bulk(&mut burst[k..]);
-                }
-                burst.clear();
-            }
-        }
-        // Receive.
-        let n = rx.rx(0, &mut rxb);
-        if n > 0 {
-            let t = start.elapsed().as_nanos() as u64;
-            let mut got: Vec<Mbuf> = rxb[..n].iter_mut().map(|m| m.take().unwrap()).collect();
-            for m in &got {
-                match parse(m.data()) {
-                    Some((f, s, ts)) => {
-                        received += 1;
-                        let fi = if (f as usize) < last.len() { f as usize } else { 0 };
-                        if seen[fi] && s < last[fi] {
-                            reordered += 1;
-                        } else {
-                            last[fi] = s;
-                            seen[fi] = true;
-                        }
-                        if lat.len() < lat.capacity() {
-                            lat.push(t.saturating_sub(ts));
-                        }
-                    }
-                    _ => foreign += 1,
-                }
-            }
-            free_bulk(&mut got);
-        }
+    let mut g = Gen::open(&a.gen, sizes.iter().copied().max().unwrap_or(60))?;
+    let mut out = Vec::new();
+    for &size in &sizes {
+        let full = g.trial(&a.gen, size, 0, a.trial_seconds);
+        let offered = (full.sent as f64 / a.trial_seconds) as u64;
+        let max = (full.received as f64 / a.trial_seconds) as u64;
+        let mut trials = Vec::new();
+        let ndr = search(&mut g, a, size, offered, 0.0, &mut trials);
+        let pdr = search(&mut g, a, size, offered, a.pdr_loss, &mut trials);
+        let at_ndr = g.trial(&a.gen, size, ndr.max(1), a.trial_seconds);
+        out.push(json!({
+            "bench": "rfc2544", "frame_bytes": size + 4, "trial_seconds": a.trial_seconds,
+            "offered_mpps": offered as f64 / 1e6, "max_mpps": max as f64 / 1e6,
+            "ndr_mpps": ndr as f64 / 1e6, "pdr_mpps": pdr as f64 / 1e6, "pdr_loss": a.pdr_loss,
+            "max_gbps": max as f64 * (size + 4 + 20) as f64 * 8.0 / 1e9,
+            "ndr_latency_us": at_ndr.json(a.gen.flows)["latency_us"].clone(),
+            "trials": trials,
+        }));
     }
-    let secs = a.seconds;
-    lat.sort_unstable();
-    for p in if devs.len() > 1 { vec![tx, rx] } else { vec![tx] } {
-        p.stop();
-    }
-    drop(eal);
-    Ok(json!({
-        "bench": "gen", "size": a.size, "flows": a.flows, "rate_pps": a.rate, "seconds": secs,
-        "sent": sent, "received": received, "lost": sent.saturating_sub(received), "reordered": reordered,
-        "not_ours": foreign,
-        "tx_mpps": sent as f64 / secs / 1e6, "rx_mpps": received as f64 / secs / 1e6,
-        "loss_ratio": if sent == 0 { 0.0 } else { sent.saturating_sub(received) as f64 / sent as f64 },
-        "latency_us": { "p50": pct(&lat, 50.0), "p90": pct(&lat, 90.0), "p99": pct(&lat, 99.0), "p99_9": pct(&lat, 99.9), "max": pct(&lat, 100.0) },
-    }))
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -96,6 +96,8 @@ struct Common {
 enum BenchCmd {
     /// Traffic generator on DPDK ports: UDP flows at a rate; loss, reordering, latency.
     Gen(vectorlb::gen::GenArgs),
+    /// RFC 2544 throughput per frame size: MAX, NDR (no loss) and PDR, by binary search.
+    Rfc2544(vectorlb::gen::Rfc2544Args),
     /// Throughput over N established sessions, packets drawn at random.
     Pipeline {
         #[arg(long, value_enum, default_value = "fnat")]
@@ -198,6 +200,12 @@ fn run(cli: Cli) -> Result<(), String> {
                     s.scheduler.name(),
                     s.backends.len()
                 );
+            }
+            Ok(())
+        }
+        Cmd::Bench(BenchCmd::Rfc2544(a)) => {
+            for r in vectorlb::gen::rfc2544(&a)? {
+                println!("{r}");
             }
             Ok(())
         }
