@@ -11,9 +11,9 @@
 #   scripts/bench-cps-peers.sh [SECONDS] [CONCURRENCY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 SECONDS_=${1:-5}
 CONC=${2:-16}
-BIN=target/release/vectorlb
 P=vlbcps
 DIR=$(mktemp -d /tmp/vectorlb-cps.XXXXXX)
 cleanup() {
@@ -60,21 +60,7 @@ measure() {
 
 # 1. vectorlb: full NAT, four local addresses (1,000+ connections per second each; see
 #    docs/operations.md).
-cat > "$DIR/lb.toml" <<CONF
-[runtime]
-api = "unix:$DIR/api.sock"
-run_dir = "$DIR"
-
-[[ports]]
-name = "ext"
-device = "net_af_xdp0,iface=ext0"
-addrs = ["10.0.0.1/24"]
-
-[[ports]]
-name = "int"
-device = "net_af_xdp1,iface=int0"
-addrs = ["10.1.0.1/24"]
-
+{ lb_base_config "$DIR"; cat <<CONF
 [[services]]
 vip = "10.0.0.100"
 port = 80
@@ -84,9 +70,9 @@ scheduler = "rr"
 local_addrs = ["10.1.0.200", "10.1.0.201", "10.1.0.202", "10.1.0.203", "10.1.0.204", "10.1.0.205", "10.1.0.206", "10.1.0.207"]
 backends = [{ addr = "10.1.0.11", port = 80 }, { addr = "10.1.0.12", port = 80 }, { addr = "10.1.0.13", port = 80 }]
 CONF
-lbns "$BIN" run --config "$DIR/lb.toml" > "$DIR/lb.log" 2>&1 &
-LB=$!
-for _ in $(seq 100); do "$BIN" ctl --api "unix:$DIR/api.sock" --raw GET /v1/health >/dev/null 2>&1 && break; sleep 0.1; done
+} > "$DIR/lb.toml"
+start_lb "$P-lb" "$DIR/lb.toml" "$DIR"
+LB=$LB_PID
 sleep 2
 measure vectorlb
 kill -TERM $LB; wait $LB || true
@@ -119,7 +105,7 @@ lbns nft delete table ip vlbpeer
 # 3. HAProxy, TCP mode.
 cat > "$DIR/haproxy.cfg" <<CONF
 global
-    maxconn 20000
+    maxconn 8000
     nbthread 1
 defaults
     mode tcp
@@ -135,10 +121,11 @@ backend be
     server be2 10.1.0.12:80
     server be3 10.1.0.13:80
 CONF
-lbns haproxy -f "$DIR/haproxy.cfg" -db > "$DIR/haproxy.log" 2>&1 &
+ip netns exec "$P-lb" haproxy -f "$DIR/haproxy.cfg" -db > "$DIR/haproxy.log" 2>&1 &
 HP=$!
 measure haproxy
 kill $HP 2>/dev/null || true; wait $HP 2>/dev/null || true
+for _ in $(seq 50); do lbns ss -Hltn 'sport = :80' | grep -q . || break; sleep 0.1; done
 
 # 4. nginx stream.
 mkdir -p "$DIR/ngx"
@@ -147,7 +134,7 @@ load_module /usr/lib/nginx/modules/ngx_stream_module.so;
 worker_processes 1;
 pid $DIR/ngx/nginx.pid;
 error_log $DIR/ngx/error.log warn;
-events { worker_connections 20000; }
+events { worker_connections 8000; }
 stream {
     upstream be { server 10.1.0.11:80; server 10.1.0.12:80; server 10.1.0.13:80; }
     server { listen 10.0.0.100:80; proxy_pass be; }

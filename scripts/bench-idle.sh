@@ -4,30 +4,14 @@
 # idle_sleep_us = 200) and with pure busy polling (idle_sleep_us = 0). One JSON line per mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=target/release/vectorlb
+. scripts/lib.sh
 P=vlbidle
 DIR=$(mktemp -d /tmp/vectorlb-idle.XXXXXX)
 trap 'rc=$?; [ $rc -ne 0 ] && cat "$DIR/lb.log" >&2; pkill -f "$DIR/lb" 2>/dev/null || true; bash scripts/netns.sh down $P >/dev/null 2>&1; rm -rf "$DIR"; exit $rc' EXIT
 bash scripts/netns.sh up "$P" two-arm
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 for sleep_us in 200 0; do
-    cat > "$DIR/lb$sleep_us.toml" <<CONF
-[runtime]
-api = "unix:$DIR/api.sock"
-run_dir = "$DIR"
-mbufs = 8191
-idle_sleep_us = $sleep_us
-
-[[ports]]
-name = "ext"
-device = "net_af_xdp0,iface=ext0"
-addrs = ["10.0.0.1/24"]
-
-[[ports]]
-name = "int"
-device = "net_af_xdp1,iface=int0"
-addrs = ["10.1.0.1/24"]
-
+    { lb_base_config "$DIR" "mbufs = 8191" "idle_sleep_us = $sleep_us"; cat <<CONF
 [[services]]
 vip = "10.0.0.100"
 port = 80
@@ -36,8 +20,9 @@ mode = "fnat"
 local_addrs = ["10.1.0.200"]
 backends = [{ addr = "10.1.0.11", port = 80 }]
 CONF
-    ip netns exec "$P-lb" "$BIN" run --config "$DIR/lb$sleep_us.toml" > "$DIR/lb.log" 2>&1 &
-    pid=$!
+    } > "$DIR/lb$sleep_us.toml"
+    start_lb "$P-lb" "$DIR/lb$sleep_us.toml" "$DIR"
+    pid=$LB_PID
     sleep 3
     hz=$(getconf CLK_TCK)
     t0=$(ticks $pid); sleep 5; t1=$(ticks $pid)

@@ -5,7 +5,7 @@
 # through vectorlb, nftables and HAProxy (scripts/bench-cps-peers.sh, 3 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=target/release/vectorlb
+. scripts/lib.sh
 P=vlbq
 DIR=$(mktemp -d /tmp/vectorlb-quick.XXXXXX)
 SECS=${QUICK_SECONDS:-4}
@@ -23,39 +23,9 @@ gen() {
 }
 
 # 1. vectorlb, full NAT, one worker, busy polling.
-cat > "$DIR/lb.toml" <<CONF
-[runtime]
-api = "unix:$DIR/api.sock"
-run_dir = "$DIR"
-idle_sleep_us = 0
-cpus = [1]
-
-[[ports]]
-name = "ext"
-device = "net_af_xdp0,iface=ext0"
-addrs = ["10.0.0.1/24"]
-
-[[ports]]
-name = "int"
-device = "net_af_xdp1,iface=int0"
-addrs = ["10.1.0.1/24"]
-
-[[neighbors]]
-ip = "10.1.0.11"
-mac = "$G1"
-
-[[services]]
-vip = "10.0.0.100"
-port = 9
-proto = "udp"
-mode = "fnat"
-scheduler = "rr"
-local_addrs = ["10.1.0.200"]
-backends = [{ addr = "10.1.0.11", port = 9 }]
-CONF
-ip netns exec "$P-lb" "$BIN" run --config "$DIR/lb.toml" > "$DIR/lb.log" 2>&1 &
-LB=$!
-for _ in $(seq 100); do "$BIN" ctl --api "unix:$DIR/api.sock" --raw GET /v1/health >/dev/null 2>&1 && break; sleep 0.1; done
+gen_lb_config "$DIR" "$G1" > "$DIR/lb.toml"
+start_lb "$P-lb" "$DIR/lb.toml" "$DIR"
+LB=$LB_PID
 sleep 1
 LBR=$(gen)
 echo "$LBR" >&2

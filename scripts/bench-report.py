@@ -107,11 +107,14 @@ if os.path.exists(cps_path):
         x = r["result"]
         l = x.get("latency_ms", {})
         w(f"| {r['peer']} | {int(x.get('requests_per_second', 0)):,} | {x.get('errors')} | {l.get('p50')} | {l.get('p99')} | {l.get('p99_9')} |")
-    w("\nOn this 2-core VM the client's and the backends' kernel TCP stacks, which share the two "
-      "cores with the balancer, bound every peer to about the same rate: these figures show that "
-      "vectorlb keeps up with real TCP and its latency percentiles, not which balancer is "
-      "fastest (the pipeline alone does 2.1 M connections/s, above). A fair CPS comparison needs "
-      "the client and the servers on other machines.\n")
+    w("\nWhere vectorlb loses: on this 2-core VM the client, the three nginx and the balancer "
+      "share two cores. nftables forwards in the kernel's softirq and costs the others little; "
+      "vectorlb's worker polls (and backs off only when idle), taking CPU from the client and "
+      "nginx under load, so it trails the kernel here by about a third. HAProxy and nginx "
+      "stream terminate both TCP connections in user space and are slowest. The pipeline "
+      "alone does 2.1 M connections/s (above), so the limit is the shared CPU, not vectorlb's "
+      "per-connection work; a fair comparison puts the client and servers on other machines and "
+      "gives the balancer its own core.\n")
 idle_path = os.path.join(root, "bench-results/idle.jsonl")
 if os.path.exists(idle_path):
     idle = [json.loads(l) for l in open(idle_path) if l.strip()]

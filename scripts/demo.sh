@@ -5,7 +5,7 @@
 #   DEMO OK requests=<n> errors=<n> backends=<n served>
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=target/release/vectorlb
+. scripts/lib.sh
 P=vlbdemo
 DIR=$(mktemp -d /tmp/vectorlb-demo.XXXXXX)
 REQUESTS=${DEMO_REQUESTS:-3000}
@@ -57,24 +57,9 @@ CONF
 done
 
 # The embedded default configuration: full NAT, Maglev, one VIP.
-cat > "$DIR/lb.toml" <<CONF
+{ lb_base_config "$DIR" "mbufs = 8191"; cat <<CONF
 [global]
 max_sessions = 100000
-
-[runtime]
-api = "unix:$DIR/api.sock"
-run_dir = "$DIR"
-mbufs = 8191
-
-[[ports]]
-name = "ext"
-device = "net_af_xdp0,iface=ext0"
-addrs = ["10.0.0.1/24"]
-
-[[ports]]
-name = "int"
-device = "net_af_xdp1,iface=int0"
-addrs = ["10.1.0.1/24"]
 
 [[services]]
 vip = "10.0.0.100"
@@ -89,16 +74,12 @@ backends = [
     { addr = "10.1.0.13", port = 8080 },
 ]
 CONF
+} > "$DIR/lb.toml"
 export VECTORLB_API="unix:$DIR/api.sock"
 
 say "starting: ip netns exec $P-lb vectorlb run --config lb.toml"
-ip netns exec "$P-lb" "$BIN" run --config "$DIR/lb.toml" > "$DIR/lb.log" 2>&1 &
-LB_PID=$!
-for _ in $(seq 100); do
-    if "$BIN" ctl --raw GET /v1/health >/dev/null 2>&1; then break; fi
-    kill -0 "$LB_PID" 2>/dev/null || { echo "vectorlb run exited" >&2; exit 1; }
-    sleep 0.1
-done
+start_lb "$P-lb" "$DIR/lb.toml" "$DIR"
+LB_PID=$LB_PID
 # Wait until the LB has resolved its backends (ARP).
 for _ in $(seq 100); do
     if [ "$("$BIN" ctl --raw GET /v1/services | grep -c '"resolved": true')" -ge 3 ]; then break; fi

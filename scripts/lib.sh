@@ -1,0 +1,63 @@
+# Shared by the demo and benchmark scripts (sourced, not run).
+
+BIN=${BIN:-target/release/vectorlb}
+
+# The [runtime] section and the LB's two AF_XDP ports (ext0 10.0.0.1/24, int0 10.1.0.1/24).
+#   lb_base_config DIR [EXTRA_RUNTIME_LINE ...]
+lb_base_config() {
+    local dir=$1
+    shift
+    printf '[runtime]\napi = "unix:%s/api.sock"\nrun_dir = "%s"\n' "$dir" "$dir"
+    local l
+    for l in "$@"; do printf '%s\n' "$l"; done
+    cat <<'CONF'
+
+[[ports]]
+name = "ext"
+device = "net_af_xdp0,iface=ext0"
+addrs = ["10.0.0.1/24"]
+
+[[ports]]
+name = "int"
+device = "net_af_xdp1,iface=int0"
+addrs = ["10.1.0.1/24"]
+
+CONF
+}
+
+# The generator topology's LB: full NAT of UDP to one backend whose MAC is the generator's
+# second port, one busy-polling worker pinned to CPU 1.
+#   gen_lb_config DIR G1_MAC
+gen_lb_config() {
+    lb_base_config "$1" "idle_sleep_us = 0" "cpus = [1]"
+    cat <<CONF
+[[neighbors]]
+ip = "10.1.0.11"
+mac = "$2"
+
+[[services]]
+vip = "10.0.0.100"
+port = 9
+proto = "udp"
+mode = "fnat"
+scheduler = "rr"
+local_addrs = ["10.1.0.200"]
+backends = [{ addr = "10.1.0.11", port = 9 }]
+CONF
+}
+
+# Starts `vectorlb run` in namespace NS with CONFIG (log in DIR/lb.log), sets LB_PID, and waits
+# until its API (unix:DIR/api.sock) answers.
+#   start_lb NS CONFIG DIR
+start_lb() {
+    ip netns exec "$1" "$BIN" run --config "$2" > "$3/lb.log" 2>&1 &
+    LB_PID=$!
+    local _
+    for _ in $(seq 100); do
+        "$BIN" ctl --api "unix:$3/api.sock" --raw GET /v1/health >/dev/null 2>&1 && return 0
+        kill -0 "$LB_PID" 2>/dev/null || { echo "vectorlb run exited:" >&2; cat "$3/lb.log" >&2; return 1; }
+        sleep 0.1
+    done
+    echo "vectorlb run did not come up" >&2
+    return 1
+}
