@@ -28,23 +28,8 @@ bash scripts/netns.sh up "$P" two-arm >/dev/null
 # The kernel's own address on the LB's inner port (netns.sh) would answer for nothing here.
 lbns ip addr flush dev int0
 for i in 1 2 3; do
-    d=$DIR/be$i
-    mkdir -p "$d"
-    cat > "$d/nginx.conf" <<CONF
-worker_processes 1;
-pid $d/nginx.pid;
-error_log $d/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $d/body; proxy_temp_path $d/proxy; fastcgi_temp_path $d/fcgi;
-    uwsgi_temp_path $d/uwsgi; scgi_temp_path $d/scgi;
-    default_type text/plain;
-    server { listen 80 backlog=4096; location / { return 200 "be$i\n"; } }
-}
-CONF
     ip netns exec "$P-be$i" sysctl -qw net.ipv4.tcp_tw_reuse=1 net.core.somaxconn=4096
-    ip netns exec "$P-be$i" nginx -c "$d/nginx.conf" -p "$d"
+    start_nginx "$P-be$i" "$DIR/be$i" "listen 80 backlog=4096; location / { return 200 \"be$i\\n\"; }"
 done
 ip netns exec "$P-cl" sysctl -qw net.ipv4.ip_local_port_range="1024 65000" net.ipv4.tcp_tw_reuse=1
 

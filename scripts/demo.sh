@@ -34,26 +34,7 @@ say() { printf '\n== %s\n' "$*"; }
 say "topology: client | LB (AF_XDP on two veth ports) | switch | 3 nginx backends"
 bash scripts/netns.sh up "$P" two-arm
 for i in 1 2 3; do
-    d=$DIR/be$i
-    mkdir -p "$d"
-    cat > "$d/nginx.conf" <<CONF
-worker_processes 1;
-pid $d/nginx.pid;
-error_log $d/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $d/body; proxy_temp_path $d/proxy; fastcgi_temp_path $d/fcgi;
-    uwsgi_temp_path $d/uwsgi; scgi_temp_path $d/scgi;
-    default_type text/plain;
-    server {
-        listen 8080;
-        listen [::]:8080;
-        location / { return 200 "backend-$i (10.1.0.1$i)\n"; }
-    }
-}
-CONF
-    ip netns exec "$P-be$i" nginx -c "$d/nginx.conf" -p "$d"
+    start_nginx "$P-be$i" "$DIR/be$i" "listen 8080; listen [::]:8080; location / { return 200 \"backend-$i (10.1.0.1$i)\\n\"; }"
 done
 
 # The embedded default configuration: full NAT, Maglev, one VIP.

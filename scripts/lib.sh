@@ -61,3 +61,24 @@ start_lb() {
     echo "vectorlb run did not come up" >&2
     return 1
 }
+
+# nginx in backend namespace NS, its files in DIR, with SERVER as the server block's body.
+#   start_nginx NS DIR 'listen 80; location / { return 200 "be1\n"; }'
+start_nginx() {
+    local ns=$1 d=$2 server=$3
+    mkdir -p "$d"
+    cat > "$d/nginx.conf" <<CONF
+worker_processes 1;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $d/body; proxy_temp_path $d/proxy; fastcgi_temp_path $d/fcgi;
+    uwsgi_temp_path $d/uwsgi; scgi_temp_path $d/scgi;
+    default_type text/plain;
+    server { $server }
+}
+CONF
+    ip netns exec "$ns" nginx -c "$d/nginx.conf" -p "$d"
+}

@@ -7,7 +7,7 @@ set -euo pipefail
 # clang for the XDP program. Run time and tests: iproute2 (ip netns), ethtool, nginx, wrk,
 # curl, tcpdump, ping, keepalived (VRRP for the HA tests); the peers the benchmarks compare
 # with: nftables, HAProxy, nginx's stream module, dpdk-testpmd (dpdk-dev).
-PKGS=(build-essential pkg-config ca-certificates libdpdk-dev dpdk libbpf-dev clang
+PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
       nftables haproxy libnginx-mod-stream dpdk-dev)
 need_apt=()

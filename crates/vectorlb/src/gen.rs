@@ -8,6 +8,7 @@ use serde_json::json;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use vectorlb_dpdk::{free_bulk, Eal, Mbuf, Mempool, Port};
+use crate::probe::pct;
 use vectorlb_lb::PacketBuf;
 
 /// The payload: a 2-byte marker, the sequence number, the send time (ns): 18 bytes, what a
@@ -94,12 +95,6 @@ pub fn parse(f: &[u8]) -> Option<(u16, u64, u64)> {
     Some((flow, u64::from_be_bytes(p[2..10].try_into().ok()?), u64::from_be_bytes(p[10..18].try_into().ok()?)))
 }
 
-fn pct(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[(((p / 100.0) * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)] as f64 / 1000.0
-}
 
 /// The generator's ports, opened once for any number of trials.
 pub struct Gen {

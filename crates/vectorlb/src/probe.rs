@@ -170,8 +170,8 @@ pub fn run(cmd: &ProbeCmd) -> Result<(), String> {
     }
 }
 
-/// Percentile of sorted microsecond samples, in milliseconds.
-fn pct(sorted: &[u64], p: f64) -> f64 {
+/// Percentile of sorted samples, divided by 1000 (µs → ms, ns → µs).
+pub(crate) fn pct(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -473,16 +473,6 @@ impl Rng {
     }
 }
 
-fn csum(data: &[u8], init: u32) -> u16 {
-    let mut s = init;
-    for c in data.chunks(2) {
-        s += u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32;
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
 
 /// A well-formed TCP SYN or UDP datagram from `src` to `vip`, to be mutated.
 fn base_frame(r: &mut Rng, dst: [u8; 6], src: IpAddr, vip: IpAddr) -> Vec<u8> {
@@ -511,7 +501,7 @@ fn base_frame(r: &mut Rng, dst: [u8; 6], src: IpAddr, vip: IpAddr) -> Vec<u8> {
             ip[9] = if tcp { 6 } else { 17 };
             ip[12..16].copy_from_slice(&s.octets());
             ip[16..20].copy_from_slice(&d.octets());
-            let c = csum(&ip, 0);
+            let c = vectorlb_packet::checksum::checksum(&ip);
             ip[10..12].copy_from_slice(&c.to_be_bytes());
             f.extend_from_slice(&ip);
         }

@@ -211,10 +211,10 @@ pub fn check(kind: &CheckKind, addr: SocketAddr, t: &Target, timeout: Duration) 
                 let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|_| format!("tls: '{host}' is not a server name"))?;
                 let conn = rustls::ClientConnection::new(tls_config(), name).map_err(|e| format!("tls: {e}"))?;
                 let mut stream = rustls::StreamOwned::new(conn, s);
-                status_line(&mut stream, req.as_bytes(), &left)?
+                status_line(&mut stream, req.as_bytes())?
             } else {
                 let mut s = s;
-                status_line(&mut s, req.as_bytes(), &left)?
+                status_line(&mut s, req.as_bytes())?
             };
             let status: u16 = line.split_whitespace().nth(1).and_then(|x| x.parse().ok()).ok_or("no HTTP status line")?;
             if status != *expect_status {
@@ -266,7 +266,7 @@ pub fn check(kind: &CheckKind, addr: SocketAddr, t: &Target, timeout: Duration) 
 }
 
 /// Sends `req` and reads the response's first line.
-fn status_line<S: Read + Write>(s: &mut S, req: &[u8], _left: &dyn Fn() -> Duration) -> Result<String, String> {
+fn status_line<S: Read + Write>(s: &mut S, req: &[u8]) -> Result<String, String> {
     s.write_all(req).map_err(|e| format!("send: {e}"))?;
     s.flush().map_err(|e| format!("send: {e}"))?;
     let mut buf = Vec::with_capacity(256);

@@ -1,8 +1,9 @@
 //! Paged session listings, read by the owning worker on request of the API.
 
 use serde::Serialize;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use vectorlb_lb::session::{flag, state, Addr, Session};
+use std::net::IpAddr;
+use vectorlb_lb::session::{flag, state, Session};
+use vectorlb_lb::sync::SyncAddr;
 use vectorlb_lb::Worker;
 use vectorlb_packet::proto;
 
@@ -29,21 +30,7 @@ fn sock(a: IpAddr, port: u16) -> String {
     std::net::SocketAddr::new(a, port).to_string()
 }
 
-trait ToIp {
-    fn ip(&self) -> IpAddr;
-}
-impl ToIp for [u8; 4] {
-    fn ip(&self) -> IpAddr {
-        IpAddr::V4(Ipv4Addr::from(*self))
-    }
-}
-impl ToIp for [u8; 16] {
-    fn ip(&self) -> IpAddr {
-        IpAddr::V6(Ipv6Addr::from(*self))
-    }
-}
-
-fn collect<A: Addr + ToIp>(w: &Worker, start: usize, limit: usize, now: u32) -> Page
+fn collect<A: SyncAddr>(w: &Worker, start: usize, limit: usize, now: u32) -> Page
 where
     Session<A>: vectorlb_lb::mem::Zeroable,
 {
