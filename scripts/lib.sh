@@ -25,7 +25,7 @@ addrs = ["10.1.0.1/24"]
 CONF
 }
 
-# The generator topology's LB: full NAT of UDP to one backend whose MAC is the generator's
+# The generator topology's LB: full NAT of UDP and TCP to one backend whose MAC is the generator's
 # second port, one busy-polling worker pinned to CPU 1.
 #   gen_lb_config DIR G1_MAC
 gen_lb_config() {
@@ -42,6 +42,15 @@ proto = "udp"
 mode = "fnat"
 scheduler = "rr"
 local_addrs = ["10.1.0.200"]
+backends = [{ addr = "10.1.0.11", port = 9 }]
+
+[[services]]
+vip = "10.0.0.100"
+port = 9
+proto = "tcp"
+mode = "fnat"
+scheduler = "rr"
+local_addrs = ["10.1.0.201"]
 backends = [{ addr = "10.1.0.11", port = 9 }]
 CONF
 }

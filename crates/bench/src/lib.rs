@@ -10,6 +10,7 @@
 //! pipeline: results report the pipeline's time, and the whole loop's time alongside.
 
 pub mod cps;
+pub mod hist;
 pub mod pipeline;
 pub mod topo;
 

@@ -1,20 +1,31 @@
 //! `vectorlb bench gen`: a traffic generator on DPDK ports, in the spirit of TRex's stateless
-//! mode. UDP packets over N flows (source ports), of a given size, at a target rate; each
-//! carries a sequence number and a timestamp. It receives on the return port and reports
-//! sent, received, lost, reordered and latency percentiles.
+//! mode. UDP or TCP packets over N flows (source ports), of a given size, at a target rate;
+//! each carries a sequence number and a timestamp. It receives on the return port and reports
+//! sent, received, lost, reordered and latency percentiles (an HDR histogram).
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde_json::json;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
+use vectorlb_bench::hist::Histogram;
 use vectorlb_dpdk::{free_bulk, Eal, Mbuf, Mempool, Port};
-use crate::probe::pct;
 use vectorlb_lb::PacketBuf;
+use vectorlb_packet::checksum;
 
-/// The payload: a 2-byte marker, the sequence number, the send time (ns): 18 bytes, what a
-/// 64-byte frame holds. The flow is the UDP source port.
+/// The payload starts with a 2-byte marker. UDP: then the sequence number and the send time
+/// (ns), 18 bytes in all, what a 64-byte frame holds. TCP (whose 64-byte frame leaves 6 bytes
+/// of payload): the sequence number rides in the segment's sequence field and the low 32 bits
+/// of the send time in its acknowledgement field (latencies up to 4.29 s). The flow is the
+/// source port; the first packet of each flow in a trial carries SYN, the others ACK.
 pub const MAGIC: u16 = 0x5647; // "VG"
-const PAYLOAD_MIN: usize = 2 + 8 + 8;
+const UDP_PAYLOAD: usize = 2 + 8 + 8;
+const TCP_PAYLOAD: usize = 2;
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    Udp,
+    Tcp,
+}
 
 #[derive(Args, Debug, Clone)]
 pub struct GenArgs {
@@ -33,6 +44,8 @@ pub struct GenArgs {
     pub dst_ip: Ipv4Addr,
     #[arg(long, default_value_t = 9)]
     pub dst_port: u16,
+    #[arg(long, value_enum, default_value = "udp")]
+    pub proto: Proto,
     /// Flows (distinct source ports from 1024).
     #[arg(long, default_value_t = 1024)]
     pub flows: u16,
@@ -51,50 +64,83 @@ pub struct GenArgs {
     pub json: bool,
 }
 
-/// Writes the frame for `flow` / `seq` into `f` (already sized).
+/// Writes the frame for `flow` / `seq` into `f` (already sized; bytes past the marker zero).
 pub fn build(f: &mut [u8], a: &GenArgs, src_mac: [u8; 6], dst_mac: [u8; 6], flow: u16, seq: u64, ts_ns: u64) {
     let n = f.len();
     f[0..6].copy_from_slice(&dst_mac);
     f[6..12].copy_from_slice(&src_mac);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
     let ip_len = (n - 14) as u16;
+    let l4 = if a.proto == Proto::Tcp { 6 } else { 17 };
     let ip = &mut f[14..34];
-    ip.copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    ip.copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, l4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
     ip[12..16].copy_from_slice(&a.src_ip.octets());
     ip[16..20].copy_from_slice(&a.dst_ip.octets());
-    let c = vectorlb_packet::checksum::checksum(ip);
+    let c = checksum::checksum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let udp_len = ip_len - 20;
-    let u = &mut f[34..42];
-    u[0..2].copy_from_slice(&(1024 + flow).to_be_bytes());
-    u[2..4].copy_from_slice(&a.dst_port.to_be_bytes());
-    u[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    u[6..8].fill(0); // no UDP checksum (allowed for IPv4)
-    let p = &mut f[42..];
-    p[0..2].copy_from_slice(&MAGIC.to_be_bytes());
-    p[2..10].copy_from_slice(&seq.to_be_bytes());
-    p[10..18].copy_from_slice(&ts_ns.to_be_bytes());
+    let sport = (1024 + flow).to_be_bytes();
+    match a.proto {
+        Proto::Udp => {
+            let u = &mut f[34..42];
+            u[0..2].copy_from_slice(&sport);
+            u[2..4].copy_from_slice(&a.dst_port.to_be_bytes());
+            u[4..6].copy_from_slice(&(ip_len - 20).to_be_bytes());
+            u[6..8].fill(0); // no UDP checksum (allowed for IPv4)
+            let p = &mut f[42..];
+            p[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+            p[2..10].copy_from_slice(&seq.to_be_bytes());
+            p[10..18].copy_from_slice(&ts_ns.to_be_bytes());
+        }
+        Proto::Tcp => {
+            let syn = seq < a.flows as u64;
+            let t = &mut f[34..56];
+            t[0..2].copy_from_slice(&sport);
+            t[2..4].copy_from_slice(&a.dst_port.to_be_bytes());
+            t[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+            t[8..12].copy_from_slice(&(ts_ns as u32).to_be_bytes());
+            t[12] = 5 << 4;
+            t[13] = if syn { 0x02 } else { 0x10 };
+            t[14..16].copy_from_slice(&65535u16.to_be_bytes());
+            t[16..20].fill(0);
+            t[20..22].copy_from_slice(&MAGIC.to_be_bytes());
+            // The rest of the payload is zero and adds nothing to the sum.
+            let acc = checksum::pseudo_v4(a.src_ip.octets(), a.dst_ip.octets(), 6, ip_len - 20);
+            let c = checksum::finish(checksum::accumulate(acc, t));
+            t[16..18].copy_from_slice(&c.to_be_bytes());
+        }
+    }
 }
 
-/// (flow, seq, send time) of a received frame, wherever its UDP payload starts.
-pub fn parse(f: &[u8]) -> Option<(u16, u64, u64)> {
+/// (flow, sequence number, latency in ns) of a received frame, wherever its payload starts.
+pub fn parse(f: &[u8], now_ns: u64) -> Option<(u16, u64, u64)> {
     let info = vectorlb_packet::parse_frame(f).ok()?;
-    if info.proto != 17 {
+    let (sport, seq, ts, p) = match info.proto {
+        17 => {
+            let p = f.get(info.l4 + 8..)?;
+            if p.len() < UDP_PAYLOAD {
+                return None;
+            }
+            let seq = u64::from_be_bytes(p[2..10].try_into().ok()?);
+            let ts = u64::from_be_bytes(p[10..18].try_into().ok()?);
+            (f.get(info.l4..info.l4 + 2)?, seq, now_ns.saturating_sub(ts), p)
+        }
+        6 => {
+            let t = f.get(info.l4..info.l4 + 20)?;
+            let p = f.get(info.l4 + (t[12] >> 4) as usize * 4..)?;
+            let seq = u32::from_be_bytes(t[4..8].try_into().ok()?) as u64;
+            let ts = u32::from_be_bytes(t[8..12].try_into().ok()?);
+            (&t[0..2], seq, (now_ns as u32).wrapping_sub(ts) as u64, p)
+        }
+        _ => return None,
+    };
+    if p.len() < 2 || u16::from_be_bytes([p[0], p[1]]) != MAGIC {
         return None;
     }
-    let u = f.get(info.l4..info.l4 + 8)?;
-    let p = f.get(info.l4 + 8..)?;
-    if p.len() < PAYLOAD_MIN || u16::from_be_bytes([p[0], p[1]]) != MAGIC {
-        return None;
-    }
-    // The device under test may rewrite the source port (full NAT): then the flow is unknown
-    // and reordering is judged over all packets (flow 0).
-    let sport = u16::from_be_bytes([u[0], u[1]]);
-    let flow = sport.wrapping_sub(1024);
-    Some((flow, u64::from_be_bytes(p[2..10].try_into().ok()?), u64::from_be_bytes(p[10..18].try_into().ok()?)))
+    // The device under test may rewrite the source port (full NAT): the flow is then not ours
+    // and reordering is judged over all packets.
+    Some((u16::from_be_bytes([sport[0], sport[1]]).wrapping_sub(1024), seq, ts))
 }
-
 
 /// The generator's ports, opened once for any number of trials.
 pub struct Gen {
@@ -117,7 +163,7 @@ pub struct Trial {
     pub received: u64,
     pub reordered: u64,
     pub foreign: u64,
-    pub lat_ns: Vec<u64>,
+    pub latency_ns: Histogram,
 }
 
 impl Trial {
@@ -130,14 +176,18 @@ impl Trial {
     }
 
     pub fn json(&self, flows: u16) -> serde_json::Value {
-        let lat = &self.lat_ns;
+        let h = &self.latency_ns;
+        let us = |v: u64| v as f64 / 1000.0;
         json!({
             "bench": "gen", "size": self.size, "flows": flows, "rate_pps": self.rate, "seconds": self.seconds,
             "sent": self.sent, "received": self.received, "lost": self.sent.saturating_sub(self.received), "reordered": self.reordered,
             "not_ours": self.foreign,
             "tx_mpps": self.sent as f64 / self.seconds / 1e6, "rx_mpps": self.received as f64 / self.seconds / 1e6,
             "loss_ratio": self.loss_ratio(),
-            "latency_us": { "p50": pct(lat, 50.0), "p90": pct(lat, 90.0), "p99": pct(lat, 99.0), "p99_9": pct(lat, 99.9), "max": pct(lat, 100.0) },
+            "latency_us": {
+                "min": us(h.min()), "mean": h.mean() / 1000.0, "p50": us(h.percentile(50.0)), "p90": us(h.percentile(90.0)),
+                "p99": us(h.percentile(99.0)), "p99_9": us(h.percentile(99.9)), "p99_99": us(h.percentile(99.99)), "max": us(h.max()),
+            },
         })
     }
 }
@@ -175,7 +225,7 @@ impl Gen {
         let end = start + Duration::from_secs_f64(seconds);
         let mut seq = 0u64;
         let mut flow = 0u16;
-        let mut t = Trial { size, rate, seconds, sent: 0, received: 0, reordered: 0, foreign: 0, lat_ns: Vec::with_capacity(1 << 20) };
+        let mut t = Trial { size, rate, seconds, sent: 0, received: 0, reordered: 0, foreign: 0, latency_ns: Histogram::new() };
         let mut top = 0u64;
         let mut any = false;
         let mut burst: Vec<Mbuf> = Vec::with_capacity(32);
@@ -218,8 +268,8 @@ impl Gen {
                 let now_ns = start.elapsed().as_nanos() as u64;
                 let mut got: Vec<Mbuf> = rxb[..n].iter_mut().map(|m| m.take().unwrap()).collect();
                 for m in &got {
-                    match parse(m.data()) {
-                        Some((_, s, ts)) => {
+                    match parse(m.data(), now_ns) {
+                        Some((_, s, lat)) => {
                             t.received += 1;
                             if any && s < top {
                                 t.reordered += 1;
@@ -227,9 +277,7 @@ impl Gen {
                                 top = s;
                                 any = true;
                             }
-                            if t.lat_ns.len() < t.lat_ns.capacity() {
-                                t.lat_ns.push(now_ns.saturating_sub(ts));
-                            }
+                            t.latency_ns.record(lat);
                         }
                         None => t.foreign += 1,
                     }
@@ -237,7 +285,6 @@ impl Gen {
                 free_bulk(&mut got);
             }
         }
-        t.lat_ns.sort_unstable();
         t
     }
 }
@@ -251,7 +298,8 @@ impl Drop for Gen {
 }
 
 fn check(a: &GenArgs, size: usize) -> Result<(), String> {
-    if !(60..=9000).contains(&size) || size < 42 + PAYLOAD_MIN {
+    let min = if a.proto == Proto::Tcp { 54 + TCP_PAYLOAD } else { 42 + UDP_PAYLOAD };
+    if !(60..=9000).contains(&size) || size < min {
         return Err(format!("frame size: {} is out of range 64..=9004 on the wire", size + 4));
     }
     if a.flows == 0 {
@@ -276,54 +324,114 @@ pub struct Rfc2544Args {
     /// Seconds per trial.
     #[arg(long, default_value_t = 2.0)]
     pub trial_seconds: f64,
-    /// Stop the search when the bounds are this close, as a fraction of MAX.
+    /// Stop the search when the bounds are this close, as a fraction of the offered rate.
     #[arg(long, default_value_t = 0.02)]
     pub resolution: f64,
     /// Loss ratio allowed for PDR (0.00001 = 0.001 %).
     #[arg(long, default_value_t = 0.00001)]
     pub pdr_loss: f64,
+    /// Whole searches per frame size; the report gives each and their medians.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
 }
 
-/// Highest rate (pps) whose loss ratio is at most `allowed`, by binary search below `max`.
-fn search(g: &mut Gen, a: &Rfc2544Args, size: usize, max: u64, allowed: f64, trials: &mut Vec<serde_json::Value>) -> u64 {
-    let (mut lo, mut hi) = (0u64, max);
-    let step = ((max as f64) * a.resolution).max(1000.0) as u64;
-    while hi - lo > step {
-        let mid = (lo + hi) / 2;
-        let t = g.trial(&a.gen, size, mid, a.trial_seconds);
-        let ok = t.loss_ratio() <= allowed;
-        trials.push(json!({ "size": size + 4, "rate_pps": mid, "loss_ratio": t.loss_ratio(), "pass": ok }));
-        if ok {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
+struct Search<'a> {
+    g: &'a mut Gen,
+    a: &'a Rfc2544Args,
+    size: usize,
+    trials: Vec<serde_json::Value>,
+    /// The highest received rate seen in any trial (pps).
+    best_rx: f64,
+}
+
+impl Search<'_> {
+    fn trial(&mut self, rate: u64) -> Trial {
+        let t = self.g.trial(&self.a.gen, self.size, rate, self.a.trial_seconds);
+        self.best_rx = self.best_rx.max(t.received as f64 / t.seconds);
+        t
     }
-    lo
+
+    /// The highest rate (pps) whose loss ratio is at most `allowed`: a binary search below
+    /// `top`, then the result confirmed by a second trial; a rate that fails its confirmation
+    /// is lowered by one step and tried again (up to three times). Returns (rate, confirmed).
+    fn rate(&mut self, top: u64, allowed: f64) -> (u64, bool) {
+        let (mut lo, mut hi) = (0u64, top);
+        let step = ((top as f64) * self.a.resolution).max(1000.0) as u64;
+        while hi - lo > step {
+            let mid = (lo + hi) / 2;
+            let t = self.trial(mid);
+            let ok = t.loss_ratio() <= allowed;
+            self.trials.push(json!({ "size": self.size + 4, "rate_pps": mid, "allowed": allowed, "loss_ratio": t.loss_ratio(), "pass": ok }));
+            if ok {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        for _ in 0..3 {
+            if lo == 0 {
+                return (0, false);
+            }
+            let t = self.trial(lo);
+            let ok = t.loss_ratio() <= allowed;
+            self.trials.push(json!({ "size": self.size + 4, "rate_pps": lo, "allowed": allowed, "loss_ratio": t.loss_ratio(), "pass": ok, "confirm": true }));
+            if ok {
+                return (lo, true);
+            }
+            lo = lo.saturating_sub(step);
+        }
+        (lo, false)
+    }
 }
 
-/// RFC 2544 throughput per frame size: MAX (the received rate at full offered load), NDR (no
-/// loss) and PDR (loss at most `--pdr-loss`), one JSON object per size.
+/// RFC 2544 throughput per frame size: MAX (the highest received rate of any trial, full offered
+/// load included), NDR (no loss) and PDR (loss at most `--pdr-loss`), each the median of
+/// `--repeat` searches, and the latency at NDR; one JSON object per size.
 pub fn rfc2544(a: &Rfc2544Args) -> Result<Vec<serde_json::Value>, String> {
     let sizes: Vec<usize> = a.sizes.iter().map(|s| s.saturating_sub(4)).collect();
     for &s in &sizes {
         check(&a.gen, s)?;
     }
+    if !(a.trial_seconds > 0.0 && a.trial_seconds <= 600.0) {
+        return Err(format!("--trial-seconds: {} is out of range (0, 600]", a.trial_seconds));
+    }
+    if !(a.resolution > 0.0 && a.resolution < 1.0) {
+        return Err(format!("--resolution: {} is out of range (0, 1)", a.resolution));
+    }
+    if a.repeat == 0 {
+        return Err("--repeat: at least 1".into());
+    }
     let mut g = Gen::open(&a.gen, sizes.iter().copied().max().unwrap_or(60))?;
     let mut out = Vec::new();
+    let med = |v: &[f64]| vectorlb_bench::median(v);
     for &size in &sizes {
-        let full = g.trial(&a.gen, size, 0, a.trial_seconds);
-        let offered = (full.sent as f64 / a.trial_seconds) as u64;
-        let max = (full.received as f64 / a.trial_seconds) as u64;
-        let mut trials = Vec::new();
-        let ndr = search(&mut g, a, size, offered, 0.0, &mut trials);
-        let pdr = search(&mut g, a, size, offered, a.pdr_loss, &mut trials);
-        let at_ndr = g.trial(&a.gen, size, ndr.max(1), a.trial_seconds);
+        let mut s = Search { g: &mut g, a, size, trials: Vec::new(), best_rx: 0.0 };
+        let (mut offered, mut maxs, mut ndrs, mut pdrs, mut confirmed) = (vec![], vec![], vec![], vec![], true);
+        for _ in 0..a.repeat {
+            let full = s.trial(0);
+            let top = (full.sent as f64 / a.trial_seconds) as u64;
+            offered.push(top as f64);
+            let (ndr, c1) = s.rate(top, 0.0);
+            let (pdr, c2) = s.rate(top, a.pdr_loss);
+            confirmed &= c1 && c2;
+            // PDR allows more loss than NDR: it is never below it.
+            ndrs.push(ndr as f64);
+            pdrs.push(pdr.max(ndr) as f64);
+            maxs.push(s.best_rx);
+            s.best_rx = 0.0;
+        }
+        let (ndr, max) = (med(&ndrs), med(&maxs));
+        let trials = std::mem::take(&mut s.trials);
+        let at_ndr = g.trial(&a.gen, size, (ndr as u64).max(1), a.trial_seconds);
+        let mpps = |v: &[f64]| v.iter().map(|x| x / 1e6).collect::<Vec<_>>();
         out.push(json!({
-            "bench": "rfc2544", "frame_bytes": size + 4, "trial_seconds": a.trial_seconds,
-            "offered_mpps": offered as f64 / 1e6, "max_mpps": max as f64 / 1e6,
-            "ndr_mpps": ndr as f64 / 1e6, "pdr_mpps": pdr as f64 / 1e6, "pdr_loss": a.pdr_loss,
-            "max_gbps": max as f64 * (size + 4 + 20) as f64 * 8.0 / 1e9,
+            "bench": "rfc2544", "frame_bytes": size + 4, "proto": format!("{:?}", a.gen.proto).to_lowercase(),
+            "flows": a.gen.flows, "trial_seconds": a.trial_seconds, "resolution": a.resolution, "repeat": a.repeat,
+            "offered_mpps": med(&offered) / 1e6, "max_mpps": max / 1e6,
+            "ndr_mpps": ndr / 1e6, "pdr_mpps": med(&pdrs) / 1e6, "pdr_loss": a.pdr_loss, "confirmed": confirmed,
+            "max_gbps": max * (size + 4 + 20) as f64 * 8.0 / 1e9,
+            "ndr_gbps": ndr * (size + 4 + 20) as f64 * 8.0 / 1e9,
+            "max_mpps_each": mpps(&maxs), "ndr_mpps_each": mpps(&ndrs), "pdr_mpps_each": mpps(&pdrs),
             "ndr_latency_us": at_ndr.json(a.gen.flows)["latency_us"].clone(),
             "trials": trials,
         }));
@@ -344,18 +452,29 @@ mod tests {
 
     #[test]
     fn frames_carry_flow_sequence_and_time() {
-        let a = T::parse_from(["t", "--tx", "x", "--dst-mac", "02:00:00:00:00:01"]).g;
-        for size in [60, 64, 1500, 9000] {
-            let mut f = vec![0u8; size];
-            build(&mut f, &a, [2; 6], [4; 6], 7, 123_456_789, 42);
-            assert_eq!(parse(&f), Some((7, 123_456_789, 42)), "size {size}");
-            let info = vectorlb_packet::parse_frame(&f).unwrap();
-            assert_eq!((info.proto, info.end), (17, size));
-            assert_eq!(vectorlb_packet::checksum::checksum(&f[14..34]), 0);
+        for proto in ["udp", "tcp"] {
+            let a = T::parse_from(["t", "--tx", "x", "--dst-mac", "02:00:00:00:00:01", "--proto", proto, "--flows", "8"]).g;
+            for size in [60, 64, 1500, 9000] {
+                let mut f = vec![0u8; size];
+                build(&mut f, &a, [2; 6], [4; 6], 7, 123_456_789, 42);
+                assert_eq!(parse(&f, 142), Some((7, 123_456_789, 100)), "{proto} size {size}");
+                let info = vectorlb_packet::parse_frame(&f).unwrap();
+                assert_eq!((info.proto, info.end), (if proto == "tcp" { 6 } else { 17 }, size));
+                assert_eq!(checksum::checksum(&f[14..34]), 0);
+                if proto == "tcp" {
+                    let acc = checksum::pseudo_v4(a.src_ip.octets(), a.dst_ip.octets(), 6, (size - 34) as u16);
+                    assert_eq!(checksum::finish(checksum::accumulate(acc, &f[34..])), 0, "TCP checksum, size {size}");
+                    assert_eq!(f[47], 0x10, "ACK after the first packet of each flow");
+                    build(&mut f, &a, [2; 6], [4; 6], 7, 3, (1 << 32) - 5);
+                    assert_eq!(f[47], 0x02, "SYN first");
+                    // The send time wraps at 32 bits: latency across the wrap.
+                    assert_eq!(parse(&f, (1 << 32) - 5 + 1000).map(|p| p.2), Some(1000));
+                }
+            }
+            let mut f = vec![0u8; 60];
+            build(&mut f, &a, [2; 6], [4; 6], 1, 1, 1);
+            f[if proto == "tcp" { 54 } else { 42 }] ^= 0xff;
+            assert_eq!(parse(&f, 1), None, "not our marker");
         }
-        let mut f = vec![0u8; 60];
-        build(&mut f, &a, [2; 6], [4; 6], 1, 1, 1);
-        f[42] ^= 0xff;
-        assert_eq!(parse(&f), None, "not our marker");
     }
 }
