@@ -4,6 +4,7 @@ use crate::topo;
 use crate::{median, Rng};
 use serde::Serialize;
 use std::net::IpAddr;
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use vectorlb_lb::mem::resident_bytes;
 use vectorlb_lb::{Control, HeapBuf, Mode, PacketBuf, Timeouts, Verdict, Worker, WorkerConfig};
@@ -23,6 +24,11 @@ pub struct Options {
     pub batch: usize,
     /// Distinct packets in the pre-built pool the timed loop cycles through.
     pub pool: usize,
+    /// Worker threads, each with its own session table holding sessions / threads flows
+    /// (share-nothing, as the daemon's workers); their rounds start together.
+    pub threads: usize,
+    /// Points of the resident-memory curve sampled while the table fills (one thread only).
+    pub memory_points: usize,
 }
 
 impl Default for Options {
@@ -36,6 +42,8 @@ impl Default for Options {
             rounds: 5,
             batch: 256,
             pool: 1 << 20,
+            threads: 1,
+            memory_points: 10,
         }
     }
 }
@@ -62,6 +70,11 @@ pub struct Report {
     pub resident_bytes: u64,
     pub fill_seconds: f64,
     pub fill_sessions_per_second: f64,
+    pub threads: usize,
+    /// Each thread's median (the total `mpps` is their sum).
+    pub mpps_per_thread: Vec<f64>,
+    /// (live sessions, resident bytes above the empty process) while the table fills.
+    pub memory_curve: Vec<(u64, u64)>,
 }
 
 /// Frame size (without FCS): 60 bytes (64 on the wire) for IPv4, 76 (80 on the wire) for
@@ -123,6 +136,43 @@ pub fn run(o: &Options) -> Result<Report, String> {
     if o.sessions == 0 || o.sessions > vectorlb_lb::session::MAX_RECORDS as u64 {
         return Err(format!("--sessions must be in 1..={}", vectorlb_lb::session::MAX_RECORDS));
     }
+    let n = o.threads;
+    if n == 0 || n > 256 || o.sessions < n as u64 {
+        return Err(format!("--threads must be in 1..=256 and at most --sessions ({})", o.sessions));
+    }
+    if n == 1 {
+        return run_one(o, None);
+    }
+    let each = Options { sessions: o.sessions / n as u64, ..o.clone() };
+    let barrier = Barrier::new(n);
+    let reports: Vec<Result<Report, String>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..n).map(|_| sc.spawn(|| run_one(&each, Some(&barrier)))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a benchmark thread panicked".into()))).collect()
+    });
+    let reports = reports.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let mut r = reports[0].clone();
+    r.threads = n;
+    r.mpps_per_thread = reports.iter().map(|x| x.mpps).collect();
+    r.mpps = round3(r.mpps_per_thread.iter().sum());
+    r.ns_per_packet = round3(1e3 / r.mpps * n as f64);
+    r.mpps_with_copy = round3(reports.iter().map(|x| x.mpps_with_copy).sum());
+    r.mpps_rounds = (0..r.mpps_rounds.len()).map(|k| round3(reports.iter().map(|x| x.mpps_rounds[k]).sum())).collect();
+    r.sessions = each.sessions * n as u64;
+    r.packets = reports.iter().map(|x| x.packets).sum();
+    r.not_forwarded = reports.iter().map(|x| x.not_forwarded).sum();
+    // Each thread measured the whole process after every table was full (the tables grow as
+    // their pages are touched): the largest reading over the smallest baseline.
+    r.resident_bytes = reports.iter().map(|x| x.resident_bytes).max().unwrap_or(0);
+    let base = reports.iter().map(|x| x.resident_bytes - (x.bytes_per_session * x.sessions as f64) as u64).min().unwrap_or(0);
+    r.bytes_per_session = round3(r.resident_bytes.saturating_sub(base) as f64 / r.sessions as f64);
+    r.fill_seconds = reports.iter().map(|x| x.fill_seconds).fold(0.0, f64::max);
+    r.fill_sessions_per_second = (r.sessions as f64 / r.fill_seconds).round();
+    Ok(r)
+}
+
+/// One thread's run; with a barrier, the threads measure their baseline together, wait for
+/// every table to be full, and start their rounds together.
+fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, String> {
     let first_flags = flags::SYN;
     let fill_tpl = template(o.v6, o.protocol, first_flags);
     let run_tpl = template(o.v6, o.protocol, flags::ACK | flags::PSH);
@@ -144,6 +194,9 @@ pub fn run(o: &Options) -> Result<Report, String> {
 
     let spec = topo::spec(o.mode, o.v6, o.protocol, o.sessions, long_timeouts());
     let control = Control::new(&spec).map_err(|e| e.to_string())?;
+    if let Some(b) = barrier {
+        b.wait();
+    }
     let rss0 = resident_bytes().unwrap_or(0);
     let mut cfg = WorkerConfig::new(o.sessions as u32);
     cfg.batch = batch;
@@ -154,6 +207,9 @@ pub fn run(o: &Options) -> Result<Report, String> {
     let now = 1;
     let t0 = Instant::now();
     let mut i = 0u64;
+    let points = if barrier.is_some() { 0 } else { o.memory_points.min(1000) as u64 };
+    let mut curve = vec![(0, resident_bytes().unwrap_or(0).saturating_sub(rss0))];
+    let mut mark = 1;
     while i < o.sessions {
         let n = ((o.sessions - i) as usize).min(batch);
         for (k, b) in bufs[..n].iter_mut().enumerate() {
@@ -163,8 +219,15 @@ pub fn run(o: &Options) -> Result<Report, String> {
         }
         w.process(&mut bufs[..n], &mut verdicts[..n], now);
         i += n as u64;
+        while points > 0 && mark <= points && i >= o.sessions * mark / points {
+            curve.push((w.table.len() as u64, resident_bytes().unwrap_or(0).saturating_sub(rss0)));
+            mark += 1;
+        }
     }
     let fill = t0.elapsed().as_secs_f64();
+    if let Some(b) = barrier {
+        b.wait();
+    }
     let rss1 = resident_bytes().unwrap_or(0);
     if w.table.len() as u64 != o.sessions {
         let drops: Vec<String> = vectorlb_lb::DropReason::ALL
@@ -228,9 +291,46 @@ pub fn run(o: &Options) -> Result<Report, String> {
         resident_bytes: rss1,
         fill_seconds: round3(fill),
         fill_sessions_per_second: (o.sessions as f64 / fill).round(),
+        threads: 1,
+        mpps_per_thread: vec![round3(m)],
+        memory_curve: if points > 0 { curve } else { Vec::new() },
     })
 }
 
 pub fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(threads: usize) -> Options {
+        Options { sessions: 20_000, seconds: 0.1, rounds: 2, pool: 4096, threads, memory_points: 4, ..Default::default() }
+    }
+
+    #[test]
+    fn one_thread_forwards_everything_and_samples_memory() {
+        let r = run(&small(1)).unwrap();
+        assert_eq!((r.threads, r.sessions, r.not_forwarded), (1, 20_000, 0));
+        assert!(r.packets > 0 && r.mpps > 0.0);
+        // Sampled at the first batch boundary past each quarter of the fill.
+        assert_eq!(r.memory_curve.len(), 5, "{:?}", r.memory_curve);
+        for (k, p) in r.memory_curve.iter().enumerate() {
+            let mark = 5_000 * k as u64;
+            assert!(p.0 >= mark && p.0 < mark + 256, "{:?}", r.memory_curve);
+        }
+        assert!(r.memory_curve.windows(2).all(|w| w[1].1 >= w[0].1), "{:?}", r.memory_curve);
+    }
+
+    #[test]
+    fn threads_each_own_a_table_and_add_up() {
+        let r = run(&small(2)).unwrap();
+        assert_eq!((r.threads, r.sessions, r.not_forwarded), (2, 20_000, 0));
+        assert_eq!(r.mpps_per_thread.len(), 2);
+        assert!((r.mpps - r.mpps_per_thread.iter().sum::<f64>()).abs() < 0.01);
+        assert!(r.memory_curve.is_empty());
+        assert!(run(&Options { threads: 0, ..small(1) }).is_err());
+        assert!(run(&Options { threads: 3, sessions: 2, ..small(1) }).is_err());
+    }
 }

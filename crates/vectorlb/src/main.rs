@@ -108,6 +108,12 @@ enum BenchCmd {
         sessions: u64,
         #[arg(long, default_value_t = 256)]
         batch: usize,
+        /// Worker threads, each with its own table of sessions / threads flows.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Points of the memory-by-sessions curve sampled during the fill (one thread).
+        #[arg(long, default_value_t = 10)]
+        memory_points: usize,
         #[command(flatten)]
         common: Common,
     },
@@ -218,7 +224,7 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Cmd::Bench(BenchCmd::Pipeline { mode, proto: p, sessions, batch, common }) => {
+        Cmd::Bench(BenchCmd::Pipeline { mode, proto: p, sessions, batch, threads, memory_points, common }) => {
             let o = vectorlb_bench::pipeline::Options {
                 mode: mode.into(),
                 v6: common.family == 6,
@@ -230,6 +236,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 seconds: common.seconds,
                 rounds: common.rounds,
                 batch,
+                threads,
+                memory_points,
                 ..Default::default()
             };
             print(&vectorlb_bench::pipeline::run(&o)?, common.json)
