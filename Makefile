@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build demo demo-offline test test-e2e test-ha fuzz fuzz-api bench-core bench-wrk bench-cps-peers bench-quick clean
+.PHONY: all setup build demo demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile clean
 
 all: build
 
@@ -42,10 +42,24 @@ fuzz-api:
 fuzz:
 	bash scripts/fuzz.sh
 
-# The issue's benchmark figures (docs/benchmarks.md).
+PY := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+
+# The whole benchmark kit (~12 min, root): in-memory pipeline, scaling, profile, RFC 2544
+# through vectorlb and dpdk-testpmd, real-TCP CPS against nftables/HAProxy/nginx, wrk, idle;
+# then docs/benchmarks.md and docs/img/*.png from bench-results/.
+bench: build
+	@bash scripts/setup.sh --bench
+	@bash scripts/bench.sh
+
+# Only the in-memory figures (bench-results/core.jsonl), then the report.
 bench-core: build
-	bash scripts/bench-core.sh
-	python3 scripts/bench-report.py
+	@bash scripts/setup.sh --bench
+	@BENCH_STEPS=core bash scripts/bench.sh
+
+# Instructions per packet and per connection by stage (callgrind; bench-results/profile.json).
+bench-profile: build
+	@bash scripts/setup.sh --bench
+	@BENCH_STEPS=profile bash scripts/bench.sh
 
 # wrk for 20 s through the demo's full-NAT VIP (bench-results/wrk-fnat.txt; docs/benchmarks.md).
 bench-wrk: build
@@ -67,7 +81,7 @@ bench-quick: build
 bench-cps-peers: build
 	@mkdir -p bench-results
 	bash scripts/bench-cps-peers.sh 5 16 | tee bench-results/cps-peers.jsonl
-	python3 scripts/bench-report.py
+	$(PY) scripts/bench-report.py
 
 # Only the end-to-end suite (root; network namespaces, AF_XDP, nginx).
 test-e2e: setup

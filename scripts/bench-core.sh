@@ -10,12 +10,12 @@ out=bench-results/core.jsonl
 : >"$out"
 run() { echo "+ vectorlb $*" >&2; "$bin" "$@" | tee -a "$out"; }
 for fam in 4 6; do
-    run bench pipeline --mode fnat --family $fam --proto udp --sessions 10000000 --json
+    run bench pipeline --mode fnat --family $fam --proto udp --sessions 10000000 --memory-points 20 --json
 done
 for mode in nat fnat dr tun; do
     for fam in 4 6; do
         for proto in tcp udp; do
-            run bench pipeline --mode $mode --family $fam --proto $proto --sessions 1000000 --json
+            run bench pipeline --mode $mode --family $fam --proto $proto --sessions 1000000 --seconds 3 --json
         done
     done
 done

@@ -33,16 +33,10 @@ kill -TERM $LB; wait $LB || true
 sleep 1
 
 # 2. dpdk-testpmd io-forward between the same two ports (the I/O ceiling).
-mkfifo "$DIR/tp.in"
-(sleep $((SECS + 8)); echo) > "$DIR/tp.in" &
-ip netns exec "$P-lb" dpdk-testpmd -l 0,1 --in-memory --log-level '*:error' --file-prefix "$P" \
-    --vdev net_af_xdp0,iface=ext0 --vdev net_af_xdp1,iface=int0 -- \
-    --forward-mode=io --auto-start --nb-cores=1 < "$DIR/tp.in" > "$DIR/testpmd.log" 2>&1 &
-TP=$!
-sleep 3
+start_testpmd "$P-lb" "$DIR"
 TPR=$(gen)
 echo "$TPR" >&2
-kill -INT $TP 2>/dev/null || true; wait $TP 2>/dev/null || true
+stop_testpmd
 
 # 3. Connections per second with real TCP.
 CPS=$(bash scripts/bench-cps-peers.sh 3 16 2>/dev/null || true)

@@ -1,9 +1,20 @@
 #!/usr/bin/env python3
-"""Writes docs/benchmarks.md from bench-results/core.jsonl (made by scripts/bench-core.sh)."""
-import json, os, platform, subprocess, sys, datetime
+"""Writes docs/benchmarks.md and docs/img/*.png from bench-results/ (made by `make bench`).
+Every section is optional: a result file that is missing leaves its section out. The charts
+need matplotlib (scripts/setup.sh --bench installs it); without it the tables still come."""
+import datetime, json, os, platform, subprocess
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-rows = [json.loads(l) for l in open(os.path.join(root, "bench-results/core.jsonl")) if l.strip()]
+res = lambda name: os.path.join(root, "bench-results", name)
+img_dir = os.path.join(root, "docs", "img")
+
+
+def lines(name):
+    p = res(name)
+    if not os.path.exists(p):
+        return []
+    return [json.loads(l) for l in open(p) if l.strip().startswith("{")]
+
 
 def sh(cmd):
     try:
@@ -11,45 +22,154 @@ def sh(cmd):
     except Exception:
         return "?"
 
-cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
-cores = sh("nproc")
-mem = sh("free -g | awk '/Mem:/ {print $2}'")
-kernel = platform.release()
-rustc = sh("rustc --version")
-commit = sh(f"git -C {root} rev-parse --short HEAD")
-thp = sh("cat /sys/kernel/mm/transparent_hugepage/enabled")
-today = datetime.date.today().isoformat()
 
-pipe = [r for r in rows if r["bench"] == "pipeline"]
-cps = [r for r in rows if r["bench"] == "cps"]
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(img_dir, exist_ok=True)
+except ImportError:
+    plt = None
+
+charts = []
+
+
+def chart(name, draw, title):
+    """Draws into docs/img/NAME.png and returns the markdown for it ('' without matplotlib)."""
+    if plt is None:
+        return ""
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
+    draw(ax)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(img_dir, name + ".png"))
+    plt.close(fig)
+    charts.append(name)
+    return f"![{title}](img/{name}.png)\n"
+
+
+core = lines("core.jsonl")
+pipe = [r for r in core if r["bench"] == "pipeline"]
+cps = [r for r in core if r["bench"] == "cps"]
 big = [r for r in pipe if r["sessions"] >= 10_000_000]
 mid = [r for r in pipe if r["sessions"] < 10_000_000]
+scaling = lines("scaling.jsonl")
+profile = lines("profile.json")
+rfc = lines("rfc2544.jsonl")
+peers = lines("cps-peers.jsonl")
+idle = lines("idle.jsonl")
 
 out = []
 w = out.append
+cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 w("# Benchmarks\n")
-w(f"Measured {today} at commit `{commit}` on: {cpu}, {cores} cores (a shared VM), {mem} GiB, "
-  f"Linux {kernel}, {rustc}, transparent huge pages `{thp}`. One core runs the pipeline; the "
-  "machine is shared with other tenants, so rounds vary: each figure is the median of 5 rounds "
-  "and every round is listed in `bench-results/core.jsonl`.\n")
-w("Regenerate: `make bench-core` (runs `scripts/bench-core.sh`, then `scripts/bench-report.py`).\n")
-w("## What is measured\n")
-w("- **pipeline**: `vectorlb bench pipeline` fills a session table with N flows (the first packet "
-  "of each creates its session), then replays a pool of 1 M frames drawn uniformly at random "
-  "from those flows through `Worker::process` in batches of 256. Frames are 64 bytes on the wire "
-  "for IPv4 and 80 for IPv6 (seed 003's UDP64 / UDP80). `mpps` counts pipeline time only; "
-  "`mpps_with_copy` also counts copying each frame into its buffer, the work a NIC's DMA does "
-  "in a real system. Every packet must be forwarded (`not_forwarded` = 0). `bytes_per_session` "
-  "is the growth of resident memory while the table fills, divided by N (index, records, "
-  "full-NAT port maps: everything the table costs).")
-w("- **cps**: `vectorlb bench cps` runs complete TCP lifecycles — SYN, SYN-ACK, ACK, request, "
-  "1-byte response, FIN/ACK both ways, last ACK (seed 003 Figure 14) — 256 connections in "
-  "flight, server packets addressed from what the LB actually sent. Sessions are created at "
-  "the SYN and deleted at the last ACK (TIME-WAIT timeout 0, as HDSLB does in that test). "
-  "`connections_per_second` counts pipeline time; `wall` includes the generator.\n")
+w(f"Measured {datetime.date.today().isoformat()} at commit `{sh(f'git -C {root} rev-parse --short HEAD')}` "
+  f"on: {cpu}, {sh('nproc')} cores (a shared VM), {sh('free -g | awk '+chr(39)+'/Mem:/ {print $2}'+chr(39))} GiB, "
+  f"Linux {platform.release()}, {sh('rustc --version')}, DPDK {sh('pkg-config --modversion libdpdk')}. "
+  "The machine is shared with other tenants and has two cores for everything (generator, "
+  "device under test, clients, servers, the kernel's veth work), so figures vary from run to "
+  "run: in-memory figures are medians of rounds with every round listed, and each table says "
+  "what shared the cores.\n")
+w("Regenerate everything: `make bench` (about 12 minutes; `scripts/bench.sh`, then "
+  "`scripts/bench-report.py`). Reduced suite, one JSON line: `make bench-quick` (under 3 "
+  "minutes). Raw results: `bench-results/`. The hand-written analysis (where the time goes, "
+  "how vectorlb compares with the peers and the seeds' published figures) follows the "
+  "tables.\n")
+
+# ---- RFC 2544 through the daemon and the I/O ceiling --------------------------------------
+if rfc:
+    by = {}
+    for r in rfc:
+        by.setdefault(r["dut"], {})[r["frame_bytes"]] = r
+    sizes = sorted({r["frame_bytes"] for r in rfc})
+    lb, tp = by.get("vectorlb", {}), by.get("testpmd", {})
+    w("## RFC 2544: vectorlb against dpdk-testpmd on the same AF_XDP ports\n")
+    w("`scripts/bench-rfc2544.sh DUT` (`vectorlb bench rfc2544`): the generator (`vectorlb bench "
+      "gen`, DPDK on two AF_XDP veth ports in its own namespace, one core) sends UDP over 1,024 "
+      "flows into the device under test's two AF_XDP ports and receives what comes out. "
+      "**vectorlb**: full NAT to one backend (the generator's second port), one busy-polling "
+      "worker pinned to CPU 1, `queue_desc = 2048`. **testpmd**: `dpdk-testpmd "
+      "--forward-mode=io --nb-cores=1 --rxd=2048 --txd=2048` on the same two ports (the I/O "
+      "ceiling: it forwards without looking at the packets). Per frame size: MAX is the highest "
+      f"received rate of any trial; NDR the highest offered rate with no loss and PDR with at "
+      f"most 0.001 % loss, each by binary search ({rfc[0]['trial_seconds']:g} s trials, resolution "
+      f"{rfc[0]['resolution'] * 100:g} % of the offered rate) and confirmed by a second trial at the result. Latency is the generator's, "
+      "send to receive, at NDR (HDR histogram, every packet).\n")
+    w("| frame B | vectorlb MAX Mpps | testpmd MAX Mpps | MAX ratio | vectorlb NDR Mpps | testpmd NDR Mpps | NDR ratio | vectorlb PDR | testpmd PDR | vectorlb NDR Gbps | p50 / p99 / p99.9 µs at NDR (vectorlb) | (testpmd) |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    ratio = lambda a, b: f"{a / b:.2f}" if b else "-"
+    for s in sizes:
+        a, b = lb.get(s, {}), tp.get(s, {})
+        lat = lambda r: "/".join(str(round(r.get("ndr_latency_us", {}).get(k, 0), 1)) for k in ("p50", "p99", "p99_9")) if r else "-"
+        w(f"| {s} | **{a.get('max_mpps', 0):.3f}** | {b.get('max_mpps', 0):.3f} | {ratio(a.get('max_mpps', 0), b.get('max_mpps', 0))} | "
+          f"**{a.get('ndr_mpps', 0):.3f}** | {b.get('ndr_mpps', 0):.3f} | {ratio(a.get('ndr_mpps', 0), b.get('ndr_mpps', 0))} | "
+          f"{a.get('pdr_mpps', 0):.3f} | {b.get('pdr_mpps', 0):.3f} | {a.get('ndr_gbps', 0):.2f} | {lat(a)} | {lat(b)} |")
+    w("")
+
+    def draw(ax):
+        for dut, r, st in (("vectorlb", lb, "-"), ("testpmd", tp, "--")):
+            if r:
+                ax.plot(sizes, [r[s]["max_mpps"] for s in sizes], st, marker="o", label=f"{dut} MAX")
+                ax.plot(sizes, [r[s]["ndr_mpps"] for s in sizes], st, marker="s", label=f"{dut} NDR")
+        ax.set_xticks([64, 256, 512, 1024, 1280, 1518])
+        ax.set_xlabel("frame size (bytes)")
+        ax.set_ylabel("Mpps")
+        ax.legend(fontsize=8)
+    w(chart("rfc2544-throughput", draw, "RFC 2544 throughput by frame size (1 worker, AF_XDP veth, 2 shared cores)"))
+    w("Trials of every search are in `bench-results/rfc2544.jsonl`.\n")
+
+# ---- Connections per second with real TCP ------------------------------------------------
+if peers:
+    w("## Connections per second with real TCP, against the peers (same topology, same run)\n")
+    w("`scripts/bench-cps-peers.sh 5 16`: the client opens a new TCP connection per HTTP/1.0 "
+      "GET of a one-line page (seed 003 Figure 14's pattern), 16 at a time for 5 s, through the "
+      "VIP to three nginx backends; the same namespaces serve each peer in turn: vectorlb (full "
+      "NAT, AF_XDP, one worker), the kernel's nftables DNAT + SNAT with `numgen inc mod 3` (as "
+      "kube-proxy's nftables mode), HAProxy in TCP mode, nginx `stream`. Client, balancer and "
+      "servers share the two cores. Latency is per request, connect to close.\n")
+    w("| peer | connections/s | errors | p50 ms | p90 ms | p99 ms | p99.9 ms |")
+    w("|---|---|---|---|---|---|---|")
+    for r in peers:
+        x = r["result"]
+        l = x.get("latency_ms", {})
+        w(f"| {r['peer']} | **{int(x.get('requests_per_second', 0)):,}** | {x.get('errors')} | {l.get('p50')} | {l.get('p90')} | {l.get('p99')} | {l.get('p99_9')} |")
+    w("")
+    names = [r["peer"] for r in peers]
+
+    def draw_cps(ax):
+        ax.bar(names, [r["result"].get("requests_per_second", 0) for r in peers], color=["C0", "C1", "C2", "C3"][: len(peers)])
+        ax.set_ylabel("connections / s")
+    w(chart("cps-peers", draw_cps, "Real-TCP connections per second by peer (HTTP/1.0, 16 in flight)"))
+
+    def draw_lat(ax):
+        ks = ["p50", "p90", "p99", "p99_9"]
+        width = 0.8 / max(1, len(peers))
+        for i, r in enumerate(peers):
+            l = r["result"].get("latency_ms", {})
+            ax.bar([k + i * width for k in range(len(ks))], [l.get(k, 0) for k in ks], width, label=r["peer"])
+        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(ks))])
+        ax.set_xticklabels(["p50", "p90", "p99", "p99.9"])
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (log)")
+        ax.legend(fontsize=8)
+    w(chart("latency-peers", draw_lat, "Request latency percentiles by peer (connect to close)"))
+
+# ---- In-memory pipeline ------------------------------------------------------------------
+w("## The pipeline alone (in memory, one core)\n")
+w("`vectorlb bench pipeline` fills a session table with N flows (the first packet of each "
+  "creates its session), then replays a pool of 1 M frames drawn uniformly at random from "
+  "those flows through `Worker::process` in batches of 256: no NIC, no I/O, the cache's worst "
+  "case. Frames are 64 bytes on the wire for IPv4 and 80 for IPv6 (seed 003's UDP64 / UDP80). "
+  "`Mpps` counts pipeline time only; `with copy` also counts copying each frame into its "
+  "buffer (the NIC's DMA in a real system). Every packet must be forwarded. `bytes/session` "
+  "is the growth of resident memory while the table fills, divided by N.\n")
+
 
 def table(rs, title):
-    w(f"## {title}\n")
+    if not rs:
+        return
+    w(f"### {title}\n")
     w("| mode | family | proto | sessions | Mpps (median) | ns/packet | Mpps with copy | bytes/session | rounds (Mpps) |")
     w("|---|---|---|---|---|---|---|---|---|")
     for r in rs:
@@ -58,83 +178,129 @@ def table(rs, title):
           f"{', '.join(str(x) for x in r['mpps_rounds'])} |")
     w("")
 
-table(big, "Throughput at 10 M sessions (full NAT, UDP)")
-w("Command: `vectorlb bench pipeline --mode fnat --family {4,6} --proto udp --sessions 10000000 --json`\n")
-table(mid, "Throughput, every mode, family and protocol (1 M sessions)")
-w("Command: `vectorlb bench pipeline --mode M --family F --proto P --sessions 1000000 --json`\n")
-w("## Connections per second\n")
-w("| mode | family | connections/s (median) | wall connections/s | ns/packet | rounds | errors |")
-w("|---|---|---|---|---|---|---|")
-for r in cps:
-    w(f"| {r['mode']} | IPv{r['family']} | **{int(r['connections_per_second']):,}** | "
-      f"{int(r['wall_connections_per_second']):,} | {r['ns_per_packet']} | "
-      f"{', '.join(f'{int(x):,}' for x in r['cps_rounds'])} | {r['errors']} |")
-w("\nCommand: `vectorlb bench cps --mode M --family F --json`\n")
-wrk_path = os.path.join(root, "bench-results/wrk-fnat.txt")
-if os.path.exists(wrk_path):
-    text = open(wrk_path).read()
+
+table(big, "At 10 M sessions (full NAT, UDP)")
+w("Command: `vectorlb bench pipeline --mode fnat --family {4,6} --proto udp --sessions 10000000 --memory-points 20 --json`\n")
+table(mid, "Every mode, family and protocol (1 M sessions)")
+w("Command: `vectorlb bench pipeline --mode M --family F --proto P --sessions 1000000 --seconds 3 --json`\n")
+if cps:
+    w("### Connections per second (complete TCP lifecycles, in memory)\n")
+    w("`vectorlb bench cps`: SYN, SYN-ACK, ACK, request, 1-byte response, FIN/ACK both ways, "
+      "last ACK (9 packets), 256 connections in flight, server packets addressed from what the "
+      "LB actually sent; sessions created at the SYN and deleted at the last ACK (TIME-WAIT 0, "
+      "as in seed 003's test). `wall` includes building the frames.\n")
+    w("| mode | family | connections/s (median) | wall connections/s | ns/packet | rounds | errors |")
+    w("|---|---|---|---|---|---|---|")
+    for r in cps:
+        w(f"| {r['mode']} | IPv{r['family']} | **{int(r['connections_per_second']):,}** | "
+          f"{int(r['wall_connections_per_second']):,} | {r['ns_per_packet']} | "
+          f"{', '.join(f'{int(x):,}' for x in r['cps_rounds'])} | {r['errors']} |")
+    w("\nCommand: `vectorlb bench cps --mode M --family F --json`\n")
+
+if scaling:
+    w("### Core scaling\n")
+    w("`vectorlb bench pipeline --mode fnat --sessions 4000000 --threads T`: T worker threads, "
+      "each with its own session table of 4 M / T flows (share-nothing, as the daemon's "
+      "workers), rounds started together; the total is the sum of the threads' medians. The "
+      "machine has "
+      f"{len(scaling)} cores; the kit takes any count.\n")
+    w("| threads | total Mpps | per thread | speed-up |")
+    w("|---|---|---|---|")
+    base = scaling[0]["mpps"]
+    for r in scaling:
+        w(f"| {r['threads']} | **{r['mpps']}** | {', '.join(str(x) for x in r['mpps_per_thread'])} | {r['mpps'] / base:.2f}x |")
+    w("")
+
+    def draw_sc(ax):
+        t = [r["threads"] for r in scaling]
+        ax.plot(t, [r["mpps"] for r in scaling], marker="o", label="vectorlb pipeline (full NAT, UDP 64 B)")
+        ax.plot(t, [base * x for x in t], "--", color="gray", label="linear")
+        ax.set_xticks(t)
+        ax.set_xlabel("worker threads (cores)")
+        ax.set_ylabel("Mpps")
+        ax.legend(fontsize=8)
+    w(chart("scaling", draw_sc, "Throughput by worker cores (in memory, 4 M sessions)"))
+
+curves = [r for r in big if r.get("memory_curve")]
+if curves:
+    w("### Memory by live sessions\n")
+    w("Resident memory above the empty process while the 10 M-session tables above fill "
+      "(the shape of seed 003 Figure 13). The table's index is allocated for the configured "
+      "capacity and its pages are touched as flows hash into them; records grow with the "
+      "sessions.\n")
+    w("| sessions | " + " | ".join(f"IPv{r['family']} MB" for r in curves) + " |")
+    w("|---|" + "---|" * len(curves))
+    for i, (n, _) in enumerate(curves[0]["memory_curve"]):
+        if i % 2 == 0 or i == len(curves[0]["memory_curve"]) - 1:
+            w(f"| {n:,} | " + " | ".join(f"{r['memory_curve'][i][1] / 1e6:.0f}" for r in curves if i < len(r["memory_curve"])) + " |")
+    w("")
+
+    def draw_mem(ax):
+        for r in curves:
+            ax.plot([p[0] / 1e6 for p in r["memory_curve"]], [p[1] / 1e6 for p in r["memory_curve"]], marker=".", label=f"IPv{r['family']} full NAT")
+        ax.set_xlabel("live sessions (millions)")
+        ax.set_ylabel("resident MB")
+        ax.legend(fontsize=8)
+    w(chart("memory", draw_mem, "Resident memory by live sessions (table sized for 10 M)"))
+
+if profile:
+    w("### Profile: instructions per packet and per connection\n")
+    w("`scripts/bench-profile.sh` (`make bench-profile`): callgrind counts the instructions of the "
+      "timed work only (`--toggle-collect` on the out-of-line functions "
+      "`vectorlb_bench::pipeline::forward` and `vectorlb_bench::cps::lifecycle_step`), grouped by "
+      "the source file they come from: the stages are inlined into `Worker::process` and "
+      "`Worker::act`, and the line tables still say which file each instruction came from. "
+      "Instruction counts repeat exactly on a shared machine, where timings do not; the cost "
+      "of cache misses (the 10 M-session case) is not in them (this VM has no PMU for perf).\n")
+    groups = []
+    for r in profile:
+        for k in r["by_source"]:
+            if k not in groups:
+                groups.append(k)
+    w("| part | " + " | ".join(f"{r['workload']} ({r['mode']}, per {r['unit']})" for r in profile) + " |")
+    w("|---|" + "---|" * len(profile))
+    w("| **total instructions** | " + " | ".join(f"**{r['instructions_per_unit']:,}**" for r in profile) + " |")
+    for g in groups:
+        w(f"| {g} | " + " | ".join(str(r["by_source"].get(g, 0)) for r in profile) + " |")
+    w("")
+    conn = [r for r in profile if r["unit"] == "connection"]
+    if conn:
+        w("Per connection, by function (instructions): " + ", ".join(f"`{k}` {v:,}" for k, v in conn[0]["by_function"].items()) + ".\n")
+
+# ---- wrk and idle --------------------------------------------------------------------------
+if os.path.exists(res("wrk-fnat.txt")):
+    text = open(res("wrk-fnat.txt")).read()
     head = [l[2:] for l in text.splitlines() if l.startswith("# ")]
     body = [l for l in text.splitlines() if not l.startswith("# ")]
-    pct = {}
-    for l in body:
-        parts = l.split()
-        if len(parts) == 2 and parts[0].endswith("%"):
-            pct[parts[0]] = parts[1]
+    pct = {p[0]: p[1] for p in (l.split() for l in body) if len(p) == 2 and p[0].endswith("%")}
     rps = next((l.split(":", 1)[1].strip() for l in body if l.startswith("Requests/sec")), "?")
     errors = next((l.strip() for l in body if "Socket errors" in l), "Socket errors: none")
     w("## Real TCP through the daemon: wrk, 20 s, full NAT to three nginx\n")
     w("`make bench-wrk` (the `make demo` topology: client, LB on two AF_XDP veth ports with one "
-      "worker, three nginx backends, all in network namespaces on this 2-core VM, so wrk, the "
-      "LB and nginx share the two cores). Measured " + (head[0].split(" ")[0] if head else "?") + ".\n")
+      "worker, three nginx backends; wrk, the LB and nginx share the two cores). Measured "
+      + (head[0].split(" ")[0] if head else "?") + ".\n")
     w("| requests/s | p50 | p75 | p90 | p99 | socket errors |")
     w("|---|---|---|---|---|---|")
-    w(f"| {rps} | {pct.get('50%','?')} | {pct.get('75%','?')} | {pct.get('90%','?')} | {pct.get('99%','?')} | {errors.replace('Socket errors:', '').strip()} |\n")
-    w("```")
-    w(text.strip())
-    w("```\n")
-cps_path = os.path.join(root, "bench-results/cps-peers.jsonl")
-if os.path.exists(cps_path):
-    peers = [json.loads(l) for l in open(cps_path) if l.strip()]
-    w("## Connections per second with real TCP, against peers (same topology, same run)\n")
-    w("`scripts/bench-cps-peers.sh 5 16` (`make bench-cps-peers`): the client opens a new TCP "
-      "connection per HTTP/1.0 GET of a one-line page, 16 at a time for 5 s, through the VIP to "
-      "three nginx backends; the same namespaces serve each peer in turn: vectorlb (full NAT, "
-      "AF_XDP, one worker), the kernel's nftables DNAT + SNAT with `numgen inc mod 3` (as "
-      "kube-proxy's nftables mode), HAProxy in TCP mode, nginx `stream`.\n")
-    w("| peer | connections/s | errors | p50 ms | p99 ms | p99.9 ms |")
-    w("|---|---|---|---|---|---|")
-    for r in peers:
-        x = r["result"]
-        l = x.get("latency_ms", {})
-        w(f"| {r['peer']} | {int(x.get('requests_per_second', 0)):,} | {x.get('errors')} | {l.get('p50')} | {l.get('p99')} | {l.get('p99_9')} |")
-    w("\nWhere vectorlb loses: on this 2-core VM the client, the three nginx and the balancer "
-      "share two cores. nftables forwards in the kernel's softirq and costs the others little; "
-      "vectorlb's worker polls (and backs off only when idle), taking CPU from the client and "
-      "nginx under load, so it trails the kernel here by about a third. HAProxy and nginx "
-      "stream terminate both TCP connections in user space and are slowest. The pipeline "
-      "alone does 2.1 M connections/s (above), so the limit is the shared CPU, not vectorlb's "
-      "per-connection work; a fair comparison puts the client and servers on other machines and "
-      "gives the balancer its own core.\n")
-idle_path = os.path.join(root, "bench-results/idle.jsonl")
-if os.path.exists(idle_path):
-    idle = [json.loads(l) for l in open(idle_path) if l.strip()]
+    w(f"| {rps} | {pct.get('50%', '?')} | {pct.get('75%', '?')} | {pct.get('90%', '?')} | {pct.get('99%', '?')} | {errors.replace('Socket errors:', '').strip()} |\n")
+if idle:
     w("## Polling that fits the host: idle CPU and wake-up\n")
-    w("`scripts/bench-idle.sh`: the daemon with one worker on the demo topology, no traffic for "
-      "5 s (its CPU time over that window, all threads), then 50 pings to the VIP at 20 per "
-      "second (the LB answers them itself, so each ping wakes an idle worker).\n")
+    w("`scripts/bench-idle.sh`: the daemon with one worker, no traffic for 5 s (its CPU time over "
+      "that window, all threads), then 50 pings to the VIP at 20 per second (the LB answers them "
+      "itself, so each ping wakes an idle worker).\n")
     w("| idle_sleep_us | idle CPU (% of one core) | ping RTT min / avg / max (ms) |")
     w("|---|---|---|")
     for r in idle:
         mode = "busy poll (0)" if r["idle_sleep_us"] == 0 else f"back-off ({r['idle_sleep_us']})"
         w(f"| {mode} | {r['idle_cpu_percent']} | {r['ping_rtt_ms_min']} / {r['ping_rtt_ms_avg']} / {r['ping_rtt_ms_max']} |")
     w("")
-w("## JSON lines\n")
-w("```")
-for r in rows:
-    w(json.dumps(r, separators=(",", ":")))
-w("```\n")
+
 tail = os.path.join(root, "docs/benchmarks-notes.md")
 if os.path.exists(tail):
     w(open(tail).read())
+w("## JSON lines of this run\n")
+w("```")
+for r in core + scaling + profile + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench-results/rfc2544.jsonl") for r in rfc] + peers + idle:
+    w(json.dumps(r, separators=(",", ":")))
+w("```")
 open(os.path.join(root, "docs/benchmarks.md"), "w").write("\n".join(out) + "\n")
-print("wrote docs/benchmarks.md")
+print(f"wrote docs/benchmarks.md ({len(charts)} charts in docs/img)" + ("" if plt else "; matplotlib is missing: no charts (scripts/setup.sh --bench)"))

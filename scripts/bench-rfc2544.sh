@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
-# RFC 2544 through vectorlb (full NAT, one worker) on the generator topology: MAX, NDR and PDR
-# per frame size (`vectorlb bench rfc2544`). One JSON line per size on stdout.
-#   scripts/bench-rfc2544.sh [SIZES] [TRIAL_SECONDS]
+# RFC 2544 on the generator topology (`vectorlb bench rfc2544`: MAX, NDR and PDR per frame size)
+# through a device under test on the same two AF_XDP ports:
+#   vectorlb  full NAT of UDP, one busy-polling worker pinned to CPU 1
+#   testpmd   dpdk-testpmd --forward-mode=io (the I/O ceiling)
+# One JSON line per size on stdout, with "dut" added; progress on stderr.
+#   scripts/bench-rfc2544.sh DUT [SIZES] [TRIAL_SECONDS] [REPEAT] [RESOLUTION]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-SIZES=${1:-64,128,256,512,1024,1280,1518}
-TRIAL=${2:-1}
+DUT=${1:?vectorlb|testpmd}
+SIZES=${2:-64,128,256,512,1024,1280,1518}
+TRIAL=${3:-1}
+REPEAT=${4:-1}
+RES=${5:-0.05}
 P=vlbr
 DIR=$(mktemp -d /tmp/vectorlb-rfc.XXXXXX)
-cleanup() { bash scripts/gen-topo.sh down "$P"; rm -rf "$DIR"; }
+TP_PID=
+LB_PID=
+cleanup() {
+    [ -n "$TP_PID" ] && stop_testpmd
+    [ -n "$LB_PID" ] && { kill -TERM "$LB_PID" 2>/dev/null; wait "$LB_PID" 2>/dev/null || true; }
+    bash scripts/gen-topo.sh down "$P"
+    rm -rf "$DIR"
+}
 trap cleanup EXIT
 read -r G1 E0 < <(bash scripts/gen-topo.sh up "$P")
-gen_lb_config "$DIR" "$G1" > "$DIR/lb.toml"
-start_lb "$P-lb" "$DIR/lb.toml" "$DIR"
-sleep 1
+case $DUT in
+    vectorlb)
+        gen_lb_config "$DIR" "$G1" > "$DIR/lb.toml"
+        start_lb "$P-lb" "$DIR/lb.toml" "$DIR"
+        sleep 1 ;;
+    testpmd) start_testpmd "$P-lb" "$DIR" ;;
+    *) echo "unknown device under test '$DUT' (vectorlb|testpmd)" >&2; exit 2 ;;
+esac
 ip netns exec "$P-gen" "$BIN" bench rfc2544 --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
-    --dst-mac "$E0" --sizes "$SIZES" --trial-seconds "$TRIAL" 2>/dev/null
+    --dst-mac "$E0" --sizes "$SIZES" --trial-seconds "$TRIAL" --repeat "$REPEAT" --resolution "$RES" \
+    2> >(grep -v "^EAL\|^TELEMETRY" >&2) | sed -u "s/^{/{\"dut\":\"$DUT\",/"

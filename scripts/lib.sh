@@ -29,7 +29,7 @@ CONF
 # second port, one busy-polling worker pinned to CPU 1.
 #   gen_lb_config DIR G1_MAC
 gen_lb_config() {
-    lb_base_config "$1" "idle_sleep_us = 0" "cpus = [1]"
+    lb_base_config "$1" "idle_sleep_us = 0" "cpus = [1]" "queue_desc = ${LB_QUEUE_DESC:-2048}"
     cat <<CONF
 [[neighbors]]
 ip = "10.1.0.11"
@@ -90,4 +90,26 @@ http {
 }
 CONF
     ip netns exec "$ns" nginx -c "$d/nginx.conf" -p "$d"
+}
+
+# dpdk-testpmd io-forward between ext0 and int0 in namespace NS (the I/O ceiling on the
+# generator topology); sets TP_PID. Stop it with stop_testpmd.
+#   start_testpmd NS DIR
+start_testpmd() {
+    # testpmd leaves its prompt when stdin closes: hold it open with a sleeping writer.
+    mkfifo "$2/tp.in" 2>/dev/null || true
+    (exec sleep 100000) > "$2/tp.in" &
+    TP_HOLD=$!
+    ip netns exec "$1" dpdk-testpmd -l 0,1 --in-memory --log-level '*:error' --file-prefix "$1-tp" \
+        --vdev net_af_xdp0,iface=ext0 --vdev net_af_xdp1,iface=int0 -- \
+        --forward-mode=io --auto-start --nb-cores=1 --rxd="${LB_QUEUE_DESC:-2048}" --txd="${LB_QUEUE_DESC:-2048}" < "$2/tp.in" > "$2/testpmd.log" 2>&1 &
+    TP_PID=$!
+    sleep 3
+    kill -0 "$TP_PID" 2>/dev/null || { echo "dpdk-testpmd exited:" >&2; cat "$2/testpmd.log" >&2; return 1; }
+}
+
+stop_testpmd() {
+    kill -INT "$TP_PID" 2>/dev/null || true
+    wait "$TP_PID" 2>/dev/null || true
+    kill "$TP_HOLD" 2>/dev/null || true
 }

@@ -57,6 +57,9 @@ pub struct GenArgs {
     pub rate: u64,
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
+    /// Packets per transmit burst.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=512))]
+    pub burst: u16,
     /// EAL arguments.
     #[arg(long, default_value = "-l 0 --in-memory --log-level *:error")]
     pub eal: String,
@@ -209,7 +212,7 @@ impl Gen {
         let rx = if devs.len() > 1 { Port::find(&eal, &devs[1]).map_err(|e| e.to_string())? } else { tx };
         let two = devs.len() > 1;
         for p in if two { vec![tx, rx] } else { vec![tx] } {
-            p.setup(1, 1024, &pool, 0).map_err(|e| e.to_string())?;
+            p.setup(1, 2048, &pool, 0).map_err(|e| e.to_string())?;
             p.start().map_err(|e| e.to_string())?;
         }
         let src_mac = tx.mac().map_err(|e| e.to_string())?;
@@ -228,7 +231,7 @@ impl Gen {
         let mut t = Trial { size, rate, seconds, sent: 0, received: 0, reordered: 0, foreign: 0, latency_ns: Histogram::new() };
         let mut top = 0u64;
         let mut any = false;
-        let mut burst: Vec<Mbuf> = Vec::with_capacity(32);
+        let mut burst: Vec<Mbuf> = Vec::with_capacity(a.burst as usize);
         let mut rxb: Vec<Option<Mbuf>> = (0..64).map(|_| None).collect();
         let mut drain_until = None;
         loop {
@@ -241,7 +244,7 @@ impl Gen {
             }
             if drain_until.is_none() {
                 let due = if rate == 0 { u64::MAX } else { (start.elapsed().as_secs_f64() * rate as f64) as u64 };
-                let n = due.saturating_sub(t.sent).min(32) as usize;
+                let n = due.saturating_sub(t.sent).min(a.burst as u64) as usize;
                 let ts = start.elapsed().as_nanos() as u64;
                 for _ in 0..n {
                     let Some(mut m) = pool.alloc() else { break };
@@ -263,8 +266,13 @@ impl Gen {
                     burst.clear();
                 }
             }
-            let n = rx.rx(0, &mut rxb);
-            if n > 0 {
+            // Receive until the ring is empty (a few bursts at most), so that a long transmit
+            // burst does not leave the receive ring to overflow.
+            for _ in 0..8 {
+                let n = rx.rx(0, &mut rxb);
+                if n == 0 {
+                    break;
+                }
                 let now_ns = start.elapsed().as_nanos() as u64;
                 let mut got: Vec<Mbuf> = rxb[..n].iter_mut().map(|m| m.take().unwrap()).collect();
                 for m in &got {
@@ -283,6 +291,9 @@ impl Gen {
                     }
                 }
                 free_bulk(&mut got);
+                if n < rxb.len() {
+                    break;
+                }
             }
         }
         t
@@ -348,14 +359,22 @@ impl Search<'_> {
     fn trial(&mut self, rate: u64) -> Trial {
         let t = self.g.trial(&self.a.gen, self.size, rate, self.a.trial_seconds);
         self.best_rx = self.best_rx.max(t.received as f64 / t.seconds);
+        let offered = if rate == 0 { "full".to_string() } else { format!("{:.3}", rate as f64 / 1e6) };
+        eprintln!(
+            "  rfc2544 {} B: trial {:>2}, offered {offered} Mpps, received {:.3} Mpps, loss {:.2e}",
+            self.size + 4,
+            self.trials.len() + 1,
+            t.received as f64 / t.seconds / 1e6,
+            t.loss_ratio()
+        );
         t
     }
 
-    /// The highest rate (pps) whose loss ratio is at most `allowed`: a binary search below
-    /// `top`, then the result confirmed by a second trial; a rate that fails its confirmation
+    /// The highest rate (pps) whose loss ratio is at most `allowed`: a binary search between
+    /// `floor` (a rate known to pass) and `top`, then the result confirmed by a second trial; a rate that fails its confirmation
     /// is lowered by one step and tried again (up to three times). Returns (rate, confirmed).
-    fn rate(&mut self, top: u64, allowed: f64) -> (u64, bool) {
-        let (mut lo, mut hi) = (0u64, top);
+    fn rate(&mut self, floor: u64, top: u64, allowed: f64) -> (u64, bool) {
+        let (mut lo, mut hi) = (floor.min(top), top);
         let step = ((top as f64) * self.a.resolution).max(1000.0) as u64;
         while hi - lo > step {
             let mid = (lo + hi) / 2;
@@ -411,10 +430,10 @@ pub fn rfc2544(a: &Rfc2544Args) -> Result<Vec<serde_json::Value>, String> {
             let full = s.trial(0);
             let top = (full.sent as f64 / a.trial_seconds) as u64;
             offered.push(top as f64);
-            let (ndr, c1) = s.rate(top, 0.0);
-            let (pdr, c2) = s.rate(top, a.pdr_loss);
+            let (ndr, c1) = s.rate(0, top, 0.0);
+            // PDR allows more loss than NDR: its search starts at NDR.
+            let (pdr, c2) = s.rate(ndr, top, a.pdr_loss);
             confirmed &= c1 && c2;
-            // PDR allows more loss than NDR: it is never below it.
             ndrs.push(ndr as f64);
             pdrs.push(pdr.max(ndr) as f64);
             maxs.push(s.best_rx);

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `make bench`: the whole benchmark kit (about 12 minutes on the 2-core VM), then
+# docs/benchmarks.md and its charts regenerated from bench-results/.
+#   1 core        pipeline per mode/family/protocol, 10 M sessions with the memory curve, CPS
+#   2 scaling     pipeline with 1..N worker threads (N = the machine's cores)
+#   3 profile     callgrind: instructions per packet and per connection, by stage
+#   4 rfc2544     MAX / NDR / PDR per frame size through vectorlb, then dpdk-testpmd io-forward
+#   5 cps peers   real TCP connections/s: vectorlb, nftables, HAProxy, nginx stream
+#   6 wrk         20 s of HTTP through the demo topology
+#   7 idle        CPU with no traffic, ping wake-up
+#   8 report      docs/benchmarks.md, docs/img/*.png
+# BENCH_STEPS="core rfc2544" runs a subset (the report always runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+RES=bench-results
+mkdir -p "$RES"
+STEPS=${BENCH_STEPS:-core scaling profile rfc2544 cps wrk idle}
+PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+ALL=(core scaling profile rfc2544 cps wrk idle report)
+T0=$(date +%s)
+step() { # NAME DESCRIPTION
+    local i=0 n=${#ALL[@]} k
+    for k in "${!ALL[@]}"; do [ "${ALL[$k]}" = "$1" ] && i=$((k + 1)); done
+    local w=24 f=$(( i * 24 / n ))
+    printf '\n[%s%s] %d/%d %s (%ds elapsed)\n' "$(printf '#%.0s' $(seq 1 $f))" "$(printf '.%.0s' $(seq 1 $((w - f))))" \
+        "$i" "$n" "$2" $(( $(date +%s) - T0 )) >&2
+}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+
+if want core; then
+    step core "pipeline and CPS in memory (bench-results/core.jsonl)"
+    bash scripts/bench-core.sh
+fi
+if want scaling; then
+    step scaling "worker threads 1..$(nproc) (bench-results/scaling.jsonl)"
+    : > "$RES/scaling.jsonl"
+    for t in $(seq 1 "$(nproc)"); do
+        echo "+ vectorlb bench pipeline --threads $t --sessions 4000000" >&2
+        "$BIN" bench pipeline --mode fnat --sessions 4000000 --threads "$t" --memory-points 0 --json | tee -a "$RES/scaling.jsonl"
+    done
+fi
+if want profile; then
+    step profile "callgrind per packet and per connection (bench-results/profile.json)"
+    bash scripts/bench-profile.sh
+fi
+if want rfc2544; then
+    step rfc2544 "RFC 2544 through vectorlb, then dpdk-testpmd (bench-results/rfc2544.jsonl)"
+    : > "$RES/rfc2544.jsonl"
+    for dut in vectorlb testpmd; do
+        bash scripts/bench-rfc2544.sh "$dut" 64,128,256,512,1024,1280,1518 2 1 0.05 | tee -a "$RES/rfc2544.jsonl" | cut -c1-160
+    done
+fi
+if want cps; then
+    step cps "real TCP connections/s through the peers (bench-results/cps-peers.jsonl)"
+    bash scripts/bench-cps-peers.sh 5 16 | tee "$RES/cps-peers.jsonl"
+fi
+if want wrk; then
+    step wrk "wrk 20 s through the full-NAT VIP (bench-results/wrk-fnat.txt)"
+    DEMO_WRK=20 WRK_OUT="$RES/wrk-fnat.txt" bash scripts/demo.sh > /dev/null
+    tail -3 "$RES/wrk-fnat.txt" >&2
+fi
+if want idle; then
+    step idle "idle CPU and wake-up (bench-results/idle.jsonl)"
+    bash scripts/bench-idle.sh | tee "$RES/idle.jsonl"
+fi
+step report "docs/benchmarks.md and docs/img/*.png"
+$PY scripts/bench-report.py
+echo "bench: done in $(( $(date +%s) - T0 )) s" >&2
