@@ -5,6 +5,8 @@
 #   testpmd   dpdk-testpmd --forward-mode=io (the I/O ceiling)
 # One JSON line per size on stdout, with "dut" added; progress on stderr.
 #   scripts/bench-rfc2544.sh DUT [SIZES] [TRIAL_SECONDS] [REPEAT] [RESOLUTION]
+# With GEN_ARGS set (e.g. "--rate 20000 --seconds 1 --proto tcp"), one `vectorlb bench gen`
+# trial with those arguments instead of the search.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -33,6 +35,12 @@ case $DUT in
     testpmd) start_testpmd "$P-lb" "$DIR" ;;
     *) echo "unknown device under test '$DUT' (vectorlb|testpmd)" >&2; exit 2 ;;
 esac
+if [ -n "${GEN_ARGS:-}" ]; then
+    # shellcheck disable=SC2086
+    ip netns exec "$P-gen" "$BIN" bench gen --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
+        --dst-mac "$E0" $GEN_ARGS --json 2> >(grep -v "^EAL\|^TELEMETRY\|^lib" >&2) | sed -u "s/^{/{\"dut\":\"$DUT\",/"
+    exit 0
+fi
 ip netns exec "$P-gen" "$BIN" bench rfc2544 --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
     --dst-mac "$E0" --sizes "$SIZES" --trial-seconds "$TRIAL" --repeat "$REPEAT" --resolution "$RES" \
     2> >(grep -v "^EAL\|^TELEMETRY" >&2) | sed -u "s/^{/{\"dut\":\"$DUT\",/"
