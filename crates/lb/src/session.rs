@@ -402,6 +402,13 @@ impl SessionTable {
         &self.cfg
     }
 
+    /// Makes the index resident (it is mapped for the configured capacity and touched at random
+    /// by the first flows; the records fill in order and need no such help). The daemon calls
+    /// it on the worker's own thread before the first packet.
+    pub fn prefault_index(&mut self) {
+        self.buckets.prefault();
+    }
+
     /// Live sessions (both families).
     pub fn len(&self) -> u32 {
         self.live

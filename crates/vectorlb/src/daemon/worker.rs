@@ -53,6 +53,7 @@ impl WorkerCtx {
         let mut empty_polls = 0u32;
         let mut last_publish = Instant::now();
         let max_sleep = self.shared.idle_sleep_us;
+        self.worker.table.prefault_index();
         self.worker.track_changes(self.changes.is_some());
         let mut changed = Vec::new();
         loop {
