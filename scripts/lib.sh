@@ -30,29 +30,22 @@ CONF
 #   gen_lb_config DIR G1_MAC
 gen_lb_config() {
     lb_base_config "$1" "idle_sleep_us = 0" "cpus = [1]" "queue_desc = ${LB_QUEUE_DESC:-2048}"
-    cat <<CONF
-[[neighbors]]
-ip = "10.1.0.11"
-mac = "$2"
+    printf '[[neighbors]]\nip = "10.1.0.11"\nmac = "%s"\n' "$2"
+    local proto la=200
+    for proto in udp tcp; do
+        cat <<CONF
 
 [[services]]
 vip = "10.0.0.100"
 port = 9
-proto = "udp"
+proto = "$proto"
 mode = "fnat"
 scheduler = "rr"
-local_addrs = ["10.1.0.200"]
-backends = [{ addr = "10.1.0.11", port = 9 }]
-
-[[services]]
-vip = "10.0.0.100"
-port = 9
-proto = "tcp"
-mode = "fnat"
-scheduler = "rr"
-local_addrs = ["10.1.0.201"]
+local_addrs = ["10.1.0.$la"]
 backends = [{ addr = "10.1.0.11", port = 9 }]
 CONF
+        la=$((la + 1))
+    done
 }
 
 # Starts `vectorlb run` in namespace NS with CONFIG (log in DIR/lb.log), sets LB_PID, and waits
