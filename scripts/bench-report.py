@@ -94,8 +94,12 @@ if rfc:
       "ceiling: it forwards without looking at the packets). Per frame size: MAX is the highest "
       f"received rate of any trial; NDR the highest offered rate with no loss and PDR with at "
       f"most 0.001 % loss, each by binary search ({rfc[0]['trial_seconds']:g} s trials, resolution "
-      f"{rfc[0]['resolution'] * 100:g} % of the offered rate) and confirmed by a second trial at the result. Latency is the generator's, "
-      "send to receive, at NDR (HDR histogram, every packet).\n")
+      f"{rfc[0]['resolution'] * 100:g} % of the offered rate) and confirmed by another trial at the result. "
+      + (f"A rate that fails a trial is tried up to {rfc[0].get('retries', 0)} more time(s) and passes if one "
+         "of them passes (this host's scheduling stalls lose packets at any rate now and then; a rate above "
+         "capacity fails every time); RFC 2544's single trial is `--retries 0`. " if rfc[0].get("retries") else "")
+      + "The generator does not catch up in bursts: packets more than 200 µs late are skipped. "
+      "Latency is the generator's, send to receive, at NDR (HDR histogram, every packet).\n")
     w("| frame B | vectorlb MAX Mpps | testpmd MAX Mpps | MAX ratio | vectorlb NDR Mpps | testpmd NDR Mpps | NDR ratio | vectorlb PDR | testpmd PDR | vectorlb NDR Gbps | p50 / p99 / p99.9 µs at NDR (vectorlb) | (testpmd) |")
     w("|---|---|---|---|---|---|---|---|---|---|---|---|")
     ratio = lambda a, b: f"{a / b:.2f}" if b else "-"

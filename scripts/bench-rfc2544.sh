@@ -4,7 +4,7 @@
 #   vectorlb  full NAT of UDP, one busy-polling worker pinned to CPU 1
 #   testpmd   dpdk-testpmd --forward-mode=io (the I/O ceiling)
 # One JSON line per size on stdout, with "dut" added; progress on stderr.
-#   scripts/bench-rfc2544.sh DUT [SIZES] [TRIAL_SECONDS] [REPEAT] [RESOLUTION]
+#   scripts/bench-rfc2544.sh DUT [SIZES] [TRIAL_SECONDS] [REPEAT] [RESOLUTION] [RETRIES]
 # With GEN_ARGS set (e.g. "--rate 20000 --seconds 1 --proto tcp"), one `vectorlb bench gen`
 # trial with those arguments instead of the search.
 set -euo pipefail
@@ -15,6 +15,7 @@ SIZES=${2:-64,128,256,512,1024,1280,1518}
 TRIAL=${3:-1}
 REPEAT=${4:-1}
 RES=${5:-0.05}
+RETRIES=${6:-0}
 P=vlbr
 DIR=$(mktemp -d /tmp/vectorlb-rfc.XXXXXX)
 TP_PID=
@@ -42,5 +43,5 @@ if [ -n "${GEN_ARGS:-}" ]; then
     exit 0
 fi
 ip netns exec "$P-gen" "$BIN" bench rfc2544 --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
-    --dst-mac "$E0" --sizes "$SIZES" --trial-seconds "$TRIAL" --repeat "$REPEAT" --resolution "$RES" \
+    --dst-mac "$E0" --sizes "$SIZES" --trial-seconds "$TRIAL" --repeat "$REPEAT" --resolution "$RES" --retries "$RETRIES" \
     2> >(grep -v "^EAL\|^TELEMETRY" >&2) | sed -u "s/^{/{\"dut\":\"$DUT\",/"

@@ -48,7 +48,7 @@ if want rfc2544; then
     step rfc2544 "RFC 2544 through vectorlb, then dpdk-testpmd (bench-results/rfc2544.jsonl)"
     : > "$RES/rfc2544.jsonl"
     for dut in vectorlb testpmd; do
-        bash scripts/bench-rfc2544.sh "$dut" 64,128,256,512,1024,1280,1518 2 1 0.05 | tee -a "$RES/rfc2544.jsonl" | cut -c1-160
+        bash scripts/bench-rfc2544.sh "$dut" 64,128,256,512,1024,1280,1518 2 1 0.05 1 | tee -a "$RES/rfc2544.jsonl" | cut -c1-160
     done
 fi
 if want cps; then

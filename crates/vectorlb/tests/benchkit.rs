@@ -36,7 +36,7 @@ fn generator_through_the_daemon_udp_and_tcp() {
         assert_eq!(r.len(), 1, "{r:?}");
         let r = &r[0];
         let (sent, received) = (f(r, "sent"), f(r, "received"));
-        assert!((19_000.0..=20_001.0).contains(&sent), "{proto}: paced at 20 kpps for 1 s: {r}");
+        assert!((16_000.0..=20_001.0).contains(&sent), "{proto}: paced at 20 kpps for 1 s (late packets are skipped): {r}");
         // A light load on a shared machine: everything (or nearly) comes back, through the
         // LB's full NAT (the source port rewritten), in order, with a latency.
         assert!(received >= 0.99 * sent && received <= sent, "{proto}: {r}");
