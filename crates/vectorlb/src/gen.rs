@@ -206,8 +206,9 @@ impl Gen {
         }
         let eal_args: Vec<String> = a.eal.split_whitespace().map(str::to_string).collect();
         let eal = Eal::init(&eal_args, &devs).map_err(|e| e.to_string())?;
-        let room = (max_size + 128).max(2048 + 128).min(u16::MAX as usize) as u16;
-        let pool = Mempool::new(&eal, "vlbgen", 16383, 256, room).map_err(|e| e.to_string())?;
+        // Jumbo frames: room for a whole 16 KB driver frame (af_packet's framesz), fewer mbufs.
+        let (room, n) = if max_size > 2048 - 128 { (16384 + 128, 4095) } else { (2048 + 128, 16383) };
+        let pool = Mempool::new(&eal, "vlbgen", n, 256, room).map_err(|e| e.to_string())?;
         let tx = Port::find(&eal, &devs[0]).map_err(|e| e.to_string())?;
         let rx = if devs.len() > 1 { Port::find(&eal, &devs[1]).map_err(|e| e.to_string())? } else { tx };
         let two = devs.len() > 1;
