@@ -44,7 +44,7 @@ fuzz:
 
 PY := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 
-# The whole benchmark kit (~12 min, root): in-memory pipeline, scaling, profile, RFC 2544
+# The whole benchmark kit (~13 min, root): in-memory pipeline, scaling, profile, RFC 2544
 # through vectorlb and dpdk-testpmd, real-TCP CPS against nftables/HAProxy/nginx, wrk, idle;
 # then docs/benchmarks.md and docs/img/*.png from bench-results/.
 bench: build

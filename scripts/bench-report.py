@@ -71,7 +71,7 @@ w(f"Measured {datetime.date.today().isoformat()} at commit `{sh(f'git -C {root} 
   "device under test, clients, servers, the kernel's veth work), so figures vary from run to "
   "run: in-memory figures are medians of rounds with every round listed, and each table says "
   "what shared the cores.\n")
-w("Regenerate everything: `make bench` (about 12 minutes; `scripts/bench.sh`, then "
+w("Regenerate everything: `make bench` (about 13 minutes; `scripts/bench.sh`, then "
   "`scripts/bench-report.py`). Reduced suite, one JSON line: `make bench-quick` (under 3 "
   "minutes). Raw results: `bench-results/`. The hand-written analysis (where the time goes, "
   "how vectorlb compares with the peers and the seeds' published figures) follows the "
