@@ -251,10 +251,12 @@ impl Gen {
                 // catch up with a burst at line rate, which would test the ring depth rather
                 // than the rate: packets more than 200 µs late are skipped (the trial then
                 // sends fewer; `sent` and `tx_mpps` say how many).
-                if due > t.sent + late_cap {
+                let due = if rate > 0 && due > t.sent + late_cap {
                     skipped += due - t.sent - late_cap;
-                }
-                let due = due.min(t.sent + late_cap);
+                    t.sent + late_cap
+                } else {
+                    due
+                };
                 let n = due.saturating_sub(t.sent).min(a.burst as u64) as usize;
                 let ts = start.elapsed().as_nanos() as u64;
                 for _ in 0..n {
