@@ -77,6 +77,32 @@ w("Regenerate everything: `make bench` (about 13 minutes; `scripts/bench.sh`, th
   "how vectorlb compares with the peers and the seeds' published figures) follows the "
   "tables.\n")
 
+# ---- At a glance ---------------------------------------------------------------------------
+glance = []
+b4 = next((r for r in big if r["family"] == 4), None)
+if b4:
+    glance.append(("pipeline, full NAT, 64 B, 10 M sessions, one core (in memory)", f"{b4['mpps']} Mpps, {b4['bytes_per_session']} B/session"))
+c4 = next((r for r in cps if r["mode"] == "fnat" and r["family"] == 4), None)
+if c4:
+    glance.append(("TCP lifecycles, full NAT, one core (in memory)", f"{int(c4['connections_per_second']):,} connections/s"))
+if len(scaling) > 1:
+    glance.append((f"core scaling, 1 to {scaling[-1]['threads']} threads (in memory)", f"{scaling[-1]['mpps'] / scaling[0]['mpps']:.2f}x"))
+if profile:
+    glance.append(("instructions per packet / per connection (callgrind)", f"{profile[0]['instructions_per_unit']:,} / {profile[-1]['instructions_per_unit']:,}"))
+lb64 = next((r for r in rfc if r["dut"] == "vectorlb" and r["frame_bytes"] == 64), None)
+tp64 = next((r for r in rfc if r["dut"] == "testpmd" and r["frame_bytes"] == 64), None)
+if lb64 and tp64:
+    glance.append(("RFC 2544 MAX, 64 B, AF_XDP veth, one worker: vectorlb / testpmd", f"{lb64['max_mpps']:.3f} / {tp64['max_mpps']:.3f} Mpps ({lb64['max_mpps'] / tp64['max_mpps']:.2f})"))
+if peers:
+    glance.append(("real-TCP connections/s: " + " / ".join(r["peer"] for r in peers), " / ".join(f"{int(r['result'].get('requests_per_second', 0)):,}" for r in peers)))
+if glance:
+    w("## At a glance\n")
+    w("| measure | this run |")
+    w("|---|---|")
+    for k, v in glance:
+        w(f"| {k} | {v} |")
+    w("")
+
 # ---- RFC 2544 through the daemon and the I/O ceiling --------------------------------------
 if rfc:
     by = {}
