@@ -526,4 +526,23 @@ mod tests {
             assert_eq!(parse(&f, 1), None, "not our marker");
         }
     }
+
+    #[test]
+    fn parse_never_panics_on_mutated_or_cut_frames() {
+        let mut rng = vectorlb_bench::Rng(0x0bad_5eed_1234_5678);
+        for proto in ["udp", "tcp"] {
+            let a = T::parse_from(["t", "--tx", "x", "--dst-mac", "02:00:00:00:00:01", "--proto", proto]).g;
+            let mut f = vec![0u8; 80];
+            build(&mut f, &a, [2; 6], [4; 6], 3, 99, 7);
+            for _ in 0..20_000 {
+                let mut g = f.clone();
+                for _ in 0..=rng.below(6) {
+                    let at = rng.below(g.len() as u64) as usize;
+                    g[at] = rng.next_u64() as u8;
+                }
+                g.truncate(rng.below(g.len() as u64 + 1) as usize);
+                let _ = parse(&g, rng.next_u64());
+            }
+        }
+    }
 }
