@@ -334,6 +334,9 @@ fn check(a: &GenArgs, size: usize) -> Result<(), String> {
 
 pub fn run(a: &GenArgs) -> Result<serde_json::Value, String> {
     check(a, a.size)?;
+    if !(a.seconds > 0.0 && a.seconds <= 86_400.0) {
+        return Err(format!("--seconds: {} is out of range (0, 86400]", a.seconds));
+    }
     let mut g = Gen::open(a, a.size)?;
     Ok(g.trial(a, a.size, a.rate, a.seconds).json(a.flows))
 }
