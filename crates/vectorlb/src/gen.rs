@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use vectorlb_bench::hist::Histogram;
 use vectorlb_dpdk::{free_bulk, Eal, Mbuf, Mempool, Port};
 use vectorlb_lb::PacketBuf;
-use vectorlb_packet::checksum;
+use vectorlb_packet::tcp::flags;
+use vectorlb_packet::{checksum, proto};
 
 /// The payload starts with a 2-byte marker. UDP: then the sequence number and the send time
 /// (ns), 18 bytes in all, what a 64-byte frame holds. TCP (whose 64-byte frame leaves 6 bytes
@@ -74,9 +75,9 @@ pub fn build(f: &mut [u8], a: &GenArgs, src_mac: [u8; 6], dst_mac: [u8; 6], flow
     f[6..12].copy_from_slice(&src_mac);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
     let ip_len = (n - 14) as u16;
-    let l4 = if a.proto == Proto::Tcp { 6 } else { 17 };
+    let ip_proto = if a.proto == Proto::Tcp { proto::TCP } else { proto::UDP };
     let ip = &mut f[14..34];
-    ip.copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, l4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    ip.copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, ip_proto, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
     ip[12..16].copy_from_slice(&a.src_ip.octets());
     ip[16..20].copy_from_slice(&a.dst_ip.octets());
@@ -103,12 +104,12 @@ pub fn build(f: &mut [u8], a: &GenArgs, src_mac: [u8; 6], dst_mac: [u8; 6], flow
             t[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
             t[8..12].copy_from_slice(&(ts_ns as u32).to_be_bytes());
             t[12] = 5 << 4;
-            t[13] = if syn { 0x02 } else { 0x10 };
+            t[13] = if syn { flags::SYN } else { flags::ACK };
             t[14..16].copy_from_slice(&65535u16.to_be_bytes());
             t[16..20].fill(0);
             t[20..22].copy_from_slice(&MAGIC.to_be_bytes());
             // The rest of the payload is zero and adds nothing to the sum.
-            let acc = checksum::pseudo_v4(a.src_ip.octets(), a.dst_ip.octets(), 6, ip_len - 20);
+            let acc = checksum::pseudo_v4(a.src_ip.octets(), a.dst_ip.octets(), proto::TCP, ip_len - 20);
             let c = checksum::finish(checksum::accumulate(acc, t));
             t[16..18].copy_from_slice(&c.to_be_bytes());
         }
@@ -119,7 +120,7 @@ pub fn build(f: &mut [u8], a: &GenArgs, src_mac: [u8; 6], dst_mac: [u8; 6], flow
 pub fn parse(f: &[u8], now_ns: u64) -> Option<(u16, u64, u64)> {
     let info = vectorlb_packet::parse_frame(f).ok()?;
     let (sport, seq, ts, p) = match info.proto {
-        17 => {
+        proto::UDP => {
             let p = f.get(info.l4 + 8..)?;
             if p.len() < UDP_PAYLOAD {
                 return None;
@@ -128,7 +129,7 @@ pub fn parse(f: &[u8], now_ns: u64) -> Option<(u16, u64, u64)> {
             let ts = u64::from_be_bytes(p[10..18].try_into().ok()?);
             (f.get(info.l4..info.l4 + 2)?, seq, now_ns.saturating_sub(ts), p)
         }
-        6 => {
+        proto::TCP => {
             let t = f.get(info.l4..info.l4 + 20)?;
             let p = f.get(info.l4 + (t[12] >> 4) as usize * 4..)?;
             let seq = u32::from_be_bytes(t[4..8].try_into().ok()?) as u64;
