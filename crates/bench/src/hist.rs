@@ -132,6 +132,7 @@ mod tests {
 
     #[test]
     fn slots_cover_the_range_in_order() {
+        let _serial = crate::MEMORY_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let mut last = 0;
         for v in (0..5000u64).chain([u64::MAX / 3, u64::MAX - 1, u64::MAX]) {
             let i = index(v);
@@ -151,6 +152,7 @@ mod tests {
 
     #[test]
     fn percentiles_within_three_digits_of_exact() {
+        let _serial = crate::MEMORY_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let mut r = Rng(0x1234_5678_9abc_def1);
         let mut h = Histogram::new();
         let mut v = Vec::new();
@@ -176,6 +178,7 @@ mod tests {
 
     #[test]
     fn small_values_are_exact_and_merge_adds() {
+        let _serial = crate::MEMORY_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let mut a = Histogram::new();
         let mut b = Histogram::new();
         assert_eq!(a.percentile(50.0), 0);

@@ -14,6 +14,12 @@ pub mod hist;
 pub mod pipeline;
 pub mod topo;
 
+/// Tests that allocate or free megabytes, or read the process's resident memory, take this lock:
+/// resident memory is per process, and the test harness runs tests on parallel threads, so a
+/// test freeing a large buffer would otherwise show up as a dip in another test's memory curve.
+#[cfg(test)]
+pub(crate) static MEMORY_TEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Median of a non-empty list.
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();

@@ -318,6 +318,7 @@ mod tests {
 
     #[test]
     fn one_thread_forwards_everything_and_samples_memory() {
+        let _serial = crate::MEMORY_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let r = run(&small(1)).unwrap();
         assert_eq!((r.threads, r.sessions, r.not_forwarded), (1, 20_000, 0));
         assert!(r.packets > 0 && r.mpps > 0.0);
@@ -332,6 +333,7 @@ mod tests {
 
     #[test]
     fn threads_each_own_a_table_and_add_up() {
+        let _serial = crate::MEMORY_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let r = run(&small(2)).unwrap();
         assert_eq!((r.threads, r.sessions, r.not_forwarded), (2, 20_000, 0));
         assert_eq!(r.mpps_per_thread.len(), 2);
