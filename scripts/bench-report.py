@@ -154,16 +154,23 @@ if peers:
     w("## Connections per second with real TCP, against the peers (same topology, same run)\n")
     w("`scripts/bench-cps-peers.sh 5 16`: the client opens a new TCP connection per HTTP/1.0 "
       "GET of a one-line page (seed 003 Figure 14's pattern), 16 at a time for 5 s, through the "
-      "VIP to three nginx backends; the same namespaces serve each peer in turn: vectorlb (full "
-      "NAT, AF_XDP, one worker), the kernel's nftables DNAT + SNAT with `numgen inc mod 3` (as "
-      "kube-proxy's nftables mode), HAProxy in TCP mode, nginx `stream`. Client, balancer and "
-      "servers share the two cores. Latency is per request, connect to close.\n")
-    w("| peer | connections/s | errors | p50 ms | p90 ms | p99 ms | p99.9 ms |")
-    w("|---|---|---|---|---|---|---|")
+      "VIP to three nginx backends. Each peer in turn gets the same topology, built afresh (so "
+      "that no peer inherits the TIME_WAIT sockets and conntrack entries of the one before): "
+      "vectorlb (full NAT, AF_XDP, one worker), the kernel's nftables DNAT + SNAT with `numgen inc "
+      "mod 3` (as kube-proxy's nftables mode), HAProxy in TCP mode, nginx `stream`. Client, "
+      "balancer and servers share the two cores. Latency is per request, connect to close. "
+      "`busy cores` is the whole machine's CPU use over the measurement (softirq included); "
+      "`balancer cores` is the balancer's processes' own (for vectorlb this includes the kernel "
+      "work its AF_XDP transmit calls do on the receivers' behalf; the kernel peer has no "
+      "process).\n")
+    w("| peer | connections/s | errors | p50 ms | p90 ms | p99 ms | p99.9 ms | busy cores | balancer cores |")
+    w("|---|---|---|---|---|---|---|---|---|")
     for r in peers:
         x = r["result"]
         l = x.get("latency_ms", {})
-        w(f"| {r['peer']} | **{int(x.get('requests_per_second', 0)):,}** | {x.get('errors')} | {l.get('p50')} | {l.get('p90')} | {l.get('p99')} | {l.get('p99_9')} |")
+        c = r.get("cpu", {})
+        own = c.get("balancer_cores")
+        w(f"| {r['peer']} | **{int(x.get('requests_per_second', 0)):,}** | {x.get('errors')} | {l.get('p50')} | {l.get('p90')} | {l.get('p99')} | {l.get('p99_9')} | {c.get('machine_busy_cores', '-')} of {c.get('cores', '-')} | {'-' if own is None else own} |")
     w("")
     names = [r["peer"] for r in peers]
 
