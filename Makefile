@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build demo demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile clean
+.PHONY: all setup build demo demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io clean
 
 all: build
 
@@ -44,7 +44,7 @@ fuzz:
 
 PY := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 
-# The whole benchmark kit (~13 min, root): in-memory pipeline, scaling, profile, RFC 2544
+# The whole benchmark kit (~13 min, root): in-memory pipeline, scaling, profiles, RFC 2544
 # through vectorlb and dpdk-testpmd, real-TCP CPS against nftables/HAProxy/nginx, wrk, idle;
 # then docs/benchmarks.md and docs/img/*.png from bench-results/.
 bench: build
@@ -60,6 +60,12 @@ bench-core: build
 bench-profile: build
 	@bash scripts/setup.sh --bench
 	@BENCH_STEPS=profile bash scripts/bench.sh
+
+# The daemon's worker and testpmd sampled by perf at full load: time per packet by part, I/O
+# included (bench-results/profile-io.jsonl).
+bench-profile-io: build
+	@bash scripts/setup.sh --bench
+	@BENCH_STEPS=profile-io bash scripts/bench.sh
 
 # wrk for 20 s through the demo's full-NAT VIP (bench-results/wrk-fnat.txt; docs/benchmarks.md).
 bench-wrk: build

@@ -11,7 +11,8 @@
 #   scripts/bench-cps-peers.sh [SECONDS] [CONCURRENCY]
 # Environment: CPS_PEERS (default "vectorlb nftables haproxy nginx_stream") picks the peers
 # (they run in that order); CPS_LB_OPTS adds [runtime] lines, separated by ";", to vectorlb's
-# configuration (e.g. "idle_sleep_us = 0;cpus = [1]").
+# configuration (e.g. "idle_sleep_us = 0;cpus = [1]"); CPS_PERF=FILE samples vectorlb's process
+# with `perf record -e cpu-clock` for 3 s of its measurement (read it with `perf report -i FILE`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -116,7 +117,13 @@ CONF
     start_lb "$P-lb" "$DIR/lb.toml" "$DIR"
     LB=$LB_PID
     sleep 2
+    local perf_pid=
+    if [ -n "${CPS_PERF:-}" ]; then
+        (sleep 1.5; exec perf record -q -e cpu-clock -F 2999 ${CPS_PERF_ARGS:-} -p "$LB" -o "$CPS_PERF" -- sleep 3) >/dev/null 2>&1 &
+        perf_pid=$!
+    fi
     measure vectorlb "$LB"
+    [ -z "$perf_pid" ] || wait "$perf_pid" || echo "perf record failed" >&2
     kill -TERM $LB; wait $LB || true
 }
 if wanted vectorlb; then

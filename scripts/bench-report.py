@@ -56,6 +56,7 @@ big = [r for r in pipe if r["sessions"] >= 10_000_000]
 mid = [r for r in pipe if r["sessions"] < 10_000_000]
 scaling = lines("scaling.jsonl")
 profile = lines("profile.json")
+profile_io = lines("profile-io.jsonl")
 rfc = lines("rfc2544.jsonl")
 peers = lines("cps-peers.jsonl")
 idle = lines("idle.jsonl")
@@ -304,6 +305,33 @@ if profile:
     if conn:
         w("Per connection, by function (instructions): " + ", ".join(f"`{k}` {v:,}" for k, v in conn[0]["by_function"].items()) + ".\n")
 
+if profile_io:
+    w("### Profile through the daemon: time per packet, I/O included\n")
+    w("`scripts/bench-profile-io.sh` (`make bench-profile-io`): the generator sends 64-byte UDP at "
+      "its full rate through the device under test on the RFC 2544 topology, and `perf record -e "
+      "cpu-clock` (a timer, not a hardware counter) samples the device's process for "
+      f"{profile_io[0]['seconds']:g} s at {profile_io[0]['hz']:g} Hz. The data-plane thread's "
+      "samples, grouped by part, are converted to nanoseconds per packet received by the "
+      "generator (its core's time divided by the packets it forwarded). Both devices busy-poll, "
+      "so where a device is not saturated (no loss) its figure includes empty polls.\n")
+    w("| | " + " | ".join(r["dut"] for r in profile_io) + " |")
+    w("|---|" + "---|" * len(profile_io))
+    w("| offered / forwarded Mpps (loss) | " + " | ".join(f"{r['offered_mpps']} / {r['rx_mpps']} ({r['loss_ratio'] * 100:.1f} %)" for r in profile_io) + " |")
+    w("| data-plane thread, cores busy | " + " | ".join(f"{r['thread']}, {r['thread_cores']}" for r in profile_io) + " |")
+    w("| **ns per packet** | " + " | ".join(f"**{r['ns_per_packet']}**" for r in profile_io) + " |")
+    w("| of which in user space | " + " | ".join(f"{r['user_share'] * 100:.1f} %" for r in profile_io) + " |")
+    pio_parts = []
+    for r in profile_io:
+        for k in r["parts_ns_per_packet"]:
+            if k not in pio_parts:
+                pio_parts.append(k)
+    for k in pio_parts:
+        w(f"| {k} | " + " | ".join(str(r["parts_ns_per_packet"].get(k, "-")) for r in profile_io) + " |")
+    w("")
+    w("Hottest functions of the data-plane thread (share of its samples): " + "; ".join(
+        f"**{r['dut']}**: " + ", ".join(f"`{t[0][4:] if t[0][:2] in ('[k', '[.') else t[0]}` {t[2] * 100:.1f} %" for t in r["top"][:8])
+        for r in profile_io) + ".\n")
+
 # ---- wrk and idle --------------------------------------------------------------------------
 if os.path.exists(res("wrk-fnat.txt")):
     text = open(res("wrk-fnat.txt")).read()
@@ -336,7 +364,7 @@ if os.path.exists(tail):
     w(open(tail).read())
 w("## JSON lines of this run\n")
 w("```")
-for r in core + scaling + profile + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench-results/rfc2544.jsonl") for r in rfc] + peers + idle:
+for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench-results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench-results/rfc2544.jsonl") for r in rfc] + peers + idle:
     w(json.dumps(r, separators=(",", ":")))
 w("```")
 open(os.path.join(root, "docs/benchmarks.md"), "w").write("\n".join(out) + "\n")

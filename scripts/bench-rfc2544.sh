@@ -6,7 +6,9 @@
 # One JSON line per size on stdout, with "dut" added; progress on stderr.
 #   scripts/bench-rfc2544.sh DUT [SIZES] [TRIAL_SECONDS] [REPEAT] [RESOLUTION] [RETRIES]
 # With GEN_ARGS set (e.g. "--rate 20000 --seconds 1 --proto tcp"), one `vectorlb bench gen`
-# trial with those arguments instead of the search.
+# trial with those arguments instead of the search; with PERF_OUT=FILE also, `perf record`
+# samples the device under test's process (cpu-clock, PERF_HZ per second, default 2999) for
+# PERF_SECONDS (default 3) from 1 s into the trial (scripts/bench-profile-io.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -37,9 +39,16 @@ case $DUT in
     *) echo "unknown device under test '$DUT' (vectorlb|testpmd)" >&2; exit 2 ;;
 esac
 if [ -n "${GEN_ARGS:-}" ]; then
+    if [ -n "${PERF_OUT:-}" ]; then
+        command -v perf >/dev/null || { echo "perf is missing: run scripts/setup.sh --bench" >&2; exit 1; }
+        DUT_PID=${LB_PID:-$TP_PID}
+        (sleep 1; exec perf record -q -e cpu-clock -F "${PERF_HZ:-2999}" -p "$DUT_PID" -o "$PERF_OUT" -- sleep "${PERF_SECONDS:-3}") >/dev/null 2>&1 &
+        PERF_PID=$!
+    fi
     # shellcheck disable=SC2086
     ip netns exec "$P-gen" "$BIN" bench gen --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
         --dst-mac "$E0" $GEN_ARGS --json 2> >(grep -v "^EAL\|^TELEMETRY\|^lib" >&2) | sed -u "s/^{/{\"dut\":\"$DUT\",/"
+    [ -z "${PERF_PID:-}" ] || wait "$PERF_PID" || { echo "perf record failed" >&2; exit 1; }
     exit 0
 fi
 ip netns exec "$P-gen" "$BIN" bench rfc2544 --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \

@@ -4,20 +4,21 @@
 #   1 core        pipeline per mode/family/protocol, 10 M sessions with the memory curve, CPS
 #   2 scaling     pipeline with 1..N worker threads (N = the machine's cores)
 #   3 profile     callgrind: instructions per packet and per connection, by stage
-#   4 rfc2544     MAX / NDR / PDR per frame size through vectorlb, then dpdk-testpmd io-forward
-#   5 cps peers   real TCP connections/s: vectorlb, nftables, HAProxy, nginx stream
-#   6 wrk         20 s of HTTP through the demo topology
-#   7 idle        CPU with no traffic, ping wake-up
-#   8 report      docs/benchmarks.md, docs/img/*.png
+#   4 profile-io  perf samples of the daemon's worker and of testpmd at full load, I/O included
+#   5 rfc2544     MAX / NDR / PDR per frame size through vectorlb, then dpdk-testpmd io-forward
+#   6 cps peers   real TCP connections/s: vectorlb, nftables, HAProxy, nginx stream
+#   7 wrk         20 s of HTTP through the demo topology
+#   8 idle        CPU with no traffic, ping wake-up
+#   9 report      docs/benchmarks.md, docs/img/*.png
 # BENCH_STEPS="core rfc2544" runs a subset (the report always runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 RES=bench-results
 mkdir -p "$RES"
-STEPS=${BENCH_STEPS:-core scaling profile rfc2544 cps wrk idle}
+STEPS=${BENCH_STEPS:-core scaling profile profile-io rfc2544 cps wrk idle}
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
-ALL=(core scaling profile rfc2544 cps wrk idle report)
+ALL=(core scaling profile profile-io rfc2544 cps wrk idle report)
 T0=$(date +%s)
 step() { # NAME DESCRIPTION
     local i=0 n=${#ALL[@]} k
@@ -43,6 +44,10 @@ fi
 if want profile; then
     step profile "callgrind per packet and per connection (bench-results/profile.json)"
     bash scripts/bench-profile.sh
+fi
+if want profile-io; then
+    step profile-io "perf: the worker's time per packet, I/O included (bench-results/profile-io.jsonl)"
+    bash scripts/bench-profile-io.sh 3 | cut -c1-160
 fi
 if want rfc2544; then
     step rfc2544 "RFC 2544 through vectorlb, then dpdk-testpmd (bench-results/rfc2544.jsonl)"

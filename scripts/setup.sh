@@ -2,8 +2,8 @@
 # Installs what vectorlb needs to build and test on Debian. Idempotent: re-running it changes
 # nothing once everything is present. Run as root (CI and `make demo` call it).
 #   scripts/setup.sh            build, test, demo
-#   scripts/setup.sh --bench    also what `make bench` uses: valgrind (the profile) and
-#                               matplotlib (the charts)
+#   scripts/setup.sh --bench    also what `make bench` uses: valgrind (the pipeline's profile),
+#                               perf (the daemon's) and matplotlib (the charts)
 set -euo pipefail
 
 # Build: a C compiler, DPDK 22.11 (its PMDs come with libdpdk-dev's dependencies), libbpf and
@@ -13,7 +13,7 @@ set -euo pipefail
 PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
       nftables haproxy libnginx-mod-stream dpdk-dev)
-[ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib)
+[ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib linux-perf)
 need_apt=()
 for pkg in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
