@@ -65,7 +65,10 @@ out = []
 w = out.append
 cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 w("# Benchmarks\n")
-w(f"Measured {datetime.date.today().isoformat()} at commit `{sh(f'git -C {root} rev-parse --short HEAD')}` "
+measured_at = res("measured-at.txt")
+commit, day = (open(measured_at).read().split() + ["?", "?"])[:2] if os.path.exists(measured_at) else \
+    (sh(f"git -C {root} rev-parse --short HEAD"), datetime.date.today().isoformat())
+w(f"Measured {day} at commit `{commit}` "
   f"on: {cpu}, {sh('nproc')} cores (a shared VM), {sh('free -g | awk '+chr(39)+'/Mem:/ {print $2}'+chr(39))} GiB, "
   f"Linux {platform.release()}, {sh('rustc --version')}, DPDK {sh('pkg-config --modversion libdpdk')}. "
   "The machine is shared with other tenants and has two cores for everything (generator, "

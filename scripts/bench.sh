@@ -20,6 +20,8 @@ STEPS=${BENCH_STEPS:-core scaling profile profile-io rfc2544 cps wrk idle}
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 ALL=(core scaling profile profile-io rfc2544 cps wrk idle report)
 T0=$(date +%s)
+# What was measured, for the report (which may be regenerated later, at another commit).
+echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/measured-at.txt"
 step() { # NAME DESCRIPTION
     local i=0 n=${#ALL[@]} k
     for k in "${!ALL[@]}"; do [ "${ALL[$k]}" = "$1" ] && i=$((k + 1)); done
