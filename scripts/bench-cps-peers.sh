@@ -67,9 +67,10 @@ kernel_routing() {
     lbns ethtool -K int0 tx off tso off gso off gro off >/dev/null 2>&1 || true
 }
 
-# CPU over the measurement: the machine's busy cores (/proc/stat, all CPUs, softirq included) and
-# the balancer's own processes (user + system time of the PIDs given; the kernel peer has none).
-cpu_ticks() { awk '/^cpu /{ print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6 }' /proc/stat; }
+# CPU over the measurement: the machine's busy cores (/proc/stat, all CPUs, softirq included;
+# idle, I/O wait and time stolen by the hypervisor are not busy) and the balancer's own processes
+# (user + system time of the PIDs given; the kernel peer has none).
+cpu_ticks() { awk '/^cpu /{ print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6+$9 }' /proc/stat; }
 proc_ticks() {
     local t=0 pid
     for pid in "$@"; do
