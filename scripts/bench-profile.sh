@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Where the pipeline spends its instructions, per packet and per connection: callgrind counts
-# only the timed work (the out-of-line functions vectorlb_bench::pipeline::forward and
-# vectorlb_bench::cps::lifecycle_step), and scripts/profile-summary.py groups the counts by the
-# source file they come from (parse, session table, services, rewrite, checksums, ...).
+# only the timed work (the out-of-line function vectorlb_bench::timed_process), and
+# scripts/profile-summary.py groups the counts by the source file they come from (parse,
+# session table, services, rewrite, checksums, ...).
 # Writes bench-results/profile.json (one JSON line per workload).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ prof() { # NAME SYMBOL ARGS...
     python3 scripts/profile-summary.py "$name" "$DIR/$name.json" "$DIR/$name.txt"
 }
 {
-    prof packet 'vectorlb_bench::pipeline::forward' bench pipeline --mode fnat --sessions 100000 --seconds 0.5 --rounds 1 --memory-points 0
-    prof packet_nat 'vectorlb_bench::pipeline::forward' bench pipeline --mode nat --sessions 100000 --seconds 0.5 --rounds 1 --memory-points 0
-    prof connection 'vectorlb_bench::cps::lifecycle_step' bench cps --mode fnat --seconds 0.5 --rounds 1
+    prof packet 'vectorlb_bench::timed_process' bench pipeline --mode fnat --sessions 100000 --seconds 0.5 --rounds 1 --memory-points 0
+    prof packet_nat 'vectorlb_bench::timed_process' bench pipeline --mode nat --sessions 100000 --seconds 0.5 --rounds 1 --memory-points 0
+    prof connection 'vectorlb_bench::timed_process' bench cps --mode fnat --seconds 0.5 --rounds 1
 } | tee bench-results/profile.json

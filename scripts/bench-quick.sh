@@ -5,38 +5,16 @@
 # through vectorlb, nftables, HAProxy and nginx stream (scripts/bench-cps-peers.sh, 3 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/lib.sh
-P=vlbq
-DIR=$(mktemp -d /tmp/vectorlb-quick.XXXXXX)
 SECS=${QUICK_SECONDS:-4}
-cleanup() {
-    pkill -f "dpdk-testpmd.*$P" 2>/dev/null || true
-    bash scripts/gen-topo.sh down "$P"
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-read -r G1 E0 < <(bash scripts/gen-topo.sh up "$P")
 
-gen() {
-    ip netns exec "$P-gen" "$BIN" bench gen --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
-        --dst-mac "$E0" --rate 0 --seconds "$SECS" --json 2>/dev/null | tail -1
-}
-
-# 1. vectorlb, full NAT, one worker, busy polling.
-gen_lb_config "$DIR" "$G1" > "$DIR/lb.toml"
-start_lb "$P-lb" "$DIR/lb.toml" "$DIR"
-LB=$LB_PID
-sleep 1
-LBR=$(gen)
+# 1. vectorlb (full NAT, one busy-polling worker), then 2. dpdk-testpmd io-forward between the
+# same two ports (the I/O ceiling): one generator trial each at its full rate
+# (scripts/bench-rfc2544.sh builds the topology and starts the device).
+gen() { GEN_ARGS="--rate 0 --seconds $SECS" bash scripts/bench-rfc2544.sh "$1" | tail -1; }
+LBR=$(gen vectorlb)
 echo "$LBR" >&2
-kill -TERM $LB; wait $LB || true
-sleep 1
-
-# 2. dpdk-testpmd io-forward between the same two ports (the I/O ceiling).
-start_testpmd "$P-lb" "$DIR"
-TPR=$(gen)
+TPR=$(gen testpmd)
 echo "$TPR" >&2
-stop_testpmd
 
 # 3. Connections per second with real TCP.
 CPS=$(bash scripts/bench-cps-peers.sh 3 16 2>/dev/null || true)

@@ -287,8 +287,8 @@ if curves:
 if profile:
     w("### Profile: instructions per packet and per connection\n")
     w("`scripts/bench-profile.sh` (`make bench-profile`): callgrind counts the instructions of the "
-      "timed work only (`--toggle-collect` on the out-of-line functions "
-      "`vectorlb_bench::pipeline::forward` and `vectorlb_bench::cps::lifecycle_step`), grouped by "
+      "timed work only (`--toggle-collect` on the out-of-line function "
+      "`vectorlb_bench::timed_process`), grouped by "
       "the source file they come from: the stages are inlined into `Worker::process` and "
       "`Worker::act`, and the line tables still say which file each instruction came from. "
       "Instruction counts repeat exactly on a shared machine, where timings do not; the cost "

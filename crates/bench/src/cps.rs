@@ -104,13 +104,6 @@ fn patch(f: &mut [u8], v6: bool, src: bool, addr: &[u8], port: u16) {
     f[l4 + 16..l4 + 18].copy_from_slice(&c.to_be_bytes());
 }
 
-/// The timed work, kept out of line so that a profiler can count it alone
-/// (scripts/bench-profile.sh: callgrind --toggle-collect on this symbol).
-#[inline(never)]
-pub fn lifecycle_step(w: &mut Worker, bufs: &mut [HeapBuf], verdicts: &mut [Verdict], now: u32) {
-    w.process(bufs, verdicts, now);
-}
-
 pub fn run(o: &Options) -> Result<Report, String> {
     if !matches!(o.mode, Mode::Nat | Mode::Fnat) {
         return Err("cps measures nat or fnat (the modes whose replies cross the LB)".into());
@@ -181,7 +174,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
                 }
             }
             let t = Instant::now();
-            lifecycle_step(&mut w, &mut bufs, &mut verdicts, now);
+            crate::timed_process(&mut w, &mut bufs, &mut verdicts, now);
             pipe += t.elapsed();
             now = now.wrapping_add(1);
             for ((s, b), v) in slots.iter_mut().zip(bufs.iter()).zip(verdicts.iter()) {

@@ -14,6 +14,15 @@ pub mod hist;
 pub mod pipeline;
 pub mod topo;
 
+use vectorlb_lb::{HeapBuf, Verdict, Worker};
+
+/// The timed work of both benchmarks, kept out of line so that a profiler can count it alone
+/// (scripts/bench-profile.sh: callgrind --toggle-collect on this symbol).
+#[inline(never)]
+pub fn timed_process(w: &mut Worker, bufs: &mut [HeapBuf], verdicts: &mut [Verdict], now: u32) {
+    w.process(bufs, verdicts, now);
+}
+
 /// Tests that allocate or free megabytes, or read the process's resident memory, take this lock:
 /// resident memory is per process, and the test harness runs tests on parallel threads, so a
 /// test freeing a large buffer would otherwise show up as a dip in another test's memory curve.

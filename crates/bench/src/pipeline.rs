@@ -259,7 +259,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, String> {
                 }
             }
             let t = Instant::now();
-            forward(&mut w, &mut bufs, &mut verdicts, now);
+            crate::timed_process(&mut w, &mut bufs, &mut verdicts, now);
             pipe += t.elapsed();
             n += batch as u64;
             if n.is_multiple_of(batch as u64 * 64) && start.elapsed() >= per_round {
@@ -295,13 +295,6 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, String> {
         mpps_per_thread: vec![round3(m)],
         memory_curve: if points > 0 { curve } else { Vec::new() },
     })
-}
-
-/// The timed work, kept out of line so that a profiler can count it alone
-/// (scripts/bench-profile.sh: callgrind --toggle-collect on this symbol).
-#[inline(never)]
-pub fn forward(w: &mut Worker, bufs: &mut [HeapBuf], verdicts: &mut [Verdict], now: u32) {
-    w.process(bufs, verdicts, now);
 }
 
 pub fn round3(x: f64) -> f64 {

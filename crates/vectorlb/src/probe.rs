@@ -170,8 +170,8 @@ pub fn run(cmd: &ProbeCmd) -> Result<(), String> {
     }
 }
 
-/// Percentile of sorted samples, divided by 1000 (µs → ms, ns → µs).
-pub(crate) fn pct(sorted: &[u64], p: f64) -> f64 {
+/// Percentile of sorted microsecond samples, in milliseconds.
+fn pct(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -472,7 +472,6 @@ impl Rng {
         (self.next() % n.max(1) as u64) as usize
     }
 }
-
 
 /// A well-formed TCP SYN or UDP datagram from `src` to `vip`, to be mutated.
 fn base_frame(r: &mut Rng, dst: [u8; 6], src: IpAddr, vip: IpAddr) -> Vec<u8> {
