@@ -12,6 +12,7 @@ use crate::{median, topo};
 use serde::Serialize;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
+use crate::BenchError;
 use vectorlb_lb::{Control, HeapBuf, Mode, PacketBuf, Timeouts, Verdict, Worker, WorkerConfig};
 use vectorlb_packet::builder::Builder;
 use vectorlb_packet::checksum::adjust;
@@ -104,19 +105,19 @@ fn patch(f: &mut [u8], v6: bool, src: bool, addr: &[u8], port: u16) {
     f[l4 + 16..l4 + 18].copy_from_slice(&c.to_be_bytes());
 }
 
-pub fn run(o: &Options) -> Result<Report, String> {
+pub fn run(o: &Options) -> Result<Report, BenchError> {
     if !matches!(o.mode, Mode::Nat | Mode::Fnat) {
-        return Err("cps measures nat or fnat (the modes whose replies cross the LB)".into());
+        return Err(BenchError::Option("cps measures nat or fnat (the modes whose replies cross the LB)".into()));
     }
     let v6 = o.v6;
     let conc = o.concurrency.clamp(1, 4096);
     let timeouts = Timeouts { time_wait: 0, close: 0, ..Timeouts::default() };
     let spec = topo::spec(o.mode, v6, proto::TCP, conc as u64 * 64, timeouts);
-    let control = Control::new(&spec).map_err(|e| e.to_string())?;
+    let control = Control::new(&spec)?;
     let mut cfg = WorkerConfig::new((conc * 4) as u32);
     cfg.batch = conc;
     cfg.table.index_entries = (conc * 8) as u32;
-    let mut w = Worker::new(control, cfg).map_err(|e| e.to_string())?;
+    let mut w = Worker::new(control, cfg)?;
 
     // Templates: client packets from client 0 to the VIP; server packets from backend 0.
     let (c0, p0) = topo::client(v6, 0);
@@ -220,7 +221,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
         wall_connections_per_second: median(&wall_cps).round(),
         ns_per_packet: round3(pipe_total.as_secs_f64() * 1e9 / packets as f64),
         connections,
-        sessions_created: w.counters.sessions_created,
+        sessions_created: w.counters.events.sessions_created,
         sessions_removed: w.table.stats.removed,
         sessions_left: w.table.len(),
         errors,

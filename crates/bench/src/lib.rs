@@ -10,9 +10,24 @@
 //! pipeline: results report the pipeline's time, and the whole loop's time alongside.
 
 pub mod cps;
-pub mod hist;
 pub mod pipeline;
 pub mod topo;
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// An option out of range; the message names it.
+    #[error("{0}")]
+    Option(String),
+    #[error("the benchmark's configuration: {0}")]
+    Config(#[from] vectorlb_lb::ConfigError),
+    #[error("cannot allocate the session table: {0}")]
+    Table(#[from] std::io::Error),
+    #[error("filled {filled} of {wanted} sessions ({drops})")]
+    Fill { filled: u64, wanted: u64, drops: String },
+    #[error("a benchmark thread panicked")]
+    Panicked,
+}
 
 use vectorlb_lb::{HeapBuf, Verdict, Worker};
 

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use vectorlb_lb::mem::resident_bytes;
+use crate::BenchError;
 use vectorlb_lb::{Control, HeapBuf, Mode, PacketBuf, Timeouts, Verdict, Worker, WorkerConfig};
 use vectorlb_packet::builder::Builder;
 use vectorlb_packet::checksum::adjust;
@@ -132,22 +133,22 @@ fn long_timeouts() -> Timeouts {
     Timeouts { syn: hour, established: hour, fin: hour, time_wait: hour, close: hour, udp: hour }
 }
 
-pub fn run(o: &Options) -> Result<Report, String> {
+pub fn run(o: &Options) -> Result<Report, BenchError> {
     if o.sessions == 0 || o.sessions > vectorlb_lb::session::MAX_RECORDS as u64 {
-        return Err(format!("--sessions must be in 1..={}", vectorlb_lb::session::MAX_RECORDS));
+        return Err(BenchError::Option(format!("--sessions must be in 1..={}", vectorlb_lb::session::MAX_RECORDS)));
     }
     let n = o.threads;
     if n == 0 || n > 256 || o.sessions < n as u64 {
-        return Err(format!("--threads must be in 1..=256 and at most --sessions ({})", o.sessions));
+        return Err(BenchError::Option(format!("--threads must be in 1..=256 and at most --sessions ({})", o.sessions)));
     }
     if n == 1 {
         return run_one(o, None);
     }
     let each = Options { sessions: o.sessions / n as u64, ..o.clone() };
     let barrier = Barrier::new(n);
-    let reports: Vec<Result<Report, String>> = std::thread::scope(|sc| {
+    let reports: Vec<Result<Report, BenchError>> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..n).map(|_| sc.spawn(|| run_one(&each, Some(&barrier)))).collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a benchmark thread panicked".into()))).collect()
+        hs.into_iter().map(|h| h.join().unwrap_or(Err(BenchError::Panicked))).collect()
     });
     let reports = reports.into_iter().collect::<Result<Vec<_>, _>>()?;
     let mut r = reports[0].clone();
@@ -172,7 +173,7 @@ pub fn run(o: &Options) -> Result<Report, String> {
 
 /// One thread's run; with a barrier, the threads measure their baseline together, wait for
 /// every table to be full, and start their rounds together.
-fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, String> {
+fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError> {
     let first_flags = flags::SYN;
     let fill_tpl = template(o.v6, o.protocol, first_flags);
     let run_tpl = template(o.v6, o.protocol, flags::ACK | flags::PSH);
@@ -193,7 +194,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, String> {
     let mut verdicts = vec![Verdict::Kernel; batch];
 
     let spec = topo::spec(o.mode, o.v6, o.protocol, o.sessions, long_timeouts());
-    let control = Control::new(&spec).map_err(|e| e.to_string())?;
+    let control = Control::new(&spec)?;
     if let Some(b) = barrier {
         b.wait();
     }
@@ -201,7 +202,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, String> {
     let mut cfg = WorkerConfig::new(o.sessions as u32);
     cfg.batch = batch;
     cfg.table.index_entries = (o.sessions as u32).saturating_mul(if o.mode == Mode::Nat { 2 } else { 1 });
-    let mut w = Worker::new(control, cfg).map_err(|e| format!("cannot allocate the session table: {e}"))?;
+    let mut w = Worker::new(control, cfg)?;
 
     // Fill: the first packet of every flow creates its session.
     let now = 1;
@@ -235,7 +236,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, String> {
             .filter(|r| w.counters.dropped(**r) > 0)
             .map(|r| format!("{}={}", r.name(), w.counters.dropped(*r)))
             .collect();
-        return Err(format!("filled {} of {} sessions ({})", w.table.len(), o.sessions, drops.join(" ")));
+        return Err(BenchError::Fill { filled: w.table.len() as u64, wanted: o.sessions, drops: drops.join(" ") });
     }
 
     // Timed rounds.
@@ -244,7 +245,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, String> {
     let mut mpps = Vec::new();
     let mut with_copy = Vec::new();
     let mut packets = 0u64;
-    let tx_before = w.counters.tx;
+    let tx_before = w.counters.events.tx;
     let mut k = 0usize;
     for _ in 0..rounds {
         let mut pipe = Duration::ZERO;
@@ -271,7 +272,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, String> {
         mpps.push(n as f64 / pipe.as_secs_f64() / 1e6);
         with_copy.push(n as f64 / wall.as_secs_f64() / 1e6);
     }
-    let forwarded = w.counters.tx - tx_before;
+    let forwarded = w.counters.events.tx - tx_before;
     let m = median(&mpps);
     Ok(Report {
         bench: "pipeline",

@@ -4,9 +4,8 @@
 //! error names the field it is about. [`Config::parse`] returns the service model
 //! ([`vectorlb_lb::LbSpec`]) plus the engine settings that size each worker.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::fmt;
 use std::net::IpAddr;
 use std::path::Path;
 use vectorlb_lb::{BackendSpec, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, SnatSpec, Timeouts};
@@ -14,19 +13,39 @@ use vectorlb_packet::ethernet::Mac;
 use vectorlb_packet::proto;
 use vectorlb_sched::Algorithm;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error(pub String);
+/// What is wrong with a configuration. Messages name the field (`services[0].mode: ...`) and
+/// say what would be accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("{path}: {message}")]
+    Read { path: String, message: String },
+    /// An error in the file named.
+    #[error("{path}: {source}")]
+    InFile { path: String, source: Box<Error> },
+    /// Not TOML, or a key the format does not have (the message gives line and column).
+    #[error("{0}")]
+    Syntax(String),
+    /// A field holds a value that does not apply.
+    #[error("{field}: {problem}")]
+    Invalid { field: String, problem: String },
+    /// The service model refused the whole (families, routes, tables).
+    #[error("{0}")]
+    Model(#[from] vectorlb_lb::ConfigError),
+}
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+impl Error {
+    /// An [`Error::Invalid`] from a "field: problem" message.
+    fn invalid(msg: String) -> Error {
+        match msg.split_once(": ") {
+            Some((field, problem)) => Error::Invalid { field: field.to_string(), problem: problem.to_string() },
+            None => Error::Invalid { field: String::new(), problem: msg },
+        }
     }
 }
 
-impl std::error::Error for Error {}
-
 macro_rules! bail {
-    ($($t:tt)*) => { return Err(Error(format!($($t)*))) };
+    ($($t:tt)*) => { return Err(Error::invalid(format!($($t)*))) };
 }
 
 /// Settings that size and tune each worker.
@@ -151,59 +170,89 @@ pub struct Config {
     /// Per service (same order as `spec.services`): its health check, if any.
     pub health: Vec<Option<HealthSpec>>,
     pub sync: Option<SyncSpec>,
+    /// The file's `[timeouts]`: services and SNAT rules without their own use these, and so
+    /// do services added through the API.
+    pub timeouts: Timeouts,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawGlobal {
+    #[serde(skip_serializing_if = "Option::is_none")]
     max_sessions: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     index_entries: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     batch: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     icmp_rate: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     local_port_min: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     local_port_max: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     sweep_budget: Option<u32>,
 }
 
-#[derive(Deserialize, Default, Clone, Copy)]
+#[derive(Deserialize, Serialize, Default, Clone, Copy)]
 #[serde(deny_unknown_fields)]
 struct RawTimeouts {
+    #[serde(skip_serializing_if = "Option::is_none")]
     syn: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     established: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     fin: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     time_wait: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     close: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     udp: Option<f64>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawRuntime {
+    #[serde(skip_serializing_if = "Option::is_none")]
     workers: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     cpus: Option<Vec<usize>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     eal: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     mbufs: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     queue_desc: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     api: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     idle_sleep_us: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     neighbor_timeout: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     run_dir: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     ha_state: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawPort {
     name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     device: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     mac: Option<String>,
     #[serde(default)]
     addrs: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     vlan: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     mtu: Option<u16>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawRoute {
     prefix: String,
@@ -211,23 +260,24 @@ struct RawRoute {
     port: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawNeighbor {
     ip: String,
     mac: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawBackend {
     addr: String,
     #[serde(default)]
     port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
     weight: Option<u32>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawService {
     vip: String,
@@ -235,19 +285,23 @@ struct RawService {
     port: u16,
     proto: String,
     mode: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     scheduler: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     table_size: Option<u32>,
     #[serde(default)]
     local_addrs: Vec<String>,
     #[serde(default)]
     toa: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
     timeouts: Option<RawTimeouts>,
     #[serde(default)]
     backends: Vec<RawBackend>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     health: Option<RawHealth>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawHa {
     sync_listen: String,
@@ -255,51 +309,65 @@ struct RawHa {
     sync_key: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawHealth {
     kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     interval: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     timeout: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     rise: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     fall: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     expect_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     send: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     expect: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     on_down: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawSnat {
     source: String,
     addrs: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     timeouts: Option<RawTimeouts>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct Raw {
     #[serde(default)]
     global: RawGlobal,
     #[serde(default)]
     runtime: RawRuntime,
+    #[serde(skip_serializing_if = "Option::is_none")]
     ha: Option<RawHa>,
     #[serde(default)]
     timeouts: RawTimeouts,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     ports: Vec<RawPort>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     routes: Vec<RawRoute>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     neighbors: Vec<RawNeighbor>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     services: Vec<RawService>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     snat: Vec<RawSnat>,
 }
 
@@ -323,7 +391,7 @@ pub fn format_mac(m: &Mac) -> String {
 }
 
 fn ip(field: &str, s: &str) -> Result<IpAddr, Error> {
-    s.parse().map_err(|_| Error(format!("{field}: '{s}' is not an IP address")))
+    s.parse().map_err(|_| Error::invalid(format!("{field}: '{s}' is not an IP address")))
 }
 
 /// "10.0.0.0/24" or "2001:db8::/64"; a bare address is a host prefix.
@@ -438,66 +506,41 @@ fn health_spec(f: &str, h: &RawHealth, protocol: u8) -> Result<HealthSpec, Error
     Ok(HealthSpec { kind, interval, timeout, rise, fall, port: h.port.unwrap_or(0), on_down })
 }
 
-fn health_toml(h: &HealthSpec) -> String {
-    let mut o = String::from("{ ");
+fn raw_health(h: &HealthSpec) -> RawHealth {
+    let mut r = RawHealth {
+        kind: String::new(),
+        interval: Some(h.interval as f64 / 1000.0),
+        timeout: Some(h.timeout as f64 / 1000.0),
+        rise: Some(h.rise),
+        fall: Some(h.fall),
+        port: Some(h.port),
+        path: None,
+        host: None,
+        expect_status: None,
+        send: None,
+        expect: None,
+        command: None,
+        on_down: Some(if h.on_down == OnDown::Keep { "keep" } else { "reset" }.into()),
+    };
     match &h.kind {
-        CheckKind::Tcp => o.push_str("kind = \"tcp\""),
+        CheckKind::Tcp => r.kind = "tcp".into(),
         CheckKind::Http { path, host, expect_status, tls } => {
-            let k = if *tls { "https" } else { "http" };
-            o.push_str(&format!("kind = \"{k}\", path = {}, expect_status = {expect_status}", quote(path)));
-            if let Some(x) = host {
-                o.push_str(&format!(", host = {}", quote(x)));
-            }
+            r.kind = if *tls { "https" } else { "http" }.into();
+            r.path = Some(path.clone());
+            r.host = host.clone();
+            r.expect_status = Some(*expect_status);
         }
         CheckKind::Udp { send, expect } => {
-            o.push_str(&format!("kind = \"udp\", send = {}", quote(&String::from_utf8_lossy(send))));
-            if !expect.is_empty() {
-                o.push_str(&format!(", expect = {}", quote(&String::from_utf8_lossy(expect))));
-            }
+            r.kind = "udp".into();
+            r.send = Some(String::from_utf8_lossy(send).into_owned());
+            r.expect = (!expect.is_empty()).then(|| String::from_utf8_lossy(expect).into_owned());
         }
-        CheckKind::Exec { command } => o.push_str(&format!("kind = \"exec\", command = {}", quote(command))),
-    }
-    o.push_str(&format!(
-        ", interval = {}, timeout = {}, rise = {}, fall = {}, port = {}, on_down = \"{}\" }}",
-        secs(h.interval),
-        secs(h.timeout),
-        h.rise,
-        h.fall,
-        h.port,
-        if h.on_down == OnDown::Keep { "keep" } else { "reset" }
-    ));
-    o
-}
-
-/// A TOML basic string.
-fn quote(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => o.push_str(&format!("\\u{:04x}", c as u32)),
-            c => o.push(c),
+        CheckKind::Exec { command } => {
+            r.kind = "exec".into();
+            r.command = Some(command.clone());
         }
     }
-    o.push('"');
-    o
-}
-
-fn secs(ms: u32) -> String {
-    format!("{}", ms as f64 / 1000.0)
-}
-
-fn timeouts_toml(t: &Timeouts) -> String {
-    format!(
-        "{{ syn = {}, established = {}, fin = {}, time_wait = {}, close = {}, udp = {} }}",
-        secs(t.syn),
-        secs(t.established),
-        secs(t.fin),
-        secs(t.time_wait),
-        secs(t.close),
-        secs(t.udp)
-    )
+    r
 }
 
 fn runtime(r: &RawRuntime) -> Result<Runtime, Error> {
@@ -554,12 +597,13 @@ fn runtime(r: &RawRuntime) -> Result<Runtime, Error> {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error(format!("{}: {e}", path.display())))?;
-        Config::parse(&text).map_err(|e| Error(format!("{}: {e}", path.display())))
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Read { path: name.clone(), message: e.to_string() })?;
+        Config::parse(&text).map_err(|e| Error::InFile { path: name, source: Box::new(e) })
     }
 
     pub fn parse(text: &str) -> Result<Config, Error> {
-        let raw: Raw = toml::from_str(text).map_err(|e| Error(e.to_string().trim_end().to_string()))?;
+        let raw: Raw = toml::from_str(text).map_err(|e| Error::Syntax(e.to_string().trim_end().to_string()))?;
         let g = &raw.global;
         let base = timeouts("timeouts", &raw.timeouts, &Timeouts::default())?;
 
@@ -577,7 +621,7 @@ impl Config {
                 bail!("{f}.name: '{}' is used twice", p.name);
             }
             let mac = match (&p.mac, &p.device) {
-                (Some(m), _) => parse_mac(m).ok_or_else(|| Error(format!("{f}.mac: '{m}' is not a MAC address")))?,
+                (Some(m), _) => parse_mac(m).ok_or_else(|| Error::invalid(format!("{f}.mac: '{m}' is not a MAC address")))?,
                 (None, Some(_)) => [0u8; 6],
                 (None, None) => bail!("{f}.mac: required when the port has no device (the device's own MAC is used otherwise)"),
             };
@@ -611,7 +655,7 @@ impl Config {
         for (i, n) in raw.neighbors.iter().enumerate() {
             let f = format!("neighbors[{i}]");
             let a = ip(&format!("{f}.ip"), &n.ip)?;
-            let mac = parse_mac(&n.mac).ok_or_else(|| Error(format!("{f}.mac: '{}' is not a MAC address", n.mac)))?;
+            let mac = parse_mac(&n.mac).ok_or_else(|| Error::invalid(format!("{f}.mac: '{}' is not a MAC address", n.mac)))?;
             neighbors.push((a, mac));
         }
         let mut services = Vec::new();
@@ -625,10 +669,10 @@ impl Config {
                 p => bail!("{f}.proto: '{p}' is not tcp or udp"),
             };
             let mode = Mode::parse(&s.mode)
-                .ok_or_else(|| Error(format!("{f}.mode: '{}' is not one of nat, fnat, dr, tun", s.mode)))?;
+                .ok_or_else(|| Error::invalid(format!("{f}.mode: '{}' is not one of nat, fnat, dr, tun", s.mode)))?;
             let sched_name = s.scheduler.as_deref().unwrap_or("wrr");
             let mut scheduler = Algorithm::parse(sched_name).ok_or_else(|| {
-                Error(format!("{f}.scheduler: '{sched_name}' is not one of rr, wrr, wlc, sh, maglev"))
+                Error::invalid(format!("{f}.scheduler: '{sched_name}' is not one of rr, wrr, wlc, sh, maglev"))
             })?;
             if let Some(n) = s.table_size {
                 match &mut scheduler {
@@ -710,10 +754,10 @@ impl Config {
         let sync = match &raw.ha {
             None => None,
             Some(h) => {
-                let listen = h.sync_listen.parse().map_err(|_| Error(format!("ha.sync_listen: '{}' is not ADDRESS:PORT", h.sync_listen)))?;
+                let listen = h.sync_listen.parse().map_err(|_| Error::invalid(format!("ha.sync_listen: '{}' is not ADDRESS:PORT", h.sync_listen)))?;
                 let mut peers = Vec::new();
                 for (i, p) in h.sync_peers.iter().enumerate() {
-                    peers.push(p.parse().map_err(|_| Error(format!("ha.sync_peers[{i}]: '{p}' is not ADDRESS:PORT")))?);
+                    peers.push(p.parse().map_err(|_| Error::invalid(format!("ha.sync_peers[{i}]: '{p}' is not ADDRESS:PORT")))?);
                 }
                 if peers.is_empty() {
                     bail!("ha.sync_peers: give the peer(s), or one multicast group");
@@ -725,7 +769,7 @@ impl Config {
             }
         };
         // Build once to report semantic errors (families, routes, tables) at load time.
-        vectorlb_lb::Control::new(&spec).map_err(|e| Error(e.to_string()))?;
+        vectorlb_lb::Control::new(&spec)?;
         Ok(Config {
             engine: Engine {
                 max_sessions,
@@ -742,88 +786,113 @@ impl Config {
             mtu_given,
             health,
             sync,
+            timeouts: base,
         })
     }
 
     /// The configuration as a TOML file that [`Config::parse`] reads back to the same value
     /// (the API's "save" writes this). Comments of the original file are not kept.
     pub fn to_toml(&self) -> String {
-        use std::fmt::Write;
-        let mut o = String::from("# The running configuration, written by vectorlb.\n\n");
+        let body = toml::to_string(&self.to_raw()).expect("the file model serialises to TOML");
+        format!("# The running configuration, written by vectorlb.\n\n{body}")
+    }
+
+    /// The file model of this configuration: what [`Config::parse`] reads.
+    fn to_raw(&self) -> Raw {
+        let secs = |ms: u32| Some(ms as f64 / 1000.0);
+        let raw_timeouts = |t: &Timeouts| RawTimeouts {
+            syn: secs(t.syn),
+            established: secs(t.established),
+            fin: secs(t.fin),
+            time_wait: secs(t.time_wait),
+            close: secs(t.close),
+            udp: secs(t.udp),
+        };
         let e = &self.engine;
-        let _ = writeln!(o, "[global]\nmax_sessions = {}\nindex_entries = {}\nbatch = {}", e.max_sessions, e.index_entries, e.batch);
-        let _ = writeln!(o, "icmp_rate = {}\nlocal_port_min = {}\nlocal_port_max = {}\nsweep_budget = {}\n", self.spec.icmp_rate, e.local_port_min, e.local_port_max, e.sweep_budget);
         let r = &self.runtime;
-        let _ = writeln!(o, "[runtime]\nworkers = {}\ncpus = {:?}\neal = [{}]", r.workers, r.cpus, r.eal.iter().map(|a| quote(a)).collect::<Vec<_>>().join(", "));
-        let _ = writeln!(o, "mbufs = {}\nqueue_desc = {}\napi = {}\nidle_sleep_us = {}", r.mbufs, r.queue_desc, quote(&r.api), r.idle_sleep_us);
-        let _ = writeln!(o, "neighbor_timeout = {}\nrun_dir = {}\nha_state = {}\n", r.neighbor_timeout, quote(&r.run_dir), quote(&r.ha_state));
-        if let Some(h) = &self.sync {
-            let peers: Vec<String> = h.peers.iter().map(|p| quote(&p.to_string())).collect();
-            let _ = writeln!(
-                o,
-                "[ha]\nsync_listen = {}\nsync_peers = [{}]\nsync_key = {}\n",
-                quote(&h.listen.to_string()),
-                peers.join(", "),
-                quote(&String::from_utf8_lossy(&h.key))
-            );
-        }
-        for (i, p) in self.spec.ports.iter().enumerate() {
-            let _ = writeln!(o, "[[ports]]\nname = {}", quote(&p.name));
-            if let Some(Some(d)) = self.devices.get(i) {
-                let _ = writeln!(o, "device = {}", quote(d));
-            }
-            if !self.mac_from_device.get(i).copied().unwrap_or(false) {
-                let _ = writeln!(o, "mac = \"{}\"", format_mac(&p.mac));
-            }
-            let addrs: Vec<String> = p.addrs.iter().map(|(a, l)| format!("\"{a}/{l}\"")).collect();
-            let _ = writeln!(o, "addrs = [{}]", addrs.join(", "));
-            if let Some(v) = p.vlan {
-                let _ = writeln!(o, "vlan = {v}");
-            }
-            if self.mtu_given.get(i).copied().unwrap_or(true) {
-                let _ = writeln!(o, "mtu = {}", p.mtu);
-            }
-            o.push('\n');
-        }
-        for r in &self.spec.routes {
-            let port = self.spec.ports.get(r.port as usize).map(|p| p.name.as_str()).unwrap_or("");
-            let _ = writeln!(o, "[[routes]]\nprefix = \"{}/{}\"\nvia = \"{}\"\nport = {}\n", r.prefix, r.len, r.via, quote(port));
-        }
-        for (a, m) in &self.spec.neighbors {
-            let _ = writeln!(o, "[[neighbors]]\nip = \"{a}\"\nmac = \"{}\"\n", format_mac(m));
-        }
-        for (i, s) in self.spec.services.iter().enumerate() {
-            let proto = if s.proto == proto::TCP { "tcp" } else { "udp" };
-            let _ = writeln!(o, "[[services]]\nvip = \"{}\"\nport = {}\nproto = \"{proto}\"\nmode = \"{}\"", s.vip, s.port, s.mode.name());
-            let _ = writeln!(o, "scheduler = \"{}\"", s.scheduler.name());
-            if let Algorithm::Sh { table_size } | Algorithm::Maglev { table_size } = s.scheduler {
-                let _ = writeln!(o, "table_size = {table_size}");
-            }
-            if !s.local_addrs.is_empty() {
-                let l: Vec<String> = s.local_addrs.iter().map(|a| format!("\"{a}\"")).collect();
-                let _ = writeln!(o, "local_addrs = [{}]", l.join(", "));
-            }
-            if s.toa {
-                let _ = writeln!(o, "toa = true");
-            }
-            let b: Vec<String> = s
-                .backends
+        let port_name = |i: u16| self.spec.ports.get(i as usize).map(|p| p.name.clone()).unwrap_or_default();
+        Raw {
+            global: RawGlobal {
+                max_sessions: Some(e.max_sessions),
+                index_entries: Some(e.index_entries),
+                batch: Some(e.batch),
+                icmp_rate: Some(self.spec.icmp_rate),
+                local_port_min: Some(e.local_port_min),
+                local_port_max: Some(e.local_port_max),
+                sweep_budget: Some(e.sweep_budget),
+            },
+            runtime: RawRuntime {
+                workers: Some(r.workers),
+                cpus: Some(r.cpus.clone()),
+                eal: Some(r.eal.clone()),
+                mbufs: Some(r.mbufs),
+                queue_desc: Some(r.queue_desc),
+                api: Some(r.api.clone()),
+                idle_sleep_us: Some(r.idle_sleep_us),
+                neighbor_timeout: Some(r.neighbor_timeout),
+                run_dir: Some(r.run_dir.clone()),
+                ha_state: Some(r.ha_state.clone()),
+            },
+            ha: self.sync.as_ref().map(|h| RawHa {
+                sync_listen: h.listen.to_string(),
+                sync_peers: h.peers.iter().map(|p| p.to_string()).collect(),
+                sync_key: String::from_utf8_lossy(&h.key).into_owned(),
+            }),
+            timeouts: raw_timeouts(&self.timeouts),
+            ports: self
+                .spec
+                .ports
                 .iter()
-                .map(|b| format!("    {{ addr = \"{}\", port = {}, weight = {} }},", b.addr, b.port, b.weight))
-                .collect();
-            let _ = writeln!(o, "backends = [\n{}\n]", b.join("\n"));
-            let _ = writeln!(o, "timeouts = {}", timeouts_toml(&s.timeouts));
-            if let Some(Some(h)) = self.health.get(i) {
-                let _ = writeln!(o, "health = {}", health_toml(h));
-            }
-            o.push('\n');
+                .enumerate()
+                .map(|(i, p)| RawPort {
+                    name: p.name.clone(),
+                    device: self.devices.get(i).cloned().flatten(),
+                    mac: (!self.mac_from_device.get(i).copied().unwrap_or(false)).then(|| format_mac(&p.mac)),
+                    addrs: p.addrs.iter().map(|(a, l)| format!("{a}/{l}")).collect(),
+                    vlan: p.vlan,
+                    mtu: self.mtu_given.get(i).copied().unwrap_or(true).then_some(p.mtu),
+                })
+                .collect(),
+            routes: self
+                .spec
+                .routes
+                .iter()
+                .map(|r| RawRoute { prefix: format!("{}/{}", r.prefix, r.len), via: r.via.to_string(), port: port_name(r.port) })
+                .collect(),
+            neighbors: self.spec.neighbors.iter().map(|(a, m)| RawNeighbor { ip: a.to_string(), mac: format_mac(m) }).collect(),
+            services: self
+                .spec
+                .services
+                .iter()
+                .enumerate()
+                .map(|(i, s)| RawService {
+                    vip: s.vip.to_string(),
+                    port: s.port,
+                    proto: if s.proto == proto::TCP { "tcp" } else { "udp" }.into(),
+                    mode: s.mode.name().into(),
+                    scheduler: Some(s.scheduler.name().into()),
+                    table_size: match s.scheduler {
+                        Algorithm::Sh { table_size } | Algorithm::Maglev { table_size } => Some(table_size),
+                        _ => None,
+                    },
+                    local_addrs: s.local_addrs.iter().map(|a| a.to_string()).collect(),
+                    toa: s.toa,
+                    timeouts: Some(raw_timeouts(&s.timeouts)),
+                    backends: s.backends.iter().map(|b| RawBackend { addr: b.addr.to_string(), port: b.port, weight: Some(b.weight) }).collect(),
+                    health: self.health.get(i).cloned().flatten().map(|h| raw_health(&h)),
+                })
+                .collect(),
+            snat: self
+                .spec
+                .snat
+                .iter()
+                .map(|r| RawSnat {
+                    source: format!("{}/{}", r.source, r.prefix_len),
+                    addrs: r.addrs.iter().map(|a| a.to_string()).collect(),
+                    timeouts: Some(raw_timeouts(&r.timeouts)),
+                })
+                .collect(),
         }
-        for r in &self.spec.snat {
-            let l: Vec<String> = r.addrs.iter().map(|a| format!("\"{a}\"")).collect();
-            let _ = writeln!(o, "[[snat]]\nsource = \"{}/{}\"\naddrs = [{}]", r.source, r.prefix_len, l.join(", "));
-            let _ = writeln!(o, "timeouts = {}\n", timeouts_toml(&r.timeouts));
-        }
-        o
     }
 
     /// Worker settings for core `core` of `cores`.
@@ -834,6 +903,7 @@ impl Config {
         w.table.index_entries = self.engine.index_entries;
         w.table.core = core;
         w.table.core_shift = shift;
+        w.table.cores = cores.max(1);
         w.table.port_min = self.engine.local_port_min;
         w.table.port_max = self.engine.local_port_max;
         w.table.sweep_budget = self.engine.sweep_budget;
@@ -877,7 +947,7 @@ backends = [{ addr = "10.0.0.11", port = 8080, weight = 2 }]
     }
 
     fn err(text: &str) -> String {
-        Config::parse(text).unwrap_err().0
+        Config::parse(text).unwrap_err().to_string()
     }
 
     #[test]

@@ -31,6 +31,10 @@ _Static_assert(offsetof(struct rte_mbuf, ol_flags) == 24, "ol_flags");
 _Static_assert(offsetof(struct rte_mbuf, pkt_len) == 36, "pkt_len");
 _Static_assert(offsetof(struct rte_mbuf, data_len) == 40, "data_len");
 _Static_assert(offsetof(struct rte_mbuf, buf_len) == 54, "buf_len");
+/* The receive hash (RSS) at 44; the 4 bytes after it (hash.fdir.hi, hash.sched's class and
+ * colour) hold vectorlb's receive queue (u16 at 48) and class (u8 at 50). */
+_Static_assert(offsetof(struct rte_mbuf, hash) == 44, "hash");
+_Static_assert(sizeof(((struct rte_mbuf *)0)->hash) == 8, "hash size");
 
 int vl_eal_init(int argc, char **argv)
 {
@@ -239,6 +243,8 @@ struct rte_ring *vl_ring_create(const char *name, unsigned count, int socket, in
 		*err = -rte_errno;
 	return r;
 }
+
+void vl_ring_free(struct rte_ring *r) { rte_ring_free(r); }
 
 unsigned vl_ring_enqueue_burst(struct rte_ring *r, void **objs, unsigned n)
 {

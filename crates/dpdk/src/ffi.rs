@@ -75,6 +75,7 @@ extern "C" {
     pub fn vl_rx_burst(port: u16, q: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
     pub fn vl_tx_burst(port: u16, q: u16, pkts: *mut *mut RteMbuf, n: u16) -> u16;
     pub fn vl_ring_create(name: *const c_char, count: c_uint, socket: c_int, err: *mut c_int) -> *mut RteRing;
+    pub fn vl_ring_free(r: *mut RteRing);
     pub fn vl_ring_enqueue_burst(r: *mut RteRing, objs: *mut *mut c_void, n: c_uint) -> c_uint;
     pub fn vl_ring_dequeue_burst(r: *mut RteRing, objs: *mut *mut c_void, n: c_uint) -> c_uint;
     pub fn vl_xdp_map_set(ifname: *const c_char, map: *const c_char, keys: *const u8, values: *const u32, n: c_int, key_size: c_int) -> c_int;

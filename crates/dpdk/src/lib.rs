@@ -3,8 +3,12 @@
 //!
 //! Only what vectorlb uses is wrapped: EAL start, packet mempools, ports from any device string
 //! (`net_af_xdp0,iface=...`, `net_af_packet0,iface=...`, `net_memif0,...`, `net_tap0,...`, a
-//! PCI address), multi-queue with RSS, rx/tx bursts, link state, basic and extended counters,
-//! and rings. Every failure is a one-line [`Error`] that says what to do.
+//! PCI address), multi-queue with RSS, link state, basic and extended counters, and rings.
+//!
+//! The hot path goes through the I/O seam (`vectorlb-io`): a port hands out its queues once,
+//! as [`EthRx`] / [`EthTx`] handles that a worker owns (not `Clone`, `Send` but not `Sync`); a
+//! hand-off ring is one [`RingRx`] (its single consumer) and any number of [`RingTx`]; mbufs
+//! ([`Mbuf`]) free themselves when dropped. Every failure is an [`Error`] that says what to do.
 
 mod ffi;
 pub mod mbuf;
@@ -13,21 +17,39 @@ pub mod xdp;
 pub use mbuf::Mbuf;
 
 use std::ffi::{CStr, CString};
-use std::fmt;
 use std::os::raw::c_char;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use vectorlb_io::{NotSync, Packet, PacketMeta, PacketPool, RxQueue, TxQueue};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error(pub String);
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// What went wrong, and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the DPDK EAL is already started in this process")]
+    EalStarted,
+    #[error("no free huge pages: run scripts/setup.sh (or reserve some: echo 512 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages) or add --no-huge to [runtime].eal")]
+    NoHugepages,
+    #[error("DPDK EAL start failed: {reason}{hint}; EAL arguments: {args}")]
+    EalInit { reason: String, hint: &'static str, args: String },
+    #[error("{what} contains a NUL byte: {value:?}")]
+    Nul { what: &'static str, value: String },
+    #[error("device '{0}' did not become a DPDK port: check the interface exists, is up and is not used by another process (for AF_XDP: `ip link show`), and that the driver is installed (dpdk package)")]
+    NoSuchPort(String),
+    #[error("port {port} ({driver}): {asked} queues asked, the device has {rx} rx / {tx} tx (for AF_XDP give the interface more channels: ethtool -L, or queue_count=)")]
+    TooManyQueues { port: u16, driver: String, asked: u16, rx: u16, tx: u16 },
+    #[error("port {0}: its queues were already handed out")]
+    QueuesTaken(u16),
+    #[error("creating mbuf pool '{name}' ({mbufs} mbufs of {room} B): {reason} (reserve more huge pages or lower [runtime].mbufs)")]
+    Pool { name: String, mbufs: u32, room: u16, reason: String },
+    /// A DPDK call failed; `what` says which, `reason` is DPDK's message.
+    #[error("{what}: {reason}")]
+    Dpdk { what: String, reason: String },
+    #[error("{path}: {source}")]
+    File { path: std::path::PathBuf, source: std::io::Error },
+    #[error("XDP map '{map}' on {iface}: {source} (is vectorlb's program attached? xdp_prog= in the device string)")]
+    XdpMap { map: &'static str, iface: String, source: std::io::Error },
 }
-
-impl std::error::Error for Error {}
 
 fn strerror(code: i32) -> String {
     // SAFETY: rte_strerror returns a pointer to a static or thread-local NUL-terminated string.
@@ -36,10 +58,14 @@ fn strerror(code: i32) -> String {
 
 fn check(what: impl FnOnce() -> String, r: i32) -> Result<(), Error> {
     if r < 0 {
-        Err(Error(format!("{}: {}", what(), strerror(r))))
+        Err(Error::Dpdk { what: what(), reason: strerror(r) })
     } else {
         Ok(())
     }
+}
+
+fn cstring(what: &'static str, s: &str) -> Result<CString, Error> {
+    CString::new(s).map_err(|_| Error::Nul { what, value: s.to_string() })
 }
 
 /// Whether a device string names a PCI device (`0000:01:00.0` or `01:00.0`) rather than a
@@ -76,14 +102,12 @@ impl Eal {
     /// become `-a`, everything else `--vdev`. Without a PCI device the PCI bus is not scanned.
     pub fn init(args: &[String], devices: &[String]) -> Result<Eal, Error> {
         if EAL_STARTED.swap(true, Ordering::SeqCst) {
-            return Err(Error("the DPDK EAL is already started in this process".into()));
+            return Err(Error::EalStarted);
         }
         let no_huge = args.iter().any(|a| a == "--no-huge");
         if !no_huge && free_hugepages() == 0 {
             EAL_STARTED.store(false, Ordering::SeqCst);
-            return Err(Error(
-                "no free huge pages: run scripts/setup.sh (or reserve some: echo 512 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages) or add --no-huge to [runtime].eal".into(),
-            ));
+            return Err(Error::NoHugepages);
         }
         let mut argv: Vec<String> = vec!["vectorlb".into()];
         argv.extend(args.iter().cloned());
@@ -100,10 +124,7 @@ impl Eal {
         if !any_pci && !args.iter().any(|a| a == "--no-pci" || a == "-a" || a.starts_with("--allow")) {
             argv.push("--no-pci".into());
         }
-        let cargs: Vec<CString> = argv
-            .iter()
-            .map(|a| CString::new(a.as_str()).map_err(|_| Error(format!("EAL argument {a:?} contains a NUL byte"))))
-            .collect::<Result<_, _>>()?;
+        let cargs: Vec<CString> = argv.iter().map(|a| cstring("an EAL argument", a)).collect::<Result<_, _>>()?;
         let mut ptrs: Vec<*mut c_char> = cargs.iter().map(|c| c.as_ptr() as *mut c_char).collect();
         ptrs.push(std::ptr::null_mut());
         // SAFETY: argv pointers stay valid for the call (cargs outlives it); EAL may keep
@@ -119,7 +140,7 @@ impl Eal {
                 libc::ENODEV | libc::ENOENT => " (a device could not be probed: check the interface exists and is not used by another process)",
                 _ => "",
             };
-            return Err(Error(format!("DPDK EAL start failed: {}{hint}; EAL arguments: {}", strerror(r), argv[1..].join(" "))));
+            return Err(Error::EalInit { reason: strerror(r), hint, args: argv[1..].join(" ") });
         }
         Ok(Eal { _private: () })
     }
@@ -131,7 +152,7 @@ impl Eal {
     }
 
     pub fn unregister_thread(&self) {
-        // SAFETY: plain call.
+        // SAFETY: plain call; a thread that was not registered is ignored by DPDK.
         unsafe { ffi::vl_thread_unregister() }
     }
 
@@ -149,27 +170,25 @@ impl Drop for Eal {
     }
 }
 
-/// A packet mbuf pool.
+/// A packet mbuf pool. Pools live until the EAL is cleaned up.
 pub struct Mempool {
     ptr: NonNull<ffi::RteMempool>,
 }
 
 // SAFETY: rte_mempool is thread-safe (per-lcore caches, a lock-free ring behind them).
 unsafe impl Send for Mempool {}
+// SAFETY: as above; every operation through &Mempool is one of DPDK's thread-safe ones.
 unsafe impl Sync for Mempool {}
 
 impl Mempool {
     pub fn new(_eal: &Eal, name: &str, mbufs: u32, cache: u32, data_room: u16) -> Result<Mempool, Error> {
-        let cname = CString::new(name).map_err(|_| Error("pool name contains NUL".into()))?;
+        let cname = cstring("a pool name", name)?;
         let mut err = 0;
         // SAFETY: valid C string; err is a valid out pointer.
         let p = unsafe { ffi::vl_pool_create(cname.as_ptr(), mbufs, cache, data_room, -1, &mut err) };
-        NonNull::new(p).map(|ptr| Mempool { ptr }).ok_or_else(|| {
-            Error(format!(
-                "creating mbuf pool '{name}' ({mbufs} mbufs of {data_room} B): {} (reserve more huge pages or lower [runtime].mbufs)",
-                strerror(err)
-            ))
-        })
+        NonNull::new(p)
+            .map(|ptr| Mempool { ptr })
+            .ok_or_else(|| Error::Pool { name: name.to_string(), mbufs, room: data_room, reason: strerror(err) })
     }
 
     pub fn available(&self) -> u32 {
@@ -185,6 +204,17 @@ impl Mempool {
 
     pub(crate) fn raw(&self) -> *mut ffi::RteMempool {
         self.ptr.as_ptr()
+    }
+}
+
+impl PacketPool<Mbuf> for Mempool {
+    fn alloc_frame(&self, port: u16, frame: &[u8]) -> Option<Mbuf> {
+        let mut m = self.alloc()?;
+        if !m.load(frame) {
+            return None;
+        }
+        m.set_meta(PacketMeta { port, ..Default::default() });
+        Some(m)
     }
 }
 
@@ -205,27 +235,35 @@ pub struct Link {
 /// The port's basic counters (`rte_eth_stats`).
 pub use ffi::VlStats as PortStats;
 
-/// One DPDK ethernet port (its id). Queue use is the caller's discipline: each queue is used by
-/// one thread at a time (vectorlb gives each worker its own queue on every port).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Port {
-    pub id: u16,
+/// One DPDK ethernet port. Configuration, counters and link state are read through `&self`
+/// from any thread; packets move only through the queue handles of [`EthPort::queues`], which
+/// can be taken once. The port is stopped and closed when the last handle (the `Arc` and the
+/// queues) is dropped.
+#[derive(Debug)]
+pub struct EthPort {
+    id: u16,
+    queues: AtomicBool,
+    started: AtomicBool,
+    nqueues: std::sync::atomic::AtomicU16,
 }
 
-impl Port {
+impl EthPort {
     /// The port of device string `dev` (the EAL must have been started with it).
-    pub fn find(_eal: &Eal, dev: &str) -> Result<Port, Error> {
+    pub fn find(_eal: &Eal, dev: &str) -> Result<EthPort, Error> {
         let name = device_name(dev);
-        let cname = CString::new(name).map_err(|_| Error("device name contains NUL".into()))?;
+        let cname = cstring("a device name", name)?;
         let mut id = 0u16;
         // SAFETY: valid C string and out pointer.
         let r = unsafe { ffi::vl_port_by_name(cname.as_ptr(), &mut id) };
         if r < 0 {
-            return Err(Error(format!(
-                "device '{name}' did not become a DPDK port: check the interface exists, is up and is not used by another process (for AF_XDP: `ip link show`), and that the driver is installed (dpdk package)"
-            )));
+            return Err(Error::NoSuchPort(name.to_string()));
         }
-        Ok(Port { id })
+        Ok(EthPort { id, queues: AtomicBool::new(false), started: AtomicBool::new(false), nqueues: Default::default() })
+    }
+
+    /// DPDK's port id.
+    pub fn id(&self) -> u16 {
+        self.id
     }
 
     pub fn info(&self) -> Result<PortInfo, Error> {
@@ -245,38 +283,48 @@ impl Port {
     pub fn setup(&self, queues: u16, desc: u16, pool: &Mempool, mtu: u16) -> Result<(), Error> {
         let info = self.info()?;
         if queues > info.max_rx_queues || queues > info.max_tx_queues {
-            return Err(Error(format!(
-                "port {} ({}): {queues} queues asked, the device has {} rx / {} tx (for AF_XDP give the interface more channels: ethtool -L, or queue_count=)",
-                self.id, info.driver, info.max_rx_queues, info.max_tx_queues
-            )));
+            return Err(Error::TooManyQueues { port: self.id, driver: info.driver, asked: queues, rx: info.max_rx_queues, tx: info.max_tx_queues });
         }
-        // SAFETY: plain calls on a valid port id; the pool outlives the port's use.
+        let hint = if info.driver == "net_af_xdp" {
+            " (is an XDP program already attached to the interface, by another vectorlb or another tool? `ip link show` lists it; `ip link set dev IFACE xdp off` removes it)"
+        } else {
+            ""
+        };
+        // SAFETY: plain calls on a valid port id; the pool outlives the port's use (pools live
+        // until the EAL is cleaned up).
         unsafe {
             check(|| format!("port {}: configure", self.id), ffi::vl_port_configure(self.id, queues, queues, mtu))?;
             for q in 0..queues {
-                let hint = if info.driver == "net_af_xdp" {
-                    " (is an XDP program already attached to the interface, by another vectorlb or another tool? `ip link show` lists it; `ip link set dev IFACE xdp off` removes it)"
-                } else {
-                    ""
-                };
                 check(|| format!("port {}: rx queue {q}{hint}", self.id), ffi::vl_rx_queue_setup(self.id, q, desc, -1, pool.raw()))?;
                 check(|| format!("port {}: tx queue {q}", self.id), ffi::vl_tx_queue_setup(self.id, q, desc, -1))?;
             }
         }
+        self.nqueues.store(queues, Ordering::SeqCst);
         Ok(())
     }
 
     pub fn start(&self) -> Result<(), Error> {
         // SAFETY: plain call.
-        check(|| format!("port {}: start (is the interface in use by another program?)", self.id), unsafe { ffi::vl_port_start(self.id) })
+        check(|| format!("port {}: start (is the interface in use by another program?)", self.id), unsafe { ffi::vl_port_start(self.id) })?;
+        self.started.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
-    pub fn stop(&self) {
-        // SAFETY: plain calls.
-        unsafe {
-            ffi::vl_port_stop(self.id);
-            ffi::vl_port_close(self.id);
+    /// The receive and transmit handle of every queue, in queue order. Only once per port:
+    /// each handle is the only way to its queue.
+    pub fn queues(self: &Arc<Self>) -> Result<Vec<(EthRx, EthTx)>, Error> {
+        if self.queues.swap(true, Ordering::SeqCst) {
+            return Err(Error::QueuesTaken(self.id));
         }
+        let n = self.nqueues.load(Ordering::SeqCst);
+        Ok((0..n)
+            .map(|q| {
+                (
+                    EthRx { port: self.clone(), queue: q, _not_sync: NotSync::default() },
+                    EthTx { port: self.clone(), queue: q, _not_sync: NotSync::default() },
+                )
+            })
+            .collect())
     }
 
     pub fn promiscuous(&self, on: bool) -> Result<(), Error> {
@@ -345,21 +393,92 @@ impl Port {
         }
         Vec::new()
     }
+}
 
-    /// Receives up to `out.len()` packets from queue `q`. Returns how many were written.
-    #[inline(always)]
-    pub fn rx(&self, q: u16, out: &mut [Option<Mbuf>]) -> usize {
-        // SAFETY: Option<Mbuf> has the layout of a nullable mbuf pointer (Mbuf is a transparent
-        // NonNull); the driver writes n valid mbuf pointers we then own.
-        unsafe { ffi::vl_rx_burst(self.id, q, out.as_mut_ptr() as *mut *mut ffi::RteMbuf, out.len().min(u16::MAX as usize) as u16) as usize }
+impl Drop for EthPort {
+    fn drop(&mut self) {
+        if self.started.load(Ordering::SeqCst) {
+            // SAFETY: no queue handle is left (each holds an Arc of this port), so nothing
+            // polls the port while it stops.
+            unsafe {
+                ffi::vl_port_stop(self.id);
+                ffi::vl_port_close(self.id);
+            }
+        }
     }
+}
 
-    /// Sends the packets; returns how many the driver took. The caller still owns the rest.
-    #[inline(always)]
-    pub fn tx(&self, q: u16, pkts: &mut [Mbuf]) -> usize {
-        // SAFETY: Mbuf is a transparent non-null mbuf pointer; ownership of the first n passes
-        // to the driver.
-        unsafe { ffi::vl_tx_burst(self.id, q, pkts.as_mut_ptr() as *mut *mut ffi::RteMbuf, pkts.len().min(u16::MAX as usize) as u16) as usize }
+/// The receive side of one queue of a port: owned by one worker.
+pub struct EthRx {
+    port: Arc<EthPort>,
+    queue: u16,
+    _not_sync: NotSync,
+}
+
+/// The transmit side of one queue of a port: owned by one worker.
+pub struct EthTx {
+    port: Arc<EthPort>,
+    queue: u16,
+    _not_sync: NotSync,
+}
+
+impl EthRx {
+    pub fn port(&self) -> &EthPort {
+        &self.port
+    }
+}
+
+impl EthTx {
+    pub fn port(&self) -> &EthPort {
+        &self.port
+    }
+}
+
+impl RxQueue<Mbuf> for EthRx {
+    #[inline]
+    fn recv(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        out.reserve(max);
+        let len = out.len();
+        let want = max.min(out.capacity() - len).min(u16::MAX as usize) as u16;
+        // SAFETY: this handle is the only one for (port, queue), so the non-thread-safe
+        // rx_burst runs on one thread at a time; the driver writes at most `want` valid mbuf
+        // pointers into the spare capacity, and Mbuf is a transparent non-null mbuf pointer,
+        // so the first n spare slots become initialised, owned Mbufs.
+        let n = unsafe {
+            let n = ffi::vl_rx_burst(self.port.id, self.queue, out.as_mut_ptr().add(len) as *mut *mut ffi::RteMbuf, want) as usize;
+            out.set_len(len + n);
+            n
+        };
+        for m in &mut out[len..] {
+            m.stamp_queue(self.queue);
+        }
+        n
+    }
+}
+
+impl TxQueue<Mbuf> for EthTx {
+    #[inline]
+    fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        let want = pkts.len().min(u16::MAX as usize) as u16;
+        // SAFETY: one thread per queue (this handle is unique); Mbuf is a transparent pointer,
+        // and the driver takes ownership of the first n.
+        let n = unsafe { ffi::vl_tx_burst(self.port.id, self.queue, pkts.as_mut_ptr() as *mut *mut ffi::RteMbuf, want) as usize };
+        forget_front(pkts, n);
+        n
+    }
+}
+
+/// Removes the first `n` packets of `v` without dropping them (their ownership has passed to
+/// a driver or a ring).
+fn forget_front(v: &mut Vec<Mbuf>, n: usize) {
+    debug_assert!(n <= v.len());
+    let rest = v.len() - n;
+    // SAFETY: the first n elements are no longer ours (not dropped); the remaining `rest`
+    // initialised elements move to the front (ptr::copy handles the overlap), and the length
+    // shrinks to them.
+    unsafe {
+        std::ptr::copy(v.as_ptr().add(n), v.as_mut_ptr(), rest);
+        v.set_len(rest);
     }
 }
 
@@ -368,44 +487,85 @@ fn cstr_bytes(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
-/// Frees packets back to their pools.
-#[inline]
-pub fn free_bulk(pkts: &mut [Mbuf]) {
-    if pkts.is_empty() {
-        return;
-    }
-    // SAFETY: we own these mbufs and do not use them again (the caller clears its list).
-    unsafe { ffi::vl_mbuf_free_bulk(pkts.as_mut_ptr() as *mut *mut ffi::RteMbuf, pkts.len() as u32) }
-}
-
-/// A multi-producer, single-consumer ring of packets (hand-off between workers).
-pub struct Ring {
+struct RingInner {
     ptr: NonNull<ffi::RteRing>,
 }
 
-// SAFETY: rte_ring is lock-free and created multi-producer / single-consumer; the single
-// consumer is the owning worker (the daemon's discipline).
-unsafe impl Send for Ring {}
-unsafe impl Sync for Ring {}
+// SAFETY: rte_ring is lock-free; it is created multi-producer / single-consumer, and the single
+// consumer is guaranteed by RingRx being unique (not Clone).
+unsafe impl Send for RingInner {}
+// SAFETY: as above.
+unsafe impl Sync for RingInner {}
 
-impl Ring {
-    pub fn new(_eal: &Eal, name: &str, count: u32) -> Result<Ring, Error> {
-        let cname = CString::new(name).map_err(|_| Error("ring name contains NUL".into()))?;
-        let mut err = 0;
-        // SAFETY: valid C string and out pointer.
-        let p = unsafe { ffi::vl_ring_create(cname.as_ptr(), count.next_power_of_two(), -1, &mut err) };
-        NonNull::new(p).map(|ptr| Ring { ptr }).ok_or_else(|| Error(format!("creating ring '{name}': {}", strerror(err))))
+impl Drop for RingInner {
+    fn drop(&mut self) {
+        let mut left: Vec<Mbuf> = Vec::with_capacity(64);
+        // Free what is still queued, then the ring.
+        loop {
+            // SAFETY: the last handle is gone, so nothing else dequeues; the ring holds owned
+            // mbuf pointers, written into spare capacity as in EthRx::recv.
+            let n = unsafe {
+                let n = ffi::vl_ring_dequeue_burst(self.ptr.as_ptr(), left.as_mut_ptr() as *mut *mut libc::c_void, 64) as usize;
+                left.set_len(n);
+                n
+            };
+            if n == 0 {
+                break;
+            }
+            Mbuf::free_all(&mut left);
+        }
+        // SAFETY: the ring was created by vl_ring_create and is empty and unused.
+        unsafe { ffi::vl_ring_free(self.ptr.as_ptr()) }
     }
+}
 
-    /// Enqueues as many as fit; returns how many (the caller keeps the rest).
-    pub fn enqueue(&self, pkts: &mut [Mbuf]) -> usize {
-        // SAFETY: transparent pointers; ownership of the enqueued ones passes to the ring.
-        unsafe { ffi::vl_ring_enqueue_burst(self.ptr.as_ptr(), pkts.as_mut_ptr() as *mut *mut libc::c_void, pkts.len() as u32) as usize }
+/// The consuming side of a hand-off ring: one per ring, owned by the worker it feeds.
+pub struct RingRx {
+    ring: Arc<RingInner>,
+    _not_sync: NotSync,
+}
+
+/// A producing side of a hand-off ring; clone one for each producer.
+#[derive(Clone)]
+pub struct RingTx {
+    ring: Arc<RingInner>,
+}
+
+/// A ring of `count` packets (rounded up to a power of two) with many producers and one
+/// consumer.
+pub fn ring(_eal: &Eal, name: &str, count: u32) -> Result<(RingTx, RingRx), Error> {
+    let cname = cstring("a ring name", name)?;
+    let mut err = 0;
+    // SAFETY: valid C string and out pointer.
+    let p = unsafe { ffi::vl_ring_create(cname.as_ptr(), count.next_power_of_two(), -1, &mut err) };
+    let ptr = NonNull::new(p).ok_or_else(|| Error::Dpdk { what: format!("creating ring '{name}'"), reason: strerror(err) })?;
+    let ring = Arc::new(RingInner { ptr });
+    Ok((RingTx { ring: ring.clone() }, RingRx { ring, _not_sync: NotSync::default() }))
+}
+
+impl TxQueue<Mbuf> for RingTx {
+    fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        // SAFETY: multi-producer enqueue is thread-safe; ownership of the first n passes to
+        // the ring.
+        let n = unsafe {
+            ffi::vl_ring_enqueue_burst(self.ring.ptr.as_ptr(), pkts.as_mut_ptr() as *mut *mut libc::c_void, pkts.len() as u32) as usize
+        };
+        forget_front(pkts, n);
+        n
     }
+}
 
-    /// Dequeues up to `out.len()`; only the ring's single consumer may call this.
-    pub fn dequeue(&self, out: &mut [Option<Mbuf>]) -> usize {
-        // SAFETY: as Port::rx.
-        unsafe { ffi::vl_ring_dequeue_burst(self.ptr.as_ptr(), out.as_mut_ptr() as *mut *mut libc::c_void, out.len() as u32) as usize }
+impl RxQueue<Mbuf> for RingRx {
+    fn recv(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        out.reserve(max);
+        let len = out.len();
+        let want = max.min(out.capacity() - len) as u32;
+        // SAFETY: this is the ring's only consumer (RingRx is unique); the ring holds owned
+        // mbuf pointers, written into spare capacity as in EthRx::recv.
+        unsafe {
+            let n = ffi::vl_ring_dequeue_burst(self.ring.ptr.as_ptr(), out.as_mut_ptr().add(len) as *mut *mut libc::c_void, want) as usize;
+            out.set_len(len + n);
+            n
+        }
     }
 }

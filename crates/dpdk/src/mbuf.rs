@@ -1,34 +1,54 @@
-//! Packet buffers: DPDK mbufs seen through the pipeline's [`PacketBuf`].
+//! Packet buffers: DPDK mbufs as the I/O seam's [`Packet`].
 //!
 //! The hot path reads and writes the few mbuf fields it needs directly; `csrc/shim.c` asserts
 //! their offsets at build time, so a DPDK release that moves them fails the build.
 
+use crate::ffi;
 use std::ptr::NonNull;
-use vectorlb_lb::PacketBuf;
+use vectorlb_io::{Packet, PacketBuf, PacketMeta};
 
 const OFF_DATA_OFF: usize = 16;
 const OFF_NB_SEGS: usize = 20;
 const OFF_PORT: usize = 22;
 const OFF_PKT_LEN: usize = 36;
 const OFF_DATA_LEN: usize = 40;
+/// `hash.rss`, the receive hash.
+const OFF_HASH: usize = 44;
+/// Our receive queue (u16) and class (u8), in `hash.fdir.hi`, which we do not use.
+const OFF_QUEUE: usize = 48;
+const OFF_CLASS: usize = 50;
 const OFF_BUF_LEN: usize = 54;
 
-/// An owned mbuf (one segment). It is not freed on drop: the runtime hands every mbuf to a
-/// tx burst, a ring or [`crate::free_bulk`].
+/// An owned mbuf. Dropping it frees it (the whole chain) back to its pool.
 ///
 /// Invariant: the pointer is a valid `rte_mbuf` that this value exclusively owns, with
 /// `data_off + data_len <= buf_len` (DPDK's own invariant, kept by every method here).
 #[repr(transparent)]
 pub struct Mbuf(NonNull<u8>);
 
-// SAFETY: an mbuf may move between threads with its ownership (DPDK does this across lcores).
+// SAFETY: an mbuf may move between threads with its ownership (DPDK does this across lcores);
+// nothing in it is tied to the thread that allocated it.
 unsafe impl Send for Mbuf {}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf (invariant) and never use it again.
+        unsafe { ffi::vl_mbuf_free(self.0.as_ptr().cast()) }
+    }
+}
 
 impl Mbuf {
     /// # Safety
     /// `p` is a valid mbuf owned by the caller, which gives up its ownership.
     pub unsafe fn from_raw(p: NonNull<u8>) -> Mbuf {
         Mbuf(p)
+    }
+
+    /// Gives up ownership without freeing: the caller (a driver, a ring) now owns the mbuf.
+    pub fn into_raw(self) -> NonNull<u8> {
+        let p = self.0;
+        std::mem::forget(self);
+        p
     }
 
     #[inline(always)]
@@ -48,13 +68,7 @@ impl Mbuf {
         self.field::<*mut u8>(0)
     }
 
-    /// Segments in the chain (the pipeline handles single-segment frames only).
-    #[inline(always)]
-    pub fn segments(&self) -> u16 {
-        self.field(OFF_NB_SEGS)
-    }
-
-    /// The port the frame was received on.
+    /// The port the frame was received on (DPDK's port id).
     #[inline(always)]
     pub fn port(&self) -> u16 {
         self.field(OFF_PORT)
@@ -84,9 +98,15 @@ impl Mbuf {
         self.set(OFF_PKT_LEN, len as u32);
     }
 
+    /// Records the receive queue (and clears the class) after a receive.
+    #[inline(always)]
+    pub(crate) fn stamp_queue(&mut self, queue: u16) {
+        self.set(OFF_QUEUE, queue as u32);
+    }
+
     /// Replaces the contents with `frame` from the default headroom. False if it does not fit.
     pub fn load(&mut self, frame: &[u8]) -> bool {
-        let head = self.headroom().min(128);
+        let head = self.headroom().min(vectorlb_io::DEFAULT_HEADROOM);
         if head + frame.len() > self.room() {
             return false;
         }
@@ -94,10 +114,6 @@ impl Mbuf {
         self.set_lens(frame.len());
         self.data_mut().copy_from_slice(frame);
         true
-    }
-
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.0.as_ptr()
     }
 }
 
@@ -145,10 +161,38 @@ impl PacketBuf for Mbuf {
 
     #[inline(always)]
     fn prefetch(&self) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: prefetch never faults.
+        vectorlb_io::prefetch(self.base().wrapping_add(self.headroom()));
+    }
+}
+
+impl Packet for Mbuf {
+    #[inline(always)]
+    fn meta(&self) -> PacketMeta {
+        PacketMeta { port: self.port(), queue: self.field(OFF_QUEUE), hash: self.field(OFF_HASH), class: self.field(OFF_CLASS) }
+    }
+
+    fn set_meta(&mut self, m: PacketMeta) {
+        self.set(OFF_PORT, m.port);
+        self.set(OFF_QUEUE, m.queue);
+        self.set(OFF_HASH, m.hash);
+        self.set(OFF_CLASS, m.class);
+    }
+
+    #[inline(always)]
+    fn segments(&self) -> u16 {
+        self.field(OFF_NB_SEGS)
+    }
+
+    #[inline]
+    fn free_all(pkts: &mut Vec<Mbuf>) {
+        if pkts.is_empty() {
+            return;
+        }
+        // SAFETY: Mbuf is a transparent non-null mbuf pointer and we own every one; after the
+        // bulk free the vector forgets them (set_len(0) runs no destructor).
         unsafe {
-            std::arch::x86_64::_mm_prefetch(self.base().add(self.headroom()) as *const i8, std::arch::x86_64::_MM_HINT_T0)
+            ffi::vl_mbuf_free_bulk(pkts.as_mut_ptr() as *mut *mut ffi::RteMbuf, pkts.len() as u32);
+            pkts.set_len(0);
         }
     }
 }

@@ -2,7 +2,6 @@
 //! maps through which the daemon tells it which addresses are the load balancer's.
 
 use crate::{ffi, Error};
-use std::ffi::CString;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -16,9 +15,9 @@ pub const FLAG_SRC: u32 = 2;
 
 /// Writes the object to `dir` (once per process) and returns its path, for `xdp_prog=`.
 pub fn write_object(dir: &Path) -> Result<PathBuf, Error> {
-    std::fs::create_dir_all(dir).map_err(|e| Error(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir).map_err(|source| Error::File { path: dir.to_path_buf(), source })?;
     let path = dir.join(format!("vectorlb_xdp.{}.o", std::process::id()));
-    std::fs::write(&path, OBJECT).map_err(|e| Error(format!("{}: {e}", path.display())))?;
+    std::fs::write(&path, OBJECT).map_err(|source| Error::File { path: path.clone(), source })?;
     Ok(path)
 }
 
@@ -33,14 +32,13 @@ fn family_addr(a: IpAddr) -> (u8, [u8; 16]) {
     }
 }
 
-fn set(ifname: &str, map: &str, keys: &[u8], values: &[u32], key_size: usize) -> Result<(), Error> {
-    let cif = CString::new(ifname).map_err(|_| Error("interface name contains NUL".into()))?;
-    let cmap = CString::new(map).unwrap();
+fn set(ifname: &str, map: &'static str, keys: &[u8], values: &[u32], key_size: usize) -> Result<(), Error> {
+    let cif = crate::cstring("an interface name", ifname)?;
+    let cmap = crate::cstring("a map name", map)?;
     // SAFETY: keys holds values.len() keys of key_size bytes.
     let r = unsafe { ffi::vl_xdp_map_set(cif.as_ptr(), cmap.as_ptr(), keys.as_ptr(), values.as_ptr(), values.len() as i32, key_size as i32) };
     if r < 0 {
-        let e = std::io::Error::from_raw_os_error(-r);
-        return Err(Error(format!("XDP map '{map}' on {ifname}: {e} (is vectorlb's program attached? xdp_prog= in the device string)")));
+        return Err(Error::XdpMap { map, iface: ifname.to_string(), source: std::io::Error::from_raw_os_error(-r) });
     }
     Ok(())
 }

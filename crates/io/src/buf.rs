@@ -1,6 +1,6 @@
 //! The packet buffer the pipeline works on: a frame with headroom in front (for tunnel and
-//! ICMP headers) and tailroom behind (for the TOA option). The DPDK runtime implements
-//! [`PacketBuf`] over mbufs; replay, tests and benchmarks use [`HeapBuf`].
+//! ICMP headers) and tailroom behind (for the TOA option). DPDK mbufs implement [`PacketBuf`]
+//! (`vectorlb-dpdk`); replay, tests and benchmarks use [`HeapBuf`].
 
 /// Room kept in front of a frame, as in DPDK's default mbuf headroom.
 pub const DEFAULT_HEADROOM: usize = 128;
@@ -94,7 +94,7 @@ impl PacketBuf for HeapBuf {
 
     #[inline(always)]
     fn prefetch(&self) {
-        crate::mem::prefetch_ptr(self.mem[self.start..].as_ptr());
+        crate::prefetch(self.mem[self.start..].as_ptr());
     }
 }
 

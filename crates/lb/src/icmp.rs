@@ -3,7 +3,7 @@
 //! and errors from elsewhere about a session, translated like the session's packets so they
 //! reach the host that sent the original.
 
-use crate::buf::PacketBuf;
+use vectorlb_io::PacketBuf;
 use crate::mem::Zeroable;
 use crate::pipeline::{Meta, Worker};
 use crate::rewrite::{egress, Fam, Hdr};
@@ -190,7 +190,7 @@ impl Worker {
         }
         icmp::emit_header(&mut d[l3 + iphl..], t, code, rest);
         fill_l4_checksum::<A>(d, l3, l3 + iphl, end, if A::V6 { proto::ICMPV6 } else { proto::ICMP });
-        self.counters.icmp_errors_sent += 1;
+        self.counters.events.icmp_errors_sent += 1;
         self.counters.drop(reason);
         egress(b, l3, &hop, A::ETHERTYPE)
     }
@@ -224,7 +224,7 @@ impl Worker {
                     Verdict::Kernel
                 }
             }
-            Err(e) => Verdict::Drop(e),
+            Err(v) => v,
         }
     }
 
@@ -255,28 +255,28 @@ impl Worker {
             let c = adjust16(be16(d, h.l3 + 10), old, be16(d, h.l3 + 8));
             d[h.l3 + 10..h.l3 + 12].copy_from_slice(&c.to_be_bytes());
         }
-        self.counters.icmp_echo_replies += 1;
+        self.counters.events.icmp_echo_replies += 1;
         egress(b, h.l3, &hop, A::ETHERTYPE)
     }
 
     /// Finds the session an ICMP error is about and how to translate it.
-    fn translate<A: Fam>(&mut self, snap: &Snapshot, d: &[u8], h: &Hdr, now: u32) -> Result<Option<Translation<A>>, DropReason>
+    fn translate<A: Fam>(&mut self, snap: &Snapshot, d: &[u8], h: &Hdr, now: u32) -> Result<Option<Translation<A>>, Verdict>
     where
         Session<A>: Zeroable,
     {
         let e = h.l4 + icmp::HEADER_LEN;
         let (ehl, eproto) = if A::V6 {
             if e + 44 > h.end {
-                return Err(DropReason::Truncated);
+                return Err(Verdict::Drop(DropReason::Truncated));
             }
             (40, d[e + 6])
         } else {
             if e + 20 > h.end || d[e] >> 4 != 4 {
-                return Err(DropReason::Truncated);
+                return Err(Verdict::Drop(DropReason::Truncated));
             }
             let ihl = ((d[e] & 0x0f) as usize) * 4;
             if ihl < 20 || e + ihl + 4 > h.end {
-                return Err(DropReason::Truncated);
+                return Err(Verdict::Drop(DropReason::Truncated));
             }
             (ihl, d[e + 9])
         };
@@ -297,9 +297,9 @@ impl Worker {
                 return Ok(None);
             };
             let s = *self.table.get::<A>(r);
-            let be = snap.backend(s.backend).ok_or(DropReason::BackendRemoved)?;
-            let hop = be.hop.ok_or(DropReason::NoNeighbor)?;
-            let baddr = A::from_ip(be.addr).ok_or(DropReason::NoRoute)?;
+            let be = snap.backend(s.backend).ok_or(Verdict::Drop(DropReason::BackendRemoved))?;
+            let hop = be.hop.ok_or(Verdict::Drop(DropReason::NoNeighbor))?;
+            let baddr = A::from_ip(be.addr).ok_or(Verdict::Drop(DropReason::NoRoute))?;
             let bport = if be.port != 0 { be.port } else { esport };
             return Ok(Some(match svc.spec.mode {
                 Mode::Nat => Translation {
@@ -311,7 +311,7 @@ impl Worker {
                     tunnel: None,
                 },
                 Mode::Fnat => {
-                    let laddr = snap.laddr_addr(s.laddr).and_then(A::from_ip).ok_or(DropReason::NoRoute)?;
+                    let laddr = snap.laddr_addr(s.laddr).and_then(A::from_ip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
                     Translation {
                         outer_src: Some(laddr),
                         outer_dst: baddr,
@@ -323,7 +323,7 @@ impl Worker {
                 }
                 Mode::Dr => Translation { outer_src: None, outer_dst, emb_src: None, emb_dst: None, hop, tunnel: None },
                 Mode::Tun => {
-                    let src = be.tun_src.and_then(A::from_ip).ok_or(DropReason::NoRoute)?;
+                    let src = be.tun_src.and_then(A::from_ip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
                     Translation { outer_src: None, outer_dst, emb_src: None, emb_dst: None, hop, tunnel: Some((src, baddr)) }
                 }
             }));
@@ -331,14 +331,14 @@ impl Worker {
         // The quoted packet left a local address (full NAT toward a backend, or SNAT outbound).
         if let Some(l) = snap.laddr(esrc.key()) {
             if !self.table.owns_port(esport) {
-                return Err(DropReason::Misdirected);
+                return Err(self.elsewhere(esport));
             }
             let Some(r) = self.table.port_lookup(l, esport) else { return Ok(None) };
             if r.is_v6() != A::V6 || self.live::<A>(r, now).is_none() {
                 return Ok(None);
             }
             let s = *self.table.get::<A>(r);
-            let hop = self.route_to(snap, s.client.key(), !A::V6).ok_or(DropReason::NoRoute)?;
+            let hop = self.route_to(snap, s.client.key(), !A::V6).ok_or(Verdict::Drop(DropReason::NoRoute))?;
             if s.flags & crate::session::flag::SNAT != 0 {
                 return Ok(Some(Translation {
                     outer_src: None,
@@ -349,8 +349,8 @@ impl Worker {
                     tunnel: None,
                 }));
             }
-            let svc = snap.service(s.svc).ok_or(DropReason::BackendRemoved)?;
-            let vip = A::from_ip(svc.spec.vip).ok_or(DropReason::NoRoute)?;
+            let svc = snap.service(s.svc).ok_or(Verdict::Drop(DropReason::BackendRemoved))?;
+            let vip = A::from_ip(svc.spec.vip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
             let vport = if svc.spec.port != 0 { svc.spec.port } else { edport };
             return Ok(Some(Translation {
                 outer_src: Some(vip),
@@ -372,10 +372,10 @@ impl Worker {
                 if s.state == state::FREE {
                     continue;
                 }
-                let svc = snap.service(s.svc).ok_or(DropReason::BackendRemoved)?;
-                let vip = A::from_ip(svc.spec.vip).ok_or(DropReason::NoRoute)?;
+                let svc = snap.service(s.svc).ok_or(Verdict::Drop(DropReason::BackendRemoved))?;
+                let vip = A::from_ip(svc.spec.vip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
                 let vport = if svc.spec.port != 0 { svc.spec.port } else { edport };
-                let hop = self.route_to(snap, s.client.key(), !A::V6).ok_or(DropReason::NoRoute)?;
+                let hop = self.route_to(snap, s.client.key(), !A::V6).ok_or(Verdict::Drop(DropReason::NoRoute))?;
                 return Ok(Some(Translation {
                     outer_src: Some(vip),
                     outer_dst: s.client,
@@ -418,7 +418,7 @@ impl Worker {
         }
         fill_l4_checksum::<A>(d, h.l3, h.l4, h.end, if A::V6 { proto::ICMPV6 } else { proto::ICMP });
         h.dec_ttl(d);
-        self.counters.icmp_errors_translated += 1;
+        self.counters.events.icmp_errors_translated += 1;
         if let Some((src, dst)) = tr.tunnel {
             if let Err(e) = self.encapsulate::<A, B>(b, h, &src, &dst) {
                 return Verdict::Drop(e);

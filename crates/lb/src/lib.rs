@@ -11,7 +11,6 @@
 //! snapshots are shared read-only. The DPDK runtime, `vectorlb replay` and the benchmarks all
 //! drive `Worker::process`.
 
-pub mod buf;
 pub mod hash;
 pub mod icmp;
 pub mod mem;
@@ -24,7 +23,7 @@ pub mod sync;
 pub mod tcpstate;
 pub mod verdict;
 
-pub use buf::{HeapBuf, PacketBuf};
+pub use vectorlb_io::{HeapBuf, PacketBuf};
 pub use pipeline::{Worker, WorkerConfig, DEFAULT_BATCH};
 pub use service::{BackendSpec, ConfigError, Control, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, SnatSpec, Snapshot, Timeouts};
 pub use verdict::{Counters, DropReason, Verdict};

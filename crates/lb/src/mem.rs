@@ -97,7 +97,7 @@ impl<T: Zeroable> MmapArray<T> {
     pub fn prefetch(&self, i: usize) {
         if i < self.len {
             // SAFETY: in bounds; a prefetch never faults architecturally.
-            prefetch_ptr(unsafe { self.ptr.add(i) } as *const u8);
+            vectorlb_io::prefetch(unsafe { self.ptr.add(i) } as *const u8);
         }
     }
 }
@@ -109,18 +109,6 @@ impl<T: Zeroable> Drop for MmapArray<T> {
             libc::munmap(self.ptr as *mut libc::c_void, self.bytes);
         }
     }
-}
-
-/// Prefetches the cache line holding `p` (no-op where unsupported).
-#[inline(always)]
-pub fn prefetch_ptr(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetch is a hint and never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Resident set size of this process in bytes (from /proc/self/statm).

@@ -7,7 +7,7 @@
 //! it is on a connected network, so the control thread can learn it. [`arp_request`] and
 //! [`solicit`] build the frames the control thread sends to resolve next hops.
 
-use crate::buf::PacketBuf;
+use vectorlb_io::PacketBuf;
 use crate::service::{key, key4, key6, Snapshot};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use vectorlb_packet::checksum;

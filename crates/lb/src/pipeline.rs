@@ -10,7 +10,7 @@
 //! The worker owns its session table and counters; it shares only the configuration snapshot,
 //! which it re-reads between batches when the control plane publishes a new one.
 
-use crate::buf::PacketBuf;
+use vectorlb_io::PacketBuf;
 use crate::hash::{addr_hash, flow_hash};
 use crate::mem::Zeroable;
 use crate::rewrite::{egress, Fam, Hdr};
@@ -263,7 +263,7 @@ impl Worker {
 
     fn batch<B: PacketBuf>(&mut self, snap: &Snapshot, bufs: &mut [B], verdicts: &mut [Verdict], now: u32) {
         let n = bufs.len();
-        self.counters.rx += n as u64;
+        self.counters.events.rx += n as u64;
         let mut meta = std::mem::take(&mut self.meta);
         // The three stages run interleaved, packet i in stage 1 while packet i - D is in stage 2
         // and packet i - 2D in stage 3, so that prefetches are issued evenly and each has about
@@ -299,9 +299,10 @@ impl Worker {
         self.meta = meta;
         for v in &verdicts[..n] {
             match *v {
-                Verdict::Tx(_) => self.counters.tx += 1,
-                Verdict::Kernel => self.counters.kernel += 1,
+                Verdict::Tx(_) => self.counters.events.tx += 1,
+                Verdict::Kernel => self.counters.events.to_kernel += 1,
                 Verdict::Drop(r) => self.counters.drop(r),
+                Verdict::Handoff(_) => self.counters.events.handoff += 1,
             }
         }
     }
@@ -561,7 +562,7 @@ impl Worker {
             ip[10..12].copy_from_slice(&c.to_be_bytes());
         }
         d[l3 + ip_len..l3 + ip_len + 20].copy_from_slice(&th);
-        self.counters.tcp_resets_sent += 1;
+        self.counters.events.tcp_resets_sent += 1;
         egress(b, l3, &hop, A::ETHERTYPE)
     }
 
@@ -632,7 +633,7 @@ impl Worker {
         }
         match self.table.insert(s, laddrs, &mut self.cursors[cursor]) {
             Ok(r) => {
-                self.counters.sessions_created += 1;
+                self.counters.events.sessions_created += 1;
                 if self.sync_on {
                     self.changed.push(r);
                 }
@@ -784,14 +785,14 @@ impl Worker {
         let thl = ((b.data()[h.l4 + 12] >> 4) as usize) * 4;
         let old_len = b.data().len();
         if h.ip_len() + add > mtu || thl + add > tcp::MAX_HEADER_LEN || !b.set_len(h.end + add) {
-            self.counters.toa_skipped += 1;
+            self.counters.events.toa_skipped += 1;
             return;
         }
         let d = b.data_mut();
         if tcp::insert_option(&mut d[h.l4..], h.end - h.l4, &opt[..len]).is_err() {
             // Cannot happen after the checks above; keep the packet as it was if it does.
             b.set_len(old_len);
-            self.counters.toa_skipped += 1;
+            self.counters.events.toa_skipped += 1;
             return;
         }
         let end = h.end + add;
@@ -804,7 +805,7 @@ impl Worker {
             ip.fill_checksum();
         }
         crate::icmp::fill_l4_checksum::<A>(d, h.l3, h.l4, end, proto::TCP);
-        self.counters.toa_inserted += 1;
+        self.counters.events.toa_inserted += 1;
     }
 
     /// Prepends the outer IPv4 (protocol 4) or IPv6 (next header 41) header.
@@ -846,13 +847,23 @@ impl Worker {
         Ok(())
     }
 
+    /// What becomes of a packet for a local port this core does not own: it goes to the
+    /// core that does, or is dropped when no core owns it.
+    #[cold]
+    pub(crate) fn elsewhere(&self, lport: u16) -> Verdict {
+        match self.table.port_owner(lport) {
+            Some(w) => Verdict::Handoff(w),
+            None => Verdict::Drop(DropReason::Misdirected),
+        }
+    }
+
     /// Backend to a full-NAT local address (reply), or outside host to an SNAT address.
     fn port_reply<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {
         if !self.table.owns_port(m.dport) {
-            return Verdict::Drop(DropReason::Misdirected);
+            return self.elsewhere(m.dport);
         }
         let Some(r) = m.cand.or_else(|| self.table.port_lookup(m.id as u16, m.dport)) else {
             return Verdict::Drop(DropReason::NoSession);

@@ -308,9 +308,10 @@ pub struct TableConfig {
     pub max_sessions: u32,
     /// Index entries (a NAT session takes two). Defaults to `max_sessions`.
     pub index_entries: u32,
-    /// This core's number and log2 of the number of port partitions (cores rounded up to a
-    /// power of two).
+    /// This core's number, the number of cores, and log2 of the number of port partitions
+    /// (cores rounded up to a power of two).
     pub core: u16,
+    pub cores: u16,
     pub core_shift: u8,
     /// Local ports handed out for full NAT and SNAT.
     pub port_min: u16,
@@ -327,6 +328,7 @@ impl TableConfig {
             max_sessions,
             index_entries: max_sessions,
             core: 0,
+            cores: 1,
             core_shift: 0,
             port_min: 1024,
             port_max: 65535,
@@ -553,10 +555,10 @@ impl SessionTable {
             let recs = a.recs.as_slice();
             if let Some(rec) = recs.get(i) {
                 let p = rec as *const Session<A> as *const u8;
-                crate::mem::prefetch_ptr(p);
+                vectorlb_io::prefetch(p);
                 let size = std::mem::size_of::<Session<A>>();
                 if (p as usize & 63) + size > 64 {
-                    crate::mem::prefetch_ptr(p.wrapping_add(size - 1));
+                    vectorlb_io::prefetch(p.wrapping_add(size - 1));
                 }
             }
         }
@@ -581,6 +583,12 @@ impl SessionTable {
     pub fn owns_port(&self, lport: u16) -> bool {
         let mask = (1u16 << self.cfg.core_shift) - 1;
         lport & mask == self.cfg.core
+    }
+
+    /// The core that owns `lport`, when that core exists.
+    pub fn port_owner(&self, lport: u16) -> Option<u16> {
+        let w = lport & ((1u16 << self.cfg.core_shift) - 1);
+        (w < self.cfg.cores).then_some(w)
     }
 
     /// The session bound to a local address and port (reply traffic of full NAT and SNAT).
@@ -939,7 +947,7 @@ mod tests {
 
     #[test]
     fn ports_are_per_core_and_freed() {
-        let cfg = TableConfig { core: 1, core_shift: 1, port_min: 1024, port_max: 1040, ..TableConfig::new(100) };
+        let cfg = TableConfig { core: 1, cores: 2, core_shift: 1, port_min: 1024, port_max: 1040, ..TableConfig::new(100) };
         let mut t = SessionTable::new(cfg).unwrap();
         let mut cur = 0;
         let mut got = Vec::new();

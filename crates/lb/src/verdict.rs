@@ -1,92 +1,113 @@
 //! What the pipeline decides for each packet, and the per-core counters.
+//!
+//! Drop reasons and counters are declared once, here ([`drop_reasons!`], [`counter_set!`]);
+//! the pipeline, the API, the metrics and the documentation all read those lists.
 
-/// Why a packet was dropped. Every drop has one, and each has a counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum DropReason {
-    /// A header is cut short, or a length field points past the end of the frame.
-    Truncated,
-    /// A header field holds a value the protocol does not allow.
-    Malformed,
-    /// IPv4 header checksum is wrong.
-    BadChecksum,
-    /// A fragment addressed to a VIP or local address (the LB does not reassemble).
-    Fragment,
-    /// TTL / hop limit would reach zero (an ICMP time-exceeded is sent when the rate allows).
-    TtlExceeded,
-    /// A TCP segment other than SYN with no session (or a reply with no session).
-    NoSession,
-    /// The service has no backend that takes new sessions (all weights 0).
-    NoBackend,
-    /// The session table is full; established sessions keep forwarding.
-    TableFull,
-    /// Every full-NAT/SNAT local port of this core is in use.
-    NoLocalPort,
-    /// The session's backend was removed from the configuration.
-    BackendRemoved,
-    /// No route to the destination.
-    NoRoute,
-    /// The next hop's MAC address is unknown.
-    NoNeighbor,
-    /// Larger than the egress MTU (a too-big / fragmentation-needed error is sent when allowed).
-    MtuExceeded,
-    /// An ICMP error the LB would have sent was suppressed by the rate limit.
-    IcmpRateLimited,
-    /// An ICMP error about a flow the LB has no session for.
-    IcmpNoSession,
-    /// An IP protocol the VIP does not serve.
-    UnsupportedProtocol,
-    /// A reply to a local port that another core owns (flow steering is misconfigured).
-    Misdirected,
-    /// The buffer has no headroom or tailroom for the headers to add.
-    NoRoom,
+/// Declares a set of per-core `u64` counters once: the struct, each counter's name and help
+/// text, summing across cores, and iteration for the API, the metrics and the documentation.
+///
+/// ```
+/// vectorlb_lb::counter_set! {
+///     /// Example counters.
+///     pub struct Example {
+///         /// Packets seen.
+///         seen,
+///     }
+/// }
+/// let mut a = Example { seen: 1 };
+/// a.add(&Example { seen: 2 });
+/// assert_eq!(a.iter().next(), Some(("seen", "Packets seen.", 3)));
+/// ```
+#[macro_export]
+macro_rules! counter_set {
+    ($(#[$m:meta])* pub struct $name:ident { $( $(#[doc = $doc:literal])+ $field:ident ),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct $name { $( $(#[doc = $doc])+ pub $field: u64, )* }
+
+        impl $name {
+            /// Every counter's name, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+            /// Every counter's help text, in declaration order.
+            pub const HELP: &'static [&'static str] = &[$(concat!($($doc),+)),*];
+
+            /// Adds another core's counters into these.
+            pub fn add(&mut self, o: &Self) {
+                $( self.$field += o.$field; )*
+            }
+
+            /// (name, help, value) of every counter, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, &'static str, u64)> {
+                let values = [$(self.$field),*];
+                Self::NAMES.iter().zip(Self::HELP).zip(values).map(|((n, h), v)| (*n, h.trim(), v))
+            }
+        }
+    };
 }
 
-impl DropReason {
-    pub const COUNT: usize = 18;
-    pub const ALL: [DropReason; Self::COUNT] = [
-        DropReason::Truncated,
-        DropReason::Malformed,
-        DropReason::BadChecksum,
-        DropReason::Fragment,
-        DropReason::TtlExceeded,
-        DropReason::NoSession,
-        DropReason::NoBackend,
-        DropReason::TableFull,
-        DropReason::NoLocalPort,
-        DropReason::BackendRemoved,
-        DropReason::NoRoute,
-        DropReason::NoNeighbor,
-        DropReason::MtuExceeded,
-        DropReason::IcmpRateLimited,
-        DropReason::IcmpNoSession,
-        DropReason::UnsupportedProtocol,
-        DropReason::Misdirected,
-        DropReason::NoRoom,
-    ];
+/// Declares the drop reasons once: the enum, names, help text and the list of all of them.
+macro_rules! drop_reasons {
+    ($( $(#[doc = $doc:literal])+ $variant:ident = $name:literal, )*) => {
+        /// Why a packet was dropped. Every drop has one, and each has a counter.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum DropReason { $( $(#[doc = $doc])+ $variant, )* }
 
-    pub fn name(self) -> &'static str {
-        match self {
-            DropReason::Truncated => "truncated",
-            DropReason::Malformed => "malformed",
-            DropReason::BadChecksum => "bad_checksum",
-            DropReason::Fragment => "fragment",
-            DropReason::TtlExceeded => "ttl_exceeded",
-            DropReason::NoSession => "no_session",
-            DropReason::NoBackend => "no_backend",
-            DropReason::TableFull => "session_table_full",
-            DropReason::NoLocalPort => "no_local_port",
-            DropReason::BackendRemoved => "backend_removed",
-            DropReason::NoRoute => "no_route",
-            DropReason::NoNeighbor => "no_neighbor",
-            DropReason::MtuExceeded => "mtu_exceeded",
-            DropReason::IcmpRateLimited => "icmp_rate_limited",
-            DropReason::IcmpNoSession => "icmp_no_session",
-            DropReason::UnsupportedProtocol => "unsupported_protocol",
-            DropReason::Misdirected => "misdirected",
-            DropReason::NoRoom => "no_room",
+        impl DropReason {
+            pub const COUNT: usize = [$($name),*].len();
+            /// Every reason, in discriminant order.
+            pub const ALL: [DropReason; Self::COUNT] = [$(DropReason::$variant),*];
+
+            /// The reason's name in the API, the metrics and the documentation.
+            pub fn name(self) -> &'static str {
+                match self { $(DropReason::$variant => $name,)* }
+            }
+
+            /// One sentence on what the reason means.
+            pub fn help(self) -> &'static str {
+                match self { $(DropReason::$variant => concat!($($doc),+).trim(),)* }
+            }
         }
-    }
+    };
+}
+
+drop_reasons! {
+    /// A header is cut short, or a length field points past the end of the frame.
+    Truncated = "truncated",
+    /// A header field holds a value the protocol does not allow.
+    Malformed = "malformed",
+    /// The IPv4 header checksum is wrong.
+    BadChecksum = "bad_checksum",
+    /// A fragment addressed to a VIP or local address (the LB does not reassemble).
+    Fragment = "fragment",
+    /// TTL or hop limit would reach zero (an ICMP time-exceeded is sent when the rate allows).
+    TtlExceeded = "ttl_exceeded",
+    /// A TCP segment other than a SYN with no session, or a reply with no session.
+    NoSession = "no_session",
+    /// The service has no backend that takes new sessions (all weights 0).
+    NoBackend = "no_backend",
+    /// The session table is full; established sessions keep forwarding.
+    TableFull = "session_table_full",
+    /// Every full-NAT or SNAT local port of this core is in use.
+    NoLocalPort = "no_local_port",
+    /// The session's backend was removed from the configuration.
+    BackendRemoved = "backend_removed",
+    /// No route to the destination.
+    NoRoute = "no_route",
+    /// The next hop's MAC address is unknown.
+    NoNeighbor = "no_neighbor",
+    /// Larger than the egress MTU (a too-big or fragmentation-needed error is sent when allowed).
+    MtuExceeded = "mtu_exceeded",
+    /// An ICMP error the LB would have sent was suppressed by the rate limit.
+    IcmpRateLimited = "icmp_rate_limited",
+    /// An ICMP error about a flow the LB has no session for.
+    IcmpNoSession = "icmp_no_session",
+    /// An IP protocol the VIP does not serve.
+    UnsupportedProtocol = "unsupported_protocol",
+    /// A reply to a local port that no worker owns (more port partitions than workers).
+    Misdirected = "misdirected",
+    /// The buffer has no headroom or tailroom for the headers to add.
+    NoRoom = "no_room",
 }
 
 impl From<vectorlb_packet::Error> for DropReason {
@@ -106,6 +127,9 @@ pub enum Verdict {
     Drop(DropReason),
     /// Not for the load balancer: hand it to the host's stack unchanged (ARP, ND, SSH, ...).
     Kernel,
+    /// Belongs to another worker (a reply to a local port that worker owns): hand the
+    /// untouched packet to it.
+    Handoff(u16),
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -121,21 +145,39 @@ pub struct BackendCounters {
     pub bytes: u64,
 }
 
+counter_set! {
+    /// What one core's pipeline did, apart from drops.
+    pub struct Events {
+        /// Packets received by the pipeline.
+        rx,
+        /// Packets it sent.
+        tx,
+        /// Packets it handed to the host (ARP, ND, traffic not for the LB).
+        to_kernel,
+        /// Packets it handed to the worker that owns their session.
+        handoff,
+        /// Sessions created.
+        sessions_created,
+        /// ICMP echo replies sent for VIPs.
+        icmp_echo_replies,
+        /// ICMP errors generated (time exceeded, too big).
+        icmp_errors_sent,
+        /// ICMP errors about a session, translated and forwarded.
+        icmp_errors_translated,
+        /// TOA options inserted into handshake-completing ACKs.
+        toa_inserted,
+        /// TOA options not inserted (no room below the MTU, or no option space).
+        toa_skipped,
+        /// TCP resets sent for connections whose backend was taken out.
+        tcp_resets_sent,
+    }
+}
+
 /// One core's counters. Only that core writes them; readers sum cores (see [`Counters::add`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counters {
-    pub rx: u64,
-    pub tx: u64,
-    pub kernel: u64,
+    pub events: Events,
     pub drops: [u64; DropReason::COUNT],
-    pub sessions_created: u64,
-    pub icmp_echo_replies: u64,
-    pub icmp_errors_sent: u64,
-    pub icmp_errors_translated: u64,
-    pub toa_inserted: u64,
-    pub toa_skipped: u64,
-    /// Resets sent for connections whose backend was taken out.
-    pub tcp_resets_sent: u64,
     /// Indexed by service id.
     pub services: Vec<ServiceCounters>,
     /// Indexed by backend slot.
@@ -156,21 +198,17 @@ impl Counters {
         self.drops.iter().sum()
     }
 
+    /// (name, count) of every drop reason.
+    pub fn drop_counts(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        DropReason::ALL.iter().map(|r| (r.name(), self.dropped(*r)))
+    }
+
     /// Adds another core's counters into these.
     pub fn add(&mut self, o: &Counters) {
-        self.rx += o.rx;
-        self.tx += o.tx;
-        self.kernel += o.kernel;
+        self.events.add(&o.events);
         for (a, b) in self.drops.iter_mut().zip(o.drops.iter()) {
             *a += b;
         }
-        self.sessions_created += o.sessions_created;
-        self.icmp_echo_replies += o.icmp_echo_replies;
-        self.icmp_errors_sent += o.icmp_errors_sent;
-        self.icmp_errors_translated += o.icmp_errors_translated;
-        self.toa_inserted += o.toa_inserted;
-        self.toa_skipped += o.toa_skipped;
-        self.tcp_resets_sent += o.tcp_resets_sent;
         if self.services.len() < o.services.len() {
             self.services.resize(o.services.len(), Default::default());
         }
@@ -195,10 +233,10 @@ mod tests {
 
     #[test]
     fn cores_are_summed_on_read() {
-        let mut a = Counters { rx: 3, tx: 2, ..Default::default() };
+        let mut a = Counters { events: Events { rx: 3, tx: 2, ..Default::default() }, ..Default::default() };
         a.drop(DropReason::NoSession);
         a.services = vec![ServiceCounters { packets: 1, bytes: 10, new_sessions: 1 }];
-        let mut b = Counters { rx: 5, kernel: 1, ..Default::default() };
+        let mut b = Counters { events: Events { rx: 5, to_kernel: 1, ..Default::default() }, ..Default::default() };
         b.drop(DropReason::NoSession);
         b.drop(DropReason::TableFull);
         b.services = vec![ServiceCounters { packets: 2, bytes: 20, new_sessions: 0 }; 2];
@@ -206,15 +244,25 @@ mod tests {
         let mut total = Counters::default();
         total.add(&a);
         total.add(&b);
-        assert_eq!((total.rx, total.tx, total.kernel), (8, 2, 1));
+        assert_eq!((total.events.rx, total.events.tx, total.events.to_kernel), (8, 2, 1));
         assert_eq!(total.dropped(DropReason::NoSession), 2);
         assert_eq!(total.total_drops(), 3);
         assert_eq!(total.services[0], ServiceCounters { packets: 3, bytes: 30, new_sessions: 1 });
         assert_eq!(total.services.len(), 2);
         assert_eq!(total.backends[0].bytes, 40);
+        assert_eq!(total.drop_counts().find(|(n, _)| *n == "no_session"), Some(("no_session", 2)));
+    }
+
+    #[test]
+    fn lists_are_whole_and_ordered() {
         assert_eq!(DropReason::ALL.len(), DropReason::COUNT);
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "ALL is in discriminant order");
+            assert!(r.help().ends_with('.') && !r.help().starts_with(' '), "{}: help is one trimmed sentence", r.name());
         }
+        assert_eq!(Events::NAMES.len(), Events::HELP.len());
+        let e = Events { handoff: 7, ..Default::default() };
+        assert_eq!(e.iter().find(|(n, _, _)| *n == "handoff").map(|x| x.2), Some(7));
+        assert!(e.iter().all(|(_, h, _)| h.ends_with('.')));
     }
 }

@@ -2,10 +2,7 @@
 
 use clap::Args;
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -98,84 +95,93 @@ pub struct CtlArgs {
     pub raw: Vec<String>,
 }
 
-/// One API call: returns (status, body).
-pub fn call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), String> {
-    let payload = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: vectorlb\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
-        payload.len()
-    );
-    let mut resp = Vec::new();
-    let t = Some(Duration::from_secs(10));
-    if let Some(p) = api.strip_prefix("unix:") {
-        let mut s = UnixStream::connect(p).map_err(|e| format!("cannot reach the API at {api}: {e} (is `vectorlb run` up?)"))?;
-        s.set_read_timeout(t).ok();
-        s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
-        s.read_to_end(&mut resp).map_err(|e| e.to_string())?;
-    } else {
-        let a: SocketAddr = api.parse().map_err(|_| format!("--api: '{api}' is not ADDRESS:PORT or unix:PATH"))?;
-        let mut s = TcpStream::connect_timeout(&a, Duration::from_secs(3)).map_err(|e| format!("cannot reach the API at {api}: {e} (is `vectorlb run` up?)"))?;
-        s.set_read_timeout(t).ok();
-        s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
-        s.read_to_end(&mut resp).map_err(|e| e.to_string())?;
-    }
-    let head_end = resp.windows(4).position(|w| w == b"\r\n\r\n").ok_or("malformed answer from the API")?;
-    let status_line = String::from_utf8_lossy(&resp[..head_end]);
-    let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or("malformed status line from the API")?;
-    Ok((status, resp[head_end + 4..].to_vec()))
+/// Why a `ctl` command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("--api: {0}")]
+    Target(vectorlb_client::Error),
+    #[error("cannot reach the API at {api}: {source} (is `vectorlb run` up?)")]
+    Unreachable { api: String, source: vectorlb_client::Error },
+    /// The API refused: its status and message.
+    #[error("{status}: {message}")]
+    Refused { status: u16, message: String },
+    #[error("BODY: invalid JSON: {0}")]
+    Body(serde_json::Error),
 }
 
-fn ok(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
+fn usage(m: impl Into<String>) -> CtlError {
+    CtlError::Usage(m.into())
+}
+
+/// One API call: returns (status, body).
+pub fn call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), CtlError> {
+    let target: vectorlb_client::Target = api.parse().map_err(CtlError::Target)?;
+    let method = vectorlb_client::Method::from_bytes(method.as_bytes()).map_err(|_| usage(format!("'{method}' is not an HTTP method")))?;
+    let req = vectorlb_client::Request {
+        method,
+        path: path.to_string(),
+        host: "vectorlb".into(),
+        body: body.map(|b| b.to_string().into_bytes()),
+        content_type: "application/json",
+    };
+    let r = vectorlb_client::request_blocking(&target, &req, &vectorlb_client::Options::default())
+        .map_err(|source| CtlError::Unreachable { api: api.to_string(), source })?;
+    Ok((r.status.as_u16(), r.body.to_vec()))
+}
+
+fn ok(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<Value, CtlError> {
     let (status, b) = call(api, method, path, body)?;
     let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
     if status >= 300 {
-        let msg = v.get("error").and_then(|e| e.as_str()).map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(&b).into_owned());
-        return Err(format!("{status}: {msg}"));
+        let message = v.get("error").and_then(|e| e.as_str()).map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(&b).into_owned());
+        return Err(CtlError::Refused { status, message });
     }
     Ok(v)
 }
 
-fn parse_sock(what: &str, s: &str) -> Result<(IpAddr, u16), String> {
+fn parse_sock(what: &str, s: &str) -> Result<(IpAddr, u16), CtlError> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok((a.ip(), a.port()));
     }
     if let Ok(ip) = s.trim_matches(|c| c == '[' || c == ']').parse::<IpAddr>() {
         return Ok((ip, 0));
     }
-    Err(format!("{what}: '{s}' is not ADDRESS:PORT (use [v6addr]:port for IPv6)"))
+    Err(usage(format!("{what}: '{s}' is not ADDRESS:PORT (use [v6addr]:port for IPv6)")))
 }
 
-fn svc_path(a: &CtlArgs) -> Result<(String, IpAddr, u16, &'static str), String> {
+fn svc_path(a: &CtlArgs) -> Result<(String, IpAddr, u16, &'static str), CtlError> {
     let (s, p) = match (&a.tcp, &a.udp) {
         (Some(s), None) => (s, "tcp"),
         (None, Some(s)) => (s, "udp"),
-        (Some(_), Some(_)) => return Err("give -t or -u, not both".into()),
-        (None, None) => return Err("this command needs a service: -t VIP:PORT or -u VIP:PORT".into()),
+        (Some(_), Some(_)) => return Err(usage("give -t or -u, not both")),
+        (None, None) => return Err(usage("this command needs a service: -t VIP:PORT or -u VIP:PORT")),
     };
     let (ip, port) = parse_sock(if p == "tcp" { "-t" } else { "-u" }, s)?;
     Ok((format!("/v1/services/{p}/{ip}/{port}"), ip, port, p))
 }
 
-fn real(a: &CtlArgs) -> Result<(IpAddr, u16), String> {
-    parse_sock("-r", a.real.as_deref().ok_or("this command needs a real server: -r ADDRESS:PORT")?)
+fn real(a: &CtlArgs) -> Result<(IpAddr, u16), CtlError> {
+    parse_sock("-r", a.real.as_deref().ok_or_else(|| usage("this command needs a real server: -r ADDRESS:PORT"))?)
 }
 
-pub fn run(a: &CtlArgs) -> Result<(), String> {
+pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
     let api = a.api.as_str();
     let verbs = [a.add_service, a.edit_service, a.delete_service, a.add_server, a.edit_server, a.delete_server, a.list, a.reload, a.save, a.global_stats, a.ports, a.neighbors, !a.raw.is_empty(), a.ha_state.is_some(), a.ha];
     match verbs.iter().filter(|v| **v).count() {
-        0 => return Err("nothing to do: give a command such as -A, -a, -e, -d, -L (see --help)".into()),
+        0 => return Err(usage("nothing to do: give a command such as -A, -a, -e, -d, -L (see --help)")),
         1 => {}
-        _ => return Err("give one command at a time".into()),
+        _ => return Err(usage("give one command at a time")),
     }
     if !a.raw.is_empty() {
         let body = match a.raw.get(2) {
-            Some(b) => Some(serde_json::from_str::<Value>(b).map_err(|e| format!("BODY: invalid JSON: {e}"))?),
+            Some(b) => Some(serde_json::from_str::<Value>(b).map_err(CtlError::Body)?),
             None => None,
         };
         let (status, b) = call(api, &a.raw[0], &a.raw[1], body.as_ref())?;
         print!("{}", String::from_utf8_lossy(&b));
-        return if status < 300 { Ok(()) } else { Err(format!("HTTP {status}")) };
+        return if status < 300 { Ok(()) } else { Err(CtlError::Refused { status, message: "see the answer above".into() }) };
     }
     if a.add_service {
         let (_, ip, port, p) = svc_path(a)?;
@@ -192,7 +198,7 @@ pub fn run(a: &CtlArgs) -> Result<(), String> {
         ok(api, "POST", "/v1/services", Some(&body))?;
     } else if a.edit_service {
         let (path, ..) = svc_path(a)?;
-        let s = a.scheduler.as_deref().ok_or("-E needs -s SCHEDULER")?;
+        let s = a.scheduler.as_deref().ok_or_else(|| usage("-E needs -s SCHEDULER"))?;
         ok(api, "PATCH", &path, Some(&json!({ "scheduler": s })))?;
     } else if a.delete_service {
         let (path, ..) = svc_path(a)?;
@@ -204,7 +210,7 @@ pub fn run(a: &CtlArgs) -> Result<(), String> {
     } else if a.edit_server {
         let (path, ..) = svc_path(a)?;
         let (ip, port) = real(a)?;
-        let w = a.weight.ok_or("-e needs -w WEIGHT")?;
+        let w = a.weight.ok_or_else(|| usage("-e needs -w WEIGHT"))?;
         ok(api, "PATCH", &format!("{path}/backends/{ip}/{port}"), Some(&json!({ "weight": w })))?;
     } else if a.delete_server {
         let (path, ..) = svc_path(a)?;
@@ -253,7 +259,7 @@ fn mode_word(m: &str) -> &'static str {
     }
 }
 
-fn list(api: &str, stats: bool) -> Result<(), String> {
+fn list(api: &str, stats: bool) -> Result<(), CtlError> {
     let v = ok(api, "GET", "/v1/services", None)?;
     let h = ok(api, "GET", "/v1/health", None)?;
     println!("vectorlb {} (configuration generation {})", env!("CARGO_PKG_VERSION"), h["generation"]);
@@ -288,7 +294,7 @@ fn list(api: &str, stats: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn list_sessions(api: &str) -> Result<(), String> {
+fn list_sessions(api: &str) -> Result<(), CtlError> {
     let st = ok(api, "GET", "/v1/stats", None)?;
     let workers = st["workers"].as_u64().unwrap_or(1);
     println!("{:<5} {:<10} {:<44} {:<44} {:<30} {}", "Pro", "State", "Source", "Virtual", "Destination", "Expires");

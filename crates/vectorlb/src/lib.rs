@@ -1,10 +1,4 @@
-//! The `vectorlb` binary's parts: the daemon (`run`), its control API and metrics, the
-//! ipvsadm-like CLI (`ctl`), and the probes the demo and the end-to-end tests drive.
+//! The `vectorlb` binary's own part: the ipvsadm-like CLI (`ctl`). The daemon is
+//! `vectorlb-daemon`, the control API `vectorlb-api`; this crate is the thin glue.
 
-pub mod api;
 pub mod ctl;
-pub mod daemon;
-pub mod gen;
-pub use vectorlb_http as http;
-pub mod metrics;
-pub mod probe;

@@ -1,4 +1,5 @@
-//! The `vectorlb` command: thin glue over the crates that do the work.
+//! The `vectorlb` command: thin glue over the crates that do the work. Test and benchmark
+//! tools (probes, the traffic generator, RFC 2544) are in `vectorlb-tools`, not here.
 
 mod replay;
 
@@ -11,8 +12,21 @@ use vectorlb_packet::proto;
 #[derive(Parser)]
 #[command(name = "vectorlb", version, about = "A high-performance layer-4 load balancer data plane")]
 struct Cli {
+    /// Log level: error, warn, info, debug, trace, or a filter such as `info,vectorlb_daemon=debug`
+    /// (RUST_LOG, when set, wins).
+    #[arg(long, global = true, default_value = "info")]
+    log_level: String,
+    /// Log format: text, or json (one JSON object per line).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -47,9 +61,8 @@ enum Cmd {
     },
     /// Control a running daemon (ipvsadm-like; see `vectorlb ctl --help`).
     Ctl(vectorlb::ctl::CtlArgs),
-    /// Test clients and servers for the demo and the end-to-end tests.
-    #[command(subcommand)]
-    Probe(vectorlb::probe::ProbeCmd),
+    /// Print the control API's OpenAPI document (what the daemon serves at /openapi.json).
+    Openapi,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -94,10 +107,6 @@ struct Common {
 
 #[derive(Subcommand)]
 enum BenchCmd {
-    /// Traffic generator on DPDK ports: UDP flows at a rate; loss, reordering, latency.
-    Gen(vectorlb::gen::GenArgs),
-    /// RFC 2544 throughput per frame size: MAX, NDR (no loss) and PDR, by binary search.
-    Rfc2544(vectorlb::gen::Rfc2544Args),
     /// Throughput over N established sessions, packets drawn at random.
     Pipeline {
         #[arg(long, value_enum, default_value = "fnat")]
@@ -129,34 +138,74 @@ enum BenchCmd {
     },
 }
 
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Daemon(#[from] vectorlb_daemon::DaemonError),
+    #[error(transparent)]
+    Config(#[from] vectorlb_config::Error),
+    #[error(transparent)]
+    Ctl(#[from] vectorlb::ctl::CtlError),
+    #[error(transparent)]
+    Replay(#[from] replay::ReplayError),
+    #[error(transparent)]
+    Bench(#[from] vectorlb_bench::BenchError),
+    #[error("writing the result: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("--log-level: {0}")]
+    LogFilter(String),
+}
+
+/// Logs to stderr through `tracing`: the level from RUST_LOG or --log-level, text or JSON lines.
+fn init_logs(level: &str, format: LogFormat) -> Result<(), CliError> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(f) if !f.is_empty() => EnvFilter::try_new(f),
+        _ => EnvFilter::try_new(level),
+    }
+    .map_err(|e| CliError::LogFilter(e.to_string()))?;
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    match format {
+        LogFormat::Text => b.with_ansi(false).init(),
+        LogFormat::Json => b.json().with_current_span(false).init(),
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     // A CLI piped into `head` ends quietly on SIGPIPE (the daemon ignores it instead).
     // SAFETY: setting a signal disposition before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
-    match run(cli) {
+    match init_logs(&cli.log_level, cli.log_format).and_then(|_| run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // The last-resort error exit: the one place that writes to stderr directly, so
+            // that the message reaches the operator whatever the log settings.
             eprintln!("vectorlb: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn print<T: serde::Serialize + std::fmt::Debug>(r: &T, json: bool) -> Result<(), String> {
+fn print<T: serde::Serialize + std::fmt::Debug>(r: &T, json: bool) -> Result<(), CliError> {
     if json {
-        println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string(r)?);
     } else {
-        println!("{}", serde_json::to_string_pretty(r).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string_pretty(r)?);
     }
     Ok(())
 }
 
-fn run(cli: Cli) -> Result<(), String> {
+fn run(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
-        Cmd::Run { config } => vectorlb::daemon::run(&config),
-        Cmd::Ctl(a) => vectorlb::ctl::run(&a),
-        Cmd::Probe(p) => vectorlb::probe::run(&p),
+        Cmd::Run { config } => Ok(vectorlb_daemon::run(&config)?),
+        Cmd::Ctl(a) => Ok(vectorlb::ctl::run(&a)?),
+        Cmd::Openapi => {
+            print!("{}", vectorlb_api::openapi_json());
+            Ok(())
+        }
         Cmd::Replay { config, input, out_dir, json } => {
             let s = replay::run(&config, &input, &out_dir)?;
             if json {
@@ -187,7 +236,7 @@ fn run(cli: Cli) -> Result<(), String> {
             }
         }
         Cmd::Check { config } => {
-            let c = vectorlb_config::Config::load(&config).map_err(|e| e.to_string())?;
+            let c = vectorlb_config::Config::load(&config)?;
             println!(
                 "{}: ok: {} ports, {} services, {} snat rules, max_sessions {}",
                 config.display(),
@@ -206,21 +255,6 @@ fn run(cli: Cli) -> Result<(), String> {
                     s.scheduler.name(),
                     s.backends.len()
                 );
-            }
-            Ok(())
-        }
-        Cmd::Bench(BenchCmd::Rfc2544(a)) => {
-            for r in vectorlb::gen::rfc2544(&a)? {
-                println!("{r}");
-            }
-            Ok(())
-        }
-        Cmd::Bench(BenchCmd::Gen(a)) => {
-            let r = vectorlb::gen::run(&a)?;
-            if a.json {
-                println!("{r}");
-            } else {
-                println!("{}", serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
             }
             Ok(())
         }

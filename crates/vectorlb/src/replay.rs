@@ -32,6 +32,21 @@ pub struct Summary {
     pub outputs: Vec<PathBuf>,
 }
 
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Config(#[from] vectorlb_config::Error),
+    #[error("{path}: {source}")]
+    Model { path: PathBuf, source: vectorlb_lb::ConfigError },
+    #[error("cannot allocate sessions: {0}")]
+    Table(std::io::Error),
+    #[error("{path}: {source}")]
+    File { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Pcap { path: PathBuf, source: vectorlb_pcap::Error },
+}
+
 fn sock(a: std::net::IpAddr, p: u16) -> String {
     match a {
         std::net::IpAddr::V4(x) => format!("{x}:{p}"),
@@ -39,18 +54,26 @@ fn sock(a: std::net::IpAddr, p: u16) -> String {
     }
 }
 
-pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, String> {
-    let cfg = Config::load(config).map_err(|e| e.to_string())?;
-    let control = Control::new(&cfg.spec).map_err(|e| format!("{}: {e}", config.display()))?;
-    let mut worker = Worker::new(control, cfg.worker_config(0, 1)).map_err(|e| format!("cannot allocate sessions: {e}"))?;
-    let file = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
-    let mut reader = Reader::new(BufReader::new(file)).map_err(|e| format!("{}: {e}", input.display()))?;
-    std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, ReplayError> {
+    let file_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ReplayError::File { path, source }
+    };
+    let pcap_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ReplayError::Pcap { path, source }
+    };
+    let cfg = Config::load(config)?;
+    let control = Control::new(&cfg.spec).map_err(|source| ReplayError::Model { path: config.to_path_buf(), source })?;
+    let mut worker = Worker::new(control, cfg.worker_config(0, 1)).map_err(ReplayError::Table)?;
+    let file = File::open(input).map_err(file_err(input))?;
+    let mut reader = Reader::new(BufReader::new(file)).map_err(pcap_err(input))?;
+    std::fs::create_dir_all(out_dir).map_err(file_err(out_dir))?;
 
-    let open = |name: &str| -> Result<(PathBuf, Writer<BufWriter<File>>), String> {
+    let open = |name: &str| -> Result<(PathBuf, Writer<BufWriter<File>>), ReplayError> {
         let p = out_dir.join(format!("{name}.pcap"));
-        let f = File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-        Ok((p.clone(), Writer::new(BufWriter::new(f)).map_err(|e| format!("{}: {e}", p.display()))?))
+        let f = File::create(&p).map_err(file_err(&p))?;
+        Ok((p.clone(), Writer::new(BufWriter::new(f)).map_err(file_err(&p))?))
     };
     let mut ports = Vec::new();
     for p in &cfg.spec.ports {
@@ -70,7 +93,7 @@ pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, Strin
                      ports: &mut Vec<(PathBuf, Writer<BufWriter<File>>)>,
                      kernel: &mut Writer<BufWriter<File>>,
                      now: u32|
-     -> Result<(), String> {
+     -> Result<(), ReplayError> {
         if pending.is_empty() {
             return Ok(());
         }
@@ -81,14 +104,14 @@ pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, Strin
             match v {
                 Verdict::Tx(p) => {
                     let (path, w) = &mut ports[*p as usize];
-                    w.write(*ts, b.data()).map_err(|e| format!("{}: {e}", path.display()))?;
+                    w.write(*ts, b.data()).map_err(file_err(path))?;
                     tx_counts[*p as usize] += 1;
                 }
                 Verdict::Kernel => {
-                    kernel.write(*ts, b.data()).map_err(|e| format!("{}: {e}", kernel_path.display()))?;
+                    kernel.write(*ts, b.data()).map_err(file_err(&kernel_path))?;
                     kernel_count += 1;
                 }
-                Verdict::Drop(_) => {}
+                Verdict::Drop(_) | Verdict::Handoff(_) => {}
             }
         }
         pending.clear();
@@ -97,7 +120,7 @@ pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, Strin
 
     let mut batch_ms = None;
     loop {
-        let rec = reader.next_record().map_err(|e| format!("{}: {e}", input.display()))?;
+        let rec = reader.next_record().map_err(pcap_err(input))?;
         let Some(rec) = rec else { break };
         packets += 1;
         let t0 = *first_ts.get_or_insert(rec.ts_ns);
@@ -116,10 +139,10 @@ pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, Strin
     }
     let mut outputs = Vec::new();
     for (p, mut w) in ports {
-        w.flush().map_err(|e| format!("{}: {e}", p.display()))?;
+        w.flush().map_err(file_err(&p))?;
         outputs.push(p);
     }
-    kernel.flush().map_err(|e| format!("{}: {e}", kernel_path.display()))?;
+    kernel.flush().map_err(file_err(&kernel_path))?;
     outputs.push(kernel_path);
 
     let c = &worker.counters;
@@ -137,11 +160,11 @@ pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, Strin
         kernel: kernel_count,
         dropped: c.total_drops(),
         drop_reasons: DropReason::ALL.iter().filter(|r| c.dropped(**r) > 0).map(|r| (r.name(), c.dropped(*r))).collect(),
-        sessions_created: c.sessions_created,
+        sessions_created: c.events.sessions_created,
         sessions_live: worker.table.len(),
-        icmp_echo_replies: c.icmp_echo_replies,
-        icmp_errors_sent: c.icmp_errors_sent,
-        icmp_errors_translated: c.icmp_errors_translated,
+        icmp_echo_replies: c.events.icmp_echo_replies,
+        icmp_errors_sent: c.events.icmp_errors_sent,
+        icmp_errors_translated: c.events.icmp_errors_translated,
         outputs,
     })
 }

@@ -5,8 +5,11 @@
 //! advertisements) so that clients and backends move to it at once. STANDALONE (no HA) answers
 //! for everything.
 
-use super::{lock, Shared};
+use crate::config_store::ConfigStore;
+use crate::lock;
+use crate::workers::Workers;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -78,35 +81,39 @@ pub fn floating(c: &Config) -> Vec<IpAddr> {
     v
 }
 
-impl Shared {
+impl Ha {
     /// Changes the HA state; becoming MASTER announces the floating addresses (now, after
-    /// 200 ms and after 1 s, for switches and hosts that missed the first).
-    pub fn set_ha(self: &std::sync::Arc<Self>, new: u8) -> u8 {
-        let old = self.ha.state.swap(new, Ordering::SeqCst);
+    /// 200 ms and after 1 s, for switches and hosts that missed the first). Returns the
+    /// previous state.
+    pub fn set(self: &Arc<Self>, new: u8, config: &Arc<ConfigStore>, workers: &Arc<Workers>) -> u8 {
+        let old = self.state.swap(new, Ordering::SeqCst);
         if old != new {
-            self.ha.transitions.fetch_add(1, Ordering::Relaxed);
-            *lock(&self.ha.since) = Instant::now();
-            eprintln!("vectorlb: ha: {} -> {}", name(old), name(new));
+            self.transitions.fetch_add(1, Ordering::Relaxed);
+            *lock(&self.since) = Instant::now();
+            tracing::warn!("ha: {} -> {}", name(old), name(new));
         }
         if new == MASTER && old != MASTER {
-            let me = self.clone();
-            std::thread::spawn(move || {
+            let (me, config, workers) = (self.clone(), config.clone(), workers.clone());
+            let spawned = std::thread::Builder::new().name("vlb-announce".into()).spawn(move || {
                 for wait in [0, 200, 800] {
                     std::thread::sleep(Duration::from_millis(wait));
-                    if me.ha.state() != MASTER {
+                    if me.state() != MASTER {
                         return;
                     }
-                    me.announce();
+                    me.announce(&config, &workers);
                 }
             });
+            if let Err(e) = spawned {
+                tracing::error!("ha: cannot start the announcements: {e}");
+            }
         }
         old
     }
 
     /// Gratuitous ARP / unsolicited NA for every floating address, on the port of its network.
-    pub fn announce(&self) {
-        let addrs = floating(&lock(&self.config));
-        let snap = self.control.snapshot();
+    pub fn announce(&self, config: &ConfigStore, workers: &Workers) {
+        let addrs = config.with(floating);
+        let snap = config.control.snapshot();
         for a in addrs {
             let v4 = a.is_ipv4();
             let Some(port) = snap.route_port(key(a), v4) else { continue };
@@ -115,8 +122,8 @@ impl Shared {
                 IpAddr::V6(x) => neigh::unsolicited_na(&snap, port, x),
             };
             if let Some(f) = frame {
-                self.send(port, f);
-                self.ha.announcements.fetch_add(1, Ordering::Relaxed);
+                workers.send(port, f);
+                self.announcements.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

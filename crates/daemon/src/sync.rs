@@ -16,10 +16,13 @@
 //! when they catch up. Every 60 s the active node re-sends its whole table (paced), so the
 //! standby's expiry times follow sessions that stay in one state.
 
-use super::{lock, Shared, WorkerMsg};
+use crate::ha::Ha;
+use crate::lock;
+use crate::workers::Workers;
 use hmac::{Hmac, Mac};
-use serde_json::{json, Value};
 use sha2::Sha256;
+use std::sync::atomic::AtomicBool;
+use vectorlb_api::model::{SyncBulk, SyncRefused, SyncRejected, SyncStatus};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -228,23 +231,62 @@ impl Stats {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn json(&self) -> Value {
+    /// The counters as the API shows them.
+    pub fn status(&self) -> SyncStatus {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let sent = g(&self.sent_seq);
-        let acked = g(&self.acked_seq);
-        json!({
-            "records_sent": g(&self.records_sent), "datagrams_sent": g(&self.datagrams_sent),
-            "unacked_datagrams": sent.saturating_sub(acked),
-            "batch_period_ms": g(&self.period_us) as f64 / 1000.0,
-            "records_received": g(&self.records_received), "installed": g(&self.installed),
-            "rejected": { "unknown": g(&self.rejected_unknown), "stale": g(&self.rejected_stale),
-                          "port_taken": g(&self.rejected_port), "table_full": g(&self.rejected_full) },
-            "refused": { "bad_hmac": g(&self.refused_mac), "truncated": g(&self.refused_truncated),
-                         "malformed": g(&self.refused_malformed), "replayed": g(&self.refused_replayed) },
-            "bulk": { "records_sent": g(&self.bulk_sent), "records_received": g(&self.bulk_received),
-                      "requests": g(&self.bulk_requests), "completed": g(&self.bulk_completed) },
-            "last_received_seconds_ago": lock(&self.last_received).map(|t| t.elapsed().as_secs_f64()),
-        })
+        SyncStatus {
+            configured: true,
+            records_sent: g(&self.records_sent),
+            datagrams_sent: g(&self.datagrams_sent),
+            unacked_datagrams: g(&self.sent_seq).saturating_sub(g(&self.acked_seq)),
+            batch_period_ms: g(&self.period_us) as f64 / 1000.0,
+            records_received: g(&self.records_received),
+            installed: g(&self.installed),
+            rejected: SyncRejected {
+                unknown: g(&self.rejected_unknown),
+                stale: g(&self.rejected_stale),
+                port_taken: g(&self.rejected_port),
+                table_full: g(&self.rejected_full),
+            },
+            refused: SyncRefused {
+                bad_hmac: g(&self.refused_mac),
+                truncated: g(&self.refused_truncated),
+                malformed: g(&self.refused_malformed),
+                replayed: g(&self.refused_replayed),
+            },
+            bulk: SyncBulk {
+                records_sent: g(&self.bulk_sent),
+                records_received: g(&self.bulk_received),
+                requests: g(&self.bulk_requests),
+                completed: g(&self.bulk_completed),
+            },
+            last_received_seconds_ago: lock(&self.last_received).map(|t| t.elapsed().as_secs_f64()),
+        }
+    }
+}
+
+/// Why session sync could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("ha.sync_listen {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("ha.sync_peers: joining {group}: {source}")]
+    Join { group: IpAddr, source: std::io::Error },
+    #[error("ha.sync_listen: sending to {group} from {me}: {source}")]
+    MulticastInterface { group: IpAddr, me: IpAddr, source: std::io::Error },
+}
+
+/// What the sync threads need of the daemon.
+#[derive(Clone)]
+pub struct SyncCtx {
+    pub workers: Arc<Workers>,
+    pub ha: Arc<Ha>,
+    pub stop: Arc<AtomicBool>,
+}
+
+impl SyncCtx {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
     }
 }
 
@@ -257,7 +299,7 @@ pub struct Sync {
 }
 
 impl Sync {
-    pub fn bind(spec: &SyncSpec) -> Result<Arc<Sync>, String> {
+    pub fn bind(spec: &SyncSpec) -> Result<Arc<Sync>, SyncError> {
         // A socket bound to a unicast address does not see multicast: with a group, bind the
         // port on every address and use the listen address as the group's interface.
         let multicast = spec.peers.iter().any(|p| p.ip().is_multicast());
@@ -266,11 +308,11 @@ impl Sync {
         } else {
             spec.listen
         };
-        let socket = UdpSocket::bind(bind_to).map_err(|e| format!("ha.sync_listen {bind_to}: {e}"))?;
+        let socket = UdpSocket::bind(bind_to).map_err(|source| SyncError::Bind { addr: bind_to, source })?;
         for p in &spec.peers {
             match (p.ip(), spec.listen.ip()) {
                 (IpAddr::V4(g), IpAddr::V4(me)) if g.is_multicast() => {
-                    socket.join_multicast_v4(&g, &me).map_err(|e| format!("ha.sync_peers: joining {g}: {e}"))?;
+                    socket.join_multicast_v4(&g, &me).map_err(|source| SyncError::Join { group: g.into(), source })?;
                     socket.set_multicast_loop_v4(false).ok();
                     use std::os::fd::AsRawFd;
                     let addr = libc::in_addr { s_addr: u32::from_ne_bytes(me.octets()) };
@@ -279,11 +321,11 @@ impl Sync {
                         libc::setsockopt(socket.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &addr as *const _ as *const libc::c_void, std::mem::size_of::<libc::in_addr>() as u32)
                     };
                     if r != 0 {
-                        return Err(format!("ha.sync_listen: sending to {g} from {me}: {}", std::io::Error::last_os_error()));
+                        return Err(SyncError::MulticastInterface { group: g.into(), me: me.into(), source: std::io::Error::last_os_error() });
                     }
                 }
                 (IpAddr::V6(g), IpAddr::V6(_)) if g.is_multicast() => {
-                    socket.join_multicast_v6(&g, 0).map_err(|e| format!("ha.sync_peers: joining {g}: {e}"))?;
+                    socket.join_multicast_v6(&g, 0).map_err(|source| SyncError::Join { group: g.into(), source })?;
                     socket.set_multicast_loop_v6(false).ok();
                 }
                 _ => {}
@@ -315,7 +357,7 @@ const REFRESH: Duration = Duration::from_secs(60);
 const MAX_PERIOD: Duration = Duration::from_millis(100);
 
 /// The sending side: batches what the workers report and, while this node is active, sends it.
-pub fn sender(shared: Arc<Shared>, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncRecord)>>) {
+pub fn sender(shared: SyncCtx, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncRecord)>>) {
     let mut pending: Vec<(u8, SyncRecord)> = Vec::new();
     let mut oldest: Option<Instant> = None;
     let mut period = BASE_PERIOD;
@@ -364,7 +406,7 @@ pub fn sender(shared: Arc<Shared>, sync: Arc<Sync>, changes: Receiver<Vec<(u8, S
 
 /// The receiving side: checks every message, installs records while this node is standby,
 /// answers acknowledgements and bulk requests.
-pub fn receiver(shared: Arc<Shared>, sync: Arc<Sync>) {
+pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
     let mut windows: HashMap<SocketAddr, Window> = HashMap::new();
     let mut buf = vec![0u8; 65536];
     let mut last_bulk_request = Instant::now() - Duration::from_secs(3600);
@@ -433,7 +475,7 @@ pub fn receiver(shared: Arc<Shared>, sync: Arc<Sync>) {
 }
 
 /// Hands records to the workers that will see their packets.
-fn dispatch(shared: &Shared, records: Vec<(u8, SyncRecord)>) {
+fn dispatch(shared: &SyncCtx, records: Vec<(u8, SyncRecord)>) {
     let workers = shared.workers.len();
     let mask = workers.next_power_of_two() - 1;
     let mut per: Vec<Vec<SyncRecord>> = vec![Vec::new(); workers];
@@ -446,18 +488,18 @@ fn dispatch(shared: &Shared, records: Vec<(u8, SyncRecord)>) {
     }
     for (w, v) in per.into_iter().enumerate() {
         if !v.is_empty() {
-            let _ = lock(&shared.workers[w].tx).send(WorkerMsg::Install(v));
+            shared.workers.install(w, v);
         }
     }
 }
 
 /// Sends every session of every worker to `to`, then BULK_DONE.
-fn bulk(shared: &Shared, sync: &Sync, to: SocketAddr) {
+fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr) {
     for w in 0..shared.workers.len() {
         for v6 in [false, true] {
             let mut cursor = Some(0);
             while let Some(c) = cursor {
-                let Ok((records, next)) = shared.export(w, v6, c, MAX_RECORDS * 8) else { break };
+                let Ok((records, next)) = shared.workers.export(w, v6, c, MAX_RECORDS * 8) else { break };
                 for chunk in records.chunks(MAX_RECORDS) {
                     sync.stats.bulk_sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
                     // `ack = 1` marks bulk records.

@@ -1,15 +1,17 @@
-//! `vectorlb bench gen`: a traffic generator on DPDK ports, in the spirit of TRex's stateless
+//! `vectorlb-tools gen` and `rfc2544`: a traffic generator on DPDK ports, in the spirit of TRex's stateless
 //! mode. UDP or TCP packets over N flows (source ports), of a given size, at a target rate;
 //! each carries a sequence number and a timestamp. It receives on the return port and reports
 //! sent, received, lost, reordered and latency percentiles (an HDR histogram).
 
+use crate::ToolError;
 use clap::{Args, ValueEnum};
+use hdrhistogram::Histogram;
 use serde_json::json;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vectorlb_bench::hist::Histogram;
-use vectorlb_dpdk::{free_bulk, Eal, Mbuf, Mempool, Port};
-use vectorlb_lb::PacketBuf;
+use vectorlb_dpdk::{Eal, EthPort, EthRx, EthTx, Mbuf, Mempool};
+use vectorlb_io::{Packet, PacketBuf, RxQueue, TxQueue};
 use vectorlb_packet::tcp::flags;
 use vectorlb_packet::{checksum, proto};
 
@@ -148,13 +150,13 @@ pub fn parse(f: &[u8], now_ns: u64) -> Option<(u16, u64, u64)> {
 
 /// The generator's ports, opened once for any number of trials.
 pub struct Gen {
-    _eal: Eal,
     pool: Mempool,
-    tx: Port,
-    rx: Port,
-    two: bool,
+    tx: EthTx,
+    rx: EthRx,
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
+    /// Dropped last: the ports (inside the queue handles) stop before the EAL cleans up.
+    _eal: Eal,
 }
 
 /// One trial's counts.
@@ -167,7 +169,7 @@ pub struct Trial {
     pub received: u64,
     pub reordered: u64,
     pub foreign: u64,
-    pub latency_ns: Histogram,
+    pub latency_ns: Histogram<u64>,
 }
 
 impl Trial {
@@ -189,16 +191,16 @@ impl Trial {
             "tx_mpps": self.sent as f64 / self.seconds / 1e6, "rx_mpps": self.received as f64 / self.seconds / 1e6,
             "loss_ratio": self.loss_ratio(),
             "latency_us": {
-                "min": us(h.min()), "mean": h.mean() / 1000.0, "p50": us(h.percentile(50.0)), "p90": us(h.percentile(90.0)),
-                "p99": us(h.percentile(99.0)), "p99_9": us(h.percentile(99.9)), "p99_99": us(h.percentile(99.99)), "max": us(h.max()),
+                "min": us(h.min()), "mean": h.mean() / 1000.0, "p50": us(h.value_at_percentile(50.0)), "p90": us(h.value_at_percentile(90.0)),
+                "p99": us(h.value_at_percentile(99.0)), "p99_9": us(h.value_at_percentile(99.9)), "p99_99": us(h.value_at_percentile(99.99)), "max": us(h.max()),
             },
         })
     }
 }
 
 impl Gen {
-    pub fn open(a: &GenArgs, max_size: usize) -> Result<Gen, String> {
-        let dst_mac = vectorlb_config::parse_mac(&a.dst_mac).ok_or_else(|| format!("--dst-mac: '{}' is not a MAC address", a.dst_mac))?;
+    pub fn open(a: &GenArgs, max_size: usize) -> Result<Gen, ToolError> {
+        let dst_mac = vectorlb_config::parse_mac(&a.dst_mac).ok_or_else(|| ToolError::Usage(format!("--dst-mac: '{}' is not a MAC address", a.dst_mac)))?;
         let mut devs = vec![a.tx.clone()];
         if let Some(r) = &a.rx {
             if r != &a.tx {
@@ -206,35 +208,38 @@ impl Gen {
             }
         }
         let eal_args: Vec<String> = a.eal.split_whitespace().map(str::to_string).collect();
-        let eal = Eal::init(&eal_args, &devs).map_err(|e| e.to_string())?;
+        let eal = Eal::init(&eal_args, &devs)?;
         // Jumbo frames: room for a whole 16 KB driver frame (af_packet's framesz), fewer mbufs.
         let (room, n) = if max_size > 2048 - 128 { (16384 + 128, 4095) } else { (2048 + 128, 16383) };
-        let pool = Mempool::new(&eal, "vlbgen", n, 256, room).map_err(|e| e.to_string())?;
-        let tx = Port::find(&eal, &devs[0]).map_err(|e| e.to_string())?;
-        let rx = if devs.len() > 1 { Port::find(&eal, &devs[1]).map_err(|e| e.to_string())? } else { tx };
-        let two = devs.len() > 1;
-        for p in if two { vec![tx, rx] } else { vec![tx] } {
-            p.setup(1, 2048, &pool, 0).map_err(|e| e.to_string())?;
-            p.start().map_err(|e| e.to_string())?;
+        let pool = Mempool::new(&eal, "vlbgen", n, 256, room)?;
+        let mut queues = Vec::new();
+        for d in &devs {
+            let p = Arc::new(EthPort::find(&eal, d)?);
+            p.setup(1, 2048, &pool, 0)?;
+            p.start()?;
+            queues.push(p.queues()?.remove(0));
         }
-        let src_mac = tx.mac().map_err(|e| e.to_string())?;
-        Ok(Gen { _eal: eal, pool, tx, rx, two, src_mac, dst_mac })
+        let (first_rx, tx) = queues.remove(0);
+        let rx = queues.pop().map(|(rx, _)| rx).unwrap_or(first_rx);
+        let src_mac = tx.port().mac()?;
+        Ok(Gen { pool, tx, rx, src_mac, dst_mac, _eal: eal })
     }
 
     /// Sends `size`-byte frames (without FCS) at `rate` pps (0: as fast as the port takes)
     /// for `seconds`, receiving until 300 ms after the last.
     pub fn trial(&mut self, a: &GenArgs, size: usize, rate: u64, seconds: f64) -> Trial {
-        let (tx, rx, pool) = (self.tx, self.rx, &self.pool);
+        let pool = &self.pool;
         let mut template = vec![0u8; size];
         let start = Instant::now();
         let end = start + Duration::from_secs_f64(seconds);
         let mut seq = 0u64;
         let mut flow = 0u16;
-        let mut t = Trial { size, rate, seconds, sent: 0, received: 0, reordered: 0, foreign: 0, latency_ns: Histogram::new() };
+        let hist = Histogram::new(3).expect("3 significant digits is a valid precision");
+        let mut t = Trial { size, rate, seconds, sent: 0, received: 0, reordered: 0, foreign: 0, latency_ns: hist };
         let mut top = 0u64;
         let mut any = false;
         let mut burst: Vec<Mbuf> = Vec::with_capacity(a.burst as usize);
-        let mut rxb: Vec<Option<Mbuf>> = (0..64).map(|_| None).collect();
+        let mut rxb: Vec<Mbuf> = Vec::with_capacity(64);
         let mut drain_until = None;
         let mut skipped = 0u64;
         let late_cap = (rate / 5000).max(a.burst as u64);
@@ -264,32 +269,27 @@ impl Gen {
                     let Some(mut m) = pool.alloc() else { break };
                     build(&mut template, a, self.src_mac, self.dst_mac, flow, seq + burst.len() as u64, ts);
                     if !m.load(&template) {
-                        free_bulk(std::slice::from_mut(&mut m));
                         break;
                     }
                     burst.push(m);
                     flow = (flow + 1) % a.flows;
                 }
                 if !burst.is_empty() {
-                    let k = tx.tx(0, &mut burst);
+                    let k = self.tx.send(&mut burst);
                     t.sent += k as u64;
                     seq += k as u64;
-                    if k < burst.len() {
-                        free_bulk(&mut burst[k..]);
-                    }
-                    burst.clear();
+                    Mbuf::free_all(&mut burst);
                 }
             }
             // Receive until the ring is empty (a few bursts at most), so that a long transmit
             // burst does not leave the receive ring to overflow.
             for _ in 0..8 {
-                let n = rx.rx(0, &mut rxb);
+                let n = self.rx.recv(&mut rxb, 64);
                 if n == 0 {
                     break;
                 }
                 let now_ns = start.elapsed().as_nanos() as u64;
-                let mut got: Vec<Mbuf> = rxb[..n].iter_mut().map(|m| m.take().unwrap()).collect();
-                for m in &got {
+                for m in &rxb {
                     match parse(m.data(), now_ns) {
                         Some((_, s, lat)) => {
                             t.received += 1;
@@ -299,13 +299,13 @@ impl Gen {
                                 top = s;
                                 any = true;
                             }
-                            t.latency_ns.record(lat);
+                            t.latency_ns.saturating_record(lat);
                         }
                         None => t.foreign += 1,
                     }
                 }
-                free_bulk(&mut got);
-                if n < rxb.len() {
+                Mbuf::free_all(&mut rxb);
+                if n < 64 {
                     break;
                 }
             }
@@ -314,29 +314,21 @@ impl Gen {
     }
 }
 
-impl Drop for Gen {
-    fn drop(&mut self) {
-        for p in if self.two { vec![self.tx, self.rx] } else { vec![self.tx] } {
-            p.stop();
-        }
-    }
-}
-
-fn check(a: &GenArgs, size: usize) -> Result<(), String> {
+fn check(a: &GenArgs, size: usize) -> Result<(), ToolError> {
     let min = if a.proto == Proto::Tcp { 54 + TCP_PAYLOAD } else { 42 + UDP_PAYLOAD };
     if !(60..=9000).contains(&size) || size < min {
-        return Err(format!("frame size: {} is out of range 64..=9004 on the wire", size + 4));
+        return Err(ToolError::Usage(format!("frame size: {} is out of range 64..=9004 on the wire", size + 4)));
     }
     if a.flows == 0 {
-        return Err("--flows: at least 1".into());
+        return Err(ToolError::Usage("--flows: at least 1".into()));
     }
     Ok(())
 }
 
-pub fn run(a: &GenArgs) -> Result<serde_json::Value, String> {
+pub fn run(a: &GenArgs) -> Result<serde_json::Value, ToolError> {
     check(a, a.size)?;
     if !(a.seconds > 0.0 && a.seconds <= 86_400.0) {
-        return Err(format!("--seconds: {} is out of range (0, 86400]", a.seconds));
+        return Err(ToolError::Usage(format!("--seconds: {} is out of range (0, 86400]", a.seconds)));
     }
     let mut g = Gen::open(a, a.size)?;
     Ok(g.trial(a, a.size, a.rate, a.seconds).json(a.flows))
@@ -440,19 +432,19 @@ impl Search<'_> {
 /// RFC 2544 throughput per frame size: MAX (the highest received rate of any trial, full offered
 /// load included), NDR (no loss) and PDR (loss at most `--pdr-loss`), each the median of
 /// `--repeat` searches, and the latency at NDR; one JSON object per size.
-pub fn rfc2544(a: &Rfc2544Args) -> Result<Vec<serde_json::Value>, String> {
+pub fn rfc2544(a: &Rfc2544Args) -> Result<Vec<serde_json::Value>, ToolError> {
     let sizes: Vec<usize> = a.sizes.iter().map(|s| s.saturating_sub(4)).collect();
     for &s in &sizes {
         check(&a.gen, s)?;
     }
     if !(a.trial_seconds > 0.0 && a.trial_seconds <= 600.0) {
-        return Err(format!("--trial-seconds: {} is out of range (0, 600]", a.trial_seconds));
+        return Err(ToolError::Usage(format!("--trial-seconds: {} is out of range (0, 600]", a.trial_seconds)));
     }
     if !(a.resolution > 0.0 && a.resolution < 1.0) {
-        return Err(format!("--resolution: {} is out of range (0, 1)", a.resolution));
+        return Err(ToolError::Usage(format!("--resolution: {} is out of range (0, 1)", a.resolution)));
     }
     if a.repeat == 0 {
-        return Err("--repeat: at least 1".into());
+        return Err(ToolError::Usage("--repeat: at least 1".into()));
     }
     let mut g = Gen::open(&a.gen, sizes.iter().copied().max().unwrap_or(60))?;
     let mut out = Vec::new();

@@ -7,6 +7,7 @@
 //! - `udp` / `tcp`: clients of those (stickiness per flow, payload integrity, path MTU);
 //! - `garbage`: malformed frames from a raw socket, at the LB's MAC.
 
+use crate::{io, ToolError};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -15,6 +16,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSoc
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use vectorlb_bench::Rng;
 
 #[derive(Subcommand, Debug)]
 pub enum ProbeCmd {
@@ -157,7 +159,7 @@ pub struct GarbageArgs {
     pub seed: u64,
 }
 
-pub fn run(cmd: &ProbeCmd) -> Result<(), String> {
+pub fn run(cmd: &ProbeCmd) -> Result<(), ToolError> {
     match cmd {
         ProbeCmd::Http(a) => http(a),
         ProbeCmd::ServeUdp { listen, name } => serve_udp(*listen, name),
@@ -186,8 +188,8 @@ fn bar(done: usize, total: usize, errors: usize) {
     let _ = std::io::stderr().flush();
 }
 
-fn parse_url(url: &str) -> Result<(SocketAddr, String, String), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("--url: '{url}' must start with http://"))?;
+fn parse_url(url: &str) -> Result<(SocketAddr, String, String), ToolError> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| ToolError::Usage(format!("--url: '{url}' must start with http://")))?;
     let (hostport, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -197,28 +199,22 @@ fn parse_url(url: &str) -> Result<(SocketAddr, String, String), String> {
     } else {
         format!("{hostport}:80")
     };
-    let addr = hp.to_socket_addrs().map_err(|e| format!("--url: {hostport}: {e}"))?.next().ok_or("--url: no address")?;
+    let addr = hp.to_socket_addrs().map_err(io(format!("--url: {hostport}")))?.next().ok_or_else(|| ToolError::Usage("--url: no address".into()))?;
     Ok((addr, hostport.to_string(), path.to_string()))
 }
 
-/// One GET on a new connection: the first line of the body (the backend's name).
-fn get(addr: SocketAddr, host: &str, path: &str, timeout: Duration) -> Result<String, String> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(timeout)).ok();
-    s.set_write_timeout(Some(timeout)).ok();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: vectorlb-probe\r\n\r\n").as_bytes()).map_err(|e| format!("send: {e}"))?;
-    let mut resp = Vec::new();
-    s.read_to_end(&mut resp).map_err(|e| format!("read: {e}"))?;
-    let text = String::from_utf8_lossy(&resp);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or("truncated response")?;
-    let status = head.split_whitespace().nth(1).unwrap_or("");
-    if status != "200" {
-        return Err(format!("status {status}"));
+/// One GET on a new connection (HTTP/1.0, as a browser's first request would be answered by
+/// a backend without keep-alive): the first line of the body (the backend's name).
+async fn get(addr: SocketAddr, host: &str, path: &str, timeout: Duration) -> Result<String, ToolError> {
+    let o = vectorlb_client::Options { connect_timeout: timeout, timeout, version: vectorlb_client::Version::HTTP_10, max_body: 1 << 20, ..Default::default() };
+    let r = vectorlb_client::request(&vectorlb_client::Target::Tcp(addr), &vectorlb_client::Request::get(path, host), &o).await?;
+    if r.status != vectorlb_client::StatusCode::OK {
+        return Err(ToolError::Failed(format!("status {}", r.status.as_u16())));
     }
-    Ok(body.lines().next().unwrap_or("").trim().to_string())
+    Ok(String::from_utf8_lossy(&r.body).lines().next().unwrap_or("").trim().to_string())
 }
 
-fn http(a: &HttpArgs) -> Result<(), String> {
+fn http(a: &HttpArgs) -> Result<(), ToolError> {
     let (addr, host, path) = parse_url(&a.url)?;
     let timeout = Duration::from_millis(a.timeout_ms);
     let next = Arc::new(AtomicUsize::new(0));
@@ -226,41 +222,44 @@ fn http(a: &HttpArgs) -> Result<(), String> {
     let errs = Arc::new(AtomicUsize::new(0));
     let results = Arc::new(Mutex::new((BTreeMap::<String, usize>::new(), Vec::<u64>::with_capacity(a.requests), BTreeMap::<String, usize>::new())));
     let start = Instant::now();
-    let mut threads = Vec::new();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(io("async runtime"))?;
+    let mut tasks = Vec::new();
     for _ in 0..a.concurrency.clamp(1, 256) {
         let (next, done, errs, results) = (next.clone(), done.clone(), errs.clone(), results.clone());
         let (host, path) = (host.clone(), path.clone());
         let total = if a.duration_s.is_some() { usize::MAX } else { a.requests };
         let until = a.duration_s.map(|d| start + Duration::from_secs_f64(d));
-        threads.push(std::thread::spawn(move || loop {
-            if next.fetch_add(1, Ordering::SeqCst) >= total || until.is_some_and(|u| Instant::now() >= u) {
-                return;
-            }
-            let t = Instant::now();
-            let r = get(addr, &host, &path, timeout);
-            let us = t.elapsed().as_micros() as u64;
-            let mut g = results.lock().unwrap();
-            match r {
-                Ok(name) => {
-                    *g.0.entry(name).or_default() += 1;
-                    g.1.push(us);
+        tasks.push(rt.spawn(async move {
+            loop {
+                if next.fetch_add(1, Ordering::SeqCst) >= total || until.is_some_and(|u| Instant::now() >= u) {
+                    return;
                 }
-                Err(e) => {
-                    errs.fetch_add(1, Ordering::SeqCst);
-                    *g.2.entry(e).or_default() += 1;
+                let t = Instant::now();
+                let r = get(addr, &host, &path, timeout).await;
+                let us = t.elapsed().as_micros() as u64;
+                let mut g = results.lock().unwrap_or_else(|e| e.into_inner());
+                match r {
+                    Ok(name) => {
+                        *g.0.entry(name).or_default() += 1;
+                        g.1.push(us);
+                    }
+                    Err(e) => {
+                        errs.fetch_add(1, Ordering::SeqCst);
+                        *g.2.entry(e.to_string()).or_default() += 1;
+                    }
                 }
+                done.fetch_add(1, Ordering::SeqCst);
             }
-            done.fetch_add(1, Ordering::SeqCst);
         }));
     }
     if a.progress {
-        while done.load(Ordering::SeqCst) < a.requests && threads.iter().any(|t| !t.is_finished()) {
+        while done.load(Ordering::SeqCst) < a.requests && tasks.iter().any(|t| !t.is_finished()) {
             bar(done.load(Ordering::SeqCst), a.requests, errs.load(Ordering::SeqCst));
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    for t in threads {
-        let _ = t.join();
+    for t in tasks {
+        let _ = rt.block_on(t);
     }
     let elapsed = start.elapsed().as_secs_f64();
     let requests = done.load(Ordering::SeqCst);
@@ -268,7 +267,7 @@ fn http(a: &HttpArgs) -> Result<(), String> {
         bar(requests, requests, errs.load(Ordering::SeqCst));
         eprintln!();
     }
-    let mut g = results.lock().unwrap();
+    let mut g = results.lock().unwrap_or_else(|e| e.into_inner());
     g.1.sort_unstable();
     let lat = &g.1;
     let errors = errs.load(Ordering::SeqCst);
@@ -301,13 +300,13 @@ fn http(a: &HttpArgs) -> Result<(), String> {
         println!("result requests={requests} errors={errors} backends={}", g.0.len());
     }
     if errors > 0 {
-        return Err(format!("{errors} of {requests} requests failed"));
+        return Err(ToolError::Failed(format!("{errors} of {requests} requests failed")));
     }
     Ok(())
 }
 
-fn serve_udp(listen: SocketAddr, name: &str) -> Result<(), String> {
-    let s = UdpSocket::bind(listen).map_err(|e| format!("--listen {listen}: {e}"))?;
+fn serve_udp(listen: SocketAddr, name: &str) -> Result<(), ToolError> {
+    let s = UdpSocket::bind(listen).map_err(io(format!("--listen {listen}")))?;
     let mut buf = vec![0u8; 65536];
     loop {
         let Ok((n, from)) = s.recv_from(&mut buf) else { continue };
@@ -319,8 +318,8 @@ fn serve_udp(listen: SocketAddr, name: &str) -> Result<(), String> {
     }
 }
 
-fn serve_tcp(listen: SocketAddr, name: &str) -> Result<(), String> {
-    let l = TcpListener::bind(listen).map_err(|e| format!("--listen {listen}: {e}"))?;
+fn serve_tcp(listen: SocketAddr, name: &str) -> Result<(), ToolError> {
+    let l = TcpListener::bind(listen).map_err(io(format!("--listen {listen}")))?;
     for c in l.incoming() {
         let Ok(mut c) = c else { continue };
         let name = name.to_string();
@@ -345,14 +344,14 @@ fn serve_tcp(listen: SocketAddr, name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn set_df(s: &UdpSocket, v6: bool) -> Result<(), String> {
+fn set_df(s: &UdpSocket, v6: bool) -> Result<(), ToolError> {
     use std::os::fd::AsRawFd;
     let (level, opt) = if v6 { (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER) } else { (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER) };
     let val: libc::c_int = 2; // IP_PMTUDISC_DO / IPV6_PMTUDISC_DO
     // SAFETY: valid fd and a c_int option value.
     let r = unsafe { libc::setsockopt(s.as_raw_fd(), level, opt, &val as *const _ as *const libc::c_void, 4) };
     if r != 0 {
-        return Err(format!("setsockopt(MTU_DISCOVER): {}", std::io::Error::last_os_error()));
+        return Err(ToolError::Io { context: "setsockopt(MTU_DISCOVER)".into(), source: std::io::Error::last_os_error() });
     }
     Ok(())
 }
@@ -367,7 +366,7 @@ fn path_mtu(s: &UdpSocket, v6: bool) -> Option<u32> {
     (r == 0).then_some(val as u32)
 }
 
-fn udp(a: &UdpArgs) -> Result<(), String> {
+fn udp(a: &UdpArgs) -> Result<(), ToolError> {
     let v6 = a.target.is_ipv6();
     let bind: SocketAddr = if v6 { "[::]:0".parse().unwrap() } else { "0.0.0.0:0".parse().unwrap() };
     let mut spread: BTreeMap<String, usize> = BTreeMap::new();
@@ -375,8 +374,8 @@ fn udp(a: &UdpArgs) -> Result<(), String> {
     let mut mtu = None;
     let mut buf = vec![0u8; 65536];
     for f in 0..a.flows {
-        let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
-        s.connect(a.target).map_err(|e| format!("--target: {e}"))?;
+        let s = UdpSocket::bind(bind).map_err(io("bind"))?;
+        s.connect(a.target).map_err(io("--target"))?;
         s.set_read_timeout(Some(Duration::from_millis(a.timeout_ms))).ok();
         if a.df {
             set_df(&s, v6)?;
@@ -392,7 +391,7 @@ fn udp(a: &UdpArgs) -> Result<(), String> {
                     mtu = path_mtu(&s, v6);
                     continue;
                 }
-                Err(e) => return Err(format!("send: {e}")),
+                Err(e) => return Err(ToolError::Io { context: "send".into(), source: e }),
             }
             match s.recv(&mut buf) {
                 Ok(n) => {
@@ -421,37 +420,37 @@ fn udp(a: &UdpArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn tcp_one(target: SocketAddr, bytes: usize, timeout: Duration) -> Result<String, String> {
-    let mut s = TcpStream::connect_timeout(&target, timeout).map_err(|e| format!("connect: {e}"))?;
+fn tcp_one(target: SocketAddr, bytes: usize, timeout: Duration) -> Result<String, ToolError> {
+    let mut s = TcpStream::connect_timeout(&target, timeout).map_err(io("connect"))?;
     s.set_read_timeout(Some(timeout)).ok();
     s.set_write_timeout(Some(timeout)).ok();
     let payload: Vec<u8> = (0..bytes).map(|i| (i * 7 % 251) as u8).collect();
-    let mut r = s.try_clone().map_err(|e| e.to_string())?;
+    let mut r = s.try_clone().map_err(io("clone"))?;
     let reader = std::thread::spawn(move || {
         let mut got = Vec::new();
         let res = r.read_to_end(&mut got);
-        (res.map_err(|e| e.to_string()), got)
+        (res, got)
     });
-    s.write_all(&payload).map_err(|e| format!("send: {e}"))?;
-    s.shutdown(std::net::Shutdown::Write).map_err(|e| e.to_string())?;
-    let (res, got) = reader.join().map_err(|_| "reader panicked")?;
-    res.map_err(|e| format!("read: {e}"))?;
-    let nl = got.iter().position(|&b| b == b'\n').ok_or("no greeting")?;
+    s.write_all(&payload).map_err(io("send"))?;
+    s.shutdown(std::net::Shutdown::Write).map_err(io("shutdown"))?;
+    let (res, got) = reader.join().map_err(|_| ToolError::Failed("reader panicked".into()))?;
+    res.map_err(io("read"))?;
+    let nl = got.iter().position(|&b| b == b'\n').ok_or_else(|| ToolError::Failed("no greeting".into()))?;
     let name = String::from_utf8_lossy(&got[..nl]).to_string();
     if got[nl + 1..] != payload[..] {
-        return Err(format!("echo mismatch: sent {} bytes, got {}", payload.len(), got.len() - nl - 1));
+        return Err(ToolError::Failed(format!("echo mismatch: sent {} bytes, got {}", payload.len(), got.len() - nl - 1)));
     }
     Ok(name)
 }
 
-fn tcp(a: &TcpArgs) -> Result<(), String> {
+fn tcp(a: &TcpArgs) -> Result<(), ToolError> {
     let mut spread: BTreeMap<String, usize> = BTreeMap::new();
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
     let start = Instant::now();
     for _ in 0..a.connections {
         match tcp_one(a.target, a.bytes, Duration::from_millis(a.timeout_ms)) {
             Ok(n) => *spread.entry(n).or_default() += 1,
-            Err(e) => *errors.entry(e).or_default() += 1,
+            Err(e) => *errors.entry(e.to_string()).or_default() += 1,
         }
     }
     let n_err: usize = errors.values().sum();
@@ -459,18 +458,9 @@ fn tcp(a: &TcpArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// xorshift64*: a small deterministic generator for the garbage probe.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
+/// A number in 0..n (0 when n is 0).
+fn pick(r: &mut Rng, n: usize) -> usize {
+    r.below(n as u64) as usize
 }
 
 /// A well-formed TCP SYN or UDP datagram from `src` to `vip`, to be mutated.
@@ -478,18 +468,18 @@ fn base_frame(r: &mut Rng, dst: [u8; 6], src: IpAddr, vip: IpAddr) -> Vec<u8> {
     let mut f = Vec::with_capacity(128);
     f.extend_from_slice(&dst);
     f.extend_from_slice(&[0x02, 0x66, 0x66, 0x66, 0x66, 0x66]);
-    let tcp = r.below(2) == 0;
+    let tcp = pick(r, 2) == 0;
     let mut l4 = vec![0u8; if tcp { 20 } else { 8 }];
-    l4[0..2].copy_from_slice(&(1024 + r.below(60000) as u16).to_be_bytes());
+    l4[0..2].copy_from_slice(&(1024 + pick(r, 60000) as u16).to_be_bytes());
     l4[2..4].copy_from_slice(&[0, 80]);
     if tcp {
         l4[12] = 0x50;
-        l4[13] = [0x02, 0x10, 0x04, 0x01, 0x3f][r.below(5)];
+        l4[13] = [0x02, 0x10, 0x04, 0x01, 0x3f][pick(r, 5)];
     } else {
         let n = l4.len() as u16;
         l4[4..6].copy_from_slice(&n.to_be_bytes());
     }
-    l4.extend((0..r.below(64)).map(|_| r.next() as u8));
+    l4.extend((0..pick(r, 64)).map(|_| r.next_u64() as u8));
     match (src, vip) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             f.extend_from_slice(&[0x08, 0x00]);
@@ -522,34 +512,34 @@ fn base_frame(r: &mut Rng, dst: [u8; 6], src: IpAddr, vip: IpAddr) -> Vec<u8> {
 }
 
 fn mutate(r: &mut Rng, mut f: Vec<u8>) -> Vec<u8> {
-    match r.below(8) {
-        0 => f.truncate(r.below(f.len() + 1)),
+    match pick(r, 8) {
+        0 => f.truncate(pick(r, f.len() + 1)),
         1 => {
-            for _ in 0..1 + r.below(6) {
-                let i = r.below(f.len());
-                f[i] = r.next() as u8;
+            for _ in 0..1 + pick(r, 6) {
+                let i = pick(r, f.len());
+                f[i] = r.next_u64() as u8;
             }
         }
-        2 if f.len() > 18 => f[14] = r.next() as u8, // version / IHL
+        2 if f.len() > 18 => f[14] = r.next_u64() as u8, // version / IHL
         3 if f.len() > 18 => {
-            f[16] = r.next() as u8; // IPv4 total length / IPv6 payload length
-            f[17] = r.next() as u8;
+            f[16] = r.next_u64() as u8; // IPv4 total length / IPv6 payload length
+            f[17] = r.next_u64() as u8;
         }
         4 if f.len() > 22 => {
-            f[20] = 0x20 | (r.next() as u8 & 0x1f); // IPv4 fragment flags; IPv6 next header
-            f[21] = r.next() as u8;
+            f[20] = 0x20 | (r.next_u64() as u8 & 0x1f); // IPv4 fragment flags; IPv6 next header
+            f[21] = r.next_u64() as u8;
         }
-        5 => f.extend((0..r.below(1400)).map(|_| r.next() as u8)),
+        5 => f.extend((0..pick(r, 1400)).map(|_| r.next_u64() as u8)),
         6 => {
             // An ARP frame with random fields.
             f.truncate(12);
             f.extend_from_slice(&[0x08, 0x06]);
-            f.extend((0..r.below(40)).map(|_| r.next() as u8));
+            f.extend((0..pick(r, 40)).map(|_| r.next_u64() as u8));
         }
         _ => {
             // VLAN tags stacked on top.
-            let tag = [0x81, 0x00, 0x00, r.next() as u8];
-            for _ in 0..1 + r.below(3) {
+            let tag = [0x81, 0x00, 0x00, r.next_u64() as u8];
+            for _ in 0..1 + pick(r, 3) {
                 f.splice(12..12, tag);
             }
         }
@@ -557,18 +547,18 @@ fn mutate(r: &mut Rng, mut f: Vec<u8>) -> Vec<u8> {
     f
 }
 
-fn garbage(a: &GarbageArgs) -> Result<(), String> {
-    let dst = vectorlb_config::parse_mac(&a.dst_mac).ok_or_else(|| format!("--dst-mac: '{}' is not a MAC address", a.dst_mac))?;
-    let ifname = std::ffi::CString::new(a.iface.clone()).map_err(|_| "--iface: NUL")?;
+fn garbage(a: &GarbageArgs) -> Result<(), ToolError> {
+    let dst = vectorlb_config::parse_mac(&a.dst_mac).ok_or_else(|| ToolError::Usage(format!("--dst-mac: '{}' is not a MAC address", a.dst_mac)))?;
+    let ifname = std::ffi::CString::new(a.iface.clone()).map_err(|_| ToolError::Usage("--iface: contains a NUL byte".into()))?;
     // SAFETY: plain libc calls with valid arguments; the socket is closed at the end.
     unsafe {
         let idx = libc::if_nametoindex(ifname.as_ptr());
         if idx == 0 {
-            return Err(format!("--iface: no interface '{}'", a.iface));
+            return Err(ToolError::Usage(format!("--iface: no interface '{}'", a.iface)));
         }
         let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
         if fd < 0 {
-            return Err(format!("raw socket: {} (needs root)", std::io::Error::last_os_error()));
+            return Err(ToolError::Io { context: "raw socket (needs root)".into(), source: std::io::Error::last_os_error() });
         }
         let mut sll: libc::sockaddr_ll = std::mem::zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
@@ -580,7 +570,7 @@ fn garbage(a: &GarbageArgs) -> Result<(), String> {
         for i in 0..a.count {
             let f = if i % 16 == 0 {
                 let mut f = dst.to_vec();
-                f.extend((0..r.below(200)).map(|_| r.next() as u8));
+                f.extend((0..pick(&mut r, 200)).map(|_| r.next_u64() as u8));
                 f
             } else {
                 let b = base_frame(&mut r, dst, a.src, a.vip);
@@ -604,21 +594,21 @@ fn garbage(a: &GarbageArgs) -> Result<(), String> {
 }
 
 /// One round trip on a held connection: a line out, the same line back.
-fn echo_line(s: &mut TcpStream, line: &[u8]) -> Result<(), String> {
-    s.write_all(line).map_err(|e| format!("send: {e}"))?;
+fn echo_line(s: &mut TcpStream, line: &[u8]) -> Result<(), ToolError> {
+    s.write_all(line).map_err(io("send"))?;
     let mut got = vec![0u8; line.len()];
-    s.read_exact(&mut got).map_err(|e| format!("read: {e}"))?;
+    s.read_exact(&mut got).map_err(io("read"))?;
     if got != line {
-        return Err("echo mismatch".into());
+        return Err(ToolError::Failed("echo mismatch".into()));
     }
     Ok(())
 }
 
-fn hold(a: &HoldArgs) -> Result<(), String> {
+fn hold(a: &HoldArgs) -> Result<(), ToolError> {
     let timeout = Duration::from_secs(10);
     let mut conns = Vec::new();
     for i in 0..a.connections {
-        let mut s = TcpStream::connect_timeout(&a.target, Duration::from_secs(3)).map_err(|e| format!("connection {i}: {e}"))?;
+        let mut s = TcpStream::connect_timeout(&a.target, Duration::from_secs(3)).map_err(io(format!("connection {i}")))?;
         s.set_read_timeout(Some(timeout)).ok();
         s.set_nodelay(true).ok();
         // The server greets with its name.
@@ -630,11 +620,11 @@ fn hold(a: &HoldArgs) -> Result<(), String> {
         conns.push((s, String::from_utf8_lossy(&name).into_owned()));
     }
     if let Some(f) = &a.ready_file {
-        std::fs::write(f, b"ready").map_err(|e| e.to_string())?;
+        std::fs::write(f, b"ready").map_err(io(format!("{}", f.display())))?;
     }
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(a.seconds);
-    let results: Arc<Mutex<Vec<(usize, Result<(), String>, u64)>>> = Arc::new(Mutex::new(Vec::new()));
+    let results: Arc<Mutex<Vec<(usize, Result<(), ToolError>, u64)>>> = Arc::new(Mutex::new(Vec::new()));
     let mut threads = Vec::new();
     for (i, (mut s, _)) in conns.into_iter().enumerate() {
         let streaming = i < a.streaming;
@@ -657,18 +647,18 @@ fn hold(a: &HoldArgs) -> Result<(), String> {
                 // Every connection, idle or not, must still carry a last round trip.
                 echo_line(&mut s, format!("conn {i} last\n").as_bytes())
             })();
-            results.lock().unwrap().push((i, r, max_gap));
+            results.lock().unwrap_or_else(|e| e.into_inner()).push((i, r, max_gap));
         }));
     }
     for t in threads {
         let _ = t.join();
     }
-    let res = results.lock().unwrap();
+    let res = results.lock().unwrap_or_else(|e| e.into_inner());
     let survived = res.iter().filter(|(_, r, _)| r.is_ok()).count();
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
     for (_, r, _) in res.iter() {
         if let Err(e) = r {
-            *errors.entry(e.clone()).or_default() += 1;
+            *errors.entry(e.to_string()).or_default() += 1;
         }
     }
     let max_stall = res.iter().map(|(_, _, g)| *g).max().unwrap_or(0);
@@ -680,8 +670,8 @@ fn hold(a: &HoldArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn sync_inject(a: &SyncInjectArgs) -> Result<(), String> {
-    use crate::daemon::sync::{encode, Message, KIND_RECORDS};
+fn sync_inject(a: &SyncInjectArgs) -> Result<(), ToolError> {
+    use vectorlb_daemon::sync::{encode, Message, KIND_RECORDS};
     use vectorlb_lb::sync::SyncRecord;
     let records = (0..a.records.min(16))
         .map(|i| {
@@ -706,18 +696,18 @@ fn sync_inject(a: &SyncInjectArgs) -> Result<(), String> {
     let key = if a.mode == "bad-mac" { format!("{}-wrong", a.key) } else { a.key.clone() };
     let mut bytes = encode(&msg, key.as_bytes());
     let bind: SocketAddr = if a.to.is_ipv6() { "[::]:0".parse().unwrap() } else { "0.0.0.0:0".parse().unwrap() };
-    let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
+    let s = UdpSocket::bind(bind).map_err(io("bind"))?;
     match a.mode.as_str() {
         "good" | "bad-mac" => {}
         // Shorter than a header and its HMAC.
         "truncated" => bytes.truncate(30),
         "replay" => {
-            s.send_to(&bytes, a.to).map_err(|e| e.to_string())?;
+            s.send_to(&bytes, a.to).map_err(io("send"))?;
             std::thread::sleep(Duration::from_millis(100));
         }
-        m => return Err(format!("--mode: '{m}' is not good, bad-mac, truncated or replay")),
+        m => return Err(ToolError::Usage(format!("--mode: '{m}' is not good, bad-mac, truncated or replay"))),
     }
-    s.send_to(&bytes, a.to).map_err(|e| e.to_string())?;
+    s.send_to(&bytes, a.to).map_err(io("send"))?;
     println!("{}", json!({ "sent": a.mode, "bytes": bytes.len() }));
     Ok(())
 }

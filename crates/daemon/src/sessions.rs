@@ -1,25 +1,13 @@
 //! Paged session listings, read by the owning worker on request of the API.
 
-use serde::Serialize;
 use std::net::IpAddr;
+use vectorlb_api::model::{Proto, Session as SessionInfo};
 use vectorlb_lb::session::{flag, state, Session};
 use vectorlb_lb::sync::SyncAddr;
 use vectorlb_lb::Worker;
 use vectorlb_packet::proto;
 
-#[derive(Debug, Clone, Serialize)]
-pub struct SessionInfo {
-    pub proto: &'static str,
-    pub client: String,
-    pub vip: String,
-    pub backend: String,
-    pub local: Option<String>,
-    pub state: &'static str,
-    pub expires_ms: i64,
-    pub snat: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Page {
     pub sessions: Vec<SessionInfo>,
     /// Where the next page starts (None: this was the last).
@@ -56,12 +44,12 @@ where
         };
         let local = snap.laddr_addr(s.laddr).map(|a| sock(a, s.lport));
         out.push(SessionInfo {
-            proto: if p == proto::UDP { "udp" } else { "tcp" },
+            proto: if p == proto::UDP { Proto::Udp } else { Proto::Tcp },
             client: sock(s.client.ip(), s.cport),
             vip,
             backend,
             local,
-            state: state::name(s.state),
+            state: state::name(s.state).to_string(),
             expires_ms: s.expire.wrapping_sub(now) as i32 as i64,
             snat,
         });

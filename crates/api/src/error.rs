@@ -1,0 +1,119 @@
+//! Errors as the API answers them: a status and `{"error": "..."}` whose message names the
+//! field at fault and says what would be accepted; and the JSON body extractor that produces
+//! them for malformed input.
+
+use crate::model::ErrorBody;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::de::DeserializeOwned;
+
+/// Largest request body the API reads.
+pub const MAX_BODY: usize = 1024 * 1024;
+
+/// Why a request was refused. Each variant is one status code; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// The request does not match the API document (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No such service, backend or worker (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// A duplicate, or a change that needs a restart (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// Well formed, but the configuration cannot take it (422).
+    #[error("{0}")]
+    Unprocessable(String),
+    /// A part of the daemon did not answer in time (503).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The daemon failed (500): writing a file, for instance.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status(), Json(ErrorBody { error: self.to_string() })).into_response()
+    }
+}
+
+/// A JSON request body. Unlike axum's `Json`, any content type is read, and a body that does
+/// not fit the type is a 400 whose message names the field (`backends[0].weight: ...`).
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::BadRequest(format!("body: {}", e.body_text())))?;
+        parse_body(&bytes).map(JsonBody)
+    }
+}
+
+/// Parses a JSON body into `T`; errors name the field and the problem.
+pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::BadRequest("body: a JSON object is required".into()));
+    }
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::BadRequest("body: must be a JSON object".into()));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let what = if inner.is_syntax() || inner.is_eof() { "invalid JSON: " } else { "" };
+        // serde_json appends " at line L column C", which says nothing for one-line bodies.
+        let msg = inner.to_string();
+        let msg = msg.rsplit_once(" at line ").map(|(m, _)| m.to_string()).unwrap_or(msg);
+        if path == "." || path == "?" {
+            ApiError::BadRequest(format!("body: {what}{msg}"))
+        } else {
+            ApiError::BadRequest(format!("{path}: {what}{msg}"))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NewService;
+
+    fn err(body: &str) -> String {
+        parse_body::<NewService>(body.as_bytes()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn body_errors_name_the_field() {
+        assert_eq!(err(""), "body: a JSON object is required");
+        assert!(err("{").starts_with("body: invalid JSON"), "{}", err("{"));
+        assert_eq!(err("[]"), "body: must be a JSON object");
+        assert!(err(r#"{"vip": "10.0.0.1", "port": 70000}"#).starts_with("port: invalid value"));
+        assert!(err(r#"{"vip": "10.0.0.999"}"#).starts_with("vip: invalid IP address"), "{}", err(r#"{"vip": "10.0.0.999"}"#));
+        assert!(err(r#"{"vip": "10.0.0.1", "mode": "xnat"}"#).starts_with("mode: unknown variant `xnat`"));
+        assert!(err(r#"{"vip": "10.0.0.1", "backends": [{"addr": "10.1.0.1", "weight": -1}]}"#).starts_with("backends[0].weight: invalid value"));
+        assert!(err(r#"{"vip": "10.0.0.1", "colour": 1}"#).contains("unknown field `colour`"));
+        assert!(err(r#"{"port": 80}"#).contains("missing field `vip`"));
+        let ok: NewService = parse_body(br#"{"vip": "2001:db8::1"}"#).unwrap();
+        assert_eq!((ok.port, ok.proto, ok.mode, ok.toa), (0, crate::model::Proto::Tcp, crate::model::ModeName::Fnat, false));
+    }
+}

@@ -1,0 +1,431 @@
+//! The load balancer's control API: what it asks of the daemon ([`LbControl`]), the routes,
+//! and the OpenAPI document generated from them ([`LbApiDoc`]).
+//!
+//! Handlers parse and check the request (400 names the field), then call the daemon on a
+//! blocking thread: the daemon's answers may wait on a worker (session listings) or a file.
+
+use crate::error::{ApiError, JsonBody};
+use crate::model::*;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post};
+use axum::{Json, Router};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::Schema;
+use utoipa::{IntoParams, OpenApi};
+
+/// What the control API needs from the daemon. Every change is validated and published as a
+/// whole, or refused with an [`ApiError`] naming the field; nothing is half-applied.
+pub trait LbControl: Send + Sync + 'static {
+    fn health(&self) -> Health;
+    fn services(&self) -> Vec<ServiceStatus>;
+    fn add_service(&self, s: NewService) -> Result<(), ApiError>;
+    fn edit_service(&self, key: ServiceKey, patch: ServicePatch) -> Result<(), ApiError>;
+    fn delete_service(&self, key: ServiceKey) -> Result<(), ApiError>;
+    fn add_backend(&self, key: ServiceKey, b: NewBackend) -> Result<(), ApiError>;
+    fn set_weight(&self, key: ServiceKey, backend: SocketAddr, weight: u32) -> Result<(), ApiError>;
+    fn delete_backend(&self, key: ServiceKey, backend: SocketAddr) -> Result<(), ApiError>;
+    /// A page of one worker's sessions (the worker answers between bursts).
+    fn sessions(&self, q: SessionQuery) -> Result<SessionPage, ApiError>;
+    fn stats(&self) -> Stats;
+    fn ports(&self) -> Vec<PortStatus>;
+    fn neighbors(&self) -> Vec<Neighbor>;
+    /// The running configuration as a TOML file.
+    fn config_toml(&self) -> String;
+    /// Re-reads the configuration file; returns the new generation.
+    fn reload(&self) -> Result<u64, ApiError>;
+    /// Writes the running configuration back to its file.
+    fn save(&self) -> Result<Saved, ApiError>;
+    fn ha(&self) -> HaStatus;
+    /// Sets the HA state; returns the previous one.
+    fn set_ha(&self, state: HaState) -> HaState;
+    fn sync(&self) -> SyncStatus;
+    /// The Prometheus text exposition.
+    fn metrics(&self) -> String;
+}
+
+type Lb = State<Arc<dyn LbControl>>;
+
+/// Runs `f` on the daemon on a blocking thread.
+async fn call<T: Send + 'static>(lb: Arc<dyn LbControl>, f: impl FnOnce(&dyn LbControl) -> T + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(move || f(lb.as_ref())).await.map_err(|e| ApiError::Internal(format!("the request handler failed: {e}")))
+}
+
+/// The API's routes over `lb`.
+pub fn router(lb: Arc<dyn LbControl>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .route("/v1/health", get(health))
+        .route("/v1/services", get(list_services).post(add_service))
+        .route("/v1/services/{proto}/{vip}/{port}", get(get_service).patch(edit_service).delete(delete_service))
+        .route("/v1/services/{proto}/{vip}/{port}/backends", post(add_backend))
+        .route("/v1/services/{proto}/{vip}/{port}/backends/{addr}/{bport}", patch(edit_backend).delete(delete_backend))
+        .route("/v1/sessions", get(sessions))
+        .route("/v1/stats", get(stats))
+        .route("/v1/ports", get(ports))
+        .route("/v1/neighbors", get(neighbors))
+        .route("/v1/config", get(config))
+        .route("/v1/reload", post(reload))
+        .route("/v1/save", post(save))
+        .route("/v1/ha", get(ha).post(set_ha))
+        .route("/v1/sync", get(sync))
+        .with_state(lb)
+}
+
+/// The OpenAPI document of the load balancer's API.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "vectorlb control API",
+        version = "1",
+        description = "Local control API of the vectorlb daemon (`vectorlb run`). Listens on 127.0.0.1:9180 by default, or a unix socket (runtime.api). Every change is validated and published as a whole, or refused with a 4xx whose message names the bad field; nothing is half-applied. Changes live in memory until POST /v1/save writes the running configuration back to the file. Status codes: 400 when a request does not match this document (the message names the field), 404 for a missing service, backend, worker or endpoint, 405 with an Allow header for a method a path does not take, 409 for duplicates and for changes that need a restart, 422 for well-formed requests the configuration cannot take (a combination that does not apply, a table size that is not prime, a backend of the wrong family), 503 when a worker does not answer in time. This document is generated from the code (`vectorlb openapi` prints it)."
+    ),
+    servers((url = "http://127.0.0.1:9180")),
+    paths(
+        health, list_services, add_service, get_service, edit_service, delete_service, add_backend, edit_backend,
+        delete_backend, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, metrics, openapi
+    )
+)]
+pub struct LbApiDoc;
+
+/// The document as served at `/openapi.json`.
+pub fn openapi_json() -> String {
+    LbApiDoc::openapi().to_pretty_json().expect("the generated document serialises") + "\n"
+}
+
+fn service_params() -> Vec<Parameter> {
+    let path = |name: &str, desc: &str, schema: Schema| {
+        ParameterBuilder::new()
+            .name(name)
+            .parameter_in(ParameterIn::Path)
+            .required(utoipa::openapi::Required::True)
+            .description(Some(desc))
+            .schema(Some(schema))
+            .build()
+    };
+    let proto = ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["tcp", "udp"])).build();
+    let port = ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0.0)).maximum(Some(65535.0)).build();
+    vec![
+        path("proto", "tcp or udp", Schema::Object(proto)),
+        path("vip", "The service's virtual address", ip_schema()),
+        path("port", "The service's port (0: every port)", Schema::Object(port)),
+    ]
+}
+
+/// `/v1/services/{proto}/{vip}/{port}`.
+struct ServicePath;
+
+impl IntoParams for ServicePath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        service_params()
+    }
+}
+
+/// `/v1/services/{proto}/{vip}/{port}/backends/{addr}/{bport}`.
+struct BackendPath;
+
+impl IntoParams for BackendPath {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        let mut p = service_params();
+        let port = ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0.0)).maximum(Some(65535.0)).build();
+        for (name, desc, schema) in [("addr", "The backend's address", ip_schema()), ("bport", "The backend's port", Schema::Object(port))] {
+            p.push(
+                ParameterBuilder::new()
+                    .name(name)
+                    .parameter_in(ParameterIn::Path)
+                    .required(utoipa::openapi::Required::True)
+                    .description(Some(desc))
+                    .schema(Some(schema))
+                    .build(),
+            );
+        }
+        p
+    }
+}
+
+fn ip_of(field: &str, s: &str) -> Result<IpAddr, ApiError> {
+    s.trim_matches(|c| c == '[' || c == ']').parse().map_err(|_| ApiError::BadRequest(format!("{field}: '{s}' is not an IP address")))
+}
+
+fn port_of(field: &str, s: &str) -> Result<u16, ApiError> {
+    s.parse().map_err(|_| ApiError::BadRequest(format!("{field}: '{s}' is not a port number (0..=65535)")))
+}
+
+fn service_key(proto: &str, vip: &str, port: &str) -> Result<ServiceKey, ApiError> {
+    Ok(ServiceKey {
+        proto: Proto::parse(proto).ok_or_else(|| ApiError::BadRequest(format!("proto: '{proto}' is not tcp or udp")))?,
+        vip: ip_of("vip", vip)?,
+        port: port_of("port", port)?,
+    })
+}
+
+fn check_weight(field: &str, w: u32) -> Result<(), ApiError> {
+    if w > MAX_WEIGHT {
+        return Err(ApiError::BadRequest(format!("{field}: {w} is above {MAX_WEIGHT}")));
+    }
+    Ok(())
+}
+
+fn check_table(t: Option<u32>) -> Result<(), ApiError> {
+    match t {
+        Some(n) if !TABLE_SIZE.contains(&n) => {
+            Err(ApiError::BadRequest(format!("table_size: {n} is outside {}..={}", TABLE_SIZE.start(), TABLE_SIZE.end())))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Liveness and the configuration generation.
+#[utoipa::path(get, path = "/v1/health", responses((status = 200, body = Health)))]
+async fn health(State(lb): Lb) -> Result<Json<Health>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.health()).await?))
+}
+
+/// Services with their backends and counters.
+#[utoipa::path(get, path = "/v1/services", responses((status = 200, body = Vec<ServiceStatus>)))]
+async fn list_services(State(lb): Lb) -> Result<Json<Vec<ServiceStatus>>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.services()).await?))
+}
+
+/// Adds a service.
+#[utoipa::path(post, path = "/v1/services", request_body = NewService, responses(
+    (status = 201, body = Created),
+    (status = 400, body = ErrorBody, description = "The request does not match this document; nothing changed"),
+    (status = 409, body = ErrorBody, description = "The service exists already"),
+    (status = 422, body = ErrorBody, description = "The configuration cannot take it; nothing changed"),
+))]
+async fn add_service(State(lb): Lb, JsonBody(s): JsonBody<NewService>) -> Result<Response, ApiError> {
+    check_table(s.table_size)?;
+    for (i, b) in s.backends.iter().enumerate() {
+        check_weight(&format!("backends[{i}].weight"), b.weight)?;
+    }
+    let created = format!("{}/{}/{}", s.proto.name(), s.vip, s.port);
+    call(lb, move |lb| lb.add_service(s)).await??;
+    Ok((StatusCode::CREATED, Json(Created { created })).into_response())
+}
+
+/// One service.
+#[utoipa::path(get, path = "/v1/services/{proto}/{vip}/{port}", params(ServicePath), responses(
+    (status = 200, body = ServiceStatus),
+    (status = 400, body = ErrorBody, description = "A malformed path"),
+    (status = 404, body = ErrorBody, description = "No such service"),
+))]
+async fn get_service(State(lb): Lb, Path((p, vip, port)): Path<(String, String, String)>) -> Result<Json<ServiceStatus>, ApiError> {
+    let k = service_key(&p, &vip, &port)?;
+    let key_vip = k.vip.to_string();
+    call(lb, move |lb| {
+        lb.services()
+            .into_iter()
+            .find(|s| s.proto == k.proto && s.vip == key_vip && s.port == k.port)
+            .map(Json)
+            .ok_or_else(|| ApiError::NotFound(format!("no {k}")))
+    })
+    .await?
+}
+
+/// Changes a service's scheduler, table size or TOA.
+#[utoipa::path(patch, path = "/v1/services/{proto}/{vip}/{port}", params(ServicePath), request_body = ServicePatch, responses(
+    (status = 200, body = Updated),
+    (status = 400, body = ErrorBody, description = "The request does not match this document"),
+    (status = 404, body = ErrorBody, description = "No such service"),
+    (status = 422, body = ErrorBody, description = "The configuration cannot take it; nothing changed"),
+))]
+async fn edit_service(State(lb): Lb, Path((p, vip, port)): Path<(String, String, String)>, body: axum::body::Bytes) -> Result<Json<Updated>, ApiError> {
+    let k = service_key(&p, &vip, &port)?;
+    let patch: ServicePatch = crate::error::parse_body(&body)?;
+    check_table(patch.table_size)?;
+    call(lb, move |lb| lb.edit_service(k, patch)).await??;
+    Ok(Json(Updated { updated: true, weight: None }))
+}
+
+/// Removes a service (its sessions end).
+#[utoipa::path(delete, path = "/v1/services/{proto}/{vip}/{port}", params(ServicePath), responses(
+    (status = 200, body = Deleted),
+    (status = 400, body = ErrorBody, description = "A malformed path"),
+    (status = 404, body = ErrorBody, description = "No such service"),
+    (status = 422, body = ErrorBody, description = "The configuration cannot take it; nothing changed"),
+))]
+async fn delete_service(State(lb): Lb, Path((p, vip, port)): Path<(String, String, String)>) -> Result<Json<Deleted>, ApiError> {
+    let k = service_key(&p, &vip, &port)?;
+    call(lb, move |lb| lb.delete_service(k)).await??;
+    Ok(Json(Deleted { deleted: true }))
+}
+
+/// Adds a backend to a service.
+#[utoipa::path(post, path = "/v1/services/{proto}/{vip}/{port}/backends", params(ServicePath), request_body = NewBackend, responses(
+    (status = 201, body = Created),
+    (status = 400, body = ErrorBody, description = "The request does not match this document"),
+    (status = 404, body = ErrorBody, description = "No such service"),
+    (status = 409, body = ErrorBody, description = "The backend is in the service already"),
+    (status = 422, body = ErrorBody, description = "The configuration cannot take it (a backend of the other family, ...)"),
+))]
+async fn add_backend(State(lb): Lb, Path((p, vip, port)): Path<(String, String, String)>, body: axum::body::Bytes) -> Result<Response, ApiError> {
+    let k = service_key(&p, &vip, &port)?;
+    let b: NewBackend = crate::error::parse_body(&body)?;
+    check_weight("weight", b.weight)?;
+    let created = SocketAddr::new(b.addr, b.port).to_string();
+    call(lb, move |lb| lb.add_backend(k, b)).await??;
+    Ok((StatusCode::CREATED, Json(Created { created })).into_response())
+}
+
+/// Sets a backend's weight (0 drains it: no new sessions, existing ones continue).
+#[utoipa::path(patch, path = "/v1/services/{proto}/{vip}/{port}/backends/{addr}/{bport}", params(BackendPath), request_body = BackendPatch, responses(
+    (status = 200, body = Updated),
+    (status = 400, body = ErrorBody, description = "The request does not match this document"),
+    (status = 404, body = ErrorBody, description = "No such service or backend"),
+    (status = 422, body = ErrorBody, description = "The configuration cannot take it; nothing changed"),
+))]
+async fn edit_backend(
+    State(lb): Lb,
+    Path((p, vip, port, addr, bport)): Path<(String, String, String, String, String)>,
+    body: axum::body::Bytes,
+) -> Result<Json<Updated>, ApiError> {
+    let k = service_key(&p, &vip, &port)?;
+    let be = SocketAddr::new(ip_of("backend address", &addr)?, port_of("backend port", &bport)?);
+    let patch: BackendPatch = crate::error::parse_body(&body)?;
+    check_weight("weight", patch.weight)?;
+    let w = patch.weight;
+    call(lb, move |lb| lb.set_weight(k, be, w)).await??;
+    Ok(Json(Updated { updated: true, weight: Some(w) }))
+}
+
+/// Removes a backend from a service.
+#[utoipa::path(delete, path = "/v1/services/{proto}/{vip}/{port}/backends/{addr}/{bport}", params(BackendPath), responses(
+    (status = 200, body = Deleted),
+    (status = 400, body = ErrorBody, description = "A malformed path"),
+    (status = 404, body = ErrorBody, description = "No such service or backend"),
+    (status = 422, body = ErrorBody, description = "The configuration cannot take it; nothing changed"),
+))]
+async fn delete_backend(
+    State(lb): Lb,
+    Path((p, vip, port, addr, bport)): Path<(String, String, String, String, String)>,
+) -> Result<Json<Deleted>, ApiError> {
+    let k = service_key(&p, &vip, &port)?;
+    let be = SocketAddr::new(ip_of("backend address", &addr)?, port_of("backend port", &bport)?);
+    call(lb, move |lb| lb.delete_backend(k, be)).await??;
+    Ok(Json(Deleted { deleted: true }))
+}
+
+fn session_query(q: &HashMap<String, String>) -> Result<SessionQuery, ApiError> {
+    let num = |k: &str, d: u64, min: u64, max: u64| -> Result<u64, ApiError> {
+        match q.get(k) {
+            None => Ok(d),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if (min..=max).contains(&n) => Ok(n),
+                _ => Err(ApiError::BadRequest(format!("{k}: '{v}' is not an integer in {min}..={max}"))),
+            },
+        }
+    };
+    let v6 = match q.get("family").map(String::as_str) {
+        None | Some("4") => false,
+        Some("6") => true,
+        Some(f) => return Err(ApiError::BadRequest(format!("family: '{f}' is not 4 or 6"))),
+    };
+    Ok(SessionQuery {
+        worker: num("worker", 0, 0, 65535)? as u16,
+        v6,
+        cursor: num("cursor", 0, 0, u32::MAX as u64)? as u32,
+        limit: num("limit", 100, 1, 10_000)? as u32,
+    })
+}
+
+/// A page of one worker's sessions.
+#[utoipa::path(get, path = "/v1/sessions", params(SessionQuery), responses(
+    (status = 200, body = SessionPage, description = "Sessions; next_cursor is null on the last page"),
+    (status = 400, body = ErrorBody, description = "A query parameter out of range"),
+    (status = 404, body = ErrorBody, description = "No such worker"),
+    (status = 503, body = ErrorBody, description = "The worker did not answer in time"),
+))]
+async fn sessions(State(lb): Lb, Query(q): Query<HashMap<String, String>>) -> Result<Json<SessionPage>, ApiError> {
+    let q = session_query(&q)?;
+    Ok(Json(call(lb, move |lb| lb.sessions(q)).await??))
+}
+
+/// Global counters: the pipeline's, drops by reason, the worker loops', sessions.
+#[utoipa::path(get, path = "/v1/stats", responses((status = 200, body = Stats)))]
+async fn stats(State(lb): Lb) -> Result<Json<Stats>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.stats()).await?))
+}
+
+/// The DPDK ports with their counters and link state.
+#[utoipa::path(get, path = "/v1/ports", responses((status = 200, body = Vec<PortStatus>)))]
+async fn ports(State(lb): Lb) -> Result<Json<Vec<PortStatus>>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.ports()).await?))
+}
+
+/// Static and learned neighbours.
+#[utoipa::path(get, path = "/v1/neighbors", responses((status = 200, body = Vec<Neighbor>)))]
+async fn neighbors(State(lb): Lb) -> Result<Json<Vec<Neighbor>>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.neighbors()).await?))
+}
+
+/// The running configuration as a TOML file.
+#[utoipa::path(get, path = "/v1/config", responses((status = 200, content_type = "application/toml", body = String)))]
+async fn config(State(lb): Lb) -> Result<Response, ApiError> {
+    let text = call(lb, |lb| lb.config_toml()).await?;
+    Ok(([(header::CONTENT_TYPE, "application/toml")], text).into_response())
+}
+
+/// Re-reads the configuration file and applies it, all or nothing (as SIGHUP does).
+#[utoipa::path(post, path = "/v1/reload", responses(
+    (status = 200, body = Reloaded),
+    (status = 409, body = ErrorBody, description = "The file changes what needs a restart (ports, [runtime], [global])"),
+    (status = 422, body = ErrorBody, description = "The file is invalid; the running configuration is kept"),
+))]
+async fn reload(State(lb): Lb) -> Result<Json<Reloaded>, ApiError> {
+    let generation = call(lb, |lb| lb.reload()).await??;
+    Ok(Json(Reloaded { reloaded: true, generation }))
+}
+
+/// Writes the running configuration back to its file (atomically).
+#[utoipa::path(post, path = "/v1/save", responses(
+    (status = 200, body = Saved),
+    (status = 500, body = ErrorBody, description = "The file could not be written"),
+))]
+async fn save(State(lb): Lb) -> Result<Json<Saved>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.save()).await??))
+}
+
+/// This node's HA state.
+#[utoipa::path(get, path = "/v1/ha", responses((status = 200, body = HaStatus)))]
+async fn ha(State(lb): Lb) -> Result<Json<HaStatus>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.ha()).await?))
+}
+
+/// Sets the HA state (keepalived's notify scripts). BACKUP stops answering ARP / ND for VIPs and
+/// local addresses; MASTER announces them (gratuitous ARP, unsolicited neighbour advertisements).
+#[utoipa::path(post, path = "/v1/ha", request_body = HaChange, responses(
+    (status = 200, body = HaChanged),
+    (status = 400, body = ErrorBody, description = "The request does not match this document"),
+))]
+async fn set_ha(State(lb): Lb, body: axum::body::Bytes) -> Result<Json<HaChanged>, ApiError> {
+    let c: HaChange = crate::error::parse_body(&body)?;
+    let state = c.state;
+    let previous = call(lb, move |lb| lb.set_ha(state)).await?;
+    Ok(Json(HaChanged { state, previous }))
+}
+
+/// Session synchronisation counters.
+#[utoipa::path(get, path = "/v1/sync", responses((status = 200, body = SyncStatus)))]
+async fn sync(State(lb): Lb) -> Result<Json<SyncStatus>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.sync()).await?))
+}
+
+/// Prometheus metrics (text exposition format 0.0.4).
+#[utoipa::path(get, path = "/metrics", responses((status = 200, content_type = "text/plain", body = String)))]
+async fn metrics(State(lb): Lb) -> Result<Response, ApiError> {
+    let text = call(lb, |lb| lb.metrics()).await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", responses((status = 200, content_type = "application/json", body = Object)))]
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], openapi_json()).into_response()
+}

@@ -1,0 +1,474 @@
+//! The API's request and response bodies. Every type here is part of the generated OpenAPI
+//! document (`crate::doc`), so the document cannot drift from what the server reads and writes.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use utoipa::openapi::schema::{AnyOfBuilder, KnownFormat, ObjectBuilder, SchemaFormat, Type};
+use utoipa::openapi::{RefOr, Schema};
+use utoipa::{IntoParams, ToSchema};
+
+/// The JSON schema of an IP address: a string in IPv4 or IPv6 form.
+pub fn ip_schema() -> Schema {
+    let fmt = |f| ObjectBuilder::new().schema_type(Type::String).format(Some(SchemaFormat::KnownFormat(f))).build();
+    Schema::AnyOf(
+        AnyOfBuilder::new()
+            .item(fmt(KnownFormat::Ipv4))
+            .item(fmt(KnownFormat::Ipv6))
+            .description(Some("IPv4 or IPv6 address"))
+            .build(),
+    )
+}
+
+/// The JSON schema of a list of IP addresses.
+pub fn ip_list_schema() -> Schema {
+    Schema::Array(utoipa::openapi::schema::ArrayBuilder::new().items(RefOr::T(ip_schema())).build())
+}
+
+/// A problem with a request: what was wrong, naming the field.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    Tcp,
+    Udp,
+}
+
+impl Proto {
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Proto> {
+        match s {
+            "tcp" => Some(Proto::Tcp),
+            "udp" => Some(Proto::Udp),
+            _ => None,
+        }
+    }
+}
+
+/// Forwarding mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeName {
+    Nat,
+    Fnat,
+    Dr,
+    Tun,
+}
+
+/// Scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedulerName {
+    Rr,
+    Wrr,
+    Wlc,
+    Sh,
+    Maglev,
+}
+
+impl SchedulerName {
+    pub fn name(self) -> &'static str {
+        match self {
+            SchedulerName::Rr => "rr",
+            SchedulerName::Wrr => "wrr",
+            SchedulerName::Wlc => "wlc",
+            SchedulerName::Sh => "sh",
+            SchedulerName::Maglev => "maglev",
+        }
+    }
+}
+
+/// Largest backend weight.
+pub const MAX_WEIGHT: u32 = 1_000_000;
+/// Bounds of an sh / maglev table size.
+pub const TABLE_SIZE: std::ops::RangeInclusive<u32> = 3..=16_777_216;
+
+fn default_weight() -> u32 {
+    1
+}
+
+fn default_proto() -> Proto {
+    Proto::Tcp
+}
+
+fn default_mode() -> ModeName {
+    ModeName::Fnat
+}
+
+/// A backend (real server) of a service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewBackend {
+    #[schema(schema_with = ip_schema)]
+    pub addr: IpAddr,
+    /// 0: the client's destination port.
+    #[serde(default)]
+    pub port: u16,
+    #[serde(default = "default_weight")]
+    #[schema(default = 1, minimum = 0, maximum = 1000000)]
+    pub weight: u32,
+}
+
+/// A service to add.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewService {
+    #[schema(schema_with = ip_schema)]
+    pub vip: IpAddr,
+    /// 0: every port.
+    #[serde(default)]
+    pub port: u16,
+    #[serde(default = "default_proto")]
+    #[schema(default = "tcp")]
+    pub proto: Proto,
+    #[serde(default = "default_mode")]
+    #[schema(default = "fnat")]
+    pub mode: ModeName,
+    /// Default wrr.
+    #[serde(default)]
+    pub scheduler: Option<SchedulerName>,
+    /// sh / maglev table size, a prime (65537 by default).
+    #[serde(default)]
+    #[schema(minimum = 3, maximum = 16777216)]
+    pub table_size: Option<u32>,
+    /// Full-NAT local addresses.
+    #[serde(default)]
+    #[schema(schema_with = ip_list_schema)]
+    pub local_addrs: Vec<IpAddr>,
+    /// Insert the TOA option (tcp fnat only).
+    #[serde(default)]
+    pub toa: bool,
+    #[serde(default)]
+    pub backends: Vec<NewBackend>,
+}
+
+/// Changes to a service; absent fields stay as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServicePatch {
+    #[serde(default)]
+    pub scheduler: Option<SchedulerName>,
+    /// sh / maglev table size, a prime.
+    #[serde(default)]
+    #[schema(minimum = 3, maximum = 16777216)]
+    pub table_size: Option<u32>,
+    #[serde(default)]
+    pub toa: Option<bool>,
+}
+
+/// A backend's new weight (0 drains it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackendPatch {
+    #[schema(minimum = 0, maximum = 1000000)]
+    pub weight: u32,
+}
+
+/// A service, as the path names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceKey {
+    pub proto: Proto,
+    pub vip: IpAddr,
+    pub port: u16,
+}
+
+impl std::fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} service {}", self.proto.name(), std::net::SocketAddr::new(self.vip, self.port))
+    }
+}
+
+/// The result of a backend's health checks.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BackendHealth {
+    /// up or down.
+    pub state: String,
+    pub since_seconds: f64,
+    pub consecutive_successes: u32,
+    pub consecutive_failures: u32,
+    pub checks: u64,
+    pub failed_checks: u64,
+    pub transitions: u64,
+    pub last_check_ms: f64,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BackendStatus {
+    pub addr: String,
+    pub port: u16,
+    pub weight: u32,
+    /// Whether its next hop's MAC address is known.
+    pub resolved: bool,
+    pub active_sessions: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Null when the service has no health check.
+    pub health: Option<BackendHealth>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct ServiceStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_sessions: u64,
+    pub new_sessions_per_second: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ServiceStatus {
+    pub vip: String,
+    pub port: u16,
+    pub proto: Proto,
+    pub mode: ModeName,
+    pub scheduler: SchedulerName,
+    /// sh and maglev only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table_size: Option<u32>,
+    pub local_addrs: Vec<String>,
+    pub toa: bool,
+    pub backends: Vec<BackendStatus>,
+    pub stats: ServiceStats,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+    /// Generation of the running configuration.
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Created {
+    pub created: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Updated {
+    pub updated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Deleted {
+    pub deleted: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Reloaded {
+    pub reloaded: bool,
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Saved {
+    /// The file written.
+    pub saved: String,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HaState {
+    Standalone,
+    Master,
+    Backup,
+}
+
+impl HaState {
+    pub fn name(self) -> &'static str {
+        match self {
+            HaState::Standalone => "standalone",
+            HaState::Master => "master",
+            HaState::Backup => "backup",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HaStatus {
+    pub state: HaState,
+    pub since_seconds: f64,
+    pub transitions: u64,
+    pub announcements: u64,
+}
+
+/// keepalived's notify scripts set the state (`vectorlb ctl --ha-state`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HaChange {
+    pub state: HaState,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HaChanged {
+    pub state: HaState,
+    pub previous: HaState,
+}
+
+/// Session synchronisation between HA nodes (`[ha]`); all zero when not configured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct SyncStatus {
+    pub configured: bool,
+    pub records_sent: u64,
+    pub datagrams_sent: u64,
+    /// Datagrams the standby has not acknowledged (the lag).
+    pub unacked_datagrams: u64,
+    /// The current batching period (it adapts to load and acknowledgements).
+    pub batch_period_ms: f64,
+    pub records_received: u64,
+    pub installed: u64,
+    pub rejected: SyncRejected,
+    pub refused: SyncRefused,
+    pub bulk: SyncBulk,
+    pub last_received_seconds_ago: Option<f64>,
+}
+
+/// Records the standby did not install, by reason.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct SyncRejected {
+    pub unknown: u64,
+    pub stale: u64,
+    pub port_taken: u64,
+    pub table_full: u64,
+}
+
+/// Messages dropped unread, by reason.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct SyncRefused {
+    pub bad_hmac: u64,
+    pub truncated: u64,
+    pub malformed: u64,
+    pub replayed: u64,
+}
+
+/// Whole-table transfers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct SyncBulk {
+    pub records_sent: u64,
+    pub records_received: u64,
+    pub requests: u64,
+    pub completed: u64,
+}
+
+/// Global counters.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Stats {
+    pub uptime_seconds: f64,
+    pub generation: u64,
+    pub workers: u16,
+    /// The pipeline's counters by name (rx, tx, to_kernel, handoff, sessions_created, ...).
+    pub packets: BTreeMap<String, u64>,
+    /// Drops by reason (every reason, zero or not).
+    pub drops: BTreeMap<String, u64>,
+    /// Live sessions.
+    pub sessions: u64,
+    /// The worker loops' counters (transmit queue full, hand-offs, polls, ...).
+    pub io: BTreeMap<String, u64>,
+    pub reloads: u64,
+    pub reload_failures: u64,
+    pub mbufs_available: u64,
+    pub ha: HaStatus,
+    pub sync: SyncStatus,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PortStatus {
+    pub name: String,
+    pub device: String,
+    pub port_id: u16,
+    pub mac: String,
+    pub link_up: bool,
+    pub speed_mbps: u32,
+    /// The kernel interface of an AF_XDP port.
+    pub xdp_interface: Option<String>,
+    pub ipackets: u64,
+    pub opackets: u64,
+    pub ibytes: u64,
+    pub obytes: u64,
+    pub imissed: u64,
+    pub ierrors: u64,
+    pub oerrors: u64,
+    pub rx_nombuf: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Neighbor {
+    pub ip: String,
+    pub mac: String,
+    /// From the configuration file (true) or learned (false).
+    #[serde(rename = "static")]
+    pub is_static: bool,
+    /// Learned neighbours: the port and how long ago it was last confirmed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Session {
+    pub proto: Proto,
+    pub client: String,
+    /// VIP:port, or "snat".
+    pub vip: String,
+    pub backend: String,
+    pub local: Option<String>,
+    pub state: String,
+    pub expires_ms: i64,
+    pub snat: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionPage {
+    pub worker: u16,
+    pub family: u8,
+    pub sessions: Vec<Session>,
+    /// Where the next page starts; null on the last page.
+    pub next_cursor: Option<u64>,
+}
+
+/// Which sessions to list (query parameters of `GET /v1/sessions`; parsed by the handler so
+/// that each error names its parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionQuery {
+    pub worker: u16,
+    pub v6: bool,
+    pub cursor: u32,
+    pub limit: u32,
+}
+
+impl IntoParams for SessionQuery {
+    fn into_params(_: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        let int = |min: u64, max: u64, default: u64| {
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(min as f64))
+                .maximum(Some(max as f64))
+                .default(Some(default.into()))
+                .build()
+        };
+        let p = |name: &str, desc: &str, schema: Schema| {
+            ParameterBuilder::new().name(name).parameter_in(ParameterIn::Query).description(Some(desc)).schema(Some(schema)).build()
+        };
+        let family = ObjectBuilder::new().schema_type(Type::Integer).enum_values(Some([4, 6])).default(Some(4.into())).build();
+        vec![
+            p("worker", "The worker whose table to read.", Schema::Object(int(0, 65535, 0))),
+            p("family", "4 or 6.", Schema::Object(family)),
+            p("cursor", "The next_cursor of the previous page.", Schema::Object(int(0, u32::MAX as u64, 0))),
+            p("limit", "Sessions per page.", Schema::Object(int(1, 10_000, 100))),
+        ]
+    }
+}

@@ -1,0 +1,204 @@
+//! Serving a router on a TCP address or a unix socket, with the limits a local control API
+//! needs: a bounded number of connections (past it, a 503 at once), one request per
+//! connection, a deadline for the request head and one for the whole exchange, bounded bodies.
+//! Shared by the load balancer's API and, later, the proxy's admin API.
+
+use crate::error::{ApiError, MAX_BODY};
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+/// Connections served at once; the next ones get a 503 and are closed.
+pub const MAX_CONNECTIONS: usize = 32;
+/// Time a client has to send the request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a whole exchange (head, body, handling, answer) may take.
+pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Where an API listens: `ADDRESS:PORT` or `unix:PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("'{0}' is not ADDRESS:PORT or unix:PATH")]
+    BadEndpoint(String),
+    #[error("cannot listen on {endpoint}: {source}{hint}")]
+    Bind { endpoint: String, source: std::io::Error, hint: &'static str },
+}
+
+impl std::str::FromStr for Endpoint {
+    type Err = ServerError;
+    fn from_str(s: &str) -> Result<Endpoint, ServerError> {
+        match s.strip_prefix("unix:") {
+            Some(p) if !p.is_empty() => Ok(Endpoint::Unix(PathBuf::from(p))),
+            Some(_) => Err(ServerError::BadEndpoint(s.to_string())),
+            None => s.parse().map(Endpoint::Tcp).map_err(|_| ServerError::BadEndpoint(s.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(a) => write!(f, "{a}"),
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// A bound listener, ready to serve.
+pub enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener, PathBuf),
+}
+
+impl Listener {
+    /// Binds `endpoint`. A unix socket path that exists is replaced only when nothing answers
+    /// on it (a stale socket of a daemon that died); a live one is an error.
+    pub async fn bind(endpoint: &Endpoint) -> Result<Listener, ServerError> {
+        let fail = |source, hint| ServerError::Bind { endpoint: endpoint.to_string(), source, hint };
+        match endpoint {
+            Endpoint::Tcp(a) => tokio::net::TcpListener::bind(a).await.map(Listener::Tcp).map_err(|e| fail(e, " (another vectorlb running?)")),
+            Endpoint::Unix(p) => {
+                if p.exists() {
+                    if tokio::net::UnixStream::connect(p).await.is_ok() {
+                        return Err(fail(std::io::Error::from(std::io::ErrorKind::AddrInUse), " (another vectorlb is serving it)"));
+                    }
+                    let _ = std::fs::remove_file(p);
+                }
+                tokio::net::UnixListener::bind(p).map(|l| Listener::Unix(l, p.clone())).map_err(|e| fail(e, ""))
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, p) = self {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `stop` resolves.
+pub async fn serve(listener: Listener, router: Router, stop: impl std::future::Future<Output = ()>) {
+    let router = wrap(router);
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            accepted = accept(&listener) => {
+                let Some(conn) = accepted else { continue };
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    tokio::spawn(refuse(conn));
+                    continue;
+                };
+                let router = router.clone();
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let _ = tokio::time::timeout(EXCHANGE_TIMEOUT, serve_one(conn, router)).await;
+                });
+            }
+        }
+    }
+}
+
+trait Conn: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Conn for T {}
+
+async fn accept(l: &Listener) -> Option<Box<dyn Conn>> {
+    let r: std::io::Result<Box<dyn Conn>> = match l {
+        Listener::Tcp(l) => l.accept().await.map(|(s, _)| Box::new(s) as Box<dyn Conn>),
+        Listener::Unix(l, _) => l.accept().await.map(|(s, _)| Box::new(s) as Box<dyn Conn>),
+    };
+    match r {
+        Ok(c) => Some(c),
+        Err(_) => {
+            // Out of file descriptors or a similar passing condition: do not spin.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            None
+        }
+    }
+}
+
+async fn refuse(mut conn: Box<dyn Conn>) {
+    let body = b"{\"error\":\"too many API connections\"}\n";
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = conn.write_all(head.as_bytes()).await;
+        let _ = conn.write_all(body).await;
+        let _ = conn.shutdown().await;
+    })
+    .await;
+}
+
+async fn serve_one(conn: Box<dyn Conn>, router: Router) {
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let router = router.clone();
+        async move { router.oneshot(req.map(axum::body::Body::new)).await }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(conn), service)
+        .await;
+}
+
+/// The conventions every API shares: bounded bodies, a trailing slash ignored, JSON for 404 and
+/// 405 (with `Allow`).
+fn wrap(router: Router) -> Router {
+    router
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn(conventions))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::NotFound(format!("no such endpoint: {} (see /openapi.json)", req.uri().path()))
+}
+
+async fn conventions(mut req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = path.trim_end_matches('/');
+        let pq = match req.uri().query() {
+            Some(q) => format!("{}?{q}", if trimmed.is_empty() { "/" } else { trimmed }),
+            None => (if trimmed.is_empty() { "/" } else { trimmed }).to_string(),
+        };
+        if let Ok(uri) = pq.parse() {
+            *req.uri_mut() = uri;
+        }
+    }
+    let method = req.method().clone();
+    let res = next.run(req).await;
+    if res.status() == StatusCode::METHOD_NOT_ALLOWED {
+        let allow = res.headers().get(header::ALLOW).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let msg = format!("method {method} is not allowed on {path} (allowed: {allow})");
+        let mut r = ApiError::BadRequest(msg).into_response();
+        *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+        if let Ok(v) = HeaderValue::from_str(&allow) {
+            r.headers_mut().insert(header::ALLOW, v);
+        }
+        return r;
+    }
+    res
+}

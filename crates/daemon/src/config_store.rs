@@ -1,0 +1,199 @@
+//! The running configuration and how it changes: every change (API, SIGHUP, a learned
+//! neighbour, a health check) builds a whole new snapshot for the workers or is refused, and
+//! only then becomes the running configuration; the flow director's maps and the health checks
+//! follow it.
+
+use crate::error::DaemonError;
+use crate::health::Health;
+use crate::neighbours::Neighbours;
+use crate::lock;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use vectorlb_config::{Config, OnDown};
+use vectorlb_dpdk::xdp;
+use vectorlb_lb::{Control, LbSpec, Mode};
+
+/// The flow director's tables: our addresses (to: VIPs, local and interface addresses; from:
+/// NAT backends, whose replies cross us) and the SNAT source prefixes.
+pub type XdpTables = (Vec<(IpAddr, u32)>, Vec<(IpAddr, u8)>);
+
+pub struct ConfigStore {
+    config: Mutex<Config>,
+    path: PathBuf,
+    pub control: Arc<Control>,
+    neighbours: Arc<Neighbours>,
+    health: Arc<Health>,
+    /// The kernel interfaces of AF_XDP ports, whose XDP programs hold our addresses.
+    xdp_ifaces: Vec<String>,
+    /// What the flow director's maps hold now.
+    xdp_synced: Mutex<Option<XdpTables>>,
+    pub reloads: AtomicU64,
+    pub reload_failures: AtomicU64,
+}
+
+impl ConfigStore {
+    pub fn new(config: Config, path: &Path, control: Arc<Control>, neighbours: Arc<Neighbours>, health: Arc<Health>, xdp_ifaces: Vec<String>) -> ConfigStore {
+        ConfigStore {
+            config: Mutex::new(config),
+            path: path.to_path_buf(),
+            control,
+            neighbours,
+            health,
+            xdp_ifaces,
+            xdp_synced: Mutex::new(None),
+            reloads: AtomicU64::new(0),
+            reload_failures: AtomicU64::new(0),
+        }
+    }
+
+    /// The file the configuration came from (and is saved to).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the running configuration.
+    pub fn with<T>(&self, f: impl FnOnce(&Config) -> T) -> T {
+        f(&lock(&self.config))
+    }
+
+    /// Brings the flow director and the health checks in line with the running configuration
+    /// (at start).
+    pub fn start(&self) {
+        let cur = lock(&self.config);
+        self.sync_xdp(&cur);
+        self.health.reconcile(&cur);
+    }
+
+    /// Publishes `new` as the running configuration, all or nothing: ports and runtime
+    /// settings must be unchanged (they need a restart), the services must build.
+    pub fn apply(&self, mut new: Config) -> Result<u64, DaemonError> {
+        let mut cur = lock(&self.config);
+        self.apply_locked(&mut cur, &mut new)
+    }
+
+    /// Runs `edit` on a copy of the running configuration and applies the result.
+    pub fn edit<T, E: From<DaemonError>>(&self, edit: impl FnOnce(&mut Config) -> Result<T, E>) -> Result<T, E> {
+        let mut cur = lock(&self.config);
+        let mut new = cur.clone();
+        let t = edit(&mut new)?;
+        self.apply_locked(&mut cur, &mut new)?;
+        Ok(t)
+    }
+
+    fn apply_locked(&self, cur: &mut Config, new: &mut Config) -> Result<u64, DaemonError> {
+        if new.devices != cur.devices || new.spec.ports.len() != cur.spec.ports.len() {
+            return Err(DaemonError::PortsChanged);
+        }
+        if new.runtime != cur.runtime || new.engine != cur.engine {
+            return Err(DaemonError::RuntimeChanged);
+        }
+        for (i, p) in new.spec.ports.iter_mut().enumerate() {
+            if new.mac_from_device[i] {
+                p.mac = cur.spec.ports[i].mac;
+            }
+        }
+        let g = self.control.apply(&self.published(new))?;
+        *cur = new.clone();
+        self.sync_xdp(cur);
+        self.health.reconcile(cur);
+        Ok(g)
+    }
+
+    /// Re-reads the configuration file and applies it (all or nothing).
+    pub fn reload(&self) -> Result<u64, DaemonError> {
+        let r = Config::load(&self.path).map_err(DaemonError::from).and_then(|c| self.apply(c));
+        match &r {
+            Ok(_) => self.reloads.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.reload_failures.fetch_add(1, Ordering::Relaxed),
+        };
+        r
+    }
+
+    /// Writes the running configuration to its file, atomically (a temporary file renamed).
+    pub fn save(&self) -> Result<(PathBuf, usize), DaemonError> {
+        let text = lock(&self.config).to_toml();
+        let tmp = self.path.with_extension("toml.tmp");
+        std::fs::write(&tmp, &text)
+            .and_then(|_| std::fs::rename(&tmp, &self.path))
+            .map_err(|source| DaemonError::Save { path: self.path.clone(), source })?;
+        Ok((self.path.clone(), text.len()))
+    }
+
+    /// What the workers run: the configuration's service model, plus the neighbours learned at
+    /// run time (entries in the file win), minus what health checks took down (weight 0, or
+    /// left out when its sessions must end).
+    fn published(&self, c: &Config) -> LbSpec {
+        let mut spec = c.spec.clone();
+        for (ip, n) in self.neighbours.all() {
+            if !spec.neighbors.iter().any(|(a, _)| *a == ip) {
+                spec.neighbors.push((ip, n.mac));
+            }
+        }
+        for (t, on_down) in self.health.down() {
+            for s in spec.services.iter_mut().filter(|s| s.proto == t.proto && s.vip == t.vip && s.port == t.vport) {
+                match on_down {
+                    OnDown::Keep => s.backends.iter_mut().filter(|b| b.addr == t.addr && b.port == t.port).for_each(|b| b.weight = 0),
+                    OnDown::Reset => s.backends.retain(|b| !(b.addr == t.addr && b.port == t.port)),
+                }
+            }
+        }
+        spec
+    }
+
+    /// Publishes the running configuration again (neighbours or health changed).
+    pub fn republish(&self) {
+        let cur = lock(&self.config);
+        if let Err(e) = self.control.apply(&self.published(&cur)) {
+            tracing::warn!("neighbour or health update not applied: {e}");
+        }
+    }
+
+    /// Writes our addresses into every AF_XDP port's flow director, when they changed.
+    fn sync_xdp(&self, c: &Config) {
+        let tables = xdp_tables(c);
+        {
+            let mut last = lock(&self.xdp_synced);
+            if last.as_ref() == Some(&tables) {
+                return;
+            }
+            *last = Some(tables.clone());
+        }
+        let (addrs, nets) = tables;
+        for ifname in &self.xdp_ifaces {
+            if let Err(e) = xdp::set_addrs(ifname, &addrs).and_then(|_| xdp::set_source_nets(ifname, &nets)) {
+                tracing::error!("flow director on {ifname}: {e}");
+            }
+        }
+    }
+}
+
+/// The flow director's tables for a configuration.
+pub fn xdp_tables(c: &Config) -> XdpTables {
+    let mut m: BTreeMap<IpAddr, u32> = BTreeMap::new();
+    for p in &c.spec.ports {
+        for (a, _) in &p.addrs {
+            *m.entry(*a).or_default() |= xdp::FLAG_DST;
+        }
+    }
+    for s in &c.spec.services {
+        *m.entry(s.vip).or_default() |= xdp::FLAG_DST;
+        for a in &s.local_addrs {
+            *m.entry(*a).or_default() |= xdp::FLAG_DST;
+        }
+        if s.mode == Mode::Nat {
+            for b in &s.backends {
+                *m.entry(b.addr).or_default() |= xdp::FLAG_SRC;
+            }
+        }
+    }
+    for r in &c.spec.snat {
+        for a in &r.addrs {
+            *m.entry(*a).or_default() |= xdp::FLAG_DST;
+        }
+    }
+    let nets = c.spec.snat.iter().map(|r| (r.source, r.prefix_len)).collect();
+    (m.into_iter().collect(), nets)
+}

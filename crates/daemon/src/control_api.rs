@@ -1,0 +1,384 @@
+//! The daemon's side of the control API (`vectorlb_api::LbControl`): reads come from the
+//! published counters and the running configuration; every change goes through
+//! [`ConfigStore::edit`](crate::config_store::ConfigStore::edit), validated and published as a
+//! whole or refused.
+
+use crate::health::Target;
+use crate::Daemon;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use vectorlb_api::model::*;
+use vectorlb_api::{ApiError, LbControl};
+use vectorlb_config::Config;
+use vectorlb_lb::service::{backend_slot, key};
+use vectorlb_lb::{BackendSpec, Mode, ServiceSpec};
+use vectorlb_packet::proto;
+use vectorlb_sched::Algorithm;
+
+fn proto_num(p: Proto) -> u8 {
+    match p {
+        Proto::Tcp => proto::TCP,
+        Proto::Udp => proto::UDP,
+    }
+}
+
+fn proto_of(p: u8) -> Proto {
+    if p == proto::UDP {
+        Proto::Udp
+    } else {
+        Proto::Tcp
+    }
+}
+
+fn mode_of(m: Mode) -> ModeName {
+    match m {
+        Mode::Nat => ModeName::Nat,
+        Mode::Fnat => ModeName::Fnat,
+        Mode::Dr => ModeName::Dr,
+        Mode::Tun => ModeName::Tun,
+    }
+}
+
+fn mode_num(m: ModeName) -> Mode {
+    match m {
+        ModeName::Nat => Mode::Nat,
+        ModeName::Fnat => Mode::Fnat,
+        ModeName::Dr => Mode::Dr,
+        ModeName::Tun => Mode::Tun,
+    }
+}
+
+fn scheduler_of(a: &Algorithm) -> SchedulerName {
+    match a {
+        Algorithm::Rr => SchedulerName::Rr,
+        Algorithm::Wrr => SchedulerName::Wrr,
+        Algorithm::Wlc => SchedulerName::Wlc,
+        Algorithm::Sh { .. } => SchedulerName::Sh,
+        Algorithm::Maglev { .. } => SchedulerName::Maglev,
+    }
+}
+
+/// The scheduler a request asks for: a name and/or a table size over the current one.
+fn scheduler(name: Option<SchedulerName>, size: Option<u32>, cur: Option<Algorithm>) -> Result<Option<Algorithm>, ApiError> {
+    let mut a = match (name, cur) {
+        (Some(n), _) => Algorithm::parse(n.name()).ok_or_else(|| ApiError::BadRequest(format!("scheduler: '{}' is unknown", n.name())))?,
+        (None, Some(c)) => c,
+        (None, None) => Algorithm::Wrr,
+    };
+    if let Some(n) = size {
+        match &mut a {
+            Algorithm::Sh { table_size } | Algorithm::Maglev { table_size } => *table_size = n,
+            _ => return Err(ApiError::Unprocessable("table_size: only sh and maglev have a table".into())),
+        }
+    }
+    Ok((name.is_some() || size.is_some() || cur.is_none()).then_some(a))
+}
+
+fn check_toa(toa: bool, mode: Mode, p: u8) -> Result<(), ApiError> {
+    if toa && (mode != Mode::Fnat || p != proto::TCP) {
+        return Err(ApiError::Unprocessable("toa: only tcp fnat services can insert the TOA option".into()));
+    }
+    Ok(())
+}
+
+/// Index of a service in a configuration.
+fn service_index(c: &Config, k: &ServiceKey) -> Result<usize, ApiError> {
+    let p = proto_num(k.proto);
+    c.spec.services.iter().position(|s| s.proto == p && s.vip == k.vip && s.port == k.port).ok_or_else(|| ApiError::NotFound(format!("no {k}")))
+}
+
+fn backend_index(c: &Config, i: usize, be: SocketAddr) -> Result<usize, ApiError> {
+    c.spec.services[i]
+        .backends
+        .iter()
+        .position(|b| b.addr == be.ip() && b.port == be.port())
+        .ok_or_else(|| ApiError::NotFound(format!("no backend {be} in the service")))
+}
+
+fn ha_state(s: u8) -> HaState {
+    match s {
+        crate::ha::MASTER => HaState::Master,
+        crate::ha::BACKUP => HaState::Backup,
+        _ => HaState::Standalone,
+    }
+}
+
+fn ha_num(s: HaState) -> u8 {
+    match s {
+        HaState::Master => crate::ha::MASTER,
+        HaState::Backup => crate::ha::BACKUP,
+        HaState::Standalone => crate::ha::STANDALONE,
+    }
+}
+
+fn backend_health(s: &crate::health::State) -> BackendHealth {
+    BackendHealth {
+        state: if s.up { "up" } else { "down" }.into(),
+        since_seconds: s.since.elapsed().as_secs_f64(),
+        consecutive_successes: s.successes,
+        consecutive_failures: s.failures,
+        checks: s.checks,
+        failed_checks: s.failed_checks,
+        transitions: s.transitions,
+        last_check_ms: s.last_duration.as_secs_f64() * 1000.0,
+        last_error: s.last_error.clone(),
+    }
+}
+
+impl LbControl for Daemon {
+    fn health(&self) -> Health {
+        Health { status: "ok".into(), generation: self.config.control.generation() }
+    }
+
+    fn services(&self) -> Vec<ServiceStatus> {
+        let snap = self.config.control.snapshot();
+        let t = self.workers.totals();
+        let services = self.config.with(|c| c.spec.services.clone());
+        services
+            .iter()
+            .map(|s| {
+                let id = snap.lookup_service(key(s.vip), s.port, s.proto);
+                let sc = id.and_then(|i| t.counters.services.get(i as usize)).copied().unwrap_or_default();
+                let backends = s
+                    .backends
+                    .iter()
+                    .map(|b| {
+                        let found = id.and_then(|i| snap.backends().find(|x| x.svc == i && x.addr == b.addr && x.port == b.port));
+                        let slot = found.map(|x| backend_slot(x.id) as usize);
+                        let bc = slot.and_then(|k| t.counters.backends.get(k)).copied().unwrap_or_default();
+                        let target = Target { proto: s.proto, vip: s.vip, vport: s.port, addr: b.addr, port: b.port };
+                        BackendStatus {
+                            addr: b.addr.to_string(),
+                            port: b.port,
+                            weight: b.weight,
+                            resolved: found.is_some_and(|x| x.hop.is_some()),
+                            active_sessions: slot.and_then(|k| t.active.get(k)).copied().unwrap_or(0) as u64,
+                            packets: bc.packets,
+                            bytes: bc.bytes,
+                            health: self.health.state(&target).as_ref().map(backend_health),
+                        }
+                    })
+                    .collect();
+                ServiceStatus {
+                    vip: s.vip.to_string(),
+                    port: s.port,
+                    proto: proto_of(s.proto),
+                    mode: mode_of(s.mode),
+                    scheduler: scheduler_of(&s.scheduler),
+                    table_size: match s.scheduler {
+                        Algorithm::Sh { table_size } | Algorithm::Maglev { table_size } => Some(table_size),
+                        _ => None,
+                    },
+                    local_addrs: s.local_addrs.iter().map(IpAddr::to_string).collect(),
+                    toa: s.toa,
+                    backends,
+                    stats: ServiceStats {
+                        packets: sc.packets,
+                        bytes: sc.bytes,
+                        new_sessions: sc.new_sessions,
+                        new_sessions_per_second: id.map(|i| self.workers.rate(i)).unwrap_or(0.0),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    fn add_service(&self, s: NewService) -> Result<(), ApiError> {
+        let p = proto_num(s.proto);
+        let mode = mode_num(s.mode);
+        let sched = scheduler(s.scheduler, s.table_size, None)?.unwrap_or(Algorithm::Wrr);
+        check_toa(s.toa, mode, p)?;
+        if mode != Mode::Fnat && !s.local_addrs.is_empty() {
+            return Err(ApiError::Unprocessable("local_addrs: only fnat services use local addresses".into()));
+        }
+        let key = ServiceKey { proto: s.proto, vip: s.vip, port: s.port };
+        self.config.edit(|c| {
+            if service_index(c, &key).is_ok() {
+                return Err(ApiError::Conflict(format!("exists: {key} is already defined")));
+            }
+            // A new service takes the file's global timeouts, as one defined in the file does.
+            let timeouts = c.timeouts;
+            c.spec.services.push(ServiceSpec {
+                vip: s.vip,
+                port: s.port,
+                proto: p,
+                mode,
+                scheduler: sched,
+                backends: s.backends.iter().map(|b| BackendSpec { addr: b.addr, port: b.port, weight: b.weight }).collect(),
+                local_addrs: s.local_addrs.clone(),
+                toa: s.toa,
+                timeouts,
+            });
+            c.health.push(None);
+            Ok(())
+        })
+    }
+
+    fn edit_service(&self, k: ServiceKey, patch: ServicePatch) -> Result<(), ApiError> {
+        self.config.edit(|c| {
+            let i = service_index(c, &k)?;
+            let s = &mut c.spec.services[i];
+            if let Some(a) = scheduler(patch.scheduler, patch.table_size, Some(s.scheduler))? {
+                s.scheduler = a;
+            }
+            if let Some(t) = patch.toa {
+                check_toa(t, s.mode, s.proto)?;
+                s.toa = t;
+            }
+            Ok(())
+        })
+    }
+
+    fn delete_service(&self, k: ServiceKey) -> Result<(), ApiError> {
+        self.config.edit(|c| {
+            let i = service_index(c, &k)?;
+            c.spec.services.remove(i);
+            if i < c.health.len() {
+                c.health.remove(i);
+            }
+            Ok(())
+        })
+    }
+
+    fn add_backend(&self, k: ServiceKey, b: NewBackend) -> Result<(), ApiError> {
+        self.config.edit(|c| {
+            let i = service_index(c, &k)?;
+            let s = &mut c.spec.services[i];
+            if s.backends.iter().any(|x| x.addr == b.addr && x.port == b.port) {
+                return Err(ApiError::Conflict(format!("exists: backend {} is already in the service", SocketAddr::new(b.addr, b.port))));
+            }
+            s.backends.push(BackendSpec { addr: b.addr, port: b.port, weight: b.weight });
+            Ok(())
+        })
+    }
+
+    fn set_weight(&self, k: ServiceKey, be: SocketAddr, weight: u32) -> Result<(), ApiError> {
+        self.config.edit(|c| {
+            let i = service_index(c, &k)?;
+            let j = backend_index(c, i, be)?;
+            c.spec.services[i].backends[j].weight = weight;
+            Ok(())
+        })
+    }
+
+    fn delete_backend(&self, k: ServiceKey, be: SocketAddr) -> Result<(), ApiError> {
+        self.config.edit(|c| {
+            let i = service_index(c, &k)?;
+            let j = backend_index(c, i, be)?;
+            c.spec.services[i].backends.remove(j);
+            Ok(())
+        })
+    }
+
+    fn sessions(&self, q: SessionQuery) -> Result<SessionPage, ApiError> {
+        let page = self.workers.sessions(q.worker as usize, q.cursor as usize, q.limit as usize, q.v6)?;
+        Ok(SessionPage {
+            worker: q.worker,
+            family: if q.v6 { 6 } else { 4 },
+            sessions: page.sessions,
+            next_cursor: page.next.map(|n| n as u64),
+        })
+    }
+
+    fn stats(&self) -> Stats {
+        let t = self.workers.totals();
+        let c = &t.counters;
+        Stats {
+            uptime_seconds: self.workers.started.elapsed().as_secs_f64(),
+            generation: self.config.control.generation(),
+            workers: self.workers.len() as u16,
+            packets: c.events.iter().map(|(n, _, v)| (n.to_string(), v)).collect(),
+            drops: c.drop_counts().map(|(n, v)| (n.to_string(), v)).collect(),
+            sessions: t.sessions as u64,
+            io: t.io.iter().map(|(n, _, v)| (n.to_string(), v)).collect(),
+            reloads: self.config.reloads.load(Ordering::Relaxed),
+            reload_failures: self.config.reload_failures.load(Ordering::Relaxed),
+            mbufs_available: self.pool.available() as u64,
+            ha: self.ha(),
+            sync: self.sync(),
+        }
+    }
+
+    fn ports(&self) -> Vec<PortStatus> {
+        let macs: Vec<String> = self.config.with(|c| c.spec.ports.iter().map(|p| vectorlb_config::format_mac(&p.mac)).collect());
+        self.ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let s = p.port.stats();
+                let l = p.port.link();
+                PortStatus {
+                    name: p.name.clone(),
+                    device: p.device.clone(),
+                    port_id: p.port.id(),
+                    mac: macs.get(i).cloned().unwrap_or_default(),
+                    link_up: l.up,
+                    speed_mbps: l.speed_mbps,
+                    xdp_interface: p.xdp_iface.clone(),
+                    ipackets: s.ipackets,
+                    opackets: s.opackets,
+                    ibytes: s.ibytes,
+                    obytes: s.obytes,
+                    imissed: s.imissed,
+                    ierrors: s.ierrors,
+                    oerrors: s.oerrors,
+                    rx_nombuf: s.rx_nombuf,
+                }
+            })
+            .collect()
+    }
+
+    fn neighbors(&self) -> Vec<Neighbor> {
+        let mut v: Vec<Neighbor> = self.config.with(|c| {
+            c.spec
+                .neighbors
+                .iter()
+                .map(|(a, m)| Neighbor { ip: a.to_string(), mac: vectorlb_config::format_mac(m), is_static: true, port: None, age_seconds: None })
+                .collect()
+        });
+        for (a, n) in self.neighbours.all() {
+            v.push(Neighbor {
+                ip: a.to_string(),
+                mac: vectorlb_config::format_mac(&n.mac),
+                is_static: false,
+                port: Some(n.port),
+                age_seconds: Some(n.seen.elapsed().as_secs_f64()),
+            });
+        }
+        v
+    }
+
+    fn config_toml(&self) -> String {
+        self.config.with(Config::to_toml)
+    }
+
+    fn reload(&self) -> Result<u64, ApiError> {
+        Ok(self.config.reload()?)
+    }
+
+    fn save(&self) -> Result<Saved, ApiError> {
+        let (path, bytes) = self.config.save()?;
+        Ok(Saved { saved: path.display().to_string(), bytes: bytes as u64 })
+    }
+
+    fn ha(&self) -> HaStatus {
+        HaStatus {
+            state: ha_state(self.ha.state()),
+            since_seconds: self.ha.since().as_secs_f64(),
+            transitions: self.ha.transitions.load(Ordering::Relaxed),
+            announcements: self.ha.announcements.load(Ordering::Relaxed),
+        }
+    }
+
+    fn set_ha(&self, state: HaState) -> HaState {
+        ha_state(self.ha.set(ha_num(state), &self.config, &self.workers))
+    }
+
+    fn sync(&self) -> SyncStatus {
+        self.sync.as_ref().map(|s| s.stats.status()).unwrap_or_default()
+    }
+
+    fn metrics(&self) -> String {
+        crate::metrics::render(self)
+    }
+}

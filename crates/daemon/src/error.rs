@@ -1,0 +1,54 @@
+//! The daemon's errors. Each says what failed and, where there is one, what to do.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] vectorlb_config::Error),
+    #[error("ports[{0}].device: `vectorlb run` needs a DPDK device for every port (net_af_xdp0,iface=eth0, a PCI address, ...)")]
+    NoDevice(usize),
+    #[error("runtime.mbufs: {have} is too few for {ports} port(s) x {workers} worker(s) x 2 rings x {desc} descriptors; give at least {need} (or lower runtime.queue_desc)")]
+    TooFewMbufs { have: u32, ports: usize, workers: u16, desc: u16, need: u64 },
+    #[error("ports[{index}] ({name}): {source}")]
+    Port { index: usize, name: String, source: vectorlb_dpdk::Error },
+    #[error(transparent)]
+    Dpdk(#[from] vectorlb_dpdk::Error),
+    #[error("worker {worker}: session table: {source}")]
+    SessionTable { worker: usize, source: std::io::Error },
+    #[error("runtime.api: {0}")]
+    Api(#[from] vectorlb_api::server::ServerError),
+    #[error("ha: {0}")]
+    Sync(#[from] crate::sync::SyncError),
+    #[error("cannot start {what}: {source}")]
+    Spawn { what: String, source: std::io::Error },
+    #[error("ports changed: adding, removing or re-pointing a port needs a restart")]
+    PortsChanged,
+    #[error("[runtime] or [global] changed: these need a restart")]
+    RuntimeChanged,
+    /// The service model refused the configuration (families, routes, tables).
+    #[error("{0}")]
+    Model(#[from] vectorlb_lb::ConfigError),
+    #[error("worker: {worker} does not exist (0..{workers})")]
+    NoSuchWorker { worker: usize, workers: usize },
+    #[error("worker {0} stopped")]
+    WorkerStopped(usize),
+    #[error("worker {0} did not answer in 2 s")]
+    WorkerSilent(usize),
+    #[error("saving to {path}: {source}")]
+    Save { path: PathBuf, source: std::io::Error },
+}
+
+impl From<DaemonError> for vectorlb_api::ApiError {
+    fn from(e: DaemonError) -> Self {
+        use vectorlb_api::ApiError as A;
+        let m = e.to_string();
+        match e {
+            DaemonError::PortsChanged | DaemonError::RuntimeChanged => A::Conflict(m),
+            DaemonError::NoSuchWorker { .. } => A::NotFound(m),
+            DaemonError::WorkerStopped(_) | DaemonError::WorkerSilent(_) => A::Unavailable(m),
+            DaemonError::Save { .. } | DaemonError::Spawn { .. } => A::Internal(m),
+            _ => A::Unprocessable(m),
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! `vectorlb run`: the load-balancer daemon.
+//!
+//! Threads: the main thread is the control core ([`control`]: signals, neighbour resolution,
+//! publishing configurations); one thread per worker ([`worker`]) owns queue *i* of every port,
+//! its hand-off ring and its session table; a tokio runtime (one thread, `vlb-api`) serves the
+//! control API and runs the health checks; session sync ([`sync`]) has a sender and a receiver
+//! thread when configured.
+//!
+//! The rest of the daemon reaches the workers only through narrow handles: the configuration
+//! store ([`config_store`]), the worker registry ([`workers`]), the neighbour table
+//! ([`neighbours`]), the HA state ([`ha`]) and the health checks ([`health`]). [`Daemon`] holds
+//! them and implements the control API's `LbControl` ([`control_api`]).
+
+pub mod config_store;
+pub mod control;
+pub mod control_api;
+pub mod error;
+pub mod ha;
+pub mod health;
+pub mod metrics;
+pub mod neighbours;
+pub mod sessions;
+pub mod sync;
+pub mod worker;
+pub mod workers;
+
+pub use error::DaemonError;
+
+use config_store::ConfigStore;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use vectorlb_config::Config;
+use vectorlb_dpdk::{xdp, Eal, EthPort, Mbuf, Mempool};
+use vectorlb_io::{PacketPool, RxQueue, TxQueue};
+use vectorlb_lb::{Control, Worker};
+use worker::{PortQueues, WorkerIo, WorkerLoop, WorkerShared};
+use workers::Workers;
+
+/// Locks a mutex, recovering the data if a thread panicked while holding it (the data are
+/// counters and copies of configuration, always left consistent).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A port of the running daemon.
+pub struct PortRt {
+    pub name: String,
+    pub device: String,
+    pub port: Arc<EthPort>,
+    /// The kernel interface of an AF_XDP port (its XDP program holds our addresses).
+    pub xdp_iface: Option<String>,
+}
+
+/// The running daemon, as the control API and the metrics see it.
+pub struct Daemon {
+    pub config: Arc<ConfigStore>,
+    pub workers: Arc<Workers>,
+    pub neighbours: Arc<neighbours::Neighbours>,
+    pub health: Arc<health::Health>,
+    pub ha: Arc<ha::Ha>,
+    pub sync: Option<Arc<sync::Sync>>,
+    pub ports: Vec<PortRt>,
+    pub pool: Arc<Mempool>,
+}
+
+/// Starts the daemon and runs until SIGTERM / SIGINT.
+pub fn run(path: &Path) -> Result<(), DaemonError> {
+    let mut cfg = Config::load(path)?;
+    let rt = cfg.runtime.clone();
+    if let Some(i) = cfg.devices.iter().position(Option::is_none) {
+        return Err(DaemonError::NoDevice(i));
+    }
+    // Every rx and tx ring of every queue can hold a descriptor's worth of buffers, plus the
+    // per-thread caches and what is in flight.
+    let need = cfg.spec.ports.len() as u64 * rt.workers as u64 * 2 * rt.queue_desc as u64 + 256 * (rt.workers as u64 + 1) + 1024;
+    if (rt.mbufs as u64) < need {
+        return Err(DaemonError::TooFewMbufs { have: rt.mbufs, ports: cfg.spec.ports.len(), workers: rt.workers, desc: rt.queue_desc, need });
+    }
+    control::install_signals();
+    let run_dir = PathBuf::from(&rt.run_dir);
+    let xdp_obj = xdp::write_object(&run_dir)?;
+    let mut devices = Vec::new();
+    for d in cfg.devices.iter().flatten() {
+        let mut d = d.clone();
+        if xdp::af_xdp_iface(&d).is_some() {
+            if !d.contains("xdp_prog=") {
+                d.push_str(&format!(",xdp_prog={}", xdp_obj.display()));
+            }
+            if rt.workers > 1 && !d.contains("queue_count=") {
+                d.push_str(&format!(",queue_count={}", rt.workers));
+            }
+        }
+        devices.push(d);
+    }
+    let result = start(path, &mut cfg, &devices);
+    let _ = std::fs::remove_file(&xdp_obj);
+    result
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<std::thread::JoinHandle<()>, DaemonError> {
+    std::thread::Builder::new().name(name.clone()).spawn(f).map_err(|source| DaemonError::Spawn { what: name, source })
+}
+
+fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), DaemonError> {
+    let rt = cfg.runtime.clone();
+    let nworkers = rt.workers as usize;
+    let eal = Arc::new(Eal::init(&rt.eal, devices)?);
+    let pool = Arc::new(Mempool::new(&eal, "vectorlb", rt.mbufs, 256, 2048 + 128)?);
+    let mut ports = Vec::new();
+    let mut queues: Vec<Vec<(vectorlb_dpdk::EthRx, vectorlb_dpdk::EthTx)>> = Vec::new();
+    for (i, dev) in devices.iter().enumerate() {
+        let name = cfg.spec.ports[i].name.clone();
+        let perr = |source| DaemonError::Port { index: i, name: name.clone(), source };
+        let port = Arc::new(EthPort::find(&eal, dev).map_err(perr)?);
+        let mtu = if cfg.mtu_given[i] { cfg.spec.ports[i].mtu } else { 0 };
+        port.setup(rt.workers, rt.queue_desc, &pool, mtu).map_err(perr)?;
+        port.start().map_err(perr)?;
+        if cfg.mac_from_device[i] {
+            cfg.spec.ports[i].mac = port.mac().map_err(perr)?;
+        } else if port.use_mac(cfg.spec.ports[i].mac).map_err(perr)? {
+            tracing::warn!("ports[{i}] ({name}): the device cannot take the configured MAC; promiscuous mode is on");
+        }
+        queues.push(port.queues().map_err(perr)?);
+        ports.push(PortRt { name, device: dev.clone(), port, xdp_iface: xdp::af_xdp_iface(dev).map(str::to_string) });
+    }
+    let control = Control::new(&cfg.spec)?;
+    let (ev_tx, ev_rx) = mpsc::channel();
+    let mut worker_rx = Vec::new();
+    let mut senders = Vec::new();
+    for _ in 0..nworkers {
+        let (tx, rx) = mpsc::channel();
+        worker_rx.push(rx);
+        senders.push(tx);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("vlb-api")
+        .enable_all()
+        .build()
+        .map_err(|source| DaemonError::Spawn { what: "the API runtime".into(), source })?;
+    let listener = runtime.block_on(vectorlb_api::Listener::bind(&rt.api.parse()?))?;
+    let sync = cfg.sync.as_ref().map(sync::Sync::bind).transpose()?;
+    let workers = Arc::new(Workers::new(senders));
+    let neighbours = Arc::new(neighbours::Neighbours::default());
+    let health = health::Health::new(ev_tx.clone(), runtime.handle().clone());
+    let xdp_ifaces = ports.iter().filter_map(|p| p.xdp_iface.clone()).collect();
+    let config = Arc::new(ConfigStore::new(cfg.clone(), path, control.clone(), neighbours.clone(), health.clone(), xdp_ifaces));
+    let ha = Arc::new(ha::Ha::new(ha::parse(&rt.ha_state).unwrap_or(ha::STANDALONE)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let daemon = Arc::new(Daemon { config: config.clone(), workers: workers.clone(), neighbours, health: health.clone(), ha: ha.clone(), sync: sync.clone(), ports, pool: pool.clone() });
+    config.start();
+
+    // Hand-off rings: worker w consumes ring w; every other worker produces into it.
+    let mut inboxes = Vec::new();
+    let mut outboxes = Vec::new();
+    if nworkers > 1 {
+        for w in 0..nworkers {
+            let (tx, rx) = vectorlb_dpdk::ring(&eal, &format!("vl_handoff{w}"), 4096)?;
+            outboxes.push(tx);
+            inboxes.push(Some(rx));
+        }
+    }
+    let (changes_tx, changes_rx) = mpsc::channel();
+    let mut handles = Vec::new();
+    let mut port_queues: Vec<std::vec::IntoIter<(vectorlb_dpdk::EthRx, vectorlb_dpdk::EthTx)>> = queues.into_iter().map(Vec::into_iter).collect();
+    for (w, msgs) in worker_rx.into_iter().enumerate() {
+        let wc = cfg.worker_config(w as u16, rt.workers);
+        let worker = Worker::new(control.clone(), wc).map_err(|source| DaemonError::SessionTable { worker: w, source })?;
+        let io = WorkerIo::<Mbuf> {
+            ports: port_queues
+                .iter_mut()
+                .map(|q| {
+                    let (rx, tx) = q.next().expect("a queue per worker on every port (set up above)");
+                    PortQueues { rx: Box::new(rx) as Box<dyn RxQueue<Mbuf>>, tx: Box::new(tx) as Box<dyn TxQueue<Mbuf>> }
+                })
+                .collect(),
+            inbox: inboxes.get_mut(w).and_then(Option::take).map(|r| Box::new(r) as Box<dyn RxQueue<Mbuf>>),
+            peers: outboxes.iter().enumerate().map(|(v, tx)| (v != w).then(|| Box::new(tx.clone()) as Box<dyn TxQueue<Mbuf>>)).collect(),
+            pool: pool.clone() as Arc<dyn PacketPool<Mbuf>>,
+        };
+        let shared = WorkerShared {
+            workers: workers.clone(),
+            ha: ha.clone(),
+            stop: stop.clone(),
+            idle_sleep_us: rt.idle_sleep_us,
+            changes: sync.as_ref().map(|_| changes_tx.clone()),
+            sync: sync.clone(),
+        };
+        let lp = WorkerLoop::new(w as u16, io, worker, shared, msgs, ev_tx.clone());
+        let cpu = rt.cpus.get(w).copied();
+        let eal = eal.clone();
+        handles.push(spawn(format!("vlb-worker{w}"), move || {
+            if let Err(e) = eal.register_thread() {
+                tracing::error!("worker {w}: {e}");
+            }
+            pin(cpu);
+            lp.run();
+            eal.unregister_thread();
+        })?);
+    }
+    drop(outboxes);
+    let api_stop = Arc::new(tokio::sync::Notify::new());
+    let server = {
+        let stop = api_stop.clone();
+        let router = vectorlb_api::router(daemon.clone());
+        runtime.spawn(vectorlb_api::serve(listener, router, async move { stop.notified().await }))
+    };
+    let mut sync_threads = Vec::new();
+    if let Some(sy) = &sync {
+        let ctx = sync::SyncCtx { workers: workers.clone(), ha: ha.clone(), stop: stop.clone() };
+        let (c, s) = (ctx.clone(), sy.clone());
+        sync_threads.push(spawn("vlb-sync-tx".into(), move || sync::sender(c, s, changes_rx))?);
+        let (c, s) = (ctx, sy.clone());
+        sync_threads.push(spawn("vlb-sync-rx".into(), move || sync::receiver(c, s))?);
+        tracing::info!("session sync: listening on {}, peers {:?}", sy.spec.listen, sy.spec.peers);
+    } else {
+        drop(changes_rx);
+    }
+    drop(changes_tx);
+    drop(ev_tx);
+    tracing::info!("running: {} port(s), {} worker(s), {} service(s), API on {}", daemon.ports.len(), rt.workers, cfg.spec.services.len(), rt.api);
+    control::run(&daemon, ev_rx, &stop);
+    tracing::info!("stopping: draining workers");
+    stop.store(true, Ordering::SeqCst);
+    health.stop_all();
+    for h in handles.into_iter().chain(sync_threads) {
+        let _ = h.join();
+    }
+    api_stop.notify_one();
+    let _ = runtime.block_on(server);
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    let t = workers.totals();
+    tracing::info!(
+        "stopped: rx {} tx {} drops {} sessions created {}",
+        t.counters.events.rx,
+        t.counters.events.tx,
+        t.counters.total_drops(),
+        t.counters.events.sessions_created
+    );
+    Ok(())
+}
+
+/// Pins the calling thread to `cpu`, or lets it run on every CPU (EAL pins the main thread,
+/// and threads inherit that).
+fn pin(cpu: Option<usize>) {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; sched_setaffinity reads
+    // exactly size_of::<cpu_set_t>() bytes of it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).max(1);
+        match cpu {
+            Some(c) => libc::CPU_SET(c, &mut set),
+            None => (0..n.max(64)).for_each(|c| libc::CPU_SET(c, &mut set)),
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}

@@ -1,0 +1,233 @@
+//! Prometheus text exposition (`GET /metrics`), and the counter reference in the documentation.
+//! Both come from the lists declared once: [`DropReason`], [`Events`] and [`IoCounters`].
+
+use crate::health::Target;
+use crate::workers::IoCounters;
+use crate::Daemon;
+use std::fmt::Write;
+use vectorlb_lb::service::{backend_slot, key};
+use vectorlb_lb::verdict::Events;
+use vectorlb_lb::DropReason;
+use vectorlb_packet::proto;
+
+/// The worker loops' counters that are drops (they join `vectorlb_drops_total`).
+const IO_DROPS: &[&str] = &["tx_full", "multi_segment", "handoff_full"];
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn head(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn proto_name(p: u8) -> &'static str {
+    if p == proto::UDP {
+        "udp"
+    } else {
+        "tcp"
+    }
+}
+
+pub fn render(d: &Daemon) -> String {
+    let snap = d.config.control.snapshot();
+    let t = d.workers.totals();
+    let c = &t.counters;
+    let mut o = String::with_capacity(8192);
+    for (name, help, v) in c.events.iter() {
+        let m = format!("vectorlb_{name}_total");
+        head(&mut o, &m, "counter", help);
+        let _ = writeln!(o, "{m} {v}");
+    }
+    for (name, help, v) in t.io.iter().filter(|(n, _, _)| !IO_DROPS.contains(n)) {
+        let m = format!("vectorlb_io_{name}_total");
+        head(&mut o, &m, "counter", help);
+        let _ = writeln!(o, "{m} {v}");
+    }
+    head(&mut o, "vectorlb_drops_total", "counter", "Dropped packets by reason (docs/metrics.md lists them).");
+    for (name, v) in c.drop_counts() {
+        let _ = writeln!(o, "vectorlb_drops_total{{reason=\"{name}\"}} {v}");
+    }
+    for (name, _, v) in t.io.iter().filter(|(n, _, _)| IO_DROPS.contains(n)) {
+        let _ = writeln!(o, "vectorlb_drops_total{{reason=\"{name}\"}} {v}");
+    }
+    head(&mut o, "vectorlb_sessions", "gauge", "Live sessions (all workers).");
+    let _ = writeln!(o, "vectorlb_sessions {}", t.sessions);
+    head(&mut o, "vectorlb_ha_state", "gauge", "HA state of this node (1 for the current one).");
+    for st in [crate::ha::STANDALONE, crate::ha::MASTER, crate::ha::BACKUP] {
+        let _ = writeln!(o, "vectorlb_ha_state{{state=\"{}\"}} {}", crate::ha::name(st), (d.ha.state() == st) as u8);
+    }
+    head(&mut o, "vectorlb_ha_transitions_total", "counter", "HA state changes.");
+    let _ = writeln!(o, "vectorlb_ha_transitions_total {}", d.ha.transitions.load(std::sync::atomic::Ordering::Relaxed));
+    if let Some(sy) = &d.sync {
+        let st = sy.stats.status();
+        head(&mut o, "vectorlb_sync_records_total", "counter", "Session sync records by direction and outcome.");
+        for (k, v) in [
+            ("sent", st.records_sent),
+            ("received", st.records_received),
+            ("installed", st.installed),
+            ("rejected_unknown", st.rejected.unknown),
+            ("rejected_stale", st.rejected.stale),
+            ("rejected_port_taken", st.rejected.port_taken),
+            ("rejected_table_full", st.rejected.table_full),
+            ("bulk_sent", st.bulk.records_sent),
+            ("bulk_received", st.bulk.records_received),
+        ] {
+            let _ = writeln!(o, "vectorlb_sync_records_total{{kind=\"{k}\"}} {v}");
+        }
+        head(&mut o, "vectorlb_sync_messages_refused_total", "counter", "Sync messages dropped, by reason.");
+        let r = &st.refused;
+        for (k, v) in [("bad_hmac", r.bad_hmac), ("truncated", r.truncated), ("malformed", r.malformed), ("replayed", r.replayed)] {
+            let _ = writeln!(o, "vectorlb_sync_messages_refused_total{{reason=\"{k}\"}} {v}");
+        }
+        head(&mut o, "vectorlb_sync_unacked_datagrams", "gauge", "Sync datagrams the standby has not acknowledged (lag).");
+        let _ = writeln!(o, "vectorlb_sync_unacked_datagrams {}", st.unacked_datagrams);
+        head(&mut o, "vectorlb_sync_batch_period_seconds", "gauge", "Current batching period (adapts to load and acknowledgements).");
+        let _ = writeln!(o, "vectorlb_sync_batch_period_seconds {}", st.batch_period_ms / 1000.0);
+    }
+    head(&mut o, "vectorlb_config_generation", "gauge", "Generation of the running configuration.");
+    let _ = writeln!(o, "vectorlb_config_generation {}", d.config.control.generation());
+
+    let services = d.config.with(|c| c.spec.services.clone());
+    let mut svc_lines = Vec::new();
+    for s in &services {
+        let Some(id) = snap.lookup_service(key(s.vip), s.port, s.proto) else { continue };
+        let l = format!("vip=\"{}\",port=\"{}\",proto=\"{}\"", esc(&s.vip.to_string()), s.port, proto_name(s.proto));
+        svc_lines.push((l, id, c.services.get(id as usize).copied().unwrap_or_default(), s));
+    }
+    type Svc<'a> = (String, u16, vectorlb_lb::verdict::ServiceCounters, &'a vectorlb_lb::ServiceSpec);
+    let per_service = |o: &mut String, name: &str, kind: &str, help: &str, f: &dyn Fn(&Svc) -> String| {
+        head(o, name, kind, help);
+        for x in &svc_lines {
+            let _ = writeln!(o, "{name}{{{}}} {}", x.0, f(x));
+        }
+    };
+    per_service(&mut o, "vectorlb_service_packets_total", "counter", "Packets per service (both directions).", &|x| x.2.packets.to_string());
+    per_service(&mut o, "vectorlb_service_bytes_total", "counter", "Bytes per service.", &|x| x.2.bytes.to_string());
+    per_service(&mut o, "vectorlb_service_new_sessions_total", "counter", "Sessions created per service.", &|x| x.2.new_sessions.to_string());
+    per_service(&mut o, "vectorlb_service_new_sessions_per_second", "gauge", "Sessions created per service over the last second.", &|x| d.workers.rate(x.1).to_string());
+
+    let mut be_lines = Vec::new();
+    for (l, id, _, s) in &svc_lines {
+        for b in &s.backends {
+            let Some(x) = snap.backends().find(|x| x.svc == *id && x.addr == b.addr && x.port == b.port) else { continue };
+            let slot = backend_slot(x.id) as usize;
+            let bl = format!("{l},backend=\"{}\",backend_port=\"{}\"", esc(&b.addr.to_string()), b.port);
+            be_lines.push((bl, c.backends.get(slot).copied().unwrap_or_default(), t.active.get(slot).copied().unwrap_or(0), b.weight));
+        }
+    }
+    let per_backend = |o: &mut String, name: &str, kind: &str, help: &str, f: &dyn Fn(&(String, vectorlb_lb::verdict::BackendCounters, u32, u32)) -> String| {
+        head(o, name, kind, help);
+        for x in &be_lines {
+            let _ = writeln!(o, "{name}{{{}}} {}", x.0, f(x));
+        }
+    };
+    per_backend(&mut o, "vectorlb_backend_packets_total", "counter", "Packets per backend.", &|x| x.1.packets.to_string());
+    per_backend(&mut o, "vectorlb_backend_bytes_total", "counter", "Bytes per backend.", &|x| x.1.bytes.to_string());
+    per_backend(&mut o, "vectorlb_backend_active_sessions", "gauge", "Live sessions per backend.", &|x| x.2.to_string());
+    per_backend(&mut o, "vectorlb_backend_weight", "gauge", "Configured weight (0: draining).", &|x| x.3.to_string());
+
+    let health = d.health.all();
+    if !health.is_empty() {
+        let label = |t: &Target| {
+            format!(
+                "vip=\"{}\",port=\"{}\",proto=\"{}\",backend=\"{}\",backend_port=\"{}\"",
+                esc(&t.vip.to_string()),
+                t.vport,
+                proto_name(t.proto),
+                esc(&t.addr.to_string()),
+                t.port
+            )
+        };
+        head(&mut o, "vectorlb_backend_up", "gauge", "Health check state (1 up, 0 down).");
+        for (t, s) in &health {
+            let _ = writeln!(o, "vectorlb_backend_up{{{}}} {}", label(t), s.up as u8);
+        }
+        head(&mut o, "vectorlb_backend_health_checks_total", "counter", "Health checks run, by result.");
+        for (t, s) in &health {
+            let l = label(t);
+            let _ = writeln!(o, "vectorlb_backend_health_checks_total{{{l},result=\"ok\"}} {}", s.checks - s.failed_checks);
+            let _ = writeln!(o, "vectorlb_backend_health_checks_total{{{l},result=\"fail\"}} {}", s.failed_checks);
+        }
+        head(&mut o, "vectorlb_backend_health_transitions_total", "counter", "Up/down transitions.");
+        for (t, s) in &health {
+            let _ = writeln!(o, "vectorlb_backend_health_transitions_total{{{}}} {}", label(t), s.transitions);
+        }
+        head(&mut o, "vectorlb_backend_health_check_seconds", "gauge", "Duration of the last check.");
+        for (t, s) in &health {
+            let _ = writeln!(o, "vectorlb_backend_health_check_seconds{{{}}} {}", label(t), s.last_duration.as_secs_f64());
+        }
+    }
+    let ports: Vec<_> = d.ports.iter().map(|p| (format!("port=\"{}\"", esc(&p.name)), p.port.stats(), p.port.xstats(), p.port.link())).collect();
+    head(&mut o, "vectorlb_port_packets_total", "counter", "DPDK port counters.");
+    for (l, s, _, _) in &ports {
+        let _ = writeln!(o, "vectorlb_port_packets_total{{{l},dir=\"rx\"}} {}\nvectorlb_port_packets_total{{{l},dir=\"tx\"}} {}", s.ipackets, s.opackets);
+    }
+    head(&mut o, "vectorlb_port_bytes_total", "counter", "DPDK port byte counters.");
+    for (l, s, _, _) in &ports {
+        let _ = writeln!(o, "vectorlb_port_bytes_total{{{l},dir=\"rx\"}} {}\nvectorlb_port_bytes_total{{{l},dir=\"tx\"}} {}", s.ibytes, s.obytes);
+    }
+    head(&mut o, "vectorlb_port_errors_total", "counter", "DPDK port errors and misses.");
+    for (l, s, _, _) in &ports {
+        for (k, v) in [("imissed", s.imissed), ("ierrors", s.ierrors), ("oerrors", s.oerrors), ("rx_nombuf", s.rx_nombuf)] {
+            let _ = writeln!(o, "vectorlb_port_errors_total{{{l},kind=\"{k}\"}} {v}");
+        }
+    }
+    head(&mut o, "vectorlb_port_link_up", "gauge", "Link state.");
+    for (l, _, _, link) in &ports {
+        let _ = writeln!(o, "vectorlb_port_link_up{{{l}}} {}", link.up as u8);
+    }
+    head(&mut o, "vectorlb_port_xstat", "untyped", "The driver's extended counters.");
+    for (l, _, x, _) in &ports {
+        for (n, v) in x {
+            let _ = writeln!(o, "vectorlb_port_xstat{{{l},name=\"{}\"}} {v}", esc(n));
+        }
+    }
+    o
+}
+
+/// The counter reference of `docs/metrics.md` (between its generated-section markers).
+pub fn counters_markdown() -> String {
+    let mut o = String::new();
+    o.push_str("### Drop reasons (`vectorlb_drops_total{reason=...}`, `drops` in `GET /v1/stats`)\n\n| reason | meaning |\n|---|---|\n");
+    for r in DropReason::ALL {
+        let _ = writeln!(o, "| `{}` | {} |", r.name(), r.help());
+    }
+    for (n, h) in IoCounters::NAMES.iter().zip(IoCounters::HELP).filter(|(n, _)| IO_DROPS.contains(n)) {
+        let _ = writeln!(o, "| `{n}` | {} (worker loop) |", h.trim().trim_end_matches('.').to_string() + ".");
+    }
+    o.push_str("\n### Pipeline counters (`vectorlb_<name>_total`, `packets` in `GET /v1/stats`)\n\n| name | meaning |\n|---|---|\n");
+    for (n, h) in Events::NAMES.iter().zip(Events::HELP) {
+        let _ = writeln!(o, "| `{n}` | {} |", h.trim());
+    }
+    o.push_str("\n### Worker-loop counters (`vectorlb_io_<name>_total`, `io` in `GET /v1/stats`)\n\n| name | meaning |\n|---|---|\n");
+    for (n, h) in IoCounters::NAMES.iter().zip(IoCounters::HELP).filter(|(n, _)| !IO_DROPS.contains(n)) {
+        let _ = writeln!(o, "| `{n}` | {} |", h.trim());
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/metrics.md carries the generated counter reference; regenerate it with
+    /// `VECTORLB_UPDATE_DOCS=1 cargo test -p vectorlb-daemon`.
+    #[test]
+    fn docs_list_every_counter() {
+        const BEGIN: &str = "<!-- BEGIN generated: counters -->\n";
+        const END: &str = "<!-- END generated: counters -->";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md");
+        let text = std::fs::read_to_string(path).expect("docs/metrics.md");
+        let (a, rest) = text.split_once(BEGIN).expect("begin marker");
+        let (_, b) = rest.split_once(END).expect("end marker");
+        let want = format!("{a}{BEGIN}{}{END}{b}", counters_markdown());
+        if std::env::var_os("VECTORLB_UPDATE_DOCS").is_some() {
+            std::fs::write(path, &want).unwrap();
+        }
+        assert_eq!(text, want, "docs/metrics.md is stale: VECTORLB_UPDATE_DOCS=1 cargo test -p vectorlb-daemon");
+        for r in DropReason::ALL {
+            assert!(text.contains(&format!("`{}`", r.name())));
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The worker loop, written once over the I/O seam (`vectorlb-io`): a worker owns queue `id`
+//! of every port, the consuming end of its hand-off ring and its own session table; it polls,
+//! runs the pipeline over each burst, transmits per port, hands packets that belong to another
+//! worker to that worker's ring, answers ARP / ND for our addresses, and backs off when idle.
+//! DPDK ports and rings, memif ports and the in-memory queues of the tests all plug in here.
+
+use crate::ha::Ha;
+use crate::workers::{Event, IoCounters, WorkerMsg, Workers};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vectorlb_io::{Packet, PacketPool, RxQueue, TxQueue};
+use vectorlb_lb::sync::SyncRecord;
+use vectorlb_lb::{neigh, Verdict, Worker};
+
+/// Packets taken from one queue at a time.
+pub const BURST: usize = 64;
+/// Empty polls before the worker starts sleeping.
+const SPIN_POLLS: u32 = 256;
+/// How often a worker publishes its counters.
+const PUBLISH: Duration = Duration::from_millis(100);
+
+/// One port as a worker sees it: its receive and transmit queue.
+pub struct PortQueues<P: Packet> {
+    pub rx: Box<dyn RxQueue<P>>,
+    pub tx: Box<dyn TxQueue<P>>,
+}
+
+/// Everything a worker moves packets through.
+pub struct WorkerIo<P: Packet> {
+    /// Indexed like the configuration's ports (the pipeline's `Verdict::Tx(port)`).
+    pub ports: Vec<PortQueues<P>>,
+    /// Packets other workers hand to this one (replies to its local ports).
+    pub inbox: Option<Box<dyn RxQueue<P>>>,
+    /// The other workers' hand-off rings, indexed by worker (`None` for this one).
+    pub peers: Vec<Option<Box<dyn TxQueue<P>>>>,
+    /// Buffers for frames the worker builds (ARP / ND requests, announcements).
+    pub pool: Arc<dyn PacketPool<P>>,
+}
+
+/// What a worker shares with the rest of the daemon.
+pub struct WorkerShared {
+    pub workers: Arc<Workers>,
+    pub ha: Arc<Ha>,
+    pub stop: Arc<AtomicBool>,
+    /// Longest sleep of an idle worker, microseconds (0: busy-poll).
+    pub idle_sleep_us: u32,
+    /// Where changed sessions go for synchronisation (HA), when configured.
+    pub changes: Option<Sender<Vec<(u8, SyncRecord)>>>,
+    /// Installs of synced sessions are counted here, when configured.
+    pub sync: Option<Arc<crate::sync::Sync>>,
+}
+
+pub struct WorkerLoop<P: Packet> {
+    pub id: u16,
+    io: WorkerIo<P>,
+    worker: Worker,
+    shared: WorkerShared,
+    msgs: Receiver<WorkerMsg>,
+    events: Sender<Event>,
+    counters: IoCounters,
+    /// Per-round scratch, kept to avoid allocating on the packet path.
+    rx: Vec<P>,
+    verdicts: Vec<Verdict>,
+    txq: Vec<Vec<P>>,
+    handoff: Vec<Vec<P>>,
+    free: Vec<P>,
+    changed: Vec<SyncRecord>,
+}
+
+impl<P: Packet> WorkerLoop<P> {
+    pub fn new(id: u16, io: WorkerIo<P>, worker: Worker, shared: WorkerShared, msgs: Receiver<WorkerMsg>, events: Sender<Event>) -> Self {
+        let txq = io.ports.iter().map(|_| Vec::with_capacity(BURST * 2)).collect();
+        let handoff = io.peers.iter().map(|_| Vec::new()).collect();
+        WorkerLoop {
+            id,
+            io,
+            worker,
+            shared,
+            msgs,
+            events,
+            counters: IoCounters::default(),
+            rx: Vec::with_capacity(BURST),
+            verdicts: vec![Verdict::Kernel; BURST],
+            txq,
+            handoff,
+            free: Vec::with_capacity(BURST * 2),
+            changed: Vec::new(),
+        }
+    }
+
+    /// The pipeline worker (its table and counters).
+    pub fn worker(&self) -> &Worker {
+        &self.worker
+    }
+
+    pub fn counters(&self) -> &IoCounters {
+        &self.counters
+    }
+
+    /// Runs until the stop flag is set, then sends what is queued and publishes its counters.
+    pub fn run(mut self) {
+        let mut empty_polls = 0u32;
+        let mut last_publish = Instant::now();
+        let max_sleep = self.shared.idle_sleep_us;
+        self.worker.table.prefault_index();
+        self.worker.track_changes(self.shared.changes.is_some());
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            let now = self.shared.workers.now_ms();
+            let got = self.poll(now);
+            if got > 0 {
+                empty_polls = 0;
+            } else {
+                self.worker.idle(now, 256);
+                self.messages();
+                empty_polls = empty_polls.saturating_add(1);
+                if empty_polls > SPIN_POLLS && max_sleep > 0 {
+                    // Back off: 8, 16, ... microseconds up to the configured bound.
+                    let k = ((empty_polls - SPIN_POLLS) / 64).min(6);
+                    let us = (8u32 << k).min(max_sleep);
+                    self.counters.idle_sleeps += 1;
+                    std::thread::sleep(Duration::from_micros(us as u64));
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            if self.counters.polls & 1023 == 0 || got == 0 {
+                if got > 0 {
+                    self.messages();
+                }
+                if last_publish.elapsed() >= PUBLISH {
+                    last_publish = Instant::now();
+                    self.publish();
+                }
+            }
+        }
+        self.flush();
+        self.publish();
+    }
+
+    fn publish(&self) {
+        self.shared.workers.publish(self.id as usize, &self.worker, &self.counters);
+    }
+
+    /// One round: the hand-off inbox, then every port; transmits what the pipeline decided.
+    /// Returns how many packets were received. Public for tests that drive the loop by hand.
+    pub fn poll(&mut self, now: u32) -> usize {
+        let mut got = 0;
+        let mut rx = std::mem::take(&mut self.rx);
+        if let Some(inbox) = &mut self.io.inbox {
+            if inbox.recv(&mut rx, BURST) > 0 {
+                got += rx.len();
+                self.burst(&mut rx, None, now);
+            }
+        }
+        for p in 0..self.io.ports.len() {
+            if self.io.ports[p].rx.recv(&mut rx, BURST) > 0 {
+                got += rx.len();
+                self.burst(&mut rx, Some(p as u16), now);
+            }
+        }
+        self.rx = rx;
+        if self.worker.has_changes() {
+            self.worker.take_changes(now, &mut self.changed);
+            if let Some(tx) = &self.shared.changes {
+                if !self.changed.is_empty() {
+                    let _ = tx.send(self.changed.drain(..).map(|r| (self.id as u8, r)).collect());
+                }
+            }
+            self.changed.clear();
+        }
+        self.flush();
+        self.counters.polls += 1;
+        got
+    }
+
+    /// Sends every queued packet; what a queue does not take is dropped and counted.
+    fn flush(&mut self) {
+        for (p, list) in self.txq.iter_mut().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            self.io.ports[p].tx.send(list);
+            if !list.is_empty() {
+                self.counters.tx_full += list.len() as u64;
+                P::free_all(list);
+            }
+        }
+        for (w, list) in self.handoff.iter_mut().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            let n = match &mut self.io.peers[w] {
+                Some(ring) => ring.send(list),
+                None => 0,
+            };
+            self.counters.handed_off += n as u64;
+            if !list.is_empty() {
+                self.counters.handoff_full += list.len() as u64;
+                P::free_all(list);
+            }
+        }
+        P::free_all(&mut self.free);
+    }
+
+    /// Runs one burst through the pipeline and sorts it by verdict. `port` is the port it
+    /// came from (`None`: the hand-off inbox).
+    fn burst(&mut self, rx: &mut Vec<P>, port: Option<u16>, now: u32) {
+        // Chained (multi-segment) frames are not handled: drop and count them.
+        let before = rx.len();
+        rx.retain(|m| m.segments() == 1);
+        self.counters.multi_segment += (before - rx.len()) as u64;
+        let n = rx.len();
+        self.worker.process(&mut rx[..], &mut self.verdicts[..n], now);
+        if self.worker.has_unresolved() {
+            for (ip, port) in self.worker.take_unresolved() {
+                let _ = self.events.send(Event::Resolve { ip, port });
+            }
+        }
+        for (i, m) in rx.drain(..).enumerate() {
+            match self.verdicts[i] {
+                Verdict::Tx(p) if (p as usize) < self.txq.len() => self.txq[p as usize].push(m),
+                Verdict::Handoff(w) if self.io.peers.get(w as usize).is_some_and(Option::is_some) => self.handoff[w as usize].push(m),
+                Verdict::Kernel => match port {
+                    Some(port) => self.neighbour(m, port),
+                    None => {
+                        self.counters.not_ours += 1;
+                        self.free.push(m);
+                    }
+                },
+                Verdict::Handoff(_) => {
+                    // No ring to that worker (it does not exist): as good as a full one.
+                    self.counters.handoff_full += 1;
+                    self.free.push(m);
+                }
+                Verdict::Tx(_) | Verdict::Drop(_) => self.free.push(m),
+            }
+        }
+    }
+
+    /// A frame for the host: ARP and ND for our addresses are answered here.
+    fn neighbour(&mut self, mut m: P, port: u16) {
+        let snap = self.worker.snapshot().clone();
+        let out = neigh::handle(&mut m, &snap, port, self.shared.ha.answers_floating());
+        if let Some((ip, mac)) = out.learned {
+            // Learn first, answer after: the control thread publishes the neighbour, then
+            // sends our reply, so the asker's first packet (sent as soon as it has our
+            // answer) finds its way back.
+            let reply = out.reply.then(|| m.data().to_vec());
+            let _ = self.events.send(Event::Learned { ip, mac, port, reply });
+            self.free.push(m);
+            return;
+        }
+        if out.reply && (port as usize) < self.txq.len() {
+            self.counters.neighbour_replies += 1;
+            self.txq[port as usize].push(m);
+        } else {
+            if !out.neighbour {
+                self.counters.not_ours += 1;
+            }
+            self.free.push(m);
+        }
+    }
+
+    /// Answers what the rest of the daemon asked (between bursts).
+    fn messages(&mut self) {
+        while let Ok(msg) = self.msgs.try_recv() {
+            match msg {
+                WorkerMsg::Send { port, frame } => match self.io.pool.alloc_frame(port, &frame) {
+                    Some(m) if (port as usize) < self.txq.len() => self.txq[port as usize].push(m),
+                    _ => self.counters.send_failed += 1,
+                },
+                WorkerMsg::Install(records) => {
+                    let now = self.shared.workers.now_ms();
+                    for r in &records {
+                        let res = self.worker.install(r, now);
+                        if let Some(sy) = &self.shared.sync {
+                            sy.stats.count_install(res);
+                        }
+                    }
+                }
+                WorkerMsg::Export { v6, start, limit, reply } => {
+                    let mut out = Vec::new();
+                    let next = self.worker.export(v6, start, limit, self.shared.workers.now_ms(), &mut out);
+                    let _ = reply.send((out, next));
+                }
+                WorkerMsg::Sessions { start, limit, v6, reply } => {
+                    let _ = reply.send(crate::sessions::page(&self.worker, start, limit, v6, self.shared.workers.now_ms()));
+                }
+            }
+        }
+        self.flush();
+    }
+}

@@ -1,0 +1,80 @@
+//! The I/O seam between a worker loop and whatever moves its packets.
+//!
+//! A worker owns, for every port it serves, one [`RxQueue`] and one [`TxQueue`]; the handles
+//! are neither `Copy` nor `Clone`, and are `Send` but not `Sync`, so the type system (not a
+//! comment) keeps each hardware or software queue on the one thread that owns it. Packets are
+//! owned values of a type implementing [`Packet`]: dropping one returns it to its pool, so an
+//! early return or a panic cannot leak buffers. Each packet carries its [`PacketMeta`] (port,
+//! queue, hash, class).
+//!
+//! Implementations: DPDK ethdev queues and rings (`vectorlb-dpdk`), the in-memory queues of
+//! [`mem`] (tests, replay, benchmarks), and the memif port. The worker loop is written once,
+//! over these traits (`vectorlb-daemon`).
+
+pub mod buf;
+pub mod mem;
+
+pub use buf::{HeapBuf, PacketBuf, DEFAULT_HEADROOM, DEFAULT_ROOM};
+
+/// What a packet knows about where it came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PacketMeta {
+    /// The port it was received on (an index into the worker's ports).
+    pub port: u16,
+    /// The receive queue of that port.
+    pub queue: u16,
+    /// The receive hash the port computed (RSS), 0 when it computes none.
+    pub hash: u32,
+    /// A traffic class set by early classification (0: the default class).
+    pub class: u8,
+}
+
+/// An owned packet buffer. Dropping it gives the buffer back to its pool.
+pub trait Packet: PacketBuf + Send + Sized {
+    fn meta(&self) -> PacketMeta;
+    fn set_meta(&mut self, meta: PacketMeta);
+    /// Buffers in the chain; 1 when the whole frame is in [`PacketBuf::data`].
+    fn segments(&self) -> u16 {
+        1
+    }
+    /// Frees every packet in `pkts` (drivers free a burst faster than one by one); empties it.
+    fn free_all(pkts: &mut Vec<Self>) {
+        pkts.clear();
+    }
+}
+
+/// A receive queue, owned by one worker.
+pub trait RxQueue<P: Packet>: Send {
+    /// Appends up to `max` received packets to `out`; returns how many.
+    fn recv(&mut self, out: &mut Vec<P>, max: usize) -> usize;
+}
+
+/// A transmit queue, owned by one worker (or, for a hand-off ring, one of its producers).
+pub trait TxQueue<P: Packet>: Send {
+    /// Sends packets from the front of `pkts` and removes the ones sent; returns how many.
+    /// Those left in `pkts` were not taken (the queue is full) and still belong to the caller.
+    fn send(&mut self, pkts: &mut Vec<P>) -> usize;
+}
+
+/// Where a worker gets buffers for frames it builds itself (ARP and ND requests).
+pub trait PacketPool<P: Packet>: Send + Sync {
+    /// A packet holding a copy of `frame`, to leave on `port`; `None` when the pool is empty
+    /// or the frame does not fit a buffer.
+    fn alloc_frame(&self, port: u16, frame: &[u8]) -> Option<P>;
+}
+
+/// Hints that the cache line at `p` will be read soon. Never faults, whatever the address.
+#[inline(always)]
+pub fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it never faults and has no effect on memory contents.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Makes a type `!Sync` while leaving it `Send`: a queue handle may move to its worker's
+/// thread but never be shared between threads.
+pub type NotSync = std::marker::PhantomData<std::cell::Cell<()>>;

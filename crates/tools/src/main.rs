@@ -1,0 +1,46 @@
+//! `vectorlb-tools`: the test and benchmark tools (see the crate's documentation).
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+use vectorlb_tools::{gen, probe};
+
+#[derive(Parser)]
+#[command(name = "vectorlb-tools", version, about = "vectorlb's test and benchmark tools (not for production hosts)")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Test clients and servers for the demo and the end-to-end tests.
+    #[command(subcommand)]
+    Probe(probe::ProbeCmd),
+    /// Traffic generator on DPDK ports: UDP or TCP flows at a rate; loss, reordering, latency.
+    Gen(gen::GenArgs),
+    /// RFC 2544 throughput per frame size: MAX, NDR (no loss) and PDR, by binary search.
+    Rfc2544(gen::Rfc2544Args),
+}
+
+fn main() -> ExitCode {
+    // SAFETY: setting a signal disposition before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let r = match Cli::parse().cmd {
+        Cmd::Probe(p) => probe::run(&p),
+        Cmd::Gen(a) => gen::run(&a).map(|r| {
+            if a.json {
+                println!("{r}");
+            } else {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            }
+        }),
+        Cmd::Rfc2544(a) => gen::rfc2544(&a).map(|rs| rs.iter().for_each(|r| println!("{r}"))),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vectorlb-tools: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
