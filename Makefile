@@ -75,7 +75,8 @@ bench-wrk: build
 # High availability: two LB nodes with keepalived, session sync, SIGKILL of the active one
 # (root). Last line: HA OK survived=<n>/100 failover_ms=<ms>.
 test-ha: setup
-	$(CARGO) test -p vectorlb --test ha -- --test-threads=1 --nocapture 2>&1 | tee $(OUT).ha.log; test $${PIPESTATUS[0]} -eq 0
+	$(CARGO) build --bins
+	$(CARGO) test -p vectorlb-testkit --test ha -- --test-threads=1 --nocapture 2>&1 | tee $(OUT).ha.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^HA OK" $(OUT).ha.log | tail -1; rm -f $(OUT).ha.log
 
 # Reduced benchmark suite (< 3 min): last line one JSON object with lb_mpps, testpmd_mpps,
@@ -91,7 +92,8 @@ bench-cps-peers: build
 
 # Only the end-to-end suite (root; network namespaces, AF_XDP, nginx).
 test-e2e: setup
-	$(CARGO) test -p vectorlb --test e2e -- --test-threads=1
+	$(CARGO) build --bins
+	$(CARGO) test -p vectorlb-testkit --test e2e -- --test-threads=1
 
 clean:
 	$(CARGO) clean

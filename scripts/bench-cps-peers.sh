@@ -6,7 +6,7 @@
 #             mode), source NAT to the LB's inner address (full NAT, like vectorlb's)
 #   haproxy   TCP mode, roundrobin
 #   nginx     stream module, round robin
-# The client opens a new connection per HTTP/1.0 GET (`vectorlb probe http`, the page is one
+# The client opens a new connection per HTTP/1.0 GET (`vectorlb-tools probe http`, the page is one
 # line) for SECONDS, CONCURRENCY at a time. One JSON line per peer on stdout.
 #   scripts/bench-cps-peers.sh [SECONDS] [CONCURRENCY]
 # Environment: CPS_PEERS (default "vectorlb nftables haproxy nginx_stream") picks the peers
@@ -89,7 +89,7 @@ measure() {
     read -r c0 i0 < <(cpu_ticks)
     p0=$(proc_ticks "$@")
     t0=$(date +%s.%N)
-    r=$(ip netns exec "$P-cl" "$BIN" probe http --url http://10.0.0.100/ --duration-s "$SECONDS_" --concurrency "$CONC" --timeout-ms 2000 --json || true)
+    r=$(ip netns exec "$P-cl" "$TOOLS" probe http --url http://10.0.0.100/ --duration-s "$SECONDS_" --concurrency "$CONC" --timeout-ms 2000 --json || true)
     t1=$(date +%s.%N)
     read -r c1 i1 < <(cpu_ticks)
     p1=$(proc_ticks "$@")

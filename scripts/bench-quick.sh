@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench-quick`: a reduced benchmark run (under 3 minutes) whose last line is one JSON
 # object: 64-byte UDP through full NAT with one worker against dpdk-testpmd io-forward on the
-# same AF_XDP ports (both driven by `vectorlb bench gen`), and real-TCP connections per second
+# same AF_XDP ports (both driven by `vectorlb-tools gen`), and real-TCP connections per second
 # through vectorlb, nftables, HAProxy and nginx stream (scripts/bench-cps-peers.sh, 3 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -115,7 +115,7 @@ if rfc:
     sizes = sorted({r["frame_bytes"] for r in rfc})
     lb, tp = by.get("vectorlb", {}), by.get("testpmd", {})
     w("## RFC 2544: vectorlb against dpdk-testpmd on the same AF_XDP ports\n")
-    w("`scripts/bench-rfc2544.sh DUT` (`vectorlb bench rfc2544`): the generator (`vectorlb bench "
+    w("`scripts/bench-rfc2544.sh DUT` (`vectorlb-tools rfc2544`): the generator (`vectorlb-tools "
       "gen`, DPDK on two AF_XDP veth ports in its own namespace, one core) sends UDP over 1,024 "
       "flows into the device under test's two AF_XDP ports and receives what comes out. "
       "**vectorlb**: full NAT to one backend (the generator's second port), one busy-polling "

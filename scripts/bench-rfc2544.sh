@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# RFC 2544 on the generator topology (`vectorlb bench rfc2544`: MAX, NDR and PDR per frame size)
+# RFC 2544 on the generator topology (`vectorlb-tools rfc2544`: MAX, NDR and PDR per frame size)
 # through a device under test on the same two AF_XDP ports:
 #   vectorlb  full NAT of UDP, one busy-polling worker pinned to CPU 1
 #   testpmd   dpdk-testpmd --forward-mode=io (the I/O ceiling)
 # One JSON line per size on stdout, with "dut" added; progress on stderr.
 #   scripts/bench-rfc2544.sh DUT [SIZES] [TRIAL_SECONDS] [REPEAT] [RESOLUTION] [RETRIES]
-# With GEN_ARGS set (e.g. "--rate 20000 --seconds 1 --proto tcp"), one `vectorlb bench gen`
+# With GEN_ARGS set (e.g. "--rate 20000 --seconds 1 --proto tcp"), one `vectorlb-tools gen`
 # trial with those arguments instead of the search; with PERF_OUT=FILE also, `perf record`
 # samples the device under test's process (cpu-clock, PERF_HZ per second, default 2999) for
 # PERF_SECONDS (default 3) from 1 s into the trial (scripts/bench-profile-io.sh).
@@ -46,11 +46,11 @@ if [ -n "${GEN_ARGS:-}" ]; then
         PERF_PID=$!
     fi
     # shellcheck disable=SC2086
-    ip netns exec "$P-gen" "$BIN" bench gen --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
+    ip netns exec "$P-gen" "$TOOLS" gen --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
         --dst-mac "$E0" $GEN_ARGS --json 2> >(grep -v "^EAL\|^TELEMETRY\|^lib" >&2) | sed -u "s/^{/{\"dut\":\"$DUT\",/"
     [ -z "${PERF_PID:-}" ] || wait "$PERF_PID" || { echo "perf record failed" >&2; exit 1; }
     exit 0
 fi
-ip netns exec "$P-gen" "$BIN" bench rfc2544 --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
+ip netns exec "$P-gen" "$TOOLS" rfc2544 --tx net_af_xdp0,iface=g0 --rx net_af_xdp1,iface=g1 \
     --dst-mac "$E0" --sizes "$SIZES" --trial-seconds "$TRIAL" --repeat "$REPEAT" --resolution "$RES" --retries "$RETRIES" \
     2> >(grep -v "^EAL\|^TELEMETRY" >&2) | sed -u "s/^{/{\"dut\":\"$DUT\",/"

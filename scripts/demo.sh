@@ -72,7 +72,7 @@ say "vectorlb ctl -Ln"
 "$BIN" ctl -Ln
 
 say "$REQUESTS HTTP requests from the client to http://10.0.0.100/ (a new connection each)"
-ip netns exec "$P-cl" "$BIN" probe http --url http://10.0.0.100/ --requests "$REQUESTS" --concurrency 8 --progress \
+ip netns exec "$P-cl" "$TOOLS" probe http --url http://10.0.0.100/ --requests "$REQUESTS" --concurrency 8 --progress \
     | tee "$DIR/result.txt" || true
 
 if [ "${DEMO_WRK:-0}" -gt 0 ]; then

@@ -1,6 +1,7 @@
 # Shared by the demo and benchmark scripts (sourced, not run).
 
 BIN=${BIN:-target/release/vectorlb}
+TOOLS=${TOOLS:-target/release/vectorlb-tools}
 
 # The [runtime] section and the LB's two AF_XDP ports (ext0 10.0.0.1/24, int0 10.1.0.1/24).
 #   lb_base_config DIR [EXTRA_RUNTIME_LINE ...]

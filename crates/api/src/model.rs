@@ -362,13 +362,17 @@ pub struct SyncBulk {
     pub completed: u64,
 }
 
-/// Global counters.
+/// Global counters. Beside the fields listed, the object holds every pipeline counter by name
+/// (`rx`, `tx`, `to_kernel`, `handoff`, `sessions_created`, `icmp_echo_replies`, ...; the list
+/// with their meanings is in docs/metrics.md).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Stats {
     pub uptime_seconds: f64,
     pub generation: u64,
     pub workers: u16,
-    /// The pipeline's counters by name (rx, tx, to_kernel, handoff, sessions_created, ...).
+    /// The pipeline's counters by name (rx, tx, to_kernel, handoff, sessions_created, ...; the
+    /// list is in docs/metrics.md).
+    #[serde(flatten)]
     pub packets: BTreeMap<String, u64>,
     /// Drops by reason (every reason, zero or not).
     pub drops: BTreeMap<String, u64>,

@@ -159,6 +159,8 @@ async fn serve_one(conn: Box<dyn Conn>, router: Router) {
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
         .keep_alive(false)
+        // A client may shut its sending side once the request is out (curl, scripts, tests).
+        .half_close(true)
         .serve_connection(TokioIo::new(conn), service)
         .await;
 }

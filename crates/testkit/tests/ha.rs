@@ -2,9 +2,7 @@
 //! keepalived's notify scripts switch the data plane between MASTER and BACKUP through
 //! `vectorlb ctl --ha-state`, and a track script notices a dead daemon.
 
-mod harness;
-
-use harness::*;
+use vectorlb_testkit::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,20 +20,20 @@ impl Node {
     }
 
     fn ha_state(&self) -> String {
-        match vectorlb::ctl::call(&self.api(), "GET", "/v1/ha", None) {
+        match api_call(&self.api(), "GET", "/v1/ha", None) {
             Ok((200, b)) => serde_json::from_slice::<serde_json::Value>(&b).unwrap()["state"].as_str().unwrap_or("").to_string(),
             _ => "unreachable".into(),
         }
     }
 
     fn sync(&self) -> serde_json::Value {
-        let (_, b) = vectorlb::ctl::call(&self.api(), "GET", "/v1/sync", None).unwrap();
+        let (_, b) = api_call(&self.api(), "GET", "/v1/sync", None).unwrap();
         serde_json::from_slice(&b).unwrap()
     }
 
     fn stats(&self) -> serde_json::Value {
         std::thread::sleep(Duration::from_millis(250));
-        let (_, b) = vectorlb::ctl::call(&self.api(), "GET", "/v1/stats", None).unwrap();
+        let (_, b) = api_call(&self.api(), "GET", "/v1/stats", None).unwrap();
         serde_json::from_slice(&b).unwrap()
     }
 }
@@ -69,7 +67,7 @@ fn lb_config(t: &Topo, dir: &Path, k: u8, group: Option<&str>) -> String {
 }
 
 fn keepalived_config(dir: &Path, k: u8, api: &str) -> String {
-    let ctl = format!("{BIN} ctl --api {api}");
+    let ctl = format!("{} ctl --api {api}", bin());
     let (me, peer, prio) = if k == 1 { ("10.0.0.251", "10.0.0.252", 150) } else { ("10.0.0.252", "10.0.0.251", 100) };
     format!(
         "global_defs {{\n  router_id lb{k}\n  script_user root\n  enable_script_security\n  vrrp_version 3\n}}\n\
@@ -93,7 +91,7 @@ fn start_node_with(t: &Topo, k: u8, group: Option<&str>) -> Node {
     let cfg = dir.join("lb.toml");
     std::fs::write(&cfg, lb_config(t, &dir, k, group)).unwrap();
     let log = std::fs::File::create(dir.join("lb.log")).unwrap();
-    let lb = t.cmd(name, &[BIN, "run", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+    let lb = t.cmd(name, &[bin(), "run", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
     let mut node = Node { name, dir: dir.clone(), lb: Some(lb), keepalived: None };
     let t0 = Instant::now();
     while node.ha_state() == "unreachable" {
@@ -181,7 +179,7 @@ fn hold_connections(t: &Topo) -> std::thread::JoinHandle<serde_json::Value> {
     let ready2 = ready.clone();
     let h = std::thread::spawn(move || {
         let o = Command::new("ip")
-            .args(["netns", "exec", &ns, BIN, "probe", "hold", "--target", "10.0.0.100:9000", "--connections", "100", "--streaming", "50", "--seconds", "8", "--ready-file"])
+            .args(["netns", "exec", &ns, tools(), "probe", "hold", "--target", "10.0.0.100:9000", "--connections", "100", "--streaming", "50", "--seconds", "8", "--ready-file"])
             .arg(&ready2)
             .output()
             .unwrap();
@@ -265,7 +263,7 @@ fn forged_truncated_and_replayed_sync_messages_change_nothing() {
     wait_state(&lb2, "backup", Duration::from_secs(5));
     // The client namespace cannot reach the sync network: send from lb1's host address.
     let inject = |mode: &str, first: u16| {
-        let o = t.run("lb1", &[BIN, "probe", "sync-inject", "--to", "10.1.0.252:7788", "--key", SYNC_KEY, "--mode", mode, "--first-port", &first.to_string()]);
+        let o = t.run("lb1", &[tools(), "probe", "sync-inject", "--to", "10.1.0.252:7788", "--key", SYNC_KEY, "--mode", mode, "--first-port", &first.to_string()]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         std::thread::sleep(Duration::from_millis(300));
         (lb2.sync(), lb2.stats()["sessions"].as_u64().unwrap())

@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::process::Command;
 use std::sync::Mutex;
 
-const BIN: &str = env!("CARGO_BIN_EXE_vectorlb");
+use vectorlb_testkit::{bin, tools};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn kit(dut: &str, args: &[&str], gen_args: Option<&str>) -> Vec<Value> {
@@ -15,7 +15,7 @@ fn kit(dut: &str, args: &[&str], gen_args: Option<&str>) -> Vec<Value> {
     assert!(unsafe { libc::geteuid() } == 0, "the benchmark-kit tests need root (network namespaces, AF_XDP)");
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut c = Command::new("bash");
-    c.arg(repo.join("scripts/bench-rfc2544.sh")).arg(dut).args(args).env("BIN", BIN);
+    c.arg(repo.join("scripts/bench-rfc2544.sh")).arg(dut).args(args).env("BIN", bin()).env("TOOLS", tools());
     if let Some(g) = gen_args {
         c.env("GEN_ARGS", g);
     }
@@ -103,7 +103,7 @@ fn generator_sends_and_receives_jumbo_frames_on_af_packet() {
     let mac = sh(&["ip", "netns", "exec", ns, "cat", "/sys/class/net/jb/address"]);
     let dev = |n: u8, i: &str| format!("net_af_packet{n},iface={i},framesz=16384,blocksz=16384,framecnt=256");
     let out = sh(&[
-        "ip", "netns", "exec", ns, BIN, "bench", "gen", "--tx", &dev(0, "ja"), "--rx", &dev(1, "jb"), "--dst-mac", mac.trim(),
+        "ip", "netns", "exec", ns, tools(), "gen", "--tx", &dev(0, "ja"), "--rx", &dev(1, "jb"), "--dst-mac", mac.trim(),
         "--size", "9000", "--rate", "5000", "--seconds", "0.5", "--json",
     ]);
     let r: Value = serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {out}"));

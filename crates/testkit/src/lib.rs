@@ -1,18 +1,53 @@
-//! The end-to-end harness: a topology in network namespaces (scripts/netns.sh), real servers
-//! (nginx, the echo probes), the daemon, and clients, all torn down on drop.
+//! The test kit: topologies in network namespaces (built by `scripts/netns.sh`, the one
+//! topology builder the tests, the demo and the benchmarks share), real servers (nginx, the
+//! echo probes of `vectorlb-tools`), the daemon, and clients, all torn down on drop. The
+//! end-to-end, HA and benchmark-kit tests in `tests/` use it.
 
-#![allow(dead_code)]
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_vectorlb");
 static SERIAL: Mutex<()> = Mutex::new(());
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A workspace binary built beside the running test (`target/<profile>/NAME`): `cargo test
+/// --workspace` builds them all; run `cargo build --bins` first when testing this crate alone.
+fn binary(name: &str) -> String {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
+    let p = dir.join(name);
+    assert!(p.exists(), "{} is missing: build the workspace's binaries first (cargo build --bins)", p.display());
+    p.display().to_string()
+}
+
+/// The production binary, `vectorlb`.
+pub fn bin() -> &'static str {
+    static P: OnceLock<String> = OnceLock::new();
+    P.get_or_init(|| binary("vectorlb"))
+}
+
+/// The test tools, `vectorlb-tools`.
+pub fn tools() -> &'static str {
+    static P: OnceLock<String> = OnceLock::new();
+    P.get_or_init(|| binary("vectorlb-tools"))
+}
+
+/// One request to a daemon's API (`ADDRESS:PORT` or `unix:PATH`): (status, body).
+pub fn api_call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), vectorlb_client::Error> {
+    let req = vectorlb_client::Request {
+        method: vectorlb_client::Method::from_bytes(method.as_bytes()).expect("an HTTP method"),
+        path: path.to_string(),
+        host: "vectorlb".into(),
+        body: body.map(|b| b.to_string().into_bytes()),
+        content_type: "application/json",
+    };
+    let r = vectorlb_client::request_blocking(&api.parse()?, &req, &vectorlb_client::Options::default())?;
+    Ok((r.status.as_u16(), r.body.to_vec()))
 }
 
 /// Runs a command; panics with its output if it fails.
@@ -139,8 +174,8 @@ impl Topo {
             let n = format!("be{i}");
             let name = format!("be{i}");
             // One dual-stack socket serves both families.
-            self.spawn(&n, &[BIN, "probe", "serve-udp", "--listen", &format!("[::]:{port}"), "--name", &name]);
-            self.spawn(&n, &[BIN, "probe", "serve-tcp", "--listen", &format!("[::]:{port}"), "--name", &name]);
+            self.spawn(&n, &[tools(), "probe", "serve-udp", "--listen", &format!("[::]:{port}"), "--name", &name]);
+            self.spawn(&n, &[tools(), "probe", "serve-tcp", "--listen", &format!("[::]:{port}"), "--name", &name]);
         }
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -152,7 +187,7 @@ impl Topo {
             let name = format!("be{i}");
             for a in addrs {
                 let l = if a.contains(':') { format!("[{a}]:{port}") } else { format!("{a}:{port}") };
-                self.spawn(&n, &[BIN, "probe", "serve-udp", "--listen", &l, "--name", &name]);
+                self.spawn(&n, &[tools(), "probe", "serve-udp", "--listen", &l, "--name", &name]);
             }
         }
         std::thread::sleep(Duration::from_millis(300));
@@ -190,7 +225,7 @@ impl Topo {
         let log = std::fs::File::create(self.dir.join("lb.log")).unwrap();
         let cfg = self.config_path();
         let child = self
-            .cmd("lb", &[BIN, "run", "--config", cfg.to_str().unwrap()])
+            .cmd("lb", &[bin(), "run", "--config", cfg.to_str().unwrap()])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -198,7 +233,7 @@ impl Topo {
         self.lb = Some(child);
         let t = Instant::now();
         loop {
-            if let Ok((200, _)) = vectorlb::ctl::call(&self.api(), "GET", "/v1/health", None) {
+            if let Ok((200, _)) = api_call(&self.api(), "GET", "/v1/health", None) {
                 break;
             }
             if let Some(st) = self.lb.as_mut().unwrap().try_wait().unwrap() {
@@ -250,7 +285,7 @@ impl Topo {
     }
 
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let (s, b) = vectorlb::ctl::call(&self.api(), method, path, body).unwrap();
+        let (s, b) = api_call(&self.api(), method, path, body).unwrap();
         (s, serde_json::from_slice(&b).unwrap_or(Value::Null))
     }
 
@@ -266,9 +301,9 @@ impl Topo {
         self.get("/v1/stats")
     }
 
-    /// `vectorlb probe ...` in the client namespace; returns its JSON line.
+    /// `vectorlb-tools probe ...` in the client namespace; returns its JSON line.
     pub fn probe(&self, args: &[&str]) -> Value {
-        let mut a = vec![BIN, "probe"];
+        let mut a = vec![tools(), "probe"];
         a.extend_from_slice(args);
         let o = self.run("cl", &a);
         let out = stdout(&o);

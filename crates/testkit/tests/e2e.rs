@@ -1,9 +1,7 @@
 //! End-to-end tests: real kernels' TCP/UDP stacks talk through `vectorlb run` on AF_XDP ports
 //! in network namespaces. Run as root (`make test` runs them one at a time).
 
-mod harness;
-
-use harness::*;
+use vectorlb_testkit::*;
 use serde_json::json;
 use std::time::Duration;
 
@@ -95,9 +93,9 @@ fn fnat_tcp_udp_v4_v6() {
     let o = t.run("cl", &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.0.0.50"]);
     assert!(o.status.success(), "the host's own address on the LB's interface: {}", stdout(&o));
     // Metrics per service and backend.
-    let (s, _) = vectorlb::ctl::call(&t.api(), "GET", "/metrics", None).unwrap();
+    let (s, _) = api_call(&t.api(), "GET", "/metrics", None).unwrap();
     assert_eq!(s, 200);
-    let m = String::from_utf8(vectorlb::ctl::call(&t.api(), "GET", "/metrics", None).unwrap().1).unwrap();
+    let m = String::from_utf8(api_call(&t.api(), "GET", "/metrics", None).unwrap().1).unwrap();
     for want in [
         "vectorlb_backend_packets_total{vip=\"10.0.0.100\",port=\"80\",proto=\"tcp\",backend=\"10.1.0.11\",backend_port=\"80\"}",
         "vectorlb_service_new_sessions_total{vip=\"2001:db8::100\",port=\"5353\",proto=\"udp\"}",
@@ -234,11 +232,11 @@ fn drain_then_remove_under_load_and_reload() {
     c += &service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80)).replace("local_addrs = [\"10.1.0.200\"]", laddrs);
     t.start_lb(&c);
     let api = t.api();
-    let bin = BIN;
+    let tools = tools();
     let ns = t.ns("cl");
     let load = std::thread::spawn(move || {
         let o = std::process::Command::new("ip")
-            .args(["netns", "exec", &ns, bin, "probe", "http", "--url", "http://10.0.0.100/", "--duration-s", "10", "--concurrency", "4", "--json"])
+            .args(["netns", "exec", &ns, tools, "probe", "http", "--url", "http://10.0.0.100/", "--duration-s", "10", "--concurrency", "4", "--json"])
             .output()
             .unwrap();
         serde_json::from_str::<serde_json::Value>(stdout(&o).lines().last().unwrap_or("{}")).unwrap()
@@ -284,7 +282,7 @@ fn drain_then_remove_under_load_and_reload() {
 
     // ipvsadm-style CLI: a new service with a backend, listed, saved to the file.
     let ctl = |args: &[&str]| {
-        let o = std::process::Command::new(BIN).arg("ctl").arg("--api").arg(&api).args(args).output().unwrap();
+        let o = std::process::Command::new(bin()).arg("ctl").arg("--api").arg(&api).args(args).output().unwrap();
         assert!(o.status.success(), "ctl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
         stdout(&o)
     };
@@ -292,7 +290,7 @@ fn drain_then_remove_under_load_and_reload() {
     ctl(&["-a", "-t", "10.0.0.100:8080", "-r", "10.1.0.12:80", "-w", "3"]);
     let list = ctl(&["-Ln"]);
     assert!(list.contains("TCP  10.0.0.100:8080 wrr fnat") && list.contains("-> 10.1.0.12:80"), "{list}");
-    let o = std::process::Command::new(BIN).args(["ctl", "--api", &api, "-a", "-t", "10.0.0.100:8080", "-r", "10.1.0.12:80"]).output().unwrap();
+    let o = std::process::Command::new(bin()).args(["ctl", "--api", &api, "-a", "-t", "10.0.0.100:8080", "-r", "10.1.0.12:80"]).output().unwrap();
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("409"), "adding it twice is a conflict");
     let r = t.http("http://10.0.0.100:8080/", 20, 2);
     assert_eq!(spread(&r), vec![("be2".into(), 20)], "{r}");
@@ -359,7 +357,7 @@ fn survives_garbage_packets_api_abuse_and_dead_backend() {
         let g = t.probe(&["garbage", "--iface", "cl0", "--dst-mac", &ext_mac, "--src", "2001:db8::2", "--vip", "2001:db8::100", "--count", "3000", "--seed", &seed.to_string()]);
         assert!(g["garbage_frames_sent"].as_u64().unwrap() > 2000, "{g}");
     }
-    let o = t.run("be1", &[BIN, "probe", "garbage", "--iface", "eth0", "--dst-mac", &int_mac, "--src", "10.1.0.11", "--vip", "10.1.0.200", "--count", "3000"]);
+    let o = t.run("be1", &[tools(), "probe", "garbage", "--iface", "eth0", "--dst-mac", &int_mac, "--src", "10.1.0.11", "--vip", "10.1.0.200", "--count", "3000"]);
     assert!(o.status.success());
     std::thread::sleep(Duration::from_millis(300));
     assert!(t.lb_alive(), "the LB survived malformed packets:\n{}", t.lb_log());
@@ -482,7 +480,7 @@ fn clear_errors_for_a_missing_interface_and_a_port_in_use() {
     t.start_lb(&c);
     let second = t.dir.join("second.toml");
     std::fs::write(&second, c.replace("api.sock", "api2.sock")).unwrap();
-    let o = t.run("lb", &[BIN, "run", "--config", second.to_str().unwrap()]);
+    let o = t.run("lb", &[bin(), "run", "--config", second.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.lines().any(|l| l.starts_with("vectorlb: ports[0] (ext): ") && l.contains("XDP program already attached")), "{err}");
@@ -491,7 +489,7 @@ fn clear_errors_for_a_missing_interface_and_a_port_in_use() {
     // An interface that does not exist.
     let bad = t.dir.join("bad.toml");
     std::fs::write(&bad, c.replace("iface=ext0", "iface=nosuch0")).unwrap();
-    let o = t.run("lb", &[BIN, "run", "--config", bad.to_str().unwrap()]);
+    let o = t.run("lb", &[bin(), "run", "--config", bad.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.lines().any(|l| l.starts_with("vectorlb: ports[0] (ext): device 'net_af_xdp0' did not become a DPDK port")), "{err}");
@@ -566,7 +564,7 @@ fn health_checks_take_a_failed_backend_out_and_bring_it_back() {
     let r = t.http("http://10.0.0.100/", 300, 4);
     assert_eq!(r["errors"], 0, "no request reaches the dead backend: {r}");
     assert!(!spread(&r).iter().any(|(n, _)| n == "be2"), "{r}");
-    let m = String::from_utf8(vectorlb::ctl::call(&t.api(), "GET", "/metrics", None).unwrap().1).unwrap();
+    let m = String::from_utf8(api_call(&t.api(), "GET", "/metrics", None).unwrap().1).unwrap();
     assert!(m.contains("vectorlb_backend_up{vip=\"10.0.0.100\",port=\"80\",proto=\"tcp\",backend=\"10.1.0.12\",backend_port=\"80\"} 0"), "{m}");
 
     // It comes back: within rise x interval it is up and serves again.
