@@ -107,7 +107,8 @@ pub fn render(d: &Daemon) -> String {
     per_service(&mut o, "vectorlb_service_new_sessions_total", "counter", "Sessions created per service.", &|x| x.2.new_sessions.to_string());
     per_service(&mut o, "vectorlb_service_new_sessions_per_second", "gauge", "Sessions created per service over the last second.", &|x| d.workers.rate(x.1).to_string());
 
-    let mut be_lines = Vec::new();
+    type Be = (String, vectorlb_lb::verdict::BackendCounters, u32, u32);
+    let mut be_lines: Vec<Be> = Vec::new();
     for (l, id, _, s) in &svc_lines {
         for b in &s.backends {
             let Some(x) = snap.backends().find(|x| x.svc == *id && x.addr == b.addr && x.port == b.port) else { continue };
@@ -116,7 +117,7 @@ pub fn render(d: &Daemon) -> String {
             be_lines.push((bl, c.backends.get(slot).copied().unwrap_or_default(), t.active.get(slot).copied().unwrap_or(0), b.weight));
         }
     }
-    let per_backend = |o: &mut String, name: &str, kind: &str, help: &str, f: &dyn Fn(&(String, vectorlb_lb::verdict::BackendCounters, u32, u32)) -> String| {
+    let per_backend = |o: &mut String, name: &str, kind: &str, help: &str, f: &dyn Fn(&Be) -> String| {
         head(o, name, kind, help);
         for x in &be_lines {
             let _ = writeln!(o, "{name}{{{}}} {}", x.0, f(x));
@@ -194,9 +195,9 @@ pub fn counters_markdown() -> String {
         let _ = writeln!(o, "| `{}` | {} |", r.name(), r.help());
     }
     for (n, h) in IoCounters::NAMES.iter().zip(IoCounters::HELP).filter(|(n, _)| IO_DROPS.contains(n)) {
-        let _ = writeln!(o, "| `{n}` | {} (worker loop) |", h.trim().trim_end_matches('.').to_string() + ".");
+        let _ = writeln!(o, "| `{n}` | Worker loop: {} |", h.trim());
     }
-    o.push_str("\n### Pipeline counters (`vectorlb_<name>_total`, `packets` in `GET /v1/stats`)\n\n| name | meaning |\n|---|---|\n");
+    o.push_str("\n### Pipeline counters (`vectorlb_<name>_total`, the top level of `GET /v1/stats`)\n\n| name | meaning |\n|---|---|\n");
     for (n, h) in Events::NAMES.iter().zip(Events::HELP) {
         let _ = writeln!(o, "| `{n}` | {} |", h.trim());
     }
@@ -224,6 +225,7 @@ mod tests {
         let want = format!("{a}{BEGIN}{}{END}{b}", counters_markdown());
         if std::env::var_os("VECTORLB_UPDATE_DOCS").is_some() {
             std::fs::write(path, &want).unwrap();
+            return;
         }
         assert_eq!(text, want, "docs/metrics.md is stale: VECTORLB_UPDATE_DOCS=1 cargo test -p vectorlb-daemon");
         for r in DropReason::ALL {

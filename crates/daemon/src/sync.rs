@@ -528,7 +528,7 @@ mod tests {
                 cport: 40000 + i,
                 backend: "10.1.0.11".parse().unwrap(),
                 bport: 8080,
-                local: (i % 2 == 0).then(|| ("10.1.0.200".parse().unwrap(), 1024 + i)),
+                local: i.is_multiple_of(2).then(|| ("10.1.0.200".parse().unwrap(), 1024 + i)),
                 state: 3,
                 flags: 0x08,
                 expire_in: 900_000,

@@ -14,9 +14,13 @@ use std::marker::PhantomData;
 /// Implement only for plain-old-data types (integers, arrays and `repr(C)` structs of them).
 pub unsafe trait Zeroable: Copy {}
 
+// SAFETY: every bit pattern, zero included, is a valid unsigned integer.
 unsafe impl Zeroable for u8 {}
+// SAFETY: as above.
 unsafe impl Zeroable for u16 {}
+// SAFETY: as above.
 unsafe impl Zeroable for u32 {}
+// SAFETY: as above.
 unsafe impl Zeroable for u64 {}
 
 pub struct MmapArray<T: Zeroable> {

@@ -9,7 +9,6 @@
 use crate::hash::{FxHashMap, FxHashSet};
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
-use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -166,19 +165,31 @@ pub struct LbSpec {
     pub icmp_rate: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+/// Why a service model cannot be built. Messages name the port, route, service or SNAT rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A limit of the model (services, backends, local addresses).
+    #[error("{0}")]
+    Limit(String),
+    /// Something that does not apply; `what` names it (`service tcp 10.0.0.100:80`, ...).
+    #[error("{what}: {problem}")]
+    Invalid { what: String, problem: String },
+    /// The scheduler refused its backends (a Maglev table too small, not prime, ...).
+    #[error("{service}: {source}")]
+    Scheduler { service: String, source: vectorlb_sched::SchedError },
+}
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+impl ConfigError {
+    fn from_message(m: String) -> ConfigError {
+        match m.split_once(": ") {
+            Some((what, problem)) => ConfigError::Invalid { what: what.to_string(), problem: problem.to_string() },
+            None => ConfigError::Limit(m),
+        }
     }
 }
 
-impl std::error::Error for ConfigError {}
-
 macro_rules! bail {
-    ($($t:tt)*) => { return Err(ConfigError(format!($($t)*))) };
+    ($($t:tt)*) => { return Err(ConfigError::from_message(format!($($t)*))) };
 }
 
 /// Where a packet leaves: port, addresses to write in the Ethernet header.
@@ -597,7 +608,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         let id = reg.laddr_id(key(a))?;
         let d = snap.dsts.entry(key(a)).or_default();
         if d.vip {
-            return Err(ConfigError(format!("local address {a} is also a VIP")));
+            bail!("local address {a}: it is also a VIP");
         }
         d.laddr = Some(id);
         if snap.laddrs.len() <= id as usize {
@@ -677,7 +688,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             ids.push(bid);
             targets.push(Target { weight: b.weight, key: crate::hash::mix64(key(b.addr) as u64 ^ ((key(b.addr) >> 64) as u64) ^ b.port as u64) });
         }
-        let sched = Scheduler::new(s.scheduler, &targets).map_err(|e| ConfigError(format!("{name}: {e}")))?;
+        let sched = Scheduler::new(s.scheduler, &targets).map_err(|source| ConfigError::Scheduler { service: name.clone(), source })?;
         let mut laddrs = Vec::new();
         if s.mode == Mode::Fnat {
             for &l in &s.local_addrs {

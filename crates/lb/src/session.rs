@@ -101,8 +101,9 @@ pub struct Session<A> {
     pub flags: u8,
 }
 
-// SAFETY: repr(C) structs of integers and byte arrays.
+// SAFETY: repr(C) structs of integers and byte arrays: all zeroes is a valid value.
 unsafe impl Zeroable for Session<[u8; 4]> {}
+// SAFETY: as above.
 unsafe impl Zeroable for Session<[u8; 16]> {}
 
 pub type SessionV4 = Session<[u8; 4]>;

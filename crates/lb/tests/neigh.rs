@@ -77,6 +77,7 @@ fn ignores_arp_for_others_and_does_not_learn_off_link() {
 }
 
 /// An NS or NA: Ethernet + IPv6 + ICMPv6 with one link-layer address option.
+#[allow(clippy::too_many_arguments)]
 fn nd(t: u8, flags: u8, eth_dst: [u8; 6], eth_src: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, target: Ipv6Addr, opt: u8, mac: [u8; 6]) -> Vec<u8> {
     let mut icmp = vec![t, 0, 0, 0, flags, 0, 0, 0];
     icmp.extend_from_slice(&target.octets());

@@ -22,24 +22,15 @@ pub mod udp;
 pub use parse::{parse_frame, Family, Frag, FrameInfo};
 
 /// Why a buffer could not be read as the header asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// The buffer ends before the header (or a length field) says it should.
+    #[error("packet truncated")]
     Truncated,
     /// A field holds a value the header does not allow (version, header length, option length).
+    #[error("malformed header")]
     Malformed,
 }
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Truncated => f.write_str("packet truncated"),
-            Error::Malformed => f.write_str("malformed header"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
 

@@ -13,41 +13,29 @@ pub const MAX_SNAPLEN: u32 = 262_144;
 const MAGIC_MICRO: u32 = 0xa1b2_c3d4;
 const MAGIC_NANO: u32 = 0xa1b2_3c4d;
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
-    Io(io::Error),
+    #[error(transparent)]
+    Io(#[from] io::Error),
     /// Not a pcap file (bad magic), or pcapng, which is not supported.
+    #[error("{}", bad_magic(*.0))]
     BadMagic(u32),
     /// A link type other than Ethernet.
+    #[error("link type {0} is not supported (only Ethernet, 1)")]
     LinkType(u32),
     /// A record whose captured length is larger than the limit or its original length.
+    #[error("record {index}: captured length {caplen} is invalid (limit {MAX_SNAPLEN})")]
     BadRecord { index: u64, caplen: u32 },
     /// The file ends inside a header or record.
+    #[error("file ends inside record {index}")]
     Truncated { index: u64 },
 }
 
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Io(e) => write!(f, "{e}"),
-            Error::BadMagic(m) if *m == 0x0a0d0d0a => {
-                write!(f, "this is a pcapng file; convert it with `editcap -F pcap IN OUT`")
-            }
-            Error::BadMagic(m) => write!(f, "not a pcap file (magic {m:#010x})"),
-            Error::LinkType(t) => write!(f, "link type {t} is not supported (only Ethernet, 1)"),
-            Error::BadRecord { index, caplen } => {
-                write!(f, "record {index}: captured length {caplen} is invalid (limit {MAX_SNAPLEN})")
-            }
-            Error::Truncated { index } => write!(f, "file ends inside record {index}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<io::Error> for Error {
-    fn from(e: io::Error) -> Self {
-        Error::Io(e)
+fn bad_magic(m: u32) -> String {
+    if m == 0x0a0d0d0a {
+        "this is a pcapng file; convert it with `editcap -F pcap IN OUT`".into()
+    } else {
+        format!("not a pcap file (magic {m:#010x})")
     }
 }
 

@@ -9,7 +9,6 @@
 //! Weight 0 drains a backend: it is never picked for a new session, while the sessions it has
 //! continue (they are found in the session table, not scheduled again).
 
-use std::fmt;
 
 /// Default Maglev lookup-table size (prime, as in the Maglev paper and Katran).
 pub const MAGLEV_DEFAULT_SIZE: u32 = 65537;
@@ -56,29 +55,16 @@ impl Algorithm {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchedError {
+    #[error("maglev table size {0} is not prime (try 65537)")]
     TableSizeNotPrime(u32),
+    #[error("maglev table size {0} is out of range (3..={MAGLEV_MAX_SIZE})")]
     TableSizeOutOfRange(u32),
     /// More backends than the table has entries.
+    #[error("{backends} backends do not fit a maglev table of {table_size}; use a larger prime")]
     TooManyBackends { backends: usize, table_size: u32 },
 }
-
-impl fmt::Display for SchedError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SchedError::TableSizeNotPrime(n) => write!(f, "maglev table size {n} is not prime (try 65537)"),
-            SchedError::TableSizeOutOfRange(n) => {
-                write!(f, "maglev table size {n} is out of range (3..={MAGLEV_MAX_SIZE})")
-            }
-            SchedError::TooManyBackends { backends, table_size } => {
-                write!(f, "{backends} backends do not fit a maglev table of {table_size}; use a larger prime")
-            }
-        }
-    }
-}
-
-impl std::error::Error for SchedError {}
 
 /// What the scheduler knows of a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

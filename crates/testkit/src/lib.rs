@@ -25,6 +25,12 @@ fn binary(name: &str) -> String {
     p.display().to_string()
 }
 
+/// Whether this process runs as root (network namespaces and AF_XDP need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// The production binary, `vectorlb`.
 pub fn bin() -> &'static str {
     static P: OnceLock<String> = OnceLock::new();
@@ -83,7 +89,7 @@ pub struct Topo {
 impl Topo {
     pub fn new(p: &str, shape: Shape, backend_mtu: u16) -> Topo {
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        assert!(unsafe { libc::geteuid() } == 0, "the end-to-end tests need root (network namespaces, AF_XDP)");
+        assert!(is_root(), "the end-to-end tests need root (network namespaces, AF_XDP)");
         let dir = std::env::temp_dir().join(format!("vectorlb-e2e-{p}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();

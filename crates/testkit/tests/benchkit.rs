@@ -12,7 +12,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn kit(dut: &str, args: &[&str], gen_args: Option<&str>) -> Vec<Value> {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    assert!(unsafe { libc::geteuid() } == 0, "the benchmark-kit tests need root (network namespaces, AF_XDP)");
+    assert!(vectorlb_testkit::is_root(), "the benchmark-kit tests need root (network namespaces, AF_XDP)");
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut c = Command::new("bash");
     c.arg(repo.join("scripts/bench-rfc2544.sh")).arg(dut).args(args).env("BIN", bin()).env("TOOLS", tools());
@@ -80,7 +80,7 @@ fn generator_sends_and_receives_jumbo_frames_on_af_packet() {
     // the generator's largest frames (9000 bytes without FCS), sent on one end, received on the
     // other.
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    assert!(unsafe { libc::geteuid() } == 0, "needs root (network namespaces)");
+    assert!(vectorlb_testkit::is_root(), "needs root (network namespaces)");
     let ns = "vlbjumbo";
     let sh = |args: &[&str]| {
         let o = Command::new(args[0]).args(&args[1..]).output().expect("spawn");

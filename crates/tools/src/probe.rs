@@ -183,7 +183,7 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
 
 fn bar(done: usize, total: usize, errors: usize) {
     let w = 40;
-    let f = if total == 0 { w } else { done * w / total };
+    let f = (done * w).checked_div(total).unwrap_or(w);
     eprint!("\r  [{}{}] {done}/{total} requests, {errors} errors ", "#".repeat(f), ".".repeat(w - f));
     let _ = std::io::stderr().flush();
 }
@@ -393,18 +393,15 @@ fn udp(a: &UdpArgs) -> Result<(), ToolError> {
                 }
                 Err(e) => return Err(ToolError::Io { context: "send".into(), source: e }),
             }
-            match s.recv(&mut buf) {
-                Ok(n) => {
-                    received += 1;
-                    let name = String::from_utf8_lossy(&buf[..n]).split(' ').next().unwrap_or("").to_string();
-                    match &first {
-                        None => first = Some(name.clone()),
-                        Some(x) if *x != name => switched += 1,
-                        _ => {}
-                    }
-                    *spread.entry(name).or_default() += 1;
+            if let Ok(n) = s.recv(&mut buf) {
+                received += 1;
+                let name = String::from_utf8_lossy(&buf[..n]).split(' ').next().unwrap_or("").to_string();
+                match &first {
+                    None => first = Some(name.clone()),
+                    Some(x) if *x != name => switched += 1,
+                    _ => {}
                 }
-                Err(_) => {}
+                *spread.entry(name).or_default() += 1;
             }
             if a.df {
                 std::thread::sleep(Duration::from_millis(50));
@@ -624,7 +621,9 @@ fn hold(a: &HoldArgs) -> Result<(), ToolError> {
     }
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(a.seconds);
-    let results: Arc<Mutex<Vec<(usize, Result<(), ToolError>, u64)>>> = Arc::new(Mutex::new(Vec::new()));
+    /// (connection, outcome, longest stall in ms)
+    type Outcome = (usize, Result<(), ToolError>, u64);
+    let results: Arc<Mutex<Vec<Outcome>>> = Arc::new(Mutex::new(Vec::new()));
     let mut threads = Vec::new();
     for (i, (mut s, _)) in conns.into_iter().enumerate() {
         let streaming = i < a.streaming;

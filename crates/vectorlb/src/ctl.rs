@@ -297,7 +297,7 @@ fn list(api: &str, stats: bool) -> Result<(), CtlError> {
 fn list_sessions(api: &str) -> Result<(), CtlError> {
     let st = ok(api, "GET", "/v1/stats", None)?;
     let workers = st["workers"].as_u64().unwrap_or(1);
-    println!("{:<5} {:<10} {:<44} {:<44} {:<30} {}", "Pro", "State", "Source", "Virtual", "Destination", "Expires");
+    println!("{:<5} {:<10} {:<44} {:<44} {:<30} Expires", "Pro", "State", "Source", "Virtual", "Destination");
     for w in 0..workers {
         for fam in [4, 6] {
             let mut cursor = Some(0u64);
