@@ -33,6 +33,9 @@ pub enum ApiError {
     /// The daemon failed (500): writing a file, for instance.
     #[error("{0}")]
     Internal(String),
+    /// A body above [`MAX_BODY`] (413).
+    #[error("body: larger than {MAX_BODY} bytes")]
+    TooLarge,
 }
 
 impl ApiError {
@@ -44,6 +47,7 @@ impl ApiError {
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 }
@@ -62,9 +66,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| ApiError::BadRequest(format!("body: {}", e.body_text())))?;
+        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::TooLarge
+            } else {
+                ApiError::BadRequest(format!("body: {}", e.body_text()))
+            }
+        })?;
         parse_body(&bytes).map(JsonBody)
     }
 }

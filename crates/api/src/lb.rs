@@ -236,9 +236,8 @@ async fn get_service(State(lb): Lb, Path((p, vip, port)): Path<(String, String, 
     (status = 404, body = ErrorBody, description = "No such service"),
     (status = 422, body = ErrorBody, description = "The configuration cannot take it; nothing changed"),
 ))]
-async fn edit_service(State(lb): Lb, Path((p, vip, port)): Path<(String, String, String)>, body: axum::body::Bytes) -> Result<Json<Updated>, ApiError> {
+async fn edit_service(State(lb): Lb, Path((p, vip, port)): Path<(String, String, String)>, JsonBody(patch): JsonBody<ServicePatch>) -> Result<Json<Updated>, ApiError> {
     let k = service_key(&p, &vip, &port)?;
-    let patch: ServicePatch = crate::error::parse_body(&body)?;
     check_table(patch.table_size)?;
     call(lb, move |lb| lb.edit_service(k, patch)).await??;
     Ok(Json(Updated { updated: true, weight: None }))
@@ -265,9 +264,8 @@ async fn delete_service(State(lb): Lb, Path((p, vip, port)): Path<(String, Strin
     (status = 409, body = ErrorBody, description = "The backend is in the service already"),
     (status = 422, body = ErrorBody, description = "The configuration cannot take it (a backend of the other family, ...)"),
 ))]
-async fn add_backend(State(lb): Lb, Path((p, vip, port)): Path<(String, String, String)>, body: axum::body::Bytes) -> Result<Response, ApiError> {
+async fn add_backend(State(lb): Lb, Path((p, vip, port)): Path<(String, String, String)>, JsonBody(b): JsonBody<NewBackend>) -> Result<Response, ApiError> {
     let k = service_key(&p, &vip, &port)?;
-    let b: NewBackend = crate::error::parse_body(&body)?;
     check_weight("weight", b.weight)?;
     let created = SocketAddr::new(b.addr, b.port).to_string();
     call(lb, move |lb| lb.add_backend(k, b)).await??;
@@ -284,11 +282,10 @@ async fn add_backend(State(lb): Lb, Path((p, vip, port)): Path<(String, String, 
 async fn edit_backend(
     State(lb): Lb,
     Path((p, vip, port, addr, bport)): Path<(String, String, String, String, String)>,
-    body: axum::body::Bytes,
+    JsonBody(patch): JsonBody<BackendPatch>,
 ) -> Result<Json<Updated>, ApiError> {
     let k = service_key(&p, &vip, &port)?;
     let be = SocketAddr::new(ip_of("backend address", &addr)?, port_of("backend port", &bport)?);
-    let patch: BackendPatch = crate::error::parse_body(&body)?;
     check_weight("weight", patch.weight)?;
     let w = patch.weight;
     call(lb, move |lb| lb.set_weight(k, be, w)).await??;
@@ -404,8 +401,7 @@ async fn ha(State(lb): Lb) -> Result<Json<HaStatus>, ApiError> {
     (status = 200, body = HaChanged),
     (status = 400, body = ErrorBody, description = "The request does not match this document"),
 ))]
-async fn set_ha(State(lb): Lb, body: axum::body::Bytes) -> Result<Json<HaChanged>, ApiError> {
-    let c: HaChange = crate::error::parse_body(&body)?;
+async fn set_ha(State(lb): Lb, JsonBody(c): JsonBody<HaChange>) -> Result<Json<HaChanged>, ApiError> {
     let state = c.state;
     let previous = call(lb, move |lb| lb.set_ha(state)).await?;
     Ok(Json(HaChanged { state, previous }))

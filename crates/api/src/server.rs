@@ -96,7 +96,7 @@ impl Drop for Listener {
 
 /// Serves `router` on `listener` until `stop` resolves.
 pub async fn serve(listener: Listener, router: Router, stop: impl std::future::Future<Output = ()>) {
-    let router = wrap(router);
+    let router = with_conventions(router);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(stop);
     loop {
@@ -166,30 +166,37 @@ async fn serve_one(conn: Box<dyn Conn>, router: Router) {
 }
 
 /// The conventions every API shares: bounded bodies, a trailing slash ignored, JSON for 404 and
-/// 405 (with `Allow`).
-fn wrap(router: Router) -> Router {
-    router
-        .fallback(not_found)
-        .layer(axum::middleware::from_fn(conventions))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+/// 405 (with `Allow`). [`serve`] applies them; tests that drive a router directly do too.
+pub fn with_conventions(router: Router) -> Router {
+    let inner = router.fallback(not_found).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY));
+    // A layer runs after its router has matched the path, so the slash is trimmed by an outer
+    // router that has no routes of its own; the inner router's 405 carries its Allow header by
+    // the time the outer layer sees it.
+    Router::new().fallback_service(inner).layer(axum::middleware::from_fn(json_405)).layer(axum::middleware::from_fn(trim_slash))
 }
 
 async fn not_found(req: Request) -> ApiError {
     ApiError::NotFound(format!("no such endpoint: {} (see /openapi.json)", req.uri().path()))
 }
 
-async fn conventions(mut req: Request, next: Next) -> Response {
+async fn trim_slash(mut req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     if path.len() > 1 && path.ends_with('/') {
         let trimmed = path.trim_end_matches('/');
+        let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
         let pq = match req.uri().query() {
-            Some(q) => format!("{}?{q}", if trimmed.is_empty() { "/" } else { trimmed }),
-            None => (if trimmed.is_empty() { "/" } else { trimmed }).to_string(),
+            Some(q) => format!("{trimmed}?{q}"),
+            None => trimmed.to_string(),
         };
         if let Ok(uri) = pq.parse() {
             *req.uri_mut() = uri;
         }
     }
+    next.run(req).await
+}
+
+async fn json_405(req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
     let method = req.method().clone();
     let res = next.run(req).await;
     if res.status() == StatusCode::METHOD_NOT_ALLOWED {

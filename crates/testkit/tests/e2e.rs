@@ -399,6 +399,10 @@ fn survives_garbage_packets_api_abuse_and_dead_backend() {
         let _ = raw_bytes(&t, junk);
     }
     assert!(t.lb_alive(), "the LB survived API abuse:\n{}", t.lb_log());
+    // The document the daemon serves is the one generated from the code.
+    let generated = std::process::Command::new(bin()).arg("openapi").output().unwrap();
+    let (s, served) = api_call(&t.api(), "GET", "/openapi.json", None).unwrap();
+    assert_eq!((s, served), (200, generated.stdout), "served /openapi.json differs from `vectorlb openapi`");
     assert_eq!(t.get("/v1/config"), before, "rejected requests changed nothing");
     // Field-named errors.
     let (s, v) = t.call("POST", "/v1/services", Some(&json!({ "vip": "10.0.0.200", "port": 80, "mode": "xnat" })));
