@@ -263,8 +263,9 @@ impl<P: Packet> WorkerLoop<P> {
         }
     }
 
-    /// Answers what the rest of the daemon asked (between bursts).
-    fn messages(&mut self) {
+    /// Answers what the rest of the daemon asked (between bursts). Public for tests that drive
+    /// the loop by hand.
+    pub fn messages(&mut self) {
         while let Ok(msg) = self.msgs.try_recv() {
             match msg {
                 WorkerMsg::Send { port, frame } => match self.io.pool.alloc_frame(port, &frame) {

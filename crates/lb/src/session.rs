@@ -966,6 +966,10 @@ mod tests {
         assert_eq!(t.port_lookup(0, got[3].1), None);
         assert!(t.insert(sess(99, 1, 1, 1), &[0], &mut cur).is_ok());
         assert_eq!(t.port_lookup(0, 1024), None, "even port is not ours");
+        assert_eq!((t.port_owner(1024), t.port_owner(1025)), (Some(0), Some(1)));
+        // Three cores make four partitions: the fourth has no owner (a misdirected reply).
+        let t3 = SessionTable::new(TableConfig { core: 0, cores: 3, core_shift: 2, ..TableConfig::new(10) }).unwrap();
+        assert_eq!((t3.port_owner(1026), t3.port_owner(1027)), (Some(2), None));
     }
 
     #[test]

@@ -1,0 +1,207 @@
+//! The worker loop over the in-memory side of the I/O seam: no NIC, no DPDK. Forwarding by
+//! verdict, transmit queues that refuse, frames the worker builds, hand-off of a reply to the
+//! worker that owns its local port, and every buffer back in its pool at the end.
+
+use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+use std::sync::Arc;
+use vectorlb_daemon::ha::{Ha, STANDALONE};
+use vectorlb_daemon::worker::{PortQueues, WorkerIo, WorkerLoop, WorkerShared};
+use vectorlb_daemon::workers::{Event, WorkerMsg, Workers};
+use vectorlb_io::mem::{self, MemPacket, Pool};
+use vectorlb_io::{PacketBuf, PacketPool, RxQueue, TxQueue};
+use vectorlb_lb::{BackendSpec, Control, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, Timeouts, Worker, WorkerConfig};
+use vectorlb_packet::builder::Builder;
+use vectorlb_packet::{parse_frame, proto};
+use vectorlb_sched::Algorithm;
+
+const ROUTER: [u8; 6] = [2, 0, 0, 0, 0, 0xfe];
+const EXT: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const INT: [u8; 6] = [2, 0, 0, 0, 1, 1];
+const BE: [u8; 6] = [2, 0, 0, 0, 1, 0x11];
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// Client side on port 0, one backend on port 1; full NAT for UDP 10.0.0.100:53.
+fn spec() -> LbSpec {
+    let port = |name: &str, mac, addr: &str, len| PortSpec { name: name.into(), mac, addrs: vec![(ip(addr), len)], vlan: None, mtu: 1500 };
+    LbSpec {
+        ports: vec![port("ext", EXT, "10.0.0.1", 24), port("int", INT, "10.1.0.1", 24)],
+        routes: vec![RouteSpec { prefix: ip("0.0.0.0"), len: 0, port: 0, via: ip("10.0.0.254") }],
+        neighbors: vec![(ip("10.0.0.254"), ROUTER), (ip("10.1.0.11"), BE)],
+        services: vec![ServiceSpec {
+            vip: ip("10.0.0.100"),
+            port: 53,
+            proto: proto::UDP,
+            mode: Mode::Fnat,
+            scheduler: Algorithm::Rr,
+            backends: vec![BackendSpec { addr: ip("10.1.0.11"), port: 53, weight: 1 }],
+            local_addrs: vec![ip("10.1.0.200")],
+            toa: false,
+            timeouts: Timeouts::default(),
+        }],
+        snat: vec![],
+        icmp_rate: 1000,
+    }
+}
+
+/// The test's ends of one port: where it puts received frames, where it finds sent ones.
+struct Wire {
+    to_worker: mem::Sender<MemPacket>,
+    from_worker: mem::Receiver<MemPacket>,
+}
+
+struct Harness {
+    pool: Pool,
+    wires: Vec<Vec<Wire>>,
+    loops: Vec<WorkerLoop<MemPacket>>,
+    events: mpsc::Receiver<Event>,
+    msgs: Vec<mpsc::Sender<WorkerMsg>>,
+}
+
+/// `n` workers on two ports; `tx_room` packets fit each transmit queue.
+fn harness(n: u16, tx_room: usize) -> Harness {
+    let pool = Pool::default();
+    let control = Control::new(&spec()).unwrap();
+    let (ev_tx, events) = mpsc::channel();
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in 0..n {
+        let (tx, rx) = mpsc::channel();
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let workers = Arc::new(Workers::new(senders.clone()));
+    let rings: Vec<_> = (0..n).map(|w| mem::channel::<MemPacket>(64, w)).collect();
+    let mut inboxes: Vec<Option<mem::Receiver<MemPacket>>> = Vec::new();
+    let mut outboxes = Vec::new();
+    for (tx, rx) in rings {
+        outboxes.push(tx);
+        inboxes.push(Some(rx));
+    }
+    let mut wires = Vec::new();
+    let mut loops = Vec::new();
+    for (w, msgs) in receivers.into_iter().enumerate() {
+        let mut ports = Vec::new();
+        let mut my_wires = Vec::new();
+        for _ in 0..2 {
+            let (to_worker, rx) = mem::channel(256, w as u16);
+            let (tx, from_worker) = mem::channel(tx_room, w as u16);
+            ports.push(PortQueues { rx: Box::new(rx) as Box<dyn RxQueue<MemPacket>>, tx: Box::new(tx) as Box<dyn TxQueue<MemPacket>> });
+            my_wires.push(Wire { to_worker, from_worker });
+        }
+        let io = WorkerIo {
+            ports,
+            inbox: if n > 1 { inboxes[w].take().map(|r| Box::new(r) as Box<dyn RxQueue<MemPacket>>) } else { None },
+            peers: outboxes.iter().enumerate().map(|(v, t)| (v != w && n > 1).then(|| Box::new(t.clone()) as Box<dyn TxQueue<MemPacket>>)).collect(),
+            pool: Arc::new(pool.clone()) as Arc<dyn PacketPool<MemPacket>>,
+        };
+        let mut cfg = WorkerConfig::new(1000);
+        cfg.table.core = w as u16;
+        cfg.table.cores = n;
+        cfg.table.core_shift = (n as u32).next_power_of_two().trailing_zeros() as u8;
+        let worker = Worker::new(control.clone(), cfg).unwrap();
+        let shared = WorkerShared {
+            workers: workers.clone(),
+            ha: Arc::new(Ha::new(STANDALONE)),
+            stop: Arc::new(AtomicBool::new(false)),
+            idle_sleep_us: 0,
+            changes: None,
+            sync: None,
+        };
+        loops.push(WorkerLoop::new(w as u16, io, worker, shared, msgs, ev_tx.clone()));
+        wires.push(my_wires);
+    }
+    Harness { pool, wires, loops, events, msgs: senders }
+}
+
+impl Harness {
+    fn inject(&self, w: usize, port: usize, frame: &[u8]) {
+        let mut v = vec![self.pool.packet(port as u16, frame).unwrap()];
+        assert_eq!(self.wires[w][port].to_worker.clone().send(&mut v), 1);
+    }
+
+    fn sent(&mut self, w: usize, port: usize) -> Vec<Vec<u8>> {
+        self.wires[w][port].from_worker.drain().iter().map(|p| p.data().to_vec()).collect()
+    }
+}
+
+fn dst(f: &[u8]) -> (IpAddr, u16) {
+    let p = parse_frame(f).unwrap();
+    let a: [u8; 4] = f[p.l3 + 16..p.l3 + 20].try_into().unwrap();
+    (IpAddr::from(a), u16::from_be_bytes([f[p.l4 + 2], f[p.l4 + 3]]))
+}
+
+fn src(f: &[u8]) -> (IpAddr, u16) {
+    let p = parse_frame(f).unwrap();
+    let a: [u8; 4] = f[p.l3 + 12..p.l3 + 16].try_into().unwrap();
+    (IpAddr::from(a), u16::from_be_bytes([f[p.l4], f[p.l4 + 1]]))
+}
+
+#[test]
+fn forwards_by_verdict_counts_full_queues_and_returns_every_buffer() {
+    let mut h = harness(1, 2);
+    let query = |sport: u16| Builder::udp(&format!("198.51.100.7:{sport}"), "10.0.0.100:53").payload(b"q").macs(ROUTER, EXT).build();
+    h.inject(0, 0, &query(4000));
+    assert_eq!(h.loops[0].poll(1), 1);
+    let out = h.sent(0, 1);
+    assert_eq!(out.len(), 1, "client to backend leaves on the backend's port");
+    assert_eq!(dst(&out[0]), (ip("10.1.0.11"), 53));
+    assert_eq!(src(&out[0]).0, ip("10.1.0.200"), "full NAT: from the local address");
+    // The backend answers to the local port: back to the client, from the VIP.
+    let lport = src(&out[0]).1;
+    let reply = Builder::udp("10.1.0.11:53", &format!("10.1.0.200:{lport}")).payload(b"a").macs(BE, INT).build();
+    h.inject(0, 1, &reply);
+    h.loops[0].poll(2);
+    let back = h.sent(0, 0);
+    assert_eq!(back.len(), 1);
+    assert_eq!((src(&back[0]), dst(&back[0])), ((ip("10.0.0.100"), 53), (ip("198.51.100.7"), 4000)));
+    // Five flows at once into a transmit queue with room for two: two leave, three are
+    // dropped and counted, and none is lost track of.
+    for p in 0..5 {
+        h.inject(0, 0, &query(5000 + p));
+    }
+    h.loops[0].poll(3);
+    assert_eq!(h.sent(0, 1).len(), 2);
+    assert_eq!(h.loops[0].counters().tx_full, 3);
+    // A frame the daemon asks the worker to send (an ARP request, say) goes out on its port.
+    h.msgs[0].send(WorkerMsg::Send { port: 0, frame: query(6000) }).unwrap();
+    h.msgs[0].send(WorkerMsg::Send { port: 9, frame: query(6001) }).unwrap();
+    h.loops[0].messages();
+    assert_eq!(h.sent(0, 0).len(), 1);
+    assert_eq!(h.loops[0].counters().send_failed, 1, "no port 9");
+    let w = &h.loops[0].worker().counters;
+    assert_eq!((w.events.rx, w.events.tx), (7, 7), "the pipeline decided Tx for all; the full queue dropped three: {w:?}");
+    drop(h.loops);
+    assert_eq!(h.pool.stats().in_use(), 0, "every buffer went back to its pool");
+    assert!(h.events.try_recv().is_err());
+}
+
+#[test]
+fn a_reply_to_another_workers_local_port_is_handed_to_it() {
+    let mut h = harness(2, 64);
+    // A flow opened on worker 0 takes one of worker 0's local ports (even ones).
+    let q = Builder::udp("198.51.100.7:4000", "10.0.0.100:53").payload(b"q").macs(ROUTER, EXT).build();
+    h.inject(0, 0, &q);
+    h.loops[0].poll(1);
+    let out = h.sent(0, 1);
+    let lport = src(&out[0]).1;
+    assert_eq!(lport % 2, 0, "worker 0 of 2 owns the even ports");
+    // Its reply arrives on worker 1 (RSS does not know our ports): worker 1 hands it over.
+    let reply = Builder::udp("10.1.0.11:53", &format!("10.1.0.200:{lport}")).payload(b"a").macs(BE, INT).build();
+    h.inject(1, 1, &reply);
+    h.loops[1].poll(2);
+    assert_eq!(h.loops[1].counters().handed_off, 1);
+    assert_eq!(h.loops[1].worker().counters.events.handoff, 1);
+    assert!(h.sent(1, 0).is_empty(), "worker 1 does not answer for worker 0's session");
+    h.loops[0].poll(3);
+    let back = h.sent(0, 0);
+    assert_eq!(back.len(), 1, "worker 0 sends the reply to the client");
+    assert_eq!(dst(&back[0]), (ip("198.51.100.7"), 4000));
+    assert_eq!(h.loops[0].worker().counters.dropped(vectorlb_lb::DropReason::Misdirected), 0);
+    drop(h.loops);
+    assert_eq!(h.pool.stats().in_use(), 0);
+}
