@@ -121,6 +121,9 @@ mod tests {
         assert!(err(r#"{"vip": "10.0.0.1", "backends": [{"addr": "10.1.0.1", "weight": -1}]}"#).starts_with("backends[0].weight: invalid value"));
         assert!(err(r#"{"vip": "10.0.0.1", "colour": 1}"#).contains("unknown field `colour`"));
         assert!(err(r#"{"port": 80}"#).contains("missing field `vip`"));
+        assert!(err(r#"{"vip": "10.0.0.1", "port": 80.5}"#).starts_with("port: invalid value: floating point `80.5`, expected an integer in 0..=65535"));
+        let f: NewService = parse_body(br#"{"vip": "10.0.0.1", "port": 80.0, "table_size": 7.0}"#).unwrap();
+        assert_eq!((f.port, f.table_size), (80, Some(7)), "JSON counts 80.0 as an integer");
         let ok: NewService = parse_body(br#"{"vip": "2001:db8::1"}"#).unwrap();
         assert_eq!((ok.port, ok.proto, ok.mode, ok.toa), (0, crate::model::Proto::Tcp, crate::model::ModeName::Fnat, false));
     }

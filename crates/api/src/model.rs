@@ -25,6 +25,70 @@ pub fn ip_list_schema() -> Schema {
     Schema::Array(utoipa::openapi::schema::ArrayBuilder::new().items(RefOr::T(ip_schema())).build())
 }
 
+/// Integers in request bodies. JSON (and JSON Schema) count `80.0` as the integer 80, which
+/// serde's integer types refuse; these accept any number with no fractional part in range.
+pub mod int {
+    use serde::de::{Deserializer, Error, Visitor};
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    struct Int<T>(PhantomData<T>);
+
+    impl<T: TryFrom<u64> + Bounded> Visitor<'_> for Int<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "an integer in 0..={}", T::MAX)
+        }
+        fn visit_u64<E: Error>(self, v: u64) -> Result<T, E> {
+            T::try_from(v).map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+        }
+        fn visit_i64<E: Error>(self, v: i64) -> Result<T, E> {
+            u64::try_from(v).map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self)).and_then(|v| self.visit_u64(v))
+        }
+        fn visit_f64<E: Error>(self, v: f64) -> Result<T, E> {
+            if v.fract() != 0.0 || !(0.0..=T::MAX as f64).contains(&v) {
+                return Err(E::invalid_value(serde::de::Unexpected::Float(v), &self));
+            }
+            self.visit_u64(v as u64)
+        }
+    }
+
+    /// The largest value of an unsigned integer type.
+    pub trait Bounded {
+        const MAX: u64;
+    }
+    impl Bounded for u16 {
+        const MAX: u64 = u16::MAX as u64;
+    }
+    impl Bounded for u32 {
+        const MAX: u64 = u32::MAX as u64;
+    }
+
+    pub fn de<'de, D: Deserializer<'de>, T: TryFrom<u64> + Bounded>(d: D) -> Result<T, D::Error> {
+        d.deserialize_any(Int(PhantomData))
+    }
+
+    pub fn opt<'de, D: Deserializer<'de>, T: TryFrom<u64> + Bounded>(d: D) -> Result<Option<T>, D::Error> {
+        struct Opt<T>(PhantomData<T>);
+        impl<'de, T: TryFrom<u64> + Bounded> Visitor<'de> for Opt<T> {
+            type Value = Option<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "an integer in 0..={}, or null", T::MAX)
+            }
+            fn visit_none<E: Error>(self) -> Result<Option<T>, E> {
+                Ok(None)
+            }
+            fn visit_unit<E: Error>(self) -> Result<Option<T>, E> {
+                Ok(None)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+                de(d).map(Some)
+            }
+        }
+        d.deserialize_option(Opt(PhantomData))
+    }
+}
+
 /// A problem with a request: what was wrong, naming the field.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
@@ -112,9 +176,10 @@ pub struct NewBackend {
     #[schema(schema_with = ip_schema)]
     pub addr: IpAddr,
     /// 0: the client's destination port.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "int::de")]
+    #[schema(minimum = 0, maximum = 65535)]
     pub port: u16,
-    #[serde(default = "default_weight")]
+    #[serde(default = "default_weight", deserialize_with = "int::de")]
     #[schema(default = 1, minimum = 0, maximum = 1000000)]
     pub weight: u32,
 }
@@ -126,7 +191,8 @@ pub struct NewService {
     #[schema(schema_with = ip_schema)]
     pub vip: IpAddr,
     /// 0: every port.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "int::de")]
+    #[schema(minimum = 0, maximum = 65535)]
     pub port: u16,
     #[serde(default = "default_proto")]
     #[schema(default = "tcp")]
@@ -138,7 +204,7 @@ pub struct NewService {
     #[serde(default)]
     pub scheduler: Option<SchedulerName>,
     /// sh / maglev table size, a prime (65537 by default).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "int::opt")]
     #[schema(minimum = 3, maximum = 16777216)]
     pub table_size: Option<u32>,
     /// Full-NAT local addresses.
@@ -159,7 +225,7 @@ pub struct ServicePatch {
     #[serde(default)]
     pub scheduler: Option<SchedulerName>,
     /// sh / maglev table size, a prime.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "int::opt")]
     #[schema(minimum = 3, maximum = 16777216)]
     pub table_size: Option<u32>,
     #[serde(default)]
@@ -170,6 +236,7 @@ pub struct ServicePatch {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackendPatch {
+    #[serde(deserialize_with = "int::de")]
     #[schema(minimum = 0, maximum = 1000000)]
     pub weight: u32,
 }
