@@ -99,22 +99,27 @@ pub fn openapi_json() -> String {
     LbApiDoc::openapi().to_pretty_json().expect("the generated document serialises") + "\n"
 }
 
+/// A required path parameter.
+fn path_param(name: &str, desc: &str, schema: Schema) -> Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Path)
+        .required(utoipa::openapi::Required::True)
+        .description(Some(desc))
+        .schema(Some(schema))
+        .build()
+}
+
+fn port_schema() -> Schema {
+    Schema::Object(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0.0)).maximum(Some(65535.0)).build())
+}
+
 fn service_params() -> Vec<Parameter> {
-    let path = |name: &str, desc: &str, schema: Schema| {
-        ParameterBuilder::new()
-            .name(name)
-            .parameter_in(ParameterIn::Path)
-            .required(utoipa::openapi::Required::True)
-            .description(Some(desc))
-            .schema(Some(schema))
-            .build()
-    };
     let proto = ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["tcp", "udp"])).build();
-    let port = ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0.0)).maximum(Some(65535.0)).build();
     vec![
-        path("proto", "tcp or udp", Schema::Object(proto)),
-        path("vip", "The service's virtual address", ip_schema()),
-        path("port", "The service's port (0: every port)", Schema::Object(port)),
+        path_param("proto", "tcp or udp", Schema::Object(proto)),
+        path_param("vip", "The service's virtual address", ip_schema()),
+        path_param("port", "The service's port (0: every port)", port_schema()),
     ]
 }
 
@@ -133,18 +138,8 @@ struct BackendPath;
 impl IntoParams for BackendPath {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
         let mut p = service_params();
-        let port = ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0.0)).maximum(Some(65535.0)).build();
-        for (name, desc, schema) in [("addr", "The backend's address", ip_schema()), ("bport", "The backend's port", Schema::Object(port))] {
-            p.push(
-                ParameterBuilder::new()
-                    .name(name)
-                    .parameter_in(ParameterIn::Path)
-                    .required(utoipa::openapi::Required::True)
-                    .description(Some(desc))
-                    .schema(Some(schema))
-                    .build(),
-            );
-        }
+        p.push(path_param("addr", "The backend's address", ip_schema()));
+        p.push(path_param("bport", "The backend's port", port_schema()));
         p
     }
 }

@@ -454,6 +454,9 @@ pub struct Stats {
     pub sync: SyncStatus,
 }
 
+/// A port. Beside the fields listed, the object holds the driver's basic counters by name
+/// (`ipackets`, `opackets`, `ibytes`, `obytes`, `imissed`, `ierrors`, `oerrors`, `rx_nombuf`:
+/// DPDK's `rte_eth_stats`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PortStatus {
     pub name: String,
@@ -464,14 +467,8 @@ pub struct PortStatus {
     pub speed_mbps: u32,
     /// The kernel interface of an AF_XDP port.
     pub xdp_interface: Option<String>,
-    pub ipackets: u64,
-    pub opackets: u64,
-    pub ibytes: u64,
-    pub obytes: u64,
-    pub imissed: u64,
-    pub ierrors: u64,
-    pub oerrors: u64,
-    pub rx_nombuf: u64,
+    #[serde(flatten)]
+    pub counters: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -10,7 +10,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,39 +24,15 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a whole exchange (head, body, handling, answer) may take.
 pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Where an API listens: `ADDRESS:PORT` or `unix:PATH`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-}
+/// Where an API listens: `ADDRESS:PORT` or `unix:PATH` (the same form clients use).
+pub use vectorlb_client::Target as Endpoint;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("'{0}' is not ADDRESS:PORT or unix:PATH")]
-    BadEndpoint(String),
+    #[error(transparent)]
+    BadEndpoint(#[from] vectorlb_client::Error),
     #[error("cannot listen on {endpoint}: {source}{hint}")]
     Bind { endpoint: String, source: std::io::Error, hint: &'static str },
-}
-
-impl std::str::FromStr for Endpoint {
-    type Err = ServerError;
-    fn from_str(s: &str) -> Result<Endpoint, ServerError> {
-        match s.strip_prefix("unix:") {
-            Some(p) if !p.is_empty() => Ok(Endpoint::Unix(PathBuf::from(p))),
-            Some(_) => Err(ServerError::BadEndpoint(s.to_string())),
-            None => s.parse().map(Endpoint::Tcp).map_err(|_| ServerError::BadEndpoint(s.to_string())),
-        }
-    }
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Tcp(a) => write!(f, "{a}"),
-            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
-        }
-    }
 }
 
 /// A bound listener, ready to serve.

@@ -2,14 +2,12 @@
 //! one VIP service per run, and enough full-NAT local addresses for the sessions asked for.
 
 use std::net::IpAddr;
-use vectorlb_lb::{BackendSpec, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, Timeouts};
+use vectorlb_lb::{BackendSpec, LbSpec, Mode, ServiceSpec, Timeouts};
 use vectorlb_packet::proto;
 use vectorlb_sched::Algorithm;
 
 pub const BACKENDS: u32 = 16;
-pub const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xfe];
-pub const EXT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-pub const INT_MAC: [u8; 6] = [2, 0, 0, 0, 1, 1];
+pub use vectorlb_lb::service::two_arm::{EXT_MAC, INT_MAC, ROUTER_MAC};
 /// Ports each local address offers (1024..=65535).
 pub const PORTS_PER_LADDR: u64 = 64512;
 
@@ -56,43 +54,18 @@ pub fn spec(mode: Mode, v6: bool, protocol: u8, sessions: u64, timeouts: Timeout
         .map(|i| BackendSpec { addr: backend(v6, i), port: if matches!(mode, Mode::Nat | Mode::Fnat) { 8080 } else { 0 }, weight: 1 })
         .collect();
     let nladdr = if mode == Mode::Fnat { sessions.div_ceil(PORTS_PER_LADDR) as u32 + 1 } else { 0 };
-    let mut neighbors: Vec<(IpAddr, [u8; 6])> =
-        (0..BACKENDS).map(|i| (backend(v6, i), [2, 0, 0, 0, 2, i as u8])).collect();
-    neighbors.push((ip(if v6 { "2001:db8::fe" } else { "10.0.0.254" }), ROUTER_MAC));
-    LbSpec {
-        ports: vec![
-            PortSpec {
-                name: "ext".into(),
-                mac: EXT_MAC,
-                addrs: vec![(ip("10.0.0.1"), 24), (ip("2001:db8::1"), 64)],
-                vlan: None,
-                mtu: 1500,
-            },
-            PortSpec {
-                name: "int".into(),
-                mac: INT_MAC,
-                addrs: vec![(ip("10.1.0.1"), 16), (ip("2001:db8:1::1"), 64)],
-                vlan: None,
-                mtu: 1500,
-            },
-        ],
-        routes: vec![
-            RouteSpec { prefix: ip("0.0.0.0"), len: 0, port: 0, via: ip("10.0.0.254") },
-            RouteSpec { prefix: ip("::"), len: 0, port: 0, via: ip("2001:db8::fe") },
-        ],
-        neighbors,
-        services: vec![ServiceSpec {
-            vip: vip(v6),
-            port: if protocol == proto::TCP { 80 } else { 53 },
-            proto: protocol,
-            mode,
-            scheduler: Algorithm::Rr,
-            backends,
-            local_addrs: (0..nladdr).map(|i| laddr(v6, i)).collect(),
-            toa: false,
-            timeouts,
-        }],
-        snat: vec![],
-        icmp_rate: 1000,
-    }
+    let mut spec = vectorlb_lb::service::two_arm::spec(16);
+    spec.neighbors.extend((0..BACKENDS).map(|i| (backend(v6, i), [2, 0, 0, 0, 2, i as u8])));
+    spec.services.push(ServiceSpec {
+        vip: vip(v6),
+        port: if protocol == proto::TCP { 80 } else { 53 },
+        proto: protocol,
+        mode,
+        scheduler: Algorithm::Rr,
+        backends,
+        local_addrs: (0..nladdr).map(|i| laddr(v6, i)).collect(),
+        toa: false,
+        timeouts,
+    });
+    spec
 }

@@ -915,28 +915,8 @@ impl Config {
 mod tests {
     use super::*;
 
-    const GOOD: &str = r#"
-[global]
-max_sessions = 1000
-
-[[ports]]
-name = "eth0"
-mac = "02:00:00:00:00:01"
-addrs = ["10.0.0.1/24"]
-
-[[neighbors]]
-ip = "10.0.0.11"
-mac = "02:00:00:00:00:11"
-
-[[services]]
-vip = "10.0.0.100"
-port = 80
-proto = "tcp"
-mode = "fnat"
-scheduler = "maglev"
-local_addrs = ["10.0.0.200"]
-backends = [{ addr = "10.0.0.11", port = 8080, weight = 2 }]
-"#;
+    /// A small valid file; the tests edit it to make each error.
+    const GOOD: &str = include_str!("../testdata/good.toml");
 
     #[test]
     fn parses_a_good_file() {

@@ -315,14 +315,7 @@ impl LbControl for Daemon {
                     link_up: l.up,
                     speed_mbps: l.speed_mbps,
                     xdp_interface: p.xdp_iface.clone(),
-                    ipackets: s.ipackets,
-                    opackets: s.opackets,
-                    ibytes: s.ibytes,
-                    obytes: s.obytes,
-                    imissed: s.imissed,
-                    ierrors: s.ierrors,
-                    oerrors: s.oerrors,
-                    rx_nombuf: s.rx_nombuf,
+                    counters: s.named().iter().map(|(n, v)| (n.to_string(), *v)).collect(),
                 }
             })
             .collect()

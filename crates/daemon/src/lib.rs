@@ -140,7 +140,8 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), Daemon
         .enable_all()
         .build()
         .map_err(|source| DaemonError::Spawn { what: "the API runtime".into(), source })?;
-    let listener = runtime.block_on(vectorlb_api::Listener::bind(&rt.api.parse()?))?;
+    let endpoint: vectorlb_api::Endpoint = rt.api.parse().map_err(vectorlb_api::server::ServerError::from)?;
+    let listener = runtime.block_on(vectorlb_api::Listener::bind(&endpoint))?;
     let sync = cfg.sync.as_ref().map(sync::Sync::bind).transpose()?;
     let workers = Arc::new(Workers::new(senders));
     let neighbours = Arc::new(neighbours::Neighbours::default());

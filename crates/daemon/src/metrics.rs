@@ -170,7 +170,7 @@ pub fn render(d: &Daemon) -> String {
     }
     head(&mut o, "vectorlb_port_errors_total", "counter", "DPDK port errors and misses.");
     for (l, s, _, _) in &ports {
-        for (k, v) in [("imissed", s.imissed), ("ierrors", s.ierrors), ("oerrors", s.oerrors), ("rx_nombuf", s.rx_nombuf)] {
+        for (k, v) in s.named().into_iter().filter(|(k, _)| matches!(*k, "imissed" | "ierrors" | "oerrors" | "rx_nombuf")) {
             let _ = writeln!(o, "vectorlb_port_errors_total{{{l},kind=\"{k}\"}} {v}");
         }
     }

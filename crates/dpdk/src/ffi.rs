@@ -43,6 +43,22 @@ pub struct VlStats {
     pub rx_nombuf: u64,
 }
 
+impl VlStats {
+    /// Every counter by its `rte_eth_stats` name.
+    pub fn named(&self) -> [(&'static str, u64); 8] {
+        [
+            ("ipackets", self.ipackets),
+            ("opackets", self.opackets),
+            ("ibytes", self.ibytes),
+            ("obytes", self.obytes),
+            ("imissed", self.imissed),
+            ("ierrors", self.ierrors),
+            ("oerrors", self.oerrors),
+            ("rx_nombuf", self.rx_nombuf),
+        ]
+    }
+}
+
 extern "C" {
     pub fn vl_eal_init(argc: c_int, argv: *mut *mut c_char) -> c_int;
     pub fn vl_eal_cleanup() -> c_int;

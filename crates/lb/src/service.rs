@@ -154,6 +154,45 @@ pub struct RouteSpec {
     pub via: IpAddr,
 }
 
+/// The two-arm topology that the tests, the benchmarks and the documentation's examples share:
+/// clients behind a router on port 0 (`ext`), backends on port 1 (`int`).
+///
+/// ```text
+/// router 10.0.0.254 / 2001:db8::fe (02:00:00:00:00:fe)
+/// [port 0 "ext" 02:00:00:00:00:01  10.0.0.1/24  2001:db8::1/64]  default routes via the router
+/// [port 1 "int" 02:00:00:00:01:01  10.1.0.1/<int_len>  2001:db8:1::1/64]
+/// ```
+pub mod two_arm {
+    use super::{LbSpec, PortSpec, RouteSpec};
+    use std::net::IpAddr;
+    use vectorlb_packet::ethernet::Mac;
+
+    pub const ROUTER_MAC: Mac = [2, 0, 0, 0, 0, 0xfe];
+    pub const EXT_MAC: Mac = [2, 0, 0, 0, 0, 1];
+    pub const INT_MAC: Mac = [2, 0, 0, 0, 1, 1];
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("a literal address")
+    }
+
+    /// The ports, the default routes and the router as a neighbour; no services yet. The
+    /// backends' network is 10.1.0.0/`int_len`.
+    pub fn spec(int_len: u8) -> LbSpec {
+        let port = |name: &str, mac, v4: &str, len, v6: &str| PortSpec { name: name.into(), mac, addrs: vec![(ip(v4), len), (ip(v6), 64)], vlan: None, mtu: 1500 };
+        LbSpec {
+            ports: vec![port("ext", EXT_MAC, "10.0.0.1", 24, "2001:db8::1"), port("int", INT_MAC, "10.1.0.1", int_len, "2001:db8:1::1")],
+            routes: vec![
+                RouteSpec { prefix: ip("0.0.0.0"), len: 0, port: 0, via: ip("10.0.0.254") },
+                RouteSpec { prefix: ip("::"), len: 0, port: 0, via: ip("2001:db8::fe") },
+            ],
+            neighbors: vec![(ip("10.0.0.254"), ROUTER_MAC), (ip("2001:db8::fe"), ROUTER_MAC)],
+            services: vec![],
+            snat: vec![],
+            icmp_rate: 1000,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LbSpec {
     pub ports: Vec<PortSpec>,

@@ -15,9 +15,8 @@ use vectorlb_lb::*;
 use vectorlb_packet::proto;
 use vectorlb_sched::Algorithm;
 
-pub const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xfe];
-pub const EXT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-pub const INT_MAC: [u8; 6] = [2, 0, 0, 0, 1, 1];
+#[allow(unused_imports)] // each test binary uses its own part of this module
+pub use vectorlb_lb::service::two_arm::{EXT_MAC, INT_MAC, ROUTER_MAC};
 
 pub fn be_mac(i: u8) -> [u8; 6] {
     [2, 0, 0, 0, 1, 0x10 + i]
@@ -65,37 +64,12 @@ impl Fam {
 }
 
 pub fn topology() -> LbSpec {
-    let mut neighbors = vec![(ip("10.0.0.254"), ROUTER_MAC), (ip("2001:db8::fe"), ROUTER_MAC)];
+    let mut spec = vectorlb_lb::service::two_arm::spec(24);
     for i in 1..=3u8 {
-        neighbors.push((ip(&format!("10.1.0.1{i}")), be_mac(i)));
-        neighbors.push((ip(&format!("2001:db8:1::1{i}")), be_mac(i)));
+        spec.neighbors.push((ip(&format!("10.1.0.1{i}")), be_mac(i)));
+        spec.neighbors.push((ip(&format!("2001:db8:1::1{i}")), be_mac(i)));
     }
-    LbSpec {
-        ports: vec![
-            PortSpec {
-                name: "ext".into(),
-                mac: EXT_MAC,
-                addrs: vec![(ip("10.0.0.1"), 24), (ip("2001:db8::1"), 64)],
-                vlan: None,
-                mtu: 1500,
-            },
-            PortSpec {
-                name: "int".into(),
-                mac: INT_MAC,
-                addrs: vec![(ip("10.1.0.1"), 24), (ip("2001:db8:1::1"), 64)],
-                vlan: None,
-                mtu: 1500,
-            },
-        ],
-        routes: vec![
-            RouteSpec { prefix: ip("0.0.0.0"), len: 0, port: 0, via: ip("10.0.0.254") },
-            RouteSpec { prefix: ip("::"), len: 0, port: 0, via: ip("2001:db8::fe") },
-        ],
-        neighbors,
-        services: vec![],
-        snat: vec![],
-        icmp_rate: 1000,
-    }
+    spec
 }
 
 pub fn service(f: &Fam, mode: Mode, protocol: u8, port: u16, backends: &[(u8, u16, u32)]) -> ServiceSpec {
