@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build demo demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io clean
+.PHONY: all setup build install demo demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io clean
 
 all: build
 
@@ -14,6 +14,10 @@ setup:
 
 build: setup
 	$(CARGO) build --release --bins --examples
+
+# The binaries, the systemd unit and an example configuration (PREFIX=/usr/local, DESTDIR=).
+install: build
+	@bash scripts/install.sh
 
 # The load balancer on AF_XDP ports in network namespaces, real HTTP through it (root).
 demo: build

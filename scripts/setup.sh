@@ -71,4 +71,12 @@ if [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt 80 ]; }; then
     echo "setup: rustc $ver is too old; vectorlb needs 1.80 or newer (rustup.rs)" >&2
     exit 1
 fi
+# clippy (the lints CI runs): rustup's component where rustup manages the toolchain.
+if ! cargo clippy --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then
+        rustup component add clippy
+    else
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rust-clippy >/dev/null || echo "setup: warning: no clippy (cargo clippy)" >&2
+    fi
+fi
 echo "setup: ok (rustc $ver, $(cargo --version | awk '{print $2}'))"
