@@ -45,7 +45,7 @@ impl HeapBuf {
 
     /// Replaces the contents with `frame`, restoring the headroom. Panics if the frame does not
     /// fit (a caller's sizing bug, not packet input).
-    #[inline]
+    #[inline(always)]
     pub fn load(&mut self, frame: &[u8]) {
         let head = self.headroom;
         assert!(head + frame.len() <= self.mem.len(), "frame larger than the buffer");
@@ -66,7 +66,7 @@ impl PacketBuf for HeapBuf {
         &mut self.mem[self.start..self.start + self.len]
     }
 
-    #[inline]
+    #[inline(always)]
     fn prepend(&mut self, n: usize) -> bool {
         if n > self.start {
             return false;
@@ -76,14 +76,14 @@ impl PacketBuf for HeapBuf {
         true
     }
 
-    #[inline]
+    #[inline(always)]
     fn adj(&mut self, n: usize) {
         let n = n.min(self.len);
         self.start += n;
         self.len -= n;
     }
 
-    #[inline]
+    #[inline(always)]
     fn set_len(&mut self, len: usize) -> bool {
         if self.start + len > self.mem.len() {
             return false;

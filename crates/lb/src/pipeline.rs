@@ -297,14 +297,17 @@ impl Worker {
             }
         }
         self.meta = meta;
+        // Forwarded packets, the common case, are counted in a register.
+        let mut tx = 0;
         for v in &verdicts[..n] {
             match *v {
-                Verdict::Tx(_) => self.counters.events.tx += 1,
+                Verdict::Tx(_) => tx += 1,
                 Verdict::Kernel => self.counters.events.to_kernel += 1,
                 Verdict::Drop(r) => self.counters.drop(r),
                 Verdict::Handoff(_) => self.counters.events.handoff += 1,
             }
         }
+        self.counters.events.tx += tx;
     }
 
     /// Stage 1 for one packet. Returns a verdict when the packet is decided already.

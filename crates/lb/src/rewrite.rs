@@ -17,6 +17,8 @@ where
     Session<Self>: Zeroable,
 {
     const LEN: usize;
+    /// The fixed header's length (options and extension headers follow it).
+    const HEADER: usize;
     const SRC: usize;
     const DST: usize;
     const ETHERTYPE: u16;
@@ -33,6 +35,7 @@ where
 
 impl Fam for [u8; 4] {
     const LEN: usize = 4;
+    const HEADER: usize = 20;
     const SRC: usize = 12;
     const DST: usize = 16;
     const ETHERTYPE: u16 = ethertype::IPV4;
@@ -66,6 +69,7 @@ impl Fam for [u8; 4] {
 
 impl Fam for [u8; 16] {
     const LEN: usize = 16;
+    const HEADER: usize = 40;
     const SRC: usize = 8;
     const DST: usize = 24;
     const ETHERTYPE: u16 = ethertype::IPV6;
@@ -118,42 +122,46 @@ impl Hdr {
     where
         Session<A>: Zeroable,
     {
-        let (l3, l4) = (self.l3, self.l4);
+        // The parser checked that the IP header and the transport header are in the frame:
+        // one bounds check for each, and the constant offsets below need none.
+        let (head, l4h) = d.split_at_mut(self.l4);
+        let ip = &mut head[self.l3..self.l3 + A::HEADER];
+        let ports = &mut l4h[..8];
         let mut ip_acc = 0u64;
         let mut l4_acc = 0u64;
         if let Some((a, port)) = src {
-            let old = A::read(d, l3 + A::SRC);
+            let old = A::read(ip, A::SRC);
             ip_acc += A::delta(&old, a);
-            d[l3 + A::SRC..l3 + A::SRC + A::LEN].copy_from_slice(a.bytes());
+            ip[A::SRC..A::SRC + A::LEN].copy_from_slice(a.bytes());
             if port != 0 {
-                let old = u16::from_be_bytes([d[l4], d[l4 + 1]]);
+                let old = u16::from_be_bytes([ports[0], ports[1]]);
                 l4_acc += (!old) as u64 + port as u64;
-                d[l4..l4 + 2].copy_from_slice(&port.to_be_bytes());
+                ports[0..2].copy_from_slice(&port.to_be_bytes());
             }
         }
         if let Some((a, port)) = dst {
-            let old = A::read(d, l3 + A::DST);
+            let old = A::read(ip, A::DST);
             ip_acc += A::delta(&old, a);
-            d[l3 + A::DST..l3 + A::DST + A::LEN].copy_from_slice(a.bytes());
+            ip[A::DST..A::DST + A::LEN].copy_from_slice(a.bytes());
             if port != 0 {
-                let old = u16::from_be_bytes([d[l4 + 2], d[l4 + 3]]);
+                let old = u16::from_be_bytes([ports[2], ports[3]]);
                 l4_acc += (!old) as u64 + port as u64;
-                d[l4 + 2..l4 + 4].copy_from_slice(&port.to_be_bytes());
+                ports[2..4].copy_from_slice(&port.to_be_bytes());
             }
         }
         // Addresses are in the pseudo header: they change the upper-layer checksum too.
         l4_acc += ip_acc;
         if A::V6 {
-            d[l3 + 7] = d[l3 + 7].wrapping_sub(1);
+            ip[7] = ip[7].wrapping_sub(1);
         } else {
             // TTL is the high byte of its word: decrementing it subtracts 0x0100.
-            d[l3 + 8] = d[l3 + 8].wrapping_sub(1);
+            ip[8] = ip[8].wrapping_sub(1);
             ip_acc += 0xfeff;
-            apply(d, l3 + 10, ip_acc, false);
+            apply(&mut ip[10..12], ip_acc, false);
         }
         match self.proto {
-            proto::TCP => apply(d, l4 + 16, l4_acc, false),
-            proto::UDP if A::V6 || d[l4 + 6] | d[l4 + 7] != 0 => apply(d, l4 + 6, l4_acc, true),
+            proto::TCP => apply(&mut l4h[16..18], l4_acc, false),
+            proto::UDP if A::V6 || ports[6] | ports[7] != 0 => apply(&mut ports[6..8], l4_acc, true),
             _ => {}
         }
     }
@@ -190,15 +198,15 @@ impl Hdr {
     }
 }
 
-/// Adds a difference to the checksum at `at` (RFC 1624 eqn. 3).
+/// Adds a difference to the two-byte checksum `c` (RFC 1624 eqn. 3).
 #[inline(always)]
-fn apply(d: &mut [u8], at: usize, acc: u64, udp: bool) {
-    let c = u16::from_be_bytes([d[at], d[at + 1]]);
-    let mut n = !vectorlb_packet::checksum::fold((!c) as u64 + acc);
+fn apply(c: &mut [u8], acc: u64, udp: bool) {
+    let old = u16::from_be_bytes([c[0], c[1]]);
+    let mut n = !vectorlb_packet::checksum::fold((!old) as u64 + acc);
     if n == 0 && udp {
         n = 0xffff;
     }
-    d[at..at + 2].copy_from_slice(&n.to_be_bytes());
+    c.copy_from_slice(&n.to_be_bytes());
 }
 
 /// Rewrites the Ethernet header for `hop` in front of the IP header at `l3`, growing or
