@@ -130,3 +130,19 @@ fn bench_pipeline_forwards_every_packet() {
         assert_eq!(r["sessions"], 5000);
     }
 }
+
+#[test]
+fn the_production_binary_carries_no_test_tools() {
+    let help = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_vectorlb")).args(args).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+    };
+    let top = help(&["--help"]);
+    assert!(top.contains("run") && top.contains("ctl"), "{top}");
+    for tool in ["probe", "gen", "rfc2544", "garbage", "sync-inject"] {
+        assert!(!top.contains(tool), "`vectorlb --help` lists {tool}:\n{top}");
+        assert!(!help(&["bench", "--help"]).contains(tool), "`vectorlb bench --help` lists {tool}");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_vectorlb")).args(["probe", "http"]).output().unwrap();
+    assert!(!o.status.success(), "`vectorlb probe` is not a command");
+}
