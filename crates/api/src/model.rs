@@ -117,6 +117,23 @@ impl Proto {
             _ => None,
         }
     }
+
+    /// From an IP protocol number (17 is UDP; anything else a service has is TCP).
+    pub fn of(number: u8) -> Proto {
+        if number == 17 {
+            Proto::Udp
+        } else {
+            Proto::Tcp
+        }
+    }
+
+    /// The IP protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Proto::Tcp => 6,
+            Proto::Udp => 17,
+        }
+    }
 }
 
 /// Forwarding mode.

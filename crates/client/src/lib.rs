@@ -76,6 +76,9 @@ pub struct Options {
     pub version: Version,
     /// Larger response bodies are an error.
     pub max_body: usize,
+    /// Read the body; `false` returns once the status and headers are in (health checks
+    /// decide on the status, whatever the page's size).
+    pub read_body: bool,
 }
 
 impl Default for Options {
@@ -86,6 +89,7 @@ impl Default for Options {
             tls_server_name: None,
             version: Version::HTTP_11,
             max_body: 16 * 1024 * 1024,
+            read_body: true,
         }
     }
 }
@@ -169,12 +173,20 @@ async fn exchange(target: &Target, r: &Request, o: &Options, start: Instant) -> 
     }
     let res = send.send_request(req).await?;
     let (parts, body) = res.into_parts();
-    let body = Limited::new(body, o.max_body).collect().await.map_err(|e| match e.downcast::<hyper::Error>() {
-        Ok(e) => Error::Http(*e),
-        Err(_) => Error::BodyTooLarge(o.max_body),
-    })?;
+    let body = if o.read_body {
+        Limited::new(body, o.max_body)
+            .collect()
+            .await
+            .map_err(|e| match e.downcast::<hyper::Error>() {
+                Ok(e) => Error::Http(*e),
+                Err(_) => Error::BodyTooLarge(o.max_body),
+            })?
+            .to_bytes()
+    } else {
+        Bytes::new()
+    };
     driver.abort();
-    Ok(Response { status: parts.status, headers: parts.headers, body: body.to_bytes(), elapsed: start.elapsed() })
+    Ok(Response { status: parts.status, headers: parts.headers, body, elapsed: start.elapsed() })
 }
 
 /// [`request`] from synchronous code (the CLI), on a runtime of its own.
@@ -260,6 +272,10 @@ mod tests {
         let big = server(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789").await;
         let o = Options { max_body: 4, ..Default::default() };
         assert!(matches!(request(&Target::Tcp(big), &Request::get("/", "h"), &o).await, Err(Error::BodyTooLarge(4))));
+        // Without the body, the status is all there is to wait for.
+        let o = Options { read_body: false, timeout: Duration::from_millis(200), ..Default::default() };
+        let r = request(&Target::Tcp(slow), &Request::get("/", "h"), &o).await.unwrap();
+        assert_eq!((r.status.as_u16(), r.body.len()), (200, 0));
         let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
         assert!(matches!(request(&Target::Tcp(closed), &Request::get("/", "h"), &Options::default()).await, Err(Error::Connect(_))));
         assert!("nowhere".parse::<Target>().is_err());

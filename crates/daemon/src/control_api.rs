@@ -15,21 +15,6 @@ use vectorlb_lb::{BackendSpec, Mode, ServiceSpec};
 use vectorlb_packet::proto;
 use vectorlb_sched::Algorithm;
 
-fn proto_num(p: Proto) -> u8 {
-    match p {
-        Proto::Tcp => proto::TCP,
-        Proto::Udp => proto::UDP,
-    }
-}
-
-fn proto_of(p: u8) -> Proto {
-    if p == proto::UDP {
-        Proto::Udp
-    } else {
-        Proto::Tcp
-    }
-}
-
 fn mode_of(m: Mode) -> ModeName {
     match m {
         Mode::Nat => ModeName::Nat,
@@ -61,7 +46,13 @@ fn scheduler_of(a: &Algorithm) -> SchedulerName {
 /// The scheduler a request asks for: a name and/or a table size over the current one.
 fn scheduler(name: Option<SchedulerName>, size: Option<u32>, cur: Option<Algorithm>) -> Result<Option<Algorithm>, ApiError> {
     let mut a = match (name, cur) {
-        (Some(n), _) => Algorithm::parse(n.name()).ok_or_else(|| ApiError::BadRequest(format!("scheduler: '{}' is unknown", n.name())))?,
+        (Some(n), _) => match n {
+            SchedulerName::Rr => Algorithm::Rr,
+            SchedulerName::Wrr => Algorithm::Wrr,
+            SchedulerName::Wlc => Algorithm::Wlc,
+            SchedulerName::Sh => Algorithm::Sh { table_size: vectorlb_sched::MAGLEV_DEFAULT_SIZE },
+            SchedulerName::Maglev => Algorithm::Maglev { table_size: vectorlb_sched::MAGLEV_DEFAULT_SIZE },
+        },
         (None, Some(c)) => c,
         (None, None) => Algorithm::Wrr,
     };
@@ -83,7 +74,7 @@ fn check_toa(toa: bool, mode: Mode, p: u8) -> Result<(), ApiError> {
 
 /// Index of a service in a configuration.
 fn service_index(c: &Config, k: &ServiceKey) -> Result<usize, ApiError> {
-    let p = proto_num(k.proto);
+    let p = Proto::number(k.proto);
     c.spec.services.iter().position(|s| s.proto == p && s.vip == k.vip && s.port == k.port).ok_or_else(|| ApiError::NotFound(format!("no {k}")))
 }
 
@@ -162,7 +153,7 @@ impl LbControl for Daemon {
                 ServiceStatus {
                     vip: s.vip.to_string(),
                     port: s.port,
-                    proto: proto_of(s.proto),
+                    proto: Proto::of(s.proto),
                     mode: mode_of(s.mode),
                     scheduler: scheduler_of(&s.scheduler),
                     table_size: match s.scheduler {
@@ -184,7 +175,7 @@ impl LbControl for Daemon {
     }
 
     fn add_service(&self, s: NewService) -> Result<(), ApiError> {
-        let p = proto_num(s.proto);
+        let p = Proto::number(s.proto);
         let mode = mode_num(s.mode);
         let sched = scheduler(s.scheduler, s.table_size, None)?.unwrap_or(Algorithm::Wrr);
         check_toa(s.toa, mode, p)?;

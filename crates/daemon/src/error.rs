@@ -12,13 +12,15 @@ pub enum DaemonError {
     TooFewMbufs { have: u32, ports: usize, workers: u16, desc: u16, need: u64 },
     #[error("ports[{index}] ({name}): {source}")]
     Port { index: usize, name: String, source: vectorlb_dpdk::Error },
+    #[error("ports[{index}].mac: {source}")]
+    PortMac { index: usize, source: vectorlb_dpdk::Error },
     #[error(transparent)]
     Dpdk(#[from] vectorlb_dpdk::Error),
     #[error("worker {worker}: session table: {source}")]
     SessionTable { worker: usize, source: std::io::Error },
     #[error("runtime.api: {0}")]
     Api(#[from] vectorlb_api::server::ServerError),
-    #[error("ha: {0}")]
+    #[error(transparent)]
     Sync(#[from] crate::sync::SyncError),
     #[error("cannot start {what}: {source}")]
     Spawn { what: String, source: std::io::Error },

@@ -14,7 +14,6 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vectorlb_config::{CheckKind, Config, HealthSpec, OnDown};
-use vectorlb_packet::proto;
 
 /// A checked backend: service (protocol, VIP, port) and backend (address, port).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,6 +74,8 @@ pub enum CheckError {
     UnexpectedAnswer,
     #[error("spawn: {0}")]
     Spawn(std::io::Error),
+    #[error("wait: {0}")]
+    Wait(std::io::Error),
     #[error("command exited with {0}")]
     Exit(std::process::ExitStatus),
     #[error("command timed out")]
@@ -89,14 +90,14 @@ struct Runner {
 pub struct Health {
     states: Mutex<HashMap<Target, State>>,
     runners: Mutex<HashMap<Target, Runner>>,
-    events: Mutex<Sender<Event>>,
+    events: Sender<Event>,
     rt: tokio::runtime::Handle,
 }
 
 impl Health {
     /// Checks run as tasks on `rt`; changes are reported on `events`.
     pub fn new(events: Sender<Event>, rt: tokio::runtime::Handle) -> Arc<Health> {
-        Arc::new(Health { states: Mutex::default(), runners: Mutex::default(), events: Mutex::new(events), rt })
+        Arc::new(Health { states: Mutex::default(), runners: Mutex::default(), events, rt })
     }
 
     pub fn state(&self, t: &Target) -> Option<State> {
@@ -159,7 +160,7 @@ impl Health {
             let start = Instant::now();
             let r = check(&spec.kind, addr, &t, timeout).await;
             if self.record(&t, &spec, r, start.elapsed()) {
-                let _ = lock(&self.events).send(Event::HealthChanged);
+                let _ = self.events.send(Event::HealthChanged);
             }
         }
     }
@@ -197,7 +198,7 @@ impl Health {
         s.since = Instant::now();
         tracing::warn!(
             backend = %SocketAddr::new(t.addr, t.port),
-            service = %format!("{}/{}", if t.proto == proto::UDP { "udp" } else { "tcp" }, SocketAddr::new(t.vip, t.vport)),
+            service = %format!("{}/{}", vectorlb_api::model::Proto::of(t.proto).name(), SocketAddr::new(t.vip, t.vport)),
             error = s.last_error.as_deref().unwrap_or(""),
             "health: backend is {}",
             if s.up { "up" } else { "down" }
@@ -220,7 +221,7 @@ pub async fn check(kind: &CheckKind, addr: SocketAddr, t: &Target, timeout: Dura
                 connect_timeout: timeout,
                 timeout,
                 tls_server_name: tls.then(|| host.clone()),
-                max_body: 1024 * 1024,
+                read_body: false,
                 ..Default::default()
             };
             let r = vectorlb_client::request(&vectorlb_client::Target::Tcp(addr), &vectorlb_client::Request::get(path.clone(), host), &o).await?;
@@ -262,7 +263,7 @@ pub async fn check(kind: &CheckKind, addr: SocketAddr, t: &Target, timeout: Dura
             match tokio::time::timeout(timeout, child.wait()).await {
                 Ok(Ok(st)) if st.success() => Ok(()),
                 Ok(Ok(st)) => Err(CheckError::Exit(st)),
-                Ok(Err(e)) => Err(CheckError::Spawn(e)),
+                Ok(Err(e)) => Err(CheckError::Wait(e)),
                 Err(_) => {
                     let _ = child.kill().await;
                     Err(CheckError::CommandTimeout)

@@ -106,7 +106,7 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<std::thread:
 fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), DaemonError> {
     let rt = cfg.runtime.clone();
     let nworkers = rt.workers as usize;
-    let eal = Arc::new(Eal::init(&rt.eal, devices)?);
+    let eal = Eal::init(&rt.eal, devices)?;
     let pool = Arc::new(Mempool::new(&eal, "vectorlb", rt.mbufs, 256, 2048 + 128)?);
     let mut ports = Vec::new();
     let mut queues: Vec<Vec<(vectorlb_dpdk::EthRx, vectorlb_dpdk::EthTx)>> = Vec::new();
@@ -119,7 +119,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), Daemon
         port.start().map_err(perr)?;
         if cfg.mac_from_device[i] {
             cfg.spec.ports[i].mac = port.mac().map_err(perr)?;
-        } else if port.use_mac(cfg.spec.ports[i].mac).map_err(perr)? {
+        } else if port.use_mac(cfg.spec.ports[i].mac).map_err(|source| DaemonError::PortMac { index: i, source })? {
             tracing::warn!("ports[{i}] ({name}): the device cannot take the configured MAC; promiscuous mode is on");
         }
         queues.push(port.queues().map_err(perr)?);

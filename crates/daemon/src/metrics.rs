@@ -8,7 +8,6 @@ use std::fmt::Write;
 use vectorlb_lb::service::{backend_slot, key};
 use vectorlb_lb::verdict::Events;
 use vectorlb_lb::DropReason;
-use vectorlb_packet::proto;
 
 /// The worker loops' counters that are drops (they join `vectorlb_drops_total`).
 const IO_DROPS: &[&str] = &["tx_full", "multi_segment", "handoff_full"];
@@ -22,11 +21,7 @@ fn head(o: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 fn proto_name(p: u8) -> &'static str {
-    if p == proto::UDP {
-        "udp"
-    } else {
-        "tcp"
-    }
+    vectorlb_api::model::Proto::of(p).name()
 }
 
 pub fn render(d: &Daemon) -> String {
@@ -88,9 +83,10 @@ pub fn render(d: &Daemon) -> String {
     head(&mut o, "vectorlb_config_generation", "gauge", "Generation of the running configuration.");
     let _ = writeln!(o, "vectorlb_config_generation {}", d.config.control.generation());
 
-    let services = d.config.with(|c| c.spec.services.clone());
+    // The published services: weights as the workers use them (0 for a backend a health
+    // check took down with on_down = "keep").
     let mut svc_lines = Vec::new();
-    for s in &services {
+    for s in &snap.spec.services {
         let Some(id) = snap.lookup_service(key(s.vip), s.port, s.proto) else { continue };
         let l = format!("vip=\"{}\",port=\"{}\",proto=\"{}\"", esc(&s.vip.to_string()), s.port, proto_name(s.proto));
         svc_lines.push((l, id, c.services.get(id as usize).copied().unwrap_or_default(), s));

@@ -72,7 +72,7 @@ pub struct Published {
 
 struct Slot {
     published: Mutex<Published>,
-    tx: Mutex<Sender<WorkerMsg>>,
+    tx: Sender<WorkerMsg>,
 }
 
 /// Every worker's published state and message queue.
@@ -88,7 +88,7 @@ impl Workers {
     /// A registry for one worker per sender, in worker order.
     pub fn new(senders: Vec<Sender<WorkerMsg>>) -> Workers {
         Workers {
-            slots: senders.into_iter().map(|tx| Slot { published: Mutex::default(), tx: Mutex::new(tx) }).collect(),
+            slots: senders.into_iter().map(|tx| Slot { published: Mutex::default(), tx }).collect(),
             started: Instant::now(),
             rates: Mutex::default(),
         }
@@ -138,7 +138,7 @@ impl Workers {
 
     fn post(&self, w: usize, msg: WorkerMsg) -> Result<(), DaemonError> {
         let s = self.slots.get(w).ok_or(DaemonError::NoSuchWorker { worker: w, workers: self.slots.len() })?;
-        lock(&s.tx).send(msg).map_err(|_| DaemonError::WorkerStopped(w))
+        s.tx.send(msg).map_err(|_| DaemonError::WorkerStopped(w))
     }
 
     fn ask<T>(&self, w: usize, msg: impl FnOnce(SyncSender<T>) -> WorkerMsg) -> Result<T, DaemonError> {

@@ -92,7 +92,11 @@ pub fn free_hugepages() -> u64 {
 
 static EAL_STARTED: AtomicBool = AtomicBool::new(false);
 
-/// The started environment abstraction layer. There is one per process.
+/// The started environment abstraction layer. There is one per process. Pools, ports and
+/// rings each hold an `Arc` of it, so `rte_eal_cleanup` runs only after the last of them is
+/// gone. Mbufs do not (a reference count per packet would cost too much): an `Mbuf` must not
+/// outlive every pool, port and ring of its process, which holds wherever packets stay in
+/// queues, rings and worker loops (they are dropped before their ports).
 pub struct Eal {
     _private: (),
 }
@@ -100,7 +104,7 @@ pub struct Eal {
 impl Eal {
     /// Starts the EAL with `args` (the usual EAL options) and the given devices: PCI addresses
     /// become `-a`, everything else `--vdev`. Without a PCI device the PCI bus is not scanned.
-    pub fn init(args: &[String], devices: &[String]) -> Result<Eal, Error> {
+    pub fn init(args: &[String], devices: &[String]) -> Result<Arc<Eal>, Error> {
         if EAL_STARTED.swap(true, Ordering::SeqCst) {
             return Err(Error::EalStarted);
         }
@@ -142,7 +146,7 @@ impl Eal {
             };
             return Err(Error::EalInit { reason: strerror(r), hint, args: argv[1..].join(" ") });
         }
-        Ok(Eal { _private: () })
+        Ok(Arc::new(Eal { _private: () }))
     }
 
     /// Registers the calling (non-EAL) thread so that it gets an lcore id and mempool caches.
@@ -155,17 +159,12 @@ impl Eal {
         // SAFETY: plain call; a thread that was not registered is ignored by DPDK.
         unsafe { ffi::vl_thread_unregister() }
     }
-
-    pub fn socket_id(&self) -> i32 {
-        // SAFETY: plain call.
-        unsafe { ffi::vl_socket_id() }
-    }
 }
 
 impl Drop for Eal {
     fn drop(&mut self) {
-        // SAFETY: every port and pool user is gone when the Eal is dropped (the daemon drops it
-        // last).
+        // SAFETY: pools, ports and rings hold an Arc of the EAL, so none is left; mbufs are
+        // gone with them (see the type's documentation).
         unsafe { ffi::vl_eal_cleanup() };
     }
 }
@@ -173,6 +172,7 @@ impl Drop for Eal {
 /// A packet mbuf pool. Pools live until the EAL is cleaned up.
 pub struct Mempool {
     ptr: NonNull<ffi::RteMempool>,
+    _eal: Arc<Eal>,
 }
 
 // SAFETY: rte_mempool is thread-safe (per-lcore caches, a lock-free ring behind them).
@@ -181,13 +181,13 @@ unsafe impl Send for Mempool {}
 unsafe impl Sync for Mempool {}
 
 impl Mempool {
-    pub fn new(_eal: &Eal, name: &str, mbufs: u32, cache: u32, data_room: u16) -> Result<Mempool, Error> {
+    pub fn new(eal: &Arc<Eal>, name: &str, mbufs: u32, cache: u32, data_room: u16) -> Result<Mempool, Error> {
         let cname = cstring("a pool name", name)?;
         let mut err = 0;
         // SAFETY: valid C string; err is a valid out pointer.
         let p = unsafe { ffi::vl_pool_create(cname.as_ptr(), mbufs, cache, data_room, -1, &mut err) };
         NonNull::new(p)
-            .map(|ptr| Mempool { ptr })
+            .map(|ptr| Mempool { ptr, _eal: eal.clone() })
             .ok_or_else(|| Error::Pool { name: name.to_string(), mbufs, room: data_room, reason: strerror(err) })
     }
 
@@ -239,17 +239,17 @@ pub use ffi::VlStats as PortStats;
 /// from any thread; packets move only through the queue handles of [`EthPort::queues`], which
 /// can be taken once. The port is stopped and closed when the last handle (the `Arc` and the
 /// queues) is dropped.
-#[derive(Debug)]
 pub struct EthPort {
     id: u16,
     queues: AtomicBool,
     started: AtomicBool,
     nqueues: std::sync::atomic::AtomicU16,
+    _eal: Arc<Eal>,
 }
 
 impl EthPort {
     /// The port of device string `dev` (the EAL must have been started with it).
-    pub fn find(_eal: &Eal, dev: &str) -> Result<EthPort, Error> {
+    pub fn find(eal: &Arc<Eal>, dev: &str) -> Result<EthPort, Error> {
         let name = device_name(dev);
         let cname = cstring("a device name", name)?;
         let mut id = 0u16;
@@ -258,7 +258,7 @@ impl EthPort {
         if r < 0 {
             return Err(Error::NoSuchPort(name.to_string()));
         }
-        Ok(EthPort { id, queues: AtomicBool::new(false), started: AtomicBool::new(false), nqueues: Default::default() })
+        Ok(EthPort { id, queues: AtomicBool::new(false), started: AtomicBool::new(false), nqueues: Default::default(), _eal: eal.clone() })
     }
 
     /// DPDK's port id.
@@ -439,7 +439,7 @@ impl RxQueue<Mbuf> for EthRx {
     fn recv(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         out.reserve(max);
         let len = out.len();
-        let want = max.min(out.capacity() - len).min(u16::MAX as usize) as u16;
+        let want = max.min(u16::MAX as usize) as u16;
         // SAFETY: this handle is the only one for (port, queue), so the non-thread-safe
         // rx_burst runs on one thread at a time; the driver writes at most `want` valid mbuf
         // pointers into the spare capacity, and Mbuf is a transparent non-null mbuf pointer,
@@ -489,6 +489,7 @@ fn cstr_bytes(b: &[u8]) -> String {
 
 struct RingInner {
     ptr: NonNull<ffi::RteRing>,
+    _eal: Arc<Eal>,
 }
 
 // SAFETY: rte_ring is lock-free; it is created multi-producer / single-consumer, and the single
@@ -533,13 +534,13 @@ pub struct RingTx {
 
 /// A ring of `count` packets (rounded up to a power of two) with many producers and one
 /// consumer.
-pub fn ring(_eal: &Eal, name: &str, count: u32) -> Result<(RingTx, RingRx), Error> {
+pub fn ring(eal: &Arc<Eal>, name: &str, count: u32) -> Result<(RingTx, RingRx), Error> {
     let cname = cstring("a ring name", name)?;
     let mut err = 0;
     // SAFETY: valid C string and out pointer.
     let p = unsafe { ffi::vl_ring_create(cname.as_ptr(), count.next_power_of_two(), -1, &mut err) };
     let ptr = NonNull::new(p).ok_or_else(|| Error::Dpdk { what: format!("creating ring '{name}'"), reason: strerror(err) })?;
-    let ring = Arc::new(RingInner { ptr });
+    let ring = Arc::new(RingInner { ptr, _eal: eal.clone() });
     Ok((RingTx { ring: ring.clone() }, RingRx { ring, _not_sync: NotSync::default() }))
 }
 
@@ -559,7 +560,7 @@ impl RxQueue<Mbuf> for RingRx {
     fn recv(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         out.reserve(max);
         let len = out.len();
-        let want = max.min(out.capacity() - len) as u32;
+        let want = max as u32;
         // SAFETY: this is the ring's only consumer (RingRx is unique); the ring holds owned
         // mbuf pointers, written into spare capacity as in EthRx::recv.
         unsafe {

@@ -44,13 +44,6 @@ impl Mbuf {
         Mbuf(p)
     }
 
-    /// Gives up ownership without freeing: the caller (a driver, a ring) now owns the mbuf.
-    pub fn into_raw(self) -> NonNull<u8> {
-        let p = self.0;
-        std::mem::forget(self);
-        p
-    }
-
     #[inline(always)]
     fn field<T: Copy>(&self, off: usize) -> T {
         // SAFETY: offsets inside struct rte_mbuf (asserted in the shim); valid per invariant.

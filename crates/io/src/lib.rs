@@ -7,9 +7,11 @@
 //! early return or a panic cannot leak buffers. Each packet carries its [`PacketMeta`] (port,
 //! queue, hash, class).
 //!
-//! Implementations: DPDK ethdev queues and rings (`vectorlb-dpdk`), the in-memory queues of
-//! [`mem`] (tests, replay, benchmarks), and the memif port. The worker loop is written once,
-//! over these traits (`vectorlb-daemon`).
+//! Implementations: DPDK ethdev queues and rings (`vectorlb-dpdk`) and the in-memory queues of
+//! [`mem`] (the worker loop's tests); the memif port will be another. The worker loop is
+//! written once, over these traits (`vectorlb-daemon`). `vectorlb replay` and the in-memory
+//! benchmarks drive the pipeline directly with [`HeapBuf`]s: they measure or replay the core
+//! alone, on the capture's clock.
 
 pub mod buf;
 pub mod mem;

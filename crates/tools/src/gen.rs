@@ -155,8 +155,6 @@ pub struct Gen {
     rx: EthRx,
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
-    /// Dropped last: the ports (inside the queue handles) stop before the EAL cleans up.
-    _eal: Eal,
 }
 
 /// One trial's counts.
@@ -222,7 +220,7 @@ impl Gen {
         let (first_rx, tx) = queues.remove(0);
         let rx = queues.pop().map(|(rx, _)| rx).unwrap_or(first_rx);
         let src_mac = tx.port().mac()?;
-        Ok(Gen { pool, tx, rx, src_mac, dst_mac, _eal: eal })
+        Ok(Gen { pool, tx, rx, src_mac, dst_mac })
     }
 
     /// Sends `size`-byte frames (without FCS) at `rate` pps (0: as fast as the port takes)

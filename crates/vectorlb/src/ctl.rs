@@ -104,6 +104,8 @@ pub enum CtlError {
     Target(vectorlb_client::Error),
     #[error("cannot reach the API at {api}: {source} (is `vectorlb run` up?)")]
     Unreachable { api: String, source: vectorlb_client::Error },
+    #[error("the API at {api} did not answer properly: {source}")]
+    BadAnswer { api: String, source: vectorlb_client::Error },
     /// The API refused: its status and message.
     #[error("{status}: {message}")]
     Refused { status: u16, message: String },
@@ -126,8 +128,13 @@ pub fn call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result
         body: body.map(|b| b.to_string().into_bytes()),
         content_type: "application/json",
     };
-    let r = vectorlb_client::request_blocking(&target, &req, &vectorlb_client::Options::default())
-        .map_err(|source| CtlError::Unreachable { api: api.to_string(), source })?;
+    let r = vectorlb_client::request_blocking(&target, &req, &vectorlb_client::Options::default()).map_err(|source| {
+        let api = api.to_string();
+        match source {
+            vectorlb_client::Error::Connect(_) | vectorlb_client::Error::ConnectTimeout(_) => CtlError::Unreachable { api, source },
+            _ => CtlError::BadAnswer { api, source },
+        }
+    })?;
     Ok((r.status.as_u16(), r.body.to_vec()))
 }
 
