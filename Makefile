@@ -34,6 +34,7 @@ demo-offline: build
 	@$(BIN) bench cps --seconds 1 --json
 
 test: setup
+	$(CARGO) build --bins
 	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^test result:" $(OUT).test.log | awk '{p+=$$4; f+=$$6} END {print "total: " p " passed, " f " failed"}'
 	@rm -f $(OUT).test.log
