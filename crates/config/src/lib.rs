@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
 use vectorlb_lb::{BackendSpec, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, SnatSpec, Timeouts};
-use vectorlb_packet::ethernet::Mac;
 use vectorlb_packet::proto;
 use vectorlb_sched::Algorithm;
 
@@ -46,6 +45,17 @@ impl Error {
 
 macro_rules! bail {
     ($($t:tt)*) => { return Err(Error::invalid(format!($($t)*))) };
+}
+
+/// Largest configuration file read.
+pub const MAX_FILE: u64 = 16 * 1024 * 1024;
+
+/// A TOML error about a number, in the field's terms (`an integer in 0..=65535`, not `u16`).
+fn number_terms(msg: &str) -> String {
+    msg.replace("expected u8", "expected an integer in 0..=255")
+        .replace("expected u16", "expected an integer in 0..=65535")
+        .replace("expected u32", "expected an integer in 0..=4294967295")
+        .replace("expected usize", "expected a non-negative integer")
 }
 
 /// Settings that size and tune each worker.
@@ -371,24 +381,7 @@ struct Raw {
     snat: Vec<RawSnat>,
 }
 
-pub fn parse_mac(s: &str) -> Option<Mac> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return None;
-    }
-    let mut m = [0u8; 6];
-    for (i, p) in parts.iter().enumerate() {
-        if p.len() != 2 {
-            return None;
-        }
-        m[i] = u8::from_str_radix(p, 16).ok()?;
-    }
-    Some(m)
-}
-
-pub fn format_mac(m: &Mac) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
+pub use vectorlb_packet::ethernet::{format_mac, parse_mac};
 
 fn ip(field: &str, s: &str) -> Result<IpAddr, Error> {
     s.parse().map_err(|_| Error::invalid(format!("{field}: '{s}' is not an IP address")))
@@ -598,12 +591,30 @@ fn runtime(r: &RawRuntime) -> Result<Runtime, Error> {
 impl Config {
     pub fn load(path: &Path) -> Result<Config, Error> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Read { path: name.clone(), message: e.to_string() })?;
+        let read = |message: String| Error::Read { path: name.clone(), message };
+        // Looked at before opening: a FIFO or a device would block or never end.
+        let meta = std::fs::metadata(path).map_err(|e| read(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(read("not a regular file".into()));
+        }
+        if meta.len() > MAX_FILE {
+            return Err(read(format!("{} bytes; a configuration file is at most {MAX_FILE}", meta.len())));
+        }
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(std::fs::File::open(path).map_err(|e| read(e.to_string()))?, MAX_FILE + 1), &mut bytes)
+            .map_err(|e| read(e.to_string()))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let at = e.utf8_error().valid_up_to();
+            let before = &e.as_bytes()[..at];
+            let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+            let column = at - before.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1) + 1;
+            read(format!("line {line}, column {column}: not UTF-8 text"))
+        })?;
         Config::parse(&text).map_err(|e| Error::InFile { path: name, source: Box::new(e) })
     }
 
     pub fn parse(text: &str) -> Result<Config, Error> {
-        let raw: Raw = toml::from_str(text).map_err(|e| Error::Syntax(e.to_string().trim_end().to_string()))?;
+        let raw: Raw = toml::from_str(text).map_err(|e| Error::Syntax(number_terms(e.to_string().trim_end())))?;
         let g = &raw.global;
         let base = timeouts("timeouts", &raw.timeouts, &Timeouts::default())?;
 
@@ -656,13 +667,23 @@ impl Config {
             let f = format!("neighbors[{i}]");
             let a = ip(&format!("{f}.ip"), &n.ip)?;
             let mac = parse_mac(&n.mac).ok_or_else(|| Error::invalid(format!("{f}.mac: '{}' is not a MAC address", n.mac)))?;
+            if vectorlb_lb::service::is_group_mac(&mac) {
+                bail!("{f}.mac: '{}' is a group (multicast or broadcast) address, not a host's", n.mac);
+            }
             neighbors.push((a, mac));
         }
         let mut services = Vec::new();
         let mut health = Vec::new();
+        // A unicast address, or an error naming the field.
+        let unicast = |field: String, a: IpAddr| -> Result<IpAddr, Error> {
+            match vectorlb_lb::service::not_unicast(a) {
+                Some(why) => Err(Error::Invalid { field, problem: format!("'{a}' is {why}") }),
+                None => Ok(a),
+            }
+        };
         for (i, s) in raw.services.iter().enumerate() {
             let f = format!("services[{i}]");
-            let vip = ip(&format!("{f}.vip"), &s.vip)?;
+            let vip = unicast(format!("{f}.vip"), ip(&format!("{f}.vip"), &s.vip)?)?;
             let protocol = match s.proto.as_str() {
                 "tcp" => proto::TCP,
                 "udp" => proto::UDP,
@@ -680,11 +701,15 @@ impl Config {
                     _ => bail!("{f}.table_size: only sh and maglev have a table"),
                 }
             }
-            let local_addrs = s
-                .local_addrs
-                .iter()
-                .map(|a| ip(&format!("{f}.local_addrs"), a))
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut local_addrs: Vec<IpAddr> = Vec::new();
+            for (k, a) in s.local_addrs.iter().enumerate() {
+                let lf = format!("{f}.local_addrs[{k}]");
+                let a = unicast(lf.clone(), ip(&lf, a)?)?;
+                if local_addrs.contains(&a) {
+                    bail!("{lf}: '{a}' is listed twice");
+                }
+                local_addrs.push(a);
+            }
             if mode != Mode::Fnat && !local_addrs.is_empty() {
                 bail!("{f}.local_addrs: only fnat services use local addresses");
             }
@@ -695,7 +720,7 @@ impl Config {
             for (j, b) in s.backends.iter().enumerate() {
                 let bf = format!("{f}.backends[{j}]");
                 backends.push(BackendSpec {
-                    addr: ip(&format!("{bf}.addr"), &b.addr)?,
+                    addr: unicast(format!("{bf}.addr"), ip(&format!("{bf}.addr"), &b.addr)?)?,
                     port: b.port,
                     weight: b.weight.unwrap_or(1),
                 });
@@ -719,6 +744,15 @@ impl Config {
                 Some(h) => Some(health_spec(&format!("{f}.health"), h, protocol)?),
                 None => None,
             });
+        }
+        // No backend is one of the load balancer's own addresses (it would forward to itself).
+        let ours: Vec<IpAddr> = services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied())).collect();
+        for (i, s) in services.iter().enumerate() {
+            for (j, b) in s.backends.iter().enumerate() {
+                if ours.contains(&b.addr) {
+                    bail!("services[{i}].backends[{j}].addr: '{}' is a VIP or local address of this load balancer", b.addr);
+                }
+            }
         }
         let mut snat = Vec::new();
         for (i, r) in raw.snat.iter().enumerate() {
@@ -895,6 +929,31 @@ impl Config {
         }
     }
 
+    /// What `vectorlb run` needs beyond a valid file: a port at least, a DPDK device for every
+    /// port, and enough packet buffers for every queue. `check` runs the same test.
+    pub fn check_for_run(&self) -> Result<(), Error> {
+        if self.spec.ports.is_empty() {
+            bail!("ports: `vectorlb run` needs at least one port");
+        }
+        if let Some(i) = self.devices.iter().position(Option::is_none) {
+            bail!("ports[{i}].device: `vectorlb run` needs a DPDK device for every port (net_af_xdp0,iface=eth0, a PCI address, ...)");
+        }
+        let r = &self.runtime;
+        // Every rx and tx ring of every queue can hold a descriptor's worth of buffers, plus
+        // the per-thread caches and what is in flight.
+        let need = self.spec.ports.len() as u64 * r.workers as u64 * 2 * r.queue_desc as u64 + 256 * (r.workers as u64 + 1) + 1024;
+        if (r.mbufs as u64) < need {
+            bail!(
+                "runtime.mbufs: {} is too few for {} port(s) x {} worker(s) x 2 rings x {} descriptors; give at least {need} (or lower runtime.queue_desc)",
+                r.mbufs,
+                self.spec.ports.len(),
+                r.workers,
+                r.queue_desc
+            );
+        }
+        Ok(())
+    }
+
     /// Worker settings for core `core` of `cores`.
     pub fn worker_config(&self, core: u16, cores: u16) -> vectorlb_lb::WorkerConfig {
         let shift = (cores.max(1) as u32).next_power_of_two().trailing_zeros() as u8;
@@ -983,5 +1042,65 @@ mod tests {
             .contains("not prime"));
         assert!(err(&GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = []")).contains("local address"));
         assert!(err(&GOOD.replace("port = 8080", "port = 8080000")).contains("port"));
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_the_field_named() {
+        for (vip, why) in [("0.0.0.0", "unspecified"), ("255.255.255.255", "broadcast"), ("224.0.0.1", "multicast"), ("127.0.0.1", "loopback")] {
+            let e = err(&GOOD.replace("vip = \"10.0.0.100\"", &format!("vip = \"{vip}\"")));
+            assert!(e.starts_with("services[0].vip:") && e.contains(why), "{vip}: {e}");
+        }
+        let v6 = GOOD.replace("10.0.0.1/24", "2001:db8::1/64").replace("10.0.0.11", "2001:db8::11").replace("10.0.0.200", "2001:db8::200");
+        for vip in ["::", "::ffff:10.0.0.100", "ff02::1", "::1"] {
+            let e = err(&v6.replace("vip = \"10.0.0.100\"", &format!("vip = \"{vip}\"")));
+            assert!(e.starts_with("services[0].vip:"), "{vip}: {e}");
+        }
+        let e = err(&GOOD.replace("{ addr = \"10.0.0.11\"", "{ addr = \"10.0.0.100\""));
+        assert!(e.starts_with("services[0].backends[0].addr:") && e.contains("VIP or local address"), "{e}");
+        let e = err(&GOOD.replace("{ addr = \"10.0.0.11\"", "{ addr = \"10.0.0.200\""));
+        assert!(e.starts_with("services[0].backends[0].addr:"), "{e}");
+        let e = err(&GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\", \"10.0.0.200\"]"));
+        assert!(e.starts_with("services[0].local_addrs[1]:") && e.contains("twice"), "{e}");
+        let e = err(&GOOD.replace("mac = \"02:00:00:00:00:11\"", "mac = \"ff:ff:ff:ff:ff:ff\""));
+        assert!(e.starts_with("neighbors[0].mac:") && e.contains("group"), "{e}");
+        let e = err(&GOOD.replace("mac = \"02:00:00:00:00:11\"", "mac = \"01:00:5e:00:00:01\""));
+        assert!(e.starts_with("neighbors[0].mac:"), "{e}");
+        let e = err(&GOOD.replace("port = 8080", "port = 70000"));
+        assert!(e.contains("expected an integer in 0..=65535"), "numbers in the field's terms: {e}");
+    }
+
+    #[test]
+    fn what_run_refuses_check_refuses() {
+        let c = Config::parse(GOOD).unwrap();
+        assert!(c.check_for_run().unwrap_err().to_string().starts_with("ports[0].device:"));
+        let with_dev = GOOD.replace("mac = \"02:00:00:00:00:01\"", "device = \"net_null0\"");
+        Config::parse(&with_dev).unwrap().check_for_run().unwrap();
+        let few = format!("{with_dev}\n[runtime]\nmbufs = 1024\n");
+        assert!(Config::parse(&few).unwrap().check_for_run().unwrap_err().to_string().starts_with("runtime.mbufs:"));
+        let none = "[global]\nmax_sessions = 10\n";
+        assert!(Config::parse(none).unwrap().check_for_run().unwrap_err().to_string().starts_with("ports:"));
+    }
+
+    #[test]
+    fn only_regular_text_files_are_read() {
+        let dir = std::env::temp_dir().join(format!("vectorlb-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = Config::load(Path::new("/dev/urandom")).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } == 0 {
+            assert!(Config::load(&fifo).unwrap_err().to_string().contains("not a regular file"), "a FIFO is refused, not read (it would block)");
+        }
+        let bin = dir.join("bin.toml");
+        std::fs::write(&bin, b"[global]\nmax_sessions = 1\n# caf\xe9\n").unwrap();
+        let e = Config::load(&bin).unwrap_err().to_string();
+        assert!(e.contains("line 3, column 6: not UTF-8"), "{e}");
+        let big = dir.join("big.toml");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(MAX_FILE + 1).unwrap();
+        assert!(Config::load(&big).unwrap_err().to_string().contains("at most"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

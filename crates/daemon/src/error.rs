@@ -6,10 +6,6 @@ use std::path::PathBuf;
 pub enum DaemonError {
     #[error(transparent)]
     Config(#[from] vectorlb_config::Error),
-    #[error("ports[{0}].device: `vectorlb run` needs a DPDK device for every port (net_af_xdp0,iface=eth0, a PCI address, ...)")]
-    NoDevice(usize),
-    #[error("runtime.mbufs: {have} is too few for {ports} port(s) x {workers} worker(s) x 2 rings x {desc} descriptors; give at least {need} (or lower runtime.queue_desc)")]
-    TooFewMbufs { have: u32, ports: usize, workers: u16, desc: u16, need: u64 },
     #[error("ports[{index}] ({name}): {source}")]
     Port { index: usize, name: String, source: vectorlb_dpdk::Error },
     #[error("ports[{index}].mac: {source}")]

@@ -68,16 +68,8 @@ pub struct Daemon {
 /// Starts the daemon and runs until SIGTERM / SIGINT.
 pub fn run(path: &Path) -> Result<(), DaemonError> {
     let mut cfg = Config::load(path)?;
+    cfg.check_for_run()?;
     let rt = cfg.runtime.clone();
-    if let Some(i) = cfg.devices.iter().position(Option::is_none) {
-        return Err(DaemonError::NoDevice(i));
-    }
-    // Every rx and tx ring of every queue can hold a descriptor's worth of buffers, plus the
-    // per-thread caches and what is in flight.
-    let need = cfg.spec.ports.len() as u64 * rt.workers as u64 * 2 * rt.queue_desc as u64 + 256 * (rt.workers as u64 + 1) + 1024;
-    if (rt.mbufs as u64) < need {
-        return Err(DaemonError::TooFewMbufs { have: rt.mbufs, ports: cfg.spec.ports.len(), workers: rt.workers, desc: rt.queue_desc, need });
-    }
     control::install_signals();
     let run_dir = PathBuf::from(&rt.run_dir);
     let xdp_obj = xdp::write_object(&run_dir)?;
@@ -167,7 +159,11 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), Daemon
     let mut handles = Vec::new();
     let mut port_queues: Vec<std::vec::IntoIter<(vectorlb_dpdk::EthRx, vectorlb_dpdk::EthTx)>> = queues.into_iter().map(Vec::into_iter).collect();
     for (w, msgs) in worker_rx.into_iter().enumerate() {
-        let wc = cfg.worker_config(w as u16, rt.workers);
+        let mut wc = cfg.worker_config(w as u16, rt.workers);
+        // A key attackers cannot guess, and local ports that do not start where the previous
+        // run's did (the backends may still hold those connections in TIME_WAIT).
+        wc.table.seed = vectorlb_lb::session::random_seed();
+        wc.table.port_offset = vectorlb_lb::session::random_seed() as u32;
         let worker = Worker::new(control.clone(), wc).map_err(|source| DaemonError::SessionTable { worker: w, source })?;
         let io = WorkerIo::<Mbuf> {
             ports: port_queues

@@ -154,6 +154,26 @@ pub struct RouteSpec {
     pub via: IpAddr,
 }
 
+/// Why `a` cannot be a VIP, a local address or a backend; `None` for a unicast address.
+pub fn not_unicast(a: IpAddr) -> Option<&'static str> {
+    match a {
+        IpAddr::V4(v) if v.is_unspecified() => Some("the unspecified address"),
+        IpAddr::V4(v) if v.is_broadcast() => Some("the broadcast address"),
+        IpAddr::V4(v) if v.is_multicast() => Some("a multicast address"),
+        IpAddr::V4(v) if v.is_loopback() => Some("a loopback address"),
+        IpAddr::V6(v) if v.is_unspecified() => Some("the unspecified address"),
+        IpAddr::V6(v) if v.is_multicast() => Some("a multicast address"),
+        IpAddr::V6(v) if v.is_loopback() => Some("the loopback address"),
+        IpAddr::V6(v) if v.to_ipv4_mapped().is_some() => Some("an IPv4-mapped IPv6 address (write the IPv4 address)"),
+        _ => None,
+    }
+}
+
+/// Whether a MAC address is a group (multicast or broadcast) address, which no neighbour has.
+pub fn is_group_mac(m: &Mac) -> bool {
+    m[0] & 1 != 0
+}
+
 /// The two-arm topology that the tests, the benchmarks and the documentation's examples share:
 /// clients behind a router on port 0 (`ext`), backends on port 1 (`int`).
 ///
@@ -625,7 +645,14 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
     }
     // Longest prefix first; connected routes before gateways of the same length.
     routes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.via.is_some().cmp(&b.1.via.is_some())));
+    for (ip, mac) in &spec.neighbors {
+        if is_group_mac(mac) {
+            bail!("neighbor {ip}: {} is a group (multicast or broadcast) address, not a host's", vectorlb_packet::ethernet::format_mac(mac));
+        }
+    }
     let neighbors: FxHashMap<u128, Mac> = spec.neighbors.iter().map(|(ip, mac)| (key(*ip), *mac)).collect();
+    // Addresses the load balancer answers for, which no backend can be.
+    let ours: FxHashSet<u128> = spec.services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied())).map(key).collect();
 
     let mut snap = Snapshot {
         generation,
@@ -666,12 +693,22 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         if !used_svcs.insert(k) {
             bail!("{name}: defined twice");
         }
+        if let Some(why) = not_unicast(s.vip) {
+            bail!("{name}: the VIP is {why}");
+        }
         if s.mode == Mode::Fnat && s.local_addrs.is_empty() {
             bail!("{name}: fnat needs at least one local address");
         }
+        let mut laddrs_seen = FxHashSet::default();
         for &l in &s.local_addrs {
             if !same_family(l, s.vip) {
                 bail!("{name}: local address {l} is not of the VIP's family");
+            }
+            if let Some(why) = not_unicast(l) {
+                bail!("{name}: local address {l} is {why}");
+            }
+            if !laddrs_seen.insert(l) {
+                bail!("{name}: local address {l} is listed twice");
             }
         }
         let id = reg.service_id(k)?;
@@ -693,6 +730,12 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             }
             if !seen.insert((key(b.addr), b.port)) {
                 bail!("{name}: backend {}:{} listed twice", b.addr, b.port);
+            }
+            if let Some(why) = not_unicast(b.addr) {
+                bail!("{name}: backend {} is {why}", b.addr);
+            }
+            if ours.contains(&key(b.addr)) {
+                bail!("{name}: backend {} is a VIP or local address of this load balancer", b.addr);
             }
             if matches!(s.mode, Mode::Dr) && !snap.on_link(key(b.addr), b.addr.is_ipv4()) {
                 bail!("{name}: dr backend {} is not on a connected network of any port", b.addr);

@@ -319,8 +319,26 @@ pub struct TableConfig {
     pub port_max: u16,
     /// Records examined per sweep call.
     pub sweep_budget: u32,
-    /// Key for the index hash (random in production; fixed for reproducible tests).
+    /// Key for the index hash ([`random_seed`] in the daemon; fixed for reproducible tests,
+    /// replays and benchmarks).
     pub seed: u64,
+    /// Where the local-port search starts, as an offset into the port range (0: at
+    /// `port_min`). The daemon draws it at random so that a restart does not hand out its
+    /// previous run's ports, which the backends may still hold in TIME_WAIT.
+    pub port_offset: u32,
+}
+
+/// A number from the kernel's random source (a hash key an attacker cannot aim flows with, a
+/// local-port start a restart does not repeat).
+pub fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // getrandom(2) cannot fail for 8 bytes once the pool is initialised; a failure leaves the
+    // time-based fallback below.
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_ok() {
+        return u64::from_ne_bytes(b);
+    }
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+    crate::hash::mix64(t ^ std::process::id() as u64)
 }
 
 impl TableConfig {
@@ -335,6 +353,7 @@ impl TableConfig {
             port_max: 65535,
             sweep_budget: 64,
             seed: 0x005e_ed0f_5e55_10f5,
+            port_offset: 0,
         }
     }
 }
@@ -619,6 +638,15 @@ impl SessionTable {
         (lo, hi)
     }
 
+    /// Where the search for a free port of a local address starts (`port_offset` into the
+    /// range).
+    fn first_port(&self, lo: u32, hi: u32) -> u32 {
+        if hi < lo {
+            return lo;
+        }
+        lo + self.cfg.port_offset % (hi - lo + 1)
+    }
+
     fn alloc_port(&mut self, laddr: u16, r: Ref) -> io::Result<Option<u16>> {
         let shift = self.cfg.core_shift;
         let core = self.cfg.core as u32;
@@ -631,7 +659,8 @@ impl SessionTable {
             self.ports.resize_with(l + 1, || None);
         }
         if self.ports[l].is_none() {
-            self.ports[l] = Some(PortMap { slots: MmapArray::new(1usize << (16 - shift))?, cursor: lo });
+            let cursor = self.first_port(lo, hi);
+            self.ports[l] = Some(PortMap { slots: MmapArray::new(1usize << (16 - shift))?, cursor });
         }
         let map = self.ports[l].as_mut().unwrap();
         let slots = map.slots.as_mut_slice();
@@ -707,8 +736,9 @@ impl SessionTable {
             self.ports.resize_with(l + 1, || None);
         }
         if self.ports[l].is_none() {
-            let (lo, _) = self.port_range();
-            self.ports[l] = Some(PortMap { slots: MmapArray::new(1usize << (16 - shift))?, cursor: lo });
+            let (lo, hi) = self.port_range();
+            let cursor = self.first_port(lo, hi);
+            self.ports[l] = Some(PortMap { slots: MmapArray::new(1usize << (16 - shift))?, cursor });
         }
         let Some((_, i)) = self.port_slot(laddr, lport) else { return Ok(false) };
         let slots = self.ports[l].as_mut().unwrap().slots.as_mut_slice();
@@ -970,6 +1000,17 @@ mod tests {
         // Three cores make four partitions: the fourth has no owner (a misdirected reply).
         let t3 = SessionTable::new(TableConfig { core: 0, cores: 3, core_shift: 2, ..TableConfig::new(10) }).unwrap();
         assert_eq!((t3.port_owner(1026), t3.port_owner(1027)), (Some(2), None));
+    }
+
+    #[test]
+    fn the_port_search_starts_at_the_offset() {
+        let mut cur = 0;
+        for (offset, first) in [(0, 1024), (5, 1029), (16 + 3, 1027)] {
+            let cfg = TableConfig { port_min: 1024, port_max: 1039, port_offset: offset, ..TableConfig::new(100) };
+            let mut t = SessionTable::new(cfg).unwrap();
+            let r = t.insert(sess(1, 1, 1, 1), &[0], &mut cur).unwrap();
+            assert_eq!(t.get::<[u8; 4]>(r).lport, first, "offset {offset} (modulo the 16 ports)");
+        }
     }
 
     #[test]

@@ -21,6 +21,28 @@ mod field {
 
 pub type Mac = [u8; 6];
 
+/// `02:00:00:00:00:01` to bytes; `None` for anything else.
+pub fn parse_mac(s: &str) -> Option<Mac> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    let mut m = [0u8; 6];
+    for (i, p) in parts.iter().enumerate() {
+        if p.len() != 2 {
+            return None;
+        }
+        m[i] = u8::from_str_radix(p, 16).ok()?;
+    }
+    Some(m)
+}
+
+/// Bytes to `02:00:00:00:00:01`.
+pub fn format_mac(m: &Mac) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+
 pub const BROADCAST: Mac = [0xff; 6];
 
 /// A view of an Ethernet header (the outermost ethertype; see [`parse_l2`] for tags).

@@ -35,6 +35,9 @@ pub enum ProbeCmd {
         listen: SocketAddr,
         #[arg(long)]
         name: String,
+        /// Seconds a connection may stay silent before the server closes it (0: never).
+        #[arg(long, default_value_t = 30)]
+        idle_timeout_s: u64,
     },
     /// UDP flows to a serve-udp service: spread, stickiness, loss, path MTU.
     Udp(UdpArgs),
@@ -163,7 +166,7 @@ pub fn run(cmd: &ProbeCmd) -> Result<(), ToolError> {
     match cmd {
         ProbeCmd::Http(a) => http(a),
         ProbeCmd::ServeUdp { listen, name } => serve_udp(*listen, name),
-        ProbeCmd::ServeTcp { listen, name } => serve_tcp(*listen, name),
+        ProbeCmd::ServeTcp { listen, name, idle_timeout_s } => serve_tcp(*listen, name, *idle_timeout_s),
         ProbeCmd::Udp(a) => udp(a),
         ProbeCmd::Tcp(a) => tcp(a),
         ProbeCmd::Garbage(a) => garbage(a),
@@ -318,13 +321,13 @@ fn serve_udp(listen: SocketAddr, name: &str) -> Result<(), ToolError> {
     }
 }
 
-fn serve_tcp(listen: SocketAddr, name: &str) -> Result<(), ToolError> {
+fn serve_tcp(listen: SocketAddr, name: &str, idle_timeout_s: u64) -> Result<(), ToolError> {
     let l = TcpListener::bind(listen).map_err(io(format!("--listen {listen}")))?;
     for c in l.incoming() {
         let Ok(mut c) = c else { continue };
         let name = name.to_string();
         std::thread::spawn(move || {
-            c.set_read_timeout(Some(Duration::from_secs(30))).ok();
+            c.set_read_timeout((idle_timeout_s > 0).then(|| Duration::from_secs(idle_timeout_s))).ok();
             if c.write_all(format!("{name}\n").as_bytes()).is_err() {
                 return;
             }

@@ -237,6 +237,12 @@ fn run(cli: Cli) -> Result<(), CliError> {
         }
         Cmd::Check { config } => {
             let c = vectorlb_config::Config::load(&config)?;
+            // What `run` would refuse, `check` refuses too; a file for `replay` alone (no
+            // devices) is fine, and said to be.
+            let for_run = c.devices.iter().any(Option::is_some);
+            if for_run {
+                c.check_for_run()?;
+            }
             println!(
                 "{}: ok: {} ports, {} services, {} snat rules, max_sessions {}",
                 config.display(),
@@ -245,6 +251,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 c.spec.snat.len(),
                 c.engine.max_sessions
             );
+            if !for_run {
+                println!("  (no port has a device: fine for `vectorlb replay`; `vectorlb run` needs one on every port)");
+            }
             for s in &c.spec.services {
                 println!(
                     "  {} {}:{} {} {} ({} backends)",
