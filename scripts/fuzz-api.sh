@@ -13,13 +13,16 @@ venv=target/schemathesis-venv
 cargo build --release --bin vectorlb
 dir=$(mktemp -d /tmp/vectorlb-fuzz-api.XXXXXX)
 sed "s|@DIR@|$dir|" scripts/fuzz-api/lb.toml > "$dir/lb.toml"
+# A TCP API needs a token, in a file only its owner reads.
+token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+(umask 077 && printf '%s\n' "$token" > "$dir/api.token")
 target/release/vectorlb run --config "$dir/lb.toml" > "$dir/lb.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
-for _ in $(seq 50); do target/release/vectorlb ctl --api 127.0.0.1:9181 --raw GET /v1/health >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 50); do target/release/vectorlb ctl --api 127.0.0.1:9181 --token-file "$dir/api.token" --raw GET /v1/health >/dev/null 2>&1 && break; sleep 0.1; done
 rc=0
 "$venv/bin/schemathesis" --config-file scripts/fuzz-api/schemathesis.toml run docs/openapi.json \
-    --url http://127.0.0.1:9181 --checks all --max-examples "$max" || rc=$?
+    --url http://127.0.0.1:9181 --header "Authorization: Bearer $token" --checks all --max-examples "$max" || rc=$?
 if ! kill -0 $pid 2>/dev/null; then
     echo "fuzz-api: the daemon died:" >&2
     cat "$dir/lb.log" >&2

@@ -36,6 +36,9 @@ pub enum ApiError {
     /// A body above [`MAX_BODY`] (413).
     #[error("body: larger than {MAX_BODY} bytes")]
     TooLarge,
+    /// No token, or the wrong one, on an API that needs one (401).
+    #[error("{0}")]
+    Unauthorized(String),
 }
 
 impl ApiError {
@@ -48,13 +51,19 @@ impl ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status(), Json(ErrorBody { error: self.to_string() })).into_response()
+        let challenge = matches!(self, ApiError::Unauthorized(_));
+        let mut r = (self.status(), Json(ErrorBody { error: self.to_string() })).into_response();
+        if challenge {
+            r.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer realm=\"vectorlb\""));
+        }
+        r
     }
 }
 

@@ -84,15 +84,28 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
     info(
         title = "vectorlb control API",
         version = "1",
-        description = "Local control API of the vectorlb daemon (`vectorlb run`). Listens on 127.0.0.1:9180 by default, or a unix socket (runtime.api). Every change is validated and published as a whole, or refused with a 4xx whose message names the bad field; nothing is half-applied. Changes live in memory until POST /v1/save writes the running configuration back to the file. Status codes: 400 when a request does not match this document (the message names the field), 404 for a missing service, backend, worker or endpoint, 405 with an Allow header for a method a path does not take, 409 for duplicates and for changes that need a restart, 422 for well-formed requests the configuration cannot take (a combination that does not apply, a table size that is not prime, a backend of the wrong family), 503 when a worker does not answer in time. This document is generated from the code (`vectorlb openapi` prints it)."
+        description = "Local control API of the vectorlb daemon (`vectorlb run`). Listens on 127.0.0.1:9180 by default, or a unix socket (runtime.api). Every change is validated and published as a whole, or refused with a 4xx whose message names the bad field; nothing is half-applied. Changes live in memory until POST /v1/save writes the running configuration back to the file. A TCP listener needs `Authorization: Bearer <token>` (401 without it); the unix socket is guarded by its mode (0600) and needs none. Status codes: 400 when a request does not match this document (the message names the field), 404 for a missing service, backend, worker or endpoint, 405 with an Allow header for a method a path does not take, 409 for duplicates and for changes that need a restart, 422 for well-formed requests the configuration cannot take (a combination that does not apply, a table size that is not prime, a backend of the wrong family), 503 when a worker does not answer in time. This document is generated from the code (`vectorlb openapi` prints it)."
     ),
     servers((url = "http://127.0.0.1:9180")),
+    modifiers(&BearerAuth),
     paths(
         health, list_services, add_service, get_service, edit_service, delete_service, add_backend, edit_backend,
         delete_backend, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, metrics, openapi
     )
 )]
 pub struct LbApiDoc;
+
+/// A TCP API needs `Authorization: Bearer <token>` (runtime.api_token_file); a unix socket is
+/// guarded by its permissions and needs none.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+        doc.components.get_or_insert_with(Default::default).add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+        doc.security = Some(vec![SecurityRequirement::default(), SecurityRequirement::new("bearer", Vec::<String>::new())]);
+    }
+}
 
 /// The document as served at `/openapi.json`.
 pub fn openapi_json() -> String {
@@ -176,10 +189,15 @@ fn check_table(t: Option<u32>) -> Result<(), ApiError> {
     }
 }
 
-/// Liveness and the configuration generation.
-#[utoipa::path(get, path = "/v1/health", responses((status = 200, body = Health)))]
-async fn health(State(lb): Lb) -> Result<Json<Health>, ApiError> {
-    Ok(Json(call(lb, |lb| lb.health()).await?))
+/// Whether the data plane works, and the configuration generation.
+#[utoipa::path(get, path = "/v1/health", responses(
+    (status = 200, body = Health, description = "Every port has its XDP program and link, every worker runs"),
+    (status = 503, body = Health, description = "Degraded: `problems` says what is wrong"),
+))]
+async fn health(State(lb): Lb) -> Result<Response, ApiError> {
+    let h = call(lb, |lb| lb.health()).await?;
+    let status = if h.problems.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    Ok((status, Json(h)).into_response())
 }
 
 /// Services with their backends and counters.

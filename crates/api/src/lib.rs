@@ -16,4 +16,4 @@ pub mod server;
 
 pub use error::ApiError;
 pub use lb::{openapi_json, router, LbControl};
-pub use server::{serve, Endpoint, Listener};
+pub use server::{serve, Access, Endpoint, Listener};

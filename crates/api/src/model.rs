@@ -309,6 +309,17 @@ pub struct ServiceStats {
     pub new_sessions_per_second: f64,
 }
 
+/// A service's timeouts, seconds.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ServiceTimeouts {
+    pub syn: f64,
+    pub established: f64,
+    pub fin: f64,
+    pub time_wait: f64,
+    pub close: f64,
+    pub udp: f64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ServiceStatus {
     pub vip: String,
@@ -321,15 +332,21 @@ pub struct ServiceStatus {
     pub table_size: Option<u32>,
     pub local_addrs: Vec<String>,
     pub toa: bool,
+    pub timeouts: ServiceTimeouts,
     pub backends: Vec<BackendStatus>,
     pub stats: ServiceStats,
 }
 
+/// Whether the data plane works: `ok`, or `degraded` with what is wrong (answered with 503,
+/// so that keepalived's track script, `vectorlb ctl --ha`, moves the VIPs away).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Health {
     pub status: String,
     /// Generation of the running configuration.
     pub generation: u64,
+    /// What is wrong (a port's XDP program gone, a link down, a worker stuck); empty when ok.
+    #[serde(default)]
+    pub problems: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

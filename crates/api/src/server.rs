@@ -17,8 +17,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
-/// Connections served at once; the next ones get a 503 and are closed.
-pub const MAX_CONNECTIONS: usize = 32;
+/// Connections served at once; the next ones get a 503 and are closed. A connection costs a
+/// task and a few kilobytes, so the bound is high: clients that drip their requests time out
+/// (below) without keeping others out.
+pub const MAX_CONNECTIONS: usize = 512;
 /// Time a client has to send the request head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a whole exchange (head, body, handling, answer) may take.
@@ -33,6 +35,14 @@ pub enum ServerError {
     BadEndpoint(#[from] vectorlb_client::Error),
     #[error("cannot listen on {endpoint}: {source}{hint}")]
     Bind { endpoint: String, source: std::io::Error, hint: &'static str },
+    #[error("runtime.api_group: no group named '{0}'")]
+    NoGroup(String),
+}
+
+/// Who may use a unix-socket API: root only (mode 0600), or a group too (0660).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Access {
+    pub group: Option<String>,
 }
 
 /// A bound listener, ready to serve.
@@ -43,8 +53,10 @@ pub enum Listener {
 
 impl Listener {
     /// Binds `endpoint`. A unix socket path that exists is replaced only when nothing answers
-    /// on it (a stale socket of a daemon that died); a live one is an error.
-    pub async fn bind(endpoint: &Endpoint) -> Result<Listener, ServerError> {
+    /// on it (a stale socket of a daemon that died); a live one is an error. A unix socket is
+    /// created with mode 0600 (0660 and the group of `access`); no other user can connect,
+    /// not even between its creation and the change of mode.
+    pub async fn bind(endpoint: &Endpoint, access: &Access) -> Result<Listener, ServerError> {
         let fail = |source, hint| ServerError::Bind { endpoint: endpoint.to_string(), source, hint };
         match endpoint {
             Endpoint::Tcp(a) => tokio::net::TcpListener::bind(a).await.map(Listener::Tcp).map_err(|e| fail(e, " (another vectorlb running?)")),
@@ -55,10 +67,43 @@ impl Listener {
                     }
                     let _ = std::fs::remove_file(p);
                 }
-                tokio::net::UnixListener::bind(p).map(|l| Listener::Unix(l, p.clone())).map_err(|e| fail(e, ""))
+                let gid = match &access.group {
+                    Some(g) => Some(group_id(g).ok_or_else(|| ServerError::NoGroup(g.clone()))?),
+                    None => None,
+                };
+                // SAFETY: umask only sets the process's file-creation mask; the previous mask is
+                // put back right after the bind.
+                let old = unsafe { libc::umask(0o177) };
+                let bound = tokio::net::UnixListener::bind(p);
+                // SAFETY: as above.
+                unsafe { libc::umask(old) };
+                let l = bound.map_err(|e| fail(e, ""))?;
+                if let Some(gid) = gid {
+                    std::os::unix::fs::chown(p, None, Some(gid)).map_err(|e| fail(e, " (changing the socket's group)"))?;
+                    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o660)).map_err(|e| fail(e, ""))?;
+                }
+                Ok(Listener::Unix(l, p.clone()))
             }
         }
     }
+}
+
+/// The id of group `name`.
+fn group_id(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    let mut grp: libc::group = unsafe_zeroed_group();
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut out: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: getgrnam_r writes into `grp` and `buf` (whose length it is given) and sets `out`
+    // to `&grp` on success or null; nothing is kept past the call.
+    let r = unsafe { libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
+    (r == 0 && !out.is_null()).then_some(grp.gr_gid)
+}
+
+fn unsafe_zeroed_group() -> libc::group {
+    // SAFETY: libc::group is a plain C struct of pointers and integers; all zeroes (null
+    // pointers) is a valid value, and getgrnam_r overwrites it.
+    unsafe { std::mem::zeroed() }
 }
 
 impl Drop for Listener {
@@ -69,8 +114,13 @@ impl Drop for Listener {
     }
 }
 
-/// Serves `router` on `listener` until `stop` resolves.
-pub async fn serve(listener: Listener, router: Router, stop: impl std::future::Future<Output = ()>) {
+/// Serves `router` on `listener` until `stop` resolves. With a `token`, every request must
+/// carry `Authorization: Bearer <token>` (a TCP API; the unix socket's mode guards it).
+pub async fn serve(listener: Listener, router: Router, token: Option<String>, stop: impl std::future::Future<Output = ()>) {
+    let router = match token {
+        Some(t) => router.layer(axum::middleware::from_fn_with_state(Arc::new(t), require_token)),
+        None => router,
+    };
     let router = with_conventions(router);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(stop);
@@ -148,6 +198,20 @@ pub fn with_conventions(router: Router) -> Router {
     // router that has no routes of its own; the inner router's 405 carries its Allow header by
     // the time the outer layer sees it.
     Router::new().fallback_service(inner).layer(axum::middleware::from_fn(json_405)).layer(axum::middleware::from_fn(trim_slash))
+}
+
+/// Compares in time that does not depend on where the first difference is.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+async fn require_token(axum::extract::State(token): axum::extract::State<Arc<String>>, req: Request, next: Next) -> Response {
+    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(g) if same(g.trim().as_bytes(), token.as_bytes()) => next.run(req).await,
+        Some(_) => ApiError::Unauthorized("Authorization: the token is wrong".into()).into_response(),
+        None => ApiError::Unauthorized("Authorization: this API needs `Authorization: Bearer <token>` (vectorlb ctl --token-file FILE)".into()).into_response(),
+    }
 }
 
 async fn not_found(req: Request) -> ApiError {

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -112,11 +112,13 @@ pub struct Request {
     pub host: String,
     pub body: Option<Vec<u8>>,
     pub content_type: &'static str,
+    /// Sent as `Authorization: Bearer <token>`.
+    pub bearer: Option<String>,
 }
 
 impl Request {
     pub fn get(path: impl Into<String>, host: impl Into<String>) -> Request {
-        Request { method: Method::GET, path: path.into(), host: host.into(), body: None, content_type: "application/json" }
+        Request { method: Method::GET, path: path.into(), host: host.into(), body: None, content_type: "application/json", bearer: None }
     }
 }
 
@@ -167,6 +169,9 @@ async fn exchange(target: &Target, r: &Request, o: &Options, start: Instant) -> 
     let h = req.headers_mut();
     h.insert(HOST, HeaderValue::from_str(&r.host).map_err(|_| Error::Request(format!("host '{}'", r.host)))?);
     h.insert(USER_AGENT, HeaderValue::from_static(concat!("vectorlb/", env!("CARGO_PKG_VERSION"))));
+    if let Some(t) = &r.bearer {
+        h.insert(AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| Error::Request("the token is not a header value".into()))?);
+    }
     if r.body.is_some() {
         h.insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));
         h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));

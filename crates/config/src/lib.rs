@@ -47,6 +47,14 @@ macro_rules! bail {
     ($($t:tt)*) => { return Err(Error::invalid(format!($($t)*))) };
 }
 
+/// The machine's memory in bytes (MemTotal), or a generous guess when it cannot be read.
+pub fn mem_total() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()))
+        .map_or(u64::MAX, |kb| kb * 1024)
+}
+
 /// Largest configuration file read.
 pub const MAX_FILE: u64 = 16 * 1024 * 1024;
 
@@ -82,8 +90,17 @@ pub struct Runtime {
     pub mbufs: u32,
     /// Descriptors per rx and per tx queue.
     pub queue_desc: u16,
-    /// Where the control API listens: "127.0.0.1:9180", or "unix:/run/vectorlb.sock".
+    /// Where the control API listens: "unix:/run/vectorlb/api.sock" (the default), or
+    /// "ADDRESS:PORT", which needs `api_token_file`.
     pub api: String,
+    /// A file holding the bearer token every request on a TCP API must carry. Only its owner
+    /// may read it.
+    pub api_token_file: Option<String>,
+    /// The group that may use the unix socket (mode 0660); without it, root only (0600).
+    pub api_group: Option<String>,
+    /// Memory the session tables of all workers may take at most, MiB; `None`: half of the
+    /// machine's memory.
+    pub memory_budget_mb: Option<u64>,
     /// Longest sleep of an idle worker, microseconds (its wake-up latency bound). 0: busy-poll.
     pub idle_sleep_us: u32,
     /// Learned neighbours not confirmed for this long are forgotten (seconds).
@@ -95,6 +112,9 @@ pub struct Runtime {
     pub ha_state: String,
 }
 
+/// Where the control API listens unless configured.
+pub const DEFAULT_API: &str = "unix:/run/vectorlb/api.sock";
+
 pub const DEFAULT_EAL: &[&str] = &["-l", "0", "--in-memory", "--log-level", "*:warning"];
 
 impl Default for Runtime {
@@ -105,7 +125,10 @@ impl Default for Runtime {
             eal: DEFAULT_EAL.iter().map(|s| s.to_string()).collect(),
             mbufs: 16383,
             queue_desc: 1024,
-            api: "127.0.0.1:9180".into(),
+            api: DEFAULT_API.into(),
+            api_token_file: None,
+            api_group: None,
+            memory_budget_mb: None,
             idle_sleep_us: 200,
             neighbor_timeout: 300,
             run_dir: "/run/vectorlb".into(),
@@ -236,6 +259,12 @@ struct RawRuntime {
     queue_desc: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     api: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_token_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_budget_mb: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     idle_sleep_us: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -559,8 +588,15 @@ fn runtime(r: &RawRuntime) -> Result<Runtime, Error> {
         if path.is_empty() {
             bail!("runtime.api: 'unix:' needs a socket path");
         }
+        if r.api_token_file.is_some() {
+            bail!("runtime.api_token_file: a unix socket is guarded by its permissions (runtime.api_group); the token is for a TCP API");
+        }
     } else if api.parse::<std::net::SocketAddr>().is_err() {
         bail!("runtime.api: '{api}' is not ADDRESS:PORT or unix:PATH");
+    } else if r.api_token_file.as_deref().is_none_or(str::is_empty) {
+        bail!("runtime.api: a TCP API needs runtime.api_token_file (a file only root can read, holding the token); or listen on unix:PATH");
+    } else if r.api_group.is_some() {
+        bail!("runtime.api_group: only for a unix socket API");
     }
     let idle_sleep_us = r.idle_sleep_us.unwrap_or(d.idle_sleep_us);
     if idle_sleep_us > 100_000 {
@@ -582,6 +618,12 @@ fn runtime(r: &RawRuntime) -> Result<Runtime, Error> {
         mbufs,
         queue_desc,
         api,
+        api_token_file: r.api_token_file.clone(),
+        api_group: r.api_group.clone(),
+        memory_budget_mb: match r.memory_budget_mb {
+            Some(0) => bail!("runtime.memory_budget_mb: must be above 0"),
+            m => m,
+        },
         idle_sleep_us,
         neighbor_timeout,
         run_dir: r.run_dir.clone().unwrap_or(d.run_dir),
@@ -862,6 +904,9 @@ impl Config {
                 mbufs: Some(r.mbufs),
                 queue_desc: Some(r.queue_desc),
                 api: Some(r.api.clone()),
+                api_token_file: r.api_token_file.clone(),
+                api_group: r.api_group.clone(),
+                memory_budget_mb: r.memory_budget_mb,
                 idle_sleep_us: Some(r.idle_sleep_us),
                 neighbor_timeout: Some(r.neighbor_timeout),
                 run_dir: Some(r.run_dir.clone()),
@@ -929,9 +974,40 @@ impl Config {
         }
     }
 
+    /// Memory the session tables of every worker need at most, bytes, and the part of it made
+    /// resident at start (the indexes).
+    pub fn session_memory(&self) -> (u64, u64) {
+        let f = vectorlb_lb::session::Footprint::of(&self.worker_config(0, self.runtime.workers).table);
+        let w = self.runtime.workers as u64;
+        (f.total() * w, f.index_bytes * w)
+    }
+
+    /// The memory budget of `runtime.memory_budget_mb`, or half of `mem_total` bytes.
+    pub fn memory_budget(&self, mem_total: u64) -> u64 {
+        self.runtime.memory_budget_mb.map_or(mem_total / 2, |m| m << 20)
+    }
+
     /// What `vectorlb run` needs beyond a valid file: a port at least, a DPDK device for every
-    /// port, and enough packet buffers for every queue. `check` runs the same test.
+    /// port, enough packet buffers for every queue, and session tables within the memory
+    /// budget. `check` runs the same test.
     pub fn check_for_run(&self) -> Result<(), Error> {
+        self.check_for_run_with(mem_total())
+    }
+
+    /// [`Config::check_for_run`] for a machine with `mem_total` bytes of memory.
+    pub fn check_for_run_with(&self, mem_total: u64) -> Result<(), Error> {
+        let (need, resident) = self.session_memory();
+        let budget = self.memory_budget(mem_total);
+        if need > budget {
+            bail!(
+                "global.max_sessions: {} sessions per worker x {} worker(s) need up to {} MiB ({} MiB of index made resident at start, the rest as sessions arrive); the budget is {} MiB (runtime.memory_budget_mb; by default half of this machine's memory)",
+                self.engine.max_sessions,
+                self.runtime.workers,
+                need >> 20,
+                resident >> 20,
+                budget >> 20
+            );
+        }
         if self.spec.ports.is_empty() {
             bail!("ports: `vectorlb run` needs at least one port");
         }
@@ -1028,6 +1104,10 @@ mod tests {
     fn runtime_errors_name_the_field() {
         assert!(err(&format!("{GOOD}\n[runtime]\nworkers = 0\n")).contains("runtime.workers"));
         assert!(err(&format!("{GOOD}\n[runtime]\napi = \"nowhere\"\n")).contains("runtime.api"));
+        assert!(err(&format!("{GOOD}\n[runtime]\napi = \"127.0.0.1:9180\"\n")).starts_with("runtime.api: a TCP API needs runtime.api_token_file"));
+        let tcp = Config::parse(&format!("{GOOD}\n[runtime]\napi = \"127.0.0.1:9180\"\napi_token_file = \"/etc/vectorlb/api.token\"\n")).unwrap();
+        assert_eq!(Config::parse(&tcp.to_toml()).unwrap(), tcp);
+        assert!(err(&format!("{GOOD}\n[runtime]\napi_token_file = \"/x\"\n")).starts_with("runtime.api_token_file:"));
         assert!(err(&format!("{GOOD}\n[runtime]\nqueue_desc = 1000\n")).contains("runtime.queue_desc"));
         assert!(err(&GOOD.replace("mac = \"02:00:00:00:00:01\"", "")).contains("ports[0].mac"));
     }
@@ -1079,6 +1159,17 @@ mod tests {
         assert!(Config::parse(&few).unwrap().check_for_run().unwrap_err().to_string().starts_with("runtime.mbufs:"));
         let none = "[global]\nmax_sessions = 10\n";
         assert!(Config::parse(none).unwrap().check_for_run().unwrap_err().to_string().starts_with("ports:"));
+        // Memory: 4 billion sessions is refused with the figures; a budget can be given.
+        let huge = with_dev.replace("max_sessions = 1000", "max_sessions = 4000000000");
+        let e = Config::parse(&huge).unwrap().check_for_run_with(24 << 30).unwrap_err().to_string();
+        assert!(e.starts_with("global.max_sessions:") && e.contains("MiB") && e.contains("budget is 12288 MiB"), "{e}");
+        let ten_m = with_dev.replace("max_sessions = 1000", "max_sessions = 10000000");
+        let c = Config::parse(&ten_m).unwrap();
+        let (need, resident) = c.session_memory();
+        assert!(need > 300 << 20 && need < 700 << 20 && resident < need, "10 M sessions: {need} bytes, {resident} resident at start");
+        c.check_for_run_with(24 << 30).unwrap();
+        let tight = Config::parse(&format!("{ten_m}\n[runtime]\nmemory_budget_mb = 100\n")).unwrap();
+        assert!(tight.check_for_run_with(24 << 30).unwrap_err().to_string().contains("budget is 100 MiB"));
     }
 
     #[test]

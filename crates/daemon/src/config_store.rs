@@ -151,9 +151,20 @@ impl ConfigStore {
         }
     }
 
+    /// Writes the flow director's tables again if the host's own addresses changed (the
+    /// control thread calls this every few seconds).
+    pub fn refresh_host(&self) {
+        if !self.xdp_ifaces.is_empty() {
+            self.sync_xdp(&lock(&self.config));
+        }
+    }
+
     /// Writes our addresses into every AF_XDP port's flow director, when they changed.
     fn sync_xdp(&self, c: &Config) {
-        let tables = xdp_tables(c);
+        if self.xdp_ifaces.is_empty() {
+            return;
+        }
+        let tables = xdp_tables(c, &crate::instance::host_addresses());
         {
             let mut last = lock(&self.xdp_synced);
             if last.as_ref() == Some(&tables) {
@@ -170,9 +181,14 @@ impl ConfigStore {
     }
 }
 
-/// The flow director's tables for a configuration.
-pub fn xdp_tables(c: &Config) -> XdpTables {
+/// The flow director's tables for a configuration and the host kernel's own addresses (traffic
+/// to those stays with the kernel even when it comes from a NAT backend or an SNAT source:
+/// the host's health checks and pings get their answers).
+pub fn xdp_tables(c: &Config, host: &[IpAddr]) -> XdpTables {
     let mut m: BTreeMap<IpAddr, u32> = BTreeMap::new();
+    for a in host {
+        *m.entry(*a).or_default() |= xdp::FLAG_HOST;
+    }
     for p in &c.spec.ports {
         for (a, _) in &p.addrs {
             *m.entry(*a).or_default() |= xdp::FLAG_DST;

@@ -101,6 +101,7 @@ pub fn run(d: &Daemon, events: Receiver<Event>, stop: &AtomicBool) {
         // lifetime has passed (a reply refreshes them); forget the silent ones.
         if last_resolve.elapsed() >= Duration::from_secs(1) {
             last_resolve = Instant::now();
+            d.config.refresh_host();
             if d.neighbours.expire(timeout) {
                 d.config.republish();
             }

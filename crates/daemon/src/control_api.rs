@@ -118,7 +118,8 @@ fn backend_health(s: &crate::health::State) -> BackendHealth {
 
 impl LbControl for Daemon {
     fn health(&self) -> Health {
-        Health { status: "ok".into(), generation: self.config.control.generation() }
+        let problems = self.problems();
+        Health { status: if problems.is_empty() { "ok" } else { "degraded" }.into(), generation: self.config.control.generation(), problems }
     }
 
     fn services(&self) -> Vec<ServiceStatus> {
@@ -162,6 +163,11 @@ impl LbControl for Daemon {
                     },
                     local_addrs: s.local_addrs.iter().map(IpAddr::to_string).collect(),
                     toa: s.toa,
+                    timeouts: {
+                        let t = &s.timeouts;
+                        let secs = |ms: u32| ms as f64 / 1000.0;
+                        ServiceTimeouts { syn: secs(t.syn), established: secs(t.established), fin: secs(t.fin), time_wait: secs(t.time_wait), close: secs(t.close), udp: secs(t.udp) }
+                    },
                     backends,
                     stats: ServiceStats {
                         packets: sc.packets,

@@ -35,6 +35,14 @@ pub enum DaemonError {
     WorkerSilent(usize),
     #[error("saving to {path}: {source}")]
     Save { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source} (the instance locks need a writable /run/lock)")]
+    Lock { path: PathBuf, source: std::io::Error },
+    #[error("{what} is in use by another vectorlb (pid {pid}); stop it first, or give this one other interfaces and another API endpoint")]
+    InUse { what: String, pid: String },
+    #[error("ports[{index}]: {iface} has an XDP program that is not vectorlb's ('{name}', id {id}); remove it (ip link set dev {iface} xdp off) or use another interface")]
+    ForeignXdp { index: usize, iface: String, id: u32, name: String },
+    #[error("runtime.api_token_file: {path}: {problem}")]
+    Token { path: String, problem: String },
 }
 
 impl From<DaemonError> for vectorlb_api::ApiError {

@@ -17,6 +17,7 @@ pub mod control_api;
 pub mod error;
 pub mod ha;
 pub mod health;
+pub mod instance;
 pub mod metrics;
 pub mod neighbours;
 pub mod sessions;
@@ -65,13 +66,55 @@ pub struct Daemon {
     pub pool: Arc<Mempool>,
 }
 
+impl Daemon {
+    /// What keeps the data plane from working: a port whose XDP program is gone or replaced,
+    /// a link down, a worker that stopped publishing (stuck or dead). Empty when all is well.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            if let Some(iface) = &p.xdp_iface {
+                match xdp::attached(iface) {
+                    Ok(Some(a)) if a.is_ours() => {}
+                    Ok(Some(a)) => out.push(format!("ports[{i}] ({}): {iface} runs XDP program '{}' (id {}), not vectorlb's", p.name, a.name, a.id)),
+                    Ok(None) => out.push(format!("ports[{i}] ({}): {iface} has no XDP program: the data plane receives nothing", p.name)),
+                    Err(e) => out.push(format!("ports[{i}] ({}): {e}", p.name)),
+                }
+            }
+            if !p.port.link().up {
+                out.push(format!("ports[{i}] ({}): link down", p.name));
+            }
+        }
+        for (w, since) in self.workers.stalled(std::time::Duration::from_secs(1)) {
+            out.push(match since {
+                Some(d) => format!("worker {w}: no progress for {} ms", d.as_millis()),
+                None => format!("worker {w}: never started"),
+            });
+        }
+        out
+    }
+}
+
 /// Starts the daemon and runs until SIGTERM / SIGINT.
 pub fn run(path: &Path) -> Result<(), DaemonError> {
     let mut cfg = Config::load(path)?;
     cfg.check_for_run()?;
     let rt = cfg.runtime.clone();
+    // The locks come first: while another instance holds one of our interfaces or our API
+    // endpoint, nothing of its (XDP programs, sockets, files) is touched.
+    let devices_given: Vec<&str> = cfg.devices.iter().flatten().map(String::as_str).collect();
+    let mut guarded: Vec<instance::Guarded> =
+        devices_given.iter().enumerate().map(|(index, d)| instance::Guarded::Device { index, name: instance::device_key(d) }).collect();
+    guarded.push(instance::Guarded::Api(&rt.api));
+    let _locks = instance::lock(&guarded, Path::new(instance::LOCK_DIR))?;
+    let token = rt.api_token_file.as_deref().map(read_token).transpose()?;
+    for (i, d) in devices_given.iter().enumerate() {
+        if let Some(iface) = xdp::af_xdp_iface(d) {
+            instance::clear_stale_xdp(i, iface)?;
+        }
+    }
     control::install_signals();
     let run_dir = PathBuf::from(&rt.run_dir);
+    instance::clear_stale_files(&run_dir);
     let xdp_obj = xdp::write_object(&run_dir)?;
     let mut devices = Vec::new();
     for d in cfg.devices.iter().flatten() {
@@ -86,18 +129,46 @@ pub fn run(path: &Path) -> Result<(), DaemonError> {
         }
         devices.push(d);
     }
-    let result = start(path, &mut cfg, &devices);
+    let result = start(path, &mut cfg, &devices, token);
     let _ = std::fs::remove_file(&xdp_obj);
     result
+}
+
+/// The API token: the file must be a regular file that only its owner can read.
+fn read_token(path: &str) -> Result<String, DaemonError> {
+    use std::os::unix::fs::PermissionsExt;
+    let bad = |problem: String| DaemonError::Token { path: path.to_string(), problem };
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(bad(format!("mode {:o} lets others read it (chmod 600)", meta.permissions().mode() & 0o777)));
+    }
+    let t = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?.trim().to_string();
+    if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad("the token must be at least 16 printable characters (for example: openssl rand -hex 32)".into()));
+    }
+    Ok(t)
 }
 
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<std::thread::JoinHandle<()>, DaemonError> {
     std::thread::Builder::new().name(name.clone()).spawn(f).map_err(|source| DaemonError::Spawn { what: name, source })
 }
 
-fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), DaemonError> {
+fn start(path: &Path, cfg: &mut Config, devices: &[String], token: Option<String>) -> Result<(), DaemonError> {
     let rt = cfg.runtime.clone();
     let nworkers = rt.workers as usize;
+    // The API's endpoint before the ports: a start that cannot serve its API touches no port.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("vlb-api")
+        .enable_all()
+        .build()
+        .map_err(|source| DaemonError::Spawn { what: "the API runtime".into(), source })?;
+    let endpoint: vectorlb_api::Endpoint = rt.api.parse().map_err(vectorlb_api::server::ServerError::from)?;
+    let access = vectorlb_api::Access { group: rt.api_group.clone() };
+    let listener = runtime.block_on(vectorlb_api::Listener::bind(&endpoint, &access))?;
     let eal = Eal::init(&rt.eal, devices)?;
     let pool = Arc::new(Mempool::new(&eal, "vectorlb", rt.mbufs, 256, 2048 + 128)?);
     let mut ports = Vec::new();
@@ -126,14 +197,6 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), Daemon
         worker_rx.push(rx);
         senders.push(tx);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("vlb-api")
-        .enable_all()
-        .build()
-        .map_err(|source| DaemonError::Spawn { what: "the API runtime".into(), source })?;
-    let endpoint: vectorlb_api::Endpoint = rt.api.parse().map_err(vectorlb_api::server::ServerError::from)?;
-    let listener = runtime.block_on(vectorlb_api::Listener::bind(&endpoint))?;
     let sync = cfg.sync.as_ref().map(sync::Sync::bind).transpose()?;
     let workers = Arc::new(Workers::new(senders));
     let neighbours = Arc::new(neighbours::Neighbours::default());
@@ -202,7 +265,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String]) -> Result<(), Daemon
     let server = {
         let stop = api_stop.clone();
         let router = vectorlb_api::router(daemon.clone());
-        runtime.spawn(vectorlb_api::serve(listener, router, async move { stop.notified().await }))
+        runtime.spawn(vectorlb_api::serve(listener, router, token, async move { stop.notified().await }))
     };
     let mut sync_threads = Vec::new();
     if let Some(sy) = &sync {

@@ -68,6 +68,8 @@ pub struct Published {
     /// Active sessions per backend slot.
     pub active: Vec<u32>,
     pub sessions: u32,
+    /// When the worker last published (it does every 100 ms while it runs).
+    pub at: Option<Instant>,
 }
 
 struct Slot {
@@ -116,6 +118,23 @@ impl Workers {
         p.active.clear();
         p.active.extend_from_slice(worker.table.active());
         p.sessions = worker.table.len();
+        p.at = Some(Instant::now());
+    }
+
+    /// Workers that have not published for `after`: stopped or stuck.
+    pub fn stalled(&self, after: Duration) -> Vec<(usize, Option<Duration>)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(w, s)| {
+                let since = lock(&s.published).at.map(|t| t.elapsed());
+                let late = match since {
+                    Some(d) => d > after,
+                    None => self.started.elapsed() > after * 3,
+                };
+                late.then_some((w, since))
+            })
+            .collect()
     }
 
     /// Every worker's counters, summed.

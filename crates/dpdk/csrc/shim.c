@@ -337,3 +337,45 @@ out:
 	close(fd);
 	return r;
 }
+
+/* The XDP program attached to `ifname`: its id (0: none) and, in `name` (`len` bytes, NUL
+ * terminated), its name. A negative errno on failure. */
+int vl_xdp_prog(const char *ifname, char *name, int len)
+{
+	unsigned ifindex = if_nametoindex(ifname);
+	if (!ifindex)
+		return -ENODEV;
+	__u32 prog_id = 0;
+	int r = bpf_xdp_query_id((int)ifindex, 0, &prog_id);
+	if (r)
+		return r < 0 ? r : -r;
+	if (len > 0)
+		name[0] = 0;
+	if (!prog_id)
+		return 0;
+	int pfd = bpf_prog_get_fd_by_id(prog_id);
+	if (pfd < 0)
+		return -errno;
+	struct bpf_prog_info info;
+	memset(&info, 0, sizeof(info));
+	__u32 il = sizeof(info);
+	r = bpf_obj_get_info_by_fd(pfd, &info, &il);
+	close(pfd);
+	if (r)
+		return -errno;
+	if (len > 0) {
+		strncpy(name, info.name, (size_t)len - 1);
+		name[len - 1] = 0;
+	}
+	return (int)prog_id;
+}
+
+/* Detaches whatever XDP program `ifname` has. */
+int vl_xdp_detach(const char *ifname)
+{
+	unsigned ifindex = if_nametoindex(ifname);
+	if (!ifindex)
+		return -ENODEV;
+	int r = bpf_xdp_detach((int)ifindex, 0, NULL);
+	return r < 0 ? r : 0;
+}

@@ -5,6 +5,7 @@
  * VRRP traffic on the same interface:
  *   - IPv4 / IPv6 packets to one of our addresses (interface addresses, VIPs, local addresses),
  *   - packets from a NAT backend (their replies come back through us) or from an SNAT source,
+ *     unless they are addressed to the host kernel's own addresses (its health checks, pings),
  *   - ARP whose target is ours, IPv6 neighbour solicitations whose target is ours.
  * The daemon fills the maps after the PMD has loaded the program. */
 #include <linux/bpf.h>
@@ -17,6 +18,7 @@
 
 #define FLAG_DST 1 /* traffic to this address is ours */
 #define FLAG_SRC 2 /* traffic from this address is ours (a NAT backend) */
+#define FLAG_HOST 4 /* the host kernel's own address: traffic to it is the kernel's */
 
 struct addr_key {
 	__u8 family; /* 4 or 6 */
@@ -112,13 +114,15 @@ int vl_xdp(struct xdp_md *ctx)
 		__u8 d[16] = {}, s[16] = {};
 		__builtin_memcpy(d, &ip->daddr, 4);
 		__builtin_memcpy(s, &ip->saddr, 4);
-		ours = has(4, d, 4, FLAG_DST) || has(4, s, 4, FLAG_SRC) || src_net(4, s, 4);
+		ours = has(4, d, 4, FLAG_DST) ||
+		       (!has(4, d, 4, FLAG_HOST) && (has(4, s, 4, FLAG_SRC) || src_net(4, s, 4)));
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = l3;
 		if ((void *)(ip6 + 1) > end)
 			return XDP_PASS;
-		ours = has(6, &ip6->daddr, 16, FLAG_DST) || has(6, &ip6->saddr, 16, FLAG_SRC) ||
-		       src_net(6, &ip6->saddr, 16);
+		ours = has(6, &ip6->daddr, 16, FLAG_DST) ||
+		       (!has(6, &ip6->daddr, 16, FLAG_HOST) &&
+			(has(6, &ip6->saddr, 16, FLAG_SRC) || src_net(6, &ip6->saddr, 16)));
 		if (!ours && ip6->nexthdr == IPPROTO_ICMPV6) {
 			/* Neighbour solicitation (135) for one of our addresses: target at byte 8. */
 			__u8 *icmp = (__u8 *)(ip6 + 1);

@@ -94,5 +94,7 @@ extern "C" {
     pub fn vl_ring_free(r: *mut RteRing);
     pub fn vl_ring_enqueue_burst(r: *mut RteRing, objs: *mut *mut c_void, n: c_uint) -> c_uint;
     pub fn vl_ring_dequeue_burst(r: *mut RteRing, objs: *mut *mut c_void, n: c_uint) -> c_uint;
+    pub fn vl_xdp_prog(ifname: *const c_char, name: *mut c_char, len: c_int) -> c_int;
+    pub fn vl_xdp_detach(ifname: *const c_char) -> c_int;
     pub fn vl_xdp_map_set(ifname: *const c_char, map: *const c_char, keys: *const u8, values: *const u32, n: c_int, key_size: c_int) -> c_int;
 }

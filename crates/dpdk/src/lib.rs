@@ -49,6 +49,8 @@ pub enum Error {
     File { path: std::path::PathBuf, source: std::io::Error },
     #[error("XDP map '{map}' on {iface}: {source} (is vectorlb's program attached? xdp_prog= in the device string)")]
     XdpMap { map: &'static str, iface: String, source: std::io::Error },
+    #[error("{iface}: {what}: {source}")]
+    Xdp { iface: String, what: &'static str, source: std::io::Error },
 }
 
 fn strerror(code: i32) -> String {

@@ -12,6 +12,53 @@ pub static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/vectorlb_xd
 pub const FLAG_DST: u32 = 1;
 /// Traffic from this address goes to the data plane (a NAT backend's replies).
 pub const FLAG_SRC: u32 = 2;
+/// The host kernel's own address: traffic to it stays with the kernel, even from a NAT
+/// backend or an SNAT source (the host's health checks and pings get their answers).
+pub const FLAG_HOST: u32 = 4;
+/// The name of our program, as the kernel reports it (the function's name, cut at 15).
+pub const PROGRAM_NAME: &str = "vl_xdp";
+
+/// The XDP program attached to an interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attached {
+    pub id: u32,
+    pub name: String,
+}
+
+impl Attached {
+    /// Whether it is vectorlb's flow director.
+    pub fn is_ours(&self) -> bool {
+        self.name == PROGRAM_NAME
+    }
+}
+
+/// The XDP program attached to `ifname`, if any.
+pub fn attached(ifname: &str) -> Result<Option<Attached>, Error> {
+    let cif = crate::cstring("an interface name", ifname)?;
+    let mut name = [0 as std::os::raw::c_char; 32];
+    // SAFETY: valid C string; `name` has the length passed and is NUL-terminated by the shim.
+    let r = unsafe { ffi::vl_xdp_prog(cif.as_ptr(), name.as_mut_ptr(), name.len() as i32) };
+    if r < 0 {
+        return Err(Error::Xdp { iface: ifname.to_string(), what: "querying its XDP program", source: std::io::Error::from_raw_os_error(-r) });
+    }
+    if r == 0 {
+        return Ok(None);
+    }
+    // SAFETY: the shim NUL-terminated `name` within its length.
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    Ok(Some(Attached { id: r as u32, name }))
+}
+
+/// Detaches the XDP program of `ifname`.
+pub fn detach(ifname: &str) -> Result<(), Error> {
+    let cif = crate::cstring("an interface name", ifname)?;
+    // SAFETY: valid C string.
+    let r = unsafe { ffi::vl_xdp_detach(cif.as_ptr()) };
+    if r < 0 {
+        return Err(Error::Xdp { iface: ifname.to_string(), what: "detaching its XDP program", source: std::io::Error::from_raw_os_error(-r) });
+    }
+    Ok(())
+}
 
 /// Writes the object to `dir` (once per process) and returns its path, for `xdp_prog=`.
 pub fn write_object(dir: &Path) -> Result<PathBuf, Error> {

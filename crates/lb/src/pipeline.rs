@@ -701,6 +701,9 @@ impl Worker {
             Some(r) => r,
             None => match self.create::<A>(svc, src, m, now) {
                 Ok(r) => r,
+                // No backend takes new connections (all weights 0, or all down): a TCP client
+                // is told at once, rather than left to retry its SYN into silence.
+                Err(DropReason::NoBackend) if m.proto == proto::TCP => return self.tcp_reset::<A, B>(snap, b, m),
                 Err(e) => return Verdict::Drop(e),
             },
         };

@@ -394,6 +394,33 @@ pub struct SessionTable {
 /// Index load factor the bucket count is sized for.
 const LOAD: f64 = 0.7;
 
+/// What one table costs in memory, by the numbers its configuration gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    /// The index: made resident before the first packet (`prefault_index`).
+    pub index_bytes: u64,
+    /// The records when the table is full (IPv6 records, the larger): reserved up front,
+    /// resident only as sessions arrive.
+    pub records_bytes: u64,
+}
+
+impl Footprint {
+    pub fn of(cfg: &TableConfig) -> Footprint {
+        let entries = cfg.index_entries.max(1);
+        let nbuckets = ((entries as f64 / (SLOTS as f64 * LOAD)).ceil() as u64).max(2);
+        let max = cfg.max_sessions.clamp(1, MAX_RECORDS) as u64;
+        Footprint {
+            index_bytes: (nbuckets + MAX_PROBE as u64) * std::mem::size_of::<Bucket>() as u64,
+            records_bytes: max * std::mem::size_of::<Session<[u8; 16]>>() as u64,
+        }
+    }
+
+    /// The most the table can hold resident.
+    pub fn total(&self) -> u64 {
+        self.index_bytes + self.records_bytes
+    }
+}
+
 impl SessionTable {
     pub fn new(cfg: TableConfig) -> io::Result<Self> {
         let max = cfg.max_sessions.clamp(1, MAX_RECORDS);

@@ -84,7 +84,8 @@ drop_reasons! {
     TtlExceeded = "ttl_exceeded",
     /// A TCP segment other than a SYN with no session, or a reply with no session.
     NoSession = "no_session",
-    /// The service has no backend that takes new sessions (all weights 0).
+    /// The service has no backend that takes new sessions (all weights 0): a UDP datagram
+    /// (a TCP SYN is answered with a reset, counted in `tcp_resets_sent`).
     NoBackend = "no_backend",
     /// The session table is full; established sessions keep forwarding.
     TableFull = "session_table_full",
@@ -168,7 +169,8 @@ counter_set! {
         toa_inserted,
         /// TOA options not inserted (no room below the MTU, or no option space).
         toa_skipped,
-        /// TCP resets sent for connections whose backend was taken out.
+        /// TCP resets sent: for connections whose backend was taken out, and for new
+        /// connections to a service with no backend that takes them.
         tcp_resets_sent,
     }
 }

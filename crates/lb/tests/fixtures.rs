@@ -218,3 +218,23 @@ fn a_flow_created_earlier_in_the_same_batch_is_found() {
     assert_eq!(bufs[0].data()[30..34], bufs[1].data()[30..34], "same backend");
     assert_eq!(lb.worker.table.len(), 1);
 }
+
+#[test]
+fn a_service_without_a_usable_backend_resets_new_tcp_connections() {
+    let f = Fam { v6: false };
+    let mut spec = topology();
+    spec.services.push(service(&f, Mode::Fnat, proto::TCP, 80, &[(1, 8080, 0), (2, 8080, 0)]));
+    spec.services.push(service(&f, Mode::Fnat, proto::UDP, 53, &[(1, 53, 0)]));
+    let mut lb = Lb::new(spec);
+    let (c, v, _, _) = f.flow();
+    let (verdict, out) = lb.run(&Builder::tcp(&c, &v, SYN).seq(77).macs(ROUTER_MAC, EXT_MAC).build());
+    assert_eq!(verdict, Verdict::Tx(0), "the reset goes back to the client");
+    let info = vectorlb_packet::parse_frame(&out).unwrap();
+    let t = &out[info.l4..];
+    assert_eq!(t[13], RST | ACK, "RST+ACK to a SYN");
+    assert_eq!(u32::from_be_bytes(t[8..12].try_into().unwrap()), 78, "acknowledges the SYN");
+    assert_eq!((lb.worker.counters.events.tcp_resets_sent, lb.worker.table.len()), (1, 0), "counted, no session");
+    // UDP has no reset: the datagram is dropped and counted.
+    let q = Builder::udp(&f.sock(f.client(), 4000), &f.sock(f.vip(), 53)).payload(b"q").build();
+    lb.expect_drop(&q, DropReason::NoBackend);
+}

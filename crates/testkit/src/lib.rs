@@ -51,6 +51,7 @@ pub fn api_call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Re
         host: "vectorlb".into(),
         body: body.map(|b| b.to_string().into_bytes()),
         content_type: "application/json",
+        bearer: None,
     };
     let r = vectorlb_client::request_blocking(&api.parse()?, &req, &vectorlb_client::Options::default())?;
     Ok((r.status.as_u16(), r.body.to_vec()))

@@ -12,9 +12,12 @@ use std::net::{IpAddr, SocketAddr};
   vectorlb ctl -d -t 10.0.0.100:80 -r 10.1.0.11:8080
   vectorlb ctl -Ln            vectorlb ctl -L -c (sessions)      vectorlb ctl --save")]
 pub struct CtlArgs {
-    /// The daemon's API: ADDRESS:PORT or unix:PATH.
-    #[arg(long, env = "VECTORLB_API", default_value = "127.0.0.1:9180")]
+    /// The daemon's API: unix:PATH or ADDRESS:PORT.
+    #[arg(long, env = "VECTORLB_API", default_value = vectorlb_config::DEFAULT_API)]
     pub api: String,
+    /// The token a TCP API needs (runtime.api_token_file): a file holding it.
+    #[arg(long, env = "VECTORLB_API_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
     /// Add a virtual service.
     #[arg(short = 'A', long = "add-service")]
     pub add_service: bool,
@@ -111,6 +114,20 @@ pub enum CtlError {
     Refused { status: u16, message: String },
     #[error("BODY: invalid JSON: {0}")]
     Body(serde_json::Error),
+    #[error("--token-file {path}: {source}")]
+    Token { path: String, source: std::io::Error },
+    #[error("the data plane is degraded: {0}")]
+    Degraded(String),
+}
+
+/// The token for `--token-file`, read once.
+fn token(a: &CtlArgs) -> Result<Option<String>, CtlError> {
+    match &a.token_file {
+        None => Ok(None),
+        Some(p) => std::fs::read_to_string(p)
+            .map(|t| Some(t.trim().to_string()))
+            .map_err(|source| CtlError::Token { path: p.display().to_string(), source }),
+    }
 }
 
 fn usage(m: impl Into<String>) -> CtlError {
@@ -119,6 +136,11 @@ fn usage(m: impl Into<String>) -> CtlError {
 
 /// One API call: returns (status, body).
 pub fn call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), CtlError> {
+    call_with(api, None, method, path, body)
+}
+
+/// One API call with a bearer token: returns (status, body).
+pub fn call_with(api: &str, bearer: Option<&str>, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), CtlError> {
     let target: vectorlb_client::Target = api.parse().map_err(CtlError::Target)?;
     let method = vectorlb_client::Method::from_bytes(method.as_bytes()).map_err(|_| usage(format!("'{method}' is not an HTTP method")))?;
     let req = vectorlb_client::Request {
@@ -127,6 +149,7 @@ pub fn call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result
         host: "vectorlb".into(),
         body: body.map(|b| b.to_string().into_bytes()),
         content_type: "application/json",
+        bearer: bearer.map(str::to_string),
     };
     let r = vectorlb_client::request_blocking(&target, &req, &vectorlb_client::Options::default()).map_err(|source| {
         let api = api.to_string();
@@ -138,8 +161,14 @@ pub fn call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result
     Ok((r.status.as_u16(), r.body.to_vec()))
 }
 
-fn ok(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<Value, CtlError> {
-    let (status, b) = call(api, method, path, body)?;
+/// Where the API is, and the token it needs.
+struct Api {
+    target: String,
+    token: Option<String>,
+}
+
+fn ok(api: &Api, method: &str, path: &str, body: Option<&Value>) -> Result<Value, CtlError> {
+    let (status, b) = call_with(&api.target, api.token.as_deref(), method, path, body)?;
     let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
     if status >= 300 {
         let message = v.get("error").and_then(|e| e.as_str()).map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(&b).into_owned());
@@ -174,7 +203,7 @@ fn real(a: &CtlArgs) -> Result<(IpAddr, u16), CtlError> {
 }
 
 pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
-    let api = a.api.as_str();
+    let api = &Api { target: a.api.clone(), token: token(a)? };
     let verbs = [a.add_service, a.edit_service, a.delete_service, a.add_server, a.edit_server, a.delete_server, a.list, a.reload, a.save, a.global_stats, a.ports, a.neighbors, !a.raw.is_empty(), a.ha_state.is_some(), a.ha];
     match verbs.iter().filter(|v| **v).count() {
         0 => return Err(usage("nothing to do: give a command such as -A, -a, -e, -d, -L (see --help)")),
@@ -186,7 +215,7 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
             Some(b) => Some(serde_json::from_str::<Value>(b).map_err(CtlError::Body)?),
             None => None,
         };
-        let (status, b) = call(api, &a.raw[0], &a.raw[1], body.as_ref())?;
+        let (status, b) = call_with(&api.target, api.token.as_deref(), &a.raw[0], &a.raw[1], body.as_ref())?;
         print!("{}", String::from_utf8_lossy(&b));
         return if status < 300 { Ok(()) } else { Err(CtlError::Refused { status, message: "see the answer above".into() }) };
     }
@@ -234,6 +263,14 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
         let v = ok(api, "POST", "/v1/ha", Some(&json!({ "state": st })))?;
         println!("ha state {} (was {})", st, v["previous"].as_str().unwrap_or("?"));
     } else if a.ha {
+        // keepalived's track script: a data plane that does not work fails it, whatever the
+        // HA state, so that the VIPs move to the other node.
+        let (status, b) = call_with(&api.target, api.token.as_deref(), "GET", "/v1/health", None)?;
+        if status == 503 {
+            let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+            let problems: Vec<String> = v["problems"].as_array().into_iter().flatten().filter_map(|p| p.as_str().map(str::to_string)).collect();
+            return Err(CtlError::Degraded(problems.join("; ")));
+        }
         println!("{}", serde_json::to_string_pretty(&ok(api, "GET", "/v1/ha", None)?).unwrap_or_default());
     } else if a.save {
         let v = ok(api, "POST", "/v1/save", None)?;
@@ -266,9 +303,14 @@ fn mode_word(m: &str) -> &'static str {
     }
 }
 
-fn list(api: &str, stats: bool) -> Result<(), CtlError> {
+fn list(api: &Api, stats: bool) -> Result<(), CtlError> {
     let v = ok(api, "GET", "/v1/services", None)?;
-    let h = ok(api, "GET", "/v1/health", None)?;
+    // A degraded data plane still lists (and says so).
+    let (_, hb) = call_with(&api.target, api.token.as_deref(), "GET", "/v1/health", None)?;
+    let h: Value = serde_json::from_slice(&hb).unwrap_or(Value::Null);
+    for p in h["problems"].as_array().into_iter().flatten() {
+        eprintln!("vectorlb: degraded: {}", p.as_str().unwrap_or(""));
+    }
     println!("vectorlb {} (configuration generation {})", env!("CARGO_PKG_VERSION"), h["generation"]);
     if stats {
         println!("Prot LocalAddress:Port               Conns/s    Packets      Bytes\n  -> RemoteAddress:Port             ActiveConn Packets      Bytes");
@@ -301,7 +343,7 @@ fn list(api: &str, stats: bool) -> Result<(), CtlError> {
     Ok(())
 }
 
-fn list_sessions(api: &str) -> Result<(), CtlError> {
+fn list_sessions(api: &Api) -> Result<(), CtlError> {
     let st = ok(api, "GET", "/v1/stats", None)?;
     let workers = st["workers"].as_u64().unwrap_or(1);
     println!("{:<5} {:<10} {:<44} {:<44} {:<30} Expires", "Pro", "State", "Source", "Virtual", "Destination");

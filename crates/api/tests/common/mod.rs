@@ -1,0 +1,111 @@
+//! An in-memory `LbControl` for the API's tests.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use vectorlb_api::model::*;
+use vectorlb_api::{ApiError, LbControl};
+
+#[derive(Default)]
+pub struct Fake {
+    services: Mutex<Vec<NewService>>,
+}
+
+impl LbControl for Fake {
+    fn health(&self) -> Health {
+        Health { status: "ok".into(), generation: 7, problems: vec![] }
+    }
+    fn services(&self) -> Vec<ServiceStatus> {
+        self.services
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| ServiceStatus {
+                vip: s.vip.to_string(),
+                port: s.port,
+                proto: s.proto,
+                mode: s.mode,
+                scheduler: s.scheduler.unwrap_or(SchedulerName::Wrr),
+                table_size: s.table_size,
+                local_addrs: vec![],
+                toa: s.toa,
+                timeouts: ServiceTimeouts { syn: 30.0, established: 900.0, fin: 30.0, time_wait: 2.0, close: 2.0, udp: 300.0 },
+                backends: vec![],
+                stats: ServiceStats::default(),
+            })
+            .collect()
+    }
+    fn add_service(&self, s: NewService) -> Result<(), ApiError> {
+        let mut v = self.services.lock().unwrap();
+        if v.iter().any(|x| x.vip == s.vip && x.port == s.port && x.proto == s.proto) {
+            return Err(ApiError::Conflict("exists".into()));
+        }
+        v.push(s);
+        Ok(())
+    }
+    fn edit_service(&self, _: ServiceKey, _: ServicePatch) -> Result<(), ApiError> {
+        Err(ApiError::NotFound("no such service".into()))
+    }
+    fn delete_service(&self, _: ServiceKey) -> Result<(), ApiError> {
+        Err(ApiError::NotFound("no such service".into()))
+    }
+    fn add_backend(&self, _: ServiceKey, _: NewBackend) -> Result<(), ApiError> {
+        Err(ApiError::Unprocessable("backend of the other family".into()))
+    }
+    fn set_weight(&self, _: ServiceKey, _: SocketAddr, _: u32) -> Result<(), ApiError> {
+        Ok(())
+    }
+    fn delete_backend(&self, _: ServiceKey, _: SocketAddr) -> Result<(), ApiError> {
+        Ok(())
+    }
+    fn sessions(&self, q: SessionQuery) -> Result<SessionPage, ApiError> {
+        if q.worker > 0 {
+            return Err(ApiError::NotFound(format!("worker: {} does not exist (0..1)", q.worker)));
+        }
+        Ok(SessionPage { worker: 0, family: if q.v6 { 6 } else { 4 }, sessions: vec![], next_cursor: None })
+    }
+    fn stats(&self) -> Stats {
+        Stats {
+            uptime_seconds: 1.0,
+            generation: 7,
+            workers: 1,
+            packets: [("rx".to_string(), 5)].into(),
+            drops: Default::default(),
+            sessions: 0,
+            io: Default::default(),
+            reloads: 0,
+            reload_failures: 0,
+            mbufs_available: 100,
+            ha: self.ha(),
+            sync: SyncStatus::default(),
+        }
+    }
+    fn ports(&self) -> Vec<PortStatus> {
+        vec![]
+    }
+    fn neighbors(&self) -> Vec<Neighbor> {
+        vec![]
+    }
+    fn config_toml(&self) -> String {
+        "[global]\n".into()
+    }
+    fn reload(&self) -> Result<u64, ApiError> {
+        Err(ApiError::Conflict("ports changed: adding, removing or re-pointing a port needs a restart".into()))
+    }
+    fn save(&self) -> Result<Saved, ApiError> {
+        Ok(Saved { saved: "/tmp/x.toml".into(), bytes: 9 })
+    }
+    fn ha(&self) -> HaStatus {
+        HaStatus { state: HaState::Standalone, since_seconds: 0.0, transitions: 0, announcements: 0 }
+    }
+    fn set_ha(&self, _: HaState) -> HaState {
+        HaState::Standalone
+    }
+    fn sync(&self) -> SyncStatus {
+        SyncStatus::default()
+    }
+    fn metrics(&self) -> String {
+        "vectorlb_rx_total 5\n".into()
+    }
+}
+
