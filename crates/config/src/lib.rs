@@ -683,6 +683,12 @@ impl Config {
                     bail!("{f}.device: '{d}' is not a DPDK device string (net_af_xdp0,iface=eth0 or a PCI address)");
                 }
             }
+            if let Some(d) = &p.device {
+                let key = |d: &str| d.split(',').find_map(|kv| kv.strip_prefix("iface=")).map(str::to_string).unwrap_or_else(|| d.split(',').next().unwrap_or(d).to_string());
+                if let Some(j) = devices.iter().position(|o: &Option<String>| o.as_deref().is_some_and(|o| key(o) == key(d))) {
+                    bail!("{f}.device: '{}' is also ports[{j}]'s device; two ports cannot share an interface", key(d));
+                }
+            }
             devices.push(p.device.clone());
             mac_from_device.push(p.mac.is_none());
             mtu_given.push(p.mtu.is_some());

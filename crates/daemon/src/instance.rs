@@ -85,7 +85,12 @@ pub fn device_key(dev: &str) -> &str {
 /// Clears an XDP program a dead instance left on `iface` (ours, by name; the lock proves its
 /// owner is gone). A program that is not vectorlb's is someone else's: an error, untouched.
 pub fn clear_stale_xdp(index: usize, iface: &str) -> Result<(), DaemonError> {
-    match xdp::attached(iface).map_err(|source| DaemonError::Port { index, name: iface.to_string(), source })? {
+    let found = match xdp::attached(iface) {
+        // No such interface: DPDK says so, with its hint, when it opens the port.
+        Err(vectorlb_dpdk::Error::Xdp { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
+        r => r.map_err(|source| DaemonError::Port { index, name: iface.to_string(), source })?,
+    };
+    match found {
         None => Ok(()),
         Some(a) if a.is_ours() => {
             xdp::detach(iface).map_err(|source| DaemonError::Port { index, name: iface.to_string(), source })?;
@@ -102,12 +107,21 @@ pub fn clear_stale_files(run_dir: &Path) {
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(pid) = name.strip_prefix("vectorlb_xdp.").and_then(|r| r.strip_suffix(".o")) else { continue };
-        if pid.parse::<u32>().is_ok_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
+        if pid.parse::<u32>().is_ok_and(|p| p != std::process::id() && !alive(p)) {
             let path: PathBuf = e.path();
             if std::fs::remove_file(&path).is_ok() {
                 tracing::info!("removed {}, left by a process that is gone", path.display());
             }
         }
+    }
+}
+
+/// Whether process `pid` runs (a zombie, dead but not yet reaped, does not).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
+        Err(_) => false,
     }
 }
 

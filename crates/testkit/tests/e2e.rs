@@ -487,7 +487,7 @@ fn clear_errors_for_a_missing_interface_and_a_port_in_use() {
     let o = t.run("lb", &[bin(), "run", "--config", second.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(err.lines().any(|l| l.starts_with("vectorlb: ports[0] (ext): ") && l.contains("XDP program already attached")), "{err}");
+    assert!(err.lines().any(|l| l.starts_with("vectorlb: ports[0]: ext0 is in use by another vectorlb")), "{err}");
     assert!(t.lb_alive(), "the first daemon is unaffected");
     t.stop_lb();
     // An interface that does not exist.

@@ -146,3 +146,35 @@ fn the_production_binary_carries_no_test_tools() {
     let o = Command::new(env!("CARGO_BIN_EXE_vectorlb")).args(["probe", "http"]).output().unwrap();
     assert!(!o.status.success(), "`vectorlb probe` is not a command");
 }
+
+#[test]
+fn check_refuses_nonsense_naming_the_field() {
+    let base = std::fs::read_to_string(root().join("examples/fnat-demo.toml")).unwrap();
+    let dir = tmpdir("nonsense");
+    let cases: Vec<(String, &str)> = vec![
+        (base.replace("vip = \"10.0.0.100\"", "vip = \"0.0.0.0\""), "services[0].vip: '0.0.0.0' is the unspecified address"),
+        (base.replace("vip = \"10.0.0.100\"", "vip = \"255.255.255.255\""), "services[0].vip: '255.255.255.255' is the broadcast address"),
+        (base.replace("vip = \"10.0.0.100\"", "vip = \"::ffff:10.0.0.100\""), "services[0].vip: '::ffff:10.0.0.100' is an IPv4-mapped"),
+        (base.replace("{ addr = \"10.1.0.11\"", "{ addr = \"10.0.0.100\""), "services[0].backends[0].addr: '10.0.0.100' is a VIP or local address"),
+        (base.replace("mac = \"02:00:00:00:01:11\"", "mac = \"ff:ff:ff:ff:ff:ff\""), "neighbors[2].mac: 'ff:ff:ff:ff:ff:ff' is a group"),
+        (base.replace("local_addrs = [\"10.1.0.200\"]", "local_addrs = [\"10.1.0.200\", \"10.1.0.200\"]"), "services[0].local_addrs[1]: '10.1.0.200' is listed twice"),
+        (base.replace("max_sessions = 100000", "max_sessions = 100000\nbatch = 99999"), "global.batch"),
+        (base.replace("port = 80\n", "port = 70000\n"), "expected an integer in 0..=65535"),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        assert_ne!(text, &base, "case {i} changed the file");
+        let p = dir.join(format!("c{i}.toml"));
+        std::fs::write(&p, text).unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_vectorlb")).args(["check", "--config"]).arg(&p).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "case {i}: want `{want}`, got: {err}");
+    }
+    // Not regular files: refused at once, never read (a FIFO would block, urandom never ends).
+    let start = std::time::Instant::now();
+    for p in ["/dev/urandom", "/dev/null"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_vectorlb")).args(["check", "--config", p]).output().unwrap();
+        assert!(String::from_utf8_lossy(&o.stderr).contains("not a regular file"), "{p}");
+    }
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(&dir);
+}
