@@ -1002,6 +1002,17 @@ impl Config {
 
     /// [`Config::check_for_run`] for a machine with `mem_total` bytes of memory.
     pub fn check_for_run_with(&self, mem_total: u64) -> Result<(), Error> {
+        self.check_memory_with(mem_total)?;
+        self.check_ports_for_run()
+    }
+
+    /// The session tables' memory against the budget (`replay` builds the same tables).
+    pub fn check_memory(&self) -> Result<(), Error> {
+        self.check_memory_with(mem_total())
+    }
+
+    /// [`Config::check_memory`] for a machine with `mem_total` bytes of memory.
+    pub fn check_memory_with(&self, mem_total: u64) -> Result<(), Error> {
         let (need, resident) = self.session_memory();
         let budget = self.memory_budget(mem_total);
         if need > budget {
@@ -1014,6 +1025,10 @@ impl Config {
                 budget >> 20
             );
         }
+        Ok(())
+    }
+
+    fn check_ports_for_run(&self) -> Result<(), Error> {
         if self.spec.ports.is_empty() {
             bail!("ports: `vectorlb run` needs at least one port");
         }

@@ -240,16 +240,22 @@ fn run(cli: Cli) -> Result<(), CliError> {
             // What `run` would refuse, `check` refuses too; a file for `replay` alone (no
             // devices) is fine, and said to be.
             let for_run = c.devices.iter().any(Option::is_some);
+            c.check_memory()?;
             if for_run {
                 c.check_for_run()?;
             }
+            let (need, resident) = c.session_memory();
             println!(
-                "{}: ok: {} ports, {} services, {} snat rules, max_sessions {}",
+                "{}: ok: {} ports, {} services, {} snat rules, max_sessions {} per worker ({} MiB of session memory at most for {} worker(s), {} MiB at start; budget {} MiB)",
                 config.display(),
                 c.spec.ports.len(),
                 c.spec.services.len(),
                 c.spec.snat.len(),
-                c.engine.max_sessions
+                c.engine.max_sessions,
+                need >> 20,
+                c.runtime.workers,
+                resident >> 20,
+                c.memory_budget(vectorlb_config::mem_total()) >> 20
             );
             if !for_run {
                 println!("  (no port has a device: fine for `vectorlb replay`; `vectorlb run` needs one on every port)");

@@ -64,6 +64,7 @@ pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, Repla
         move |source| ReplayError::Pcap { path, source }
     };
     let cfg = Config::load(config)?;
+    cfg.check_memory()?;
     let control = Control::new(&cfg.spec).map_err(|source| ReplayError::Model { path: config.to_path_buf(), source })?;
     let mut worker = Worker::new(control, cfg.worker_config(0, 1)).map_err(ReplayError::Table)?;
     let file = File::open(input).map_err(file_err(input))?;

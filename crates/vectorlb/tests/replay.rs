@@ -160,6 +160,8 @@ fn check_refuses_nonsense_naming_the_field() {
         (base.replace("local_addrs = [\"10.1.0.200\"]", "local_addrs = [\"10.1.0.200\", \"10.1.0.200\"]"), "services[0].local_addrs[1]: '10.1.0.200' is listed twice"),
         (base.replace("max_sessions = 100000", "max_sessions = 100000\nbatch = 99999"), "global.batch"),
         (base.replace("port = 80\n", "port = 70000\n"), "expected an integer in 0..=65535"),
+        // Memory is checked even for a file without devices: replay builds the same tables.
+        (base.replace("max_sessions = 100000", "max_sessions = 4000000000"), "global.max_sessions: 4000000000 sessions per worker"),
     ];
     for (i, (text, want)) in cases.iter().enumerate() {
         assert_ne!(text, &base, "case {i} changed the file");
