@@ -218,6 +218,15 @@ impl PacketPool<Mbuf> for Mempool {
         m.set_meta(PacketMeta { port, ..Default::default() });
         Some(m)
     }
+
+    fn alloc_len(&self, port: u16, len: usize) -> Option<Mbuf> {
+        let mut m = self.alloc()?;
+        if !m.set_len(len) {
+            return None;
+        }
+        m.set_meta(PacketMeta { port, ..Default::default() });
+        Some(m)
+    }
 }
 
 #[derive(Debug, Clone, Default)]

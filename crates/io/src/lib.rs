@@ -14,9 +14,11 @@
 //! alone, on the capture's clock.
 
 pub mod buf;
+pub mod copy;
 pub mod mem;
 
 pub use buf::{HeapBuf, PacketBuf, DEFAULT_HEADROOM, DEFAULT_ROOM};
+pub use copy::{CopyEngine, CopyOp, Copier, CpuEngine};
 
 /// What a packet knows about where it came from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -63,6 +65,9 @@ pub trait PacketPool<P: Packet>: Send + Sync {
     /// A packet holding a copy of `frame`, to leave on `port`; `None` when the pool is empty
     /// or the frame does not fit a buffer.
     fn alloc_frame(&self, port: u16, frame: &[u8]) -> Option<P>;
+    /// A packet of `len` bytes whose contents the caller is about to write (a copy engine
+    /// fills it); `None` when the pool is empty or `len` does not fit a buffer.
+    fn alloc_len(&self, port: u16, len: usize) -> Option<P>;
 }
 
 /// Hints that the cache line at `p` will be read soon. Never faults, whatever the address.

@@ -109,6 +109,15 @@ impl PacketPool<MemPacket> for Pool {
     fn alloc_frame(&self, port: u16, frame: &[u8]) -> Option<MemPacket> {
         self.packet(port, frame)
     }
+    fn alloc_len(&self, port: u16, len: usize) -> Option<MemPacket> {
+        if len > self.room {
+            return None;
+        }
+        let mut buf = HeapBuf::new(self.headroom, self.room);
+        buf.set_len(len);
+        self.stats.allocated.fetch_add(1, Ordering::Relaxed);
+        Some(MemPacket { buf, meta: PacketMeta { port, ..Default::default() }, stats: self.stats.clone() })
+    }
 }
 
 struct Shared<P> {

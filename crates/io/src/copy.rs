@@ -1,0 +1,249 @@
+//! Copy engines: who moves a packet's bytes between two buffers.
+//!
+//! A shared-memory port (memif) copies every frame between the peer's shared buffers and the
+//! data plane's own. The copies are submitted in batches to a [`CopyEngine`]: the CPU itself
+//! ([`CpuEngine`], the copy done at once), or a DMA engine (DPDK dmadev, `vectorlb-dpdk`) that
+//! does them asynchronously. Each batch gets a cookie; [`CopyEngine::completed`] says up to
+//! which cookie every copy is done. [`Copier`] adds what a port wants around an engine: copies
+//! below a size threshold go to the CPU (a small copy costs less than a DMA descriptor), and
+//! when the engine cannot take a batch (its ring is full) the batch is copied by the CPU and
+//! counted, never dropped.
+
+/// One copy: `len` bytes from `src` to `dst`.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyOp {
+    pub src: *const u8,
+    pub dst: *mut u8,
+    pub len: u32,
+}
+
+// SAFETY: a CopyOp is plain data (two addresses and a length); whoever submits it promises
+// the memory stays valid (see CopyEngine::submit). Moving the description between threads
+// does not touch the memory.
+unsafe impl Send for CopyOp {}
+
+/// Why an engine did not take a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitError {
+    /// Its ring has no room for the whole batch now; nothing was enqueued.
+    Full,
+}
+
+/// An engine that performs batches of copies, in order of submission.
+pub trait CopyEngine: Send {
+    /// A short name for counters and logs (`cpu`, `dma`).
+    fn name(&self) -> &'static str;
+
+    /// Enqueues every copy of `ops` as one batch and returns its cookie (cookies increase by
+    /// one per batch). All or nothing: on error none of the copies was enqueued.
+    ///
+    /// # Safety
+    /// Every `src` is readable and every `dst` writable for `len` bytes, the ranges of one op
+    /// do not overlap, and all of them stay valid (and `dst` untouched by the caller) until
+    /// [`CopyEngine::completed`] reports this batch's cookie.
+    unsafe fn submit(&mut self, ops: &[CopyOp]) -> Result<u64, SubmitError>;
+
+    /// The cookie of the newest batch whose copies (and every earlier batch's) are complete;
+    /// `None` before the first completes.
+    fn completed(&mut self) -> Option<u64>;
+
+    /// Whether copies complete inside `submit` (the CPU): callers can skip the bookkeeping.
+    fn synchronous(&self) -> bool {
+        false
+    }
+}
+
+/// The CPU as a copy engine: every copy done inside `submit`.
+#[derive(Debug, Default)]
+pub struct CpuEngine {
+    next: u64,
+}
+
+impl CopyEngine for CpuEngine {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    unsafe fn submit(&mut self, ops: &[CopyOp]) -> Result<u64, SubmitError> {
+        for op in ops {
+            // SAFETY: the caller's contract (valid, non-overlapping ranges).
+            unsafe { std::ptr::copy_nonoverlapping(op.src, op.dst, op.len as usize) };
+        }
+        let c = self.next;
+        self.next += 1;
+        Ok(c)
+    }
+
+    fn completed(&mut self) -> Option<u64> {
+        self.next.checked_sub(1)
+    }
+
+    fn synchronous(&self) -> bool {
+        true
+    }
+}
+
+/// Counters of a [`Copier`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Copies done by the CPU because they were below the threshold.
+    pub cpu_small: u64,
+    /// Copies handed to the engine.
+    pub engine: u64,
+    /// Bytes handed to the engine.
+    pub engine_bytes: u64,
+    /// Copies done by the CPU because the engine's ring was full.
+    pub cpu_fallback: u64,
+    /// Bytes copied by the CPU (small and fallback).
+    pub cpu_bytes: u64,
+}
+
+/// An engine with a size threshold and a CPU fallback.
+pub struct Copier {
+    engine: Box<dyn CopyEngine>,
+    threshold: u32,
+    pending: Vec<CopyOp>,
+    pub stats: CopyStats,
+}
+
+impl Copier {
+    /// Copies of `threshold` bytes or more go to `engine`, smaller ones to the CPU. With the
+    /// CPU engine the threshold does not matter.
+    pub fn new(engine: Box<dyn CopyEngine>, threshold: u32) -> Copier {
+        Copier { engine, threshold, pending: Vec::with_capacity(256), stats: CopyStats::default() }
+    }
+
+    pub fn cpu() -> Copier {
+        Copier::new(Box::new(CpuEngine::default()), 0)
+    }
+
+    pub fn engine_name(&self) -> &'static str {
+        self.engine.name()
+    }
+
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    /// Whether every copy is done by the time [`Copier::flush`] returns.
+    pub fn synchronous(&self) -> bool {
+        self.engine.synchronous()
+    }
+
+    /// Adds a copy to the current batch: done at once on the CPU when it is small, else kept
+    /// for the engine until [`Copier::flush`].
+    ///
+    /// # Safety
+    /// As [`CopyEngine::submit`], until the batch that [`Copier::flush`] returns completes.
+    #[inline]
+    pub unsafe fn copy(&mut self, op: CopyOp) {
+        if op.len < self.threshold || self.engine.synchronous() {
+            if !self.engine.synchronous() {
+                self.stats.cpu_small += 1;
+            }
+            self.stats.cpu_bytes += op.len as u64;
+            // SAFETY: the caller's contract.
+            unsafe { std::ptr::copy_nonoverlapping(op.src, op.dst, op.len as usize) };
+        } else {
+            self.pending.push(op);
+        }
+    }
+
+    /// Submits the batch the engine is to do and returns its cookie; `None` when every copy of
+    /// the batch is already done (small copies, the CPU engine, or a full engine ring whose
+    /// copies the CPU then did).
+    pub fn flush(&mut self) -> Option<u64> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        // SAFETY: every op was accepted by `copy`, whose caller promised what submit needs.
+        match unsafe { self.engine.submit(&self.pending) } {
+            Ok(cookie) => {
+                self.stats.engine += self.pending.len() as u64;
+                self.stats.engine_bytes += self.pending.iter().map(|o| o.len as u64).sum::<u64>();
+                self.pending.clear();
+                Some(cookie)
+            }
+            Err(SubmitError::Full) => {
+                for op in self.pending.drain(..) {
+                    self.stats.cpu_fallback += 1;
+                    self.stats.cpu_bytes += op.len as u64;
+                    // SAFETY: as above.
+                    unsafe { std::ptr::copy_nonoverlapping(op.src, op.dst, op.len as usize) };
+                }
+                None
+            }
+        }
+    }
+
+    /// The newest batch cookie the engine finished (with every earlier one).
+    pub fn completed(&mut self) -> Option<u64> {
+        self.engine.completed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An engine that completes a batch only when told, and refuses batches when "full".
+    struct Slow {
+        next: u64,
+        done: Option<u64>,
+        full: bool,
+        queued: Vec<CopyOp>,
+    }
+
+    impl CopyEngine for Slow {
+        fn name(&self) -> &'static str {
+            "slow"
+        }
+        unsafe fn submit(&mut self, ops: &[CopyOp]) -> Result<u64, SubmitError> {
+            if self.full {
+                return Err(SubmitError::Full);
+            }
+            self.queued.extend_from_slice(ops);
+            self.next += 1;
+            Ok(self.next - 1)
+        }
+        fn completed(&mut self) -> Option<u64> {
+            self.done
+        }
+    }
+
+    #[test]
+    fn small_copies_go_to_the_cpu_and_a_full_engine_falls_back() {
+        let src = vec![7u8; 4096];
+        let mut dst = vec![0u8; 4096];
+        let mut c = Copier::new(Box::new(Slow { next: 0, done: None, full: false, queued: vec![] }), 256);
+        // SAFETY: src and dst outlive the copier's batches and do not overlap.
+        unsafe {
+            c.copy(CopyOp { src: src.as_ptr(), dst: dst.as_mut_ptr(), len: 64 });
+            c.copy(CopyOp { src: src.as_ptr(), dst: dst.as_mut_ptr().add(1024), len: 1024 });
+        }
+        assert_eq!(&dst[..64], &[7u8; 64][..], "a small copy is done at once");
+        assert_eq!(dst[1024], 0, "a large one waits for the engine");
+        assert_eq!(c.flush(), Some(0));
+        assert_eq!(c.stats, CopyStats { cpu_small: 1, engine: 1, engine_bytes: 1024, cpu_fallback: 0, cpu_bytes: 64 });
+        assert_eq!(c.completed(), None);
+
+        let mut full = Copier::new(Box::new(Slow { next: 0, done: None, full: true, queued: vec![] }), 256);
+        // SAFETY: as above.
+        unsafe { full.copy(CopyOp { src: src.as_ptr(), dst: dst.as_mut_ptr().add(2048), len: 1500 }) };
+        assert_eq!(full.flush(), None, "the CPU did it");
+        assert_eq!(&dst[2048..2048 + 1500], &src[..1500]);
+        assert_eq!(full.stats.cpu_fallback, 1);
+    }
+
+    #[test]
+    fn the_cpu_engine_is_synchronous() {
+        let src = [1u8, 2, 3];
+        let mut dst = [0u8; 3];
+        let mut c = Copier::cpu();
+        // SAFETY: both arrays are valid for 3 bytes.
+        unsafe { c.copy(CopyOp { src: src.as_ptr(), dst: dst.as_mut_ptr(), len: 3 }) };
+        assert_eq!(c.flush(), None);
+        assert_eq!(dst, src);
+        assert_eq!(c.stats.cpu_bytes, 3);
+    }
+}

@@ -1,0 +1,15 @@
+//! memif: the shared-memory packet interface between the data plane and a pod (version 2.0,
+//! as DPDK's `net_memif`, VPP and libmemif speak it), for a peer that is not trusted.
+//!
+//! - [`proto`]: the 128-byte control messages.
+//! - [`sock`]: the `SOCK_SEQPACKET` control socket with descriptor passing.
+//! - [`region`]: memfd regions, checked (size, seals) before the server maps a peer's.
+//! - [`ring`]: rings and descriptors in shared memory, read once into local copies.
+//!
+//! The client creates all shared memory; the server (normally the data plane) maps it. The
+//! server never trusts what the client wrote: see docs/memif.md, "Security model".
+
+pub mod proto;
+pub mod region;
+pub mod ring;
+pub mod sock;
