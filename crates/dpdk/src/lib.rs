@@ -21,7 +21,7 @@ use std::os::raw::c_char;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use vectorlb_io::{NotSync, Packet, PacketMeta, PacketPool, RxQueue, TxQueue};
+use vectorlb_io::{NotSync, Packet, PacketBuf, PacketMeta, PacketPool, RxQueue, TxQueue};
 
 /// What went wrong, and what to do about it.
 #[derive(Debug, thiserror::Error)]
