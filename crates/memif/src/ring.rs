@@ -58,6 +58,10 @@ pub struct Ring {
 // SAFETY: a Ring is an address into shared memory, valid as long as its region (see the
 // invariant); which thread uses it is up to the queue that owns it.
 unsafe impl Send for Ring {}
+// SAFETY: every access through `&Ring` is an atomic or volatile access to shared memory that
+// another process writes concurrently anyway; sharing the view between threads adds nothing
+// a peer could not already do.
+unsafe impl Sync for Ring {}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RingError {

@@ -1,0 +1,309 @@
+//! The server's queues: receive from a client-to-server ring, transmit into the buffers the
+//! client posted on a server-to-client ring, each copy done by a [`Copier`] (the CPU, or a
+//! DMA engine with a CPU fallback).
+//!
+//! The client is untrusted. Each descriptor is read once into local memory; its region, offset
+//! and length are checked against the mapped regions before any copy, and the copy uses the
+//! checked local values, so a descriptor the client rewrites afterwards changes nothing. The
+//! client's index (`head`) may not run more than a ring ahead of ours; if it does, the queue
+//! stops using the connection and reports a fault, which ends it. A slot goes back to the
+//! client (our `tail` moves) only after the copies that read or write its buffer completed.
+
+use crate::conn::{Connection, Link, LinkView, QueueStats};
+use crate::ring::{Ring, DESC_FLAG_NEXT};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use vectorlb_io::{Copier, CopyOp, Packet, PacketMeta, PacketPool, RxQueue, TxQueue};
+
+/// A copier shared by the receive and transmit queues of one worker.
+pub type SharedCopier = Arc<Mutex<Copier>>;
+
+/// The most buffers one frame may span.
+pub const MAX_SEGMENTS: usize = 64;
+
+fn lock(c: &SharedCopier) -> std::sync::MutexGuard<'_, Copier> {
+    c.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Copies waiting for an asynchronous engine: the slots they cover are handed back (tail)
+/// once `cookie` completes.
+struct Inflight<P> {
+    cookie: u64,
+    tail: u16,
+    pkts: Vec<P>,
+}
+
+/// Receives frames from the client-to-server ring `queue` of a link.
+pub struct ServerRx<P: Packet, Pl: PacketPool<P>> {
+    view: LinkView,
+    queue: u16,
+    port: u16,
+    pool: Pl,
+    copier: SharedCopier,
+    max_frame: usize,
+    /// Our position: slots before it are consumed (copies issued).
+    next: u16,
+    inflight: VecDeque<Inflight<P>>,
+    batch: Vec<P>,
+}
+
+/// Transmits frames into the server-to-client ring `queue` of a link.
+pub struct ServerTx<P: Packet> {
+    view: LinkView,
+    queue: u16,
+    copier: SharedCopier,
+    next: u16,
+    inflight: VecDeque<Inflight<P>>,
+}
+
+/// Waits for every in-flight batch (a connection is going away): an engine completes what it
+/// took, so this ends.
+fn drain<P>(copier: &SharedCopier, inflight: &mut VecDeque<Inflight<P>>) -> Vec<P> {
+    let mut out = Vec::new();
+    while let Some(last) = inflight.back().map(|b| b.cookie) {
+        if lock(copier).completed().is_some_and(|c| c >= last) {
+            out.extend(inflight.drain(..).flat_map(|b| b.pkts));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    out
+}
+
+impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
+    /// Frames longer than `max_frame` (or than a buffer of `pool`) are dropped and counted.
+    pub fn new(link: Arc<Link>, queue: u16, port: u16, pool: Pl, copier: SharedCopier, max_frame: usize) -> Self {
+        ServerRx { view: LinkView::new(link), queue, port, pool, copier, max_frame, next: 0, inflight: VecDeque::new(), batch: Vec::with_capacity(256) }
+    }
+
+    fn stats(&self) -> &QueueStats {
+        &self.view.link.queues[self.queue as usize]
+    }
+
+    /// Delivers batches whose copies completed, handing their slots back.
+    fn complete(&mut self, ring: &Ring, out: &mut Vec<P>) -> usize {
+        let Some(done) = (if self.inflight.is_empty() { None } else { lock(&self.copier).completed() }) else { return 0 };
+        let mut n = 0;
+        while self.inflight.front().is_some_and(|b| b.cookie <= done) {
+            let b = self.inflight.pop_front().expect("checked");
+            ring.set_tail(b.tail);
+            n += b.pkts.len();
+            out.extend(b.pkts);
+        }
+        n
+    }
+}
+
+impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
+    fn recv(&mut self, out: &mut Vec<P>, max: usize) -> usize {
+        if self.view.refresh() {
+            let done = drain(&self.copier, &mut self.inflight);
+            out.extend(done);
+            // Start where the ring is (0 on a fresh connection).
+            self.next = self.view.conn.as_ref().and_then(|c| c.c2s.get(self.queue as usize)).map_or(0, |h| h.ring.tail());
+        }
+        let Some(conn) = self.view.conn.clone() else { return 0 };
+        let Some(h) = conn.c2s.get(self.queue as usize) else { return 0 };
+        let ring = h.ring;
+        let mut delivered = self.complete(&ring, out);
+        let head = ring.head();
+        let avail = head.wrapping_sub(self.next);
+        if avail > ring.size() {
+            QueueStats::add(&self.stats().bad_ring, 1);
+            self.view.link.report_fault(format!("client-to-server ring {}: head {head} is {avail} slots ahead of {} (ring of {})", self.queue, self.next, ring.size()));
+            self.view.conn = None;
+            return delivered;
+        }
+        let room = max.saturating_sub(delivered);
+        let mut consumed: u16 = 0;
+        let mut bytes = 0u64;
+        let mut segs: [(u64, u32); MAX_SEGMENTS] = [(0, 0); MAX_SEGMENTS];
+        let mut copier = lock(&self.copier);
+        let stats = &self.view.link.queues[self.queue as usize];
+        while self.batch.len() < room && consumed < avail {
+            // One frame: its descriptors, each read once and checked.
+            let mut nseg = 0usize;
+            let mut total = 0usize;
+            let mut bad = false;
+            let mut complete = false;
+            while consumed + (nseg as u16) < avail {
+                let d = ring.desc(self.next.wrapping_add(consumed + nseg as u16));
+                nseg += 1;
+                match conn.span(d.region, d.offset, d.length) {
+                    Some(p) if nseg <= MAX_SEGMENTS => {
+                        segs[nseg - 1] = (p as u64, d.length);
+                        total += d.length as usize;
+                    }
+                    _ => bad = true,
+                }
+                if d.flags & DESC_FLAG_NEXT == 0 {
+                    complete = true;
+                    break;
+                }
+            }
+            if !complete {
+                // The rest of the chain is not posted yet; a full ring of an unfinished chain
+                // is the client's error.
+                if nseg as u16 >= ring.size() {
+                    QueueStats::add(&stats.bad_desc, 1);
+                    consumed += nseg as u16;
+                }
+                break;
+            }
+            consumed += nseg as u16;
+            if bad {
+                QueueStats::add(&stats.bad_desc, 1);
+                continue;
+            }
+            if total > self.max_frame {
+                QueueStats::add(&stats.too_long, 1);
+                continue;
+            }
+            let Some(mut pkt) = self.pool.alloc_len(self.port, total) else {
+                QueueStats::add(&stats.no_buffer, 1);
+                continue;
+            };
+            let dst = pkt.data_mut().as_mut_ptr();
+            let mut off = 0usize;
+            for &(src, len) in &segs[..nseg] {
+                // SAFETY: src..src+len lies inside a region of `conn` (checked by span), which
+                // this queue keeps mapped (its Arc) until the batch completes; dst has `total`
+                // bytes (alloc_len) and the packet is kept in the batch until then.
+                unsafe { copier.copy(CopyOp { src: src as *const u8, dst: dst.add(off), len }) };
+                off += len as usize;
+            }
+            pkt.set_meta(PacketMeta { port: self.port, queue: self.queue, ..Default::default() });
+            bytes += total as u64;
+            self.batch.push(pkt);
+        }
+        if consumed == 0 {
+            return delivered;
+        }
+        self.next = self.next.wrapping_add(consumed);
+        let n = self.batch.len();
+        let cookie = copier.flush();
+        drop(copier);
+        QueueStats::add(&stats.rx_packets, n as u64);
+        QueueStats::add(&stats.rx_bytes, bytes);
+        match cookie {
+            None => {
+                ring.set_tail(self.next);
+                out.append(&mut self.batch);
+                delivered += n;
+            }
+            Some(cookie) => self.inflight.push_back(Inflight { cookie, tail: self.next, pkts: std::mem::take(&mut self.batch) }),
+        }
+        delivered
+    }
+}
+
+impl<P: Packet> ServerTx<P> {
+    pub fn new(link: Arc<Link>, queue: u16, copier: SharedCopier) -> Self {
+        ServerTx { view: LinkView::new(link), queue, copier, next: 0, inflight: VecDeque::new() }
+    }
+
+    fn complete(&mut self, conn: &Connection) {
+        if self.inflight.is_empty() {
+            return;
+        }
+        let Some(done) = lock(&self.copier).completed() else { return };
+        let h = &conn.s2c[self.queue as usize];
+        let mut moved = false;
+        while self.inflight.front().is_some_and(|b| b.cookie <= done) {
+            let b = self.inflight.pop_front().expect("checked");
+            h.ring.set_tail(b.tail);
+            moved = true;
+        }
+        if moved {
+            h.notify();
+        }
+    }
+}
+
+impl<P: Packet> TxQueue<P> for ServerTx<P> {
+    fn send(&mut self, pkts: &mut Vec<P>) -> usize {
+        if self.view.refresh() {
+            drain(&self.copier, &mut self.inflight);
+            self.next = self.view.conn.as_ref().and_then(|c| c.s2c.get(self.queue as usize)).map_or(0, |h| h.ring.tail());
+        }
+        let Some(conn) = self.view.conn.clone() else { return 0 };
+        let Some(h) = conn.s2c.get(self.queue as usize) else { return 0 };
+        let ring = h.ring;
+        self.complete(&conn);
+        let head = ring.head();
+        let free = head.wrapping_sub(self.next);
+        let stats = &self.view.link.queues[self.queue as usize];
+        if free > ring.size() {
+            QueueStats::add(&stats.bad_ring, 1);
+            self.view.link.report_fault(format!("server-to-client ring {}: head {head} is {free} slots ahead of {} (ring of {})", self.queue, self.next, ring.size()));
+            self.view.conn = None;
+            return 0;
+        }
+        let mut used: u16 = 0;
+        let mut sent = 0usize;
+        let mut bytes = 0u64;
+        let mut copier = lock(&self.copier);
+        'frames: for pkt in pkts.iter() {
+            let data = pkt.data();
+            let mut off = 0usize;
+            let mut n: u16 = 0;
+            // Fill the client's buffers in order; its descriptors give each buffer's place and
+            // capacity, read once and checked.
+            loop {
+                if used + n >= free {
+                    // Not enough posted buffers for this frame: it stays with the caller.
+                    break 'frames;
+                }
+                let slot = self.next.wrapping_add(used + n);
+                let d = ring.desc(slot);
+                n += 1;
+                let Some(dst) = conn.span(d.region, d.offset, d.length) else {
+                    // A buffer outside the regions: skipped, sent back empty.
+                    QueueStats::add(&stats.bad_desc, 1);
+                    ring.set_len_flags(slot, 0, 0);
+                    continue;
+                };
+                let take = (data.len() - off).min(d.length as usize);
+                if take == 0 && data.len() > off {
+                    ring.set_len_flags(slot, 0, 0);
+                    QueueStats::add(&stats.bad_desc, 1);
+                    continue;
+                }
+                // SAFETY: dst..dst+take is inside a checked region this queue keeps mapped;
+                // the source is the packet, kept in the batch until the copy completes.
+                unsafe { copier.copy(CopyOp { src: data.as_ptr().add(off), dst, len: take as u32 }) };
+                off += take;
+                let more = off < data.len();
+                ring.set_len_flags(slot, take as u32, if more { DESC_FLAG_NEXT } else { 0 });
+                if !more {
+                    break;
+                }
+            }
+            used += n;
+            sent += 1;
+            bytes += data.len() as u64;
+        }
+        if sent < pkts.len() {
+            QueueStats::add(&stats.tx_ring_full, 1);
+        }
+        if used == 0 {
+            return 0;
+        }
+        self.next = self.next.wrapping_add(used);
+        let cookie = copier.flush();
+        drop(copier);
+        QueueStats::add(&stats.tx_packets, sent as u64);
+        QueueStats::add(&stats.tx_bytes, bytes);
+        let done: Vec<P> = pkts.drain(..sent).collect();
+        match cookie {
+            None => {
+                ring.set_tail(self.next);
+                h.notify();
+                let mut done = done;
+                P::free_all(&mut done);
+            }
+            Some(cookie) => self.inflight.push_back(Inflight { cookie, tail: self.next, pkts: done }),
+        }
+        sent
+    }
+}
