@@ -37,10 +37,14 @@ fn os(what: &'static str) -> impl FnOnce(io::Error) -> RegionError {
 /// One mapped region.
 ///
 /// Invariant: `base` is the start of a live shared mapping of `len` bytes, owned by this
-/// value and unmapped by its Drop; `len` never changes.
+/// value; it lies inside a reservation `resv .. resv + resv_len` (the mapping with an
+/// inaccessible guard on each side, for a peer's region) that Drop unmaps; `len` never
+/// changes.
 pub struct Region {
     base: NonNull<u8>,
     len: usize,
+    resv: *mut u8,
+    resv_len: usize,
     fd: OwnedFd,
 }
 
@@ -52,8 +56,8 @@ unsafe impl Sync for Region {}
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: base/len are our mapping (invariant), unmapped once.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+        // SAFETY: the reservation is ours (invariant), unmapped once.
+        unsafe { libc::munmap(self.resv.cast(), self.resv_len) };
     }
 }
 
@@ -70,6 +74,33 @@ fn map(fd: &OwnedFd, len: usize) -> Result<NonNull<u8>, RegionError> {
         return Err(os("mmap")(io::Error::last_os_error()));
     }
     Ok(NonNull::new(p.cast()).expect("mmap returned NULL"))
+}
+
+/// Maps `len` bytes of `fd` between two inaccessible guards of `page` bytes (the file's page
+/// size: huge pages need aligned addresses), so that an access just outside the region
+/// faults instead of reading or writing whatever memory lies next to it. Returns the mapping
+/// and the reservation.
+fn map_guarded(fd: &OwnedFd, len: usize, page: usize) -> Result<(NonNull<u8>, *mut u8, usize), RegionError> {
+    let body = len.next_multiple_of(page);
+    let resv_len = body + 3 * page;
+    // SAFETY: reserving address space only (no access, no memory).
+    let r = unsafe { libc::mmap(std::ptr::null_mut(), resv_len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0) };
+    if r == libc::MAP_FAILED {
+        return Err(os("mmap (reserve)")(io::Error::last_os_error()));
+    }
+    let r = r as *mut u8;
+    // The first page-aligned address after one guard page.
+    let start = ((r as usize + page).next_multiple_of(page)) as *mut u8;
+    // SAFETY: start..start+body lies inside the reservation we own (start - r <= 2 * page
+    // and body + 3 * page = resv_len); MAP_FIXED replaces only that part of it.
+    let p = unsafe { libc::mmap(start.cast(), body, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, fd.as_raw_fd(), 0) };
+    if p == libc::MAP_FAILED {
+        let e = io::Error::last_os_error();
+        // SAFETY: our reservation.
+        unsafe { libc::munmap(r.cast(), resv_len) };
+        return Err(os("mmap")(e));
+    }
+    Ok((NonNull::new(p.cast()).expect("mmap returned NULL"), r, resv_len))
 }
 
 impl Region {
@@ -115,7 +146,7 @@ impl Region {
             Err(_) if hugepages && size_used != size => return Region::create(name, size, false),
             Err(e) => return Err(e),
         };
-        Ok(Region { base, len: size_used as usize, fd })
+        Ok(Region { base, len: size_used as usize, resv: base.as_ptr(), resv_len: size_used as usize, fd })
     }
 
     /// Maps a region the peer sent (the server's side), after checking its file: at least
@@ -138,8 +169,10 @@ impl Region {
         if !trust_unsealed && (seals < 0 || seals & libc::F_SEAL_SHRINK == 0) {
             return Err(RegionError::NotSealed);
         }
-        let base = map(&fd, size as usize)?;
-        Ok(Region { base, len: size as usize, fd })
+        // The file's page size: 4 KiB, or the huge page size on hugetlbfs.
+        let page = (st.st_blksize as usize).clamp(4096, 1 << 30).next_power_of_two();
+        let (base, resv, resv_len) = map_guarded(&fd, size as usize, page)?;
+        Ok(Region { base, len: size as usize, resv, resv_len, fd })
     }
 
     pub fn len(&self) -> usize {
@@ -198,6 +231,23 @@ mod tests {
         // SAFETY: valid descriptor.
         assert_eq!(unsafe { libc::ftruncate(raw, 8192) }, 0);
         assert!(matches!(Region::from_peer(fd, 8192, false), Err(RegionError::NotSealed)));
+        // Just past a peer's region is a guard: a read there faults (in a child process).
+        let m = Region::from_peer(dup(r.fd()), 6000, false).unwrap();
+        for (off, faults) in [(m.len() - 1, false), (8192, true), (8192 + 4095, true)] {
+            // SAFETY: the child only reads one byte and exits; the parent waits for it.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: deliberately touching the guard (or the region's last byte).
+                unsafe {
+                    std::ptr::read_volatile(m.base().add(off));
+                    libc::_exit(0);
+                }
+            }
+            let mut status = 0;
+            // SAFETY: waiting for our child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            assert_eq!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV, faults, "offset {off}");
+        }
         // The seal holds: the creator cannot shrink it either.
         // SAFETY: valid descriptor.
         assert_ne!(unsafe { libc::ftruncate(r.fd(), 4096) }, 0);
