@@ -3,13 +3,19 @@
  * DPDK's burst functions and most mbuf helpers are static inline, so Rust cannot call them
  * directly: this file gives each a small exported wrapper. Everything returns 0 or a negative
  * errno; strings for errors come from vl_strerror. Only this file includes DPDK headers. */
+/* dmadev is still marked experimental in 22.11 (its ABI may change between releases; we build
+ * against the installed headers, so a change fails the build, not the run). */
+#define ALLOW_EXPERIMENTAL_API
 #include <errno.h>
 #include <net/if.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <rte_dmadev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -378,4 +384,77 @@ int vl_xdp_detach(const char *ifname)
 		return -ENODEV;
 	int r = bpf_xdp_detach((int)ifindex, 0, NULL);
 	return r < 0 ? r : 0;
+}
+
+/* ---- dmadev: one memory-to-memory channel per device, addresses as IOVAs. ---- */
+
+int vl_iova_is_va(void) { return rte_eal_iova_mode() == RTE_IOVA_VA; }
+int vl_dma_count(void) { return rte_dma_count_avail(); }
+
+/* The id of the dmadev called `name`, or a negative errno. */
+int vl_dma_by_name(const char *name) { return rte_dma_get_dev_id_by_name(name); }
+
+int vl_dma_name(int16_t dev, char *out, size_t len)
+{
+    struct rte_dma_info info;
+    int r = rte_dma_info_get(dev, &info);
+    if (r < 0) return r;
+    snprintf(out, len, "%s", info.dev_name ? info.dev_name : "?");
+    return 0;
+}
+
+/* Configures one vchan of `nb_desc` descriptors (clamped to what the device allows) and
+ * starts the device; returns the descriptors granted or a negative errno. */
+int vl_dma_setup(int16_t dev, uint16_t nb_desc)
+{
+    struct rte_dma_info info;
+    int r = rte_dma_info_get(dev, &info);
+    if (r < 0) return r;
+    if (!(info.dev_capa & RTE_DMA_CAPA_MEM_TO_MEM)) return -ENOTSUP;
+    struct rte_dma_conf conf = { .nb_vchans = 1, .enable_silent = false };
+    if ((r = rte_dma_configure(dev, &conf)) < 0) return r;
+    if (nb_desc < info.min_desc) nb_desc = info.min_desc;
+    if (nb_desc > info.max_desc) nb_desc = info.max_desc;
+    struct rte_dma_vchan_conf vc = { .direction = RTE_DMA_DIR_MEM_TO_MEM, .nb_desc = nb_desc };
+    if ((r = rte_dma_vchan_setup(dev, 0, &vc)) < 0) return r;
+    if ((r = rte_dma_start(dev)) < 0) return r;
+    return nb_desc;
+}
+
+int vl_dma_stop(int16_t dev)
+{
+    rte_dma_stop(dev);
+    return rte_dma_close(dev);
+}
+
+/* Enqueues all `n` copies and submits them, or none (-ENOSPC) when the ring lacks room. */
+int vl_dma_copy_batch(int16_t dev, const uint64_t *src, const uint64_t *dst, const uint32_t *len, uint16_t n)
+{
+    if (rte_dma_burst_capacity(dev, 0) < n) return -ENOSPC;
+    for (uint16_t i = 0; i < n; i++) {
+        int r = rte_dma_copy(dev, 0, src[i], dst[i], len[i], 0);
+        if (r < 0) {
+            /* Capacity was checked: a failure here is a device error. What was enqueued is
+             * submitted, and counted by its completions. */
+            rte_dma_submit(dev, 0);
+            return r;
+        }
+    }
+    return rte_dma_submit(dev, 0);
+}
+
+/* Completions since the last call (up to `max`); failed copies counted in `*errors`. */
+uint16_t vl_dma_completed(int16_t dev, uint16_t max, uint32_t *errors)
+{
+    uint16_t last = 0;
+    bool err = false;
+    uint16_t n = rte_dma_completed(dev, 0, max, &last, &err);
+    if (err) {
+        enum rte_dma_status_code st[64];
+        uint16_t m = rte_dma_completed_status(dev, 0, 64, &last, st);
+        for (uint16_t i = 0; i < m; i++)
+            if (st[i] != RTE_DMA_STATUS_SUCCESSFUL) (*errors)++;
+        n += m;
+    }
+    return n;
 }

@@ -96,5 +96,13 @@ extern "C" {
     pub fn vl_ring_dequeue_burst(r: *mut RteRing, objs: *mut *mut c_void, n: c_uint) -> c_uint;
     pub fn vl_xdp_prog(ifname: *const c_char, name: *mut c_char, len: c_int) -> c_int;
     pub fn vl_xdp_detach(ifname: *const c_char) -> c_int;
+    pub fn vl_iova_is_va() -> c_int;
+    pub fn vl_dma_count() -> c_int;
+    pub fn vl_dma_by_name(name: *const c_char) -> c_int;
+    pub fn vl_dma_name(dev: i16, out: *mut c_char, len: usize) -> c_int;
+    pub fn vl_dma_setup(dev: i16, nb_desc: u16) -> c_int;
+    pub fn vl_dma_stop(dev: i16) -> c_int;
+    pub fn vl_dma_copy_batch(dev: i16, src: *const u64, dst: *const u64, len: *const u32, n: u16) -> c_int;
+    pub fn vl_dma_completed(dev: i16, max: u16, errors: *mut u32) -> u16;
     pub fn vl_xdp_map_set(ifname: *const c_char, map: *const c_char, keys: *const u8, values: *const u32, n: c_int, key_size: c_int) -> c_int;
 }

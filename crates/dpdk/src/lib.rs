@@ -10,6 +10,7 @@
 //! hand-off ring is one [`RingRx`] (its single consumer) and any number of [`RingTx`]; mbufs
 //! ([`Mbuf`]) free themselves when dropped. Every failure is an [`Error`] that says what to do.
 
+pub mod dma;
 mod ffi;
 pub mod mbuf;
 pub mod xdp;

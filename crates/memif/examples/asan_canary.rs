@@ -3,7 +3,7 @@
 //! the hostile-peer tests' clean result.
 
 fn main() {
-    let v = vec![0u8; 16];
+    let v = std::hint::black_box(Box::new([0u8; 16]));
     let p = std::hint::black_box(v.as_ptr());
     // SAFETY: none: this is the deliberate out-of-bounds read the sanitizer must catch.
     let x = unsafe { std::ptr::read_volatile(p.add(16)) };

@@ -164,7 +164,7 @@ impl Client {
         if !(1..=proto::MAX_LOG2_RING).contains(&cfg.log2_ring) {
             return Err(ClientError::Config(format!("ring size 2^{} is outside 2^1..=2^14", cfg.log2_ring)));
         }
-        if !(64..=65535).contains(&cfg.buffer_size) || cfg.buffer_size % 64 != 0 {
+        if !(64..=65535).contains(&cfg.buffer_size) || !cfg.buffer_size.is_multiple_of(64) {
             return Err(ClientError::Config(format!("buffer size {} is not a multiple of 64 in 64..=65472", cfg.buffer_size)));
         }
         let ctl = sock::connect(addr).map_err(|source| ClientError::Connect { addr: addr.to_string(), source })?;
@@ -230,16 +230,14 @@ impl Client {
     /// Whether the server is still there: false once it closed the socket or sent DISCONNECT
     /// (with the reason).
     pub fn check(&self) -> Result<(), String> {
-        loop {
-            match sock::recv(&self.ctl) {
-                Ok(Recv::WouldBlock) => return Ok(()),
-                Ok(Recv::Closed) => return Err("the server closed the connection".into()),
-                Ok(Recv::Msg { buf, .. }) => match Msg::decode(&buf) {
-                    Ok(Msg::Disconnect { reason, .. }) => return Err(format!("the server disconnected: {reason}")),
-                    _ => return Err("unexpected message from the server".into()),
-                },
-                Err(e) => return Err(e.to_string()),
-            }
+        match sock::recv(&self.ctl) {
+            Ok(Recv::WouldBlock) => Ok(()),
+            Ok(Recv::Closed) => Err("the server closed the connection".into()),
+            Ok(Recv::Msg { buf, .. }) => match Msg::decode(&buf) {
+                Ok(Msg::Disconnect { reason, .. }) => Err(format!("the server disconnected: {reason}")),
+                _ => Err("unexpected message from the server".into()),
+            },
+            Err(e) => Err(e.to_string()),
         }
     }
 

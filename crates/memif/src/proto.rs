@@ -161,6 +161,16 @@ fn put_cstr(dst: &mut [u8], s: &[u8]) {
     dst[n..].fill(0);
 }
 
+/// As [`put_cstr`] for text, cut at a character boundary (and at a NUL, which ends it).
+fn put_str(dst: &mut [u8], s: &str) {
+    let s = s.split('\0').next().unwrap_or("");
+    let mut n = s.len().min(dst.len() - 1);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    put_cstr(dst, &s.as_bytes()[..n]);
+}
+
 impl Msg {
     /// The type number on the wire.
     pub fn type_id(&self) -> u16 {
@@ -195,7 +205,7 @@ impl Msg {
         match self {
             Msg::Ack => {}
             Msg::Hello(h) => {
-                put_cstr(&mut b[2..2 + NAME_LEN], h.name.as_bytes());
+                put_str(&mut b[2..2 + NAME_LEN], &h.name);
                 b[34..36].copy_from_slice(&h.min_version.to_le_bytes());
                 b[36..38].copy_from_slice(&h.max_version.to_le_bytes());
                 b[38..40].copy_from_slice(&h.max_region.to_le_bytes());
@@ -208,7 +218,7 @@ impl Msg {
                 b[4..8].copy_from_slice(&i.id.to_le_bytes());
                 b[8] = i.mode;
                 put_cstr(&mut b[9..9 + SECRET_LEN], &i.secret);
-                put_cstr(&mut b[33..33 + NAME_LEN], i.name.as_bytes());
+                put_str(&mut b[33..33 + NAME_LEN], &i.name);
             }
             Msg::AddRegion(r) => {
                 b[2..4].copy_from_slice(&r.index.to_le_bytes());
@@ -222,10 +232,10 @@ impl Msg {
                 b[12] = r.log2_size;
                 b[13..15].copy_from_slice(&r.private_hdr_size.to_le_bytes());
             }
-            Msg::Connect { if_name } | Msg::Connected { if_name } => put_cstr(&mut b[2..2 + NAME_LEN], if_name.as_bytes()),
+            Msg::Connect { if_name } | Msg::Connected { if_name } => put_str(&mut b[2..2 + NAME_LEN], if_name),
             Msg::Disconnect { code, reason } => {
                 b[2..6].copy_from_slice(&code.to_le_bytes());
-                put_cstr(&mut b[6..6 + REASON_LEN], reason.as_bytes());
+                put_str(&mut b[6..6 + REASON_LEN], reason);
             }
         }
         b

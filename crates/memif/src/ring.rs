@@ -83,7 +83,7 @@ impl Ring {
         }
         let len = ring_len(log2) as u64;
         let base = region.span(offset, len).ok_or(RingError::Bounds { offset, len, region: region.len() as u64 })?;
-        if base as usize % 8 != 0 {
+        if !(base as usize).is_multiple_of(8) {
             return Err(RingError::Align(offset));
         }
         Ok(Ring { base, mask: (1u16 << log2).wrapping_sub(1), log2 })

@@ -106,7 +106,8 @@ fn broken_handshakes_are_refused_with_a_reason_and_the_server_carries_on() {
     Ring::new(&region, 0, 8).unwrap().init();
     Ring::new(&region, 8192, 8).unwrap().init();
     let rfd = || region.fd();
-    let cases: Vec<(&str, Box<dyn FnOnce(&OwnedFd) -> Result<(), String>>)> = vec![
+    type Steps<'a> = Box<dyn FnOnce(&OwnedFd) -> Result<(), String> + 'a>;
+    let cases: Vec<(&str, Steps)> = vec![
         ("Invalid message size", Box::new(|fd| {
             // SAFETY: a 64-byte datagram on a valid socket.
             unsafe { libc::send(fd.as_raw_fd(), [3u8; 64].as_ptr().cast(), 64, 0) };
