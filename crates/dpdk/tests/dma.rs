@@ -77,5 +77,5 @@ fn the_software_dmadev_copies_batches_in_order() {
     }
     assert_eq!(&out[..64], &src[..64]);
     assert_eq!(&out[1024..3072], &src[1000..3048]);
-    assert_eq!((c.stats.cpu_small, c.stats.engine), (1, 1));
+    assert_eq!((c.stats.cpu, c.stats.engine), (1, 1));
 }

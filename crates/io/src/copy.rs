@@ -86,8 +86,8 @@ impl CopyEngine for CpuEngine {
 /// Counters of a [`Copier`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct CopyStats {
-    /// Copies done by the CPU because they were below the threshold.
-    pub cpu_small: u64,
+    /// Copies the CPU did: all of them with the CPU engine, else those below the threshold.
+    pub cpu: u64,
     /// Copies handed to the engine.
     pub engine: u64,
     /// Bytes handed to the engine.
@@ -138,9 +138,7 @@ impl Copier {
     #[inline]
     pub unsafe fn copy(&mut self, op: CopyOp) {
         if op.len < self.threshold || self.engine.synchronous() {
-            if !self.engine.synchronous() {
-                self.stats.cpu_small += 1;
-            }
+            self.stats.cpu += 1;
             self.stats.cpu_bytes += op.len as u64;
             // SAFETY: the caller's contract.
             unsafe { std::ptr::copy_nonoverlapping(op.src, op.dst, op.len as usize) };
@@ -224,7 +222,7 @@ mod tests {
         assert_eq!(&dst[..64], &[7u8; 64][..], "a small copy is done at once");
         assert_eq!(dst[1024], 0, "a large one waits for the engine");
         assert_eq!(c.flush(), Some(0));
-        assert_eq!(c.stats, CopyStats { cpu_small: 1, engine: 1, engine_bytes: 1024, cpu_fallback: 0, cpu_bytes: 64 });
+        assert_eq!(c.stats, CopyStats { cpu: 1, engine: 1, engine_bytes: 1024, cpu_fallback: 0, cpu_bytes: 64 });
         assert_eq!(c.completed(), None);
 
         let mut full = Copier::new(Box::new(Slow { next: 0, done: None, full: true, queued: vec![] }), 256);

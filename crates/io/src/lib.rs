@@ -70,6 +70,15 @@ pub trait PacketPool<P: Packet>: Send + Sync {
     fn alloc_len(&self, port: u16, len: usize) -> Option<P>;
 }
 
+impl<P: Packet, T: PacketPool<P> + ?Sized> PacketPool<P> for std::sync::Arc<T> {
+    fn alloc_frame(&self, port: u16, frame: &[u8]) -> Option<P> {
+        (**self).alloc_frame(port, frame)
+    }
+    fn alloc_len(&self, port: u16, len: usize) -> Option<P> {
+        (**self).alloc_len(port, len)
+    }
+}
+
 /// Hints that the cache line at `p` will be read soon. Never faults, whatever the address.
 #[inline(always)]
 pub fn prefetch(p: *const u8) {

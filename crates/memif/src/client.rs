@@ -321,7 +321,7 @@ impl ClientQueue {
         &self.conn.s2c[self.q as usize]
     }
 
-    fn buf_ptr(&self, index: u32) -> *mut u8 {
+    pub(crate) fn buf_ptr(&self, index: u32) -> *mut u8 {
         // A Buf the application made up points at buffer 0 (its fields are public).
         let index = if index < self.nbufs { index } else { 0 };
         // SAFETY: index < nbufs, so the buffer lies inside the region (Layout::size).
@@ -521,6 +521,16 @@ impl ClientQueue {
         h.drain();
         h.ring.set_flags(RING_FLAG_MASK_INT);
         ready
+    }
+
+    /// Slots free on the client-to-server ring (after taking back what the server consumed).
+    pub fn tx_room(&mut self) -> u16 {
+        self.reclaim();
+        self.c2s().ring.size() - self.c2s_head.wrapping_sub(self.c2s_done)
+    }
+
+    pub fn connection(&self) -> &Arc<Connection> {
+        &self.conn
     }
 
     /// Buffers in the pool (free), for tests.

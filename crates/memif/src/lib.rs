@@ -13,6 +13,7 @@
 //! server never trusts what the client wrote: see docs/memif.md, "Security model".
 
 pub mod client;
+pub mod clientport;
 pub mod conn;
 pub mod proto;
 pub mod region;
@@ -22,6 +23,7 @@ pub mod serverq;
 pub mod sock;
 
 pub use client::{Buf, Client, ClientConfig, ClientError, ClientQueue};
+pub use clientport::{ClientRx, ClientTx, QueueSlot};
 pub use conn::{Connection, Link, LinkState, QueueCounters};
 pub use proto::Mode;
 pub use server::{InterfaceConfig, Server, ServerError};

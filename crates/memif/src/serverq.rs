@@ -21,16 +21,25 @@ pub type SharedCopier = Arc<Mutex<Copier>>;
 /// The most buffers one frame may span.
 pub const MAX_SEGMENTS: usize = 64;
 
-fn lock(c: &SharedCopier) -> std::sync::MutexGuard<'_, Copier> {
+pub(crate) fn lock(c: &SharedCopier) -> std::sync::MutexGuard<'_, Copier> {
     c.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Copies waiting for an asynchronous engine: the slots they cover are handed back (tail)
-/// once `cookie` completes.
-struct Inflight<P> {
-    cookie: u64,
-    tail: u16,
-    pkts: Vec<P>,
+/// once `cookie` completes. The batch holds its connection, so the memory the engine reads or
+/// writes stays mapped even if the peer leaves meanwhile.
+pub(crate) struct Inflight<P> {
+    pub cookie: u64,
+    pub tail: u16,
+    pub pkts: Vec<P>,
+    pub _conn: Arc<Connection>,
+}
+
+/// Adds what the copier did since `before` to a queue's counters.
+pub(crate) fn count_copies(stats: &QueueStats, before: &vectorlb_io::copy::CopyStats, after: &vectorlb_io::copy::CopyStats) {
+    QueueStats::add(&stats.copies_cpu, after.cpu - before.cpu);
+    QueueStats::add(&stats.copies_engine, after.engine - before.engine);
+    QueueStats::add(&stats.copies_fallback, after.cpu_fallback - before.cpu_fallback);
 }
 
 /// Receives frames from the client-to-server ring `queue` of a link.
@@ -58,7 +67,7 @@ pub struct ServerTx<P: Packet> {
 
 /// Waits for every in-flight batch (a connection is going away): an engine completes what it
 /// took, so this ends.
-fn drain<P>(copier: &SharedCopier, inflight: &mut VecDeque<Inflight<P>>) -> Vec<P> {
+pub(crate) fn drain<P>(copier: &SharedCopier, inflight: &mut VecDeque<Inflight<P>>) -> Vec<P> {
     let mut out = Vec::new();
     while let Some(last) = inflight.back().map(|b| b.cookie) {
         if lock(copier).completed().is_some_and(|c| c >= last) {
@@ -119,6 +128,7 @@ impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
         let mut bytes = 0u64;
         let mut segs: [(u64, u32); MAX_SEGMENTS] = [(0, 0); MAX_SEGMENTS];
         let mut copier = lock(&self.copier);
+        let before = copier.stats;
         let stats = &self.view.link.queues[self.queue as usize];
         while self.batch.len() < room && consumed < avail {
             // One frame: its descriptors, each read once and checked.
@@ -182,6 +192,7 @@ impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
         self.next = self.next.wrapping_add(consumed);
         let n = self.batch.len();
         let cookie = copier.flush();
+        count_copies(stats, &before, &copier.stats);
         drop(copier);
         QueueStats::add(&stats.rx_packets, n as u64);
         QueueStats::add(&stats.rx_bytes, bytes);
@@ -191,7 +202,7 @@ impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
                 out.append(&mut self.batch);
                 delivered += n;
             }
-            Some(cookie) => self.inflight.push_back(Inflight { cookie, tail: self.next, pkts: std::mem::take(&mut self.batch) }),
+            Some(cookie) => self.inflight.push_back(Inflight { cookie, tail: self.next, pkts: std::mem::take(&mut self.batch), _conn: conn.clone() }),
         }
         delivered
     }
@@ -243,6 +254,7 @@ impl<P: Packet> TxQueue<P> for ServerTx<P> {
         let mut sent = 0usize;
         let mut bytes = 0u64;
         let mut copier = lock(&self.copier);
+        let before = copier.stats;
         'frames: for pkt in pkts.iter() {
             let data = pkt.data();
             let mut off = 0usize;
@@ -291,6 +303,7 @@ impl<P: Packet> TxQueue<P> for ServerTx<P> {
         }
         self.next = self.next.wrapping_add(used);
         let cookie = copier.flush();
+        count_copies(stats, &before, &copier.stats);
         drop(copier);
         QueueStats::add(&stats.tx_packets, sent as u64);
         QueueStats::add(&stats.tx_bytes, bytes);
@@ -302,7 +315,7 @@ impl<P: Packet> TxQueue<P> for ServerTx<P> {
                 let mut done = done;
                 P::free_all(&mut done);
             }
-            Some(cookie) => self.inflight.push_back(Inflight { cookie, tail: self.next, pkts: done }),
+            Some(cookie) => self.inflight.push_back(Inflight { cookie, tail: self.next, pkts: done, _conn: conn.clone() }),
         }
         sent
     }

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vectorlb_io::mem::Pool;
-use vectorlb_io::{Copier, PacketBuf, RxQueue, TxQueue};
+use vectorlb_io::{Copier, Packet, PacketBuf, RxQueue, TxQueue};
 use vectorlb_memif::*;
 
 fn addr(tag: &str) -> SocketAddr {
@@ -229,4 +229,59 @@ fn interrupt_mode_wakes_the_client() {
     sender.join().unwrap();
     let mut buf = Vec::new();
     assert_eq!(c.queues[0].recv_copy(8, &mut buf, |_| {}), 1);
+}
+
+#[test]
+fn the_data_plane_as_client_reconnects_when_the_server_comes_back() {
+    let a = addr("dpclient");
+    let stop = Arc::new(AtomicBool::new(false));
+    let cfg = ClientConfig { id: 5, queues: 2, log2_ring: 8, ..Default::default() };
+    // The client starts first and keeps trying.
+    let (clink, slots, th) = vectorlb_memif::clientport::spawn(a.clone(), cfg, stop.clone()).unwrap();
+    let pool = Pool::new(128, 10240);
+    let copier: SharedCopier = Arc::new(Mutex::new(Copier::cpu()));
+    let mut crx: Vec<_> = (0..2u16).map(|q| ClientRx::new(clink.clone(), slots[q as usize].clone(), q, 1, pool.clone(), copier.clone(), 9216)).collect();
+    let mut ctx: Vec<_> = (0..2u16).map(|q| ClientTx::new(clink.clone(), slots[q as usize].clone(), q, copier.clone())).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!clink.is_up());
+    assert!(clink.state().last_reason.contains("connecting to"), "{}", clink.state().last_reason);
+    for round in 0..2u8 {
+        let srv = serve(&a, vec![InterfaceConfig { id: 5, queues: 2, ..Default::default() }]);
+        let slink = srv.links[0].clone();
+        until("both ends up", || clink.is_up() && slink.is_up());
+        let spool = Pool::new(128, 10240);
+        let scopier: SharedCopier = Arc::new(Mutex::new(Copier::cpu()));
+        for q in 0..2u16 {
+            let mut srx = ServerRx::new(slink.clone(), q, 0, spool.clone(), scopier.clone(), 9216);
+            let mut stx = ServerTx::new(slink.clone(), q, scopier.clone());
+            // Client to server, then back, sizes up to a jumbo frame.
+            let sizes = [60usize, 1500, 9000];
+            let mut pkts: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| vectorlb_io::PacketPool::alloc_frame(&pool, 1, &frame(n, i as u8 ^ round)).unwrap()).collect();
+            assert_eq!(ctx[q as usize].send(&mut pkts), 3);
+            let mut got = Vec::new();
+            until("server receives", || {
+                srx.recv(&mut got, 64);
+                got.len() == 3
+            });
+            for (i, p) in got.iter().enumerate() {
+                assert_eq!(p.data(), &frame(sizes[i], i as u8 ^ round)[..]);
+            }
+            assert_eq!(stx.send(&mut got), 3);
+            let mut back = Vec::new();
+            until("client receives", || {
+                crx[q as usize].recv(&mut back, 64);
+                back.len() == 3
+            });
+            for (i, p) in back.iter().enumerate() {
+                assert_eq!(p.data(), &frame(sizes[i], i as u8 ^ round)[..]);
+                assert_eq!(p.meta().queue, q);
+            }
+        }
+        drop(srv); // the server goes away; the client notices and tries again
+        until("client down", || !clink.is_up());
+    }
+    assert_eq!(clink.state().connects, 2);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    th.join().unwrap();
+    assert_eq!(pool.stats().in_use(), 0);
 }
