@@ -34,7 +34,7 @@ demo-offline: build
 	@$(BIN) bench cps --seconds 1 --json
 
 test: setup
-	$(CARGO) build --bins
+	$(CARGO) build --bins --examples
 	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	bash scripts/asan-memif.sh 2>&1 | tee -a $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^test result:" $(OUT).test.log | awk '{p+=$$4; f+=$$6} END {print "total: " p " passed, " f " failed"}'
@@ -81,7 +81,7 @@ bench-wrk: build
 # High availability: two LB nodes with keepalived, session sync, SIGKILL of the active one
 # (root). Last line: HA OK survived=<n>/100 failover_ms=<ms>.
 test-ha: setup
-	$(CARGO) build --bins
+	$(CARGO) build --bins --examples
 	$(CARGO) test -p vectorlb-testkit --test ha -- --test-threads=1 --nocapture 2>&1 | tee $(OUT).ha.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^HA OK" $(OUT).ha.log | tail -1; rm -f $(OUT).ha.log
 
@@ -98,7 +98,7 @@ bench-cps-peers: build
 
 # Only the end-to-end suite (root; network namespaces, AF_XDP, nginx).
 test-e2e: setup
-	$(CARGO) build --bins
+	$(CARGO) build --bins --examples
 	$(CARGO) test -p vectorlb-testkit --test e2e -- --test-threads=1
 
 clean:

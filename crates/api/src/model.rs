@@ -501,8 +501,63 @@ pub struct PortStatus {
     pub speed_mbps: u32,
     /// The kernel interface of an AF_XDP port.
     pub xdp_interface: Option<String>,
+    /// A memif port's interface: its peer and per-queue counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memif: Option<MemifStatus>,
     #[serde(flatten)]
     pub counters: BTreeMap<String, u64>,
+}
+
+/// A memif port: the interface's state and each queue pair's counters.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MemifStatus {
+    /// `server` or `client`.
+    pub role: String,
+    /// The control socket (`@name` for the abstract namespace).
+    pub socket: String,
+    pub id: u32,
+    /// `cpu` or `dma`.
+    pub copy: String,
+    pub connected: bool,
+    /// The peer's name (from its INIT or HELLO).
+    pub peer: String,
+    /// The peer's process id (server role).
+    pub peer_pid: Option<i32>,
+    pub connects: u64,
+    pub disconnects: u64,
+    /// Why the last connection ended, or why the last handshake was refused.
+    pub last_reason: String,
+    /// Queue pairs of the current (or last) connection.
+    pub rings: u16,
+    /// Slots per ring.
+    pub ring_size: u32,
+    pub queues: Vec<MemifQueue>,
+}
+
+/// One memif queue pair's counters.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MemifQueue {
+    pub queue: u16,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Descriptors outside the peer's memory or with impossible lengths (dropped).
+    pub bad_desc: u64,
+    /// Ring indexes the peer moved to impossible values (the connection was ended).
+    pub bad_ring: u64,
+    /// Frames longer than a packet buffer (dropped).
+    pub too_long: u64,
+    /// Frames that found no packet buffer (dropped).
+    pub no_buffer: u64,
+    /// Transmit bursts that found the peer's ring full.
+    pub tx_ring_full: u64,
+    /// Copies done by the CPU (the cpu engine, or below the DMA threshold).
+    pub copies_cpu: u64,
+    /// Copies done by the DMA engine.
+    pub copies_dma: u64,
+    /// Copies the CPU did because the DMA ring was full.
+    pub copies_cpu_fallback: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

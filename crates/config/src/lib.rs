@@ -66,6 +66,87 @@ fn number_terms(msg: &str) -> String {
         .replace("expected usize", "expected a non-negative integer")
 }
 
+/// A memif port (`[ports.memif]`): the data plane's end of a shared-memory interface to a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemifSpec {
+    /// `server` (the data plane listens; pods connect) or `client`.
+    #[serde(default = "MemifSpec::default_role")]
+    pub role: String,
+    /// The control socket: a path, or `@NAME` in the abstract namespace.
+    #[serde(default = "MemifSpec::default_socket")]
+    pub socket: String,
+    /// The interface id on that socket.
+    #[serde(default)]
+    pub id: u32,
+    /// The shared secret the client presents (1..=23 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// Who copies frames between the shared memory and the data plane's buffers: `cpu`, or
+    /// `dma` (the worker's dmadev, `runtime.dma_devices`).
+    #[serde(default = "MemifSpec::default_copy")]
+    pub copy: String,
+    /// Client role: log2 of the slots per ring.
+    #[serde(default = "MemifSpec::default_log2_ring")]
+    pub log2_ring: u8,
+    /// Client role: bytes per shared buffer (frames longer than one are chained).
+    #[serde(default = "MemifSpec::default_buffer_size")]
+    pub buffer_size: u32,
+    /// Map regions that are not sealed against shrinking (DPDK's zero-copy client shares its
+    /// huge pages that way). Only for a peer you trust: it could crash the data plane.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trust_peer: bool,
+}
+
+impl MemifSpec {
+    fn default_role() -> String {
+        "server".into()
+    }
+    fn default_socket() -> String {
+        "/run/vectorlb/memif.sock".into()
+    }
+    fn default_copy() -> String {
+        "cpu".into()
+    }
+    fn default_log2_ring() -> u8 {
+        10
+    }
+    fn default_buffer_size() -> u32 {
+        2048
+    }
+    pub fn is_server(&self) -> bool {
+        self.role == "server"
+    }
+    pub fn uses_dma(&self) -> bool {
+        self.copy == "dma"
+    }
+
+    fn check(&self, f: &str) -> Result<(), Error> {
+        if !matches!(self.role.as_str(), "server" | "client") {
+            bail!("{f}.role: '{}' is not one of server, client", self.role);
+        }
+        if !matches!(self.copy.as_str(), "cpu" | "dma") {
+            bail!("{f}.copy: '{}' is not one of cpu, dma", self.copy);
+        }
+        let name = self.socket.strip_prefix('@').unwrap_or(&self.socket);
+        if name.is_empty() || self.socket.len() > 106 || self.socket.contains('\0') || !(self.socket.starts_with('@') || self.socket.starts_with('/')) {
+            bail!("{f}.socket: '{}' is not an absolute path or @name of at most 106 bytes", self.socket);
+        }
+        if let Some(s) = &self.secret {
+            if s.is_empty() || s.len() > 23 || s.contains('\0') {
+                bail!("{f}.secret: must be 1..=23 bytes");
+            }
+        }
+        if !(1..=14).contains(&self.log2_ring) {
+            bail!("{f}.log2_ring: {} is out of range 1..=14", self.log2_ring);
+        }
+        if !(64..=65472).contains(&self.buffer_size) || !self.buffer_size.is_multiple_of(64) {
+            bail!("{f}.buffer_size: {} is not a multiple of 64 in 64..=65472", self.buffer_size);
+        }
+        Ok(())
+    }
+}
+
 /// Settings that size and tune each worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Engine {
@@ -110,7 +191,16 @@ pub struct Runtime {
     /// HA state at start: "standalone" (no HA), "master" or "backup" (keepalived's notify
     /// scripts change it through the API).
     pub ha_state: String,
+    /// The dmadev of each worker (memif ports with `copy = "dma"`); `dma_skeleton*` names are
+    /// DPDK's software device, created as needed.
+    pub dma_devices: Vec<String>,
+    /// Copies shorter than this go to the CPU even with `copy = "dma"`, bytes.
+    pub dma_threshold: u32,
 }
+
+/// Copies below this many bytes stay on the CPU with a DMA engine (docs/memif.md says where the
+/// figure comes from).
+pub const DEFAULT_DMA_THRESHOLD: u32 = 256;
 
 /// Where the control API listens unless configured.
 pub const DEFAULT_API: &str = "unix:/run/vectorlb/api.sock";
@@ -133,6 +223,8 @@ impl Default for Runtime {
             neighbor_timeout: 300,
             run_dir: "/run/vectorlb".into(),
             ha_state: "standalone".into(),
+            dma_devices: Vec::new(),
+            dma_threshold: DEFAULT_DMA_THRESHOLD,
         }
     }
 }
@@ -198,6 +290,10 @@ pub struct Config {
     pub devices: Vec<Option<String>>,
     /// Per port: whether the MAC address was left to the device.
     pub mac_from_device: Vec<bool>,
+    /// Per port: its memif settings, for a memif port.
+    pub memif: Vec<Option<MemifSpec>>,
+    /// Per port: `trust_peer` (a net_memif device is accepted only with it).
+    pub trust_peer: Vec<bool>,
     /// Per port: the MTU given in the file (None: the default).
     pub mtu_given: Vec<bool>,
     /// Per service (same order as `spec.services`): its health check, if any.
@@ -273,6 +369,10 @@ struct RawRuntime {
     run_dir: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ha_state: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dma_devices: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dma_threshold: Option<u32>,
 }
 
 #[derive(Deserialize, Serialize)]
@@ -289,6 +389,11 @@ struct RawPort {
     vlan: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mtu: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memif: Option<MemifSpec>,
+    /// The device's peer may be trusted with memory the data plane maps (net_memif devices).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    trust_peer: bool,
 }
 
 #[derive(Deserialize, Serialize)]
@@ -627,6 +732,17 @@ fn runtime(r: &RawRuntime) -> Result<Runtime, Error> {
         idle_sleep_us,
         neighbor_timeout,
         run_dir: r.run_dir.clone().unwrap_or(d.run_dir),
+        dma_devices: match &r.dma_devices {
+            Some(v) if v.iter().any(|d| d.is_empty() || d.contains(char::is_whitespace) || d.contains(',')) => {
+                bail!("runtime.dma_devices: device names without spaces or commas (dma_skeleton0, or a dmadev name such as 0000:6a:01.0-wq0.0)")
+            }
+            Some(v) if !v.is_empty() && v.len() < workers as usize => bail!("runtime.dma_devices: {} device(s) for {workers} workers (one per worker)", v.len()),
+            v => v.clone().unwrap_or_default(),
+        },
+        dma_threshold: match r.dma_threshold {
+            Some(t) if t > 65536 => bail!("runtime.dma_threshold: {t} is above 65536"),
+            t => t.unwrap_or(DEFAULT_DMA_THRESHOLD),
+        },
     })
 }
 
@@ -663,6 +779,8 @@ impl Config {
         let mut port_ids = HashMap::new();
         let mut ports = Vec::new();
         let mut devices = Vec::new();
+        let mut memifs: Vec<Option<MemifSpec>> = Vec::new();
+        let mut trust_peer = Vec::new();
         let mut mac_from_device = Vec::new();
         let mut mtu_given = Vec::new();
         for (i, p) in raw.ports.iter().enumerate() {
@@ -676,8 +794,30 @@ impl Config {
             let mac = match (&p.mac, &p.device) {
                 (Some(m), _) => parse_mac(m).ok_or_else(|| Error::invalid(format!("{f}.mac: '{m}' is not a MAC address")))?,
                 (None, Some(_)) => [0u8; 6],
+                (None, None) if p.memif.is_some() => bail!("{f}.mac: required for a memif port (it has no hardware address)"),
                 (None, None) => bail!("{f}.mac: required when the port has no device (the device's own MAC is used otherwise)"),
             };
+            if let Some(m) = &p.memif {
+                if p.device.is_some() {
+                    bail!("{f}.memif: a port is either a DPDK device or a memif interface, not both");
+                }
+                m.check(&format!("{f}.memif"))?;
+                if m.trust_peer != p.trust_peer && p.trust_peer {
+                    bail!("{f}.trust_peer: for a memif port, set memif.trust_peer");
+                }
+                let dup = memifs.iter().position(|o: &Option<MemifSpec>| o.as_ref().is_some_and(|o| o.socket == m.socket && o.id == m.id && o.role == m.role));
+                if let Some(j) = dup {
+                    bail!("{f}.memif: socket {} id {} is also ports[{j}]'s", m.socket, m.id);
+                }
+                if !m.is_server() && memifs.iter().flatten().any(|o| o.socket == m.socket && o.is_server()) || m.is_server() && memifs.iter().flatten().any(|o| o.socket == m.socket && !o.is_server()) {
+                    bail!("{f}.memif.socket: {} is used as both server and client", m.socket);
+                }
+            }
+            if let Some(d) = &p.device {
+                if d.starts_with("net_memif") && !p.trust_peer {
+                    bail!("{f}.device: DPDK's net_memif trusts its peer's descriptors (a pod can crash the data plane through it); use a memif port ([ports.memif]) or set trust_peer = true for a peer you control");
+                }
+            }
             if let Some(d) = &p.device {
                 if d.trim().is_empty() || d.contains(char::is_whitespace) {
                     bail!("{f}.device: '{d}' is not a DPDK device string (net_af_xdp0,iface=eth0 or a PCI address)");
@@ -690,6 +830,8 @@ impl Config {
                 }
             }
             devices.push(p.device.clone());
+            memifs.push(p.memif.clone());
+            trust_peer.push(p.trust_peer || p.memif.as_ref().is_some_and(|m| m.trust_peer));
             mac_from_device.push(p.mac.is_none());
             mtu_given.push(p.mtu.is_some());
             let addrs =
@@ -864,6 +1006,8 @@ impl Config {
             spec,
             runtime,
             devices,
+            memif: memifs,
+            trust_peer,
             mac_from_device,
             mtu_given,
             health,
@@ -917,6 +1061,8 @@ impl Config {
                 neighbor_timeout: Some(r.neighbor_timeout),
                 run_dir: Some(r.run_dir.clone()),
                 ha_state: Some(r.ha_state.clone()),
+                dma_devices: (!r.dma_devices.is_empty()).then(|| r.dma_devices.clone()),
+                dma_threshold: (r.dma_threshold != DEFAULT_DMA_THRESHOLD).then_some(r.dma_threshold),
             },
             ha: self.sync.as_ref().map(|h| RawHa {
                 sync_listen: h.listen.to_string(),
@@ -936,6 +1082,8 @@ impl Config {
                     addrs: p.addrs.iter().map(|(a, l)| format!("{a}/{l}")).collect(),
                     vlan: p.vlan,
                     mtu: self.mtu_given.get(i).copied().unwrap_or(true).then_some(p.mtu),
+                    memif: self.memif.get(i).cloned().flatten(),
+                    trust_peer: self.memif.get(i).is_some_and(Option::is_none) && self.trust_peer.get(i).copied().unwrap_or(false),
                 })
                 .collect(),
             routes: self
@@ -1032,8 +1180,15 @@ impl Config {
         if self.spec.ports.is_empty() {
             bail!("ports: `vectorlb run` needs at least one port");
         }
-        if let Some(i) = self.devices.iter().position(Option::is_none) {
-            bail!("ports[{i}].device: `vectorlb run` needs a DPDK device for every port (net_af_xdp0,iface=eth0, a PCI address, ...)");
+        if let Some(i) = (0..self.devices.len()).find(|&i| self.devices[i].is_none() && self.memif.get(i).is_none_or(Option::is_none)) {
+            bail!("ports[{i}].device: `vectorlb run` needs a DPDK device (net_af_xdp0,iface=eth0, a PCI address, ...) or a memif interface ([ports.memif]) for every port");
+        }
+        let dma = self.memif.iter().flatten().any(MemifSpec::uses_dma);
+        if dma && !self.runtime.eal.iter().any(|a| a == "--iova-mode=va") && !self.runtime.eal.windows(2).any(|w| w[0] == "--iova-mode" && w[1] == "va") {
+            // The daemon adds it; an explicit other mode is a contradiction.
+            if self.runtime.eal.iter().any(|a| a.starts_with("--iova-mode")) {
+                bail!("runtime.eal: memif ports with copy = \"dma\" need --iova-mode=va");
+            }
         }
         let r = &self.runtime;
         // Every rx and tx ring of every queue can hold a descriptor's worth of buffers, plus

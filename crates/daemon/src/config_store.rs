@@ -84,7 +84,7 @@ impl ConfigStore {
     }
 
     fn apply_locked(&self, cur: &mut Config, new: &mut Config) -> Result<u64, DaemonError> {
-        if new.devices != cur.devices || new.spec.ports.len() != cur.spec.ports.len() {
+        if new.devices != cur.devices || new.memif != cur.memif || new.spec.ports.len() != cur.spec.ports.len() {
             return Err(DaemonError::PortsChanged);
         }
         if new.runtime != cur.runtime || new.engine != cur.engine {

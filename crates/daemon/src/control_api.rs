@@ -302,16 +302,20 @@ impl LbControl for Daemon {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let s = p.port.stats();
-                let l = p.port.link();
+                let s = p.stats();
+                let l = p.link();
                 PortStatus {
                     name: p.name.clone(),
                     device: p.device.clone(),
-                    port_id: p.port.id(),
+                    port_id: p.port_id(),
                     mac: macs.get(i).cloned().unwrap_or_default(),
                     link_up: l.up,
                     speed_mbps: l.speed_mbps,
                     xdp_interface: p.xdp_iface.clone(),
+                    memif: match &p.kind {
+                        crate::PortKind::Memif(m) => Some(m.status()),
+                        crate::PortKind::Eth(_) => None,
+                    },
                     counters: s.named().iter().map(|(n, v)| (n.to_string(), *v)).collect(),
                 }
             })

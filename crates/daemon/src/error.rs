@@ -43,6 +43,10 @@ pub enum DaemonError {
     ForeignXdp { index: usize, iface: String, id: u32, name: String },
     #[error("runtime.api_token_file: {path}: {problem}")]
     Token { path: String, problem: String },
+    #[error("ports[{index}].memif: {why}")]
+    Memif { index: usize, why: String },
+    #[error("worker {worker}: runtime.dma_devices: {why}")]
+    Dma { worker: usize, why: String },
 }
 
 impl From<DaemonError> for vectorlb_api::ApiError {

@@ -18,6 +18,7 @@ pub mod error;
 pub mod ha;
 pub mod health;
 pub mod instance;
+pub mod memif_ports;
 pub mod metrics;
 pub mod neighbours;
 pub mod sessions;
@@ -48,10 +49,49 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A port of the running daemon.
 pub struct PortRt {
     pub name: String,
+    /// The DPDK device string, or `memif:SOCKET#ID` for a memif port.
     pub device: String,
-    pub port: Arc<EthPort>,
+    pub kind: PortKind,
     /// The kernel interface of an AF_XDP port (its XDP program holds our addresses).
     pub xdp_iface: Option<String>,
+}
+
+pub enum PortKind {
+    Eth(Arc<EthPort>),
+    Memif(memif_ports::MemifPort),
+}
+
+impl PortRt {
+    pub fn stats(&self) -> vectorlb_dpdk::PortStats {
+        match &self.kind {
+            PortKind::Eth(p) => p.stats(),
+            PortKind::Memif(m) => m.stats(),
+        }
+    }
+
+    pub fn xstats(&self) -> Vec<(String, u64)> {
+        match &self.kind {
+            PortKind::Eth(p) => p.xstats(),
+            // Its counters are metrics of their own (vectorlb_memif_*).
+            PortKind::Memif(_) => Vec::new(),
+        }
+    }
+
+    /// Link state: a memif port is up while a peer is connected.
+    pub fn link(&self) -> vectorlb_dpdk::Link {
+        match &self.kind {
+            PortKind::Eth(p) => p.link(),
+            PortKind::Memif(m) => vectorlb_dpdk::Link { up: m.link.is_up(), speed_mbps: 0 },
+        }
+    }
+
+    /// The DPDK port id (65535 for a memif port, which is not a DPDK port).
+    pub fn port_id(&self) -> u16 {
+        match &self.kind {
+            PortKind::Eth(p) => p.id(),
+            PortKind::Memif(_) => u16::MAX,
+        }
+    }
 }
 
 /// The running daemon, as the control API and the metrics see it.
@@ -80,7 +120,8 @@ impl Daemon {
                     Err(e) => out.push(format!("ports[{i}] ({}): {e}", p.name)),
                 }
             }
-            if !p.port.link().up {
+            // A memif port without its pod is not a broken data plane: only device links.
+            if matches!(p.kind, PortKind::Eth(_)) && !p.link().up {
                 out.push(format!("ports[{i}] ({}): link down", p.name));
             }
         }
@@ -117,7 +158,11 @@ pub fn run(path: &Path) -> Result<(), DaemonError> {
     instance::clear_stale_files(&run_dir);
     let xdp_obj = xdp::write_object(&run_dir)?;
     let mut devices = Vec::new();
-    for d in cfg.devices.iter().flatten() {
+    for d in cfg.devices.iter() {
+        let Some(d) = d else {
+            devices.push(None);
+            continue;
+        };
         let mut d = d.clone();
         if xdp::af_xdp_iface(&d).is_some() {
             if !d.contains("xdp_prog=") {
@@ -127,7 +172,7 @@ pub fn run(path: &Path) -> Result<(), DaemonError> {
                 d.push_str(&format!(",queue_count={}", rt.workers));
             }
         }
-        devices.push(d);
+        devices.push(Some(d));
     }
     let result = start(path, &mut cfg, &devices, token);
     let _ = std::fs::remove_file(&xdp_obj);
@@ -156,7 +201,7 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<std::thread:
     std::thread::Builder::new().name(name.clone()).spawn(f).map_err(|source| DaemonError::Spawn { what: name, source })
 }
 
-fn start(path: &Path, cfg: &mut Config, devices: &[String], token: Option<String>) -> Result<(), DaemonError> {
+fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Option<String>) -> Result<(), DaemonError> {
     let rt = cfg.runtime.clone();
     let nworkers = rt.workers as usize;
     // The API's endpoint before the ports: a start that cannot serve its API touches no port.
@@ -169,12 +214,39 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String], token: Option<String
     let endpoint: vectorlb_api::Endpoint = rt.api.parse().map_err(vectorlb_api::server::ServerError::from)?;
     let access = vectorlb_api::Access { group: rt.api_group.clone() };
     let listener = runtime.block_on(vectorlb_api::Listener::bind(&endpoint, &access))?;
-    let eal = Eal::init(&rt.eal, devices)?;
+    // memif sockets too, before the EAL: a socket another process serves stops the start here.
+    let (mut memifs, memif_threads) = memif_ports::start(cfg)?;
+    let mut eal_args = rt.eal.clone();
+    let mut eal_devices: Vec<String> = devices.iter().flatten().cloned().collect();
+    if cfg.memif.iter().flatten().any(vectorlb_config::MemifSpec::uses_dma) {
+        if !eal_args.iter().any(|a| a.starts_with("--iova-mode")) {
+            eal_args.push("--iova-mode=va".into());
+        }
+        for d in memif_ports::dma_devices(cfg) {
+            if d.starts_with("dma_skeleton") && !eal_devices.contains(&d) {
+                eal_devices.push(d);
+            }
+        }
+    }
+    let eal = match Eal::init(&eal_args, &eal_devices) {
+        Ok(e) => e,
+        Err(e) => {
+            memif_threads.stop();
+            return Err(e.into());
+        }
+    };
     let pool = Arc::new(Mempool::new(&eal, "vectorlb", rt.mbufs, 256, 2048 + 128)?);
     let mut ports = Vec::new();
     let mut queues: Vec<Vec<(vectorlb_dpdk::EthRx, vectorlb_dpdk::EthTx)>> = Vec::new();
     for (i, dev) in devices.iter().enumerate() {
         let name = cfg.spec.ports[i].name.clone();
+        let Some(dev) = dev else {
+            let m = memifs[i].take().expect("a port without a device is a memif port (checked)");
+            let device = format!("memif:{}#{}", m.spec.socket, m.spec.id);
+            queues.push(Vec::new());
+            ports.push(PortRt { name, device, kind: PortKind::Memif(m), xdp_iface: None });
+            continue;
+        };
         let perr = |source| DaemonError::Port { index: i, name: name.clone(), source };
         let port = Arc::new(EthPort::find(&eal, dev).map_err(perr)?);
         let mtu = if cfg.mtu_given[i] { cfg.spec.ports[i].mtu } else { 0 };
@@ -186,7 +258,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String], token: Option<String
             tracing::warn!("ports[{i}] ({name}): the device cannot take the configured MAC; promiscuous mode is on");
         }
         queues.push(port.queues().map_err(perr)?);
-        ports.push(PortRt { name, device: dev.clone(), port, xdp_iface: xdp::af_xdp_iface(dev).map(str::to_string) });
+        ports.push(PortRt { name, device: dev.clone(), kind: PortKind::Eth(port), xdp_iface: xdp::af_xdp_iface(dev).map(str::to_string) });
     }
     let control = Control::new(&cfg.spec)?;
     let (ev_tx, ev_rx) = mpsc::channel();
@@ -228,12 +300,21 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String], token: Option<String
         wc.table.seed = vectorlb_lb::session::random_seed();
         wc.table.port_offset = vectorlb_lb::session::random_seed() as u32;
         let worker = Worker::new(control.clone(), wc).map_err(|source| DaemonError::SessionTable { worker: w, source })?;
+        let copiers = memif_ports::copiers(&eal, cfg, w)?;
         let io = WorkerIo::<Mbuf> {
             ports: port_queues
                 .iter_mut()
-                .map(|q| {
-                    let (rx, tx) = q.next().expect("a queue per worker on every port (set up above)");
-                    PortQueues { rx: Box::new(rx) as Box<dyn RxQueue<Mbuf>>, tx: Box::new(tx) as Box<dyn TxQueue<Mbuf>> }
+                .zip(&daemon.ports)
+                .enumerate()
+                .map(|(i, (q, p))| match &p.kind {
+                    PortKind::Memif(m) => {
+                        let (rx, tx) = memif_ports::queues(m, i, w as u16, &pool, copiers.for_port(&m.spec));
+                        PortQueues { rx, tx }
+                    }
+                    PortKind::Eth(_) => {
+                        let (rx, tx) = q.next().expect("a queue per worker on every port (set up above)");
+                        PortQueues { rx: Box::new(rx) as Box<dyn RxQueue<Mbuf>>, tx: Box::new(tx) as Box<dyn TxQueue<Mbuf>> }
+                    }
                 })
                 .collect(),
             inbox: inboxes.get_mut(w).and_then(Option::take).map(|r| Box::new(r) as Box<dyn RxQueue<Mbuf>>),
@@ -288,6 +369,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[String], token: Option<String
     for h in handles.into_iter().chain(sync_threads) {
         let _ = h.join();
     }
+    memif_threads.stop();
     api_stop.notify_one();
     let _ = runtime.block_on(server);
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

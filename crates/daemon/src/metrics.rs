@@ -155,7 +155,7 @@ pub fn render(d: &Daemon) -> String {
             let _ = writeln!(o, "vectorlb_backend_health_check_seconds{{{}}} {}", label(t), s.last_duration.as_secs_f64());
         }
     }
-    let ports: Vec<_> = d.ports.iter().map(|p| (format!("port=\"{}\"", esc(&p.name)), p.port.stats(), p.port.xstats(), p.port.link())).collect();
+    let ports: Vec<_> = d.ports.iter().map(|p| (format!("port=\"{}\"", esc(&p.name)), p.stats(), p.xstats(), p.link())).collect();
     head(&mut o, "vectorlb_port_packets_total", "counter", "DPDK port counters.");
     for (l, s, _, _) in &ports {
         let _ = writeln!(o, "vectorlb_port_packets_total{{{l},dir=\"rx\"}} {}\nvectorlb_port_packets_total{{{l},dir=\"tx\"}} {}", s.ipackets, s.opackets);
@@ -180,7 +180,59 @@ pub fn render(d: &Daemon) -> String {
             let _ = writeln!(o, "vectorlb_port_xstat{{{l},name=\"{}\"}} {v}", esc(n));
         }
     }
+    memif_metrics(&mut o, d);
     o
+}
+
+/// memif ports: the peer's state and each queue pair's counters.
+fn memif_metrics(o: &mut String, d: &crate::Daemon) {
+    let memifs: Vec<_> = d
+        .ports
+        .iter()
+        .filter_map(|p| match &p.kind {
+            crate::PortKind::Memif(m) => Some((format!("port=\"{}\"", esc(&p.name)), m.status())),
+            crate::PortKind::Eth(_) => None,
+        })
+        .collect();
+    if memifs.is_empty() {
+        return;
+    }
+    head(o, "vectorlb_memif_connected", "gauge", "1 while the memif peer is connected.");
+    for (l, s) in &memifs {
+        let _ = writeln!(o, "vectorlb_memif_connected{{{l}}} {}", s.connected as u8);
+    }
+    head(o, "vectorlb_memif_connects_total", "counter", "memif connections made.");
+    for (l, s) in &memifs {
+        let _ = writeln!(o, "vectorlb_memif_connects_total{{{l}}} {}", s.connects);
+    }
+    head(o, "vectorlb_memif_packets_total", "counter", "Frames through a memif queue pair.");
+    for (l, s) in &memifs {
+        for q in &s.queues {
+            let _ = writeln!(o, "vectorlb_memif_packets_total{{{l},queue=\"{}\",dir=\"rx\"}} {}\nvectorlb_memif_packets_total{{{l},queue=\"{}\",dir=\"tx\"}} {}", q.queue, q.rx_packets, q.queue, q.tx_packets);
+        }
+    }
+    head(o, "vectorlb_memif_bytes_total", "counter", "Bytes through a memif queue pair.");
+    for (l, s) in &memifs {
+        for q in &s.queues {
+            let _ = writeln!(o, "vectorlb_memif_bytes_total{{{l},queue=\"{}\",dir=\"rx\"}} {}\nvectorlb_memif_bytes_total{{{l},queue=\"{}\",dir=\"tx\"}} {}", q.queue, q.rx_bytes, q.queue, q.tx_bytes);
+        }
+    }
+    head(o, "vectorlb_memif_copies_total", "counter", "Copies by who did them: cpu, dma, or cpu_fallback (the DMA ring was full).");
+    for (l, s) in &memifs {
+        for q in &s.queues {
+            for (e, v) in [("cpu", q.copies_cpu), ("dma", q.copies_dma), ("cpu_fallback", q.copies_cpu_fallback)] {
+                let _ = writeln!(o, "vectorlb_memif_copies_total{{{l},queue=\"{}\",engine=\"{e}\"}} {v}", q.queue);
+            }
+        }
+    }
+    head(o, "vectorlb_memif_errors_total", "counter", "Refused descriptors (bad_desc), broken rings (bad_ring), frames too long or without a buffer, transmits into a full ring.");
+    for (l, s) in &memifs {
+        for q in &s.queues {
+            for (k, v) in [("bad_desc", q.bad_desc), ("bad_ring", q.bad_ring), ("too_long", q.too_long), ("no_buffer", q.no_buffer), ("tx_ring_full", q.tx_ring_full)] {
+                let _ = writeln!(o, "vectorlb_memif_errors_total{{{l},queue=\"{}\",kind=\"{k}\"}} {v}", q.queue);
+            }
+        }
+    }
 }
 
 /// The counter reference of `docs/metrics.md` (between its generated-section markers).

@@ -170,15 +170,19 @@ impl<P: Packet> WorkerLoop<P> {
             }
             self.changed.clear();
         }
-        self.flush();
+        let pending = self.flush();
         self.counters.polls += 1;
-        got
+        // Sends still waiting for their copies keep the worker awake (no idle sleep).
+        got.max(pending as usize)
     }
 
-    /// Sends every queued packet; what a queue does not take is dropped and counted.
-    fn flush(&mut self) {
+    /// Sends every queued packet; what a queue does not take is dropped and counted. True
+    /// when a queue still has sends in flight (an asynchronous copy engine).
+    fn flush(&mut self) -> bool {
+        let mut pending = false;
         for (p, list) in self.txq.iter_mut().enumerate() {
             if list.is_empty() {
+                pending |= self.io.ports[p].tx.poll();
                 continue;
             }
             self.io.ports[p].tx.send(list);
@@ -202,6 +206,7 @@ impl<P: Packet> WorkerLoop<P> {
             }
         }
         P::free_all(&mut self.free);
+        pending
     }
 
     /// Runs one burst through the pipeline and sorts it by verdict. `port` is the port it

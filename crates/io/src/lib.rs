@@ -58,6 +58,12 @@ pub trait TxQueue<P: Packet>: Send {
     /// Sends packets from the front of `pkts` and removes the ones sent; returns how many.
     /// Those left in `pkts` were not taken (the queue is full) and still belong to the caller.
     fn send(&mut self, pkts: &mut Vec<P>) -> usize;
+
+    /// Finishes earlier sends that wait on something (an asynchronous copy engine); called by
+    /// the worker every round. True while some remain unfinished.
+    fn poll(&mut self) -> bool {
+        false
+    }
 }
 
 /// Where a worker gets buffers for frames it builds itself (ARP and ND requests).

@@ -201,9 +201,9 @@ impl<P: Packet> ClientTx<P> {
     }
 }
 
-impl<P: Packet> TxQueue<P> for ClientTx<P> {
-    fn send(&mut self, pkts: &mut Vec<P>) -> usize {
-        let mut slot = slot_lock(&self.slot);
+impl<P: Packet> ClientTx<P> {
+    /// Sends the batches whose copies completed.
+    fn complete(&mut self, slot: &mut Option<ClientQueue>) {
         if !self.inflight.is_empty() {
             let done = lock(&self.copier).completed();
             while self.inflight.front().is_some_and(|b| done.is_some_and(|d| b.cookie <= d)) {
@@ -218,6 +218,24 @@ impl<P: Packet> TxQueue<P> for ClientTx<P> {
                 }
             }
         }
+    }
+}
+
+impl<P: Packet> TxQueue<P> for ClientTx<P> {
+    fn poll(&mut self) -> bool {
+        if self.inflight.is_empty() {
+            return false;
+        }
+        let slot = self.slot.clone();
+        let mut s = slot_lock(&slot);
+        self.complete(&mut s);
+        !self.inflight.is_empty()
+    }
+
+    fn send(&mut self, pkts: &mut Vec<P>) -> usize {
+        let slot = self.slot.clone();
+        let mut slot = slot_lock(&slot);
+        self.complete(&mut slot);
         let Some(q) = slot.as_mut() else { return 0 };
         let stats = &self.link.queues[self.queue as usize];
         let bsize = q.buffer_size() as usize;

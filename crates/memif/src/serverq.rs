@@ -213,6 +213,15 @@ impl<P: Packet> ServerTx<P> {
         ServerTx { view: LinkView::new(link), queue, copier, next: 0, inflight: VecDeque::new() }
     }
 
+    /// Picks up a new or withdrawn connection: batches of the old one are waited for, and the
+    /// position restarts where the new ring is.
+    fn follow_link(&mut self) {
+        if self.view.refresh() {
+            drain(&self.copier, &mut self.inflight);
+            self.next = self.view.conn.as_ref().and_then(|c| c.s2c.get(self.queue as usize)).map_or(0, |h| h.ring.tail());
+        }
+    }
+
     fn complete(&mut self, conn: &Connection) {
         if self.inflight.is_empty() {
             return;
@@ -232,11 +241,19 @@ impl<P: Packet> ServerTx<P> {
 }
 
 impl<P: Packet> TxQueue<P> for ServerTx<P> {
-    fn send(&mut self, pkts: &mut Vec<P>) -> usize {
-        if self.view.refresh() {
-            drain(&self.copier, &mut self.inflight);
-            self.next = self.view.conn.as_ref().and_then(|c| c.s2c.get(self.queue as usize)).map_or(0, |h| h.ring.tail());
+    fn poll(&mut self) -> bool {
+        if self.inflight.is_empty() {
+            return false;
         }
+        self.follow_link();
+        if let Some(conn) = self.view.conn.clone() {
+            self.complete(&conn);
+        }
+        !self.inflight.is_empty()
+    }
+
+    fn send(&mut self, pkts: &mut Vec<P>) -> usize {
+        self.follow_link();
         let Some(conn) = self.view.conn.clone() else { return 0 };
         let Some(h) = conn.s2c.get(self.queue as usize) else { return 0 };
         let ring = h.ring;

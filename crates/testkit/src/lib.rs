@@ -43,6 +43,12 @@ pub fn tools() -> &'static str {
     P.get_or_init(|| binary("vectorlb-tools"))
 }
 
+/// An example program of the workspace (`target/<profile>/examples/NAME`; `make test` builds
+/// them: cargo build --examples).
+pub fn example(name: &str) -> String {
+    binary(&format!("examples/{name}"))
+}
+
 /// One request to a daemon's API (`ADDRESS:PORT` or `unix:PATH`): (status, body).
 pub fn api_call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), vectorlb_client::Error> {
     let req = vectorlb_client::Request {

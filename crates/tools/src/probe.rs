@@ -373,7 +373,7 @@ fn udp(a: &UdpArgs) -> Result<(), ToolError> {
     let v6 = a.target.is_ipv6();
     let bind: SocketAddr = if v6 { "[::]:0".parse().unwrap() } else { "0.0.0.0:0".parse().unwrap() };
     let mut spread: BTreeMap<String, usize> = BTreeMap::new();
-    let (mut sent, mut received, mut switched, mut too_big) = (0usize, 0usize, 0usize, 0usize);
+    let (mut sent, mut received, mut switched, mut too_big, mut refused) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let mut mtu = None;
     let mut buf = vec![0u8; 65536];
     for f in 0..a.flows {
@@ -396,7 +396,14 @@ fn udp(a: &UdpArgs) -> Result<(), ToolError> {
                 }
                 Err(e) => return Err(ToolError::Io { context: "send".into(), source: e }),
             }
-            if let Ok(n) = s.recv(&mut buf) {
+            let r = s.recv(&mut buf);
+            if let Err(e) = &r {
+                // An ICMP port unreachable for a connected socket.
+                if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    refused += 1;
+                }
+            }
+            if let Ok(n) = r {
                 received += 1;
                 let name = String::from_utf8_lossy(&buf[..n]).split(' ').next().unwrap_or("").to_string();
                 match &first {
@@ -414,7 +421,7 @@ fn udp(a: &UdpArgs) -> Result<(), ToolError> {
     }
     println!(
         "{}",
-        json!({ "sent": sent, "received": received, "lost": sent - received, "flows": a.flows,
+        json!({ "sent": sent, "received": received, "lost": sent - received - refused, "refused": refused, "flows": a.flows,
                  "flows_switched": switched, "backends": spread, "too_big": too_big, "path_mtu": mtu })
     );
     Ok(())

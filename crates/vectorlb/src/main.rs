@@ -239,7 +239,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             let c = vectorlb_config::Config::load(&config)?;
             // What `run` would refuse, `check` refuses too; a file for `replay` alone (no
             // devices) is fine, and said to be.
-            let for_run = c.devices.iter().any(Option::is_some);
+            let for_run = c.devices.iter().any(Option::is_some) || c.memif.iter().any(Option::is_some);
             c.check_memory()?;
             if for_run {
                 c.check_for_run()?;
