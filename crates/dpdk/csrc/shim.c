@@ -67,6 +67,7 @@ struct rte_mempool *vl_pool_create(const char *name, unsigned n, unsigned cache,
 void vl_pool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }
 unsigned vl_pool_avail(struct rte_mempool *mp) { return rte_mempool_avail_count(mp); }
 struct rte_mbuf *vl_mbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_alloc(mp); }
+int vl_mbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **m, unsigned n) { return rte_pktmbuf_alloc_bulk(mp, m, n); }
 void vl_mbuf_free_bulk(struct rte_mbuf **m, unsigned n) { rte_pktmbuf_free_bulk(m, n); }
 void vl_mbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 

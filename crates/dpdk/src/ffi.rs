@@ -71,6 +71,7 @@ extern "C" {
     pub fn vl_pool_free(mp: *mut RteMempool);
     pub fn vl_pool_avail(mp: *mut RteMempool) -> c_uint;
     pub fn vl_mbuf_alloc(mp: *mut RteMempool) -> *mut RteMbuf;
+    pub fn vl_mbuf_alloc_bulk(mp: *mut RteMempool, m: *mut *mut RteMbuf, n: c_uint) -> c_int;
     pub fn vl_mbuf_free_bulk(m: *mut *mut RteMbuf, n: c_uint);
     pub fn vl_mbuf_free(m: *mut RteMbuf);
     pub fn vl_port_by_name(name: *const c_char, port: *mut u16) -> c_int;

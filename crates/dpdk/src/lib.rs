@@ -220,6 +220,19 @@ impl PacketPool<Mbuf> for Mempool {
         Some(m)
     }
 
+    fn alloc_bulk(&self, n: usize, out: &mut Vec<Mbuf>) -> usize {
+        let n = n.min(512);
+        let mut raw = [std::ptr::null_mut::<ffi::RteMbuf>(); 512];
+        // SAFETY: a valid pool; raw has room for n pointers; on success all n are fresh mbufs we
+        // own, on failure none was taken.
+        if unsafe { ffi::vl_mbuf_alloc_bulk(self.ptr.as_ptr(), raw.as_mut_ptr(), n as u32) } != 0 {
+            return 0;
+        }
+        // SAFETY: each pointer is a fresh mbuf (above) whose ownership we take.
+        out.extend(raw[..n].iter().map(|&p| unsafe { Mbuf::from_raw(NonNull::new_unchecked(p.cast())) }));
+        n
+    }
+
     fn alloc_len(&self, port: u16, len: usize) -> Option<Mbuf> {
         let mut m = self.alloc()?;
         if !m.set_len(len) {

@@ -96,13 +96,35 @@ pub struct CopyStats {
     pub cpu_fallback: u64,
     /// Bytes copied by the CPU (small and fallback).
     pub cpu_bytes: u64,
+    /// Time stamp counter cycles spent copying (the CPU's copies, the engine's submit and
+    /// completion calls) while timing is on ([`Copier::set_timing`]).
+    pub cycles: u64,
+}
+
+/// The CPU's time stamp counter (a monotonic clock elsewhere), for cheap timing.
+#[inline(always)]
+pub fn cycles() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: rdtsc has no preconditions.
+    unsafe {
+        std::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        use std::sync::OnceLock;
+        static T0: OnceLock<std::time::Instant> = OnceLock::new();
+        T0.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    }
 }
 
 /// An engine with a size threshold and a CPU fallback.
 pub struct Copier {
     engine: Box<dyn CopyEngine>,
+    /// The engine completes copies inside submit: every copy is done on the spot.
+    sync: bool,
     threshold: u32,
     pending: Vec<CopyOp>,
+    timing: bool,
     pub stats: CopyStats,
 }
 
@@ -110,7 +132,8 @@ impl Copier {
     /// Copies of `threshold` bytes or more go to `engine`, smaller ones to the CPU. With the
     /// CPU engine the threshold does not matter.
     pub fn new(engine: Box<dyn CopyEngine>, threshold: u32) -> Copier {
-        Copier { engine, threshold, pending: Vec::with_capacity(256), stats: CopyStats::default() }
+        let sync = engine.synchronous();
+        Copier { engine, sync, threshold, pending: Vec::with_capacity(256), timing: false, stats: CopyStats::default() }
     }
 
     pub fn cpu() -> Copier {
@@ -125,9 +148,15 @@ impl Copier {
         self.threshold
     }
 
+    /// Counts the cycles spent copying in `stats.cycles` while on (benchmarks sample a share
+    /// of the bursts: reading the clock costs cycles too).
+    pub fn set_timing(&mut self, on: bool) {
+        self.timing = on;
+    }
+
     /// Whether every copy is done by the time [`Copier::flush`] returns.
     pub fn synchronous(&self) -> bool {
-        self.engine.synchronous()
+        self.sync
     }
 
     /// Adds a copy to the current batch: done at once on the CPU when it is small, else kept
@@ -135,13 +164,17 @@ impl Copier {
     ///
     /// # Safety
     /// As [`CopyEngine::submit`], until the batch that [`Copier::flush`] returns completes.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn copy(&mut self, op: CopyOp) {
-        if op.len < self.threshold || self.engine.synchronous() {
+        if self.sync || op.len < self.threshold {
             self.stats.cpu += 1;
             self.stats.cpu_bytes += op.len as u64;
+            let t = if self.timing { cycles() } else { 0 };
             // SAFETY: the caller's contract.
             unsafe { std::ptr::copy_nonoverlapping(op.src, op.dst, op.len as usize) };
+            if self.timing {
+                self.stats.cycles += cycles() - t;
+            }
         } else {
             self.pending.push(op);
         }
@@ -154,6 +187,15 @@ impl Copier {
         if self.pending.is_empty() {
             return None;
         }
+        let t = if self.timing { cycles() } else { 0 };
+        let r = self.submit_pending();
+        if self.timing {
+            self.stats.cycles += cycles() - t;
+        }
+        r
+    }
+
+    fn submit_pending(&mut self) -> Option<u64> {
         // SAFETY: every op was accepted by `copy`, whose caller promised what submit needs.
         match unsafe { self.engine.submit(&self.pending) } {
             Ok(cookie) => {
@@ -176,7 +218,13 @@ impl Copier {
 
     /// The newest batch cookie the engine finished (with every earlier one).
     pub fn completed(&mut self) -> Option<u64> {
-        self.engine.completed()
+        if !self.timing {
+            return self.engine.completed();
+        }
+        let t = cycles();
+        let r = self.engine.completed();
+        self.stats.cycles += cycles() - t;
+        r
     }
 }
 
@@ -222,7 +270,7 @@ mod tests {
         assert_eq!(&dst[..64], &[7u8; 64][..], "a small copy is done at once");
         assert_eq!(dst[1024], 0, "a large one waits for the engine");
         assert_eq!(c.flush(), Some(0));
-        assert_eq!(c.stats, CopyStats { cpu: 1, engine: 1, engine_bytes: 1024, cpu_fallback: 0, cpu_bytes: 64 });
+        assert_eq!(c.stats, CopyStats { cpu: 1, engine: 1, engine_bytes: 1024, cpu_fallback: 0, cpu_bytes: 64, cycles: 0 });
         assert_eq!(c.completed(), None);
 
         let mut full = Copier::new(Box::new(Slow { next: 0, done: None, full: true, queued: vec![] }), 256);

@@ -74,6 +74,21 @@ pub trait PacketPool<P: Packet>: Send + Sync {
     /// A packet of `len` bytes whose contents the caller is about to write (a copy engine
     /// fills it); `None` when the pool is empty or `len` does not fit a buffer.
     fn alloc_len(&self, port: u16, len: usize) -> Option<P>;
+    /// Appends `n` empty packets to `out` (all or none, as DPDK's bulk allocation); returns
+    /// how many.
+    fn alloc_bulk(&self, n: usize, out: &mut Vec<P>) -> usize {
+        let start = out.len();
+        for _ in 0..n {
+            match self.alloc_len(0, 0) {
+                Some(p) => out.push(p),
+                None => {
+                    out.truncate(start);
+                    return 0;
+                }
+            }
+        }
+        n
+    }
 }
 
 impl<P: Packet, T: PacketPool<P> + ?Sized> PacketPool<P> for std::sync::Arc<T> {
@@ -82,6 +97,9 @@ impl<P: Packet, T: PacketPool<P> + ?Sized> PacketPool<P> for std::sync::Arc<T> {
     }
     fn alloc_len(&self, port: u16, len: usize) -> Option<P> {
         (**self).alloc_len(port, len)
+    }
+    fn alloc_bulk(&self, n: usize, out: &mut Vec<P>) -> usize {
+        (**self).alloc_bulk(n, out)
     }
 }
 

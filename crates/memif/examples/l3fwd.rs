@@ -35,6 +35,41 @@ struct Args {
     /// Run this long, then print the counts and exit.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Count only after this many seconds (the rings fill, caches warm).
+    #[arg(long, default_value_t = 0.0)]
+    warmup_s: f64,
+    /// Send this many frames per queue at the start (a benchmark's traffic, which then
+    /// circulates between the forwarder and the server).
+    #[arg(long, default_value_t = 0)]
+    inject: usize,
+    /// Size of the injected frames, bytes (Ethernet header included, no FCS).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+}
+
+/// An Ethernet + IPv4 + UDP frame of `size` bytes.
+fn frame(size: usize, n: usize) -> Vec<u8> {
+    let size = size.max(42);
+    let mut f = vec![0u8; size];
+    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip_len = (size - 14) as u16;
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 0, 1, (n % 250) as u8 + 1]);
+    let mut sum: u32 = f[14..34].chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f[34..36].copy_from_slice(&(1024 + (n % 1000) as u16).to_be_bytes());
+    f[36..38].copy_from_slice(&9u16.to_be_bytes());
+    f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    f
 }
 
 /// Swaps the Ethernet addresses, and the IPv4 ones when the frame is IPv4 (the header
@@ -68,7 +103,20 @@ fn main() {
             Err(e) => panic!("l3fwd: {e}"),
         }
     };
-    let start = Instant::now();
+    for q in c.queues.iter_mut() {
+        for n in 0..a.inject {
+            let mut t = 0;
+            while !q.send_copy(&frame(a.size, n)) {
+                t += 1;
+                assert!(t < 10_000_000, "l3fwd: cannot inject: the pool or ring is full");
+                let mut none = Vec::new();
+                q.recv(&mut none, 0);
+            }
+        }
+    }
+    let mut start = Instant::now();
+    let warm = start + Duration::from_secs_f64(a.warmup_s);
+    let mut warming = a.warmup_s > 0.0;
     let mut frames = 0u64;
     let mut bufs: Vec<Vec<Buf>> = (0..c.queues.len()).map(|_| Vec::with_capacity(256)).collect();
     let mut frame = Vec::with_capacity(16384);
@@ -108,8 +156,16 @@ fn main() {
             }
         }
         polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(1024) && Instant::now() >= deadline {
-            break 'run;
+        if polls.is_multiple_of(1024) {
+            let now = Instant::now();
+            if warming && now >= warm {
+                warming = false;
+                frames = 0;
+                start = now;
+            }
+            if now >= deadline {
+                break 'run;
+            }
         }
     }
     let secs = start.elapsed().as_secs_f64();

@@ -54,6 +54,10 @@ pub struct ServerRx<P: Packet, Pl: PacketPool<P>> {
     next: u16,
     inflight: VecDeque<Inflight<P>>,
     batch: Vec<P>,
+    /// Empty packets allocated in bulk, taken one per frame.
+    spare: Vec<P>,
+    /// The current frame's checked segments (address, length).
+    segs: Vec<(u64, u32)>,
 }
 
 /// Transmits frames into the server-to-client ring `queue` of a link.
@@ -63,6 +67,8 @@ pub struct ServerTx<P: Packet> {
     copier: SharedCopier,
     next: u16,
     inflight: VecDeque<Inflight<P>>,
+    /// Sent packets, freed in bulk.
+    done: Vec<P>,
 }
 
 /// Waits for every in-flight batch (a connection is going away): an engine completes what it
@@ -82,7 +88,19 @@ pub(crate) fn drain<P>(copier: &SharedCopier, inflight: &mut VecDeque<Inflight<P
 impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
     /// Frames longer than `max_frame` (or than a buffer of `pool`) are dropped and counted.
     pub fn new(link: Arc<Link>, queue: u16, port: u16, pool: Pl, copier: SharedCopier, max_frame: usize) -> Self {
-        ServerRx { view: LinkView::new(link), queue, port, pool, copier, max_frame, next: 0, inflight: VecDeque::new(), batch: Vec::with_capacity(256) }
+        ServerRx {
+            view: LinkView::new(link),
+            queue,
+            port,
+            pool,
+            copier,
+            max_frame,
+            next: 0,
+            inflight: VecDeque::new(),
+            batch: Vec::with_capacity(256),
+            spare: Vec::with_capacity(128),
+            segs: Vec::with_capacity(MAX_SEGMENTS),
+        }
     }
 
     fn stats(&self) -> &QueueStats {
@@ -111,8 +129,21 @@ impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
             // Start where the ring is (0 on a fresh connection).
             self.next = self.view.conn.as_ref().and_then(|c| c.c2s.get(self.queue as usize)).map_or(0, |h| h.ring.tail());
         }
-        let Some(conn) = self.view.conn.clone() else { return 0 };
-        let Some(h) = conn.c2s.get(self.queue as usize) else { return 0 };
+        // Taken for the call (no reference count traffic), put back unless the peer broke
+        // the ring.
+        let Some(conn) = self.view.conn.take() else { return 0 };
+        let (n, keep) = self.recv_from(&conn, out, max);
+        if keep {
+            self.view.conn = Some(conn);
+        }
+        n
+    }
+}
+
+impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
+    /// One receive burst on `conn`; false when the connection must be dropped.
+    fn recv_from(&mut self, conn: &Arc<Connection>, out: &mut Vec<P>, max: usize) -> (usize, bool) {
+        let Some(h) = conn.c2s.get(self.queue as usize) else { return (0, true) };
         let ring = h.ring;
         let mut delivered = self.complete(&ring, out);
         let head = ring.head();
@@ -120,28 +151,33 @@ impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
         if avail > ring.size() {
             QueueStats::add(&self.stats().bad_ring, 1);
             self.view.link.report_fault(format!("client-to-server ring {}: head {head} is {avail} slots ahead of {} (ring of {})", self.queue, self.next, ring.size()));
-            self.view.conn = None;
-            return delivered;
+            return (delivered, false);
+        }
+        if avail == 0 {
+            return (delivered, true);
         }
         let room = max.saturating_sub(delivered);
+        if self.spare.len() < room.min(avail as usize) {
+            self.pool.alloc_bulk(64.max(room.min(avail as usize)), &mut self.spare);
+        }
         let mut consumed: u16 = 0;
         let mut bytes = 0u64;
-        let mut segs: [(u64, u32); MAX_SEGMENTS] = [(0, 0); MAX_SEGMENTS];
         let mut copier = lock(&self.copier);
         let before = copier.stats;
         let stats = &self.view.link.queues[self.queue as usize];
         while self.batch.len() < room && consumed < avail {
             // One frame: its descriptors, each read once and checked.
-            let mut nseg = 0usize;
+            self.segs.clear();
+            let mut nseg: u16 = 0;
             let mut total = 0usize;
             let mut bad = false;
             let mut complete = false;
-            while consumed + (nseg as u16) < avail {
-                let d = ring.desc(self.next.wrapping_add(consumed + nseg as u16));
+            while consumed + nseg < avail {
+                let d = ring.desc(self.next.wrapping_add(consumed + nseg));
                 nseg += 1;
                 match conn.span(d.region, d.offset, d.length) {
-                    Some(p) if nseg <= MAX_SEGMENTS => {
-                        segs[nseg - 1] = (p as u64, d.length);
+                    Some(p) if self.segs.len() < MAX_SEGMENTS => {
+                        self.segs.push((p as u64, d.length));
                         total += d.length as usize;
                     }
                     _ => bad = true,
@@ -154,13 +190,13 @@ impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
             if !complete {
                 // The rest of the chain is not posted yet; a full ring of an unfinished chain
                 // is the client's error.
-                if nseg as u16 >= ring.size() {
+                if nseg >= ring.size() {
                     QueueStats::add(&stats.bad_desc, 1);
-                    consumed += nseg as u16;
+                    consumed += nseg;
                 }
                 break;
             }
-            consumed += nseg as u16;
+            consumed += nseg;
             if bad {
                 QueueStats::add(&stats.bad_desc, 1);
                 continue;
@@ -169,16 +205,25 @@ impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
                 QueueStats::add(&stats.too_long, 1);
                 continue;
             }
-            let Some(mut pkt) = self.pool.alloc_len(self.port, total) else {
+            let pkt = match self.spare.pop() {
+                Some(p) => Some(p),
+                None => self.pool.alloc_len(self.port, 0),
+            };
+            let Some(mut pkt) = pkt else {
                 QueueStats::add(&stats.no_buffer, 1);
                 continue;
             };
+            if !pkt.set_len(total) {
+                QueueStats::add(&stats.too_long, 1);
+                self.spare.push(pkt);
+                continue;
+            }
             let dst = pkt.data_mut().as_mut_ptr();
             let mut off = 0usize;
-            for &(src, len) in &segs[..nseg] {
+            for &(src, len) in &self.segs {
                 // SAFETY: src..src+len lies inside a region of `conn` (checked by span), which
-                // this queue keeps mapped (its Arc) until the batch completes; dst has `total`
-                // bytes (alloc_len) and the packet is kept in the batch until then.
+                // stays mapped until the batch completes (the batch holds the connection); dst
+                // has `total` bytes and the packet is kept in the batch until then.
                 unsafe { copier.copy(CopyOp { src: src as *const u8, dst: dst.add(off), len }) };
                 off += len as usize;
             }
@@ -187,7 +232,7 @@ impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
             self.batch.push(pkt);
         }
         if consumed == 0 {
-            return delivered;
+            return (delivered, true);
         }
         self.next = self.next.wrapping_add(consumed);
         let n = self.batch.len();
@@ -204,13 +249,13 @@ impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
             }
             Some(cookie) => self.inflight.push_back(Inflight { cookie, tail: self.next, pkts: std::mem::take(&mut self.batch), _conn: conn.clone() }),
         }
-        delivered
+        (delivered, true)
     }
 }
 
 impl<P: Packet> ServerTx<P> {
     pub fn new(link: Arc<Link>, queue: u16, copier: SharedCopier) -> Self {
-        ServerTx { view: LinkView::new(link), queue, copier, next: 0, inflight: VecDeque::new() }
+        ServerTx { view: LinkView::new(link), queue, copier, next: 0, inflight: VecDeque::new(), done: Vec::with_capacity(256) }
     }
 
     /// Picks up a new or withdrawn connection: batches of the old one are waited for, and the
@@ -254,18 +299,28 @@ impl<P: Packet> TxQueue<P> for ServerTx<P> {
 
     fn send(&mut self, pkts: &mut Vec<P>) -> usize {
         self.follow_link();
-        let Some(conn) = self.view.conn.clone() else { return 0 };
-        let Some(h) = conn.s2c.get(self.queue as usize) else { return 0 };
+        let Some(conn) = self.view.conn.take() else { return 0 };
+        let (n, keep) = self.send_to(&conn, pkts);
+        if keep {
+            self.view.conn = Some(conn);
+        }
+        n
+    }
+}
+
+impl<P: Packet> ServerTx<P> {
+    /// One transmit burst on `conn`; false when the connection must be dropped.
+    fn send_to(&mut self, conn: &Arc<Connection>, pkts: &mut Vec<P>) -> (usize, bool) {
+        let Some(h) = conn.s2c.get(self.queue as usize) else { return (0, true) };
         let ring = h.ring;
-        self.complete(&conn);
+        self.complete(conn);
         let head = ring.head();
         let free = head.wrapping_sub(self.next);
         let stats = &self.view.link.queues[self.queue as usize];
         if free > ring.size() {
             QueueStats::add(&stats.bad_ring, 1);
             self.view.link.report_fault(format!("server-to-client ring {}: head {head} is {free} slots ahead of {} (ring of {})", self.queue, self.next, ring.size()));
-            self.view.conn = None;
-            return 0;
+            return (0, false);
         }
         let mut used: u16 = 0;
         let mut sent = 0usize;
@@ -316,7 +371,7 @@ impl<P: Packet> TxQueue<P> for ServerTx<P> {
             QueueStats::add(&stats.tx_ring_full, 1);
         }
         if used == 0 {
-            return 0;
+            return (0, true);
         }
         self.next = self.next.wrapping_add(used);
         let cookie = copier.flush();
@@ -324,16 +379,15 @@ impl<P: Packet> TxQueue<P> for ServerTx<P> {
         drop(copier);
         QueueStats::add(&stats.tx_packets, sent as u64);
         QueueStats::add(&stats.tx_bytes, bytes);
-        let done: Vec<P> = pkts.drain(..sent).collect();
         match cookie {
             None => {
                 ring.set_tail(self.next);
                 h.notify();
-                let mut done = done;
-                P::free_all(&mut done);
+                self.done.extend(pkts.drain(..sent));
+                P::free_all(&mut self.done);
             }
-            Some(cookie) => self.inflight.push_back(Inflight { cookie, tail: self.next, pkts: done, _conn: conn.clone() }),
+            Some(cookie) => self.inflight.push_back(Inflight { cookie, tail: self.next, pkts: pkts.drain(..sent).collect(), _conn: conn.clone() }),
         }
-        sent
+        (sent, true)
     }
 }

@@ -84,6 +84,7 @@ fn frames_of_every_size_cross_both_ways_on_every_queue() {
         for (i, f) in back.iter().enumerate() {
             assert_eq!(f, &frame(sizes[i], i as u8 + q as u8), "queue {q} frame {i} to the client");
         }
+        drop((rx, tx)); // the receive queue keeps spare buffers
         assert_eq!(pool.stats().in_use(), 0, "every server buffer returned");
     }
     let s = link.queues[1].snapshot();
@@ -202,6 +203,7 @@ fn a_client_that_goes_away_is_replaced_and_traffic_resumes() {
         assert_eq!(rx.recv(&mut none, 64), 0, "nothing after the link went down");
     }
     assert_eq!(link.state().connects, 3);
+    drop(rx);
     assert_eq!(pool.stats().in_use(), 0);
 }
 
@@ -283,5 +285,6 @@ fn the_data_plane_as_client_reconnects_when_the_server_comes_back() {
     assert_eq!(clink.state().connects, 2);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     th.join().unwrap();
+    drop((crx, ctx));
     assert_eq!(pool.stats().in_use(), 0);
 }

@@ -4,9 +4,11 @@
 //! * [`probe`]: the clients and servers that `make demo` and the end-to-end tests run inside
 //!   network namespaces (HTTP load, UDP / TCP echo, long-lived connections), a malformed-frame
 //!   sender and a session-sync message forger;
-//! * [`gen`]: the DPDK traffic generator and the RFC 2544 search.
+//! * [`gen`]: the DPDK traffic generator and the RFC 2544 search;
+//! * [`memif`]: a memif forwarder over vectorlb's memif queues, and the memif benchmark.
 
 pub mod gen;
+pub mod memif;
 pub mod probe;
 
 /// Why a tool failed.

@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use vectorlb_tools::{gen, probe};
+use vectorlb_tools::{gen, memif, probe};
 
 #[derive(Parser)]
 #[command(name = "vectorlb-tools", version, about = "vectorlb's test and benchmark tools (not for production hosts)")]
@@ -20,6 +20,12 @@ enum Cmd {
     Gen(gen::GenArgs),
     /// RFC 2544 throughput per frame size: MAX, NDR (no loss) and PDR, by binary search.
     Rfc2544(gen::Rfc2544Args),
+    /// A memif server that forwards every frame back out of its queue (io mode), over
+    /// vectorlb's memif queues and a copy engine; prints one JSON line.
+    MemifFwd(memif::FwdArgs),
+    /// The memif benchmark: vectorlb's memif (cpu and dma engines) and DPDK's net_memif
+    /// (testpmd) against the L3 forwarder example, by frame size, MTU and queue pairs.
+    BenchMemif(memif::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +41,8 @@ fn main() -> ExitCode {
             }
         }),
         Cmd::Rfc2544(a) => gen::rfc2544(&a).map(|rs| rs.iter().for_each(|r| println!("{r}"))),
+        Cmd::MemifFwd(a) => memif::fwd(&a).map(|r| println!("{r}")),
+        Cmd::BenchMemif(a) => memif::bench(&a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
