@@ -221,15 +221,18 @@ impl PacketPool<Mbuf> for Mempool {
     }
 
     fn alloc_bulk(&self, n: usize, out: &mut Vec<Mbuf>) -> usize {
-        let n = n.min(512);
-        let mut raw = [std::ptr::null_mut::<ffi::RteMbuf>(); 512];
-        // SAFETY: a valid pool; raw has room for n pointers; on success all n are fresh mbufs we
-        // own, on failure none was taken.
-        if unsafe { ffi::vl_mbuf_alloc_bulk(self.ptr.as_ptr(), raw.as_mut_ptr(), n as u32) } != 0 {
-            return 0;
+        out.reserve(n);
+        let len = out.len();
+        // SAFETY: a valid pool; `out` has room for n more elements, and Mbuf is a
+        // repr(transparent) non-null pointer, so DPDK writes n mbuf pointers straight into the
+        // vector's spare capacity. On success all n are fresh mbufs we own and become the
+        // vector's; on failure none was taken and the length stays.
+        unsafe {
+            if ffi::vl_mbuf_alloc_bulk(self.ptr.as_ptr(), out.as_mut_ptr().add(len) as *mut *mut ffi::RteMbuf, n as u32) != 0 {
+                return 0;
+            }
+            out.set_len(len + n);
         }
-        // SAFETY: each pointer is a fresh mbuf (above) whose ownership we take.
-        out.extend(raw[..n].iter().map(|&p| unsafe { Mbuf::from_raw(NonNull::new_unchecked(p.cast())) }));
         n
     }
 

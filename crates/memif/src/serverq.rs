@@ -10,7 +10,7 @@
 //! client (our `tail` moves) only after the copies that read or write its buffer completed.
 
 use crate::conn::{Connection, Link, LinkView, QueueStats};
-use crate::ring::{Ring, DESC_FLAG_NEXT};
+use crate::ring::{Desc, Ring, DESC_FLAG_NEXT};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use vectorlb_io::{Copier, CopyOp, Packet, PacketMeta, PacketPool, RxQueue, TxQueue};
@@ -58,6 +58,8 @@ pub struct ServerRx<P: Packet, Pl: PacketPool<P>> {
     spare: Vec<P>,
     /// The current frame's checked segments (address, length).
     segs: Vec<(u64, u32)>,
+    /// Descriptors of this burst, each read once from the ring.
+    window: Vec<Desc>,
 }
 
 /// Transmits frames into the server-to-client ring `queue` of a link.
@@ -69,6 +71,8 @@ pub struct ServerTx<P: Packet> {
     inflight: VecDeque<Inflight<P>>,
     /// Sent packets, freed in bulk.
     done: Vec<P>,
+    /// The posted buffers' descriptors of this burst, each read once from the ring.
+    window: Vec<Desc>,
 }
 
 /// Waits for every in-flight batch (a connection is going away): an engine completes what it
@@ -100,6 +104,7 @@ impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
             batch: Vec::with_capacity(256),
             spare: Vec::with_capacity(128),
             segs: Vec::with_capacity(MAX_SEGMENTS),
+            window: Vec::with_capacity(256),
         }
     }
 
@@ -160,6 +165,16 @@ impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
         if self.spare.len() < room.min(avail as usize) {
             self.pool.alloc_bulk(64.max(room.min(avail as usize)), &mut self.spare);
         }
+        // The burst's descriptors, read once; the buffers they name prefetched while the
+        // frames before them are copied.
+        self.window.clear();
+        for i in 0..(avail as usize).min(room) as u16 {
+            let d = ring.desc(self.next.wrapping_add(i));
+            if let Some(p) = conn.span(d.region, d.offset, d.length.min(64)) {
+                vectorlb_io::prefetch(p);
+            }
+            self.window.push(d);
+        }
         let mut consumed: u16 = 0;
         let mut bytes = 0u64;
         let mut copier = lock(&self.copier);
@@ -173,7 +188,16 @@ impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
             let mut bad = false;
             let mut complete = false;
             while consumed + nseg < avail {
-                let d = ring.desc(self.next.wrapping_add(consumed + nseg));
+                let k = (consumed + nseg) as usize;
+                let d = match self.window.get(k) {
+                    Some(d) => *d,
+                    None => {
+                        // A chain that runs past the window: read on, once each.
+                        let d = ring.desc(self.next.wrapping_add(k as u16));
+                        self.window.push(d);
+                        d
+                    }
+                };
                 nseg += 1;
                 match conn.span(d.region, d.offset, d.length) {
                     Some(p) if self.segs.len() < MAX_SEGMENTS => {
@@ -255,7 +279,7 @@ impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
 
 impl<P: Packet> ServerTx<P> {
     pub fn new(link: Arc<Link>, queue: u16, copier: SharedCopier) -> Self {
-        ServerTx { view: LinkView::new(link), queue, copier, next: 0, inflight: VecDeque::new(), done: Vec::with_capacity(256) }
+        ServerTx { view: LinkView::new(link), queue, copier, next: 0, inflight: VecDeque::new(), done: Vec::with_capacity(256), window: Vec::with_capacity(256) }
     }
 
     /// Picks up a new or withdrawn connection: batches of the old one are waited for, and the
@@ -322,6 +346,15 @@ impl<P: Packet> ServerTx<P> {
             self.view.link.report_fault(format!("server-to-client ring {}: head {head} is {free} slots ahead of {} (ring of {})", self.queue, self.next, ring.size()));
             return (0, false);
         }
+        // The posted buffers this burst will likely fill, read once and prefetched.
+        self.window.clear();
+        for i in 0..pkts.len().min(free as usize) as u16 {
+            let d = ring.desc(self.next.wrapping_add(i));
+            if let Some(p) = conn.span(d.region, d.offset, d.length.min(64)) {
+                vectorlb_io::prefetch(p);
+            }
+            self.window.push(d);
+        }
         let mut used: u16 = 0;
         let mut sent = 0usize;
         let mut bytes = 0u64;
@@ -339,7 +372,15 @@ impl<P: Packet> ServerTx<P> {
                     break 'frames;
                 }
                 let slot = self.next.wrapping_add(used + n);
-                let d = ring.desc(slot);
+                let k = (used + n) as usize;
+                let d = match self.window.get(k) {
+                    Some(d) => *d,
+                    None => {
+                        let d = ring.desc(slot);
+                        self.window.push(d);
+                        d
+                    }
+                };
                 n += 1;
                 let Some(dst) = conn.span(d.region, d.offset, d.length) else {
                     // A buffer outside the regions: skipped, sent back empty.
