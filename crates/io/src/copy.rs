@@ -19,7 +19,7 @@
 #[inline(always)]
 pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
     use std::ptr::{read_unaligned as rd, write_unaligned as wr};
-    // SAFETY (every branch): each move stays within [0, n) of both buffers, as the caller
+    // SAFETY: (every branch) each move stays within [0, n) of both buffers, as the caller
     // promised they are; the two moves of a branch may overlap each other, which is fine (they
     // write the same bytes).
     unsafe {
