@@ -195,6 +195,21 @@ impl Copier {
         self.sync
     }
 
+    /// Whether a caller may copy on the spot itself with [`copy_bytes`] and report the
+    /// copies with [`Copier::count_inline`]: every copy goes to the CPU and none is timed.
+    #[inline(always)]
+    pub fn inline(&self) -> bool {
+        self.sync && !self.timing
+    }
+
+    /// Counts `copies` copies of `bytes` bytes in all that a caller did itself (see
+    /// [`Copier::inline`]).
+    #[inline(always)]
+    pub fn count_inline(&mut self, copies: u64, bytes: u64) {
+        self.stats.cpu += copies;
+        self.stats.cpu_bytes += bytes;
+    }
+
     /// Adds a copy to the current batch: done at once on the CPU when it is small, else kept
     /// for the engine until [`Copier::flush`].
     ///

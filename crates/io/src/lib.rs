@@ -115,6 +115,45 @@ pub fn prefetch(p: *const u8) {
     let _ = p;
 }
 
+/// Whether the CPU has PREFETCHW (CPUID 0x8000_0001 ECX bit 8), read once.
+#[cfg(target_arch = "x86_64")]
+fn has_prefetchw() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static HAS: AtomicU8 = AtomicU8::new(0);
+    match HAS.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            // SAFETY: CPUID is present on every x86_64 CPU; leaf 0x8000_0000 tells whether the
+            // extended leaf exists before it is read.
+            let yes = {
+                std::arch::x86_64::__cpuid(0x8000_0000).eax >= 0x8000_0001 && std::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0
+            };
+            HAS.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+/// Hints that the cache line at `p` is about to be written: fetched for ownership at once
+/// (PREFETCHW where the CPU has it), so a line another core holds moves once instead of being
+/// read shared and then upgraded. A read prefetch elsewhere.
+#[inline(always)]
+pub fn prefetch_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_prefetchw() {
+            // SAFETY: a prefetch is a hint; it never faults, whatever the address, and changes
+            // no memory; the CPU has the instruction (checked above).
+            unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly)) };
+        } else {
+            prefetch(p);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Makes a type `!Sync` while leaving it `Send`: a queue handle may move to its worker's
 /// thread but never be shared between threads.
 pub type NotSync = std::marker::PhantomData<std::cell::Cell<()>>;

@@ -162,6 +162,13 @@ impl Ring {
         unsafe { self.base.add(HEADER_LEN + DESC_LEN * (slot & self.mask) as usize) }
     }
 
+    /// Fetches descriptor `slot`'s cache line for writing (the server fills the buffers the
+    /// client posted and writes their lengths back).
+    #[inline(always)]
+    pub fn prefetch_desc_for_write(&self, slot: u16) {
+        vectorlb_io::prefetch_write(self.desc_ptr(slot));
+    }
+
     /// Reads descriptor `slot` (any counter value; masked) once, into local memory.
     #[inline(always)]
     pub fn desc(&self, slot: u16) -> Desc {

@@ -180,7 +180,50 @@ impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
         let mut copier = lock(&self.copier);
         let before = copier.stats;
         let stats = &self.view.link.queues[self.queue as usize];
+        // Copies done here on the spot (the CPU engine, untimed), counted once at the end.
+        let inline = copier.inline();
+        let (mut inline_n, mut inline_bytes) = (0u64, 0u64);
         while self.batch.len() < room && consumed < avail {
+            // The common case first: a frame in one buffer.
+            if let Some(&d) = self.window.get(consumed as usize) {
+                if d.flags & DESC_FLAG_NEXT == 0 {
+                    consumed += 1;
+                    let len = d.length as usize;
+                    let Some(src) = conn.span(d.region, d.offset, d.length) else {
+                        QueueStats::add(&stats.bad_desc, 1);
+                        continue;
+                    };
+                    if len > self.max_frame {
+                        QueueStats::add(&stats.too_long, 1);
+                        continue;
+                    }
+                    let Some(mut pkt) = self.spare.pop().or_else(|| self.pool.alloc_len(self.port, 0)) else {
+                        QueueStats::add(&stats.no_buffer, 1);
+                        continue;
+                    };
+                    if !pkt.set_len(len) {
+                        QueueStats::add(&stats.too_long, 1);
+                        self.spare.push(pkt);
+                        continue;
+                    }
+                    let dst = pkt.data_mut().as_mut_ptr();
+                    if inline {
+                        // SAFETY: src..src+len lies inside a region of `conn` (span), mapped
+                        // for the call; dst has len bytes (set_len); they do not overlap (our
+                        // buffer, the peer's region).
+                        unsafe { vectorlb_io::copy::copy_bytes(src, dst, len) };
+                        inline_n += 1;
+                        inline_bytes += len as u64;
+                    } else {
+                        // SAFETY: as in the chained case below.
+                        unsafe { copier.copy(CopyOp { src, dst, len: d.length }) };
+                    }
+                    pkt.set_meta(PacketMeta { port: self.port, queue: self.queue, ..Default::default() });
+                    bytes += len as u64;
+                    self.batch.push(pkt);
+                    continue;
+                }
+            }
             // One frame: its descriptors, each read once and checked.
             self.segs.clear();
             let mut nseg: u16 = 0;
@@ -260,6 +303,7 @@ impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
         }
         self.next = self.next.wrapping_add(consumed);
         let n = self.batch.len();
+        copier.count_inline(inline_n, inline_bytes);
         let cookie = copier.flush();
         count_copies(stats, &before, &copier.stats);
         drop(copier);
@@ -346,9 +390,14 @@ impl<P: Packet> ServerTx<P> {
             self.view.link.report_fault(format!("server-to-client ring {}: head {head} is {free} slots ahead of {} (ring of {})", self.queue, self.next, ring.size()));
             return (0, false);
         }
-        // The posted buffers this burst will likely fill, read once and prefetched.
+        // The posted buffers this burst will likely fill, read once and fetched for writing
+        // (the client touched them last: fetched shared, they would move twice).
         self.window.clear();
-        for i in 0..pkts.len().min(free as usize) as u16 {
+        let n = pkts.len().min(free as usize) as u16;
+        for i in (0..n).step_by(4) {
+            ring.prefetch_desc_for_write(self.next.wrapping_add(i));
+        }
+        for i in 0..n {
             let d = ring.desc(self.next.wrapping_add(i));
             if let Some(p) = conn.span(d.region, d.offset, d.length.min(64)) {
                 vectorlb_io::prefetch(p);
@@ -360,8 +409,35 @@ impl<P: Packet> ServerTx<P> {
         let mut bytes = 0u64;
         let mut copier = lock(&self.copier);
         let before = copier.stats;
+        let inline = copier.inline();
+        let (mut inline_n, mut inline_bytes) = (0u64, 0u64);
         'frames: for pkt in pkts.iter() {
             let data = pkt.data();
+            // The common case first: the frame fits the next posted buffer.
+            if used < free {
+                if let Some(&d) = self.window.get(used as usize) {
+                    let len = data.len();
+                    if len != 0 && len <= d.length as usize {
+                        if let Some(dst) = conn.span(d.region, d.offset, d.length) {
+                            if inline {
+                                // SAFETY: dst..dst+len is inside a checked region of `conn`;
+                                // the source is the packet; they do not overlap.
+                                unsafe { vectorlb_io::copy::copy_bytes(data.as_ptr(), dst, len) };
+                                inline_n += 1;
+                                inline_bytes += len as u64;
+                            } else {
+                                // SAFETY: as in the general case below.
+                                unsafe { copier.copy(CopyOp { src: data.as_ptr(), dst, len: len as u32 }) };
+                            }
+                            ring.set_len_flags(self.next.wrapping_add(used), len as u32, 0);
+                            used += 1;
+                            sent += 1;
+                            bytes += len as u64;
+                            continue;
+                        }
+                    }
+                }
+            }
             let mut off = 0usize;
             let mut n: u16 = 0;
             // Fill the client's buffers in order; its descriptors give each buffer's place and
@@ -415,6 +491,7 @@ impl<P: Packet> ServerTx<P> {
             return (0, true);
         }
         self.next = self.next.wrapping_add(used);
+        copier.count_inline(inline_n, inline_bytes);
         let cookie = copier.flush();
         count_copies(stats, &before, &copier.stats);
         drop(copier);
@@ -424,8 +501,12 @@ impl<P: Packet> ServerTx<P> {
             None => {
                 ring.set_tail(self.next);
                 h.notify();
-                self.done.extend(pkts.drain(..sent));
-                P::free_all(&mut self.done);
+                if sent == pkts.len() {
+                    P::free_all(pkts);
+                } else {
+                    self.done.extend(pkts.drain(..sent));
+                    P::free_all(&mut self.done);
+                }
             }
             Some(cookie) => self.inflight.push_back(Inflight { cookie, tail: self.next, pkts: pkts.drain(..sent).collect(), _conn: conn.clone() }),
         }

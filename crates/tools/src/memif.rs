@@ -48,7 +48,39 @@ pub struct FwdArgs {
     /// Seconds before counting starts.
     #[arg(long, default_value_t = 1.0)]
     pub warmup_s: f64,
+    /// Frames received per burst at most.
+    #[arg(long, default_value_t = 64)]
+    pub burst: usize,
+    /// Time the copies of one burst in 32 (the share of time spent copying; the clock reads
+    /// cost a few cycles per frame of their own).
+    #[arg(long)]
+    pub time_copies: bool,
+    /// Connects a zero-copy client in this thread and bounces `--inject` frames of `--size`
+    /// bytes between it and the server on one core: no cross-core traffic, so the figure is
+    /// the instruction cost of both sides (for comparing builds of the server queues).
+    #[arg(long)]
+    pub loopback: bool,
+    #[arg(long, default_value_t = 256)]
+    pub inject: usize,
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
 }
+
+/// What two back-to-back clock reads measure (the median of many): the cost that timing one
+/// copy adds to it.
+fn clock_pair_cycles() -> f64 {
+    let mut v: Vec<u64> = (0..1001)
+        .map(|_| {
+            let t = cycles();
+            cycles() - t
+        })
+        .collect();
+    v.sort_unstable();
+    v[v.len() / 2] as f64
+}
+
+/// One burst in this many has its copies timed with `--time-copies`.
+const SAMPLE: u64 = 32;
 
 fn tsc_hz() -> f64 {
     let (t0, c0) = (Instant::now(), cycles());
@@ -88,7 +120,7 @@ pub fn fwd(a: &FwdArgs) -> Result<Value, ToolError> {
     let mut rx: Vec<ServerRx<Mbuf, Arc<Mempool>>> = (0..a.queues).map(|q| ServerRx::new(link.clone(), q, 0, pool.clone(), copier.clone(), a.max_frame)).collect();
     let mut tx: Vec<ServerTx<Mbuf>> = (0..a.queues).map(|q| ServerTx::new(link.clone(), q, copier.clone())).collect();
     let t = Instant::now();
-    while !link.is_up() {
+    while !a.loopback && !link.is_up() {
         if t.elapsed() > Duration::from_secs(30) {
             stop.store(true, std::sync::atomic::Ordering::SeqCst);
             let _ = th.join();
@@ -96,25 +128,48 @@ pub fn fwd(a: &FwdArgs) -> Result<Value, ToolError> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    let mut lo = if a.loopback {
+        let cfg = vectorlb_memif::ClientConfig { id: a.id, name: "loopback".into(), queues: a.queues, log2_ring: 10, buffer_size: 2048, ..Default::default() };
+        let mut c = vectorlb_memif::Client::connect(&addr, &cfg).map_err(|e| fail("loopback client", e.to_string()))?;
+        let frame = vec![0x5au8; a.size.clamp(14, 9000)];
+        for q in c.queues.iter_mut() {
+            for _ in 0..a.inject.min(512) {
+                if !q.send_copy(&frame) {
+                    break;
+                }
+            }
+        }
+        Some((c, Vec::with_capacity(256)))
+    } else {
+        None
+    };
+    let t = Instant::now();
+    while !link.is_up() {
+        if t.elapsed() > Duration::from_secs(5) {
+            return Err(ToolError::Failed("the memif link did not come up".into()));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let hz = tsc_hz();
     let warm_until = Instant::now() + Duration::from_secs_f64(a.warmup_s);
     let mut counting = false;
-    let (mut frames, mut bytes, mut dropped, mut bursts) = (0u64, 0u64, 0u64, 0u64);
+    let (mut frames, mut bytes, mut dropped, mut bursts, mut empty) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut pkts: Vec<Mbuf> = Vec::with_capacity(64);
-    let (mut c0, mut t0, mut sampled, mut copy_cycles) = (cycles(), Instant::now(), 0u64, 0u64);
+    let (mut c0, mut t0, mut sampled, mut copy_cycles, mut timed_copies, mut counted_bursts) = (cycles(), Instant::now(), 0u64, 0u64, 0u64, 0u64);
     let mut deadline = warm_until + Duration::from_secs_f64(a.seconds);
     loop {
         for q in 0..a.queues as usize {
-            // One burst in 8 is timed (the clock reads cost cycles of their own).
-            let sample = counting && bursts.is_multiple_of(8);
+            // One burst in SAMPLE is timed (reading the clock around every copy costs more
+            // than a small copy).
+            let sample = a.time_copies && counting && bursts.is_multiple_of(SAMPLE);
             let before = if sample {
                 let mut c = copier.lock().unwrap_or_else(|e| e.into_inner());
                 c.set_timing(true);
-                c.stats.cycles
+                (c.stats.cycles, c.stats.cpu)
             } else {
-                0
+                (0, 0)
             };
-            let n = rx[q].recv(&mut pkts, 64);
+            let n = rx[q].recv(&mut pkts, a.burst.clamp(1, 256));
             if n > 0 {
                 let len: u64 = pkts.iter().map(|p| vectorlb_io::PacketBuf::data(p).len() as u64).sum();
                 let sent = tx[q].send(&mut pkts);
@@ -125,15 +180,29 @@ pub fn fwd(a: &FwdArgs) -> Result<Value, ToolError> {
                 }
                 pkts.clear();
             } else {
+                if counting {
+                    empty += 1;
+                }
                 tx[q].poll();
+            }
+            if let Some((c, held)) = lo.as_mut() {
+                let cq = &mut c.queues[q];
+                if held.is_empty() {
+                    cq.recv(held, 256);
+                }
+                cq.send(held);
             }
             if sample {
                 let mut c = copier.lock().unwrap_or_else(|e| e.into_inner());
                 c.set_timing(false);
-                copy_cycles += c.stats.cycles - before;
+                copy_cycles += c.stats.cycles - before.0;
+                timed_copies += c.stats.cpu - before.1;
                 sampled += 1;
             }
             bursts += 1;
+            if counting {
+                counted_bursts += 1;
+            }
         }
         if bursts.is_multiple_of(256) {
             let now = Instant::now();
@@ -152,8 +221,10 @@ pub fn fwd(a: &FwdArgs) -> Result<Value, ToolError> {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = th.join();
     let st = link.queues.iter().map(|q| q.snapshot()).fold((0, 0, 0, 0, 0), |acc, c| (acc.0 + c.copies_cpu, acc.1 + c.copies_engine, acc.2 + c.copies_fallback, acc.3 + c.bad_desc, acc.4 + c.no_buffer));
-    // Timed bursts were one in eight of all bursts: scale their copy time.
-    let copy_share = if total_cycles > 0 && sampled > 0 { (copy_cycles as f64 * (bursts as f64 / 8.0) / sampled as f64 / total_cycles as f64).min(1.0) } else { 0.0 };
+    // The timed bursts' copy time, less the clock reads' own cost (one pair per CPU copy),
+    // scaled to all bursts.
+    let copy_cycles = (copy_cycles as f64 - timed_copies as f64 * clock_pair_cycles()).max(0.0);
+    let copy_share = if total_cycles > 0 && sampled > 0 { (copy_cycles * counted_bursts as f64 / sampled as f64 / total_cycles as f64).min(1.0) } else { 0.0 };
     Ok(json!({
         "frames": frames, "bytes": bytes, "dropped": dropped, "seconds": (secs * 1000.0).round() / 1000.0,
         "mpps": (frames as f64 / secs / 1e6 * 1000.0).round() / 1000.0,
@@ -162,6 +233,7 @@ pub fn fwd(a: &FwdArgs) -> Result<Value, ToolError> {
         "tsc_ghz": (hz / 1e9 * 100.0).round() / 100.0,
         "copies_cpu": st.0, "copies_dma": st.1, "copies_cpu_fallback": st.2, "bad_desc": st.3, "no_buffer": st.4,
         "copy": a.copy, "threshold": a.threshold, "queues": a.queues,
+        "empty_polls": empty, "frames_per_burst": if bursts > empty { ((frames as f64 / (bursts - empty) as f64) * 10.0).round() / 10.0 } else { 0.0 },
     }))
 }
 
@@ -171,17 +243,21 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
     /// Frame sizes at MTU 1500.
-    #[arg(long, value_delimiter = ',', default_value = "64,128,256,512,1024,1500")]
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "64,128,256,512,1024,1500")]
     pub sizes: Vec<usize>,
-    /// Frame sizes at MTU 9000.
-    #[arg(long, value_delimiter = ',', default_value = "64,1500,4400,9000")]
+    /// Frame sizes at MTU 9000 (none: the flag alone).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "64,1500,4400,9000")]
     pub jumbo_sizes: Vec<usize>,
     /// Sizes for the CPU / DMA crossover (every copy on the CPU against every copy on DMA).
-    #[arg(long, value_delimiter = ',', default_value = "64,256,512,1024,1500")]
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "64,256,512,1024,1500")]
     pub crossover_sizes: Vec<usize>,
     /// Only the smallest set: 64 and 1500 B, one queue pair (CI and quick checks).
     #[arg(long)]
     pub quick: bool,
+    /// Rounds over every point (interleaved, so a noisy minute of a shared host falls on both
+    /// peers alike); a summary line per point gives the median.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -353,11 +429,87 @@ pub fn bench(a: &BenchArgs) -> Result<(), ToolError> {
     for &size in &cross {
         points.push(Point { server: "vectorlb", copy: "dma", threshold: 0, client: "zero-copy", queues: 1, mtu: 1500, size });
     }
-    for (n, p) in points.iter().enumerate() {
-        let v = run_point(a, p, n).unwrap_or_else(|e| {
-            json!({"bench": "memif", "server": p.server, "copy": p.copy, "client": p.client, "queues": p.queues, "mtu": p.mtu, "frame_bytes": p.size, "error": e.to_string()})
-        });
-        println!("{}", if a.json { v.to_string() } else { serde_json::to_string_pretty(&v).unwrap_or_default() });
+    let reps = a.reps.clamp(1, 100);
+    let mut results: Vec<Vec<Value>> = vec![Vec::new(); points.len()];
+    for rep in 0..reps {
+        for (n, p) in points.iter().enumerate() {
+            let mut v = run_point(a, p, n).unwrap_or_else(|e| {
+                json!({"bench": "memif", "server": p.server, "copy": p.copy, "client": p.client, "queues": p.queues, "mtu": p.mtu, "frame_bytes": p.size, "error": e.to_string()})
+            });
+            v["rep"] = json!(rep);
+            println!("{}", if a.json { v.to_string() } else { serde_json::to_string_pretty(&v).unwrap_or_default() });
+            results[n].push(v);
+        }
+    }
+    for line in summarize(&points, &results) {
+        println!("{}", if a.json { line.to_string() } else { serde_json::to_string_pretty(&line).unwrap_or_default() });
     }
     Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 })
+}
+
+fn r3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// One line per point with the median over its rounds, then one per (client, queues, MTU,
+/// size) comparing vectorlb's cpu and dma engines with testpmd.
+fn summarize(points: &[Point], results: &[Vec<Value>]) -> Vec<Value> {
+    let med = |n: usize, k: &str| median(results[n].iter().filter_map(|v| v[k].as_f64()).collect());
+    let mut out = Vec::new();
+    for (n, p) in points.iter().enumerate() {
+        let mut v = json!({
+            "bench": "memif_median", "server": p.server, "copy": p.copy, "client": p.client, "queues": p.queues, "mtu": p.mtu,
+            "frame_bytes": p.size, "runs": results[n].iter().filter(|v| v["mpps"].is_number()).count(),
+        });
+        if p.copy == "dma" {
+            v["threshold"] = json!(p.threshold);
+        }
+        for k in ["mpps", "gbps", "cycles_per_frame", "copy_share"] {
+            if let Some(m) = med(n, k) {
+                v[k] = json!(r3(m));
+            }
+        }
+        out.push(v);
+    }
+    let find = |q: &Point, server: &str, copy: &str, threshold: u32| {
+        points.iter().position(|p| {
+            p.server == server && p.copy == copy && (copy == "cpu" || p.threshold == threshold) && p.client == q.client && p.queues == q.queues && p.mtu == q.mtu && p.size == q.size
+        })
+    };
+    let t = vectorlb_config::DEFAULT_DMA_THRESHOLD;
+    for (n, p) in points.iter().enumerate() {
+        if p.server != "testpmd" {
+            continue;
+        }
+        let Some(ours) = find(p, "vectorlb", "cpu", t) else { continue };
+        let (Some(tp), Some(vl)) = (med(n, "mpps"), med(ours, "mpps")) else { continue };
+        let mut v = json!({
+            "bench": "memif_vs_testpmd", "client": p.client, "queues": p.queues, "mtu": p.mtu, "frame_bytes": p.size,
+            "vectorlb_cpu_mpps": r3(vl), "testpmd_mpps": r3(tp), "cpu_vs_testpmd": r3(vl / tp.max(1e-9)),
+        });
+        if let Some(d) = find(p, "vectorlb", "dma", t).and_then(|d| med(d, "mpps")) {
+            v["vectorlb_dma_mpps"] = json!(r3(d));
+            v["dma_vs_cpu"] = json!(r3(d / vl.max(1e-9)));
+        }
+        out.push(v);
+    }
+    // The crossover: per size, every copy on DMA (threshold 0) against the CPU engine.
+    for (n, p) in points.iter().enumerate() {
+        if !(p.copy == "dma" && p.threshold == 0) {
+            continue;
+        }
+        let Some(cpu) = find(p, "vectorlb", "cpu", 0).and_then(|c| med(c, "mpps")) else { continue };
+        let Some(dma) = med(n, "mpps") else { continue };
+        out.push(json!({"bench": "memif_crossover", "frame_bytes": p.size, "cpu_mpps": r3(cpu), "dma_all_mpps": r3(dma), "dma_vs_cpu": r3(dma / cpu.max(1e-9))}));
+    }
+    out
 }
