@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io clean
+.PHONY: all setup build install demo demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif clean
 
 all: build
 
@@ -50,8 +50,8 @@ fuzz:
 
 PY := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 
-# The whole benchmark kit (~13 min, root): in-memory pipeline, scaling, profiles, RFC 2544
-# through vectorlb and dpdk-testpmd, real-TCP CPS against nftables/HAProxy/nginx, wrk, idle;
+# The whole benchmark kit (~28 min, root): in-memory pipeline, scaling, profiles, RFC 2544
+# through vectorlb and dpdk-testpmd, real-TCP CPS against nftables/HAProxy/nginx, wrk, idle, memif against DPDK's net_memif;
 # then docs/benchmarks.md and docs/img/*.png from bench-results/.
 bench: build
 	@bash scripts/setup.sh --bench
@@ -72,6 +72,12 @@ bench-profile: build
 bench-profile-io: build
 	@bash scripts/setup.sh --bench
 	@BENCH_STEPS=profile-io bash scripts/bench.sh
+
+# memif: vectorlb's memif server (cpu and dma engines) against DPDK's net_memif in testpmd, by
+# frame size, MTU 1500 and 9000, one core per side (~15 min; bench-results/memif.jsonl).
+bench-memif: build
+	@bash scripts/setup.sh --bench
+	@BENCH_STEPS=memif bash scripts/bench.sh
 
 # wrk for 20 s through the demo's full-NAT VIP (bench-results/wrk-fnat.txt; docs/benchmarks.md).
 bench-wrk: build

@@ -60,6 +60,7 @@ profile_io = lines("profile-io.jsonl")
 rfc = lines("rfc2544.jsonl")
 peers = lines("cps-peers.jsonl")
 idle = lines("idle.jsonl")
+memif = lines("memif.jsonl")
 
 out = []
 w = out.append
@@ -75,7 +76,7 @@ w(f"Measured {day} at commit `{commit}` "
   "device under test, clients, servers, the kernel's veth work), so figures vary from run to "
   "run: in-memory figures are medians of rounds with every round listed, and each table says "
   "what shared the cores.\n")
-w("Regenerate everything: `make bench` (about 13 minutes; `scripts/bench.sh`, then "
+w("Regenerate everything: `make bench` (about 28 minutes; `scripts/bench.sh`, then "
   "`scripts/bench-report.py`). Reduced suite, one JSON line: `make bench-quick` (under 3 "
   "minutes). Raw results: `bench-results/`. The hand-written analysis (where the time goes, "
   "how vectorlb compares with the peers and the seeds' published figures) follows the "
@@ -99,6 +100,10 @@ if lb64 and tp64:
     glance.append(("RFC 2544 MAX, 64 B, AF_XDP veth, one worker: vectorlb / testpmd", f"{lb64['max_mpps']:.3f} / {tp64['max_mpps']:.3f} Mpps ({lb64['max_mpps'] / tp64['max_mpps']:.2f})"))
 if peers:
     glance.append(("real-TCP connections/s: " + " / ".join(r["peer"] for r in peers), " / ".join(f"{int(r['result'].get('requests_per_second', 0)):,}" for r in peers)))
+mvs = [r for r in memif if r["bench"] == "memif_vs_testpmd" and r["client"] == "zero-copy" and r["queues"] == 1 and r["mtu"] == 1500]
+if mvs:
+    glance.append(("memif, one core, Mpps by frame size: vectorlb (cpu) / DPDK net_memif (testpmd)",
+                   ", ".join(f"{r['frame_bytes']} B {r['vectorlb_cpu_mpps']:.2f} / {r['testpmd_mpps']:.2f} ({r['cpu_vs_testpmd']:.2f})" for r in mvs if r["frame_bytes"] in (64, 1500))))
 if glance:
     w("## At a glance\n")
     w("| measure | this run |")
@@ -335,6 +340,99 @@ if profile_io:
         f"**{r['dut']}**: " + ", ".join(f"`{t[0][4:] if t[0][:2] in ('[k', '[.') else t[0]}` {t[2] * 100:.1f} %" for t in r["top"][:8])
         for r in profile_io) + ".\n")
 
+# ---- memif ---------------------------------------------------------------------------------
+if memif:
+    at = res("memif-measured-at.txt")
+    mcommit, mday = (open(at).read().split() + ["?", "?"])[:2] if os.path.exists(at) else ("?", "?")
+    med = [r for r in memif if r["bench"] == "memif_median"]
+    reps = max((r.get("rep", 0) for r in memif if r["bench"] == "memif"), default=0) + 1
+    w("## memif: the pod interface against DPDK's net_memif (same run)\n")
+    w(f"Measured {mday} at commit `{mcommit}`: `vectorlb-tools bench-memif --reps {reps} --json` "
+      "(`make bench-memif`; raw lines in `bench-results/memif.jsonl`). One core per side, as in "
+      "seed 001: the server under test forwards on CPU 1 in io mode (every frame received on queue "
+      "*q* goes back out of queue *q*), the L3 forwarder example (`crates/memif/examples/l3fwd.rs`, "
+      "a zero-copy memif client unless marked `copy`) on CPU 0 swaps addresses and returns what it "
+      "receives, with 512 frames in flight per queue pair (for chained frames, as many as fill three quarters of the ring). The server is vectorlb's memif queues "
+      "over DPDK mbufs (`vectorlb-tools memif-fwd`, copy engine `cpu`, or `dma` on this machine's "
+      "dmadev) or DPDK 22.11's `net_memif` in `dpdk-testpmd --forward-mode=io`. 2,048-byte "
+      "buffers, so a 4,400 or 9,000-byte frame is a chain of 3 or 5. Every point runs "
+      f"{reps} times, the points interleaved, so that a slow minute of this shared host falls on "
+      "both servers alike; the tables give medians. Mpps are frames returned to the client per "
+      "second; Gbps count frame bytes (no preamble or gap).\n")
+    def m(server, copy, client, q, mtu, size, thr=None, timed=False):
+        for r in med:
+            if (r["server"], r["copy"], r["client"], r["queues"], r["mtu"], r["frame_bytes"]) == (server, copy, client, q, mtu, size) \
+                    and bool(r.get("timed")) == timed and (thr is None or r.get("threshold") == thr):
+                return r
+        return None
+    fmt = lambda r, k="mpps": "-" if r is None or k not in r else f"{r[k]:.3f}" if k == "mpps" else f"{r[k]:.2f}"
+    thr = next((r.get("threshold") for r in med if r["copy"] == "dma" and r.get("threshold", 0) > 0), None)
+    for mtu in (1500, 9000):
+        sizes = sorted({r["frame_bytes"] for r in med if r["mtu"] == mtu and r["client"] == "zero-copy" and r["queues"] == 1 and not r.get("timed") and r["server"] == "testpmd"})
+        if not sizes:
+            continue
+        w(f"### MTU {mtu}, one queue pair, zero-copy client\n")
+        w(f"| frame B | vectorlb cpu Mpps | testpmd Mpps | vectorlb / testpmd | vectorlb cpu Gbps | testpmd Gbps | vectorlb dma (threshold {thr}) Mpps | dma / cpu | vectorlb cycles/frame |")
+        w("|---|---|---|---|---|---|---|---|---|")
+        for size in sizes:
+            c, t, d = m("vectorlb", "cpu", "zero-copy", 1, mtu, size), m("testpmd", "cpu", "zero-copy", 1, mtu, size), m("vectorlb", "dma", "zero-copy", 1, mtu, size, thr)
+            ratio = f"**{c['mpps'] / t['mpps']:.2f}**" if c and t and t.get("mpps") else "-"
+            dvc = f"{d['mpps'] / c['mpps']:.2f}" if c and d and c.get("mpps") and d.get("mpps") else "-"
+            w(f"| {size} | {fmt(c)} | {fmt(t)} | {ratio} | {fmt(c, 'gbps')} | {fmt(t, 'gbps')} | {fmt(d)} | {dvc} | {c.get('cycles_per_frame', '-') if c else '-'} |")
+        w("")
+        def draw(ax, mtu=mtu, sizes=sizes):
+            for server, copy, label in (("vectorlb", "cpu", "vectorlb, cpu copy"), ("testpmd", "cpu", "DPDK net_memif (testpmd)"), ("vectorlb", "dma", "vectorlb, dma (dma_skeleton)")):
+                ys = [(m(server, copy, "zero-copy", 1, mtu, s, thr if copy == "dma" else None) or {}).get("gbps") for s in sizes]
+                pts = [(s, y) for s, y in zip(sizes, ys) if y is not None]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+            ax.set_xlabel("frame bytes")
+            ax.set_ylabel("Gbps (frame bytes)")
+            ax.legend(fontsize=8)
+        w(chart(f"memif-mtu{mtu}", draw, f"memif forwarding by frame size, MTU {mtu}, one core per side"))
+    other = []
+    for client, q in (("copy", 1), ("zero-copy", 2)):
+        for size in (64, 1500):
+            c, t = m("vectorlb", "cpu", client, q, 1500, size), m("testpmd", "cpu", client, q, 1500, size)
+            if c or t:
+                other.append((client, q, size, c, t))
+    if other:
+        w("### A copying client, and two queue pairs\n")
+        w("With the copying client (it copies each frame out of and into the shared buffers, as DPDK's "
+          "memif does without zero-copy) the client's core is the limit for both servers. With two queue "
+          "pairs each side still has one core.\n")
+        w("| client | queue pairs | frame B | vectorlb Mpps | testpmd Mpps | vectorlb / testpmd |")
+        w("|---|---|---|---|---|---|")
+        for client, q, size, c, t in other:
+            ratio = f"{c['mpps'] / t['mpps']:.2f}" if c and t and t.get("mpps") else "-"
+            w(f"| {client} | {q} | {size} | {fmt(c)} | {fmt(t)} | {ratio} |")
+        w("")
+    cross = [r for r in memif if r["bench"] == "memif_crossover"]
+    if cross:
+        w("### The DMA threshold: every copy on the dmadev against the CPU\n")
+        w("`dma_threshold = 0` sends every copy to the dmadev; the CPU engine copies all. Where the "
+          "dmadev wins, copies of that size should go to it; the default threshold is the smallest "
+          "size where it does. This machine has no DSA or IOAT device, so the dmadev is DPDK's "
+          "software `dma_skeleton`, whose copies run on a thread of their own (on the other core, "
+          "shared with the client): it measures the engine's overhead, not an accelerator.\n")
+        w("| frame B | cpu Mpps | all on dma Mpps | dma / cpu |")
+        w("|---|---|---|---|")
+        for r in cross:
+            w(f"| {r['frame_bytes']} | {r['cpu_mpps']:.3f} | {r['dma_all_mpps']:.3f} | {r['dma_vs_cpu']:.2f} |")
+        w("")
+    ct = [r for r in memif if r["bench"] == "memif_copy_time"]
+    if ct:
+        w("### Where the time goes: copying against the rest (seed 001's Table 6)\n")
+        w("`memif-fwd --time-copies` reads the clock around the copies of one burst in 32 and "
+          "subtracts the clock's own cost; the rest of the forwarding loop's cycles are descriptor "
+          "checks, buffer allocation and freeing, ring updates and waiting for the peer. With `dma` "
+          "the copy time is the engine's submit and completion calls plus the copies below the "
+          "threshold. At 64 B a copy is shorter than the clock's resolution.\n")
+        w("| engine | MTU | frame B | cycles/frame | copying | the rest | copy share |")
+        w("|---|---|---|---|---|---|---|")
+        for r in ct:
+            w(f"| {r['copy']} | {r['mtu']} | {r['frame_bytes']} | {r['cycles_per_frame']:.0f} | {r['copy_cycles_per_frame']:.0f} | {r['other_cycles_per_frame']:.0f} | {r['copy_share'] * 100:.1f} % |")
+        w("")
+
 # ---- wrk and idle --------------------------------------------------------------------------
 if os.path.exists(res("wrk-fnat.txt")):
     text = open(res("wrk-fnat.txt")).read()
@@ -367,7 +465,7 @@ if os.path.exists(tail):
     w(open(tail).read())
 w("## JSON lines of this run\n")
 w("```")
-for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench-results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench-results/rfc2544.jsonl") for r in rfc] + peers + idle:
+for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench-results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench-results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif if r["bench"] != "memif"]:
     w(json.dumps(r, separators=(",", ":")))
 w("```")
 open(os.path.join(root, "docs/benchmarks.md"), "w").write("\n".join(out) + "\n")

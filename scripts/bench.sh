@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: the whole benchmark kit (about 13 minutes on the 2-core VM), then
+# `make bench`: the whole benchmark kit (about 28 minutes on the 2-core VM), then
 # docs/benchmarks.md and its charts regenerated from bench-results/.
 #   1 core        pipeline per mode/family/protocol, 10 M sessions with the memory curve, CPS
 #   2 scaling     pipeline with 1..N worker threads (N = the machine's cores)
@@ -9,16 +9,17 @@
 #   6 cps peers   real TCP connections/s: vectorlb, nftables, HAProxy, nginx stream
 #   7 wrk         20 s of HTTP through the demo topology
 #   8 idle        CPU with no traffic, ping wake-up
-#   9 report      docs/benchmarks.md, docs/img/*.png
+#   9 memif       the memif server against DPDK's net_memif, by frame size and engine (~15 min)
+#  10 report      docs/benchmarks.md, docs/img/*.png
 # BENCH_STEPS="core rfc2544" runs a subset (the report always runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 RES=bench-results
 mkdir -p "$RES"
-STEPS=${BENCH_STEPS:-core scaling profile profile-io rfc2544 cps wrk idle}
+STEPS=${BENCH_STEPS:-core scaling profile profile-io rfc2544 cps wrk idle memif}
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
-ALL=(core scaling profile profile-io rfc2544 cps wrk idle report)
+ALL=(core scaling profile profile-io rfc2544 cps wrk idle memif report)
 T0=$(date +%s)
 # What was measured, for the report (which may be regenerated later, at another commit).
 echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/measured-at.txt"
@@ -70,6 +71,11 @@ fi
 if want idle; then
     step idle "idle CPU and wake-up (bench-results/idle.jsonl)"
     bash scripts/bench-idle.sh | tee "$RES/idle.jsonl"
+fi
+if want memif; then
+    step memif "memif against DPDK's net_memif (bench-results/memif.jsonl)"
+    "$TOOLS" bench-memif --reps "${MEMIF_REPS:-3}" --json | tee "$RES/memif.jsonl" | grep -v '"rep"' | cut -c1-160
+    echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/memif-measured-at.txt"
 fi
 step report "docs/benchmarks.md and docs/img/*.png"
 $PY scripts/bench-report.py

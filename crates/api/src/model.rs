@@ -518,6 +518,8 @@ pub struct MemifStatus {
     pub id: u32,
     /// `cpu` or `dma`.
     pub copy: String,
+    /// `ethernet` or `ip`.
+    pub mode: String,
     pub connected: bool,
     /// The peer's name (from its INIT or HELLO).
     pub peer: String,
@@ -552,6 +554,8 @@ pub struct MemifQueue {
     pub no_buffer: u64,
     /// Transmit bursts that found the peer's ring full.
     pub tx_ring_full: u64,
+    /// IP mode: frames that were not IPv4 or IPv6, from the peer or for it (dropped).
+    pub not_ip: u64,
     /// Copies done by the CPU (the cpu engine, or below the DMA threshold).
     pub copies_cpu: u64,
     /// Copies done by the DMA engine.

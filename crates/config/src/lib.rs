@@ -86,6 +86,10 @@ pub struct MemifSpec {
     /// `dma` (the worker's dmadev, `runtime.dma_devices`).
     #[serde(default = "MemifSpec::default_copy")]
     pub copy: String,
+    /// `ethernet` (frames with an Ethernet header), or `ip` (bare IPv4 / IPv6 packets: the
+    /// port adds and removes the header, and every next hop on it is the peer).
+    #[serde(default = "MemifSpec::default_mode")]
+    pub mode: String,
     /// Client role: log2 of the slots per ring.
     #[serde(default = "MemifSpec::default_log2_ring")]
     pub log2_ring: u8,
@@ -108,6 +112,12 @@ impl MemifSpec {
     fn default_copy() -> String {
         "cpu".into()
     }
+    fn default_mode() -> String {
+        "ethernet".into()
+    }
+    pub fn ip_mode(&self) -> bool {
+        self.mode == "ip"
+    }
     fn default_log2_ring() -> u8 {
         10
     }
@@ -127,6 +137,9 @@ impl MemifSpec {
         }
         if !matches!(self.copy.as_str(), "cpu" | "dma") {
             bail!("{f}.copy: '{}' is not one of cpu, dma", self.copy);
+        }
+        if !matches!(self.mode.as_str(), "ethernet" | "ip") {
+            bail!("{f}.mode: '{}' is not one of ethernet, ip", self.mode);
         }
         let name = self.socket.strip_prefix('@').unwrap_or(&self.socket);
         if name.is_empty() || self.socket.len() > 106 || self.socket.contains('\0') || !(self.socket.starts_with('@') || self.socket.starts_with('/')) {

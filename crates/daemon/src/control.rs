@@ -35,6 +35,13 @@ pub fn install_signals() {
 }
 
 /// The frame that asks for `ip`'s MAC on `port` (ARP or a neighbour solicitation).
+/// Resolves `ip` on an IP-mode memif port at once (its peer is every next hop there, and there
+/// is no ARP to ask with); true when that changed the neighbours.
+fn resolve_ip_link(d: &Daemon, ip: IpAddr, port: u16) -> Option<bool> {
+    let mac = d.config.with(|c| crate::memif_ports::ip_peer_mac(c, port as usize))?;
+    Some(d.neighbours.learn(ip, mac, port))
+}
+
 fn request(d: &Daemon, ip: IpAddr, port: u16) -> Option<Vec<u8>> {
     let snap = d.config.control.snapshot();
     match ip {
@@ -77,7 +84,9 @@ pub fn run(d: &Daemon, events: Receiver<Event>, stop: &AtomicBool) {
                         Event::Resolve { ip, port } => {
                             // At most one request per address per second.
                             let now = Instant::now();
-                            if asked.get(&ip).is_none_or(|t| now.duration_since(*t) >= Duration::from_secs(1)) {
+                            if let Some(changed) = resolve_ip_link(d, ip, port) {
+                                dirty |= changed;
+                            } else if asked.get(&ip).is_none_or(|t| now.duration_since(*t) >= Duration::from_secs(1)) {
                                 if let Some(f) = request(d, ip, port) {
                                     replies.push((port, f));
                                     asked.insert(ip, now);
@@ -117,6 +126,12 @@ pub fn run(d: &Daemon, events: Receiver<Event>, stop: &AtomicBool) {
                     Some(a) => a > timeout / 3 && asked.get(&ip).is_none_or(|t| now.duration_since(*t) > Duration::from_secs(5)),
                 };
                 if !due {
+                    continue;
+                }
+                if let Some(changed) = resolve_ip_link(d, ip, port) {
+                    if changed {
+                        d.config.republish();
+                    }
                     continue;
                 }
                 if let Some(f) = request(d, ip, port) {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use vectorlb_config::{Config, MemifSpec};
 use vectorlb_dpdk::{Mbuf, Mempool, PortStats};
 use vectorlb_io::{Copier, RxQueue, TxQueue};
-use vectorlb_memif::{clientport, ClientConfig, ClientRx, ClientTx, InterfaceConfig, Link, Mode, QueueSlot, Server, ServerRx, ServerTx, SharedCopier, SocketAddr};
+use vectorlb_memif::{clientport, ClientConfig, ClientRx, ClientTx, InterfaceConfig, IpRx, IpTx, Link, Mode, QueueSlot, Server, ServerRx, ServerTx, SharedCopier, SocketAddr};
 
 /// The largest frame a memif port moves: what one mbuf holds.
 pub const MAX_FRAME: usize = 2048;
@@ -20,6 +20,8 @@ pub const MAX_FRAME: usize = 2048;
 /// A running memif port.
 pub struct MemifPort {
     pub spec: MemifSpec,
+    /// The port's own MAC (IP mode writes it into received frames).
+    pub mac: [u8; 6],
     pub link: Arc<Link>,
     /// Client role: each queue pair's buffer pool while connected.
     pub slots: Vec<QueueSlot>,
@@ -38,6 +40,20 @@ impl MemifThreads {
             let _ = h.join();
         }
     }
+}
+
+fn mode(m: &MemifSpec) -> Mode {
+    if m.ip_mode() {
+        Mode::Ip
+    } else {
+        Mode::Ethernet
+    }
+}
+
+/// The MAC that stands for the peer of port `index` when it is an IP-mode memif port (every
+/// next hop on it resolves to it: an IP link has no ARP).
+pub fn ip_peer_mac(cfg: &Config, index: usize) -> Option<[u8; 6]> {
+    cfg.memif.get(index)?.as_ref().filter(|m| m.ip_mode()).map(|_| vectorlb_memif::ipmode::peer_mac(cfg.spec.ports[index].mac))
 }
 
 fn addr(index: usize, s: &str) -> Result<SocketAddr, DaemonError> {
@@ -67,7 +83,7 @@ pub fn start(cfg: &Config) -> Result<(Vec<Option<MemifPort>>, MemifThreads), Dae
                     id: m.id,
                     name: cfg.spec.ports[i].name.clone(),
                     secret: m.secret.as_ref().map(|s| s.as_bytes().to_vec()),
-                    mode: Mode::Ethernet,
+                    mode: mode(m),
                     queues,
                     max_log2_ring: vectorlb_memif::proto::MAX_LOG2_RING,
                     max_regions: 64,
@@ -79,7 +95,7 @@ pub fn start(cfg: &Config) -> Result<(Vec<Option<MemifPort>>, MemifThreads), Dae
         tracing::info!("memif: listening on {a} for {} interface(s)", ports.len());
         threads.handles.push(server.spawn(stop.clone()).map_err(|source| DaemonError::Spawn { what: "the memif control thread".into(), source })?);
         for (&i, link) in ports.iter().zip(links) {
-            out[i] = Some(MemifPort { spec: cfg.memif[i].clone().expect("a memif port"), link, slots: Vec::new() });
+            out[i] = Some(MemifPort { spec: cfg.memif[i].clone().expect("a memif port"), mac: cfg.spec.ports[i].mac, link, slots: Vec::new() });
         }
     }
     // Clients: a connector each.
@@ -90,7 +106,7 @@ pub fn start(cfg: &Config) -> Result<(Vec<Option<MemifPort>>, MemifThreads), Dae
             id: m.id,
             name: format!("vectorlb {}", cfg.spec.ports[i].name),
             secret: m.secret.as_ref().map(|s| s.as_bytes().to_vec()),
-            mode: Mode::Ethernet,
+            mode: mode(m),
             queues,
             log2_ring: m.log2_ring,
             buffer_size: m.buffer_size,
@@ -99,7 +115,7 @@ pub fn start(cfg: &Config) -> Result<(Vec<Option<MemifPort>>, MemifThreads), Dae
         };
         let (link, slots, h) = clientport::spawn(a, cc, stop.clone()).map_err(|source| DaemonError::Spawn { what: "a memif client thread".into(), source })?;
         threads.handles.push(h);
-        out[i] = Some(MemifPort { spec: m.clone(), link, slots });
+        out[i] = Some(MemifPort { spec: m.clone(), mac: cfg.spec.ports[i].mac, link, slots });
     }
     Ok((out, threads))
 }
@@ -144,11 +160,16 @@ pub fn dma_devices(cfg: &Config) -> Vec<String> {
 /// Worker `w`'s queues of a memif port.
 pub fn queues(p: &MemifPort, index: usize, w: u16, pool: &Arc<Mempool>, copier: SharedCopier) -> (Box<dyn RxQueue<Mbuf>>, Box<dyn TxQueue<Mbuf>>) {
     let port = index as u16;
-    if p.spec.is_server() {
+    let (rx, tx): (Box<dyn RxQueue<Mbuf>>, Box<dyn TxQueue<Mbuf>>) = if p.spec.is_server() {
         (Box::new(ServerRx::new(p.link.clone(), w, port, pool.clone(), copier.clone(), MAX_FRAME)), Box::new(ServerTx::new(p.link.clone(), w, copier)))
     } else {
         let slot = p.slots[w as usize].clone();
         (Box::new(ClientRx::new(p.link.clone(), slot.clone(), w, port, pool.clone(), copier.clone(), MAX_FRAME)), Box::new(ClientTx::new(p.link.clone(), slot, w, copier)))
+    };
+    if p.spec.ip_mode() {
+        (Box::new(IpRx::new(rx, p.mac, p.link.clone(), w)), Box::new(IpTx::new(tx, p.link.clone(), w)))
+    } else {
+        (rx, tx)
     }
 }
 
@@ -162,7 +183,7 @@ impl MemifPort {
             s.ibytes += c.rx_bytes;
             s.opackets += c.tx_packets;
             s.obytes += c.tx_bytes;
-            s.ierrors += c.bad_desc + c.bad_ring + c.too_long;
+            s.ierrors += c.bad_desc + c.bad_ring + c.too_long + c.not_ip;
             s.rx_nombuf += c.no_buffer;
         }
         s
@@ -175,6 +196,7 @@ impl MemifPort {
             socket: self.spec.socket.clone(),
             id: self.spec.id,
             copy: self.spec.copy.clone(),
+            mode: self.spec.mode.clone(),
             connected: self.link.is_up(),
             peer: st.peer,
             peer_pid: st.peer_pid,
@@ -201,6 +223,7 @@ impl MemifPort {
                         too_long: c.too_long,
                         no_buffer: c.no_buffer,
                         tx_ring_full: c.tx_ring_full,
+                        not_ip: c.not_ip,
                         copies_cpu: c.copies_cpu,
                         copies_dma: c.copies_engine,
                         copies_cpu_fallback: c.copies_fallback,

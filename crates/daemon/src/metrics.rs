@@ -225,10 +225,10 @@ fn memif_metrics(o: &mut String, d: &crate::Daemon) {
             }
         }
     }
-    head(o, "vectorlb_memif_errors_total", "counter", "Refused descriptors (bad_desc), broken rings (bad_ring), frames too long or without a buffer, transmits into a full ring.");
+    head(o, "vectorlb_memif_errors_total", "counter", "Refused descriptors (bad_desc), broken rings (bad_ring), frames too long or without a buffer, transmits into a full ring, frames that were not IP on an IP-mode port (not_ip).");
     for (l, s) in &memifs {
         for q in &s.queues {
-            for (k, v) in [("bad_desc", q.bad_desc), ("bad_ring", q.bad_ring), ("too_long", q.too_long), ("no_buffer", q.no_buffer), ("tx_ring_full", q.tx_ring_full)] {
+            for (k, v) in [("bad_desc", q.bad_desc), ("bad_ring", q.bad_ring), ("too_long", q.too_long), ("no_buffer", q.no_buffer), ("tx_ring_full", q.tx_ring_full), ("not_ip", q.not_ip)] {
                 let _ = writeln!(o, "vectorlb_memif_errors_total{{{l},queue=\"{}\",kind=\"{k}\"}} {v}", q.queue);
             }
         }

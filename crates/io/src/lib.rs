@@ -66,6 +66,24 @@ pub trait TxQueue<P: Packet>: Send {
     }
 }
 
+impl<P: Packet, R: RxQueue<P> + ?Sized> RxQueue<P> for Box<R> {
+    #[inline]
+    fn recv(&mut self, out: &mut Vec<P>, max: usize) -> usize {
+        (**self).recv(out, max)
+    }
+}
+
+impl<P: Packet, T: TxQueue<P> + ?Sized> TxQueue<P> for Box<T> {
+    #[inline]
+    fn send(&mut self, pkts: &mut Vec<P>) -> usize {
+        (**self).send(pkts)
+    }
+    #[inline]
+    fn poll(&mut self) -> bool {
+        (**self).poll()
+    }
+}
+
 /// Where a worker gets buffers for frames it builds itself (ARP and ND requests).
 pub trait PacketPool<P: Packet>: Send + Sync {
     /// A packet holding a copy of `frame`, to leave on `port`; `None` when the pool is empty

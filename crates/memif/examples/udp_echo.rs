@@ -10,7 +10,7 @@
 use clap::Parser;
 use std::net::Ipv4Addr;
 use std::time::Duration;
-use vectorlb_memif::{Client, ClientConfig, SocketAddr};
+use vectorlb_memif::{Client, ClientConfig, Mode, SocketAddr};
 
 #[derive(Parser)]
 struct Args {
@@ -30,6 +30,9 @@ struct Args {
     /// UDP ports to echo on (others get ICMP port unreachable).
     #[arg(long = "port", required = true)]
     ports: Vec<u16>,
+    /// IP-mode memif: bare IPv4 packets, no Ethernet header (and no ARP).
+    #[arg(long)]
+    ip_mode: bool,
     /// Exit after this many seconds (0: run until killed).
     #[arg(long, default_value_t = 0)]
     seconds: u64,
@@ -163,7 +166,9 @@ fn main() {
     let a = Args::parse();
     let addr = SocketAddr::parse(&a.socket).unwrap_or_else(|e| panic!("--socket: {e}"));
     let host = Host { mac: parse_mac(&a.mac).expect("--mac: not a MAC address"), ip: a.ip.octets(), ports: a.ports };
-    let cfg = ClientConfig { id: a.id, name: "udp_echo".into(), secret: a.secret.map(String::into_bytes), ..Default::default() };
+    let mode = if a.ip_mode { Mode::Ip } else { Mode::Ethernet };
+    let cfg = ClientConfig { id: a.id, name: "udp_echo".into(), secret: a.secret.map(String::into_bytes), mode, ..Default::default() };
+    let ip_mode = a.ip_mode;
     let start = std::time::Instant::now();
     let done = || a.seconds > 0 && start.elapsed() >= Duration::from_secs(a.seconds);
     let (mut frame, mut out) = (Vec::new(), Vec::new());
@@ -182,7 +187,16 @@ fn main() {
             let q = &mut c.queues[0];
             let mut replies: Vec<Vec<u8>> = Vec::new();
             q.recv_copy(64, &mut frame, |f| {
-                if host.answer(f, &mut out) {
+                if ip_mode {
+                    // The same host behind a header of its own making, taken off again.
+                    let mut g = Vec::with_capacity(14 + f.len());
+                    g.extend_from_slice(&host.mac);
+                    g.extend_from_slice(&[0x02, 0, 0, 0, 0, 0, 0x08, 0x00]);
+                    g.extend_from_slice(f);
+                    if f.first().is_some_and(|b| b >> 4 == 4) && host.answer(&g, &mut out) {
+                        replies.push(out[14..].to_vec());
+                    }
+                } else if host.answer(f, &mut out) {
                     replies.push(out.clone());
                 }
             });

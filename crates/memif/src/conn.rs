@@ -79,6 +79,8 @@ pub struct QueueStats {
     pub no_buffer: AtomicU64,
     /// Transmit attempts that found the peer's ring full (frames left to the caller).
     pub tx_ring_full: AtomicU64,
+    /// IP mode: frames that were not IPv4 or IPv6 (from the peer, or for it), dropped.
+    pub not_ip: AtomicU64,
     pub copies_cpu: AtomicU64,
     pub copies_engine: AtomicU64,
     pub copies_fallback: AtomicU64,
@@ -104,6 +106,7 @@ pub struct QueueCounters {
     pub too_long: u64,
     pub no_buffer: u64,
     pub tx_ring_full: u64,
+    pub not_ip: u64,
     pub copies_cpu: u64,
     pub copies_engine: u64,
     pub copies_fallback: u64,
@@ -122,6 +125,7 @@ impl QueueStats {
             too_long: l(&self.too_long),
             no_buffer: l(&self.no_buffer),
             tx_ring_full: l(&self.tx_ring_full),
+            not_ip: l(&self.not_ip),
             copies_cpu: l(&self.copies_cpu),
             copies_engine: l(&self.copies_engine),
             copies_fallback: l(&self.copies_fallback),

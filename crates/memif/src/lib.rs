@@ -15,6 +15,7 @@
 pub mod client;
 pub mod clientport;
 pub mod conn;
+pub mod ipmode;
 pub mod proto;
 pub mod region;
 pub mod ring;
@@ -25,6 +26,7 @@ pub mod sock;
 pub use client::{Buf, Client, ClientConfig, ClientError, ClientQueue};
 pub use clientport::{ClientRx, ClientTx, QueueSlot};
 pub use conn::{Connection, Link, LinkState, QueueCounters};
+pub use ipmode::{IpRx, IpTx};
 pub use proto::Mode;
 pub use server::{InterfaceConfig, Server, ServerError};
 pub use serverq::{ServerRx, ServerTx, SharedCopier};

@@ -10,15 +10,21 @@ use vectorlb_testkit::*;
 const POD_MAC: &str = "02:00:00:00:02:11";
 
 fn config(t: &Topo, mode: &str, copy: &str) -> String {
+    config_with(t, mode, copy, "ethernet")
+}
+
+fn config_with(t: &Topo, mode: &str, copy: &str, link: &str) -> String {
     let base = t.base_config(None);
     // The outside port only, then the memif port towards the pod.
     let ext_only = base.split("[[ports]]\nname = \"int\"").next().unwrap().to_string();
     let mut c = ext_only;
     c += &format!(
-        "[[ports]]\nname = \"pod\"\nmac = \"02:00:00:00:02:01\"\naddrs = [\"10.2.0.1/24\"]\nmemif = {{ socket = \"{}/memif.sock\", id = 3, secret = \"pod-secret\", copy = \"{copy}\" }}\n\n",
+        "[[ports]]\nname = \"pod\"\nmac = \"02:00:00:00:02:01\"\naddrs = [\"10.2.0.1/24\"]\nmemif = {{ socket = \"{}/memif.sock\", id = 3, secret = \"pod-secret\", copy = \"{copy}\", mode = \"{link}\" }}\n\n",
         t.dir.display()
     );
-    c += &format!("[[neighbors]]\nip = \"10.2.0.11\"\nmac = \"{POD_MAC}\"\n\n");
+    if link == "ethernet" {
+        c += &format!("[[neighbors]]\nip = \"10.2.0.11\"\nmac = \"{POD_MAC}\"\n\n");
+    }
     let laddr = (mode == "fnat").then_some("10.2.0.200");
     c += &service("10.0.0.100", 7, "udp", mode, "rr", laddr, &[("10.2.0.11", 7, 1)]);
     c += &service("10.0.0.100", 9, "udp", mode, "rr", laddr, &[("10.2.0.11", 9, 1)]);
@@ -42,9 +48,14 @@ impl Drop for Pod {
 }
 
 fn pod(t: &mut Topo, secret: &str) -> Pod {
+    pod_with(t, secret, &[])
+}
+
+fn pod_with(t: &mut Topo, secret: &str, extra: &[&str]) -> Pod {
     let sock = format!("{}/memif.sock", t.dir.display());
     Pod(std::process::Command::new(example("udp_echo"))
         .args(["--socket", &sock, "--id", "3", "--secret", secret, "--mac", POD_MAC, "--ip", "10.2.0.11", "--port", "7"])
+        .args(extra)
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(t.dir.join(format!("pod-{secret}.log"))).unwrap())
         .spawn()
@@ -134,4 +145,33 @@ fn udp_and_icmp_through_the_lb_to_a_pod_on_memif() {
         p.kill();
         t.stop_lb();
     }
+}
+
+/// An IP-mode memif port: the pod sends and receives bare IPv4 packets; the port adds and takes
+/// off the Ethernet header, the pod's address resolves without ARP, and what is not IP is
+/// counted. A pod that asks for Ethernet mode is refused.
+#[test]
+fn an_ip_mode_pod() {
+    let mut t = Topo::new("vi", Shape::TwoArm, 1500);
+    let c = config_with(&t, "fnat", "cpu", "ip");
+    t.start_lb(&c);
+    let mut eth = pod(&mut t, "pod-secret");
+    wait_reason(&t, "Mode mismatch: ethernet offered, ip configured");
+    eth.kill();
+    let mut p = pod_with(&mut t, "pod-secret", &["--ip-mode"]);
+    wait_connected(&t, 1);
+    let u = t.probe(&["udp", "--target", "10.0.0.100:7", "--flows", "50", "--per-flow", "4", "--size", "1000"]);
+    // The first datagrams may wait for the next hop to be resolved (within a second).
+    assert!(u["received"].as_u64().unwrap() >= 190, "{u}\n{}", t.lb_log());
+    let u = t.probe(&["udp", "--target", "10.0.0.100:7", "--flows", "20", "--per-flow", "5", "--size", "300"]);
+    assert_eq!(u["lost"], 0, "{u}\n{}", t.lb_log());
+    let r = t.probe(&["udp", "--target", "10.0.0.100:9", "--flows", "5", "--per-flow", "1", "--timeout-ms", "500"]);
+    assert_eq!(r["refused"], 5, "ICMP port unreachable from an IP-mode pod: {r}");
+    let st = memif_status(&t);
+    assert_eq!(st["memif"]["mode"], "ip", "{st}");
+    assert_eq!(st["memif"]["queues"][0]["bad_desc"], 0, "{st}");
+    let n = t.get("/v1/neighbors");
+    assert!(n.to_string().contains("02:6d:65:6d:69:66"), "the pod resolved to the IP link's peer MAC: {n}");
+    p.kill();
+    t.stop_lb();
 }

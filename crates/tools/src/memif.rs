@@ -295,6 +295,9 @@ struct Point {
     queues: u16,
     mtu: u32,
     size: usize,
+    /// Copies timed (`--time-copies`): the share of time spent copying, at a small cost of its
+    /// own, so these points are apart from the throughput comparison.
+    timed: bool,
 }
 
 fn l3fwd_path(a: &BenchArgs) -> PathBuf {
@@ -317,6 +320,7 @@ fn run_point(a: &BenchArgs, p: &Point, n: usize) -> Result<Value, ToolError> {
         let c = Command::new(exe)
             .args(["memif-fwd", "--socket", &sock, "--queues", &p.queues.to_string(), "--copy", p.copy, "--threshold", &p.threshold.to_string()])
             .args(["--max-frame", &max_frame.to_string(), "--cpu", "1", "--seconds", &a.seconds.to_string(), "--warmup-s", "1"])
+            .args(p.timed.then_some("--time-copies"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -327,9 +331,8 @@ fn run_point(a: &BenchArgs, p: &Point, n: usize) -> Result<Value, ToolError> {
         let mut c = Command::new("dpdk-testpmd");
         c.args(["-l", "0,1", "--main-lcore", "0", "--no-pci", "--in-memory", "--log-level", "*:error", "--vdev", &vdev, "--"]);
         c.args(["--forward-mode=io", "--nb-cores=1", "--stats-period=1", "--total-num-mbufs=16383", &format!("--rxq={}", p.queues), &format!("--txq={}", p.queues)]);
-        if p.mtu > 1500 {
-            c.args(["--mbuf-size=9344", "--max-pkt-len=9018"]);
-        }
+        // No --max-pkt-len: net_memif reports 1518 as its largest frame and refuses more, but
+        // receives and sends chained frames of any length (in chained mbufs).
         Proc(c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| ToolError::Failed(format!("dpdk-testpmd: {e}")))?)
     };
     // Wait for the socket.
@@ -344,8 +347,12 @@ fn run_point(a: &BenchArgs, p: &Point, n: usize) -> Result<Value, ToolError> {
         // testpmd drains its queues when it starts forwarding: inject after that.
         std::thread::sleep(Duration::from_millis(1500));
     }
+    // 512 frames in flight per queue pair, or as many as fill three quarters of a 1,024-slot
+    // ring when frames are chains (DPDK 22.11's server, given more chained frames than its
+    // ring holds, moves the ring's tail past the buffers the client posted).
+    let inject = (768 / p.size.div_ceil(bsize as usize)).min(512);
     let mut client = Command::new(l3fwd_path(a));
-    client.args(["--socket", &sock, "--queues", &p.queues.to_string(), "--inject", "512", "--size", &p.size.to_string()]);
+    client.args(["--socket", &sock, "--queues", &p.queues.to_string(), "--inject", &inject.to_string(), "--size", &p.size.to_string()]);
     client.args(["--buffer-size", &bsize.to_string(), "--seconds", &format!("{}", total.ceil() as u64), "--warmup-s", "1"]);
     if p.client == "copy" {
         client.arg("--copy");
@@ -390,6 +397,9 @@ fn run_point(a: &BenchArgs, p: &Point, n: usize) -> Result<Value, ToolError> {
     if p.copy == "dma" {
         v["threshold"] = json!(p.threshold);
     }
+    if p.timed {
+        v["timed"] = json!(true);
+    }
     if let Some(s) = server_out {
         for k in ["cycles_per_frame", "copy_share", "copies_cpu", "copies_dma", "copies_cpu_fallback", "dropped", "bad_desc"] {
             v[k] = s[k].clone();
@@ -409,25 +419,32 @@ pub fn bench(a: &BenchArgs) -> Result<(), ToolError> {
     let t = vectorlb_config::DEFAULT_DMA_THRESHOLD;
     for &size in &sizes {
         for (server, copy) in [("vectorlb", "cpu"), ("vectorlb", "dma"), ("testpmd", "cpu")] {
-            points.push(Point { server, copy, threshold: t, client: "zero-copy", queues: 1, mtu: 1500, size });
+            points.push(Point { server, copy, threshold: t, client: "zero-copy", queues: 1, mtu: 1500, size, timed: false });
         }
     }
     for &size in &jumbo {
         for (server, copy) in [("vectorlb", "cpu"), ("vectorlb", "dma"), ("testpmd", "cpu")] {
-            points.push(Point { server, copy, threshold: t, client: "zero-copy", queues: 1, mtu: 9000, size });
+            points.push(Point { server, copy, threshold: t, client: "zero-copy", queues: 1, mtu: 9000, size, timed: false });
         }
     }
     for &size in sizes.iter().filter(|s| [64, 1500].contains(*s)) {
-        points.push(Point { server: "vectorlb", copy: "cpu", threshold: t, client: "copy", queues: 1, mtu: 1500, size });
-        points.push(Point { server: "testpmd", copy: "cpu", threshold: t, client: "copy", queues: 1, mtu: 1500, size });
+        points.push(Point { server: "vectorlb", copy: "cpu", threshold: t, client: "copy", queues: 1, mtu: 1500, size, timed: false });
+        points.push(Point { server: "testpmd", copy: "cpu", threshold: t, client: "copy", queues: 1, mtu: 1500, size, timed: false });
         if !a.quick {
-            points.push(Point { server: "vectorlb", copy: "cpu", threshold: t, client: "zero-copy", queues: 2, mtu: 1500, size });
-            points.push(Point { server: "testpmd", copy: "cpu", threshold: t, client: "zero-copy", queues: 2, mtu: 1500, size });
+            points.push(Point { server: "vectorlb", copy: "cpu", threshold: t, client: "zero-copy", queues: 2, mtu: 1500, size, timed: false });
+            points.push(Point { server: "testpmd", copy: "cpu", threshold: t, client: "zero-copy", queues: 2, mtu: 1500, size, timed: false });
         }
     }
     // The crossover: every copy on DMA (threshold 0) against the CPU engine, per size.
     for &size in &cross {
-        points.push(Point { server: "vectorlb", copy: "dma", threshold: 0, client: "zero-copy", queues: 1, mtu: 1500, size });
+        points.push(Point { server: "vectorlb", copy: "dma", threshold: 0, client: "zero-copy", queues: 1, mtu: 1500, size, timed: false });
+    }
+    // Where the time goes (seed 001's Table 6): copies timed, per engine.
+    let timed: Vec<(u32, usize)> = if a.quick { vec![(1500, 1500)] } else { vec![(1500, 64), (1500, 1500), (9000, 4400), (9000, 9000)] };
+    for (mtu, size) in timed {
+        for copy in ["cpu", "dma"] {
+            points.push(Point { server: "vectorlb", copy, threshold: t, client: "zero-copy", queues: 1, mtu, size, timed: true });
+        }
     }
     let reps = a.reps.clamp(1, 100);
     let mut results: Vec<Vec<Value>> = vec![Vec::new(); points.len()];
@@ -473,6 +490,9 @@ fn summarize(points: &[Point], results: &[Vec<Value>]) -> Vec<Value> {
         if p.copy == "dma" {
             v["threshold"] = json!(p.threshold);
         }
+        if p.timed {
+            v["timed"] = json!(true);
+        }
         for k in ["mpps", "gbps", "cycles_per_frame", "copy_share"] {
             if let Some(m) = med(n, k) {
                 v[k] = json!(r3(m));
@@ -482,12 +502,12 @@ fn summarize(points: &[Point], results: &[Vec<Value>]) -> Vec<Value> {
     }
     let find = |q: &Point, server: &str, copy: &str, threshold: u32| {
         points.iter().position(|p| {
-            p.server == server && p.copy == copy && (copy == "cpu" || p.threshold == threshold) && p.client == q.client && p.queues == q.queues && p.mtu == q.mtu && p.size == q.size
+            !p.timed && p.server == server && p.copy == copy && (copy == "cpu" || p.threshold == threshold) && p.client == q.client && p.queues == q.queues && p.mtu == q.mtu && p.size == q.size
         })
     };
     let t = vectorlb_config::DEFAULT_DMA_THRESHOLD;
     for (n, p) in points.iter().enumerate() {
-        if p.server != "testpmd" {
+        if p.server != "testpmd" || p.timed {
             continue;
         }
         let Some(ours) = find(p, "vectorlb", "cpu", t) else { continue };
@@ -504,12 +524,23 @@ fn summarize(points: &[Point], results: &[Vec<Value>]) -> Vec<Value> {
     }
     // The crossover: per size, every copy on DMA (threshold 0) against the CPU engine.
     for (n, p) in points.iter().enumerate() {
-        if !(p.copy == "dma" && p.threshold == 0) {
+        if !(p.copy == "dma" && p.threshold == 0) || p.timed {
             continue;
         }
         let Some(cpu) = find(p, "vectorlb", "cpu", 0).and_then(|c| med(c, "mpps")) else { continue };
         let Some(dma) = med(n, "mpps") else { continue };
         out.push(json!({"bench": "memif_crossover", "frame_bytes": p.size, "cpu_mpps": r3(cpu), "dma_all_mpps": r3(dma), "dma_vs_cpu": r3(dma / cpu.max(1e-9))}));
+    }
+    // Time per frame copying against the rest.
+    for (n, p) in points.iter().enumerate() {
+        if !p.timed {
+            continue;
+        }
+        let (Some(share), Some(cpf)) = (med(n, "copy_share"), med(n, "cycles_per_frame")) else { continue };
+        out.push(json!({
+            "bench": "memif_copy_time", "copy": p.copy, "mtu": p.mtu, "frame_bytes": p.size, "cycles_per_frame": cpf.round(),
+            "copy_cycles_per_frame": (share * cpf).round(), "other_cycles_per_frame": ((1.0 - share) * cpf).round(), "copy_share": r3(share),
+        }));
     }
     out
 }
