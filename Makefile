@@ -50,7 +50,7 @@ fuzz:
 
 PY := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 
-# The whole benchmark kit (~28 min, root): in-memory pipeline, scaling, profiles, RFC 2544
+# The whole benchmark kit (~33 min, root): in-memory pipeline, scaling, profiles, RFC 2544
 # through vectorlb and dpdk-testpmd, real-TCP CPS against nftables/HAProxy/nginx, wrk, idle, memif against DPDK's net_memif;
 # then docs/benchmarks.md and docs/img/*.png from bench-results/.
 bench: build
@@ -74,7 +74,8 @@ bench-profile-io: build
 	@BENCH_STEPS=profile-io bash scripts/bench.sh
 
 # memif: vectorlb's memif server (cpu and dma engines) against DPDK's net_memif in testpmd, by
-# frame size, MTU 1500 and 9000, one core per side (~15 min; bench-results/memif.jsonl).
+# frame size, MTU 1500 and 9000, one core per side, then 9 rounds head to head at 64 and
+# 1500 B (~20 min; bench-results/memif.jsonl, memif-focus.jsonl).
 bench-memif: build
 	@bash scripts/setup.sh --bench
 	@BENCH_STEPS=memif bash scripts/bench.sh

@@ -61,6 +61,7 @@ rfc = lines("rfc2544.jsonl")
 peers = lines("cps-peers.jsonl")
 idle = lines("idle.jsonl")
 memif = lines("memif.jsonl")
+memif_focus = lines("memif-focus.jsonl")
 
 out = []
 w = out.append
@@ -76,7 +77,7 @@ w(f"Measured {day} at commit `{commit}` "
   "device under test, clients, servers, the kernel's veth work), so figures vary from run to "
   "run: in-memory figures are medians of rounds with every round listed, and each table says "
   "what shared the cores.\n")
-w("Regenerate everything: `make bench` (about 28 minutes; `scripts/bench.sh`, then "
+w("Regenerate everything: `make bench` (about 33 minutes; `scripts/bench.sh`, then "
   "`scripts/bench-report.py`). Reduced suite, one JSON line: `make bench-quick` (under 3 "
   "minutes). Raw results: `bench-results/`. The hand-written analysis (where the time goes, "
   "how vectorlb compares with the peers and the seeds' published figures) follows the "
@@ -359,6 +360,22 @@ if memif:
       f"{reps} times, the points interleaved, so that a slow minute of this shared host falls on "
       "both servers alike; the tables give medians. Mpps are frames returned to the client per "
       "second; Gbps count frame bytes (no preamble or gap).\n")
+    if memif_focus:
+        fr = [r for r in memif_focus if r["bench"] == "memif" and "mpps" in r]
+        fv = [r for r in memif_focus if r["bench"] == "memif_vs_testpmd"]
+        nrep = max((r.get("rep", 0) for r in fr), default=0) + 1
+        w(f"### Head to head, {nrep} rounds: vectorlb (cpu) against DPDK's net_memif\n")
+        w(f"`vectorlb-tools bench-memif --focus --sizes 64,1500 --reps {nrep} --json` "
+          "(`bench-results/memif-focus.jsonl`): only these two servers, one queue pair, the zero-copy "
+          "client, alternating run by run. This host has two speeds: the same point runs at about "
+          "half its best now and then, for either server (the other tenants' load and where the "
+          "host places the two virtual CPUs), so the rounds are listed in the order they ran.\n")
+        w("| frame B | vectorlb median Mpps | testpmd median Mpps | vectorlb / testpmd | vectorlb rounds | testpmd rounds |")
+        w("|---|---|---|---|---|---|")
+        for v in fv:
+            rounds = lambda srv: ", ".join(f"{r['mpps']:.2f}" for r in fr if r["server"] == srv and r["frame_bytes"] == v["frame_bytes"])
+            w(f"| {v['frame_bytes']} | {v['vectorlb_cpu_mpps']:.3f} | {v['testpmd_mpps']:.3f} | **{v['cpu_vs_testpmd']:.2f}** | {rounds('vectorlb')} | {rounds('testpmd')} |")
+        w("")
     def m(server, copy, client, q, mtu, size, thr=None, timed=False):
         for r in med:
             if (r["server"], r["copy"], r["client"], r["queues"], r["mtu"], r["frame_bytes"]) == (server, copy, client, q, mtu, size) \
@@ -465,7 +482,7 @@ if os.path.exists(tail):
     w(open(tail).read())
 w("## JSON lines of this run\n")
 w("```")
-for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench-results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench-results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif if r["bench"] != "memif"]:
+for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench-results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench-results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"]:
     w(json.dumps(r, separators=(",", ":")))
 w("```")
 open(os.path.join(root, "docs/benchmarks.md"), "w").write("\n".join(out) + "\n")

@@ -9,7 +9,8 @@
 #   6 cps peers   real TCP connections/s: vectorlb, nftables, HAProxy, nginx stream
 #   7 wrk         20 s of HTTP through the demo topology
 #   8 idle        CPU with no traffic, ping wake-up
-#   9 memif       the memif server against DPDK's net_memif, by frame size and engine (~15 min)
+#   9 memif       the memif server against DPDK's net_memif, by frame size and engine, then
+#                 9 rounds head to head at 64 and 1500 B (~20 min)
 #  10 report      docs/benchmarks.md, docs/img/*.png
 # BENCH_STEPS="core rfc2544" runs a subset (the report always runs).
 set -euo pipefail
@@ -75,6 +76,7 @@ fi
 if want memif; then
     step memif "memif against DPDK's net_memif (bench-results/memif.jsonl)"
     "$TOOLS" bench-memif --reps "${MEMIF_REPS:-3}" --json | tee "$RES/memif.jsonl" | grep -v '"rep"' | cut -c1-160
+    "$TOOLS" bench-memif --focus --sizes 64,1500 --reps "${MEMIF_FOCUS_REPS:-9}" --json | tee "$RES/memif-focus.jsonl" | grep -v '"rep"' | cut -c1-160
     echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/memif-measured-at.txt"
 fi
 step report "docs/benchmarks.md and docs/img/*.png"

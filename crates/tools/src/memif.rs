@@ -254,6 +254,10 @@ pub struct BenchArgs {
     /// Only the smallest set: 64 and 1500 B, one queue pair (CI and quick checks).
     #[arg(long)]
     pub quick: bool,
+    /// Only the head-to-head points: vectorlb's cpu engine and testpmd, zero-copy client, one
+    /// queue pair, at `--sizes` (MTU 1500); for many rounds of the comparison.
+    #[arg(long)]
+    pub focus: bool,
     /// Rounds over every point (interleaved, so a noisy minute of a shared host falls on both
     /// peers alike); a summary line per point gives the median.
     #[arg(long, default_value_t = 3)]
@@ -417,17 +421,24 @@ pub fn bench(a: &BenchArgs) -> Result<(), ToolError> {
     let (sizes, jumbo, cross): (Vec<usize>, Vec<usize>, Vec<usize>) =
         if a.quick { (vec![64, 1500], vec![], vec![]) } else { (a.sizes.clone(), a.jumbo_sizes.clone(), a.crossover_sizes.clone()) };
     let t = vectorlb_config::DEFAULT_DMA_THRESHOLD;
-    for &size in &sizes {
+    if a.focus {
+        for &size in &sizes {
+            for server in ["vectorlb", "testpmd"] {
+                points.push(Point { server, copy: "cpu", threshold: t, client: "zero-copy", queues: 1, mtu: 1500, size, timed: false });
+            }
+        }
+    }
+    for &size in sizes.iter().filter(|_| !a.focus) {
         for (server, copy) in [("vectorlb", "cpu"), ("vectorlb", "dma"), ("testpmd", "cpu")] {
             points.push(Point { server, copy, threshold: t, client: "zero-copy", queues: 1, mtu: 1500, size, timed: false });
         }
     }
-    for &size in &jumbo {
+    for &size in jumbo.iter().filter(|_| !a.focus) {
         for (server, copy) in [("vectorlb", "cpu"), ("vectorlb", "dma"), ("testpmd", "cpu")] {
             points.push(Point { server, copy, threshold: t, client: "zero-copy", queues: 1, mtu: 9000, size, timed: false });
         }
     }
-    for &size in sizes.iter().filter(|s| [64, 1500].contains(*s)) {
+    for &size in sizes.iter().filter(|s| !a.focus && [64, 1500].contains(*s)) {
         points.push(Point { server: "vectorlb", copy: "cpu", threshold: t, client: "copy", queues: 1, mtu: 1500, size, timed: false });
         points.push(Point { server: "testpmd", copy: "cpu", threshold: t, client: "copy", queues: 1, mtu: 1500, size, timed: false });
         if !a.quick {
@@ -436,11 +447,15 @@ pub fn bench(a: &BenchArgs) -> Result<(), ToolError> {
         }
     }
     // The crossover: every copy on DMA (threshold 0) against the CPU engine, per size.
-    for &size in &cross {
+    for &size in cross.iter().filter(|_| !a.focus) {
         points.push(Point { server: "vectorlb", copy: "dma", threshold: 0, client: "zero-copy", queues: 1, mtu: 1500, size, timed: false });
     }
     // Where the time goes (seed 001's Table 6): copies timed, per engine.
-    let timed: Vec<(u32, usize)> = if a.quick { vec![(1500, 1500)] } else { vec![(1500, 64), (1500, 1500), (9000, 4400), (9000, 9000)] };
+    let timed: Vec<(u32, usize)> = if a.focus {
+        vec![]
+    } else if a.quick {
+        vec![(1500, 1500)]
+    } else { vec![(1500, 64), (1500, 1500), (9000, 4400), (9000, 9000)] };
     for (mtu, size) in timed {
         for copy in ["cpu", "dma"] {
             points.push(Point { server: "vectorlb", copy, threshold: t, client: "zero-copy", queues: 1, mtu, size, timed: true });
