@@ -74,8 +74,8 @@ bench-profile-io: build
 	@BENCH_STEPS=profile-io bash scripts/bench.sh
 
 # memif: vectorlb's memif server (cpu and dma engines) against DPDK's net_memif in testpmd, by
-# frame size, MTU 1500 and 9000, one core per side, then 9 rounds head to head at 64 and
-# 1500 B (~20 min; bench-results/memif.jsonl, memif-focus.jsonl).
+# frame size, MTU 1500 and 9000, one core per side, then 25 rounds head to head at 64 and
+# 1500 B (~25 min; bench-results/memif.jsonl, memif-focus.jsonl).
 bench-memif: build
 	@bash scripts/setup.sh --bench
 	@BENCH_STEPS=memif bash scripts/bench.sh
