@@ -205,6 +205,10 @@ fn main() {
                     answered += 1;
                 }
             }
+            if let Some(why) = q.broken() {
+                eprintln!("udp_echo: the server broke a ring ({why}); reconnecting");
+                break;
+            }
             if replies.is_empty() && !q.wait(100) {
                 if let Err(why) = c.check() {
                     eprintln!("udp_echo: {why} (answered {answered}); reconnecting");

@@ -276,6 +276,11 @@ pub struct ClientQueue {
     nbufs: u32,
     /// Frames or lengths the server got wrong.
     pub bad: u64,
+    /// Why the server broke a ring (moved its index past what we posted): the queue is
+    /// unusable and the connection should be dropped.
+    broken: Option<String>,
+    /// The data plane's client port reported `broken` (once).
+    pub(crate) reported: bool,
 }
 
 // SAFETY: `base` points into the connection's region, which the queue keeps alive through its
@@ -304,6 +309,8 @@ impl ClientQueue {
             mask: (size - 1) as u16,
             nbufs: n,
             bad: 0,
+            broken: None,
+            reported: false,
         };
         cq.refill();
         cq
@@ -347,6 +354,7 @@ impl ClientQueue {
         let n = tail.wrapping_sub(self.c2s_done);
         if n > self.c2s_head.wrapping_sub(self.c2s_done) {
             self.bad += 1;
+            self.break_ring(format!("client-to-server ring {}: tail {tail} is {n} slots past {} with {} sent", self.q, self.c2s_done, self.c2s_head.wrapping_sub(self.c2s_done)));
             return;
         }
         for i in 0..n {
@@ -374,6 +382,18 @@ impl ClientQueue {
         r.set_head(self.s2c_head);
     }
 
+    fn break_ring(&mut self, why: String) {
+        if self.broken.is_none() {
+            self.broken = Some(why);
+        }
+    }
+
+    /// Why the server broke one of this queue's rings, if it did: nothing more will be
+    /// received or reclaimed on it; drop the connection and connect again.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
     /// Receives up to `max` buffers (whole frames; a frame's buffers are chained with
     /// `more`) into `out`; the application owns them until it sends or frees them.
     pub fn recv(&mut self, out: &mut Vec<Buf>, max: usize) -> usize {
@@ -382,6 +402,7 @@ impl ClientQueue {
         let avail = tail.wrapping_sub(self.s2c_read);
         if avail > self.s2c_head.wrapping_sub(self.s2c_read) {
             self.bad += 1;
+            self.break_ring(format!("server-to-client ring {}: tail {tail} is {avail} slots past {} with {} posted", self.q, self.s2c_read, self.s2c_head.wrapping_sub(self.s2c_read)));
             return 0;
         }
         let start = out.len();

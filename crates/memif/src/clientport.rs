@@ -74,6 +74,19 @@ fn run(addr: SocketAddr, cfg: ClientConfig, stop: Arc<AtomicBool>, link: Arc<Lin
     }
 }
 
+/// A server that broke a ring: counted once and reported, so the connector drops the
+/// connection and connects again.
+fn report_broken(link: &Link, queue: u16, q: &mut ClientQueue) {
+    if q.reported {
+        return;
+    }
+    if let Some(why) = q.broken().map(str::to_string) {
+        q.reported = true;
+        QueueStats::add(&link.queues[queue as usize].bad_ring, 1);
+        link.report_fault(why);
+    }
+}
+
 fn slot_lock(s: &QueueSlot) -> std::sync::MutexGuard<'_, Option<ClientQueue>> {
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -129,6 +142,7 @@ impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ClientRx<P, Pl> {
         let stats = &self.link.queues[self.queue as usize];
         self.bufs.clear();
         q.recv(&mut self.bufs, max.saturating_sub(delivered));
+        report_broken(&self.link, self.queue, q);
         if self.bufs.is_empty() {
             return delivered;
         }
@@ -238,6 +252,7 @@ impl<P: Packet> TxQueue<P> for ClientTx<P> {
         self.complete(&mut slot);
         let Some(q) = slot.as_mut() else { return 0 };
         let stats = &self.link.queues[self.queue as usize];
+        report_broken(&self.link, self.queue, q);
         let bsize = q.buffer_size() as usize;
         let mut room = (q.tx_room() as usize).saturating_sub(self.reserved);
         let mut bufs = Vec::with_capacity(pkts.len());

@@ -114,12 +114,12 @@ impl Region {
         let mut fd = -1;
         if hugepages {
             // SAFETY: a valid C string; memfd_create only creates a file.
-            fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_ALLOW_SEALING | libc::MFD_HUGETLB) };
+            fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_ALLOW_SEALING | libc::MFD_HUGETLB | libc::MFD_CLOEXEC) };
         }
         let mut size_used = size;
         if fd < 0 {
             // SAFETY: as above.
-            fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_ALLOW_SEALING) };
+            fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC) };
             if fd < 0 {
                 return Err(os("memfd_create")(io::Error::last_os_error()));
             }

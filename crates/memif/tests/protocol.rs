@@ -288,3 +288,45 @@ fn the_data_plane_as_client_reconnects_when_the_server_comes_back() {
     drop((crx, ctx));
     assert_eq!(pool.stats().in_use(), 0);
 }
+
+/// A server that moves a ring's tail past the buffers the client posted (DPDK 22.11's server
+/// does, given more chained frames than its ring holds): the library says why instead of
+/// going quiet, and the data plane's client port drops the connection and connects again.
+#[test]
+fn a_server_that_breaks_a_ring_is_left_and_reconnected() {
+    let a = addr("broken");
+    let srv = serve(&a, vec![InterfaceConfig { id: 6, ..Default::default() }]);
+    let slink = srv.links[0].clone();
+    // The library alone.
+    let mut c = Client::connect(&a, &ClientConfig { id: 6, log2_ring: 6, ..Default::default() }).unwrap();
+    until("server up", || slink.is_up());
+    let s2c = &slink.connection().unwrap().s2c[0].ring;
+    s2c.set_tail(s2c.head().wrapping_add(5));
+    let mut got = Vec::new();
+    assert_eq!(c.queues[0].recv(&mut got, 64), 0);
+    let why = c.queues[0].broken().expect("the broken ring is reported").to_string();
+    assert!(why.contains("server-to-client ring 0"), "{why}");
+    drop(c);
+    until("server down", || !slink.is_up());
+
+    // The data plane as client.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (clink, slots, th) = vectorlb_memif::clientport::spawn(a.clone(), ClientConfig { id: 6, ..Default::default() }, stop.clone()).unwrap();
+    let pool = Pool::new(128, 4096);
+    let copier: SharedCopier = Arc::new(Mutex::new(Copier::cpu()));
+    let mut crx = ClientRx::new(clink.clone(), slots[0].clone(), 0, 1, pool.clone(), copier, 2048);
+    until("client up", || clink.is_up() && slink.is_up());
+    let s2c = &slink.connection().unwrap().s2c[0].ring;
+    s2c.set_tail(s2c.head().wrapping_add(7));
+    let mut out = Vec::new();
+    until("the client port leaves and comes back", || {
+        crx.recv(&mut out, 64);
+        clink.state().connects == 2 && clink.is_up()
+    });
+    assert!(clink.state().last_reason.contains("server-to-client ring 0"), "{}", clink.state().last_reason);
+    assert_eq!(clink.queues[0].snapshot().bad_ring, 1);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    th.join().unwrap();
+    drop(crx);
+    drop(srv);
+}
