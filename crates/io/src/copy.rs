@@ -25,7 +25,7 @@ pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
     unsafe {
         if n > 64 {
             #[cfg(target_arch = "x86_64")]
-            if n <= 8192 && has_avx2() {
+            if n <= 8192 && std::arch::is_x86_feature_detected!("avx2") {
                 avx2_copy(src, dst, n);
                 return;
             }
@@ -46,23 +46,6 @@ pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
             for i in 0..n {
                 *dst.add(i) = *src.add(i);
             }
-        }
-    }
-}
-
-/// Whether the CPU has AVX2, asked once.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn has_avx2() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    static HAS: AtomicU8 = AtomicU8::new(0);
-    match HAS.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let yes = std::arch::is_x86_feature_detected!("avx2");
-            HAS.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-            yes
         }
     }
 }

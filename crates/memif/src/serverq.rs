@@ -126,6 +126,27 @@ impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
     }
 }
 
+/// A local buffer holding `len` bytes for a received frame, from the spare list or the pool;
+/// `None`, counted, when the frame is longer than the largest frame or a buffer, or no buffer
+/// is left.
+#[inline(always)]
+fn buffer_for<P: Packet, Pl: PacketPool<P>>(spare: &mut Vec<P>, pool: &Pl, port: u16, max_frame: usize, len: usize, stats: &QueueStats) -> Option<P> {
+    if len > max_frame {
+        QueueStats::add(&stats.too_long, 1);
+        return None;
+    }
+    let Some(mut pkt) = spare.pop().or_else(|| pool.alloc_len(port, 0)) else {
+        QueueStats::add(&stats.no_buffer, 1);
+        return None;
+    };
+    if !pkt.set_len(len) {
+        QueueStats::add(&stats.too_long, 1);
+        spare.push(pkt);
+        return None;
+    }
+    Some(pkt)
+}
+
 impl<P: Packet, Pl: PacketPool<P>> RxQueue<P> for ServerRx<P, Pl> {
     fn recv(&mut self, out: &mut Vec<P>, max: usize) -> usize {
         if self.view.refresh() {
@@ -193,19 +214,7 @@ impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
                         QueueStats::add(&stats.bad_desc, 1);
                         continue;
                     };
-                    if len > self.max_frame {
-                        QueueStats::add(&stats.too_long, 1);
-                        continue;
-                    }
-                    let Some(mut pkt) = self.spare.pop().or_else(|| self.pool.alloc_len(self.port, 0)) else {
-                        QueueStats::add(&stats.no_buffer, 1);
-                        continue;
-                    };
-                    if !pkt.set_len(len) {
-                        QueueStats::add(&stats.too_long, 1);
-                        self.spare.push(pkt);
-                        continue;
-                    }
+                    let Some(mut pkt) = buffer_for(&mut self.spare, &self.pool, self.port, self.max_frame, len, stats) else { continue };
                     let dst = pkt.data_mut().as_mut_ptr();
                     if inline {
                         // SAFETY: src..src+len lies inside a region of `conn` (span), mapped
@@ -268,23 +277,7 @@ impl<P: Packet, Pl: PacketPool<P>> ServerRx<P, Pl> {
                 QueueStats::add(&stats.bad_desc, 1);
                 continue;
             }
-            if total > self.max_frame {
-                QueueStats::add(&stats.too_long, 1);
-                continue;
-            }
-            let pkt = match self.spare.pop() {
-                Some(p) => Some(p),
-                None => self.pool.alloc_len(self.port, 0),
-            };
-            let Some(mut pkt) = pkt else {
-                QueueStats::add(&stats.no_buffer, 1);
-                continue;
-            };
-            if !pkt.set_len(total) {
-                QueueStats::add(&stats.too_long, 1);
-                self.spare.push(pkt);
-                continue;
-            }
+            let Some(mut pkt) = buffer_for(&mut self.spare, &self.pool, self.port, self.max_frame, total, stats) else { continue };
             let dst = pkt.data_mut().as_mut_ptr();
             let mut off = 0usize;
             for &(src, len) in &self.segs {
