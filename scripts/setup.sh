@@ -8,11 +8,12 @@ set -euo pipefail
 
 # Build: a C compiler, DPDK 22.11 (its PMDs come with libdpdk-dev's dependencies), libbpf and
 # clang for the XDP program. Run time and tests: iproute2 (ip netns), ethtool, nginx, wrk,
-# curl, tcpdump, ping, keepalived (VRRP for the HA tests); the peers the benchmarks compare
+# curl, tcpdump, ping, keepalived (VRRP for the HA tests), chromium (the status page's test
+# loads the page in headless Chromium; the demo takes its screenshot); the peers the benchmarks compare
 # with: nftables, HAProxy, nginx's stream module, dpdk-testpmd (dpdk-dev).
 PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
-      nftables haproxy libnginx-mod-stream dpdk-dev)
+      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core)
 [ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib linux-perf)
 need_apt=()
 for pkg in "${PKGS[@]}"; do

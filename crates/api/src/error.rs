@@ -62,6 +62,9 @@ impl IntoResponse for ApiError {
         let mut r = (self.status(), Json(ErrorBody { error: self.to_string() })).into_response();
         if challenge {
             r.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer realm=\"vectorlb\""));
+            // A browser asks for the token as a password (any user name): the status page's
+            // login. Basic credentials only read (see server::require_token).
+            r.headers_mut().append(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Basic realm=\"vectorlb\", charset=\"UTF-8\""));
         }
         r
     }

@@ -75,6 +75,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
         .route("/v1/save", post(save))
         .route("/v1/ha", get(ha).post(set_ha))
         .route("/v1/sync", get(sync))
+        .merge(crate::page::routes())
         .with_state(lb)
 }
 
@@ -84,7 +85,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
     info(
         title = "vectorlb control API",
         version = "1",
-        description = "Local control API of the vectorlb daemon (`vectorlb run`). Listens on the unix socket unix:/run/vectorlb/api.sock by default, or on ADDRESS:PORT with a bearer token (runtime.api). Every change is validated and published as a whole, or refused with a 4xx whose message names the bad field; nothing is half-applied. Changes live in memory until POST /v1/save writes the running configuration back to the file. A TCP listener needs `Authorization: Bearer <token>` (401 without it); the unix socket is guarded by its mode (0600, or 0660 for runtime.api_group) and needs none. 401 without a valid token, 503 from /v1/health when the data plane is broken (its problems listed). Status codes: 400 when a request does not match this document (the message names the field), 404 for a missing service, backend, worker or endpoint, 405 with an Allow header for a method a path does not take, 409 for duplicates and for changes that need a restart, 422 for well-formed requests the configuration cannot take (a combination that does not apply, a table size that is not prime, a backend of the wrong family), 503 when a worker does not answer in time. This document is generated from the code (`vectorlb openapi` prints it)."
+        description = "Local control API of the vectorlb daemon (`vectorlb run`). Listens on the unix socket unix:/run/vectorlb/api.sock by default, or on ADDRESS:PORT with a bearer token (runtime.api). Every change is validated and published as a whole, or refused with a 4xx whose message names the bad field; nothing is half-applied. Changes live in memory until POST /v1/save writes the running configuration back to the file. A TCP listener needs `Authorization: Bearer <token>` (401 without it); `Authorization: Basic` with the token as the password (any user name: a browser's login) may only read (GET, HEAD). The unix socket is guarded by its mode (0600, or 0660 for runtime.api_group) and needs none. GET / is a status page (HTML, its script and style under /ui/) over these endpoints. 401 without a valid token, 503 from /v1/health when the data plane is broken (its problems listed). Status codes: 400 when a request does not match this document (the message names the field), 404 for a missing service, backend, worker or endpoint, 405 with an Allow header for a method a path does not take, 409 for duplicates and for changes that need a restart, 422 for well-formed requests the configuration cannot take (a combination that does not apply, a table size that is not prime, a backend of the wrong family), 503 when a worker does not answer in time. This document is generated from the code (`vectorlb openapi` prints it)."
     ),
     servers((url = "http://127.0.0.1:9180")),
     modifiers(&BearerAuth),

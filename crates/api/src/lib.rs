@@ -4,6 +4,7 @@
 //! * [`lb`]: the load balancer's API over [`lb::LbControl`], which the daemon implements;
 //! * [`model`]: request and response bodies;
 //! * [`error`]: [`ApiError`] (one variant per status) and the JSON body extractor;
+//! * [`page`]: the status page at `/`, its files built in;
 //! * [`server`]: serving on TCP or a unix socket with connection, time and size limits.
 //!
 //! This crate knows nothing of DPDK or the daemon's threads: the daemon depends on it, not the
@@ -12,6 +13,7 @@
 pub mod error;
 pub mod lb;
 pub mod model;
+pub mod page;
 pub mod server;
 
 pub use error::ApiError;

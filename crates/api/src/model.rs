@@ -297,8 +297,33 @@ pub struct BackendStatus {
     pub active_sessions: u64,
     pub packets: u64,
     pub bytes: u64,
+    /// Sessions scheduled to it.
+    pub new_sessions: u64,
+    /// Per second, over the last 10 s.
+    pub rates: Rates,
     /// Null when the service has no health check.
     pub health: Option<BackendHealth>,
+}
+
+/// Per-second rates over a sliding window (the last 10 s; shorter just after start): a
+/// burst reads as a burst for the window and then decays to zero.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+pub struct Rates {
+    pub new_sessions_per_second: f64,
+    pub packets_per_second: f64,
+    pub bytes_per_second: f64,
+}
+
+/// The whole data plane's rates over the same window.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+pub struct GlobalRates {
+    /// The span the rates cover, seconds.
+    pub window_seconds: f64,
+    pub rx_packets_per_second: f64,
+    pub tx_packets_per_second: f64,
+    /// Drops of every reason.
+    pub drops_per_second: f64,
+    pub new_sessions_per_second: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
@@ -306,7 +331,10 @@ pub struct ServiceStats {
     pub packets: u64,
     pub bytes: u64,
     pub new_sessions: u64,
+    /// Over the last 10 s (the same as `rates.new_sessions_per_second`).
     pub new_sessions_per_second: f64,
+    /// Per second, over the last 10 s.
+    pub rates: Rates,
 }
 
 /// A service's timeouts, seconds.
@@ -486,6 +514,8 @@ pub struct Stats {
     pub mbufs_available: u64,
     pub ha: HaStatus,
     pub sync: SyncStatus,
+    /// Per second, over the last 10 s.
+    pub rates: GlobalRates,
 }
 
 /// A port. Beside the fields listed, the object holds the driver's basic counters by name

@@ -205,10 +205,74 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
+/// What a request presents in `Authorization`.
+#[derive(Debug, PartialEq, Eq)]
+enum Credentials {
+    /// `Bearer <token>`: `ctl`, scripts, Prometheus; may read and change.
+    Bearer(Vec<u8>),
+    /// `Basic base64(user:token)`, any user: a browser's login for the status page. Browsers
+    /// send cached Basic credentials along with requests other sites make them send, so these
+    /// only read: a change made through them would be a cross-site request forgery.
+    Basic(Vec<u8>),
+    Malformed,
+}
+
+fn credentials(v: &str) -> Credentials {
+    if let Some(t) = v.strip_prefix("Bearer ") {
+        return Credentials::Bearer(t.trim().as_bytes().to_vec());
+    }
+    if let Some(b) = v.strip_prefix("Basic ") {
+        return match base64_decode(b.trim()) {
+            Some(d) => match d.iter().position(|&c| c == b':') {
+                Some(i) => Credentials::Basic(d[i + 1..].to_vec()),
+                None => Credentials::Malformed,
+            },
+            None => Credentials::Malformed,
+        };
+    }
+    Credentials::Malformed
+}
+
+/// Standard base64 (RFC 4648, padding optional); None for anything else.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim_end_matches('=');
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    // A single leftover character (6 bits) cannot be the end of a valid encoding.
+    (bits < 6).then_some(out)
+}
+
 async fn require_token(axum::extract::State(token): axum::extract::State<Arc<String>>, req: Request, next: Next) -> Response {
-    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(credentials);
+    let reads = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
     match given {
-        Some(g) if same(g.trim().as_bytes(), token.as_bytes()) => next.run(req).await,
+        Some(Credentials::Bearer(g)) if same(&g, token.as_bytes()) => next.run(req).await,
+        Some(Credentials::Basic(g)) if same(&g, token.as_bytes()) => {
+            if reads {
+                next.run(req).await
+            } else {
+                ApiError::Unauthorized(format!("Authorization: a browser login (Basic) only reads; {} needs `Authorization: Bearer <token>`", req.method()))
+                    .into_response()
+            }
+        }
+        Some(Credentials::Malformed) => ApiError::Unauthorized("Authorization: expected `Bearer <token>` (or, to read, Basic with the token as the password)".into()).into_response(),
         Some(_) => ApiError::Unauthorized("Authorization: the token is wrong".into()).into_response(),
         None => ApiError::Unauthorized("Authorization: this API needs `Authorization: Bearer <token>` (vectorlb ctl --token-file FILE)".into()).into_response(),
     }
@@ -249,4 +313,29 @@ async fn json_405(req: Request, next: Next) -> Response {
         return r;
     }
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_decodes_rfc4648_vectors_and_refuses_garbage() {
+        for (enc, dec) in [("", ""), ("Zg==", "f"), ("Zm8=", "fo"), ("Zm9v", "foo"), ("Zm9vYg==", "foob"), ("Zm9vYmE=", "fooba"), ("Zm9vYmFy", "foobar"), ("Zm9vYg", "foob")] {
+            assert_eq!(base64_decode(enc).as_deref(), Some(dec.as_bytes()), "{enc}");
+        }
+        for bad in ["Z", "Zm9vY", "Zm 9v", "Zm9v!", "é"] {
+            assert_eq!(base64_decode(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn credentials_take_the_password_of_basic_and_the_token_of_bearer() {
+        assert_eq!(credentials("Bearer  s3cret "), Credentials::Bearer(b"s3cret".to_vec()));
+        // "ui:s3:cret" - the password is everything after the first colon.
+        assert_eq!(credentials("Basic dWk6czM6Y3JldA=="), Credentials::Basic(b"s3:cret".to_vec()));
+        assert_eq!(credentials("Basic dWk="), Credentials::Malformed, "no colon");
+        assert_eq!(credentials("Basic ###"), Credentials::Malformed);
+        assert_eq!(credentials("Digest x"), Credentials::Malformed);
+    }
 }

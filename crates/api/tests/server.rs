@@ -74,6 +74,45 @@ fn a_unix_socket_is_for_its_owner_and_a_tcp_api_needs_its_token() {
 }
 
 #[test]
+fn the_status_page_is_behind_the_token_and_a_browser_login_only_reads() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    serve(Endpoint::Tcp(port), Some("page-token".into()));
+    let ask = |req: &str| {
+        let mut c = std::net::TcpStream::connect(port).unwrap();
+        raw(&mut c, req.as_bytes())
+    };
+    // Without credentials the page is refused, with a challenge a browser answers with a login.
+    let a = ask("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status(&a), 401, "{a}");
+    assert!(a.to_ascii_lowercase().contains("www-authenticate: basic realm=\"vectorlb\""), "{a}");
+    // "admin:page-token" and "admin:wrong".
+    let good = "Authorization: Basic YWRtaW46cGFnZS10b2tlbg==";
+    let bad = "Authorization: Basic YWRtaW46d3Jvbmc=";
+    let a = ask(&format!("GET / HTTP/1.1\r\nHost: x\r\n{good}\r\n\r\n"));
+    assert_eq!(status(&a), 200, "{a}");
+    let lower = a.to_ascii_lowercase();
+    assert!(lower.contains("content-type: text/html"), "{a}");
+    assert!(lower.contains("content-security-policy: default-src 'none'; script-src 'self'"), "{a}");
+    assert!(a.contains("<script src=\"/ui/status.js\""), "{a}");
+    for (path, kind) in [("/ui/status.js", "text/javascript"), ("/ui/status.css", "text/css"), ("/v1/services", "application/json")] {
+        let a = ask(&format!("GET {path} HTTP/1.1\r\nHost: x\r\n{good}\r\n\r\n"));
+        assert_eq!(status(&a), 200, "{path}: {a}");
+        assert!(a.to_ascii_lowercase().contains(&format!("content-type: {kind}")), "{path}: {a}");
+    }
+    assert_eq!(status(&ask(&format!("GET /v1/stats HTTP/1.1\r\nHost: x\r\n{bad}\r\n\r\n"))), 401);
+    assert_eq!(status(&ask("GET /v1/stats HTTP/1.1\r\nHost: x\r\nAuthorization: Basic !!!\r\n\r\n")), 401);
+    // A login a browser would also attach to a forged cross-site request changes nothing.
+    let a = ask(&format!("POST /v1/reload HTTP/1.1\r\nHost: x\r\n{good}\r\nContent-Length: 0\r\n\r\n"));
+    assert_eq!(status(&a), 401, "{a}");
+    assert!(a.contains("only reads"), "{a}");
+    let a = ask(&format!("DELETE /v1/services/tcp/10.0.0.100/80 HTTP/1.1\r\nHost: x\r\n{good}\r\n\r\n"));
+    assert_eq!(status(&a), 401, "{a}");
+    // The bearer token still changes things.
+    let a = ask("POST /v1/reload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer page-token\r\nContent-Length: 0\r\n\r\n");
+    assert_ne!(status(&a), 401, "{a}");
+}
+
+#[test]
 fn clients_that_drip_keep_no_one_out() {
     let dir = std::env::temp_dir().join(format!("vectorlb-api-drip-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

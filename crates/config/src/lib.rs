@@ -184,9 +184,10 @@ pub struct Runtime {
     pub mbufs: u32,
     /// Descriptors per rx and per tx queue.
     pub queue_desc: u16,
-    /// Where the control API listens: "unix:/run/vectorlb/api.sock" (the default), or
-    /// "ADDRESS:PORT", which needs `api_token_file`.
-    pub api: String,
+    /// Where the control API (and its status page) listens: "unix:/run/vectorlb/api.sock" (the
+    /// default), or "ADDRESS:PORT", which needs `api_token_file`; or several of them (a unix
+    /// socket for `ctl` and an address for browsers and Prometheus). Never empty.
+    pub api: Vec<String>,
     /// A file holding the bearer token every request on a TCP API must carry. Only its owner
     /// may read it.
     pub api_token_file: Option<String>,
@@ -228,7 +229,7 @@ impl Default for Runtime {
             eal: DEFAULT_EAL.iter().map(|s| s.to_string()).collect(),
             mbufs: 16383,
             queue_desc: 1024,
-            api: DEFAULT_API.into(),
+            api: vec![DEFAULT_API.into()],
             api_token_file: None,
             api_group: None,
             memory_budget_mb: None,
@@ -353,6 +354,14 @@ struct RawTimeouts {
     udp: Option<f64>,
 }
 
+/// A string or a list of strings (`runtime.api`).
+#[derive(Deserialize, Serialize, Clone)]
+#[serde(untagged, expecting = "an endpoint (\"unix:PATH\" or \"ADDRESS:PORT\") or a list of them")]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
 #[derive(Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawRuntime {
@@ -367,7 +376,7 @@ struct RawRuntime {
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_desc: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    api: Option<String>,
+    api: Option<OneOrMany>,
     #[serde(skip_serializing_if = "Option::is_none")]
     api_token_file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -701,19 +710,34 @@ fn runtime(r: &RawRuntime) -> Result<Runtime, Error> {
     if !(64..=16384).contains(&queue_desc) || !queue_desc.is_power_of_two() {
         bail!("runtime.queue_desc: {queue_desc} must be a power of two in 64..=16384");
     }
-    let api = r.api.clone().unwrap_or(d.api);
-    if let Some(path) = api.strip_prefix("unix:") {
-        if path.is_empty() {
-            bail!("runtime.api: 'unix:' needs a socket path");
+    let api = match &r.api {
+        None => d.api,
+        Some(OneOrMany::One(a)) => vec![a.clone()],
+        Some(OneOrMany::Many(v)) => v.clone(),
+    };
+    if api.is_empty() {
+        bail!("runtime.api: give at least one endpoint (unix:PATH or ADDRESS:PORT)");
+    }
+    for (i, a) in api.iter().enumerate() {
+        if api[..i].contains(a) {
+            bail!("runtime.api: '{a}' is listed twice");
         }
-        if r.api_token_file.is_some() {
-            bail!("runtime.api_token_file: a unix socket is guarded by its permissions (runtime.api_group); the token is for a TCP API");
+        if let Some(path) = a.strip_prefix("unix:") {
+            if path.is_empty() {
+                bail!("runtime.api: 'unix:' needs a socket path");
+            }
+        } else if a.parse::<std::net::SocketAddr>().is_err() {
+            bail!("runtime.api: '{a}' is not ADDRESS:PORT or unix:PATH");
         }
-    } else if api.parse::<std::net::SocketAddr>().is_err() {
-        bail!("runtime.api: '{api}' is not ADDRESS:PORT or unix:PATH");
-    } else if r.api_token_file.as_deref().is_none_or(str::is_empty) {
+    }
+    let any_tcp = api.iter().any(|a| !a.starts_with("unix:"));
+    if any_tcp && r.api_token_file.as_deref().is_none_or(str::is_empty) {
         bail!("runtime.api: a TCP API needs runtime.api_token_file (a file only root can read, holding the token); or listen on unix:PATH");
-    } else if r.api_group.is_some() {
+    }
+    if !any_tcp && r.api_token_file.is_some() {
+        bail!("runtime.api_token_file: a unix socket is guarded by its permissions (runtime.api_group); the token is for a TCP API");
+    }
+    if r.api_group.is_some() && api.iter().all(|a| !a.starts_with("unix:")) {
         bail!("runtime.api_group: only for a unix socket API");
     }
     let idle_sleep_us = r.idle_sleep_us.unwrap_or(d.idle_sleep_us);
@@ -1066,7 +1090,10 @@ impl Config {
                 eal: Some(r.eal.clone()),
                 mbufs: Some(r.mbufs),
                 queue_desc: Some(r.queue_desc),
-                api: Some(r.api.clone()),
+                api: Some(match r.api.as_slice() {
+                    [one] => OneOrMany::One(one.clone()),
+                    many => OneOrMany::Many(many.to_vec()),
+                }),
                 api_token_file: r.api_token_file.clone(),
                 api_group: r.api_group.clone(),
                 memory_budget_mb: r.memory_budget_mb,
@@ -1297,6 +1324,18 @@ mod tests {
         let tcp = Config::parse(&format!("{GOOD}\n[runtime]\napi = \"127.0.0.1:9180\"\napi_token_file = \"/etc/vectorlb/api.token\"\n")).unwrap();
         assert_eq!(Config::parse(&tcp.to_toml()).unwrap(), tcp);
         assert!(err(&format!("{GOOD}\n[runtime]\napi_token_file = \"/x\"\n")).starts_with("runtime.api_token_file:"));
+        // Several listeners: a unix socket for ctl and an address for browsers.
+        let both = Config::parse(&format!("{GOOD}\n[runtime]\napi = [\"unix:/tmp/a.sock\", \"127.0.0.1:9180\"]\napi_token_file = \"/t\"\n")).unwrap();
+        assert_eq!(both.runtime.api, ["unix:/tmp/a.sock", "127.0.0.1:9180"]);
+        assert_eq!(Config::parse(&both.to_toml()).unwrap(), both);
+        assert_eq!(tcp.runtime.api, ["127.0.0.1:9180"]);
+        assert!(tcp.to_toml().contains("api = \"127.0.0.1:9180\""), "one endpoint is written as a string");
+        assert!(err(&format!("{GOOD}\n[runtime]\napi = [\"unix:/tmp/a.sock\", \"127.0.0.1:9180\"]\n")).starts_with("runtime.api: a TCP API needs runtime.api_token_file"));
+        assert!(err(&format!("{GOOD}\n[runtime]\napi = []\n")).starts_with("runtime.api: give at least one endpoint"));
+        assert!(err(&format!("{GOOD}\n[runtime]\napi = [\"unix:/a\", \"unix:/a\"]\n")).contains("listed twice"));
+        let e = err(&format!("{GOOD}\n[runtime]\napi = 7\n"));
+        assert!(e.contains("api = 7") && e.contains("or a list of them"), "{e}");
+        assert!(err(&format!("{GOOD}\n[runtime]\napi = [\"127.0.0.1:1\"]\napi_group = \"adm\"\napi_token_file = \"/t\"\n")).starts_with("runtime.api_group"));
         assert!(err(&format!("{GOOD}\n[runtime]\nqueue_desc = 1000\n")).contains("runtime.queue_desc"));
         assert!(err(&GOOD.replace("mac = \"02:00:00:00:00:01\"", "")).contains("ports[0].mac"));
     }

@@ -54,8 +54,7 @@ fn request(d: &Daemon, ip: IpAddr, port: u16) -> Option<Vec<u8>> {
 pub fn run(d: &Daemon, events: Receiver<Event>, stop: &AtomicBool) {
     let timeout = Duration::from_secs(d.config.with(|c| c.runtime.neighbor_timeout) as u64);
     let mut last_resolve = Instant::now() - Duration::from_secs(3600);
-    let mut last_rate = Instant::now();
-    let mut last_created: Vec<u64> = Vec::new();
+    let mut last_rate = Instant::now() - crate::rates::STEP;
     let mut asked: BTreeMap<IpAddr, Instant> = BTreeMap::new();
     loop {
         if SIG_STOP.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst) {
@@ -140,13 +139,9 @@ pub fn run(d: &Daemon, events: Receiver<Event>, stop: &AtomicBool) {
                 }
             }
         }
-        if last_rate.elapsed() >= Duration::from_secs(1) {
-            let secs = last_rate.elapsed().as_secs_f64();
+        if last_rate.elapsed() >= crate::rates::STEP {
             last_rate = Instant::now();
-            let created: Vec<u64> = d.workers.totals().counters.services.iter().map(|s| s.new_sessions).collect();
-            let rates = created.iter().enumerate().map(|(i, c)| c.saturating_sub(last_created.get(i).copied().unwrap_or(*c)) as f64 / secs).collect();
-            d.workers.set_rates(rates);
-            last_created = created;
+            d.rates.record(crate::rates::sample(d));
         }
     }
 }

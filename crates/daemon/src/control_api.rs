@@ -116,6 +116,10 @@ fn backend_health(s: &crate::health::State) -> BackendHealth {
     }
 }
 
+fn rates(r: crate::rates::Rate) -> Rates {
+    Rates { new_sessions_per_second: r.new_sessions, packets_per_second: r.packets, bytes_per_second: r.bytes }
+}
+
 impl LbControl for Daemon {
     fn health(&self) -> Health {
         let problems = self.problems();
@@ -130,6 +134,7 @@ impl LbControl for Daemon {
             .iter()
             .map(|s| {
                 let id = snap.lookup_service(key(s.vip), s.port, s.proto);
+                let sk = (s.proto, s.vip, s.port);
                 let sc = id.and_then(|i| t.counters.services.get(i as usize)).copied().unwrap_or_default();
                 let backends = s
                     .backends
@@ -147,6 +152,8 @@ impl LbControl for Daemon {
                             active_sessions: slot.and_then(|k| t.active.get(k)).copied().unwrap_or(0) as u64,
                             packets: bc.packets,
                             bytes: bc.bytes,
+                            new_sessions: bc.new_sessions,
+                            rates: rates(self.rates.backend(&(sk, b.addr, b.port))),
                             health: self.health.state(&target).as_ref().map(backend_health),
                         }
                     })
@@ -173,7 +180,8 @@ impl LbControl for Daemon {
                         packets: sc.packets,
                         bytes: sc.bytes,
                         new_sessions: sc.new_sessions,
-                        new_sessions_per_second: id.map(|i| self.workers.rate(i)).unwrap_or(0.0),
+                        new_sessions_per_second: self.rates.service(&sk).new_sessions,
+                        rates: rates(self.rates.service(&sk)),
                     },
                 }
             })
@@ -293,6 +301,16 @@ impl LbControl for Daemon {
             mbufs_available: self.pool.available() as u64,
             ha: self.ha(),
             sync: self.sync(),
+            rates: {
+                let g = self.rates.global();
+                GlobalRates {
+                    window_seconds: g.window,
+                    rx_packets_per_second: g.rx,
+                    tx_packets_per_second: g.tx,
+                    drops_per_second: g.drops,
+                    new_sessions_per_second: g.new_sessions,
+                }
+            },
         }
     }
 

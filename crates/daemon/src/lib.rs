@@ -21,6 +21,7 @@ pub mod instance;
 pub mod memif_ports;
 pub mod metrics;
 pub mod neighbours;
+pub mod rates;
 pub mod sessions;
 pub mod sync;
 pub mod worker;
@@ -104,6 +105,8 @@ pub struct Daemon {
     pub sync: Option<Arc<sync::Sync>>,
     pub ports: Vec<PortRt>,
     pub pool: Arc<Mempool>,
+    /// Per-second rates over the last ten seconds (sampled by the control thread).
+    pub rates: rates::Rates,
 }
 
 impl Daemon {
@@ -145,7 +148,7 @@ pub fn run(path: &Path) -> Result<(), DaemonError> {
     let devices_given: Vec<&str> = cfg.devices.iter().flatten().map(String::as_str).collect();
     let mut guarded: Vec<instance::Guarded> =
         devices_given.iter().enumerate().map(|(index, d)| instance::Guarded::Device { index, name: instance::device_key(d) }).collect();
-    guarded.push(instance::Guarded::Api(&rt.api));
+    guarded.extend(rt.api.iter().map(|a| instance::Guarded::Api(a)));
     let _locks = instance::lock(&guarded, Path::new(instance::LOCK_DIR))?;
     let token = rt.api_token_file.as_deref().map(read_token).transpose()?;
     for (i, d) in devices_given.iter().enumerate() {
@@ -211,9 +214,14 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         .enable_all()
         .build()
         .map_err(|source| DaemonError::Spawn { what: "the API runtime".into(), source })?;
-    let endpoint: vectorlb_api::Endpoint = rt.api.parse().map_err(vectorlb_api::server::ServerError::from)?;
     let access = vectorlb_api::Access { group: rt.api_group.clone() };
-    let listener = runtime.block_on(vectorlb_api::Listener::bind(&endpoint, &access))?;
+    let mut listeners = Vec::new();
+    for a in &rt.api {
+        let endpoint: vectorlb_api::Endpoint = a.parse().map_err(vectorlb_api::server::ServerError::from)?;
+        // The token guards TCP listeners; a unix socket is guarded by its mode.
+        let token = matches!(endpoint, vectorlb_api::Endpoint::Tcp(_)).then(|| token.clone()).flatten();
+        listeners.push((runtime.block_on(vectorlb_api::Listener::bind(&endpoint, &access))?, token));
+    }
     // memif sockets too, before the EAL: a socket another process serves stops the start here.
     let (mut memifs, memif_threads) = memif_ports::start(cfg)?;
     let mut eal_args = rt.eal.clone();
@@ -277,7 +285,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
     let config = Arc::new(ConfigStore::new(cfg.clone(), path, control.clone(), neighbours.clone(), health.clone(), xdp_ifaces));
     let ha = Arc::new(ha::Ha::new(ha::parse(&rt.ha_state).unwrap_or(ha::STANDALONE)));
     let stop = Arc::new(AtomicBool::new(false));
-    let daemon = Arc::new(Daemon { config: config.clone(), workers: workers.clone(), neighbours, health: health.clone(), ha: ha.clone(), sync: sync.clone(), ports, pool: pool.clone() });
+    let daemon = Arc::new(Daemon { config: config.clone(), workers: workers.clone(), neighbours, health: health.clone(), ha: ha.clone(), sync: sync.clone(), ports, pool: pool.clone(), rates: Default::default() });
     config.start();
 
     // Hand-off rings: worker w consumes ring w; every other worker produces into it.
@@ -342,12 +350,17 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         })?);
     }
     drop(outboxes);
-    let api_stop = Arc::new(tokio::sync::Notify::new());
-    let server = {
-        let stop = api_stop.clone();
-        let router = vectorlb_api::router(daemon.clone());
-        runtime.spawn(vectorlb_api::serve(listener, router, token, async move { stop.notified().await }))
-    };
+    let router = vectorlb_api::router(daemon.clone());
+    // One stop signal per listener: Notify::notify_one stores a permit for a task not yet
+    // waiting, so no server misses it.
+    let servers: Vec<_> = listeners
+        .into_iter()
+        .map(|(listener, token)| {
+            let stop = Arc::new(tokio::sync::Notify::new());
+            let s = stop.clone();
+            (stop, runtime.spawn(vectorlb_api::serve(listener, router.clone(), token, async move { s.notified().await })))
+        })
+        .collect();
     let mut sync_threads = Vec::new();
     if let Some(sy) = &sync {
         let ctx = sync::SyncCtx { workers: workers.clone(), ha: ha.clone(), stop: stop.clone() };
@@ -361,7 +374,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
     }
     drop(changes_tx);
     drop(ev_tx);
-    tracing::info!("running: {} port(s), {} worker(s), {} service(s), API on {}", daemon.ports.len(), rt.workers, cfg.spec.services.len(), rt.api);
+    tracing::info!("running: {} port(s), {} worker(s), {} service(s), API on {}", daemon.ports.len(), rt.workers, cfg.spec.services.len(), rt.api.join(", "));
     control::run(&daemon, ev_rx, &stop);
     tracing::info!("stopping: draining workers");
     stop.store(true, Ordering::SeqCst);
@@ -370,8 +383,10 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         let _ = h.join();
     }
     memif_threads.stop();
-    api_stop.notify_one();
-    let _ = runtime.block_on(server);
+    for (stop, server) in servers {
+        stop.notify_one();
+        let _ = runtime.block_on(server);
+    }
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     let t = workers.totals();
     tracing::info!(

@@ -10,7 +10,7 @@ use vectorlb_lb::verdict::Events;
 use vectorlb_lb::DropReason;
 
 /// The worker loops' counters that are drops (they join `vectorlb_drops_total`).
-const IO_DROPS: &[&str] = &["tx_full", "multi_segment", "handoff_full"];
+pub const IO_DROPS: &[&str] = &["tx_full", "multi_segment", "handoff_full"];
 
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
@@ -101,7 +101,9 @@ pub fn render(d: &Daemon) -> String {
     per_service(&mut o, "vectorlb_service_packets_total", "counter", "Packets per service (both directions).", &|x| x.2.packets.to_string());
     per_service(&mut o, "vectorlb_service_bytes_total", "counter", "Bytes per service.", &|x| x.2.bytes.to_string());
     per_service(&mut o, "vectorlb_service_new_sessions_total", "counter", "Sessions created per service.", &|x| x.2.new_sessions.to_string());
-    per_service(&mut o, "vectorlb_service_new_sessions_per_second", "gauge", "Sessions created per service over the last second.", &|x| d.workers.rate(x.1).to_string());
+    per_service(&mut o, "vectorlb_service_new_sessions_per_second", "gauge", "Sessions created per service per second, over the last 10 s.", &|x| {
+        d.rates.service(&(x.3.proto, x.3.vip, x.3.port)).new_sessions.to_string()
+    });
 
     type Be = (String, vectorlb_lb::verdict::BackendCounters, u32, u32);
     let mut be_lines: Vec<Be> = Vec::new();
@@ -121,6 +123,7 @@ pub fn render(d: &Daemon) -> String {
     };
     per_backend(&mut o, "vectorlb_backend_packets_total", "counter", "Packets per backend.", &|x| x.1.packets.to_string());
     per_backend(&mut o, "vectorlb_backend_bytes_total", "counter", "Bytes per backend.", &|x| x.1.bytes.to_string());
+    per_backend(&mut o, "vectorlb_backend_new_sessions_total", "counter", "Sessions scheduled to the backend.", &|x| x.1.new_sessions.to_string());
     per_backend(&mut o, "vectorlb_backend_active_sessions", "gauge", "Live sessions per backend.", &|x| x.2.to_string());
     per_backend(&mut o, "vectorlb_backend_weight", "gauge", "Configured weight (0: draining).", &|x| x.3.to_string());
 

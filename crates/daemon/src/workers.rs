@@ -82,8 +82,6 @@ pub struct Workers {
     slots: Vec<Slot>,
     /// When the daemon started: the workers' clock (milliseconds since) starts here.
     pub started: Instant,
-    /// New sessions per second per service id, over the last second (the control thread's).
-    rates: Mutex<Vec<f64>>,
 }
 
 impl Workers {
@@ -92,7 +90,6 @@ impl Workers {
         Workers {
             slots: senders.into_iter().map(|tx| Slot { published: Mutex::default(), tx }).collect(),
             started: Instant::now(),
-            rates: Mutex::default(),
         }
     }
 
@@ -184,14 +181,5 @@ impl Workers {
     /// Sends a frame on `port` (through worker 0).
     pub fn send(&self, port: u16, frame: Vec<u8>) {
         let _ = self.post(0, WorkerMsg::Send { port, frame });
-    }
-
-    pub fn set_rates(&self, rates: Vec<f64>) {
-        *lock(&self.rates) = rates;
-    }
-
-    /// New sessions per second of service `id`, over the last second.
-    pub fn rate(&self, id: u16) -> f64 {
-        lock(&self.rates).get(id as usize).copied().unwrap_or(0.0)
     }
 }

@@ -598,6 +598,9 @@ impl Worker {
         let backend = svc.backends[bi as usize];
         let r = self.insert::<A>(m, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now)?;
         self.svc_counters(svc.id).new_sessions += 1;
+        if let Some(c) = self.counters.backends.get_mut(backend_slot(backend) as usize) {
+            c.new_sessions += 1;
+        }
         Ok(r)
     }
 

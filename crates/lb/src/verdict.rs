@@ -144,6 +144,8 @@ pub struct ServiceCounters {
 pub struct BackendCounters {
     pub packets: u64,
     pub bytes: u64,
+    /// Sessions scheduled to the backend on this core.
+    pub new_sessions: u64,
 }
 
 counter_set! {
@@ -225,6 +227,7 @@ impl Counters {
         for (a, b) in self.backends.iter_mut().zip(&o.backends) {
             a.packets += b.packets;
             a.bytes += b.bytes;
+            a.new_sessions += b.new_sessions;
         }
     }
 }
@@ -242,7 +245,7 @@ mod tests {
         b.drop(DropReason::NoSession);
         b.drop(DropReason::TableFull);
         b.services = vec![ServiceCounters { packets: 2, bytes: 20, new_sessions: 0 }; 2];
-        b.backends = vec![BackendCounters { packets: 4, bytes: 40 }];
+        b.backends = vec![BackendCounters { packets: 4, bytes: 40, new_sessions: 2 }];
         let mut total = Counters::default();
         total.add(&a);
         total.add(&b);
@@ -251,7 +254,7 @@ mod tests {
         assert_eq!(total.total_drops(), 3);
         assert_eq!(total.services[0], ServiceCounters { packets: 3, bytes: 30, new_sessions: 1 });
         assert_eq!(total.services.len(), 2);
-        assert_eq!(total.backends[0].bytes, 40);
+        assert_eq!((total.backends[0].bytes, total.backends[0].new_sessions), (40, 2));
         assert_eq!(total.drop_counts().find(|(n, _)| *n == "no_session"), Some(("no_session", 2)));
     }
 

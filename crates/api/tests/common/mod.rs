@@ -78,6 +78,7 @@ impl LbControl for Fake {
             mbufs_available: 100,
             ha: self.ha(),
             sync: SyncStatus::default(),
+            rates: GlobalRates::default(),
         }
     }
     fn ports(&self) -> Vec<PortStatus> {

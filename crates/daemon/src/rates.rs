@@ -1,0 +1,253 @@
+//! Per-second rates over a sliding window, for the API, `/metrics`, `ctl` and the status page.
+//!
+//! The control thread takes a [`Sample`] of the counters once a second; a rate is the growth
+//! of a counter between the newest sample and the oldest one still inside [`WINDOW`], divided by
+//! the time between them. A burst of 3,000 connections in one second therefore reads 300/s for
+//! the next ten seconds and then 0, instead of vanishing after one second (a one-second rate)
+//! or lingering for minutes (an average since start).
+//!
+//! Services and backends are keyed by what they are (protocol, VIP, port, backend address and
+//! port), not by their slot in the published snapshot, so a reload that renumbers them does not
+//! mix their counts. A counter that went down (a service deleted and added again) counts as 0.
+
+use crate::lock;
+use crate::Daemon;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use vectorlb_lb::service::{backend_slot, key};
+
+/// The span rates are averaged over.
+pub const WINDOW: Duration = Duration::from_secs(10);
+/// How often the control thread samples.
+pub const STEP: Duration = Duration::from_secs(1);
+
+/// A service: protocol, VIP, port.
+pub type SvcKey = (u8, IpAddr, u16);
+/// A backend of a service: the service, the backend's address and port.
+pub type BeKey = (SvcKey, IpAddr, u16);
+
+/// Counters of a service or a backend at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Count {
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_sessions: u64,
+}
+
+/// Per-second rates of a service or a backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Rate {
+    pub packets: f64,
+    pub bytes: f64,
+    pub new_sessions: f64,
+}
+
+/// The whole data plane's counters at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Global {
+    pub rx: u64,
+    pub tx: u64,
+    pub drops: u64,
+    pub new_sessions: u64,
+}
+
+/// The whole data plane's rates.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GlobalRate {
+    pub rx: f64,
+    pub tx: f64,
+    pub drops: f64,
+    pub new_sessions: f64,
+    /// The span the rates cover, seconds (shorter than [`WINDOW`] just after start).
+    pub window: f64,
+}
+
+/// Every counter the rates are computed from, at one instant.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub at: Instant,
+    pub services: HashMap<SvcKey, Count>,
+    pub backends: HashMap<BeKey, Count>,
+    pub global: Global,
+}
+
+#[derive(Default)]
+struct Current {
+    services: HashMap<SvcKey, Rate>,
+    backends: HashMap<BeKey, Rate>,
+    global: GlobalRate,
+}
+
+/// The samples inside the window and the rates computed from them at the last sample.
+#[derive(Default)]
+pub struct Rates {
+    samples: Mutex<VecDeque<Sample>>,
+    current: Mutex<Current>,
+}
+
+fn per_second(new: u64, old: u64, secs: f64) -> f64 {
+    if secs <= 0.0 {
+        0.0
+    } else {
+        new.saturating_sub(old) as f64 / secs
+    }
+}
+
+fn rate(new: &Count, old: &Count, secs: f64) -> Rate {
+    Rate {
+        packets: per_second(new.packets, old.packets, secs),
+        bytes: per_second(new.bytes, old.bytes, secs),
+        new_sessions: per_second(new.new_sessions, old.new_sessions, secs),
+    }
+}
+
+/// The rate of every key of the newest sample, from the oldest sample that has the key (a
+/// service added five seconds ago is averaged over those five seconds).
+fn rates_of<K: std::hash::Hash + Eq + Copy>(samples: &VecDeque<Sample>, newest: &Sample, get: impl Fn(&Sample) -> &HashMap<K, Count>) -> HashMap<K, Rate> {
+    get(newest)
+        .iter()
+        .map(|(k, now)| {
+            let base = samples.iter().find_map(|s| get(s).get(k).map(|c| (s.at, *c)));
+            let r = match base {
+                Some((at, c)) => rate(now, &c, newest.at.duration_since(at).as_secs_f64()),
+                None => Rate::default(),
+            };
+            (*k, r)
+        })
+        .collect()
+}
+
+impl Rates {
+    /// Adds a sample (taken after every earlier one) and recomputes the rates.
+    pub fn record(&self, s: Sample) {
+        let mut q = lock(&self.samples);
+        q.push_back(s);
+        // Keep the newest sample at or before (newest - WINDOW) as the base, drop older ones.
+        let newest_at = q.back().map(|s| s.at).unwrap_or_else(Instant::now);
+        while q.len() > 2 && newest_at.duration_since(q[1].at) >= WINDOW {
+            q.pop_front();
+        }
+        let newest = q.back().expect("just pushed");
+        let oldest = q.front().expect("just pushed");
+        let secs = newest.at.duration_since(oldest.at).as_secs_f64();
+        let (g, o) = (&newest.global, &oldest.global);
+        let cur = Current {
+            services: rates_of(&q, newest, |s| &s.services),
+            backends: rates_of(&q, newest, |s| &s.backends),
+            global: GlobalRate {
+                rx: per_second(g.rx, o.rx, secs),
+                tx: per_second(g.tx, o.tx, secs),
+                drops: per_second(g.drops, o.drops, secs),
+                new_sessions: per_second(g.new_sessions, o.new_sessions, secs),
+                window: secs,
+            },
+        };
+        drop(q);
+        *lock(&self.current) = cur;
+    }
+
+    pub fn service(&self, k: &SvcKey) -> Rate {
+        lock(&self.current).services.get(k).copied().unwrap_or_default()
+    }
+
+    pub fn backend(&self, k: &BeKey) -> Rate {
+        lock(&self.current).backends.get(k).copied().unwrap_or_default()
+    }
+
+    pub fn global(&self) -> GlobalRate {
+        lock(&self.current).global
+    }
+}
+
+/// The daemon's counters now, keyed for [`Rates::record`].
+pub fn sample(d: &Daemon) -> Sample {
+    let snap = d.config.control.snapshot();
+    let t = d.workers.totals();
+    let c = &t.counters;
+    let mut services = HashMap::new();
+    let mut backends = HashMap::new();
+    for s in &snap.spec.services {
+        let Some(id) = snap.lookup_service(key(s.vip), s.port, s.proto) else { continue };
+        let sk = (s.proto, s.vip, s.port);
+        let sc = c.services.get(id as usize).copied().unwrap_or_default();
+        services.insert(sk, Count { packets: sc.packets, bytes: sc.bytes, new_sessions: sc.new_sessions });
+        for b in snap.backends().filter(|x| x.svc == id) {
+            let bc = c.backends.get(backend_slot(b.id) as usize).copied().unwrap_or_default();
+            backends.insert((sk, b.addr, b.port), Count { packets: bc.packets, bytes: bc.bytes, new_sessions: bc.new_sessions });
+        }
+    }
+    let io_drops: u64 = t.io.iter().filter(|(n, _, _)| crate::metrics::IO_DROPS.contains(n)).map(|(_, _, v)| v).sum();
+    Sample {
+        at: Instant::now(),
+        services,
+        backends,
+        global: Global { rx: c.events.rx, tx: c.events.tx, drops: c.total_drops() + io_drops, new_sessions: c.events.sessions_created },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SVC: SvcKey = (6, IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 100)), 80);
+
+    fn at(base: Instant, secs: u64, new_sessions: u64) -> Sample {
+        let mut services = HashMap::new();
+        services.insert(SVC, Count { packets: new_sessions * 10, bytes: new_sessions * 1000, new_sessions });
+        Sample { at: base + Duration::from_secs(secs), services, backends: HashMap::new(), global: Global { rx: new_sessions * 10, ..Default::default() } }
+    }
+
+    #[test]
+    fn a_burst_shows_for_the_window_then_decays_to_zero() {
+        let r = Rates::default();
+        let t0 = Instant::now();
+        r.record(at(t0, 0, 0));
+        // 3,000 connections within the first second, then nothing.
+        r.record(at(t0, 1, 3000));
+        assert_eq!(r.service(&SVC).new_sessions, 3000.0, "one second of history: the burst's own rate");
+        for s in 2..=10 {
+            r.record(at(t0, s, 3000));
+            let got = r.service(&SVC).new_sessions;
+            assert!((got - 3000.0 / s as f64).abs() < 1e-9, "after {s} s: {got}");
+        }
+        // Still inside the 10 s window: averaged over it.
+        assert_eq!(r.service(&SVC).new_sessions, 300.0);
+        assert_eq!(r.global().window, 10.0);
+        assert_eq!(r.global().rx, 3000.0);
+        // The sample before the burst leaves the window: the rate falls to zero.
+        r.record(at(t0, 11, 3000));
+        assert_eq!(r.service(&SVC).new_sessions, 0.0);
+        assert_eq!(r.service(&SVC).bytes, 0.0);
+        assert_eq!(r.global().window, 10.0);
+    }
+
+    #[test]
+    fn steady_traffic_reads_its_rate_and_new_keys_start_from_their_first_sample() {
+        let r = Rates::default();
+        let t0 = Instant::now();
+        let other: SvcKey = (17, SVC.1, 53);
+        for s in 0..30u64 {
+            let mut x = at(t0, s, s * 50);
+            if s >= 25 {
+                // A service added at 25 s with 7 sessions a second.
+                x.services.insert(other, Count { new_sessions: (s - 25) * 7, ..Default::default() });
+            }
+            r.record(x);
+        }
+        assert_eq!(r.service(&SVC).new_sessions, 50.0);
+        assert_eq!(r.service(&SVC).packets, 500.0);
+        assert_eq!(r.service(&other).new_sessions, 7.0);
+        assert_eq!(r.service(&(6, SVC.1, 443)).new_sessions, 0.0, "an unknown service has no rate");
+    }
+
+    #[test]
+    fn a_counter_that_went_down_reads_zero_not_a_huge_number() {
+        let r = Rates::default();
+        let t0 = Instant::now();
+        r.record(at(t0, 0, 500));
+        r.record(at(t0, 1, 20));
+        assert_eq!(r.service(&SVC).new_sessions, 0.0);
+    }
+}
