@@ -45,6 +45,8 @@ pub trait LbControl: Send + Sync + 'static {
     /// Sets the HA state; returns the previous one.
     fn set_ha(&self, state: HaState) -> HaState;
     fn sync(&self) -> SyncStatus;
+    /// The last two minutes of rates per service and backend.
+    fn history(&self) -> History;
     /// The Prometheus text exposition.
     fn metrics(&self) -> String;
 }
@@ -75,6 +77,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
         .route("/v1/save", post(save))
         .route("/v1/ha", get(ha).post(set_ha))
         .route("/v1/sync", get(sync))
+        .route("/v1/history", get(history))
         .merge(crate::page::routes())
         .with_state(lb)
 }
@@ -91,7 +94,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
     modifiers(&BearerAuth),
     paths(
         health, list_services, add_service, get_service, edit_service, delete_service, add_backend, edit_backend,
-        delete_backend, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, metrics, openapi
+        delete_backend, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, history, metrics, openapi
     )
 )]
 pub struct LbApiDoc;
@@ -425,6 +428,13 @@ async fn set_ha(State(lb): Lb, JsonBody(c): JsonBody<HaChange>) -> Result<Json<H
 #[utoipa::path(get, path = "/v1/sync", responses((status = 200, body = SyncStatus)))]
 async fn sync(State(lb): Lb) -> Result<Json<SyncStatus>, ApiError> {
     Ok(Json(call(lb, |lb| lb.sync()).await?))
+}
+
+/// The last two minutes of new sessions, packets and bytes per second for every service and
+/// backend, one point a second (each the 10 s sliding-window rate): the status page's charts.
+#[utoipa::path(get, path = "/v1/history", responses((status = 200, body = History)))]
+async fn history(State(lb): Lb) -> Result<Json<History>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.history()).await?))
 }
 
 /// Prometheus metrics (text exposition format 0.0.4).

@@ -314,6 +314,38 @@ pub struct Rates {
     pub bytes_per_second: f64,
 }
 
+/// Recent rates for the status page's charts: one point a second, oldest first, each the
+/// sliding-window rate (as in [`Rates`]) at that second.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct History {
+    pub step_seconds: f64,
+    pub services: Vec<ServiceHistory>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ServiceHistory {
+    pub proto: Proto,
+    pub vip: String,
+    pub port: u16,
+    pub series: RateSeries,
+    pub backends: Vec<BackendHistory>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct BackendHistory {
+    pub addr: String,
+    pub port: u16,
+    pub series: RateSeries,
+}
+
+/// Series of equal length, oldest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct RateSeries {
+    pub new_sessions_per_second: Vec<f32>,
+    pub packets_per_second: Vec<f32>,
+    pub bytes_per_second: Vec<f32>,
+}
+
 /// The whole data plane's rates over the same window.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
 pub struct GlobalRates {

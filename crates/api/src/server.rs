@@ -234,7 +234,7 @@ fn credentials(v: &str) -> Credentials {
 }
 
 /// Standard base64 (RFC 4648, padding optional); None for anything else.
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
+pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let s = s.trim_end_matches('=');
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
     let (mut acc, mut bits) = (0u32, 0u32);

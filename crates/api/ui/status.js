@@ -9,6 +9,7 @@ const WINDOW_S = 10; // client-side rates (drops, ports) use the API's window
 const history = new Map(); // chart key -> recent values
 const samples = new Map(); // counter key -> [[time s, value], ...] inside the window
 let lastOk = 0;
+let seeded = false;
 
 // Absolute URLs from the origin: a page opened with user:token@ before its host has credentials in
 // its own URL, and fetch() refuses URLs that carry them.
@@ -215,10 +216,22 @@ function renderHealth(h) {
   ul.hidden = !(h.problems && h.problems.length);
 }
 
+// The charts start with the daemon's last two minutes, then grow with every poll.
+async function seed() {
+  const h = await get('/v1/history');
+  for (const s of h.services) {
+    const sk = `${s.proto}/${host(s.vip, s.port)}`;
+    history.set(sk, s.series.new_sessions_per_second.slice(-HISTORY));
+    for (const b of s.backends) history.set(sk + ' ' + host(b.addr, b.port), b.series.new_sessions_per_second.slice(-HISTORY));
+  }
+  seeded = true;
+}
+
 async function poll() {
   const now = performance.now() / 1000;
   const error = document.querySelector('#error');
   try {
+    if (!seeded) await seed();
     const [health, stats, services, ports] = await Promise.all([get('/v1/health'), get('/v1/stats'), get('/v1/services'), get('/v1/ports')]);
     renderHealth(health);
     renderSummary(stats, now);

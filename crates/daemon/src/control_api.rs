@@ -116,11 +116,39 @@ fn backend_health(s: &crate::health::State) -> BackendHealth {
     }
 }
 
+fn series(s: crate::rates::Series) -> RateSeries {
+    RateSeries { new_sessions_per_second: s.new_sessions.into(), packets_per_second: s.packets.into(), bytes_per_second: s.bytes.into() }
+}
+
 fn rates(r: crate::rates::Rate) -> Rates {
     Rates { new_sessions_per_second: r.new_sessions, packets_per_second: r.packets, bytes_per_second: r.bytes }
 }
 
 impl LbControl for Daemon {
+    fn history(&self) -> History {
+        let services = self.config.with(|c| c.spec.services.clone());
+        History {
+            step_seconds: crate::rates::STEP.as_secs_f64(),
+            services: services
+                .iter()
+                .map(|s| {
+                    let sk = (s.proto, s.vip, s.port);
+                    ServiceHistory {
+                        proto: Proto::of(s.proto),
+                        vip: s.vip.to_string(),
+                        port: s.port,
+                        series: series(self.rates.service_history(&sk)),
+                        backends: s
+                            .backends
+                            .iter()
+                            .map(|b| BackendHistory { addr: b.addr.to_string(), port: b.port, series: series(self.rates.backend_history(&(sk, b.addr, b.port))) })
+                            .collect(),
+                    }
+                })
+                .collect(),
+        }
+    }
+
     fn health(&self) -> Health {
         let problems = self.problems();
         Health { status: if problems.is_empty() { "ok" } else { "degraded" }.into(), generation: self.config.control.generation(), problems }

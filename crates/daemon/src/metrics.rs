@@ -54,8 +54,12 @@ pub fn render(d: &Daemon) -> String {
     }
     head(&mut o, "vectorlb_ha_transitions_total", "counter", "HA state changes.");
     let _ = writeln!(o, "vectorlb_ha_transitions_total {}", d.ha.transitions.load(std::sync::atomic::Ordering::Relaxed));
-    if let Some(sy) = &d.sync {
-        let st = sy.stats.status();
+    // Session sync's series exist (all zero) when it is not configured, so dashboards and
+    // alerts need no special case; vectorlb_sync_configured tells the two apart.
+    {
+        let st = d.sync.as_ref().map(|sy| sy.stats.status()).unwrap_or_default();
+        head(&mut o, "vectorlb_sync_configured", "gauge", "1 when session sync ([ha]) is configured.");
+        let _ = writeln!(o, "vectorlb_sync_configured {}", d.sync.is_some() as u8);
         head(&mut o, "vectorlb_sync_records_total", "counter", "Session sync records by direction and outcome.");
         for (k, v) in [
             ("sent", st.records_sent),
@@ -82,6 +86,13 @@ pub fn render(d: &Daemon) -> String {
     }
     head(&mut o, "vectorlb_config_generation", "gauge", "Generation of the running configuration.");
     let _ = writeln!(o, "vectorlb_config_generation {}", d.config.control.generation());
+    head(&mut o, "vectorlb_reloads_total", "counter", "Configuration reloads (API, SIGHUP), by result.");
+    let _ = writeln!(o, "vectorlb_reloads_total{{result=\"ok\"}} {}", d.config.reloads.load(std::sync::atomic::Ordering::Relaxed));
+    let _ = writeln!(o, "vectorlb_reloads_total{{result=\"failed\"}} {}", d.config.reload_failures.load(std::sync::atomic::Ordering::Relaxed));
+    head(&mut o, "vectorlb_mbufs_available", "gauge", "Packet buffers free in the pool.");
+    let _ = writeln!(o, "vectorlb_mbufs_available {}", d.pool.available());
+    head(&mut o, "vectorlb_uptime_seconds", "gauge", "Seconds since the daemon started.");
+    let _ = writeln!(o, "vectorlb_uptime_seconds {}", d.workers.started.elapsed().as_secs_f64());
 
     // The published services: weights as the workers use them (0 for a backend a health
     // check took down with on_down = "keep").

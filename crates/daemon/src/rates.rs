@@ -22,6 +22,8 @@ use vectorlb_lb::service::{backend_slot, key};
 pub const WINDOW: Duration = Duration::from_secs(10);
 /// How often the control thread samples.
 pub const STEP: Duration = Duration::from_secs(1);
+/// Points of history kept per service and backend: two minutes.
+pub const HISTORY: usize = 120;
 
 /// A service: protocol, VIP, port.
 pub type SvcKey = (u8, IpAddr, u16);
@@ -80,11 +82,46 @@ struct Current {
     global: GlobalRate,
 }
 
+/// The last [`HISTORY`] rates of one service or backend, oldest first (f32: a chart's
+/// precision, half the memory).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    pub new_sessions: VecDeque<f32>,
+    pub packets: VecDeque<f32>,
+    pub bytes: VecDeque<f32>,
+}
+
+impl Series {
+    fn push(&mut self, r: &Rate) {
+        for (q, v) in [(&mut self.new_sessions, r.new_sessions), (&mut self.packets, r.packets), (&mut self.bytes, r.bytes)] {
+            if q.len() == HISTORY {
+                q.pop_front();
+            }
+            q.push_back(v as f32);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Histories {
+    services: HashMap<SvcKey, Series>,
+    backends: HashMap<BeKey, Series>,
+}
+
+/// Appends the current rates to each key's series; forgets keys that are gone.
+fn extend<K: std::hash::Hash + Eq + Copy>(h: &mut HashMap<K, Series>, now: &HashMap<K, Rate>) {
+    h.retain(|k, _| now.contains_key(k));
+    for (k, r) in now {
+        h.entry(*k).or_default().push(r);
+    }
+}
+
 /// The samples inside the window and the rates computed from them at the last sample.
 #[derive(Default)]
 pub struct Rates {
     samples: Mutex<VecDeque<Sample>>,
     current: Mutex<Current>,
+    history: Mutex<Histories>,
 }
 
 fn per_second(new: u64, old: u64, secs: f64) -> f64 {
@@ -145,7 +182,21 @@ impl Rates {
             },
         };
         drop(q);
+        {
+            let mut h = lock(&self.history);
+            extend(&mut h.services, &cur.services);
+            extend(&mut h.backends, &cur.backends);
+        }
         *lock(&self.current) = cur;
+    }
+
+    /// The recent rates of a service ([`HISTORY`] points at most, one per [`STEP`]).
+    pub fn service_history(&self, k: &SvcKey) -> Series {
+        lock(&self.history).services.get(k).cloned().unwrap_or_default()
+    }
+
+    pub fn backend_history(&self, k: &BeKey) -> Series {
+        lock(&self.history).backends.get(k).cloned().unwrap_or_default()
     }
 
     pub fn service(&self, k: &SvcKey) -> Rate {
@@ -240,6 +291,23 @@ mod tests {
         assert_eq!(r.service(&SVC).packets, 500.0);
         assert_eq!(r.service(&other).new_sessions, 7.0);
         assert_eq!(r.service(&(6, SVC.1, 443)).new_sessions, 0.0, "an unknown service has no rate");
+    }
+
+    #[test]
+    fn history_keeps_two_minutes_of_window_rates_and_forgets_removed_keys() {
+        let r = Rates::default();
+        let t0 = Instant::now();
+        for s in 0..200u64 {
+            r.record(at(t0, s, s * 4));
+        }
+        let h = r.service_history(&SVC);
+        assert_eq!(h.new_sessions.len(), HISTORY);
+        assert_eq!(h.packets.len(), HISTORY);
+        assert!(h.new_sessions.iter().all(|v| *v == 4.0), "{h:?}");
+        assert_eq!(*h.packets.back().unwrap(), 40.0);
+        // The service is deleted: its history goes with it.
+        r.record(Sample { at: t0 + Duration::from_secs(200), services: HashMap::new(), backends: HashMap::new(), global: Global::default() });
+        assert_eq!(r.service_history(&SVC), Series::default());
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! The test kit: topologies in network namespaces (built by `scripts/netns.sh`, the one
 //! topology builder the tests, the demo and the benchmarks share), real servers (nginx, the
 //! echo probes of `vectorlb-tools`), the daemon, and clients, all torn down on drop. The
-//! end-to-end, HA and benchmark-kit tests in `tests/` use it.
+//! end-to-end, HA and benchmark-kit tests in `tests/` use it; [`browser`] drives headless
+//! Chromium for the status page's test.
+
+pub mod browser;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -48,6 +48,9 @@ pub struct CtlArgs {
     /// With -L: counters per service and backend.
     #[arg(long)]
     pub stats: bool,
+    /// With -L: rates per service and backend (per second over the last 10 s).
+    #[arg(long, conflicts_with = "stats")]
+    pub rate: bool,
     /// TCP service VIP:PORT ([v6]:port for IPv6).
     #[arg(short = 't', long = "tcp-service", value_name = "VIP:PORT")]
     pub tcp: Option<String>,
@@ -255,7 +258,7 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
     } else if a.list && a.connection {
         list_sessions(api)?;
     } else if a.list {
-        list(api, a.stats)?;
+        list(api, if a.rate { Columns::Rate } else if a.stats { Columns::Stats } else { Columns::Plain })?;
     } else if a.reload {
         let v = ok(api, "POST", "/v1/reload", None)?;
         println!("reloaded (generation {})", v["generation"]);
@@ -303,7 +306,14 @@ fn mode_word(m: &str) -> &'static str {
     }
 }
 
-fn list(api: &Api, stats: bool) -> Result<(), CtlError> {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Columns {
+    Plain,
+    Stats,
+    Rate,
+}
+
+fn list(api: &Api, cols: Columns) -> Result<(), CtlError> {
     let v = ok(api, "GET", "/v1/services", None)?;
     // A degraded data plane still lists (and says so).
     let (_, hb) = call_with(&api.target, api.token.as_deref(), "GET", "/v1/health", None)?;
@@ -312,31 +322,41 @@ fn list(api: &Api, stats: bool) -> Result<(), CtlError> {
         eprintln!("vectorlb: degraded: {}", p.as_str().unwrap_or(""));
     }
     println!("vectorlb {} (configuration generation {})", env!("CARGO_PKG_VERSION"), h["generation"]);
-    if stats {
-        println!("Prot LocalAddress:Port               Conns/s    Packets      Bytes\n  -> RemoteAddress:Port             ActiveConn Packets      Bytes");
-    } else {
-        println!("Prot LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn");
+    match cols {
+        Columns::Stats => println!("Prot LocalAddress:Port               Conns/s    Packets      Bytes\n  -> RemoteAddress:Port             ActiveConn Packets      Bytes"),
+        Columns::Rate => println!("Prot LocalAddress:Port               CPS        PPS          BPS          (per second, last 10 s)\n  -> RemoteAddress:Port             CPS        PPS          BPS"),
+        Columns::Plain => println!("Prot LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn"),
     }
+    let rates = |r: &Value| {
+        let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+        format!("{:<10.1} {:<12.1} {:.1}", f("new_sessions_per_second"), f("packets_per_second"), f("bytes_per_second"))
+    };
     for s in v.as_array().into_iter().flatten() {
         let proto = s["proto"].as_str().unwrap_or("?").to_uppercase();
         let vip = sock(&s["vip"], &s["port"]);
-        if stats {
-            let st = &s["stats"];
-            println!("{proto:<4} {vip:<32} {:<10.1} {:<12} {}", st["new_sessions_per_second"].as_f64().unwrap_or(0.0), st["packets"], st["bytes"]);
-        } else {
-            let mut flags = s["mode"].as_str().unwrap_or("").to_string();
-            if s["toa"].as_bool() == Some(true) {
-                flags.push_str(",toa");
+        match cols {
+            Columns::Stats => {
+                let st = &s["stats"];
+                println!("{proto:<4} {vip:<32} {:<10.1} {:<12} {}", st["new_sessions_per_second"].as_f64().unwrap_or(0.0), st["packets"], st["bytes"]);
             }
-            println!("{proto:<4} {vip} {} {flags}", s["scheduler"].as_str().unwrap_or("?"));
+            Columns::Rate => println!("{proto:<4} {vip:<32} {}", rates(&s["stats"]["rates"])),
+            Columns::Plain => {
+                let mut flags = s["mode"].as_str().unwrap_or("").to_string();
+                if s["toa"].as_bool() == Some(true) {
+                    flags.push_str(",toa");
+                }
+                println!("{proto:<4} {vip} {} {flags}", s["scheduler"].as_str().unwrap_or("?"));
+            }
         }
         for b in s["backends"].as_array().into_iter().flatten() {
             let rs = sock(&b["addr"], &b["port"]);
-            if stats {
-                println!("  -> {rs:<30} {:<10} {:<12} {}", b["active_sessions"], b["packets"], b["bytes"]);
-            } else {
-                let fwd = mode_word(s["mode"].as_str().unwrap_or(""));
-                println!("  -> {rs:<28} {fwd:<7} {:<6} {}", b["weight"], b["active_sessions"]);
+            match cols {
+                Columns::Stats => println!("  -> {rs:<30} {:<10} {:<12} {}", b["active_sessions"], b["packets"], b["bytes"]),
+                Columns::Rate => println!("  -> {rs:<30} {}", rates(&b["rates"])),
+                Columns::Plain => {
+                    let fwd = mode_word(s["mode"].as_str().unwrap_or(""));
+                    println!("  -> {rs:<28} {fwd:<7} {:<6} {}", b["weight"], b["active_sessions"]);
+                }
             }
         }
     }

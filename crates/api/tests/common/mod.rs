@@ -81,6 +81,9 @@ impl LbControl for Fake {
             rates: GlobalRates::default(),
         }
     }
+    fn history(&self) -> History {
+        History { step_seconds: 1.0, services: vec![] }
+    }
     fn ports(&self) -> Vec<PortStatus> {
         vec![]
     }
