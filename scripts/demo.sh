@@ -2,7 +2,9 @@
 # `make demo`: a client, the load balancer and three nginx backends in network namespaces;
 # real HTTP requests through a full-NAT VIP; the spread across backends and the latency. Then
 # a pod on a memif port (the UDP echo example) behind a UDP service of the same VIP.
-# Everything it creates is removed on exit, Ctrl-C or failure. Last lines:
+# The status page (the API's GET /) is screenshotted in headless Chromium during the run.
+# Everything it creates is removed on exit, Ctrl-C or failure (DEMO_HOLD=<seconds> keeps it up
+# that long at the end, to look around). Last lines:
 #   MEMIF OK datagrams=<n> lost=<n>
 #   DEMO OK requests=<n> errors=<n> backends=<n served>
 set -euo pipefail
@@ -42,8 +44,12 @@ for i in 1 2 3; do
 done
 
 # The embedded default configuration: full NAT, Maglev, one VIP; a third port is a memif
-# server for a pod, behind UDP port 7 of the VIP.
-{ lb_base_config "$DIR" "mbufs = 8191"; cat <<CONF
+# server for a pod, behind UDP port 7 of the VIP. The API listens on its unix socket (for ctl)
+# and, behind a token, on 127.0.0.1:9180 in the LB's namespace (for the status page).
+TOKEN=$(openssl rand -hex 16)
+printf '%s' "$TOKEN" > "$DIR/api.token"
+chmod 600 "$DIR/api.token"
+{ lb_base_config "$DIR" "mbufs = 8191" | sed "s|^api = .*|api = [\"unix:$DIR/api.sock\", \"127.0.0.1:9180\"]\napi_token_file = \"$DIR/api.token\"|"; cat <<CONF
 [[ports]]
 name = "pod"
 mac = "02:00:00:00:02:01"
@@ -68,6 +74,7 @@ proto = "tcp"
 mode = "fnat"
 scheduler = "maglev"
 local_addrs = ["10.1.0.200"]
+health = { kind = "http", path = "/", interval = 1, timeout = 0.5 }
 backends = [
     { addr = "10.1.0.11", port = 8080 },
     { addr = "10.1.0.12", port = 8080 },
@@ -107,6 +114,29 @@ if [ "${DEMO_WRK:-0}" -gt 0 ]; then
     grep -q "Socket errors" "$DIR/wrk.txt" && { echo "wrk reported socket errors" >&2; exit 1; }
 fi
 
+say "vectorlb ctl -Ln --rate (per second over the last 10 s)"
+"$BIN" ctl -Ln --rate
+
+say "the status page: http://127.0.0.1:9180/ in namespace $P-lb (log in with any name and the token in the API's token file)"
+mkdir -p out
+page_ok=0
+ip netns exec "$P-lb" curl -fsS -u "demo:$TOKEN" http://127.0.0.1:9180/ | grep -q '/ui/status.js' && page_ok=1
+if command -v chromium >/dev/null; then
+    rm -f out/status-page.png
+    ip netns exec "$P-lb" chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run \
+        --disable-background-networking --user-data-dir="$DIR/chromium" --window-size=1300,760 \
+        --virtual-time-budget=5000 --screenshot="$PWD/out/status-page.png" "http://demo:$TOKEN@127.0.0.1:9180/" >/dev/null 2>&1 || true
+    if [ -s out/status-page.png ]; then
+        echo "screenshot of the page during this run: out/status-page.png ($(stat -c %s out/status-page.png) bytes)"
+    else
+        echo "chromium took no screenshot" >&2
+        page_ok=0
+    fi
+else
+    echo "(no chromium: no screenshot; scripts/setup.sh installs it)"
+fi
+[ "$page_ok" = 1 ] || { echo "STATUS PAGE FAILED" >&2; exit 1; }
+
 say "a pod on memif: the UDP echo example connects to $DIR/memif.sock (id 1) as 10.2.0.11"
 target/release/examples/udp_echo --socket "$DIR/memif.sock" --id 1 --secret demo-pod \
     --mac 02:00:00:00:02:11 --ip 10.2.0.11 --port 7 > "$DIR/pod.log" 2>&1 &
@@ -132,6 +162,7 @@ PY
 say "vectorlb ctl -Ln --stats"
 "$BIN" ctl -Ln --stats
 
+
 say "a few Prometheus metrics (GET /metrics)"
 "$BIN" ctl --raw GET /metrics | grep -E '^vectorlb_(sessions_created_total|backend_packets_total|drops_total\{reason="no_session"\}|port_packets_total)' | head -12
 
@@ -147,6 +178,10 @@ else
     echo "MEMIF FAILED sent=${sent:-?} received=${received:-?}; the pod's log:"
     tail -5 "$DIR/pod.log"
     exit 1
+fi
+if [ "${DEMO_HOLD:-0}" -gt 0 ]; then
+    say "holding ${DEMO_HOLD} s: try ip netns exec $P-lb curl -u demo:$TOKEN http://127.0.0.1:9180/v1/services, or VECTORLB_API=unix:$DIR/api.sock $BIN ctl -Ln --rate"
+    sleep "$DEMO_HOLD"
 fi
 if [ "$errors" = 0 ] && [ "$served" = 3 ]; then
     echo "DEMO OK requests=$requests errors=$errors backends=$served"

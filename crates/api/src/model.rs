@@ -347,7 +347,7 @@ pub struct RateSeries {
 }
 
 /// The whole data plane's rates over the same window.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct GlobalRates {
     /// The span the rates cover, seconds.
     pub window_seconds: f64,
@@ -356,6 +356,17 @@ pub struct GlobalRates {
     /// Drops of every reason.
     pub drops_per_second: f64,
     pub new_sessions_per_second: f64,
+    /// Drops per second by reason (every reason, zero or not).
+    pub drops_by_reason: BTreeMap<String, f64>,
+}
+
+/// A port's traffic per second over the same window.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+pub struct PortRates {
+    pub rx_packets_per_second: f64,
+    pub tx_packets_per_second: f64,
+    pub rx_bytes_per_second: f64,
+    pub tx_bytes_per_second: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
@@ -566,6 +577,9 @@ pub struct PortStatus {
     /// A memif port's interface: its peer and per-queue counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memif: Option<MemifStatus>,
+    /// Per second, over the last 10 s.
+    #[serde(default)]
+    pub rates: PortRates,
     #[serde(flatten)]
     pub counters: BTreeMap<String, u64>,
 }

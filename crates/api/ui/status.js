@@ -4,10 +4,9 @@
 
 const POLL_MS = 1000;
 const HISTORY = 120; // points per chart: two minutes at one poll a second
-const WINDOW_S = 10; // client-side rates (drops, ports) use the API's window
+const WINDOW_S = 10; // the API's window, until it says otherwise
 
 const history = new Map(); // chart key -> recent values
-const samples = new Map(); // counter key -> [[time s, value], ...] inside the window
 let lastOk = 0;
 let seeded = false;
 
@@ -58,16 +57,6 @@ function duration(s) {
   if (s < 3600) return Math.floor(s / 60) + 'm ' + (s % 60) + 's';
   if (s < 86400) return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
   return Math.floor(s / 86400) + 'd ' + Math.floor((s % 86400) / 3600) + 'h';
-}
-
-// Per-second rate of a counter over the last WINDOW_S seconds of polls.
-function windowRate(key, value, now) {
-  const q = samples.get(key) || [];
-  q.push([now, value]);
-  while (q.length > 2 && now - q[1][0] >= WINDOW_S) q.shift();
-  samples.set(key, q);
-  const [t0, v0] = q[0];
-  return now > t0 && value >= v0 ? (value - v0) / (now - t0) : 0;
 }
 
 function remember(key, v) {
@@ -149,7 +138,7 @@ function renderServices(services) {
   body.replaceChildren(...rows);
 }
 
-function renderSummary(st, now) {
+function renderSummary(st) {
   const r = st.rates;
   const cards = [
     ['Received', num(r.rx_packets_per_second) + ' pkt/s', 'rx'],
@@ -165,7 +154,7 @@ function renderSummary(st, now) {
   document.querySelector('#summary').replaceChildren(...cards.map(([k, v, id]) =>
     el('div', { class: 'card', 'data-card': id }, el('div', { class: 'v' }, v), el('div', { class: 'k' }, k))));
   document.querySelector('#window').textContent = Math.max(1, Math.round(r.window_seconds || WINDOW_S));
-  const drops = Object.entries(st.drops).map(([reason, n]) => [reason, n, windowRate('drop ' + reason, n, now)])
+  const drops = Object.entries(st.drops).map(([reason, n]) => [reason, n, r.drops_by_reason[reason] || 0])
     .filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1]);
   const rows = drops.map(([reason, n, rate]) => el('tr', { 'data-reason': reason }, cell(reason), cell(num(n), 'n', n), cell(num(rate), 'n', rate)));
   if (!rows.length) rows.push(el('tr', {}, el('td', { colSpan: 3, class: 'muted' }, 'no drops')));
@@ -189,10 +178,10 @@ function renderSummary(st, now) {
   document.querySelector('#hasync tbody').replaceChildren(...kv.map(([k, v]) => el('tr', {}, el('th', {}, k), cell(v))));
 }
 
-function renderPorts(ports, now) {
+function renderPorts(ports) {
   const rows = ports.map(p => {
-    const rx = windowRate('port rx ' + p.name, p.ipackets || 0, now);
-    const tx = windowRate('port tx ' + p.name, p.opackets || 0, now);
+    const rx = p.rates.rx_packets_per_second;
+    const tx = p.rates.tx_packets_per_second;
     let link = p.link_up ? 'up' : 'down';
     if (p.memif) link = `memif ${p.memif.role} ${p.memif.connected ? 'connected' : 'waiting'}`;
     else if (p.link_up && p.speed_mbps) link += ` ${p.speed_mbps >= 1000 ? p.speed_mbps / 1000 + 'G' : p.speed_mbps + 'M'}`;
@@ -201,7 +190,7 @@ function renderPorts(ports, now) {
       el('td', { title: p.device }, p.name + (p.xdp_interface ? ` (${p.xdp_interface})` : '')),
       el('td', {}, el('span', { class: `state ${p.link_up ? 'up' : 'down'}` }, link)),
       cell(num(rx), 'n', rx), cell(num(tx), 'n', tx),
-      cell(bytes(p.ibytes || 0), 'n'), cell(bytes(p.obytes || 0), 'n'),
+      cell(bytes(p.rates.rx_bytes_per_second) + '/s', 'n'), cell(bytes(p.rates.tx_bytes_per_second) + '/s', 'n'),
       cell(num(p.imissed || 0), 'n'), cell(num(errs), 'n'));
   });
   document.querySelector('#ports tbody').replaceChildren(...rows);
@@ -228,15 +217,14 @@ async function seed() {
 }
 
 async function poll() {
-  const now = performance.now() / 1000;
   const error = document.querySelector('#error');
   try {
     if (!seeded) await seed();
     const [health, stats, services, ports] = await Promise.all([get('/v1/health'), get('/v1/stats'), get('/v1/services'), get('/v1/ports')]);
     renderHealth(health);
-    renderSummary(stats, now);
+    renderSummary(stats);
     renderServices(services);
-    renderPorts(ports, now);
+    renderPorts(ports);
     lastOk = Date.now();
     error.hidden = true;
     document.body.setAttribute('data-updated', String(lastOk));

@@ -337,6 +337,7 @@ impl LbControl for Daemon {
                     tx_packets_per_second: g.tx,
                     drops_per_second: g.drops,
                     new_sessions_per_second: g.new_sessions,
+                    drops_by_reason: self.rates.drops().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
                 }
             },
         }
@@ -361,6 +362,10 @@ impl LbControl for Daemon {
                     memif: match &p.kind {
                         crate::PortKind::Memif(m) => Some(m.status()),
                         crate::PortKind::Eth(_) => None,
+                    },
+                    rates: {
+                        let r = self.rates.port(&p.name);
+                        PortRates { rx_packets_per_second: r[0], tx_packets_per_second: r[1], rx_bytes_per_second: r[2], tx_bytes_per_second: r[3] }
                     },
                     counters: s.named().iter().map(|(n, v)| (n.to_string(), *v)).collect(),
                 }

@@ -66,12 +66,22 @@ pub struct GlobalRate {
     pub window: f64,
 }
 
+/// A port's packets and bytes received and sent (`rte_eth_stats` order: ipackets, opackets,
+/// ibytes, obytes).
+pub type PortCount = [u64; 4];
+/// The same per second.
+pub type PortRate = [f64; 4];
+
 /// Every counter the rates are computed from, at one instant.
 #[derive(Debug, Clone)]
 pub struct Sample {
     pub at: Instant,
     pub services: HashMap<SvcKey, Count>,
     pub backends: HashMap<BeKey, Count>,
+    /// By port name.
+    pub ports: HashMap<String, PortCount>,
+    /// By drop reason.
+    pub drops: HashMap<&'static str, u64>,
     pub global: Global,
 }
 
@@ -79,6 +89,8 @@ pub struct Sample {
 struct Current {
     services: HashMap<SvcKey, Rate>,
     backends: HashMap<BeKey, Rate>,
+    ports: HashMap<String, PortRate>,
+    drops: HashMap<&'static str, f64>,
     global: GlobalRate,
 }
 
@@ -142,18 +154,23 @@ fn rate(new: &Count, old: &Count, secs: f64) -> Rate {
 
 /// The rate of every key of the newest sample, from the oldest sample that has the key (a
 /// service added five seconds ago is averaged over those five seconds).
-fn rates_of<K: std::hash::Hash + Eq + Copy>(samples: &VecDeque<Sample>, newest: &Sample, get: impl Fn(&Sample) -> &HashMap<K, Count>) -> HashMap<K, Rate> {
+fn rates_of<K: std::hash::Hash + Eq + Clone, C: Copy, R>(
+    samples: &VecDeque<Sample>,
+    newest: &Sample,
+    get: impl Fn(&Sample) -> &HashMap<K, C>,
+    rate: impl Fn(&C, &C, f64) -> R,
+) -> HashMap<K, R> {
     get(newest)
         .iter()
         .map(|(k, now)| {
-            let base = samples.iter().find_map(|s| get(s).get(k).map(|c| (s.at, *c)));
-            let r = match base {
-                Some((at, c)) => rate(now, &c, newest.at.duration_since(at).as_secs_f64()),
-                None => Rate::default(),
-            };
-            (*k, r)
+            let (at, base) = samples.iter().find_map(|s| get(s).get(k).map(|c| (s.at, *c))).unwrap_or((newest.at, *now));
+            (k.clone(), rate(now, &base, newest.at.duration_since(at).as_secs_f64()))
         })
         .collect()
+}
+
+fn port_rate(new: &PortCount, old: &PortCount, secs: f64) -> PortRate {
+    std::array::from_fn(|i| per_second(new[i], old[i], secs))
 }
 
 impl Rates {
@@ -171,8 +188,10 @@ impl Rates {
         let secs = newest.at.duration_since(oldest.at).as_secs_f64();
         let (g, o) = (&newest.global, &oldest.global);
         let cur = Current {
-            services: rates_of(&q, newest, |s| &s.services),
-            backends: rates_of(&q, newest, |s| &s.backends),
+            services: rates_of(&q, newest, |s| &s.services, rate),
+            backends: rates_of(&q, newest, |s| &s.backends, rate),
+            ports: rates_of(&q, newest, |s| &s.ports, port_rate),
+            drops: rates_of(&q, newest, |s| &s.drops, |n, o, secs| per_second(*n, *o, secs)),
             global: GlobalRate {
                 rx: per_second(g.rx, o.rx, secs),
                 tx: per_second(g.tx, o.tx, secs),
@@ -210,6 +229,15 @@ impl Rates {
     pub fn global(&self) -> GlobalRate {
         lock(&self.current).global
     }
+
+    pub fn port(&self, name: &str) -> PortRate {
+        lock(&self.current).ports.get(name).copied().unwrap_or_default()
+    }
+
+    /// Every drop reason's rate (reasons never sampled are absent).
+    pub fn drops(&self) -> HashMap<&'static str, f64> {
+        lock(&self.current).drops.clone()
+    }
 }
 
 /// The daemon's counters now, keyed for [`Rates::record`].
@@ -230,10 +258,21 @@ pub fn sample(d: &Daemon) -> Sample {
         }
     }
     let io_drops: u64 = t.io.iter().filter(|(n, _, _)| crate::metrics::IO_DROPS.contains(n)).map(|(_, _, v)| v).sum();
+    let ports = d
+        .ports
+        .iter()
+        .map(|p| {
+            let s = p.stats();
+            (p.name.clone(), [s.ipackets, s.opackets, s.ibytes, s.obytes])
+        })
+        .collect();
+    let drops = c.drop_counts().chain(t.io.iter().filter(|(n, _, _)| crate::metrics::IO_DROPS.contains(n)).map(|(n, _, v)| (n, v))).collect();
     Sample {
         at: Instant::now(),
         services,
         backends,
+        ports,
+        drops,
         global: Global { rx: c.events.rx, tx: c.events.tx, drops: c.total_drops() + io_drops, new_sessions: c.events.sessions_created },
     }
 }
@@ -247,7 +286,11 @@ mod tests {
     fn at(base: Instant, secs: u64, new_sessions: u64) -> Sample {
         let mut services = HashMap::new();
         services.insert(SVC, Count { packets: new_sessions * 10, bytes: new_sessions * 1000, new_sessions });
-        Sample { at: base + Duration::from_secs(secs), services, backends: HashMap::new(), global: Global { rx: new_sessions * 10, ..Default::default() } }
+        let mut ports = HashMap::new();
+        ports.insert("ext".to_string(), [new_sessions * 10, new_sessions * 9, new_sessions * 1000, new_sessions * 900]);
+        let mut drops = HashMap::new();
+        drops.insert("no_session", new_sessions / 10);
+        Sample { at: base + Duration::from_secs(secs), services, backends: HashMap::new(), ports, drops, global: Global { rx: new_sessions * 10, ..Default::default() } }
     }
 
     #[test]
@@ -289,6 +332,9 @@ mod tests {
         }
         assert_eq!(r.service(&SVC).new_sessions, 50.0);
         assert_eq!(r.service(&SVC).packets, 500.0);
+        assert_eq!(r.port("ext"), [500.0, 450.0, 50_000.0, 45_000.0]);
+        assert_eq!(r.drops()["no_session"], 5.0);
+        assert_eq!(r.port("int"), [0.0; 4], "an unknown port has no rate");
         assert_eq!(r.service(&other).new_sessions, 7.0);
         assert_eq!(r.service(&(6, SVC.1, 443)).new_sessions, 0.0, "an unknown service has no rate");
     }
@@ -306,7 +352,7 @@ mod tests {
         assert!(h.new_sessions.iter().all(|v| *v == 4.0), "{h:?}");
         assert_eq!(*h.packets.back().unwrap(), 40.0);
         // The service is deleted: its history goes with it.
-        r.record(Sample { at: t0 + Duration::from_secs(200), services: HashMap::new(), backends: HashMap::new(), global: Global::default() });
+        r.record(Sample { at: t0 + Duration::from_secs(200), services: HashMap::new(), backends: HashMap::new(), ports: HashMap::new(), drops: HashMap::new(), global: Global::default() });
         assert_eq!(r.service_history(&SVC), Series::default());
     }
 
