@@ -246,16 +246,20 @@ pub fn sample(d: &Daemon) -> Sample {
     let t = d.workers.totals();
     let c = &t.counters;
     let mut services = HashMap::new();
-    let mut backends = HashMap::new();
+    let mut ids = HashMap::new();
     for s in &snap.spec.services {
         let Some(id) = snap.lookup_service(key(s.vip), s.port, s.proto) else { continue };
         let sk = (s.proto, s.vip, s.port);
         let sc = c.services.get(id as usize).copied().unwrap_or_default();
         services.insert(sk, Count { packets: sc.packets, bytes: sc.bytes, new_sessions: sc.new_sessions });
-        for b in snap.backends().filter(|x| x.svc == id) {
-            let bc = c.backends.get(backend_slot(b.id) as usize).copied().unwrap_or_default();
-            backends.insert((sk, b.addr, b.port), Count { packets: bc.packets, bytes: bc.bytes, new_sessions: bc.new_sessions });
-        }
+        ids.insert(id, sk);
+    }
+    // One pass over the backends (not one per service: large configurations stay cheap).
+    let mut backends = HashMap::new();
+    for b in snap.backends() {
+        let Some(sk) = ids.get(&b.svc) else { continue };
+        let bc = c.backends.get(backend_slot(b.id) as usize).copied().unwrap_or_default();
+        backends.insert((*sk, b.addr, b.port), Count { packets: bc.packets, bytes: bc.bytes, new_sessions: bc.new_sessions });
     }
     let io_drops: u64 = t.io.iter().filter(|(n, _, _)| crate::metrics::IO_DROPS.contains(n)).map(|(_, _, v)| v).sum();
     let ports = d
