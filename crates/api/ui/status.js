@@ -104,7 +104,8 @@ function renderServices(services) {
   for (const s of services) {
     const sk = `${s.proto}/${host(s.vip, s.port)}`;
     const r = s.stats.rates;
-    const up = s.backends.filter(b => !b.health || b.health.state === 'up').length;
+    // Serving: up by its check, or without a check, resolved and not drained.
+    const up = s.backends.filter(b => ['up', 'none'].includes(backendState(b))).length;
     const sched = s.scheduler + (s.table_size ? ` (${s.table_size})` : '');
     rows.push(el('tr', { class: 'service', 'data-service': sk },
       cell(`${s.proto.toUpperCase()} ${host(s.vip, s.port)}`),
@@ -154,7 +155,8 @@ function renderSummary(st) {
   document.querySelector('#summary').replaceChildren(...cards.map(([k, v, id]) =>
     el('div', { class: 'card', 'data-card': id }, el('div', { class: 'v' }, v), el('div', { class: 'k' }, k))));
   document.querySelector('#window').textContent = Math.max(1, Math.round(r.window_seconds || WINDOW_S));
-  const drops = Object.entries(st.drops).map(([reason, n]) => [reason, n, r.drops_by_reason[reason] || 0])
+  // The pipeline's reasons and the worker loops' (tx_full, handoff_full, ...), as /metrics has them.
+  const drops = Object.keys(r.drops_by_reason).map(reason => [reason, st.drops[reason] ?? st.io[reason] ?? 0, r.drops_by_reason[reason]])
     .filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1]);
   const rows = drops.map(([reason, n, rate]) => el('tr', { 'data-reason': reason }, cell(reason), cell(num(n), 'n', n), cell(num(rate), 'n', rate)));
   if (!rows.length) rows.push(el('tr', {}, el('td', { colSpan: 3, class: 'muted' }, 'no drops')));
@@ -188,7 +190,7 @@ function renderPorts(ports) {
     const errs = (p.ierrors || 0) + (p.oerrors || 0) + (p.rx_nombuf || 0);
     return el('tr', { 'data-port': p.name },
       el('td', { title: p.device }, p.name + (p.xdp_interface ? ` (${p.xdp_interface})` : '')),
-      el('td', {}, el('span', { class: `state ${p.link_up ? 'up' : 'down'}` }, link)),
+      el('td', {}, el('span', { class: `state ${p.memif && !p.memif.connected ? 'none' : p.link_up ? 'up' : 'down'}` }, link)),
       cell(num(rx), 'n', rx), cell(num(tx), 'n', tx),
       cell(bytes(p.rates.rx_bytes_per_second) + '/s', 'n'), cell(bytes(p.rates.tx_bytes_per_second) + '/s', 'n'),
       cell(num(p.imissed || 0), 'n'), cell(num(errs), 'n'));
