@@ -13,7 +13,7 @@ set -euo pipefail
 # with: nftables, HAProxy, nginx's stream module, dpdk-testpmd (dpdk-dev).
 PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
-      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core)
+      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client)
 [ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib linux-perf)
 need_apt=()
 for pkg in "${PKGS[@]}"; do

@@ -59,6 +59,12 @@ enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
+    /// The L7 proxy (being built): HTTP/1.1 and HTTP/2 listeners, routes, upstream clusters
+    /// balanced per request. SIGTERM drains. See docs/proxy.md.
+    Proxy {
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Control a running daemon (ipvsadm-like; see `vectorlb ctl --help`).
     Ctl(vectorlb::ctl::CtlArgs),
     /// Print the control API's OpenAPI document (what the daemon serves at /openapi.json).
@@ -148,6 +154,8 @@ enum CliError {
     #[error(transparent)]
     Ctl(#[from] vectorlb::ctl::CtlError),
     #[error(transparent)]
+    Proxy(#[from] vectorlb_proxy::serve::ServeError),
+    #[error(transparent)]
     Replay(#[from] replay::ReplayError),
     #[error(transparent)]
     Bench(#[from] vectorlb_bench::BenchError),
@@ -201,6 +209,7 @@ fn print<T: serde::Serialize + std::fmt::Debug>(r: &T, json: bool) -> Result<(),
 fn run(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
         Cmd::Run { config } => Ok(vectorlb_daemon::run(&config)?),
+        Cmd::Proxy { config } => Ok(vectorlb_proxy::serve::run(&config)?),
         Cmd::Ctl(a) => Ok(vectorlb::ctl::run(&a)?),
         Cmd::Openapi => {
             print!("{}", vectorlb_api::openapi_json());

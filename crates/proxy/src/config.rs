@@ -1,0 +1,376 @@
+//! The proxy's configuration file (TOML): listeners, routes, clusters. Parsed whole and checked
+//! whole; the first problem is reported with the field's path (`clusters[1].endpoints[0]: ...`)
+//! and nothing of a bad file is used.
+
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+use vectorlb_sched::Algorithm;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Syntax(String),
+    #[error("{field}: {msg}")]
+    Field { field: String, msg: String },
+    #[error("{path}: {msg}")]
+    Read { path: String, msg: String },
+}
+
+fn bad(field: impl Into<String>, msg: impl Into<String>) -> ConfigError {
+    ConfigError::Field { field: field.into(), msg: msg.into() }
+}
+
+/// How the proxy speaks to clients on a listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocols {
+    /// HTTP/1.1, and HTTP/2 with prior knowledge (h2c) on the same port.
+    Auto,
+    Http1,
+    Http2,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listener {
+    pub name: String,
+    pub address: SocketAddr,
+    pub protocols: Protocols,
+}
+
+/// What a route matches; every given condition must hold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Match {
+    /// Exact host (lower case, without port), or `*.suffix` for any subdomain.
+    pub host: Option<String>,
+    pub path_prefix: String,
+    /// A header that must be present with this exact value.
+    pub header: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    /// Listener names the route applies to (empty: all).
+    pub listeners: Vec<String>,
+    pub matches: Match,
+    /// Index into [`Config::clusters`].
+    pub cluster: usize,
+}
+
+/// How the proxy speaks to a cluster's endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upstream {
+    Http1,
+    /// HTTP/2 with prior knowledge (gRPC backends).
+    Http2,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cluster {
+    pub name: String,
+    pub endpoints: Vec<Endpoint>,
+    pub scheduler: Algorithm,
+    /// The header whose value Maglev / source hashing hashes (the client address without it).
+    pub hash_header: Option<String>,
+    pub protocol: Upstream,
+    pub connect_timeout: Duration,
+    /// Time for the upstream's response head.
+    pub response_timeout: Duration,
+    /// Idle keep-alive connections kept per endpoint.
+    pub max_idle: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    pub address: SocketAddr,
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub listeners: Vec<Listener>,
+    pub routes: Vec<Route>,
+    pub clusters: Vec<Cluster>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default)]
+    listeners: Vec<RawListener>,
+    #[serde(default)]
+    routes: Vec<RawRoute>,
+    #[serde(default)]
+    clusters: Vec<RawCluster>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListener {
+    name: String,
+    address: String,
+    protocols: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    #[serde(default)]
+    listeners: Vec<String>,
+    host: Option<String>,
+    path_prefix: Option<String>,
+    header: Option<RawHeader>,
+    cluster: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHeader {
+    name: String,
+    value: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    name: String,
+    endpoints: Vec<RawEndpoint>,
+    scheduler: Option<String>,
+    hash_header: Option<String>,
+    protocol: Option<String>,
+    connect_timeout: Option<f64>,
+    response_timeout: Option<f64>,
+    max_idle: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, untagged, expecting = "an endpoint: \"ADDRESS:PORT\" or { address = \"ADDRESS:PORT\", weight = N }")]
+enum RawEndpoint {
+    Plain(String),
+    Weighted { address: String, weight: Option<u32> },
+}
+
+/// A timeout in seconds: positive, finite, at most an hour.
+fn seconds(field: &str, v: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
+    let s = v.unwrap_or(default);
+    if !(s.is_finite() && s > 0.0 && s <= 3600.0) {
+        return Err(bad(field, format!("{s} is not a number of seconds in (0, 3600]")));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// A header name as HTTP allows it (RFC 9110 token), lower-cased.
+fn header_name(field: &str, n: &str) -> Result<String, ConfigError> {
+    let ok = !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if !ok {
+        return Err(bad(field, format!("'{n}' is not a header name")));
+    }
+    Ok(n.to_ascii_lowercase())
+}
+
+impl Config {
+    pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read { path: path.display().to_string(), msg: e.to_string() })?;
+        Config::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string().trim_end().to_string()))?;
+        if raw.listeners.is_empty() {
+            return Err(bad("listeners", "at least one [[listeners]] is needed"));
+        }
+        let mut listeners = Vec::new();
+        for (i, l) in raw.listeners.iter().enumerate() {
+            let f = format!("listeners[{i}]");
+            if l.name.is_empty() || listeners.iter().any(|x: &Listener| x.name == l.name) {
+                return Err(bad(format!("{f}.name"), format!("'{}' is empty or used twice", l.name)));
+            }
+            let address = l.address.parse().map_err(|_| bad(format!("{f}.address"), format!("'{}' is not ADDRESS:PORT", l.address)))?;
+            if listeners.iter().any(|x: &Listener| x.address == address) {
+                return Err(bad(format!("{f}.address"), format!("{address} is used by another listener")));
+            }
+            let protocols = match l.protocols.as_deref().unwrap_or("auto") {
+                "auto" => Protocols::Auto,
+                "http1" => Protocols::Http1,
+                "http2" => Protocols::Http2,
+                p => return Err(bad(format!("{f}.protocols"), format!("'{p}' is not auto, http1 or http2"))),
+            };
+            listeners.push(Listener { name: l.name.clone(), address, protocols });
+        }
+        let mut clusters = Vec::new();
+        let mut by_name = HashMap::new();
+        for (i, c) in raw.clusters.iter().enumerate() {
+            let f = format!("clusters[{i}]");
+            if c.name.is_empty() || by_name.insert(c.name.clone(), i).is_some() {
+                return Err(bad(format!("{f}.name"), format!("'{}' is empty or used twice", c.name)));
+            }
+            if c.endpoints.is_empty() {
+                return Err(bad(format!("{f}.endpoints"), "at least one endpoint is needed"));
+            }
+            let mut endpoints: Vec<Endpoint> = Vec::new();
+            for (j, e) in c.endpoints.iter().enumerate() {
+                let (a, w) = match e {
+                    RawEndpoint::Plain(a) => (a, 1),
+                    RawEndpoint::Weighted { address, weight } => (address, weight.unwrap_or(1)),
+                };
+                let fe = format!("{f}.endpoints[{j}]");
+                let address: SocketAddr = a.parse().map_err(|_| bad(&fe, format!("'{a}' is not ADDRESS:PORT")))?;
+                if address.port() == 0 || address.ip().is_unspecified() {
+                    return Err(bad(&fe, format!("{address} cannot be connected to")));
+                }
+                if endpoints.iter().any(|x| x.address == address) {
+                    return Err(bad(&fe, format!("{address} is listed twice")));
+                }
+                if w > 1_000_000 {
+                    return Err(bad(format!("{fe}.weight"), format!("{w} is above 1000000")));
+                }
+                endpoints.push(Endpoint { address, weight: w });
+            }
+            if endpoints.iter().all(|e| e.weight == 0) {
+                return Err(bad(format!("{f}.endpoints"), "every endpoint has weight 0"));
+            }
+            let scheduler = match c.scheduler.as_deref().unwrap_or("rr") {
+                s @ ("rr" | "wrr" | "maglev") => Algorithm::parse(s).expect("a known name"),
+                s => return Err(bad(format!("{f}.scheduler"), format!("'{s}' is not rr, wrr or maglev"))),
+            };
+            let hash_header = c.hash_header.as_deref().map(|h| header_name(&format!("{f}.hash_header"), h)).transpose()?;
+            if hash_header.is_some() && !matches!(scheduler, Algorithm::Maglev { .. }) {
+                return Err(bad(format!("{f}.hash_header"), "only for scheduler = \"maglev\""));
+            }
+            let protocol = match c.protocol.as_deref().unwrap_or("http1") {
+                "http1" => Upstream::Http1,
+                "http2" => Upstream::Http2,
+                p => return Err(bad(format!("{f}.protocol"), format!("'{p}' is not http1 or http2"))),
+            };
+            let max_idle = c.max_idle.unwrap_or(32);
+            if max_idle > 10_000 {
+                return Err(bad(format!("{f}.max_idle"), format!("{max_idle} is above 10000")));
+            }
+            clusters.push(Cluster {
+                name: c.name.clone(),
+                endpoints,
+                scheduler,
+                hash_header,
+                protocol,
+                connect_timeout: seconds(&format!("{f}.connect_timeout"), c.connect_timeout, 2.0)?,
+                response_timeout: seconds(&format!("{f}.response_timeout"), c.response_timeout, 30.0)?,
+                max_idle,
+            });
+        }
+        if raw.routes.is_empty() {
+            return Err(bad("routes", "at least one [[routes]] is needed"));
+        }
+        let mut routes = Vec::new();
+        for (i, r) in raw.routes.iter().enumerate() {
+            let f = format!("routes[{i}]");
+            for (j, l) in r.listeners.iter().enumerate() {
+                if !listeners.iter().any(|x| &x.name == l) {
+                    return Err(bad(format!("{f}.listeners[{j}]"), format!("no listener named '{l}'")));
+                }
+            }
+            let cluster = *by_name.get(&r.cluster).ok_or_else(|| bad(format!("{f}.cluster"), format!("no cluster named '{}'", r.cluster)))?;
+            let host = match &r.host {
+                Some(h) => {
+                    let h = h.to_ascii_lowercase();
+                    let name = h.strip_prefix("*.").unwrap_or(&h);
+                    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.') {
+                        return Err(bad(format!("{f}.host"), format!("'{h}' is not a host name (or *.suffix)")));
+                    }
+                    Some(h)
+                }
+                None => None,
+            };
+            let path_prefix = r.path_prefix.clone().unwrap_or_else(|| "/".into());
+            if !path_prefix.starts_with('/') {
+                return Err(bad(format!("{f}.path_prefix"), format!("'{path_prefix}' does not start with /")));
+            }
+            let header = match &r.header {
+                Some(h) => Some((header_name(&format!("{f}.header.name"), &h.name)?, h.value.clone())),
+                None => None,
+            };
+            routes.push(Route { listeners: r.listeners.clone(), matches: Match { host, path_prefix, header }, cluster });
+        }
+        Ok(Config { listeners, routes, clusters })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[[listeners]]
+name = "web"
+address = "127.0.0.1:8080"
+
+[[routes]]
+host = "*.example.com"
+path_prefix = "/api"
+header = { name = "X-Canary", value = "1" }
+cluster = "api"
+
+[[routes]]
+cluster = "web"
+
+[[clusters]]
+name = "api"
+endpoints = ["127.0.0.1:9001", { address = "127.0.0.1:9002", weight = 3 }]
+scheduler = "maglev"
+hash_header = "X-User"
+protocol = "http2"
+connect_timeout = 0.5
+
+[[clusters]]
+name = "web"
+endpoints = ["[::1]:9003"]
+"#;
+
+    fn err(text: &str) -> String {
+        Config::parse(text).expect_err("should be refused").to_string()
+    }
+
+    #[test]
+    fn a_good_file() {
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!(c.listeners[0].protocols, Protocols::Auto);
+        assert_eq!(c.routes.len(), 2);
+        assert_eq!(c.routes[0].matches.header, Some(("x-canary".into(), "1".into())));
+        assert_eq!(c.routes[0].matches.host.as_deref(), Some("*.example.com"));
+        assert_eq!(c.routes[1].matches.path_prefix, "/");
+        assert_eq!(c.routes[1].cluster, 1);
+        let api = &c.clusters[0];
+        assert_eq!(api.endpoints[1], Endpoint { address: "127.0.0.1:9002".parse().unwrap(), weight: 3 });
+        assert_eq!((api.protocol, api.hash_header.as_deref()), (Upstream::Http2, Some("x-user")));
+        assert_eq!(api.connect_timeout, Duration::from_millis(500));
+        assert_eq!(c.clusters[1].scheduler, Algorithm::Rr);
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_the_field() {
+        for (from, to, want) in [
+            ("address = \"127.0.0.1:8080\"", "address = \"nowhere\"", "listeners[0].address"),
+            ("name = \"web\"\naddress", "name = \"web\"\nprotocols = \"spdy\"\naddress", "listeners[0].protocols"),
+            ("cluster = \"api\"", "cluster = \"apj\"", "routes[0].cluster: no cluster named 'apj'"),
+            ("path_prefix = \"/api\"", "path_prefix = \"api\"", "routes[0].path_prefix"),
+            ("host = \"*.example.com\"", "host = \"ex ample\"", "routes[0].host"),
+            ("name = \"X-Canary\"", "name = \"X Canary\"", "routes[0].header.name"),
+            ("\"127.0.0.1:9001\", {", "\"127.0.0.1:0\", {", "clusters[0].endpoints[0]"),
+            ("\"127.0.0.1:9001\", {", "\"127.0.0.1:9002\", {", "clusters[0].endpoints[1]: 127.0.0.1:9002 is listed twice"),
+            ("scheduler = \"maglev\"", "scheduler = \"wlc\"", "clusters[0].scheduler"),
+            ("scheduler = \"maglev\"", "scheduler = \"rr\"", "clusters[0].hash_header: only for scheduler"),
+            ("protocol = \"http2\"", "protocol = \"http3\"", "clusters[0].protocol"),
+            ("connect_timeout = 0.5", "connect_timeout = -1", "clusters[0].connect_timeout"),
+            ("connect_timeout = 0.5", "connect_timeout = nan", "clusters[0].connect_timeout"),
+            ("name = \"web\"\nendpoints", "name = \"api\"\nendpoints", "clusters[1].name"),
+            ("endpoints = [\"[::1]:9003\"]", "endpoints = []", "clusters[1].endpoints: at least one"),
+            ("weight = 3", "weight = 3000000", "clusters[0].endpoints[1].weight"),
+            ("[[listeners]]", "[[listener]]", "unknown field"),
+        ] {
+            assert!(GOOD.contains(from), "{from}");
+            let e = err(&GOOD.replacen(from, to, 1));
+            assert!(e.contains(want), "{to}: {e}");
+        }
+        assert!(err("").contains("listeners: at least one"));
+        assert!(err("[[listeners]]\nname = \"a\"\naddress = \"127.0.0.1:1\"\n").contains("routes: at least one"));
+    }
+}

@@ -1,0 +1,18 @@
+//! `vectorlb proxy`: an L7 reverse proxy on tokio and hyper.
+//!
+//! * [`config`]: listeners, routes and clusters from a TOML file, checked whole;
+//! * [`route`]: which cluster a request goes to (host, path prefix, header);
+//! * [`forward`]: balancing per request over a cluster's endpoints (the streams of one
+//!   HTTP/2 client connection spread over every endpoint), keep-alive pools, HTTP/1.1 or
+//!   HTTP/2 upstreams, timeouts, one retry on another endpoint when a connection fails;
+//! * [`serve`]: the listeners (HTTP/1.1 and HTTP/2 with prior knowledge on one port).
+//!
+//! Being built (issue 11): TLS through BoringSSL with asynchronous private-key providers,
+//! health checks, the admin API, access log and metrics, reload and drain.
+
+pub mod config;
+pub mod forward;
+pub mod route;
+pub mod serve;
+
+pub use config::{Config, ConfigError};

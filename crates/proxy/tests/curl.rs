@@ -1,0 +1,166 @@
+//! The proxy between real peers: curl (HTTP/1.1 keep-alive) and nghttp (HTTP/2 with prior
+//! knowledge) as clients, nginx as the upstreams, all on loopback. (curl 7.88's own HTTP/2
+//! prior-knowledge mode fails its second request on a reused connection, against nginx as
+//! well: "Error in the HTTP2 framing layer"; nghttp2's client does not.)
+
+use std::net::SocketAddr;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::Duration;
+use vectorlb_proxy::serve::{bind, serve, Proxy};
+use vectorlb_proxy::Config;
+
+struct Nginx {
+    child: Child,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: the master stops its workers at once (SIGKILL would orphan them).
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// nginx on 127.0.0.1:`port`, answering with its name, the Host and X-Forwarded-For it got.
+fn nginx(dir: &std::path::Path, name: &str, port: u16) -> Nginx {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    let d = d.display();
+    let conf = format!(
+        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\n\
+         http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fcgi;\n\
+         uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n default_type text/plain;\n keepalive_requests 10000;\n\
+         server {{\n  listen 127.0.0.1:{port};\n  location / {{ return 200 \"{name} host=$http_host xff=$http_x_forwarded_for\\n\"; }}\n }}\n}}\n"
+    );
+    let path = format!("{d}/nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    // Owned by the guard at once, so a failed start still stops it.
+    let ng = Nginx { child: Command::new("nginx").args(["-c", &path, "-p", &d.to_string()]).spawn().expect("nginx (apt-get install nginx-light)") };
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return ng;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nginx {name} did not listen on {port}");
+}
+
+/// Starts the proxy on a thread; returns its listener's address.
+fn proxy(config: &str) -> SocketAddr {
+    let cfg = Config::parse(config).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async move {
+            let p = Arc::new(Proxy::new(cfg).unwrap());
+            let b = bind(&p.config).await.unwrap();
+            tx.send(b.addresses()[0]).unwrap();
+            serve(p, b, std::future::pending(), Duration::from_secs(1)).await;
+        });
+    });
+    rx.recv_timeout(Duration::from_secs(5)).unwrap()
+}
+
+/// curl with `args`, fetching `url` `n` times on one connection; the bodies, in order.
+fn curl(args: &[&str], url: &str, n: usize) -> Vec<String> {
+    let mut c = Command::new("curl");
+    c.args(["-sS", "--max-time", "10", "-H", "Host: shop.example"]).args(args);
+    for _ in 0..n {
+        c.arg(url);
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "curl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap().lines().map(String::from).collect()
+}
+
+/// nghttp (nghttp2-client) fetching `url` `n` times as streams of one HTTP/2 connection.
+fn nghttp(url: &str, n: usize) -> Vec<String> {
+    let mut c = Command::new("nghttp");
+    c.args(["-H", ":authority: shop.example", "-t", "10"]);
+    // (Distinct URIs: nghttp fetches a repeated one once.)
+    for i in 0..n {
+        c.arg(format!("{url}?n={i}"));
+    }
+    let o = c.output().expect("nghttp (apt-get install nghttp2-client)");
+    assert!(o.status.success(), "nghttp: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap().lines().map(String::from).collect()
+}
+
+fn count(lines: &[String], name: &str) -> usize {
+    lines.iter().filter(|l| l.starts_with(&format!("{name} "))).count()
+}
+
+#[test]
+fn requests_on_one_connection_spread_over_every_endpoint_http1_and_h2c() {
+    let dir = std::env::temp_dir().join(format!("vectorlb-proxy-{}", std::process::id()));
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let _ng: Vec<Nginx> = ports.iter().enumerate().map(|(i, p)| nginx(&dir, &format!("be{}", i + 1), *p)).collect();
+    let dead = free_port();
+    let eps: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+    let addr = proxy(&format!(
+        r#"
+[[listeners]]
+name = "web"
+address = "127.0.0.1:0"
+
+[[routes]]
+path_prefix = "/shop"
+cluster = "shop"
+
+[[routes]]
+path_prefix = "/flaky"
+cluster = "flaky"
+
+[[clusters]]
+name = "shop"
+endpoints = [{}]
+
+[[clusters]]
+name = "flaky"
+endpoints = ["127.0.0.1:{dead}", "127.0.0.1:{}"]
+connect_timeout = 0.5
+
+[[routes]]
+path_prefix = "/gone"
+cluster = "gone"
+
+[[clusters]]
+name = "gone"
+endpoints = ["127.0.0.1:{dead}"]
+connect_timeout = 0.5
+"#,
+        eps.join(", "),
+        ports[0]
+    ));
+    let url = format!("http://{addr}/shop/item");
+    // HTTP/1.1: 30 requests on one keep-alive connection reach all three (round robin).
+    let h1 = curl(&["--http1.1"], &url, 30);
+    assert_eq!(h1.len(), 30, "{h1:?}");
+    for be in ["be1", "be2", "be3"] {
+        assert_eq!(count(&h1, be), 10, "{be}: {h1:?}");
+    }
+    assert!(h1[0].contains("host=shop.example") && h1[0].contains("xff=127.0.0.1"), "{}", h1[0]);
+    // HTTP/2 with prior knowledge: the streams of one connection spread the same way, and
+    // the :authority becomes the upstream's Host.
+    let h2 = nghttp(&url, 30);
+    assert_eq!(h2.len(), 30, "{h2:?}");
+    for be in ["be1", "be2", "be3"] {
+        assert_eq!(count(&h2, be), 10, "{be}: {h2:?}");
+    }
+    assert!(h2.iter().all(|l| l.contains("host=shop.example")), "{h2:?}");
+    // A refused connection is retried once on another endpoint; with none left, a 503.
+    let t = std::time::Instant::now();
+    let flaky = curl(&[], &format!("http://{addr}/flaky"), 4);
+    assert!(flaky.len() == 4 && flaky.iter().all(|l| l.starts_with("be1 ")), "{flaky:?}");
+    assert!(t.elapsed() < Duration::from_secs(3), "the retries took {:?}", t.elapsed());
+    let none = curl(&["-o", "/dev/null", "-w", "%{http_code}\n"], &format!("http://{addr}/other"), 1);
+    assert_eq!(none, ["404"]);
+    let gone = curl(&["-o", "/dev/null", "-w", "%{http_code}\n"], &format!("http://{addr}/gone"), 1);
+    assert_eq!(gone, ["503"]);
+    drop(dir);
+}
