@@ -36,6 +36,36 @@ pub struct Listener {
     pub name: String,
     pub address: SocketAddr,
     pub protocols: Protocols,
+    /// TLS termination; plain text without it.
+    pub tls: Option<Tls>,
+}
+
+/// Where private-key operations of TLS handshakes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// In the worker, inside the handshake (the baseline).
+    Inline,
+    /// On a pool of crypto threads; the handshake waits without holding its worker.
+    Pool { threads: usize },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Certificate {
+    /// PEM: the certificate, then its chain.
+    pub cert: std::path::PathBuf,
+    /// PEM: the private key (RSA or EC P-256).
+    pub key: std::path::PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tls {
+    /// The first is the default; the others are chosen by SNI (their DNS names).
+    pub certificates: Vec<Certificate>,
+    pub provider: Provider,
+    /// Session resumption (tickets and the session cache); off for handshake benchmarks.
+    pub resumption: bool,
+    /// "1.2" or "1.3".
+    pub min_version: String,
 }
 
 /// What a route matches; every given condition must hold.
@@ -110,6 +140,24 @@ struct RawListener {
     name: String,
     address: String,
     protocols: Option<String>,
+    tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    certificates: Vec<RawCert>,
+    provider: Option<String>,
+    pool_threads: Option<usize>,
+    resumption: Option<bool>,
+    min_version: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCert {
+    cert: String,
+    key: String,
 }
 
 #[derive(Deserialize)]
@@ -185,8 +233,9 @@ impl Config {
             if l.name.is_empty() || listeners.iter().any(|x: &Listener| x.name == l.name) {
                 return Err(bad(format!("{f}.name"), format!("'{}' is empty or used twice", l.name)));
             }
-            let address = l.address.parse().map_err(|_| bad(format!("{f}.address"), format!("'{}' is not ADDRESS:PORT", l.address)))?;
-            if listeners.iter().any(|x: &Listener| x.address == address) {
+            let address: SocketAddr = l.address.parse().map_err(|_| bad(format!("{f}.address"), format!("'{}' is not ADDRESS:PORT", l.address)))?;
+            // (Port 0 asks the kernel for a free port each: not a clash.)
+            if address.port() != 0 && listeners.iter().any(|x: &Listener| x.address == address) {
                 return Err(bad(format!("{f}.address"), format!("{address} is used by another listener")));
             }
             let protocols = match l.protocols.as_deref().unwrap_or("auto") {
@@ -195,7 +244,38 @@ impl Config {
                 "http2" => Protocols::Http2,
                 p => return Err(bad(format!("{f}.protocols"), format!("'{p}' is not auto, http1 or http2"))),
             };
-            listeners.push(Listener { name: l.name.clone(), address, protocols });
+            let tls = match &l.tls {
+                None => None,
+                Some(t) => {
+                    let ft = format!("{f}.tls");
+                    if t.certificates.is_empty() {
+                        return Err(bad(format!("{ft}.certificates"), "at least one { cert, key } is needed"));
+                    }
+                    let certificates = t.certificates.iter().map(|c| Certificate { cert: c.cert.clone().into(), key: c.key.clone().into() }).collect();
+                    let provider = match t.provider.as_deref().unwrap_or("inline") {
+                        "inline" => {
+                            if t.pool_threads.is_some() {
+                                return Err(bad(format!("{ft}.pool_threads"), "only for provider = \"pool\""));
+                            }
+                            Provider::Inline
+                        }
+                        "pool" => {
+                            let threads = t.pool_threads.unwrap_or(1);
+                            if !(1..=256).contains(&threads) {
+                                return Err(bad(format!("{ft}.pool_threads"), format!("{threads} is not in 1..=256")));
+                            }
+                            Provider::Pool { threads }
+                        }
+                        p => return Err(bad(format!("{ft}.provider"), format!("'{p}' is not inline or pool"))),
+                    };
+                    let min_version = t.min_version.clone().unwrap_or_else(|| "1.2".into());
+                    if min_version != "1.2" && min_version != "1.3" {
+                        return Err(bad(format!("{ft}.min_version"), format!("'{min_version}' is not 1.2 or 1.3")));
+                    }
+                    Some(Tls { certificates, provider, resumption: t.resumption.unwrap_or(true), min_version })
+                }
+            };
+            listeners.push(Listener { name: l.name.clone(), address, protocols, tls });
         }
         let mut clusters = Vec::new();
         let mut by_name = HashMap::new();

@@ -21,12 +21,19 @@ pub enum ServeError {
     Scheduler { index: usize, name: String, source: vectorlb_sched::SchedError },
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
+
+/// Time a client has to finish its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Everything a request needs: the routes and the clusters.
 pub struct Proxy {
     pub config: Config,
     pub clusters: Vec<ClusterRt>,
+    /// Per listener: its TLS acceptor and handshake counters (None: plain text).
+    pub tls: Vec<Option<(boring::ssl::SslAcceptor, Arc<crate::tls::TlsStats>)>>,
 }
 
 impl Proxy {
@@ -37,7 +44,17 @@ impl Proxy {
             .enumerate()
             .map(|(index, c)| ClusterRt::new(c.clone()).map_err(|source| ServeError::Scheduler { index, name: c.name.clone(), source }))
             .collect::<Result<_, _>>()?;
-        Ok(Proxy { config, clusters })
+        let mut tls = Vec::new();
+        for (i, l) in config.listeners.iter().enumerate() {
+            tls.push(match &l.tls {
+                Some(t) => {
+                    let stats = Arc::new(crate::tls::TlsStats::default());
+                    Some((crate::tls::acceptor(&format!("listeners[{i}].tls"), t, stats.clone())?, stats))
+                }
+                None => None,
+            });
+        }
+        Ok(Proxy { config, clusters, tls })
     }
 
     async fn handle(&self, listener: &str, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
@@ -78,6 +95,22 @@ impl Bound {
     }
 }
 
+/// One client connection speaking `protocols`.
+fn connection<I, S>(protocols: Protocols, io: I, svc: S) -> auto::Connection<'static, I, S, TokioExecutor>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<ProxyBody>, Error = std::convert::Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    match protocols {
+        Protocols::Auto => {}
+        Protocols::Http1 => b = b.http1_only(),
+        Protocols::Http2 => b = b.http2_only(),
+    }
+    b.serve_connection(io, svc).into_owned()
+}
+
 /// Serves until `stop` resolves, then stops accepting and lets the open connections finish
 /// their requests for up to `drain`.
 pub async fn serve(proxy: Arc<Proxy>, bound: Bound, stop: impl std::future::Future<Output = ()>, drain: Duration) {
@@ -108,21 +141,34 @@ pub async fn serve(proxy: Arc<Proxy>, bound: Bound, stop: impl std::future::Futu
                 let _ = stream.set_nodelay(true);
                 let proxy = proxy.clone();
                 let name = name.clone();
-                let svc = hyper::service::service_fn(move |req| {
-                    let proxy = proxy.clone();
-                    let name = name.clone();
-                    async move { Ok::<_, std::convert::Infallible>(proxy.handle(&name, req, peer).await) }
-                });
-                let mut b = auto::Builder::new(TokioExecutor::new());
-                match protocols {
-                    Protocols::Auto => {}
-                    Protocols::Http1 => b = b.http1_only(),
-                    Protocols::Http2 => b = b.http2_only(),
-                }
-                let conn = b.serve_connection(TokioIo::new(stream), svc).into_owned();
-                let conn = graceful.watch(conn);
+                let graceful = graceful.clone();
                 tokio::spawn(async move {
-                    let _ = conn.await;
+                    let svc = {
+                        let proxy = proxy.clone();
+                        hyper::service::service_fn(move |req| {
+                            let proxy = proxy.clone();
+                            let name = name.clone();
+                            async move { Ok::<_, std::convert::Infallible>(proxy.handle(&name, req, peer).await) }
+                        })
+                    };
+                    match &proxy.tls[index] {
+                        None => {
+                            let _ = graceful.watch(connection(protocols, TokioIo::new(stream), svc)).await;
+                        }
+                        Some((acceptor, stats)) => {
+                            let s = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tokio_boring::accept(acceptor, stream)).await {
+                                Ok(Ok(s)) => s,
+                                _ => {
+                                    stats.handshake_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    return;
+                                }
+                            };
+                            stats.handshakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            // ALPN decides: h2 or HTTP/1.1.
+                            let p = if s.ssl().selected_alpn_protocol() == Some(b"h2") { Protocols::Http2 } else { Protocols::Http1 };
+                            let _ = graceful.watch(connection(p, TokioIo::new(s), svc)).await;
+                        }
+                    }
                 });
             }
         }));

@@ -3,68 +3,11 @@
 //! prior-knowledge mode fails its second request on a reused connection, against nginx as
 //! well: "Error in the HTTP2 framing layer"; nghttp2's client does not.)
 
-use std::net::SocketAddr;
-use std::process::{Child, Command};
-use std::sync::Arc;
+mod common;
+
+use common::{free_port, nginx, proxy, Nginx};
+use std::process::Command;
 use std::time::Duration;
-use vectorlb_proxy::serve::{bind, serve, Proxy};
-use vectorlb_proxy::Config;
-
-struct Nginx {
-    child: Child,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SIGTERM: the master stops its workers at once (SIGKILL would orphan them).
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// nginx on 127.0.0.1:`port`, answering with its name, the Host and X-Forwarded-For it got.
-fn nginx(dir: &std::path::Path, name: &str, port: u16) -> Nginx {
-    let d = dir.join(name);
-    std::fs::create_dir_all(&d).unwrap();
-    let d = d.display();
-    let conf = format!(
-        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\n\
-         http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fcgi;\n\
-         uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n default_type text/plain;\n keepalive_requests 10000;\n\
-         server {{\n  listen 127.0.0.1:{port};\n  location / {{ return 200 \"{name} host=$http_host xff=$http_x_forwarded_for\\n\"; }}\n }}\n}}\n"
-    );
-    let path = format!("{d}/nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    // Owned by the guard at once, so a failed start still stops it.
-    let ng = Nginx { child: Command::new("nginx").args(["-c", &path, "-p", &d.to_string()]).spawn().expect("nginx (apt-get install nginx-light)") };
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return ng;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("nginx {name} did not listen on {port}");
-}
-
-/// Starts the proxy on a thread; returns its listener's address.
-fn proxy(config: &str) -> SocketAddr {
-    let cfg = Config::parse(config).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(async move {
-            let p = Arc::new(Proxy::new(cfg).unwrap());
-            let b = bind(&p.config).await.unwrap();
-            tx.send(b.addresses()[0]).unwrap();
-            serve(p, b, std::future::pending(), Duration::from_secs(1)).await;
-        });
-    });
-    rx.recv_timeout(Duration::from_secs(5)).unwrap()
-}
 
 /// curl with `args`, fetching `url` `n` times on one connection; the bodies, in order.
 fn curl(args: &[&str], url: &str, n: usize) -> Vec<String> {

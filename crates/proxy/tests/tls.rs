@@ -1,0 +1,133 @@
+//! TLS termination between real peers: curl and `openssl s_client` (OpenSSL 3) as clients,
+//! nginx as the upstream. TLS 1.2 and 1.3, an RSA-2048 and an ECDSA P-256 certificate chosen by
+//! SNI, ALPN h2 and http/1.1, both private-key providers, resumption off.
+
+mod common;
+
+use common::{free_port, nginx, proxy_with};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+
+/// A self-signed certificate for `name` with a key made by `newkey` (openssl req arguments).
+fn cert(dir: &Path, name: &str, newkey: &[&str]) -> (String, String) {
+    let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let mut args = vec!["req", "-x509", "-nodes", "-days", "2", "-subj"];
+    let subj = format!("/CN={name}");
+    let san = format!("subjectAltName=DNS:{name}");
+    args.extend([subj.as_str(), "-addext", san.as_str()]);
+    args.extend_from_slice(newkey);
+    args.extend(["-keyout", k.to_str().unwrap(), "-out", c.to_str().unwrap()]);
+    let o = Command::new("openssl").args(&args).output().unwrap();
+    assert!(o.status.success(), "openssl req: {}", String::from_utf8_lossy(&o.stderr));
+    (c.display().to_string(), k.display().to_string())
+}
+
+/// `openssl s_client` to `port` with `args`; its whole output.
+fn s_client(port: u16, args: &[&str]) -> String {
+    let mut c = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(b"Q\n").unwrap();
+    let o = c.wait_with_output().unwrap();
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn curl(args: &[&str]) -> String {
+    let o = Command::new("curl").args(["-sS", "--max-time", "10"]).args(args).output().unwrap();
+    assert!(o.status.success(), "curl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[test]
+fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_both_providers() {
+    let dir = std::env::temp_dir().join(format!("vectorlb-proxy-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (rsa_c, rsa_k) = cert(&dir, "rsa.test", &["-newkey", "rsa:2048"]);
+    let (ec_c, ec_k) = cert(&dir, "ec.test", &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]);
+    let up = free_port();
+    let _ng = nginx(&dir, "be1", up);
+    let listener = |name: &str, provider: &str| {
+        format!(
+            "[[listeners]]\nname = \"{name}\"\naddress = \"127.0.0.1:0\"\n\
+             tls = {{ certificates = [{{ cert = \"{rsa_c}\", key = \"{rsa_k}\" }}, {{ cert = \"{ec_c}\", key = \"{ec_k}\" }}], {provider} resumption = false }}\n\n"
+        )
+    };
+    let cfg = format!(
+        "{}{}[[routes]]\ncluster = \"web\"\n\n[[clusters]]\nname = \"web\"\nendpoints = [\"127.0.0.1:{up}\"]\n",
+        listener("inline", "provider = \"inline\","),
+        listener("pool", "provider = \"pool\", pool_threads = 2,")
+    );
+    let (addrs, p) = proxy_with(&cfg);
+    for (i, a) in addrs.iter().enumerate() {
+        let port = a.port();
+        for name in ["rsa.test", "ec.test"] {
+            let resolve = format!("{name}:{port}:127.0.0.1");
+            let url = format!("https://{name}:{port}/x");
+            let ca = dir.join(format!("{name}.crt"));
+            for v in [["--tlsv1.2", "--tls-max", "1.2"], ["--tlsv1.3", "--tls-max", "1.3"]] {
+                // curl verifies the certificate against the name: SNI picked the right one.
+                let body = curl(&[v[0], v[1], v[2], "--cacert", ca.to_str().unwrap(), "--resolve", &resolve, &url]);
+                assert!(body.starts_with("be1 host=") && body.contains(name), "{name} {v:?}: {body}");
+            }
+            // ALPN: h2 when offered, http/1.1 otherwise; the response says which.
+            let h2 = curl(&["--http2", "-o", "/dev/null", "-w", "%{http_version}", "--cacert", ca.to_str().unwrap(), "--resolve", &resolve, &url]);
+            assert_eq!(h2, "2", "{name}");
+            let h1 = curl(&["--http1.1", "-o", "/dev/null", "-w", "%{http_version}", "--cacert", ca.to_str().unwrap(), "--resolve", &resolve, &url]);
+            assert_eq!(h1, "1.1", "{name}");
+        }
+        // openssl s_client: the key type by SNI, the ALPN chosen, the protocol version.
+        let out = s_client(port, &["-servername", "ec.test", "-alpn", "h2,http/1.1", "-tls1_3"]);
+        assert!(out.contains("New, TLSv1.3") && out.contains("ALPN protocol: h2") && out.contains("Peer signature type: ECDSA"), "{out}");
+        let out = s_client(port, &["-servername", "rsa.test", "-alpn", "http/1.1", "-tls1_2"]);
+        assert!(out.contains("New, TLSv1.2") && out.contains("ALPN protocol: http/1.1") && out.contains("Peer signature type: RSA"), "{out}");
+        // No SNI: the first certificate.
+        let out = s_client(port, &["-noservername"]);
+        assert!(out.contains("CN = rsa.test") || out.contains("CN=rsa.test"), "{out}");
+        let (_, stats) = p.tls[i].as_ref().unwrap();
+        assert!(stats.handshakes.load(Ordering::Relaxed) >= 11, "listener {i}: {stats:?}");
+        let offloaded = stats.offloaded.load(Ordering::Relaxed);
+        if i == 0 {
+            assert_eq!(offloaded, 0, "inline signs inside the handshake");
+        } else {
+            // Resumption is off: every full handshake signed once through the pool.
+            assert!(offloaded >= 11, "pool: {stats:?}");
+            assert_eq!(stats.offload_failures.load(Ordering::Relaxed), 0);
+        }
+    }
+    // A plain-text client on a TLS port is a failed handshake, not a crash.
+    let port = addrs[1].port();
+    let o = Command::new("curl").args(["-sS", "--max-time", "5", &format!("http://127.0.0.1:{port}/")]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(p.tls[1].as_ref().unwrap().1.handshake_failures.load(Ordering::Relaxed) >= 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_key_that_does_not_match_its_certificate_is_refused_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("vectorlb-proxy-tls-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a_c, _) = cert(&dir, "a.test", &["-newkey", "rsa:2048"]);
+    let (_, b_k) = cert(&dir, "b.test", &["-newkey", "rsa:2048"]);
+    let cfg = |cert: &str, key: &str| {
+        vectorlb_proxy::Config::parse(&format!(
+            "[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\ntls = {{ certificates = [{{ cert = \"{cert}\", key = \"{key}\" }}] }}\n\
+             [[routes]]\ncluster = \"c\"\n[[clusters]]\nname = \"c\"\nendpoints = [\"127.0.0.1:9\"]\n"
+        ))
+        .unwrap()
+    };
+    let err = |c| vectorlb_proxy::serve::Proxy::new(c).err().expect("refused").to_string();
+    let e = err(cfg(&a_c, &b_k));
+    assert!(e.contains("listeners[0].tls.certificates[0]") && e.contains("does not belong"), "{e}");
+    let e = err(cfg(&a_c, "/nonexistent.key"));
+    assert!(e.contains("listeners[0].tls.certificates[0].key: /nonexistent.key"), "{e}");
+    let e = err(cfg(&b_k, &b_k));
+    assert!(e.contains("certificates[0].cert") && e.contains("no certificate in the file"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
