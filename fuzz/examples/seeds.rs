@@ -428,5 +428,15 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("create corpus dir");
     std::fs::write(dir.join("seed-pipeline.toml"), pipeline::CONFIG).expect("write seed");
     std::fs::write(dir.join("seed-fnat-demo.toml"), DEMO).expect("write seed");
-    println!("wrote {count} pipeline seeds to {} and 2 config seeds to {}", root.join("pipeline").display(), dir.display());
+    // The proxy's: every TOML example of docs/proxy.md.
+    let pdir = root.join("proxy_config");
+    std::fs::create_dir_all(&pdir).expect("create corpus dir");
+    let doc = include_str!("../../docs/proxy.md");
+    let mut n = 0;
+    for (i, block) in doc.split("```toml\n").skip(1).enumerate() {
+        let toml = block.split("```").next().unwrap_or("");
+        std::fs::write(pdir.join(format!("seed-doc-{i}.toml")), toml).expect("write seed");
+        n += 1;
+    }
+    println!("wrote {count} pipeline seeds to {}, 2 config seeds to {} and {n} proxy seeds to {}", root.join("pipeline").display(), dir.display(), pdir.display());
 }
