@@ -9,7 +9,8 @@ set -euo pipefail
 # Build: a C compiler, DPDK 22.11 (its PMDs come with libdpdk-dev's dependencies), libbpf and
 # clang for the XDP program. Run time and tests: iproute2 (ip netns), ethtool, nginx, wrk,
 # curl, tcpdump, ping, keepalived (VRRP for the HA tests), chromium (the status page's test
-# loads the page in headless Chromium; the demo takes its screenshot); the peers the benchmarks compare
+# loads the page in headless Chromium; the demo takes its screenshot), nghttp2-client (the
+# proxy's HTTP/2 tests: curl 7.88 cannot reuse an h2c connection); the peers the benchmarks compare
 # with: nftables, HAProxy, nginx's stream module, dpdk-testpmd (dpdk-dev).
 PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
