@@ -261,7 +261,6 @@ pub fn sample(d: &Daemon) -> Sample {
         let bc = c.backends.get(backend_slot(b.id) as usize).copied().unwrap_or_default();
         backends.insert((*sk, b.addr, b.port), Count { packets: bc.packets, bytes: bc.bytes, new_sessions: bc.new_sessions });
     }
-    let io_drops: u64 = t.io.iter().filter(|(n, _, _)| crate::metrics::IO_DROPS.contains(n)).map(|(_, _, v)| v).sum();
     let ports = d
         .ports
         .iter()
@@ -270,14 +269,16 @@ pub fn sample(d: &Daemon) -> Sample {
             (p.name.clone(), [s.ipackets, s.opackets, s.ibytes, s.obytes])
         })
         .collect();
-    let drops = c.drop_counts().chain(t.io.iter().filter(|(n, _, _)| crate::metrics::IO_DROPS.contains(n)).map(|(n, _, v)| (n, v))).collect();
+    // The pipeline's reasons and the worker loops' drops, as /metrics lists them.
+    let drops: HashMap<&'static str, u64> = c.drop_counts().chain(t.io.iter().filter(|(n, _, _)| crate::metrics::IO_DROPS.contains(n)).map(|(n, _, v)| (n, v))).collect();
+    let total_drops = drops.values().sum();
     Sample {
         at: Instant::now(),
         services,
         backends,
         ports,
         drops,
-        global: Global { rx: c.events.rx, tx: c.events.tx, drops: c.total_drops() + io_drops, new_sessions: c.events.sessions_created },
+        global: Global { rx: c.events.rx, tx: c.events.tx, drops: total_drops, new_sessions: c.events.sessions_created },
     }
 }
 
