@@ -71,6 +71,10 @@ impl Listener {
                     Some(g) => Some(group_id(g).ok_or_else(|| ServerError::NoGroup(g.clone()))?),
                     None => None,
                 };
+                // The mask is per process: two binds at once would each put back the other's
+                // 0o177 or the default, and a socket could be created 0755. One at a time.
+                static UMASK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+                let _one = UMASK.lock().unwrap_or_else(|e| e.into_inner());
                 // SAFETY: umask only sets the process's file-creation mask; the previous mask is
                 // put back right after the bind.
                 let old = unsafe { libc::umask(0o177) };
