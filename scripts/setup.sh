@@ -11,7 +11,8 @@ set -euo pipefail
 # curl, tcpdump, ping, keepalived (VRRP for the HA tests), chromium (the status page's test
 # loads the page in headless Chromium; the demo takes its screenshot), nghttp2-client (the
 # proxy's HTTP/2 tests: curl 7.88 cannot reuse an h2c connection); the peers the benchmarks compare
-# with: nftables, HAProxy, nginx's stream module, dpdk-testpmd (dpdk-dev).
+# with: nftables, HAProxy, nginx's stream module, dpdk-testpmd (dpdk-dev); python3-pip where
+# Python has no pip (crypto_mb below).
 PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
       nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client)
@@ -55,6 +56,29 @@ if [ "$(id -u)" -eq 0 ]; then
     fi
     # bpffs for BPF tools (the XDP program itself needs none).
     grep -qs " /sys/fs/bpf " /proc/mounts || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+fi
+
+# Intel's crypto_mb for the proxy's `cryptomb` provider: the static library and headers from
+# the ipp-crypto Python packages, installed under /opt/vectorlb/crypto_mb (crates/proxy/build.rs
+# links it from there; without it the build goes on and the provider says crypto_mb is
+# unavailable). Pinned so that builds are repeatable; skipped where it is already there.
+CRYPTO_MB_VERSION=2026.2.0
+CRYPTO_MB_DIR=/opt/vectorlb/crypto_mb
+if [ "$(uname -m)" = x86_64 ] && [ ! -f "$CRYPTO_MB_DIR/lib/libcrypto_mb.a" ]; then
+    py=$(command -v python3 || true)
+    if [ -n "$py" ] && ! "$py" -m pip --version >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null || true
+    fi
+    if [ -n "$py" ] && "$py" -m pip --version >/dev/null 2>&1; then
+        extra=()
+        "$py" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages && extra+=(--break-system-packages)
+        echo "setup: installing crypto_mb (ipp-crypto $CRYPTO_MB_VERSION) under $CRYPTO_MB_DIR"
+        "$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${extra[@]}" --prefix "$CRYPTO_MB_DIR" \
+            "ipp-crypto==$CRYPTO_MB_VERSION" "ipp-crypto-include==$CRYPTO_MB_VERSION" "ipp-crypto-static==$CRYPTO_MB_VERSION" \
+            || echo "setup: warning: could not install crypto_mb; the cryptomb provider will run only its portable backend" >&2
+    else
+        echo "setup: warning: no pip; the cryptomb provider will run only its portable backend" >&2
+    fi
 fi
 
 # Rust: use the toolchain on PATH (rustup's in ~/.cargo/bin included); Debian's own cargo as a

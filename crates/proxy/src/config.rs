@@ -47,6 +47,27 @@ pub enum Provider {
     Inline,
     /// On a pool of crypto threads; the handshake waits without holding its worker.
     Pool { threads: usize },
+    /// Per worker thread, queued up to 8 per kind of key and run as one multi-buffer
+    /// operation when full or `poll_delay` after the first.
+    CryptoMb { poll_delay: Duration, backend: CryptoMbBackend, fallback: CryptoMbFallback },
+}
+
+/// What runs the lanes of the `cryptomb` provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CryptoMbBackend {
+    /// Intel's crypto_mb (AVX-512 IFMA), where the build and the CPU allow it.
+    CryptoMb,
+    /// BoringSSL lane by lane: the same queueing and checks on any CPU.
+    Portable,
+}
+
+/// What `cryptomb` with the crypto_mb backend does where it cannot run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CryptoMbFallback {
+    /// Say so at start and sign inline.
+    Inline,
+    /// Refuse to start.
+    Refuse,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -149,6 +170,9 @@ struct RawTls {
     certificates: Vec<RawCert>,
     provider: Option<String>,
     pool_threads: Option<usize>,
+    poll_delay: Option<f64>,
+    cryptomb_backend: Option<String>,
+    cryptomb_fallback: Option<String>,
     resumption: Option<bool>,
     min_version: Option<String>,
 }
@@ -197,6 +221,10 @@ enum RawEndpoint {
     Plain(String),
     Weighted { address: String, weight: Option<u32> },
 }
+
+/// The cryptomb provider's default `poll_delay`, seconds: a queue that does not fill waits at
+/// most this long (a millisecond is about what 8 RSA-2048 signatures take in one call).
+pub const DEFAULT_POLL_DELAY: f64 = 0.001;
 
 /// A timeout in seconds: positive, finite, at most an hour.
 fn seconds(field: &str, v: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
@@ -252,13 +280,17 @@ impl Config {
                         return Err(bad(format!("{ft}.certificates"), "at least one { cert, key } is needed"));
                     }
                     let certificates = t.certificates.iter().map(|c| Certificate { cert: c.cert.clone().into(), key: c.key.clone().into() }).collect();
-                    let provider = match t.provider.as_deref().unwrap_or("inline") {
-                        "inline" => {
-                            if t.pool_threads.is_some() {
-                                return Err(bad(format!("{ft}.pool_threads"), "only for provider = \"pool\""));
-                            }
-                            Provider::Inline
+                    let kind = t.provider.as_deref().unwrap_or("inline");
+                    if t.pool_threads.is_some() && kind != "pool" {
+                        return Err(bad(format!("{ft}.pool_threads"), "only for provider = \"pool\""));
+                    }
+                    for (name, v) in [("poll_delay", t.poll_delay.is_some()), ("cryptomb_backend", t.cryptomb_backend.is_some()), ("cryptomb_fallback", t.cryptomb_fallback.is_some())] {
+                        if v && kind != "cryptomb" {
+                            return Err(bad(format!("{ft}.{name}"), "only for provider = \"cryptomb\""));
                         }
+                    }
+                    let provider = match kind {
+                        "inline" => Provider::Inline,
                         "pool" => {
                             let threads = t.pool_threads.unwrap_or(1);
                             if !(1..=256).contains(&threads) {
@@ -266,7 +298,24 @@ impl Config {
                             }
                             Provider::Pool { threads }
                         }
-                        p => return Err(bad(format!("{ft}.provider"), format!("'{p}' is not inline or pool"))),
+                        "cryptomb" => {
+                            let d = t.poll_delay.unwrap_or(DEFAULT_POLL_DELAY);
+                            if !(d.is_finite() && d > 0.0 && d <= 1.0) {
+                                return Err(bad(format!("{ft}.poll_delay"), format!("{d} is not a number of seconds in (0, 1]")));
+                            }
+                            let backend = match t.cryptomb_backend.as_deref().unwrap_or("crypto_mb") {
+                                "crypto_mb" => CryptoMbBackend::CryptoMb,
+                                "portable" => CryptoMbBackend::Portable,
+                                b => return Err(bad(format!("{ft}.cryptomb_backend"), format!("'{b}' is not crypto_mb or portable"))),
+                            };
+                            let fallback = match t.cryptomb_fallback.as_deref().unwrap_or("inline") {
+                                "inline" => CryptoMbFallback::Inline,
+                                "refuse" => CryptoMbFallback::Refuse,
+                                f => return Err(bad(format!("{ft}.cryptomb_fallback"), format!("'{f}' is not inline or refuse"))),
+                            };
+                            Provider::CryptoMb { poll_delay: Duration::from_secs_f64(d), backend, fallback }
+                        }
+                        p => return Err(bad(format!("{ft}.provider"), format!("'{p}' is not inline, pool or cryptomb"))),
                     };
                     let min_version = t.min_version.clone().unwrap_or_else(|| "1.2".into());
                     if min_version != "1.2" && min_version != "1.3" {
@@ -452,5 +501,39 @@ endpoints = ["[::1]:9003"]
         }
         assert!(err("").contains("listeners: at least one"));
         assert!(err("[[listeners]]\nname = \"a\"\naddress = \"127.0.0.1:1\"\n").contains("routes: at least one"));
+    }
+
+    #[test]
+    fn providers_and_their_settings() {
+        let with = |tls: &str| {
+            Config::parse(&format!(
+                "[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\ntls = {{ certificates = [{{ cert = \"c\", key = \"k\" }}], {tls} }}\n\
+                 [[routes]]\ncluster = \"c\"\n[[clusters]]\nname = \"c\"\nendpoints = [\"127.0.0.1:9\"]\n"
+            ))
+            .map(|c| c.listeners[0].tls.as_ref().unwrap().provider)
+            .map_err(|e| e.to_string())
+        };
+        assert_eq!(with("provider = \"inline\""), Ok(Provider::Inline));
+        assert_eq!(with("provider = \"pool\", pool_threads = 3"), Ok(Provider::Pool { threads: 3 }));
+        assert_eq!(
+            with("provider = \"cryptomb\""),
+            Ok(Provider::CryptoMb { poll_delay: Duration::from_millis(1), backend: CryptoMbBackend::CryptoMb, fallback: CryptoMbFallback::Inline })
+        );
+        assert_eq!(
+            with("provider = \"cryptomb\", poll_delay = 0.0002, cryptomb_backend = \"portable\", cryptomb_fallback = \"refuse\""),
+            Ok(Provider::CryptoMb { poll_delay: Duration::from_micros(200), backend: CryptoMbBackend::Portable, fallback: CryptoMbFallback::Refuse })
+        );
+        for (tls, want) in [
+            ("provider = \"qat\"", "listeners[0].tls.provider: 'qat' is not inline, pool or cryptomb"),
+            ("provider = \"cryptomb\", poll_delay = 0", "listeners[0].tls.poll_delay"),
+            ("provider = \"cryptomb\", poll_delay = 5", "listeners[0].tls.poll_delay"),
+            ("provider = \"cryptomb\", cryptomb_backend = \"qat\"", "listeners[0].tls.cryptomb_backend"),
+            ("provider = \"cryptomb\", cryptomb_fallback = \"maybe\"", "listeners[0].tls.cryptomb_fallback"),
+            ("provider = \"pool\", poll_delay = 0.001", "listeners[0].tls.poll_delay: only for provider = \"cryptomb\""),
+            ("provider = \"cryptomb\", pool_threads = 2", "listeners[0].tls.pool_threads: only for provider = \"pool\""),
+        ] {
+            let e = with(tls).unwrap_err();
+            assert!(e.contains(want), "{tls}: {e}");
+        }
     }
 }

@@ -14,6 +14,7 @@
 //! access log and metrics, reload.
 
 pub mod config;
+pub mod cryptomb;
 pub mod forward;
 pub mod route;
 pub mod serve;

@@ -47,10 +47,7 @@ impl Proxy {
         let mut tls = Vec::new();
         for (i, l) in config.listeners.iter().enumerate() {
             tls.push(match &l.tls {
-                Some(t) => {
-                    let stats = Arc::new(crate::tls::TlsStats::default());
-                    Some((crate::tls::acceptor(&format!("listeners[{i}].tls"), t, stats.clone())?, stats))
-                }
+                Some(t) => Some(crate::tls::acceptor(&format!("listeners[{i}].tls"), t)?),
                 None => None,
             });
         }
@@ -156,13 +153,19 @@ pub async fn serve(proxy: Arc<Proxy>, bound: Bound, stop: impl std::future::Futu
                             let _ = graceful.watch(connection(protocols, TokioIo::new(stream), svc)).await;
                         }
                         Some((acceptor, stats)) => {
+                            let started = std::time::Instant::now();
                             let s = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tokio_boring::accept(acceptor, stream)).await {
                                 Ok(Ok(s)) => s,
-                                _ => {
+                                Ok(Err(_)) => {
                                     stats.handshake_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     return;
                                 }
+                                Err(_) => {
+                                    stats.handshake_timeouts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    return;
+                                }
                             };
+                            stats.handshake_seconds.observe(started.elapsed().as_secs_f64());
                             stats.handshakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             // ALPN decides: h2 or HTTP/1.1.
                             let p = if s.ssl().selected_alpn_protocol() == Some(b"h2") { Protocols::Http2 } else { Protocols::Http1 };

@@ -4,7 +4,7 @@
 //! BoringSSL's asynchronous private-key method, so the worker serves other connections while
 //! the signature is computed.
 
-use crate::config::{Provider, Tls};
+use crate::config::{CryptoMbBackend, CryptoMbFallback, Provider, Tls};
 use boring::hash::MessageDigest;
 use boring::nid::Nid;
 use boring::pkey::{PKey, Private};
@@ -24,14 +24,124 @@ pub enum TlsError {
     Setup { field: String, msg: String },
 }
 
-/// Handshake statistics of a listener.
-#[derive(Debug, Default)]
+/// A Prometheus histogram: cumulative buckets, a count and a sum, updated without locks.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: Vec<f64>,
+    /// Per bucket (not cumulative), the last one for values above every bound.
+    counts: Vec<AtomicU64>,
+    count: AtomicU64,
+    /// The sum's f64 bits.
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    pub fn new(bounds: &[f64]) -> Histogram {
+        Histogram { bounds: bounds.to_vec(), counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), count: AtomicU64::new(0), sum: AtomicU64::new(0f64.to_bits()) }
+    }
+
+    pub fn observe(&self, v: f64) {
+        let i = self.bounds.iter().position(|b| v <= *b).unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let _ = self.sum.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| Some((f64::from_bits(old) + v).to_bits()));
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    pub fn sum(&self) -> f64 {
+        f64::from_bits(self.sum.load(Ordering::Relaxed))
+    }
+
+    /// (upper bound, cumulative count) per bucket, `+Inf` last.
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        let mut acc = 0;
+        let mut out = Vec::with_capacity(self.counts.len());
+        for (i, c) in self.counts.iter().enumerate() {
+            acc += c.load(Ordering::Relaxed);
+            out.push((self.bounds.get(i).copied().unwrap_or(f64::INFINITY), acc));
+        }
+        out
+    }
+
+    /// The value below which `q` of the observations fall, interpolated inside its bucket
+    /// (as Prometheus's histogram_quantile does); `None` without observations.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let b = self.buckets();
+        let total = b.last().map(|x| x.1).unwrap_or(0);
+        if total == 0 {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * total as f64;
+        let mut lower = (0.0, 0u64);
+        for (bound, cum) in b {
+            if cum as f64 >= rank {
+                if bound.is_infinite() {
+                    return Some(lower.0);
+                }
+                let inside = (cum - lower.1) as f64;
+                let frac = if inside > 0.0 { (rank - lower.1 as f64) / inside } else { 1.0 };
+                return Some(lower.0 + (bound - lower.0) * frac);
+            }
+            lower = (bound, cum);
+        }
+        Some(lower.0)
+    }
+}
+
+/// Handshake latency buckets, seconds.
+pub const HANDSHAKE_BUCKETS: [f64; 14] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0];
+
+/// Handshake statistics of a listener, named like Envoy's where Envoy has them.
+#[derive(Debug)]
 pub struct TlsStats {
+    /// The provider that runs: `inline`, `pool`, `cryptomb/crypto_mb`, `cryptomb/portable`.
+    pub provider: String,
+    /// Set when the configured provider could not run and `inline` runs instead.
+    pub fallback_reason: Option<String>,
     pub handshakes: AtomicU64,
     pub handshake_failures: AtomicU64,
-    /// Private-key operations run by the provider (pool only; inline ones run inside BoringSSL).
+    pub handshake_timeouts: AtomicU64,
+    /// From accept to the end of the handshake, seconds.
+    pub handshake_seconds: Histogram,
+    /// Private-key operations handed to the provider (pool, cryptomb; inline ones run inside
+    /// BoringSSL).
     pub offloaded: AtomicU64,
     pub offload_failures: AtomicU64,
+    /// Operations per multi-buffer run (cryptomb).
+    pub rsa_queue_sizes: Histogram,
+    pub ecdsa_queue_sizes: Histogram,
+    /// Lanes the multi-buffer backend did not compute, signed alone instead.
+    pub key_op_fallbacks: AtomicU64,
+    /// Signatures that did not verify with the public key (never sent).
+    pub failed_checks: AtomicU64,
+}
+
+impl TlsStats {
+    pub fn new(provider: &str, fallback_reason: Option<String>) -> TlsStats {
+        TlsStats {
+            provider: provider.into(),
+            fallback_reason,
+            handshakes: AtomicU64::new(0),
+            handshake_failures: AtomicU64::new(0),
+            handshake_timeouts: AtomicU64::new(0),
+            handshake_seconds: Histogram::new(&HANDSHAKE_BUCKETS),
+            offloaded: AtomicU64::new(0),
+            offload_failures: AtomicU64::new(0),
+            rsa_queue_sizes: crate::cryptomb::queue_size_histogram(),
+            ecdsa_queue_sizes: crate::cryptomb::queue_size_histogram(),
+            key_op_fallbacks: AtomicU64::new(0),
+            failed_checks: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for TlsStats {
+    fn default() -> TlsStats {
+        TlsStats::new("inline", None)
+    }
 }
 
 struct Job {
@@ -62,6 +172,25 @@ fn sign(key: &PKey<Private>, alg: SslSignatureAlgorithm, input: &[u8]) -> Result
     s.sign_oneshot_to_vec(input).map_err(|e| e.to_string())
 }
 
+/// The future BoringSSL polls for an offloaded signature: done when `rx` answers, copying the
+/// signature into BoringSSL's buffer (sized for the key's largest signature).
+pub(crate) fn completion<E: Send + 'static>(rx: tokio::sync::oneshot::Receiver<Result<Vec<u8>, E>>, stats: Arc<TlsStats>) -> BoxPrivateKeyMethodFuture {
+    Box::pin(async move {
+        let sig = match rx.await {
+            Ok(Ok(sig)) => sig,
+            _ => {
+                stats.offload_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(AsyncPrivateKeyMethodError);
+            }
+        };
+        Ok(Box::new(move |_: &mut boring::ssl::SslRef, out: &mut [u8]| {
+            let d = out.get_mut(..sig.len()).ok_or(AsyncPrivateKeyMethodError)?;
+            d.copy_from_slice(&sig);
+            Ok(sig.len())
+        }) as Box<dyn FnOnce(&mut boring::ssl::SslRef, &mut [u8]) -> Result<usize, AsyncPrivateKeyMethodError>>)
+    })
+}
+
 /// The `pool` provider: operations queue to crypto threads; the handshake's future completes
 /// when its signature is ready.
 struct PoolMethod {
@@ -76,22 +205,7 @@ impl AsyncPrivateKeyMethod for PoolMethod {
         let job = Job { key: self.key.clone(), alg, input: input.to_vec(), reply };
         self.jobs.lock().unwrap_or_else(|e| e.into_inner()).send(job).map_err(|_| AsyncPrivateKeyMethodError)?;
         self.stats.offloaded.fetch_add(1, Ordering::Relaxed);
-        let stats = self.stats.clone();
-        Ok(Box::pin(async move {
-            let sig = match rx.await {
-                Ok(Ok(sig)) => sig,
-                _ => {
-                    stats.offload_failures.fetch_add(1, Ordering::Relaxed);
-                    return Err(AsyncPrivateKeyMethodError);
-                }
-            };
-            Ok(Box::new(move |_: &mut boring::ssl::SslRef, out: &mut [u8]| {
-                // BoringSSL sized `out` for the key's largest signature.
-                let d = out.get_mut(..sig.len()).ok_or(AsyncPrivateKeyMethodError)?;
-                d.copy_from_slice(&sig);
-                Ok(sig.len())
-            }) as Box<dyn FnOnce(&mut boring::ssl::SslRef, &mut [u8]) -> Result<usize, AsyncPrivateKeyMethodError>>)
-        }))
+        Ok(completion(rx, self.stats.clone()))
     }
 
     fn decrypt(&self, _ssl: &mut boring::ssl::SslRef, _input: &[u8], _output: &mut [u8]) -> Result<BoxPrivateKeyMethodFuture, AsyncPrivateKeyMethodError> {
@@ -141,8 +255,15 @@ fn setup(field: &str) -> impl Fn(boring::error::ErrorStack) -> TlsError + '_ {
     move |e| TlsError::Setup { field: field.into(), msg: e.to_string() }
 }
 
+/// Where the private-key operations of one listener run, resolved at start.
+enum Runner {
+    Inline,
+    Pool(mpsc::Sender<Job>),
+    CryptoMb(Arc<crate::cryptomb::Engine>),
+}
+
 /// One context per certificate, configured alike.
-fn context(field: &str, tls: &Tls, i: usize, pool: &Option<mpsc::Sender<Job>>, stats: &Arc<TlsStats>) -> Result<(SslAcceptorBuilder, Vec<String>), TlsError> {
+fn context(field: &str, tls: &Tls, i: usize, runner: &Runner, stats: &Arc<TlsStats>) -> Result<(SslAcceptorBuilder, Vec<String>), TlsError> {
     let c = &tls.certificates[i];
     let fc = format!("{field}.certificates[{i}]");
     let chain = X509::stack_from_pem(&read(&format!("{fc}.cert"), &c.cert)?)
@@ -160,11 +281,15 @@ fn context(field: &str, tls: &Tls, i: usize, pool: &Option<mpsc::Sender<Job>>, s
     for extra in chain.into_iter().skip(1) {
         b.add_extra_chain_cert(extra).map_err(setup(&fc))?;
     }
-    match (tls.provider, pool) {
-        (Provider::Pool { .. }, Some(jobs)) => {
+    match runner {
+        Runner::Pool(jobs) => {
             b.set_async_private_key_method(PoolMethod { key: Arc::new(key), jobs: Mutex::new(jobs.clone()), stats: stats.clone() });
         }
-        _ => b.set_private_key(&key).map_err(setup(&fc))?,
+        Runner::CryptoMb(engine) => {
+            let key = crate::cryptomb::PreparedKey::new(key).map_err(|msg| TlsError::Setup { field: format!("{fc}.key"), msg: format!("the cryptomb provider cannot hold {msg}") })?;
+            b.set_async_private_key_method(crate::cryptomb::CryptoMbMethod { engine: engine.clone(), key: Arc::new(key) });
+        }
+        Runner::Inline => b.set_private_key(&key).map_err(setup(&fc))?,
     }
     if !tls.resumption {
         b.set_session_cache_mode(SslSessionCacheMode::OFF);
@@ -174,18 +299,52 @@ fn context(field: &str, tls: &Tls, i: usize, pool: &Option<mpsc::Sender<Job>>, s
     Ok((b, names(&leaf)))
 }
 
-/// A listener's acceptor: the first certificate's context, switching to another's by SNI.
-pub fn acceptor(field: &str, tls: &Tls, stats: Arc<TlsStats>) -> Result<SslAcceptor, TlsError> {
-    let jobs = match tls.provider {
-        Provider::Pool { threads } => Some(pool(threads)),
-        Provider::Inline => None,
-    };
+/// The provider a listener runs, and its statistics: the configured one, or `inline` when
+/// `cryptomb` asks for crypto_mb where it cannot run and the configuration allows the fallback.
+fn runner(field: &str, tls: &Tls) -> Result<(Runner, Arc<TlsStats>), TlsError> {
+    Ok(match tls.provider {
+        Provider::Inline => (Runner::Inline, Arc::new(TlsStats::new("inline", None))),
+        Provider::Pool { threads } => (Runner::Pool(pool(threads)), Arc::new(TlsStats::new("pool", None))),
+        Provider::CryptoMb { poll_delay, backend, fallback } => {
+            let lanes: Box<dyn crate::cryptomb::Lanes> = match backend {
+                CryptoMbBackend::Portable => Box::new(crate::cryptomb::Portable),
+                CryptoMbBackend::CryptoMb => match crate::cryptomb::crypto_mb_available() {
+                    #[cfg(crypto_mb)]
+                    Ok(()) => Box::new(crate::cryptomb::CryptoMbLanes),
+                    #[cfg(not(crypto_mb))]
+                    Ok(()) => unreachable!("crypto_mb is never available without the library"),
+                    Err(why) => match fallback {
+                        CryptoMbFallback::Refuse => {
+                            return Err(TlsError::Setup {
+                                field: format!("{field}.provider"),
+                                msg: format!("cryptomb cannot run: {why} (cryptomb_fallback = \"refuse\"; \"inline\" would sign in the workers instead)"),
+                            })
+                        }
+                        CryptoMbFallback::Inline => {
+                            tracing::warn!("{field}: the cryptomb provider cannot run: {why}; signing inline (cryptomb_fallback = \"inline\")");
+                            return Ok((Runner::Inline, Arc::new(TlsStats::new("inline", Some(why)))));
+                        }
+                    },
+                },
+            };
+            let name = format!("cryptomb/{}", lanes.name());
+            tracing::info!("{field}: private keys on the {name} provider, poll_delay {poll_delay:?}");
+            let stats = Arc::new(TlsStats::new(&name, None));
+            (Runner::CryptoMb(crate::cryptomb::Engine::new(lanes, poll_delay, stats.clone())), stats)
+        }
+    })
+}
+
+/// A listener's acceptor (the first certificate's context, switching to another's by SNI) and
+/// its statistics.
+pub fn acceptor(field: &str, tls: &Tls) -> Result<(SslAcceptor, Arc<TlsStats>), TlsError> {
+    let (runner, stats) = runner(field, tls)?;
     let mut others: Vec<(Vec<String>, SslContext)> = Vec::new();
     for i in 1..tls.certificates.len() {
-        let (b, names) = context(field, tls, i, &jobs, &stats)?;
+        let (b, names) = context(field, tls, i, &runner, &stats)?;
         others.push((names, b.build().into_context()));
     }
-    let (mut first, _) = context(field, tls, 0, &jobs, &stats)?;
+    let (mut first, _) = context(field, tls, 0, &runner, &stats)?;
     if !others.is_empty() {
         first.set_servername_callback(move |ssl, _alert| {
             if let Some(host) = ssl.servername(NameType::HOST_NAME).map(str::to_ascii_lowercase) {
@@ -196,7 +355,7 @@ pub fn acceptor(field: &str, tls: &Tls, stats: Arc<TlsStats>) -> Result<SslAccep
             Ok(())
         });
     }
-    Ok(first.build())
+    Ok((first.build(), stats))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! TLS termination between real peers: curl and `openssl s_client` (OpenSSL 3) as clients,
 //! nginx as the upstream. TLS 1.2 and 1.3, an RSA-2048 and an ECDSA P-256 certificate chosen by
-//! SNI, ALPN h2 and http/1.1, both private-key providers, resumption off.
+//! SNI, ALPN h2 and http/1.1, every private-key provider (inline, pool, cryptomb with its
+//! portable backend and with crypto_mb where the CPU has it), resumption off.
 
 mod common;
 
@@ -46,7 +47,7 @@ fn curl(args: &[&str]) -> String {
 }
 
 #[test]
-fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_both_providers() {
+fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
     let dir = std::env::temp_dir().join(format!("vectorlb-proxy-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (rsa_c, rsa_k) = cert(&dir, "rsa.test", &["-newkey", "rsa:2048"]);
@@ -62,8 +63,9 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_both_providers() {
     let cfg = format!(
         "{}{}[[routes]]\ncluster = \"web\"\n\n[[clusters]]\nname = \"web\"\nendpoints = [\"127.0.0.1:{up}\"]\n",
         listener("inline", "provider = \"inline\","),
-        listener("pool", "provider = \"pool\", pool_threads = 2,")
-    );
+        listener("pool", "provider = \"pool\", pool_threads = 2,"),
+    ) + &listener("cryptomb-portable", "provider = \"cryptomb\", cryptomb_backend = \"portable\", poll_delay = 0.002,")
+        + &listener("cryptomb", "provider = \"cryptomb\", cryptomb_fallback = \"inline\",");
     let (addrs, p) = proxy_with(&cfg);
     for (i, a) in addrs.iter().enumerate() {
         let port = a.port();
@@ -93,13 +95,35 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_both_providers() {
         let (_, stats) = p.tls[i].as_ref().unwrap();
         assert!(stats.handshakes.load(Ordering::Relaxed) >= 11, "listener {i}: {stats:?}");
         let offloaded = stats.offloaded.load(Ordering::Relaxed);
-        if i == 0 {
+        let expected = match i {
+            0 => "inline",
+            1 => "pool",
+            2 => "cryptomb/portable",
+            // crypto_mb where this machine has it, else the configured fallback.
+            _ => match vectorlb_proxy::cryptomb::crypto_mb_available() {
+                Ok(()) => "cryptomb/crypto_mb",
+                Err(why) => {
+                    eprintln!("crypto_mb not tested end to end here: {why}");
+                    assert_eq!(stats.fallback_reason.as_deref(), Some(why.as_str()));
+                    "inline"
+                }
+            },
+        };
+        assert_eq!(stats.provider, expected, "listener {i}");
+        if expected == "inline" {
             assert_eq!(offloaded, 0, "inline signs inside the handshake");
         } else {
-            // Resumption is off: every full handshake signed once through the pool.
-            assert!(offloaded >= 11, "pool: {stats:?}");
+            // Resumption is off: every full handshake signed once through the provider.
+            assert!(offloaded >= 11, "{expected}: {stats:?}");
             assert_eq!(stats.offload_failures.load(Ordering::Relaxed), 0);
         }
+        if expected.starts_with("cryptomb") {
+            // Both kinds of key went through the queues, every signature checked.
+            assert!(stats.rsa_queue_sizes.count() >= 1 && stats.ecdsa_queue_sizes.count() >= 1, "{stats:?}");
+            assert_eq!(stats.rsa_queue_sizes.sum() + stats.ecdsa_queue_sizes.sum(), offloaded as f64);
+            assert_eq!(stats.failed_checks.load(Ordering::Relaxed), 0);
+        }
+        assert_eq!(stats.handshake_seconds.count(), stats.handshakes.load(Ordering::Relaxed));
     }
     // A plain-text client on a TLS port is a failed handshake, not a crash.
     let port = addrs[1].port();

@@ -1,0 +1,32 @@
+//! Links Intel's crypto_mb (libcrypto_mb.a, from the `ipp-crypto-static` Python package) when it
+//! is installed, and sets `cfg(crypto_mb)`; without it the build goes on and the `cryptomb`
+//! provider's crypto_mb backend says it is unavailable.
+//!
+//! Looked for in `$VECTORLB_CRYPTO_MB_DIR/lib`, then `/opt/vectorlb/crypto_mb/lib` (where
+//! scripts/setup.sh installs the packages).
+
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(crypto_mb)");
+    println!("cargo:rerun-if-env-changed=VECTORLB_CRYPTO_MB_DIR");
+    let mut dirs = Vec::new();
+    if let Ok(d) = std::env::var("VECTORLB_CRYPTO_MB_DIR") {
+        if d.is_empty() || d == "none" {
+            // Asked to build without it (tests of the fallback).
+            return;
+        }
+        dirs.push(std::path::PathBuf::from(d).join("lib"));
+    }
+    dirs.push("/opt/vectorlb/crypto_mb/lib".into());
+    let target = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    for d in dirs {
+        let lib = d.join("libcrypto_mb.a");
+        println!("cargo:rerun-if-changed={}", lib.display());
+        if target == "x86_64" && lib.is_file() {
+            println!("cargo:rustc-link-search=native={}", d.display());
+            println!("cargo:rustc-link-lib=static=crypto_mb");
+            println!("cargo:rustc-cfg=crypto_mb");
+            return;
+        }
+    }
+    println!("cargo:warning=libcrypto_mb.a not found (scripts/setup.sh installs it): the cryptomb provider runs only its portable backend");
+}
