@@ -204,6 +204,24 @@ pub fn with_conventions(router: Router) -> Router {
     Router::new().fallback_service(inner).layer(axum::middleware::from_fn(json_405)).layer(axum::middleware::from_fn(trim_slash))
 }
 
+/// Reads a TCP API's token from `path`: a regular file that only its owner can read, holding
+/// at least 16 printable characters. The problem, if not.
+pub fn read_token(path: &str) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!("mode {:o} lets others read it (chmod 600)", meta.permissions().mode() & 0o777));
+    }
+    let t = std::fs::read_to_string(path).map_err(|e| e.to_string())?.trim().to_string();
+    if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("the token must be at least 16 printable characters (for example: openssl rand -hex 32)".into());
+    }
+    Ok(t)
+}
+
 /// Compares in time that does not depend on where the first difference is.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0

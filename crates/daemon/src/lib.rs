@@ -184,20 +184,7 @@ pub fn run(path: &Path) -> Result<(), DaemonError> {
 
 /// The API token: the file must be a regular file that only its owner can read.
 fn read_token(path: &str) -> Result<String, DaemonError> {
-    use std::os::unix::fs::PermissionsExt;
-    let bad = |problem: String| DaemonError::Token { path: path.to_string(), problem };
-    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(bad("not a regular file".into()));
-    }
-    if meta.permissions().mode() & 0o077 != 0 {
-        return Err(bad(format!("mode {:o} lets others read it (chmod 600)", meta.permissions().mode() & 0o777)));
-    }
-    let t = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?.trim().to_string();
-    if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(bad("the token must be at least 16 printable characters (for example: openssl rand -hex 32)".into()));
-    }
-    Ok(t)
+    vectorlb_api::server::read_token(path).map_err(|problem| DaemonError::Token { path: path.to_string(), problem })
 }
 
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<std::thread::JoinHandle<()>, DaemonError> {

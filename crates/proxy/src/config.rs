@@ -87,6 +87,17 @@ pub struct Tls {
     pub resumption: bool,
     /// "1.2" or "1.3".
     pub min_version: String,
+    /// "1.2" or "1.3" (default), not below `min_version`.
+    pub max_version: String,
+}
+
+/// Where the admin API listens and who may use it, as the load balancer's API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    /// `unix:PATH` (mode 0600, or 0660 with `group`) or `ADDRESS:PORT` (needs `token_file`).
+    pub address: String,
+    pub token_file: Option<String>,
+    pub group: Option<String>,
 }
 
 /// What a route matches; every given condition must hold.
@@ -104,8 +115,16 @@ pub struct Route {
     /// Listener names the route applies to (empty: all).
     pub listeners: Vec<String>,
     pub matches: Match,
-    /// Index into [`Config::clusters`].
-    pub cluster: usize,
+    pub action: Action,
+}
+
+/// What a matching route does with the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Forward it to this cluster (index into [`Config::clusters`]).
+    Cluster(usize),
+    /// Answer it here: a status and a body (health endpoints, benchmarks of the front end).
+    Respond { status: u16, body: String },
 }
 
 /// How the proxy speaks to a cluster's endpoints.
@@ -139,6 +158,10 @@ pub struct Endpoint {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// Worker threads serving connections (default: one per CPU the process may use).
+    pub workers: usize,
+    /// The admin API (stats, Prometheus metrics); none without `[admin]`.
+    pub admin: Option<Admin>,
     pub listeners: Vec<Listener>,
     pub routes: Vec<Route>,
     pub clusters: Vec<Cluster>,
@@ -147,12 +170,22 @@ pub struct Config {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Raw {
+    workers: Option<usize>,
+    admin: Option<RawAdmin>,
     #[serde(default)]
     listeners: Vec<RawListener>,
     #[serde(default)]
     routes: Vec<RawRoute>,
     #[serde(default)]
     clusters: Vec<RawCluster>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    address: String,
+    token_file: Option<String>,
+    group: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -175,6 +208,7 @@ struct RawTls {
     cryptomb_fallback: Option<String>,
     resumption: Option<bool>,
     min_version: Option<String>,
+    max_version: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -192,7 +226,16 @@ struct RawRoute {
     host: Option<String>,
     path_prefix: Option<String>,
     header: Option<RawHeader>,
-    cluster: String,
+    cluster: Option<String>,
+    respond: Option<RawRespond>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRespond {
+    status: u16,
+    #[serde(default)]
+    body: String,
 }
 
 #[derive(Deserialize)]
@@ -321,7 +364,14 @@ impl Config {
                     if min_version != "1.2" && min_version != "1.3" {
                         return Err(bad(format!("{ft}.min_version"), format!("'{min_version}' is not 1.2 or 1.3")));
                     }
-                    Some(Tls { certificates, provider, resumption: t.resumption.unwrap_or(true), min_version })
+                    let max_version = t.max_version.clone().unwrap_or_else(|| "1.3".into());
+                    if max_version != "1.2" && max_version != "1.3" {
+                        return Err(bad(format!("{ft}.max_version"), format!("'{max_version}' is not 1.2 or 1.3")));
+                    }
+                    if max_version < min_version {
+                        return Err(bad(format!("{ft}.max_version"), format!("{max_version} is below min_version {min_version}")));
+                    }
+                    Some(Tls { certificates, provider, resumption: t.resumption.unwrap_or(true), min_version, max_version })
                 }
             };
             listeners.push(Listener { name: l.name.clone(), address, protocols, tls });
@@ -397,7 +447,19 @@ impl Config {
                     return Err(bad(format!("{f}.listeners[{j}]"), format!("no listener named '{l}'")));
                 }
             }
-            let cluster = *by_name.get(&r.cluster).ok_or_else(|| bad(format!("{f}.cluster"), format!("no cluster named '{}'", r.cluster)))?;
+            let action = match (&r.cluster, &r.respond) {
+                (Some(c), None) => Action::Cluster(*by_name.get(c).ok_or_else(|| bad(format!("{f}.cluster"), format!("no cluster named '{c}'")))?),
+                (None, Some(a)) => {
+                    if !(200..=599).contains(&a.status) {
+                        return Err(bad(format!("{f}.respond.status"), format!("{} is not a status in 200..=599", a.status)));
+                    }
+                    if a.body.len() > 65536 {
+                        return Err(bad(format!("{f}.respond.body"), "longer than 64 KiB"));
+                    }
+                    Action::Respond { status: a.status, body: a.body.clone() }
+                }
+                _ => return Err(bad(&f, "needs either cluster or respond")),
+            };
             let host = match &r.host {
                 Some(h) => {
                     let h = h.to_ascii_lowercase();
@@ -417,9 +479,37 @@ impl Config {
                 Some(h) => Some((header_name(&format!("{f}.header.name"), &h.name)?, h.value.clone())),
                 None => None,
             };
-            routes.push(Route { listeners: r.listeners.clone(), matches: Match { host, path_prefix, header }, cluster });
+            routes.push(Route { listeners: r.listeners.clone(), matches: Match { host, path_prefix, header }, action });
         }
-        Ok(Config { listeners, routes, clusters })
+        let workers = match raw.workers {
+            None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            Some(w) if (1..=1024).contains(&w) => w,
+            Some(w) => return Err(bad("workers", format!("{w} is not in 1..=1024"))),
+        };
+        let admin = match raw.admin {
+            None => None,
+            Some(a) => {
+                let unix = match a.address.strip_prefix("unix:") {
+                    Some(p) if p.starts_with('/') => true,
+                    Some(_) => return Err(bad("admin.address", format!("'{}': unix: takes an absolute path", a.address))),
+                    None => {
+                        a.address.parse::<SocketAddr>().map_err(|_| bad("admin.address", format!("'{}' is not ADDRESS:PORT or unix:PATH", a.address)))?;
+                        false
+                    }
+                };
+                if unix && a.token_file.is_some() {
+                    return Err(bad("admin.token_file", "a unix socket is guarded by its permissions (admin.group); the token is for a TCP address"));
+                }
+                if !unix && a.token_file.as_deref().is_none_or(str::is_empty) {
+                    return Err(bad("admin.address", "a TCP admin API needs admin.token_file (a file only its owner can read, holding the token); or listen on unix:PATH"));
+                }
+                if !unix && a.group.is_some() {
+                    return Err(bad("admin.group", "only for a unix:PATH address"));
+                }
+                Some(Admin { address: a.address, token_file: a.token_file, group: a.group })
+            }
+        };
+        Ok(Config { workers, admin, listeners, routes, clusters })
     }
 }
 
@@ -466,7 +556,7 @@ endpoints = ["[::1]:9003"]
         assert_eq!(c.routes[0].matches.header, Some(("x-canary".into(), "1".into())));
         assert_eq!(c.routes[0].matches.host.as_deref(), Some("*.example.com"));
         assert_eq!(c.routes[1].matches.path_prefix, "/");
-        assert_eq!(c.routes[1].cluster, 1);
+        assert_eq!(c.routes[1].action, Action::Cluster(1));
         let api = &c.clusters[0];
         assert_eq!(api.endpoints[1], Endpoint { address: "127.0.0.1:9002".parse().unwrap(), weight: 3 });
         assert_eq!((api.protocol, api.hash_header.as_deref()), (Upstream::Http2, Some("x-user")));
@@ -504,6 +594,27 @@ endpoints = ["[::1]:9003"]
     }
 
     #[test]
+    fn admin_workers_and_direct_responses() {
+        let base = "[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n[[routes]]\nrespond = { status = 204 }\n";
+        let c = Config::parse(&format!("workers = 3\n[admin]\naddress = \"unix:/run/p.sock\"\n{base}")).unwrap();
+        assert_eq!(c.workers, 3);
+        assert_eq!(c.admin.unwrap().address, "unix:/run/p.sock");
+        assert_eq!(c.routes[0].action, Action::Respond { status: 204, body: String::new() });
+        for (text, want) in [
+            (format!("workers = 0\n{base}"), "workers: 0 is not in 1..=1024"),
+            (format!("[admin]\naddress = \"127.0.0.1:9901\"\n{base}"), "admin.address: a TCP admin API needs admin.token_file"),
+            (format!("[admin]\naddress = \"unix:/p.sock\"\ntoken_file = \"/t\"\n{base}"), "admin.token_file: a unix socket"),
+            (format!("[admin]\naddress = \"unix:p.sock\"\n{base}"), "admin.address"),
+            (format!("[admin]\naddress = \"localhost\"\n{base}"), "admin.address: 'localhost' is not ADDRESS:PORT or unix:PATH"),
+            (base.replace("status = 204", "status = 99"), "routes[0].respond.status"),
+            (base.replace("respond = { status = 204 }", "respond = { status = 200 }\ncluster = \"x\""), "routes[0]: needs either cluster or respond"),
+        ] {
+            let e = Config::parse(&text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn providers_and_their_settings() {
         let with = |tls: &str| {
             Config::parse(&format!(
@@ -524,6 +635,8 @@ endpoints = ["[::1]:9003"]
             Ok(Provider::CryptoMb { poll_delay: Duration::from_micros(200), backend: CryptoMbBackend::Portable, fallback: CryptoMbFallback::Refuse })
         );
         for (tls, want) in [
+            ("max_version = \"1.4\"", "listeners[0].tls.max_version"),
+            ("min_version = \"1.3\", max_version = \"1.2\"", "listeners[0].tls.max_version: 1.2 is below min_version 1.3"),
             ("provider = \"qat\"", "listeners[0].tls.provider: 'qat' is not inline, pool or cryptomb"),
             ("provider = \"cryptomb\", poll_delay = 0", "listeners[0].tls.poll_delay"),
             ("provider = \"cryptomb\", poll_delay = 5", "listeners[0].tls.poll_delay"),

@@ -64,7 +64,12 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 
 /// A plain-text answer of the proxy itself.
 pub fn answer(status: StatusCode, msg: &str) -> Response<ProxyBody> {
-    let mut r = Response::new(Full::new(Bytes::from(format!("{msg}\n"))).map_err(|never| match never {}).boxed());
+    respond(status, Bytes::from(format!("{msg}\n")))
+}
+
+/// A plain-text response made here.
+pub fn respond(status: StatusCode, body: Bytes) -> Response<ProxyBody> {
+    let mut r = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
     *r.status_mut() = status;
     r.headers_mut().insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     r

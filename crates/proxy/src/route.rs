@@ -107,7 +107,12 @@ endpoints = ["127.0.0.1:11"]
         )
         .unwrap();
         let r = &c.routes;
-        let cl = |i: Option<usize>| i.map(|i| r[i].cluster);
+        let cl = |i: Option<usize>| {
+            i.map(|i| match r[i].action {
+                crate::config::Action::Cluster(c) => c,
+                _ => usize::MAX,
+            })
+        };
         assert_eq!(cl(find(r, "b", &parts("/", &[("host", "x")]))), Some(2));
         assert_eq!(cl(find(r, "a", &parts("/api/v1", &[("host", "Www.Example.com:8080")]))), Some(1));
         assert_eq!(cl(find(r, "a", &parts("http://www.example.com/api/x", &[]))), Some(1), "HTTP/2 :authority");

@@ -23,6 +23,8 @@ pub enum ServeError {
     Runtime(std::io::Error),
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    #[error("admin: {0}")]
+    Admin(String),
 }
 
 /// Time a client has to finish its TLS handshake.
@@ -34,6 +36,9 @@ pub struct Proxy {
     pub clusters: Vec<ClusterRt>,
     /// Per listener: its TLS acceptor and handshake counters (None: plain text).
     pub tls: Vec<Option<(boring::ssl::SslAcceptor, Arc<crate::tls::TlsStats>)>>,
+    /// Per listener: requests received.
+    pub requests: Vec<std::sync::atomic::AtomicU64>,
+    pub started: std::time::Instant,
 }
 
 impl Proxy {
@@ -51,15 +56,22 @@ impl Proxy {
                 None => None,
             });
         }
-        Ok(Proxy { config, clusters, tls })
+        let requests = config.listeners.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+        Ok(Proxy { config, clusters, tls, requests, started: std::time::Instant::now() })
     }
 
-    async fn handle(&self, listener: &str, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
+    async fn handle(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
+        self.requests[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (parts, body) = req.into_parts();
         let Some(r) = crate::route::find(&self.config.routes, listener, &parts) else {
             return answer(StatusCode::NOT_FOUND, "no route for this request");
         };
-        let cluster = self.config.routes[r].cluster;
+        let cluster = match &self.config.routes[r].action {
+            crate::config::Action::Cluster(c) => *c,
+            crate::config::Action::Respond { status, body } => {
+                return crate::forward::respond(StatusCode::from_u16(*status).unwrap_or(StatusCode::OK), bytes::Bytes::from(body.clone()));
+            }
+        };
         // The client's version, not the upstream's, describes the response on this connection.
         let version = parts.version;
         let mut resp = self.clusters[cluster].forward(Request::from_parts(parts, body), client).await;
@@ -145,7 +157,7 @@ pub async fn serve(proxy: Arc<Proxy>, bound: Bound, stop: impl std::future::Futu
                         hyper::service::service_fn(move |req| {
                             let proxy = proxy.clone();
                             let name = name.clone();
-                            async move { Ok::<_, std::convert::Infallible>(proxy.handle(&name, req, peer).await) }
+                            async move { Ok::<_, std::convert::Infallible>(proxy.handle(index, &name, req, peer).await) }
                         })
                     };
                     match &proxy.tls[index] {
@@ -190,14 +202,34 @@ pub async fn serve(proxy: Arc<Proxy>, bound: Bound, stop: impl std::future::Futu
 /// `vectorlb proxy --config FILE`: runs until SIGTERM or SIGINT, then drains.
 pub fn run(path: &std::path::Path) -> Result<(), ServeError> {
     let config = Config::load(path)?;
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).thread_name("vlb-proxy").enable_all().build().map_err(ServeError::Runtime)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(config.workers).thread_name("vlb-proxy").enable_all().build().map_err(ServeError::Runtime)?;
     rt.block_on(async move {
         let proxy = Arc::new(Proxy::new(config)?);
+        // The admin API first: a start that cannot serve it binds no listener.
+        let admin = match &proxy.config.admin {
+            None => None,
+            Some(a) => {
+                let token = match &a.token_file {
+                    Some(f) => Some(vectorlb_api::server::read_token(f).map_err(|e| ServeError::Admin(format!("token_file: {f}: {e}")))?),
+                    None => None,
+                };
+                let endpoint: vectorlb_api::Endpoint = a.address.parse().map_err(|e: vectorlb_client::Error| ServeError::Admin(e.to_string()))?;
+                let l = vectorlb_api::server::Listener::bind(&endpoint, &vectorlb_api::Access { group: a.group.clone() }).await.map_err(|e| ServeError::Admin(e.to_string()))?;
+                tracing::info!("admin API on {}", a.address);
+                Some((l, token))
+            }
+        };
         let bound = bind(&proxy.config).await?;
         for (l, a) in proxy.config.listeners.iter().zip(bound.addresses()) {
             tracing::info!("listener {} on {a}", l.name);
         }
+        let (stopped_tx, stopped_rx) = tokio::sync::watch::channel(false);
+        let admin_task = admin.map(|(l, token)| {
+            let mut rx = stopped_rx.clone();
+            tokio::spawn(vectorlb_api::server::serve(l, crate::admin::router(proxy.clone()), token, async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }))
+        });
         let stop = async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
             tokio::select! {
@@ -207,6 +239,10 @@ pub fn run(path: &std::path::Path) -> Result<(), ServeError> {
             tracing::info!("stopping: draining connections");
         };
         serve(proxy, bound, stop, Duration::from_secs(10)).await;
+        let _ = stopped_tx.send(true);
+        if let Some(t) = admin_task {
+            let _ = t.await;
+        }
         Ok(())
     })
 }

@@ -276,7 +276,9 @@ fn context(field: &str, tls: &Tls, i: usize, runner: &Runner, stats: &Arc<TlsSta
         return Err(TlsError::Setup { field: fc, msg: "the key does not belong to the certificate".into() });
     }
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(setup(field))?;
-    b.set_min_proto_version(Some(if tls.min_version == "1.3" { SslVersion::TLS1_3 } else { SslVersion::TLS1_2 })).map_err(setup(field))?;
+    let version = |v: &str| if v == "1.3" { SslVersion::TLS1_3 } else { SslVersion::TLS1_2 };
+    b.set_min_proto_version(Some(version(&tls.min_version))).map_err(setup(field))?;
+    b.set_max_proto_version(Some(version(&tls.max_version))).map_err(setup(field))?;
     b.set_certificate(&leaf).map_err(setup(&fc))?;
     for extra in chain.into_iter().skip(1) {
         b.add_extra_chain_cert(extra).map_err(setup(&fc))?;

@@ -125,6 +125,24 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
         }
         assert_eq!(stats.handshake_seconds.count(), stats.handshakes.load(Ordering::Relaxed));
     }
+    // The admin API's view of the same counters.
+    let m = vectorlb_proxy::admin::metrics(&p);
+    for want in [
+        "vectorlb_proxy_tls_handshakes_total{listener=\"inline\",provider=\"inline\",outcome=\"ok\"}",
+        "vectorlb_proxy_tls_rsa_queue_sizes_bucket{listener=\"cryptomb-portable\",le=\"8\"}",
+        "vectorlb_proxy_tls_ecdsa_queue_sizes_count{listener=\"cryptomb-portable\"}",
+        "vectorlb_proxy_tls_failed_checks_total{listener=\"cryptomb-portable\",provider=\"cryptomb/portable\"} 0",
+        "vectorlb_proxy_tls_handshake_seconds_bucket{listener=\"pool\",provider=\"pool\",le=\"+Inf\"}",
+        "vectorlb_proxy_requests_total{listener=\"pool\"}",
+    ] {
+        assert!(m.contains(want), "{want} not in\n{m}");
+    }
+    let st = vectorlb_proxy::admin::stats(&p);
+    let t = st.listeners[2].tls.as_ref().unwrap();
+    assert_eq!(t.provider, "cryptomb/portable");
+    assert!(t.handshakes >= 11 && t.handshake_seconds.p50.is_some() && t.rsa_queue_sizes.count >= 1);
+    assert!(st.listeners[2].requests >= 8, "curl's requests on that listener");
+
     // A plain-text client on a TLS port is a failed handshake, not a crash.
     let port = addrs[1].port();
     let o = Command::new("curl").args(["-sS", "--max-time", "5", &format!("http://127.0.0.1:{port}/")]).output().unwrap();

@@ -1,0 +1,244 @@
+//! The proxy's admin API, with the load balancer's conventions (the same server: a unix socket
+//! guarded by its mode, or TCP with a bearer token; JSON errors; bounded connections):
+//!
+//! * `GET /v1/stats`: listeners (requests, TLS handshakes by outcome, the provider that runs
+//!   and why it fell back, handshake latency and queue-size histograms with quantiles), clusters
+//!   (requests, connect failures and errors per endpoint);
+//! * `GET /metrics`: the same in Prometheus's text format;
+//! * `GET /v1/health`: `{"status":"ok"}` while the proxy serves.
+
+use crate::serve::Proxy;
+use crate::tls::{Histogram, TlsStats};
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+#[derive(Serialize)]
+pub struct HistogramOut {
+    pub count: u64,
+    pub sum: f64,
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p99: Option<f64>,
+    /// (upper bound, cumulative count); the last bound is +Inf, written as null.
+    pub buckets: Vec<(Option<f64>, u64)>,
+}
+
+impl From<&Histogram> for HistogramOut {
+    fn from(h: &Histogram) -> HistogramOut {
+        HistogramOut {
+            count: h.count(),
+            sum: h.sum(),
+            p50: h.quantile(0.5),
+            p90: h.quantile(0.9),
+            p99: h.quantile(0.99),
+            buckets: h.buckets().into_iter().map(|(b, c)| (b.is_finite().then_some(b), c)).collect(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct TlsOut {
+    pub provider: String,
+    pub fallback_reason: Option<String>,
+    pub handshakes: u64,
+    pub handshake_failures: u64,
+    pub handshake_timeouts: u64,
+    pub handshake_seconds: HistogramOut,
+    pub offloaded: u64,
+    pub offload_failures: u64,
+    pub rsa_queue_sizes: HistogramOut,
+    pub ecdsa_queue_sizes: HistogramOut,
+    pub key_op_fallbacks: u64,
+    pub failed_checks: u64,
+}
+
+impl From<&TlsStats> for TlsOut {
+    fn from(t: &TlsStats) -> TlsOut {
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        TlsOut {
+            provider: t.provider.clone(),
+            fallback_reason: t.fallback_reason.clone(),
+            handshakes: n(&t.handshakes),
+            handshake_failures: n(&t.handshake_failures),
+            handshake_timeouts: n(&t.handshake_timeouts),
+            handshake_seconds: (&t.handshake_seconds).into(),
+            offloaded: n(&t.offloaded),
+            offload_failures: n(&t.offload_failures),
+            rsa_queue_sizes: (&t.rsa_queue_sizes).into(),
+            ecdsa_queue_sizes: (&t.ecdsa_queue_sizes).into(),
+            key_op_fallbacks: n(&t.key_op_fallbacks),
+            failed_checks: n(&t.failed_checks),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct ListenerOut {
+    pub name: String,
+    pub address: String,
+    pub requests: u64,
+    pub tls: Option<TlsOut>,
+}
+
+#[derive(Serialize)]
+pub struct EndpointOut {
+    pub address: String,
+    pub weight: u32,
+    pub requests: u64,
+    pub connect_failures: u64,
+    pub errors: u64,
+}
+
+#[derive(Serialize)]
+pub struct ClusterOut {
+    pub name: String,
+    pub endpoints: Vec<EndpointOut>,
+}
+
+#[derive(Serialize)]
+pub struct StatsOut {
+    pub uptime_seconds: f64,
+    pub workers: usize,
+    pub listeners: Vec<ListenerOut>,
+    pub clusters: Vec<ClusterOut>,
+}
+
+pub fn stats(p: &Proxy) -> StatsOut {
+    StatsOut {
+        uptime_seconds: p.started.elapsed().as_secs_f64(),
+        workers: p.config.workers,
+        listeners: p
+            .config
+            .listeners
+            .iter()
+            .enumerate()
+            .map(|(i, l)| ListenerOut {
+                name: l.name.clone(),
+                address: l.address.to_string(),
+                requests: p.requests[i].load(Ordering::Relaxed),
+                tls: p.tls[i].as_ref().map(|(_, s)| (&**s).into()),
+            })
+            .collect(),
+        clusters: p
+            .clusters
+            .iter()
+            .map(|c| ClusterOut {
+                name: c.spec.name.clone(),
+                endpoints: c
+                    .spec
+                    .endpoints
+                    .iter()
+                    .zip(&c.stats)
+                    .map(|(e, s)| EndpointOut {
+                        address: e.address.to_string(),
+                        weight: e.weight,
+                        requests: s.requests.load(Ordering::Relaxed),
+                        connect_failures: s.connect_failures.load(Ordering::Relaxed),
+                        errors: s.errors.load(Ordering::Relaxed),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// A label value as Prometheus's text format wants it.
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+    for (b, c) in h.buckets() {
+        let le = if b.is_finite() { b.to_string() } else { "+Inf".into() };
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {c}");
+    }
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum());
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count());
+}
+
+/// Prometheus's text format.
+pub fn metrics(p: &Proxy) -> String {
+    let mut o = String::new();
+    let head = |o: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    head(&mut o, "vectorlb_proxy_uptime_seconds", "gauge", "Seconds since the proxy started.");
+    let _ = writeln!(o, "vectorlb_proxy_uptime_seconds {}", p.started.elapsed().as_secs_f64());
+    head(&mut o, "vectorlb_proxy_requests_total", "counter", "Requests received, by listener.");
+    for (i, l) in p.config.listeners.iter().enumerate() {
+        let _ = writeln!(o, "vectorlb_proxy_requests_total{{listener=\"{}\"}} {}", esc(&l.name), p.requests[i].load(Ordering::Relaxed));
+    }
+    let tls: Vec<(String, &TlsStats)> = p.config.listeners.iter().zip(&p.tls).filter_map(|(l, t)| t.as_ref().map(|(_, s)| (esc(&l.name), &**s))).collect();
+    head(&mut o, "vectorlb_proxy_tls_handshakes_total", "counter", "TLS handshakes by provider and outcome (ok, failed, timeout).");
+    for (l, s) in &tls {
+        let pr = esc(&s.provider);
+        for (outcome, v) in [("ok", &s.handshakes), ("failed", &s.handshake_failures), ("timeout", &s.handshake_timeouts)] {
+            let _ = writeln!(o, "vectorlb_proxy_tls_handshakes_total{{listener=\"{l}\",provider=\"{pr}\",outcome=\"{outcome}\"}} {}", v.load(Ordering::Relaxed));
+        }
+    }
+    head(&mut o, "vectorlb_proxy_tls_handshake_seconds", "histogram", "Time from accept to the end of the TLS handshake.");
+    for (l, s) in &tls {
+        histogram(&mut o, "vectorlb_proxy_tls_handshake_seconds", &format!("listener=\"{l}\",provider=\"{}\"", esc(&s.provider)), &s.handshake_seconds);
+    }
+    head(&mut o, "vectorlb_proxy_tls_rsa_queue_sizes", "histogram", "RSA operations per multi-buffer run (cryptomb).");
+    for (l, s) in &tls {
+        histogram(&mut o, "vectorlb_proxy_tls_rsa_queue_sizes", &format!("listener=\"{l}\""), &s.rsa_queue_sizes);
+    }
+    head(&mut o, "vectorlb_proxy_tls_ecdsa_queue_sizes", "histogram", "ECDSA operations per multi-buffer run (cryptomb).");
+    for (l, s) in &tls {
+        histogram(&mut o, "vectorlb_proxy_tls_ecdsa_queue_sizes", &format!("listener=\"{l}\""), &s.ecdsa_queue_sizes);
+    }
+    for (name, help, get) in [
+        ("vectorlb_proxy_tls_key_ops_offloaded_total", "Private-key operations handed to the provider.", (|s: &TlsStats| s.offloaded.load(Ordering::Relaxed)) as fn(&TlsStats) -> u64),
+        ("vectorlb_proxy_tls_key_op_failures_total", "Offloaded private-key operations that failed (their handshakes failed).", |s| s.offload_failures.load(Ordering::Relaxed)),
+        ("vectorlb_proxy_tls_key_op_fallbacks_total", "Lanes the multi-buffer backend did not compute, signed alone instead.", |s| s.key_op_fallbacks.load(Ordering::Relaxed)),
+        ("vectorlb_proxy_tls_failed_checks_total", "Signatures that did not verify with the public key (never sent).", |s| s.failed_checks.load(Ordering::Relaxed)),
+    ] {
+        head(&mut o, name, "counter", help);
+        for (l, s) in &tls {
+            let _ = writeln!(o, "{name}{{listener=\"{l}\",provider=\"{}\"}} {}", esc(&s.provider), get(s));
+        }
+    }
+    head(&mut o, "vectorlb_proxy_tls_provider_fallback", "gauge", "1 when the configured provider could not run and inline runs instead.");
+    for (l, s) in &tls {
+        let _ = writeln!(o, "vectorlb_proxy_tls_provider_fallback{{listener=\"{l}\",reason=\"{}\"}} {}", esc(s.fallback_reason.as_deref().unwrap_or("")), s.fallback_reason.is_some() as u8);
+    }
+    for (name, help, get) in [
+        ("vectorlb_proxy_upstream_requests_total", "Requests sent to an endpoint (a retry counts again).", (|s: &crate::forward::EndpointStats| s.requests.load(Ordering::Relaxed)) as fn(&crate::forward::EndpointStats) -> u64),
+        ("vectorlb_proxy_upstream_connect_failures_total", "Connections to an endpoint that could not be made.", |s| s.connect_failures.load(Ordering::Relaxed)),
+        ("vectorlb_proxy_upstream_errors_total", "Requests sent whose response did not come (errors, timeouts).", |s| s.errors.load(Ordering::Relaxed)),
+    ] {
+        head(&mut o, name, "counter", help);
+        for c in &p.clusters {
+            for (e, s) in c.spec.endpoints.iter().zip(&c.stats) {
+                let _ = writeln!(o, "{name}{{cluster=\"{}\",endpoint=\"{}\"}} {}", esc(&c.spec.name), e.address, get(s));
+            }
+        }
+    }
+    o
+}
+
+type P = State<Arc<Proxy>>;
+
+async fn get_stats(State(p): P) -> Json<StatsOut> {
+    Json(stats(&p))
+}
+
+async fn get_metrics(State(p): P) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics(&p))
+}
+
+async fn get_health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+pub fn router(p: Arc<Proxy>) -> Router {
+    Router::new().route("/v1/stats", get(get_stats)).route("/metrics", get(get_metrics)).route("/v1/health", get(get_health)).with_state(p)
+}

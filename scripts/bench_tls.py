@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Full TLS handshakes per second: the proxy's private-key providers against nginx (OpenSSL 3)
+and HAProxy (OpenSSL), the same RSA-2048 key and certificate, one server core, h2load on the
+other, one small HTTP/1.1 GET per connection (the client asks to close), no resumption; TLS 1.3
+and 1.2. Then keep-alive requests per second over HTTP/1.1 and HTTP/2 on the same servers.
+
+Every server gets one worker pinned to CPU 0 (the proxy: `workers = 1`, its pool thread too);
+h2load runs pinned to CPU 1. Servers are measured in turn, the order rotating each round, and the
+median of the rounds is reported. JSON lines on stdout (and appended to --out).
+
+    scripts/bench_tls.py [--bin target/release/vectorlb] [--conns 6000] [--rounds 3] [--out F]
+"""
+import argparse, json, os, re, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.parse
+
+SERVER_CPU, CLIENT_CPU = "0", "1"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, proc, what, timeout=10):
+    t = time.time()
+    while time.time() - t < timeout:
+        if proc.poll() is not None:
+            raise SystemExit(f"bench-tls: {what} exited at start: {proc.stderr.read().decode() if proc.stderr else ''}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"bench-tls: {what} did not listen on {port}")
+
+
+def cpu_name():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def cpu_flags():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+class Server:
+    def __init__(self, name, kind, provider=None):
+        self.name, self.kind, self.provider = name, kind, provider
+        self.proc = None
+        self.port = None
+        self.admin = None
+
+    def start(self, w, version, env=None):
+        self.port = free_port()
+        d = os.path.join(w, f"{self.name}-{version}")
+        os.makedirs(d, exist_ok=True)
+        if self.kind == "nginx":
+            conf = f"""daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f;
+ uwsgi_temp_path {d}/u; scgi_temp_path {d}/s; keepalive_requests 1000000;
+ ssl_session_cache off; ssl_session_tickets off;
+ server {{ listen 127.0.0.1:{self.port} ssl http2 backlog=4096;
+  ssl_certificate {w}/cert.pem; ssl_certificate_key {w}/key.pem; ssl_protocols TLSv{version};
+  location / {{ return 200 "ok\\n"; }} }} }}
+"""
+            open(f"{d}/nginx.conf", "w").write(conf)
+            cmd = ["nginx", "-c", f"{d}/nginx.conf", "-p", d]
+        elif self.kind == "haproxy":
+            conf = f"""global
+  nbthread 1
+  maxconn 20000
+  tune.ssl.cachesize 0
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend f
+  bind 127.0.0.1:{self.port} ssl crt {w}/combined.pem alpn h2,http/1.1 ssl-min-ver TLSv{version} ssl-max-ver TLSv{version} no-tls-tickets
+  http-request return status 200 content-type text/plain string "ok"
+"""
+            open(f"{d}/haproxy.cfg", "w").write(conf)
+            cmd = ["haproxy", "-f", f"{d}/haproxy.cfg"]
+        else:
+            self.admin = f"{d}/admin.sock"
+            conf = f"""workers = 1
+[admin]
+address = "unix:{self.admin}"
+[[listeners]]
+name = "tls"
+address = "127.0.0.1:{self.port}"
+tls = {{ certificates = [{{ cert = "{w}/cert.pem", key = "{w}/key.pem" }}], {self.provider}, resumption = false, min_version = "{version}", max_version = "{version}" }}
+[[routes]]
+respond = {{ status = 200, body = "ok\\n" }}
+"""
+            open(f"{d}/proxy.toml", "w").write(conf)
+            cmd = [ARGS.bin, "proxy", "--config", f"{d}/proxy.toml"]
+        self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        wait_port(self.port, self.proc, self.name)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def stats(self):
+        if not self.admin:
+            return None
+        out = subprocess.run(["curl", "-sS", "--max-time", "5", "--unix-socket", self.admin, "http://admin/v1/stats"], capture_output=True, text=True)
+        if out.returncode != 0:
+            return None
+        return json.loads(out.stdout)["listeners"][0]["tls"]
+
+
+def h2load(port, args):
+    cmd = ["taskset", "-c", CLIENT_CPU, "h2load"] + args + [f"https://127.0.0.1:{port}/"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
+    m = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", out)
+    r = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout", out)
+    c = re.search(r"time for connect:\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)", out)
+    if not m or not r:
+        raise SystemExit(f"bench-tls: h2load said:\n{out}")
+    unit = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+    conn = None
+    if c:
+        conn = {"min_ms": float(c.group(1)) * unit[c.group(2)], "max_ms": float(c.group(3)) * unit[c.group(4)], "mean_ms": float(c.group(5)) * unit[c.group(6)]}
+    return {"rate": float(m.group(2)), "seconds": float(m.group(1)), "succeeded": int(r.group(4)), "failed": int(r.group(5)) + int(r.group(6)) + int(r.group(7)), "connect": conn}
+
+
+def emit(rec):
+    line = json.dumps(rec, sort_keys=False)
+    print(line, flush=True)
+    if ARGS.out:
+        with open(ARGS.out, "a") as f:
+            f.write(line + "\n")
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="target/release/vectorlb")
+    ap.add_argument("--conns", type=int, default=6000, help="connections per handshake run")
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=100000, help="requests per keep-alive run")
+    ap.add_argument("--poll-delay", default="0.001")
+    ap.add_argument("--versions", default="1.3,1.2")
+    ap.add_argument("--out", default=None)
+    ARGS = ap.parse_args()
+    for tool in ["h2load", "nginx", "haproxy", "taskset", "openssl", "curl"]:
+        if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode != 0:
+            raise SystemExit(f"bench-tls: {tool} is missing (scripts/setup.sh --bench)")
+    if os.cpu_count() < 2:
+        raise SystemExit("bench-tls: needs two CPUs (server on one, h2load on the other)")
+    flags = cpu_flags()
+    machine = {"cpu": cpu_name(), "avx512ifma": "avx512ifma" in flags, "nproc": os.cpu_count()}
+    w = tempfile.mkdtemp(prefix="vectorlb-bench-tls-")
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=bench.test", "-newkey", "rsa:2048", "-keyout", f"{w}/key.pem", "-out", f"{w}/cert.pem"], check=True, capture_output=True)
+    open(f"{w}/combined.pem", "w").write(open(f"{w}/cert.pem").read() + open(f"{w}/key.pem").read())
+
+    # Without crypto_mb the provider refuses or falls back; shown on every machine.
+    refusal = Server("cryptomb-refuse", "proxy", 'provider = "cryptomb", cryptomb_fallback = "refuse"')
+    try:
+        refusal.start(w, "1.3", env=dict(os.environ, VECTORLB_CRYPTO_MB="off"))
+        refusal.stop()
+        emit({"bench": "tls_provider_refusal", "refused": False, **machine})
+    except SystemExit as e:
+        emit({"bench": "tls_provider_refusal", "refused": True, "message": str(e).strip().splitlines()[-1], "condition": "VECTORLB_CRYPTO_MB=off (as on a CPU without AVX-512 IFMA)", **machine})
+
+    pd = ARGS.poll_delay
+    servers = [
+        Server("nginx", "nginx"),
+        Server("haproxy", "haproxy"),
+        Server("vectorlb-inline", "proxy", 'provider = "inline"'),
+        Server("vectorlb-pool", "proxy", 'provider = "pool", pool_threads = 1'),
+        Server("vectorlb-cryptomb", "proxy", f'provider = "cryptomb", poll_delay = {pd}, cryptomb_fallback = "inline"'),
+        Server("vectorlb-cryptomb-portable", "proxy", f'provider = "cryptomb", cryptomb_backend = "portable", poll_delay = {pd}'),
+    ]
+    try:
+        for version in ARGS.versions.split(","):
+            for s in servers:
+                s.start(w, version)
+            # Warm up every server (page faults, first allocations).
+            for s in servers:
+                h2load(s.port, ["--h1", "-c", "16", "-n", "500", "-H", "Connection: close"])
+            rates = {s.name: [] for s in servers}
+            conn = {s.name: [] for s in servers}
+            failed = {s.name: 0 for s in servers}
+            for r in range(ARGS.rounds):
+                order = servers[r % len(servers):] + servers[: r % len(servers)]
+                for s in order:
+                    res = h2load(s.port, ["--h1", "-c", str(ARGS.concurrency), "-n", str(ARGS.conns), "-H", "Connection: close"])
+                    rates[s.name].append(res["rate"])
+                    conn[s.name].append(res["connect"])
+                    failed[s.name] += res["failed"]
+            med = {n: statistics.median(v) for n, v in rates.items()}
+            for s in servers:
+                st = s.stats()
+                rec = {
+                    "bench": "tls_handshakes",
+                    "server": s.name,
+                    "provider": st["provider"] if st else None,
+                    "tls": version,
+                    "key": "rsa2048",
+                    "handshakes_per_s": round(med[s.name], 1),
+                    "rounds": [round(x, 1) for x in rates[s.name]],
+                    "vs_nginx": round(med[s.name] / med["nginx"], 3),
+                    "vs_haproxy": round(med[s.name] / med["haproxy"], 3),
+                    "failed": failed[s.name],
+                    "client_connect_ms": {"mean": round(statistics.median(c["mean_ms"] for c in conn[s.name] if c), 2)} if all(conn[s.name]) else None,
+                    "concurrency": ARGS.concurrency,
+                    "connections_per_round": ARGS.conns,
+                }
+                if st:
+                    hs = st["handshake_seconds"]
+                    rec["handshake_ms"] = {q: round(hs[q] * 1e3, 2) if hs[q] is not None else None for q in ["p50", "p90", "p99"]}
+                    if st["rsa_queue_sizes"]["count"]:
+                        b = st["rsa_queue_sizes"]["buckets"]
+                        rec["rsa_queue_sizes"] = {str(int(le)) if le else "+Inf": c - (b[i - 1][1] if i else 0) for i, (le, c) in enumerate(b)}
+                        rec["mean_batch"] = round(st["rsa_queue_sizes"]["sum"] / st["rsa_queue_sizes"]["count"], 2)
+                    rec["failed_checks"] = st["failed_checks"]
+                    if st["fallback_reason"]:
+                        rec["fallback_reason"] = st["fallback_reason"]
+                emit({**rec, **machine})
+            # Keep-alive: many requests per connection, HTTP/1.1 and HTTP/2.
+            if version == "1.3":
+                for proto, extra in [("http/1.1", ["--h1", "-c", "32"]), ("h2", ["-c", "32", "-m", "10"])]:
+                    ka = {}
+                    for s in servers:
+                        if s.name in ("vectorlb-pool", "vectorlb-cryptomb-portable"):
+                            continue  # the provider only matters at handshakes
+                        vals = [h2load(s.port, extra + ["-n", str(ARGS.requests)])["rate"] for _ in range(ARGS.rounds)]
+                        ka[s.name] = statistics.median(vals)
+                    for n, v in ka.items():
+                        emit({"bench": "keepalive_requests", "server": n, "protocol": proto, "tls": version, "requests_per_s": round(v, 1), "vs_nginx": round(v / ka["nginx"], 3), "vs_haproxy": round(v / ka["haproxy"], 3), **machine})
+            for s in servers:
+                s.stop()
+    finally:
+        for s in servers:
+            s.stop()
+        subprocess.run(["rm", "-rf", w])
+
+
+if __name__ == "__main__":
+    main()
