@@ -81,6 +81,26 @@ if [ "$(uname -m)" = x86_64 ] && [ ! -f "$CRYPTO_MB_DIR/lib/libcrypto_mb.a" ]; t
     fi
 fi
 
+# Peers of the proxy's tests that Debian does not package: the gRPC client and servers of the
+# `grpcio` Python package (in /opt/vectorlb/pylib, used with PYTHONPATH), and h2spec, the
+# HTTP/2 conformance suite, a Go module (in /opt/vectorlb/bin). Pinned, installed once.
+GRPCIO_VERSION=1.85.3
+H2SPEC_VERSION=v2.2.1+incompatible
+if [ ! -d /opt/vectorlb/pylib/grpc ] && command -v python3 >/dev/null 2>&1; then
+    echo "setup: installing grpcio $GRPCIO_VERSION under /opt/vectorlb/pylib"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target /opt/vectorlb/pylib "grpcio==$GRPCIO_VERSION" \
+        || echo "setup: warning: could not install grpcio; the proxy's gRPC test will fail" >&2
+fi
+if [ ! -x /opt/vectorlb/bin/h2spec ]; then
+    if command -v go >/dev/null 2>&1; then
+        echo "setup: installing h2spec $H2SPEC_VERSION under /opt/vectorlb/bin"
+        GOBIN=/opt/vectorlb/bin GOFLAGS=-mod=mod go install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION" \
+            || echo "setup: warning: could not install h2spec; the proxy's HTTP/2 conformance test will fail" >&2
+    else
+        echo "setup: warning: no Go toolchain; the proxy's HTTP/2 conformance test needs h2spec (go install github.com/summerwind/h2spec/cmd/h2spec)" >&2
+    fi
+fi
+
 # Rust: use the toolchain on PATH (rustup's in ~/.cargo/bin included); Debian's own cargo as a
 # last resort. The workspace needs Rust >= 1.80.
 export PATH="$HOME/.cargo/bin:$PATH"
