@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{free_port, proxy_with};
+use common::{cert, free_port, proxy_with};
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 
@@ -36,15 +36,7 @@ fn grpc_calls_of_every_kind_through_tls_and_spread_per_request() {
     assert!(ok, "python3 cannot import grpc from {PYLIB} (scripts/setup.sh installs grpcio there)");
     let dir = std::env::temp_dir().join(format!("vectorlb-proxy-grpc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (crt, key) = (dir.join("grpc.crt"), dir.join("grpc.key"));
-    let o = Command::new("openssl")
-        .args(["req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=grpc.test", "-addext", "subjectAltName=DNS:grpc.test", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&crt)
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    let (crt, key) = cert(&dir, "grpc.test", &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]);
     let mut peers = Vec::new();
     let mut ports = Vec::new();
     for name in ["be1", "be2", "be3"] {
@@ -61,12 +53,12 @@ fn grpc_calls_of_every_kind_through_tls_and_spread_per_request() {
         "[[listeners]]\nname = \"grpc\"\naddress = \"127.0.0.1:0\"\n\
          tls = {{ certificates = [{{ cert = \"{}\", key = \"{}\" }}], provider = \"cryptomb\", cryptomb_backend = \"portable\" }}\n\
          [[routes]]\ncluster = \"echo\"\n[[clusters]]\nname = \"echo\"\nprotocol = \"http2\"\nendpoints = [{}]\n",
-        crt.display(),
-        key.display(),
+        crt,
+        key,
         eps.join(", ")
     );
     let (addrs, p) = proxy_with(&cfg);
-    let o = python().args([&script(), "client", &format!("127.0.0.1:{}", addrs[0].port()), crt.to_str().unwrap(), "grpc.test"]).output().unwrap();
+    let o = python().args([&script(), "client", &format!("127.0.0.1:{}", addrs[0].port()), &crt, "grpc.test"]).output().unwrap();
     assert!(o.status.success(), "client: {}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));

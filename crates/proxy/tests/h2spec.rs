@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{free_port, nginx, proxy_with};
+use common::{cert, free_port, nginx, proxy_with};
 use std::process::Command;
 
 const H2SPEC: &str = "/opt/vectorlb/bin/h2spec";
@@ -36,23 +36,15 @@ fn h2spec(port: u16, tls: bool) -> (u32, u32, u32, Vec<String>, String) {
 fn h2spec_on_the_h2c_and_tls_listeners() {
     let dir = std::env::temp_dir().join(format!("vectorlb-proxy-h2spec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (crt, key) = (dir.join("h.crt"), dir.join("h.key"));
-    let o = Command::new("openssl")
-        .args(["req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=h2spec.test", "-newkey", "rsa:2048", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&crt)
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    let (crt, key) = cert(&dir, "h2spec.test", &["-newkey", "rsa:2048"]);
     let up = free_port();
     let _ng = nginx(&dir, "be1", up);
     let cfg = format!(
         "[[listeners]]\nname = \"h2c\"\naddress = \"127.0.0.1:0\"\nprotocols = \"http2\"\n\
          [[listeners]]\nname = \"tls\"\naddress = \"127.0.0.1:0\"\ntls = {{ certificates = [{{ cert = \"{}\", key = \"{}\" }}] }}\n\
          [[routes]]\ncluster = \"web\"\n[[clusters]]\nname = \"web\"\nendpoints = [\"127.0.0.1:{up}\"]\n",
-        crt.display(),
-        key.display()
+        crt,
+        key
     );
     let (addrs, _p) = proxy_with(&cfg);
     let (passed, skipped, failed, failures, summary) = h2spec(addrs[0].port(), false);

@@ -5,25 +5,10 @@
 
 mod common;
 
-use common::{free_port, nginx, proxy_with};
+use common::{cert, free_port, nginx, proxy_with};
 use std::io::Write;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
-
-/// A self-signed certificate for `name` with a key made by `newkey` (openssl req arguments).
-fn cert(dir: &Path, name: &str, newkey: &[&str]) -> (String, String) {
-    let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
-    let mut args = vec!["req", "-x509", "-nodes", "-days", "2", "-subj"];
-    let subj = format!("/CN={name}");
-    let san = format!("subjectAltName=DNS:{name}");
-    args.extend([subj.as_str(), "-addext", san.as_str()]);
-    args.extend_from_slice(newkey);
-    args.extend(["-keyout", k.to_str().unwrap(), "-out", c.to_str().unwrap()]);
-    let o = Command::new("openssl").args(&args).output().unwrap();
-    assert!(o.status.success(), "openssl req: {}", String::from_utf8_lossy(&o.stderr));
-    (c.display().to_string(), k.display().to_string())
-}
 
 /// `openssl s_client` to `port` with `args`; its whole output.
 fn s_client(port: u16, args: &[&str]) -> String {

@@ -20,6 +20,20 @@ impl Drop for Nginx {
     }
 }
 
+/// A self-signed certificate for `name` with a key made by `newkey` (openssl req arguments).
+pub fn cert(dir: &std::path::Path, name: &str, newkey: &[&str]) -> (String, String) {
+    let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let mut args = vec!["req", "-x509", "-nodes", "-days", "2", "-subj"];
+    let subj = format!("/CN={name}");
+    let san = format!("subjectAltName=DNS:{name}");
+    args.extend([subj.as_str(), "-addext", san.as_str()]);
+    args.extend_from_slice(newkey);
+    args.extend(["-keyout", k.to_str().unwrap(), "-out", c.to_str().unwrap()]);
+    let o = Command::new("openssl").args(&args).output().unwrap();
+    assert!(o.status.success(), "openssl req: {}", String::from_utf8_lossy(&o.stderr));
+    (c.display().to_string(), k.display().to_string())
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
