@@ -76,7 +76,7 @@ http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fast
         elif self.kind == "haproxy":
             conf = f"""global
   nbthread 1
-  maxconn 20000
+  maxconn 8000
   tune.ssl.cachesize 0
 defaults
   mode http
@@ -116,6 +116,20 @@ respond = {{ status = 200, body = "ok\\n" }}
                 self.proc.wait()
         self.proc = None
 
+    def cpu_seconds(self):
+        """CPU time (user + system) of the server's processes and threads so far."""
+        if not self.proc:
+            return 0.0
+        pids = [str(self.proc.pid)] + subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout.split()
+        total = 0
+        for pid in pids:
+            try:
+                f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                total += int(f[11]) + int(f[12])
+            except (OSError, IndexError, ValueError):
+                pass
+        return total / os.sysconf("SC_CLK_TCK")
+
     def stats(self):
         if not self.admin:
             return None
@@ -128,7 +142,7 @@ respond = {{ status = 200, body = "ok\\n" }}
 def h2load(port, args):
     cmd = ["taskset", "-c", CLIENT_CPU, "h2load"] + args + [f"https://127.0.0.1:{port}/"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
-    m = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", out)
+    m = re.search(r"finished in ([\d.]+)(ms|s), ([\d.]+) req/s", out)
     r = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout", out)
     c = re.search(r"time for connect:\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)", out)
     if not m or not r:
@@ -137,7 +151,7 @@ def h2load(port, args):
     conn = None
     if c:
         conn = {"min_ms": float(c.group(1)) * unit[c.group(2)], "max_ms": float(c.group(3)) * unit[c.group(4)], "mean_ms": float(c.group(5)) * unit[c.group(6)]}
-    return {"rate": float(m.group(2)), "seconds": float(m.group(1)), "succeeded": int(r.group(4)), "failed": int(r.group(5)) + int(r.group(6)) + int(r.group(7)), "connect": conn}
+    return {"rate": float(m.group(3)), "seconds": float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1.0), "succeeded": int(r.group(4)), "failed": int(r.group(5)) + int(r.group(6)) + int(r.group(7)), "connect": conn}
 
 
 def emit(rec):
@@ -156,7 +170,7 @@ def main():
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=100000, help="requests per keep-alive run")
-    ap.add_argument("--poll-delay", default="0.001")
+    ap.add_argument("--poll-delay", default="0.003", help="cryptomb poll_delay, seconds (docs/proxy.md: choosing it)")
     ap.add_argument("--versions", default="1.3,1.2")
     ap.add_argument("--out", default=None)
     ARGS = ap.parse_args()
@@ -199,14 +213,21 @@ def main():
             rates = {s.name: [] for s in servers}
             conn = {s.name: [] for s in servers}
             failed = {s.name: 0 for s in servers}
+            per_core = {s.name: [] for s in servers}
+            busy = {s.name: [] for s in servers}
             for r in range(ARGS.rounds):
                 order = servers[r % len(servers):] + servers[: r % len(servers)]
                 for s in order:
+                    before = s.cpu_seconds()
                     res = h2load(s.port, ["--h1", "-c", str(ARGS.concurrency), "-n", str(ARGS.conns), "-H", "Connection: close"])
+                    cpu = s.cpu_seconds() - before
                     rates[s.name].append(res["rate"])
+                    per_core[s.name].append(res["succeeded"] / cpu if cpu > 0 else 0.0)
+                    busy[s.name].append(cpu / res["seconds"] if res["seconds"] > 0 else 0.0)
                     conn[s.name].append(res["connect"])
                     failed[s.name] += res["failed"]
             med = {n: statistics.median(v) for n, v in rates.items()}
+            pc = {n: statistics.median(v) for n, v in per_core.items()}
             for s in servers:
                 st = s.stats()
                 rec = {
@@ -219,6 +240,10 @@ def main():
                     "rounds": [round(x, 1) for x in rates[s.name]],
                     "vs_nginx": round(med[s.name] / med["nginx"], 3),
                     "vs_haproxy": round(med[s.name] / med["haproxy"], 3),
+                    "handshakes_per_core_s": round(pc[s.name], 1),
+                    "per_core_vs_nginx": round(pc[s.name] / pc["nginx"], 3),
+                    "per_core_vs_haproxy": round(pc[s.name] / pc["haproxy"], 3),
+                    "server_cpu_busy": round(statistics.median(busy[s.name]), 3),
                     "failed": failed[s.name],
                     "client_connect_ms": {"mean": round(statistics.median(c["mean_ms"] for c in conn[s.name] if c), 2)} if all(conn[s.name]) else None,
                     "concurrency": ARGS.concurrency,
