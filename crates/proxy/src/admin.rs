@@ -7,7 +7,7 @@
 //! * `GET /metrics`: the same in Prometheus's text format;
 //! * `GET /v1/health`: `{"status":"ok"}` while the proxy serves.
 
-use crate::serve::Proxy;
+use crate::serve::{Current, Proxy};
 use crate::tls::{Histogram, TlsStats};
 use axum::extract::State;
 use axum::http::header;
@@ -91,6 +91,9 @@ pub struct ListenerOut {
 pub struct EndpointOut {
     pub address: String,
     pub weight: u32,
+    pub healthy: bool,
+    pub health_checks: u64,
+    pub health_failures: u64,
     pub requests: u64,
     pub connect_failures: u64,
     pub errors: u64,
@@ -105,6 +108,9 @@ pub struct ClusterOut {
 #[derive(Serialize)]
 pub struct StatsOut {
     pub uptime_seconds: f64,
+    pub reloads: u64,
+    pub reload_failures: u64,
+    pub last_reload_error: Option<String>,
     pub workers: usize,
     pub listeners: Vec<ListenerOut>,
     pub clusters: Vec<ClusterOut>,
@@ -113,6 +119,9 @@ pub struct StatsOut {
 pub fn stats(p: &Proxy) -> StatsOut {
     StatsOut {
         uptime_seconds: p.started.elapsed().as_secs_f64(),
+        reloads: 0,
+        reload_failures: 0,
+        last_reload_error: None,
         workers: p.config.workers,
         listeners: p
             .config
@@ -139,6 +148,9 @@ pub fn stats(p: &Proxy) -> StatsOut {
                     .map(|(e, s)| EndpointOut {
                         address: e.address.to_string(),
                         weight: e.weight,
+                        healthy: s.healthy.load(Ordering::Relaxed),
+                        health_checks: s.health_checks.load(Ordering::Relaxed),
+                        health_failures: s.health_failures.load(Ordering::Relaxed),
                         requests: s.requests.load(Ordering::Relaxed),
                         connect_failures: s.connect_failures.load(Ordering::Relaxed),
                         errors: s.errors.load(Ordering::Relaxed),
@@ -214,8 +226,10 @@ pub fn metrics(p: &Proxy) -> String {
         ("vectorlb_proxy_upstream_requests_total", "Requests sent to an endpoint (a retry counts again).", (|s: &crate::forward::EndpointStats| s.requests.load(Ordering::Relaxed)) as fn(&crate::forward::EndpointStats) -> u64),
         ("vectorlb_proxy_upstream_connect_failures_total", "Connections to an endpoint that could not be made.", |s| s.connect_failures.load(Ordering::Relaxed)),
         ("vectorlb_proxy_upstream_errors_total", "Requests sent whose response did not come (errors, timeouts).", |s| s.errors.load(Ordering::Relaxed)),
+        ("vectorlb_proxy_upstream_healthy", "1 while the endpoint takes requests (its health check passes, or it has none).", |s| s.healthy.load(Ordering::Relaxed) as u64),
+        ("vectorlb_proxy_upstream_health_check_failures_total", "Health checks of the endpoint that failed.", |s| s.health_failures.load(Ordering::Relaxed)),
     ] {
-        head(&mut o, name, "counter", help);
+        head(&mut o, name, if name.ends_with("_healthy") { "gauge" } else { "counter" }, help);
         for c in &p.clusters {
             for (e, s) in c.spec.endpoints.iter().zip(&c.stats) {
                 let _ = writeln!(o, "{name}{{cluster=\"{}\",endpoint=\"{}\"}} {}", esc(&c.spec.name), e.address, get(s));
@@ -225,20 +239,42 @@ pub fn metrics(p: &Proxy) -> String {
     o
 }
 
-type P = State<Arc<Proxy>>;
+type P = State<Arc<Current>>;
 
-async fn get_stats(State(p): P) -> Json<StatsOut> {
-    Json(stats(&p))
+async fn get_stats(State(c): P) -> Json<StatsOut> {
+    let mut s = stats(&c.load());
+    s.reloads = c.reloads.load(Ordering::Relaxed);
+    s.reload_failures = c.reload_failures.load(Ordering::Relaxed);
+    s.last_reload_error = c.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Json(s)
 }
 
-async fn get_metrics(State(p): P) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics(&p))
+async fn get_metrics(State(c): P) -> impl IntoResponse {
+    let mut m = metrics(&c.load());
+    let _ = writeln!(m, "# HELP vectorlb_proxy_reloads_total Reloads of the configuration (SIGHUP, POST /v1/reload), by outcome.\n# TYPE vectorlb_proxy_reloads_total counter");
+    let _ = writeln!(m, "vectorlb_proxy_reloads_total{{outcome=\"ok\"}} {}", c.reloads.load(Ordering::Relaxed));
+    let _ = writeln!(m, "vectorlb_proxy_reloads_total{{outcome=\"refused\"}} {}", c.reload_failures.load(Ordering::Relaxed));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], m)
+}
+
+/// `POST /v1/reload`: as SIGHUP; 200 when the new file is served, 400 naming the problem
+/// when it is refused (the running configuration stays).
+async fn post_reload(State(c): P) -> Result<Json<serde_json::Value>, vectorlb_api::ApiError> {
+    match c.reload().await {
+        Ok(()) => Ok(Json(serde_json::json!({ "reloaded": true }))),
+        Err(e) => Err(vectorlb_api::ApiError::BadRequest(e)),
+    }
 }
 
 async fn get_health() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok" }))
 }
 
-pub fn router(p: Arc<Proxy>) -> Router {
-    Router::new().route("/v1/stats", get(get_stats)).route("/metrics", get(get_metrics)).route("/v1/health", get(get_health)).with_state(p)
+pub fn router(c: Arc<Current>) -> Router {
+    Router::new()
+        .route("/v1/stats", get(get_stats))
+        .route("/metrics", get(get_metrics))
+        .route("/v1/health", get(get_health))
+        .route("/v1/reload", axum::routing::post(post_reload))
+        .with_state(c)
 }

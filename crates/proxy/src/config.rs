@@ -148,6 +148,29 @@ pub struct Cluster {
     pub response_timeout: Duration,
     /// Idle keep-alive connections kept per endpoint.
     pub max_idle: usize,
+    /// Active health checks of the endpoints; without them every endpoint with a weight takes
+    /// requests.
+    pub health: Option<Health>,
+}
+
+/// An active health check (`[clusters.health]`): every `interval` each endpoint is checked;
+/// after `fall` failures in a row it takes no requests, after `rise` successes it takes them
+/// again. Endpoints start healthy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Health {
+    pub kind: HealthKind,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub rise: u32,
+    pub fall: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthKind {
+    /// A TCP connection is accepted.
+    Tcp,
+    /// `GET path` over HTTP/1.1 answers `expect_status`.
+    Http { path: String, expect_status: u16 },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -256,6 +279,54 @@ struct RawCluster {
     connect_timeout: Option<f64>,
     response_timeout: Option<f64>,
     max_idle: Option<usize>,
+    health: Option<RawHealth>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHealth {
+    kind: Option<String>,
+    path: Option<String>,
+    expect_status: Option<u16>,
+    interval: Option<f64>,
+    timeout: Option<f64>,
+    rise: Option<u32>,
+    fall: Option<u32>,
+}
+
+fn health(f: &str, h: &RawHealth) -> Result<Health, ConfigError> {
+    let kind = match h.kind.as_deref().unwrap_or("http") {
+        "tcp" => {
+            for (name, set) in [("path", h.path.is_some()), ("expect_status", h.expect_status.is_some())] {
+                if set {
+                    return Err(bad(format!("{f}.{name}"), "only for kind = \"http\""));
+                }
+            }
+            HealthKind::Tcp
+        }
+        "http" => {
+            let path = h.path.clone().unwrap_or_else(|| "/".into());
+            if !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(bad(format!("{f}.path"), format!("'{path}' is not a path (starts with /, no spaces)")));
+            }
+            let expect_status = h.expect_status.unwrap_or(200);
+            if !(100..=599).contains(&expect_status) {
+                return Err(bad(format!("{f}.expect_status"), format!("{expect_status} is not a status in 100..=599")));
+            }
+            HealthKind::Http { path, expect_status }
+        }
+        k => return Err(bad(format!("{f}.kind"), format!("'{k}' is not http or tcp"))),
+    };
+    let interval = seconds(&format!("{f}.interval"), h.interval, 2.0)?;
+    let timeout = seconds(&format!("{f}.timeout"), h.timeout, 1.0)?;
+    if timeout > interval {
+        return Err(bad(format!("{f}.timeout"), format!("{timeout:?} is longer than the interval {interval:?}")));
+    }
+    let count = |name: &str, v: Option<u32>, d: u32| match v.unwrap_or(d) {
+        n @ 1..=100 => Ok(n),
+        n => Err(bad(format!("{f}.{name}"), format!("{n} is not in 1..=100"))),
+    };
+    Ok(Health { kind, interval, timeout, rise: count("rise", h.rise, 2)?, fall: count("fall", h.fall, 3)? })
 }
 
 #[derive(Deserialize)]
@@ -434,6 +505,7 @@ impl Config {
                 connect_timeout: seconds(&format!("{f}.connect_timeout"), c.connect_timeout, 2.0)?,
                 response_timeout: seconds(&format!("{f}.response_timeout"), c.response_timeout, 30.0)?,
                 max_idle,
+                health: c.health.as_ref().map(|h| health(&format!("{f}.health"), h)).transpose()?,
             });
         }
         if raw.routes.is_empty() {
@@ -611,6 +683,31 @@ endpoints = ["[::1]:9003"]
         ] {
             let e = Config::parse(&text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn health_checks() {
+        let with = |h: &str| {
+            Config::parse(&format!("[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n[[routes]]\ncluster = \"c\"\n[[clusters]]\nname = \"c\"\nendpoints = [\"127.0.0.1:9\"]\nhealth = {h}\n"))
+                .map(|c| c.clusters[0].health.clone().unwrap())
+                .map_err(|e| e.to_string())
+        };
+        let h = with("{}").unwrap();
+        assert_eq!(h, Health { kind: HealthKind::Http { path: "/".into(), expect_status: 200 }, interval: Duration::from_secs(2), timeout: Duration::from_secs(1), rise: 2, fall: 3 });
+        assert_eq!(with("{ kind = \"tcp\", interval = 0.5, timeout = 0.2, rise = 1, fall = 1 }").unwrap().kind, HealthKind::Tcp);
+        for (h, want) in [
+            ("{ kind = \"icmp\" }", "clusters[0].health.kind"),
+            ("{ kind = \"tcp\", path = \"/\" }", "clusters[0].health.path: only for kind = \"http\""),
+            ("{ path = \"healthz\" }", "clusters[0].health.path"),
+            ("{ expect_status = 42 }", "clusters[0].health.expect_status"),
+            ("{ interval = 0.5, timeout = 1.0 }", "clusters[0].health.timeout"),
+            ("{ rise = 0 }", "clusters[0].health.rise"),
+            ("{ fall = 1000 }", "clusters[0].health.fall"),
+            ("{ interval = -1 }", "clusters[0].health.interval"),
+        ] {
+            let e = with(h).unwrap_err();
+            assert!(e.contains(want), "{h}: {e}");
         }
     }
 

@@ -10,15 +10,19 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use vectorlb_sched::{PickState, Scheduler, Target};
 
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
 /// Counters of one endpoint.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct EndpointStats {
+    /// Takes requests (its health check passes, or it has none).
+    pub healthy: AtomicBool,
+    pub health_checks: AtomicU64,
+    pub health_failures: AtomicU64,
     pub requests: AtomicU64,
     /// Connections that could not be made (the request went to another endpoint or failed).
     pub connect_failures: AtomicU64,
@@ -26,11 +30,17 @@ pub struct EndpointStats {
     pub errors: AtomicU64,
 }
 
+impl Default for EndpointStats {
+    fn default() -> EndpointStats {
+        EndpointStats { healthy: AtomicBool::new(true), health_checks: AtomicU64::new(0), health_failures: AtomicU64::new(0), requests: AtomicU64::new(0), connect_failures: AtomicU64::new(0), errors: AtomicU64::new(0) }
+    }
+}
+
 /// A cluster at run time: its scheduler, its pool of upstream connections, its counters.
 pub struct ClusterRt {
     pub spec: Cluster,
-    sched: Scheduler,
-    pick: Mutex<PickState>,
+    /// The scheduler over the healthy endpoints (rebuilt when one changes) and its state.
+    sched: Mutex<(Scheduler, PickState)>,
     client: Client<HttpConnector, ProxyBody>,
     pub stats: Vec<EndpointStats>,
 }
@@ -79,6 +89,7 @@ impl ClusterRt {
     pub fn new(spec: Cluster) -> Result<ClusterRt, vectorlb_sched::SchedError> {
         let targets: Vec<Target> = spec.endpoints.iter().map(|e| Target { weight: e.weight, key: fnv(e.address.to_string().as_bytes()) }).collect();
         let sched = Scheduler::new(spec.scheduler, &targets)?;
+        let sched = Mutex::new((sched, PickState::default()));
         let mut conn = HttpConnector::new();
         conn.set_connect_timeout(Some(spec.connect_timeout));
         conn.set_nodelay(true);
@@ -87,7 +98,7 @@ impl ClusterRt {
             .http2_only(spec.protocol == Upstream::Http2)
             .build(conn);
         let stats = spec.endpoints.iter().map(|_| EndpointStats::default()).collect();
-        Ok(ClusterRt { spec, sched, pick: Mutex::new(PickState::default()), client, stats })
+        Ok(ClusterRt { spec, sched, client, stats })
     }
 
     /// The endpoint for a request: round robin, weighted, or Maglev on the hash header's value
@@ -98,14 +109,35 @@ impl ClusterRt {
             None => fnv(client.ip().to_string().as_bytes()),
         };
         let h = vectorlb_sched::mix64(key);
-        let mut st = self.pick.lock().unwrap_or_else(|e| e.into_inner());
-        let first = self.sched.pick(&mut st, h, h, &[])? as usize;
+        let first = {
+            let mut g = self.sched.lock().unwrap_or_else(|e| e.into_inner());
+            let (sched, st) = &mut *g;
+            sched.pick(st, h, h, &[])? as usize
+        };
         match skip {
-            // The retry takes the next endpoint that has a weight.
-            Some(s) if s == first => (1..self.spec.endpoints.len())
-                .map(|d| (first + d) % self.spec.endpoints.len())
-                .find(|&i| self.spec.endpoints[i].weight > 0),
+            // The retry takes the next healthy endpoint that has a weight.
+            Some(s) if s == first => (1..self.spec.endpoints.len()).map(|d| (first + d) % self.spec.endpoints.len()).find(|&i| self.takes_requests(i)),
             _ => Some(first),
+        }
+    }
+
+    fn takes_requests(&self, i: usize) -> bool {
+        self.spec.endpoints[i].weight > 0 && self.stats[i].healthy.load(Ordering::Relaxed)
+    }
+
+    /// Marks endpoint `i` healthy or not; the scheduler then balances over the healthy ones
+    /// (Maglev moves only the keys of the endpoint that changed).
+    pub fn set_healthy(&self, i: usize, up: bool) {
+        if self.stats[i].healthy.swap(up, Ordering::Relaxed) == up {
+            return;
+        }
+        tracing::warn!(cluster = %self.spec.name, endpoint = %self.spec.endpoints[i].address, "endpoint {}", if up { "healthy: takes requests again" } else { "unhealthy: takes no requests" });
+        let targets: Vec<Target> = (0..self.spec.endpoints.len())
+            .map(|j| Target { weight: if self.takes_requests(j) { self.spec.endpoints[j].weight } else { 0 }, key: fnv(self.spec.endpoints[j].address.to_string().as_bytes()) })
+            .collect();
+        // The same algorithm and sizes as at start, which were accepted then.
+        if let Ok(s) = Scheduler::new(self.spec.scheduler, &targets) {
+            *self.sched.lock().unwrap_or_else(|e| e.into_inner()) = (s, PickState::default());
         }
     }
 

@@ -17,6 +17,7 @@ pub mod admin;
 pub mod config;
 pub mod cryptomb;
 pub mod forward;
+pub mod health;
 pub mod route;
 pub mod serve;
 pub mod tls;

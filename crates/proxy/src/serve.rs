@@ -1,7 +1,7 @@
 //! The listeners: accept, speak HTTP/1.1 and HTTP/2 (prior knowledge) per the listener's
 //! protocols, route each request and forward it; drain on stop.
 
-use crate::config::{Config, Protocols};
+use crate::config::{Config, Listener, Protocols};
 use crate::forward::{answer, ClusterRt, ProxyBody};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -39,6 +39,8 @@ pub struct Proxy {
     /// Per listener: requests received.
     pub requests: Vec<std::sync::atomic::AtomicU64>,
     pub started: std::time::Instant,
+    /// Set when a reload replaced it (its health checks stop).
+    pub retired: std::sync::atomic::AtomicBool,
 }
 
 impl Proxy {
@@ -57,7 +59,7 @@ impl Proxy {
             });
         }
         let requests = config.listeners.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
-        Ok(Proxy { config, clusters, tls, requests, started: std::time::Instant::now() })
+        Ok(Proxy { config, clusters, tls, requests, started: std::time::Instant::now(), retired: Default::default() })
     }
 
     async fn handle(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
@@ -80,9 +82,9 @@ impl Proxy {
     }
 }
 
-/// Bound listeners, ready to serve.
+/// Bound listeners, ready to serve: (configured listener, its socket).
 pub struct Bound {
-    listeners: Vec<(usize, tokio::net::TcpListener)>,
+    listeners: Vec<(Listener, tokio::net::TcpListener)>,
 }
 
 /// Binds every listener, or none: a listener that cannot be bound stops the start.
@@ -92,7 +94,7 @@ pub async fn bind(config: &Config) -> Result<Bound, ServeError> {
         let t = tokio::net::TcpListener::bind(l.address)
             .await
             .map_err(|source| ServeError::Bind { index, name: l.name.clone(), address: l.address, source })?;
-        listeners.push((index, t));
+        listeners.push((l.clone(), t));
     }
     Ok(Bound { listeners })
 }
@@ -120,21 +122,108 @@ where
     b.serve_connection(io, svc).into_owned()
 }
 
-/// Serves until `stop` resolves, then stops accepting and lets the open connections finish
-/// their requests for up to `drain`.
-pub async fn serve(proxy: Arc<Proxy>, bound: Bound, stop: impl std::future::Future<Output = ()>, drain: Duration) {
-    // Shared by the accept loops; each connection is watched so that the drain can tell it
-    // to finish its requests and close.
-    let graceful = Arc::new(hyper_util::server::graceful::GracefulShutdown::new());
-    let (stop_tx, _) = tokio::sync::watch::channel(false);
-    let mut tasks = Vec::new();
-    for (index, l) in bound.listeners {
-        let proxy = proxy.clone();
-        let mut stopped = stop_tx.subscribe();
-        let graceful = graceful.clone();
-        tasks.push(tokio::spawn(async move {
-            let name = proxy.config.listeners[index].name.clone();
-            let protocols = proxy.config.listeners[index].protocols;
+/// The configuration in force: each new connection takes the proxy current when it is
+/// accepted and keeps it to its end, so a reload changes nothing for open connections.
+pub struct Current {
+    proxy: arc_swap::ArcSwap<Proxy>,
+    /// The file reloads read (none: reload is refused).
+    path: Option<std::path::PathBuf>,
+    pub reloads: std::sync::atomic::AtomicU64,
+    pub reload_failures: std::sync::atomic::AtomicU64,
+    pub last_reload_error: std::sync::Mutex<Option<String>>,
+    /// One reload at a time (SIGHUP and the admin API).
+    reloading: tokio::sync::Mutex<()>,
+    listeners: std::sync::Mutex<Vec<Running>>,
+    /// Watches every connection so that the drain can tell them to finish; taken by the drain.
+    graceful: std::sync::Mutex<Option<hyper_util::server::graceful::GracefulShutdown>>,
+}
+
+/// An accept loop: the listener it serves as configured, and its stop.
+struct Running {
+    listener: Listener,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Current {
+    pub fn load(&self) -> Arc<Proxy> {
+        self.proxy.load_full()
+    }
+
+    /// Reads the file again and, if all of it is good and every new listener can be bound,
+    /// serves it: listeners that stay (same name and address) keep their sockets, new ones
+    /// start, removed ones stop accepting; open connections finish on the configuration they
+    /// started with. Otherwise nothing changes and the reason is returned.
+    pub async fn reload(self: &Arc<Self>) -> Result<(), String> {
+        let _one = self.reloading.lock().await;
+        let r = self.try_reload().await;
+        match &r {
+            Ok(()) => {
+                self.reloads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                *self.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                tracing::info!("reloaded");
+            }
+            Err(e) => {
+                self.reload_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                *self.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
+                tracing::error!("reload refused, the running configuration stays: {e}");
+            }
+        }
+        r
+    }
+
+    async fn try_reload(self: &Arc<Self>) -> Result<(), String> {
+        let path = self.path.as_ref().ok_or("this proxy was not started from a file")?;
+        let config = Config::load(path).map_err(|e| e.to_string())?;
+        let new = Arc::new(Proxy::new(config).map_err(|e| e.to_string())?);
+        let old = self.load();
+        if new.config.admin != old.config.admin {
+            return Err("admin: changing the admin API needs a restart".into());
+        }
+        if new.config.workers != old.config.workers {
+            return Err("workers: changing the number of workers needs a restart".into());
+        }
+        // Bind what is new before anything changes; a failure leaves everything as it was.
+        let mut fresh = Vec::new();
+        {
+            let running = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
+            for (index, l) in new.config.listeners.iter().enumerate() {
+                if running.iter().any(|r| r.listener.name == l.name && r.listener.address == l.address) {
+                    continue;
+                }
+                if l.address.port() != 0 && running.iter().any(|r| r.listener.address == l.address) {
+                    return Err(format!("listeners[{index}] ({}): {} is still served under another name; rename or move it in two reloads", l.name, l.address));
+                }
+                let std = std::net::TcpListener::bind(l.address).map_err(|e| format!("listeners[{index}] ({}): cannot listen on {}: {e}", l.name, l.address))?;
+                std.set_nonblocking(true).map_err(|e| e.to_string())?;
+                fresh.push((l.clone(), std));
+            }
+        }
+        self.proxy.store(new.clone());
+        old.retired.store(true, std::sync::atomic::Ordering::Relaxed);
+        crate::health::spawn(&new);
+        let mut running = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
+        running.retain(|r| {
+            let keep = new.config.listeners.iter().any(|l| l.name == r.listener.name && l.address == r.listener.address);
+            if !keep {
+                tracing::info!("listener {} on {} stops accepting", r.listener.name, r.listener.address);
+                let _ = r.stop.send(true);
+            }
+            keep
+        });
+        for (l, std) in fresh {
+            let t = tokio::net::TcpListener::from_std(std).map_err(|e| e.to_string())?;
+            tracing::info!("listener {} on {}", l.name, l.address);
+            running.push(self.accept_loop(l, t));
+        }
+        Ok(())
+    }
+
+    fn accept_loop(self: &Arc<Self>, listener: Listener, l: tokio::net::TcpListener) -> Running {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let me = self.clone();
+        let name = listener.name.clone();
+        let task = tokio::spawn(async move {
             loop {
                 let (stream, peer) = tokio::select! {
                     _ = stopped.changed() => return,
@@ -148,58 +237,106 @@ pub async fn serve(proxy: Arc<Proxy>, bound: Bound, stop: impl std::future::Futu
                     },
                 };
                 let _ = stream.set_nodelay(true);
-                let proxy = proxy.clone();
+                let proxy = me.load();
+                let Some(index) = proxy.config.listeners.iter().position(|x| x.name == name) else { continue };
+                let Some(watcher) = me.graceful.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|g| g.watcher()) else { return };
                 let name = name.clone();
-                let graceful = graceful.clone();
-                tokio::spawn(async move {
-                    let svc = {
-                        let proxy = proxy.clone();
-                        hyper::service::service_fn(move |req| {
-                            let proxy = proxy.clone();
-                            let name = name.clone();
-                            async move { Ok::<_, std::convert::Infallible>(proxy.handle(index, &name, req, peer).await) }
-                        })
-                    };
-                    match &proxy.tls[index] {
-                        None => {
-                            let _ = graceful.watch(connection(protocols, TokioIo::new(stream), svc)).await;
-                        }
-                        Some((acceptor, stats)) => {
-                            let started = std::time::Instant::now();
-                            let s = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tokio_boring::accept(acceptor, stream)).await {
-                                Ok(Ok(s)) => s,
-                                Ok(Err(_)) => {
-                                    stats.handshake_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                    return;
-                                }
-                                Err(_) => {
-                                    stats.handshake_timeouts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                    return;
-                                }
-                            };
-                            stats.handshake_seconds.observe(started.elapsed().as_secs_f64());
-                            stats.handshakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            // ALPN decides: h2 or HTTP/1.1.
-                            let p = if s.ssl().selected_alpn_protocol() == Some(b"h2") { Protocols::Http2 } else { Protocols::Http1 };
-                            let _ = graceful.watch(connection(p, TokioIo::new(s), svc)).await;
-                        }
-                    }
-                });
+                tokio::spawn(connection_task(proxy, index, name, stream, peer, watcher));
             }
-        }));
-    }
-    stop.await;
-    let _ = stop_tx.send(true);
-    for t in tasks {
-        let _ = t.await;
-    }
-    let graceful = Arc::into_inner(graceful).expect("the accept loops have ended");
-    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
-        tracing::warn!("drain: connections still open after {drain:?}; closing them");
+        });
+        Running { listener, stop, task }
     }
 }
 
-/// `vectorlb proxy --config FILE`: runs until SIGTERM or SIGINT, then drains.
+/// Serves one accepted connection on the configuration it was accepted under.
+async fn connection_task(proxy: Arc<Proxy>, index: usize, name: String, stream: tokio::net::TcpStream, peer: SocketAddr, graceful: hyper_util::server::graceful::Watcher) {
+    let protocols = proxy.config.listeners[index].protocols;
+    let svc = {
+        let proxy = proxy.clone();
+        hyper::service::service_fn(move |req| {
+            let proxy = proxy.clone();
+            let name = name.clone();
+            async move { Ok::<_, std::convert::Infallible>(proxy.handle(index, &name, req, peer).await) }
+        })
+    };
+    match &proxy.tls[index] {
+        None => {
+            let _ = graceful.watch(connection(protocols, TokioIo::new(stream), svc)).await;
+        }
+        Some((acceptor, stats)) => {
+            let started = std::time::Instant::now();
+            let s = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tokio_boring::accept(acceptor, stream)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(_)) => {
+                    stats.handshake_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
+                Err(_) => {
+                    stats.handshake_timeouts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
+            };
+            stats.handshake_seconds.observe(started.elapsed().as_secs_f64());
+            stats.handshakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // ALPN decides: h2 or HTTP/1.1.
+            let p = if s.ssl().selected_alpn_protocol() == Some(b"h2") { Protocols::Http2 } else { Protocols::Http1 };
+            let _ = graceful.watch(connection(p, TokioIo::new(s), svc)).await;
+        }
+    }
+}
+
+/// Starts serving `bound` with `proxy` (and its health checks); reloads read `path`.
+pub fn start(proxy: Arc<Proxy>, bound: Bound, path: Option<std::path::PathBuf>) -> Arc<Current> {
+    crate::health::spawn(&proxy);
+    let cur = Arc::new(Current {
+        proxy: arc_swap::ArcSwap::new(proxy),
+        path,
+        reloads: Default::default(),
+        reload_failures: Default::default(),
+        last_reload_error: Default::default(),
+        reloading: tokio::sync::Mutex::new(()),
+        listeners: std::sync::Mutex::new(Vec::new()),
+        graceful: std::sync::Mutex::new(Some(hyper_util::server::graceful::GracefulShutdown::new())),
+    });
+    let running: Vec<Running> = bound.listeners.into_iter().map(|(l, t)| cur.accept_loop(l, t)).collect();
+    *cur.listeners.lock().unwrap_or_else(|e| e.into_inner()) = running;
+    cur
+}
+
+impl Current {
+    /// Stops accepting, then lets the open connections finish their requests for up to
+    /// `drain` (each is told to close: HTTP/1.1 after its request, HTTP/2 with GOAWAY).
+    pub async fn drain(&self, drain: Duration) {
+        let running = std::mem::take(&mut *self.listeners.lock().unwrap_or_else(|e| e.into_inner()));
+        for r in &running {
+            let _ = r.stop.send(true);
+        }
+        for r in running {
+            let _ = r.task.await;
+        }
+        self.load().retired.store(true, std::sync::atomic::Ordering::Relaxed);
+        let graceful = self.graceful.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let shutdown = async move {
+            if let Some(g) = graceful {
+                g.shutdown().await;
+            }
+        };
+        if tokio::time::timeout(drain, shutdown).await.is_err() {
+            tracing::warn!("drain: connections still open after {drain:?}; closing them");
+        }
+    }
+}
+
+/// Serves until `stop` resolves, then stops accepting and lets the open connections finish
+/// their requests for up to `drain`.
+pub async fn serve(proxy: Arc<Proxy>, bound: Bound, stop: impl std::future::Future<Output = ()>, drain: Duration) {
+    let cur = start(proxy, bound, None);
+    stop.await;
+    cur.drain(drain).await;
+}
+
+/// `vectorlb proxy --config FILE`: runs until SIGTERM or SIGINT, then drains; SIGHUP reloads
+/// the file.
 pub fn run(path: &std::path::Path) -> Result<(), ServeError> {
     let config = Config::load(path)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(config.workers).thread_name("vlb-proxy").enable_all().build().map_err(ServeError::Runtime)?;
@@ -223,26 +360,32 @@ pub fn run(path: &std::path::Path) -> Result<(), ServeError> {
         for (l, a) in proxy.config.listeners.iter().zip(bound.addresses()) {
             tracing::info!("listener {} on {a}", l.name);
         }
+        let cur = start(proxy, bound, Some(path.to_path_buf()));
         let (stopped_tx, stopped_rx) = tokio::sync::watch::channel(false);
         let admin_task = admin.map(|(l, token)| {
             let mut rx = stopped_rx.clone();
-            tokio::spawn(vectorlb_api::server::serve(l, crate::admin::router(proxy.clone()), token, async move {
+            tokio::spawn(vectorlb_api::server::serve(l, crate::admin::router(cur.clone()), token, async move {
                 let _ = rx.wait_for(|s| *s).await;
             }))
         });
-        let stop = async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(ServeError::Runtime)?;
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServeError::Runtime)?;
+        loop {
             tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => break,
+                _ = tokio::signal::ctrl_c() => break,
+                _ = hup.recv() => {
+                    tracing::info!("SIGHUP: reloading {}", path.display());
+                    let _ = cur.reload().await;
+                }
             }
-            tracing::info!("stopping: draining connections");
-        };
-        serve(proxy, bound, stop, Duration::from_secs(10)).await;
+        }
+        tracing::info!("stopping: draining connections");
         let _ = stopped_tx.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;
         }
+        cur.drain(Duration::from_secs(10)).await;
         Ok(())
     })
 }

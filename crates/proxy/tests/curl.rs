@@ -107,3 +107,46 @@ connect_timeout = 0.5
     assert_eq!(gone, ["503"]);
     drop(dir);
 }
+
+#[test]
+fn an_endpoint_that_fails_its_health_check_takes_no_requests_until_it_passes_again() {
+    let dir = std::env::temp_dir().join(format!("vectorlb-proxy-health-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut ng: Vec<Option<Nginx>> = ["be1", "be2", "be3"].iter().zip(&ports).map(|(n, p)| Some(nginx(&dir, n, *p))).collect();
+    let (addrs, p) = common::proxy_with(&format!(
+        "[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:0\"\n[[routes]]\ncluster = \"web\"\n\
+         [[clusters]]\nname = \"web\"\nendpoints = [\"127.0.0.1:{}\", \"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n\
+         health = {{ kind = \"http\", path = \"/\", interval = 0.1, timeout = 0.1, rise = 2, fall = 2 }}\n",
+        ports[0], ports[1], ports[2]
+    ));
+    let url = format!("http://{}/", addrs[0]);
+    let healthy = |i: usize| p.clusters[0].stats[i].healthy.load(std::sync::atomic::Ordering::Relaxed);
+    let wait = |want: bool| {
+        for _ in 0..50 {
+            if healthy(1) == want {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("be2 still healthy={}", !want);
+    };
+    // be2 stops: after two failed checks (about 0.2 s) it is out.
+    drop(ng[1].take());
+    wait(false);
+    let lines = curl(&[], &url, 30);
+    assert_eq!(lines.len(), 30, "no request failed: {lines:?}");
+    assert_eq!(count(&lines, "be2"), 0);
+    assert_eq!(count(&lines, "be1") + count(&lines, "be3"), 30);
+    let failures = p.clusters[0].stats[1].health_failures.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(failures >= 2);
+    let m = vectorlb_proxy::admin::metrics(&p);
+    assert!(m.contains(&format!("vectorlb_proxy_upstream_healthy{{cluster=\"web\",endpoint=\"127.0.0.1:{}\"}} 0", ports[1])), "{m}");
+    // It comes back: after two good checks it takes its share again.
+    ng[1] = Some(nginx(&dir, "be2", ports[1]));
+    wait(true);
+    let lines = curl(&[], &url, 30);
+    assert_eq!(count(&lines, "be2"), 10, "{lines:?}");
+    drop(ng);
+    let _ = std::fs::remove_dir_all(&dir);
+}
