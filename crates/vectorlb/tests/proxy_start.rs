@@ -41,6 +41,7 @@ fn run(cfg: &std::path::Path, wait: Duration) -> (Option<std::process::ExitStatu
         .args(["proxy", "--config"])
         .arg(cfg)
         .env("VECTORLB_CRYPTO_MB", "off")
+        .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -75,5 +76,73 @@ fn cryptomb_without_crypto_mb_falls_back_to_inline_or_refuses_as_configured() {
     let (status, err) = run(&config(&dir, "inline"), Duration::from_secs(2));
     assert!(status.is_none(), "with the fallback it runs: {err}");
     assert!(err.contains("the cryptomb provider cannot run: crypto_mb is turned off") && err.contains("signing inline"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn curl(args: &[&str]) -> (bool, String) {
+    let o = Command::new("curl").args(["-sS", "--max-time", "5"]).args(args).output().unwrap();
+    (o.status.success(), String::from_utf8_lossy(&o.stdout).to_string())
+}
+
+fn wait_for(what: &str, f: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sighup_and_the_admin_api_reload_a_second_start_is_refused_and_kill_9_leaves_nothing_stale() {
+    let dir = std::env::temp_dir().join(format!("vectorlb-proxy-hup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let sock = dir.join("admin.sock");
+    let cfg = dir.join("p.toml");
+    let write = |body: &str| {
+        std::fs::write(&cfg, format!("[admin]\naddress = \"unix:{}\"\n[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\n[[routes]]\nrespond = {{ status = 200, body = \"{body}\" }}\n", sock.display())).unwrap()
+    };
+    write("A");
+    let start = || Command::new(env!("CARGO_BIN_EXE_vectorlb")).args(["proxy", "--config"]).arg(&cfg).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let url = format!("http://127.0.0.1:{port}/");
+    let admin = |path: &str, method: &str| curl(&["--unix-socket", sock.to_str().unwrap(), "-X", method, &format!("http://admin{path}")]).1;
+    let mut p = start();
+    wait_for("the proxy answers", || curl(&[&url]).1 == "A");
+    // SIGHUP reloads the file.
+    write("B");
+    Command::new("kill").args(["-HUP", &p.id().to_string()]).status().unwrap();
+    wait_for("the reload is served", || curl(&[&url]).1 == "B");
+    // A bad file through the admin API: 400 naming the field; the running configuration stays.
+    write("C");
+    std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace("status = 200", "status = 7")).unwrap();
+    let r = admin("/v1/reload", "POST");
+    assert!(r.contains("routes[0].respond.status"), "{r}");
+    assert_eq!(curl(&[&url]).1, "B");
+    let m = admin("/metrics", "GET");
+    assert!(m.contains("vectorlb_proxy_reloads_total{outcome=\"ok\"} 1") && m.contains("vectorlb_proxy_reloads_total{outcome=\"refused\"} 1"), "{m}");
+    // A second start: refused (the admin socket is served), the first unharmed.
+    write("B");
+    let (status, err) = run(&cfg, Duration::from_secs(10));
+    assert!(status.is_some_and(|s| !s.success()), "{err}");
+    assert!(err.contains("another vectorlb is serving it"), "{err}");
+    assert_eq!(curl(&[&url]).1, "B");
+    // kill -9, then a start: the stale socket is replaced, the port bound again.
+    p.kill().unwrap();
+    p.wait().unwrap();
+    write("D");
+    let mut p = start();
+    wait_for("the restarted proxy answers", || curl(&[&url]).1 == "D");
+    // SIGTERM: drains and exits cleanly, removing its socket.
+    Command::new("kill").args(["-TERM", &p.id().to_string()]).status().unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = p.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(15), "still running after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success());
+    assert!(!sock.exists(), "the admin socket is removed at exit");
     let _ = std::fs::remove_dir_all(&dir);
 }
