@@ -183,6 +183,12 @@ pub fn metrics(p: &Proxy) -> String {
     };
     head(&mut o, "vectorlb_proxy_uptime_seconds", "gauge", "Seconds since the proxy started.");
     let _ = writeln!(o, "vectorlb_proxy_uptime_seconds {}", p.started.elapsed().as_secs_f64());
+    if let Some(l) = &p.access_log {
+        head(&mut o, "vectorlb_proxy_access_log_lines_total", "counter", "Access log lines written.");
+        let _ = writeln!(o, "vectorlb_proxy_access_log_lines_total {}", l.written.load(Ordering::Relaxed));
+        head(&mut o, "vectorlb_proxy_access_log_dropped_total", "counter", "Access log lines dropped because the writer was behind.");
+        let _ = writeln!(o, "vectorlb_proxy_access_log_dropped_total {}", l.dropped.load(Ordering::Relaxed));
+    }
     head(&mut o, "vectorlb_proxy_requests_total", "counter", "Requests received, by listener.");
     for (i, l) in p.config.listeners.iter().enumerate() {
         let _ = writeln!(o, "vectorlb_proxy_requests_total{{listener=\"{}\"}} {}", esc(&l.name), p.requests[i].load(Ordering::Relaxed));

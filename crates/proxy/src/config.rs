@@ -185,6 +185,8 @@ pub struct Config {
     pub workers: usize,
     /// The admin API (stats, Prometheus metrics); none without `[admin]`.
     pub admin: Option<Admin>,
+    /// Where one JSON line per request goes ("-": standard output); none without it.
+    pub access_log: Option<String>,
     pub listeners: Vec<Listener>,
     pub routes: Vec<Route>,
     pub clusters: Vec<Cluster>,
@@ -194,6 +196,7 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 struct Raw {
     workers: Option<usize>,
+    access_log: Option<String>,
     admin: Option<RawAdmin>,
     #[serde(default)]
     listeners: Vec<RawListener>,
@@ -581,7 +584,10 @@ impl Config {
                 Some(Admin { address: a.address, token_file: a.token_file, group: a.group })
             }
         };
-        Ok(Config { workers, admin, listeners, routes, clusters })
+        if raw.access_log.as_deref() == Some("") {
+            return Err(bad("access_log", "empty: a file path, or \"-\" for standard output"));
+        }
+        Ok(Config { workers, admin, access_log: raw.access_log, listeners, routes, clusters })
     }
 }
 

@@ -16,6 +16,10 @@ use vectorlb_sched::{PickState, Scheduler, Target};
 
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
+/// Which endpoint answered a response (a response extension, for the access log).
+#[derive(Debug, Clone, Copy)]
+pub struct AnsweredBy(pub SocketAddr);
+
 /// Counters of one endpoint.
 #[derive(Debug)]
 pub struct EndpointStats {
@@ -187,6 +191,7 @@ impl ClusterRt {
                 Ok(Ok(resp)) => {
                     let (mut rp, rb) = resp.into_parts();
                     strip_hop_by_hop(&mut rp.headers);
+                    rp.extensions.insert(AnsweredBy(ep));
                     return Response::from_parts(rp, rb.boxed());
                 }
                 Ok(Err(e)) if e.is_connect() => {

@@ -13,6 +13,7 @@
 //! Being built (issue 11): the 8-lane multi-buffer provider, health checks, the admin API,
 //! access log and metrics, reload.
 
+pub mod access_log;
 pub mod admin;
 pub mod config;
 pub mod cryptomb;

@@ -25,6 +25,8 @@ pub enum ServeError {
     Tls(#[from] crate::tls::TlsError),
     #[error("admin: {0}")]
     Admin(String),
+    #[error("access_log: {0}")]
+    AccessLog(String),
 }
 
 /// Time a client has to finish its TLS handshake.
@@ -41,6 +43,7 @@ pub struct Proxy {
     pub started: std::time::Instant,
     /// Set when a reload replaced it (its health checks stop).
     pub retired: std::sync::atomic::AtomicBool,
+    pub access_log: Option<crate::access_log::AccessLog>,
 }
 
 impl Proxy {
@@ -59,11 +62,41 @@ impl Proxy {
             });
         }
         let requests = config.listeners.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
-        Ok(Proxy { config, clusters, tls, requests, started: std::time::Instant::now(), retired: Default::default() })
+        let access_log = match &config.access_log {
+            Some(p) => Some(crate::access_log::AccessLog::open(p).map_err(ServeError::AccessLog)?),
+            None => None,
+        };
+        Ok(Proxy { config, clusters, tls, requests, started: std::time::Instant::now(), retired: Default::default(), access_log })
     }
 
     async fn handle(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
         self.requests[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(log) = &self.access_log else { return self.route(listener, req, client).await };
+        let started = std::time::Instant::now();
+        let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
+        let host = req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string);
+        let resp = self.route(listener, req, client).await;
+        let time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+        log.log(&crate::access_log::Entry {
+            time: (time * 1e6).round() / 1e6,
+            listener,
+            client: client.to_string(),
+            method: method.as_str(),
+            authority: uri.authority().map(|a| a.as_str()).or(host.as_deref()),
+            path: uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"),
+            protocol: match version {
+                hyper::Version::HTTP_2 => "HTTP/2",
+                hyper::Version::HTTP_10 => "HTTP/1.0",
+                _ => "HTTP/1.1",
+            },
+            status: resp.status().as_u16(),
+            upstream: resp.extensions().get::<crate::forward::AnsweredBy>().map(|a| a.0.to_string()),
+            duration_ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+        });
+        resp
+    }
+
+    async fn route(&self, listener: &str, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
         let (parts, body) = req.into_parts();
         let Some(r) = crate::route::find(&self.config.routes, listener, &parts) else {
             return answer(StatusCode::NOT_FOUND, "no route for this request");

@@ -45,8 +45,13 @@ fn requests_on_one_connection_spread_over_every_endpoint_http1_and_h2c() {
     let _ng: Vec<Nginx> = ports.iter().enumerate().map(|(i, p)| nginx(&dir, &format!("be{}", i + 1), *p)).collect();
     let dead = free_port();
     let eps: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let _ = std::fs::remove_file(&log);
     let addr = proxy(&format!(
         r#"
+access_log = "{}"
+
 [[listeners]]
 name = "web"
 address = "127.0.0.1:0"
@@ -77,6 +82,7 @@ name = "gone"
 endpoints = ["127.0.0.1:{dead}"]
 connect_timeout = 0.5
 "#,
+        log.display(),
         eps.join(", "),
         ports[0]
     ));
@@ -105,7 +111,25 @@ connect_timeout = 0.5
     assert_eq!(none, ["404"]);
     let gone = curl(&["-o", "/dev/null", "-w", "%{http_code}\n"], &format!("http://{addr}/gone"), 1);
     assert_eq!(gone, ["503"]);
-    drop(dir);
+    // The access log: one JSON line per request (66), written in the background.
+    let mut lines = Vec::new();
+    for _ in 0..50 {
+        lines = std::fs::read_to_string(&log).unwrap_or_default().lines().map(String::from).collect();
+        if lines.len() >= 66 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(lines.len(), 66, "{lines:?}");
+    let v: Vec<serde_json::Value> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let first = &v[0];
+    assert_eq!((first["listener"].as_str(), first["method"].as_str(), first["path"].as_str(), first["protocol"].as_str()), (Some("web"), Some("GET"), Some("/shop/item"), Some("HTTP/1.1")));
+    assert_eq!(first["status"], 200);
+    assert!(first["upstream"].as_str().unwrap().starts_with("127.0.0.1:") && first["duration_ms"].as_f64().unwrap() >= 0.0);
+    assert!(v.iter().any(|e| e["protocol"] == "HTTP/2" && e["authority"] == "shop.example"));
+    assert!(v.iter().any(|e| e["status"] == 404 && e["upstream"].is_null()));
+    assert!(v.iter().any(|e| e["status"] == 503 && e["path"] == "/gone"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
