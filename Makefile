@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif clean
+.PHONY: all setup build install demo demo-two-tier bench-tls demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif clean
 
 all: build
 
@@ -22,6 +22,18 @@ install: build
 # The load balancer on AF_XDP ports in network namespaces, real HTTP through it (root).
 demo: build
 	@bash scripts/demo.sh
+	@bash scripts/demo-two-tier.sh
+
+# The two tiers of an ingress: the L4 LB (full NAT, Maglev) in front of two TLS-terminating
+# proxies in front of nginx; HTTPS from curl and h2load. Ends with TWO-TIER OK ... (root).
+demo-two-tier: build
+	@bash scripts/demo-two-tier.sh
+
+# Full TLS handshakes per second: the proxy's providers against nginx and HAProxy, one core
+# each, h2load on the other; keep-alive requests per second (bench-results/tls.jsonl).
+bench-tls: build
+	@mkdir -p bench-results
+	@python3 scripts/bench_tls.py --out bench-results/tls.jsonl
 
 # The pipeline offline: a capture replayed through a configuration, and two short benchmarks.
 demo-offline: build
