@@ -1,5 +1,5 @@
 //! Links Intel's crypto_mb (libcrypto_mb.a, from the `ipp-crypto-static` Python package) when it
-//! is installed, and sets `cfg(crypto_mb)`; without it the build goes on and the `cryptomb`
+//! is installed, and sets `cfg(crypto_mb)` (and IPP Cryptography, libippcp.a: `cfg(ippcp)`); without it the build goes on and the `cryptomb`
 //! provider's crypto_mb backend says it is unavailable.
 //!
 //! Looked for in `$VECTORLB_CRYPTO_MB_DIR/lib`, then `/opt/vectorlb/crypto_mb/lib` (where
@@ -7,6 +7,7 @@
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(crypto_mb)");
+    println!("cargo::rustc-check-cfg=cfg(ippcp)");
     println!("cargo:rerun-if-env-changed=VECTORLB_CRYPTO_MB_DIR");
     let mut dirs = Vec::new();
     if let Ok(d) = std::env::var("VECTORLB_CRYPTO_MB_DIR") {
@@ -25,6 +26,13 @@ fn main() {
             println!("cargo:rustc-link-search=native={}", d.display());
             println!("cargo:rustc-link-lib=static=crypto_mb");
             println!("cargo:rustc-cfg=crypto_mb");
+            // IPP Cryptography (the same package): single-buffer RSA for the inline provider.
+            let ipp = d.join("libippcp.a");
+            println!("cargo:rerun-if-changed={}", ipp.display());
+            if ipp.is_file() {
+                println!("cargo:rustc-link-lib=static=ippcp");
+                println!("cargo:rustc-cfg=ippcp");
+            }
             return;
         }
     }

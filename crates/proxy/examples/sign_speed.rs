@@ -1,6 +1,6 @@
 //! RSA-2048 private-key operations per second on one thread: BoringSSL one at a time (the
-//! portable lanes, as `inline` signs) and crypto_mb eight at a time, where it runs; one JSON
-//! line each. `cargo run --release -p vectorlb-proxy --example sign_speed [SECONDS]`
+//! portable lanes, as `inline` signs), IPP Cryptography one at a time (`inline_backend =
+//! "ippcp"`) and crypto_mb eight at a time, where they run; one JSON line each. `cargo run --release -p vectorlb-proxy --example sign_speed [SECONDS]`
 use boring::pkey::PKey;
 use boring::rsa::Rsa;
 use std::time::{Duration, Instant};
@@ -25,6 +25,8 @@ fn main() {
     let secs: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(3.0);
     let key = PreparedKey::new(PKey::from_rsa(Rsa::generate(2048).unwrap()).unwrap()).unwrap();
     run("boringssl", &Portable, &key, secs);
+    #[cfg(ippcp)]
+    run("ippcp", &vectorlb_proxy::cryptomb::IppcpLanes, &key, secs);
     match vectorlb_proxy::cryptomb::crypto_mb_available() {
         #[cfg(crypto_mb)]
         Ok(()) => run("crypto_mb", &vectorlb_proxy::cryptomb::CryptoMbLanes, &key, secs),

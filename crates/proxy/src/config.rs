@@ -43,13 +43,23 @@ pub struct Listener {
 /// Where private-key operations of TLS handshakes run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provider {
-    /// In the worker, inside the handshake (the baseline).
-    Inline,
+    /// In the worker, inside the handshake (the baseline): BoringSSL, or IPP Cryptography's
+    /// RSA.
+    Inline { backend: InlineBackend },
     /// On a pool of crypto threads; the handshake waits without holding its worker.
     Pool { threads: usize },
     /// Per worker thread, queued up to 8 per kind of key and run as one multi-buffer
     /// operation when full or `poll_delay` after the first.
     CryptoMb { poll_delay: Duration, backend: CryptoMbBackend, fallback: CryptoMbFallback },
+}
+
+/// What signs for the `inline` provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InlineBackend {
+    /// BoringSSL itself (Envoy's default).
+    Boringssl,
+    /// IPP Cryptography's RSA (AVX-512 IFMA code where the CPU has it; ECDSA stays BoringSSL's).
+    Ippcp,
 }
 
 /// What runs the lanes of the `cryptomb` provider.
@@ -230,6 +240,7 @@ struct RawTls {
     provider: Option<String>,
     pool_threads: Option<usize>,
     poll_delay: Option<f64>,
+    inline_backend: Option<String>,
     cryptomb_backend: Option<String>,
     cryptomb_fallback: Option<String>,
     resumption: Option<bool>,
@@ -401,13 +412,22 @@ impl Config {
                     if t.pool_threads.is_some() && kind != "pool" {
                         return Err(bad(format!("{ft}.pool_threads"), "only for provider = \"pool\""));
                     }
+                    if t.inline_backend.is_some() && kind != "inline" {
+                        return Err(bad(format!("{ft}.inline_backend"), "only for provider = \"inline\""));
+                    }
                     for (name, v) in [("poll_delay", t.poll_delay.is_some()), ("cryptomb_backend", t.cryptomb_backend.is_some()), ("cryptomb_fallback", t.cryptomb_fallback.is_some())] {
                         if v && kind != "cryptomb" {
                             return Err(bad(format!("{ft}.{name}"), "only for provider = \"cryptomb\""));
                         }
                     }
                     let provider = match kind {
-                        "inline" => Provider::Inline,
+                        "inline" => Provider::Inline {
+                            backend: match t.inline_backend.as_deref().unwrap_or("boringssl") {
+                                "boringssl" => InlineBackend::Boringssl,
+                                "ippcp" => InlineBackend::Ippcp,
+                                b => return Err(bad(format!("{ft}.inline_backend"), format!("'{b}' is not boringssl or ippcp"))),
+                            },
+                        },
                         "pool" => {
                             let threads = t.pool_threads.unwrap_or(1);
                             if !(1..=256).contains(&threads) {
@@ -727,7 +747,8 @@ endpoints = ["[::1]:9003"]
             .map(|c| c.listeners[0].tls.as_ref().unwrap().provider)
             .map_err(|e| e.to_string())
         };
-        assert_eq!(with("provider = \"inline\""), Ok(Provider::Inline));
+        assert_eq!(with("provider = \"inline\""), Ok(Provider::Inline { backend: InlineBackend::Boringssl }));
+        assert_eq!(with("provider = \"inline\", inline_backend = \"ippcp\""), Ok(Provider::Inline { backend: InlineBackend::Ippcp }));
         assert_eq!(with("provider = \"pool\", pool_threads = 3"), Ok(Provider::Pool { threads: 3 }));
         assert_eq!(
             with("provider = \"cryptomb\""),
@@ -741,6 +762,8 @@ endpoints = ["[::1]:9003"]
             ("max_version = \"1.4\"", "listeners[0].tls.max_version"),
             ("min_version = \"1.3\", max_version = \"1.2\"", "listeners[0].tls.max_version: 1.2 is below min_version 1.3"),
             ("provider = \"qat\"", "listeners[0].tls.provider: 'qat' is not inline, pool or cryptomb"),
+            ("inline_backend = \"openssl\"", "listeners[0].tls.inline_backend: 'openssl' is not boringssl or ippcp"),
+            ("provider = \"pool\", inline_backend = \"ippcp\"", "listeners[0].tls.inline_backend: only for provider = \"inline\""),
             ("provider = \"cryptomb\", poll_delay = 0", "listeners[0].tls.poll_delay"),
             ("provider = \"cryptomb\", poll_delay = 5", "listeners[0].tls.poll_delay"),
             ("provider = \"cryptomb\", cryptomb_backend = \"qat\"", "listeners[0].tls.cryptomb_backend"),

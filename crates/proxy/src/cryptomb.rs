@@ -56,7 +56,13 @@ pub enum KeyKind {
 }
 
 enum KeyForm {
-    Rsa { rsa: Rsa<Private>, crt: RsaCrt },
+    Rsa {
+        rsa: Rsa<Private>,
+        crt: RsaCrt,
+        /// The key in IPP's form (the inline provider's ippcp backend).
+        #[cfg(ippcp)]
+        ipp: Option<crate::ippcp::Key>,
+    },
     Ec { ec: EcKey<Private>, d: [u64; 4], order: BigNum },
 }
 
@@ -104,7 +110,20 @@ impl PreparedKey {
                 (Some(p), Some(q), Some(dp), Some(dq), Some(iq)) => RsaCrt { p, q, dp, dq, iq },
                 _ => return Err("an RSA key without two primes of half its size (CRT form)".into()),
             };
-            return Ok(PreparedKey { kind: KeyKind::Rsa(bits), form: KeyForm::Rsa { rsa, crt } });
+            #[cfg(ippcp)]
+            let ipp = {
+                let be = |b: Option<&boring::bn::BigNumRef>| b.map(|b| b.to_vec()).unwrap_or_default();
+                crate::ippcp::Key::new(bits as usize, &be(rsa.p()), &be(rsa.q()), &be(rsa.dmp1()), &be(rsa.dmq1()), &be(rsa.iqmp()))
+            };
+            return Ok(PreparedKey {
+                kind: KeyKind::Rsa(bits),
+                form: KeyForm::Rsa {
+                    rsa,
+                    crt,
+                    #[cfg(ippcp)]
+                    ipp,
+                },
+            });
         }
         if let Ok(ec) = pkey.ec_key() {
             if ec.group().curve_name() != Some(Nid::X9_62_PRIME256V1) {
@@ -165,6 +184,39 @@ impl Lanes for Portable {
     }
     fn ecdsa(&self, keys: &[&PreparedKey], digests: &[&[u8]]) -> Vec<Option<EcdsaSig>> {
         keys.iter().zip(digests).map(|(k, d)| ecdsa_one(k, d)).collect()
+    }
+}
+
+/// IPP Cryptography's single-buffer RSA, one lane at a time (ECDSA through BoringSSL): the
+/// `inline` provider's `ippcp` backend.
+#[cfg(ippcp)]
+pub struct IppcpLanes;
+
+#[cfg(ippcp)]
+impl Lanes for IppcpLanes {
+    fn name(&self) -> &'static str {
+        "ippcp"
+    }
+    fn rsa(&self, keys: &[&PreparedKey], inputs: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
+        keys.iter()
+            .zip(inputs)
+            .map(|(k, i)| match &k.form {
+                KeyForm::Rsa { ipp: Some(key), .. } => key.private(i),
+                _ => None,
+            })
+            .collect()
+    }
+    fn ecdsa(&self, keys: &[&PreparedKey], digests: &[&[u8]]) -> Vec<Option<EcdsaSig>> {
+        Portable.ecdsa(keys, digests)
+    }
+}
+
+/// Whether this build has IPP Cryptography (the inline provider's ippcp backend).
+pub fn ippcp_available() -> Result<(), String> {
+    if cfg!(ippcp) {
+        Ok(())
+    } else {
+        Err("this build has no IPP Cryptography (libippcp.a from the ipp-crypto-static package was not found when it was built; scripts/setup.sh installs it)".into())
     }
 }
 
@@ -469,6 +521,8 @@ type Queues = HashMap<(ThreadId, KeyKind), Arc<Mutex<Queue>>>;
 /// The provider of one listener: its backend, the queues of each worker thread, statistics.
 pub struct Engine {
     lanes: Box<dyn Lanes>,
+    /// No queue: each operation runs at once, in the worker that asked (the inline provider).
+    immediate: bool,
     poll_delay: Duration,
     stats: Arc<TlsStats>,
     queues: Mutex<Queues>,
@@ -476,7 +530,12 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(lanes: Box<dyn Lanes>, poll_delay: Duration, stats: Arc<TlsStats>) -> Arc<Engine> {
-        Arc::new(Engine { lanes, poll_delay, stats, queues: Mutex::new(HashMap::new()) })
+        Arc::new(Engine { lanes, immediate: false, poll_delay, stats, queues: Mutex::new(HashMap::new()) })
+    }
+
+    /// Runs each operation at once on `lanes`, in the worker (with the same padding and check).
+    pub fn immediate(lanes: Box<dyn Lanes>, stats: Arc<TlsStats>) -> Arc<Engine> {
+        Arc::new(Engine { lanes, immediate: true, poll_delay: Duration::ZERO, stats, queues: Mutex::new(HashMap::new()) })
     }
 
     pub fn backend(&self) -> &'static str {
@@ -494,6 +553,10 @@ impl Engine {
                 return rx;
             }
         };
+        if self.immediate {
+            self.run(key.kind(), vec![Op { key: key.clone(), prepared, reply }]);
+            return rx;
+        }
         let q = {
             let mut all = self.queues.lock().unwrap_or_else(|e| e.into_inner());
             all.entry((std::thread::current().id(), key.kind())).or_default().clone()
@@ -556,11 +619,15 @@ impl Engine {
         let inputs: Vec<&[u8]> = batch.iter().map(|o| o.prepared.as_slice()).collect();
         let results: Vec<Option<RsaOrEc>> = match kind {
             KeyKind::Rsa(_) => {
-                self.stats.rsa_queue_sizes.observe(batch.len() as f64);
+                if !self.immediate {
+                    self.stats.rsa_queue_sizes.observe(batch.len() as f64);
+                }
                 self.lanes.rsa(&keys, &inputs).into_iter().map(|r| r.map(RsaOrEc::Rsa)).collect()
             }
             KeyKind::EcdsaP256 => {
-                self.stats.ecdsa_queue_sizes.observe(batch.len() as f64);
+                if !self.immediate {
+                    self.stats.ecdsa_queue_sizes.observe(batch.len() as f64);
+                }
                 self.lanes.ecdsa(&keys, &inputs).into_iter().map(|r| r.map(RsaOrEc::Ec)).collect()
             }
         };
@@ -727,6 +794,30 @@ mod tests {
                 assert_eq!(mb, pt, "{bits} bits, {n} lanes: RSA is deterministic, both must agree");
             }
         }
+    }
+
+    #[cfg(ippcp)]
+    #[test]
+    fn ippcp_agrees_with_boringssl_for_every_rsa_size() {
+        for bits in [1024, 2048, 3072, 4096] {
+            let k = rsa_key(bits);
+            let ins: Vec<Vec<u8>> = (0..3).map(|i| prepare(&k, SslSignatureAlgorithm::RSA_PKCS1_SHA256, &[i as u8; 33]).unwrap()).collect();
+            let refs: Vec<&[u8]> = ins.iter().map(|v| v.as_slice()).collect();
+            let ks = [&*k, &*k, &*k];
+            assert_eq!(IppcpLanes.rsa(&ks, &refs), Portable.rsa(&ks, &refs), "{bits} bits");
+        }
+    }
+
+    #[cfg(ippcp)]
+    #[tokio::test]
+    async fn the_immediate_engine_signs_at_once_without_queue_statistics() {
+        let key = rsa_key(2048);
+        let stats = Arc::new(TlsStats::default());
+        let e = Engine::immediate(Box::new(IppcpLanes), stats.clone());
+        let rx = e.submit(&key, SslSignatureAlgorithm::RSA_PSS_RSAE_SHA256, b"transcript");
+        let sig = rx.await.unwrap().unwrap();
+        assert!(verifies(&key, SslSignatureAlgorithm::RSA_PSS_RSAE_SHA256, b"transcript", &sig));
+        assert_eq!(stats.rsa_queue_sizes.count(), 0);
     }
 
     /// Lanes that compute the right signature and then flip one bit of it, as a fault would.

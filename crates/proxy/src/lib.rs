@@ -19,6 +19,8 @@ pub mod config;
 pub mod cryptomb;
 pub mod forward;
 pub mod health;
+#[cfg(ippcp)]
+pub mod ippcp;
 pub mod route;
 pub mod serve;
 pub mod tls;

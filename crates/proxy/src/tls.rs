@@ -4,7 +4,7 @@
 //! BoringSSL's asynchronous private-key method, so the worker serves other connections while
 //! the signature is computed.
 
-use crate::config::{CryptoMbBackend, CryptoMbFallback, Provider, Tls};
+use crate::config::{CryptoMbBackend, CryptoMbFallback, InlineBackend, Provider, Tls};
 use boring::hash::MessageDigest;
 use boring::nid::Nid;
 use boring::pkey::{PKey, Private};
@@ -305,7 +305,20 @@ fn context(field: &str, tls: &Tls, i: usize, runner: &Runner, stats: &Arc<TlsSta
 /// `cryptomb` asks for crypto_mb where it cannot run and the configuration allows the fallback.
 fn runner(field: &str, tls: &Tls) -> Result<(Runner, Arc<TlsStats>), TlsError> {
     Ok(match tls.provider {
-        Provider::Inline => (Runner::Inline, Arc::new(TlsStats::new("inline", None))),
+        Provider::Inline { backend: InlineBackend::Boringssl } => (Runner::Inline, Arc::new(TlsStats::new("inline", None))),
+        Provider::Inline { backend: InlineBackend::Ippcp } => match crate::cryptomb::ippcp_available() {
+            #[cfg(ippcp)]
+            Ok(()) => {
+                let stats = Arc::new(TlsStats::new("inline/ippcp", None));
+                (Runner::CryptoMb(crate::cryptomb::Engine::immediate(Box::new(crate::cryptomb::IppcpLanes), stats.clone())), stats)
+            }
+            #[cfg(not(ippcp))]
+            Ok(()) => unreachable!("ippcp is never available without the library"),
+            Err(why) => {
+                tracing::warn!("{field}: inline_backend = \"ippcp\" cannot run: {why}; signing with BoringSSL");
+                (Runner::Inline, Arc::new(TlsStats::new("inline", Some(why))))
+            }
+        },
         Provider::Pool { threads } => (Runner::Pool(pool(threads)), Arc::new(TlsStats::new("pool", None))),
         Provider::CryptoMb { poll_delay, backend, fallback } => {
             let lanes: Box<dyn crate::cryptomb::Lanes> = match backend {

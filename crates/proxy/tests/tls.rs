@@ -50,7 +50,8 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
         listener("inline", "provider = \"inline\","),
         listener("pool", "provider = \"pool\", pool_threads = 2,"),
     ) + &listener("cryptomb-portable", "provider = \"cryptomb\", cryptomb_backend = \"portable\", poll_delay = 0.002,")
-        + &listener("cryptomb", "provider = \"cryptomb\", cryptomb_fallback = \"inline\",");
+        + &listener("cryptomb", "provider = \"cryptomb\", cryptomb_fallback = \"inline\",")
+        + &listener("inline-ippcp", "provider = \"inline\", inline_backend = \"ippcp\",");
     let (addrs, p) = proxy_with(&cfg);
     for (i, a) in addrs.iter().enumerate() {
         let port = a.port();
@@ -84,6 +85,13 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
             0 => "inline",
             1 => "pool",
             2 => "cryptomb/portable",
+            4 => match vectorlb_proxy::cryptomb::ippcp_available() {
+                Ok(()) => "inline/ippcp",
+                Err(why) => {
+                    eprintln!("ippcp not tested end to end here: {why}");
+                    "inline"
+                }
+            },
             // crypto_mb where this machine has it, else the configured fallback.
             _ => match vectorlb_proxy::cryptomb::crypto_mb_available() {
                 Ok(()) => "cryptomb/crypto_mb",
