@@ -62,6 +62,85 @@ peers = lines("cps-peers.jsonl")
 idle = lines("idle.jsonl")
 memif = lines("memif.jsonl")
 memif_focus = lines("memif-focus.jsonl")
+tls = lines("tls.jsonl")
+
+
+def tls_section():
+    """The proxy's TLS benchmark (bench-results/tls.jsonl, `make bench-tls`): markdown lines."""
+    o = []
+    hs = [r for r in tls if r["bench"] == "tls_handshakes"]
+    if not hs:
+        return o
+    m = hs[0]
+    at = res("tls-measured-at.txt")
+    tcommit, tday = (open(at).read().split() + ["?", "?"])[:2] if os.path.exists(at) else ("?", "?")
+    o.append("## TLS: full handshakes per second, the proxy's providers against nginx and HAProxy\n")
+    o.append(f"Measured {tday} at commit `{tcommit}` on {m['cpu']} ({m['nproc']} CPUs, AVX-512 IFMA: "
+             f"{'yes' if m['avx512ifma'] else 'no'}): `make bench-tls` (`scripts/bench_tls.py`; raw lines in "
+             "`bench-results/tls.jsonl`). Every server has one worker pinned to CPU 0 (`vectorlb proxy` with "
+             "`workers = 1`, its crypto thread too; nginx `worker_processes 1` with OpenSSL 3; HAProxy "
+             "`nbthread 1` with OpenSSL 3), the same RSA-2048 key and certificate, no session resumption, one "
+             "small HTTP/1.1 GET per connection answered by the server itself (`Connection: close`); h2load "
+             f"(nghttp2 1.52, OpenSSL 3) on CPU 1 with {m['concurrency']} connections at a time, "
+             f"{m['connections_per_round']} per round, rounds rotating the order of the servers; medians. "
+             "One h2load core is the limit before the fastest servers are (their `server_cpu_busy` stays "
+             "below 1), so the comparison that counts is **handshakes per core-second**: handshakes divided by "
+             "the server's CPU time (user + system, all its threads) over the same run.\n")
+    for version in sorted({r["tls"] for r in hs}, reverse=True):
+        rs = [r for r in hs if r["tls"] == version]
+        o.append(f"### TLS {version}\n")
+        o.append("| server | provider | handshakes/s | per core-second | vs nginx (per core) | vs HAProxy (per core) | server CPU busy | handshake p50 / p99 (ms, server side) | mean batch |")
+        o.append("|---|---|---|---|---|---|---|---|---|")
+        for r in rs:
+            lat = r.get("handshake_ms") or {}
+            lt = f"{lat.get('p50')} / {lat.get('p99')}" if lat else "-"
+            o.append(f"| {r['server']} | {r.get('provider') or 'OpenSSL 3'} | {r['handshakes_per_s']:,.0f} | {r['handshakes_per_core_s']:,.0f} | "
+                     f"{r['per_core_vs_nginx']:.2f} | {r['per_core_vs_haproxy']:.2f} | {r['server_cpu_busy']:.2f} | {lt} | {r.get('mean_batch', '-')} |")
+        o.append("")
+        qs = [r for r in rs if r.get("rsa_queue_sizes")]
+        if qs:
+            o.append("Operations per multi-buffer run (`rsa_queue_sizes`, counts of runs of 1 to 8):\n")
+            o.append("| server | " + " | ".join(str(i) for i in range(1, 9)) + " |")
+            o.append("|---|" + "---|" * 8)
+            for r in qs:
+                o.append(f"| {r['server']} | " + " | ".join(str(r["rsa_queue_sizes"].get(str(i), 0)) for i in range(1, 9)) + " |")
+            o.append("")
+
+        def draw(ax, rs=rs):
+            names = [r["server"].replace("vectorlb-", "") for r in rs]
+            x = range(len(rs))
+            ax.bar([i - 0.2 for i in x], [r["handshakes_per_s"] for r in rs], 0.4, label="handshakes/s")
+            ax.bar([i + 0.2 for i in x], [r["handshakes_per_core_s"] for r in rs], 0.4, label="per core-second")
+            ax.set_xticks(list(x))
+            ax.set_xticklabels(names, rotation=20, fontsize=8)
+            ax.set_ylabel("full handshakes")
+            ax.legend(fontsize=8)
+        o.append(chart(f"tls-handshakes-{version.replace('.', '')}", draw, f"Full TLS {version} handshakes, RSA-2048, one server core"))
+    ka = [r for r in tls if r["bench"] == "keepalive_requests"]
+    if ka:
+        o.append("### Keep-alive requests per second (TLS 1.3, the same servers)\n")
+        o.append("h2load on CPU 1: HTTP/1.1 with 32 connections, and HTTP/2 with 32 connections of 10 streams; "
+                 "the TLS handshakes happen once, so this measures the HTTP path.\n")
+        o.append("| server | protocol | requests/s | vs nginx | vs HAProxy |")
+        o.append("|---|---|---|---|---|")
+        for r in ka:
+            o.append(f"| {r['server']} | {r['protocol']} | {r['requests_per_s']:,.0f} | {r['vs_nginx']:.2f} | {r['vs_haproxy']:.2f} |")
+        o.append("")
+    ref = [r for r in tls if r["bench"] == "tls_provider_refusal"]
+    if ref:
+        o.append(f"Without crypto_mb ({ref[0].get('condition', '')}), `cryptomb_fallback = \"refuse\"` stops the start: "
+                 f"`{ref[0].get('message', '')}`\n")
+    so = [r for r in tls if r["bench"] == "rsa2048_private_ops"]
+    if so:
+        o.append("RSA-2048 private-key operations per second on one core (`sign_speed` example): " +
+                 ", ".join(f"{r['backend']} {r['ops_per_s']:,}" for r in so if "ops_per_s" in r) + ".\n")
+    return o
+
+
+import sys
+if "--section" in sys.argv and sys.argv[sys.argv.index("--section") + 1] == "tls":
+    print("\n".join(tls_section()))
+    sys.exit(0)
 
 out = []
 w = out.append
@@ -105,6 +184,13 @@ mvs = [r for r in (memif_focus or memif) if r["bench"] == "memif_vs_testpmd" and
 if mvs:
     glance.append(("memif, one core per side, median Mpps: vectorlb (cpu) / DPDK net_memif (testpmd)",
                    ", ".join(f"{r['frame_bytes']} B {r['vectorlb_cpu_mpps']:.2f} / {r['testpmd_mpps']:.2f} ({r['cpu_vs_testpmd']:.2f})" for r in mvs if r["frame_bytes"] in (64, 1500))))
+th = [r for r in tls if r["bench"] == "tls_handshakes" and r["tls"] == "1.3"]
+if th:
+    by = {r["server"]: r for r in th}
+    if "vectorlb-cryptomb" in by and "nginx" in by:
+        glance.append(("TLS 1.3 full handshakes (RSA-2048) per core-second: cryptomb / inline (ippcp) / nginx / HAProxy",
+                       " / ".join(f"{by[n]['handshakes_per_core_s']:,.0f}" for n in ("vectorlb-cryptomb", "vectorlb-inline-ippcp", "nginx", "haproxy") if n in by)
+                       + f" ({by['vectorlb-cryptomb']['per_core_vs_nginx']:.2f}x nginx)"))
 if glance:
     w("## At a glance\n")
     w("| measure | this run |")
@@ -479,12 +565,15 @@ if idle:
         w(f"| {mode} | {r['idle_cpu_percent']} | {r['ping_rtt_ms_min']} / {r['ping_rtt_ms_avg']} / {r['ping_rtt_ms_max']} |")
     w("")
 
+for line in tls_section():
+    w(line)
+
 tail = os.path.join(root, "docs/benchmarks-notes.md")
 if os.path.exists(tail):
     w(open(tail).read())
 w("## JSON lines of this run\n")
 w("```")
-for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench-results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench-results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"]:
+for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench-results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench-results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls:
     w(json.dumps(r, separators=(",", ":")))
 w("```")
 open(os.path.join(root, "docs/benchmarks.md"), "w").write("\n".join(out) + "\n")

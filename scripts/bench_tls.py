@@ -5,12 +5,14 @@ other, one small HTTP/1.1 GET per connection (the client asks to close), no resu
 and 1.2. Then keep-alive requests per second over HTTP/1.1 and HTTP/2 on the same servers.
 
 Every server gets one worker pinned to CPU 0 (the proxy: `workers = 1`, its pool thread too);
-h2load runs pinned to CPU 1. Servers are measured in turn, the order rotating each round, and the
-median of the rounds is reported. JSON lines on stdout (and appended to --out).
+h2load runs pinned to CPU 1. Servers are measured in turn, the order rotating each round; rates
+are medians of the rounds, ratios medians of the per-round ratios (the machine's speed drifts).
+Besides the rate, each server's CPU time over the run gives handshakes per core-second: one
+h2load core saturates before the fastest servers do. JSON lines on stdout (and appended to --out).
 
-    scripts/bench_tls.py [--bin target/release/vectorlb] [--conns 6000] [--rounds 3] [--out F]
+    scripts/bench_tls.py [--bin target/release/vectorlb] [--conns 4000] [--rounds 7] [--out F]
 """
-import argparse, json, os, re, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.parse
+import argparse, json, os, re, signal, socket, statistics, subprocess, tempfile, time
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 
@@ -166,9 +168,9 @@ def main():
     global ARGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/vectorlb")
-    ap.add_argument("--conns", type=int, default=6000, help="connections per handshake run")
+    ap.add_argument("--conns", type=int, default=4000, help="connections per handshake run")
     ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--requests", type=int, default=100000, help="requests per keep-alive run")
     ap.add_argument("--poll-delay", default="0.003", help="cryptomb poll_delay, seconds (docs/proxy.md: choosing it)")
     ap.add_argument("--versions", default="1.3,1.2")
@@ -185,6 +187,14 @@ def main():
     subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=bench.test", "-newkey", "rsa:2048", "-keyout", f"{w}/key.pem", "-out", f"{w}/cert.pem"], check=True, capture_output=True)
     open(f"{w}/combined.pem", "w").write(open(f"{w}/cert.pem").read() + open(f"{w}/key.pem").read())
 
+    if ARGS.out:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+        open(os.path.join(os.path.dirname(ARGS.out) or ".", "tls-measured-at.txt"), "w").write(f"{commit} {time.strftime('%Y-%m-%d', time.gmtime())}\n")
+    # The signature alone, per backend, on the server's core.
+    speed = os.path.join(os.path.dirname(ARGS.bin), "examples", "sign_speed")
+    if os.path.exists(speed):
+        for line in subprocess.run(["taskset", "-c", SERVER_CPU, speed, "2"], capture_output=True, text=True).stdout.splitlines():
+            emit({**json.loads(line), **machine})
     # Without crypto_mb the provider refuses or falls back; shown on every machine.
     refusal = Server("cryptomb-refuse", "proxy", 'provider = "cryptomb", cryptomb_fallback = "refuse"')
     try:
@@ -229,6 +239,9 @@ def main():
                     failed[s.name] += res["failed"]
             med = {n: statistics.median(v) for n, v in rates.items()}
             pc = {n: statistics.median(v) for n, v in per_core.items()}
+            # Ratios within each round (the servers measured minutes apart at most), then the
+            # median: steadier than a ratio of medians on a machine whose speed drifts.
+            ratio = lambda n, peer: statistics.median(a / b for a, b in zip(per_core[n], per_core[peer]) if b > 0)
             for s in servers:
                 st = s.stats()
                 rec = {
@@ -242,8 +255,9 @@ def main():
                     "vs_nginx": round(med[s.name] / med["nginx"], 3),
                     "vs_haproxy": round(med[s.name] / med["haproxy"], 3),
                     "handshakes_per_core_s": round(pc[s.name], 1),
-                    "per_core_vs_nginx": round(pc[s.name] / pc["nginx"], 3),
-                    "per_core_vs_haproxy": round(pc[s.name] / pc["haproxy"], 3),
+                    "per_core_vs_nginx": round(ratio(s.name, "nginx"), 3),
+                    "per_core_vs_haproxy": round(ratio(s.name, "haproxy"), 3),
+                    "per_core_rounds": [round(x, 1) for x in per_core[s.name]],
                     "server_cpu_busy": round(statistics.median(busy[s.name]), 3),
                     "failed": failed[s.name],
                     "client_connect_ms": {"mean": round(statistics.median(c["mean_ms"] for c in conn[s.name] if c), 2)} if all(conn[s.name]) else None,
@@ -268,7 +282,7 @@ def main():
                     for s in servers:
                         if s.name in ("vectorlb-pool", "vectorlb-cryptomb-portable", "vectorlb-inline-ippcp"):
                             continue  # the provider only matters at handshakes
-                        vals = [h2load(s.port, extra + ["-n", str(ARGS.requests)])["rate"] for _ in range(ARGS.rounds)]
+                        vals = [h2load(s.port, extra + ["-n", str(ARGS.requests)])["rate"] for _ in range(3)]
                         ka[s.name] = statistics.median(vals)
                     for n, v in ka.items():
                         emit({"bench": "keepalive_requests", "server": n, "protocol": proto, "tls": version, "requests_per_s": round(v, 1), "vs_nginx": round(v / ka["nginx"], 3), "vs_haproxy": round(v / ka["haproxy"], 3), **machine})
