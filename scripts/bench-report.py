@@ -126,6 +126,17 @@ def tls_section():
         for r in ka:
             o.append(f"| {r['server']} | {r['protocol']} | {r['requests_per_s']:,.0f} | {r['vs_nginx']:.2f} | {r['vs_haproxy']:.2f} |")
         o.append("")
+    gr = [r for r in tls if r["bench"] == "grpc_unary" and "requests_per_s" in r]
+    if gr:
+        o.append("### gRPC unary calls per second: vectorlb proxy against nginx `grpc_pass`\n")
+        o.append("`grpc.health.v1.Health/Check` on grpc-go's server (`tools/grpc-health-server`), h2c on both sides, "
+                 f"one server core (CPU 0); h2load on CPU 1 with {gr[0]['streams']} streams (8 connections x 16), sharing it with "
+                 "the backend; each path first checked with a real gRPC call (grpcio). Every round measures both.\n")
+        o.append("| server | calls/s (median) | rounds | vs nginx |")
+        o.append("|---|---|---|---|")
+        for r in gr:
+            o.append(f"| {r['server']} | {r['requests_per_s']:,.0f} | {', '.join(f'{x:,.0f}' for x in r['rounds'])} | {r['vs_nginx']:.2f} |")
+        o.append("")
     ref = [r for r in tls if r["bench"] == "tls_provider_refusal"]
     if ref:
         o.append(f"Without crypto_mb ({ref[0].get('condition', '')}), `cryptomb_fallback = \"refuse\"` stops the start: "

@@ -164,6 +164,80 @@ def emit(rec):
             f.write(line + "\n")
 
 
+GRPC_SERVER = "/opt/vectorlb/bin/grpc-health-server"
+
+
+def grpc_unary(w, machine):
+    """gRPC unary calls per second (grpc.health.v1.Health/Check on grpc-go's server) through
+    vectorlb proxy and through nginx grpc_pass, h2c both ways, one core each; h2load as the
+    client (POST with the 5-byte empty gRPC message), the backend and h2load sharing CPU 1."""
+    if not os.path.exists(GRPC_SERVER):
+        emit({"bench": "grpc_unary", "skipped": f"{GRPC_SERVER} is missing (scripts/setup.sh --bench builds it)", **machine})
+        return
+    be = free_port()
+    procs = []
+    try:
+        b = subprocess.Popen(["taskset", "-c", CLIENT_CPU, GRPC_SERVER, "-listen", f"127.0.0.1:{be}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        procs.append(b)
+        wait_port(be, b, "grpc-health-server")
+        d = os.path.join(w, "grpc")
+        os.makedirs(d, exist_ok=True)
+        ng, px = free_port(), free_port()
+        open(f"{d}/nginx.conf", "w").write(f"""daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f;
+ uwsgi_temp_path {d}/u; scgi_temp_path {d}/s; keepalive_requests 1000000; http2_max_requests 1000000;
+ upstream be {{ server 127.0.0.1:{be}; keepalive 32; }}
+ server {{ listen 127.0.0.1:{ng} http2; location / {{ grpc_pass grpc://be; }} }} }}
+""")
+        open(f"{d}/proxy.toml", "w").write(f"""workers = 1
+[[listeners]]
+name = "grpc"
+address = "127.0.0.1:{px}"
+protocols = "http2"
+[[routes]]
+cluster = "be"
+[[clusters]]
+name = "be"
+protocol = "http2"
+endpoints = ["127.0.0.1:{be}"]
+""")
+        for cmd, port, name in ((["nginx", "-c", f"{d}/nginx.conf", "-p", d], ng, "nginx"), ([ARGS.bin, "proxy", "--config", f"{d}/proxy.toml"], px, "vectorlb")):
+            p = subprocess.Popen(["taskset", "-c", SERVER_CPU] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            procs.append(p)
+            wait_port(port, p, name)
+        body = f"{d}/check.bin"
+        open(body, "wb").write(b"\0\0\0\0\0")
+        # Each path must answer a real gRPC call: SERVING (field 1 = 1).
+        check = "import grpc,sys; c=grpc.insecure_channel(sys.argv[1]); r=c.unary_unary('/grpc.health.v1.Health/Check')(b'', timeout=5); assert r == b'\\x08\\x01', r"
+        for port in (ng, px):
+            r = subprocess.run(["python3", "-c", check, f"127.0.0.1:{port}"], env=dict(os.environ, PYTHONPATH="/opt/vectorlb/pylib"), capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"bench-tls: a gRPC call through port {port} failed: {r.stderr.strip()[-300:]}")
+        rates = {"nginx": [], "vectorlb": []}
+        args = ["-c", "8", "-m", "16", "-n", str(ARGS.requests), "-d", body, "-H", "content-type: application/grpc", "-H", "te: trailers"]
+        for r in range(ARGS.rounds):
+            for name, port in ((("nginx", ng), ("vectorlb", px)) if r % 2 == 0 else (("vectorlb", px), ("nginx", ng))):
+                cmd = ["taskset", "-c", CLIENT_CPU, "h2load"] + args + [f"http://127.0.0.1:{port}/grpc.health.v1.Health/Check"]
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
+                m = re.search(r"finished in [\d.]+m?s, ([\d.]+) req/s", out)
+                ok = re.search(r"status codes: (\d+) 2xx", out)
+                if not m or not ok or int(ok.group(1)) != ARGS.requests:
+                    raise SystemExit(f"bench-tls: h2load gRPC said:\n{out}")
+                rates[name].append(float(m.group(1)))
+        ratio = statistics.median(a / b for a, b in zip(rates["vectorlb"], rates["nginx"]))
+        for name in ("nginx", "vectorlb"):
+            emit({"bench": "grpc_unary", "server": name, "call": "grpc.health.v1.Health/Check", "requests_per_s": round(statistics.median(rates[name]), 1),
+                  "rounds": [round(x, 1) for x in rates[name]], "vs_nginx": round(ratio, 3) if name == "vectorlb" else 1.0, "streams": 8 * 16, **machine})
+    finally:
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
@@ -288,6 +362,7 @@ def main():
                         emit({"bench": "keepalive_requests", "server": n, "protocol": proto, "tls": version, "requests_per_s": round(v, 1), "vs_nginx": round(v / ka["nginx"], 3), "vs_haproxy": round(v / ka["haproxy"], 3), **machine})
             for s in servers:
                 s.stop()
+        grpc_unary(w, machine)
     finally:
         for s in servers:
             s.stop()
