@@ -53,8 +53,8 @@ def cpu_flags():
 
 
 class Server:
-    def __init__(self, name, kind, provider=None):
-        self.name, self.kind, self.provider = name, kind, provider
+    def __init__(self, name, kind, provider=None, binary=None):
+        self.name, self.kind, self.provider, self.binary = name, kind, provider, binary
         self.proc = None
         self.port = None
         self.admin = None
@@ -104,7 +104,7 @@ tls = {{ certificates = [{{ cert = "{w}/cert.pem", key = "{w}/key.pem" }}], {sel
 respond = {{ status = 200, body = "ok\\n" }}
 """
             open(f"{d}/proxy.toml", "w").write(conf)
-            cmd = [ARGS.bin, "proxy", "--config", f"{d}/proxy.toml"]
+            cmd = [self.binary or ARGS.bin, "proxy", "--config", f"{d}/proxy.toml"]
         self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         wait_port(self.port, self.proc, self.name)
 
@@ -246,9 +246,12 @@ def main():
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--requests", type=int, default=100000, help="requests per keep-alive run")
-    ap.add_argument("--poll-delay", default="0.003", help="cryptomb poll_delay, seconds (docs/proxy.md: choosing it)")
+    ap.add_argument("--poll-delay", default="0.003", help="cryptomb poll_delay, seconds (docs/proxy.md: choosing it); more values, comma-separated, add servers")
     ap.add_argument("--versions", default="1.3,1.2")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--only", default=None, help="comma-separated proxy servers to run (nginx and HAProxy always run), e.g. vectorlb-cryptomb")
+    ap.add_argument("--compare-bin", action="append", default=[], metavar="NAME=PATH", help="also run the cryptomb provider of another build (A/B of a change)")
+    ap.add_argument("--handshakes-only", action="store_true", help="skip the signature speeds, keep-alive and gRPC parts")
     ARGS = ap.parse_args()
     for tool in ["h2load", "nginx", "haproxy", "taskset", "openssl", "curl"]:
         if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode != 0:
@@ -266,7 +269,7 @@ def main():
         open(os.path.join(os.path.dirname(ARGS.out) or ".", "tls-measured-at.txt"), "w").write(f"{commit} {time.strftime('%Y-%m-%d', time.gmtime())}\n")
     # The signature alone, per backend, on the server's core.
     speed = os.path.join(os.path.dirname(ARGS.bin), "examples", "sign_speed")
-    if os.path.exists(speed):
+    if os.path.exists(speed) and not ARGS.handshakes_only:
         for line in subprocess.run(["taskset", "-c", SERVER_CPU, speed, "2"], capture_output=True, text=True).stdout.splitlines():
             emit({**json.loads(line), **machine})
     # Without crypto_mb the provider refuses or falls back; shown on every machine.
@@ -278,7 +281,7 @@ def main():
     except SystemExit as e:
         emit({"bench": "tls_provider_refusal", "refused": True, "message": str(e).strip().splitlines()[-1], "condition": "VECTORLB_CRYPTO_MB=off (as on a CPU without AVX-512 IFMA)", **machine})
 
-    pd = ARGS.poll_delay
+    pd, *more_pd = ARGS.poll_delay.split(",")
     servers = [
         Server("nginx", "nginx"),
         Server("haproxy", "haproxy"),
@@ -288,6 +291,17 @@ def main():
         Server("vectorlb-cryptomb", "proxy", f'provider = "cryptomb", poll_delay = {pd}, cryptomb_fallback = "inline"'),
         Server("vectorlb-cryptomb-portable", "proxy", f'provider = "cryptomb", cryptomb_backend = "portable", poll_delay = {pd}'),
     ]
+    # Further poll_delay values side by side (exploring; the report shows the first).
+    servers += [Server(f"vectorlb-cryptomb-pd{float(d) * 1e3:g}ms", "proxy", f'provider = "cryptomb", poll_delay = {d}, cryptomb_fallback = "inline"') for d in more_pd]
+    for nb in ARGS.compare_bin:
+        n, _, b = nb.partition("=")
+        servers.append(Server(f"vectorlb-cryptomb-{n}", "proxy", f'provider = "cryptomb", poll_delay = {pd}, cryptomb_fallback = "inline"', binary=b))
+    if ARGS.only:
+        keep = set(ARGS.only.split(",")) | {"nginx", "haproxy"}
+        unknown = keep - {s.name for s in servers}
+        if unknown:
+            raise SystemExit(f"bench-tls: --only: no server named {', '.join(sorted(unknown))}")
+        servers = [s for s in servers if s.name in keep]
     try:
         for version in ARGS.versions.split(","):
             for s in servers:
@@ -350,7 +364,7 @@ def main():
                         rec["fallback_reason"] = st["fallback_reason"]
                 emit({**rec, **machine})
             # Keep-alive: many requests per connection, HTTP/1.1 and HTTP/2.
-            if version == "1.3":
+            if version == "1.3" and not ARGS.handshakes_only:
                 for proto, extra in [("http/1.1", ["--h1", "-c", "32"]), ("h2", ["-c", "32", "-m", "10"])]:
                     ka = {}
                     for s in servers:
@@ -362,7 +376,8 @@ def main():
                         emit({"bench": "keepalive_requests", "server": n, "protocol": proto, "tls": version, "requests_per_s": round(v, 1), "vs_nginx": round(v / ka["nginx"], 3), "vs_haproxy": round(v / ka["haproxy"], 3), **machine})
             for s in servers:
                 s.stop()
-        grpc_unary(w, machine)
+        if not ARGS.handshakes_only:
+            grpc_unary(w, machine)
     finally:
         for s in servers:
             s.stop()

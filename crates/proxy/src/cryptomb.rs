@@ -74,6 +74,11 @@ struct RsaCrt {
     dp: Vec<u64>,
     dq: Vec<u64>,
     iq: Vec<u64>,
+    /// The modulus in the same form (`bits/64` words), for the public check.
+    n: Vec<u64>,
+    /// The library's public operation takes only this exponent; other keys are checked by
+    /// BoringSSL.
+    e_65537: bool,
 }
 
 /// `n` as `words` little-endian 64-bit words (`None` if it does not fit).
@@ -106,8 +111,9 @@ impl PreparedKey {
             }
             let half = bits as usize / 128;
             let part = |b: Option<&boring::bn::BigNumRef>| b.and_then(|b| le_words(b, half));
-            let crt = match (part(rsa.p()), part(rsa.q()), part(rsa.dmp1()), part(rsa.dmq1()), part(rsa.iqmp())) {
-                (Some(p), Some(q), Some(dp), Some(dq), Some(iq)) => RsaCrt { p, q, dp, dq, iq },
+            let e_65537 = rsa.e().to_vec() == [1, 0, 1];
+            let crt = match (part(rsa.p()), part(rsa.q()), part(rsa.dmp1()), part(rsa.dmq1()), part(rsa.iqmp()), le_words(rsa.n(), bits as usize / 64)) {
+                (Some(p), Some(q), Some(dp), Some(dq), Some(iq), Some(n)) => RsaCrt { p, q, dp, dq, iq, n, e_65537 },
                 _ => return Err("an RSA key without two primes of half its size (CRT form)".into()),
             };
             #[cfg(ippcp)]
@@ -152,6 +158,13 @@ pub trait Lanes: Send + Sync {
     fn rsa(&self, keys: &[&PreparedKey], inputs: &[&[u8]]) -> Vec<Option<Vec<u8>>>;
     /// `digests[i]`: the message's SHA-256. Out: (r, s).
     fn ecdsa(&self, keys: &[&PreparedKey], digests: &[&[u8]]) -> Vec<Option<EcdsaSig>>;
+    /// The RSA public operation on signatures, for the check, where the backend has a
+    /// faster one than BoringSSL's: `sigs[i]` big-endian, the modulus's size; out: the same
+    /// size, `None` for a lane it could not compute (BoringSSL then checks that lane). `None`
+    /// as a whole: not offered.
+    fn rsa_public(&self, _keys: &[&PreparedKey], _sigs: &[&[u8]]) -> Option<Vec<Option<Vec<u8>>>> {
+        None
+    }
 }
 
 /// `n` failed lanes.
@@ -260,6 +273,9 @@ mod mb {
         pub fn mbx_RSA_private_crt_Method(bits: i32) -> *const RsaMethod;
         #[allow(non_snake_case)]
         pub fn mbx_RSA_Method_BufSize(m: *const RsaMethod) -> i32;
+        #[allow(non_snake_case)]
+        pub fn mbx_RSA_pub65537_Method(bits: i32) -> *const RsaMethod;
+        pub fn mbx_rsa_public_mb8(from: *const *const u8, to: *const *mut u8, n: *const *const u64, bits: i32, m: *const RsaMethod, buf: *mut u8) -> u32;
         pub fn mbx_rsa_private_crt_mb8(
             from: *const *const u8,
             to: *const *mut u8,
@@ -281,26 +297,8 @@ mod mb {
             buf: *mut u8,
         ) -> u32;
     }
-    /// OpenSSL's `BN_bn2lebinpad`, which the library's BIGNUM converters (its `_ssl_` entry
-    /// points, not used here but in the same object file) refer to and BoringSSL names
-    /// `BN_bn2le_padded`: `a` as `len` little-endian bytes, `len` on success, -1 if it does not
-    /// fit.
-    ///
-    /// # Safety
-    /// `a` is a valid BIGNUM and `to` points at `len` writable bytes (the caller's contract,
-    /// as in OpenSSL).
-    #[no_mangle]
-    pub unsafe extern "C" fn BN_bn2lebinpad(a: *const boring_sys::BIGNUM, to: *mut u8, len: i32) -> i32 {
-        if a.is_null() || to.is_null() || len < 0 {
-            return -1;
-        }
-        // SAFETY: the caller's contract above.
-        if unsafe { boring_sys::BN_bn2le_padded(to, len as usize, a) } == 1 {
-            len
-        } else {
-            -1
-        }
-    }
+    // The library's `_ssl_` entry points (not used here) need OpenSSL's `BN_bn2lebinpad`;
+    // BoringSSL provides it under that name, so they link as they are.
 
     /// The status of lane `i` (4 bits each; 0 is success).
     pub fn lane_ok(status: u32, i: usize) -> bool {
@@ -355,6 +353,41 @@ impl Lanes for CryptoMbLanes {
         let mut out: Vec<Option<Vec<u8>>> = (0..n).map(|i| mb::lane_ok(status, i).then(|| to_be[i].clone())).collect();
         out.resize_with(keys.len(), || None);
         out
+    }
+
+    fn rsa_public(&self, keys: &[&PreparedKey], sigs: &[&[u8]]) -> Option<Vec<Option<Vec<u8>>>> {
+        let n = keys.len().min(sigs.len()).min(LANES);
+        let Some(KeyKind::Rsa(bits)) = keys.first().map(|k| k.kind()) else { return None };
+        let bytes = bits as usize / 8;
+        let mut from = [std::ptr::null::<u8>(); LANES];
+        let mut to = [std::ptr::null_mut::<u8>(); LANES];
+        let mut modulus = [std::ptr::null::<u64>(); LANES];
+        let mut to_be: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; bytes]).collect();
+        for i in 0..n {
+            // Lanes this call cannot take stay null (skipped by the library, `None` below).
+            let KeyForm::Rsa { crt, .. } = &keys[i].form else { continue };
+            if keys[i].kind() != KeyKind::Rsa(bits) || !crt.e_65537 || sigs[i].len() != bytes || crt.n.len() * 64 != bits as usize {
+                continue;
+            }
+            from[i] = sigs[i].as_ptr();
+            to[i] = to_be[i].as_mut_ptr();
+            modulus[i] = crt.n.as_ptr();
+        }
+        // SAFETY: the method is a static table of the library; it is checked for null.
+        let m = unsafe { mb::mbx_RSA_pub65537_Method(bits as i32) };
+        if m.is_null() {
+            return None;
+        }
+        // SAFETY: `m` is a valid method (above).
+        let size = unsafe { mb::mbx_RSA_Method_BufSize(m) }.max(0) as usize;
+        let mut scratch = vec![0u8; size];
+        // SAFETY: every non-null lane points at a signature and an output of `bits/8` bytes and
+        // a modulus of `bits/64` words (checked above); null lanes are skipped by the library;
+        // the scratch buffer has the size the method asks for. Nothing is retained.
+        let status = unsafe { mb::mbx_rsa_public_mb8(from.as_ptr(), to.as_ptr(), modulus.as_ptr(), bits as i32, m, scratch.as_mut_ptr()) };
+        let mut out: Vec<Option<Vec<u8>>> = to_be.into_iter().enumerate().map(|(i, v)| (!from[i].is_null() && mb::lane_ok(status, i)).then_some(v)).collect();
+        out.resize_with(keys.len(), || None);
+        Some(out)
     }
 
     fn ecdsa(&self, keys: &[&PreparedKey], digests: &[&[u8]]) -> Vec<Option<EcdsaSig>> {
@@ -479,8 +512,18 @@ fn prepare(key: &PreparedKey, alg: SslSignatureAlgorithm, input: &[u8]) -> Resul
 }
 
 /// Checks one result with the public key; the signature as TLS sends it if it verifies.
-fn check(key: &PreparedKey, prepared: &[u8], r: RsaOrEc) -> Result<Vec<u8>, KeyOpError> {
+/// `public`: the RSA public operation on the signature, where the backend computed it in
+/// its batch (otherwise BoringSSL computes it here).
+fn check(key: &PreparedKey, prepared: &[u8], r: RsaOrEc, public: Option<Vec<u8>>) -> Result<Vec<u8>, KeyOpError> {
     match (&key.form, r) {
+        (KeyForm::Rsa { .. }, RsaOrEc::Rsa(sig)) if public.is_some() => {
+            // The raw public operation gives the padded input back, the modulus's size.
+            if public.as_deref() == Some(prepared) {
+                Ok(sig)
+            } else {
+                Err(KeyOpError::Check)
+            }
+        }
         (KeyForm::Rsa { rsa, .. }, RsaOrEc::Rsa(sig)) => {
             let mut back = vec![0u8; rsa.size() as usize];
             match rsa.public_decrypt(&sig, &mut back, Padding::NONE) {
@@ -631,11 +674,11 @@ impl Engine {
                 self.lanes.ecdsa(&keys, &inputs).into_iter().map(|r| r.map(RsaOrEc::Ec)).collect()
             }
         };
+        // A lane the backend could not compute is computed alone (counted as a fallback).
         let mut results = results.into_iter();
-        for op in batch {
-            // A lane the backend could not compute is computed alone (counted as a fallback).
-            let r = results.next().flatten();
-            let r = match r {
+        let results: Vec<Option<RsaOrEc>> = batch
+            .iter()
+            .map(|op| match results.next().flatten() {
                 Some(r) => Some(r),
                 None => {
                     self.stats.key_op_fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -644,11 +687,24 @@ impl Engine {
                         KeyKind::EcdsaP256 => ecdsa_one(&op.key, &op.prepared).map(RsaOrEc::Ec),
                     }
                 }
-            };
+            })
+            .collect();
+        // The RSA checks in one batch too, where the backend offers it.
+        let mut publics = match kind {
+            KeyKind::Rsa(_) => {
+                let sigs: Vec<&[u8]> = results.iter().map(|r| if let Some(RsaOrEc::Rsa(s)) = r { s.as_slice() } else { &[][..] }).collect();
+                self.lanes.rsa_public(&keys, &sigs)
+            }
+            KeyKind::EcdsaP256 => None,
+        }
+        .unwrap_or_default()
+        .into_iter();
+        for (op, r) in batch.into_iter().zip(results) {
+            let public = publics.next().flatten();
             let answer = match r {
                 None => Err(KeyOpError::Sign("the private-key operation failed".into())),
                 Some(r) => {
-                    let c = check(&op.key, &op.prepared, r);
+                    let c = check(&op.key, &op.prepared, r, public);
                     if c == Err(KeyOpError::Check) {
                         self.stats.failed_checks.fetch_add(1, Ordering::Relaxed);
                         tracing::error!(backend = self.lanes.name(), "a signature failed its check with the public key; the handshake is failed");
@@ -849,6 +905,49 @@ mod tests {
             let (sigs, stats) = sign_n(Box::new(Corrupting), &key, alg, 3).await;
             assert!(sigs.iter().all(|s| *s == Err(KeyOpError::Check)), "{alg:?}: {sigs:?}");
             assert_eq!(stats.failed_checks.load(Ordering::Relaxed), 3);
+        }
+    }
+
+    /// crypto_mb's lanes, with one bit of every RSA signature flipped: the check, done by the
+    /// library's own batched public operation, must catch each.
+    #[cfg(crypto_mb)]
+    struct CorruptingCryptoMb;
+    #[cfg(crypto_mb)]
+    impl Lanes for CorruptingCryptoMb {
+        fn name(&self) -> &'static str {
+            "corrupting-crypto_mb"
+        }
+        fn rsa(&self, keys: &[&PreparedKey], inputs: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
+            CryptoMbLanes.rsa(keys, inputs).into_iter().map(|s| s.map(|mut s| { s[100] ^= 0x20; s })).collect()
+        }
+        fn ecdsa(&self, keys: &[&PreparedKey], digests: &[&[u8]]) -> Vec<Option<EcdsaSig>> {
+            CryptoMbLanes.ecdsa(keys, digests)
+        }
+        fn rsa_public(&self, keys: &[&PreparedKey], sigs: &[&[u8]]) -> Option<Vec<Option<Vec<u8>>>> {
+            CryptoMbLanes.rsa_public(keys, sigs)
+        }
+    }
+
+    #[cfg(crypto_mb)]
+    #[tokio::test]
+    async fn crypto_mb_batched_check_rejects_corrupted_signatures_and_passes_good_ones() {
+        if crypto_mb_available().is_err() {
+            eprintln!("skipped: {}", crypto_mb_available().unwrap_err());
+            return;
+        }
+        let key = rsa_key(2048);
+        let (sigs, stats) = sign_n(Box::new(CorruptingCryptoMb), &key, SslSignatureAlgorithm::RSA_PKCS1_SHA256, 8).await;
+        assert!(sigs.iter().all(|s| *s == Err(KeyOpError::Check)), "{sigs:?}");
+        assert_eq!(stats.failed_checks.load(Ordering::Relaxed), 8);
+        // The public operation itself gives back exactly what was signed, lane by lane.
+        let inputs: Vec<Vec<u8>> = (0..5).map(|i| prepare(&key, SslSignatureAlgorithm::RSA_PSS_RSAE_SHA256, format!("m{i}").as_bytes()).unwrap()).collect();
+        let keys: Vec<&PreparedKey> = (0..5).map(|_| &*key).collect();
+        let ins: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+        let sigs: Vec<Vec<u8>> = CryptoMbLanes.rsa(&keys, &ins).into_iter().map(Option::unwrap).collect();
+        let sig_refs: Vec<&[u8]> = sigs.iter().map(|v| v.as_slice()).collect();
+        let back = CryptoMbLanes.rsa_public(&keys, &sig_refs).unwrap();
+        for (b, i) in back.iter().zip(&inputs) {
+            assert_eq!(b.as_deref(), Some(i.as_slice()));
         }
     }
 
