@@ -285,8 +285,9 @@ def main():
     servers = [
         Server("nginx", "nginx"),
         Server("haproxy", "haproxy"),
+        # The default inline backend: IPP's RSA where the CPU has AVX-512 IFMA, else BoringSSL.
         Server("vectorlb-inline", "proxy", 'provider = "inline"'),
-        Server("vectorlb-inline-ippcp", "proxy", 'provider = "inline", inline_backend = "ippcp"'),
+        Server("vectorlb-inline-boringssl", "proxy", 'provider = "inline", inline_backend = "boringssl"'),
         Server("vectorlb-pool", "proxy", 'provider = "pool", pool_threads = 1'),
         Server("vectorlb-cryptomb", "proxy", f'provider = "cryptomb", poll_delay = {pd}, cryptomb_fallback = "inline"'),
         Server("vectorlb-cryptomb-portable", "proxy", f'provider = "cryptomb", cryptomb_backend = "portable", poll_delay = {pd}'),
@@ -368,7 +369,7 @@ def main():
                 for proto, extra in [("http/1.1", ["--h1", "-c", "32"]), ("h2", ["-c", "32", "-m", "10"])]:
                     ka = {}
                     for s in servers:
-                        if s.name in ("vectorlb-pool", "vectorlb-cryptomb-portable", "vectorlb-inline-ippcp"):
+                        if s.name in ("vectorlb-pool", "vectorlb-cryptomb-portable", "vectorlb-inline-boringssl"):
                             continue  # the provider only matters at handshakes
                         vals = [h2load(s.port, extra + ["-n", str(ARGS.requests)])["rate"] for _ in range(3)]
                         ka[s.name] = statistics.median(vals)

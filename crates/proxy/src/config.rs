@@ -56,6 +56,9 @@ pub enum Provider {
 /// What signs for the `inline` provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InlineBackend {
+    /// `Ippcp` where the build has it and the CPU has AVX-512 IFMA, `Boringssl` elsewhere
+    /// (the default).
+    Auto,
     /// BoringSSL itself (Envoy's default).
     Boringssl,
     /// IPP Cryptography's RSA (AVX-512 IFMA code where the CPU has it; ECDSA stays BoringSSL's).
@@ -422,10 +425,11 @@ impl Config {
                     }
                     let provider = match kind {
                         "inline" => Provider::Inline {
-                            backend: match t.inline_backend.as_deref().unwrap_or("boringssl") {
+                            backend: match t.inline_backend.as_deref().unwrap_or("auto") {
+                                "auto" => InlineBackend::Auto,
                                 "boringssl" => InlineBackend::Boringssl,
                                 "ippcp" => InlineBackend::Ippcp,
-                                b => return Err(bad(format!("{ft}.inline_backend"), format!("'{b}' is not boringssl or ippcp"))),
+                                b => return Err(bad(format!("{ft}.inline_backend"), format!("'{b}' is not auto, boringssl or ippcp"))),
                             },
                         },
                         "pool" => {
@@ -747,7 +751,8 @@ endpoints = ["[::1]:9003"]
             .map(|c| c.listeners[0].tls.as_ref().unwrap().provider)
             .map_err(|e| e.to_string())
         };
-        assert_eq!(with("provider = \"inline\""), Ok(Provider::Inline { backend: InlineBackend::Boringssl }));
+        assert_eq!(with("provider = \"inline\""), Ok(Provider::Inline { backend: InlineBackend::Auto }));
+        assert_eq!(with("provider = \"inline\", inline_backend = \"boringssl\""), Ok(Provider::Inline { backend: InlineBackend::Boringssl }));
         assert_eq!(with("provider = \"inline\", inline_backend = \"ippcp\""), Ok(Provider::Inline { backend: InlineBackend::Ippcp }));
         assert_eq!(with("provider = \"pool\", pool_threads = 3"), Ok(Provider::Pool { threads: 3 }));
         assert_eq!(
@@ -762,7 +767,7 @@ endpoints = ["[::1]:9003"]
             ("max_version = \"1.4\"", "listeners[0].tls.max_version"),
             ("min_version = \"1.3\", max_version = \"1.2\"", "listeners[0].tls.max_version: 1.2 is below min_version 1.3"),
             ("provider = \"qat\"", "listeners[0].tls.provider: 'qat' is not inline, pool or cryptomb"),
-            ("inline_backend = \"openssl\"", "listeners[0].tls.inline_backend: 'openssl' is not boringssl or ippcp"),
+            ("inline_backend = \"openssl\"", "listeners[0].tls.inline_backend: 'openssl' is not auto, boringssl or ippcp"),
             ("provider = \"pool\", inline_backend = \"ippcp\"", "listeners[0].tls.inline_backend: only for provider = \"inline\""),
             ("provider = \"cryptomb\", poll_delay = 0", "listeners[0].tls.poll_delay"),
             ("provider = \"cryptomb\", poll_delay = 5", "listeners[0].tls.poll_delay"),

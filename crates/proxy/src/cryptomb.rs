@@ -581,6 +581,11 @@ impl Engine {
         Arc::new(Engine { lanes, immediate: true, poll_delay: Duration::ZERO, stats, queues: Mutex::new(HashMap::new()) })
     }
 
+    /// Whether operations run at once in the worker (the inline provider's engine).
+    pub fn is_immediate(&self) -> bool {
+        self.immediate
+    }
+
     pub fn backend(&self) -> &'static str {
         self.lanes.name()
     }

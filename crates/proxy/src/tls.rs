@@ -287,10 +287,15 @@ fn context(field: &str, tls: &Tls, i: usize, runner: &Runner, stats: &Arc<TlsSta
         Runner::Pool(jobs) => {
             b.set_async_private_key_method(PoolMethod { key: Arc::new(key), jobs: Mutex::new(jobs.clone()), stats: stats.clone() });
         }
-        Runner::CryptoMb(engine) => {
-            let key = crate::cryptomb::PreparedKey::new(key).map_err(|msg| TlsError::Setup { field: format!("{fc}.key"), msg: format!("the cryptomb provider cannot hold {msg}") })?;
-            b.set_async_private_key_method(crate::cryptomb::CryptoMbMethod { engine: engine.clone(), key: Arc::new(key) });
-        }
+        Runner::CryptoMb(engine) => match crate::cryptomb::PreparedKey::new(key.clone()) {
+            Ok(prepared) => b.set_async_private_key_method(crate::cryptomb::CryptoMbMethod { engine: engine.clone(), key: Arc::new(prepared) }),
+            // The inline provider's IPP backend signs RSA only: any other key is BoringSSL's.
+            Err(msg) if engine.is_immediate() => {
+                tracing::info!("{fc}.key: {} cannot hold {msg}; BoringSSL signs for this certificate", engine.backend());
+                b.set_private_key(&key).map_err(setup(&fc))?
+            }
+            Err(msg) => return Err(TlsError::Setup { field: format!("{fc}.key"), msg: format!("the cryptomb provider cannot hold {msg}") }),
+        },
         Runner::Inline => b.set_private_key(&key).map_err(setup(&fc))?,
     }
     if !tls.resumption {
@@ -301,11 +306,24 @@ fn context(field: &str, tls: &Tls, i: usize, runner: &Runner, stats: &Arc<TlsSta
     Ok((b, names(&leaf)))
 }
 
+/// Whether the CPU has AVX-512 IFMA (the 52-bit multiply-add the fast RSA code needs).
+fn ifma() -> bool {
+    std::is_x86_feature_detected!("avx512ifma") && std::is_x86_feature_detected!("avx512f")
+}
+
 /// The provider a listener runs, and its statistics: the configured one, or `inline` when
 /// `cryptomb` asks for crypto_mb where it cannot run and the configuration allows the fallback.
 fn runner(field: &str, tls: &Tls) -> Result<(Runner, Arc<TlsStats>), TlsError> {
     Ok(match tls.provider {
         Provider::Inline { backend: InlineBackend::Boringssl } => (Runner::Inline, Arc::new(TlsStats::new("inline", None))),
+        // IPP's RSA where it has AVX-512 IFMA code to run (about twice BoringSSL's speed on
+        // such CPUs, docs/proxy.md), BoringSSL elsewhere; no warning either way.
+        Provider::Inline { backend: InlineBackend::Auto } => {
+            if crate::cryptomb::ippcp_available().is_ok() && ifma() {
+                return runner(field, &Tls { provider: Provider::Inline { backend: InlineBackend::Ippcp }, ..tls.clone() });
+            }
+            (Runner::Inline, Arc::new(TlsStats::new("inline", None)))
+        }
         Provider::Inline { backend: InlineBackend::Ippcp } => match crate::cryptomb::ippcp_available() {
             #[cfg(ippcp)]
             Ok(()) => {
@@ -407,5 +425,40 @@ mod tests {
             assert!(v.verify_oneshot(&sig, msg).unwrap(), "{alg:?}");
         }
         assert!(sign(&rsa, SslSignatureAlgorithm::ED25519, msg).is_err());
+    }
+
+    /// A key the multi-buffer code cannot hold: `cryptomb` refuses it naming the field; the
+    /// inline provider's IPP backend leaves that certificate to BoringSSL.
+    #[test]
+    fn a_key_of_an_odd_size_is_refused_by_cryptomb_and_signed_by_boringssl_inline() {
+        let dir = std::env::temp_dir().join(format!("vectorlb-tls-odd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = PKey::from_rsa(boring::rsa::Rsa::generate(1536).unwrap()).unwrap();
+        let mut name = boring::x509::X509NameBuilder::new().unwrap();
+        name.append_entry_by_text("CN", "odd.test").unwrap();
+        let name = name.build();
+        let mut c = boring::x509::X509Builder::new().unwrap();
+        c.set_subject_name(&name).unwrap();
+        c.set_issuer_name(&name).unwrap();
+        c.set_pubkey(&key).unwrap();
+        c.set_not_before(&boring::asn1::Asn1Time::days_from_now(0).unwrap()).unwrap();
+        c.set_not_after(&boring::asn1::Asn1Time::days_from_now(2).unwrap()).unwrap();
+        c.sign(&key, MessageDigest::sha256()).unwrap();
+        std::fs::write(dir.join("odd.crt"), c.build().to_pem().unwrap()).unwrap();
+        std::fs::write(dir.join("odd.key"), key.private_key_to_pem_pkcs8().unwrap()).unwrap();
+        let tls = |provider| Tls {
+            certificates: vec![crate::config::Certificate { cert: dir.join("odd.crt"), key: dir.join("odd.key") }],
+            provider,
+            resumption: false,
+            min_version: "1.2".into(),
+            max_version: "1.3".into(),
+        };
+        let portable = Provider::CryptoMb { poll_delay: std::time::Duration::from_millis(1), backend: CryptoMbBackend::Portable, fallback: CryptoMbFallback::Refuse };
+        let err = acceptor("listeners[0].tls", &tls(portable)).err().expect("refused").to_string();
+        assert!(err.contains("listeners[0].tls.certificates[0].key") && err.contains("1536 bits"), "{err}");
+        for backend in [InlineBackend::Auto, InlineBackend::Ippcp, InlineBackend::Boringssl] {
+            assert!(acceptor("listeners[0].tls", &tls(Provider::Inline { backend })).is_ok(), "{backend:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -47,11 +47,12 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
     };
     let cfg = format!(
         "{}{}[[routes]]\ncluster = \"web\"\n\n[[clusters]]\nname = \"web\"\nendpoints = [\"127.0.0.1:{up}\"]\n",
-        listener("inline", "provider = \"inline\","),
+        listener("inline", "provider = \"inline\", inline_backend = \"boringssl\","),
         listener("pool", "provider = \"pool\", pool_threads = 2,"),
     ) + &listener("cryptomb-portable", "provider = \"cryptomb\", cryptomb_backend = \"portable\", poll_delay = 0.002,")
         + &listener("cryptomb", "provider = \"cryptomb\", cryptomb_fallback = \"inline\",")
-        + &listener("inline-ippcp", "provider = \"inline\", inline_backend = \"ippcp\",");
+        + &listener("inline-ippcp", "provider = \"inline\", inline_backend = \"ippcp\",")
+        + &listener("inline-auto", "provider = \"inline\",");
     let (addrs, p) = proxy_with(&cfg);
     for (i, a) in addrs.iter().enumerate() {
         let port = a.port();
@@ -92,6 +93,14 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
                     "inline"
                 }
             },
+            // The default: IPP's RSA where it has IFMA code to run, BoringSSL elsewhere.
+            5 => {
+                if vectorlb_proxy::cryptomb::ippcp_available().is_ok() && std::is_x86_feature_detected!("avx512ifma") {
+                    "inline/ippcp"
+                } else {
+                    "inline"
+                }
+            }
             // crypto_mb where this machine has it, else the configured fallback.
             _ => match vectorlb_proxy::cryptomb::crypto_mb_available() {
                 Ok(()) => "cryptomb/crypto_mb",
