@@ -78,6 +78,27 @@ fn opens_flow(m: &Meta) -> bool {
     m.proto != proto::TCP || m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST) == tcp::flags::SYN
 }
 
+/// The combinations of FIN, SYN, RST, PSH, ACK and URG a TCP endpoint sends (bit `flags & 0x3f`
+/// set), as Linux's conntrack lists them: SYN (with URG), SYN+ACK, RST (with ACK, and PSH),
+/// ACK with any of FIN, PSH and URG. ECE and CWR are not looked at.
+const VALID_TCP_FLAGS: u64 = {
+    let (f, s, r, p, a, u) = (0x01, 0x02, 0x04, 0x08, 0x10, 0x20);
+    let ok = [s, s | u, s | a, r, r | a, r | a | p, a, a | u, a | p, a | p | u, f | a, f | a | u, f | a | p, f | a | p | u];
+    let mut m = 0u64;
+    let mut i = 0;
+    while i < ok.len() {
+        m |= 1 << ok[i];
+        i += 1;
+    }
+    m
+};
+
+/// Whether a TCP segment's flags are a combination an endpoint sends.
+#[inline(always)]
+pub fn tcp_flags_valid(flags: u8) -> bool {
+    VALID_TCP_FLAGS >> (flags & 0x3f) & 1 != 0
+}
+
 /// Verifies an IPv4 header checksum; the common 20-byte header is summed in five words.
 #[inline(always)]
 fn ipv4_header_ok(h: &[u8]) -> bool {
@@ -380,6 +401,11 @@ impl Worker {
         m.dport = u16::from_be_bytes([d[l4 + 2], d[l4 + 3]]);
         if m.proto == proto::TCP {
             m.tcp_flags = d[l4 + 13];
+            // Scans and floods with impossible flags (SYN+FIN, null, ...) open no session and
+            // reach no backend.
+            if own.is_some() && !tcp_flags_valid(m.tcp_flags) {
+                return Some(Verdict::Drop(DropReason::InvalidTcpFlags));
+            }
         }
         if let Some(own) = own {
             if let Some(svc) = own.service(m.dport, m.proto) {

@@ -82,6 +82,10 @@ drop_reasons! {
     Fragment = "fragment",
     /// TTL or hop limit would reach zero (an ICMP time-exceeded is sent when the rate allows).
     TtlExceeded = "ttl_exceeded",
+    /// A TCP segment to a VIP or local address whose flags no TCP sends (SYN+FIN, SYN+RST,
+    /// FIN without ACK, none at all, and the rest of the combinations conntrack calls invalid);
+    /// it creates no session and is not forwarded.
+    InvalidTcpFlags = "invalid_tcp_flags",
     /// A TCP segment other than a SYN with no session, or a reply with no session.
     NoSession = "no_session",
     /// The service has no backend that takes new sessions (all weights 0): a UDP datagram

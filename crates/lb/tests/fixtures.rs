@@ -238,3 +238,40 @@ fn a_service_without_a_usable_backend_resets_new_tcp_connections() {
     let q = Builder::udp(&f.sock(f.client(), 4000), &f.sock(f.vip(), 53)).payload(b"q").build();
     lb.expect_drop(&q, DropReason::NoBackend);
 }
+
+#[test]
+fn impossible_tcp_flags_open_no_session_and_are_counted() {
+    for v6 in [false, true] {
+        let f = Fam { v6 };
+        for mode in [Mode::Nat, Mode::Fnat] {
+            let mut spec = topology();
+            spec.services.push(service(&f, mode, proto::TCP, 80, &[(1, 8080, 1)]));
+            let mut lb = Lb::new(spec);
+            let (c, v, _, _) = f.flow();
+            let bad = [SYN | FIN, SYN | RST, SYN | FIN | ACK, FIN, 0, FIN | SYN | RST | PSH | ACK | URG, FIN | PSH | URG, RST | FIN];
+            for fl in bad {
+                lb.expect_drop(&Builder::tcp(&c, &v, fl).macs(ROUTER_MAC, EXT_MAC).build(), DropReason::InvalidTcpFlags);
+            }
+            assert_eq!(lb.worker.table.len(), 0, "{mode:?} v6={v6}: no session from impossible flags");
+            assert_eq!(lb.worker.counters.drops[DropReason::InvalidTcpFlags as usize], bad.len() as u64);
+            // The same client then connects normally, and a segment of its session with
+            // impossible flags is dropped without harming the session.
+            let (verdict, _) = lb.run(&Builder::tcp(&c, &v, SYN).macs(ROUTER_MAC, EXT_MAC).build());
+            assert!(matches!(verdict, Verdict::Tx(_)), "{verdict:?}");
+            lb.expect_drop(&Builder::tcp(&c, &v, SYN | FIN).macs(ROUTER_MAC, EXT_MAC).build(), DropReason::InvalidTcpFlags);
+            let (verdict, _) = lb.run(&Builder::tcp(&c, &v, ACK | PSH).macs(ROUTER_MAC, EXT_MAC).build());
+            assert!(matches!(verdict, Verdict::Tx(_)), "{verdict:?}");
+            assert_eq!(lb.worker.table.len(), 1);
+        }
+    }
+}
+
+#[test]
+fn the_valid_flag_table_is_conntracks() {
+    let valid = [SYN, SYN | URG, SYN | ACK, RST, RST | ACK, RST | ACK | PSH, ACK, ACK | URG, ACK | PSH, ACK | PSH | URG, FIN | ACK, FIN | ACK | URG, FIN | ACK | PSH, FIN | ACK | PSH | URG];
+    for f in 0u8..=0x3f {
+        assert_eq!(vectorlb_lb::pipeline::tcp_flags_valid(f), valid.contains(&f), "flags {f:#04x}");
+        // ECE and CWR do not change the verdict.
+        assert_eq!(vectorlb_lb::pipeline::tcp_flags_valid(f | 0xc0), valid.contains(&f));
+    }
+}
