@@ -60,6 +60,14 @@ pub struct GenArgs {
     pub rate: u64,
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
+    /// A SYN flood: every packet a TCP SYN from a pseudo-random address of `--flood-src` and a
+    /// pseudo-random port, with a pseudo-random sequence number (as `hping3 -S --rand-source`,
+    /// at the port's rate). Implies `--proto tcp`; `--flows` and `--src-ip` are not used.
+    #[arg(long)]
+    pub syn_flood: bool,
+    /// The flood's source prefix (default: the benchmarking range of RFC 2544).
+    #[arg(long, default_value = "198.18.0.0/15", value_parser = parse_prefix)]
+    pub flood_src: (Ipv4Addr, u8),
     /// Packets per transmit burst.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=512))]
     pub burst: u16,
@@ -70,23 +78,54 @@ pub struct GenArgs {
     pub json: bool,
 }
 
+/// `A.B.C.D/N` with N from 8 to 32 (host bits cleared).
+pub fn parse_prefix(s: &str) -> Result<(Ipv4Addr, u8), String> {
+    let (a, n) = s.split_once('/').ok_or_else(|| format!("'{s}' is not ADDRESS/LENGTH"))?;
+    let a: Ipv4Addr = a.parse().map_err(|_| format!("'{a}' is not an IPv4 address"))?;
+    let n: u8 = n.parse().map_err(|_| format!("'{n}' is not a prefix length"))?;
+    if !(8..=32).contains(&n) {
+        return Err(format!("prefix length {n} is out of range 8..=32"));
+    }
+    let mask = u32::MAX.checked_shl(32 - n as u32).unwrap_or(0);
+    Ok((Ipv4Addr::from(u32::from(a) & mask), n))
+}
+
+/// A well-mixed 64-bit value for `x` (splitmix64's finaliser): the flood's sources are a
+/// function of the sequence number, so a run is reproducible.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Writes the frame for `flow` / `seq` into `f` (already sized; bytes past the marker zero).
 pub fn build(f: &mut [u8], a: &GenArgs, src_mac: [u8; 6], dst_mac: [u8; 6], flow: u16, seq: u64, ts_ns: u64) {
     let n = f.len();
     f[0..6].copy_from_slice(&dst_mac);
     f[6..12].copy_from_slice(&src_mac);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
-    let ip_len = (n - 14) as u16;
-    let ip_proto = if a.proto == Proto::Tcp { proto::TCP } else { proto::UDP };
+    let tcp = a.proto == Proto::Tcp || a.syn_flood;
+    // A flood's SYN carries no data (the frame's tail is Ethernet padding), as a scanner's.
+    let ip_len = if a.syn_flood { 40 } else { (n - 14) as u16 };
+    let ip_proto = if tcp { proto::TCP } else { proto::UDP };
+    let r = mix(seq);
+    let src_ip = if a.syn_flood {
+        let (base, n) = a.flood_src;
+        let host = u32::MAX.checked_shr(n as u32).unwrap_or(0);
+        Ipv4Addr::from(u32::from(base) | (r as u32 & host))
+    } else {
+        a.src_ip
+    };
     let ip = &mut f[14..34];
     ip.copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, ip_proto, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-    ip[12..16].copy_from_slice(&a.src_ip.octets());
+    ip[12..16].copy_from_slice(&src_ip.octets());
     ip[16..20].copy_from_slice(&a.dst_ip.octets());
     let c = checksum::checksum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let sport = (1024 + flow).to_be_bytes();
-    match a.proto {
+    let sport = if a.syn_flood { (1024 + ((r >> 32) % 64512) as u16).to_be_bytes() } else { (1024 + flow).to_be_bytes() };
+    match if tcp { Proto::Tcp } else { Proto::Udp } {
         Proto::Udp => {
             let u = &mut f[34..42];
             u[0..2].copy_from_slice(&sport);
@@ -99,19 +138,27 @@ pub fn build(f: &mut [u8], a: &GenArgs, src_mac: [u8; 6], dst_mac: [u8; 6], flow
             p[10..18].copy_from_slice(&ts_ns.to_be_bytes());
         }
         Proto::Tcp => {
-            let syn = seq < a.flows as u64;
+            let syn = a.syn_flood || seq < a.flows as u64;
             let t = &mut f[34..56];
             t[0..2].copy_from_slice(&sport);
             t[2..4].copy_from_slice(&a.dst_port.to_be_bytes());
-            t[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+            let isn = if a.syn_flood { (r >> 16) as u32 } else { seq as u32 };
+            t[4..8].copy_from_slice(&isn.to_be_bytes());
             t[8..12].copy_from_slice(&(ts_ns as u32).to_be_bytes());
             t[12] = 5 << 4;
             t[13] = if syn { flags::SYN } else { flags::ACK };
             t[14..16].copy_from_slice(&65535u16.to_be_bytes());
             t[16..20].fill(0);
-            t[20..22].copy_from_slice(&MAGIC.to_be_bytes());
+            let t = if a.syn_flood {
+                // No payload and no marker: the tail of the frame is zero padding.
+                t[20..22].fill(0);
+                &mut t[..20]
+            } else {
+                t[20..22].copy_from_slice(&MAGIC.to_be_bytes());
+                t
+            };
             // The rest of the payload is zero and adds nothing to the sum.
-            let acc = checksum::pseudo_v4(a.src_ip.octets(), a.dst_ip.octets(), proto::TCP, ip_len - 20);
+            let acc = checksum::pseudo_v4(src_ip.octets(), a.dst_ip.octets(), proto::TCP, ip_len - 20);
             let c = checksum::finish(checksum::accumulate(acc, t));
             t[16..18].copy_from_slice(&c.to_be_bytes());
         }
@@ -313,7 +360,7 @@ impl Gen {
 }
 
 fn check(a: &GenArgs, size: usize) -> Result<(), ToolError> {
-    let min = if a.proto == Proto::Tcp { 54 + TCP_PAYLOAD } else { 42 + UDP_PAYLOAD };
+    let min = if a.proto == Proto::Tcp || a.syn_flood { 54 + TCP_PAYLOAD } else { 42 + UDP_PAYLOAD };
     if !(60..=9000).contains(&size) || size < min {
         return Err(ToolError::Usage(format!("frame size: {} is out of range 64..=9004 on the wire", size + 4)));
     }
@@ -519,6 +566,36 @@ mod tests {
             f[if proto == "tcp" { 54 } else { 42 }] ^= 0xff;
             assert_eq!(parse(&f, 1), None, "not our marker");
         }
+    }
+
+    #[test]
+    fn a_syn_flood_is_syns_from_many_sources_inside_the_prefix_with_valid_checksums() {
+        let a = T::parse_from(["t", "--tx", "x", "--dst-mac", "02:00:00:00:00:01", "--syn-flood", "--flood-src", "198.18.7.9/16", "--dst-port", "80"]).g;
+        assert_eq!(a.flood_src, (Ipv4Addr::new(198, 18, 0, 0), 16));
+        let mut sources = std::collections::HashSet::new();
+        let mut ports = std::collections::HashSet::new();
+        let mut f = vec![0u8; 60];
+        for seq in 0..4096u64 {
+            build(&mut f, &a, [2; 6], [4; 6], 0, seq, seq * 1000);
+            let src = [f[26], f[27], f[28], f[29]];
+            assert_eq!(&src[..2], &[198, 18], "inside the prefix");
+            assert_eq!(f[23], 6, "TCP");
+            assert_eq!(f[47], 0x02, "SYN only, every packet");
+            assert_eq!(u16::from_be_bytes([f[36], f[37]]), 80);
+            assert_eq!(checksum::checksum(&f[14..34]), 0);
+            assert_eq!(u16::from_be_bytes([f[16], f[17]]), 40, "no payload");
+            let acc = checksum::pseudo_v4(src, a.dst_ip.octets(), 6, 20);
+            assert_eq!(checksum::finish(checksum::accumulate(acc, &f[34..54])), 0);
+            assert!(f[54..].iter().all(|b| *b == 0), "padding");
+            sources.insert(src);
+            ports.insert(u16::from_be_bytes([f[34], f[35]]));
+        }
+        // 4,096 draws from 65,536 addresses: almost all distinct.
+        assert!(sources.len() > 3900 && ports.len() > 3900, "{} sources, {} ports", sources.len(), ports.len());
+        for bad in ["198.18.0.0", "198.18.0.0/7", "198.18.0.0/33", "x/16", "1.2.3.4/y"] {
+            assert!(parse_prefix(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_prefix("10.1.2.3/32"), Ok((Ipv4Addr::new(10, 1, 2, 3), 32)));
     }
 
     #[test]
