@@ -90,13 +90,11 @@ pub fn parse_prefix(s: &str) -> Result<(Ipv4Addr, u8), String> {
     Ok((Ipv4Addr::from(u32::from(a) & mask), n))
 }
 
-/// A well-mixed 64-bit value for `x` (splitmix64's finaliser): the flood's sources are a
-/// function of the sequence number, so a run is reproducible.
-fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+impl GenArgs {
+    /// TCP segments (asked for, or a SYN flood), else UDP datagrams.
+    pub fn is_tcp(&self) -> bool {
+        self.proto == Proto::Tcp || self.syn_flood
+    }
 }
 
 /// Writes the frame for `flow` / `seq` into `f` (already sized; bytes past the marker zero).
@@ -105,11 +103,12 @@ pub fn build(f: &mut [u8], a: &GenArgs, src_mac: [u8; 6], dst_mac: [u8; 6], flow
     f[0..6].copy_from_slice(&dst_mac);
     f[6..12].copy_from_slice(&src_mac);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
-    let tcp = a.proto == Proto::Tcp || a.syn_flood;
+    let tcp = a.is_tcp();
     // A flood's SYN carries no data (the frame's tail is Ethernet padding), as a scanner's.
     let ip_len = if a.syn_flood { 40 } else { (n - 14) as u16 };
     let ip_proto = if tcp { proto::TCP } else { proto::UDP };
-    let r = mix(seq);
+    // The flood's source, port and ISN are a function of the sequence number: runs repeat.
+    let r = vectorlb_bench::Rng(seq.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1).next_u64();
     let src_ip = if a.syn_flood {
         let (base, n) = a.flood_src;
         let host = u32::MAX.checked_shr(n as u32).unwrap_or(0);
@@ -360,7 +359,7 @@ impl Gen {
 }
 
 fn check(a: &GenArgs, size: usize) -> Result<(), ToolError> {
-    let min = if a.proto == Proto::Tcp || a.syn_flood { 54 + TCP_PAYLOAD } else { 42 + UDP_PAYLOAD };
+    let min = if a.is_tcp() { 54 + TCP_PAYLOAD } else { 42 + UDP_PAYLOAD };
     if !(60..=9000).contains(&size) || size < min {
         return Err(ToolError::Usage(format!("frame size: {} is out of range 64..=9004 on the wire", size + 4)));
     }
