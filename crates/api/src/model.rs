@@ -231,6 +231,9 @@ pub struct NewService {
     /// Insert the TOA option (tcp fnat only).
     #[serde(default)]
     pub toa: bool,
+    /// SYN proxy: off (default), on, auto (tcp nat and fnat only).
+    #[serde(default)]
+    pub synproxy: Option<SynProxyName>,
     #[serde(default)]
     pub backends: Vec<NewBackend>,
 }
@@ -247,6 +250,18 @@ pub struct ServicePatch {
     pub table_size: Option<u32>,
     #[serde(default)]
     pub toa: Option<bool>,
+    #[serde(default)]
+    pub synproxy: Option<SynProxyName>,
+}
+
+/// When SYNs are answered with SYN cookies: never, always, or while a core holds many
+/// half-open sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SynProxyName {
+    Off,
+    On,
+    Auto,
 }
 
 /// A backend's new weight (0 drains it).
@@ -403,6 +418,7 @@ pub struct ServiceStatus {
     pub table_size: Option<u32>,
     pub local_addrs: Vec<String>,
     pub toa: bool,
+    pub synproxy: SynProxyName,
     pub timeouts: ServiceTimeouts,
     pub backends: Vec<BackendStatus>,
     pub stats: ServiceStats,

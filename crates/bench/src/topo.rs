@@ -65,6 +65,7 @@ pub fn spec(mode: Mode, v6: bool, protocol: u8, sessions: u64, timeouts: Timeout
         backends,
         local_addrs: (0..nladdr).map(|i| laddr(v6, i)).collect(),
         toa: false,
+        synproxy: Default::default(),
         timeouts,
     });
     spec

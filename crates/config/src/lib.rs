@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
-use vectorlb_lb::{BackendSpec, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, SnatSpec, Timeouts};
+use vectorlb_lb::{BackendSpec, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, SnatSpec, SynProxy, Timeouts};
 use vectorlb_packet::proto;
 use vectorlb_sched::Algorithm;
 
@@ -459,6 +459,10 @@ struct RawService {
     local_addrs: Vec<String>,
     #[serde(default)]
     toa: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    synproxy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    synproxy_half_open: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     timeouts: Option<RawTimeouts>,
     #[serde(default)]
@@ -943,6 +947,17 @@ impl Config {
             if s.toa && (mode != Mode::Fnat || protocol != proto::TCP) {
                 bail!("{f}.toa: only tcp fnat services can insert the TOA option");
             }
+            let sp_word = s.synproxy.as_deref().unwrap_or("off");
+            let synproxy = SynProxy::parse(sp_word, s.synproxy_half_open)
+                .ok_or_else(|| Error::invalid(format!("{f}.synproxy: '{sp_word}' is not one of off, on, auto")))?;
+            if synproxy != SynProxy::Off && (protocol != proto::TCP || !matches!(mode, Mode::Nat | Mode::Fnat)) {
+                bail!("{f}.synproxy: only tcp nat and fnat services (the proxy must see both directions)");
+            }
+            match (s.synproxy_half_open, synproxy) {
+                (Some(_), SynProxy::On | SynProxy::Off) => bail!("{f}.synproxy_half_open: only with synproxy = \"auto\""),
+                (Some(0), _) => bail!("{f}.synproxy_half_open: must be at least 1"),
+                _ => {}
+            }
             let mut backends = Vec::new();
             for (j, b) in s.backends.iter().enumerate() {
                 let bf = format!("{f}.backends[{j}]");
@@ -965,6 +980,7 @@ impl Config {
                 backends,
                 local_addrs,
                 toa: s.toa,
+                synproxy,
                 timeouts: t,
             });
             health.push(match &s.health {
@@ -1150,6 +1166,8 @@ impl Config {
                     },
                     local_addrs: s.local_addrs.iter().map(|a| a.to_string()).collect(),
                     toa: s.toa,
+                    synproxy: (s.synproxy != SynProxy::Off).then(|| s.synproxy.name().into()),
+                    synproxy_half_open: s.synproxy.half_open(),
                     timeouts: Some(raw_timeouts(&s.timeouts)),
                     backends: s.backends.iter().map(|b| RawBackend { addr: b.addr.to_string(), port: b.port, weight: Some(b.weight) }).collect(),
                     health: self.health.get(i).cloned().flatten().map(|h| raw_health(&h)),

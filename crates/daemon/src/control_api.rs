@@ -11,7 +11,7 @@ use vectorlb_api::model::*;
 use vectorlb_api::{ApiError, LbControl};
 use vectorlb_config::Config;
 use vectorlb_lb::service::{backend_slot, key};
-use vectorlb_lb::{BackendSpec, Mode, ServiceSpec};
+use vectorlb_lb::{BackendSpec, Mode, ServiceSpec, SynProxy};
 use vectorlb_packet::proto;
 use vectorlb_sched::Algorithm;
 
@@ -63,6 +63,22 @@ fn scheduler(name: Option<SchedulerName>, size: Option<u32>, cur: Option<Algorit
         }
     }
     Ok((name.is_some() || size.is_some() || cur.is_none()).then_some(a))
+}
+
+/// The SYN proxy setting an API call asks for (`auto` keeps a configured threshold).
+fn synproxy_of(n: Option<SynProxyName>, old: Option<SynProxy>, mode: Mode, p: u8) -> Result<SynProxy, ApiError> {
+    let sp = match n {
+        None | Some(SynProxyName::Off) => SynProxy::Off,
+        Some(SynProxyName::On) => SynProxy::On,
+        Some(SynProxyName::Auto) => match old {
+            Some(a @ SynProxy::Auto { .. }) => a,
+            _ => SynProxy::Auto { half_open: SynProxy::DEFAULT_AUTO_HALF_OPEN },
+        },
+    };
+    if sp != SynProxy::Off && (p != proto::TCP || !matches!(mode, Mode::Nat | Mode::Fnat)) {
+        return Err(ApiError::Unprocessable("synproxy: only tcp nat and fnat services (the proxy must see both directions)".into()));
+    }
+    Ok(sp)
 }
 
 fn check_toa(toa: bool, mode: Mode, p: u8) -> Result<(), ApiError> {
@@ -198,6 +214,11 @@ impl LbControl for Daemon {
                     },
                     local_addrs: s.local_addrs.iter().map(IpAddr::to_string).collect(),
                     toa: s.toa,
+                    synproxy: match s.synproxy {
+                        SynProxy::Off => SynProxyName::Off,
+                        SynProxy::On => SynProxyName::On,
+                        SynProxy::Auto { .. } => SynProxyName::Auto,
+                    },
                     timeouts: {
                         let t = &s.timeouts;
                         let secs = |ms: u32| ms as f64 / 1000.0;
@@ -221,6 +242,7 @@ impl LbControl for Daemon {
         let mode = mode_num(s.mode);
         let sched = scheduler(s.scheduler, s.table_size, None)?.unwrap_or(Algorithm::Wrr);
         check_toa(s.toa, mode, p)?;
+        let synproxy = synproxy_of(s.synproxy, None, mode, p)?;
         if mode != Mode::Fnat && !s.local_addrs.is_empty() {
             return Err(ApiError::Unprocessable("local_addrs: only fnat services use local addresses".into()));
         }
@@ -240,6 +262,7 @@ impl LbControl for Daemon {
                 backends: s.backends.iter().map(|b| BackendSpec { addr: b.addr, port: b.port, weight: b.weight }).collect(),
                 local_addrs: s.local_addrs.clone(),
                 toa: s.toa,
+                synproxy,
                 timeouts,
             });
             c.health.push(None);
@@ -257,6 +280,9 @@ impl LbControl for Daemon {
             if let Some(t) = patch.toa {
                 check_toa(t, s.mode, s.proto)?;
                 s.toa = t;
+            }
+            if let Some(n) = patch.synproxy {
+                s.synproxy = synproxy_of(Some(n), Some(s.synproxy), s.mode, s.proto)?;
             }
             Ok(())
         })

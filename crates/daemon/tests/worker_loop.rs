@@ -41,6 +41,7 @@ fn spec() -> LbSpec {
             backends: vec![BackendSpec { addr: ip("10.1.0.11"), port: 53, weight: 1 }],
             local_addrs: vec![ip("10.1.0.200")],
             toa: false,
+            synproxy: Default::default(),
             timeouts: Timeouts::default(),
         }],
         snat: vec![],

@@ -20,10 +20,11 @@ pub mod rewrite;
 pub mod service;
 pub mod session;
 pub mod sync;
+pub mod synproxy;
 pub mod tcpstate;
 pub mod verdict;
 
 pub use vectorlb_io::{HeapBuf, PacketBuf};
 pub use pipeline::{Worker, WorkerConfig, DEFAULT_BATCH};
-pub use service::{BackendSpec, ConfigError, Control, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, SnatSpec, Snapshot, Timeouts};
+pub use service::{BackendSpec, ConfigError, Control, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, SnatSpec, Snapshot, SynProxy, Timeouts};
 pub use verdict::{Counters, DropReason, Verdict};

@@ -14,7 +14,7 @@ use vectorlb_io::PacketBuf;
 use crate::hash::{addr_hash, flow_hash};
 use crate::mem::Zeroable;
 use crate::rewrite::{egress, Fam, Hdr};
-use crate::service::{backend_slot, Control, Hop, Mode, Service, Snapshot, Timeouts};
+use crate::service::{backend_slot, Control, Hop, Mode, Service, Snapshot, SynProxy, Timeouts};
 use crate::session::{expired, flag, state, InsertError, Probe, Ref, Session, SessionTable, TableConfig, NO_LADDR};
 use crate::tcpstate;
 use crate::verdict::{Counters, DropReason, Verdict};
@@ -141,6 +141,8 @@ pub struct Worker {
     pub(crate) icmp_tokens: u32,
     pub(crate) icmp_refill: u32,
     pub(crate) ip_ident: u16,
+    /// The SYN cookies' secret (the control plane's).
+    pub(crate) cookie_key: [u64; 2],
 }
 
 impl Worker {
@@ -149,6 +151,7 @@ impl Worker {
         let batch = cfg.batch.max(1);
         Ok(Worker {
             snap,
+            cookie_key: control.cookie_key,
             control,
             table: SessionTable::new(cfg.table)?,
             counters: Counters::default(),
@@ -511,13 +514,15 @@ impl Worker {
             state::UDP
         };
         let to = tcpstate::timeout(st, t);
-        s.state = st;
-        if self.sync_on && st != old {
-            self.changed.push(r);
-        }
         let e = now.wrapping_add(to);
         if s.expire != e {
             s.expire = e;
+        }
+        if st != old {
+            self.table.set_state::<A>(r, st);
+            if self.sync_on {
+                self.changed.push(r);
+            }
         }
         (old, to == 0)
     }
@@ -547,52 +552,24 @@ impl Worker {
         } else {
             (0, seq.wrapping_add(seg_len), tcp::flags::RST | tcp::flags::ACK)
         };
-        let mut th = [0u8; 20];
-        th[0..2].copy_from_slice(&t[2..4]);
-        th[2..4].copy_from_slice(&t[0..2]);
-        th[4..8].copy_from_slice(&rseq.to_be_bytes());
-        th[8..12].copy_from_slice(&rack.to_be_bytes());
-        th[12] = 5 << 4;
-        th[13] = rflags;
+        let seg = crate::synproxy::Segment {
+            sport: u16::from_be_bytes([t[2], t[3]]),
+            dport: u16::from_be_bytes([t[0], t[1]]),
+            seq: rseq,
+            ack: rack,
+            flags: rflags,
+            win: 0,
+            opts: &[],
+        };
         let Some(hop) = self.route_to(snap, src.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        // The new IP header: 20 (IPv4, no options) or 40 bytes, right where the old one began.
-        let l3 = h.l3;
-        let ip_len = if A::V6 { 40 } else { 20 };
-        if !b.set_len(l3 + ip_len + 20) {
+        // A fresh IP header (20 bytes, or 40), right where the old one began.
+        let Some(nh) = crate::synproxy::build_segment::<A, B>(b, h.l3, &dst, &src, &seg) else {
             return Verdict::Drop(DropReason::NoRoom);
-        }
-        let d = b.data_mut();
-        let acc = if A::V6 {
-            let (s16, d16): ([u8; 16], [u8; 16]) = (dst.bytes().try_into().unwrap(), src.bytes().try_into().unwrap());
-            vectorlb_packet::checksum::pseudo_v6(&s16, &d16, proto::TCP, 20)
-        } else {
-            let (s4, d4): ([u8; 4], [u8; 4]) = (dst.bytes().try_into().unwrap(), src.bytes().try_into().unwrap());
-            vectorlb_packet::checksum::pseudo_v4(s4, d4, proto::TCP, 20)
         };
-        let c = vectorlb_packet::checksum::finish(vectorlb_packet::checksum::accumulate(acc, &th));
-        th[16..18].copy_from_slice(&c.to_be_bytes());
-        if A::V6 {
-            let ip = &mut d[l3..l3 + 40];
-            ip[0] = 0x60;
-            ip[1..4].fill(0);
-            ip[4..6].copy_from_slice(&20u16.to_be_bytes());
-            ip[6] = proto::TCP;
-            ip[7] = 64;
-            ip[8..24].copy_from_slice(dst.bytes());
-            ip[24..40].copy_from_slice(src.bytes());
-        } else {
-            let ip = &mut d[l3..l3 + 20];
-            ip.copy_from_slice(&[0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, proto::TCP, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-            ip[12..16].copy_from_slice(dst.bytes());
-            ip[16..20].copy_from_slice(src.bytes());
-            let c = vectorlb_packet::checksum::checksum(ip);
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
-        }
-        d[l3 + ip_len..l3 + ip_len + 20].copy_from_slice(&th);
         self.counters.events.tcp_resets_sent += 1;
-        egress(b, l3, &hop, A::ETHERTYPE)
+        egress(b, nh.l3, &hop, A::ETHERTYPE)
     }
 
     /// Creates a session for a new flow, or says why not.
@@ -726,8 +703,46 @@ impl Worker {
             }
             found => found,
         };
+        let mut proxied = None;
         let r = match found {
-            Some(r) => r,
+            Some(r) => {
+                if self.table.get::<A>(r).flags & flag::SYNPROXY != 0 {
+                    if let Err(e) = self.synproxy_in::<A>(b.data_mut(), m, r) {
+                        return Verdict::Drop(e);
+                    }
+                }
+                r
+            }
+            None if m.proto == proto::TCP && svc.spec.synproxy != SynProxy::Off => {
+                let f = m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST | tcp::flags::FIN);
+                if f == tcp::flags::SYN && crate::synproxy::engaged(svc.spec.synproxy, self.table.half_open()) {
+                    return self.syn_cookie::<A, B>(snap, b, m, now);
+                }
+                if f == tcp::flags::ACK {
+                    // The third packet of a handshake the proxy answered, or a stray.
+                    let Some(hs) = self.cookie_ack::<A>(b.data(), m, now) else {
+                        return Verdict::Drop(DropReason::BadSyncookie);
+                    };
+                    let syn = Meta { tcp_flags: tcp::flags::SYN, ..*m };
+                    let r = match self.create::<A>(svc, src, &syn, now) {
+                        Ok(r) => r,
+                        Err(DropReason::NoBackend) => return self.tcp_reset::<A, B>(snap, b, m),
+                        Err(e) => return Verdict::Drop(e),
+                    };
+                    let Some(m2) = self.cookie_to_syn::<A, B>(b, m, &hs, r) else {
+                        self.table.remove::<A>(r);
+                        return Verdict::Drop(DropReason::NoRoom);
+                    };
+                    proxied = Some(m2);
+                    r
+                } else {
+                    match self.create::<A>(svc, src, m, now) {
+                        Ok(r) => r,
+                        Err(DropReason::NoBackend) => return self.tcp_reset::<A, B>(snap, b, m),
+                        Err(e) => return Verdict::Drop(e),
+                    }
+                }
+            }
             None => match self.create::<A>(svc, src, m, now) {
                 Ok(r) => r,
                 // No backend takes new connections (all weights 0, or all down): a TCP client
@@ -736,6 +751,9 @@ impl Worker {
                 Err(e) => return Verdict::Drop(e),
             },
         };
+        // The cookie ACK became a SYN: the rest of the path sees that packet.
+        let m = proxied.as_ref().unwrap_or(m);
+        let h = m.hdr();
         let mode = svc.spec.mode;
         let one_way = matches!(mode, Mode::Dr | Mode::Tun);
         let (old, remove) = self.advance::<A>(r, m, true, one_way, &svc.spec.timeouts, now);
@@ -956,6 +974,11 @@ impl Worker {
             return self.icmp_error::<A, B>(snap, b, m, crate::icmp::ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
         }
         let s = *self.table.get::<A>(r);
+        if s.flags & flag::SYNPROXY != 0 && m.proto == proto::TCP {
+            if let Some(v) = self.synproxy_out::<A, B>(snap, b, m, r, t.established, now) {
+                return v;
+            }
+        }
         let Some(hop) = self.route_to(snap, s.client.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };

@@ -124,7 +124,51 @@ pub struct ServiceSpec {
     pub local_addrs: Vec<IpAddr>,
     /// Insert the TOA option (client address) in full-NAT TCP handshakes.
     pub toa: bool,
+    /// Answer SYNs with SYN cookies (TCP NAT and full-NAT services).
+    pub synproxy: SynProxy,
     pub timeouts: Timeouts,
+}
+
+/// When a service's SYNs are answered by the SYN proxy rather than forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SynProxy {
+    #[default]
+    Off,
+    On,
+    /// While the core holds at least this many half-open sessions.
+    Auto { half_open: u32 },
+}
+
+impl SynProxy {
+    /// What `auto` engages at unless configured.
+    pub const DEFAULT_AUTO_HALF_OPEN: u32 = 1024;
+
+    /// From the configuration's words: `off`, `on`, `auto` (engaging at `half_open`, or the
+    /// default).
+    pub fn parse(s: &str, half_open: Option<u32>) -> Option<SynProxy> {
+        match s {
+            "off" => Some(SynProxy::Off),
+            "on" => Some(SynProxy::On),
+            "auto" => Some(SynProxy::Auto { half_open: half_open.unwrap_or(Self::DEFAULT_AUTO_HALF_OPEN) }),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SynProxy::Off => "off",
+            SynProxy::On => "on",
+            SynProxy::Auto { .. } => "auto",
+        }
+    }
+
+    /// The `auto` threshold, when it is one.
+    pub fn half_open(self) -> Option<u32> {
+        match self {
+            SynProxy::Auto { half_open } => Some(half_open),
+            _ => None,
+        }
+    }
 }
 
 /// Source NAT for connections backends open to the outside.
@@ -699,6 +743,12 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         if s.mode == Mode::Fnat && s.local_addrs.is_empty() {
             bail!("{name}: fnat needs at least one local address");
         }
+        if s.synproxy != SynProxy::Off && (s.proto != proto::TCP || !matches!(s.mode, Mode::Nat | Mode::Fnat)) {
+            bail!("{name}: synproxy: only tcp nat and fnat services (the proxy must see both directions)");
+        }
+        if s.synproxy == (SynProxy::Auto { half_open: 0 }) {
+            bail!("{name}: synproxy half_open threshold must be at least 1");
+        }
         let mut laddrs_seen = FxHashSet::default();
         for &l in &s.local_addrs {
             if !same_family(l, s.vip) {
@@ -828,6 +878,9 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
 
 /// Holds the current snapshot; shared by the control plane and every worker.
 pub struct Control {
+    /// The SYN cookies' secret, shared by every worker (a flow's SYN and ACK may reach
+    /// different cores when the port's spreading changes).
+    pub(crate) cookie_key: [u64; 2],
     current: ArcSwap<Snapshot>,
     generation: AtomicU64,
     registry: Mutex<Registry>,
@@ -838,6 +891,7 @@ impl Control {
         let mut reg = Registry::default();
         let snap = build(spec, &mut reg, 1)?;
         Ok(Arc::new(Control {
+            cookie_key: [crate::session::random_seed(), crate::session::random_seed()],
             current: ArcSwap::from_pointee(snap),
             generation: AtomicU64::new(1),
             registry: Mutex::new(reg),

@@ -79,7 +79,51 @@ pub mod flag {
     pub const SNAT: u8 = 0x10;
     /// The session's local address and port are bound in a port map.
     pub const PORT: u8 = 0x20;
+    /// Opened by the SYN proxy: its sequence numbers (and timestamps, window) are translated
+    /// by the session's [`SeqAdj`](super::SeqAdj).
+    pub const SYNPROXY: u8 = 0x40;
 }
+
+/// Whether a TCP state is a half-open one (a handshake the backend has not completed).
+#[inline(always)]
+pub fn half_open(st: u8) -> bool {
+    matches!(st, state::SYN_SENT | state::SYN_RECV)
+}
+
+/// What a connection the SYN proxy opened needs besides its record: kept in an array beside
+/// the records, touched only for such sessions (so sessions without it cost nothing more).
+///
+/// Until the backend's SYN-ACK arrives, `seq` is the proxy's initial sequence number (the
+/// cookie) and `ts` the timestamp value the proxy sent; afterwards they are the differences
+/// backend minus proxy, which client-bound segments subtract and backend-bound segments add.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SeqAdj {
+    pub seq: u32,
+    pub ts: u32,
+    /// The client's last timestamp value seen (echoed in the ACK the proxy sends the backend).
+    pub client_ts: u32,
+    /// The client's window (as it sent it, unscaled) in its handshake ACK.
+    pub client_win: u16,
+    /// Window scale the proxy announced to the client (low nibble) and the backend's (high
+    /// nibble); 0xf: none.
+    pub wscale: u8,
+    /// [`adj_opt`] bits.
+    pub opts: u8,
+}
+
+/// [`SeqAdj::opts`] bits.
+pub mod adj_opt {
+    /// Timestamps were negotiated with the client.
+    pub const TS: u8 = 0x01;
+    /// The backend's SYN-ACK arrived: `seq` / `ts` are differences.
+    pub const SPLICED: u8 = 0x02;
+    /// Client-bound windows need rescaling (the backend's scale differs from the announced one).
+    pub const RESCALE: u8 = 0x04;
+}
+
+// SAFETY: integers only.
+unsafe impl Zeroable for SeqAdj {}
 
 pub const NO_LADDR: u16 = u16::MAX;
 
@@ -263,6 +307,8 @@ where
     Session<A>: Zeroable,
 {
     recs: MmapArray<Session<A>>,
+    /// Beside `recs`, same index: reserved address space, resident only where touched.
+    adj: MmapArray<SeqAdj>,
     next_unused: u32,
     free_head: u32,
     sweep: u32,
@@ -273,7 +319,7 @@ where
     Session<A>: Zeroable,
 {
     fn new(cap: u32) -> io::Result<Self> {
-        Ok(Arena { recs: MmapArray::new(cap as usize)?, next_unused: 0, free_head: NONE, sweep: 0 })
+        Ok(Arena { recs: MmapArray::new(cap as usize)?, adj: MmapArray::new(cap as usize)?, next_unused: 0, free_head: NONE, sweep: 0 })
     }
 
     fn alloc(&mut self) -> Option<u32> {
@@ -383,6 +429,8 @@ pub struct SessionTable {
     entries: u32,
     max_entries: u32,
     live: u32,
+    /// Live sessions in a half-open state.
+    half_open: u32,
     ports: Vec<Option<PortMap>>,
     /// Active sessions per backend slot (what `wlc` reads).
     active: Vec<u32>,
@@ -435,6 +483,7 @@ impl SessionTable {
             entries: 0,
             max_entries: (nbuckets as f64 * SLOTS as f64 * 0.97) as u32,
             live: 0,
+            half_open: 0,
             ports: Vec::new(),
             active: Vec::new(),
             seeds: [
@@ -465,6 +514,46 @@ impl SessionTable {
 
     pub fn is_empty(&self) -> bool {
         self.live == 0
+    }
+
+    /// Live sessions whose handshake the backend has not completed (SYN_SENT, SYN_RECV).
+    pub fn half_open(&self) -> u32 {
+        self.half_open
+    }
+
+    /// Moves a live session to state `st`, keeping the half-open count.
+    #[inline(always)]
+    pub fn set_state<A: Addr>(&mut self, r: Ref, st: u8)
+    where
+        Session<A>: Zeroable,
+    {
+        let s = self.get_mut::<A>(r);
+        let old = s.state;
+        s.state = st;
+        if half_open(old) != half_open(st) {
+            if half_open(st) {
+                self.half_open += 1;
+            } else {
+                self.half_open -= 1;
+            }
+        }
+    }
+
+    /// The SYN proxy's record of a session (meaningful only with [`flag::SYNPROXY`]).
+    #[inline(always)]
+    pub fn adj<A: Addr>(&self, r: Ref) -> &SeqAdj
+    where
+        Session<A>: Zeroable,
+    {
+        &A::arena(self).adj.as_slice()[r.idx()]
+    }
+
+    #[inline(always)]
+    pub fn adj_mut<A: Addr>(&mut self, r: Ref) -> &mut SeqAdj
+    where
+        Session<A>: Zeroable,
+    {
+        &mut A::arena_mut(self).adj.as_mut_slice()[r.idx()]
     }
 
     pub fn capacity(&self) -> u32 {
@@ -858,6 +947,7 @@ impl SessionTable {
         *self.get_mut::<A>(r) = s;
         self.entries += need;
         self.live += 1;
+        self.half_open += half_open(s.state) as u32;
         self.stats.inserted += 1;
         if s.flags & flag::SNAT == 0 {
             self.track_backend(s.backend, 1);
@@ -890,6 +980,7 @@ impl SessionTable {
         A::arena_mut(self).release(r.idx() as u32);
         self.entries -= n;
         self.live -= 1;
+        self.half_open -= half_open(s.state) as u32;
         self.stats.removed += 1;
     }
 

@@ -177,9 +177,10 @@ impl Worker {
             | if snap.service(svc).is_some_and(|s| s.spec.mode == crate::Mode::Nat) { flag::REVERSE } else { 0 };
         let h = self.table.hash_fwd(svc, &client, rec.cport);
         if let Some(r) = self.table.find_fwd(h, svc, &client, rec.cport) {
-            let s = self.table.get_mut::<A>(r);
+            let s = *self.table.get::<A>(r);
             if s.backend == backend && s.laddr == laddr && s.lport == lport {
-                s.state = rec.state;
+                self.table.set_state::<A>(r, rec.state);
+                let s = self.table.get_mut::<A>(r);
                 s.expire = expire;
                 s.flags = (s.flags & (flag::PORT | flag::REVERSE)) | (flags & !flag::REVERSE);
                 return Ok(());

@@ -113,6 +113,12 @@ drop_reasons! {
     Misdirected = "misdirected",
     /// The buffer has no headroom or tailroom for the headers to add.
     NoRoom = "no_room",
+    /// An ACK without a session to a SYN-proxied service whose acknowledgement number is not
+    /// a SYN cookie this LB issued in the last two minutes (a forged or stale ACK).
+    BadSyncookie = "bad_syncookie",
+    /// A segment of a SYN-proxied connection while the backend has not answered the proxy's
+    /// SYN yet (the client retransmits it).
+    SynproxyPending = "synproxy_pending",
 }
 
 impl From<vectorlb_packet::Error> for DropReason {
@@ -178,6 +184,12 @@ counter_set! {
         /// TCP resets sent: for connections whose backend was taken out, and for new
         /// connections to a service with no backend that takes them.
         tcp_resets_sent,
+        /// SYNs answered with a SYN cookie by the SYN proxy (no session was created).
+        syncookies_sent,
+        /// ACKs that returned a valid SYN cookie: the proxy opened a backend connection.
+        syncookies_valid,
+        /// SYN-proxied connections spliced: the backend answered and the two halves joined.
+        synproxy_spliced,
     }
 }
 

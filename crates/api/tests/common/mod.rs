@@ -29,6 +29,7 @@ impl LbControl for Fake {
                 table_size: s.table_size,
                 local_addrs: vec![],
                 toa: s.toa,
+                synproxy: s.synproxy.unwrap_or(SynProxyName::Off),
                 timeouts: ServiceTimeouts { syn: 30.0, established: 900.0, fin: 30.0, time_wait: 2.0, close: 2.0, udp: 300.0 },
                 backends: vec![],
                 stats: ServiceStats::default(),

@@ -85,6 +85,7 @@ pub fn service(f: &Fam, mode: Mode, protocol: u8, port: u16, backends: &[(u8, u1
             .collect(),
         local_addrs: if mode == Mode::Fnat { vec![ip(f.laddr())] } else { vec![] },
         toa: false,
+        synproxy: Default::default(),
         timeouts: Timeouts::default(),
     }
 }
