@@ -205,7 +205,7 @@ pub(crate) fn build_segment<A: Fam, B: PacketBuf>(b: &mut B, l3: usize, src: &A,
 where
     Session<A>: Zeroable,
 {
-    debug_assert!(seg.opts.len() % 4 == 0 && seg.opts.len() <= 40);
+    debug_assert!(seg.opts.len().is_multiple_of(4) && seg.opts.len() <= 40);
     let ip_len = A::HEADER;
     let tcp_len = 20 + seg.opts.len();
     let end = l3 + ip_len + tcp_len;
@@ -584,7 +584,7 @@ impl Worker {
         if toa {
             let (opt, len) = vectorlb_packet::tcp::toa_option(s.client.bytes(), s.cport);
             ob.put(&opt[..len]);
-            while ob.n % 4 != 0 {
+            while !ob.n.is_multiple_of(4) {
                 ob.put(&[option::NOP]);
             }
         }

@@ -136,6 +136,13 @@ impl Builder {
         self
     }
 
+    pub fn window(mut self, window: u16) -> Self {
+        if let L4::Tcp(t) = &mut self.l4 {
+            t.window = window;
+        }
+        self
+    }
+
     pub fn tcp_options(mut self, opts: &[u8]) -> Self {
         if let L4::Tcp(t) = &mut self.l4 {
             t.options = opts.to_vec();
