@@ -8,7 +8,7 @@
 //! for a bulk transfer of the whole table, and asks again until one completes.
 //!
 //! Message: a 40-byte header (`VLBS`, version, kind, sender epoch, sequence, record count),
-//! 82-byte records, and an HMAC-SHA256 over everything before it, under `ha.sync_key`. A
+//! 98-byte records (the last 16: the SYN proxy's sequence translation), and an HMAC-SHA256 over everything before it, under `ha.sync_key`. A
 //! message whose HMAC fails, that is cut short, or whose (epoch, sequence) was already seen
 //! (a 64-message window per sender) changes nothing and is counted. Batching adapts: a
 //! datagram leaves when 16 records are waiting or when the period has passed since the
@@ -30,12 +30,13 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vectorlb_config::SyncSpec;
+use vectorlb_lb::session::SeqAdj;
 use vectorlb_lb::sync::{InstallError, SyncRecord};
 
 pub const MAGIC: &[u8; 4] = b"VLBS";
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 pub const HEADER: usize = 40;
-pub const RECORD: usize = 82;
+pub const RECORD: usize = 98;
 pub const MAC: usize = 32;
 pub const MAX_RECORDS: usize = 16;
 
@@ -102,6 +103,13 @@ pub fn encode(m: &Message, key: &[u8]) -> Vec<u8> {
         put_ip(&mut out, r.vip);
         put_ip(&mut out, r.backend);
         put_ip(&mut out, local.map(|l| l.0).unwrap_or(r.client));
+        let a = &r.adj;
+        out.extend_from_slice(&a.seq.to_be_bytes());
+        out.extend_from_slice(&a.ts.to_be_bytes());
+        out.extend_from_slice(&a.client_ts.to_be_bytes());
+        out.extend_from_slice(&a.client_win.to_be_bytes());
+        out.push(a.wscale);
+        out.push(a.opts);
     }
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(&out);
@@ -156,6 +164,14 @@ pub fn decode(b: &[u8], key: &[u8]) -> Result<Message, Refused> {
             vip: get_ip(&r[34..], v6),
             backend: get_ip(&r[50..], v6),
             local: (r[5] != 0).then(|| (get_ip(&r[66..], v6), p16(12))),
+            adj: SeqAdj {
+                seq: u32::from_be_bytes(r[82..86].try_into().unwrap()),
+                ts: u32::from_be_bytes(r[86..90].try_into().unwrap()),
+                client_ts: u32::from_be_bytes(r[90..94].try_into().unwrap()),
+                client_win: p16(94),
+                wscale: r[96],
+                opts: r[97],
+            },
         };
         records.push((r[4], rec));
     }
@@ -532,6 +548,7 @@ mod tests {
                 state: 3,
                 flags: 0x08,
                 expire_in: 900_000,
+                adj: Default::default(),
             },
         )
     }
@@ -542,6 +559,9 @@ mod tests {
         let mut m = Message { kind: KIND_RECORDS, epoch: 77, seq: 5, ack: 0, records: (0..16).map(rec).collect() };
         let v6 = SyncRecord { client: "2001:db8::2".parse().unwrap(), vip: "2001:db8::100".parse().unwrap(), backend: "2001:db8:1::11".parse().unwrap(), local: Some(("2001:db8:1::200".parse().unwrap(), 7)), ..m.records[0].1 };
         m.records[3] = (1, v6);
+        // A SYN-proxied session carries its translation.
+        let adj = SeqAdj { seq: 0xdead_beef, ts: 0x0102_0304, client_ts: 7, client_win: 502, wscale: 0x57, opts: 0x07 };
+        m.records[4].1 = SyncRecord { flags: 0x48, adj, ..m.records[4].1 };
         let b = encode(&m, key);
         assert_eq!(b.len(), HEADER + 16 * RECORD + MAC);
         assert_eq!(decode(&b, key), Ok(m.clone()));

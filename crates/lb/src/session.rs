@@ -548,6 +548,14 @@ impl SessionTable {
         &A::arena(self).adj.as_slice()[r.idx()]
     }
 
+    /// [`SessionTable::adj`] by record index (as [`SessionTable::for_each`] gives it).
+    pub fn adj_at<A: Addr>(&self, i: usize) -> &SeqAdj
+    where
+        Session<A>: Zeroable,
+    {
+        &A::arena(self).adj.as_slice()[i]
+    }
+
     #[inline(always)]
     pub fn adj_mut<A: Addr>(&mut self, r: Ref) -> &mut SeqAdj
     where

@@ -11,7 +11,7 @@
 use crate::mem::Zeroable;
 use crate::pipeline::Worker;
 use crate::service::{key, Snapshot};
-use crate::session::{expired, flag, state, Addr, InsertError, Session, NO_LADDR};
+use crate::session::{expired, flag, state, Addr, InsertError, SeqAdj, Session, NO_LADDR};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// One session, by value.
@@ -30,6 +30,8 @@ pub struct SyncRecord {
     pub flags: u8,
     /// Milliseconds until it expires (from when it was exported).
     pub expire_in: u32,
+    /// The SYN proxy's translation (with [`flag::SYNPROXY`] in `flags`; zeroes otherwise).
+    pub adj: SeqAdj,
 }
 
 /// Why a record was not installed.
@@ -77,7 +79,7 @@ impl SyncAddr for [u8; 16] {
     }
 }
 
-fn record<A: SyncAddr>(snap: &Snapshot, s: &Session<A>, now: u32) -> Option<SyncRecord>
+fn record<A: SyncAddr>(snap: &Snapshot, s: &Session<A>, adj: &SeqAdj, now: u32) -> Option<SyncRecord>
 where
     Session<A>: Zeroable,
 {
@@ -99,6 +101,7 @@ where
         state: s.state,
         flags: s.flags,
         expire_in: s.expire.wrapping_sub(now),
+        adj: if s.flags & flag::SYNPROXY != 0 { *adj } else { SeqAdj::default() },
     })
 }
 
@@ -120,7 +123,12 @@ impl Worker {
     pub fn take_changes(&mut self, now: u32, out: &mut Vec<SyncRecord>) {
         let snap = self.snap.clone();
         for r in std::mem::take(&mut self.changed) {
-            let rec = if r.is_v6() { record(&snap, self.table.get::<[u8; 16]>(r), now) } else { record(&snap, self.table.get::<[u8; 4]>(r), now) };
+            let t = &self.table;
+            let rec = if r.is_v6() {
+                record(&snap, t.get::<[u8; 16]>(r), t.adj::<[u8; 16]>(r), now)
+            } else {
+                record(&snap, t.get::<[u8; 4]>(r), t.adj::<[u8; 4]>(r), now)
+            };
             out.extend(rec);
         }
     }
@@ -140,10 +148,11 @@ impl Worker {
             }
             true
         };
+        let t = &self.table;
         if v6 {
-            self.table.for_each::<[u8; 16]>(start, |_, s| visit(record(&snap, s, now)))
+            t.for_each::<[u8; 16]>(start, |i, s| visit(record(&snap, s, t.adj_at::<[u8; 16]>(i), now)))
         } else {
-            self.table.for_each::<[u8; 4]>(start, |_, s| visit(record(&snap, s, now)))
+            t.for_each::<[u8; 4]>(start, |i, s| visit(record(&snap, s, t.adj_at::<[u8; 4]>(i), now)))
         }
     }
 
@@ -183,6 +192,7 @@ impl Worker {
                 let s = self.table.get_mut::<A>(r);
                 s.expire = expire;
                 s.flags = (s.flags & (flag::PORT | flag::REVERSE)) | (flags & !flag::REVERSE);
+                *self.table.adj_mut::<A>(r) = rec.adj;
                 return Ok(());
             }
             self.table.remove::<A>(r);
@@ -192,7 +202,10 @@ impl Worker {
         }
         let s = Session { client, cport: rec.cport, svc, backend, laddr, lport, expire, state: rec.state, flags };
         match self.table.insert_bound(s) {
-            Ok(_) => Ok(()),
+            Ok(r) => {
+                *self.table.adj_mut::<A>(r) = rec.adj;
+                Ok(())
+            }
             Err(InsertError::NoPort) => Err(InstallError::PortTaken),
             Err(InsertError::Full) => Err(InstallError::Full),
         }

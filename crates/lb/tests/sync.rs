@@ -106,3 +106,43 @@ fn install_refuses_what_it_cannot_place_and_updates_what_it_has() {
     assert_eq!(all.len(), 1);
     assert_eq!((all[0].state, all[0].local), (3, rec.local));
 }
+
+#[test]
+fn a_proxied_session_keeps_its_sequence_translation_on_the_standby() {
+    for (v6, mode) in [(false, Mode::Fnat), (true, Mode::Nat)] {
+        let f = Fam { v6 };
+        let mk = || {
+            let mut s = topology();
+            let mut svc = service(&f, mode, proto::TCP, 80, &[(1, 8080, 1)]);
+            svc.synproxy = vectorlb_lb::SynProxy::On;
+            s.services.push(svc);
+            Lb::new(s)
+        };
+        let (mut active, mut standby) = (mk(), mk());
+        active.worker.track_changes(true);
+        let (c, v, be, _) = f.flow();
+        let l4 = if v6 { 14 + 40 } else { 14 + 20 };
+        let word = |o: &[u8], at: usize| u32::from_be_bytes(o[l4 + at..l4 + at + 4].try_into().unwrap());
+        let (_, sa) = active.run(&Builder::tcp(&c, &v, tf::SYN).seq(1000).macs(ROUTER_MAC, EXT_MAC).build());
+        let cookie = word(&sa, 4);
+        let (_, syn) = active.run(&Builder::tcp(&c, &v, tf::ACK).seq(1001).ack(cookie.wrapping_add(1)).macs(ROUTER_MAC, EXT_MAC).build());
+        let lport = u16::from_be_bytes([syn[l4], syn[l4 + 1]]);
+        let to = if mode == Mode::Fnat { f.sock(f.laddr(), lport) } else { c.clone() };
+        let (v1, _) = active.run(&Builder::tcp(&be, &to, tf::SYN | tf::ACK).seq(90_000).ack(1001).macs(be_mac(1), INT_MAC).build());
+        assert!(matches!(v1, Verdict::Tx(1)), "{v1:?}");
+        let mut recs = Vec::new();
+        active.worker.take_changes(active.now, &mut recs);
+        for r in &recs {
+            standby.worker.install(r, standby.now).unwrap();
+        }
+        // Both directions leave both nodes identical, translated.
+        let down = Builder::tcp(&be, &to, tf::ACK | tf::PSH).seq(90_001).ack(1001).payload(b"hello").macs(be_mac(1), INT_MAC).build();
+        let (a, b) = (active.run(&down), standby.run(&down));
+        assert_eq!(a, b, "{mode:?} v6={v6}: backend to client");
+        assert_eq!(word(&a.1, 4), cookie.wrapping_add(1), "in the client's numbers");
+        let up = Builder::tcp(&c, &v, tf::ACK).seq(1001).ack(cookie.wrapping_add(6)).macs(ROUTER_MAC, EXT_MAC).build();
+        let (a, b) = (active.run(&up), standby.run(&up));
+        assert_eq!(a, b, "{mode:?} v6={v6}: client to backend");
+        assert_eq!(word(&a.1, 8), 90_006, "in the backend's numbers");
+    }
+}

@@ -697,6 +697,7 @@ fn sync_inject(a: &SyncInjectArgs) -> Result<(), ToolError> {
                 state: 3,
                 flags: 0,
                 expire_in: 600_000,
+                adj: Default::default(),
             })
         })
         .collect();
