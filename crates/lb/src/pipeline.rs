@@ -143,6 +143,8 @@ pub struct Worker {
     pub(crate) ip_ident: u16,
     /// The SYN cookies' secret (the control plane's).
     pub(crate) cookie_key: [u64; 2],
+    /// The SYN proxy's held client segments, by session.
+    pub(crate) held: crate::hash::FxHashMap<u32, crate::synproxy::Held>,
 }
 
 impl Worker {
@@ -165,6 +167,7 @@ impl Worker {
             icmp_tokens: 0,
             icmp_refill: 0,
             ip_ident: 0,
+            held: Default::default(),
         })
     }
 
@@ -560,6 +563,7 @@ impl Worker {
             flags: rflags,
             win: 0,
             opts: &[],
+            payload: &[],
         };
         let Some(hop) = self.route_to(snap, src.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
@@ -707,7 +711,7 @@ impl Worker {
         let r = match found {
             Some(r) => {
                 if self.table.get::<A>(r).flags & flag::SYNPROXY != 0 {
-                    if let Err(e) = self.synproxy_in::<A>(b.data_mut(), m, r) {
+                    if let Err(e) = self.synproxy_in::<A>(b.data_mut(), m, r, now) {
                         return Verdict::Drop(e);
                     }
                 }

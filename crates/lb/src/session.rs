@@ -239,6 +239,12 @@ impl Ref {
     fn raw(self) -> u32 {
         self.0
     }
+    /// The reference as a number, for side tables keyed by session (the forward reference's:
+    /// the same for either key of one record).
+    #[inline(always)]
+    pub fn raw_key(self) -> u32 {
+        self.0 & !Self::REV
+    }
     #[inline(always)]
     fn from_raw(v: u32) -> Option<Ref> {
         if v == 0 {

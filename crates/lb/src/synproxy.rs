@@ -186,6 +186,24 @@ pub(crate) struct Handshake {
     win: u16,
 }
 
+/// Client segments held (copied) while their connection's backend handshake is pending, at
+/// most this many per core.
+pub const MAX_HELD: usize = 1024;
+/// A held segment older than this (ms) is discarded when room is needed.
+const HELD_TTL: u32 = 10_000;
+
+/// The client's first data segment of a connection whose backend has not answered yet: sent to
+/// the backend with the ACK that completes its handshake, so the request does not wait for the
+/// client's retransmission timer.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    seq: u32,
+    flags: u8,
+    tsval: Option<u32>,
+    at: u32,
+    payload: Vec<u8>,
+}
+
 /// Header fields of a segment the proxy builds.
 pub(crate) struct Segment<'a> {
     pub sport: u16,
@@ -196,19 +214,21 @@ pub(crate) struct Segment<'a> {
     pub win: u16,
     /// A multiple of four bytes, at most 40.
     pub opts: &'a [u8],
+    pub payload: &'a [u8],
 }
 
 /// Writes a TCP segment from `src` to `dst` over the packet in `b` from `l3` on: a fresh IPv4
-/// (20 bytes, DF set) or IPv6 (40 bytes) header, the TCP header with `seg.opts`, no payload, the
-/// checksums filled. Returns the new header positions, or `None` when the buffer cannot hold it.
+/// (20 bytes, DF set) or IPv6 (40 bytes) header, the TCP header with `seg.opts`, `seg.payload`,
+/// the checksums filled. `seg.payload` must not overlap the buffer. Returns the new header positions, or `None` when the buffer cannot hold it.
 pub(crate) fn build_segment<A: Fam, B: PacketBuf>(b: &mut B, l3: usize, src: &A, dst: &A, seg: &Segment) -> Option<Hdr>
 where
     Session<A>: Zeroable,
 {
     debug_assert!(seg.opts.len().is_multiple_of(4) && seg.opts.len() <= 40);
     let ip_len = A::HEADER;
-    let tcp_len = 20 + seg.opts.len();
+    let tcp_len = 20 + seg.opts.len() + seg.payload.len();
     let end = l3 + ip_len + tcp_len;
+    let doff = 20 + seg.opts.len();
     if !b.set_len(end) {
         return None;
     }
@@ -233,11 +253,12 @@ where
     t[2..4].copy_from_slice(&seg.dport.to_be_bytes());
     t[4..8].copy_from_slice(&seg.seq.to_be_bytes());
     t[8..12].copy_from_slice(&seg.ack.to_be_bytes());
-    t[12] = ((tcp_len / 4) as u8) << 4;
+    t[12] = ((doff / 4) as u8) << 4;
     t[13] = seg.flags;
     t[14..16].copy_from_slice(&seg.win.to_be_bytes());
     t[16..20].fill(0);
-    t[20..].copy_from_slice(seg.opts);
+    t[20..doff].copy_from_slice(seg.opts);
+    t[doff..].copy_from_slice(seg.payload);
     crate::icmp::fill_l4_checksum::<A>(d, l3, l4, end, proto::TCP);
     Some(Hdr { l3, l4, end, v6: A::V6, proto: proto::TCP })
 }
@@ -347,6 +368,7 @@ impl Worker {
             flags: tf::SYN | tf::ACK,
             win: u16::MAX,
             opts: ob.bytes(),
+            payload: &[],
         };
         let Some(nh) = build_segment::<A, B>(b, h.l3, &dst, &src, &seg) else {
             return Verdict::Drop(DropReason::NoRoom);
@@ -417,6 +439,7 @@ impl Worker {
             flags: tf::SYN,
             win: hs.win,
             opts: ob.bytes(),
+            payload: &[],
         };
         let nh = build_segment::<A, B>(b, h.l3, &src, &dst, &seg)?;
         let s = self.table.get_mut::<A>(r);
@@ -435,13 +458,16 @@ impl Worker {
 
     /// A client segment of a proxied session: translated toward the backend, or dropped while
     /// the backend has not answered (a reset goes through: the backend may have the SYN).
-    pub(crate) fn synproxy_in<A: Fam>(&mut self, d: &mut [u8], m: &Meta, r: Ref) -> Result<(), DropReason>
+    pub(crate) fn synproxy_in<A: Fam>(&mut self, d: &mut [u8], m: &Meta, r: Ref, now: u32) -> Result<(), DropReason>
     where
         Session<A>: Zeroable,
     {
         let a = *self.table.adj::<A>(r);
         if a.opts & adj_opt::SPLICED == 0 {
-            return if m.tcp_flags & tf::RST != 0 { Ok(()) } else { Err(DropReason::SynproxyPending) };
+            if m.tcp_flags & tf::RST != 0 {
+                return Ok(());
+            }
+            return Err(self.hold::<A>(d, m, r, now));
         }
         if m.tcp_flags & tf::ACK == 0 {
             return Ok(());
@@ -465,6 +491,38 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// Keeps a copy of a client's first data segment while the backend's handshake is pending
+    /// (the first one only, and while there is room); what becomes of the packet itself.
+    fn hold<A: Fam>(&mut self, d: &[u8], m: &Meta, r: Ref, now: u32) -> DropReason
+    where
+        Session<A>: Zeroable,
+    {
+        let h = m.hdr();
+        let Some(doff) = Self::tcp_header(d, &h) else {
+            return DropReason::Malformed;
+        };
+        let t = &d[h.l4..h.end];
+        if t.len() == doff || m.tcp_flags & (tf::SYN | tf::FIN) != 0 || self.held.contains_key(&r.raw_key()) {
+            return DropReason::SynproxyPending;
+        }
+        if self.held.len() >= MAX_HELD {
+            self.held.retain(|_, v| now.wrapping_sub(v.at) < HELD_TTL);
+            if self.held.len() >= MAX_HELD {
+                return DropReason::SynproxyPending;
+            }
+        }
+        let held = Held {
+            seq: u32::from_be_bytes(t[4..8].try_into().unwrap()),
+            flags: m.tcp_flags & tf::PSH,
+            tsval: scan(t, doff).ts.map(|x| x.0),
+            at: now,
+            payload: t[doff..].to_vec(),
+        };
+        self.held.insert(r.raw_key(), held);
+        self.counters.events.synproxy_held += 1;
+        DropReason::SynproxyHeld
     }
 
     /// A backend segment of a proxied session, before the usual reply path. `Some`: decided here
@@ -501,6 +559,7 @@ impl Worker {
                 return Some(Verdict::Drop(DropReason::SynproxyPending));
             }
             // The backend refused: the client gets a reset in its own sequence space.
+            self.held.remove(&r.raw_key());
             let seq = u32::from_be_bytes(d[l4 + 4..l4 + 8].try_into().unwrap());
             shift32(d, l4 + 4, csum, a.seq.wrapping_add(1).wrapping_sub(seq));
             return None;
@@ -574,10 +633,14 @@ impl Worker {
             }
             self.counters.events.synproxy_spliced += 1;
         }
+        // The client's first data, when it came meanwhile and is what the backend expects next
+        // (and fits the backend's link with the options below).
+        let held = self.held.remove(&r.raw_key()).filter(|x| x.seq == back && h.l3 + A::HEADER + 20 + 32 + x.payload.len() <= h.l3 + hop.mtu as usize);
         // A SYN-ACK retransmitted after the splice (the ACK was lost) is answered again.
         let mut ob = OptBuf::new();
         if a.opts & adj_opt::TS != 0 {
-            ob.ts(false, a.client_ts, o.ts.map_or(0, |t| t.0));
+            let tsval = held.as_ref().and_then(|x| x.tsval).unwrap_or(a.client_ts);
+            ob.ts(false, tsval, o.ts.map_or(0, |t| t.0));
         }
         let svc = snap.service(s.svc);
         let toa = svc.is_some_and(|v: &Service| v.spec.toa) && s.flags & flag::TOA_DONE == 0;
@@ -595,16 +658,26 @@ impl Worker {
             dport: m.sport,
             seq: back,
             ack: bseq.wrapping_add(1),
-            flags: tf::ACK,
+            flags: tf::ACK | held.as_ref().map_or(0, |x| x.flags),
             win: a.client_win,
             opts: ob.bytes(),
+            payload: held.as_ref().map_or(&[], |x| &x.payload),
         };
-        let Some(nh) = build_segment::<A, B>(b, h.l3, &me, &them, &seg) else {
+        let built = build_segment::<A, B>(b, h.l3, &me, &them, &seg);
+        // Without room for the held data, the ACK alone (the client retransmits the data).
+        let (built, held) = match built {
+            None if held.is_some() => (build_segment::<A, B>(b, h.l3, &me, &them, &Segment { payload: &[], flags: tf::ACK, ..seg }), None),
+            b => (b, held),
+        };
+        let Some(nh) = built else {
             return Verdict::Drop(DropReason::NoRoom);
         };
         if toa {
             self.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
             self.counters.events.toa_inserted += 1;
+        }
+        if held.is_some() {
+            self.counters.events.synproxy_held_sent += 1;
         }
         egress(b, nh.l3, &hop, A::ETHERTYPE)
     }

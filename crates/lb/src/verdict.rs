@@ -117,8 +117,12 @@ drop_reasons! {
     /// a SYN cookie this LB issued in the last two minutes (a forged or stale ACK).
     BadSyncookie = "bad_syncookie",
     /// A segment of a SYN-proxied connection while the backend has not answered the proxy's
-    /// SYN yet (the client retransmits it).
+    /// SYN yet, other than the first data segment (the client retransmits it).
     SynproxyPending = "synproxy_pending",
+    /// The first data segment of a SYN-proxied connection while the backend has not answered:
+    /// not lost, its copy goes to the backend with the ACK that completes the handshake (only
+    /// the buffer is freed; `synproxy_held` counts them too).
+    SynproxyHeld = "synproxy_held",
 }
 
 impl From<vectorlb_packet::Error> for DropReason {
@@ -190,6 +194,10 @@ counter_set! {
         syncookies_valid,
         /// SYN-proxied connections spliced: the backend answered and the two halves joined.
         synproxy_spliced,
+        /// Client data segments held while their backend handshake was pending.
+        synproxy_held,
+        /// Held segments delivered with the ACK that completed the backend's handshake.
+        synproxy_held_sent,
     }
 }
 

@@ -142,11 +142,12 @@ fn connection(f: &Fam, mode: Mode) {
     assert_eq!(syn.opts.ts.map(|t| (t.0, t.1)), Some((101, 0)));
     assert_eq!(lb.worker.table.half_open(), 1);
     assert_eq!(lb.worker.counters.events.syncookies_valid, 1);
-    // Data the client sends meanwhile is dropped (it retransmits).
-    lb.expect_drop(
-        &from_client(ACK | PSH).seq(1001).ack(cookie.wrapping_add(1)).payload(b"early").build(),
-        DropReason::SynproxyPending,
-    );
+    // The client's first data meanwhile is held for the backend; more is dropped (the client
+    // retransmits it).
+    let early = from_client(ACK | PSH).seq(1001).ack(cookie.wrapping_add(1)).tcp_options(&ts(102, our_ts)).payload(b"GET /");
+    lb.expect_drop(&early.clone().build(), DropReason::SynproxyHeld);
+    lb.expect_drop(&early.build(), DropReason::SynproxyPending);
+    lb.expect_drop(&from_client(ACK | PSH).seq(1006).ack(cookie.wrapping_add(1)).payload(b"more").build(), DropReason::SynproxyPending);
     // 3. The backend answers: the LB completes its handshake; the client sees nothing.
     let from_backend = |fl: u8| Builder::tcp(&be, &syn.src, fl).macs(be_mac(1), INT_MAC);
     let mut bopts = MSS_1460.to_vec();
@@ -155,8 +156,11 @@ fn connection(f: &Fam, mode: Mode) {
     bopts.extend_from_slice(&[1, 3, 3, 5]);
     let ack = tx(&mut lb, from_backend(SYN | ACK).seq(5000).ack(1001).tcp_options(&bopts), 1);
     assert_eq!((ack.src.as_str(), ack.dst.as_str()), (syn.src.as_str(), be.as_str()));
-    assert_eq!((ack.flags, ack.seq, ack.ack, ack.win), (ACK, 1001, 5001, 502));
-    assert_eq!(ack.opts.ts.map(|t| (t.0, t.1)), Some((101, 7000)));
+    // The ACK completing the backend's handshake carries the held data.
+    assert_eq!((ack.flags, ack.seq, ack.ack, ack.win), (ACK | PSH, 1001, 5001, 502));
+    assert_eq!(ack.payload, b"GET /");
+    assert_eq!(ack.opts.ts.map(|t| (t.0, t.1)), Some((102, 7000)));
+    assert_eq!((lb.worker.counters.events.synproxy_held, lb.worker.counters.events.synproxy_held_sent), (1, 1));
     assert_eq!(session_state(&lb, f.v6), ["established"]);
     assert_eq!(lb.worker.table.half_open(), 0);
     assert_eq!(lb.worker.counters.events.synproxy_spliced, 1);

@@ -79,6 +79,10 @@ fn run_mode(prefix: &str, mode: &str) {
     let (sent, valid, spliced) = (n("syncookies_sent"), n("syncookies_valid"), n("synproxy_spliced"));
     assert!(sent >= 400 && valid >= 400 && spliced >= 400, "{mode}: {ev}");
     assert_eq!(st["drops"]["bad_syncookie"], 0, "{mode}: {st}");
+    // Requests sent before the backend answered were held and delivered, not retransmitted.
+    let (held, pending) = (n("synproxy_held_sent"), st["drops"]["synproxy_pending"].as_u64().unwrap());
+    eprintln!("{mode}: held and delivered {held}, dropped while pending {pending}");
+    assert!(held > 0 && pending * 10 < spliced, "{mode}: {st}");
     // 1 % of the packets reaching the client are lost: SACK blocks and timestamps come back
     // through the translation, and the file arrives whole.
     let nft = |rules: &str| {
