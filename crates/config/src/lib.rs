@@ -169,6 +169,9 @@ pub struct Engine {
     pub local_port_min: u16,
     pub local_port_max: u16,
     pub sweep_budget: u32,
+    /// The share of a core's sessions and local ports that half-open TCP sessions may hold,
+    /// in thousandths (`half_open_share` in the file).
+    pub half_open_permille: u16,
 }
 
 /// Settings of the daemon (`vectorlb run`): threads, DPDK, the API.
@@ -335,6 +338,8 @@ struct RawGlobal {
     local_port_max: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sweep_budget: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    half_open_share: Option<f64>,
 }
 
 #[derive(Deserialize, Serialize, Default, Clone, Copy)]
@@ -1055,6 +1060,11 @@ impl Config {
                 local_port_min,
                 local_port_max,
                 sweep_budget: g.sweep_budget.unwrap_or(64).max(1),
+                half_open_permille: match g.half_open_share {
+                    None => vectorlb_lb::pipeline::DEFAULT_HALF_OPEN_PERMILLE,
+                    Some(x) if (0.001..=1.0).contains(&x) => (x * 1000.0).round() as u16,
+                    Some(x) => bail!("global.half_open_share: {x} is not between 0.001 and 1"),
+                },
             },
             spec,
             runtime,
@@ -1099,6 +1109,7 @@ impl Config {
                 local_port_min: Some(e.local_port_min),
                 local_port_max: Some(e.local_port_max),
                 sweep_budget: Some(e.sweep_budget),
+                half_open_share: Some(e.half_open_permille as f64 / 1000.0),
             },
             runtime: RawRuntime {
                 workers: Some(r.workers),
@@ -1276,6 +1287,7 @@ impl Config {
         w.table.port_min = self.engine.local_port_min;
         w.table.port_max = self.engine.local_port_max;
         w.table.sweep_budget = self.engine.sweep_budget;
+        w.half_open_permille = self.engine.half_open_permille;
         w
     }
 }

@@ -110,16 +110,36 @@ fn ipv4_header_ok(h: &[u8]) -> bool {
     }
 }
 
+/// The share of a core's sessions and local ports half-open TCP sessions may hold by default,
+/// in thousandths.
+pub const DEFAULT_HALF_OPEN_PERMILLE: u16 = 250;
+/// Records examined for a half-open session to evict when the budget is spent.
+const EVICT_SCAN: u32 = 64;
+/// The shortest a half-open session's timeout becomes under pressure (ms).
+const MIN_SYN_TIMEOUT: u32 = 1_000;
+
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     pub table: TableConfig,
     /// Largest batch `process` accepts in one call.
     pub batch: usize,
+    /// The half-open budget: the share (thousandths) of the table and of this core's local
+    /// ports that sessions still in their handshake may hold.
+    pub half_open_permille: u16,
 }
 
 impl WorkerConfig {
     pub fn new(max_sessions: u32) -> Self {
-        WorkerConfig { table: TableConfig::new(max_sessions), batch: DEFAULT_BATCH }
+        WorkerConfig { table: TableConfig::new(max_sessions), batch: DEFAULT_BATCH, half_open_permille: DEFAULT_HALF_OPEN_PERMILLE }
+    }
+
+    /// The most half-open sessions one core holds: the share of its table or of its local
+    /// ports (per local address), whichever is smaller.
+    pub fn half_open_limit(&self) -> u32 {
+        let t = &self.table;
+        let ports = ((t.port_max as u32 + 1).saturating_sub(t.port_min as u32)) >> t.core_shift;
+        let base = t.max_sessions.min(ports.max(1)) as u64;
+        ((base * self.half_open_permille as u64 / 1000) as u32).max(1)
     }
 }
 
@@ -145,12 +165,15 @@ pub struct Worker {
     pub(crate) cookie_key: [u64; 2],
     /// The SYN proxy's held client segments, by session.
     pub(crate) held: crate::hash::FxHashMap<u32, crate::synproxy::Held>,
+    /// The half-open budget ([`WorkerConfig::half_open_limit`]).
+    half_open_limit: u32,
 }
 
 impl Worker {
     pub fn new(control: Arc<Control>, cfg: WorkerConfig) -> std::io::Result<Worker> {
         let snap = control.snapshot();
         let batch = cfg.batch.max(1);
+        let half_open_limit = cfg.half_open_limit();
         Ok(Worker {
             snap,
             cookie_key: control.cookie_key,
@@ -168,6 +191,7 @@ impl Worker {
             icmp_refill: 0,
             ip_ident: 0,
             held: Default::default(),
+            half_open_limit,
         })
     }
 
@@ -516,7 +540,11 @@ impl Worker {
         } else {
             state::UDP
         };
-        let to = tcpstate::timeout(st, t);
+        let mut to = tcpstate::timeout(st, t);
+        if crate::session::half_open(st) {
+            to = self.syn_timeout(to);
+        }
+        let s = self.table.get_mut::<A>(r);
         let e = now.wrapping_add(to);
         if s.expire != e {
             s.expire = e;
@@ -630,6 +658,13 @@ impl Worker {
         Session<A>: Zeroable,
     {
         let st = if m.proto == proto::TCP { state::SYN_SENT } else { state::UDP };
+        let mut to = tcpstate::timeout(st, t);
+        if st == state::SYN_SENT {
+            if self.table.half_open() >= self.half_open_limit && !self.evict_half_open() {
+                return Err(DropReason::HalfOpenLimit);
+            }
+            to = self.syn_timeout(to);
+        }
         let s = Session {
             client,
             cport: m.sport,
@@ -637,7 +672,7 @@ impl Worker {
             backend,
             laddr: NO_LADDR,
             lport: 0,
-            expire: now.wrapping_add(tcpstate::timeout(st, t)),
+            expire: now.wrapping_add(to),
             state: st,
             flags,
         };
@@ -655,6 +690,35 @@ impl Worker {
             Err(InsertError::Full) => Err(DropReason::TableFull),
             Err(InsertError::NoPort) => Err(DropReason::NoLocalPort),
         }
+    }
+
+    /// A half-open session's timeout under the budget's pressure: the configured one while
+    /// half-open sessions fill at most half the budget, then shrinking in proportion to the room
+    /// left, to [`MIN_SYN_TIMEOUT`] (IPVS's defense modes shorten timeouts the same way).
+    #[inline(always)]
+    fn syn_timeout(&self, to: u32) -> u32 {
+        let (n, lim) = (self.table.half_open() as u64, self.half_open_limit as u64);
+        if 2 * n <= lim {
+            return to;
+        }
+        let room = lim.saturating_sub(n);
+        ((to as u64 * 2 * room / lim) as u32).clamp(MIN_SYN_TIMEOUT.min(to), to)
+    }
+
+    /// Makes room in a spent half-open budget: ends the first half-open session, not opened by
+    /// the SYN proxy, among the next [`EVICT_SCAN`] records of the sweep. Established sessions
+    /// are never touched.
+    #[cold]
+    fn evict_half_open(&mut self) -> bool {
+        let found = self.table.find_half_open(EVICT_SCAN, |s| s & flag::SYNPROXY == 0);
+        let Some(r) = found else { return false };
+        if r.is_v6() {
+            self.table.remove::<[u8; 16]>(r);
+        } else {
+            self.table.remove::<[u8; 4]>(r);
+        }
+        self.counters.events.half_open_evicted += 1;
+        true
     }
 
     #[inline(always)]

@@ -1021,6 +1021,28 @@ impl SessionTable {
         removed
     }
 
+    /// A half-open session among the next `scan` records of each family after the sweep's
+    /// position whose flags pass `ok` (the cursor moves on, so repeated calls spread).
+    pub fn find_half_open(&mut self, scan: u32, ok: impl Fn(u8) -> bool) -> Option<Ref> {
+        fn fam<A: Addr>(t: &mut SessionTable, scan: u32, ok: &impl Fn(u8) -> bool) -> Option<Ref>
+        where
+            Session<A>: Zeroable,
+        {
+            let arena = A::arena_mut(t);
+            let used = arena.next_unused;
+            for _ in 0..scan.min(used) {
+                let i = arena.sweep;
+                arena.sweep = if i + 1 >= used { 0 } else { i + 1 };
+                let s = &arena.recs.as_slice()[i as usize];
+                if half_open(s.state) && ok(s.flags) {
+                    return Some(Ref::new(i, A::V6, false));
+                }
+            }
+            None
+        }
+        fam::<[u8; 4]>(self, scan, &ok).or_else(|| fam::<[u8; 16]>(self, scan, &ok))
+    }
+
     /// Removes expired sessions among the next `budget` records of each family.
     pub fn sweep(&mut self, now: u32, budget: u32) -> u32 {
         self.sweep_family::<[u8; 4]>(now, budget) + self.sweep_family::<[u8; 16]>(now, budget)

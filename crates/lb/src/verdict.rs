@@ -95,6 +95,9 @@ drop_reasons! {
     TableFull = "session_table_full",
     /// Every full-NAT or SNAT local port of this core is in use.
     NoLocalPort = "no_local_port",
+    /// A new TCP connection while half-open sessions hold the core's whole half-open budget
+    /// (`global.half_open_share`) and none could be evicted.
+    HalfOpenLimit = "half_open_limit",
     /// The session's backend was removed from the configuration.
     BackendRemoved = "backend_removed",
     /// No route to the destination.
@@ -198,6 +201,8 @@ counter_set! {
         synproxy_held,
         /// Held segments delivered with the ACK that completed the backend's handshake.
         synproxy_held_sent,
+        /// Half-open sessions ended to make room for a new connection (the budget was spent).
+        half_open_evicted,
     }
 }
 

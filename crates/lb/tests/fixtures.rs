@@ -275,3 +275,43 @@ fn the_valid_flag_table_is_conntracks() {
         assert_eq!(vectorlb_lb::pipeline::tcp_flags_valid(f | 0xc0), valid.contains(&f));
     }
 }
+
+#[test]
+fn the_half_open_budget_bounds_a_syn_flood_and_never_touches_established_sessions() {
+    for v6 in [false, true] {
+        let f = Fam { v6 };
+        let mut spec = topology();
+        spec.services.push(service(&f, Mode::Fnat, proto::TCP, 80, &[(1, 8080, 1)]));
+        // 200 sessions: a budget of 50 half-open ones (the default quarter).
+        let mut lb = Lb::with_capacity(spec, 200);
+        let v = f.sock(f.vip(), 80);
+        let from = |p: u16, fl: u8| Builder::tcp(&f.sock(f.client(), p), &v, fl).macs(ROUTER_MAC, EXT_MAC).build();
+        // Ten connections complete their handshakes.
+        for p in 0..10u16 {
+            let (_, syn) = lb.run(&from(30000 + p, SYN));
+            let l4 = if v6 { 14 + 40 } else { 14 + 20 };
+            let lport = u16::from_be_bytes([syn[l4], syn[l4 + 1]]);
+            let back = Builder::tcp(&f.sock(&f.backend(1), 8080), &f.sock(f.laddr(), lport), SYN | ACK).macs(be_mac(1), INT_MAC).build();
+            assert_eq!(lb.run(&back).0, Verdict::Tx(0));
+            assert_eq!(lb.run(&from(30000 + p, ACK)).0, Verdict::Tx(1));
+        }
+        assert_eq!(lb.worker.table.half_open(), 0);
+        // A flood of 1,000 SYNs from other ports: the half-open sessions never pass the budget,
+        // each new SYN still gets through (an older half-open session makes room).
+        for p in 0..1000u16 {
+            assert_eq!(lb.run(&from(40000 + p, SYN)).0, Verdict::Tx(1), "SYN {p}");
+            assert!(lb.worker.table.half_open() <= 50);
+            lb.now += 1;
+        }
+        assert_eq!(lb.worker.table.half_open(), 50);
+        assert_eq!(lb.worker.counters.events.half_open_evicted, 950);
+        assert_eq!(lb.worker.table.len(), 60, "the ten established sessions stay");
+        for p in 0..10u16 {
+            assert_eq!(lb.run(&from(30000 + p, ACK | PSH)).0, Verdict::Tx(1), "established flow {p} still forwarded");
+        }
+        // Under pressure the handshake timeout shrinks from 30 s to the 1 s floor: the flood's
+        // sessions are gone 1 s after it stops, the established ones are not.
+        lb.worker.idle(lb.now + 1_001, 10_000);
+        assert_eq!((lb.worker.table.half_open(), lb.worker.table.len()), (0, 10));
+    }
+}
