@@ -72,6 +72,12 @@ impl Meta {
     }
 }
 
+/// What tells a record's session from a later one in the same record (client port, local port).
+#[inline(always)]
+fn fifo_stamp<A>(s: &Session<A>) -> u32 {
+    (s.cport as u32) << 16 | s.lport as u32
+}
+
 /// Whether a packet may create a session: any UDP datagram, a TCP SYN without ACK or RST.
 #[inline(always)]
 fn opens_flow(m: &Meta) -> bool {
@@ -167,6 +173,10 @@ pub struct Worker {
     pub(crate) held: crate::hash::FxHashMap<u32, crate::synproxy::Held>,
     /// The half-open budget ([`WorkerConfig::half_open_limit`]).
     half_open_limit: u32,
+    /// Sessions in the order they were opened in SYN_SENT (at most the budget's size): the
+    /// oldest half-open one is the first evicted, so a handshake that completes within the
+    /// time the flood takes to send a budget's worth of SYNs survives it.
+    half_open_fifo: std::collections::VecDeque<(u32, u32)>,
 }
 
 impl Worker {
@@ -192,6 +202,7 @@ impl Worker {
             ip_ident: 0,
             held: Default::default(),
             half_open_limit,
+            half_open_fifo: std::collections::VecDeque::new(),
         })
     }
 
@@ -631,7 +642,13 @@ impl Worker {
         let flags = if svc.spec.mode == Mode::Nat { flag::REVERSE } else { 0 };
         let laddrs: &[u16] = if svc.spec.mode == Mode::Fnat { &svc.laddrs } else { &[] };
         let backend = svc.backends[bi as usize];
-        let r = self.insert::<A>(m, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now)?;
+        let r = match self.insert::<A>(m, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now) {
+            // Half-open sessions hold the ports the search met: the oldest makes room.
+            Err(DropReason::NoLocalPort) if m.proto == proto::TCP && self.table.half_open() > 0 && self.evict_half_open() => {
+                self.insert::<A>(m, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now)?
+            }
+            r => r?,
+        };
         self.svc_counters(svc.id).new_sessions += 1;
         if let Some(c) = self.counters.backends.get_mut(backend_slot(backend) as usize) {
             c.new_sessions += 1;
@@ -681,6 +698,13 @@ impl Worker {
         }
         match self.table.insert(s, laddrs, &mut self.cursors[cursor]) {
             Ok(r) => {
+                if st == state::SYN_SENT {
+                    if self.half_open_fifo.len() >= self.half_open_limit as usize {
+                        self.half_open_fifo.pop_front();
+                    }
+                    let stamp = fifo_stamp(self.table.get::<A>(r));
+                    self.half_open_fifo.push_back((r.raw_key(), stamp));
+                }
                 self.counters.events.sessions_created += 1;
                 if self.sync_on {
                     self.changed.push(r);
@@ -705,12 +729,33 @@ impl Worker {
         ((to as u64 * 2 * room / lim) as u32).clamp(MIN_SYN_TIMEOUT.min(to), to)
     }
 
-    /// Makes room in a spent half-open budget: ends the first half-open session, not opened by
-    /// the SYN proxy, among the next [`EVICT_SCAN`] records of the sweep. Established sessions
-    /// are never touched.
+    /// Makes room in a spent half-open budget: ends the oldest session still waiting for the
+    /// backend's SYN-ACK (SYN_SENT), not opened by the SYN proxy, looking at most
+    /// [`EVICT_SCAN`] entries into the order of opening, then as many records of the sweep.
+    /// Such a client has had no answer and retransmits its SYN. Sessions the backend answered
+    /// (SYN_RECV: the client may already think itself connected) and established ones are
+    /// never evicted; they leave by their (shrunken) timeouts.
     #[cold]
     fn evict_half_open(&mut self) -> bool {
-        let found = self.table.find_half_open(EVICT_SCAN, |s| s & flag::SYNPROXY == 0);
+        let mut found = None;
+        for _ in 0..EVICT_SCAN {
+            let Some((k, stamp)) = self.half_open_fifo.pop_front() else { break };
+            let Some(r) = Ref::from_key(k) else { continue };
+            let (st, fl, now_stamp) = if r.is_v6() {
+                let s = self.table.get::<[u8; 16]>(r);
+                (s.state, s.flags, fifo_stamp(s))
+            } else {
+                let s = self.table.get::<[u8; 4]>(r);
+                (s.state, s.flags, fifo_stamp(s))
+            };
+            // The record may have ended and been reused since: then it is not this entry's.
+            if st == state::SYN_SENT && fl & flag::SYNPROXY == 0 && now_stamp == stamp {
+                found = Some(r);
+                break;
+            }
+        }
+        // Sessions the order does not hold (synchronised ones): the sweep finds them.
+        let found = found.or_else(|| self.table.find_half_open(EVICT_SCAN, |st, fl| st == state::SYN_SENT && fl & flag::SYNPROXY == 0));
         let Some(r) = found else { return false };
         if r.is_v6() {
             self.table.remove::<[u8; 16]>(r);

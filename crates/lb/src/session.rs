@@ -245,6 +245,11 @@ impl Ref {
     pub fn raw_key(self) -> u32 {
         self.0 & !Self::REV
     }
+    /// The reference [`Ref::raw_key`] gave.
+    #[inline(always)]
+    pub fn from_key(k: u32) -> Option<Ref> {
+        Ref::from_raw(k & !Self::REV)
+    }
     #[inline(always)]
     fn from_raw(v: u32) -> Option<Ref> {
         if v == 0 {
@@ -1022,9 +1027,9 @@ impl SessionTable {
     }
 
     /// A half-open session among the next `scan` records of each family after the sweep's
-    /// position whose flags pass `ok` (the cursor moves on, so repeated calls spread).
-    pub fn find_half_open(&mut self, scan: u32, ok: impl Fn(u8) -> bool) -> Option<Ref> {
-        fn fam<A: Addr>(t: &mut SessionTable, scan: u32, ok: &impl Fn(u8) -> bool) -> Option<Ref>
+    /// position whose state and flags pass `ok` (the cursor moves on, so repeated calls spread).
+    pub fn find_half_open(&mut self, scan: u32, ok: impl Fn(u8, u8) -> bool) -> Option<Ref> {
+        fn fam<A: Addr>(t: &mut SessionTable, scan: u32, ok: &impl Fn(u8, u8) -> bool) -> Option<Ref>
         where
             Session<A>: Zeroable,
         {
@@ -1034,7 +1039,7 @@ impl SessionTable {
                 let i = arena.sweep;
                 arena.sweep = if i + 1 >= used { 0 } else { i + 1 };
                 let s = &arena.recs.as_slice()[i as usize];
-                if half_open(s.state) && ok(s.flags) {
+                if half_open(s.state) && ok(s.state, s.flags) {
                     return Some(Ref::new(i, A::V6, false));
                 }
             }

@@ -60,6 +60,9 @@ pub struct GenArgs {
     pub rate: u64,
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
+    /// Stop after this many packets (0: no limit; `--seconds` still bounds the run).
+    #[arg(long, default_value_t = 0)]
+    pub count: u64,
     /// A SYN flood: every packet a TCP SYN from a pseudo-random address of `--flood-src` and a
     /// pseudo-random port, with a pseudo-random sequence number (as `hping3 -S --rand-source`,
     /// at the port's rate). Implies `--proto tcp`; `--flows` and `--src-ip` are not used.
@@ -289,7 +292,10 @@ impl Gen {
         let late_cap = (rate / 5000).max(a.burst as u64);
         loop {
             let now = Instant::now();
-            if now >= end && drain_until.is_none() {
+            let done = a.count > 0 && t.sent >= a.count;
+            if (now >= end || done) && drain_until.is_none() {
+                // Rates are over the time spent sending.
+                t.seconds = now.duration_since(start).as_secs_f64().max(1e-9);
                 drain_until = Some(now + Duration::from_millis(300));
             }
             if drain_until.is_some_and(|d| now >= d) {
@@ -307,6 +313,7 @@ impl Gen {
                 } else {
                     due
                 };
+                let due = if a.count > 0 { due.min(a.count) } else { due };
                 let n = due.saturating_sub(t.sent).min(a.burst as u64) as usize;
                 let ts = start.elapsed().as_nanos() as u64;
                 for _ in 0..n {
