@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the in-memory benchmarks behind docs/benchmarks.md: every mode x family x protocol at
-# 1M sessions, the 10M-session figures, and connections per second. JSON lines go to
+# 1M sessions, the 10M-session figures, connections per second and SYN floods. JSON lines go to
 # bench-results/core.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,5 +22,12 @@ done
 for fam in 4 6; do
     for mode in fnat nat; do
         run bench cps --mode $mode --family $fam --json
+    done
+done
+# SYN floods: cookies answered per second per core (proxy on) against sessions opened within the
+# half-open budget (proxy off), in the same run.
+for fam in 4 6; do
+    for sp in on off; do
+        run bench synflood --mode fnat --family $fam --synproxy $sp --seconds 3 --json
     done
 done

@@ -11,6 +11,7 @@
 
 pub mod cps;
 pub mod pipeline;
+pub mod synflood;
 pub mod topo;
 
 /// Why a benchmark could not run.

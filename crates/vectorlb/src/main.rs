@@ -139,6 +139,18 @@ enum BenchCmd {
         #[command(flatten)]
         common: Common,
     },
+    /// A SYN flood through the pipeline: spoofed SYNs answered with SYN cookies (`--synproxy
+    /// on`) or each opening a session within the half-open budget (`off`).
+    Synflood {
+        #[arg(long, value_enum, default_value = "fnat")]
+        mode: ModeArg,
+        #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+        synproxy: String,
+        #[arg(long, default_value_t = 256)]
+        batch: usize,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Connections per second: complete TCP lifecycles through the pipeline.
     Cps {
         #[arg(long, value_enum, default_value = "fnat")]
@@ -306,6 +318,18 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 ..Default::default()
             };
             print(&vectorlb_bench::pipeline::run(&o)?, common.json)
+        }
+        Cmd::Bench(BenchCmd::Synflood { mode, synproxy, batch, common }) => {
+            let o = vectorlb_bench::synflood::Options {
+                mode: mode.into(),
+                v6: common.family == 6,
+                synproxy: synproxy == "on",
+                seconds: common.seconds,
+                rounds: common.rounds,
+                batch,
+                ..Default::default()
+            };
+            print(&vectorlb_bench::synflood::run(&o)?, common.json)
         }
         Cmd::Bench(BenchCmd::Cps { mode, concurrency, common }) => {
             let o = vectorlb_bench::cps::Options {
