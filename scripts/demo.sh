@@ -3,8 +3,10 @@
 # real HTTP requests through a full-NAT VIP; the spread across backends and the latency. Then
 # a pod on a memif port (the UDP echo example) behind a UDP service of the same VIP.
 # The status page (the API's GET /) is screenshotted in headless Chromium during the run.
+# A SYN flood at a SYN-proxied port with HTTP requests through it.
 # Everything it creates is removed on exit, Ctrl-C or failure (DEMO_HOLD=<seconds> keeps it up
 # that long at the end, to look around). Last lines:
+#   SYNPROXY OK cookies=<n> requests=<n> errors=0 sessions=<n>
 #   MEMIF OK datagrams=<n> lost=<n>
 #   DEMO OK requests=<n> errors=<n> backends=<n served>
 set -euo pipefail
@@ -80,6 +82,28 @@ backends = [
     { addr = "10.1.0.12", port = 8080 },
     { addr = "10.1.0.13", port = 8080 },
 ]
+
+# The same backends behind the SYN proxy: SYNs are answered with cookies, and a backend
+# connection opens only for a client that returns one.
+[[services]]
+vip = "10.0.0.100"
+port = 81
+proto = "tcp"
+mode = "fnat"
+scheduler = "maglev"
+synproxy = "on"
+local_addrs = ["10.1.0.200"]
+backends = [
+    { addr = "10.1.0.11", port = 8080 },
+    { addr = "10.1.0.12", port = 8080 },
+    { addr = "10.1.0.13", port = 8080 },
+]
+
+# Answers to the flood's spoofed sources leave toward the client's link (and die there).
+[[routes]]
+prefix = "198.18.0.0/15"
+via = "10.0.0.2"
+port = "ext"
 CONF
 } > "$DIR/lb.toml"
 export VECTORLB_API="unix:$DIR/api.sock"
@@ -112,6 +136,27 @@ if [ "${DEMO_WRK:-0}" -gt 0 ]; then
           "$BIN" ctl -Ln --stats | sed 's/^/# /'; } > "$WRK_OUT"
     fi
     grep -q "Socket errors" "$DIR/wrk.txt" && { echo "wrk reported socket errors" >&2; exit 1; }
+fi
+
+say "a SYN flood: 200,000 spoofed SYNs from 198.18.0.0/15 at the SYN-proxied port 81 while 500 HTTP requests go through it"
+ext_mac=$(ip netns exec "$P-lb" cat /sys/class/net/ext0/address)
+before=$("$BIN" ctl --raw GET /v1/stats | grep -o '"syncookies_sent": *[0-9]*' | grep -o '[0-9]*$')
+ip netns exec "$P-cl" "$TOOLS" gen --tx net_af_packet0,iface=cl0 --dst-mac "$ext_mac" --dst-ip 10.0.0.100 --dst-port 81 \
+    --syn-flood --count 200000 --seconds 20 --json > "$DIR/flood.json" 2>"$DIR/flood.err" &
+flood_pid=$!
+ip netns exec "$P-cl" "$TOOLS" probe http --url http://10.0.0.100:81/ --requests 500 --concurrency 8 --json > "$DIR/synproxy.json" || true
+wait "$flood_pid" || { echo "the generator failed:" >&2; cat "$DIR/flood.err" >&2; exit 1; }
+sleep 0.3
+after=$("$BIN" ctl --raw GET /v1/stats | grep -o '"syncookies_sent": *[0-9]*' | grep -o '[0-9]*$')
+sp_errors=$(grep -o '"errors":[0-9]*' "$DIR/synproxy.json" | head -1 | cut -d: -f2)
+sp_ok=$(grep -o '"ok":[0-9]*' "$DIR/synproxy.json" | head -1 | cut -d: -f2)
+sessions=$("$BIN" ctl --raw GET /v1/stats | grep -o '"sessions": *[0-9]*' | head -1 | grep -o '[0-9]*$')
+cookies=$((after - before))
+if [ "${sp_errors:-1}" = 0 ] && [ "${sp_ok:-0}" = 500 ] && [ "$cookies" -gt 100000 ]; then
+    echo "SYNPROXY OK cookies=$cookies requests=$sp_ok errors=0 sessions=$sessions (the flood stored none)"
+else
+    echo "SYNPROXY FAILED cookies=$cookies requests=${sp_ok:-?} errors=${sp_errors:-?}"; cat "$DIR/flood.json" "$DIR/synproxy.json"
+    exit 1
 fi
 
 say "vectorlb ctl -Ln --rate (per second over the last 10 s)"

@@ -61,6 +61,8 @@ fn run_mode(prefix: &str, mode: &str) {
     }
     std::thread::sleep(Duration::from_millis(800));
     t.start_lb(&config(&t, mode));
+    let svcs = t.get("/v1/services");
+    assert!(svcs.as_array().unwrap().iter().all(|s| s["synproxy"] == "on"), "{svcs}");
     for vip in [VIP4, VIP6] {
         let o = t.run("cl", &["curl", "-s", "-m", "5", &url(vip, 80, "/")]);
         let body = stdout(&o);

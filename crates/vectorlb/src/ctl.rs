@@ -75,6 +75,9 @@ pub struct CtlArgs {
     /// Insert the TOA option (tcp fnat).
     #[arg(long)]
     pub toa: bool,
+    /// SYN proxy of a new service: on, off, auto (tcp nat and fnat).
+    #[arg(long, value_parser = ["on", "off", "auto"])]
+    pub synproxy: Option<String>,
     /// Re-read the configuration file.
     #[arg(long)]
     pub reload: bool,
@@ -234,6 +237,9 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
         if a.toa {
             body["toa"] = json!(true);
         }
+        if let Some(p) = &a.synproxy {
+            body["synproxy"] = json!(p);
+        }
         ok(api, "POST", "/v1/services", Some(&body))?;
     } else if a.edit_service {
         let (path, ..) = svc_path(a)?;
@@ -344,6 +350,9 @@ fn list(api: &Api, cols: Columns) -> Result<(), CtlError> {
                 let mut flags = s["mode"].as_str().unwrap_or("").to_string();
                 if s["toa"].as_bool() == Some(true) {
                     flags.push_str(",toa");
+                }
+                if let Some(p) = s["synproxy"].as_str().filter(|p| *p != "off") {
+                    flags.push_str(&format!(",synproxy={p}"));
                 }
                 println!("{proto:<4} {vip} {} {flags}", s["scheduler"].as_str().unwrap_or("?"));
             }
