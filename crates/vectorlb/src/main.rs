@@ -36,6 +36,8 @@ enum LogFormat {
     Json,
 }
 
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the packets of a pcap through the load balancer offline; write what would leave.
