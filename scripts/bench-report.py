@@ -52,6 +52,8 @@ def chart(name, draw, title):
 core = lines("core.jsonl")
 pipe = [r for r in core if r["bench"] == "pipeline"]
 cps = [r for r in core if r["bench"] == "cps"]
+# SYN floods: from the last full run, or from a later run of their own (synflood.jsonl).
+synflood = lines("synflood.jsonl") or [r for r in core if r["bench"] == "synflood"]
 big = [r for r in pipe if r["sessions"] >= 10_000_000]
 mid = [r for r in pipe if r["sessions"] < 10_000_000]
 scaling = lines("scaling.jsonl")
@@ -340,6 +342,28 @@ if cps:
           f"{int(r['wall_connections_per_second']):,} | {r['ns_per_packet']} | "
           f"{', '.join(f'{int(x):,}' for x in r['cps_rounds'])} | {r['errors']} |")
     w("\nCommand: `vectorlb bench cps --mode M --family F --json`\n")
+
+if synflood:
+    w("### SYN floods\n")
+    sat = res("synflood-measured-at.txt")
+    if os.path.exists(sat) and lines("synflood.jsonl"):
+        scommit, sday = (open(sat).read().split() + ["?", "?"])[:2]
+        w(f"Measured {sday} at commit `{scommit}`, after the run above (`bench-results/synflood.jsonl`).\n")
+    w("`vectorlb bench synflood`: spoofed SYNs (random sources in 198.18.0.0/15 or 2001:db8:f::/48, "
+      "random ports and sequence numbers, a Linux SYN's options) at a full-NAT TCP service, 256 "
+      "per batch. With the SYN proxy on, every SYN is answered with a SYN cookie and nothing is "
+      "stored; off, every SYN opens a session (scheduling, local port) within the half-open budget "
+      "(a quarter of the 1 M-session table or of the 64,512 local ports, whichever is smaller), "
+      "the oldest waiting one evicted. Every verdict is checked (`errors`).\n")
+    w("| family | SYN proxy | SYNs/s (median) | ns/SYN | rounds | sessions left | evicted | errors |")
+    w("|---|---|---|---|---|---|---|---|")
+    for r in synflood:
+        w(f"| IPv{r['family']} | {r['synproxy']} | **{int(r['syns_per_second']):,}** | {r['ns_per_syn']} | "
+          f"{', '.join(f'{int(x):,}' for x in r['rounds'])} | {r['sessions_left']:,} | {r['half_open_evicted']:,} | {r['errors']} |")
+    w("\nCommand: `vectorlb bench synflood --mode fnat --family F --synproxy on|off --seconds 3 --json`. "
+      "Through the daemon (real kernels, AF_XDP ports, one worker sharing two cores with the generator, "
+      "nginx and the clients), `crates/testkit/tests/synproxy.rs` sends 1,000,000 spoofed SYNs while "
+      "wrk keep-alive connections and 2,000 new connections run; see the test for its figures.\n")
 
 if scaling:
     w("### Core scaling\n")

@@ -200,6 +200,8 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
     }
     let rss0 = resident_bytes().unwrap_or(0);
     let mut cfg = WorkerConfig::new(o.sessions as u32);
+    // TCP sessions are opened with SYNs alone: no half-open budget.
+    cfg.half_open_permille = 0;
     cfg.batch = batch;
     cfg.table.index_entries = (o.sessions as u32).saturating_mul(if o.mode == Mode::Nat { 2 } else { 1 });
     let mut w = Worker::new(control, cfg)?;

@@ -130,7 +130,7 @@ pub struct WorkerConfig {
     /// Largest batch `process` accepts in one call.
     pub batch: usize,
     /// The half-open budget: the share (thousandths) of the table and of this core's local
-    /// ports that sessions still in their handshake may hold.
+    /// ports that sessions still in their handshake may hold (0: no budget).
     pub half_open_permille: u16,
 }
 
@@ -140,8 +140,12 @@ impl WorkerConfig {
     }
 
     /// The most half-open sessions one core holds: the share of its table or of its local
-    /// ports (per local address), whichever is smaller.
+    /// ports (per local address), whichever is smaller; no bound with a share of 0 (the
+    /// benchmarks, which open their sessions with SYNs alone).
     pub fn half_open_limit(&self) -> u32 {
+        if self.half_open_permille == 0 {
+            return u32::MAX;
+        }
         let t = &self.table;
         let ports = ((t.port_max as u32 + 1).saturating_sub(t.port_min as u32)) >> t.core_shift;
         let base = t.max_sessions.min(ports.max(1)) as u64;
@@ -698,7 +702,7 @@ impl Worker {
         }
         match self.table.insert(s, laddrs, &mut self.cursors[cursor]) {
             Ok(r) => {
-                if st == state::SYN_SENT {
+                if st == state::SYN_SENT && self.half_open_limit != u32::MAX {
                     if self.half_open_fifo.len() >= self.half_open_limit as usize {
                         self.half_open_fifo.pop_front();
                     }
