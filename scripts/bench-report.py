@@ -362,7 +362,7 @@ if synflood:
           f"{', '.join(f'{int(x):,}' for x in r['rounds'])} | {r['sessions_left']:,} | {r['half_open_evicted']:,} | {r['errors']} |")
     w("\nCommand: `vectorlb bench synflood --mode fnat --family F --synproxy on|off --seconds 3 --json`. "
       "Through the daemon (real kernels, AF_XDP ports, one worker sharing two cores with the generator, "
-      "nginx and the clients), `crates/testkit/tests/synproxy.rs` sends 1,000,000 spoofed SYNs while "
+      "nginx and the clients), `crates/testkit/tests/hardening.rs` sends 1,000,000 spoofed SYNs while "
       "wrk keep-alive connections and 2,000 new connections run; see the test for its figures.\n")
 
 if scaling:

@@ -11,6 +11,7 @@
 //! snapshots are shared read-only. The DPDK runtime, `vectorlb replay` and the benchmarks all
 //! drive `Worker::process`.
 
+pub mod frag;
 pub mod hash;
 pub mod icmp;
 pub mod mem;

@@ -41,6 +41,8 @@ pub(crate) enum Kind {
     Snat,
     /// ICMP / ICMPv6 (echo, errors): the slow path.
     Icmp,
+    /// An IP fragment: the slow path (`frag.rs`).
+    Frag,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -177,6 +179,11 @@ pub struct Worker {
     pub(crate) held: crate::hash::FxHashMap<u32, crate::synproxy::Held>,
     /// The half-open budget ([`WorkerConfig::half_open_limit`]).
     half_open_limit: u32,
+    /// What the first fragments of datagrams became, for their later fragments (`frag.rs`).
+    pub(crate) frags: crate::hash::FxHashMap<crate::frag::FragKey, crate::frag::FragOut>,
+    /// A first fragment is being forwarded (no TOA, no held data: the rest of the datagram is
+    /// elsewhere).
+    pub(crate) in_fragment: bool,
     /// Sessions in the order they were opened in SYN_SENT (at most the budget's size): the
     /// oldest half-open one is the first evicted, so a handshake that completes within the
     /// time the flood takes to send a budget's worth of SYNs survives it.
@@ -207,6 +214,8 @@ impl Worker {
             held: Default::default(),
             half_open_limit,
             half_open_fifo: std::collections::VecDeque::new(),
+            frags: Default::default(),
+            in_fragment: false,
         })
     }
 
@@ -408,7 +417,7 @@ impl Worker {
     }
 
     #[inline(always)]
-    fn classify_fam<'a, A: Fam>(
+    pub(crate) fn classify_fam<'a, A: Fam>(
         &self,
         snap: &'a Snapshot,
         d: &[u8],
@@ -426,7 +435,13 @@ impl Worker {
         let dkey = dst.key();
         let own = snap.dst_memo(dkey, memo);
         if frag != Frag::None {
-            return Some(if own.is_some() { Verdict::Drop(DropReason::Fragment) } else { Verdict::Kernel });
+            // Fragments of the LB's flows (to its addresses, or replies through it) take the
+            // slow path; others go to the host unless a first fragment was seen.
+            if own.is_some() || frag == Frag::First || !self.frags.is_empty() {
+                m.kind = Kind::Frag;
+                return None;
+            }
+            return Some(Verdict::Kernel);
         }
         match m.proto {
             proto::TCP | proto::UDP => {}
@@ -486,7 +501,7 @@ impl Worker {
         Some(Verdict::Kernel)
     }
 
-    fn act<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    pub(crate) fn act<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {
@@ -496,6 +511,7 @@ impl Worker {
             Kind::NatReply => self.nat_reply::<A, B>(snap, b, m, now),
             Kind::Snat => self.snat_out::<A, B>(snap, b, m, now),
             Kind::Icmp => self.icmp::<A, B>(snap, b, m, now),
+            Kind::Frag => self.fragment::<A, B>(snap, b, m, now),
             Kind::Done => Verdict::Kernel,
         }
     }
@@ -911,6 +927,7 @@ impl Worker {
                 if mode == Mode::Fnat
                     && svc.spec.toa
                     && m.proto == proto::TCP
+                    && !self.in_fragment
                     && s.flags & flag::TOA_DONE == 0
                     && old == state::SYN_RECV
                     && s.state == state::ESTABLISHED

@@ -504,7 +504,7 @@ impl Worker {
             return DropReason::Malformed;
         };
         let t = &d[h.l4..h.end];
-        if t.len() == doff || m.tcp_flags & (tf::SYN | tf::FIN) != 0 || self.held.contains_key(&r.raw_key()) {
+        if t.len() == doff || m.tcp_flags & (tf::SYN | tf::FIN) != 0 || self.in_fragment || self.held.contains_key(&r.raw_key()) {
             return DropReason::SynproxyPending;
         }
         if self.held.len() >= MAX_HELD {

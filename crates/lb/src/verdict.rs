@@ -78,8 +78,12 @@ drop_reasons! {
     Malformed = "malformed",
     /// The IPv4 header checksum is wrong.
     BadChecksum = "bad_checksum",
-    /// A fragment addressed to a VIP or local address (the LB does not reassemble).
+    /// A fragment addressed to the LB that belongs to none of its flows (an ICMP echo in
+    /// fragments, a protocol the VIP does not serve); the LB does not reassemble.
     Fragment = "fragment",
+    /// A later fragment to the LB whose datagram's first fragment this core has not seen
+    /// (lost, reordered, or older than the fragment table's 2 s).
+    FragmentNoFirst = "fragment_no_first",
     /// TTL or hop limit would reach zero (an ICMP time-exceeded is sent when the rate allows).
     TtlExceeded = "ttl_exceeded",
     /// A TCP segment to a VIP or local address whose flags no TCP sends (SYN+FIN, SYN+RST,
@@ -203,6 +207,11 @@ counter_set! {
         synproxy_held_sent,
         /// Half-open sessions ended to make room for a new connection (the budget was spent).
         half_open_evicted,
+        /// Later fragments forwarded as their datagram's first fragment was.
+        fragments_forwarded,
+        /// First fragments forwarded while the fragment table was full (their later
+        /// fragments are then dropped).
+        fragments_untracked,
     }
 }
 

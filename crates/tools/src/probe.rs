@@ -28,6 +28,9 @@ pub enum ProbeCmd {
         listen: SocketAddr,
         #[arg(long)]
         name: String,
+        /// Echo the whole datagram (default: its first 64 bytes).
+        #[arg(long)]
+        full: bool,
     },
     /// A TCP echo server: sends its name and a newline, then echoes until EOF.
     ServeTcp {
@@ -129,6 +132,10 @@ pub struct UdpArgs {
     /// Set "don't fragment" and report the path MTU the kernel learnt.
     #[arg(long)]
     pub df: bool,
+    /// Check that each answer carries the whole datagram sent (a `serve-udp --full` server):
+    /// answers that differ count as `corrupt`.
+    #[arg(long)]
+    pub verify: bool,
 }
 
 #[derive(Args, Debug)]
@@ -165,7 +172,7 @@ pub struct GarbageArgs {
 pub fn run(cmd: &ProbeCmd) -> Result<(), ToolError> {
     match cmd {
         ProbeCmd::Http(a) => http(a),
-        ProbeCmd::ServeUdp { listen, name } => serve_udp(*listen, name),
+        ProbeCmd::ServeUdp { listen, name, full } => serve_udp(*listen, name, *full),
         ProbeCmd::ServeTcp { listen, name, idle_timeout_s } => serve_tcp(*listen, name, *idle_timeout_s),
         ProbeCmd::Udp(a) => udp(a),
         ProbeCmd::Tcp(a) => tcp(a),
@@ -308,7 +315,7 @@ fn http(a: &HttpArgs) -> Result<(), ToolError> {
     Ok(())
 }
 
-fn serve_udp(listen: SocketAddr, name: &str) -> Result<(), ToolError> {
+fn serve_udp(listen: SocketAddr, name: &str, full: bool) -> Result<(), ToolError> {
     let s = UdpSocket::bind(listen).map_err(io(format!("--listen {listen}")))?;
     let mut buf = vec![0u8; 65536];
     loop {
@@ -316,7 +323,7 @@ fn serve_udp(listen: SocketAddr, name: &str) -> Result<(), ToolError> {
         let mut out = Vec::with_capacity(n + name.len() + 1);
         out.extend_from_slice(name.as_bytes());
         out.push(b' ');
-        out.extend_from_slice(&buf[..n.min(64)]);
+        out.extend_from_slice(&buf[..if full { n } else { n.min(64) }]);
         let _ = s.send_to(&out, from);
     }
 }
@@ -373,7 +380,7 @@ fn udp(a: &UdpArgs) -> Result<(), ToolError> {
     let v6 = a.target.is_ipv6();
     let bind: SocketAddr = if v6 { "[::]:0".parse().unwrap() } else { "0.0.0.0:0".parse().unwrap() };
     let mut spread: BTreeMap<String, usize> = BTreeMap::new();
-    let (mut sent, mut received, mut switched, mut too_big, mut refused) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    let (mut sent, mut received, mut switched, mut too_big, mut refused, mut corrupt) = (0usize, 0usize, 0usize, 0usize, 0usize, 0usize);
     let mut mtu = None;
     let mut buf = vec![0u8; 65536];
     for f in 0..a.flows {
@@ -386,7 +393,13 @@ fn udp(a: &UdpArgs) -> Result<(), ToolError> {
         let mut first: Option<String> = None;
         for k in 0..a.per_flow {
             let mut payload = format!("flow {f} seq {k} ").into_bytes();
-            payload.resize(a.size.max(payload.len()), b'x');
+            if a.verify {
+                // Bytes that differ from offset to offset, so a misplaced fragment shows.
+                let from = payload.len();
+                payload.extend((from..a.size).map(|i| (i * 7 % 251) as u8));
+            } else {
+                payload.resize(a.size.max(payload.len()), b'x');
+            }
             match s.send(&payload) {
                 Ok(_) => sent += 1,
                 Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
@@ -406,6 +419,9 @@ fn udp(a: &UdpArgs) -> Result<(), ToolError> {
             if let Ok(n) = r {
                 received += 1;
                 let name = String::from_utf8_lossy(&buf[..n]).split(' ').next().unwrap_or("").to_string();
+                if a.verify && buf[..n].get(name.len() + 1..) != Some(&payload[..]) {
+                    corrupt += 1;
+                }
                 match &first {
                     None => first = Some(name.clone()),
                     Some(x) if *x != name => switched += 1,
@@ -422,7 +438,7 @@ fn udp(a: &UdpArgs) -> Result<(), ToolError> {
     println!(
         "{}",
         json!({ "sent": sent, "received": received, "lost": sent - received - refused, "refused": refused, "flows": a.flows,
-                 "flows_switched": switched, "backends": spread, "too_big": too_big, "path_mtu": mtu })
+                 "flows_switched": switched, "backends": spread, "too_big": too_big, "path_mtu": mtu, "corrupt": corrupt })
     );
     Ok(())
 }

@@ -45,6 +45,8 @@ from scapy.all import (
     IPv6ExtHdrFragment,
     PadN,
     Raw,
+    fragment,
+    fragment6,
     wrpcap,
     rdpcap,
 )
@@ -846,6 +848,59 @@ def checksum_edge_cases():
 
 # 4. Inputs the pipeline refuses, by name, and frames it leaves to the kernel.
 
+def fragment_cases():
+    """A 3,000-byte UDP datagram in fragments, each way, through NAT and full NAT: the first
+    fragment is translated like a whole datagram (ports, the L4 checksum of the whole), the later
+    ones as their first one went (addresses, TTL); a later fragment before its first is dropped.
+    Expected frames: scapy fragments the translated datagram at the same size."""
+    payload = bytes(range(256)) * 11 + bytes(184)  # 3,000 bytes
+    for f, mode in ((V4, "nat"), (V4, "fnat"), (V6, "nat"), (V6, "fnat")):
+        c = Case(
+            "fragments_%s_%s" % (mode, fam_name(f)),
+            "a 3,000-byte UDP datagram in three fragments, to the VIP and back, through %s; then "
+            "a later fragment of another datagram, whose first one never came" % mode,
+            mode=mode,
+            family=f.n,
+            proto="udp",
+        )
+        be = f.backend(1)
+        src_out, sport_out = (f.laddr, FIRST_LPORT) if mode == "fnat" else (f.client, 40000)
+
+        def frags(pkt, ident):
+            if f.v6:
+                whole = pkt[IPv6]
+                whole = IPv6(src=whole.src, dst=whole.dst, hlim=whole.hlim) / IPv6ExtHdrFragment(id=ident) / whole.payload
+                return fragment6(whole, 1280)
+            return fragment(pkt, fragsize=1480)
+
+        def datagram(src, dst, sport, dport, ttl, ident):
+            if f.v6:
+                return IPv6(src=src, dst=dst, hlim=ttl) / UDP(sport=sport, dport=dport) / Raw(payload)
+            return IP(src=src, dst=dst, ttl=ttl, id=ident, flags=0) / UDP(sport=sport, dport=dport) / Raw(payload)
+
+        ins = frags(datagram(f.client, f.vip, 40000, 53, 64, CLIENT_ID), 0x1111)
+        outs = frags(datagram(src_out, be, sport_out, 8080, 63, CLIENT_ID), 0x1111)
+        assert len(ins) == len(outs) == 3
+        for k, (i, o) in enumerate(zip(ins, outs)):
+            c.step("to the VIP, fragment %d" % (k + 1), to_lb(f) / i, "tx:1", to_backend(1) / o)
+        back_in = frags(datagram(be, src_out, 8080, sport_out, 64, BACKEND_ID), 0x2222)
+        back_out = frags(datagram(f.vip, f.client, 53, 40000, 63, BACKEND_ID), 0x2222)
+        for k, (i, o) in enumerate(zip(back_in, back_out)):
+            c.step("the answer, fragment %d" % (k + 1), from_backend(1) / i, "tx:0", from_lb_ext() / o)
+        other = frags(datagram(f.client, f.vip, 40001, 53, 64, CLIENT_ID + 1), 0x3333)
+        c.step("a later fragment without its first", to_lb(f) / other[1], "drop:fragment_no_first")
+        c.expect(sessions=1, fragments_forwarded=4, drop__fragment_no_first=1)
+    c = Case(
+        "drop_fragment_icmp_echo_v4",
+        "a fragmented ICMP echo to the VIP: the LB does not reassemble, and no flow of its has it",
+        mode="nat",
+        proto="udp",
+    )
+    echo = IP(src=V4.client, dst=V4.vip, id=CLIENT_ID, flags=0) / ICMP(type=8, id=7, seq=1) / Raw(bytes(2000))
+    c.step("the first fragment", to_lb(V4) / fragment(echo, fragsize=1480)[0], "drop:fragment")
+    c.expect(sessions=0, drop__fragment=1)
+
+
 def drop_cases():
     f = V4
     good = to_lb(f) / ip_hdr(f, f.client, f.vip) / tcp(40000, 80, "S", seq=1000)
@@ -915,21 +970,6 @@ def drop_cases():
         proto="udp",
     )
     case(
-        "drop_fragment_v4",
-        "a first fragment (MF) to the VIP: the LB does not reassemble",
-        to_lb(f) / IP(src=f.client, dst=f.vip, id=CLIENT_ID, flags="MF") / udp(40000, 53) / Raw(b"query"),
-        "drop:fragment",
-        proto="udp",
-    )
-    case(
-        "drop_fragment_v6",
-        "an IPv6 first fragment (fragment header, M set) to the VIP",
-        to_lb(V6) / IPv6(src=V6.client, dst=V6.vip) / IPv6ExtHdrFragment(m=1, offset=0, id=0x1234) / udp(40000, 53) / Raw(b"query"),
-        "drop:fragment",
-        proto="udp",
-        family=6,
-    )
-    case(
         "drop_gre_to_vip",
         "GRE (protocol 47) to the VIP: not served",
         to_lb(f) / IP(src=f.client, dst=f.vip, id=CLIENT_ID, flags="DF", proto=47) / Raw(b"\x00" * 8),
@@ -977,6 +1017,7 @@ def main():
     feature_cases()
     toa_option_cases()
     checksum_edge_cases()
+    fragment_cases()
     drop_cases()
     os.makedirs(PCAP_DIR, exist_ok=True)
     wanted = set()

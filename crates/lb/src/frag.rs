@@ -1,0 +1,178 @@
+//! IP fragments of the LB's flows (IPv4 and IPv6, every mode, both directions).
+//!
+//! The LB does not reassemble. The **first fragment** carries the ports: it is classified and
+//! translated like an unfragmented packet of its flow (the L4 checksum, which covers the whole
+//! datagram, is updated incrementally, which stays right for the reassembled datagram), and what
+//! it became is remembered per core under (source, destination, protocol, identification):
+//! the new addresses, the tunnel header for `tun`, the Ethernet header and port it left on.
+//! **Later fragments** have no ports; they are found in that table and rewritten the same way
+//! (addresses, TTL, the outer header). The table is small (at most [`MAX_FRAGS`] datagrams per
+//! core) and short-lived ([`FRAG_TTL`]); a later fragment whose first one was not seen (lost,
+//! reordered, or never sent to this core) is dropped and counted (`fragment_no_first`) when
+//! it is addressed to the LB, and goes to the kernel otherwise.
+
+use crate::mem::Zeroable;
+use crate::pipeline::{Kind, Meta, Worker};
+use crate::rewrite::Fam;
+use crate::service::{Mode, Snapshot};
+use crate::session::{expired, Session};
+use crate::verdict::{DropReason, Verdict};
+use vectorlb_io::PacketBuf;
+use vectorlb_packet::checksum::adjust;
+use vectorlb_packet::{parse_frame, Frag};
+
+/// Datagrams remembered per core.
+pub const MAX_FRAGS: usize = 4096;
+/// How long a datagram's first fragment is remembered (ms).
+pub const FRAG_TTL: u32 = 2_000;
+
+/// A datagram: source, destination, protocol, identification.
+pub(crate) type FragKey = (u128, u128, u8, u32);
+
+/// What a datagram's first fragment became.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FragOut {
+    src: [u8; 16],
+    dst: [u8; 16],
+    /// The outer source and destination (`tun`).
+    tunnel: Option<([u8; 16], [u8; 16])>,
+    /// The Ethernet header it left with (14 or 18 bytes) and the port.
+    l2: [u8; 18],
+    l2_len: u8,
+    port: u16,
+    mtu: u16,
+    expire: u32,
+}
+
+impl Worker {
+    /// A fragment (of any flow): the first one through the usual path and remembered, a later
+    /// one as its first one went.
+    #[cold]
+    pub(crate) fn fragment<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let d = b.data();
+        let Ok(info) = parse_frame(d) else {
+            return Verdict::Drop(DropReason::Malformed);
+        };
+        let h = m.hdr();
+        let src = A::read(d, h.l3 + A::SRC);
+        let dst = A::read(d, h.l3 + A::DST);
+        let id = if A::V6 {
+            match vectorlb_packet::ipv6::Ipv6Packet::new_checked(&d[h.l3..]).ok().and_then(|p| p.upper().ok()).and_then(|u| u.fragment) {
+                Some(f) => f.ident,
+                None => return Verdict::Drop(DropReason::Malformed),
+            }
+        } else {
+            u16::from_be_bytes([d[h.l3 + 4], d[h.l3 + 5]]) as u32
+        };
+        let key: FragKey = (src.key(), dst.key(), m.proto, id);
+        let own = snap.dst_memo(dst.key(), &mut None).is_some();
+        if info.frag == Frag::Later {
+            return self.later_fragment::<A, B>(b, &h, &key, own, now);
+        }
+        // The first fragment: classified again as a whole packet (it has the ports), without
+        // the staged prefetching, and sent down the usual path.
+        let mut m2 = Meta { l3: m.l3, l4: m.l4, end: m.end, proto: m.proto, v6: m.v6, ..Meta::default() };
+        if let Some(v) = self.classify_fam::<A>(snap, d, Frag::None, &mut m2, &mut None) {
+            return v;
+        }
+        if !matches!(m2.kind, Kind::Forward | Kind::PortReply | Kind::NatReply | Kind::Snat) {
+            return if own { Verdict::Drop(DropReason::Fragment) } else { Verdict::Kernel };
+        }
+        m2.deep = true;
+        m2.cand = None;
+        let tun = m2.kind == Kind::Forward && snap.service(m2.id as u16).is_some_and(|s| s.spec.mode == Mode::Tun);
+        self.in_fragment = true;
+        let v = self.act::<A, B>(snap, b, &m2, now);
+        self.in_fragment = false;
+        if let Verdict::Tx(port) = v {
+            self.remember::<A>(b.data(), key, port, tun, now);
+        }
+        v
+    }
+
+    /// Records what the first fragment in `out` (as it leaves on `port`) became.
+    fn remember<A: Fam>(&mut self, out: &[u8], key: FragKey, port: u16, tun: bool, now: u32)
+    where
+        Session<A>: Zeroable,
+    {
+        let Ok(info) = parse_frame(out) else { return };
+        let l3 = info.l3;
+        if l3 > 18 {
+            return;
+        }
+        let a16 = |at: usize| {
+            let mut x = [0u8; 16];
+            x[..A::LEN].copy_from_slice(&out[at..at + A::LEN]);
+            x
+        };
+        let (src, dst, tunnel) = if tun {
+            let inner = l3 + A::HEADER;
+            (a16(inner + A::SRC), a16(inner + A::DST), Some((a16(l3 + A::SRC), a16(l3 + A::DST))))
+        } else {
+            (a16(l3 + A::SRC), a16(l3 + A::DST), None)
+        };
+        let mut l2 = [0u8; 18];
+        l2[..l3].copy_from_slice(&out[..l3]);
+        let mtu = self.snap.ports.get(port as usize).map_or(1500, |p| p.spec.mtu);
+        if self.frags.len() >= MAX_FRAGS {
+            self.frags.retain(|_, e| !expired(now, e.expire));
+            if self.frags.len() >= MAX_FRAGS {
+                self.counters.events.fragments_untracked += 1;
+                return;
+            }
+        }
+        self.frags.insert(key, FragOut { src, dst, tunnel, l2, l2_len: l3 as u8, port, mtu, expire: now.wrapping_add(FRAG_TTL) });
+    }
+
+    /// A later fragment: rewritten as its datagram's first fragment was.
+    fn later_fragment<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &crate::rewrite::Hdr, key: &FragKey, own: bool, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let Some(e) = self.frags.get(key).copied().filter(|e| !expired(now, e.expire)) else {
+            return if own { Verdict::Drop(DropReason::FragmentNoFirst) } else { Verdict::Kernel };
+        };
+        if h.ttl(b.data()) <= 1 {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        let over = if e.tunnel.is_some() { A::HEADER } else { 0 };
+        if h.ip_len() + over > e.mtu as usize {
+            return Verdict::Drop(DropReason::MtuExceeded);
+        }
+        let d = b.data_mut();
+        let ip = &mut d[h.l3..h.l3 + A::HEADER];
+        let (nsrc, ndst) = (A::from16(&e.src), A::from16(&e.dst));
+        if !A::V6 {
+            // Addresses and TTL, with the header checksum updated for what changed.
+            let mut c = u16::from_be_bytes([ip[10], ip[11]]);
+            c = adjust(c, &ip[A::SRC..A::SRC + 4], nsrc.bytes());
+            c = adjust(c, &ip[A::DST..A::DST + 4], ndst.bytes());
+            let ttl = [ip[8], ip[9]];
+            ip[8] = ip[8].wrapping_sub(1);
+            c = adjust(c, &ttl, &[ip[8], ip[9]]);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+        } else {
+            ip[7] = ip[7].wrapping_sub(1);
+        }
+        ip[A::SRC..A::SRC + A::LEN].copy_from_slice(nsrc.bytes());
+        ip[A::DST..A::DST + A::LEN].copy_from_slice(ndst.bytes());
+        if let Some((ts, td)) = e.tunnel {
+            if let Err(r) = self.encapsulate::<A, B>(b, h, &A::from16(&ts), &A::from16(&td)) {
+                return Verdict::Drop(r);
+            }
+        }
+        // The first fragment's Ethernet header, in front of the IP header.
+        let hl = e.l2_len as usize;
+        if h.l3 > hl {
+            b.adj(h.l3 - hl);
+        } else if h.l3 < hl && !b.prepend(hl - h.l3) {
+            return Verdict::Drop(DropReason::NoRoom);
+        }
+        b.data_mut()[..hl].copy_from_slice(&e.l2[..hl]);
+        self.counters.events.fragments_forwarded += 1;
+        Verdict::Tx(e.port)
+    }
+}
