@@ -19,7 +19,7 @@ use crate::session::{expired, Session};
 use crate::verdict::{DropReason, Verdict};
 use vectorlb_io::PacketBuf;
 use vectorlb_packet::checksum::adjust;
-use vectorlb_packet::{parse_frame, Frag};
+use vectorlb_packet::Frag;
 
 /// Datagrams remembered per core.
 pub const MAX_FRAGS: usize = 4096;
@@ -53,9 +53,6 @@ impl Worker {
         Session<A>: Zeroable,
     {
         let d = b.data();
-        let Ok(info) = parse_frame(d) else {
-            return Verdict::Drop(DropReason::Malformed);
-        };
         let h = m.hdr();
         let src = A::read(d, h.l3 + A::SRC);
         let dst = A::read(d, h.l3 + A::DST);
@@ -69,7 +66,7 @@ impl Worker {
         };
         let key: FragKey = (src.key(), dst.key(), m.proto, id);
         let own = snap.dst_memo(dst.key(), &mut None).is_some();
-        if info.frag == Frag::Later {
+        if m.kind == Kind::FragLater {
             return self.later_fragment::<A, B>(b, &h, &key, own, now);
         }
         // The first fragment: classified again as a whole packet (it has the ports), without
@@ -98,9 +95,9 @@ impl Worker {
     where
         Session<A>: Zeroable,
     {
-        let Ok(info) = parse_frame(out) else { return };
-        let l3 = info.l3;
-        if l3 > 18 {
+        // The Ethernet header egress wrote: 14 bytes, or 18 with a VLAN tag.
+        let l3 = if out.len() > 14 && out[12..14] == [0x81, 0x00] { 18 } else { 14 };
+        if out.len() < l3 + A::HEADER * if tun { 2 } else { 1 } {
             return;
         }
         let a16 = |at: usize| {

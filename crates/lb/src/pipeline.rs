@@ -41,8 +41,10 @@ pub(crate) enum Kind {
     Snat,
     /// ICMP / ICMPv6 (echo, errors): the slow path.
     Icmp,
-    /// An IP fragment: the slow path (`frag.rs`).
+    /// A first IP fragment (it has the ports): the slow path (`frag.rs`).
     Frag,
+    /// A later IP fragment.
+    FragLater,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -72,6 +74,20 @@ impl Meta {
     pub fn hdr(&self) -> Hdr {
         Hdr { l3: self.l3 as usize, l4: self.l4 as usize, end: self.end as usize, v6: self.v6, proto: self.proto }
     }
+}
+
+/// A half-open session's timeout under the budget's pressure (`n` half-open sessions of a
+/// budget of `lim`): the configured one while they fill at most half the budget, then shrinking
+/// in proportion to the room left, to [`MIN_SYN_TIMEOUT`] (IPVS's defense modes shorten
+/// timeouts the same way).
+#[inline(always)]
+fn syn_timeout(to: u32, n: u32, lim: u32) -> u32 {
+    let (n, lim) = (n as u64, lim as u64);
+    if 2 * n <= lim {
+        return to;
+    }
+    let room = lim.saturating_sub(n);
+    ((to as u64 * 2 * room / lim) as u32).clamp(MIN_SYN_TIMEOUT.min(to), to)
 }
 
 /// What tells a record's session from a later one in the same record (client port, local port).
@@ -438,7 +454,7 @@ impl Worker {
             // Fragments of the LB's flows (to its addresses, or replies through it) take the
             // slow path; others go to the host unless a first fragment was seen.
             if own.is_some() || frag == Frag::First || !self.frags.is_empty() {
-                m.kind = Kind::Frag;
+                m.kind = if frag == Frag::First { Kind::Frag } else { Kind::FragLater };
                 return None;
             }
             return Some(Verdict::Kernel);
@@ -511,7 +527,7 @@ impl Worker {
             Kind::NatReply => self.nat_reply::<A, B>(snap, b, m, now),
             Kind::Snat => self.snat_out::<A, B>(snap, b, m, now),
             Kind::Icmp => self.icmp::<A, B>(snap, b, m, now),
-            Kind::Frag => self.fragment::<A, B>(snap, b, m, now),
+            Kind::Frag | Kind::FragLater => self.fragment::<A, B>(snap, b, m, now),
             Kind::Done => Verdict::Kernel,
         }
     }
@@ -564,18 +580,23 @@ impl Worker {
     where
         Session<A>: Zeroable,
     {
+        if m.proto != proto::TCP {
+            // UDP sessions are created in state UDP and stay there: only the expiry moves.
+            let s = self.table.get_mut::<A>(r);
+            let e = now.wrapping_add(t.udp);
+            if s.expire != e {
+                s.expire = e;
+            }
+            return (s.state, t.udp == 0);
+        }
+        let (n, lim) = (self.table.half_open(), self.half_open_limit);
         let s = self.table.get_mut::<A>(r);
         let old = s.state;
-        let st = if m.proto == proto::TCP {
-            tcpstate::transition(old, &mut s.flags, m.tcp_flags, inbound, one_way)
-        } else {
-            state::UDP
-        };
+        let st = tcpstate::transition(old, &mut s.flags, m.tcp_flags, inbound, one_way);
         let mut to = tcpstate::timeout(st, t);
         if crate::session::half_open(st) {
-            to = self.syn_timeout(to);
+            to = syn_timeout(to, n, lim);
         }
-        let s = self.table.get_mut::<A>(r);
         let e = now.wrapping_add(to);
         if s.expire != e {
             s.expire = e;
@@ -637,7 +658,7 @@ impl Worker {
 
     /// Creates a session for a new flow, or says why not.
     #[inline]
-    fn create<A: Fam>(&mut self, svc: &Service, client: A, m: &Meta, now: u32) -> Result<Ref, DropReason>
+    pub(crate) fn create<A: Fam>(&mut self, svc: &Service, client: A, m: &Meta, now: u32) -> Result<Ref, DropReason>
     where
         Session<A>: Zeroable,
     {
@@ -700,7 +721,7 @@ impl Worker {
             if self.table.half_open() >= self.half_open_limit && !self.evict_half_open() {
                 return Err(DropReason::HalfOpenLimit);
             }
-            to = self.syn_timeout(to);
+            to = syn_timeout(to, self.table.half_open(), self.half_open_limit);
         }
         let s = Session {
             client,
@@ -739,15 +760,6 @@ impl Worker {
     /// A half-open session's timeout under the budget's pressure: the configured one while
     /// half-open sessions fill at most half the budget, then shrinking in proportion to the room
     /// left, to [`MIN_SYN_TIMEOUT`] (IPVS's defense modes shorten timeouts the same way).
-    #[inline(always)]
-    fn syn_timeout(&self, to: u32) -> u32 {
-        let (n, lim) = (self.table.half_open() as u64, self.half_open_limit as u64);
-        if 2 * n <= lim {
-            return to;
-        }
-        let room = lim.saturating_sub(n);
-        ((to as u64 * 2 * room / lim) as u32).clamp(MIN_SYN_TIMEOUT.min(to), to)
-    }
 
     /// Makes room in a spent half-open budget: ends the oldest session still waiting for the
     /// backend's SYN-ACK (SYN_SENT), not opened by the SYN proxy, looking at most
@@ -836,7 +848,6 @@ impl Worker {
             }
             found => found,
         };
-        let mut proxied = None;
         let r = match found {
             Some(r) => {
                 if self.table.get::<A>(r).flags & flag::SYNPROXY != 0 {
@@ -846,36 +857,12 @@ impl Worker {
                 }
                 r
             }
-            None if m.proto == proto::TCP && svc.spec.synproxy != SynProxy::Off => {
-                let f = m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST | tcp::flags::FIN);
-                if f == tcp::flags::SYN && crate::synproxy::engaged(svc.spec.synproxy, self.table.half_open()) {
-                    return self.syn_cookie::<A, B>(snap, b, m, now);
-                }
-                if f == tcp::flags::ACK {
-                    // The third packet of a handshake the proxy answered, or a stray.
-                    let Some(hs) = self.cookie_ack::<A>(b.data(), m, now) else {
-                        return Verdict::Drop(DropReason::BadSyncookie);
-                    };
-                    let syn = Meta { tcp_flags: tcp::flags::SYN, ..*m };
-                    let r = match self.create::<A>(svc, src, &syn, now) {
-                        Ok(r) => r,
-                        Err(DropReason::NoBackend) => return self.tcp_reset::<A, B>(snap, b, m),
-                        Err(e) => return Verdict::Drop(e),
-                    };
-                    let Some(m2) = self.cookie_to_syn::<A, B>(b, m, &hs, r) else {
-                        self.table.remove::<A>(r);
-                        return Verdict::Drop(DropReason::NoRoom);
-                    };
-                    proxied = Some(m2);
-                    r
-                } else {
-                    match self.create::<A>(svc, src, m, now) {
-                        Ok(r) => r,
-                        Err(DropReason::NoBackend) => return self.tcp_reset::<A, B>(snap, b, m),
-                        Err(e) => return Verdict::Drop(e),
-                    }
-                }
-            }
+            None if m.proto == proto::TCP && svc.spec.synproxy != SynProxy::Off => match self.synproxy_new::<A, B>(snap, svc, b, m, src, now) {
+                // The cookie ACK became a SYN: the rest of the path sees that packet.
+                Ok((r, Some(syn))) => return self.forward_on::<A, B>(snap, svc, b, &syn, r, &src, now),
+                Ok((r, None)) => r,
+                Err(v) => return v,
+            },
             None => match self.create::<A>(svc, src, m, now) {
                 Ok(r) => r,
                 // No backend takes new connections (all weights 0, or all down): a TCP client
@@ -884,8 +871,16 @@ impl Worker {
                 Err(e) => return Verdict::Drop(e),
             },
         };
-        // The cookie ACK became a SYN: the rest of the path sees that packet.
-        let m = proxied.as_ref().unwrap_or(m);
+        self.forward_on::<A, B>(snap, svc, b, m, r, &src, now)
+    }
+
+    /// The rest of [`Worker::forward`] once the packet has its session `r`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn forward_on<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, svc: &Service, b: &mut B, m: &Meta, r: Ref, src: &A, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
         let h = m.hdr();
         let mode = svc.spec.mode;
         let one_way = matches!(mode, Mode::Dr | Mode::Tun);

@@ -327,6 +327,51 @@ impl Worker {
         (20..=t.len()).contains(&doff).then_some(doff)
     }
 
+    /// A TCP segment without a session to a service with the proxy: a SYN answered with a
+    /// cookie (when the proxy is engaged), an ACK returning a valid cookie turned into the
+    /// backend's SYN (with the packet's new layout), anything else as without the proxy.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn synproxy_new<A: Fam, B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        svc: &Service,
+        b: &mut B,
+        m: &Meta,
+        src: A,
+        now: u32,
+    ) -> Result<(Ref, Option<Meta>), Verdict>
+    where
+        Session<A>: Zeroable,
+    {
+        let f = m.tcp_flags & (tf::SYN | tf::ACK | tf::RST | tf::FIN);
+        if f == tf::SYN && engaged(svc.spec.synproxy, self.table.half_open()) {
+            return Err(self.syn_cookie::<A, B>(snap, b, m, now));
+        }
+        if f != tf::ACK {
+            return match self.create::<A>(svc, src, m, now) {
+                Ok(r) => Ok((r, None)),
+                Err(DropReason::NoBackend) => Err(self.tcp_reset::<A, B>(snap, b, m)),
+                Err(e) => Err(Verdict::Drop(e)),
+            };
+        }
+        // The third packet of a handshake the proxy answered, or a stray.
+        let Some(hs) = self.cookie_ack::<A>(b.data(), m, now) else {
+            return Err(Verdict::Drop(DropReason::BadSyncookie));
+        };
+        let syn = Meta { tcp_flags: tf::SYN, ..*m };
+        let r = match self.create::<A>(svc, src, &syn, now) {
+            Ok(r) => r,
+            Err(DropReason::NoBackend) => return Err(self.tcp_reset::<A, B>(snap, b, m)),
+            Err(e) => return Err(Verdict::Drop(e)),
+        };
+        let Some(m2) = self.cookie_to_syn::<A, B>(b, m, &hs, r) else {
+            self.table.remove::<A>(r);
+            return Err(Verdict::Drop(DropReason::NoRoom));
+        };
+        Ok((r, Some(m2)))
+    }
+
     /// Answers a client's SYN to service `svc` with a SYN-ACK whose sequence number is a cookie.
     pub(crate) fn syn_cookie<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
     where
@@ -458,6 +503,8 @@ impl Worker {
 
     /// A client segment of a proxied session: translated toward the backend, or dropped while
     /// the backend has not answered (a reset goes through: the backend may have the SYN).
+    #[cold]
+    #[inline(never)]
     pub(crate) fn synproxy_in<A: Fam>(&mut self, d: &mut [u8], m: &Meta, r: Ref, now: u32) -> Result<(), DropReason>
     where
         Session<A>: Zeroable,
@@ -529,6 +576,8 @@ impl Worker {
     /// (the backend's SYN-ACK, answered with the ACK that completes its handshake); `None`: the
     /// segment was translated for the client and goes on.
     #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
     pub(crate) fn synproxy_out<A: Fam, B: PacketBuf>(
         &mut self,
         snap: &Snapshot,
