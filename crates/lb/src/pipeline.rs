@@ -757,10 +757,6 @@ impl Worker {
         }
     }
 
-    /// A half-open session's timeout under the budget's pressure: the configured one while
-    /// half-open sessions fill at most half the budget, then shrinking in proportion to the room
-    /// left, to [`MIN_SYN_TIMEOUT`] (IPVS's defense modes shorten timeouts the same way).
-
     /// Makes room in a spent half-open budget: ends the oldest session still waiting for the
     /// backend's SYN-ACK (SYN_SENT), not opened by the SYN proxy, looking at most
     /// [`EVICT_SCAN`] entries into the order of opening, then as many records of the sweep.
