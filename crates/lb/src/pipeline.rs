@@ -924,7 +924,7 @@ impl Worker {
                     && s.state == state::ESTABLISHED
                 {
                     self.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
-                    self.insert_toa::<A, B>(b, &h, &src, s.cport, hop.mtu as usize);
+                    self.insert_toa::<A, B>(b, &h, src, s.cport, hop.mtu as usize);
                 }
                 egress(b, h.l3, hop, A::ETHERTYPE)
             }
