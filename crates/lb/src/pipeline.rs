@@ -517,6 +517,7 @@ impl Worker {
         Some(Verdict::Kernel)
     }
 
+    #[inline(always)]
     pub(crate) fn act<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
@@ -817,6 +818,7 @@ impl Worker {
     }
 
     /// Client to VIP.
+    #[inline(always)]
     fn forward<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
