@@ -657,9 +657,35 @@ impl Worker {
         egress(b, nh.l3, &hop, A::ETHERTYPE)
     }
 
+    /// The session for the first packet `m` of a flow (`opening`: the packet the session is
+    /// created for, the SYN a cookie ACK becomes), or the verdict when there can be none. No
+    /// backend takes new connections (all weights 0, or all down): a TCP client is told at once
+    /// with a reset answering `m`, rather than left to retry into silence.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn open<A: Fam, B: PacketBuf>(
+        &mut self,
+        snap: &Snapshot,
+        svc: &Service,
+        b: &mut B,
+        m: &Meta,
+        opening: &Meta,
+        src: A,
+        now: u32,
+    ) -> Result<Ref, Verdict>
+    where
+        Session<A>: Zeroable,
+    {
+        match self.create::<A>(svc, src, opening, now) {
+            Ok(r) => Ok(r),
+            Err(DropReason::NoBackend) if m.proto == proto::TCP => Err(self.tcp_reset::<A, B>(snap, b, m)),
+            Err(e) => Err(Verdict::Drop(e)),
+        }
+    }
+
     /// Creates a session for a new flow, or says why not.
     #[inline]
-    pub(crate) fn create<A: Fam>(&mut self, svc: &Service, client: A, m: &Meta, now: u32) -> Result<Ref, DropReason>
+    fn create<A: Fam>(&mut self, svc: &Service, client: A, m: &Meta, now: u32) -> Result<Ref, DropReason>
     where
         Session<A>: Zeroable,
     {
@@ -861,12 +887,9 @@ impl Worker {
                 Ok((r, None)) => r,
                 Err(v) => return v,
             },
-            None => match self.create::<A>(svc, src, m, now) {
+            None => match self.open::<A, B>(snap, svc, b, m, m, src, now) {
                 Ok(r) => r,
-                // No backend takes new connections (all weights 0, or all down): a TCP client
-                // is told at once, rather than left to retry its SYN into silence.
-                Err(DropReason::NoBackend) if m.proto == proto::TCP => return self.tcp_reset::<A, B>(snap, b, m),
-                Err(e) => return Verdict::Drop(e),
+                Err(v) => return v,
             },
         };
         self.forward_on::<A, B>(snap, svc, b, m, r, &src, now)

@@ -349,22 +349,14 @@ impl Worker {
             return Err(self.syn_cookie::<A, B>(snap, b, m, now));
         }
         if f != tf::ACK {
-            return match self.create::<A>(svc, src, m, now) {
-                Ok(r) => Ok((r, None)),
-                Err(DropReason::NoBackend) => Err(self.tcp_reset::<A, B>(snap, b, m)),
-                Err(e) => Err(Verdict::Drop(e)),
-            };
+            return Ok((self.open::<A, B>(snap, svc, b, m, m, src, now)?, None));
         }
         // The third packet of a handshake the proxy answered, or a stray.
         let Some(hs) = self.cookie_ack::<A>(b.data(), m, now) else {
             return Err(Verdict::Drop(DropReason::BadSyncookie));
         };
         let syn = Meta { tcp_flags: tf::SYN, ..*m };
-        let r = match self.create::<A>(svc, src, &syn, now) {
-            Ok(r) => r,
-            Err(DropReason::NoBackend) => return Err(self.tcp_reset::<A, B>(snap, b, m)),
-            Err(e) => return Err(Verdict::Drop(e)),
-        };
+        let r = self.open::<A, B>(snap, svc, b, m, &syn, src, now)?;
         let Some(m2) = self.cookie_to_syn::<A, B>(b, m, &hs, r) else {
             self.table.remove::<A>(r);
             return Err(Verdict::Drop(DropReason::NoRoom));
