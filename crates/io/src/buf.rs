@@ -58,12 +58,15 @@ impl HeapBuf {
 impl PacketBuf for HeapBuf {
     #[inline(always)]
     fn data(&self) -> &[u8] {
-        &self.mem[self.start..self.start + self.len]
+        // SAFETY: `start + len <= mem.len()` always holds: `load` asserts it, `prepend` and
+        // `adj` move bytes between the front room and the frame, `set_len` checks it.
+        unsafe { self.mem.get_unchecked(self.start..self.start + self.len) }
     }
 
     #[inline(always)]
     fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.mem[self.start..self.start + self.len]
+        // SAFETY: as in `data`.
+        unsafe { self.mem.get_unchecked_mut(self.start..self.start + self.len) }
     }
 
     #[inline(always)]
@@ -94,7 +97,7 @@ impl PacketBuf for HeapBuf {
 
     #[inline(always)]
     fn prefetch(&self) {
-        crate::prefetch(self.mem[self.start..].as_ptr());
+        crate::prefetch(self.mem.as_ptr().wrapping_add(self.start));
     }
 }
 

@@ -24,21 +24,24 @@ use vectorlb_sched::PickState;
 
 /// Packets per batch by default (the DPDK burst the runtime uses).
 pub const DEFAULT_BATCH: usize = 256;
-/// Packets between the stages of one packet (see `Worker::batch`).
-pub const PREFETCH_DISTANCE: usize = 16;
+/// Packets that go through each stage together (see `Worker::batch`): enough work between a
+/// packet's prefetch and its use for the load to land, few enough that a group's frames,
+/// buckets and records stay in the first-level cache.
+pub const GROUP: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Kind {
     #[default]
     Done,
+    // The three kinds looked up by hash come first, together (one range test in stage 2).
     /// To a VIP service.
     Forward,
-    /// To a local address and port (full-NAT reply or SNAT return).
-    PortReply,
     /// From a NAT backend.
     NatReply,
     /// From an SNAT source to the outside.
     Snat,
+    /// To a local address and port (full-NAT reply or SNAT return).
+    PortReply,
     /// ICMP / ICMPv6 (echo, errors): the slow path.
     Icmp,
     /// A first IP fragment (it has the ports): the slow path (`frag.rs`).
@@ -126,8 +129,10 @@ pub fn tcp_flags_valid(flags: u8) -> bool {
 /// Verifies an IPv4 header checksum; the common 20-byte header is summed in five words.
 #[inline(always)]
 fn ipv4_header_ok(h: &[u8]) -> bool {
-    if h.len() >= 20 && h[0] == 0x45 {
-        let w = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]) as u64;
+    if let Some(h) = h.first_chunk::<20>().filter(|h| h[0] == 0x45) {
+        // Summed in the machine's byte order: a ones'-complement sum of byte-swapped words is
+        // the byte-swapped sum, and the all-ones result a valid header gives is its own swap.
+        let w = |i: usize| u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]) as u64;
         vectorlb_packet::checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff
     } else {
         vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(h).verify_checksum()
@@ -356,34 +361,28 @@ impl Worker {
         let n = bufs.len();
         self.counters.events.rx += n as u64;
         let mut meta = std::mem::take(&mut self.meta);
-        // The three stages run interleaved, packet i in stage 1 while packet i - D is in stage 2
-        // and packet i - 2D in stage 3, so that prefetches are issued evenly and each has about
-        // D packets' worth of work to complete (VPP's and HDSLB's staged prefetching).
-        const D: usize = PREFETCH_DISTANCE;
+        // The three stages run over groups of packets, each stage over the whole group before
+        // the next (as DPDK's bulk hash lookups do): every prefetch of a stage has a group's
+        // worth of work to land, and the loops carry no bookkeeping of their own.
         let mut memo = None;
-        for i in 0..n + 2 * D {
-            if i < n {
-                if i + 4 < n {
-                    bufs[i + 4].prefetch();
+        for ((bufs, verdicts), metas) in bufs.chunks_mut(GROUP).zip(verdicts.chunks_mut(GROUP)).zip(meta.chunks_mut(GROUP)) {
+            let k = bufs.len();
+            let (verdicts, metas) = (&mut verdicts[..k], &mut metas[..k]);
+            for (i, m) in metas.iter_mut().enumerate() {
+                if let Some(b) = bufs.get(i + 4) {
+                    b.prefetch();
                 }
-                let m = &mut meta[i];
                 *m = Meta::default();
                 if let Some(v) = self.classify(snap, bufs[i].data(), m, &mut memo) {
                     verdicts[i] = v;
                 }
             }
-            if i >= D && i - D < n {
-                self.probe(&mut meta[i - D]);
+            for m in metas.iter_mut() {
+                self.probe(m);
             }
-            if i >= 2 * D && i - 2 * D < n {
-                let j = i - 2 * D;
-                let m = &meta[j];
+            for ((m, b), v) in metas.iter().zip(bufs.iter_mut()).zip(verdicts.iter_mut()) {
                 if m.kind != Kind::Done {
-                    verdicts[j] = if m.v6 {
-                        self.act::<[u8; 16], B>(snap, &mut bufs[j], m, now)
-                    } else {
-                        self.act::<[u8; 4], B>(snap, &mut bufs[j], m, now)
-                    };
+                    *v = if m.v6 { self.act::<[u8; 16], B>(snap, b, m, now) } else { self.act::<[u8; 4], B>(snap, b, m, now) };
                 }
             }
         }
@@ -473,8 +472,8 @@ impl Worker {
                 })
             }
         }
-        m.sport = u16::from_be_bytes([d[l4], d[l4 + 1]]);
-        m.dport = u16::from_be_bytes([d[l4 + 2], d[l4 + 3]]);
+        let ports = u32::from_be_bytes(d[l4..l4 + 4].try_into().unwrap());
+        (m.sport, m.dport) = ((ports >> 16) as u16, ports as u16);
         if m.proto == proto::TCP {
             m.tcp_flags = d[l4 + 13];
             // Scans and floods with impossible flags (SYN+FIN, null, ...) open no session and
@@ -523,7 +522,10 @@ impl Worker {
         Session<A>: Zeroable,
     {
         match m.kind {
-            Kind::Forward => self.forward::<A, B>(snap, b, m, now),
+            Kind::Forward => match self.forward_fast::<A, B>(snap, b, m, now) {
+                Some(v) => v,
+                None => self.forward::<A, B>(snap, b, m, now),
+            },
             Kind::PortReply => self.port_reply::<A, B>(snap, b, m, now),
             Kind::NatReply => self.nat_reply::<A, B>(snap, b, m, now),
             Kind::Snat => self.snat_out::<A, B>(snap, b, m, now),
@@ -841,6 +843,69 @@ impl Worker {
             c.packets += 1;
             c.bytes += bytes as u64;
         }
+    }
+
+    /// [`Worker::forward`]'s common case in one pass: a packet of an existing NAT or full-NAT
+    /// flow that changes nothing in its session but the expiry (a UDP datagram, or a TCP
+    /// segment without SYN, FIN or RST on an established, unproxied connection), on an untagged
+    /// frame, to a backend whose next hop is untagged and whose MTU it fits. Anything else, and
+    /// every doubt, returns `None` before anything has changed, and the general path decides.
+    /// The result is the one the general path gives (`fast_path_matches_general_path`).
+    #[inline(always)]
+    fn forward_fast<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Option<Verdict>
+    where
+        Session<A>: Zeroable,
+    {
+        let svc = snap.service(m.id as u16)?;
+        let spec = &svc.spec;
+        let fnat = match spec.mode {
+            Mode::Fnat => true,
+            Mode::Nat => false,
+            _ => return None,
+        };
+        if m.l3 != 14 {
+            return None;
+        }
+        let (l3, end) = (m.l3 as usize, m.end as usize);
+        let d = b.data_mut();
+        let src = A::read(d, l3 + A::SRC);
+        if d[l3 + if A::V6 { 7 } else { 8 }] <= 1 {
+            return None;
+        }
+        // The home bucket's candidate, or a search of the probe window when the home bucket
+        // overflowed (a few percent of flows in a full table).
+        let r = match m.cand {
+            Some(r) if !r.is_reverse() && r.is_v6() == A::V6 => r,
+            None if m.deep => self.table.find_fwd(m.hash, svc.id, &src, m.sport)?,
+            _ => return None,
+        };
+        let s = self.table.get_mut::<A>(r);
+        let to = if m.proto == proto::TCP {
+            if s.state != state::ESTABLISHED
+                || s.flags & flag::SYNPROXY != 0
+                || m.tcp_flags & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) != 0
+            {
+                return None;
+            }
+            spec.timeouts.established
+        } else {
+            spec.timeouts.udp
+        };
+        if to == 0 || s.state == state::FREE || s.svc != svc.id || s.cport != m.sport || s.client != src || expired(now, s.expire) {
+            return None;
+        }
+        let be = snap.backend(s.backend)?;
+        let hop = be.hop.as_ref()?;
+        if hop.vlan.is_some() || end - l3 > hop.mtu as usize {
+            return None;
+        }
+        let new_src = if fnat { Some((A::from16(snap.laddr_bytes(s.laddr)?), s.lport)) } else { None };
+        s.expire = now.wrapping_add(to);
+        let backend = s.backend;
+        m.hdr().translate::<A>(d, new_src.as_ref().map(|(a, p)| (a, *p)), Some((&A::from16(&be.bytes), be.port)));
+        d[..12].copy_from_slice(&hop.macs);
+        self.account(svc.id, backend, end - l3);
+        Some(Verdict::Tx(hop.port))
     }
 
     /// Client to VIP.

@@ -23,12 +23,12 @@ pub fn accumulate(mut acc: u64, data: &[u8]) -> u64 {
 /// Folds an accumulated sum into 16 bits (ones' complement addition of the carries).
 #[inline(always)]
 pub fn fold(acc: u64) -> u16 {
-    // Branch-free: 64 -> 33 -> 17 -> 16 bits (each step keeps the value mod 0xffff).
-    let a = (acc & 0xffff_ffff) + (acc >> 32);
-    let a = (a & 0xffff) + (a >> 16);
-    let a = (a & 0xffff) + (a >> 16);
-    let a = (a & 0xffff) + (a >> 16);
-    a as u16
+    // Two end-around-carry additions (add, adc): 64 -> 32 -> 16 bits. Adding the carry back
+    // cannot overflow: a sum that carried is at most 2^32 - 2 (2^16 - 2).
+    let (s, c) = (acc as u32).overflowing_add((acc >> 32) as u32);
+    let s = s + c as u32;
+    let (r, c) = (s as u16).overflowing_add((s >> 16) as u16);
+    r + c as u16
 }
 
 /// The checksum field value for an accumulated sum.
