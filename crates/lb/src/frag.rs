@@ -65,14 +65,14 @@ impl Worker {
             u16::from_be_bytes([d[h.l3 + 4], d[h.l3 + 5]]) as u32
         };
         let key: FragKey = (src.key(), dst.key(), m.proto, id);
-        let own = snap.dst_memo(dst.key(), &mut None).is_some();
+        let own = snap.dst(dst.key()).is_some();
         if m.kind == Kind::FragLater {
             return self.later_fragment::<A, B>(b, &h, &key, own, now);
         }
         // The first fragment: classified again as a whole packet (it has the ports), without
         // the staged prefetching, and sent down the usual path.
         let mut m2 = Meta { l3: m.l3, l4: m.l4, end: m.end, proto: m.proto, v6: m.v6, ..Meta::default() };
-        if let Some(v) = self.classify_fam::<A>(snap, d, Frag::None, &mut m2, &mut None) {
+        if let Some(v) = self.classify_fam::<A>(snap, d, Frag::None, &mut m2, &mut Default::default()) {
             return v;
         }
         if !matches!(m2.kind, Kind::Forward | Kind::PortReply | Kind::NatReply | Kind::Snat) {

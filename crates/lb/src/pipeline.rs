@@ -14,7 +14,7 @@ use vectorlb_io::PacketBuf;
 use crate::hash::{addr_hash, flow_hash};
 use crate::mem::Zeroable;
 use crate::rewrite::{egress, Fam, Hdr};
-use crate::service::{backend_slot, Control, Hop, Mode, Service, Snapshot, SynProxy, Timeouts};
+use crate::service::{backend_slot, Control, DstMemo, Hop, Mode, Service, Snapshot, SynProxy, Timeouts};
 use crate::session::{expired, flag, state, InsertError, Probe, Ref, Session, SessionTable, TableConfig, NO_LADDR};
 use crate::tcpstate;
 use crate::verdict::{Counters, DropReason, Verdict};
@@ -209,6 +209,9 @@ pub struct Worker {
     /// oldest half-open one is the first evicted, so a handshake that completes within the
     /// time the flood takes to send a budget's worth of SYNs survives it.
     half_open_fifo: std::collections::VecDeque<(u32, u32)>,
+    /// Whether packets of existing flows may take [`Worker::forward_fast`] (on by default; the
+    /// tests turn it off to compare it with the general path).
+    pub fast_path: bool,
 }
 
 impl Worker {
@@ -237,6 +240,7 @@ impl Worker {
             half_open_fifo: std::collections::VecDeque::new(),
             frags: Default::default(),
             in_fragment: false,
+            fast_path: true,
         })
     }
 
@@ -364,7 +368,7 @@ impl Worker {
         // The three stages run over groups of packets, each stage over the whole group before
         // the next (as DPDK's bulk hash lookups do): every prefetch of a stage has a group's
         // worth of work to land, and the loops carry no bookkeeping of their own.
-        let mut memo = None;
+        let mut memo = DstMemo::default();
         for ((bufs, verdicts), metas) in bufs.chunks_mut(GROUP).zip(verdicts.chunks_mut(GROUP)).zip(meta.chunks_mut(GROUP)) {
             let k = bufs.len();
             let (verdicts, metas) = (&mut verdicts[..k], &mut metas[..k]);
@@ -407,7 +411,7 @@ impl Worker {
         snap: &'a Snapshot,
         d: &[u8],
         m: &mut Meta,
-        memo: &mut Option<(u128, Option<&'a crate::service::Dst>)>,
+        memo: &mut DstMemo<'a>,
     ) -> Option<Verdict> {
         let info = match parse_frame(d) {
             Ok(i) => i,
@@ -438,7 +442,7 @@ impl Worker {
         d: &[u8],
         frag: Frag,
         m: &mut Meta,
-        memo: &mut Option<(u128, Option<&'a crate::service::Dst>)>,
+        memo: &mut DstMemo<'a>,
     ) -> Option<Verdict>
     where
         Session<A>: Zeroable,
@@ -483,7 +487,7 @@ impl Worker {
             }
         }
         if let Some(own) = own {
-            if let Some(svc) = own.service(m.dport, m.proto) {
+            if let Some(svc) = memo.service(own, m.dport, m.proto) {
                 m.kind = Kind::Forward;
                 m.id = svc as u32;
                 m.hash = self.table.hash_fwd(svc, &src, m.sport);
@@ -522,7 +526,7 @@ impl Worker {
         Session<A>: Zeroable,
     {
         match m.kind {
-            Kind::Forward => match self.forward_fast::<A, B>(snap, b, m, now) {
+            Kind::Forward => match if self.fast_path { self.forward_fast::<A, B>(snap, b, m, now) } else { None } {
                 Some(v) => v,
                 None => self.forward::<A, B>(snap, b, m, now),
             },
@@ -905,6 +909,7 @@ impl Worker {
         m.hdr().translate::<A>(d, new_src.as_ref().map(|(a, p)| (a, *p)), Some((&A::from16(&be.bytes), be.port)));
         d[..12].copy_from_slice(&hop.macs);
         self.account(svc.id, backend, end - l3);
+        self.counters.events.fast_path += 1;
         Some(Verdict::Tx(hop.port))
     }
 

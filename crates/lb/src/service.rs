@@ -392,6 +392,31 @@ impl Dst {
     }
 }
 
+/// The last destination a batch looked up and the last (port, protocol) looked up in it: most
+/// packets of a batch go to the same few services. Lives for one batch, so one snapshot.
+#[derive(Default)]
+pub struct DstMemo<'a> {
+    dst: Option<(u128, Option<&'a Dst>)>,
+    /// (port << 8 | protocol, its service) in `dst`.
+    svc: Option<(u32, Option<u16>)>,
+}
+
+impl DstMemo<'_> {
+    /// [`Dst::service`] of the destination [`Snapshot::dst_memo`] returned last, `own`.
+    #[inline(always)]
+    pub fn service(&mut self, own: &Dst, port: u16, proto: u8) -> Option<u16> {
+        let key = (port as u32) << 8 | proto as u32;
+        if let Some((k, s)) = self.svc {
+            if k == key {
+                return s;
+            }
+        }
+        let s = own.service(port, proto);
+        self.svc = Some((key, s));
+        s
+    }
+}
+
 /// An immutable, compiled configuration.
 pub struct Snapshot {
     pub generation: u64,
@@ -435,16 +460,16 @@ impl Snapshot {
     }
 
     /// Like [`Snapshot::dst`], remembering the last address looked up in `memo` (most packets
-    /// of a batch go to the same few VIPs). The memo must be cleared when the snapshot changes.
+    /// of a batch go to the same few VIPs).
     #[inline(always)]
-    pub fn dst_memo<'a>(&'a self, a: u128, memo: &mut Option<(u128, Option<&'a Dst>)>) -> Option<&'a Dst> {
-        if let Some((k, d)) = *memo {
+    pub fn dst_memo<'a>(&'a self, a: u128, memo: &mut DstMemo<'a>) -> Option<&'a Dst> {
+        if let Some((k, d)) = memo.dst {
             if k == a {
                 return d;
             }
         }
         let d = self.dsts.get(&a);
-        *memo = Some((a, d));
+        *memo = DstMemo { dst: Some((a, d)), svc: None };
         d
     }
 

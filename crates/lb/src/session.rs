@@ -211,8 +211,10 @@ impl Addr for [u8; 16] {
 }
 
 /// A reference to a record from the index: family, direction of the key, record index.
+/// Never zero: `Option<Ref>` is a plain `u32` with 0 for none, like the index's slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ref(u32);
+#[repr(transparent)]
+pub struct Ref(std::num::NonZeroU32);
 
 impl Ref {
     const V6: u32 = 1 << 31;
@@ -220,30 +222,30 @@ impl Ref {
 
     #[inline(always)]
     fn new(idx: u32, v6: bool, rev: bool) -> Ref {
-        Ref((idx + 1) | if v6 { Self::V6 } else { 0 } | if rev { Self::REV } else { 0 })
+        Ref(std::num::NonZeroU32::MIN.saturating_add(idx) | if v6 { Self::V6 } else { 0 } | if rev { Self::REV } else { 0 })
     }
     #[inline(always)]
     pub fn idx(self) -> usize {
-        ((self.0 & !(Self::V6 | Self::REV)) - 1) as usize
+        ((self.0.get() & !(Self::V6 | Self::REV)) - 1) as usize
     }
     #[inline(always)]
     pub fn is_v6(self) -> bool {
-        self.0 & Self::V6 != 0
+        self.0.get() & Self::V6 != 0
     }
     /// Whether this reference came from a NAT reverse key.
     #[inline(always)]
     pub fn is_reverse(self) -> bool {
-        self.0 & Self::REV != 0
+        self.0.get() & Self::REV != 0
     }
     #[inline(always)]
     fn raw(self) -> u32 {
-        self.0
+        self.0.get()
     }
     /// The reference as a number, for side tables keyed by session (the forward reference's:
     /// the same for either key of one record).
     #[inline(always)]
     pub fn raw_key(self) -> u32 {
-        self.0 & !Self::REV
+        self.0.get() & !Self::REV
     }
     /// The reference [`Ref::raw_key`] gave.
     #[inline(always)]
@@ -252,11 +254,7 @@ impl Ref {
     }
     #[inline(always)]
     fn from_raw(v: u32) -> Option<Ref> {
-        if v == 0 {
-            None
-        } else {
-            Some(Ref(v))
-        }
+        std::num::NonZeroU32::new(v).map(Ref)
     }
 }
 
@@ -621,8 +619,8 @@ impl SessionTable {
         let mut hits = sig_matches(b, sig);
         while hits != 0 {
             let k = hits.trailing_zeros() as usize;
-            if b.refs[k] != 0 {
-                return Probe::Candidate(Ref(b.refs[k]));
+            if let Some(r) = Ref::from_raw(b.refs[k]) {
+                return Probe::Candidate(r);
             }
             hits &= hits - 1;
         }

@@ -176,6 +176,8 @@ counter_set! {
         rx,
         /// Packets it sent.
         tx,
+        /// Packets of existing flows forwarded in one pass (the fast path; part of `tx`).
+        fast_path,
         /// Packets it handed to the host (ARP, ND, traffic not for the LB).
         to_kernel,
         /// Packets it handed to the worker that owns their session.
