@@ -1,5 +1,10 @@
 //! In-place header edits with incremental checksum updates (RFC 1624), shared by every
 //! forwarding mode, plus the address-family glue the pipeline is generic over.
+//!
+//! The incremental sums are taken in the machine's byte order, not the network's: the
+//! ones'-complement sum of byte-swapped words is the byte-swapped sum (RFC 1071 §2(B)), so
+//! reading the checksum, the old and the new fields the same way gives the right checksum
+//! without swapping a byte.
 
 use crate::mem::Zeroable;
 use crate::service::{key4, key6, Hop};
@@ -28,8 +33,9 @@ where
     fn from_ip(ip: IpAddr) -> Option<Self>;
     /// From the 16-byte form the snapshot keeps (IPv4 in the first four bytes).
     fn from16(b: &[u8; 16]) -> Self;
-    /// Ones'-complement difference of replacing the address `old` by `new`. Sums of 32-bit
-    /// words fold to the same 16-bit checksum as sums of 16-bit words (2^16 = 1 mod 0xffff).
+    /// Ones'-complement difference of replacing the address `old` by `new`, in the machine's
+    /// byte order (see the module). Sums of 32-bit words fold to the same 16-bit checksum as
+    /// sums of 16-bit words (2^16 = 1 mod 0xffff).
     fn delta(old: &Self, new: &Self) -> u64;
 }
 
@@ -63,7 +69,7 @@ impl Fam for [u8; 4] {
     }
     #[inline(always)]
     fn delta(old: &Self, new: &Self) -> u64 {
-        (!u32::from_be_bytes(*old)) as u64 + u32::from_be_bytes(*new) as u64
+        (!u32::from_ne_bytes(*old)) as u64 + u32::from_ne_bytes(*new) as u64
     }
 }
 
@@ -97,8 +103,8 @@ impl Fam for [u8; 16] {
     }
     #[inline(always)]
     fn delta(old: &Self, new: &Self) -> u64 {
-        let w = |a: &[u8; 16], i: usize| u32::from_be_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]]) as u64;
-        let n = |a: &[u8; 16], i: usize| (!u32::from_be_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]])) as u64;
+        let w = |a: &[u8; 16], i: usize| u32::from_ne_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]]) as u64;
+        let n = |a: &[u8; 16], i: usize| (!u32::from_ne_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]])) as u64;
         n(old, 0) + n(old, 4) + n(old, 8) + n(old, 12) + w(new, 0) + w(new, 4) + w(new, 8) + w(new, 12)
     }
 }
@@ -134,9 +140,9 @@ impl Hdr {
             ip_acc += A::delta(&old, a);
             ip[A::SRC..A::SRC + A::LEN].copy_from_slice(a.bytes());
             if port != 0 {
-                let old = u16::from_be_bytes([ports[0], ports[1]]);
-                l4_acc += (!old) as u64 + port as u64;
-                ports[0..2].copy_from_slice(&port.to_be_bytes());
+                let (old, new) = (u16::from_ne_bytes([ports[0], ports[1]]), port.to_be_bytes());
+                l4_acc += (!old) as u64 + u16::from_ne_bytes(new) as u64;
+                ports[0..2].copy_from_slice(&new);
             }
         }
         if let Some((a, port)) = dst {
@@ -144,9 +150,9 @@ impl Hdr {
             ip_acc += A::delta(&old, a);
             ip[A::DST..A::DST + A::LEN].copy_from_slice(a.bytes());
             if port != 0 {
-                let old = u16::from_be_bytes([ports[2], ports[3]]);
-                l4_acc += (!old) as u64 + port as u64;
-                ports[2..4].copy_from_slice(&port.to_be_bytes());
+                let (old, new) = (u16::from_ne_bytes([ports[2], ports[3]]), port.to_be_bytes());
+                l4_acc += (!old) as u64 + u16::from_ne_bytes(new) as u64;
+                ports[2..4].copy_from_slice(&new);
             }
         }
         // Addresses are in the pseudo header: they change the upper-layer checksum too.
@@ -154,9 +160,10 @@ impl Hdr {
         if A::V6 {
             ip[7] = ip[7].wrapping_sub(1);
         } else {
-            // TTL is the high byte of its word: decrementing it subtracts 0x0100.
+            // TTL is the first byte of its word: decrementing it subtracts that word's 1 in its
+            // first byte (0x0100 read in network order), added as its complement.
             ip[8] = ip[8].wrapping_sub(1);
-            ip_acc += 0xfeff;
+            ip_acc += (!u16::from_ne_bytes([1, 0])) as u64;
             apply(&mut ip[10..12], ip_acc, false);
         }
         match self.proto {
@@ -198,15 +205,17 @@ impl Hdr {
     }
 }
 
-/// Adds a difference to the two-byte checksum `c` (RFC 1624 eqn. 3).
+/// Adds a difference (in the machine's byte order) to the two-byte checksum `c` (RFC 1624
+/// eqn. 3).
 #[inline(always)]
 fn apply(c: &mut [u8], acc: u64, udp: bool) {
-    let old = u16::from_be_bytes([c[0], c[1]]);
+    let old = u16::from_ne_bytes([c[0], c[1]]);
     let mut n = !vectorlb_packet::checksum::fold((!old) as u64 + acc);
+    // UDP sends a zero sum as all ones (0 means "no checksum"); both are their own swap.
     if n == 0 && udp {
         n = 0xffff;
     }
-    c.copy_from_slice(&n.to_be_bytes());
+    c.copy_from_slice(&n.to_ne_bytes());
 }
 
 /// Rewrites the Ethernet header for `hop` in front of the IP header at `l3`, growing or

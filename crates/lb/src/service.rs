@@ -394,26 +394,41 @@ impl Dst {
 
 /// The last destination a batch looked up and the last (port, protocol) looked up in it: most
 /// packets of a batch go to the same few services. Lives for one batch, so one snapshot.
-#[derive(Default)]
+/// Lookups that miss run out of line, so that a hit costs two compares.
 pub struct DstMemo<'a> {
-    dst: Option<(u128, Option<&'a Dst>)>,
-    /// (port << 8 | protocol, its service) in `dst`.
-    svc: Option<(u32, Option<u16>)>,
+    /// The address key, and whether it is the LB's; `key` starts at a value no address has.
+    key: u128,
+    dst: Option<&'a Dst>,
+    /// `port << 8 | protocol` of the service lookup (`u32::MAX`: none yet), and its answer.
+    pp: u32,
+    svc: Option<u16>,
 }
 
-impl DstMemo<'_> {
+impl Default for DstMemo<'_> {
+    fn default() -> Self {
+        // `!0` is the key of ffff:...:ffff, a multicast address, which no port address, VIP or
+        // local address can be (configuration refuses them): it starts out matching nothing.
+        DstMemo { key: !0, dst: None, pp: u32::MAX, svc: None }
+    }
+}
+
+impl<'a> DstMemo<'a> {
     /// [`Dst::service`] of the destination [`Snapshot::dst_memo`] returned last, `own`.
     #[inline(always)]
     pub fn service(&mut self, own: &Dst, port: u16, proto: u8) -> Option<u16> {
-        let key = (port as u32) << 8 | proto as u32;
-        if let Some((k, s)) = self.svc {
-            if k == key {
-                return s;
-            }
+        let pp = (port as u32) << 8 | proto as u32;
+        if pp == self.pp {
+            return self.svc;
         }
-        let s = own.service(port, proto);
-        self.svc = Some((key, s));
-        s
+        self.service_miss(own, pp)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn service_miss(&mut self, own: &Dst, pp: u32) -> Option<u16> {
+        self.pp = pp;
+        self.svc = own.service((pp >> 8) as u16, pp as u8);
+        self.svc
     }
 }
 
@@ -463,14 +478,17 @@ impl Snapshot {
     /// of a batch go to the same few VIPs).
     #[inline(always)]
     pub fn dst_memo<'a>(&'a self, a: u128, memo: &mut DstMemo<'a>) -> Option<&'a Dst> {
-        if let Some((k, d)) = memo.dst {
-            if k == a {
-                return d;
-            }
+        if a == memo.key {
+            return memo.dst;
         }
-        let d = self.dsts.get(&a);
-        *memo = DstMemo { dst: Some((a, d)), svc: None };
-        d
+        self.dst_miss(a, memo)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn dst_miss<'a>(&'a self, a: u128, memo: &mut DstMemo<'a>) -> Option<&'a Dst> {
+        *memo = DstMemo { key: a, dst: self.dsts.get(&a), ..DstMemo::default() };
+        memo.dst
     }
 
     /// The service for a destination: exact port first, then an any-port service.
@@ -687,6 +705,10 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             let max = if a.is_ipv4() { 32 } else { 128 };
             if len > max {
                 bail!("port {}: prefix length /{len} is too long for {a}", p.name);
+            }
+            // (Loopback addresses serve tests on `lo`.)
+            if let Some(why) = not_unicast(a).filter(|_| !a.is_loopback()) {
+                bail!("port {}: address {a} is {why}", p.name);
             }
             match a {
                 IpAddr::V4(x) => v4 = v4.or(Some(x.octets())),
