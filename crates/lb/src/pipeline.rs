@@ -126,16 +126,18 @@ pub fn tcp_flags_valid(flags: u8) -> bool {
     VALID_TCP_FLAGS >> (flags & 0x3f) & 1 != 0
 }
 
-/// Verifies an IPv4 header checksum; the common 20-byte header is summed in five words.
+/// Verifies the checksum of the IPv4 header at `l3`; the common 20-byte header is summed in
+/// five words.
 #[inline(always)]
-fn ipv4_header_ok(h: &[u8]) -> bool {
-    if let Some(h) = h.first_chunk::<20>().filter(|h| h[0] == 0x45) {
+fn ipv4_header_ok(d: &[u8], l3: usize) -> bool {
+    if let Some(h) = d.get(l3..l3 + 20).filter(|h| h[0] == 0x45) {
         // Summed in the machine's byte order: a ones'-complement sum of byte-swapped words is
         // the byte-swapped sum, and the all-ones result a valid header gives is its own swap.
         let w = |i: usize| u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]) as u64;
         vectorlb_packet::checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff
     } else {
-        vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(h).verify_checksum()
+        // Options (the parser saw the whole header at `l3`).
+        vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(&d[l3..]).verify_checksum()
     }
 }
 
@@ -369,13 +371,15 @@ impl Worker {
         // the next (as DPDK's bulk hash lookups do): every prefetch of a stage has a group's
         // worth of work to land, and the loops carry no bookkeeping of their own.
         let mut memo = DstMemo::default();
+        // Forwarded packets, the common case, are counted in a register.
+        let mut tx = 0;
         for ((bufs, verdicts), metas) in bufs.chunks_mut(GROUP).zip(verdicts.chunks_mut(GROUP)).zip(meta.chunks_mut(GROUP)) {
             let k = bufs.len();
             let (verdicts, metas) = (&mut verdicts[..k], &mut metas[..k]);
+            for b in bufs.iter() {
+                b.prefetch();
+            }
             for (i, m) in metas.iter_mut().enumerate() {
-                if let Some(b) = bufs.get(i + 4) {
-                    b.prefetch();
-                }
                 *m = Meta::default();
                 if let Some(v) = self.classify(snap, bufs[i].data(), m, &mut memo) {
                     verdicts[i] = v;
@@ -388,19 +392,15 @@ impl Worker {
                 if m.kind != Kind::Done {
                     *v = if m.v6 { self.act::<[u8; 16], B>(snap, b, m, now) } else { self.act::<[u8; 4], B>(snap, b, m, now) };
                 }
+                match *v {
+                    Verdict::Tx(_) => tx += 1,
+                    Verdict::Kernel => self.counters.events.to_kernel += 1,
+                    Verdict::Drop(r) => self.counters.drop(r),
+                    Verdict::Handoff(_) => self.counters.events.handoff += 1,
+                }
             }
         }
         self.meta = meta;
-        // Forwarded packets, the common case, are counted in a register.
-        let mut tx = 0;
-        for v in &verdicts[..n] {
-            match *v {
-                Verdict::Tx(_) => tx += 1,
-                Verdict::Kernel => self.counters.events.to_kernel += 1,
-                Verdict::Drop(r) => self.counters.drop(r),
-                Verdict::Handoff(_) => self.counters.events.handoff += 1,
-            }
-        }
         self.counters.events.tx += tx;
     }
 
@@ -428,7 +428,7 @@ impl Worker {
         if m.v6 {
             self.classify_fam::<[u8; 16]>(snap, d, info.frag, m, memo)
         } else {
-            if !ipv4_header_ok(&d[info.l3..]) {
+            if !ipv4_header_ok(d, info.l3) {
                 return Some(Verdict::Drop(DropReason::BadChecksum));
             }
             self.classify_fam::<[u8; 4]>(snap, d, info.frag, m, memo)
@@ -449,8 +449,9 @@ impl Worker {
     {
         let l3 = m.l3 as usize;
         let l4 = m.l4 as usize;
-        let src = A::read(d, l3 + A::SRC);
-        let dst = A::read(d, l3 + A::DST);
+        // One bounds check for both addresses (the parser saw the whole fixed header).
+        let ip = &d[l3..l3 + A::HEADER];
+        let (src, dst) = (A::read(ip, A::SRC), A::read(ip, A::DST));
         let dkey = dst.key();
         let own = snap.dst_memo(dkey, memo);
         if frag != Frag::None {
