@@ -614,7 +614,11 @@ impl SessionTable {
     /// Looks at the home bucket only.
     #[inline(always)]
     pub fn probe(&self, h: u64) -> Probe {
-        let b = &self.buckets.as_slice()[self.home(h)];
+        let buckets = self.buckets.as_slice();
+        debug_assert!(self.home(h) < buckets.len());
+        // SAFETY: `home` maps a hash to [0, nbuckets) (a 32-bit fraction of nbuckets), and the
+        // index holds nbuckets + MAX_PROBE buckets (`new`; neither changes afterwards).
+        let b = unsafe { buckets.get_unchecked(self.home(h)) };
         let sig = (h >> 32) as u32;
         let mut hits = sig_matches(b, sig);
         while hits != 0 {
@@ -627,6 +631,11 @@ impl SessionTable {
         if b.ovf == 0 {
             Probe::Miss
         } else {
+            // The full lookup will walk the probe window: fetch its first buckets now.
+            let home = self.home(h);
+            for k in 1..=(b.reach as usize).min(2) {
+                self.buckets.prefetch(home + k);
+            }
             Probe::Deep
         }
     }
