@@ -76,6 +76,10 @@ enum Cmd {
     },
     /// Control a running daemon (ipvsadm-like; see `vectorlb ctl --help`).
     Ctl(vectorlb::ctl::CtlArgs),
+    /// Application queue sets on an Intel E810 port (ADQ): plan (dry run), apply, reset.
+    /// See docs/queue-sets.md.
+    #[command(subcommand)]
+    Adq(AdqCmd),
     /// Print the control API's OpenAPI document (what the daemon serves at /openapi.json).
     Openapi,
 }
@@ -118,6 +122,25 @@ struct Common {
     /// Print one JSON line.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Subcommand)]
+enum AdqCmd {
+    /// Print the steps the configuration takes (changes nothing).
+    Plan {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Check the port and the kernel, then run the steps (undone if one fails).
+    Apply {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Undo a configuration (parts that are not there are skipped).
+    Reset {
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -180,6 +203,8 @@ enum CliError {
     Replay(#[from] replay::ReplayError),
     #[error(transparent)]
     Bench(#[from] vectorlb_bench::BenchError),
+    #[error(transparent)]
+    Adq(#[from] vectorlb::adq::AdqError),
     #[error("writing the result: {0}")]
     Json(#[from] serde_json::Error),
     #[error("--log-level: {0}")]
@@ -232,6 +257,19 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Run { config } => Ok(vectorlb_daemon::run(&config)?),
         Cmd::Proxy { config } => Ok(vectorlb_proxy::serve::run(&config)?),
         Cmd::Ctl(a) => Ok(vectorlb::ctl::run(&a)?),
+        Cmd::Adq(AdqCmd::Plan { config }) => {
+            print!("{}", vectorlb::adq::render(&vectorlb::adq::load(&config)?));
+            Ok(())
+        }
+        Cmd::Adq(AdqCmd::Apply { config }) => {
+            let n = vectorlb::adq::apply(&vectorlb::adq::load(&config)?)?;
+            println!("adq: {n} steps applied");
+            Ok(())
+        }
+        Cmd::Adq(AdqCmd::Reset { config }) => {
+            vectorlb::adq::undo(&vectorlb::adq::load(&config)?);
+            Ok(())
+        }
         Cmd::Openapi => {
             print!("{}", vectorlb_api::openapi_json());
             Ok(())
