@@ -32,6 +32,13 @@ fn a_bad_spec_changes_nothing() {
     let mut bad = spec.clone();
     bad.services[0].scheduler = vectorlb_sched::Algorithm::Maglev { table_size: 100 };
     assert!(lb.control.apply(&bad).unwrap_err().to_string().contains("not prime"));
+    // Port addresses are unicast (the packet path's destination memo relies on it).
+    for a in ["224.0.0.1", "ff02::1", "255.255.255.255", "0.0.0.0"] {
+        let mut bad = spec.clone();
+        bad.ports[0].addrs.push((ip(a), 32));
+        let e = lb.control.apply(&bad).unwrap_err().to_string();
+        assert!(e.contains(&format!("address {a} is")), "{a}: {e}");
+    }
     assert_eq!(lb.control.generation(), gen, "no snapshot published");
 }
 
