@@ -223,19 +223,20 @@ pub fn plan(c: &AdqConfig) -> Vec<(String, Vec<Step>)> {
     let title = if pollers { "global settings (busy_poll and busy_read off: the sets' pollers replace them)" } else { "global settings" };
     out.push((title.to_string(), g));
 
-    let mut tcs = vec![run(&["tc", "qdisc", "add", "dev", dev, "root", "mqprio"])];
-    if let Step::Run(argv) = &mut tcs[0] {
-        let k = c.queue_sets.len() + 1;
-        argv.extend(["num_tc".to_string(), k.to_string(), "map".to_string()]);
-        argv.extend((0..k).map(|i| i.to_string()));
-        argv.push("queues".into());
-        let mut off = 0;
-        for q in std::iter::once(n.default_queues).chain(c.queue_sets.iter().map(|s| s.queues)) {
-            argv.push(format!("{q}@{off}"));
-            off += q;
-        }
-        argv.extend(["hw", "1", "mode", "channel"].map(String::from));
+    // TC0 then one class per set, each with its queue count at the running offset.
+    let k = c.queue_sets.len() + 1;
+    let mut mqprio: Vec<String> = ["tc", "qdisc", "add", "dev", dev, "root", "mqprio", "num_tc"].map(String::from).into();
+    mqprio.push(k.to_string());
+    mqprio.push("map".into());
+    mqprio.extend((0..k).map(|i| i.to_string()));
+    mqprio.push("queues".into());
+    let mut off = 0;
+    for q in std::iter::once(n.default_queues).chain(c.queue_sets.iter().map(|s| s.queues)) {
+        mqprio.push(format!("{q}@{off}"));
+        off += q;
     }
+    mqprio.extend(["hw", "1", "mode", "channel"].map(String::from));
+    let mut tcs = vec![Step::Run(mqprio)];
     tcs.push(run(&["tc", "qdisc", "add", "dev", dev, "clsact"]));
     out.push(("traffic classes: TC0 for other traffic, then one per queue set".to_string(), tcs));
 
@@ -265,19 +266,19 @@ pub fn plan(c: &AdqConfig) -> Vec<(String, Vec<Step>)> {
                 let family = if v6 { "ipv6" } else { "ip" };
                 let prio = if v6 { (i + 1 + MAX_SETS).to_string() } else { prio.clone() };
                 let host = a.map(|a| if a.is_ipv6() { format!("{a}/128") } else { format!("{a}/32") });
-                let mut ing = vec!["tc", "filter", "add", "dev", dev, "ingress", "prio", &prio, "protocol", family, "flower", "ip_proto", &s.protocol];
-                if let Some(h) = &host {
-                    ing.extend(["dst_ip", h.as_str()]);
-                }
-                ing.extend(["dst_port", &port, "skip_sw", "hw_tc", &tc]);
-                f.push(run(&ing));
-                if n.egress_priority {
-                    let mut eg = vec!["tc", "filter", "add", "dev", dev, "egress", "prio", &prio, "protocol", family, "flower", "ip_proto", &s.protocol];
+                // The same match on the local side: destination on ingress, source on egress.
+                let filter = |hook: &str, ip: &str, port_key: &str, action: &[&str]| {
+                    let mut argv = vec!["tc", "filter", "add", "dev", dev, hook, "prio", &prio, "protocol", family, "flower", "ip_proto", &s.protocol];
                     if let Some(h) = &host {
-                        eg.extend(["src_ip", h.as_str()]);
+                        argv.extend([ip, h.as_str()]);
                     }
-                    eg.extend(["src_port", &port, "action", "skbedit", "priority", &prio]);
-                    f.push(run(&eg));
+                    argv.extend([port_key, &port]);
+                    argv.extend(action);
+                    run(&argv)
+                };
+                f.push(filter("ingress", "dst_ip", "dst_port", &["skip_sw", "hw_tc", &tc]));
+                if n.egress_priority {
+                    f.push(filter("egress", "src_ip", "src_port", &["action", "skbedit", "priority", &prio]));
                 }
             }
         }
