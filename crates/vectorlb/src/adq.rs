@@ -278,7 +278,8 @@ pub fn plan(c: &AdqConfig) -> Vec<(String, Vec<Step>)> {
                 };
                 f.push(filter("ingress", "dst_ip", "dst_port", &["skip_sw", "hw_tc", &tc]));
                 if n.egress_priority {
-                    f.push(filter("egress", "src_ip", "src_port", &["action", "skbedit", "priority", &prio]));
+                    // The skb priority is the set's TC, whatever filter priority the family took.
+                    f.push(filter("egress", "src_ip", "src_port", &["action", "skbedit", "priority", &tc]));
                 }
             }
         }
