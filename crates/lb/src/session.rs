@@ -614,11 +614,11 @@ impl SessionTable {
     /// Looks at the home bucket only.
     #[inline(always)]
     pub fn probe(&self, h: u64) -> Probe {
-        let buckets = self.buckets.as_slice();
-        debug_assert!(self.home(h) < buckets.len());
+        let (buckets, home) = (self.buckets.as_slice(), self.home(h));
+        debug_assert!(home < buckets.len());
         // SAFETY: `home` maps a hash to [0, nbuckets) (a 32-bit fraction of nbuckets), and the
         // index holds nbuckets + MAX_PROBE buckets (`new`; neither changes afterwards).
-        let b = unsafe { buckets.get_unchecked(self.home(h)) };
+        let b = unsafe { buckets.get_unchecked(home) };
         let sig = (h >> 32) as u32;
         let mut hits = sig_matches(b, sig);
         while hits != 0 {
@@ -632,7 +632,6 @@ impl SessionTable {
             Probe::Miss
         } else {
             // The full lookup will walk the probe window: fetch its first buckets now.
-            let home = self.home(h);
             for k in 1..=(b.reach as usize).min(2) {
                 self.buckets.prefetch(home + k);
             }
