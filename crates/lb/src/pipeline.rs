@@ -10,7 +10,8 @@
 //!    pass over what the general path checks in several; everything else the general path.
 //!
 //! The stages run over groups of [`GROUP`] packets, software-pipelined: while stage 3 works on
-//! one group, stage 2 works on the next and stage 1 on the one after (see `Worker::batch`).
+//! one group, stage 2 works on a later one and stage 1 on a later one still ([`PROBE_LAG`],
+//! [`ACT_LAG`]; see `Worker::batch`).
 //! The worker owns its session table and counters; it shares only the configuration snapshot,
 //! which it re-reads between batches when the control plane publishes a new one.
 
@@ -28,15 +29,17 @@ use vectorlb_sched::PickState;
 
 /// Packets per batch by default (the DPDK burst the runtime uses).
 pub const DEFAULT_BATCH: usize = 256;
-/// Packets that go through a stage together (see `Worker::batch`). Measured on a 2-vCPU EPYC
-/// VM at 10 M sessions: 8 and 16 are within noise of each other (16 costs fewer instructions
-/// per packet), 32 and 64 lose 10-20 % (too many misses in flight at once), 4 loses 25 %.
-pub const GROUP: usize = 16;
+/// Packets that go through a stage together (see `Worker::batch`). Smaller groups spread the
+/// prefetches: a group's misses are requested together, and a burst of 32 (16 packets, two
+/// lines each) waits for the CPU's miss buffers. Measured on a 2-vCPU EPYC VM at 10 M sessions
+/// (`bench-results/dram-ratio.jsonl`, `scripts/dram-floor.rs`): 8 packets with lags 2 and 4 ran
+/// 20.1 Mpps against 17.9 for 16 with lags 1 and 2, and 4 / 2 packets with longer lags no better.
+pub const GROUP: usize = 8;
 /// Steps (groups) between a group's first stage (bucket prefetch) and its second.
-pub const PROBE_LAG: usize = 1;
-/// Steps between a group's first stage and its third (the record prefetched in the second is
-/// used a step after it was requested).
-pub const ACT_LAG: usize = 2;
+pub const PROBE_LAG: usize = 2;
+/// Steps between a group's first stage and its third (the record prefetched in the second has
+/// `ACT_LAG - PROBE_LAG` steps to land).
+pub const ACT_LAG: usize = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Kind {
@@ -381,10 +384,11 @@ impl Worker {
         let n = bufs.len();
         self.counters.events.rx += n as u64;
         let mut meta = std::mem::take(&mut self.meta);
-        // Software pipelining over groups of packets: in each step the third stage runs on one
-        // group, the second on the next and the first on the one after, so a group's bucket
-        // prefetches (stage 1) have a step's work to land before stage 2 reads them, and its
-        // record prefetches (stage 2) another step before stage 3; each stage is a plain loop.
+        // Software pipelining over groups of packets: in step k the first stage runs on group k,
+        // the second on group k - PROBE_LAG and the third on group k - ACT_LAG, so a group's
+        // bucket prefetches (stage 1) have PROBE_LAG steps of work to land before stage 2 reads
+        // them, and its record prefetches (stage 2) ACT_LAG - PROBE_LAG steps before stage 3;
+        // each stage is a plain loop.
         let mut memo = DstMemo::default();
         // Forwarded packets, the common case, are counted in a register.
         let mut tx = 0;

@@ -161,6 +161,10 @@ enum BenchCmd {
         /// Points of the memory-by-sessions curve sampled during the fill (one thread).
         #[arg(long, default_value_t = 10)]
         memory_points: usize,
+        /// Distinct frames the timed loop replays (each of a session drawn at random); fewer
+        /// than the sessions keeps the touched part of the table in cache.
+        #[arg(long, default_value_t = 1 << 20)]
+        pool: usize,
         #[command(flatten)]
         common: Common,
     },
@@ -341,7 +345,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Cmd::Bench(BenchCmd::Pipeline { mode, proto: p, sessions, batch, threads, memory_points, common }) => {
+        Cmd::Bench(BenchCmd::Pipeline { mode, proto: p, sessions, batch, threads, memory_points, pool, common }) => {
             let o = vectorlb_bench::pipeline::Options {
                 mode: mode.into(),
                 v6: common.family == 6,
@@ -355,7 +359,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 batch,
                 threads,
                 memory_points,
-                ..Default::default()
+                pool,
             };
             print(&vectorlb_bench::pipeline::run(&o)?, common.json)
         }
