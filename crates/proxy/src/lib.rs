@@ -8,15 +8,17 @@
 //! * [`serve`]: the listeners (HTTP/1.1 and HTTP/2 with prior knowledge on one port, or TLS
 //!   with ALPN);
 //! * [`tls`]: TLS termination through BoringSSL, certificates by SNI, private-key providers
-//!   (inline, a crypto thread pool behind the asynchronous private-key method).
-//!
-//! Being built (issue 11): the 8-lane multi-buffer provider, health checks, the admin API,
-//! access log and metrics, reload.
+//!   (inline, a crypto thread pool, the 8-lane multi-buffer [`cryptomb`] provider) behind the
+//!   asynchronous private-key method;
+//! * [`dispatch`]: request work (static objects) run on a thread pool by priority class;
+//! * [`health`], [`admin`], [`access_log`]: active health checks, the admin API with stats and
+//!   Prometheus metrics, one JSON line per request.
 
 pub mod access_log;
 pub mod admin;
 pub mod config;
 pub mod cryptomb;
+pub mod dispatch;
 pub mod forward;
 pub mod health;
 #[cfg(ippcp)]

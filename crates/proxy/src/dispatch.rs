@@ -1,0 +1,513 @@
+//! Priority dispatch of request work over a pool of threads (seed 000: NGINX's thread pool,
+//! whose tasks Intel's Dynamic Load Balancer hands out by priority).
+//!
+//! A request's blocking work (reading a static object, for now) becomes an *item* with a
+//! *class*, 0 the most urgent. Items wait in one bounded queue per class; the pool's threads
+//! take them:
+//!
+//! * **priority** mode: the most urgent non-empty class first, except that a lower class with
+//!   a `share` is guaranteed that percentage of the picks while it has items waiting (it earns
+//!   `share` credit at every pick it does not get and is served when its credit reaches 100),
+//!   so no class starves;
+//! * **fifo** mode: one queue in arrival order whatever the class (the comparison point, and
+//!   what a plain thread pool does).
+//!
+//! A full class queue refuses the item at once ([`Rejected::Full`], a 503 for the client);
+//! an item that waited longer than `max_wait` is dropped when its turn comes
+//! ([`Rejected::Expired`]); with `lifo_above = N`, a class holding more than N items serves
+//! its newest first (adaptive LIFO: under overload the fresh requests, whose clients still
+//! wait, go first and the stale ones expire).
+//!
+//! The queue is a mutex and a condition variable: an item costs two lock round trips, small
+//! next to the work it carries (a file read), and the lock is never held while work runs.
+
+use crate::tls::Histogram;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How the pool orders waiting items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Priority,
+    Fifo,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Priority => "priority",
+            Mode::Fifo => "fifo",
+        }
+    }
+}
+
+/// A priority class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Class {
+    pub name: String,
+    /// Percent of the picks this class is guaranteed while it has items waiting (0: none; the
+    /// most urgent class needs none).
+    pub share: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DispatchConfig {
+    /// Pool threads.
+    pub workers: usize,
+    pub mode: Mode,
+    /// Most urgent first; at least one.
+    pub classes: Vec<Class>,
+    /// Items a class may hold waiting (in fifo mode, the whole queue: this times the classes).
+    pub queue_limit: usize,
+    /// Longest an item may wait before it is dropped instead of run.
+    pub max_wait: Duration,
+    /// A class holding more than this many items serves its newest first (0: never).
+    pub lifo_above: usize,
+}
+
+impl DispatchConfig {
+    /// The class with this name.
+    pub fn class(&self, name: &str) -> Option<usize> {
+        self.classes.iter().position(|c| c.name == name)
+    }
+}
+
+/// Why an item did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Rejected {
+    #[error("the class's queue is full")]
+    Full,
+    #[error("it waited longer than max_wait")]
+    Expired,
+    #[error("the dispatcher is stopping")]
+    Stopped,
+}
+
+/// Work for a pool thread: called once, with how long the item waited, or why it will not run.
+type Job = Box<dyn FnOnce(Result<Duration, Rejected>) + Send>;
+
+struct Item {
+    class: usize,
+    queued: Instant,
+    job: Job,
+}
+
+/// Counters of one class.
+pub struct ClassStats {
+    pub submitted: AtomicU64,
+    pub rejected_full: AtomicU64,
+    pub expired: AtomicU64,
+    pub served: AtomicU64,
+    /// Seconds from submission to a thread taking the item.
+    pub wait_seconds: Histogram,
+    /// Seconds the work itself took.
+    pub run_seconds: Histogram,
+}
+
+/// Counters of one pool thread.
+#[derive(Default)]
+pub struct WorkerStats {
+    pub items: AtomicU64,
+    /// Nanoseconds spent running items.
+    pub busy_ns: AtomicU64,
+}
+
+/// Upper bounds (seconds) of the wait and run histograms: 10 µs to 10 s.
+pub const LATENCY_BOUNDS: &[f64] = &[1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+struct State {
+    /// Per class (priority mode), or one queue (fifo mode).
+    queues: Vec<VecDeque<Item>>,
+    /// Waiting items per class (both modes).
+    depth: Vec<usize>,
+    /// Share credit per class (priority mode).
+    credit: Vec<u32>,
+    stop: bool,
+}
+
+struct Inner {
+    cfg: DispatchConfig,
+    state: Mutex<State>,
+    ready: Condvar,
+    classes: Vec<ClassStats>,
+    workers: Vec<WorkerStats>,
+}
+
+/// The pool and its queue. Dropping it stops the threads after the items already queued.
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Dispatcher {
+    /// Starts `cfg.workers` threads. The configuration was checked when it was parsed; a
+    /// dispatcher without classes or threads would serve nothing, so both are at least one.
+    pub fn start(mut cfg: DispatchConfig) -> std::io::Result<Dispatcher> {
+        cfg.workers = cfg.workers.max(1);
+        if cfg.classes.is_empty() {
+            cfg.classes.push(Class { name: "default".into(), share: 0 });
+        }
+        let n = cfg.classes.len();
+        let queues = if cfg.mode == Mode::Fifo { 1 } else { n };
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State { queues: (0..queues).map(|_| VecDeque::new()).collect(), depth: vec![0; n], credit: vec![0; n], stop: false }),
+            ready: Condvar::new(),
+            classes: (0..n)
+                .map(|_| ClassStats {
+                    submitted: AtomicU64::new(0),
+                    rejected_full: AtomicU64::new(0),
+                    expired: AtomicU64::new(0),
+                    served: AtomicU64::new(0),
+                    wait_seconds: Histogram::new(LATENCY_BOUNDS),
+                    run_seconds: Histogram::new(LATENCY_BOUNDS),
+                })
+                .collect(),
+            workers: (0..cfg.workers).map(|_| WorkerStats::default()).collect(),
+            cfg,
+        });
+        let mut threads = Vec::new();
+        for w in 0..inner.cfg.workers {
+            let mine = inner.clone();
+            let t = std::thread::Builder::new().name(format!("dispatch-{w}")).spawn(move || mine.work(w));
+            match t {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    // Stop the threads already started before reporting.
+                    Dispatcher { inner, threads }.stop();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Dispatcher { inner, threads })
+    }
+
+    pub fn config(&self) -> &DispatchConfig {
+        &self.inner.cfg
+    }
+
+    pub fn class_stats(&self) -> &[ClassStats] {
+        &self.inner.classes
+    }
+
+    pub fn worker_stats(&self) -> &[WorkerStats] {
+        &self.inner.workers
+    }
+
+    /// Items waiting, per class.
+    pub fn depths(&self) -> Vec<usize> {
+        self.inner.lock().depth.clone()
+    }
+
+    /// Queues `job` in `class` (clamped to the last class). The job is called exactly once,
+    /// on a pool thread, with how long it waited or [`Rejected::Expired`] / [`Rejected::Stopped`];
+    /// a full queue refuses it here and it is not called.
+    pub fn submit(&self, class: usize, job: impl FnOnce(Result<Duration, Rejected>) + Send + 'static) -> Result<(), Rejected> {
+        let inner = &self.inner;
+        let class = class.min(inner.cfg.classes.len() - 1);
+        let stats = &inner.classes[class];
+        stats.submitted.fetch_add(1, Ordering::Relaxed);
+        let mut st = inner.lock();
+        if st.stop {
+            return Err(Rejected::Stopped);
+        }
+        let (q, limit) = match inner.cfg.mode {
+            Mode::Priority => (class, inner.cfg.queue_limit),
+            Mode::Fifo => (0, inner.cfg.queue_limit.saturating_mul(inner.cfg.classes.len())),
+        };
+        if st.queues[q].len() >= limit {
+            drop(st);
+            stats.rejected_full.fetch_add(1, Ordering::Relaxed);
+            return Err(Rejected::Full);
+        }
+        st.queues[q].push_back(Item { class, queued: Instant::now(), job: Box::new(job) });
+        st.depth[class] += 1;
+        drop(st);
+        inner.ready.notify_one();
+        Ok(())
+    }
+
+    /// Runs `f` on the pool in `class` and returns its result, or why it did not run.
+    pub async fn run<T: Send + 'static>(&self, class: usize, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Rejected> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(class, move |r| {
+            let _ = tx.send(r.map(|_| f()));
+        })?;
+        // The job is always called (at the latest with Stopped when the pool stops), so the
+        // channel only closes without a value if the job panicked.
+        rx.await.unwrap_or(Err(Rejected::Stopped))
+    }
+
+    /// Stops taking items, lets the threads finish the queued ones (expired ones are dropped
+    /// as usual) and waits for them.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.inner.lock().stop = true;
+        self.inner.ready.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A job runs outside the lock, so a panic cannot poison it mid-update; take it anyway.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next item to run, by the configured policy.
+    fn pick(&self, st: &mut State) -> Option<Item> {
+        let q = match self.cfg.mode {
+            Mode::Fifo => 0,
+            Mode::Priority => {
+                let top = st.queues.iter().position(|q| !q.is_empty())?;
+                let mut due = None;
+                for c in top + 1..st.queues.len() {
+                    let share = self.cfg.classes[c].share;
+                    if share == 0 || st.queues[c].is_empty() {
+                        continue;
+                    }
+                    st.credit[c] = st.credit[c].saturating_add(share);
+                    if due.is_none() && st.credit[c] >= 100 {
+                        due = Some(c);
+                    }
+                }
+                match due {
+                    Some(c) => {
+                        st.credit[c] -= 100;
+                        c
+                    }
+                    None => top,
+                }
+            }
+        };
+        let queue = &mut st.queues[q];
+        let lifo = self.cfg.lifo_above > 0 && queue.len() > self.cfg.lifo_above;
+        let item = if lifo { queue.pop_back() } else { queue.pop_front() }?;
+        if queue.is_empty() {
+            // No banking of credit across idle periods.
+            st.credit[q] = 0;
+        }
+        st.depth[item.class] -= 1;
+        Some(item)
+    }
+
+    fn work(&self, w: usize) {
+        loop {
+            let item = {
+                let mut st = self.lock();
+                loop {
+                    if let Some(item) = self.pick(&mut st) {
+                        break item;
+                    }
+                    if st.stop {
+                        return;
+                    }
+                    st = self.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            let stats = &self.classes[item.class];
+            let waited = item.queued.elapsed();
+            if waited > self.cfg.max_wait {
+                stats.expired.fetch_add(1, Ordering::Relaxed);
+                (item.job)(Err(Rejected::Expired));
+                continue;
+            }
+            stats.wait_seconds.observe(waited.as_secs_f64());
+            let t = Instant::now();
+            (item.job)(Ok(waited));
+            let ran = t.elapsed();
+            stats.run_seconds.observe(ran.as_secs_f64());
+            stats.served.fetch_add(1, Ordering::Relaxed);
+            self.workers[w].items.fetch_add(1, Ordering::Relaxed);
+            self.workers[w].busy_ns.fetch_add(ran.as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn cfg(mode: Mode, shares: &[u32]) -> DispatchConfig {
+        DispatchConfig {
+            workers: 1,
+            mode,
+            classes: shares.iter().enumerate().map(|(i, s)| Class { name: format!("c{i}"), share: *s }).collect(),
+            queue_limit: 10_000,
+            max_wait: Duration::from_secs(60),
+            lifo_above: 0,
+        }
+    }
+
+    /// Holds the single pool thread until the returned sender is used, so that the test can
+    /// queue items behind it and see the order they run in.
+    fn block(d: &Dispatcher) -> mpsc::Sender<()> {
+        let (tx, rx) = mpsc::channel::<()>();
+        let (started_tx, started_rx) = mpsc::channel();
+        d.submit(0, move |_| {
+            started_tx.send(()).unwrap();
+            let _ = rx.recv();
+        })
+        .unwrap();
+        started_rx.recv().unwrap();
+        tx
+    }
+
+    /// Queues `classes` (in this order) behind a blocked thread and returns the classes in
+    /// the order they ran.
+    fn order(d: &Dispatcher, classes: &[usize]) -> Vec<usize> {
+        let gate = block(d);
+        let (tx, rx) = mpsc::channel();
+        for &c in classes {
+            let tx = tx.clone();
+            d.submit(c, move |r| {
+                if r.is_ok() {
+                    tx.send(c).unwrap();
+                }
+            })
+            .unwrap();
+        }
+        drop(tx);
+        gate.send(()).unwrap();
+        rx.iter().collect()
+    }
+
+    #[test]
+    fn priority_serves_the_most_urgent_class_first() {
+        let d = Dispatcher::start(cfg(Mode::Priority, &[0, 0, 0])).unwrap();
+        let got = order(&d, &[2, 1, 2, 0, 1, 0]);
+        assert_eq!(got, vec![0, 0, 1, 1, 2, 2]);
+    }
+
+    #[test]
+    fn fifo_serves_in_arrival_order() {
+        let d = Dispatcher::start(cfg(Mode::Fifo, &[0, 0, 0])).unwrap();
+        let got = order(&d, &[2, 1, 2, 0, 1, 0]);
+        assert_eq!(got, vec![2, 1, 2, 0, 1, 0]);
+    }
+
+    #[test]
+    fn a_lower_class_gets_its_share_while_a_higher_one_is_backlogged() {
+        // 25 %: one pick in four goes to class 1 while both wait.
+        let d = Dispatcher::start(cfg(Mode::Priority, &[0, 25])).unwrap();
+        let mut items = vec![0; 400];
+        items.extend(vec![1; 400]);
+        let got = order(&d, &items);
+        let first: Vec<usize> = got[..400].to_vec();
+        let low = first.iter().filter(|c| **c == 1).count();
+        assert_eq!(low, 100, "class 1 got {low} of the first 400 picks");
+        // Without a share it gets none until class 0 is empty.
+        let d = Dispatcher::start(cfg(Mode::Priority, &[0, 0])).unwrap();
+        let got = order(&d, &items);
+        assert!(got[..400].iter().all(|c| *c == 0));
+    }
+
+    #[test]
+    fn a_full_queue_refuses_at_once_and_counts_it() {
+        let mut c = cfg(Mode::Priority, &[0, 0]);
+        c.queue_limit = 3;
+        let d = Dispatcher::start(c).unwrap();
+        let gate = block(&d);
+        for _ in 0..3 {
+            d.submit(1, |_| {}).unwrap();
+        }
+        assert_eq!(d.submit(1, |_| panic!("a refused job must not run")), Err(Rejected::Full));
+        // Another class has its own room.
+        d.submit(0, |_| {}).unwrap();
+        assert_eq!(d.depths(), vec![1, 3]);
+        assert_eq!(d.class_stats()[1].rejected_full.load(Ordering::Relaxed), 1);
+        gate.send(()).unwrap();
+        d.stop();
+    }
+
+    #[test]
+    fn items_that_waited_too_long_are_dropped_not_run() {
+        let mut c = cfg(Mode::Priority, &[0]);
+        c.max_wait = Duration::from_millis(30);
+        let d = Dispatcher::start(c).unwrap();
+        let gate = block(&d);
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..3 {
+            let tx = tx.clone();
+            d.submit(0, move |r| tx.send(r.map(|_| ())).unwrap()).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(60));
+        gate.send(()).unwrap();
+        let got: Vec<_> = rx.iter().take(3).collect();
+        assert_eq!(got, vec![Err(Rejected::Expired); 3]);
+        assert_eq!(d.class_stats()[0].expired.load(Ordering::Relaxed), 3);
+        assert_eq!(d.class_stats()[0].served.load(Ordering::Relaxed), 1, "only the blocking item ran");
+    }
+
+    #[test]
+    fn adaptive_lifo_serves_the_newest_first_above_the_threshold() {
+        let mut c = cfg(Mode::Priority, &[0]);
+        c.lifo_above = 2;
+        let d = Dispatcher::start(c).unwrap();
+        let gate = block(&d);
+        let (tx, rx) = mpsc::channel();
+        for i in 0..5 {
+            let tx = tx.clone();
+            d.submit(0, move |_| tx.send(i).unwrap()).unwrap();
+        }
+        drop(tx);
+        gate.send(()).unwrap();
+        let got: Vec<i32> = rx.iter().collect();
+        // 5 waiting: newest (4), then 3 (4 left > 2), then 2 (3 left > 2), then FIFO: 0, 1.
+        assert_eq!(got, vec![4, 3, 2, 0, 1]);
+    }
+
+    #[test]
+    fn stop_finishes_the_queued_items() {
+        let d = Dispatcher::start(cfg(Mode::Priority, &[0])).unwrap();
+        let gate = block(&d);
+        let (tx, rx) = mpsc::channel();
+        for i in 0..4 {
+            let tx = tx.clone();
+            d.submit(0, move |r| tx.send((i, r.is_ok())).unwrap()).unwrap();
+        }
+        drop(tx);
+        let inner = d.inner.clone();
+        let stopper = std::thread::spawn(move || d.stop());
+        // The stop flag is set before the threads are joined; wait for it, then release.
+        while !inner.lock().stop {
+            std::thread::yield_now();
+        }
+        gate.send(()).unwrap();
+        stopper.join().unwrap();
+        let got: Vec<_> = rx.iter().collect();
+        assert_eq!(got, vec![(0, true), (1, true), (2, true), (3, true)]);
+    }
+
+    #[test]
+    fn several_threads_share_the_work_and_account_for_it() {
+        let mut c = cfg(Mode::Priority, &[0, 10]);
+        c.workers = 3;
+        let d = Dispatcher::start(c).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let sum: u64 = rt.block_on(async {
+            let mut s = 0;
+            for i in 0..300u64 {
+                s += d.run((i % 2) as usize, move || i).await.unwrap();
+            }
+            s
+        });
+        assert_eq!(sum, (0..300).sum::<u64>());
+        let items: u64 = d.worker_stats().iter().map(|w| w.items.load(Ordering::Relaxed)).sum();
+        assert_eq!(items, 300);
+        assert_eq!(d.class_stats()[0].served.load(Ordering::Relaxed) + d.class_stats()[1].served.load(Ordering::Relaxed), 300);
+    }
+}
