@@ -129,6 +129,8 @@ pub struct Route {
     pub listeners: Vec<String>,
     pub matches: Match,
     pub action: Action,
+    /// The request's priority class (routes with `static`).
+    pub priority: Priority,
 }
 
 /// What a matching route does with the request.
@@ -138,6 +140,23 @@ pub enum Action {
     Cluster(usize),
     /// Answer it here: a status and a body (health endpoints, benchmarks of the front end).
     Respond { status: u16, body: String },
+    /// Serve files under `root` (the request path after the route's prefix), read on the
+    /// dispatch pool at the request's priority class.
+    Static { root: std::path::PathBuf, max_bytes: u64 },
+}
+
+/// Where a request's priority class comes from (routes with `static`): the first of the query
+/// parameter, the header and the object's size that gives one, else `class`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Priority {
+    /// A query parameter holding a class name or number (`?prio=0`).
+    pub query: Option<String>,
+    /// A header holding a class name or number.
+    pub header: Option<String>,
+    /// (largest size in bytes, class): the first whose size the object does not exceed.
+    pub sizes: Vec<(u64, usize)>,
+    /// The class otherwise (default: the least urgent).
+    pub class: usize,
 }
 
 /// How the proxy speaks to a cluster's endpoints.
@@ -203,12 +222,15 @@ pub struct Config {
     pub listeners: Vec<Listener>,
     pub routes: Vec<Route>,
     pub clusters: Vec<Cluster>,
+    /// The pool that runs request work by priority (present when a route serves `static`).
+    pub dispatch: Option<crate::dispatch::DispatchConfig>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Raw {
     workers: Option<usize>,
+    dispatch: Option<RawDispatch>,
     access_log: Option<String>,
     admin: Option<RawAdmin>,
     #[serde(default)]
@@ -268,7 +290,54 @@ struct RawRoute {
     header: Option<RawHeader>,
     cluster: Option<String>,
     respond: Option<RawRespond>,
+    #[serde(rename = "static")]
+    static_: Option<RawStatic>,
+    priority: Option<RawPriority>,
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDispatch {
+    workers: Option<usize>,
+    mode: Option<String>,
+    queue_limit: Option<usize>,
+    max_wait: Option<f64>,
+    lifo_above: Option<usize>,
+    classes: Option<Vec<RawClass>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClass {
+    name: String,
+    share: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStatic {
+    root: String,
+    max_bytes: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPriority {
+    query: Option<String>,
+    header: Option<String>,
+    sizes: Option<Vec<RawSize>>,
+    class: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSize {
+    up_to: u64,
+    class: String,
+}
+
+/// Largest static object served by default (64 MiB); larger ones get a 500.
+pub const DEFAULT_MAX_OBJECT: u64 = 64 << 20;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -373,6 +442,85 @@ fn header_name(field: &str, n: &str) -> Result<String, ConfigError> {
         return Err(bad(field, format!("'{n}' is not a header name")));
     }
     Ok(n.to_ascii_lowercase())
+}
+
+/// The `[dispatch]` section, or its defaults (one class, as many threads as workers).
+fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<Option<crate::dispatch::DispatchConfig>, ConfigError> {
+    use crate::dispatch::{Class, DispatchConfig, Mode};
+    let empty = RawDispatch { workers: None, mode: None, queue_limit: None, max_wait: None, lifo_above: None, classes: None };
+    let d = raw.unwrap_or(&empty);
+    let threads = d.workers.unwrap_or(workers);
+    if !(1..=1024).contains(&threads) {
+        return Err(bad("dispatch.workers", format!("{threads} is not in 1..=1024")));
+    }
+    let mode = match d.mode.as_deref().unwrap_or("priority") {
+        "priority" => Mode::Priority,
+        "fifo" => Mode::Fifo,
+        m => return Err(bad("dispatch.mode", format!("'{m}' is not priority or fifo"))),
+    };
+    let queue_limit = d.queue_limit.unwrap_or(1024);
+    if !(1..=1_000_000).contains(&queue_limit) {
+        return Err(bad("dispatch.queue_limit", format!("{queue_limit} is not in 1..=1000000")));
+    }
+    let max_wait = seconds("dispatch.max_wait", d.max_wait, 1.0)?;
+    let lifo_above = d.lifo_above.unwrap_or(0);
+    if lifo_above > queue_limit {
+        return Err(bad("dispatch.lifo_above", format!("{lifo_above} is above queue_limit {queue_limit}: it would never apply")));
+    }
+    let mut classes: Vec<Class> = Vec::new();
+    for (i, c) in d.classes.iter().flatten().enumerate() {
+        let f = format!("dispatch.classes[{i}]");
+        let ok = !c.name.is_empty() && c.name.len() <= 64 && c.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') && !c.name.bytes().all(|b| b.is_ascii_digit());
+        if !ok || classes.iter().any(|x| x.name == c.name) {
+            return Err(bad(format!("{f}.name"), format!("'{}' is empty, used twice, all digits or not letters, digits, _ and -", c.name)));
+        }
+        let share = c.share.unwrap_or(0);
+        if share > 100 {
+            return Err(bad(format!("{f}.share"), format!("{share} is not a percentage in 0..=100")));
+        }
+        if i == 0 && share != 0 {
+            return Err(bad(format!("{f}.share"), "the most urgent class is served first anyway: its share must be 0"));
+        }
+        classes.push(Class { name: c.name.clone(), share });
+    }
+    if classes.len() > 64 {
+        return Err(bad("dispatch.classes", format!("{} classes; at most 64", classes.len())));
+    }
+    let shares: u32 = classes.iter().map(|c| c.share).sum();
+    if shares > 100 {
+        return Err(bad("dispatch.classes", format!("the shares add up to {shares} %, above 100")));
+    }
+    if classes.is_empty() {
+        classes.push(Class { name: "default".into(), share: 0 });
+    }
+    Ok(Some(DispatchConfig { workers: threads, mode, classes, queue_limit, max_wait, lifo_above }))
+}
+
+/// A class given by name in the configuration.
+fn class_named(field: &str, name: &str, d: &crate::dispatch::DispatchConfig) -> Result<usize, ConfigError> {
+    d.class(name).ok_or_else(|| bad(field, format!("no dispatch class named '{name}' (dispatch.classes)")))
+}
+
+fn priority(f: &str, p: &RawPriority, d: &crate::dispatch::DispatchConfig) -> Result<Priority, ConfigError> {
+    let query = match &p.query {
+        Some(q) if q.is_empty() || !q.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.') => {
+            return Err(bad(format!("{f}.query"), format!("'{q}' is not a query parameter name")));
+        }
+        q => q.clone(),
+    };
+    let header = p.header.as_deref().map(|h| header_name(&format!("{f}.header"), h)).transpose()?;
+    let mut sizes: Vec<(u64, usize)> = Vec::new();
+    for (i, s) in p.sizes.iter().flatten().enumerate() {
+        if sizes.last().is_some_and(|(b, _)| *b >= s.up_to) {
+            return Err(bad(format!("{f}.sizes[{i}].up_to"), format!("{} is not above the previous entry's", s.up_to)));
+        }
+        sizes.push((s.up_to, class_named(&format!("{f}.sizes[{i}].class"), &s.class, d)?));
+    }
+    let class = match &p.class {
+        Some(c) => class_named(&format!("{f}.class"), c, d)?,
+        None => d.classes.len() - 1,
+    };
+    Ok(Priority { query, header, sizes, class })
 }
 
 impl Config {
@@ -538,6 +686,12 @@ impl Config {
         if raw.routes.is_empty() {
             return Err(bad("routes", "at least one [[routes]] is needed"));
         }
+        let workers = match raw.workers {
+            None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            Some(w) if (1..=1024).contains(&w) => w,
+            Some(w) => return Err(bad("workers", format!("{w} is not in 1..=1024"))),
+        };
+        let dispatch = dispatch(raw.dispatch.as_ref(), workers)?;
         let mut routes = Vec::new();
         for (i, r) in raw.routes.iter().enumerate() {
             let f = format!("routes[{i}]");
@@ -546,9 +700,20 @@ impl Config {
                     return Err(bad(format!("{f}.listeners[{j}]"), format!("no listener named '{l}'")));
                 }
             }
-            let action = match (&r.cluster, &r.respond) {
-                (Some(c), None) => Action::Cluster(*by_name.get(c).ok_or_else(|| bad(format!("{f}.cluster"), format!("no cluster named '{c}'")))?),
-                (None, Some(a)) => {
+            let action = match (&r.cluster, &r.respond, &r.static_) {
+                (Some(c), None, None) => Action::Cluster(*by_name.get(c).ok_or_else(|| bad(format!("{f}.cluster"), format!("no cluster named '{c}'")))?),
+                (None, None, Some(st)) => {
+                    let root = std::path::PathBuf::from(&st.root);
+                    if !root.is_absolute() {
+                        return Err(bad(format!("{f}.static.root"), format!("'{}' is not an absolute path", st.root)));
+                    }
+                    let max_bytes = st.max_bytes.unwrap_or(DEFAULT_MAX_OBJECT);
+                    if !(1..=1 << 32).contains(&max_bytes) {
+                        return Err(bad(format!("{f}.static.max_bytes"), format!("{max_bytes} is not in 1..=4294967296")));
+                    }
+                    Action::Static { root, max_bytes }
+                }
+                (None, Some(a), None) => {
                     if !(200..=599).contains(&a.status) {
                         return Err(bad(format!("{f}.respond.status"), format!("{} is not a status in 200..=599", a.status)));
                     }
@@ -557,7 +722,12 @@ impl Config {
                     }
                     Action::Respond { status: a.status, body: a.body.clone() }
                 }
-                _ => return Err(bad(&f, "needs either cluster or respond")),
+                _ => return Err(bad(&f, "needs exactly one of cluster, respond and static")),
+            };
+            let priority = match (&r.priority, &action) {
+                (None, _) => Priority { class: dispatch.as_ref().map_or(0, |d| d.classes.len() - 1), ..Default::default() },
+                (Some(p), Action::Static { .. }) => priority(&format!("{f}.priority"), p, dispatch.as_ref().expect("a static route makes a dispatcher"))?,
+                (Some(_), _) => return Err(bad(format!("{f}.priority"), "only for routes with static")),
             };
             let host = match &r.host {
                 Some(h) => {
@@ -578,13 +748,8 @@ impl Config {
                 Some(h) => Some((header_name(&format!("{f}.header.name"), &h.name)?, h.value.clone())),
                 None => None,
             };
-            routes.push(Route { listeners: r.listeners.clone(), matches: Match { host, path_prefix, header }, action });
+            routes.push(Route { listeners: r.listeners.clone(), matches: Match { host, path_prefix, header }, action, priority });
         }
-        let workers = match raw.workers {
-            None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-            Some(w) if (1..=1024).contains(&w) => w,
-            Some(w) => return Err(bad("workers", format!("{w} is not in 1..=1024"))),
-        };
         let admin = match raw.admin {
             None => None,
             Some(a) => {
@@ -611,7 +776,8 @@ impl Config {
         if raw.access_log.as_deref() == Some("") {
             return Err(bad("access_log", "empty: a file path, or \"-\" for standard output"));
         }
-        Ok(Config { workers, admin, access_log: raw.access_log, listeners, routes, clusters })
+        let dispatch = dispatch.filter(|_| raw.dispatch.is_some() || routes.iter().any(|r| matches!(r.action, Action::Static { .. })));
+        Ok(Config { workers, admin, access_log: raw.access_log, listeners, routes, clusters, dispatch })
     }
 }
 
@@ -709,10 +875,56 @@ endpoints = ["[::1]:9003"]
             (format!("[admin]\naddress = \"unix:p.sock\"\n{base}"), "admin.address"),
             (format!("[admin]\naddress = \"localhost\"\n{base}"), "admin.address: 'localhost' is not ADDRESS:PORT or unix:PATH"),
             (base.replace("status = 204", "status = 99"), "routes[0].respond.status"),
-            (base.replace("respond = { status = 204 }", "respond = { status = 200 }\ncluster = \"x\""), "routes[0]: needs either cluster or respond"),
+            (base.replace("respond = { status = 204 }", "respond = { status = 200 }\ncluster = \"x\""), "routes[0]: needs exactly one of cluster, respond and static"),
         ] {
             let e = Config::parse(&text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn dispatch_classes_and_static_routes() {
+        use crate::dispatch::Mode;
+        let base = "[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n";
+        let with = |d: &str, route: &str| Config::parse(&format!("workers = 2\n{d}\n{base}[[routes]]\n{route}\n")).map_err(|e| e.to_string());
+        // No static route, no [dispatch]: no pool.
+        assert!(with("", "respond = { status = 204 }").unwrap().dispatch.is_none());
+        // A static route alone: one class, as many threads as workers.
+        let c = with("", "path_prefix = \"/o/\"\nstatic = { root = \"/srv\" }").unwrap();
+        let d = c.dispatch.unwrap();
+        assert_eq!((d.workers, d.mode, d.classes.len(), d.queue_limit), (2, Mode::Priority, 1, 1024));
+        assert_eq!(c.routes[0].action, Action::Static { root: "/srv".into(), max_bytes: DEFAULT_MAX_OBJECT });
+        assert_eq!(c.routes[0].priority.class, 0);
+        let classes = "[dispatch]\nworkers = 3\nmode = \"fifo\"\nqueue_limit = 64\nmax_wait = 0.5\nlifo_above = 8\nclasses = [{ name = \"high\" }, { name = \"mid\", share = 10 }, { name = \"low\", share = 5 }]";
+        let c = with(classes, "static = { root = \"/srv\", max_bytes = 1000 }\npriority = { query = \"prio\", header = \"X-Priority\", sizes = [{ up_to = 10240, class = \"high\" }, { up_to = 1048576, class = \"mid\" }] }").unwrap();
+        let d = c.dispatch.unwrap();
+        assert_eq!((d.workers, d.mode, d.queue_limit, d.max_wait, d.lifo_above), (3, Mode::Fifo, 64, Duration::from_millis(500), 8));
+        assert_eq!(d.classes.iter().map(|c| (c.name.as_str(), c.share)).collect::<Vec<_>>(), vec![("high", 0), ("mid", 10), ("low", 5)]);
+        let p = &c.routes[0].priority;
+        assert_eq!((p.query.as_deref(), p.header.as_deref(), p.sizes.clone(), p.class), (Some("prio"), Some("x-priority"), vec![(10240, 0), (1048576, 1)], 2));
+        for (d, route, want) in [
+            ("[dispatch]\nmode = \"lifo\"", "static = { root = \"/s\" }", "dispatch.mode: 'lifo' is not priority or fifo"),
+            ("[dispatch]\nworkers = 0", "static = { root = \"/s\" }", "dispatch.workers: 0 is not in 1..=1024"),
+            ("[dispatch]\nqueue_limit = 0", "static = { root = \"/s\" }", "dispatch.queue_limit"),
+            ("[dispatch]\nmax_wait = 0", "static = { root = \"/s\" }", "dispatch.max_wait"),
+            ("[dispatch]\nqueue_limit = 4\nlifo_above = 5", "static = { root = \"/s\" }", "dispatch.lifo_above: 5 is above queue_limit 4"),
+            ("[dispatch]\nclasses = [{ name = \"a\", share = 5 }]", "static = { root = \"/s\" }", "dispatch.classes[0].share: the most urgent class"),
+            ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"a\" }]", "static = { root = \"/s\" }", "dispatch.classes[1].name"),
+            ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"7\" }]", "static = { root = \"/s\" }", "dispatch.classes[1].name"),
+            ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 101 }]", "static = { root = \"/s\" }", "dispatch.classes[1].share: 101"),
+            ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 60 }, { name = \"c\", share = 50 }]", "static = { root = \"/s\" }", "dispatch.classes: the shares add up to 110"),
+            ("[dispatch]\nthreads = 2", "static = { root = \"/s\" }", "unknown field `threads`"),
+            ("", "static = { root = \"srv\" }", "routes[0].static.root: 'srv' is not an absolute path"),
+            ("", "static = { root = \"/s\", max_bytes = 0 }", "routes[0].static.max_bytes"),
+            ("", "static = { root = \"/s\" }\ncluster = \"c\"", "routes[0]: needs exactly one of"),
+            ("", "respond = { status = 204 }\npriority = { class = \"default\" }", "routes[0].priority: only for routes with static"),
+            ("", "static = { root = \"/s\" }\npriority = { class = \"urgent\" }", "routes[0].priority.class: no dispatch class named 'urgent'"),
+            ("", "static = { root = \"/s\" }\npriority = { query = \"a b\" }", "routes[0].priority.query"),
+            ("", "static = { root = \"/s\" }\npriority = { header = \"a b\" }", "routes[0].priority.header"),
+            ("", "static = { root = \"/s\" }\npriority = { sizes = [{ up_to = 10, class = \"default\" }, { up_to = 10, class = \"default\" }] }", "routes[0].priority.sizes[1].up_to"),
+        ] {
+            let e = with(d, route).unwrap_err();
+            assert!(e.contains(want), "{d} / {route}: {e}");
         }
     }
 

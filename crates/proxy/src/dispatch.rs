@@ -135,7 +135,9 @@ struct Inner {
     workers: Vec<WorkerStats>,
 }
 
-/// The pool and its queue. Dropping it stops the threads after the items already queued.
+/// The pool and its queue. Dropping it tells the threads to stop once the items already queued
+/// are done, without waiting for them (it may be dropped on an async runtime's thread, after
+/// a reload); [`Dispatcher::stop`] also waits.
 pub struct Dispatcher {
     inner: Arc<Inner>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -242,21 +244,21 @@ impl Dispatcher {
     /// Stops taking items, lets the threads finish the queued ones (expired ones are dropped
     /// as usual) and waits for them.
     pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        self.inner.lock().stop = true;
-        self.inner.ready.notify_all();
+        self.signal_stop();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+
+    fn signal_stop(&self) {
+        self.inner.lock().stop = true;
+        self.inner.ready.notify_all();
     }
 }
 
 impl Drop for Dispatcher {
     fn drop(&mut self) {
-        self.shutdown();
+        self.signal_stop();
     }
 }
 

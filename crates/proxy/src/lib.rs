@@ -10,7 +10,7 @@
 //! * [`tls`]: TLS termination through BoringSSL, certificates by SNI, private-key providers
 //!   (inline, a crypto thread pool, the 8-lane multi-buffer [`cryptomb`] provider) behind the
 //!   asynchronous private-key method;
-//! * [`dispatch`]: request work (static objects) run on a thread pool by priority class;
+//! * [`dispatch`], [`objects`]: static objects read on a thread pool by priority class;
 //! * [`health`], [`admin`], [`access_log`]: active health checks, the admin API with stats and
 //!   Prometheus metrics, one JSON line per request.
 
@@ -21,6 +21,7 @@ pub mod cryptomb;
 pub mod dispatch;
 pub mod forward;
 pub mod health;
+pub mod objects;
 #[cfg(ippcp)]
 pub mod ippcp;
 pub mod route;

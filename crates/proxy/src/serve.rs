@@ -27,6 +27,8 @@ pub enum ServeError {
     Admin(String),
     #[error("access_log: {0}")]
     AccessLog(String),
+    #[error("dispatch: cannot start its threads: {0}")]
+    Dispatch(std::io::Error),
 }
 
 /// Time a client has to finish its TLS handshake.
@@ -48,6 +50,8 @@ pub struct Proxy {
     /// Set when a reload replaced it (its health checks stop).
     pub retired: std::sync::atomic::AtomicBool,
     pub access_log: Option<crate::access_log::AccessLog>,
+    /// The pool that reads static objects by priority class (with `static` routes).
+    pub dispatch: Option<crate::dispatch::Dispatcher>,
 }
 
 impl Proxy {
@@ -70,7 +74,11 @@ impl Proxy {
             Some(p) => Some(crate::access_log::AccessLog::open(p).map_err(ServeError::AccessLog)?),
             None => None,
         };
-        Ok(Proxy { config, clusters, tls, requests, started: std::time::Instant::now(), retired: Default::default(), access_log })
+        let dispatch = match &config.dispatch {
+            Some(d) => Some(crate::dispatch::Dispatcher::start(d.clone()).map_err(ServeError::Dispatch)?),
+            None => None,
+        };
+        Ok(Proxy { config, clusters, tls, requests, started: std::time::Instant::now(), retired: Default::default(), access_log, dispatch })
     }
 
     async fn handle(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
@@ -109,6 +117,15 @@ impl Proxy {
             crate::config::Action::Cluster(c) => *c,
             crate::config::Action::Respond { status, body } => {
                 return crate::forward::respond(StatusCode::from_u16(*status).unwrap_or(StatusCode::OK), bytes::Bytes::from(body.clone()));
+            }
+            crate::config::Action::Static { root, max_bytes } => {
+                let route = &self.config.routes[r];
+                let Some(d) = &self.dispatch else {
+                    return answer(StatusCode::INTERNAL_SERVER_ERROR, "no dispatcher");
+                };
+                let mut resp = crate::objects::serve(d, root, *max_bytes, &route.matches.path_prefix, &route.priority, &parts).await;
+                *resp.version_mut() = parts.version;
+                return resp;
             }
         };
         // The client's version, not the upstream's, describes the response on this connection.

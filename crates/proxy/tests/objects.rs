@@ -1,0 +1,140 @@
+//! Static objects through the dispatch pool, with curl as the client: bodies and headers, bad
+//! paths, the class from the query / header / size, and back-pressure (a full class queue
+//! answers 503 at once; an item that waited past max_wait answers 503) while the pool's only
+//! thread is held on a named pipe.
+
+mod common;
+
+use common::proxy_with;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// curl's status code and body for `path`.
+fn get(addr: SocketAddr, path: &str, args: &[&str]) -> (u16, Vec<u8>) {
+    let o = Command::new("curl")
+        .args(["-sS", "--path-as-is", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(format!("http://{addr}{path}"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "curl {path}: {}", String::from_utf8_lossy(&o.stderr));
+    let out = o.stdout;
+    let nl = out.iter().rposition(|b| *b == b'\n').unwrap();
+    (String::from_utf8_lossy(&out[nl + 1..]).parse().unwrap(), out[..nl].to_vec())
+}
+
+fn objects_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("vectorlb-objects-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    dir
+}
+
+#[test]
+fn objects_are_served_by_class_and_bad_paths_refused() {
+    let dir = objects_dir("serve");
+    let small: Vec<u8> = (0..1024u32).map(|i| (i * 7) as u8).collect();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i * 13 + i / 256) as u8).collect();
+    std::fs::write(dir.join("small.bin"), &small).unwrap();
+    std::fs::write(dir.join("sub/big.bin"), &big).unwrap();
+    std::fs::write(dir.join("page.html"), "<p>hi</p>").unwrap();
+    std::fs::write(dir.join("four.bin"), vec![7u8; 4096]).unwrap();
+    let (addrs, p) = proxy_with(&format!(
+        r#"
+[dispatch]
+workers = 2
+classes = [{{ name = "high" }}, {{ name = "mid", share = 10 }}, {{ name = "low", share = 5 }}]
+
+[[listeners]]
+name = "web"
+address = "127.0.0.1:0"
+
+[[routes]]
+path_prefix = "/o/"
+static = {{ root = "{}", max_bytes = 150000 }}
+priority = {{ query = "prio", header = "x-priority", sizes = [{{ up_to = 2048, class = "high" }}] }}
+"#,
+        dir.display()
+    ));
+    let addr = addrs[0];
+    assert_eq!(get(addr, "/o/small.bin", &[]), (200, small.clone()));
+    // Larger than max_bytes: refused, not truncated.
+    assert_eq!(get(addr, "/o/sub/big.bin", &[]).0, 500);
+    let o = Command::new("curl").args(["-sS", "-I", &format!("http://{addr}/o/page.html")]).output().unwrap();
+    let head = String::from_utf8_lossy(&o.stdout).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200") && head.contains("content-length: 9") && head.contains("content-type: text/html"), "{head}");
+    for (path, status) in [("/o/../../etc/passwd", 400), ("/o/sub/../small.bin", 400), ("/o/%2e%2e/x", 400), ("/o/", 400), ("/o/missing", 404), ("/o/sub", 404)] {
+        assert_eq!(get(addr, path, &[]).0, status, "{path}");
+    }
+    assert_eq!(get(addr, "/o/small.bin", &["-X", "POST"]).0, 405);
+    // Classes: size (up to 2 KiB: high), query, header (the query first), else the least
+    // urgent (four.bin: 4 KiB).
+    let d = p.dispatch.as_ref().unwrap();
+    let served = |c: usize| d.class_stats()[c].served.load(Ordering::Relaxed);
+    let before = [served(0), served(1), served(2)];
+    get(addr, "/o/small.bin", &[]);
+    get(addr, "/o/page.html?prio=mid", &[]);
+    get(addr, "/o/page.html", &["-H", "x-priority: 1"]);
+    get(addr, "/o/page.html?prio=2", &["-H", "x-priority: 0"]);
+    assert_eq!(get(addr, "/o/four.bin", &[]), (200, vec![7u8; 4096]));
+    assert_eq!([served(0) - before[0], served(1) - before[1], served(2) - before[2]], [1, 2, 2]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_full_queue_answers_503_at_once_and_stale_items_expire() {
+    let dir = objects_dir("full");
+    std::fs::write(dir.join("a.txt"), "a").unwrap();
+    let fifo = dir.join("hold");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let (addrs, p) = proxy_with(&format!(
+        r#"
+[dispatch]
+workers = 1
+queue_limit = 2
+max_wait = 0.3
+
+[[listeners]]
+name = "web"
+address = "127.0.0.1:0"
+
+[[routes]]
+path_prefix = "/o/"
+static = {{ root = "{}" }}
+"#,
+        dir.display()
+    ));
+    let addr = addrs[0];
+    let d = p.dispatch.as_ref().unwrap();
+    // The only pool thread blocks opening the pipe (no writer yet).
+    let holder = std::thread::spawn(move || get(addr, "/o/hold", &[]));
+    let t = Instant::now();
+    while d.class_stats()[0].submitted.load(Ordering::Relaxed) < 1 || d.depths()[0] != 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "the holding request never reached the pool");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Two wait (the queue's limit); the third is refused at once.
+    let waiting: Vec<_> = (0..2).map(|_| std::thread::spawn(move || get(addr, "/o/a.txt", &[]))).collect();
+    while d.depths()[0] < 2 {
+        assert!(t.elapsed() < Duration::from_secs(5), "the waiting requests never queued");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t3 = Instant::now();
+    let (status, body) = get(addr, "/o/a.txt", &[]);
+    assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
+    assert!(t3.elapsed() < Duration::from_secs(1), "the refusal waited {:?}", t3.elapsed());
+    assert_eq!(d.class_stats()[0].rejected_full.load(Ordering::Relaxed), 1);
+    // Let them pass max_wait, then release the pipe: the two waiting ones expire (503).
+    std::thread::sleep(Duration::from_millis(500));
+    drop(std::fs::OpenOptions::new().write(true).open(&fifo).unwrap());
+    assert_eq!(holder.join().unwrap().0, 404, "a pipe is not an object");
+    for w in waiting {
+        assert_eq!(w.join().unwrap().0, 503);
+    }
+    assert_eq!(d.class_stats()[0].expired.load(Ordering::Relaxed), 2);
+    // And the pool serves again.
+    assert_eq!(get(addr, "/o/a.txt", &[]), (200, b"a".to_vec()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
