@@ -65,6 +65,8 @@ pub struct DispatchConfig {
     pub max_wait: Duration,
     /// A class holding more than this many items serves its newest first (0: never).
     pub lifo_above: usize,
+    /// Longest an item streaming a body waits for the client to take the next chunk.
+    pub send_timeout: Duration,
 }
 
 impl DispatchConfig {
@@ -100,6 +102,8 @@ pub struct ClassStats {
     pub rejected_full: AtomicU64,
     pub expired: AtomicU64,
     pub served: AtomicU64,
+    /// Jobs that panicked (a bug; the thread goes on).
+    pub panicked: AtomicU64,
     /// Seconds from submission to a thread taking the item.
     pub wait_seconds: Histogram,
     /// Seconds the work itself took.
@@ -162,6 +166,7 @@ impl Dispatcher {
                     rejected_full: AtomicU64::new(0),
                     expired: AtomicU64::new(0),
                     served: AtomicU64::new(0),
+                    panicked: AtomicU64::new(0),
                     wait_seconds: Histogram::new(LATENCY_BOUNDS),
                     run_seconds: Histogram::new(LATENCY_BOUNDS),
                 })
@@ -321,14 +326,21 @@ impl Inner {
             };
             let stats = &self.classes[item.class];
             let waited = item.queued.elapsed();
+            // A job that panics loses its own request (its reply channel closes); the thread
+            // and the pool live on.
+            let run = |job: Job, r| {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(r))).is_err() {
+                    stats.panicked.fetch_add(1, Ordering::Relaxed);
+                }
+            };
             if waited > self.cfg.max_wait {
                 stats.expired.fetch_add(1, Ordering::Relaxed);
-                (item.job)(Err(Rejected::Expired));
+                run(item.job, Err(Rejected::Expired));
                 continue;
             }
             stats.wait_seconds.observe(waited.as_secs_f64());
             let t = Instant::now();
-            (item.job)(Ok(waited));
+            run(item.job, Ok(waited));
             let ran = t.elapsed();
             stats.run_seconds.observe(ran.as_secs_f64());
             stats.served.fetch_add(1, Ordering::Relaxed);
@@ -351,6 +363,7 @@ mod tests {
             queue_limit: 10_000,
             max_wait: Duration::from_secs(60),
             lifo_above: 0,
+            send_timeout: Duration::from_secs(10),
         }
     }
 
@@ -492,6 +505,17 @@ mod tests {
         stopper.join().unwrap();
         let got: Vec<_> = rx.iter().collect();
         assert_eq!(got, vec![(0, true), (1, true), (2, true), (3, true)]);
+    }
+
+    #[test]
+    fn a_panicking_job_does_not_take_its_thread_down() {
+        let d = Dispatcher::start(cfg(Mode::Priority, &[0])).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            assert_eq!(d.run(0, || -> u32 { panic!("a job's bug") }).await, Err(Rejected::Stopped));
+            assert_eq!(d.run(0, || 7).await, Ok(7));
+        });
+        assert_eq!(d.class_stats()[0].panicked.load(Ordering::Relaxed), 1);
     }
 
     #[test]

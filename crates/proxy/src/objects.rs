@@ -1,13 +1,15 @@
 //! Static objects (routes with `static`), served as a CDN origin does: the file under the
-//! route's root named by the rest of the request path, read on the dispatch pool at the
-//! request's priority class (seed 000's NGINX cache server, whose thread-pool tasks are
-//! ordered by a priority from the request URI).
+//! route's root named by the rest of the request path, opened and streamed by a dispatch pool
+//! thread at the request's priority class (seed 000's NGINX cache server, whose thread-pool
+//! tasks are ordered by a priority from the request URI). The thread reads the object in
+//! 64 KiB chunks and stays with it until the client has taken all but the last two, so the
+//! pool's threads bound the transfers in progress and the queue decides which starts next.
 
 use crate::config::Priority;
 use crate::dispatch::{Dispatcher, Rejected};
 use crate::forward::{answer, ProxyBody};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Empty};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode};
@@ -81,8 +83,18 @@ fn content_type(path: &Path) -> &'static str {
     }
 }
 
-/// Reads the whole file (on a pool thread), refusing more than `max` bytes.
-fn read(path: &Path, max: u64) -> Result<Bytes, (StatusCode, &'static str)> {
+/// Bytes read per chunk of a streamed object.
+pub const CHUNK: usize = 64 * 1024;
+/// Chunks read ahead of the client: the pool thread waits when this many are unsent, so an
+/// item holds its thread while its object streams (as a thread-pool `sendfile` does).
+const AHEAD: usize = 2;
+
+/// What a pool thread tells the request's task before the body: the object's length, or the
+/// answer to give instead.
+type Head = Result<u64, (StatusCode, &'static str)>;
+
+/// Opens the object and checks it.
+fn open(path: &Path, max: u64) -> Result<(std::fs::File, u64), (StatusCode, &'static str)> {
     let f = std::fs::File::open(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => (StatusCode::NOT_FOUND, "no such object"),
         std::io::ErrorKind::PermissionDenied => (StatusCode::FORBIDDEN, "the object cannot be read"),
@@ -95,16 +107,78 @@ fn read(path: &Path, max: u64) -> Result<Bytes, (StatusCode, &'static str)> {
     if meta.len() > max {
         return Err((StatusCode::INTERNAL_SERVER_ERROR, "the object is larger than static.max_bytes"));
     }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
-    // A file that grows while it is read is cut at the limit.
-    f.take(max).read_to_end(&mut buf).map_err(|_| (StatusCode::INTERNAL_SERVER_ERROR, "the object cannot be read"))?;
-    Ok(Bytes::from(buf))
+    Ok((f, meta.len()))
+}
+
+/// The pool item: open the object, report its length, then (unless `head_only`) read it in
+/// chunks into `body`, waiting while the client is [`AHEAD`] chunks behind, for at most
+/// `send_timeout` per chunk. Exactly the announced length is sent: a file that changes
+/// length meanwhile is cut or ends the body early (the client sees a short body).
+fn stream(path: &Path, max: u64, head_only: bool, head: tokio::sync::oneshot::Sender<Head>, body: tokio::sync::mpsc::Sender<Bytes>, rt: &tokio::runtime::Handle, send_timeout: std::time::Duration) {
+    let (f, len) = match open(path, max) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = head.send(Err(e));
+            return;
+        }
+    };
+    if head.send(Ok(len)).is_err() || head_only {
+        return;
+    }
+    let mut f = f.take(len);
+    let mut left = len;
+    while left > 0 {
+        let mut buf = vec![0u8; CHUNK.min(left as usize)];
+        match f.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                buf.truncate(n);
+                left -= n as u64;
+            }
+        }
+        // The client's task polls the receiver; a client that stops reading for longer than
+        // send_timeout releases the thread (its body ends short).
+        match body.try_send(Bytes::from(buf)) {
+            Ok(()) => {}
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
+            Err(tokio::sync::mpsc::error::TrySendError::Full(b)) => {
+                // (The timer is made inside the runtime's context: block_on enters it.)
+                if !matches!(rt.block_on(async { tokio::time::timeout(send_timeout, body.send(b)).await }), Ok(Ok(()))) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A response body fed chunk by chunk by a pool thread.
+struct Chunks {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    left: u64,
+}
+
+impl hyper::body::Body for Chunks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.rx.poll_recv(cx).map(|c| {
+            c.map(|b| {
+                self.left = self.left.saturating_sub(b.len() as u64);
+                Ok(hyper::body::Frame::data(b))
+            })
+        })
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.left)
+    }
 }
 
 /// Serves one request of a `static` route.
 pub async fn serve(d: &Dispatcher, root: &Path, max: u64, prefix: &str, priority: &Priority, parts: &Parts) -> Response<ProxyBody> {
-    let head = parts.method == Method::HEAD;
-    if parts.method != Method::GET && !head {
+    let head_only = parts.method == Method::HEAD;
+    if parts.method != Method::GET && !head_only {
         let mut r = answer(StatusCode::METHOD_NOT_ALLOWED, "static objects take GET and HEAD");
         r.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
@@ -117,25 +191,47 @@ pub async fn serve(d: &Dispatcher, root: &Path, max: u64, prefix: &str, priority
     let size = if priority.sizes.is_empty() { None } else { std::fs::metadata(&path).ok().map(|m| m.len()) };
     let class = class_of(priority, parts, size, d.config());
     let ctype = content_type(&path);
-    match d.run(class, move || read(&path, max)).await {
-        Ok(Ok(body)) => {
-            let len = body.len();
-            let mut r = if head { Response::new(Empty::new().map_err(|never| match never {}).boxed()) } else { Response::new(Full::new(body).map_err(|never| match never {}).boxed()) };
+    let (head_tx, head_rx) = tokio::sync::oneshot::channel::<Head>();
+    let (body_tx, body_rx) = tokio::sync::mpsc::channel(AHEAD);
+    let rt = tokio::runtime::Handle::current();
+    let send_timeout = d.config().send_timeout;
+    let submitted = d.submit(class, move |r| match r {
+        Ok(_) => stream(&path, max, head_only, head_tx, body_tx, &rt, send_timeout),
+        Err(e) => {
+            let _ = head_tx.send(Err(refusal(e)));
+        }
+    });
+    let head = match submitted {
+        // The job always answers (at the latest with Stopped), unless it panicked.
+        Ok(()) => head_rx.await.unwrap_or(Err((StatusCode::INTERNAL_SERVER_ERROR, "the object could not be read"))),
+        Err(e) => Err(refusal(e)),
+    };
+    match head {
+        Ok(len) => {
+            let mut r = if head_only { Response::new(Empty::new().map_err(|never| match never {}).boxed()) } else { Response::new(Chunks { rx: body_rx, left: len }.map_err(|never| match never {}).boxed()) };
             r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
             r.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(len));
             r
         }
-        Ok(Err((status, why))) => answer(status, why),
-        Err(e) => {
-            let mut r = answer(StatusCode::SERVICE_UNAVAILABLE, match e {
-                Rejected::Full => "the dispatch queue of this request's class is full",
-                Rejected::Expired => "the request waited longer than dispatch.max_wait",
-                Rejected::Stopped => "the proxy is stopping",
-            });
-            r.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        Err((status, why)) => {
+            let mut r = answer(status, why);
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                r.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            }
             r
         }
     }
+}
+
+fn refusal(e: Rejected) -> (StatusCode, &'static str) {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        match e {
+            Rejected::Full => "the dispatch queue of this request's class is full",
+            Rejected::Expired => "the request waited longer than dispatch.max_wait",
+            Rejected::Stopped => "the proxy is stopping",
+        },
+    )
 }
 
 #[cfg(test)]
@@ -162,6 +258,7 @@ mod tests {
             queue_limit: 1,
             max_wait: std::time::Duration::from_secs(1),
             lifo_above: 0,
+            send_timeout: std::time::Duration::from_secs(1),
         };
         let p = Priority { query: Some("prio".into()), header: Some("x-priority".into()), sizes: vec![(10_240, 0), (1 << 20, 1)], class: 2 };
         let parts = |uri: &str, h: Option<&str>| {

@@ -138,3 +138,48 @@ static = {{ root = "{}" }}
     assert_eq!(get(addr, "/o/a.txt", &[]), (200, b"a".to_vec()));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn large_objects_stream_and_a_stalled_client_releases_its_thread() {
+    let dir = objects_dir("stream");
+    let big: Vec<u8> = (0..24_000_000u32).map(|i| (i ^ (i >> 11)) as u8).collect();
+    std::fs::write(dir.join("big.bin"), &big).unwrap();
+    std::fs::write(dir.join("a.txt"), "a").unwrap();
+    let (addrs, p) = proxy_with(&format!(
+        r#"
+[dispatch]
+workers = 1
+send_timeout = 0.5
+
+[[listeners]]
+name = "web"
+address = "127.0.0.1:0"
+
+[[routes]]
+path_prefix = "/o/"
+static = {{ root = "{}", max_bytes = 100000000 }}
+"#,
+        dir.display()
+    ));
+    let addr = addrs[0];
+    let (status, body) = get(addr, "/o/big.bin", &[]);
+    assert_eq!(status, 200);
+    assert!(body == big, "the streamed body differs ({} bytes of {})", body.len(), big.len());
+    // A client that asks for the object and reads nothing: the socket buffers fill, the only
+    // pool thread waits send_timeout for it, then gives the object up and serves others.
+    use std::io::Write;
+    let mut stalled = std::net::TcpStream::connect(addr).unwrap();
+    stalled.write_all(b"GET /o/big.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let d = p.dispatch.as_ref().unwrap();
+    let t = Instant::now();
+    while d.class_stats()[0].submitted.load(Ordering::Relaxed) < 2 {
+        assert!(t.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t = Instant::now();
+    assert_eq!(get(addr, "/o/a.txt", &[]), (200, b"a".to_vec()));
+    let waited = t.elapsed();
+    assert!(waited < Duration::from_secs(5), "the next request waited {waited:?}");
+    drop(stalled);
+    let _ = std::fs::remove_dir_all(&dir);
+}
