@@ -106,6 +106,61 @@ pub struct ClusterOut {
 }
 
 #[derive(Serialize)]
+pub struct DispatchClassOut {
+    pub name: String,
+    pub share: u32,
+    pub depth: usize,
+    pub submitted: u64,
+    pub served: u64,
+    pub rejected_full: u64,
+    pub expired: u64,
+    pub panicked: u64,
+    pub wait_seconds: HistogramOut,
+    pub run_seconds: HistogramOut,
+}
+
+#[derive(Serialize)]
+pub struct DispatchWorkerOut {
+    pub items: u64,
+    pub busy_seconds: f64,
+}
+
+#[derive(Serialize)]
+pub struct DispatchOut {
+    pub mode: &'static str,
+    pub classes: Vec<DispatchClassOut>,
+    pub workers: Vec<DispatchWorkerOut>,
+}
+
+fn dispatch_out(d: &crate::dispatch::Dispatcher) -> DispatchOut {
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let depths = d.depths();
+    DispatchOut {
+        mode: d.config().mode.name(),
+        classes: d
+            .config()
+            .classes
+            .iter()
+            .zip(d.class_stats())
+            .zip(depths)
+            .map(|((c, s), depth)| DispatchClassOut {
+                name: c.name.clone(),
+                share: c.share,
+                depth,
+                submitted: n(&s.submitted),
+                served: n(&s.served),
+                rejected_full: n(&s.rejected_full),
+                expired: n(&s.expired),
+                panicked: n(&s.panicked),
+                wait_seconds: (&s.wait_seconds).into(),
+                run_seconds: (&s.run_seconds).into(),
+            })
+            .collect(),
+        workers: d.worker_stats().iter().map(|w| DispatchWorkerOut { items: n(&w.items), busy_seconds: n(&w.busy_ns) as f64 / 1e9 }).collect(),
+    }
+}
+
+#[derive(Serialize)]
 pub struct StatsOut {
     pub uptime_seconds: f64,
     pub reloads: u64,
@@ -114,6 +169,8 @@ pub struct StatsOut {
     pub workers: usize,
     pub listeners: Vec<ListenerOut>,
     pub clusters: Vec<ClusterOut>,
+    /// The dispatch pool (with `static` routes or a `[dispatch]` section).
+    pub dispatch: Option<DispatchOut>,
 }
 
 pub fn stats(p: &Proxy) -> StatsOut {
@@ -123,6 +180,7 @@ pub fn stats(p: &Proxy) -> StatsOut {
         reload_failures: 0,
         last_reload_error: None,
         workers: p.config.workers,
+        dispatch: p.dispatch.as_ref().map(dispatch_out),
         listeners: p
             .config
             .listeners
@@ -240,6 +298,36 @@ pub fn metrics(p: &Proxy) -> String {
             for (e, s) in c.spec.endpoints.iter().zip(&c.stats) {
                 let _ = writeln!(o, "{name}{{cluster=\"{}\",endpoint=\"{}\"}} {}", esc(&c.spec.name), e.address, get(s));
             }
+        }
+    }
+    if let Some(d) = &p.dispatch {
+        let cfg = d.config();
+        let names: Vec<String> = cfg.classes.iter().map(|c| esc(&c.name)).collect();
+        head(&mut o, "vectorlb_proxy_dispatch_queue_depth", "gauge", "Items waiting for a dispatch thread, by class.");
+        for (c, depth) in names.iter().zip(d.depths()) {
+            let _ = writeln!(o, "vectorlb_proxy_dispatch_queue_depth{{class=\"{c}\"}} {depth}");
+        }
+        head(&mut o, "vectorlb_proxy_dispatch_items_total", "counter", "Items by class and outcome: served, rejected (queue full), expired (waited past max_wait), panicked.");
+        for (c, s) in names.iter().zip(d.class_stats()) {
+            for (outcome, v) in [("served", &s.served), ("rejected", &s.rejected_full), ("expired", &s.expired), ("panicked", &s.panicked)] {
+                let _ = writeln!(o, "vectorlb_proxy_dispatch_items_total{{class=\"{c}\",outcome=\"{outcome}\"}} {}", v.load(Ordering::Relaxed));
+            }
+        }
+        head(&mut o, "vectorlb_proxy_dispatch_wait_seconds", "histogram", "Time from an item's submission to a thread taking it, by class.");
+        for (c, s) in names.iter().zip(d.class_stats()) {
+            histogram(&mut o, "vectorlb_proxy_dispatch_wait_seconds", &format!("class=\"{c}\""), &s.wait_seconds);
+        }
+        head(&mut o, "vectorlb_proxy_dispatch_run_seconds", "histogram", "Time a thread spent on an item (a static object: until its last chunks were queued), by class.");
+        for (c, s) in names.iter().zip(d.class_stats()) {
+            histogram(&mut o, "vectorlb_proxy_dispatch_run_seconds", &format!("class=\"{c}\""), &s.run_seconds);
+        }
+        head(&mut o, "vectorlb_proxy_dispatch_busy_seconds_total", "counter", "Seconds each dispatch thread spent running items (its utilisation, by rate).");
+        for (w, s) in d.worker_stats().iter().enumerate() {
+            let _ = writeln!(o, "vectorlb_proxy_dispatch_busy_seconds_total{{worker=\"{w}\"}} {}", s.busy_ns.load(Ordering::Relaxed) as f64 / 1e9);
+        }
+        head(&mut o, "vectorlb_proxy_dispatch_worker_items_total", "counter", "Items each dispatch thread ran.");
+        for (w, s) in d.worker_stats().iter().enumerate() {
+            let _ = writeln!(o, "vectorlb_proxy_dispatch_worker_items_total{{worker=\"{w}\"}} {}", s.items.load(Ordering::Relaxed));
         }
     }
     o

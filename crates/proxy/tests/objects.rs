@@ -80,6 +80,21 @@ priority = {{ query = "prio", header = "x-priority", sizes = [{{ up_to = 2048, c
     get(addr, "/o/page.html?prio=2", &["-H", "x-priority: 0"]);
     assert_eq!(get(addr, "/o/four.bin", &[]), (200, vec![7u8; 4096]));
     assert_eq!([served(0) - before[0], served(1) - before[1], served(2) - before[2]], [1, 2, 2]);
+    // The same in the metrics and the stats.
+    let m = vectorlb_proxy::admin::metrics(&p);
+    for c in ["high", "mid", "low"] {
+        let i = ["high", "mid", "low"].iter().position(|x| *x == c).unwrap();
+        let line = format!("vectorlb_proxy_dispatch_items_total{{class=\"{c}\",outcome=\"served\"}} {}", served(i));
+        assert!(m.contains(&line), "{line} not in:\n{m}");
+        assert!(m.contains(&format!("vectorlb_proxy_dispatch_queue_depth{{class=\"{c}\"}} 0")));
+        assert!(m.contains(&format!("vectorlb_proxy_dispatch_wait_seconds_count{{class=\"{c}\"}} {}", served(i))));
+    }
+    assert!(m.contains("vectorlb_proxy_dispatch_busy_seconds_total{worker=\"1\"}"));
+    let st = serde_json::to_value(vectorlb_proxy::admin::stats(&p)).unwrap();
+    assert_eq!(st["dispatch"]["mode"], "priority");
+    assert_eq!(st["dispatch"]["classes"][1]["name"], "mid");
+    assert_eq!(st["dispatch"]["classes"][1]["served"], served(1));
+    assert_eq!(st["dispatch"]["workers"].as_array().unwrap().len(), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
