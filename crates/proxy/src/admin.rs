@@ -180,7 +180,7 @@ pub fn stats(p: &Proxy) -> StatsOut {
         reload_failures: 0,
         last_reload_error: None,
         workers: p.config.workers,
-        dispatch: p.dispatch.as_ref().map(dispatch_out),
+        dispatch: p.dispatch.as_deref().map(dispatch_out),
         listeners: p
             .config
             .listeners

@@ -303,7 +303,6 @@ struct RawDispatch {
     queue_limit: Option<usize>,
     max_wait: Option<f64>,
     lifo_above: Option<usize>,
-    send_timeout: Option<f64>,
     classes: Option<Vec<RawClass>>,
 }
 
@@ -448,7 +447,7 @@ fn header_name(field: &str, n: &str) -> Result<String, ConfigError> {
 /// The `[dispatch]` section, or its defaults (one class, as many threads as workers).
 fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<Option<crate::dispatch::DispatchConfig>, ConfigError> {
     use crate::dispatch::{Class, DispatchConfig, Mode};
-    let empty = RawDispatch { workers: None, mode: None, queue_limit: None, max_wait: None, lifo_above: None, send_timeout: None, classes: None };
+    let empty = RawDispatch { workers: None, mode: None, queue_limit: None, max_wait: None, lifo_above: None, classes: None };
     let d = raw.unwrap_or(&empty);
     let threads = d.workers.unwrap_or(workers);
     if !(1..=1024).contains(&threads) {
@@ -494,8 +493,7 @@ fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<Option<crate::d
     if classes.is_empty() {
         classes.push(Class { name: "default".into(), share: 0 });
     }
-    let send_timeout = seconds("dispatch.send_timeout", d.send_timeout, 10.0)?;
-    Ok(Some(DispatchConfig { workers: threads, mode, classes, queue_limit, max_wait, lifo_above, send_timeout }))
+    Ok(Some(DispatchConfig { workers: threads, mode, classes, queue_limit, max_wait, lifo_above }))
 }
 
 /// A class given by name in the configuration.

@@ -18,6 +18,11 @@
 //! its newest first (adaptive LIFO: under overload the fresh requests, whose clients still
 //! wait, go first and the stale ones expire).
 //!
+//! Work that goes on in parts (a body sent chunk by chunk) queues each later part with
+//! [`Dispatcher::submit_continued`]: ordered by its class like the rest, so a higher class
+//! never waits for more than the parts in progress, but never refused or expired, since the
+//! request was admitted.
+//!
 //! The queue is a mutex and a condition variable: an item costs two lock round trips, small
 //! next to the work it carries (a file read), and the lock is never held while work runs.
 
@@ -65,8 +70,6 @@ pub struct DispatchConfig {
     pub max_wait: Duration,
     /// A class holding more than this many items serves its newest first (0: never).
     pub lifo_above: usize,
-    /// Longest an item streaming a body waits for the client to take the next chunk.
-    pub send_timeout: Duration,
 }
 
 impl DispatchConfig {
@@ -93,6 +96,9 @@ type Job = Box<dyn FnOnce(Result<Duration, Rejected>) + Send>;
 struct Item {
     class: usize,
     queued: Instant,
+    /// A later part of admitted work (the next chunk of a body being sent): never refused for
+    /// a full queue, never expired, but ordered by its class like the rest.
+    continued: bool,
     job: Job,
 }
 
@@ -211,10 +217,22 @@ impl Dispatcher {
     /// on a pool thread, with how long it waited or [`Rejected::Expired`] / [`Rejected::Stopped`];
     /// a full queue refuses it here and it is not called.
     pub fn submit(&self, class: usize, job: impl FnOnce(Result<Duration, Rejected>) + Send + 'static) -> Result<(), Rejected> {
+        self.enqueue(class, false, Box::new(job))
+    }
+
+    /// Queues a later part of work already admitted (the next chunk of a response): ordered by
+    /// its class, but neither refused for a full queue nor expired. Refused only when stopping.
+    pub fn submit_continued(&self, class: usize, job: impl FnOnce(Result<Duration, Rejected>) + Send + 'static) -> Result<(), Rejected> {
+        self.enqueue(class, true, Box::new(job))
+    }
+
+    fn enqueue(&self, class: usize, continued: bool, job: Job) -> Result<(), Rejected> {
         let inner = &self.inner;
         let class = class.min(inner.cfg.classes.len() - 1);
         let stats = &inner.classes[class];
-        stats.submitted.fetch_add(1, Ordering::Relaxed);
+        if !continued {
+            stats.submitted.fetch_add(1, Ordering::Relaxed);
+        }
         let mut st = inner.lock();
         if st.stop {
             return Err(Rejected::Stopped);
@@ -223,12 +241,12 @@ impl Dispatcher {
             Mode::Priority => (class, inner.cfg.queue_limit),
             Mode::Fifo => (0, inner.cfg.queue_limit.saturating_mul(inner.cfg.classes.len())),
         };
-        if st.queues[q].len() >= limit {
+        if !continued && st.queues[q].len() >= limit {
             drop(st);
             stats.rejected_full.fetch_add(1, Ordering::Relaxed);
             return Err(Rejected::Full);
         }
-        st.queues[q].push_back(Item { class, queued: Instant::now(), job: Box::new(job) });
+        st.queues[q].push_back(Item { class, queued: Instant::now(), continued, job });
         st.depth[class] += 1;
         drop(st);
         inner.ready.notify_one();
@@ -333,7 +351,7 @@ impl Inner {
                     stats.panicked.fetch_add(1, Ordering::Relaxed);
                 }
             };
-            if waited > self.cfg.max_wait {
+            if waited > self.cfg.max_wait && !item.continued {
                 stats.expired.fetch_add(1, Ordering::Relaxed);
                 run(item.job, Err(Rejected::Expired));
                 continue;
@@ -343,7 +361,9 @@ impl Inner {
             run(item.job, Ok(waited));
             let ran = t.elapsed();
             stats.run_seconds.observe(ran.as_secs_f64());
-            stats.served.fetch_add(1, Ordering::Relaxed);
+            if !item.continued {
+                stats.served.fetch_add(1, Ordering::Relaxed);
+            }
             self.workers[w].items.fetch_add(1, Ordering::Relaxed);
             self.workers[w].busy_ns.fetch_add(ran.as_nanos() as u64, Ordering::Relaxed);
         }
@@ -363,7 +383,6 @@ mod tests {
             queue_limit: 10_000,
             max_wait: Duration::from_secs(60),
             lifo_above: 0,
-            send_timeout: Duration::from_secs(10),
         }
     }
 
@@ -446,6 +465,29 @@ mod tests {
         assert_eq!(d.class_stats()[1].rejected_full.load(Ordering::Relaxed), 1);
         gate.send(()).unwrap();
         d.stop();
+    }
+
+    #[test]
+    fn continued_items_are_ordered_but_never_refused_or_expired() {
+        let mut c = cfg(Mode::Priority, &[0, 0]);
+        c.queue_limit = 1;
+        c.max_wait = Duration::from_millis(20);
+        let d = Dispatcher::start(c).unwrap();
+        let gate = block(&d);
+        let (tx, rx) = mpsc::channel();
+        for i in 0..3 {
+            let tx = tx.clone();
+            d.submit_continued(1, move |r| tx.send((1, i, r.is_ok())).unwrap()).unwrap();
+        }
+        let t = tx.clone();
+        d.submit(0, move |r| t.send((0, 0, r.is_ok())).unwrap()).unwrap();
+        drop(tx);
+        std::thread::sleep(Duration::from_millis(40));
+        gate.send(()).unwrap();
+        let got: Vec<_> = rx.iter().collect();
+        // The new item waited past max_wait: expired; the continued ones ran, in order.
+        assert_eq!(got, vec![(0, 0, false), (1, 0, true), (1, 1, true), (1, 2, true)]);
+        assert_eq!(d.class_stats()[1].served.load(Ordering::Relaxed), 0, "parts are not requests");
     }
 
     #[test]

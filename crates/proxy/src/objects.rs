@@ -1,9 +1,10 @@
 //! Static objects (routes with `static`), served as a CDN origin does: the file under the
-//! route's root named by the rest of the request path, opened and streamed by a dispatch pool
-//! thread at the request's priority class (seed 000's NGINX cache server, whose thread-pool
-//! tasks are ordered by a priority from the request URI). The thread reads the object in
-//! 64 KiB chunks and stays with it until the client has taken all but the last two, so the
-//! pool's threads bound the transfers in progress and the queue decides which starts next.
+//! route's root named by the rest of the request path, read by the dispatch pool at the
+//! request's priority class (seed 000's NGINX cache server, whose thread-pool tasks are
+//! ordered by a priority from the request URI). The first item opens the object and reads its
+//! first 64 KiB; every further 64 KiB is another item of the same class (as NGINX's `aio
+//! threads` reads a file in output-buffer chunks), so a small object of a higher class waits
+//! at most for the chunks being read, not for whole large objects.
 
 use crate::config::Priority;
 use crate::dispatch::{Dispatcher, Rejected};
@@ -13,8 +14,9 @@ use http_body_util::{BodyExt, Empty};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode};
-use std::io::Read;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The file for `path` (the request path, which starts with `prefix`) under `root`. Each
 /// segment is taken literally: empty ones are skipped; `.`, `..`, percent-escapes, backslashes
@@ -83,15 +85,12 @@ fn content_type(path: &Path) -> &'static str {
     }
 }
 
-/// Bytes read per chunk of a streamed object.
+/// Bytes read per chunk of a streamed object (one pool item each).
 pub const CHUNK: usize = 64 * 1024;
-/// Chunks read ahead of the client: the pool thread waits when this many are unsent, so an
-/// item holds its thread while its object streams (as a thread-pool `sendfile` does).
-const AHEAD: usize = 2;
 
-/// What a pool thread tells the request's task before the body: the object's length, or the
-/// answer to give instead.
-type Head = Result<u64, (StatusCode, &'static str)>;
+/// What the first item tells the request's task: the object's length, its first chunk and
+/// the open file (for the items that read the rest), or the answer to give instead.
+type Head = Result<(u64, Bytes, Arc<std::fs::File>), (StatusCode, &'static str)>;
 
 /// Opens the object and checks it.
 fn open(path: &Path, max: u64) -> Result<(std::fs::File, u64), (StatusCode, &'static str)> {
@@ -110,51 +109,55 @@ fn open(path: &Path, max: u64) -> Result<(std::fs::File, u64), (StatusCode, &'st
     Ok((f, meta.len()))
 }
 
-/// The pool item: open the object, report its length, then (unless `head_only`) read it in
-/// chunks into `body`, waiting while the client is [`AHEAD`] chunks behind, for at most
-/// `send_timeout` per chunk. Exactly the announced length is sent: a file that changes
-/// length meanwhile is cut or ends the body early (the client sees a short body).
-fn stream(path: &Path, max: u64, head_only: bool, head: tokio::sync::oneshot::Sender<Head>, body: tokio::sync::mpsc::Sender<Bytes>, rt: &tokio::runtime::Handle, send_timeout: std::time::Duration) {
-    let (f, len) = match open(path, max) {
-        Ok(x) => x,
-        Err(e) => {
-            let _ = head.send(Err(e));
-            return;
-        }
-    };
-    if head.send(Ok(len)).is_err() || head_only {
-        return;
-    }
-    let mut f = f.take(len);
-    let mut left = len;
-    while left > 0 {
-        let mut buf = vec![0u8; CHUNK.min(left as usize)];
-        match f.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                buf.truncate(n);
-                left -= n as u64;
-            }
-        }
-        // The client's task polls the receiver; a client that stops reading for longer than
-        // send_timeout releases the thread (its body ends short).
-        match body.try_send(Bytes::from(buf)) {
-            Ok(()) => {}
-            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
-            Err(tokio::sync::mpsc::error::TrySendError::Full(b)) => {
-                // (The timer is made inside the runtime's context: block_on enters it.)
-                if !matches!(rt.block_on(async { tokio::time::timeout(send_timeout, body.send(b)).await }), Ok(Ok(()))) {
-                    return;
-                }
-            }
-        }
-    }
+/// `n` bytes at `off`, or None when the file no longer has them (it shrank).
+fn read_at(f: &std::fs::File, off: u64, n: usize) -> Option<Bytes> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; n];
+    f.read_exact_at(&mut buf, off).ok()?;
+    Some(Bytes::from(buf))
 }
 
-/// A response body fed chunk by chunk by a pool thread.
+/// The first item: open, check, and read the first chunk (nothing for HEAD).
+fn first(path: &Path, max: u64, head_only: bool) -> Head {
+    let (f, len) = open(path, max)?;
+    let first = if head_only || len == 0 { Bytes::new() } else { read_at(&f, 0, CHUNK.min(len as usize)).ok_or((StatusCode::INTERNAL_SERVER_ERROR, "the object cannot be read"))? };
+    Ok((len, first, Arc::new(f)))
+}
+
+/// A response body read chunk by chunk, each chunk an item of the request's class queued
+/// when the previous one is handed to the connection (one chunk read ahead of the socket).
+/// The pool's threads never wait for a client; a client that stops reading stops the reads.
+/// A file that shrinks meanwhile ends the body early (the client sees it short).
 struct Chunks {
-    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    d: Arc<Dispatcher>,
+    class: usize,
+    file: Arc<std::fs::File>,
+    /// Offset of the next chunk to ask for.
+    next: u64,
+    len: u64,
+    /// Bytes not yet handed to the connection.
     left: u64,
+    /// The first chunk, read by the admitting item.
+    ready: Option<Bytes>,
+    pending: Option<tokio::sync::oneshot::Receiver<Option<Bytes>>>,
+}
+
+impl Chunks {
+    /// Queues the read of the next chunk, if any is left to read.
+    fn ask(&mut self) {
+        if self.next >= self.len {
+            return;
+        }
+        let (off, n) = (self.next, CHUNK.min((self.len - self.next) as usize));
+        self.next += n as u64;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let f = self.file.clone();
+        let queued = self.d.submit_continued(self.class, move |r| {
+            let _ = tx.send(r.ok().and_then(|_| read_at(&f, off, n)));
+        });
+        // Refused only when the proxy stops: the body then ends short.
+        self.pending = queued.ok().map(|()| rx);
+    }
 }
 
 impl hyper::body::Body for Chunks {
@@ -162,12 +165,36 @@ impl hyper::body::Body for Chunks {
     type Error = std::convert::Infallible;
 
     fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
-        self.rx.poll_recv(cx).map(|c| {
-            c.map(|b| {
-                self.left = self.left.saturating_sub(b.len() as u64);
-                Ok(hyper::body::Frame::data(b))
-            })
-        })
+        use std::task::Poll;
+        let this = &mut *self;
+        if this.left == 0 {
+            return Poll::Ready(None);
+        }
+        let chunk = match this.ready.take() {
+            Some(b) => Some(b),
+            None => {
+                let Some(rx) = this.pending.as_mut() else { return Poll::Ready(None) };
+                match std::pin::Pin::new(rx).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(r) => {
+                        this.pending = None;
+                        r.ok().flatten()
+                    }
+                }
+            }
+        };
+        let Some(b) = chunk.filter(|b| !b.is_empty()) else {
+            this.left = 0;
+            return Poll::Ready(None);
+        };
+        this.left = this.left.saturating_sub(b.len() as u64);
+        // Read the next chunk while this one is sent.
+        this.ask();
+        Poll::Ready(Some(Ok(hyper::body::Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
@@ -176,7 +203,7 @@ impl hyper::body::Body for Chunks {
 }
 
 /// Serves one request of a `static` route.
-pub async fn serve(d: &Dispatcher, root: &Path, max: u64, prefix: &str, priority: &Priority, parts: &Parts) -> Response<ProxyBody> {
+pub async fn serve(d: &Arc<Dispatcher>, root: &Path, max: u64, prefix: &str, priority: &Priority, parts: &Parts) -> Response<ProxyBody> {
     let head_only = parts.method == Method::HEAD;
     if parts.method != Method::GET && !head_only {
         let mut r = answer(StatusCode::METHOD_NOT_ALLOWED, "static objects take GET and HEAD");
@@ -191,24 +218,26 @@ pub async fn serve(d: &Dispatcher, root: &Path, max: u64, prefix: &str, priority
     let size = if priority.sizes.is_empty() { None } else { std::fs::metadata(&path).ok().map(|m| m.len()) };
     let class = class_of(priority, parts, size, d.config());
     let ctype = content_type(&path);
-    let (head_tx, head_rx) = tokio::sync::oneshot::channel::<Head>();
-    let (body_tx, body_rx) = tokio::sync::mpsc::channel(AHEAD);
-    let rt = tokio::runtime::Handle::current();
-    let send_timeout = d.config().send_timeout;
-    let submitted = d.submit(class, move |r| match r {
-        Ok(_) => stream(&path, max, head_only, head_tx, body_tx, &rt, send_timeout),
-        Err(e) => {
-            let _ = head_tx.send(Err(refusal(e)));
-        }
+    let (tx, rx) = tokio::sync::oneshot::channel::<Head>();
+    let submitted = d.submit(class, move |r| {
+        let _ = tx.send(match r {
+            Ok(_) => first(&path, max, head_only),
+            Err(e) => Err(refusal(e)),
+        });
     });
     let head = match submitted {
         // The job always answers (at the latest with Stopped), unless it panicked.
-        Ok(()) => head_rx.await.unwrap_or(Err((StatusCode::INTERNAL_SERVER_ERROR, "the object could not be read"))),
+        Ok(()) => rx.await.unwrap_or(Err((StatusCode::INTERNAL_SERVER_ERROR, "the object could not be read"))),
         Err(e) => Err(refusal(e)),
     };
     match head {
-        Ok(len) => {
-            let mut r = if head_only { Response::new(Empty::new().map_err(|never| match never {}).boxed()) } else { Response::new(Chunks { rx: body_rx, left: len }.map_err(|never| match never {}).boxed()) };
+        Ok((len, first, file)) => {
+            let mut r = if head_only {
+                Response::new(Empty::new().map_err(|never| match never {}).boxed())
+            } else {
+                let next = first.len() as u64;
+                Response::new(Chunks { d: d.clone(), class, file, next, len, left: len, ready: Some(first), pending: None }.map_err(|never| match never {}).boxed())
+            };
             r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
             r.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(len));
             r
@@ -258,7 +287,6 @@ mod tests {
             queue_limit: 1,
             max_wait: std::time::Duration::from_secs(1),
             lifo_above: 0,
-            send_timeout: std::time::Duration::from_secs(1),
         };
         let p = Priority { query: Some("prio".into()), header: Some("x-priority".into()), sizes: vec![(10_240, 0), (1 << 20, 1)], class: 2 };
         let parts = |uri: &str, h: Option<&str>| {

@@ -51,7 +51,7 @@ pub struct Proxy {
     pub retired: std::sync::atomic::AtomicBool,
     pub access_log: Option<crate::access_log::AccessLog>,
     /// The pool that reads static objects by priority class (with `static` routes).
-    pub dispatch: Option<crate::dispatch::Dispatcher>,
+    pub dispatch: Option<Arc<crate::dispatch::Dispatcher>>,
 }
 
 impl Proxy {
@@ -75,7 +75,7 @@ impl Proxy {
             None => None,
         };
         let dispatch = match &config.dispatch {
-            Some(d) => Some(crate::dispatch::Dispatcher::start(d.clone()).map_err(ServeError::Dispatch)?),
+            Some(d) => Some(Arc::new(crate::dispatch::Dispatcher::start(d.clone()).map_err(ServeError::Dispatch)?)),
             None => None,
         };
         Ok(Proxy { config, clusters, tls, requests, started: std::time::Instant::now(), retired: Default::default(), access_log, dispatch })

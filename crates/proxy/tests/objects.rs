@@ -155,7 +155,7 @@ static = {{ root = "{}" }}
 }
 
 #[test]
-fn large_objects_stream_and_a_stalled_client_releases_its_thread() {
+fn large_objects_stream_and_a_stalled_client_holds_no_thread() {
     let dir = objects_dir("stream");
     let big: Vec<u8> = (0..24_000_000u32).map(|i| (i ^ (i >> 11)) as u8).collect();
     std::fs::write(dir.join("big.bin"), &big).unwrap();
@@ -164,7 +164,6 @@ fn large_objects_stream_and_a_stalled_client_releases_its_thread() {
         r#"
 [dispatch]
 workers = 1
-send_timeout = 0.5
 
 [[listeners]]
 name = "web"
@@ -180,8 +179,8 @@ static = {{ root = "{}", max_bytes = 100000000 }}
     let (status, body) = get(addr, "/o/big.bin", &[]);
     assert_eq!(status, 200);
     assert!(body == big, "the streamed body differs ({} bytes of {})", body.len(), big.len());
-    // A client that asks for the object and reads nothing: the socket buffers fill, the only
-    // pool thread waits send_timeout for it, then gives the object up and serves others.
+    // A client that asks for the object and reads nothing: the socket buffers fill and no
+    // further chunk is read for it; the only pool thread serves others at once.
     use std::io::Write;
     let mut stalled = std::net::TcpStream::connect(addr).unwrap();
     stalled.write_all(b"GET /o/big.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
@@ -194,7 +193,7 @@ static = {{ root = "{}", max_bytes = 100000000 }}
     let t = Instant::now();
     assert_eq!(get(addr, "/o/a.txt", &[]), (200, b"a".to_vec()));
     let waited = t.elapsed();
-    assert!(waited < Duration::from_secs(5), "the next request waited {waited:?}");
+    assert!(waited < Duration::from_secs(1), "the next request waited {waited:?}");
     drop(stalled);
     let _ = std::fs::remove_dir_all(&dir);
 }

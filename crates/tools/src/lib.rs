@@ -8,6 +8,7 @@
 //! * [`memif`]: a memif forwarder over vectorlb's memif queues, and the memif benchmark.
 
 pub mod gen;
+pub mod httpload;
 pub mod memif;
 pub mod probe;
 

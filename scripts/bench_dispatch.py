@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Priority dispatch against FIFO dispatch in the proxy (seed 000: NGINX's thread pool with a
+priority queue): a CDN origin serving objects of 1 KB, 10 KB, 100 KB and 1 MB (40/30/20/10 % of
+requests), the small two marked high priority in the URI (`?prio=high`), the large two low.
+
+Two proxies with the same configuration but `dispatch.mode` (priority, fifo), one worker and a
+dispatch pool of 2 threads, pinned to CPU 0; the open-loop client (`vectorlb-tools http-load`:
+fixed arrival rate, latency from the intended send time) on CPU 1. First each proxy's capacity
+(closed loop, 256 connections); the lower of the two is the capacity, and both then take 50, 80
+and 95 % of it in turn, open loop, for `--rounds` rounds (the order alternating). JSON lines on
+stdout and in --out; a chart of p99 by object size at each load (docs/img/dispatch.png) when
+matplotlib is there.
+
+    scripts/bench_dispatch.py [--tools target/release/vectorlb-tools] [--bin target/release/vectorlb]
+                              [--seconds 8] [--rounds 2] [--out bench-results/dispatch.jsonl]
+"""
+import argparse, json, os, socket, statistics, subprocess, sys, tempfile, time
+
+SERVER_CPU, CLIENT_CPU = "0", "1"
+OBJECTS = [("1k", 1024, "high", 40), ("10k", 10240, "high", 30), ("100k", 102400, "low", 20), ("1m", 1048576, "low", 10)]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, proc, what):
+    t = time.time()
+    while time.time() - t < 10:
+        if proc.poll() is not None:
+            raise SystemExit(f"bench-dispatch: {what} exited: {proc.stderr.read().decode()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"bench-dispatch: {what} did not listen on {port}")
+
+
+def cpu_name():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def load(args, port, rate, connections):
+    cmd = ["taskset", "-c", CLIENT_CPU, args.tools, "http-load", "--target", f"127.0.0.1:{port}", "--rate", str(rate),
+           "--seconds", str(args.seconds), "--warmup", str(min(2.0, args.seconds / 4)), "--connections", str(connections), "--json"]
+    for name, _, prio, weight in OBJECTS:
+        cmd += ["--request", f"{name}=/o/{name}.bin?prio={prio}:{weight}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.seconds + 120)
+    if out.returncode != 0:
+        raise SystemExit(f"bench-dispatch: http-load failed: {out.stderr.strip()}")
+    return json.loads(out.stdout)
+
+
+def chart(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("bench-dispatch: no matplotlib; no chart", file=sys.stderr)
+        return
+    loads = sorted({r["load"] for r in rows})
+    fig, axes = plt.subplots(1, len(loads), figsize=(4.2 * len(loads), 3.6), sharey=False)
+    for ax, ld in zip(axes, loads):
+        xs = range(len(OBJECTS))
+        for k, (mode, color) in enumerate((("priority", "#1f77b4"), ("fifo", "#d62728"))):
+            r = next(r for r in rows if r["load"] == ld and r["mode"] == mode)
+            ys = [r["types"][o[0]]["p99_ms"] or 0 for o in OBJECTS]
+            ax.bar([x + (k - 0.5) * 0.38 for x in xs], ys, 0.38, label=mode, color=color)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([f"{o[0]}\n({o[2]})" for o in OBJECTS])
+        ax.set_title(f"{int(ld * 100)} % load")
+        ax.set_ylabel("p99 latency (ms)")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    fig.suptitle("Proxy dispatch: p99 by object size (priority class), priority vs FIFO")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="target/release/vectorlb")
+    ap.add_argument("--tools", default="target/release/vectorlb-tools")
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--loads", default="0.5,0.8,0.95")
+    ap.add_argument("--connections", type=int, default=512, help="client connections of the open-loop runs")
+    ap.add_argument("--pool", type=int, default=2, help="dispatch threads of each proxy")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--chart", default="docs/img/dispatch.png")
+    args = ap.parse_args()
+    if os.cpu_count() < 2:
+        raise SystemExit("bench-dispatch: needs two CPUs (proxy on one, client on the other)")
+    for tool in (args.bin, args.tools):
+        if not os.access(tool, os.X_OK):
+            raise SystemExit(f"bench-dispatch: {tool} is missing (cargo build --release)")
+    out = open(args.out, "a") if args.out else None
+
+    def emit(d):
+        line = json.dumps(d)
+        print(line, flush=True)
+        if out:
+            out.write(line + "\n")
+            out.flush()
+
+    machine = {"cpu": cpu_name(), "nproc": os.cpu_count()}
+    procs = {}
+    with tempfile.TemporaryDirectory(prefix="vectorlb-dispatch-") as d:
+        os.makedirs(f"{d}/o")
+        for name, size, _, _ in OBJECTS:
+            with open(f"{d}/o/{name}.bin", "wb") as f:
+                f.write(os.urandom(size))
+        try:
+            for mode in ("priority", "fifo"):
+                port = free_port()
+                with open(f"{d}/{mode}.toml", "w") as f:
+                    f.write(f"""workers = 1
+[dispatch]
+workers = {args.pool}
+mode = "{mode}"
+queue_limit = 100000
+max_wait = 30.0
+classes = [{{ name = "high" }}, {{ name = "low", share = 5 }}]
+[[listeners]]
+name = "web"
+address = "127.0.0.1:{port}"
+[[routes]]
+path_prefix = "/o/"
+static = {{ root = "{d}/o" }}
+priority = {{ query = "prio" }}
+""")
+                p = subprocess.Popen(["taskset", "-c", SERVER_CPU, args.bin, "proxy", "--config", f"{d}/{mode}.toml"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                procs[mode] = (p, port)
+                wait_port(port, p, f"proxy ({mode})")
+            # Capacity, closed loop.
+            cap = {}
+            for mode, (_, port) in procs.items():
+                r = load(args, port, 0, 256)
+                cap[mode] = r["achieved_rps"]
+                emit({"bench": "dispatch_capacity", "mode": mode, "rps": r["achieved_rps"], "connections": 256, **machine})
+            capacity = min(cap.values())
+            rows = []
+            for ld in [float(x) for x in args.loads.split(",")]:
+                rate = round(capacity * ld)
+                runs = {m: [] for m in procs}
+                for rnd in range(args.rounds):
+                    order = list(procs) if rnd % 2 == 0 else list(reversed(list(procs)))
+                    for mode in order:
+                        runs[mode].append(load(args, procs[mode][1], rate, args.connections))
+                for mode, rs in runs.items():
+                    types = {}
+                    for name, _, prio, _ in OBJECTS:
+                        med = lambda key: statistics.median(r["types"][name][key] or 0 for r in rs) / 1000.0
+                        types[name] = {"class": prio, "p50_ms": med("p50_us"), "p99_ms": med("p99_us"), "p999_ms": med("p999_us"), "errors": sum(r["types"][name]["errors"] + r["types"][name]["non_2xx"] for r in rs)}
+                    row = {"bench": "dispatch", "mode": mode, "load": ld, "offered_rps": rate, "capacity_rps": capacity,
+                           "achieved_rps": statistics.median(r["achieved_rps"] for r in rs), "rounds": len(rs), "seconds": args.seconds,
+                           "types": types, **machine}
+                    rows.append(row)
+                # The verdict the issue asks about, per load: small high-priority p99, FIFO over priority.
+                pr = next(r for r in rows if r["load"] == ld and r["mode"] == "priority")
+                ff = next(r for r in rows if r["load"] == ld and r["mode"] == "fifo")
+                pr["p99_1k_fifo_over_priority"] = round(ff["types"]["1k"]["p99_ms"] / pr["types"]["1k"]["p99_ms"], 2) if pr["types"]["1k"]["p99_ms"] else None
+                pr["throughput_priority_over_fifo"] = round(pr["achieved_rps"] / ff["achieved_rps"], 3) if ff["achieved_rps"] else None
+                emit(pr)
+                emit(ff)
+            if args.chart:
+                chart(rows, args.chart)
+        finally:
+            for p, _ in procs.values():
+                p.terminate()
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+if __name__ == "__main__":
+    main()
