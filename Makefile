@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-two-tier bench-tls demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif clean
+.PHONY: all setup build install demo demo-two-tier bench-tls bench-dispatch demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif clean
 
 all: build
 
@@ -34,6 +34,12 @@ demo-two-tier: build
 bench-tls: build
 	@mkdir -p bench-results
 	@python3 scripts/bench_tls.py --out bench-results/tls.jsonl
+
+# Priority against FIFO dispatch in the proxy: a CDN mix of 1 KB-1 MB objects from an open-loop
+# client at 50/80/95 % of capacity (~4 min; bench-results/dispatch.jsonl, docs/img/dispatch.png).
+bench-dispatch: build
+	@mkdir -p bench-results
+	@python3 scripts/bench_dispatch.py --out bench-results/dispatch.jsonl
 
 # The pipeline offline: a capture replayed through a configuration, and two short benchmarks.
 demo-offline: build

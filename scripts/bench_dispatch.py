@@ -5,8 +5,9 @@ requests), the small two marked high priority in the URI (`?prio=high`), the lar
 
 Two proxies with the same configuration but `dispatch.mode` (priority, fifo), one worker and a
 dispatch pool of 2 threads, pinned to CPU 0; the open-loop client (`vectorlb-tools http-load`:
-fixed arrival rate, latency from the intended send time) on CPU 1. First each proxy's capacity
-(closed loop, 256 connections); the lower of the two is the capacity, and both then take 50, 80
+fixed arrival rate, latency from the intended send time; each object size its own connections,
+as its own population of users) on CPU 1. First each proxy's capacity (closed loop, 256
+connections); the lower of the two is the capacity, and both then take 50, 80
 and 95 % of it in turn, open loop, for `--rounds` rounds (the order alternating). JSON lines on
 stdout and in --out; a chart of p99 by object size at each load (docs/img/dispatch.png) when
 matplotlib is there.
@@ -94,8 +95,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--loads", default="0.5,0.8,0.95")
-    ap.add_argument("--connections", type=int, default=512, help="client connections of the open-loop runs")
+    ap.add_argument("--connections", type=int, default=128, help="client connections per object size in the open-loop runs")
     ap.add_argument("--pool", type=int, default=2, help="dispatch threads of each proxy")
+    ap.add_argument("--cached", dest="direct_io", action="store_false", help="read objects through the page cache (default: direct_io, from the disk)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--chart", default="docs/img/dispatch.png")
     args = ap.parse_args()
@@ -115,8 +117,9 @@ def main():
 
     machine = {"cpu": cpu_name(), "nproc": os.cpu_count()}
     procs = {}
-    with tempfile.TemporaryDirectory(prefix="vectorlb-dispatch-") as d:
+    with tempfile.TemporaryDirectory(prefix="vectorlb-dispatch-", dir="/var/tmp") as d:
         os.makedirs(f"{d}/o")
+        # (On the disk, not tmpfs: direct_io needs a filesystem that has O_DIRECT.)
         for name, size, _, _ in OBJECTS:
             with open(f"{d}/o/{name}.bin", "wb") as f:
                 f.write(os.urandom(size))
@@ -136,7 +139,7 @@ name = "web"
 address = "127.0.0.1:{port}"
 [[routes]]
 path_prefix = "/o/"
-static = {{ root = "{d}/o" }}
+static = {{ root = "{d}/o", direct_io = {"true" if args.direct_io else "false"} }}
 priority = {{ query = "prio" }}
 """)
                 p = subprocess.Popen(["taskset", "-c", SERVER_CPU, args.bin, "proxy", "--config", f"{d}/{mode}.toml"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -145,9 +148,9 @@ priority = {{ query = "prio" }}
             # Capacity, closed loop.
             cap = {}
             for mode, (_, port) in procs.items():
-                r = load(args, port, 0, 256)
+                r = load(args, port, 0, 64)
                 cap[mode] = r["achieved_rps"]
-                emit({"bench": "dispatch_capacity", "mode": mode, "rps": r["achieved_rps"], "connections": 256, **machine})
+                emit({"bench": "dispatch_capacity", "mode": mode, "rps": r["achieved_rps"], "connections": 64 * len(OBJECTS), **machine})
             capacity = min(cap.values())
             rows = []
             for ld in [float(x) for x in args.loads.split(",")]:

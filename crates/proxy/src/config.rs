@@ -142,7 +142,7 @@ pub enum Action {
     Respond { status: u16, body: String },
     /// Serve files under `root` (the request path after the route's prefix), read on the
     /// dispatch pool at the request's priority class.
-    Static { root: std::path::PathBuf, max_bytes: u64 },
+    Static { root: std::path::PathBuf, max_bytes: u64, direct_io: bool },
 }
 
 /// Where a request's priority class comes from (routes with `static`): the first of the query
@@ -318,6 +318,7 @@ struct RawClass {
 struct RawStatic {
     root: String,
     max_bytes: Option<u64>,
+    direct_io: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -711,7 +712,7 @@ impl Config {
                     if !(1..=1 << 32).contains(&max_bytes) {
                         return Err(bad(format!("{f}.static.max_bytes"), format!("{max_bytes} is not in 1..=4294967296")));
                     }
-                    Action::Static { root, max_bytes }
+                    Action::Static { root, max_bytes, direct_io: st.direct_io.unwrap_or(false) }
                 }
                 (None, Some(a), None) => {
                     if !(200..=599).contains(&a.status) {
@@ -893,7 +894,7 @@ endpoints = ["[::1]:9003"]
         let c = with("", "path_prefix = \"/o/\"\nstatic = { root = \"/srv\" }").unwrap();
         let d = c.dispatch.unwrap();
         assert_eq!((d.workers, d.mode, d.classes.len(), d.queue_limit), (2, Mode::Priority, 1, 1024));
-        assert_eq!(c.routes[0].action, Action::Static { root: "/srv".into(), max_bytes: DEFAULT_MAX_OBJECT });
+        assert_eq!(c.routes[0].action, Action::Static { root: "/srv".into(), max_bytes: DEFAULT_MAX_OBJECT, direct_io: false });
         assert_eq!(c.routes[0].priority.class, 0);
         let classes = "[dispatch]\nworkers = 3\nmode = \"fifo\"\nqueue_limit = 64\nmax_wait = 0.5\nlifo_above = 8\nclasses = [{ name = \"high\" }, { name = \"mid\", share = 10 }, { name = \"low\", share = 5 }]";
         let c = with(classes, "static = { root = \"/srv\", max_bytes = 1000 }\npriority = { query = \"prio\", header = \"X-Priority\", sizes = [{ up_to = 10240, class = \"high\" }, { up_to = 1048576, class = \"mid\" }] }").unwrap();

@@ -92,9 +92,32 @@ pub const CHUNK: usize = 64 * 1024;
 /// the open file (for the items that read the rest), or the answer to give instead.
 type Head = Result<(u64, Bytes, Arc<std::fs::File>), (StatusCode, &'static str)>;
 
+/// Alignment of direct-I/O buffers, offsets and lengths (a page; enough for every common
+/// block device).
+const ALIGN: usize = 4096;
+
+/// Where a `static` route's objects are and how they are read.
+pub struct Object<'a> {
+    pub root: &'a Path,
+    pub max: u64,
+    /// Read with O_DIRECT, past the page cache (NGINX's `directio`): each chunk is a read
+    /// from the device, as for a working set larger than memory. Filesystems without it
+    /// (tmpfs) are read through the cache.
+    pub direct: bool,
+    pub prefix: &'a str,
+}
+
 /// Opens the object and checks it.
-fn open(path: &Path, max: u64) -> Result<(std::fs::File, u64), (StatusCode, &'static str)> {
-    let f = std::fs::File::open(path).map_err(|e| match e.kind() {
+fn open(path: &Path, max: u64, direct: bool) -> Result<(std::fs::File, u64), (StatusCode, &'static str)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = match direct {
+        true => match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => std::fs::File::open(path),
+            r => r,
+        },
+        false => std::fs::File::open(path),
+    };
+    let f = opened.map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => (StatusCode::NOT_FOUND, "no such object"),
         std::io::ErrorKind::PermissionDenied => (StatusCode::FORBIDDEN, "the object cannot be read"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "the object cannot be opened"),
@@ -109,17 +132,30 @@ fn open(path: &Path, max: u64) -> Result<(std::fs::File, u64), (StatusCode, &'st
     Ok((f, meta.len()))
 }
 
-/// `n` bytes at `off`, or None when the file no longer has them (it shrank).
+/// `n` bytes at `off` (a multiple of [`CHUNK`]), or None when the file no longer has them
+/// (it shrank) or cannot be read. The buffer is aligned and its length rounded up to
+/// [`ALIGN`], as O_DIRECT requires (the last chunk's read then ends short at the end of file).
 fn read_at(f: &std::fs::File, off: u64, n: usize) -> Option<Bytes> {
     use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; n];
-    f.read_exact_at(&mut buf, off).ok()?;
-    Some(Bytes::from(buf))
+    let want = n.next_multiple_of(ALIGN);
+    let mut raw = vec![0u8; want + ALIGN];
+    let a = raw.as_ptr().align_offset(ALIGN);
+    let buf = &mut raw[a..a + want];
+    let mut got = 0;
+    while got < n {
+        match f.read_at(&mut buf[got..], off + got as u64) {
+            Ok(0) => return None,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(Bytes::copy_from_slice(&buf[..n]))
 }
 
 /// The first item: open, check, and read the first chunk (nothing for HEAD).
-fn first(path: &Path, max: u64, head_only: bool) -> Head {
-    let (f, len) = open(path, max)?;
+fn first(path: &Path, max: u64, direct: bool, head_only: bool) -> Head {
+    let (f, len) = open(path, max, direct)?;
     let first = if head_only || len == 0 { Bytes::new() } else { read_at(&f, 0, CHUNK.min(len as usize)).ok_or((StatusCode::INTERNAL_SERVER_ERROR, "the object cannot be read"))? };
     Ok((len, first, Arc::new(f)))
 }
@@ -203,7 +239,8 @@ impl hyper::body::Body for Chunks {
 }
 
 /// Serves one request of a `static` route.
-pub async fn serve(d: &Arc<Dispatcher>, root: &Path, max: u64, prefix: &str, priority: &Priority, parts: &Parts) -> Response<ProxyBody> {
+pub async fn serve(d: &Arc<Dispatcher>, o: Object<'_>, priority: &Priority, parts: &Parts) -> Response<ProxyBody> {
+    let Object { root, max, direct, prefix } = o;
     let head_only = parts.method == Method::HEAD;
     if parts.method != Method::GET && !head_only {
         let mut r = answer(StatusCode::METHOD_NOT_ALLOWED, "static objects take GET and HEAD");
@@ -221,7 +258,7 @@ pub async fn serve(d: &Arc<Dispatcher>, root: &Path, max: u64, prefix: &str, pri
     let (tx, rx) = tokio::sync::oneshot::channel::<Head>();
     let submitted = d.submit(class, move |r| {
         let _ = tx.send(match r {
-            Ok(_) => first(&path, max, head_only),
+            Ok(_) => first(&path, max, direct, head_only),
             Err(e) => Err(refusal(e)),
         });
     });

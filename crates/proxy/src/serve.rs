@@ -118,12 +118,12 @@ impl Proxy {
             crate::config::Action::Respond { status, body } => {
                 return crate::forward::respond(StatusCode::from_u16(*status).unwrap_or(StatusCode::OK), bytes::Bytes::from(body.clone()));
             }
-            crate::config::Action::Static { root, max_bytes } => {
+            crate::config::Action::Static { root, max_bytes, direct_io } => {
                 let route = &self.config.routes[r];
                 let Some(d) = &self.dispatch else {
                     return answer(StatusCode::INTERNAL_SERVER_ERROR, "no dispatcher");
                 };
-                let mut resp = crate::objects::serve(d, root, *max_bytes, &route.matches.path_prefix, &route.priority, &parts).await;
+                let mut resp = crate::objects::serve(d, crate::objects::Object { root, max: *max_bytes, direct: *direct_io, prefix: &route.matches.path_prefix }, &route.priority, &parts).await;
                 *resp.version_mut() = parts.version;
                 return resp;
             }

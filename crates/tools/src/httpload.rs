@@ -1,8 +1,10 @@
 //! An open-loop HTTP/1.1 load client for latency by request type (`vectorlb-tools http-load`).
 //!
 //! Requests are due at fixed intervals (`--rate`), whatever the server does: a scheduler
-//! thread issues each at its intended time into a queue that `--connections` threads, each
-//! with its own keep-alive connection, take from. A request's latency runs from its intended
+//! thread issues each at its intended time into its type's queue, which `--connections`
+//! threads of that type, each with its own keep-alive connection, take from. Each type has
+//! its own connections (its own population of users), so a backlog of slow responses of one
+//! type cannot hold the requests of another in the client. A request's latency runs from its intended
 //! time to the end of its response, so time spent waiting for a free connection (the server
 //! being slow) counts, which closed-loop clients hide (coordinated omission). With `--rate 0`
 //! every connection sends back to back instead (closed loop: the capacity).
@@ -25,11 +27,12 @@ pub struct HttpLoadArgs {
     /// A request type, NAME=PATH:WEIGHT (repeat for a mix), e.g. small=/o/1k.bin?prio=high:40.
     #[arg(long = "request", required = true)]
     pub requests: Vec<String>,
-    /// Requests per second, open loop; 0: closed loop (every connection back to back).
+    /// Requests per second in all, open loop; 0: closed loop (every connection back to back).
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
+    /// Connections per request type.
     #[arg(long, default_value_t = 64)]
     pub connections: usize,
     /// Seconds at the start whose requests are sent but not counted.
@@ -190,8 +193,8 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
     if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 3600.0) || !(a.warmup.is_finite() && a.warmup >= 0.0 && a.warmup < a.seconds) {
         return Err("--seconds must be in (0, 3600] and --warmup in [0, seconds)".into());
     }
-    if !(1..=4096).contains(&a.connections) {
-        return Err(format!("--connections {}: not in 1..=4096", a.connections));
+    if !(1..=4096).contains(&a.connections) || a.connections * types.len() > 16384 {
+        return Err(format!("--connections {}: not in 1..=4096 (and at most 16384 in all)", a.connections));
     }
     let n = types.len();
     let total_weight: u64 = types.iter().map(|t| t.weight as u64).sum();
@@ -201,8 +204,8 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
     // After the schedule ends, requests still queued or in flight get this long.
     let grace = Duration::from_secs(10);
     let open = a.rate > 0.0;
-    let (tx, rx) = mpsc::channel::<Token>();
-    let rx = Arc::new(Mutex::new(rx));
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::channel::<Token>()).unzip();
+    let rxs: Vec<_> = rxs.into_iter().map(|rx| Arc::new(Mutex::new(rx))).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let weights: Vec<u64> = types.iter().map(|t| t.weight as u64).collect();
     let mut seq = a.seed.wrapping_mul(0xd1b5_4a32_d192_ed03) | 1;
@@ -213,8 +216,9 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
         pick_by(&weights, seq % total_weight)
     };
     let mut threads = Vec::new();
-    for c in 0..a.connections {
-        let rx = rx.clone();
+    for c in 0..a.connections * n {
+        // Connection c serves type c % n (open loop); closed loop draws types by weight.
+        let rx = rxs[c % n].clone();
         let paths: Vec<String> = types.iter().map(|t| t.path.clone()).collect();
         let stop = stop.clone();
         let addr = a.target;
@@ -279,7 +283,8 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
             if due > now {
                 std::thread::sleep(due - now);
             }
-            if tx.send(Token { kind: next_kind(), due }).is_err() {
+            let kind = next_kind();
+            if txs[kind].send(Token { kind, due }).is_err() {
                 break;
             }
             scheduled += 1;
@@ -291,7 +296,7 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
             std::thread::sleep(end - now);
         }
     }
-    drop(tx);
+    drop(txs);
     stop.store(true, Ordering::Relaxed);
     let mut all = Tally::new(n);
     for t in threads {
@@ -320,7 +325,7 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
         "achieved_rps": (ok as f64 / measured * 10.0).round() / 10.0,
         "seconds": a.seconds,
         "warmup": a.warmup,
-        "connections": a.connections,
+        "connections_per_type": a.connections,
         "scheduled": scheduled,
         "errors": errors,
         "non_2xx": bad,
