@@ -4,7 +4,10 @@ priority queue): a CDN origin serving objects of 1 KB, 10 KB, 100 KB and 1 MB (4
 requests), the small two marked high priority in the URI (`?prio=high`), the large two low.
 
 Two proxies with the same configuration but `dispatch.mode` (priority, fifo), one worker and a
-dispatch pool of 2 threads, pinned to CPU 0; the open-loop client (`vectorlb-tools http-load`:
+dispatch pool of 2 threads, and a third setup without a pool: two proxy processes sharing the
+port with SO_REUSEPORT, each reading objects on its connections' own thread (`mode = "inline"`,
+the kernel spreading the connections, as NGINX's workers without thread pools); all pinned to
+CPU 0; the open-loop client (`vectorlb-tools http-load`:
 fixed arrival rate, latency from the intended send time; each object size its own connections,
 as its own population of users) on CPU 1. First each proxy's capacity (closed loop, 256
 connections); the lower of the two is the capacity, and both then take 50, 80
@@ -72,17 +75,17 @@ def chart(rows, path):
     fig, axes = plt.subplots(1, len(loads), figsize=(4.2 * len(loads), 3.6), sharey=False)
     for ax, ld in zip(axes, loads):
         xs = range(len(OBJECTS))
-        for k, (mode, color) in enumerate((("priority", "#1f77b4"), ("fifo", "#d62728"))):
+        for k, (mode, color) in enumerate((("priority", "#1f77b4"), ("fifo", "#d62728"), ("reuseport", "#7f7f7f"))):
             r = next(r for r in rows if r["load"] == ld and r["mode"] == mode)
             ys = [r["types"][o[0]]["p99_ms"] or 0 for o in OBJECTS]
-            ax.bar([x + (k - 0.5) * 0.38 for x in xs], ys, 0.38, label=mode, color=color)
+            ax.bar([x + (k - 1) * 0.27 for x in xs], ys, 0.27, label=mode, color=color)
         ax.set_xticks(list(xs))
         ax.set_xticklabels([f"{o[0]}\n({o[2]})" for o in OBJECTS])
         ax.set_title(f"{int(ld * 100)} % load")
         ax.set_ylabel("p99 latency (ms)")
         ax.set_yscale("log")
         ax.legend(fontsize=8)
-    fig.suptitle("Proxy dispatch: p99 by object size (priority class), priority vs FIFO")
+    fig.suptitle("Proxy: p99 by object size (priority class): priority dispatch, FIFO dispatch, SO_REUSEPORT workers")
     fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -124,27 +127,32 @@ def main():
             with open(f"{d}/o/{name}.bin", "wb") as f:
                 f.write(os.urandom(size))
         try:
-            for mode in ("priority", "fifo"):
+            for mode in ("priority", "fifo", "reuseport"):
                 port = free_port()
+                # reuseport: two processes on one port, each reading on its connections'
+                # thread (no pool), the kernel spreading the connections.
+                dmode, reuse, copies = ("inline", "true", 2) if mode == "reuseport" else (mode, "false", 1)
                 with open(f"{d}/{mode}.toml", "w") as f:
                     f.write(f"""workers = 1
 [dispatch]
 workers = {args.pool}
-mode = "{mode}"
+mode = "{dmode}"
 queue_limit = 100000
 max_wait = 30.0
 classes = [{{ name = "high" }}, {{ name = "low", share = 5 }}]
 [[listeners]]
 name = "web"
 address = "127.0.0.1:{port}"
+reuseport = {reuse}
 [[routes]]
 path_prefix = "/o/"
 static = {{ root = "{d}/o", direct_io = {"true" if args.direct_io else "false"} }}
 priority = {{ query = "prio" }}
 """)
-                p = subprocess.Popen(["taskset", "-c", SERVER_CPU, args.bin, "proxy", "--config", f"{d}/{mode}.toml"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                procs[mode] = (p, port)
-                wait_port(port, p, f"proxy ({mode})")
+                ps = [subprocess.Popen(["taskset", "-c", SERVER_CPU, args.bin, "proxy", "--config", f"{d}/{mode}.toml"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(copies)]
+                procs[mode] = (ps, port)
+                for p in ps:
+                    wait_port(port, p, f"proxy ({mode})")
             # Capacity, closed loop.
             cap = {}
             for mode, (_, port) in procs.items():
@@ -172,19 +180,23 @@ priority = {{ query = "prio" }}
                 # The verdict the issue asks about, per load: small high-priority p99, FIFO over priority.
                 pr = next(r for r in rows if r["load"] == ld and r["mode"] == "priority")
                 ff = next(r for r in rows if r["load"] == ld and r["mode"] == "fifo")
+                rp = next(r for r in rows if r["load"] == ld and r["mode"] == "reuseport")
                 pr["p99_1k_fifo_over_priority"] = round(ff["types"]["1k"]["p99_ms"] / pr["types"]["1k"]["p99_ms"], 2) if pr["types"]["1k"]["p99_ms"] else None
+                pr["p99_1k_reuseport_over_priority"] = round(rp["types"]["1k"]["p99_ms"] / pr["types"]["1k"]["p99_ms"], 2) if pr["types"]["1k"]["p99_ms"] else None
                 pr["throughput_priority_over_fifo"] = round(pr["achieved_rps"] / ff["achieved_rps"], 3) if ff["achieved_rps"] else None
                 emit(pr)
                 emit(ff)
+                emit(rp)
             if args.chart:
                 chart(rows, args.chart)
         finally:
-            for p, _ in procs.values():
-                p.terminate()
-                try:
-                    p.wait(5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            for ps, _ in procs.values():
+                for p in ps:
+                    p.terminate()
+                    try:
+                        p.wait(5)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
 
 
 if __name__ == "__main__":

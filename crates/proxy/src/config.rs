@@ -38,6 +38,9 @@ pub struct Listener {
     pub protocols: Protocols,
     /// TLS termination; plain text without it.
     pub tls: Option<Tls>,
+    /// Bind with SO_REUSEPORT, so that several proxy processes share the port and the kernel
+    /// spreads their connections (off by default: a second instance then fails to start).
+    pub reuseport: bool,
 }
 
 /// Where private-key operations of TLS handshakes run.
@@ -256,6 +259,7 @@ struct RawListener {
     address: String,
     protocols: Option<String>,
     tls: Option<RawTls>,
+    reuseport: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -457,7 +461,8 @@ fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<Option<crate::d
     let mode = match d.mode.as_deref().unwrap_or("priority") {
         "priority" => Mode::Priority,
         "fifo" => Mode::Fifo,
-        m => return Err(bad("dispatch.mode", format!("'{m}' is not priority or fifo"))),
+        "inline" => Mode::Inline,
+        m => return Err(bad("dispatch.mode", format!("'{m}' is not priority, fifo or inline"))),
     };
     let queue_limit = d.queue_limit.unwrap_or(1024);
     if !(1..=1_000_000).contains(&queue_limit) {
@@ -621,7 +626,7 @@ impl Config {
                     Some(Tls { certificates, provider, resumption: t.resumption.unwrap_or(true), min_version, max_version })
                 }
             };
-            listeners.push(Listener { name: l.name.clone(), address, protocols, tls });
+            listeners.push(Listener { name: l.name.clone(), address, protocols, tls, reuseport: l.reuseport.unwrap_or(false) });
         }
         let mut clusters = Vec::new();
         let mut by_name = HashMap::new();
@@ -904,7 +909,7 @@ endpoints = ["[::1]:9003"]
         let p = &c.routes[0].priority;
         assert_eq!((p.query.as_deref(), p.header.as_deref(), p.sizes.clone(), p.class), (Some("prio"), Some("x-priority"), vec![(10240, 0), (1048576, 1)], 2));
         for (d, route, want) in [
-            ("[dispatch]\nmode = \"lifo\"", "static = { root = \"/s\" }", "dispatch.mode: 'lifo' is not priority or fifo"),
+            ("[dispatch]\nmode = \"lifo\"", "static = { root = \"/s\" }", "dispatch.mode: 'lifo' is not priority, fifo or inline"),
             ("[dispatch]\nworkers = 0", "static = { root = \"/s\" }", "dispatch.workers: 0 is not in 1..=1024"),
             ("[dispatch]\nqueue_limit = 0", "static = { root = \"/s\" }", "dispatch.queue_limit"),
             ("[dispatch]\nmax_wait = 0", "static = { root = \"/s\" }", "dispatch.max_wait"),

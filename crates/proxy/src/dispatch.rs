@@ -10,7 +10,10 @@
 //!   `share` credit at every pick it does not get and is served when its credit reaches 100),
 //!   so no class starves;
 //! * **fifo** mode: one queue in arrival order whatever the class (the comparison point, and
-//!   what a plain thread pool does).
+//!   what a plain thread pool does);
+//! * **inline** mode: no pool; the work runs on the connection's own thread when submitted
+//!   (what a server without thread pools does; with `reuseport` listeners across processes,
+//!   the kernel's connection spreading).
 //!
 //! A full class queue refuses the item at once ([`Rejected::Full`], a 503 for the client);
 //! an item that waited longer than `max_wait` is dropped when its turn comes
@@ -37,6 +40,9 @@ use std::time::{Duration, Instant};
 pub enum Mode {
     Priority,
     Fifo,
+    /// No pool and no queue: an item runs at once on the thread that submits it (the
+    /// connection's own worker thread), as in a server whose workers read files themselves.
+    Inline,
 }
 
 impl Mode {
@@ -44,6 +50,7 @@ impl Mode {
         match self {
             Mode::Priority => "priority",
             Mode::Fifo => "fifo",
+            Mode::Inline => "inline",
         }
     }
 }
@@ -157,12 +164,12 @@ impl Dispatcher {
     /// Starts `cfg.workers` threads. The configuration was checked when it was parsed; a
     /// dispatcher without classes or threads would serve nothing, so both are at least one.
     pub fn start(mut cfg: DispatchConfig) -> std::io::Result<Dispatcher> {
-        cfg.workers = cfg.workers.max(1);
+        cfg.workers = if cfg.mode == Mode::Inline { 0 } else { cfg.workers.max(1) };
         if cfg.classes.is_empty() {
             cfg.classes.push(Class { name: "default".into(), share: 0 });
         }
         let n = cfg.classes.len();
-        let queues = if cfg.mode == Mode::Fifo { 1 } else { n };
+        let queues = if cfg.mode == Mode::Priority { n } else { 1 };
         let inner = Arc::new(Inner {
             state: Mutex::new(State { queues: (0..queues).map(|_| VecDeque::new()).collect(), depth: vec![0; n], credit: vec![0; n], stop: false }),
             ready: Condvar::new(),
@@ -233,13 +240,21 @@ impl Dispatcher {
         if !continued {
             stats.submitted.fetch_add(1, Ordering::Relaxed);
         }
+        if inner.cfg.mode == Mode::Inline {
+            inner.run(stats, job, Ok(Duration::ZERO));
+            if !continued {
+                stats.served.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
         let mut st = inner.lock();
         if st.stop {
             return Err(Rejected::Stopped);
         }
         let (q, limit) = match inner.cfg.mode {
             Mode::Priority => (class, inner.cfg.queue_limit),
-            Mode::Fifo => (0, inner.cfg.queue_limit.saturating_mul(inner.cfg.classes.len())),
+            // (Inline items never get here.)
+            Mode::Fifo | Mode::Inline => (0, inner.cfg.queue_limit.saturating_mul(inner.cfg.classes.len())),
         };
         if !continued && st.queues[q].len() >= limit {
             drop(st);
@@ -294,7 +309,7 @@ impl Inner {
     /// The next item to run, by the configured policy.
     fn pick(&self, st: &mut State) -> Option<Item> {
         let q = match self.cfg.mode {
-            Mode::Fifo => 0,
+            Mode::Fifo | Mode::Inline => 0,
             Mode::Priority => {
                 let top = st.queues.iter().position(|q| !q.is_empty())?;
                 let mut due = None;
@@ -328,6 +343,19 @@ impl Inner {
         Some(item)
     }
 
+    /// Runs a job, timing it when it runs (not when it is told it will not). A job that
+    /// panics loses its own request (its reply channel closes); the thread and the pool live on.
+    fn run(&self, stats: &ClassStats, job: Job, r: Result<Duration, Rejected>) {
+        let t = Instant::now();
+        let ok = r.is_ok();
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(r))).is_err() {
+            stats.panicked.fetch_add(1, Ordering::Relaxed);
+        }
+        if ok {
+            stats.run_seconds.observe(t.elapsed().as_secs_f64());
+        }
+    }
+
     fn work(&self, w: usize) {
         loop {
             let item = {
@@ -344,23 +372,15 @@ impl Inner {
             };
             let stats = &self.classes[item.class];
             let waited = item.queued.elapsed();
-            // A job that panics loses its own request (its reply channel closes); the thread
-            // and the pool live on.
-            let run = |job: Job, r| {
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(r))).is_err() {
-                    stats.panicked.fetch_add(1, Ordering::Relaxed);
-                }
-            };
             if waited > self.cfg.max_wait && !item.continued {
                 stats.expired.fetch_add(1, Ordering::Relaxed);
-                run(item.job, Err(Rejected::Expired));
+                self.run(stats, item.job, Err(Rejected::Expired));
                 continue;
             }
             stats.wait_seconds.observe(waited.as_secs_f64());
             let t = Instant::now();
-            run(item.job, Ok(waited));
+            self.run(stats, item.job, Ok(waited));
             let ran = t.elapsed();
-            stats.run_seconds.observe(ran.as_secs_f64());
             if !item.continued {
                 stats.served.fetch_add(1, Ordering::Relaxed);
             }
@@ -558,6 +578,18 @@ mod tests {
             assert_eq!(d.run(0, || 7).await, Ok(7));
         });
         assert_eq!(d.class_stats()[0].panicked.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn inline_mode_runs_each_item_on_the_submitting_thread() {
+        let d = Dispatcher::start(cfg(Mode::Inline, &[0, 0])).unwrap();
+        assert!(d.worker_stats().is_empty());
+        let me = std::thread::current().id();
+        let (tx, rx) = mpsc::channel();
+        d.submit(1, move |r| tx.send((std::thread::current().id(), r)).unwrap()).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), (me, Ok(Duration::ZERO)));
+        assert_eq!(d.class_stats()[1].served.load(Ordering::Relaxed), 1);
+        assert_eq!(d.depths(), vec![0, 0]);
     }
 
     #[test]

@@ -141,13 +141,23 @@ pub struct Bound {
     listeners: Vec<(Listener, tokio::net::TcpListener)>,
 }
 
+/// A listening socket as tokio's `TcpListener::bind` makes one (SO_REUSEADDR, backlog 1024),
+/// with SO_REUSEPORT when the listener asks for it.
+fn listen(l: &Listener) -> std::io::Result<tokio::net::TcpListener> {
+    let s = if l.address.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    s.set_reuseaddr(true)?;
+    if l.reuseport {
+        s.set_reuseport(true)?;
+    }
+    s.bind(l.address)?;
+    s.listen(1024)
+}
+
 /// Binds every listener, or none: a listener that cannot be bound stops the start.
 pub async fn bind(config: &Config) -> Result<Bound, ServeError> {
     let mut listeners = Vec::new();
     for (index, l) in config.listeners.iter().enumerate() {
-        let t = tokio::net::TcpListener::bind(l.address)
-            .await
-            .map_err(|source| ServeError::Bind { index, name: l.name.clone(), address: l.address, source })?;
+        let t = listen(l).map_err(|source| ServeError::Bind { index, name: l.name.clone(), address: l.address, source })?;
         listeners.push((l.clone(), t));
     }
     Ok(Bound { listeners })

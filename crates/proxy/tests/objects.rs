@@ -205,3 +205,29 @@ static = {{ root = "{0}", max_bytes = 100000000, direct_io = true }}
     drop(stalled);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn reuseport_lets_two_proxies_share_a_port_and_only_then() {
+    let dir = objects_dir("reuseport");
+    std::fs::write(dir.join("a.txt"), "a").unwrap();
+    let port = common::free_port();
+    let cfg = |reuse: bool| {
+        format!(
+            "[dispatch]\nmode = \"inline\"\n[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\nreuseport = {reuse}\n[[routes]]\npath_prefix = \"/o/\"\nstatic = {{ root = \"{}\" }}\n",
+            dir.display()
+        )
+    };
+    let (a, pa) = proxy_with(&cfg(true));
+    let (_, pb) = proxy_with(&cfg(true));
+    for _ in 0..20 {
+        assert_eq!(get(a[0], "/o/a.txt", &[]), (200, b"a".to_vec()));
+    }
+    let served = |p: &vectorlb_proxy::serve::Proxy| p.dispatch.as_ref().unwrap().class_stats()[0].served.load(Ordering::Relaxed);
+    assert_eq!(served(&pa) + served(&pb), 20, "inline mode serves every request on its connection's thread");
+    // Without reuseport the port is taken: the start fails, naming the listener.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let c = vectorlb_proxy::Config::parse(&cfg(false)).unwrap();
+    let e = rt.block_on(vectorlb_proxy::serve::bind(&c)).err().expect("a second bind without reuseport must fail").to_string();
+    assert!(e.contains("listeners[0] (web): cannot listen on"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

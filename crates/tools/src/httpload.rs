@@ -190,7 +190,7 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
     if !(a.rate.is_finite() && a.rate >= 0.0 && a.rate <= 10_000_000.0) {
         return Err(format!("--rate {}: not in 0..=10000000", a.rate));
     }
-    if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 3600.0) || !(a.warmup.is_finite() && a.warmup >= 0.0 && a.warmup < a.seconds) {
+    if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 3600.0 && a.warmup.is_finite() && a.warmup >= 0.0 && a.warmup < a.seconds) {
         return Err("--seconds must be in (0, 3600] and --warmup in [0, seconds)".into());
     }
     if !(1..=4096).contains(&a.connections) || a.connections * types.len() > 16384 {
@@ -351,6 +351,63 @@ fn summary(h: &Histogram<u64>, seconds: f64, errors: u64, bad: u64) -> serde_jso
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A keep-alive HTTP/1.1 server answering every request with `body`; its address.
+    fn server(body: &'static [u8]) -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..i + 4);
+                            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                            if s.write_all(head.as_bytes()).and_then(|_| s.write_all(body)).is_err() {
+                                return;
+                            }
+                        }
+                        match s.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn args(target: SocketAddr, rate: f64) -> HttpLoadArgs {
+        HttpLoadArgs { target, requests: vec!["a=/a:3".into(), "b=/b:1".into()], rate, seconds: 1.5, connections: 4, warmup: 0.5, seed: 7, json: true }
+    }
+
+    #[test]
+    fn open_loop_sends_at_the_rate_and_counts_by_type() {
+        let r = run(&args(server(b"hello"), 400.0)).unwrap();
+        assert_eq!(r["mode"], "open");
+        assert_eq!(r["scheduled"], 600, "1.5 s at 400/s");
+        assert_eq!(r["errors"], 0);
+        // The counted second holds 400 requests, split about 3:1.
+        let (a, b) = (r["types"]["a"]["requests"].as_u64().unwrap(), r["types"]["b"]["requests"].as_u64().unwrap());
+        assert!((395..=405).contains(&(a + b)), "{a} + {b}");
+        assert!(a > 2 * b && b > 50, "{a} : {b}");
+        assert!(r["total"]["p99_us"].as_u64().unwrap() >= 1);
+    }
+
+    #[test]
+    fn closed_loop_runs_for_its_seconds_and_a_dead_server_counts_errors() {
+        let r = run(&args(server(b"x"), 0.0)).unwrap();
+        assert_eq!(r["mode"], "closed");
+        assert!(r["total"]["requests"].as_u64().unwrap() > 100, "{r}");
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let r = run(&args(dead, 100.0)).unwrap();
+        assert_eq!(r["total"]["requests"], 0);
+        assert!(r["errors"].as_u64().unwrap() >= 90, "{r}");
+    }
 
     #[test]
     fn request_types_parse_or_say_why() {
