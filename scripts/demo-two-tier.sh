@@ -2,14 +2,16 @@
 # `make demo-two-tier`: the deployment ingress gateways run. A client speaks HTTPS to a VIP;
 # the L4 load balancer (full NAT, Maglev, AF_XDP) spreads the TCP connections over two proxy
 # instances, which terminate TLS (the cryptomb provider where the CPU has AVX-512 IFMA, its
-# fallback otherwise) and balance every request over three nginx backends.
+# fallback otherwise) and balance every request over three nginx backends. The proxies also
+# serve static objects under /o/ themselves, read by their dispatch pools in priority classes
+# taken from the URI (?prio=high / ?prio=low).
 #
 #   client 10.0.0.2 --> VIP 10.0.0.100:443 (vectorlb run: fnat, maglev)
 #                         --> proxy 10.1.0.11:8443 (be1) --\
 #                         --> proxy 10.1.0.12:8443 (be2) ---+--> nginx 10.1.0.13:8081..8083 (be3)
 #
 # Everything it creates is removed on exit. Last line:
-#   TWO-TIER OK requests=<n> errors=<n> proxies=<n serving> backends=<n serving> provider=<p>
+#   TWO-TIER OK requests=<n> errors=<n> proxies=<n serving> backends=<n serving> provider=<p> objects=<n served>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -43,6 +45,9 @@ for i in 1 2 3; do
     start_nginx "$P-be3" "$DIR/nginx$i" "listen 10.1.0.13:808$i; location / { return 200 \"nginx-$i via \$http_x_forwarded_for\\n\"; }"
 done
 
+mkdir -p "$DIR/objects"
+head -c 1024 /dev/urandom > "$DIR/objects/1k.bin"
+head -c 1048576 /dev/urandom > "$DIR/objects/1m.bin"
 openssl req -x509 -nodes -days 2 -subj /CN=demo.test -addext subjectAltName=DNS:demo.test \
     -newkey rsa:2048 -keyout "$DIR/demo.key" -out "$DIR/demo.crt" 2>/dev/null
 for i in 1 2; do
@@ -57,6 +62,15 @@ address = "unix:$DIR/proxy$i.sock"
 name = "https"
 address = "10.1.0.1$i:8443"
 tls = { certificates = [{ cert = "$DIR/demo.crt", key = "$DIR/demo.key" }], provider = "cryptomb", cryptomb_fallback = "inline" }
+
+[dispatch]
+workers = 2
+classes = [{ name = "high" }, { name = "low", share = 5 }]
+
+[[routes]]
+path_prefix = "/o/"
+static = { root = "$DIR/objects" }
+priority = { query = "prio" }
 
 [[routes]]
 cluster = "web"
@@ -113,6 +127,16 @@ grep -E "^(finished|requests|status codes)" "$DIR/h2load.txt"
 ip netns exec "$P-cl" h2load -n "$REQUESTS" -c 4 -m 8 https://10.0.0.100/ > "$DIR/h2load-h2.txt"
 grep -E "^(finished|requests|status codes)" "$DIR/h2load-h2.txt"
 
+say "static objects from the proxies, by priority class: /o/1k.bin?prio=high and /o/1m.bin?prio=low, 10 each"
+objects_ok=0
+for _ in $(seq 10); do
+    for o in "1k.bin?prio=high:1024" "1m.bin?prio=low:1048576"; do
+        size=$(ip netns exec "$P-cl" curl -sS --max-time 5 --cacert "$DIR/demo.crt" --resolve demo.test:443:10.0.0.100 -o /dev/null -w '%{http_code} %{size_download}' "https://demo.test/o/${o%%:*}")
+        [ "$size" = "200 ${o##*:}" ] && objects_ok=$((objects_ok + 1))
+    done
+done
+echo "objects served whole: $objects_ok of 20"
+
 say "the L4 tier's view: connections per proxy"
 "$BIN" ctl -Ln --stats
 
@@ -128,6 +152,8 @@ for i, f in enumerate(sys.argv[1:], 1):
     provider.add(t["provider"])
     hs = t["handshake_seconds"]
     print(f"proxy {i}: {l['requests']} requests, {t['handshakes']} TLS handshakes ({t['provider']}; p50 {hs['p50'] * 1e3:.1f} ms, p99 {hs['p99'] * 1e3:.1f} ms), failed checks {t['failed_checks']}", file=sys.stderr)
+    d = s.get("dispatch") or {"classes": []}
+    print("  dispatch (" + d.get("mode", "-") + "): " + ", ".join(f"{c['name']} {c['served']} served, wait p99 {(c['wait_seconds']['p99'] or 0) * 1e3:.2f} ms" for c in d["classes"]), file=sys.stderr)
     if l["requests"] > 0:
         proxies += 1
     for e in s["clusters"][0]["endpoints"]:
@@ -144,9 +170,9 @@ for f in "$DIR/h2load.txt" "$DIR/h2load-h2.txt"; do
     [ "${ok:-0}" = "$REQUESTS" ] || errors=$((errors + REQUESTS - ${ok:-0}))
 done
 say "an access log line: $(tail -1 "$DIR/proxy1.access.log")"
-if [ "$errors" = 0 ] && [ "$proxies" = 2 ] && [ "$served" = 3 ]; then
-    echo "TWO-TIER OK requests=$((2 * REQUESTS)) errors=0 proxies=$proxies backends=$served provider=$provider"
+if [ "$errors" = 0 ] && [ "$proxies" = 2 ] && [ "$served" = 3 ] && [ "$objects_ok" = 20 ]; then
+    echo "TWO-TIER OK requests=$((2 * REQUESTS)) errors=0 proxies=$proxies backends=$served provider=$provider objects=$objects_ok"
 else
-    echo "TWO-TIER FAILED requests=$((2 * REQUESTS)) errors=$errors proxies=$proxies backends=$served provider=$provider"
+    echo "TWO-TIER FAILED requests=$((2 * REQUESTS)) errors=$errors proxies=$proxies backends=$served provider=$provider objects=$objects_ok"
     exit 1
 fi
