@@ -303,7 +303,7 @@ pub fn metrics(p: &Proxy) -> String {
     if let Some(d) = &p.dispatch {
         let cfg = d.config();
         let names: Vec<String> = cfg.classes.iter().map(|c| esc(&c.name)).collect();
-        head(&mut o, "vectorlb_proxy_dispatch_queue_depth", "gauge", "Items waiting for a dispatch thread, by class.");
+        head(&mut o, "vectorlb_proxy_dispatch_queue_depth", "gauge", "Items (requests and later chunks) waiting for a dispatch thread, by class.");
         for (c, depth) in names.iter().zip(d.depths()) {
             let _ = writeln!(o, "vectorlb_proxy_dispatch_queue_depth{{class=\"{c}\"}} {depth}");
         }
@@ -313,11 +313,11 @@ pub fn metrics(p: &Proxy) -> String {
                 let _ = writeln!(o, "vectorlb_proxy_dispatch_items_total{{class=\"{c}\",outcome=\"{outcome}\"}} {}", v.load(Ordering::Relaxed));
             }
         }
-        head(&mut o, "vectorlb_proxy_dispatch_wait_seconds", "histogram", "Time from an item's submission to a thread taking it, by class.");
+        head(&mut o, "vectorlb_proxy_dispatch_wait_seconds", "histogram", "Time from a request's submission to a thread taking its first item, by class.");
         for (c, s) in names.iter().zip(d.class_stats()) {
             histogram(&mut o, "vectorlb_proxy_dispatch_wait_seconds", &format!("class=\"{c}\""), &s.wait_seconds);
         }
-        head(&mut o, "vectorlb_proxy_dispatch_run_seconds", "histogram", "Time a thread spent on an item (a static object: until its last chunks were queued), by class.");
+        head(&mut o, "vectorlb_proxy_dispatch_run_seconds", "histogram", "Time a request's first item took (a static object: opening it and reading its first chunk), by class.");
         for (c, s) in names.iter().zip(d.class_stats()) {
             histogram(&mut o, "vectorlb_proxy_dispatch_run_seconds", &format!("class=\"{c}\""), &s.run_seconds);
         }

@@ -493,8 +493,8 @@ fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<Option<crate::d
         return Err(bad("dispatch.classes", format!("{} classes; at most 64", classes.len())));
     }
     let shares: u32 = classes.iter().map(|c| c.share).sum();
-    if shares > 100 {
-        return Err(bad("dispatch.classes", format!("the shares add up to {shares} %, above 100")));
+    if shares >= 100 {
+        return Err(bad("dispatch.classes", format!("the shares add up to {shares} %: below 100 leaves the most urgent class its turns")));
     }
     if classes.is_empty() {
         classes.push(Class { name: "default".into(), share: 0 });
@@ -918,7 +918,8 @@ endpoints = ["[::1]:9003"]
             ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"a\" }]", "static = { root = \"/s\" }", "dispatch.classes[1].name"),
             ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"7\" }]", "static = { root = \"/s\" }", "dispatch.classes[1].name"),
             ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 101 }]", "static = { root = \"/s\" }", "dispatch.classes[1].share: 101"),
-            ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 60 }, { name = \"c\", share = 50 }]", "static = { root = \"/s\" }", "dispatch.classes: the shares add up to 110"),
+            ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 100 }]", "static = { root = \"/s\" }", "dispatch.classes: the shares add up to 100 %"),
+            ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 60 }, { name = \"c\", share = 50 }]", "static = { root = \"/s\" }", "dispatch.classes: the shares add up to 110 %"),
             ("[dispatch]\nthreads = 2", "static = { root = \"/s\" }", "unknown field `threads`"),
             ("", "static = { root = \"srv\" }", "routes[0].static.root: 'srv' is not an absolute path"),
             ("", "static = { root = \"/s\", max_bytes = 0 }", "routes[0].static.max_bytes"),

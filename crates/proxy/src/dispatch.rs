@@ -117,9 +117,10 @@ pub struct ClassStats {
     pub served: AtomicU64,
     /// Jobs that panicked (a bug; the thread goes on).
     pub panicked: AtomicU64,
-    /// Seconds from submission to a thread taking the item.
+    /// Seconds from a request's submission to a thread taking its first item.
     pub wait_seconds: Histogram,
-    /// Seconds the work itself took.
+    /// Seconds a request's first item took (for a static object: opening it and reading its
+    /// first chunk; later chunks are not in it).
     pub run_seconds: Histogram,
 }
 
@@ -221,8 +222,9 @@ impl Dispatcher {
     }
 
     /// Queues `job` in `class` (clamped to the last class). The job is called exactly once,
-    /// on a pool thread, with how long it waited or [`Rejected::Expired`] / [`Rejected::Stopped`];
-    /// a full queue refuses it here and it is not called.
+    /// on a pool thread, with how long it waited or [`Rejected::Expired`] (items queued before
+    /// a stop still run); a full queue or a stopped dispatcher refuses it here and it is not
+    /// called.
     pub fn submit(&self, class: usize, job: impl FnOnce(Result<Duration, Rejected>) + Send + 'static) -> Result<(), Rejected> {
         self.enqueue(class, false, Box::new(job))
     }
@@ -241,10 +243,10 @@ impl Dispatcher {
             stats.submitted.fetch_add(1, Ordering::Relaxed);
         }
         if inner.cfg.mode == Mode::Inline {
-            inner.run(stats, job, Ok(Duration::ZERO));
             if !continued {
                 stats.served.fetch_add(1, Ordering::Relaxed);
             }
+            inner.run(stats, job, Ok(Duration::ZERO), !continued);
             return Ok(());
         }
         let mut st = inner.lock();
@@ -274,8 +276,8 @@ impl Dispatcher {
         self.submit(class, move |r| {
             let _ = tx.send(r.map(|_| f()));
         })?;
-        // The job is always called (at the latest with Stopped when the pool stops), so the
-        // channel only closes without a value if the job panicked.
+        // The job is always called (queued items run even after a stop), so the channel only
+        // closes without a value if the job panicked.
         rx.await.unwrap_or(Err(Rejected::Stopped))
     }
 
@@ -308,6 +310,15 @@ impl Inner {
 
     /// The next item to run, by the configured policy.
     fn pick(&self, st: &mut State) -> Option<Item> {
+        // An item at the front of a queue (its oldest) that waited past max_wait goes first,
+        // whatever its class's turn: a new request to be answered Expired, a later part of an
+        // admitted one to run, so that neither waits for good behind a busier class (strict
+        // priority without a share, or LIFO taking only the newest).
+        let now = Instant::now();
+        let overdue = st.queues.iter().position(|q| q.front().is_some_and(|i| now.saturating_duration_since(i.queued) > self.cfg.max_wait));
+        if let Some(q) = overdue {
+            return Some(self.take(st, q, false));
+        }
         let q = match self.cfg.mode {
             Mode::Fifo | Mode::Inline => 0,
             Mode::Priority => {
@@ -332,26 +343,35 @@ impl Inner {
                 }
             }
         };
+        if st.queues[q].is_empty() {
+            return None;
+        }
+        let lifo = self.cfg.lifo_above > 0 && st.queues[q].len() > self.cfg.lifo_above;
+        Some(self.take(st, q, lifo))
+    }
+
+    /// Takes the front (or, `back`, the newest) item of the non-empty queue `q`.
+    fn take(&self, st: &mut State, q: usize, back: bool) -> Item {
         let queue = &mut st.queues[q];
-        let lifo = self.cfg.lifo_above > 0 && queue.len() > self.cfg.lifo_above;
-        let item = if lifo { queue.pop_back() } else { queue.pop_front() }?;
+        let item = if back { queue.pop_back() } else { queue.pop_front() }.expect("the queue is not empty");
         if queue.is_empty() {
             // No banking of credit across idle periods.
             st.credit[q] = 0;
         }
+        // Every queued item was counted in its class's depth when it was queued.
         st.depth[item.class] -= 1;
-        Some(item)
+        item
     }
 
     /// Runs a job, timing it when it runs (not when it is told it will not). A job that
     /// panics loses its own request (its reply channel closes); the thread and the pool live on.
-    fn run(&self, stats: &ClassStats, job: Job, r: Result<Duration, Rejected>) {
+    fn run(&self, stats: &ClassStats, job: Job, r: Result<Duration, Rejected>, timed: bool) {
         let t = Instant::now();
         let ok = r.is_ok();
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(r))).is_err() {
             stats.panicked.fetch_add(1, Ordering::Relaxed);
         }
-        if ok {
+        if ok && timed {
             stats.run_seconds.observe(t.elapsed().as_secs_f64());
         }
     }
@@ -374,18 +394,18 @@ impl Inner {
             let waited = item.queued.elapsed();
             if waited > self.cfg.max_wait && !item.continued {
                 stats.expired.fetch_add(1, Ordering::Relaxed);
-                self.run(stats, item.job, Err(Rejected::Expired));
+                self.run(stats, item.job, Err(Rejected::Expired), false);
                 continue;
             }
-            stats.wait_seconds.observe(waited.as_secs_f64());
-            let t = Instant::now();
-            self.run(stats, item.job, Ok(waited));
-            let ran = t.elapsed();
+            // Counted before the job runs: whoever sees its result sees it counted.
             if !item.continued {
+                stats.wait_seconds.observe(waited.as_secs_f64());
                 stats.served.fetch_add(1, Ordering::Relaxed);
             }
             self.workers[w].items.fetch_add(1, Ordering::Relaxed);
-            self.workers[w].busy_ns.fetch_add(ran.as_nanos() as u64, Ordering::Relaxed);
+            let t = Instant::now();
+            self.run(stats, item.job, Ok(waited), !item.continued);
+            self.workers[w].busy_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
     }
 }
@@ -508,6 +528,31 @@ mod tests {
         // The new item waited past max_wait: expired; the continued ones ran, in order.
         assert_eq!(got, vec![(0, 0, false), (1, 0, true), (1, 1, true), (1, 2, true)]);
         assert_eq!(d.class_stats()[1].served.load(Ordering::Relaxed), 0, "parts are not requests");
+    }
+
+    #[test]
+    fn overdue_items_go_first_whatever_their_class() {
+        // Strict priority, no share: class 1 would wait as long as class 0 has items.
+        let mut c = cfg(Mode::Priority, &[0, 0]);
+        c.max_wait = Duration::from_millis(20);
+        let d = Dispatcher::start(c).unwrap();
+        let gate = block(&d);
+        let (tx, rx) = mpsc::channel();
+        let t = tx.clone();
+        d.submit(1, move |r| t.send(("new", r.is_ok())).unwrap()).unwrap();
+        let t = tx.clone();
+        d.submit_continued(1, move |r| t.send(("part", r.is_ok())).unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        for _ in 0..3 {
+            let t = tx.clone();
+            d.submit(0, move |r| t.send(("urgent", r.is_ok())).unwrap()).unwrap();
+        }
+        drop(tx);
+        gate.send(()).unwrap();
+        let got: Vec<_> = rx.iter().collect();
+        // The overdue new request is answered Expired, the overdue part runs, then the rest.
+        assert_eq!(got, vec![("new", false), ("part", true), ("urgent", true), ("urgent", true), ("urgent", true)]);
+        assert_eq!(d.depths(), vec![0, 0]);
     }
 
     #[test]

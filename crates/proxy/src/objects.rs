@@ -110,12 +110,15 @@ pub struct Object<'a> {
 /// Opens the object and checks it.
 fn open(path: &Path, max: u64, direct: bool) -> Result<(std::fs::File, u64), (StatusCode, &'static str)> {
     use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a named pipe (or a link to one) under the root must not hold the
+    // thread until a writer comes; it has no effect on reading regular files.
+    let with = |flags: i32| std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | flags).open(path);
     let opened = match direct {
-        true => match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path) {
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => std::fs::File::open(path),
+        true => match with(libc::O_DIRECT) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => with(0),
             r => r,
         },
-        false => std::fs::File::open(path),
+        false => with(0),
     };
     let f = opened.map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => (StatusCode::NOT_FOUND, "no such object"),
@@ -251,8 +254,14 @@ pub async fn serve(d: &Arc<Dispatcher>, o: Object<'_>, priority: &Priority, part
         Ok(p) => p,
         Err(why) => return answer(StatusCode::BAD_REQUEST, why),
     };
-    // The size is only needed (and the file only examined here) when it decides the class.
-    let size = if priority.sizes.is_empty() { None } else { std::fs::metadata(&path).ok().map(|m| m.len()) };
+    // The size is only needed (and the file only examined here, off the connection's thread)
+    // when it decides the class.
+    let size = if priority.sizes.is_empty() {
+        None
+    } else {
+        let p = path.clone();
+        tokio::task::spawn_blocking(move || std::fs::metadata(p).ok().map(|m| m.len())).await.ok().flatten()
+    };
     let class = class_of(priority, parts, size, d.config());
     let ctype = content_type(&path);
     let (tx, rx) = tokio::sync::oneshot::channel::<Head>();
@@ -263,7 +272,7 @@ pub async fn serve(d: &Arc<Dispatcher>, o: Object<'_>, priority: &Priority, part
         });
     });
     let head = match submitted {
-        // The job always answers (at the latest with Stopped), unless it panicked.
+        // The job is always called (queued items run even after a stop), unless it panicked.
         Ok(()) => rx.await.unwrap_or(Err((StatusCode::INTERNAL_SERVER_ERROR, "the object could not be read"))),
         Err(e) => Err(refusal(e)),
     };

@@ -56,6 +56,12 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn new(config: Config) -> Result<Proxy, ServeError> {
+        Proxy::reusing(config, None)
+    }
+
+    /// As `new`, but keeping `old`'s dispatch pool when the dispatch configuration is the same
+    /// (a reload then starts no threads, and old and new requests share one queue and order).
+    pub fn reusing(config: Config, old: Option<&Proxy>) -> Result<Proxy, ServeError> {
         let clusters = config
             .clusters
             .iter()
@@ -74,9 +80,10 @@ impl Proxy {
             Some(p) => Some(crate::access_log::AccessLog::open(p).map_err(ServeError::AccessLog)?),
             None => None,
         };
-        let dispatch = match &config.dispatch {
-            Some(d) => Some(Arc::new(crate::dispatch::Dispatcher::start(d.clone()).map_err(ServeError::Dispatch)?)),
-            None => None,
+        let dispatch = match (&config.dispatch, old.and_then(|o| o.dispatch.as_ref())) {
+            (Some(d), Some(keep)) if keep.config() == d => Some(keep.clone()),
+            (Some(d), _) => Some(Arc::new(crate::dispatch::Dispatcher::start(d.clone()).map_err(ServeError::Dispatch)?)),
+            (None, _) => None,
         };
         Ok(Proxy { config, clusters, tls, requests, started: std::time::Instant::now(), retired: Default::default(), access_log, dispatch })
     }
@@ -239,8 +246,8 @@ impl Current {
     async fn try_reload(self: &Arc<Self>) -> Result<(), String> {
         let path = self.path.as_ref().ok_or("this proxy was not started from a file")?;
         let config = Config::load(path).map_err(|e| e.to_string())?;
-        let new = Arc::new(Proxy::new(config).map_err(|e| e.to_string())?);
         let old = self.load();
+        let new = Arc::new(Proxy::reusing(config, Some(&old)).map_err(|e| e.to_string())?);
         if new.config.admin != old.config.admin {
             return Err("admin: changing the admin API needs a restart".into());
         }
@@ -258,9 +265,8 @@ impl Current {
                 if l.address.port() != 0 && running.iter().any(|r| r.listener.address == l.address) {
                     return Err(format!("listeners[{index}] ({}): {} is still served under another name; rename or move it in two reloads", l.name, l.address));
                 }
-                let std = std::net::TcpListener::bind(l.address).map_err(|e| format!("listeners[{index}] ({}): cannot listen on {}: {e}", l.name, l.address))?;
-                std.set_nonblocking(true).map_err(|e| e.to_string())?;
-                fresh.push((l.clone(), std));
+                let t = listen(l).map_err(|e| format!("listeners[{index}] ({}): cannot listen on {}: {e}", l.name, l.address))?;
+                fresh.push((l.clone(), t));
             }
         }
         self.proxy.store(new.clone());
@@ -275,8 +281,7 @@ impl Current {
             }
             keep
         });
-        for (l, std) in fresh {
-            let t = tokio::net::TcpListener::from_std(std).map_err(|e| e.to_string())?;
+        for (l, t) in fresh {
             tracing::info!("listener {} on {}", l.name, l.address);
             running.push(self.accept_loop(l, t));
         }

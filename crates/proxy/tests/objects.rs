@@ -1,7 +1,7 @@
 //! Static objects through the dispatch pool, with curl as the client: bodies and headers, bad
 //! paths, the class from the query / header / size, and back-pressure (a full class queue
 //! answers 503 at once; an item that waited past max_wait answers 503) while the pool's only
-//! thread is held on a named pipe.
+//! thread is held by a job of the test's own.
 
 mod common;
 
@@ -102,8 +102,8 @@ priority = {{ query = "prio", header = "x-priority", sizes = [{{ up_to = 2048, c
 fn a_full_queue_answers_503_at_once_and_stale_items_expire() {
     let dir = objects_dir("full");
     std::fs::write(dir.join("a.txt"), "a").unwrap();
-    let fifo = dir.join("hold");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    // A named pipe under the root is opened without waiting for a writer: 404, no thread held.
+    assert!(Command::new("mkfifo").arg(dir.join("pipe")).status().unwrap().success());
     let (addrs, p) = proxy_with(&format!(
         r#"
 [dispatch]
@@ -122,15 +122,20 @@ static = {{ root = "{}" }}
         dir.display()
     ));
     let addr = addrs[0];
-    let d = p.dispatch.as_ref().unwrap();
-    // The only pool thread blocks opening the pipe (no writer yet).
-    let holder = std::thread::spawn(move || get(addr, "/o/hold", &[]));
     let t = Instant::now();
-    while d.class_stats()[0].submitted.load(Ordering::Relaxed) < 1 || d.depths()[0] != 0 {
-        assert!(t.elapsed() < Duration::from_secs(5), "the holding request never reached the pool");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // Two wait (the queue's limit); the third is refused at once.
+    assert_eq!(get(addr, "/o/pipe", &[]).0, 404);
+    assert!(t.elapsed() < Duration::from_secs(2));
+    let d = p.dispatch.as_ref().unwrap().clone();
+    // Hold the only pool thread with a job of our own.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, running) = std::sync::mpsc::channel();
+    d.submit(0, move |_| {
+        started.send(()).unwrap();
+        let _ = held.recv();
+    })
+    .unwrap();
+    running.recv().unwrap();
+    // Two requests wait (the queue's limit); the third is refused at once.
     let waiting: Vec<_> = (0..2).map(|_| std::thread::spawn(move || get(addr, "/o/a.txt", &[]))).collect();
     while d.depths()[0] < 2 {
         assert!(t.elapsed() < Duration::from_secs(5), "the waiting requests never queued");
@@ -141,10 +146,9 @@ static = {{ root = "{}" }}
     assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
     assert!(t3.elapsed() < Duration::from_secs(1), "the refusal waited {:?}", t3.elapsed());
     assert_eq!(d.class_stats()[0].rejected_full.load(Ordering::Relaxed), 1);
-    // Let them pass max_wait, then release the pipe: the two waiting ones expire (503).
+    // Past max_wait, release the thread: the two waiting ones expire (503).
     std::thread::sleep(Duration::from_millis(500));
-    drop(std::fs::OpenOptions::new().write(true).open(&fifo).unwrap());
-    assert_eq!(holder.join().unwrap().0, 404, "a pipe is not an object");
+    release.send(()).unwrap();
     for w in waiting {
         assert_eq!(w.join().unwrap().0, 503);
     }
@@ -230,4 +234,16 @@ fn reuseport_lets_two_proxies_share_a_port_and_only_then() {
     let e = rt.block_on(vectorlb_proxy::serve::bind(&c)).err().expect("a second bind without reuseport must fail").to_string();
     assert!(e.contains("listeners[0] (web): cannot listen on"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_reload_keeps_the_dispatch_pool_unless_its_configuration_changes() {
+    use vectorlb_proxy::serve::Proxy;
+    let text = |threads: usize| format!("[dispatch]\nworkers = {threads}\n[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:0\"\n[[routes]]\nstatic = {{ root = \"/srv\" }}\n");
+    let old = Proxy::new(vectorlb_proxy::Config::parse(&text(2)).unwrap()).unwrap();
+    let same = Proxy::reusing(vectorlb_proxy::Config::parse(&text(2)).unwrap(), Some(&old)).unwrap();
+    assert!(std::sync::Arc::ptr_eq(old.dispatch.as_ref().unwrap(), same.dispatch.as_ref().unwrap()));
+    let other = Proxy::reusing(vectorlb_proxy::Config::parse(&text(3)).unwrap(), Some(&old)).unwrap();
+    assert!(!std::sync::Arc::ptr_eq(old.dispatch.as_ref().unwrap(), other.dispatch.as_ref().unwrap()));
+    assert_eq!(other.dispatch.as_ref().unwrap().worker_stats().len(), 3);
 }

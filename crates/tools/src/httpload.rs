@@ -88,16 +88,25 @@ struct Token {
 
 /// What one connection thread recorded.
 struct Tally {
-    latency: Vec<Histogram<u64>>,
+    /// Made when first needed (a connection of the open loop records one type only).
+    latency: Vec<Option<Histogram<u64>>>,
     errors: Vec<u64>,
     /// Non-2xx responses by type.
     bad_status: Vec<u64>,
 }
 
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
+}
+
 impl Tally {
+    fn record(&mut self, kind: usize, us: u64) {
+        let _ = self.latency[kind].get_or_insert_with(histogram).record(us.min(60_000_000));
+    }
+
     fn new(n: usize) -> Tally {
         Tally {
-            latency: (0..n).map(|_| Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")).collect(),
+            latency: (0..n).map(|_| None).collect(),
             errors: vec![0; n],
             bad_status: vec![0; n],
         }
@@ -109,21 +118,30 @@ struct Conn {
     addr: SocketAddr,
     s: Option<TcpStream>,
     buf: Vec<u8>,
+    /// The current request's: every connect, read and write waits at most until then.
+    deadline: Instant,
 }
 
 impl Conn {
     fn stream(&mut self) -> std::io::Result<&mut TcpStream> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the request's time is up"));
+        }
         if self.s.is_none() {
-            let s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5))?;
+            let s = TcpStream::connect_timeout(&self.addr, left.min(Duration::from_secs(5)))?;
             s.set_nodelay(true)?;
-            s.set_read_timeout(Some(Duration::from_secs(30)))?;
             self.s = Some(s);
         }
-        Ok(self.s.as_mut().expect("just set"))
+        let s = self.s.as_mut().expect("just set");
+        s.set_read_timeout(Some(left))?;
+        s.set_write_timeout(Some(left))?;
+        Ok(s)
     }
 
-    /// Sends GET `path` and reads the whole response; its status.
-    fn get(&mut self, path: &str) -> std::io::Result<u16> {
+    /// Sends GET `path` and reads the whole response by `deadline`; its status.
+    fn get(&mut self, path: &str, deadline: Instant) -> std::io::Result<u16> {
+        self.deadline = deadline;
         let r = self.exchange(path);
         if r.is_err() {
             self.s = None;
@@ -227,7 +245,7 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
         let weights: Vec<u64> = types.iter().map(|t| t.weight as u64).collect();
         threads.push(std::thread::spawn(move || {
             let mut t = Tally::new(n);
-            let mut conn = Conn { addr, s: None, buf: Vec::new() };
+            let mut conn = Conn { addr, s: None, buf: Vec::new(), deadline: end };
             loop {
                 let (kind, due) = if open {
                     let tok = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
@@ -253,15 +271,20 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
                     own ^= own << 17;
                     (pick_by(&weights, own % total_weight), Instant::now())
                 };
-                let r = conn.get(&paths[kind]);
+                // A request may take 30 s, and none goes on past the grace after the end.
+                let r = conn.get(&paths[kind], (Instant::now() + Duration::from_secs(30)).min(end + grace));
                 let done = Instant::now();
+                if r.is_err() && !open {
+                    // Closed loop against a server that refuses: do not spin.
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 if due < counted_from {
                     continue;
                 }
                 match r {
                     Ok(s) if (200..300).contains(&s) => {
                         let us = done.saturating_duration_since(due).as_micros().max(1) as u64;
-                        let _ = t.latency[kind].record(us.min(60_000_000));
+                        t.record(kind, us);
                     }
                     Ok(_) => t.bad_status[kind] += 1,
                     Err(_) => t.errors[kind] += 1,
@@ -298,26 +321,30 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
     }
     drop(txs);
     stop.store(true, Ordering::Relaxed);
-    let mut all = Tally::new(n);
+    let mut all: Vec<Histogram<u64>> = (0..n).map(|_| histogram()).collect();
+    let mut errors_by = vec![0u64; n];
+    let mut bad_by = vec![0u64; n];
     for t in threads {
         let t = t.join().map_err(|_| "a connection thread panicked".to_string())?;
         for k in 0..n {
-            all.latency[k].add(&t.latency[k]).map_err(|e| e.to_string())?;
-            all.errors[k] += t.errors[k];
-            all.bad_status[k] += t.bad_status[k];
+            if let Some(h) = &t.latency[k] {
+                all[k].add(h).map_err(|e| e.to_string())?;
+            }
+            errors_by[k] += t.errors[k];
+            bad_by[k] += t.bad_status[k];
         }
     }
     let measured = a.seconds - a.warmup;
-    let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+    let mut total = histogram();
     let mut per = serde_json::Map::new();
     for (k, ty) in types.iter().enumerate() {
-        let h = &all.latency[k];
+        let h = &all[k];
         total.add(h).map_err(|e| e.to_string())?;
-        per.insert(ty.name.clone(), summary(h, measured, all.errors[k], all.bad_status[k]));
+        per.insert(ty.name.clone(), summary(h, measured, errors_by[k], bad_by[k]));
     }
     let ok = total.len();
-    let errors: u64 = all.errors.iter().sum();
-    let bad: u64 = all.bad_status.iter().sum();
+    let errors: u64 = errors_by.iter().sum();
+    let bad: u64 = bad_by.iter().sum();
     Ok(serde_json::json!({
         "bench": "http_load",
         "mode": if open { "open" } else { "closed" },
