@@ -3,8 +3,8 @@
 //! Parsing must never panic; errors are fine. On `Ok`, what the proxy relies on must hold:
 //! every route names an existing cluster and listener (or answers with a valid status), every
 //! cluster has an endpoint that takes requests, timeouts are positive and health checks fit
-//! their interval, the worker count and TLS versions are sane, and routing a request does not
-//! panic.
+//! their interval, the worker count and TLS versions are sane, static routes have a dispatch
+//! pool whose classes they name, and routing a request or classifying it does not panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -25,6 +25,13 @@ fuzz_target!(|data: &[u8]| {
         match &r.action {
             Action::Cluster(i) => assert!(*i < c.clusters.len()),
             Action::Respond { status, body } => assert!((200..=599).contains(status) && body.len() <= 65536),
+            Action::Static { root, max_bytes, .. } => {
+                assert!(root.is_absolute() && (1..=1 << 32).contains(max_bytes));
+                let d = c.dispatch.as_ref().expect("a static route has a dispatch pool");
+                let p = &r.priority;
+                assert!(p.class < d.classes.len() && p.sizes.iter().all(|(_, k)| *k < d.classes.len()));
+                assert!(p.sizes.windows(2).all(|w| w[0].0 < w[1].0));
+            }
         }
         assert!(r.listeners.iter().all(|l| c.listeners.iter().any(|x| &x.name == l)));
         assert!(r.matches.path_prefix.starts_with('/'));
@@ -36,12 +43,22 @@ fuzz_target!(|data: &[u8]| {
             assert!(!h.timeout.is_zero() && h.timeout <= h.interval && (1..=100).contains(&h.rise) && (1..=100).contains(&h.fall));
         }
     }
-    for uri in ["/", "http://a.example/x", "/api/v1?q=1"] {
-        let req = hyper::Request::builder().uri(uri).header("host", "www.example.com").header("x-canary", "1").body(()).unwrap();
+    if let Some(d) = &c.dispatch {
+        assert!(!d.classes.is_empty() && (1..=1024).contains(&d.workers) && (1..=1_000_000).contains(&d.queue_limit));
+        assert!(d.classes[0].share == 0 && d.classes.iter().map(|k| k.share).sum::<u32>() < 100);
+        assert!(!d.max_wait.is_zero() && d.lifo_above <= d.queue_limit);
+    }
+    for uri in ["/", "http://a.example/x", "/api/v1?q=1", "/o/a?prio=0", "/o/b?prio=low&prio=99"] {
+        let req = hyper::Request::builder().uri(uri).header("host", "www.example.com").header("x-canary", "1").header("x-priority", "1").body(()).unwrap();
         let (parts, _) = req.into_parts();
         for l in &c.listeners {
             if let Some(i) = vectorlb_proxy::route::find(&c.routes, &l.name, &parts) {
                 assert!(i < c.routes.len());
+                if let (Action::Static { .. }, Some(d)) = (&c.routes[i].action, &c.dispatch) {
+                    for size in [None, Some(0), Some(1 << 20), Some(u64::MAX)] {
+                        assert!(vectorlb_proxy::objects::class_of(&c.routes[i].priority, &parts, size, d) < d.classes.len());
+                    }
+                }
             }
         }
     }

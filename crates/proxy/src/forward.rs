@@ -14,7 +14,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use vectorlb_sched::{PickState, Scheduler, Target};
 
-pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+pub type ProxyBody = BoxBody<Bytes, BodyError>;
+
+/// Why a body ended before its end: an upstream's error, or an object that could not be read
+/// to its announced length. hyper then resets the HTTP/2 stream or closes the HTTP/1.1
+/// connection, so the client never takes a short body for a whole one.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Which endpoint answered a response (a response extension, for the access log).
 #[derive(Debug, Clone, Copy)]
@@ -169,7 +174,7 @@ impl ClusterRt {
             parts.headers.insert("x-forwarded-for", v);
         }
         let empty = body.is_end_stream();
-        let mut body = Some(body.boxed());
+        let mut body = Some(body.map_err(BodyError::from).boxed());
         let mut target = first;
         for attempt in 0..2 {
             let ep = self.spec.endpoints[target].address;
@@ -192,7 +197,7 @@ impl ClusterRt {
                     let (mut rp, rb) = resp.into_parts();
                     strip_hop_by_hop(&mut rp.headers);
                     rp.extensions.insert(AnsweredBy(ep));
-                    return Response::from_parts(rp, rb.boxed());
+                    return Response::from_parts(rp, rb.map_err(BodyError::from).boxed());
                 }
                 Ok(Err(e)) if e.is_connect() => {
                     stats.connect_failures.fetch_add(1, Ordering::Relaxed);

@@ -166,7 +166,8 @@ fn first(path: &Path, max: u64, direct: bool, head_only: bool) -> Head {
 /// A response body read chunk by chunk, each chunk an item of the request's class queued
 /// when the previous one is handed to the connection (one chunk read ahead of the socket).
 /// The pool's threads never wait for a client; a client that stops reading stops the reads.
-/// A file that shrinks meanwhile ends the body early (the client sees it short).
+/// A chunk that cannot be read (the file shrank, a read failed, the proxy stopped) ends the
+/// body with an error, which resets the HTTP/2 stream or closes the HTTP/1.1 connection.
 struct Chunks {
     d: Arc<Dispatcher>,
     class: usize,
@@ -199,9 +200,13 @@ impl Chunks {
     }
 }
 
+fn short() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the object could not be read to its announced length")
+}
+
 impl hyper::body::Body for Chunks {
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    type Error = std::io::Error;
 
     fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
         use std::task::Poll;
@@ -212,7 +217,10 @@ impl hyper::body::Body for Chunks {
         let chunk = match this.ready.take() {
             Some(b) => Some(b),
             None => {
-                let Some(rx) = this.pending.as_mut() else { return Poll::Ready(None) };
+                let Some(rx) = this.pending.as_mut() else {
+                    this.left = 0;
+                    return Poll::Ready(Some(Err(short())));
+                };
                 match std::pin::Pin::new(rx).poll(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(r) => {
@@ -224,7 +232,7 @@ impl hyper::body::Body for Chunks {
         };
         let Some(b) = chunk.filter(|b| !b.is_empty()) else {
             this.left = 0;
-            return Poll::Ready(None);
+            return Poll::Ready(Some(Err(short())));
         };
         this.left = this.left.saturating_sub(b.len() as u64);
         // Read the next chunk while this one is sent.
@@ -282,7 +290,7 @@ pub async fn serve(d: &Arc<Dispatcher>, o: Object<'_>, priority: &Priority, part
                 Response::new(Empty::new().map_err(|never| match never {}).boxed())
             } else {
                 let next = first.len() as u64;
-                Response::new(Chunks { d: d.clone(), class, file, next, len, left: len, ready: Some(first), pending: None }.map_err(|never| match never {}).boxed())
+                Response::new(Chunks { d: d.clone(), class, file, next, len, left: len, ready: Some(first), pending: None }.map_err(crate::forward::BodyError::from).boxed())
             };
             r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
             r.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(len));
@@ -313,6 +321,26 @@ fn refusal(e: Rejected) -> (StatusCode, &'static str) {
 mod tests {
     use super::*;
     use crate::dispatch::{Class, DispatchConfig, Mode};
+
+    #[test]
+    fn a_body_that_cannot_be_read_to_its_length_ends_in_an_error() {
+        use http_body_util::BodyExt;
+        let path = std::env::temp_dir().join(format!("vectorlb-short-{}", std::process::id()));
+        std::fs::write(&path, vec![5u8; 100_000]).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let d = Arc::new(Dispatcher::start(DispatchConfig { workers: 1, mode: Mode::Priority, classes: vec![Class { name: "c".into(), share: 0 }], queue_limit: 8, max_wait: std::time::Duration::from_secs(5), lifo_above: 0 }).unwrap());
+        // Announced 200,000 bytes (as if the file had shrunk since it was opened).
+        let (len, head, file) = first(&path, 1 << 20, false, false).unwrap();
+        assert_eq!((len, head.len()), (100_000, CHUNK));
+        let body = Chunks { d: d.clone(), class: 0, file, next: head.len() as u64, len: 200_000, left: 200_000, ready: Some(head), pending: None };
+        let got = rt.block_on(body.collect());
+        assert!(got.is_err(), "a short body must end in an error");
+        // The whole file, announced right: every byte, no error.
+        let (len, head, file) = first(&path, 1 << 20, false, false).unwrap();
+        let body = Chunks { d, class: 0, file, next: head.len() as u64, len, left: len, ready: Some(head), pending: None };
+        assert_eq!(rt.block_on(body.collect()).unwrap().to_bytes().len(), 100_000);
+        let _ = std::fs::remove_file(&path);
+    }
 
     #[test]
     fn paths_stay_under_the_root() {
