@@ -18,38 +18,14 @@ matplotlib is there.
     scripts/bench_dispatch.py [--tools target/release/vectorlb-tools] [--bin target/release/vectorlb]
                               [--seconds 8] [--rounds 2] [--out bench-results/dispatch.jsonl]
 """
-import argparse, json, os, socket, statistics, subprocess, sys, tempfile, time
+import argparse, functools, json, os, statistics, subprocess, sys, tempfile
 
-SERVER_CPU, CLIENT_CPU = "0", "1"
+import benchutil
+from benchutil import CLIENT_CPU, SERVER_CPU, cpu_name, free_port
+
+wait_port = functools.partial(benchutil.wait_port, tool="bench-dispatch")
+
 OBJECTS = [("1k", 1024, "high", 40), ("10k", 10240, "high", 30), ("100k", 102400, "low", 20), ("1m", 1048576, "low", 10)]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, proc, what):
-    t = time.time()
-    while time.time() - t < 10:
-        if proc.poll() is not None:
-            raise SystemExit(f"bench-dispatch: {what} exited: {proc.stderr.read().decode()}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"bench-dispatch: {what} did not listen on {port}")
-
-
-def cpu_name():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def load(args, port, rate, connections):

@@ -12,44 +12,12 @@ h2load core saturates before the fastest servers do. JSON lines on stdout (and a
 
     scripts/bench_tls.py [--bin target/release/vectorlb] [--conns 4000] [--rounds 7] [--out F]
 """
-import argparse, json, os, re, signal, socket, statistics, subprocess, tempfile, time
+import argparse, functools, json, os, re, signal, statistics, subprocess, tempfile, time
 
-SERVER_CPU, CLIENT_CPU = "0", "1"
+import benchutil
+from benchutil import CLIENT_CPU, SERVER_CPU, cpu_flags, cpu_name, free_port
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, proc, what, timeout=10):
-    t = time.time()
-    while time.time() - t < timeout:
-        if proc.poll() is not None:
-            raise SystemExit(f"bench-tls: {what} exited at start: {proc.stderr.read().decode() if proc.stderr else ''}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"bench-tls: {what} did not listen on {port}")
-
-
-def cpu_name():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
-def cpu_flags():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+wait_port = functools.partial(benchutil.wait_port, tool="bench-tls")
 
 
 class Server:

@@ -1,0 +1,43 @@
+"""What the benchmark scripts (bench_tls.py, bench_dispatch.py) share: the CPUs server and
+client are pinned to, free loopback ports, waiting for a server to listen, and the CPU's name
+and flags for the JSON lines."""
+import socket, time
+
+SERVER_CPU, CLIENT_CPU = "0", "1"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, proc, what, tool, timeout=10):
+    """Returns once 127.0.0.1:`port` accepts; exits naming `tool` if `proc` ends first or the
+    port stays closed for `timeout` seconds."""
+    t = time.time()
+    while time.time() - t < timeout:
+        if proc.poll() is not None:
+            raise SystemExit(f"{tool}: {what} exited at start: {proc.stderr.read().decode() if proc.stderr else ''}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{tool}: {what} did not listen on {port}")
+
+
+def cpu_name():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def cpu_flags():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
