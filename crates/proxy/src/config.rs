@@ -450,7 +450,7 @@ fn header_name(field: &str, n: &str) -> Result<String, ConfigError> {
 }
 
 /// The `[dispatch]` section, or its defaults (one class, as many threads as workers).
-fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<Option<crate::dispatch::DispatchConfig>, ConfigError> {
+fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<crate::dispatch::DispatchConfig, ConfigError> {
     use crate::dispatch::{Class, DispatchConfig, Mode};
     let empty = RawDispatch { workers: None, mode: None, queue_limit: None, max_wait: None, lifo_above: None, classes: None };
     let d = raw.unwrap_or(&empty);
@@ -499,7 +499,7 @@ fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<Option<crate::d
     if classes.is_empty() {
         classes.push(Class { name: "default".into(), share: 0 });
     }
-    Ok(Some(DispatchConfig { workers: threads, mode, classes, queue_limit, max_wait, lifo_above }))
+    Ok(DispatchConfig { workers: threads, mode, classes, queue_limit, max_wait, lifo_above })
 }
 
 /// A class given by name in the configuration.
@@ -731,8 +731,8 @@ impl Config {
                 _ => return Err(bad(&f, "needs exactly one of cluster, respond and static")),
             };
             let priority = match (&r.priority, &action) {
-                (None, _) => Priority { class: dispatch.as_ref().map_or(0, |d| d.classes.len() - 1), ..Default::default() },
-                (Some(p), Action::Static { .. }) => priority(&format!("{f}.priority"), p, dispatch.as_ref().expect("a static route makes a dispatcher"))?,
+                (None, _) => Priority { class: dispatch.classes.len() - 1, ..Default::default() },
+                (Some(p), Action::Static { .. }) => priority(&format!("{f}.priority"), p, &dispatch)?,
                 (Some(_), _) => return Err(bad(format!("{f}.priority"), "only for routes with static")),
             };
             let host = match &r.host {
@@ -782,7 +782,7 @@ impl Config {
         if raw.access_log.as_deref() == Some("") {
             return Err(bad("access_log", "empty: a file path, or \"-\" for standard output"));
         }
-        let dispatch = dispatch.filter(|_| raw.dispatch.is_some() || routes.iter().any(|r| matches!(r.action, Action::Static { .. })));
+        let dispatch = (raw.dispatch.is_some() || routes.iter().any(|r| matches!(r.action, Action::Static { .. }))).then_some(dispatch);
         Ok(Config { workers, admin, access_log: raw.access_log, listeners, routes, clusters, dispatch })
     }
 }

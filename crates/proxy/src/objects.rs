@@ -90,7 +90,7 @@ pub const CHUNK: usize = 64 * 1024;
 
 /// What the first item tells the request's task: the object's length, its first chunk and
 /// the open file (for the items that read the rest), or the answer to give instead.
-type Head = Result<(u64, Bytes, Arc<std::fs::File>), (StatusCode, &'static str)>;
+type Head = Result<(u64, Bytes, Arc<Opened>), (StatusCode, &'static str)>;
 
 /// Alignment of direct-I/O buffers, offsets and lengths (a page; enough for every common
 /// block device).
@@ -107,20 +107,26 @@ pub struct Object<'a> {
     pub prefix: &'a str,
 }
 
+/// An open object, and whether it is read with O_DIRECT (asked for, and the filesystem has it).
+struct Opened {
+    file: std::fs::File,
+    direct: bool,
+}
+
 /// Opens the object and checks it.
-fn open(path: &Path, max: u64, direct: bool) -> Result<(std::fs::File, u64), (StatusCode, &'static str)> {
+fn open(path: &Path, max: u64, direct: bool) -> Result<(Opened, u64), (StatusCode, &'static str)> {
     use std::os::unix::fs::OpenOptionsExt;
     // O_NONBLOCK: opening a named pipe (or a link to one) under the root must not hold the
     // thread until a writer comes; it has no effect on reading regular files.
     let with = |flags: i32| std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | flags).open(path);
     let opened = match direct {
         true => match with(libc::O_DIRECT) {
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => with(0),
-            r => r,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => with(0).map(|f| (f, false)),
+            r => r.map(|f| (f, true)),
         },
-        false => with(0),
+        false => with(0).map(|f| (f, false)),
     };
-    let f = opened.map_err(|e| match e.kind() {
+    let (f, direct) = opened.map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => (StatusCode::NOT_FOUND, "no such object"),
         std::io::ErrorKind::PermissionDenied => (StatusCode::FORBIDDEN, "the object cannot be read"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "the object cannot be opened"),
@@ -132,28 +138,33 @@ fn open(path: &Path, max: u64, direct: bool) -> Result<(std::fs::File, u64), (St
     if meta.len() > max {
         return Err((StatusCode::INTERNAL_SERVER_ERROR, "the object is larger than static.max_bytes"));
     }
-    Ok((f, meta.len()))
+    Ok((Opened { file: f, direct }, meta.len()))
 }
 
 /// `n` bytes at `off` (a multiple of [`CHUNK`]), or None when the file no longer has them
-/// (it shrank) or cannot be read. The buffer is aligned and its length rounded up to
-/// [`ALIGN`], as O_DIRECT requires (the last chunk's read then ends short at the end of file).
-fn read_at(f: &std::fs::File, off: u64, n: usize) -> Option<Bytes> {
+/// (it shrank) or cannot be read. With O_DIRECT the buffer is aligned and its length rounded
+/// up to [`ALIGN`] (the last chunk's read then ends short at the end of file), and the bytes
+/// are copied out of it; otherwise they are read into the buffer the body sends.
+fn read_at(o: &Opened, off: u64, n: usize) -> Option<Bytes> {
     use std::os::unix::fs::FileExt;
-    let want = n.next_multiple_of(ALIGN);
-    let mut raw = vec![0u8; want + ALIGN];
-    let a = raw.as_ptr().align_offset(ALIGN);
+    let (want, pad) = if o.direct { (n.next_multiple_of(ALIGN), ALIGN) } else { (n, 0) };
+    let mut raw = vec![0u8; want + pad];
+    let a = if o.direct { raw.as_ptr().align_offset(ALIGN) } else { 0 };
     let buf = &mut raw[a..a + want];
     let mut got = 0;
     while got < n {
-        match f.read_at(&mut buf[got..], off + got as u64) {
+        match o.file.read_at(&mut buf[got..], off + got as u64) {
             Ok(0) => return None,
             Ok(k) => got += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return None,
         }
     }
-    Some(Bytes::copy_from_slice(&buf[..n]))
+    if o.direct {
+        return Some(Bytes::copy_from_slice(&buf[..n]));
+    }
+    raw.truncate(n);
+    Some(Bytes::from(raw))
 }
 
 /// The first item: open, check, and read the first chunk (nothing for HEAD).
@@ -171,7 +182,7 @@ fn first(path: &Path, max: u64, direct: bool, head_only: bool) -> Head {
 struct Chunks {
     d: Arc<Dispatcher>,
     class: usize,
-    file: Arc<std::fs::File>,
+    file: Arc<Opened>,
     /// Offset of the next chunk to ask for.
     next: u64,
     len: u64,

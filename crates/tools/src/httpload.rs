@@ -15,7 +15,6 @@
 use hdrhistogram::Histogram;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -67,6 +66,14 @@ pub fn parse_request(s: &str) -> Result<RequestType, String> {
         return Err(format!("--request '{s}': weight 0"));
     }
     Ok(RequestType { name: name.into(), path: path.into(), weight })
+}
+
+/// The next number of a xorshift sequence (the request mix; `state` must not be 0).
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }
 
 /// The type `x` (below the total weight) falls on.
@@ -224,25 +231,17 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
     let open = a.rate > 0.0;
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::channel::<Token>()).unzip();
     let rxs: Vec<_> = rxs.into_iter().map(|rx| Arc::new(Mutex::new(rx))).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let weights: Vec<u64> = types.iter().map(|t| t.weight as u64).collect();
+    let weights: Arc<[u64]> = types.iter().map(|t| t.weight as u64).collect();
+    let paths: Arc<[String]> = types.iter().map(|t| t.path.clone()).collect();
     let mut seq = a.seed.wrapping_mul(0xd1b5_4a32_d192_ed03) | 1;
-    let mut next_kind = || {
-        seq ^= seq << 13;
-        seq ^= seq >> 7;
-        seq ^= seq << 17;
-        pick_by(&weights, seq % total_weight)
-    };
     let mut threads = Vec::new();
     for c in 0..a.connections * n {
         // Connection c serves type c % n (open loop); closed loop draws types by weight.
         let rx = rxs[c % n].clone();
-        let paths: Vec<String> = types.iter().map(|t| t.path.clone()).collect();
-        let stop = stop.clone();
+        let (paths, weights) = (paths.clone(), weights.clone());
         let addr = a.target;
         // Closed loop: each connection draws its own sequence of types.
         let mut own = (a.seed ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
-        let weights: Vec<u64> = types.iter().map(|t| t.weight as u64).collect();
         threads.push(std::thread::spawn(move || {
             let mut t = Tally::new(n);
             let mut conn = Conn { addr, s: None, buf: Vec::new(), deadline: end };
@@ -259,17 +258,14 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
                     (tok.kind, tok.due)
                 } else {
                     let now = Instant::now();
-                    if stop.load(Ordering::Relaxed) || now >= end {
+                    if now >= end {
                         break;
                     }
                     if now < start {
                         std::thread::sleep(start - now);
                         continue;
                     }
-                    own ^= own << 13;
-                    own ^= own >> 7;
-                    own ^= own << 17;
-                    (pick_by(&weights, own % total_weight), Instant::now())
+                    (pick_by(&weights, xorshift(&mut own) % total_weight), Instant::now())
                 };
                 // A request may take 30 s, and none goes on past the grace after the end.
                 let r = conn.get(&paths[kind], (Instant::now() + Duration::from_secs(30)).min(end + grace));
@@ -306,7 +302,7 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
             if due > now {
                 std::thread::sleep(due - now);
             }
-            let kind = next_kind();
+            let kind = pick_by(&weights, xorshift(&mut seq) % total_weight);
             if txs[kind].send(Token { kind, due }).is_err() {
                 break;
             }
@@ -320,7 +316,6 @@ pub fn run(a: &HttpLoadArgs) -> Result<serde_json::Value, String> {
         }
     }
     drop(txs);
-    stop.store(true, Ordering::Relaxed);
     let mut all: Vec<Histogram<u64>> = (0..n).map(|_| histogram()).collect();
     let mut errors_by = vec![0u64; n];
     let mut bad_by = vec![0u64; n];
