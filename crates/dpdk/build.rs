@@ -48,6 +48,10 @@ fn main() {
         }
     }
 
+    // rte_vdev_init (event devices created at run time) lives in the vdev bus driver, which
+    // pkg-config's list leaves out (drivers are loaded as plugins).
+    println!("cargo:rustc-link-lib=rte_bus_vdev");
+
     // The XDP program: clang's BPF target. The multiarch include directory has asm/types.h.
     let xdp = out.join("vectorlb_xdp.o");
     let mut clang = Command::new(env::var("BPF_CLANG").unwrap_or_else(|_| "clang".into()));

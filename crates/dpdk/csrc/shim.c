@@ -15,14 +15,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <rte_bus_vdev.h>
 #include <rte_dmadev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_eventdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 #include <rte_ring.h>
+#include <rte_service.h>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -459,3 +462,146 @@ uint16_t vl_dma_completed(int16_t dev, uint16_t max, uint32_t *errors)
     }
     return n;
 }
+
+/* ---- Event devices (the proxy's priority dispatch; event_sw in software, event_dlb2 on hosts
+ * with Intel's Dynamic Load Balancer). One queue per priority class; per consumer, a main port
+ * linked to every queue and, with more than one queue, a catch-up port linked to all but the
+ * first (so a consumer can take a lower class's item out of turn: shares and overdue items);
+ * one producer port last. Every port's dequeue depth is 1, so a busy consumer holds at most
+ * one item per port that another could have taken. */
+
+/* Creates the vdev `vdev` (with `vdev_args`) unless it is NULL, then configures the event
+ * device `name` (NULL: the first one the EAL probed). Returns the device id (>= 0) or a negative errno; *service gets the device's
+ * scheduling service id, or UINT32_MAX when the device schedules by itself (hardware). */
+int vl_evdev_setup(const char *vdev, const char *vdev_args, const char *name, uint8_t nqueues,
+		   const uint8_t *priorities, uint8_t consumers, uint32_t events, uint32_t *service)
+{
+	int r;
+	if (vdev) {
+		r = rte_vdev_init(vdev, vdev_args ? vdev_args : "");
+		if (r < 0)
+			return r;
+	}
+	int dev = name ? rte_event_dev_get_dev_id(name) : (rte_event_dev_count() > 0 ? 0 : -ENODEV);
+	if (dev < 0)
+		return -ENODEV;
+	struct rte_event_dev_info info;
+	r = rte_event_dev_info_get(dev, &info);
+	if (r < 0)
+		return r;
+	unsigned catchup = nqueues > 1 ? 1 : 0;
+	unsigned nports = consumers * (1 + catchup) + 1;
+	if (nqueues > info.max_event_queues || nports > info.max_event_ports)
+		return -E2BIG;
+	if (info.max_num_events > 0 && events > (uint32_t)info.max_num_events)
+		events = info.max_num_events;
+	struct rte_event_dev_config cfg = {0};
+	cfg.nb_event_queues = nqueues;
+	cfg.nb_event_ports = nports;
+	cfg.nb_events_limit = events;
+	cfg.nb_event_queue_flows = info.max_event_queue_flows < 1024 ? info.max_event_queue_flows : 1024;
+	cfg.nb_event_port_dequeue_depth = 1;
+	cfg.nb_event_port_enqueue_depth = 1;
+	cfg.dequeue_timeout_ns = info.min_dequeue_timeout_ns;
+	r = rte_event_dev_configure(dev, &cfg);
+	if (r < 0)
+		return r;
+	for (unsigned q = 0; q < nqueues; q++) {
+		struct rte_event_queue_conf qc;
+		r = rte_event_queue_default_conf_get(dev, q, &qc);
+		if (r < 0)
+			return r;
+		qc.schedule_type = RTE_SCHED_TYPE_PARALLEL;
+		qc.event_queue_cfg = 0;
+		qc.priority = priorities[q];
+		qc.nb_atomic_flows = cfg.nb_event_queue_flows;
+		r = rte_event_queue_setup(dev, q, &qc);
+		if (r < 0)
+			return r;
+	}
+	for (unsigned p = 0; p < nports; p++) {
+		struct rte_event_port_conf pc;
+		r = rte_event_port_default_conf_get(dev, p, &pc);
+		if (r < 0)
+			return r;
+		pc.dequeue_depth = 1;
+		pc.enqueue_depth = 1;
+		pc.new_event_threshold = events;
+		/* Released at dequeue (vl_evdev_dequeue): an item taken is the consumer's, and the
+		 * port is free for the next at once, not only at its next dequeue call. */
+		pc.event_port_cfg |= RTE_EVENT_PORT_CFG_DISABLE_IMPL_REL;
+		r = rte_event_port_setup(dev, p, &pc);
+		if (r < 0)
+			return r;
+	}
+	uint8_t all[256];
+	for (unsigned q = 0; q < nqueues; q++)
+		all[q] = q;
+	for (unsigned c = 0; c < consumers; c++) {
+		unsigned main_port = c * (1 + catchup);
+		if (rte_event_port_link(dev, main_port, all, NULL, nqueues) != nqueues)
+			return -rte_errno ? -rte_errno : -EINVAL;
+		if (catchup && rte_event_port_link(dev, main_port + 1, all + 1, NULL, nqueues - 1) != nqueues - 1)
+			return -rte_errno ? -rte_errno : -EINVAL;
+	}
+	uint32_t sid = UINT32_MAX;
+	if (rte_event_dev_service_id_get(dev, &sid) == 0) {
+		/* Run by the consumers themselves (rte_service_run_iter_on_app_lcore), not by a
+		 * service core: a scheduling pass happens only when a consumer is ready to take an
+		 * item, so items are placed by the priorities of the moment they are taken. */
+		rte_service_runstate_set(sid, 1);
+		rte_service_set_runstate_mapped_check(sid, 0);
+	} else {
+		sid = UINT32_MAX;
+	}
+	*service = sid;
+	r = rte_event_dev_start(dev);
+	return r < 0 ? r : dev;
+}
+
+/* Stops and closes the device; uninitialises the vdev `vdev` unless it is NULL. Every
+ * port must be idle (the consumers have stopped). Events still inside are discarded. */
+void vl_evdev_close(uint8_t dev, const char *vdev)
+{
+	rte_event_dev_stop(dev);
+	rte_event_dev_close(dev);
+	if (vdev)
+		rte_vdev_uninit(vdev);
+}
+
+/* Enqueues one new event carrying `u64` on `queue` through `port`; 1 if taken, 0 if the
+ * device is full (back-pressure). The port must not be used by two threads at once. */
+int vl_evdev_enqueue(uint8_t dev, uint8_t port, uint8_t queue, uint64_t u64)
+{
+	struct rte_event ev = {0};
+	ev.op = RTE_EVENT_OP_NEW;
+	ev.queue_id = queue;
+	ev.sched_type = RTE_SCHED_TYPE_PARALLEL;
+	ev.event_type = RTE_EVENT_TYPE_CPU;
+	ev.priority = RTE_EVENT_DEV_PRIORITY_NORMAL;
+	ev.u64 = u64;
+	return rte_event_enqueue_burst(dev, port, &ev, 1);
+}
+
+/* Dequeues at most one event from `port` without waiting; 1 with *u64 and *queue set, or 0.
+ * The event is released at once (the queues are parallel: nothing to keep in order), so the
+ * scheduler's next pass may give the port another. */
+int vl_evdev_dequeue(uint8_t dev, uint8_t port, uint64_t *u64, uint8_t *queue)
+{
+	struct rte_event ev;
+	if (rte_event_dequeue_burst(dev, port, &ev, 1, 0) != 1)
+		return 0;
+	*u64 = ev.u64;
+	*queue = ev.queue_id;
+	struct rte_event rel = {0};
+	rel.op = RTE_EVENT_OP_RELEASE;
+	rel.queue_id = ev.queue_id;
+	/* A release needs no room; retried in case a device asks for it. */
+	for (int i = 0; i < 1000 && rte_event_enqueue_burst(dev, port, &rel, 1) != 1; i++)
+		;
+	return 1;
+}
+
+/* One pass of a software event device's scheduler; callable from several threads at once
+ * (the service is MT-unsafe and DPDK serialises the calls). */
+int vl_evdev_schedule(uint32_t service) { return rte_service_run_iter_on_app_lcore(service, 1); }

@@ -11,6 +11,7 @@
 //! ([`Mbuf`]) free themselves when dropped. Every failure is an [`Error`] that says what to do.
 
 pub mod dma;
+pub mod eventdev;
 mod ffi;
 pub mod mbuf;
 pub mod xdp;

@@ -308,6 +308,8 @@ struct RawDispatch {
     max_wait: Option<f64>,
     lifo_above: Option<usize>,
     classes: Option<Vec<RawClass>>,
+    backend: Option<String>,
+    eventdev: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -451,8 +453,8 @@ fn header_name(field: &str, n: &str) -> Result<String, ConfigError> {
 
 /// The `[dispatch]` section, or its defaults (one class, as many threads as workers).
 fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<crate::dispatch::DispatchConfig, ConfigError> {
-    use crate::dispatch::{Class, DispatchConfig, Mode};
-    let empty = RawDispatch { workers: None, mode: None, queue_limit: None, max_wait: None, lifo_above: None, classes: None };
+    use crate::dispatch::{Backend, Class, DispatchConfig, Mode, EVENTDEV_QUEUED, EVENTDEV_WORKERS};
+    let empty = RawDispatch { workers: None, mode: None, queue_limit: None, max_wait: None, lifo_above: None, classes: None, backend: None, eventdev: None };
     let d = raw.unwrap_or(&empty);
     let threads = d.workers.unwrap_or(workers);
     if !(1..=1024).contains(&threads) {
@@ -499,7 +501,31 @@ fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<crate::dispatch
     if classes.is_empty() {
         classes.push(Class { name: "default".into(), share: 0 });
     }
-    Ok(DispatchConfig { workers: threads, mode, classes, queue_limit, max_wait, lifo_above })
+    let backend = match (d.backend.as_deref().unwrap_or("software"), d.eventdev.as_deref()) {
+        ("software", None) => Backend::Software,
+        ("software", Some(_)) => return Err(bad("dispatch.eventdev", "applies to backend = \"eventdev\" only")),
+        ("eventdev", dev) => {
+            let dev = dev.unwrap_or("event_sw");
+            if dev != "event_sw" && !vectorlb_dpdk::is_pci(dev) {
+                return Err(bad("dispatch.eventdev", format!("'{dev}' is not event_sw or a PCI address (a DLB, 0000:6d:00.0)")));
+            }
+            if mode == Mode::Inline {
+                return Err(bad("dispatch.backend", "mode inline has no queue"));
+            }
+            if lifo_above > 0 {
+                return Err(bad("dispatch.lifo_above", "an event device is first in, first out within a class: needs backend = \"software\""));
+            }
+            if threads > EVENTDEV_WORKERS {
+                return Err(bad("dispatch.workers", format!("{threads}; at most {EVENTDEV_WORKERS} with backend = \"eventdev\"")));
+            }
+            if queue_limit.saturating_mul(classes.len()) > EVENTDEV_QUEUED {
+                return Err(bad("dispatch.queue_limit", format!("{queue_limit} x {} classes is above the {EVENTDEV_QUEUED} items an event device holds here", classes.len())));
+            }
+            Backend::Eventdev(dev.to_string())
+        }
+        (b, _) => return Err(bad("dispatch.backend", format!("'{b}' is not software or eventdev"))),
+    };
+    Ok(DispatchConfig { workers: threads, mode, classes, queue_limit, max_wait, lifo_above, backend })
 }
 
 /// A class given by name in the configuration.
@@ -906,6 +932,9 @@ endpoints = ["[::1]:9003"]
         let d = c.dispatch.unwrap();
         assert_eq!((d.workers, d.mode, d.queue_limit, d.max_wait, d.lifo_above), (3, Mode::Fifo, 64, Duration::from_millis(500), 8));
         assert_eq!(d.classes.iter().map(|c| (c.name.as_str(), c.share)).collect::<Vec<_>>(), vec![("high", 0), ("mid", 10), ("low", 5)]);
+        assert_eq!(d.backend, crate::dispatch::Backend::Software);
+        let ev = with("[dispatch]\nbackend = \"eventdev\"\nqueue_limit = 512\nclasses = [{ name = \"high\" }, { name = \"low\", share = 5 }]", "static = { root = \"/srv\" }").unwrap();
+        assert_eq!(ev.dispatch.unwrap().backend, crate::dispatch::Backend::Eventdev("event_sw".into()));
         let p = &c.routes[0].priority;
         assert_eq!((p.query.as_deref(), p.header.as_deref(), p.sizes.clone(), p.class), (Some("prio"), Some("x-priority"), vec![(10240, 0), (1048576, 1)], 2));
         for (d, route, want) in [
@@ -921,6 +950,13 @@ endpoints = ["[::1]:9003"]
             ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 100 }]", "static = { root = \"/s\" }", "dispatch.classes: the shares add up to 100 %"),
             ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 60 }, { name = \"c\", share = 50 }]", "static = { root = \"/s\" }", "dispatch.classes: the shares add up to 110 %"),
             ("[dispatch]\nthreads = 2", "static = { root = \"/s\" }", "unknown field `threads`"),
+            ("[dispatch]\nbackend = \"dlb\"", "static = { root = \"/s\" }", "dispatch.backend: 'dlb' is not software or eventdev"),
+            ("[dispatch]\neventdev = \"event_sw\"", "static = { root = \"/s\" }", "dispatch.eventdev: applies to backend"),
+            ("[dispatch]\nbackend = \"eventdev\"\neventdev = \"eth0\"", "static = { root = \"/s\" }", "dispatch.eventdev: 'eth0' is not event_sw"),
+            ("[dispatch]\nbackend = \"eventdev\"\nmode = \"inline\"", "static = { root = \"/s\" }", "dispatch.backend: mode inline"),
+            ("[dispatch]\nbackend = \"eventdev\"\nlifo_above = 2", "static = { root = \"/s\" }", "dispatch.lifo_above: an event device"),
+            ("[dispatch]\nbackend = \"eventdev\"\nworkers = 40", "static = { root = \"/s\" }", "dispatch.workers: 40; at most 31"),
+            ("[dispatch]\nbackend = \"eventdev\"\nclasses = [{ name = \"a\" }, { name = \"b\" }, { name = \"c\" }]", "static = { root = \"/s\" }", "dispatch.queue_limit: 1024 x 3 classes"),
             ("", "static = { root = \"srv\" }", "routes[0].static.root: 'srv' is not an absolute path"),
             ("", "static = { root = \"/s\", max_bytes = 0 }", "routes[0].static.max_bytes"),
             ("", "static = { root = \"/s\" }\ncluster = \"c\"", "routes[0]: needs exactly one of"),

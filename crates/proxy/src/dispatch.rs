@@ -26,11 +26,26 @@
 //! never waits for more than the parts in progress, but never refused or expired, since the
 //! request was admitted.
 //!
-//! The queue is a mutex and a condition variable: an item costs two lock round trips, small
-//! next to the work it carries (a file read), and the lock is never held while work runs.
+//! Two backends hold the waiting items ([`Backend`]):
+//!
+//! * **software**: a queue per class behind a mutex and a condition variable: an item costs
+//!   two lock round trips, small next to the work it carries (a file read), and the lock is
+//!   never held while work runs;
+//! * **eventdev**: a DPDK event device (`event_sw`, DPDK's software scheduler, or a Dynamic
+//!   Load Balancer's `event_dlb2` on hosts that have one) with one queue per class at a
+//!   descending queue priority: the device orders the items and spreads them over the pool's
+//!   threads. Each thread has a main port (every class, in the device's priority order) and a
+//!   catch-up port (every class but the first), and keeps the item each port last gave it in
+//!   a slot of its own; it runs the more urgent of the two, or the catch-up one when its class
+//!   is owed its share or it is overdue. Shares, limits and expiry are counted as in the
+//!   software queue, so both pass the same tests. Differences: a thread holds up to two items
+//!   it did not choose while it runs one (the device's ports hold one each as well), overdue
+//!   items are seen only when they reach a slot, and adaptive LIFO is not available (the
+//!   device is first in, first out within a class).
 
 use crate::tls::Histogram;
 use std::collections::VecDeque;
+use vectorlb_dpdk::eventdev::{Consumer, EventDev};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -55,6 +70,32 @@ impl Mode {
     }
 }
 
+/// What holds the waiting items.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// A queue per class in memory.
+    #[default]
+    Software,
+    /// A DPDK event device: `event_sw`, or the PCI address of a hardware one (a DLB).
+    Eventdev(String),
+}
+
+impl Backend {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Software => "software",
+            Backend::Eventdev(_) => "eventdev",
+        }
+    }
+}
+
+/// Items an event device may hold waiting (new ones, across classes): half of `event_sw`'s
+/// 4096 events, leaving the rest for the later parts of admitted work.
+pub const EVENTDEV_QUEUED: usize = 2048;
+
+/// Pool threads with an event device: two ports each and one producer port, of `event_sw`'s 64.
+pub const EVENTDEV_WORKERS: usize = 31;
+
 /// A priority class.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Class {
@@ -77,6 +118,7 @@ pub struct DispatchConfig {
     pub max_wait: Duration,
     /// A class holding more than this many items serves its newest first (0: never).
     pub lifo_above: usize,
+    pub backend: Backend,
 }
 
 impl DispatchConfig {
@@ -142,6 +184,8 @@ struct State {
     depth: Vec<usize>,
     /// Share credit per class (priority mode).
     credit: Vec<u32>,
+    /// Items in the event device or in its threads' slots (eventdev backend).
+    pending: usize,
     stop: bool,
 }
 
@@ -151,6 +195,8 @@ struct Inner {
     ready: Condvar,
     classes: Vec<ClassStats>,
     workers: Vec<WorkerStats>,
+    /// The event device (eventdev backend).
+    ev: Option<Arc<EventDev>>,
 }
 
 /// The pool and its queue. Dropping it tells the threads to stop once the items already queued
@@ -171,8 +217,32 @@ impl Dispatcher {
         }
         let n = cfg.classes.len();
         let queues = if cfg.mode == Mode::Priority { n } else { 1 };
+        let (ev, mut consumers) = match &cfg.backend {
+            Backend::Software => (None, Vec::new()),
+            Backend::Eventdev(device) => {
+                let refuse = |why: String| Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("dispatch backend eventdev: {why}")));
+                if cfg.mode == Mode::Inline {
+                    return refuse("mode inline has no queue".into());
+                }
+                if cfg.lifo_above > 0 {
+                    return refuse("an event device is first in, first out within a class: lifo_above needs the software backend".into());
+                }
+                if cfg.workers > EVENTDEV_WORKERS {
+                    return refuse(format!("{} workers; at most {EVENTDEV_WORKERS}", cfg.workers));
+                }
+                if cfg.queue_limit.saturating_mul(n) > EVENTDEV_QUEUED {
+                    return refuse(format!("queue_limit {} x {n} classes is above the {EVENTDEV_QUEUED} items the device holds", cfg.queue_limit));
+                }
+                // Class 0 at the highest priority (0), the last at the lowest (255).
+                let prios: Vec<u8> = (0..queues).map(|q| if queues == 1 { 128 } else { (q * 255 / (queues - 1)) as u8 }).collect();
+                let dev = EventDev::open(device, &prios, cfg.workers as u8, 2 * EVENTDEV_QUEUED as u32).map_err(|e| std::io::Error::other(e.to_string()))?;
+                let consumers = dev.consumers().expect("a new device's consumers");
+                (Some(dev), consumers)
+            }
+        };
         let inner = Arc::new(Inner {
-            state: Mutex::new(State { queues: (0..queues).map(|_| VecDeque::new()).collect(), depth: vec![0; n], credit: vec![0; n], stop: false }),
+            ev,
+            state: Mutex::new(State { queues: (0..queues).map(|_| VecDeque::new()).collect(), depth: vec![0; n], credit: vec![0; n], pending: 0, stop: false }),
             ready: Condvar::new(),
             classes: (0..n)
                 .map(|_| ClassStats {
@@ -191,7 +261,11 @@ impl Dispatcher {
         let mut threads = Vec::new();
         for w in 0..inner.cfg.workers {
             let mine = inner.clone();
-            let t = std::thread::Builder::new().name(format!("dispatch-{w}")).spawn(move || mine.work(w));
+            let consumer = if consumers.is_empty() { None } else { Some(consumers.remove(0)) };
+            let t = std::thread::Builder::new().name(format!("dispatch-{w}")).spawn(move || match consumer {
+                Some(c) => mine.work_eventdev(w, c),
+                None => mine.work(w),
+            });
             match t {
                 Ok(t) => threads.push(t),
                 Err(e) => {
@@ -258,15 +332,48 @@ impl Dispatcher {
             // (Inline items never get here.)
             Mode::Fifo | Mode::Inline => (0, inner.cfg.queue_limit.saturating_mul(inner.cfg.classes.len())),
         };
-        if !continued && st.queues[q].len() >= limit {
+        let waiting = match (&inner.ev, inner.cfg.mode) {
+            (None, _) => st.queues[q].len(),
+            (Some(_), Mode::Priority) => st.depth[class],
+            (Some(_), _) => st.depth.iter().sum(),
+        };
+        if !continued && waiting >= limit {
             drop(st);
             stats.rejected_full.fetch_add(1, Ordering::Relaxed);
             return Err(Rejected::Full);
         }
-        st.queues[q].push_back(Item { class, queued: Instant::now(), continued, job });
+        let item = Item { class, queued: Instant::now(), continued, job };
+        match &inner.ev {
+            None => st.queues[q].push_back(item),
+            Some(ev) => {
+                let mut raw = Box::into_raw(Box::new(item));
+                // Queued under the state lock, so the counts never lag the device.
+                while !ev.enqueue(q as u8, raw as u64) {
+                    // Full: the new items are bounded below the device's room, so only later
+                    // parts of admitted work get here; they wait for the pool to make room.
+                    // SAFETY: the device refused the value, so the box is still ours alone.
+                    let item = unsafe { Box::from_raw(raw) };
+                    if !continued {
+                        drop(st);
+                        stats.rejected_full.fetch_add(1, Ordering::Relaxed);
+                        return Err(Rejected::Full);
+                    }
+                    drop(st);
+                    std::thread::sleep(Duration::from_micros(50));
+                    st = inner.lock();
+                    raw = Box::into_raw(item);
+                }
+                st.pending += 1;
+            }
+        }
         st.depth[class] += 1;
         drop(st);
-        inner.ready.notify_one();
+        if inner.ev.is_some() {
+            // Wake every idle thread: the device decides whose port the item reaches.
+            inner.ready.notify_all();
+        } else {
+            inner.ready.notify_one();
+        }
         Ok(())
     }
 
@@ -390,23 +497,122 @@ impl Inner {
                     st = self.ready.wait(st).unwrap_or_else(|e| e.into_inner());
                 }
             };
-            let stats = &self.classes[item.class];
-            let waited = item.queued.elapsed();
-            if waited > self.cfg.max_wait && !item.continued {
-                stats.expired.fetch_add(1, Ordering::Relaxed);
-                self.run(stats, item.job, Err(Rejected::Expired), false);
+            self.execute(w, item);
+        }
+    }
+
+    /// Runs an item taken by pool thread `w`, or answers it Expired.
+    fn execute(&self, w: usize, item: Item) {
+        let stats = &self.classes[item.class];
+        let waited = item.queued.elapsed();
+        if waited > self.cfg.max_wait && !item.continued {
+            stats.expired.fetch_add(1, Ordering::Relaxed);
+            self.run(stats, item.job, Err(Rejected::Expired), false);
+            return;
+        }
+        // Counted before the job runs: whoever sees its result sees it counted.
+        if !item.continued {
+            stats.wait_seconds.observe(waited.as_secs_f64());
+            stats.served.fetch_add(1, Ordering::Relaxed);
+        }
+        self.workers[w].items.fetch_add(1, Ordering::Relaxed);
+        let t = Instant::now();
+        self.run(stats, item.job, Ok(waited), !item.continued);
+        self.workers[w].busy_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// A pool thread of the eventdev backend: fills its two slots from its ports, chooses one
+    /// by the policy ([`Inner::choose`]) and runs it.
+    fn work_eventdev(&self, w: usize, c: Consumer) {
+        let mut slots: [Option<Box<Item>>; 2] = [None, None];
+        let mut idle = 0u32;
+        loop {
+            // Two passes at most: event_sw takes in new items and releases after placing.
+            for _ in 0..2 {
+                if slots.iter().all(Option::is_some) {
+                    break;
+                }
+                c.schedule();
+                for (i, slot) in slots.iter_mut().enumerate() {
+                    if slot.is_none() {
+                        if let Some((_, v)) = c.dequeue(i == 1) {
+                            // SAFETY: every value in the device is a Box<Item> turned into a
+                            // pointer by `enqueue`, and the device delivers each event once.
+                            *slot = Some(unsafe { Box::from_raw(v as *mut Item) });
+                        }
+                    }
+                }
+            }
+            let mut st = self.lock();
+            if let Some(i) = self.choose(&mut st, &slots) {
+                let item = slots[i].take().expect("a chosen slot holds an item");
+                st.pending -= 1;
+                st.depth[item.class] -= 1;
+                if st.depth[item.class] == 0 {
+                    // No banking of credit across idle periods.
+                    st.credit[item.class] = 0;
+                }
+                drop(st);
+                idle = 0;
+                self.execute(w, *item);
                 continue;
             }
-            // Counted before the job runs: whoever sees its result sees it counted.
-            if !item.continued {
-                stats.wait_seconds.observe(waited.as_secs_f64());
-                stats.served.fetch_add(1, Ordering::Relaxed);
+            if st.stop && st.pending == 0 {
+                return;
             }
-            self.workers[w].items.fetch_add(1, Ordering::Relaxed);
-            let t = Instant::now();
-            self.run(stats, item.job, Ok(waited), !item.continued);
-            self.workers[w].busy_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            // Nothing reached this thread's ports. Items may still be in the device (a pass of
+            // the scheduler away) or in a busy thread's slots: look again soon, yielding first,
+            // then sleeping briefly; with nothing pending, sleep until an item comes.
+            idle += 1;
+            if st.pending > 0 && idle < 64 {
+                drop(st);
+                std::thread::yield_now();
+                continue;
+            }
+            let nap = if st.pending > 0 { Duration::from_micros(200) } else { Duration::from_millis(100) };
+            drop(self.ready.wait_timeout(st, nap).unwrap_or_else(|e| e.into_inner()));
+            idle = 0;
         }
+    }
+
+    /// Which slot's item an eventdev thread runs next: an overdue one (the more urgent class
+    /// if both are, as the software queue looks at its classes in order); in fifo mode the older; in priority mode the more urgent class (the older within
+    /// a class), unless a lower class with a share is owed its turn (the same credit as the
+    /// software queue's) and a slot holds it.
+    fn choose(&self, st: &mut State, slots: &[Option<Box<Item>>; 2]) -> Option<usize> {
+        let held: Vec<(usize, &Item)> = slots.iter().enumerate().filter_map(|(i, s)| s.as_deref().map(|it| (i, it))).collect();
+        let oldest = |items: &mut dyn Iterator<Item = &(usize, &Item)>| items.min_by_key(|(_, it)| it.queued).map(|(i, _)| *i);
+        if held.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        let overdue = held.iter().filter(|(_, it)| now.saturating_duration_since(it.queued) > self.cfg.max_wait);
+        if let Some((i, _)) = overdue.min_by_key(|(_, it)| (it.class, it.queued)) {
+            return Some(*i);
+        }
+        if self.cfg.mode != Mode::Priority {
+            return oldest(&mut held.iter());
+        }
+        let top = held.iter().map(|(_, it)| it.class).min().expect("not empty");
+        let mut due = None;
+        for c in top + 1..st.depth.len() {
+            let share = self.cfg.classes[c].share;
+            if share == 0 || st.depth[c] == 0 {
+                continue;
+            }
+            st.credit[c] = st.credit[c].saturating_add(share);
+            if due.is_none() && st.credit[c] >= 100 && held.iter().any(|(_, it)| it.class == c) {
+                due = Some(c);
+            }
+        }
+        let class = match due {
+            Some(c) => {
+                st.credit[c] -= 100;
+                c
+            }
+            None => top,
+        };
+        oldest(&mut held.iter().filter(|(_, it)| it.class == class))
     }
 }
 
@@ -415,12 +621,13 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    fn cfg(mode: Mode, shares: &[u32]) -> DispatchConfig {
+    fn cfg(b: &Backend, mode: Mode, shares: &[u32]) -> DispatchConfig {
         DispatchConfig {
+            backend: b.clone(),
             workers: 1,
             mode,
             classes: shares.iter().enumerate().map(|(i, s)| Class { name: format!("c{i}"), share: *s }).collect(),
-            queue_limit: 10_000,
+            queue_limit: 600,
             max_wait: Duration::from_secs(60),
             lifo_above: 0,
         }
@@ -459,24 +666,21 @@ mod tests {
         rx.iter().collect()
     }
 
-    #[test]
-    fn priority_serves_the_most_urgent_class_first() {
-        let d = Dispatcher::start(cfg(Mode::Priority, &[0, 0, 0])).unwrap();
+    fn priority_serves_the_most_urgent_class_first(b: &Backend) {
+        let d = Dispatcher::start(cfg(b, Mode::Priority, &[0, 0, 0])).unwrap();
         let got = order(&d, &[2, 1, 2, 0, 1, 0]);
         assert_eq!(got, vec![0, 0, 1, 1, 2, 2]);
     }
 
-    #[test]
-    fn fifo_serves_in_arrival_order() {
-        let d = Dispatcher::start(cfg(Mode::Fifo, &[0, 0, 0])).unwrap();
+    fn fifo_serves_in_arrival_order(b: &Backend) {
+        let d = Dispatcher::start(cfg(b, Mode::Fifo, &[0, 0, 0])).unwrap();
         let got = order(&d, &[2, 1, 2, 0, 1, 0]);
         assert_eq!(got, vec![2, 1, 2, 0, 1, 0]);
     }
 
-    #[test]
-    fn a_lower_class_gets_its_share_while_a_higher_one_is_backlogged() {
+    fn a_lower_class_gets_its_share_while_a_higher_one_is_backlogged(b: &Backend) {
         // 25 %: one pick in four goes to class 1 while both wait.
-        let d = Dispatcher::start(cfg(Mode::Priority, &[0, 25])).unwrap();
+        let d = Dispatcher::start(cfg(b, Mode::Priority, &[0, 25])).unwrap();
         let mut items = vec![0; 400];
         items.extend(vec![1; 400]);
         let got = order(&d, &items);
@@ -484,14 +688,13 @@ mod tests {
         let low = first.iter().filter(|c| **c == 1).count();
         assert_eq!(low, 100, "class 1 got {low} of the first 400 picks");
         // Without a share it gets none until class 0 is empty.
-        let d = Dispatcher::start(cfg(Mode::Priority, &[0, 0])).unwrap();
+        let d = Dispatcher::start(cfg(b, Mode::Priority, &[0, 0])).unwrap();
         let got = order(&d, &items);
         assert!(got[..400].iter().all(|c| *c == 0));
     }
 
-    #[test]
-    fn a_full_queue_refuses_at_once_and_counts_it() {
-        let mut c = cfg(Mode::Priority, &[0, 0]);
+    fn a_full_queue_refuses_at_once_and_counts_it(b: &Backend) {
+        let mut c = cfg(b, Mode::Priority, &[0, 0]);
         c.queue_limit = 3;
         let d = Dispatcher::start(c).unwrap();
         let gate = block(&d);
@@ -507,9 +710,8 @@ mod tests {
         d.stop();
     }
 
-    #[test]
-    fn continued_items_are_ordered_but_never_refused_or_expired() {
-        let mut c = cfg(Mode::Priority, &[0, 0]);
+    fn continued_items_are_ordered_but_never_refused_or_expired(b: &Backend) {
+        let mut c = cfg(b, Mode::Priority, &[0, 0]);
         c.queue_limit = 1;
         c.max_wait = Duration::from_millis(20);
         let d = Dispatcher::start(c).unwrap();
@@ -530,10 +732,9 @@ mod tests {
         assert_eq!(d.class_stats()[1].served.load(Ordering::Relaxed), 0, "parts are not requests");
     }
 
-    #[test]
-    fn overdue_items_go_first_whatever_their_class() {
+    fn overdue_items_go_first_whatever_their_class(b: &Backend) {
         // Strict priority, no share: class 1 would wait as long as class 0 has items.
-        let mut c = cfg(Mode::Priority, &[0, 0]);
+        let mut c = cfg(b, Mode::Priority, &[0, 0]);
         c.max_wait = Duration::from_millis(20);
         let d = Dispatcher::start(c).unwrap();
         let gate = block(&d);
@@ -555,9 +756,8 @@ mod tests {
         assert_eq!(d.depths(), vec![0, 0]);
     }
 
-    #[test]
-    fn items_that_waited_too_long_are_dropped_not_run() {
-        let mut c = cfg(Mode::Priority, &[0]);
+    fn items_that_waited_too_long_are_dropped_not_run(b: &Backend) {
+        let mut c = cfg(b, Mode::Priority, &[0]);
         c.max_wait = Duration::from_millis(30);
         let d = Dispatcher::start(c).unwrap();
         let gate = block(&d);
@@ -574,9 +774,8 @@ mod tests {
         assert_eq!(d.class_stats()[0].served.load(Ordering::Relaxed), 1, "only the blocking item ran");
     }
 
-    #[test]
-    fn adaptive_lifo_serves_the_newest_first_above_the_threshold() {
-        let mut c = cfg(Mode::Priority, &[0]);
+    fn adaptive_lifo_serves_the_newest_first_above_the_threshold(b: &Backend) {
+        let mut c = cfg(b, Mode::Priority, &[0]);
         c.lifo_above = 2;
         let d = Dispatcher::start(c).unwrap();
         let gate = block(&d);
@@ -592,9 +791,8 @@ mod tests {
         assert_eq!(got, vec![4, 3, 2, 0, 1]);
     }
 
-    #[test]
-    fn stop_finishes_the_queued_items() {
-        let d = Dispatcher::start(cfg(Mode::Priority, &[0])).unwrap();
+    fn stop_finishes_the_queued_items(b: &Backend) {
+        let d = Dispatcher::start(cfg(b, Mode::Priority, &[0])).unwrap();
         let gate = block(&d);
         let (tx, rx) = mpsc::channel();
         for i in 0..4 {
@@ -614,9 +812,8 @@ mod tests {
         assert_eq!(got, vec![(0, true), (1, true), (2, true), (3, true)]);
     }
 
-    #[test]
-    fn a_panicking_job_does_not_take_its_thread_down() {
-        let d = Dispatcher::start(cfg(Mode::Priority, &[0])).unwrap();
+    fn a_panicking_job_does_not_take_its_thread_down(b: &Backend) {
+        let d = Dispatcher::start(cfg(b, Mode::Priority, &[0])).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         rt.block_on(async {
             assert_eq!(d.run(0, || -> u32 { panic!("a job's bug") }).await, Err(Rejected::Stopped));
@@ -625,9 +822,8 @@ mod tests {
         assert_eq!(d.class_stats()[0].panicked.load(Ordering::Relaxed), 1);
     }
 
-    #[test]
-    fn inline_mode_runs_each_item_on_the_submitting_thread() {
-        let d = Dispatcher::start(cfg(Mode::Inline, &[0, 0])).unwrap();
+    fn inline_mode_runs_each_item_on_the_submitting_thread(b: &Backend) {
+        let d = Dispatcher::start(cfg(b, Mode::Inline, &[0, 0])).unwrap();
         assert!(d.worker_stats().is_empty());
         let me = std::thread::current().id();
         let (tx, rx) = mpsc::channel();
@@ -637,9 +833,8 @@ mod tests {
         assert_eq!(d.depths(), vec![0, 0]);
     }
 
-    #[test]
-    fn several_threads_share_the_work_and_account_for_it() {
-        let mut c = cfg(Mode::Priority, &[0, 10]);
+    fn several_threads_share_the_work_and_account_for_it(b: &Backend) {
+        let mut c = cfg(b, Mode::Priority, &[0, 10]);
         c.workers = 3;
         let d = Dispatcher::start(c).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
@@ -654,5 +849,56 @@ mod tests {
         let items: u64 = d.worker_stats().iter().map(|w| w.items.load(Ordering::Relaxed)).sum();
         assert_eq!(items, 300);
         assert_eq!(d.class_stats()[0].served.load(Ordering::Relaxed) + d.class_stats()[1].served.load(Ordering::Relaxed), 300);
+    }
+
+    /// Every test of the queue's behaviour, once per backend: the software queue, and the
+    /// event device through DPDK's `event_sw`.
+    macro_rules! for_each_backend {
+        ($($name:ident),* $(,)?) => {
+            mod software {
+                $(#[test]
+                fn $name() {
+                    super::$name(&super::Backend::Software)
+                })*
+            }
+            mod event_sw {
+                $(#[test]
+                fn $name() {
+                    super::$name(&super::Backend::Eventdev("event_sw".into()))
+                })*
+            }
+        };
+    }
+
+    for_each_backend!(priority_serves_the_most_urgent_class_first, fifo_serves_in_arrival_order, a_lower_class_gets_its_share_while_a_higher_one_is_backlogged, a_full_queue_refuses_at_once_and_counts_it, continued_items_are_ordered_but_never_refused_or_expired, overdue_items_go_first_whatever_their_class, items_that_waited_too_long_are_dropped_not_run, stop_finishes_the_queued_items, a_panicking_job_does_not_take_its_thread_down, several_threads_share_the_work_and_account_for_it);
+
+    #[test]
+    fn software_adaptive_lifo() {
+        adaptive_lifo_serves_the_newest_first_above_the_threshold(&Backend::Software);
+    }
+
+    #[test]
+    fn software_inline_mode() {
+        inline_mode_runs_each_item_on_the_submitting_thread(&Backend::Software);
+    }
+
+    #[test]
+    fn event_sw_refuses_what_it_cannot_do() {
+        let b = Backend::Eventdev("event_sw".into());
+        let mut c = cfg(&b, Mode::Priority, &[0]);
+        c.lifo_above = 2;
+        let e = Dispatcher::start(c).err().expect("lifo refused").to_string();
+        assert!(e.contains("lifo_above needs the software backend"), "{e}");
+        let e = Dispatcher::start(cfg(&b, Mode::Inline, &[0])).err().expect("inline refused").to_string();
+        assert!(e.contains("mode inline"), "{e}");
+        let mut c = cfg(&b, Mode::Priority, &[0, 0, 0]);
+        c.queue_limit = 1000;
+        let e = Dispatcher::start(c).err().expect("too many items refused").to_string();
+        assert!(e.contains("queue_limit 1000 x 3 classes"), "{e}");
+        let mut c = cfg(&b, Mode::Priority, &[0]);
+        c.workers = 32;
+        assert!(Dispatcher::start(c).is_err());
+        let e = Dispatcher::start(cfg(&Backend::Eventdev("event_nope".into()), Mode::Priority, &[0])).err().expect("unknown device").to_string();
+        assert!(e.contains("event_sw"), "{e}");
     }
 }

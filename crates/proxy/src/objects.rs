@@ -339,7 +339,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("vectorlb-short-{}", std::process::id()));
         std::fs::write(&path, vec![5u8; 100_000]).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let d = Arc::new(Dispatcher::start(DispatchConfig { workers: 1, mode: Mode::Priority, classes: vec![Class { name: "c".into(), share: 0 }], queue_limit: 8, max_wait: std::time::Duration::from_secs(5), lifo_above: 0 }).unwrap());
+        let d = Arc::new(Dispatcher::start(DispatchConfig { workers: 1, mode: Mode::Priority, classes: vec![Class { name: "c".into(), share: 0 }], queue_limit: 8, max_wait: std::time::Duration::from_secs(5), lifo_above: 0, backend: Default::default() }).unwrap());
         // Announced 200,000 bytes (as if the file had shrunk since it was opened).
         let (len, head, file) = first(&path, 1 << 20, false, false).unwrap();
         assert_eq!((len, head.len()), (100_000, CHUNK));
@@ -372,6 +372,7 @@ mod tests {
             queue_limit: 1,
             max_wait: std::time::Duration::from_secs(1),
             lifo_above: 0,
+            backend: Default::default(),
         };
         let p = Priority { query: Some("prio".into()), header: Some("x-priority".into()), sizes: vec![(10_240, 0), (1 << 20, 1)], class: 2 };
         let parts = |uri: &str, h: Option<&str>| {
