@@ -128,6 +128,9 @@ pub struct DispatchWorkerOut {
 #[derive(Serialize)]
 pub struct DispatchOut {
     pub mode: &'static str,
+    /// `software`, or `eventdev` (then `eventdev` names the device).
+    pub backend: &'static str,
+    pub eventdev: Option<String>,
     pub classes: Vec<DispatchClassOut>,
     pub workers: Vec<DispatchWorkerOut>,
 }
@@ -137,6 +140,11 @@ fn dispatch_out(d: &crate::dispatch::Dispatcher) -> DispatchOut {
     let depths = d.depths();
     DispatchOut {
         mode: d.config().mode.name(),
+        backend: d.config().backend.name(),
+        eventdev: match &d.config().backend {
+            crate::dispatch::Backend::Eventdev(dev) => Some(dev.clone()),
+            crate::dispatch::Backend::Software => None,
+        },
         classes: d
             .config()
             .classes

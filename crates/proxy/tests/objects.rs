@@ -32,9 +32,23 @@ fn objects_dir(tag: &str) -> std::path::PathBuf {
     dir
 }
 
+/// The `[dispatch]` lines that select a backend: the software queue, or the event device
+/// through DPDK's `event_sw` (every test below runs on both).
+const SOFTWARE: &str = "";
+const EVENT_SW: &str = "backend = \"eventdev\"\neventdev = \"event_sw\"";
+
 #[test]
 fn objects_are_served_by_class_and_bad_paths_refused() {
-    let dir = objects_dir("serve");
+    serve_by_class(SOFTWARE);
+}
+
+#[test]
+fn objects_are_served_by_class_and_bad_paths_refused_event_sw() {
+    serve_by_class(EVENT_SW);
+}
+
+fn serve_by_class(backend: &str) {
+    let dir = objects_dir(if backend.is_empty() { "serve" } else { "serve-ev" });
     let small: Vec<u8> = (0..1024u32).map(|i| (i * 7) as u8).collect();
     let big: Vec<u8> = (0..200_000u32).map(|i| (i * 13 + i / 256) as u8).collect();
     std::fs::write(dir.join("small.bin"), &small).unwrap();
@@ -44,7 +58,9 @@ fn objects_are_served_by_class_and_bad_paths_refused() {
     let (addrs, p) = proxy_with(&format!(
         r#"
 [dispatch]
+{backend}
 workers = 2
+queue_limit = 500
 classes = [{{ name = "high" }}, {{ name = "mid", share = 10 }}, {{ name = "low", share = 5 }}]
 
 [[listeners]]
@@ -58,6 +74,7 @@ priority = {{ query = "prio", header = "x-priority", sizes = [{{ up_to = 2048, c
 "#,
         dir.display()
     ));
+    let want_backend = if backend.is_empty() { "software" } else { "eventdev" };
     let addr = addrs[0];
     assert_eq!(get(addr, "/o/small.bin", &[]), (200, small.clone()));
     // Larger than max_bytes: refused, not truncated.
@@ -92,6 +109,7 @@ priority = {{ query = "prio", header = "x-priority", sizes = [{{ up_to = 2048, c
     assert!(m.contains("vectorlb_proxy_dispatch_busy_seconds_total{worker=\"1\"}"));
     let st = serde_json::to_value(vectorlb_proxy::admin::stats(&p)).unwrap();
     assert_eq!(st["dispatch"]["mode"], "priority");
+    assert_eq!(st["dispatch"]["backend"], want_backend);
     assert_eq!(st["dispatch"]["classes"][1]["name"], "mid");
     assert_eq!(st["dispatch"]["classes"][1]["served"], served(1));
     assert_eq!(st["dispatch"]["workers"].as_array().unwrap().len(), 2);
@@ -100,13 +118,23 @@ priority = {{ query = "prio", header = "x-priority", sizes = [{{ up_to = 2048, c
 
 #[test]
 fn a_full_queue_answers_503_at_once_and_stale_items_expire() {
-    let dir = objects_dir("full");
+    full_queue_and_expiry(SOFTWARE);
+}
+
+#[test]
+fn a_full_queue_answers_503_at_once_and_stale_items_expire_event_sw() {
+    full_queue_and_expiry(EVENT_SW);
+}
+
+fn full_queue_and_expiry(backend: &str) {
+    let dir = objects_dir(if backend.is_empty() { "full" } else { "full-ev" });
     std::fs::write(dir.join("a.txt"), "a").unwrap();
     // A named pipe under the root is opened without waiting for a writer: 404, no thread held.
     assert!(Command::new("mkfifo").arg(dir.join("pipe")).status().unwrap().success());
     let (addrs, p) = proxy_with(&format!(
         r#"
 [dispatch]
+{backend}
 workers = 1
 queue_limit = 2
 max_wait = 0.3
@@ -160,13 +188,23 @@ static = {{ root = "{}" }}
 
 #[test]
 fn large_objects_stream_and_a_stalled_client_holds_no_thread() {
-    let dir = objects_dir("stream");
+    stream_and_stall(SOFTWARE);
+}
+
+#[test]
+fn large_objects_stream_and_a_stalled_client_holds_no_thread_event_sw() {
+    stream_and_stall(EVENT_SW);
+}
+
+fn stream_and_stall(backend: &str) {
+    let dir = objects_dir(if backend.is_empty() { "stream" } else { "stream-ev" });
     let big: Vec<u8> = (0..24_000_000u32).map(|i| (i ^ (i >> 11)) as u8).collect();
     std::fs::write(dir.join("big.bin"), &big).unwrap();
     std::fs::write(dir.join("a.txt"), "a").unwrap();
     let (addrs, p) = proxy_with(&format!(
         r#"
 [dispatch]
+{backend}
 workers = 1
 
 [[listeners]]
