@@ -35,8 +35,8 @@ bench-tls: build
 	@mkdir -p bench-results
 	@python3 scripts/bench_tls.py --out bench-results/tls.jsonl
 
-# Priority against FIFO dispatch in the proxy: a CDN mix of 1 KB-1 MB objects from an open-loop
-# client at 50/80/95 % of capacity (~4 min; bench-results/dispatch.jsonl, docs/img/dispatch.png).
+# Priority (software queue and DPDK event_sw) against FIFO dispatch in the proxy: a CDN mix of 1 KB-1 MB objects from an open-loop
+# client at 50/80/95 % of capacity (~6 min; bench-results/dispatch.jsonl, docs/img/dispatch.png).
 bench-dispatch: build
 	@mkdir -p bench-results
 	@python3 scripts/bench_dispatch.py --out bench-results/dispatch.jsonl

@@ -52,6 +52,7 @@ int vl_eal_init(int argc, char **argv)
 }
 
 int vl_eal_cleanup(void) { return rte_eal_cleanup(); }
+const char *vl_runtime_dir(void) { return rte_eal_get_runtime_dir(); }
 const char *vl_strerror(int e) { return rte_strerror(e < 0 ? -e : e); }
 int vl_thread_register(void) { return rte_thread_register() < 0 ? -rte_errno : 0; }
 void vl_thread_unregister(void) { rte_thread_unregister(); }

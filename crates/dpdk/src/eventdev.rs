@@ -43,8 +43,9 @@ fn first_cpu() -> usize {
 /// Starts (once per process) an EAL for event devices: no huge pages (`--no-huge -m 1024`: address space, touched only as used; an `event_sw`
 /// device takes about 18 MB),
 /// no shared configuration files, a file prefix of this process's own so it never meets a
-/// running daemon's, and the PCI device `pci` allowed if given (a DLB). A later call with
-/// another PCI device is refused: the EAL cannot be restarted in a process.
+/// running daemon's (its runtime directory removed once started), and the PCI device `pci`
+/// allowed if given (a DLB). A later call with another PCI device is refused: the EAL cannot
+/// be restarted in a process.
 pub fn helper_eal(pci: Option<&str>) -> Result<Arc<Eal>, Error> {
     let mut helper = HELPER.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((eal, with)) = helper.as_ref() {
@@ -74,6 +75,13 @@ pub fn helper_eal(pci: Option<&str>) -> Result<Arc<Eal>, Error> {
         .map_err(|e| Error::Dpdk { what: "starting the EAL's thread".into(), reason: e.to_string() })?
         .join()
         .map_err(|_| Error::Dpdk { what: "starting the EAL".into(), reason: "its thread panicked".into() })??;
+    // The runtime directory holds only the telemetry socket (nothing is shared): remove it
+    // now, so that no process, however it ends, leaves one behind.
+    // SAFETY: the EAL is started; the string is the EAL's own, valid for the process's life.
+    let dir = unsafe { std::ffi::CStr::from_ptr(ffi::vl_runtime_dir()) }.to_string_lossy().into_owned();
+    if dir.contains("vectorlb-ev") {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     *helper = Some((eal.clone(), pci.map(str::to_string)));
     Ok(eal)
 }

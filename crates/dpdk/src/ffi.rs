@@ -64,6 +64,7 @@ extern "C" {
     pub fn vl_eal_cleanup() -> c_int;
     pub fn vl_strerror(e: c_int) -> *const c_char;
     pub fn vl_thread_register() -> c_int;
+    pub fn vl_runtime_dir() -> *const c_char;
     pub fn vl_thread_unregister();
     pub fn vl_lcore_id() -> c_uint;
     pub fn vl_socket_id() -> c_int;
