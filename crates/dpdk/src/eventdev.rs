@@ -199,14 +199,14 @@ pub struct Consumer {
 }
 
 impl Consumer {
-    /// One pass of a software device's scheduler (nothing for hardware). `event_sw` places
-    /// items on ports before it takes in what the ports sent it (new items, releases), so an
-    /// item queued or a port freed since the last pass needs two passes. The calling thread
-    /// becomes an EAL thread (DPDK's service functions index per-lcore state by it) until it
-    /// exits; false if DPDK has no lcore left for it, and then no pass ran.
-    pub fn schedule(&self) -> bool {
-        let Some(sid) = self.dev.service else { return true };
-        if !REGISTERED.with(|r| {
+    /// Makes the calling thread an EAL thread (DPDK's service functions index per-lcore state
+    /// by it) until it exits, if the device has a software scheduler to run; call it first on
+    /// the consumer's thread. Fails when DPDK has no lcore left (128 threads at once).
+    pub fn register(&self) -> Result<(), Error> {
+        if self.dev.service.is_none() {
+            return Ok(());
+        }
+        REGISTERED.with(|r| {
             if r.get() == Registration::No {
                 // SAFETY: plain call on this thread; undone by the guard at the thread's exit.
                 let ok = unsafe { ffi::vl_thread_register() } == 0;
@@ -215,8 +215,21 @@ impl Consumer {
                     UNREGISTER.with(|_| ());
                 }
             }
-            r.get() == Registration::Yes
-        }) {
+            if r.get() == Registration::Yes {
+                Ok(())
+            } else {
+                Err(Error::Dpdk { what: "registering an event device consumer's thread with DPDK".into(), reason: "no lcore left (at most 128 threads at once)".into() })
+            }
+        })
+    }
+
+    /// One pass of a software device's scheduler (nothing for hardware). `event_sw` places
+    /// items on ports before it takes in what the ports sent it (new items, releases), so an
+    /// item queued or a port freed since the last pass needs two passes. Registers the thread
+    /// ([`Consumer::register`]) if it was not; false (and no pass) if that fails.
+    pub fn schedule(&self) -> bool {
+        let Some(sid) = self.dev.service else { return true };
+        if self.register().is_err() {
             return false;
         }
         // SAFETY: an EAL-registered thread; DPDK serialises concurrent runs of an MT-unsafe

@@ -259,12 +259,26 @@ impl Dispatcher {
             cfg,
         });
         let mut threads = Vec::new();
+        // Each eventdev thread reports whether it could become an EAL thread before it starts.
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
         for w in 0..inner.cfg.workers {
             let mine = inner.clone();
             let consumer = if consumers.is_empty() { None } else { Some(consumers.remove(0)) };
+            let ready = ready_tx.clone();
             let t = std::thread::Builder::new().name(format!("dispatch-{w}")).spawn(move || match consumer {
-                Some(c) => mine.work_eventdev(w, c),
-                None => mine.work(w),
+                Some(c) => {
+                    let r = c.register().map_err(|e| e.to_string());
+                    let ok = r.is_ok();
+                    let _ = ready.send(r);
+                    drop(ready);
+                    if ok {
+                        mine.work_eventdev(w, c);
+                    }
+                }
+                None => {
+                    drop(ready);
+                    mine.work(w)
+                }
             });
             match t {
                 Ok(t) => threads.push(t),
@@ -272,6 +286,17 @@ impl Dispatcher {
                     // Stop the threads already started before reporting.
                     Dispatcher { inner, threads }.stop();
                     return Err(e);
+                }
+            }
+        }
+        drop(ready_tx);
+        if inner.ev.is_some() {
+            // (Every thread sends once; a thread that failed to start sends nothing, and the
+            // loop ends when the others have.)
+            for r in ready_rx.iter().take(threads.len()) {
+                if let Err(e) = r {
+                    Dispatcher { inner, threads }.stop();
+                    return Err(std::io::Error::other(format!("dispatch backend eventdev: {e}")));
                 }
             }
         }
