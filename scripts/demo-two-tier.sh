@@ -4,7 +4,8 @@
 # instances, which terminate TLS (the cryptomb provider where the CPU has AVX-512 IFMA, its
 # fallback otherwise) and balance every request over three nginx backends. The proxies also
 # serve static objects under /o/ themselves, read by their dispatch pools in priority classes
-# taken from the URI (?prio=high / ?prio=low).
+# taken from the URI (?prio=high / ?prio=low): proxy 1's in the software queue, proxy 2's in a
+# DPDK event device (event_sw).
 #
 #   client 10.0.0.2 --> VIP 10.0.0.100:443 (vectorlb run: fnat, maglev)
 #                         --> proxy 10.1.0.11:8443 (be1) --\
@@ -66,6 +67,7 @@ tls = { certificates = [{ cert = "$DIR/demo.crt", key = "$DIR/demo.key" }], prov
 [dispatch]
 workers = 2
 classes = [{ name = "high" }, { name = "low", share = 5 }]
+backend = "$([ "$i" = 2 ] && echo eventdev || echo software)"
 
 [[routes]]
 path_prefix = "/o/"
@@ -153,7 +155,7 @@ for i, f in enumerate(sys.argv[1:], 1):
     hs = t["handshake_seconds"]
     print(f"proxy {i}: {l['requests']} requests, {t['handshakes']} TLS handshakes ({t['provider']}; p50 {hs['p50'] * 1e3:.1f} ms, p99 {hs['p99'] * 1e3:.1f} ms), failed checks {t['failed_checks']}", file=sys.stderr)
     d = s.get("dispatch") or {"classes": []}
-    print("  dispatch (" + d.get("mode", "-") + "): " + ", ".join(f"{c['name']} {c['served']} served, wait p99 {(c['wait_seconds']['p99'] or 0) * 1e3:.2f} ms" for c in d["classes"]), file=sys.stderr)
+    print("  dispatch (" + d.get("mode", "-") + ", " + d.get("backend", "-") + "): " + ", ".join(f"{c['name']} {c['served']} served, wait p99 {(c['wait_seconds']['p99'] or 0) * 1e3:.2f} ms" for c in d["classes"]), file=sys.stderr)
     if l["requests"] > 0:
         proxies += 1
     for e in s["clusters"][0]["endpoints"]:

@@ -26,6 +26,7 @@
 #include <rte_mempool.h>
 #include <rte_ring.h>
 #include <rte_service.h>
+#include <rte_service_component.h>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -471,29 +472,61 @@ uint16_t vl_dma_completed(int16_t dev, uint16_t max, uint32_t *errors)
  * one producer port last. Every port's dequeue depth is 1, so a busy consumer holds at most
  * one item per port that another could have taken. */
 
-/* Creates the vdev `vdev` (with `vdev_args`) unless it is NULL, then configures the event
- * device `name` (NULL: the first one the EAL probed). Returns the device id (>= 0) or a negative errno; *service gets the device's
+/* Stops a software device's scheduling service and gives its slot back: event_sw registers
+ * one at probe and nothing unregisters it, and DPDK has 64 (RTE_SERVICE_NUM_MAX), so without
+ * this every device opened (each reload that changes the pool) would use one up for good. */
+static void evdev_release_service(int dev)
+{
+	uint32_t sid;
+	if (dev >= 0 && rte_event_dev_service_id_get(dev, &sid) == 0) {
+		rte_service_runstate_set(sid, 0);
+		rte_service_component_runstate_set(sid, 0);
+		rte_service_component_unregister(sid);
+	}
+}
+
+/* The event device the EAL probed on PCI device `pci` (its name, 0000:6d:00.0), or -ENODEV. */
+static int evdev_by_pci(const char *pci)
+{
+	for (int d = 0; d < rte_event_dev_count(); d++) {
+		struct rte_event_dev_info info;
+		if (rte_event_dev_info_get(d, &info) == 0 && info.dev && strcmp(rte_dev_name(info.dev), pci) == 0)
+			return d;
+	}
+	return -ENODEV;
+}
+
+/* Creates the software event device `vdev` (with `vdev_args`), or finds the one probed on PCI
+ * device `pci` (exactly one of the two is non-NULL), and configures it. Returns the device id
+ * (>= 0) or a negative errno, having removed a vdev it created; *service gets the device's
  * scheduling service id, or UINT32_MAX when the device schedules by itself (hardware). */
-int vl_evdev_setup(const char *vdev, const char *vdev_args, const char *name, uint8_t nqueues,
+int vl_evdev_setup(const char *vdev, const char *vdev_args, const char *pci, uint8_t nqueues,
 		   const uint8_t *priorities, uint8_t consumers, uint32_t events, uint32_t *service)
 {
 	int r;
+	int dev = -ENODEV;
 	if (vdev) {
 		r = rte_vdev_init(vdev, vdev_args ? vdev_args : "");
 		if (r < 0)
 			return r;
+		dev = rte_event_dev_get_dev_id(vdev);
+	} else if (pci) {
+		dev = evdev_by_pci(pci);
 	}
-	int dev = name ? rte_event_dev_get_dev_id(name) : (rte_event_dev_count() > 0 ? 0 : -ENODEV);
-	if (dev < 0)
-		return -ENODEV;
+	if (dev < 0) {
+		r = -ENODEV;
+		goto fail;
+	}
 	struct rte_event_dev_info info;
 	r = rte_event_dev_info_get(dev, &info);
 	if (r < 0)
-		return r;
+		goto fail;
 	unsigned catchup = nqueues > 1 ? 1 : 0;
 	unsigned nports = consumers * (1 + catchup) + 1;
-	if (nqueues > info.max_event_queues || nports > info.max_event_ports)
-		return -E2BIG;
+	if (nqueues > info.max_event_queues || nports > info.max_event_ports) {
+		r = -E2BIG;
+		goto fail;
+	}
 	if (info.max_num_events > 0 && events > (uint32_t)info.max_num_events)
 		events = info.max_num_events;
 	struct rte_event_dev_config cfg = {0};
@@ -506,25 +539,25 @@ int vl_evdev_setup(const char *vdev, const char *vdev_args, const char *name, ui
 	cfg.dequeue_timeout_ns = info.min_dequeue_timeout_ns;
 	r = rte_event_dev_configure(dev, &cfg);
 	if (r < 0)
-		return r;
+		goto fail;
 	for (unsigned q = 0; q < nqueues; q++) {
 		struct rte_event_queue_conf qc;
 		r = rte_event_queue_default_conf_get(dev, q, &qc);
 		if (r < 0)
-			return r;
+			goto fail;
 		qc.schedule_type = RTE_SCHED_TYPE_PARALLEL;
 		qc.event_queue_cfg = 0;
 		qc.priority = priorities[q];
 		qc.nb_atomic_flows = cfg.nb_event_queue_flows;
 		r = rte_event_queue_setup(dev, q, &qc);
 		if (r < 0)
-			return r;
+			goto fail;
 	}
 	for (unsigned p = 0; p < nports; p++) {
 		struct rte_event_port_conf pc;
 		r = rte_event_port_default_conf_get(dev, p, &pc);
 		if (r < 0)
-			return r;
+			goto fail;
 		pc.dequeue_depth = 1;
 		pc.enqueue_depth = 1;
 		pc.new_event_threshold = events;
@@ -533,17 +566,18 @@ int vl_evdev_setup(const char *vdev, const char *vdev_args, const char *name, ui
 		pc.event_port_cfg |= RTE_EVENT_PORT_CFG_DISABLE_IMPL_REL;
 		r = rte_event_port_setup(dev, p, &pc);
 		if (r < 0)
-			return r;
+			goto fail;
 	}
 	uint8_t all[256];
 	for (unsigned q = 0; q < nqueues; q++)
 		all[q] = q;
 	for (unsigned c = 0; c < consumers; c++) {
 		unsigned main_port = c * (1 + catchup);
-		if (rte_event_port_link(dev, main_port, all, NULL, nqueues) != nqueues)
-			return -rte_errno ? -rte_errno : -EINVAL;
-		if (catchup && rte_event_port_link(dev, main_port + 1, all + 1, NULL, nqueues - 1) != nqueues - 1)
-			return -rte_errno ? -rte_errno : -EINVAL;
+		if (rte_event_port_link(dev, main_port, all, NULL, nqueues) != nqueues ||
+		    (catchup && rte_event_port_link(dev, main_port + 1, all + 1, NULL, nqueues - 1) != nqueues - 1)) {
+			r = rte_errno ? -rte_errno : -EINVAL;
+			goto fail;
+		}
 	}
 	uint32_t sid = UINT32_MAX;
 	if (rte_event_dev_service_id_get(dev, &sid) == 0) {
@@ -557,17 +591,28 @@ int vl_evdev_setup(const char *vdev, const char *vdev_args, const char *name, ui
 	}
 	*service = sid;
 	r = rte_event_dev_start(dev);
-	return r < 0 ? r : dev;
+	if (r < 0)
+		goto fail;
+	return dev;
+fail:
+	if (vdev) {
+		evdev_release_service(dev);
+		rte_vdev_uninit(vdev);
+	}
+	return r;
 }
 
-/* Stops and closes the device; uninitialises the vdev `vdev` unless it is NULL. Every
- * port must be idle (the consumers have stopped). Events still inside are discarded. */
+/* Stops and closes the device; for a software one (`vdev` not NULL) also gives its service
+ * back and removes the vdev. Every port must be idle (the consumers have stopped). Events
+ * still inside are discarded. */
 void vl_evdev_close(uint8_t dev, const char *vdev)
 {
 	rte_event_dev_stop(dev);
 	rte_event_dev_close(dev);
-	if (vdev)
+	if (vdev) {
+		evdev_release_service(dev);
 		rte_vdev_uninit(vdev);
+	}
 }
 
 /* Enqueues one new event carrying `u64` on `queue` through `port`; 1 if taken, 0 if the

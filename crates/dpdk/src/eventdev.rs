@@ -88,6 +88,25 @@ pub fn helper_eal(pci: Option<&str>) -> Result<Arc<Eal>, Error> {
 
 static NEXT_VDEV: AtomicU32 = AtomicU32::new(0);
 
+/// A PCI address in DPDK's spelling (`0000:6d:00.0`, lower case), from that or `6d:00.0`;
+/// None for anything else.
+pub fn pci_address(s: &str) -> Option<String> {
+    let hex = |t: &str, max: usize| !t.is_empty() && t.len() <= max && t.bytes().all(|b| b.is_ascii_hexdigit());
+    let (rest, function) = s.rsplit_once('.')?;
+    let parts: Vec<&str> = rest.split(':').collect();
+    let (domain, bus, slot) = match parts[..] {
+        [d, b, s] => (d, b, s),
+        [b, s] => ("0", b, s),
+        _ => return None,
+    };
+    if !(hex(domain, 4) && hex(bus, 2) && hex(slot, 2) && function.len() == 1 && (b'0'..=b'7').contains(&function.as_bytes()[0])) {
+        return None;
+    }
+    let n = |t: &str| u32::from_str_radix(t, 16).ok();
+    let (d, b, sl) = (n(domain)?, n(bus)?, n(slot)?);
+    (sl < 32).then(|| format!("{d:04x}:{b:02x}:{sl:02x}.{function}"))
+}
+
 /// A configured, started event device.
 pub struct EventDev {
     dev: u8,
@@ -112,23 +131,29 @@ impl EventDev {
         if priorities.is_empty() || priorities.len() > 255 || consumers == 0 {
             return Err(Error::Dpdk { what: what(), reason: "needs 1 to 255 queues and at least one consumer".into() });
         }
-        let pci = crate::is_pci(device);
-        if !pci && device != "event_sw" {
-            return Err(Error::Dpdk { what: what(), reason: "the device is \"event_sw\" (software) or the PCI address of a hardware event device".into() });
+        let pci = pci_address(device);
+        if pci.is_none() && device != "event_sw" {
+            return Err(Error::Dpdk { what: what(), reason: "the device is \"event_sw\" (software) or the PCI address of a hardware event device (0000:6d:00.0)".into() });
         }
-        let eal = helper_eal(pci.then_some(device))?;
-        let vdev = (!pci).then(|| CString::new(format!("event_sw_vl{}", NEXT_VDEV.fetch_add(1, Ordering::Relaxed))).expect("no NUL"));
+        let eal = helper_eal(pci.as_deref())?;
+        let vdev = pci.is_none().then(|| CString::new(format!("event_sw_vl{}", NEXT_VDEV.fetch_add(1, Ordering::Relaxed))).expect("no NUL"));
+        let pci_c = pci.as_deref().map(|p| CString::new(p).expect("hex digits"));
+        // event_sw's ports keep the credits (room for events) their releases give back, up to
+        // twice this quantum (default 32) each: with 64 ports that is most of its 4096. One
+        // keeps the device's room for the items themselves.
+        let args = CString::new("credit_quanta=1").expect("no NUL");
         let mut service = u32::MAX;
         let vdev_ptr = vdev.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());
+        let pci_ptr = pci_c.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());
         // SAFETY: the strings and the priorities outlive the call; `service` is a valid out
-        // pointer. A NULL vdev and name select the first probed device.
-        let r = unsafe { ffi::vl_evdev_setup(vdev_ptr, std::ptr::null(), vdev_ptr, priorities.len() as u8, priorities.as_ptr(), consumers, events, &mut service) };
+        // pointer. On failure the call removed the vdev it created.
+        let r = unsafe { ffi::vl_evdev_setup(vdev_ptr, args.as_ptr(), pci_ptr, priorities.len() as u8, priorities.as_ptr(), consumers, events, &mut service) };
         if r < 0 {
-            if let Some(v) = &vdev {
-                // SAFETY: removing the vdev this call may have created (a no-op if it did not).
-                unsafe { ffi::vl_evdev_close(u8::MAX, v.as_ptr()) };
-            }
-            let reason = if r == -libc::E2BIG { "more queues or ports than the device has".to_string() } else { strerror(r) };
+            let reason = match -r {
+                libc::E2BIG => "more queues or ports than the device has".to_string(),
+                libc::ENODEV if pci.is_some() => "no event device at this PCI address (is it bound to vfio-pci, with DPDK's dlb2 driver installed?)".to_string(),
+                _ => strerror(r),
+            };
             return Err(Error::Dpdk { what: what(), reason });
         }
         Ok(Arc::new(EventDev {
@@ -286,5 +311,21 @@ mod tests {
         let other = EventDev::open("event_sw", &[0], 2, 64).unwrap();
         assert!(other.enqueue(0, 9));
         assert!(EventDev::open("event_dlb9", &[0], 1, 64).is_err());
+        // Many devices one after the other: each gives its scheduling service back (DPDK has
+        // 64 service slots).
+        drop(other);
+        for _ in 0..80 {
+            let d = EventDev::open("event_sw", &[0, 255], 1, 64).unwrap();
+            assert!(d.enqueue(1, 1));
+        }
+    }
+
+    #[test]
+    fn pci_addresses_are_read_strictly() {
+        assert_eq!(pci_address("0000:6D:00.0").as_deref(), Some("0000:6d:00.0"));
+        assert_eq!(pci_address("6d:00.1").as_deref(), Some("0000:6d:00.1"));
+        for bad in ["::.", "6d:00", "6d:00.8", "6d:20.0", "00000:6d:00.0", "6d:0g.0", "event_sw", "", "6d:00.0,x=1"] {
+            assert_eq!(pci_address(bad), None, "{bad}");
+        }
     }
 }

@@ -106,7 +106,7 @@ extern "C" {
     pub fn vl_dma_stop(dev: i16) -> c_int;
     pub fn vl_dma_copy_batch(dev: i16, src: *const u64, dst: *const u64, len: *const u32, n: u16) -> c_int;
     pub fn vl_dma_completed(dev: i16, max: u16, errors: *mut u32) -> u16;
-    pub fn vl_evdev_setup(vdev: *const c_char, vdev_args: *const c_char, name: *const c_char, nqueues: u8, priorities: *const u8, consumers: u8, events: u32, service: *mut u32) -> c_int;
+    pub fn vl_evdev_setup(vdev: *const c_char, vdev_args: *const c_char, pci: *const c_char, nqueues: u8, priorities: *const u8, consumers: u8, events: u32, service: *mut u32) -> c_int;
     pub fn vl_evdev_close(dev: u8, vdev: *const c_char);
     pub fn vl_evdev_enqueue(dev: u8, port: u8, queue: u8, value: u64) -> c_int;
     pub fn vl_evdev_dequeue(dev: u8, port: u8, value: *mut u64, queue: *mut u8) -> c_int;

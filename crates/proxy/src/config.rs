@@ -505,10 +505,10 @@ fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<crate::dispatch
         ("software", None) => Backend::Software,
         ("software", Some(_)) => return Err(bad("dispatch.eventdev", "applies to backend = \"eventdev\" only")),
         ("eventdev", dev) => {
-            let dev = dev.unwrap_or("event_sw");
-            if dev != "event_sw" && !vectorlb_dpdk::is_pci(dev) {
-                return Err(bad("dispatch.eventdev", format!("'{dev}' is not event_sw or a PCI address (a DLB, 0000:6d:00.0)")));
-            }
+            let dev = match dev.unwrap_or("event_sw") {
+                "event_sw" => "event_sw".to_string(),
+                d => vectorlb_dpdk::eventdev::pci_address(d).ok_or_else(|| bad("dispatch.eventdev", format!("'{d}' is not event_sw or a PCI address (a DLB, 0000:6d:00.0)")))?,
+            };
             if mode == Mode::Inline {
                 return Err(bad("dispatch.backend", "mode inline has no queue"));
             }
@@ -521,7 +521,7 @@ fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<crate::dispatch
             if queue_limit.saturating_mul(classes.len()) > EVENTDEV_QUEUED {
                 return Err(bad("dispatch.queue_limit", format!("{queue_limit} x {} classes is above the {EVENTDEV_QUEUED} items an event device holds here", classes.len())));
             }
-            Backend::Eventdev(dev.to_string())
+            Backend::Eventdev(dev)
         }
         (b, _) => return Err(bad("dispatch.backend", format!("'{b}' is not software or eventdev"))),
     };

@@ -184,8 +184,11 @@ struct State {
     depth: Vec<usize>,
     /// Share credit per class (priority mode).
     credit: Vec<u32>,
-    /// Items in the event device or in its threads' slots (eventdev backend).
+    /// Items in the event device, in its threads' slots or in `overflow` (eventdev backend).
     pending: usize,
+    /// Later parts of admitted work the event device had no room for (eventdev backend):
+    /// taken before the device's items.
+    overflow: VecDeque<Item>,
     stop: bool,
 }
 
@@ -242,7 +245,7 @@ impl Dispatcher {
         };
         let inner = Arc::new(Inner {
             ev,
-            state: Mutex::new(State { queues: (0..queues).map(|_| VecDeque::new()).collect(), depth: vec![0; n], credit: vec![0; n], pending: 0, stop: false }),
+            state: Mutex::new(State { queues: (0..queues).map(|_| VecDeque::new()).collect(), depth: vec![0; n], credit: vec![0; n], pending: 0, overflow: VecDeque::new(), stop: false }),
             ready: Condvar::new(),
             classes: (0..n)
                 .map(|_| ClassStats {
@@ -371,11 +374,11 @@ impl Dispatcher {
         match &inner.ev {
             None => st.queues[q].push_back(item),
             Some(ev) => {
-                let mut raw = Box::into_raw(Box::new(item));
+                let raw = Box::into_raw(Box::new(item));
                 // Queued under the state lock, so the counts never lag the device.
-                while !ev.enqueue(q as u8, raw as u64) {
-                    // Full: the new items are bounded below the device's room, so only later
-                    // parts of admitted work get here; they wait for the pool to make room.
+                if !ev.enqueue(q as u8, raw as u64) {
+                    // Full. New items are bounded below the device's room, but the later parts
+                    // of admitted work are not (one per body being sent): they wait in memory.
                     // SAFETY: the device refused the value, so the box is still ours alone.
                     let item = unsafe { Box::from_raw(raw) };
                     if !continued {
@@ -383,10 +386,7 @@ impl Dispatcher {
                         stats.rejected_full.fetch_add(1, Ordering::Relaxed);
                         return Err(Rejected::Full);
                     }
-                    drop(st);
-                    std::thread::sleep(Duration::from_micros(50));
-                    st = inner.lock();
-                    raw = Box::into_raw(item);
+                    st.overflow.push_back(*item);
                 }
                 st.pending += 1;
             }
@@ -569,8 +569,11 @@ impl Inner {
                 }
             }
             let mut st = self.lock();
-            if let Some(i) = self.choose(&mut st, &slots) {
-                let item = slots[i].take().expect("a chosen slot holds an item");
+            let next = match st.overflow.pop_front() {
+                Some(item) => Some(Box::new(item)),
+                None => self.choose(&mut st, &slots).map(|i| slots[i].take().expect("a chosen slot holds an item")),
+            };
+            if let Some(item) = next {
                 st.pending -= 1;
                 st.depth[item.class] -= 1;
                 if st.depth[item.class] == 0 {
@@ -625,7 +628,9 @@ impl Inner {
             if share == 0 || st.depth[c] == 0 {
                 continue;
             }
-            st.credit[c] = st.credit[c].saturating_add(share);
+            // Capped: a class owed a turn while its items sit in another thread's slots must
+            // not bank a run of turns for later.
+            st.credit[c] = st.credit[c].saturating_add(share).min(100 + share);
             if due.is_none() && st.credit[c] >= 100 && held.iter().any(|(_, it)| it.class == c) {
                 due = Some(c);
             }
@@ -905,6 +910,27 @@ mod tests {
     #[test]
     fn software_inline_mode() {
         inline_mode_runs_each_item_on_the_submitting_thread(&Backend::Software);
+    }
+
+    #[test]
+    fn event_sw_keeps_the_later_parts_it_has_no_room_for() {
+        // 5000 later parts of admitted work behind a blocked thread: more than the device's
+        // 4096 events. None is refused; all run once the thread is free.
+        let d = Dispatcher::start(cfg(&Backend::Eventdev("event_sw".into()), Mode::Priority, &[0, 0])).unwrap();
+        let gate = block(&d);
+        let (tx, rx) = mpsc::channel();
+        for i in 0..5000u32 {
+            let tx = tx.clone();
+            d.submit_continued((i % 2) as usize, move |r| tx.send(r.is_ok()).unwrap()).unwrap();
+        }
+        drop(tx);
+        assert_eq!(d.depths().iter().sum::<usize>(), 5000);
+        assert!(d.inner.lock().overflow.len() > 0, "the device took them all: the test tests nothing");
+        gate.send(()).unwrap();
+        let got: Vec<bool> = rx.iter().collect();
+        assert_eq!((got.len(), got.iter().all(|ok| *ok)), (5000, true));
+        assert_eq!(d.depths(), vec![0, 0]);
+        d.stop();
     }
 
     #[test]
