@@ -319,6 +319,52 @@ pub struct Config {
     /// The file's `[timeouts]`: services and SNAT rules without their own use these, and so
     /// do services added through the API.
     pub timeouts: Timeouts,
+    /// Application queue sets (`[[queue_sets]]`): services whose packets only dedicated
+    /// workers handle.
+    pub queue_sets: Vec<QueueSetSpec>,
+}
+
+/// An application queue set: the packets of its services go to its workers and no other, and
+/// its workers take no other traffic; what they send may be rate limited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSetSpec {
+    pub name: String,
+    /// (VIP, port, protocol) of each service in the set.
+    pub services: Vec<(IpAddr, u16, u8)>,
+    /// Its dedicated workers (indexes), in order.
+    pub workers: Vec<u16>,
+    /// The egress limit of what its workers transmit.
+    pub rate: Option<RateSpec>,
+}
+
+/// A token bucket: bits and/or packets per second, with a burst of `burst_ms` at that rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateSpec {
+    pub bps: Option<u64>,
+    pub pps: Option<u64>,
+    pub burst_ms: u32,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawQueueSet {
+    name: String,
+    #[serde(default)]
+    services: Vec<String>,
+    workers: Vec<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate: Option<RawRate>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawRate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bps: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pps: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    burst_ms: Option<u32>,
 }
 
 #[derive(Deserialize, Serialize, Default)]
@@ -544,9 +590,81 @@ struct Raw {
     services: Vec<RawService>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     snat: Vec<RawSnat>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    queue_sets: Vec<RawQueueSet>,
 }
 
 pub use vectorlb_packet::ethernet::{format_mac, parse_mac};
+
+/// A service as queue sets name it: `10.0.0.100:11211/tcp`, `[2001:db8::1]:53/udp`.
+pub fn service_name(vip: IpAddr, port: u16, p: u8) -> String {
+    let proto = if p == proto::TCP { "tcp" } else { "udp" };
+    match vip {
+        IpAddr::V4(a) => format!("{a}:{port}/{proto}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}/{proto}"),
+    }
+}
+
+/// Longest burst of a queue set's rate limit, milliseconds.
+pub const MAX_BURST_MS: u32 = 10_000;
+
+/// `[[queue_sets]]`: names unique, services of this file (each in one set at most), workers
+/// that exist, each in one set at most, and at least one worker left for everything else.
+fn queue_sets(raw: &[RawQueueSet], spec: &LbSpec, workers: u16) -> Result<Vec<QueueSetSpec>, Error> {
+    let mut out: Vec<QueueSetSpec> = Vec::new();
+    let mut taken_workers = std::collections::HashSet::new();
+    let mut taken_services = std::collections::HashSet::new();
+    for (i, q) in raw.iter().enumerate() {
+        let f = format!("queue_sets[{i}]");
+        let ok = !q.name.is_empty() && q.name.len() <= 32 && q.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !ok || out.iter().any(|o| o.name == q.name) || q.name == "default" {
+            bail!("{f}.name: '{}' is empty, used twice, 'default' or not letters, digits, _ and - (at most 32)", q.name);
+        }
+        let mut services = Vec::new();
+        for (j, name) in q.services.iter().enumerate() {
+            let found = spec.services.iter().find(|s| service_name(s.vip, s.port, s.proto) == *name);
+            let Some(s) = found else {
+                bail!("{f}.services[{j}]: '{name}' is not a service of this file (written VIP:PORT/tcp or /udp, [IPv6]:PORT/udp)");
+            };
+            if !taken_services.insert((s.vip, s.port, s.proto)) {
+                bail!("{f}.services[{j}]: '{name}' is already in a set");
+            }
+            services.push((s.vip, s.port, s.proto));
+        }
+        if q.workers.is_empty() {
+            bail!("{f}.workers: a set needs at least one worker of its own");
+        }
+        for (j, w) in q.workers.iter().enumerate() {
+            if *w >= workers {
+                bail!("{f}.workers[{j}]: worker {w} does not exist (runtime.workers = {workers}: 0 to {})", workers - 1);
+            }
+            if !taken_workers.insert(*w) {
+                bail!("{f}.workers[{j}]: worker {w} is already dedicated to a set");
+            }
+        }
+        let rate = match &q.rate {
+            None => None,
+            Some(r) => {
+                if r.bps.is_none() && r.pps.is_none() {
+                    bail!("{f}.rate: give bps, pps or both");
+                }
+                if r.bps == Some(0) || r.pps == Some(0) {
+                    bail!("{f}.rate: a rate of 0 would send nothing (leave the rate out for none)");
+                }
+                let burst_ms = r.burst_ms.unwrap_or(10);
+                if !(1..=MAX_BURST_MS).contains(&burst_ms) {
+                    bail!("{f}.rate.burst_ms: {burst_ms} is not in 1..={MAX_BURST_MS}");
+                }
+                Some(RateSpec { bps: r.bps, pps: r.pps, burst_ms })
+            }
+        };
+        out.push(QueueSetSpec { name: q.name.clone(), services, workers: q.workers.clone(), rate });
+    }
+    if !out.is_empty() && taken_workers.len() >= workers as usize {
+        bail!("queue_sets: every worker is dedicated to a set; leave at least one for the rest of the traffic (runtime.workers = {workers})");
+    }
+    Ok(out)
+}
 
 fn ip(field: &str, s: &str) -> Result<IpAddr, Error> {
     s.parse().map_err(|_| Error::invalid(format!("{field}: '{s}' is not an IP address")))
@@ -1052,6 +1170,7 @@ impl Config {
         };
         // Build once to report semantic errors (families, routes, tables) at load time.
         vectorlb_lb::Control::new(&spec)?;
+        let queue_sets = queue_sets(&raw.queue_sets, &spec, runtime.workers)?;
         Ok(Config {
             engine: Engine {
                 max_sessions,
@@ -1076,6 +1195,7 @@ impl Config {
             health,
             sync,
             timeouts: base,
+            queue_sets,
         })
     }
 
@@ -1194,6 +1314,22 @@ impl Config {
                     timeouts: Some(raw_timeouts(&r.timeouts)),
                 })
                 .collect(),
+            queue_sets: self
+                .queue_sets
+                .iter()
+                .map(|q| RawQueueSet {
+                    name: q.name.clone(),
+                    // (A service the API removed since is left out: the file must load.)
+                    services: q
+                        .services
+                        .iter()
+                        .filter(|k| self.spec.services.iter().any(|s| (s.vip, s.port, s.proto) == **k))
+                        .map(|(vip, port, p)| service_name(*vip, *port, *p))
+                        .collect(),
+                    workers: q.workers.clone(),
+                    rate: q.rate.map(|r| RawRate { bps: r.bps, pps: r.pps, burst_ms: Some(r.burst_ms) }),
+                })
+                .collect(),
         }
     }
 
@@ -1309,6 +1445,43 @@ mod tests {
 
     fn err(text: &str) -> String {
         Config::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn queue_sets_are_checked_and_written_back() {
+        let base = format!("{GOOD}\n[runtime]\nworkers = 3\n");
+        let good = format!("{base}\n[[queue_sets]]\nname = \"web\"\nservices = [\"10.0.0.100:80/tcp\"]\nworkers = [2]\nrate = {{ bps = 1000000000, pps = 100000 }}\n");
+        let c = Config::parse(&good).unwrap();
+        let q = &c.queue_sets[0];
+        assert_eq!((q.name.as_str(), q.services.clone(), q.workers.clone()), ("web", vec![("10.0.0.100".parse().unwrap(), 80, proto::TCP)], vec![2]));
+        assert_eq!(q.rate, Some(RateSpec { bps: Some(1_000_000_000), pps: Some(100_000), burst_ms: 10 }));
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+        let set = |body: &str| format!("{base}\n[[queue_sets]]\n{body}\n");
+        for (body, want) in [
+            ("name = \"default\"\nservices = []\nworkers = [1]", "queue_sets[0].name"),
+            ("name = \"w\"\nservices = [\"10.0.0.100:81/tcp\"]\nworkers = [1]", "queue_sets[0].services[0]: '10.0.0.100:81/tcp' is not a service of this file"),
+            ("name = \"w\"\nservices = [\"10.0.0.100:80/udp\"]\nworkers = [1]", "is not a service"),
+            ("name = \"w\"\nservices = []\nworkers = []", "queue_sets[0].workers: a set needs at least one worker"),
+            ("name = \"w\"\nservices = []\nworkers = [3]", "queue_sets[0].workers[0]: worker 3 does not exist"),
+            ("name = \"w\"\nservices = []\nworkers = [0, 1, 2]", "leave at least one"),
+            ("name = \"w\"\nservices = []\nworkers = [1]\nrate = {}", "queue_sets[0].rate: give bps, pps or both"),
+            ("name = \"w\"\nservices = []\nworkers = [1]\nrate = { pps = 0 }", "a rate of 0"),
+            ("name = \"w\"\nservices = []\nworkers = [1]\nrate = { pps = 5, burst_ms = 0 }", "queue_sets[0].rate.burst_ms"),
+            ("name = \"w\"\nservices = []\nworkers = [1]\ncpus = [1]", "unknown field `cpus`"),
+        ] {
+            let e = err(&set(body));
+            assert!(e.contains(want), "{body}: {e}");
+        }
+        let two = format!("{base}\n[[queue_sets]]\nname = \"a\"\nservices = [\"10.0.0.100:80/tcp\"]\nworkers = [1]\n[[queue_sets]]\nname = \"b\"\nservices = [\"10.0.0.100:80/tcp\"]\nworkers = [1]\n");
+        assert!(err(&two).contains("queue_sets[1].services[0]: '10.0.0.100:80/tcp' is already in a set"), "{}", err(&two));
+        let two = two.replacen("services = [\"10.0.0.100:80/tcp\"]\nworkers = [1]\n[[", "services = []\nworkers = [1]\n[[", 1);
+        assert!(err(&two).contains("queue_sets[1].workers[0]: worker 1 is already dedicated"), "{}", err(&two));
+        // A service the API removed leaves its set; the file written back still loads.
+        let mut c = Config::parse(&good).unwrap();
+        c.spec.services.clear();
+        c.health.clear();
+        let back = Config::parse(&c.to_toml()).unwrap();
+        assert!(back.queue_sets[0].services.is_empty());
     }
 
     #[test]

@@ -32,11 +32,15 @@ pub struct ConfigStore {
     xdp_synced: Mutex<Option<XdpTables>>,
     pub reloads: AtomicU64,
     pub reload_failures: AtomicU64,
+    /// The queue sets the workers steer by (swapped when a reload changes them).
+    pub queue_sets: Arc<arc_swap::ArcSwap<crate::queue_sets::QueueSets>>,
 }
 
 impl ConfigStore {
     pub fn new(config: Config, path: &Path, control: Arc<Control>, neighbours: Arc<Neighbours>, health: Arc<Health>, xdp_ifaces: Vec<String>) -> ConfigStore {
+        let sets = crate::queue_sets::QueueSets::new(&config.queue_sets, config.runtime.workers);
         ConfigStore {
+            queue_sets: Arc::new(arc_swap::ArcSwap::new(sets)),
             config: Mutex::new(config),
             path: path.to_path_buf(),
             control,
@@ -96,6 +100,9 @@ impl ConfigStore {
             }
         }
         let g = self.control.apply(&self.published(new))?;
+        if new.queue_sets != cur.queue_sets {
+            self.queue_sets.store(crate::queue_sets::QueueSets::new(&new.queue_sets, new.runtime.workers));
+        }
         *cur = new.clone();
         self.sync_xdp(cur);
         self.health.reconcile(cur);

@@ -21,6 +21,7 @@ pub mod instance;
 pub mod memif_ports;
 pub mod metrics;
 pub mod neighbours;
+pub mod queue_sets;
 pub mod rates;
 pub mod sessions;
 pub mod sync;
@@ -323,6 +324,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
             idle_sleep_us: rt.idle_sleep_us,
             changes: sync.as_ref().map(|_| changes_tx.clone()),
             sync: sync.clone(),
+            queue_sets: Some(config.queue_sets.clone()),
         };
         let lp = WorkerLoop::new(w as u16, io, worker, shared, msgs, ev_tx.clone());
         let cpu = rt.cpus.get(w).copied();

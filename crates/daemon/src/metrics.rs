@@ -10,7 +10,7 @@ use vectorlb_lb::verdict::Events;
 use vectorlb_lb::DropReason;
 
 /// The worker loops' counters that are drops (they join `vectorlb_drops_total`).
-pub const IO_DROPS: &[&str] = &["tx_full", "multi_segment", "handoff_full"];
+pub const IO_DROPS: &[&str] = &["tx_full", "multi_segment", "handoff_full", "rate_limited"];
 
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
@@ -45,6 +45,28 @@ pub fn render(d: &Daemon) -> String {
     }
     for (name, _, v) in t.io.iter().filter(|(n, _, _)| IO_DROPS.contains(n)) {
         let _ = writeln!(o, "vectorlb_drops_total{{reason=\"{name}\"}} {v}");
+    }
+    // Queue sets: each set's workers (and the default set's), summed.
+    let sets = d.config.queue_sets.load();
+    if !sets.is_empty() {
+        head(&mut o, "vectorlb_queue_set_workers", "gauge", "Workers dedicated to each queue set (default: the rest).");
+        head(&mut o, "vectorlb_queue_set_packets_total", "counter", "Packets of each queue set's workers: received (the pipeline's rx), sent (tx), steered to another set's worker, kept for a session, dropped (every reason), dropped by the set's egress limit.");
+        for (g, members) in sets.members.iter().enumerate() {
+            let name = esc(sets.name(g));
+            let p = d.workers.totals_of(members.iter().map(|w| *w as usize));
+            let _ = writeln!(o, "vectorlb_queue_set_workers{{set=\"{name}\"}} {}", members.len());
+            let drops: u64 = p.counters.drop_counts().map(|(_, v)| v).sum::<u64>() + p.io.tx_full + p.io.multi_segment + p.io.handoff_full + p.io.rate_limited;
+            for (k, v) in [
+                ("rx", p.counters.events.rx),
+                ("tx", p.counters.events.tx),
+                ("steered", p.io.steered),
+                ("kept_for_session", p.io.kept_for_session),
+                ("dropped", drops),
+                ("rate_limited", p.io.rate_limited),
+            ] {
+                let _ = writeln!(o, "vectorlb_queue_set_packets_total{{set=\"{name}\",kind=\"{k}\"}} {v}");
+            }
+        }
     }
     head(&mut o, "vectorlb_sessions", "gauge", "Live sessions (all workers).");
     let _ = writeln!(o, "vectorlb_sessions {}", t.sessions);

@@ -5,6 +5,7 @@
 //! DPDK ports and rings and the in-memory queues of the tests plug in here (a memif port will).
 
 use crate::ha::Ha;
+use crate::queue_sets::{QueueSets, Steer, Steering};
 use crate::workers::{Event, IoCounters, WorkerMsg, Workers};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -50,6 +51,8 @@ pub struct WorkerShared {
     pub changes: Option<Sender<Vec<(u8, SyncRecord)>>>,
     /// Installs of synced sessions are counted here, when configured.
     pub sync: Option<Arc<crate::sync::Sync>>,
+    /// The queue sets, swapped by a reload (None: never any).
+    pub queue_sets: Option<Arc<arc_swap::ArcSwap<QueueSets>>>,
 }
 
 pub struct WorkerLoop<P: Packet> {
@@ -67,6 +70,10 @@ pub struct WorkerLoop<P: Packet> {
     handoff: Vec<Vec<P>>,
     free: Vec<P>,
     changed: Vec<SyncRecord>,
+    /// Queue-set steering, when there are sets.
+    steering: Option<Steering>,
+    /// What steering keeps of a burst.
+    kept: Vec<P>,
 }
 
 impl<P: Packet> WorkerLoop<P> {
@@ -87,6 +94,8 @@ impl<P: Packet> WorkerLoop<P> {
             handoff,
             free: Vec::with_capacity(BURST * 2),
             changed: Vec::new(),
+            steering: None,
+            kept: Vec::with_capacity(BURST),
         }
     }
 
@@ -115,7 +124,9 @@ impl<P: Packet> WorkerLoop<P> {
                 self.worker.idle(now, 256);
                 self.messages();
                 empty_polls = empty_polls.saturating_add(1);
-                if empty_polls > SPIN_POLLS && max_sleep > 0 {
+                // A queue set's workers always busy-poll.
+                let dedicated = self.steering.as_ref().is_some_and(Steering::dedicated);
+                if empty_polls > SPIN_POLLS && max_sleep > 0 && !dedicated {
                     // Back off: 8, 16, ... microseconds up to the configured bound.
                     let k = ((empty_polls - SPIN_POLLS) / 64).min(6);
                     let us = (8u32 << k).min(max_sleep);
@@ -147,6 +158,7 @@ impl<P: Packet> WorkerLoop<P> {
     /// Returns how many packets were received. Public for tests that drive the loop by hand.
     pub fn poll(&mut self, now: u32) -> usize {
         let mut got = 0;
+        self.refresh_steering();
         let mut rx = std::mem::take(&mut self.rx);
         if let Some(inbox) = &mut self.io.inbox {
             if inbox.recv(&mut rx, BURST) > 0 {
@@ -157,7 +169,12 @@ impl<P: Packet> WorkerLoop<P> {
         for p in 0..self.io.ports.len() {
             if self.io.ports[p].rx.recv(&mut rx, BURST) > 0 {
                 got += rx.len();
-                self.burst(&mut rx, Some(p as u16), now);
+                if self.steering.is_some() {
+                    self.steer(&mut rx);
+                }
+                if !rx.is_empty() {
+                    self.burst(&mut rx, Some(p as u16), now);
+                }
             }
         }
         self.rx = rx;
@@ -174,6 +191,41 @@ impl<P: Packet> WorkerLoop<P> {
         self.counters.polls += 1;
         // Sends still waiting for their copies keep the worker awake (no idle sleep).
         got.max(pending as usize)
+    }
+
+    /// Picks up a reload's queue sets.
+    fn refresh_steering(&mut self) {
+        let Some(shared) = &self.shared.queue_sets else { return };
+        let cur = shared.load();
+        let same = match &self.steering {
+            Some(s) => Arc::ptr_eq(&s.sets, &cur),
+            None => cur.is_empty(),
+        };
+        if !same {
+            self.steering = (!cur.is_empty()).then(|| Steering::new(Arc::clone(&cur), self.id));
+        }
+    }
+
+    /// Queue sets: hands the packets of a burst that belong to another group's workers to
+    /// them, before anything else runs on the burst; keeps the rest in `rx`.
+    fn steer(&mut self, rx: &mut Vec<P>) {
+        let Some(st) = &mut self.steering else { return };
+        for m in rx.drain(..) {
+            match st.steer(&self.worker, m.data()) {
+                Steer::Keep => self.kept.push(m),
+                Steer::KeepForSession => {
+                    self.counters.kept_for_session += 1;
+                    self.kept.push(m);
+                }
+                Steer::To(w) if w != self.id && self.io.peers.get(w as usize).is_some_and(Option::is_some) => {
+                    self.counters.steered += 1;
+                    self.handoff[w as usize].push(m);
+                }
+                // No ring to it (a single worker): served here.
+                Steer::To(_) => self.kept.push(m),
+            }
+        }
+        std::mem::swap(rx, &mut self.kept);
     }
 
     /// Sends every queued packet; what a queue does not take is dropped and counted. True
@@ -223,8 +275,17 @@ impl<P: Packet> WorkerLoop<P> {
                 let _ = self.events.send(Event::Resolve { ip, port });
             }
         }
+        // A queue set's egress limit (taken out for the loop, put back after).
+        let mut bucket = self.steering.as_mut().and_then(|s| s.bucket.take());
+        if let Some(b) = &mut bucket {
+            b.refill(Instant::now());
+        }
         for (i, m) in rx.drain(..).enumerate() {
             match self.verdicts[i] {
+                Verdict::Tx(_) if bucket.as_mut().is_some_and(|b| !b.take(m.data().len())) => {
+                    self.counters.rate_limited += 1;
+                    self.free.push(m);
+                }
                 Verdict::Tx(p) if (p as usize) < self.txq.len() => self.txq[p as usize].push(m),
                 Verdict::Handoff(w) if self.io.peers.get(w as usize).is_some_and(Option::is_some) => self.handoff[w as usize].push(m),
                 Verdict::Kernel => match port {
@@ -241,6 +302,9 @@ impl<P: Packet> WorkerLoop<P> {
                 }
                 Verdict::Tx(_) | Verdict::Drop(_) => self.free.push(m),
             }
+        }
+        if let Some(s) = &mut self.steering {
+            s.bucket = bucket;
         }
     }
 

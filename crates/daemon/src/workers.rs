@@ -57,6 +57,14 @@ counter_set! {
         polls,
         /// Times an idle worker slept.
         idle_sleeps,
+        /// Packets toward another queue set's service (or the default set's) handed to a
+        /// worker of that set (queue sets).
+        steered,
+        /// Packets of another set's service kept here because their session is here (a reload
+        /// moved the service).
+        kept_for_session,
+        /// Packets a queue set's egress limit dropped.
+        rate_limited,
     }
 }
 
@@ -136,8 +144,13 @@ impl Workers {
 
     /// Every worker's counters, summed.
     pub fn totals(&self) -> Published {
+        self.totals_of(0..self.slots.len())
+    }
+
+    /// The counters of these workers, summed (a queue set's).
+    pub fn totals_of(&self, workers: impl IntoIterator<Item = usize>) -> Published {
         let mut t = Published::default();
-        for s in &self.slots {
+        for s in workers.into_iter().filter_map(|w| self.slots.get(w)) {
             let p = lock(&s.published);
             t.counters.add(&p.counters);
             t.io.add(&p.io);

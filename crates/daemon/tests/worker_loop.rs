@@ -6,7 +6,9 @@ use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::sync::Arc;
+use vectorlb_config::QueueSetSpec;
 use vectorlb_daemon::ha::{Ha, STANDALONE};
+use vectorlb_daemon::queue_sets::QueueSets;
 use vectorlb_daemon::worker::{PortQueues, WorkerIo, WorkerLoop, WorkerShared};
 use vectorlb_daemon::workers::{Event, WorkerMsg, Workers};
 use vectorlb_io::mem::{self, MemPacket, Pool};
@@ -25,25 +27,26 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// Client side on port 0, one backend on port 1; full NAT for UDP 10.0.0.100:53.
+/// Client side on port 0, one backend on port 1; full NAT for UDP 10.0.0.100:53 and :11211.
 fn spec() -> LbSpec {
     let port = |name: &str, mac, addr: &str, len| PortSpec { name: name.into(), mac, addrs: vec![(ip(addr), len)], vlan: None, mtu: 1500 };
+    let svc = |p: u16| ServiceSpec {
+        vip: ip("10.0.0.100"),
+        port: p,
+        proto: proto::UDP,
+        mode: Mode::Fnat,
+        scheduler: Algorithm::Rr,
+        backends: vec![BackendSpec { addr: ip("10.1.0.11"), port: p, weight: 1 }],
+        local_addrs: vec![ip("10.1.0.200")],
+        toa: false,
+        synproxy: Default::default(),
+        timeouts: Timeouts::default(),
+    };
     LbSpec {
         ports: vec![port("ext", EXT, "10.0.0.1", 24), port("int", INT, "10.1.0.1", 24)],
         routes: vec![RouteSpec { prefix: ip("0.0.0.0"), len: 0, port: 0, via: ip("10.0.0.254") }],
         neighbors: vec![(ip("10.0.0.254"), ROUTER), (ip("10.1.0.11"), BE)],
-        services: vec![ServiceSpec {
-            vip: ip("10.0.0.100"),
-            port: 53,
-            proto: proto::UDP,
-            mode: Mode::Fnat,
-            scheduler: Algorithm::Rr,
-            backends: vec![BackendSpec { addr: ip("10.1.0.11"), port: 53, weight: 1 }],
-            local_addrs: vec![ip("10.1.0.200")],
-            toa: false,
-            synproxy: Default::default(),
-            timeouts: Timeouts::default(),
-        }],
+        services: vec![svc(53), svc(11211)],
         snat: vec![],
         icmp_rate: 1000,
     }
@@ -56,6 +59,7 @@ struct Wire {
 }
 
 struct Harness {
+    sets: Arc<arc_swap::ArcSwap<QueueSets>>,
     pool: Pool,
     wires: Vec<Vec<Wire>>,
     loops: Vec<WorkerLoop<MemPacket>>,
@@ -65,6 +69,12 @@ struct Harness {
 
 /// `n` workers on two ports; `tx_room` packets fit each transmit queue.
 fn harness(n: u16, tx_room: usize) -> Harness {
+    harness_with(n, tx_room, &[])
+}
+
+/// The same with queue sets.
+fn harness_with(n: u16, tx_room: usize, queue_sets: &[QueueSetSpec]) -> Harness {
+    let sets = Arc::new(arc_swap::ArcSwap::new(QueueSets::new(queue_sets, n)));
     let pool = Pool::default();
     let control = Control::new(&spec()).unwrap();
     let (ev_tx, events) = mpsc::channel();
@@ -112,11 +122,12 @@ fn harness(n: u16, tx_room: usize) -> Harness {
             idle_sleep_us: 0,
             changes: None,
             sync: None,
+            queue_sets: Some(sets.clone()),
         };
         loops.push(WorkerLoop::new(w as u16, io, worker, shared, msgs, ev_tx.clone()));
         wires.push(my_wires);
     }
-    Harness { pool, wires, loops, events, msgs: senders }
+    Harness { sets, pool, wires, loops, events, msgs: senders }
 }
 
 impl Harness {
@@ -203,6 +214,141 @@ fn a_reply_to_another_workers_local_port_is_handed_to_it() {
     assert_eq!(back.len(), 1, "worker 0 sends the reply to the client");
     assert_eq!(dst(&back[0]), (ip("198.51.100.7"), 4000));
     assert_eq!(h.loops[0].worker().counters.dropped(vectorlb_lb::DropReason::Misdirected), 0);
+    drop(h.loops);
+    assert_eq!(h.pool.stats().in_use(), 0);
+}
+
+/// The set "mc": UDP 10.0.0.100:11211 on the given workers.
+fn mc(workers: &[u16]) -> QueueSetSpec {
+    QueueSetSpec { name: "mc".into(), services: vec![(ip("10.0.0.100"), 11211, proto::UDP)], workers: workers.to_vec(), rate: None }
+}
+
+fn query(dport: u16, sport: u16) -> Vec<u8> {
+    Builder::udp(&format!("198.51.100.7:{sport}"), &format!("10.0.0.100:{dport}")).payload(b"q").macs(ROUTER, EXT).build()
+}
+
+impl Harness {
+    /// Polls every worker a few rounds (hand-offs take one more).
+    fn settle(&mut self) {
+        for now in 10..14 {
+            for l in &mut self.loops {
+                l.poll(now);
+            }
+        }
+    }
+
+    /// Destination ports of what worker `w` sent to the backends.
+    fn sent_to_backends(&mut self, w: usize) -> Vec<u16> {
+        self.sent(w, 1).iter().map(|f| dst(f).1).collect()
+    }
+}
+
+#[test]
+fn a_sets_traffic_reaches_its_workers_and_no_other() {
+    // Three workers; the set "mc" has worker 2. Packets of both services arrive everywhere.
+    let mut h = harness_with(3, 256, &[mc(&[2])]);
+    for w in 0..3 {
+        for i in 0..10 {
+            h.inject(w, 0, &query(11211, 7000 + (w * 10 + i) as u16));
+            h.inject(w, 0, &query(53, 8000 + (w * 10 + i) as u16));
+        }
+    }
+    h.settle();
+    let out: Vec<Vec<u16>> = (0..3).map(|w| h.sent_to_backends(w)).collect();
+    assert!(out[2].iter().all(|p| *p == 11211) && out[2].len() == 30, "worker 2 sent only and all of the set's: {:?}", out[2]);
+    assert!(out[0].iter().chain(&out[1]).all(|p| *p == 53), "the default workers sent none of the set's");
+    assert_eq!(out[0].len() + out[1].len(), 30, "and every default packet");
+    assert!(!out[0].is_empty() && !out[1].is_empty(), "the default flows spread over both default workers");
+    // Worker 2 handed its 10 default packets on; workers 0 and 1 their 10 set packets and
+    // some default ones (the flow's hash picks the default worker).
+    assert_eq!(h.loops[2].counters().steered, 10);
+    assert!(h.loops[0].counters().steered >= 10 && h.loops[1].counters().steered >= 10);
+    let handoff_full: u64 = h.loops.iter().map(|l| l.counters().handoff_full).sum();
+    assert_eq!(handoff_full, 0);
+    drop(h.loops);
+    assert_eq!(h.pool.stats().in_use(), 0);
+}
+
+#[test]
+fn a_flood_of_the_default_set_does_not_drop_the_sets_packets() {
+    // Worker 0 (default) gets a flood larger than its transmit queue takes; the set's packets
+    // arrive on the same queue and on the set's own worker 1.
+    let mut h = harness_with(2, 64, &[mc(&[1])]);
+    for round in 0..5u16 {
+        for i in 0..200u16 {
+            h.inject(0, 0, &query(53, 10_000 + round * 200 + i));
+        }
+        for i in 0..20u16 {
+            h.inject(0, 0, &query(11211, 20_000 + round * 40 + i));
+            h.inject(1, 0, &query(11211, 20_020 + round * 40 + i));
+        }
+        h.settle();
+        let set: Vec<u16> = h.sent_to_backends(1);
+        assert_eq!(set.len(), 40, "round {round}: every set packet left");
+        h.sent_to_backends(0);
+    }
+    assert!(h.loops[0].counters().tx_full > 0, "the flood overflowed the default worker's queue");
+    let c1 = h.loops[1].counters();
+    assert_eq!((c1.tx_full, c1.handoff_full, c1.rate_limited), (0, 0, 0), "the set's worker dropped nothing");
+    assert_eq!(h.loops[1].worker().counters.events.rx, 200, "and saw none of the flood");
+    drop(h.loops);
+    assert_eq!(h.pool.stats().in_use(), 0);
+}
+
+#[test]
+fn a_reload_that_adds_or_removes_a_set_keeps_every_session() {
+    // Worker 0 and 1, no sets: a flow of the mc service lives where it arrived (worker 0).
+    let mut h = harness(2, 256);
+    h.inject(0, 0, &query(11211, 7000));
+    h.settle();
+    let first = h.sent(0, 1);
+    assert_eq!(first.len(), 1);
+    let lport = src(&first[0]).1;
+    // The set "mc" on worker 1 appears: the existing flow stays on worker 0 with its session
+    // (the same local port); a new flow goes to worker 1.
+    h.sets.store(QueueSets::new(&[mc(&[1])], 2));
+    h.inject(0, 0, &query(11211, 7000));
+    h.inject(0, 0, &query(11211, 7001));
+    h.settle();
+    let w0 = h.sent(0, 1);
+    assert_eq!(w0.len(), 1, "the old flow, still on worker 0");
+    assert_eq!(src(&w0[0]).1, lport, "with its session's local port");
+    assert_eq!(h.loops[0].counters().kept_for_session, 1);
+    let w1 = h.sent(1, 1);
+    assert_eq!(w1.len(), 1, "the new flow went to the set's worker");
+    let lport1 = src(&w1[0]).1;
+    // The set goes away again: nothing is steered any more, and each flow's packets, arriving
+    // on the worker that holds its session (as RSS keeps them), keep their local ports.
+    h.sets.store(QueueSets::new(&[], 2));
+    h.inject(1, 0, &query(11211, 7001));
+    h.inject(0, 0, &query(11211, 7000));
+    h.settle();
+    assert_eq!(src(&h.sent(1, 1)[0]).1, lport1);
+    assert_eq!(src(&h.sent(0, 1)[0]).1, lport);
+    drop(h.loops);
+    assert_eq!(h.pool.stats().in_use(), 0);
+}
+
+#[test]
+fn a_sets_egress_limit_drops_and_counts_the_excess() {
+    // 1,000 packets/s with a 10 ms burst: 10 packets at once; 50 offered at once.
+    let mut set = mc(&[1]);
+    set.rate = Some(vectorlb_config::RateSpec { bps: None, pps: Some(1000), burst_ms: 10 });
+    let mut h = harness_with(2, 256, &[set]);
+    for i in 0..50u16 {
+        h.inject(1, 0, &query(11211, 9000 + i));
+    }
+    h.loops[1].poll(1);
+    let sent = h.sent_to_backends(1).len();
+    let limited = h.loops[1].counters().rate_limited;
+    assert!((10..=11).contains(&sent), "{sent} sent");
+    assert_eq!(sent as u64 + limited, 50);
+    // The default set has no limit.
+    for i in 0..50u16 {
+        h.inject(0, 0, &query(53, 9000 + i));
+    }
+    h.loops[0].poll(2);
+    assert_eq!(h.sent_to_backends(0).len(), 50);
     drop(h.loops);
     assert_eq!(h.pool.stats().in_use(), 0);
 }

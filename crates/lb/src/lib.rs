@@ -26,6 +26,6 @@ pub mod tcpstate;
 pub mod verdict;
 
 pub use vectorlb_io::{HeapBuf, PacketBuf};
-pub use pipeline::{Worker, WorkerConfig, DEFAULT_BATCH};
+pub use pipeline::{ForwardFlow, Worker, WorkerConfig, DEFAULT_BATCH};
 pub use service::{BackendSpec, ConfigError, Control, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, SnatSpec, Snapshot, SynProxy, Timeouts};
 pub use verdict::{Counters, DropReason, Verdict};

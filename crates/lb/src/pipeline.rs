@@ -233,6 +233,17 @@ pub struct Worker {
     pub fast_path: bool,
 }
 
+/// A packet toward a service, as [`Worker::forward_flow`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardFlow {
+    /// The service's id in the snapshot.
+    pub svc: u16,
+    /// A hash of the client's address and port, the same on every core.
+    pub flow_hash: u64,
+    /// Whether this core holds a session of the flow.
+    pub local_session: bool,
+}
+
 impl Worker {
     pub fn new(control: Arc<Control>, cfg: WorkerConfig) -> std::io::Result<Worker> {
         let snap = control.snapshot();
@@ -265,6 +276,43 @@ impl Worker {
 
     pub fn snapshot(&self) -> &Arc<Snapshot> {
         &self.snap
+    }
+
+    /// The flow of a packet from a client to one of the services (the forward direction), as
+    /// the runtime's queue-set steering needs it; None for anything else (replies, fragments,
+    /// other protocols, bad frames: the pipeline decides those where they arrive).
+    pub fn forward_flow(&self, d: &[u8]) -> Option<ForwardFlow> {
+        let info = parse_frame(d).ok()?;
+        if info.frag != Frag::None || !(info.proto == proto::TCP || info.proto == proto::UDP) {
+            return None;
+        }
+        match info.family? {
+            Family::V4 => self.forward_flow_fam::<[u8; 4]>(d, info.l3, info.l4, info.proto),
+            Family::V6 => self.forward_flow_fam::<[u8; 16]>(d, info.l3, info.l4, info.proto),
+        }
+    }
+
+    fn forward_flow_fam<A: Fam>(&self, d: &[u8], l3: usize, l4: usize, proto: u8) -> Option<ForwardFlow>
+    where
+        Session<A>: Zeroable,
+    {
+        // The parser saw the whole fixed IP header and the TCP / UDP ports.
+        let ip = d.get(l3..l3 + A::HEADER)?;
+        let (src, dst) = (A::read(ip, A::SRC), A::read(ip, A::DST));
+        let mut memo = DstMemo::default();
+        let own = self.snap.dst_memo(dst.key(), &mut memo)?;
+        let ports = u32::from_be_bytes(d.get(l4..l4 + 4)?.try_into().ok()?);
+        let (sport, dport) = ((ports >> 16) as u16, ports as u16);
+        let svc = own.service(dport, proto)?;
+        let local_session = self.table.find_fwd(self.table.hash_fwd(svc, &src, sport), svc, &src, sport).is_some();
+        // The same on every core (the table's hash is keyed per core): which core of a set
+        // takes a flow must not depend on where its packets arrive.
+        let key = src.key();
+        let mut h = (key as u64) ^ ((key >> 64) as u64).rotate_left(29) ^ ((sport as u64) << 16 | svc as u64).rotate_left(47);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        Some(ForwardFlow { svc, flow_hash: h, local_session })
     }
 
     /// Like [`Snapshot::route`]; a next hop without a known MAC is remembered for

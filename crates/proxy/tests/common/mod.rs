@@ -34,7 +34,21 @@ pub fn cert(dir: &std::path::Path, name: &str, newkey: &[&str]) -> (String, Stri
     (c.display().to_string(), k.display().to_string())
 }
 
+/// A port free now, below the kernel's ephemeral range (32768 and up by default): a port
+/// from that range, free when asked, may meanwhile become the source port of one of the
+/// thousands of client connections a load test opens, and a listener on it then fails with
+/// "Address already in use" (seen in CI).
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    // Spread over 20000-32000 by process, stepping within the process.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 1000) as u16 * 12;
+    for _ in 0..12_000 {
+        let port = 20_000 + (base - 20_000 + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 

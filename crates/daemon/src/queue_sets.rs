@@ -1,0 +1,254 @@
+//! Application queue sets in the data plane (seed 002, ADQ; docs/queue-sets.md).
+//!
+//! A set's services are served by its dedicated workers only, and those workers serve nothing
+//! else: a worker that receives a packet toward a service (the forward direction: client to
+//! VIP) of another group hands it to that group's worker for the flow (a hash of the client's
+//! address and port, the same on every worker) before the pipeline runs on anything, unless it
+//! holds the flow's session already (so a reload that moves a service between groups loses no
+//! connection; new flows go to the new group). Replies need no steering: full NAT replies come
+//! back to the worker that owns their local port (the pipeline hands them on), and NAT replies
+//! are handled where their session is. A set's workers always busy-poll, and what they send may
+//! be rate limited (a token bucket in bits and packets per second, the set's rate shared evenly
+//! among its workers).
+//!
+//! On AF_XDP ports the kernel puts a packet on the queue it arrived on (an AF_XDP socket only
+//! takes its own queue's packets), so the hand-off happens in the receiving worker; on NICs
+//! with flow rules, `vectorlb adq` puts a set's traffic on its own queues before that.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+use vectorlb_config::{QueueSetSpec, RateSpec};
+use vectorlb_lb::Worker;
+
+/// The sets and who serves what. Groups are numbered: set `i` is group `i`, the default set
+/// (everything outside the sets) is group `sets.len()`.
+#[derive(Debug)]
+pub struct QueueSets {
+    pub specs: Vec<QueueSetSpec>,
+    /// Per worker: its group.
+    pub worker_group: Vec<usize>,
+    /// Per group: its workers.
+    pub members: Vec<Vec<u16>>,
+    by_service: HashMap<(IpAddr, u16, u8), usize>,
+}
+
+impl QueueSets {
+    /// The sets of a checked configuration (workers exist, each in one set, at least one left
+    /// for the default group) for `workers` workers.
+    pub fn new(specs: &[QueueSetSpec], workers: u16) -> Arc<QueueSets> {
+        let default = specs.len();
+        let mut worker_group = vec![default; workers as usize];
+        let mut members = vec![Vec::new(); specs.len() + 1];
+        let mut by_service = HashMap::new();
+        for (i, s) in specs.iter().enumerate() {
+            for &w in &s.workers {
+                if let Some(g) = worker_group.get_mut(w as usize) {
+                    *g = i;
+                }
+            }
+            for &svc in &s.services {
+                by_service.insert(svc, i);
+            }
+        }
+        for (w, g) in worker_group.iter().enumerate() {
+            members[*g].push(w as u16);
+        }
+        Arc::new(QueueSets { specs: specs.to_vec(), worker_group, members, by_service })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.specs.is_empty()
+    }
+
+    pub fn default_group(&self) -> usize {
+        self.specs.len()
+    }
+
+    /// The group of the service (VIP, port, protocol).
+    pub fn group_of(&self, vip: IpAddr, port: u16, proto: u8) -> usize {
+        self.by_service.get(&(vip, port, proto)).copied().unwrap_or(self.specs.len())
+    }
+
+    /// Name of a group ("default" for the default set).
+    pub fn name(&self, group: usize) -> &str {
+        self.specs.get(group).map_or("default", |s| s.name.as_str())
+    }
+}
+
+/// Where a received packet goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    /// This worker handles it (its group's, or not a forward packet).
+    Keep,
+    /// Another group's, but this worker holds its session.
+    KeepForSession,
+    /// Hand it to this worker.
+    To(u16),
+}
+
+/// One worker's view: its group, and the group of every service of the snapshot it last saw.
+pub struct Steering {
+    pub sets: Arc<QueueSets>,
+    pub group: usize,
+    /// Snapshot generation `svc_group` was computed for.
+    generation: u64,
+    /// Per service id: its group.
+    svc_group: Vec<usize>,
+    pub bucket: Option<Bucket>,
+}
+
+impl Steering {
+    pub fn new(sets: Arc<QueueSets>, worker: u16) -> Steering {
+        let group = sets.worker_group.get(worker as usize).copied().unwrap_or(sets.default_group());
+        let bucket = sets.specs.get(group).and_then(|s| s.rate.map(|r| Bucket::new(r, s.workers.len().max(1) as u64)));
+        Steering { sets, group, generation: u64::MAX, svc_group: Vec::new(), bucket }
+    }
+
+    /// Whether this worker belongs to a set (it then busy-polls).
+    pub fn dedicated(&self) -> bool {
+        self.group != self.sets.default_group()
+    }
+
+    /// Where a packet received from a port goes.
+    pub fn steer(&mut self, worker: &Worker, frame: &[u8]) -> Steer {
+        let Some(flow) = worker.forward_flow(frame) else { return Steer::Keep };
+        let snap = worker.snapshot();
+        if snap.generation != self.generation {
+            self.generation = snap.generation;
+            self.svc_group.clear();
+            for s in snap.services() {
+                let i = s.id as usize;
+                if self.svc_group.len() <= i {
+                    self.svc_group.resize(i + 1, self.sets.default_group());
+                }
+                self.svc_group[i] = self.sets.group_of(s.spec.vip, s.spec.port, s.spec.proto);
+            }
+        }
+        let group = self.svc_group.get(flow.svc as usize).copied().unwrap_or(self.sets.default_group());
+        if group == self.group {
+            return Steer::Keep;
+        }
+        if flow.local_session {
+            return Steer::KeepForSession;
+        }
+        let members = &self.sets.members[group];
+        if members.is_empty() {
+            return Steer::Keep;
+        }
+        Steer::To(members[(flow.flow_hash % members.len() as u64) as usize])
+    }
+}
+
+/// A token bucket over bytes and packets (either may be unlimited).
+pub struct Bucket {
+    /// Per second (this worker's share), and the most tokens held (the burst).
+    bytes_rate: f64,
+    pkts_rate: f64,
+    bytes_max: f64,
+    pkts_max: f64,
+    bytes: f64,
+    pkts: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    /// `rate` shared among `ways` workers.
+    pub fn new(rate: RateSpec, ways: u64) -> Bucket {
+        let burst = rate.burst_ms as f64 / 1000.0;
+        let bytes_rate = rate.bps.map_or(f64::INFINITY, |b| b as f64 / 8.0 / ways as f64);
+        let pkts_rate = rate.pps.map_or(f64::INFINITY, |p| p as f64 / ways as f64);
+        // At least one full-size frame and one packet of burst, or nothing could pass.
+        let bytes_max = (bytes_rate * burst).max(1600.0);
+        let pkts_max = (pkts_rate * burst).max(1.0);
+        Bucket { bytes_rate, pkts_rate, bytes_max, pkts_max, bytes: bytes_max, pkts: pkts_max, last: Instant::now() }
+    }
+
+    /// Adds what the time since the last refill earned (call once per burst).
+    pub fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.bytes = (self.bytes + dt * self.bytes_rate).min(self.bytes_max);
+        self.pkts = (self.pkts + dt * self.pkts_rate).min(self.pkts_max);
+    }
+
+    /// Takes a packet of `len` bytes if the bucket holds enough.
+    pub fn take(&mut self, len: usize) -> bool {
+        let len = len as f64;
+        if self.bytes >= len && self.pkts >= 1.0 {
+            self.bytes -= len;
+            self.pkts -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn spec(name: &str, workers: &[u16], svc: (&str, u16)) -> QueueSetSpec {
+        QueueSetSpec { name: name.into(), services: vec![(svc.0.parse().unwrap(), svc.1, 6)], workers: workers.to_vec(), rate: None }
+    }
+
+    #[test]
+    fn groups_and_members() {
+        let q = QueueSets::new(&[spec("mc", &[2], ("10.0.0.100", 11211)), spec("api", &[1, 3], ("10.0.0.100", 443))], 5);
+        assert_eq!(q.worker_group, vec![2, 1, 0, 1, 2]);
+        assert_eq!(q.members, vec![vec![2], vec![1, 3], vec![0, 4]]);
+        assert_eq!(q.group_of("10.0.0.100".parse().unwrap(), 11211, 6), 0);
+        assert_eq!(q.group_of("10.0.0.100".parse().unwrap(), 11211, 17), 2);
+        assert_eq!((q.name(1), q.name(2)), ("api", "default"));
+    }
+
+    #[test]
+    fn the_bucket_holds_its_rate_and_burst() {
+        let mut b = Bucket::new(RateSpec { bps: Some(8_000_000), pps: None, burst_ms: 10 }, 1);
+        // 1 MB/s with a 10 ms burst: 10,000 bytes at once, then 1,000 bytes per millisecond.
+        let t0 = b.last;
+        let mut sent = 0;
+        while b.take(100) {
+            sent += 100;
+        }
+        assert_eq!(sent, 10_000);
+        b.refill(t0 + Duration::from_millis(5));
+        let mut more = 0;
+        while b.take(100) {
+            more += 100;
+        }
+        assert_eq!(more, 5_000);
+        // Packets per second: 1,000 pps, 10 ms: 10 packets at once.
+        let mut p = Bucket::new(RateSpec { bps: None, pps: Some(2_000), burst_ms: 10 }, 2);
+        assert_eq!((0..100).filter(|_| p.take(1500)).count(), 10);
+    }
+
+    #[test]
+    fn the_rate_holds_within_5_percent_over_2_seconds() {
+        // 100 Mb/s (12,500 frames of 1000 B a second) and 20,000 packets/s; offered: 40
+        // frames a millisecond (320 Mb/s), for 2 s of the bucket's time, in 1 ms steps.
+        let mut b = Bucket::new(RateSpec { bps: Some(100_000_000), pps: Some(20_000), burst_ms: 10 }, 1);
+        let t0 = b.last;
+        let mut bytes = 0u64;
+        for ms in 1..=2000 {
+            b.refill(t0 + Duration::from_millis(ms));
+            bytes += (0..40).filter(|_| b.take(1000)).count() as u64 * 1000;
+        }
+        let want = 100_000_000.0 / 8.0 * 2.0;
+        let ratio = bytes as f64 / want;
+        assert!((0.95..=1.05).contains(&ratio), "{bytes} bytes in 2 s: {ratio:.4} of the rate");
+        // The packet rate binds when frames are small: 100 B frames at 40 a millisecond.
+        let mut b = Bucket::new(RateSpec { bps: Some(100_000_000), pps: Some(20_000), burst_ms: 10 }, 1);
+        let t0 = b.last;
+        let mut pkts = 0u64;
+        for ms in 1..=2000 {
+            b.refill(t0 + Duration::from_millis(ms));
+            pkts += (0..40).filter(|_| b.take(100)).count() as u64;
+        }
+        let ratio = pkts as f64 / 40_000.0;
+        assert!((0.95..=1.05).contains(&ratio), "{pkts} packets in 2 s: {ratio:.4} of the rate");
+    }
+}
