@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-two-tier bench-tls bench-dispatch demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif clean
+.PHONY: all setup build install demo demo-two-tier bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif clean
 
 all: build
 
@@ -40,6 +40,13 @@ bench-tls: build
 bench-dispatch: build
 	@mkdir -p bench-results
 	@python3 scripts/bench_dispatch.py --out bench-results/dispatch.jsonl
+
+# Queue sets (seed 002): memcached's P99.99 behind the LB with bulk UDP through it, with and
+# without a queue set, by request rate (root; ~3 min; bench-results/queue-sets.jsonl,
+# docs/img/queue-sets.png).
+bench-queue-sets: build
+	@mkdir -p bench-results
+	@python3 scripts/bench_queue_sets.py --out bench-results/queue-sets.jsonl
 
 # The pipeline offline: a capture replayed through a configuration, and two short benchmarks.
 demo-offline: build

@@ -9,6 +9,7 @@
 
 pub mod gen;
 pub mod httpload;
+pub mod memcload;
 pub mod memif;
 pub mod probe;
 

@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use vectorlb_tools::{gen, httpload, memif, probe};
+use vectorlb_tools::{gen, httpload, memcload, memif, probe};
 
 #[derive(Parser)]
 #[command(name = "vectorlb-tools", version, about = "vectorlb's test and benchmark tools (not for production hosts)")]
@@ -29,6 +29,9 @@ enum Cmd {
     /// Open-loop HTTP/1.1 load (fixed arrival rate, latency from the intended send time) with a
     /// mix of request types; latency percentiles per type, one JSON line.
     HttpLoad(httpload::HttpLoadArgs),
+    /// Open-loop memcached load (fixed arrival rate, pipelined requests, latency from the
+    /// intended send time; gets and sets); percentiles to P99.99, one JSON line.
+    MemcacheLoad(memcload::MemcacheLoadArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,13 @@ fn main() -> ExitCode {
         Cmd::MemifFwd(a) => memif::fwd(&a).map(|r| println!("{r}")),
         Cmd::BenchMemif(a) => memif::bench(&a),
         Cmd::HttpLoad(a) => httpload::run(&a).map_err(vectorlb_tools::ToolError::Usage).map(|r| {
+            if a.json {
+                println!("{r}");
+            } else {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            }
+        }),
+        Cmd::MemcacheLoad(a) => memcload::run(&a).map_err(vectorlb_tools::ToolError::Usage).map(|r| {
             if a.json {
                 println!("{r}");
             } else {

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Seed 002's experiment on this project's data plane: memcached's tail latency behind the load
+balancer while bulk traffic crosses the same load balancer, with and without a queue set for
+memcached (`make bench-queue-sets`; root).
+
+Topology (`scripts/netns.sh two-arm`, two queues per LB port): the client namespace runs
+`vectorlb-tools memcache-load` (open loop, 4 clients x 2 connections, 8-byte keys, 64-byte
+values, get:set 4:1, latency from the intended send time, HDR to P99.99) against
+10.0.0.100:11211/tcp (full NAT to Debian's memcached in be1) and `vectorlb-tools gen` on an
+AF_PACKET socket of the same interface sending UDP to 10.0.0.100:9 (full NAT to be2, which
+drops it) at `--bg-pps` of `--bg-size`-byte frames. The LB has two workers. Without sets both
+serve everything; with the set `memcached` (worker 1) the memcached service is worker 1's
+alone, and worker 0 the rest. The two variants alternate on one running LB through a reload
+(which is also what queue sets promise: a reload adds and removes a set).
+
+For each request rate of the sweep, each variant: achieved rate, P99, P99.9, P99.99, and the
+highest rate whose P99.99 stays within the SLA (`--sla-us`, 1000 µs) with every request
+answered. JSON lines on stdout and in --out; a chart like the seed's Figure 4 (P99.99 by rate)
+in --chart when matplotlib is there.
+
+    scripts/bench_queue_sets.py [--rates 2000,5000,10000,20000,40000] [--seconds 4]
+                                [--bg-pps 100000] [--bg-size 1400] [--out FILE] [--chart PNG]
+"""
+import argparse, json, os, subprocess, sys, tempfile, time
+
+import benchutil
+
+P = "vlqs"
+BIN = "target/release/vectorlb"
+TOOLS = "target/release/vectorlb-tools"
+
+
+def sh(*cmd, check=True, **kw):
+    return subprocess.run(list(cmd), check=check, **kw)
+
+
+def ns(name, *cmd, **kw):
+    return sh("ip", "netns", "exec", f"{P}-{name}", *cmd, **kw)
+
+
+def lb_config(d, sets):
+    text = f"""[runtime]
+api = "unix:{d}/api.sock"
+run_dir = "{d}"
+workers = 2
+
+[[ports]]
+name = "ext"
+device = "net_af_xdp0,iface=ext0"
+addrs = ["10.0.0.1/24"]
+
+[[ports]]
+name = "int"
+device = "net_af_xdp1,iface=int0"
+addrs = ["10.1.0.1/24"]
+
+[[services]]
+vip = "10.0.0.100"
+port = 11211
+proto = "tcp"
+mode = "fnat"
+local_addrs = ["10.1.0.200"]
+backends = [{{ addr = "10.1.0.11", port = 11211 }}]
+
+[[services]]
+vip = "10.0.0.100"
+port = 9
+proto = "udp"
+mode = "fnat"
+local_addrs = ["10.1.0.201"]
+backends = [{{ addr = "10.1.0.12", port = 9 }}]
+"""
+    if sets:
+        text += """
+[[queue_sets]]
+name = "memcached"
+services = ["10.0.0.100:11211/tcp"]
+workers = [1]
+"""
+    with open(f"{d}/lb.toml", "w") as f:
+        f.write(text)
+
+
+def chart(rows, sla, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("bench-queue-sets: no matplotlib; no chart", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for variant, color in (("queue_set", "#1f77b4"), ("no_set", "#d62728")):
+        rs = sorted((r for r in rows if r["variant"] == variant), key=lambda r: r["rate"])
+        ax.plot([r["achieved_rps"] / 1000 for r in rs], [(r["total"]["p9999_us"] or 0) for r in rs], "o-", color=color, label=variant.replace("_", " "))
+    ax.axhline(sla, color="#555", ls="--", lw=1, label=f"SLA {sla} µs")
+    ax.set_xlabel("memcached requests/s (thousands)")
+    ax.set_ylabel("P99.99 latency (µs)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("memcached behind the LB, with bulk UDP through it: P99.99 by rate", fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rates", default="2000,5000,10000,20000,40000")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--bg-pps", type=int, default=100_000)
+    ap.add_argument("--bg-size", type=int, default=1400)
+    ap.add_argument("--sla-us", type=int, default=1000)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--chart", default="docs/img/queue-sets.png")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench-queue-sets: run as root (network namespaces)")
+    for b in (BIN, TOOLS):
+        if not os.access(b, os.X_OK):
+            raise SystemExit(f"bench-queue-sets: {b} is missing (cargo build --release)")
+    if not os.path.exists("/usr/bin/memcached"):
+        raise SystemExit("bench-queue-sets: memcached is missing (scripts/setup.sh)")
+    out = open(args.out, "a") if args.out else None
+
+    def emit(d):
+        line = json.dumps(d)
+        print(line, flush=True)
+        if out:
+            out.write(line + "\n")
+            out.flush()
+
+    machine = {"cpu": benchutil.cpu_name(), "nproc": os.cpu_count()}
+    env = dict(os.environ, VLB_QUEUES="2")
+    sh("bash", "scripts/netns.sh", "up", P, "two-arm", env=env, stdout=subprocess.DEVNULL)
+    procs = []
+    d = tempfile.mkdtemp(prefix="vectorlb-qs-")
+    try:
+        procs.append(subprocess.Popen(["ip", "netns", "exec", f"{P}-be1", "memcached", "-l", "10.1.0.11", "-p", "11211", "-U", "0", "-t", "1", "-m", "256", "-c", "4096", "-u", "nobody"]))
+        lb_config(d, sets=False)
+        lb = subprocess.Popen(["ip", "netns", "exec", f"{P}-lb", BIN, "run", "--config", f"{d}/lb.toml"], stdout=open(f"{d}/lb.log", "w"), stderr=subprocess.STDOUT)
+        procs.append(lb)
+        api = f"unix:{d}/api.sock"
+        for _ in range(100):
+            if sh(BIN, "ctl", "--api", api, "--raw", "GET", "/v1/health", check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
+                break
+            if lb.poll() is not None:
+                raise SystemExit("bench-queue-sets: vectorlb run exited:\n" + open(f"{d}/lb.log").read())
+            time.sleep(0.1)
+        ext_mac = subprocess.run(["ip", "netns", "exec", f"{P}-lb", "cat", "/sys/class/net/ext0/address"], capture_output=True, text=True, check=True).stdout.strip()
+        rows = []
+        for rate in [int(x) for x in args.rates.split(",")]:
+            for variant in (("queue_set", "no_set") if rate % 2 == 0 else ("no_set", "queue_set")):
+                lb_config(d, sets=variant == "queue_set")
+                sh(BIN, "ctl", "--api", api, "--reload", stdout=subprocess.DEVNULL)
+                bg = subprocess.Popen(["ip", "netns", "exec", f"{P}-cl", TOOLS, "gen", "--tx", "net_af_packet0,iface=cl0", "--dst-mac", ext_mac,
+                                       "--src-ip", "10.0.0.2", "--dst-ip", "10.0.0.100", "--dst-port", "9", "--proto", "udp", "--flows", "256",
+                                       "--size", str(args.bg_size), "--rate", str(args.bg_pps), "--seconds", str(args.seconds + 2.5), "--json"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                time.sleep(0.5)
+                r = subprocess.run(["ip", "netns", "exec", f"{P}-cl", TOOLS, "memcache-load", "--target", "10.0.0.100:11211", "--rate", str(rate),
+                                    "--seconds", str(args.seconds + 1), "--warmup", "1", "--connections", "8", "--json"], capture_output=True, text=True)
+                bg_out, bg_err = bg.communicate(timeout=60)
+                if r.returncode != 0:
+                    raise SystemExit(f"bench-queue-sets: memcache-load: {r.stderr.strip()}")
+                m = json.loads(r.stdout.strip().splitlines()[-1])
+                try:
+                    g = json.loads(bg_out.strip().splitlines()[-1])
+                except (ValueError, IndexError):
+                    raise SystemExit(f"bench-queue-sets: gen: {bg_err.strip()}")
+                stats = json.loads(subprocess.run([BIN, "ctl", "--api", api, "--raw", "GET", "/v1/stats"], capture_output=True, text=True).stdout or "{}")
+                row = {"bench": "queue_sets", "variant": variant, "rate": rate, "achieved_rps": m["achieved_rps"], "total": m["total"],
+                       "errors": m["errors"], "lost": m["lost"], "bg_pps": round(g.get("tx_mpps", 0) * 1e6), "bg_size": args.bg_size,
+                       "lb_drops": sum((stats.get("drops") or {}).values()) if isinstance(stats.get("drops"), dict) else None, **machine}
+                rows.append(row)
+                emit(row)
+        verdict = {"bench": "queue_sets_sla", "sla_us": args.sla_us, **machine}
+        for variant in ("queue_set", "no_set"):
+            ok = [r["rate"] for r in rows if r["variant"] == variant and r["total"]["p9999_us"] is not None
+                  and r["total"]["p9999_us"] <= args.sla_us and r["errors"] == 0 and r["lost"] == 0 and r["achieved_rps"] >= 0.98 * r["rate"]]
+            verdict[f"max_rate_in_sla_{variant}"] = max(ok) if ok else 0
+        a, b = verdict["max_rate_in_sla_queue_set"], verdict["max_rate_in_sla_no_set"]
+        verdict["ratio"] = round(a / b, 2) if b else None
+        emit(verdict)
+        if args.chart:
+            chart(rows, args.sla_us, args.chart)
+    finally:
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        sh("bash", "scripts/netns.sh", "down", P, check=False)
+
+
+if __name__ == "__main__":
+    main()
