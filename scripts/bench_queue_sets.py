@@ -3,7 +3,9 @@
 balancer while bulk traffic crosses the same load balancer, with and without a queue set for
 memcached (`make bench-queue-sets`; root).
 
-Topology (`scripts/netns.sh two-arm`, two queues per LB port): the client namespace runs
+Topology (`scripts/netns.sh two-arm`; the LB's ports on AF_PACKET with two queues each, which
+the kernel fills by flow hash: DPDK 22.11's AF_XDP driver takes one queue on veth): the client
+namespace runs
 `vectorlb-tools memcache-load` (open loop, 4 clients x 2 connections, 8-byte keys, 64-byte
 values, get:set 4:1, latency from the intended send time, HDR to P99.99) against
 10.0.0.100:11211/tcp (full NAT to Debian's memcached in be1) and `vectorlb-tools gen` on an
@@ -18,8 +20,8 @@ highest rate whose P99.99 stays within the SLA (`--sla-us`, 1000 µs) with every
 answered. JSON lines on stdout and in --out; a chart like the seed's Figure 4 (P99.99 by rate)
 in --chart when matplotlib is there.
 
-    scripts/bench_queue_sets.py [--rates 2000,5000,10000,20000,40000] [--seconds 4]
-                                [--bg-pps 100000] [--bg-size 1400] [--out FILE] [--chart PNG]
+    scripts/bench_queue_sets.py [--rates 1000,2000,5000,10000,20000] [--seconds 4]
+                                [--bg-pps 50000] [--bg-size 1400] [--sla-us 1000] [--out FILE] [--chart PNG]
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 
@@ -38,7 +40,7 @@ def ns(name, *cmd, **kw):
     return sh("ip", "netns", "exec", f"{P}-{name}", *cmd, **kw)
 
 
-def lb_config(d, sets):
+def lb_config(d, sets, busy_poll=True):
     text = f"""[runtime]
 api = "unix:{d}/api.sock"
 run_dir = "{d}"
@@ -46,12 +48,12 @@ workers = 2
 
 [[ports]]
 name = "ext"
-device = "net_af_xdp0,iface=ext0"
+device = "net_af_packet0,iface=ext0,qpairs=2"
 addrs = ["10.0.0.1/24"]
 
 [[ports]]
 name = "int"
-device = "net_af_xdp1,iface=int0"
+device = "net_af_packet1,iface=int0,qpairs=2"
 addrs = ["10.1.0.1/24"]
 
 [[services]]
@@ -76,7 +78,7 @@ backends = [{{ addr = "10.1.0.12", port = 9 }}]
 name = "memcached"
 services = ["10.0.0.100:11211/tcp"]
 workers = [1]
-"""
+""" + ("" if busy_poll else "busy_poll = false\n")
     with open(f"{d}/lb.toml", "w") as f:
         f.write(text)
 
@@ -106,11 +108,12 @@ def chart(rows, sla, path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rates", default="2000,5000,10000,20000,40000")
+    ap.add_argument("--rates", default="1000,2000,5000,10000,20000")
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--bg-pps", type=int, default=100_000)
+    ap.add_argument("--bg-pps", type=int, default=50_000)
     ap.add_argument("--bg-size", type=int, default=1400)
     ap.add_argument("--sla-us", type=int, default=1000)
+    ap.add_argument("--nap", action="store_true", help="the set's worker naps when idle (busy_poll = false) instead of polling without rest")
     ap.add_argument("--out", default=None)
     ap.add_argument("--chart", default="docs/img/queue-sets.png")
     args = ap.parse_args()
@@ -151,7 +154,7 @@ def main():
         rows = []
         for rate in [int(x) for x in args.rates.split(",")]:
             for variant in (("queue_set", "no_set") if rate % 2 == 0 else ("no_set", "queue_set")):
-                lb_config(d, sets=variant == "queue_set")
+                lb_config(d, sets=variant == "queue_set", busy_poll=not args.nap)
                 sh(BIN, "ctl", "--api", api, "--reload", stdout=subprocess.DEVNULL)
                 bg = subprocess.Popen(["ip", "netns", "exec", f"{P}-cl", TOOLS, "gen", "--tx", "net_af_packet0,iface=cl0", "--dst-mac", ext_mac,
                                        "--src-ip", "10.0.0.2", "--dst-ip", "10.0.0.100", "--dst-port", "9", "--proto", "udp", "--flows", "256",
@@ -169,19 +172,22 @@ def main():
                 except (ValueError, IndexError):
                     raise SystemExit(f"bench-queue-sets: gen: {bg_err.strip()}")
                 stats = json.loads(subprocess.run([BIN, "ctl", "--api", api, "--raw", "GET", "/v1/stats"], capture_output=True, text=True).stdout or "{}")
-                row = {"bench": "queue_sets", "variant": variant, "rate": rate, "achieved_rps": m["achieved_rps"], "total": m["total"],
+                row = {"bench": "queue_sets", "variant": variant, "busy_poll": not args.nap, "rate": rate, "achieved_rps": m["achieved_rps"], "total": m["total"],
                        "errors": m["errors"], "lost": m["lost"], "bg_pps": round(g.get("tx_mpps", 0) * 1e6), "bg_size": args.bg_size,
                        "lb_drops": sum((stats.get("drops") or {}).values()) if isinstance(stats.get("drops"), dict) else None, **machine}
                 rows.append(row)
                 emit(row)
-        verdict = {"bench": "queue_sets_sla", "sla_us": args.sla_us, **machine}
-        for variant in ("queue_set", "no_set"):
-            ok = [r["rate"] for r in rows if r["variant"] == variant and r["total"]["p9999_us"] is not None
-                  and r["total"]["p9999_us"] <= args.sla_us and r["errors"] == 0 and r["lost"] == 0 and r["achieved_rps"] >= 0.98 * r["rate"]]
-            verdict[f"max_rate_in_sla_{variant}"] = max(ok) if ok else 0
-        a, b = verdict["max_rate_in_sla_queue_set"], verdict["max_rate_in_sla_no_set"]
-        verdict["ratio"] = round(a / b, 2) if b else None
-        emit(verdict)
+        # The seed's SLA, and ten times it (this machine's own floor is above the seed's SLA:
+        # see docs/queue-sets.md).
+        for sla in (args.sla_us, 10 * args.sla_us):
+            verdict = {"bench": "queue_sets_sla", "sla_us": sla, "bg_pps": args.bg_pps, "bg_size": args.bg_size, **machine}
+            for variant in ("queue_set", "no_set"):
+                ok = [r["rate"] for r in rows if r["variant"] == variant and r["total"]["p9999_us"] is not None
+                      and r["total"]["p9999_us"] <= sla and r["errors"] == 0 and r["lost"] == 0 and r["achieved_rps"] >= 0.98 * r["rate"]]
+                verdict[f"max_rate_in_sla_{variant}"] = max(ok) if ok else 0
+            a, b = verdict["max_rate_in_sla_queue_set"], verdict["max_rate_in_sla_no_set"]
+            verdict["ratio"] = round(a / b, 2) if b else None
+            emit(verdict)
         if args.chart:
             chart(rows, args.sla_us, args.chart)
     finally:

@@ -335,6 +335,10 @@ pub struct QueueSetSpec {
     pub workers: Vec<u16>,
     /// The egress limit of what its workers transmit.
     pub rate: Option<RateSpec>,
+    /// Whether its workers poll without ever sleeping (the default, as ADQ's pollers do);
+    /// false lets them nap when idle like the others (small machines, where a core that
+    /// never rests is one the application cannot use).
+    pub busy_poll: bool,
 }
 
 /// A token bucket: bits and/or packets per second, with a burst of `burst_ms` at that rate.
@@ -354,6 +358,8 @@ struct RawQueueSet {
     workers: Vec<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rate: Option<RawRate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    busy_poll: Option<bool>,
 }
 
 #[derive(Deserialize, Serialize)]
@@ -658,7 +664,7 @@ fn queue_sets(raw: &[RawQueueSet], spec: &LbSpec, workers: u16) -> Result<Vec<Qu
                 Some(RateSpec { bps: r.bps, pps: r.pps, burst_ms })
             }
         };
-        out.push(QueueSetSpec { name: q.name.clone(), services, workers: q.workers.clone(), rate });
+        out.push(QueueSetSpec { name: q.name.clone(), services, workers: q.workers.clone(), rate, busy_poll: q.busy_poll.unwrap_or(true) });
     }
     if !out.is_empty() && taken_workers.len() >= workers as usize {
         bail!("queue_sets: every worker is dedicated to a set; leave at least one for the rest of the traffic (runtime.workers = {workers})");
@@ -1328,6 +1334,7 @@ impl Config {
                         .collect(),
                     workers: q.workers.clone(),
                     rate: q.rate.map(|r| RawRate { bps: r.bps, pps: r.pps, burst_ms: Some(r.burst_ms) }),
+                    busy_poll: (!q.busy_poll).then_some(false),
                 })
                 .collect(),
         }
@@ -1455,7 +1462,11 @@ mod tests {
         let q = &c.queue_sets[0];
         assert_eq!((q.name.as_str(), q.services.clone(), q.workers.clone()), ("web", vec![("10.0.0.100".parse().unwrap(), 80, proto::TCP)], vec![2]));
         assert_eq!(q.rate, Some(RateSpec { bps: Some(1_000_000_000), pps: Some(100_000), burst_ms: 10 }));
+        assert!(q.busy_poll);
         assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+        let napping = Config::parse(&good.replace("workers = [2]\n", "workers = [2]\nbusy_poll = false\n")).unwrap();
+        assert!(!napping.queue_sets[0].busy_poll);
+        assert_eq!(Config::parse(&napping.to_toml()).unwrap(), napping);
         let set = |body: &str| format!("{base}\n[[queue_sets]]\n{body}\n");
         for (body, want) in [
             ("name = \"default\"\nservices = []\nworkers = [1]", "queue_sets[0].name"),

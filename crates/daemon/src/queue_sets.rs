@@ -106,9 +106,9 @@ impl Steering {
         Steering { sets, group, generation: u64::MAX, svc_group: Vec::new(), bucket }
     }
 
-    /// Whether this worker belongs to a set (it then busy-polls).
-    pub fn dedicated(&self) -> bool {
-        self.group != self.sets.default_group()
+    /// Whether this worker belongs to a set that busy-polls.
+    pub fn busy_polls(&self) -> bool {
+        self.sets.specs.get(self.group).is_some_and(|s| s.busy_poll)
     }
 
     /// Where a packet received from a port goes.
@@ -192,7 +192,7 @@ mod tests {
     use std::time::Duration;
 
     fn spec(name: &str, workers: &[u16], svc: (&str, u16)) -> QueueSetSpec {
-        QueueSetSpec { name: name.into(), services: vec![(svc.0.parse().unwrap(), svc.1, 6)], workers: workers.to_vec(), rate: None }
+        QueueSetSpec { name: name.into(), services: vec![(svc.0.parse().unwrap(), svc.1, 6)], workers: workers.to_vec(), rate: None, busy_poll: true }
     }
 
     #[test]

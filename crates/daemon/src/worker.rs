@@ -124,9 +124,9 @@ impl<P: Packet> WorkerLoop<P> {
                 self.worker.idle(now, 256);
                 self.messages();
                 empty_polls = empty_polls.saturating_add(1);
-                // A queue set's workers always busy-poll.
-                let dedicated = self.steering.as_ref().is_some_and(Steering::dedicated);
-                if empty_polls > SPIN_POLLS && max_sleep > 0 && !dedicated {
+                // A queue set's workers busy-poll (unless the set says otherwise).
+                let busy = self.steering.as_ref().is_some_and(Steering::busy_polls);
+                if empty_polls > SPIN_POLLS && max_sleep > 0 && !busy {
                     // Back off: 8, 16, ... microseconds up to the configured bound.
                     let k = ((empty_polls - SPIN_POLLS) / 64).min(6);
                     let us = (8u32 << k).min(max_sleep);

@@ -220,7 +220,7 @@ fn a_reply_to_another_workers_local_port_is_handed_to_it() {
 
 /// The set "mc": UDP 10.0.0.100:11211 on the given workers.
 fn mc(workers: &[u16]) -> QueueSetSpec {
-    QueueSetSpec { name: "mc".into(), services: vec![(ip("10.0.0.100"), 11211, proto::UDP)], workers: workers.to_vec(), rate: None }
+    QueueSetSpec { name: "mc".into(), services: vec![(ip("10.0.0.100"), 11211, proto::UDP)], workers: workers.to_vec(), rate: None, busy_poll: true }
 }
 
 fn query(dport: u16, sport: u16) -> Vec<u8> {
