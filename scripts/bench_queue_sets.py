@@ -174,7 +174,9 @@ def main():
                 stats = json.loads(subprocess.run([BIN, "ctl", "--api", api, "--raw", "GET", "/v1/stats"], capture_output=True, text=True).stdout or "{}")
                 row = {"bench": "queue_sets", "variant": variant, "busy_poll": not args.nap, "rate": rate, "achieved_rps": m["achieved_rps"], "total": m["total"],
                        "errors": m["errors"], "lost": m["lost"], "bg_pps": round(g.get("tx_mpps", 0) * 1e6), "bg_size": args.bg_size,
-                       "lb_drops": sum((stats.get("drops") or {}).values()) if isinstance(stats.get("drops"), dict) else None, **machine}
+                       "lb_drops": sum((stats.get("drops") or {}).values()) if isinstance(stats.get("drops"), dict) else None,
+                       # Cumulative since the LB started (both variants alternate on it).
+                       "lb_queue_sets": [{"name": q["name"], "workers": q["workers"], **q["packets"]} for q in stats.get("queue_sets") or []], **machine}
                 rows.append(row)
                 emit(row)
         # The seed's SLA, and ten times it (this machine's own floor is above the seed's SLA:

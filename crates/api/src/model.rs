@@ -575,6 +575,28 @@ pub struct Stats {
     pub sync: SyncStatus,
     /// Per second, over the last 10 s.
     pub rates: GlobalRates,
+    /// Application queue sets (`[[queue_sets]]`), then the default set (every worker of no
+    /// set); empty without sets.
+    #[serde(default)]
+    pub queue_sets: Vec<QueueSetStatus>,
+}
+
+/// A queue set: its workers and what they counted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct QueueSetStatus {
+    /// The set's name (`default`: the workers of no set).
+    pub name: String,
+    pub workers: Vec<u16>,
+    /// Its services, `VIP:PORT/PROTO`.
+    pub services: Vec<String>,
+    /// Whether its workers poll without sleeping.
+    pub busy_poll: bool,
+    /// Its egress limit, bits and packets per second (absent: none).
+    pub rate_bps: Option<u64>,
+    pub rate_pps: Option<u64>,
+    /// Its workers' counters: `rx`, `tx` (the pipeline's), `steered` (handed to another
+    /// set's worker), `kept_for_session`, `dropped` (every reason), `rate_limited`.
+    pub packets: BTreeMap<String, u64>,
 }
 
 /// A port. Beside the fields listed, the object holds the driver's basic counters by name

@@ -140,6 +140,30 @@ fn rates(r: crate::rates::Rate) -> Rates {
     Rates { new_sessions_per_second: r.new_sessions, packets_per_second: r.packets, bytes_per_second: r.bytes }
 }
 
+impl Daemon {
+    /// Each queue set and the default set, with its counters (empty without sets).
+    fn queue_set_status(&self) -> Vec<QueueSetStatus> {
+        let sets = self.config.queue_sets.load();
+        if sets.is_empty() {
+            return Vec::new();
+        }
+        (0..sets.members.len())
+            .map(|g| {
+                let spec = sets.specs.get(g);
+                QueueSetStatus {
+                    name: sets.name(g).to_string(),
+                    workers: sets.members[g].clone(),
+                    services: spec.map(|s| s.services.iter().map(|(v, p, pr)| vectorlb_config::service_name(*v, *p, *pr)).collect()).unwrap_or_default(),
+                    busy_poll: spec.is_some_and(|s| s.busy_poll),
+                    rate_bps: spec.and_then(|s| s.rate).and_then(|r| r.bps),
+                    rate_pps: spec.and_then(|s| s.rate).and_then(|r| r.pps),
+                    packets: crate::queue_sets::group_packets(&sets, &self.workers, g).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                }
+            })
+            .collect()
+    }
+}
+
 impl LbControl for Daemon {
     fn history(&self) -> History {
         let services = self.config.with(|c| c.spec.services.clone());
@@ -366,6 +390,7 @@ impl LbControl for Daemon {
                     drops_by_reason: self.rates.drops().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
                 }
             },
+            queue_sets: self.queue_set_status(),
         }
     }
 

@@ -53,17 +53,8 @@ pub fn render(d: &Daemon) -> String {
         head(&mut o, "vectorlb_queue_set_packets_total", "counter", "Packets of each queue set's workers: received (the pipeline's rx), sent (tx), steered to another set's worker, kept for a session, dropped (every reason), dropped by the set's egress limit.");
         for (g, members) in sets.members.iter().enumerate() {
             let name = esc(sets.name(g));
-            let p = d.workers.totals_of(members.iter().map(|w| *w as usize));
             let _ = writeln!(o, "vectorlb_queue_set_workers{{set=\"{name}\"}} {}", members.len());
-            let drops: u64 = p.counters.drop_counts().map(|(_, v)| v).sum::<u64>() + p.io.tx_full + p.io.multi_segment + p.io.handoff_full + p.io.rate_limited;
-            for (k, v) in [
-                ("rx", p.counters.events.rx),
-                ("tx", p.counters.events.tx),
-                ("steered", p.io.steered),
-                ("kept_for_session", p.io.kept_for_session),
-                ("dropped", drops),
-                ("rate_limited", p.io.rate_limited),
-            ] {
+            for (k, v) in crate::queue_sets::group_packets(&sets, &d.workers, g) {
                 let _ = writeln!(o, "vectorlb_queue_set_packets_total{{set=\"{name}\",kind=\"{k}\"}} {v}");
             }
         }

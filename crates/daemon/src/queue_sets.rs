@@ -77,6 +77,20 @@ impl QueueSets {
     }
 }
 
+/// A group's counters, summed over its workers (the API's and /metrics' view of a set).
+pub fn group_packets(sets: &QueueSets, workers: &crate::workers::Workers, group: usize) -> [(&'static str, u64); 6] {
+    let p = workers.totals_of(sets.members.get(group).into_iter().flatten().map(|w| *w as usize));
+    let drops: u64 = p.counters.drop_counts().map(|(_, v)| v).sum::<u64>() + p.io.tx_full + p.io.multi_segment + p.io.handoff_full + p.io.rate_limited;
+    [
+        ("rx", p.counters.events.rx),
+        ("tx", p.counters.events.tx),
+        ("steered", p.io.steered),
+        ("kept_for_session", p.io.kept_for_session),
+        ("dropped", drops),
+        ("rate_limited", p.io.rate_limited),
+    ]
+}
+
 /// Where a received packet goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Steer {

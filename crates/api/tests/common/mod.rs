@@ -80,6 +80,7 @@ impl LbControl for Fake {
             ha: self.ha(),
             sync: SyncStatus::default(),
             rates: GlobalRates::default(),
+            queue_sets: vec![],
         }
     }
     fn history(&self) -> History {
