@@ -23,6 +23,7 @@ install: build
 demo: build
 	@bash scripts/demo.sh
 	@bash scripts/demo-two-tier.sh
+	@python3 scripts/bench_queue_sets.py --demo
 
 # The two tiers of an ingress: the L4 LB (full NAT, Maglev) in front of two TLS-terminating
 # proxies in front of nginx; HTTPS from curl and h2load. Ends with TWO-TIER OK ... (root).

@@ -116,7 +116,10 @@ def main():
     ap.add_argument("--nap", action="store_true", help="the set's worker naps when idle (busy_poll = false) instead of polling without rest")
     ap.add_argument("--out", default=None)
     ap.add_argument("--chart", default="docs/img/queue-sets.png")
+    ap.add_argument("--demo", action="store_true", help="one short point per variant, checked; ends with QUEUE-SETS OK or FAILED (make demo)")
     args = ap.parse_args()
+    if args.demo:
+        args.rates, args.seconds, args.chart = "2000", 2.0, ""
     if os.geteuid() != 0:
         raise SystemExit("bench-queue-sets: run as root (network namespaces)")
     for b in (BIN, TOOLS):
@@ -179,6 +182,21 @@ def main():
                        "lb_queue_sets": [{"name": q["name"], "workers": q["workers"], **q["packets"]} for q in stats.get("queue_sets") or []], **machine}
                 rows.append(row)
                 emit(row)
+        if args.demo:
+            # Every request answered in both variants; with the set, its worker served
+            # memcached and dropped nothing, and the bulk traffic that reached its queue went on
+            # to the default worker.
+            qs = next(r for r in rows if r["variant"] == "queue_set")
+            sets = {q["name"]: q for q in qs["lb_queue_sets"]}
+            mc, df = sets.get("memcached", {}), sets.get("default", {})
+            ok = (all(r["errors"] == 0 and r["lost"] == 0 for r in rows) and mc.get("rx", 0) > 0 and mc.get("dropped", 1) == 0
+                  and mc.get("steered", 0) > 0 and df.get("rx", 0) > 0)
+            print(f"QUEUE-SETS {'OK' if ok else 'FAILED'} requests={sum(r['total']['requests'] for r in rows)} "
+                  f"set_rx={mc.get('rx')} set_steered_out={mc.get('steered')} default_steered_out={df.get('steered')} "
+                  f"p9999_us_set={qs['total']['p9999_us']}")
+            if not ok:
+                sys.exit(1)
+            return
         # The seed's SLA, and ten times it (this machine's own floor is above the seed's SLA:
         # see docs/queue-sets.md).
         for sla in (args.sla_us, 10 * args.sla_us):
