@@ -476,6 +476,50 @@ fn two_workers_on_af_packet_hand_replies_to_their_owner() {
 }
 
 #[test]
+fn a_queue_sets_service_is_served_by_its_worker_alone_and_a_reload_removes_the_set() {
+    // Two workers on AF_PACKET queues that the kernel fills by flow hash, so both services'
+    // packets arrive at both workers. The set "web" (port 80) has worker 1; port 8080 is the
+    // default set's (worker 0).
+    let mut t = Topo::new("vq", Shape::TwoArm, 1500);
+    t.nginx();
+    let base = t
+        .base_config(None)
+        .replace("net_af_xdp0,iface=ext0", "net_af_packet0,iface=ext0,qpairs=2")
+        .replace("net_af_xdp1,iface=int0", "net_af_packet1,iface=int0,qpairs=2")
+        .replace("[runtime]\n", "[runtime]\nworkers = 2\n")
+        + &service("10.0.0.100", 80, "tcp", "fnat", "rr", Some("10.1.0.200"), &backends(false, 80))
+        + &service("10.0.0.100", 8080, "tcp", "fnat", "rr", Some("10.1.0.201"), &backends(false, 80));
+    let with_set = format!("{base}[[queue_sets]]\nname = \"web\"\nservices = [\"10.0.0.100:80/tcp\"]\nworkers = [1]\n");
+    t.start_lb(&with_set);
+    for port in [80, 8080] {
+        let r = t.http(&format!("http://10.0.0.100:{port}/"), 600, 8);
+        assert_eq!(r["errors"], 0, "port {port}: {r}");
+    }
+    // Each worker's sessions belong to its own group's service only.
+    let vips = |w: u16| -> Vec<String> {
+        let s = t.get(&format!("/v1/sessions?worker={w}&limit=10000"));
+        s["sessions"].as_array().unwrap().iter().map(|x| x["vip"].as_str().unwrap().to_string()).collect()
+    };
+    let (w0, w1) = (vips(0), vips(1));
+    assert!(w1.len() >= 300 && w1.iter().all(|v| v == "10.0.0.100:80"), "worker 1 (the set): {} sessions, {:?}", w1.len(), &w1[..w1.len().min(5)]);
+    assert!(w0.len() >= 300 && w0.iter().all(|v| v == "10.0.0.100:8080"), "worker 0 (default): {} sessions", w0.len());
+    let st = t.stats();
+    let sets = st["queue_sets"].as_array().unwrap();
+    assert_eq!((sets[0]["name"].as_str(), sets[1]["name"].as_str()), (Some("web"), Some("default")), "{st}");
+    assert!(sets[0]["packets"]["rx"].as_u64().unwrap() > 0 && sets[0]["packets"]["dropped"] == 0, "{st}");
+    assert!(st["io"]["steered"].as_u64().unwrap() > 0, "packets crossed to their group's worker: {st}");
+    // A reload without the set: new flows of port 80 open wherever they arrive.
+    std::fs::write(t.config_path(), &base).unwrap();
+    let (s, v) = t.call("POST", "/v1/reload", None);
+    assert_eq!(s, 200, "{v}");
+    assert!(t.stats()["queue_sets"].as_array().unwrap().is_empty());
+    let r = t.http("http://10.0.0.100:80/", 600, 8);
+    assert_eq!(r["errors"], 0, "{r}");
+    assert!(vips(0).iter().any(|v| v == "10.0.0.100:80"), "without the set, worker 0 serves port 80 too");
+    t.stop_lb();
+}
+
+#[test]
 fn clear_errors_for_a_missing_interface_and_a_port_in_use() {
     let mut t = Topo::new("ve", Shape::TwoArm, 1500);
     let mut c = t.base_config(None);
