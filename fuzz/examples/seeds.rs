@@ -216,16 +216,12 @@ fn main() {
     tcp_close(&mut s, "198.51.100.11:40001", "10.0.0.100:80");
     seeds.push(("fnat4-core1-batch4", s));
 
-    // IPv6 full NAT with TOA, plus a too-big from the backend about the forwarded SYN.
+    // IPv6 full NAT with TOA behind the SYN proxy (fuzz/pipeline.toml: synproxy = "on"): the
+    // SYN is answered with a cookie, and nothing reaches a backend yet.
     let mut s = new(0);
     let (c, vip) = ("[2001:db8:ff::10]:40000", "[2001:db8::100]:443");
-    let (syn, synack) = tcp_open(&mut s, c, vip);
-    let f = seen(&syn);
-    s.push(icmp_error(&f.dst.to_string(), &f.src.to_string(), &f.ip, Some(1280), (f.eth_dst, INT_MAC), Some(100))).expect("translated");
-    let r = seen(&synack);
-    s.push(icmp_error("2001:db8:ff::1", "2001:db8::100", &r.ip, None, (GW_MAC, EXT_MAC), None)).expect("translated");
-    tcp_close(&mut s, c, vip);
-    seeds.push(("fnat6-conversation-icmp", s));
+    s.push(client_tcp(c, vip, SYN).tcp_options(&[2, 4, 5, 0xb4, 1, 3, 3, 7]).build()).expect("SYN answered with a cookie");
+    seeds.push(("fnat6-synproxy-syn", s));
 
     // IPv4 NAT UDP: queries from two clients, replies, and ICMP errors both ways.
     let mut s = new(0);
@@ -428,6 +424,10 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("create corpus dir");
     std::fs::write(dir.join("seed-pipeline.toml"), pipeline::CONFIG).expect("write seed");
     std::fs::write(dir.join("seed-fnat-demo.toml"), DEMO).expect("write seed");
+    // The demo's file with a queue set (three workers, one in the set, a rate limit).
+    let sets = format!("[runtime]\nworkers = 3\n\n{DEMO}")
+        + "\n[[queue_sets]]\nname = \"web\"\nservices = [\"10.0.0.100:80/tcp\"]\nworkers = [2]\nrate = { bps = 1000000000, pps = 100000, burst_ms = 10 }\nbusy_poll = false\n";
+    std::fs::write(dir.join("seed-queue-sets.toml"), sets).expect("write seed");
     // The proxy's: every TOML example of docs/proxy.md.
     let pdir = root.join("proxy_config");
     std::fs::create_dir_all(&pdir).expect("create corpus dir");
@@ -438,5 +438,5 @@ fn main() {
         std::fs::write(pdir.join(format!("seed-doc-{i}.toml")), toml).expect("write seed");
         n += 1;
     }
-    println!("wrote {count} pipeline seeds to {}, 2 config seeds to {} and {n} proxy seeds to {}", root.join("pipeline").display(), dir.display(), pdir.display());
+    println!("wrote {count} pipeline seeds to {}, 3 config seeds to {} and {n} proxy seeds to {}", root.join("pipeline").display(), dir.display(), pdir.display());
 }
