@@ -19,7 +19,7 @@ matplotlib is there.
     scripts/bench_dispatch.py [--tools target/release/vectorlb-tools] [--bin target/release/vectorlb]
                               [--seconds 8] [--rounds 2] [--out bench-results/dispatch.jsonl]
 """
-import argparse, functools, json, os, statistics, subprocess, sys, tempfile
+import argparse, functools, json, os, statistics, subprocess, tempfile
 
 import benchutil
 from benchutil import CLIENT_CPU, SERVER_CPU, cpu_name, free_port
@@ -41,12 +41,8 @@ def load(args, port, rate, connections):
 
 
 def chart(rows, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("bench-dispatch: no matplotlib; no chart", file=sys.stderr)
+    plt = benchutil.pyplot("bench-dispatch")
+    if plt is None:
         return
     loads = sorted({r["load"] for r in rows})
     fig, axes = plt.subplots(1, len(loads), figsize=(4.2 * len(loads), 3.6), sharey=False)
@@ -65,9 +61,7 @@ def chart(rows, path):
         ax.set_yscale("log")
         ax.legend(fontsize=8)
     fig.suptitle("Proxy: p99 by object size (priority class): priority dispatch (software queue; eventdev: DPDK event_sw), FIFO dispatch, SO_REUSEPORT workers", fontsize=10)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.savefig(path, dpi=110)
+    benchutil.save_chart(fig, path)
 
 
 def main():
@@ -88,14 +82,7 @@ def main():
     for tool in (args.bin, args.tools):
         if not os.access(tool, os.X_OK):
             raise SystemExit(f"bench-dispatch: {tool} is missing (cargo build --release)")
-    out = open(args.out, "a") if args.out else None
-
-    def emit(d):
-        line = json.dumps(d)
-        print(line, flush=True)
-        if out:
-            out.write(line + "\n")
-            out.flush()
+    emit = benchutil.emitter(args.out)
 
     machine = {"cpu": cpu_name(), "nproc": os.cpu_count()}
     procs = {}
@@ -177,13 +164,7 @@ priority = {{ query = "prio" }}
             if args.chart:
                 chart(rows, args.chart)
         finally:
-            for ps, _ in procs.values():
-                for p in ps:
-                    p.terminate()
-                    try:
-                        p.wait(5)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
+            benchutil.stop([p for ps, _ in procs.values() for p in ps])
 
 
 if __name__ == "__main__":

@@ -41,36 +41,20 @@ def ns(name, *cmd, **kw):
 
 
 def lb_config(d, sets, busy_poll=True):
-    text = f"""[runtime]
-api = "unix:{d}/api.sock"
-run_dir = "{d}"
-workers = 2
-
-[[ports]]
-name = "ext"
-device = "net_af_packet0,iface=ext0,qpairs=2"
-addrs = ["10.0.0.1/24"]
-
-[[ports]]
-name = "int"
-device = "net_af_packet1,iface=int0,qpairs=2"
-addrs = ["10.1.0.1/24"]
-
+    """The LB's file: scripts/lib.sh's ports, on AF_PACKET with two queues (one per worker);
+    memcached (to be1) and the bulk UDP sink (to be2); the set when `sets`."""
+    base = subprocess.run(["bash", "-c", '. scripts/lib.sh && lb_base_config "$1" "workers = 2"', "_", d],
+                          capture_output=True, text=True, check=True).stdout
+    text = base.replace("net_af_xdp0,iface=ext0", "net_af_packet0,iface=ext0,qpairs=2").replace("net_af_xdp1,iface=int0", "net_af_packet1,iface=int0,qpairs=2")
+    for port, proto, laddr, backend in ((11211, "tcp", "10.1.0.200", "10.1.0.11"), (9, "udp", "10.1.0.201", "10.1.0.12")):
+        text += f"""
 [[services]]
 vip = "10.0.0.100"
-port = 11211
-proto = "tcp"
+port = {port}
+proto = "{proto}"
 mode = "fnat"
-local_addrs = ["10.1.0.200"]
-backends = [{{ addr = "10.1.0.11", port = 11211 }}]
-
-[[services]]
-vip = "10.0.0.100"
-port = 9
-proto = "udp"
-mode = "fnat"
-local_addrs = ["10.1.0.201"]
-backends = [{{ addr = "10.1.0.12", port = 9 }}]
+local_addrs = ["{laddr}"]
+backends = [{{ addr = "{backend}", port = {port} }}]
 """
     if sets:
         text += """
@@ -84,12 +68,8 @@ workers = [1]
 
 
 def chart(rows, sla, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("bench-queue-sets: no matplotlib; no chart", file=sys.stderr)
+    plt = benchutil.pyplot("bench-queue-sets")
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for variant, color in (("queue_set", "#1f77b4"), ("no_set", "#d62728")):
@@ -101,9 +81,7 @@ def chart(rows, sla, path):
     ax.set_yscale("log")
     ax.legend(fontsize=8)
     ax.set_title("memcached behind the LB, with bulk UDP through it: P99.99 by rate", fontsize=9)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.savefig(path, dpi=110)
+    benchutil.save_chart(fig, path)
 
 
 def main():
@@ -127,14 +105,7 @@ def main():
             raise SystemExit(f"bench-queue-sets: {b} is missing (cargo build --release)")
     if not os.path.exists("/usr/bin/memcached"):
         raise SystemExit("bench-queue-sets: memcached is missing (scripts/setup.sh)")
-    out = open(args.out, "a") if args.out else None
-
-    def emit(d):
-        line = json.dumps(d)
-        print(line, flush=True)
-        if out:
-            out.write(line + "\n")
-            out.flush()
+    emit = benchutil.emitter(args.out)
 
     machine = {"cpu": benchutil.cpu_name(), "nproc": os.cpu_count()}
     env = dict(os.environ, VLB_QUEUES="2")
@@ -211,12 +182,7 @@ def main():
         if args.chart:
             chart(rows, args.sla_us, args.chart)
     finally:
-        for p in procs:
-            p.terminate()
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        benchutil.stop(procs)
         sh("bash", "scripts/netns.sh", "down", P, check=False)
 
 

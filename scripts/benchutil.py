@@ -1,7 +1,8 @@
-"""What the benchmark scripts (bench_tls.py, bench_dispatch.py) share: the CPUs server and
-client are pinned to, free loopback ports, waiting for a server to listen, and the CPU's name
-and flags for the JSON lines."""
-import socket, time
+"""What the benchmark scripts (bench_tls.py, bench_dispatch.py, bench_queue_sets.py) share: the
+CPUs server and client are pinned to, free loopback ports, waiting for a server to listen, the
+CPU's name and flags for the JSON lines, JSON-line output, stopping child processes, and
+matplotlib for the charts."""
+import json, os, socket, subprocess, sys, time
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 
@@ -41,3 +42,45 @@ def cpu_flags():
         if line.startswith("flags"):
             return set(line.split(":", 1)[1].split())
     return set()
+
+
+def emitter(path):
+    """A function that prints a record as a JSON line and appends it to `path` (if given)."""
+    out = open(path, "a") if path else None
+
+    def emit(d):
+        line = json.dumps(d)
+        print(line, flush=True)
+        if out:
+            out.write(line + "\n")
+            out.flush()
+
+    return emit
+
+
+def stop(procs, timeout=5):
+    """Terminates the processes, killing those that do not end within `timeout` seconds."""
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def pyplot(tool):
+    """matplotlib.pyplot for a chart file, or None (saying so) where matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        print(f"{tool}: no matplotlib; no chart", file=sys.stderr)
+        return None
+
+
+def save_chart(fig, path):
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)

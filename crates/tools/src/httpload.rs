@@ -69,7 +69,7 @@ pub fn parse_request(s: &str) -> Result<RequestType, String> {
 }
 
 /// The next number of a xorshift sequence (the request mix; `state` must not be 0).
-fn xorshift(state: &mut u64) -> u64 {
+pub(crate) fn xorshift(state: &mut u64) -> u64 {
     *state ^= *state << 13;
     *state ^= *state >> 7;
     *state ^= *state << 17;
@@ -102,7 +102,8 @@ struct Tally {
     bad_status: Vec<u64>,
 }
 
-fn histogram() -> Histogram<u64> {
+/// A latency histogram: 1 µs to 60 s, 3 significant digits.
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
 }
 

@@ -18,6 +18,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::httpload::{histogram, xorshift};
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct MemcacheLoadArgs {
     /// The server, ADDRESS:PORT.
@@ -107,17 +109,6 @@ pub fn read_reply(r: &mut impl BufRead, line: &mut String, max_value: usize) -> 
         return Err(bad("a get answered with more than one value"));
     }
     Ok(Reply::Hit)
-}
-
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
-}
-
-fn xorshift(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
 }
 
 fn key(i: u32, size: usize) -> String {
