@@ -597,6 +597,36 @@ pub struct QueueSetStatus {
     /// Its workers' counters: `rx`, `tx` (the pipeline's), `steered` (handed to another
     /// set's worker), `kept_for_session`, `dropped` (every reason), `rate_limited`.
     pub packets: BTreeMap<String, u64>,
+    /// Its workers' queues, from histograms (docs/queue-sets.md says what each measures).
+    #[serde(default)]
+    pub queues: QueueSetQueues,
+}
+
+/// A queue set's queue statistics. Quantiles are the upper bound of the histogram bucket that
+/// holds them (`null` when nothing was counted or when they fall past the last bucket:
+/// 10,000 µs, 1,024 packets).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct QueueSetQueues {
+    /// Packets timed (each one received by the set's workers).
+    pub packets: u64,
+    /// How long a packet may have waited on its queue before its worker looked, µs.
+    pub wait_us: Quantiles,
+    /// From the polling round that took a packet to the end of its transmit, µs.
+    pub residence_us: Quantiles,
+    /// Receives that found packets.
+    pub receives: u64,
+    /// Packets waiting per receive (taken and still queued, where the queue can tell).
+    pub depth: Quantiles,
+}
+
+/// Quantiles of a histogram, as bucket upper bounds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct Quantiles {
+    pub p50: Option<u64>,
+    pub p99: Option<u64>,
+    pub p999: Option<u64>,
+    /// Mean (exact: from the histogram's sum).
+    pub mean: f64,
 }
 
 /// A port. Beside the fields listed, the object holds the driver's basic counters by name

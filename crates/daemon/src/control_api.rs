@@ -158,6 +158,7 @@ impl Daemon {
                     rate_bps: spec.and_then(|s| s.rate).and_then(|r| r.bps),
                     rate_pps: spec.and_then(|s| s.rate).and_then(|r| r.pps),
                     packets: crate::queue_sets::group_packets(&sets, &self.workers, g).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                    queues: crate::queue_sets::group_queue_stats(&sets, &self.workers, g).summary(),
                 }
             })
             .collect()

@@ -58,6 +58,30 @@ pub fn render(d: &Daemon) -> String {
                 let _ = writeln!(o, "vectorlb_queue_set_packets_total{{set=\"{name}\",kind=\"{k}\"}} {v}");
             }
         }
+        use crate::queue_sets::{group_queue_stats, DEPTH_BOUNDS, TIME_BOUNDS_NS};
+        let stats: Vec<_> = (0..sets.members.len()).map(|g| (esc(sets.name(g)), group_queue_stats(&sets, &d.workers, g))).collect();
+        let times = [
+            ("vectorlb_queue_set_wait_seconds", "How long each packet a queue set's workers received may have waited on its queue: the time since its worker's previous polling round began.", 0),
+            ("vectorlb_queue_set_residence_seconds", "Per packet a queue set's workers received: from its polling round's start to the end of that round's transmit.", 1),
+        ];
+        for (m, help, which) in times {
+            head(&mut o, m, "histogram", help);
+            for (name, st) in &stats {
+                let h = if which == 0 { &st.wait } else { &st.residence };
+                for (le, c) in h.cumulative(&TIME_BOUNDS_NS, 1e9) {
+                    let _ = writeln!(o, "{m}_bucket{{set=\"{name}\",le=\"{le}\"}} {c}");
+                }
+                let _ = writeln!(o, "{m}_sum{{set=\"{name}\"}} {}\n{m}_count{{set=\"{name}\"}} {}", h.sum as f64 / 1e9, h.count());
+            }
+        }
+        let m = "vectorlb_queue_set_queue_depth";
+        head(&mut o, m, "histogram", "Packets waiting on a queue set's queues per receive that found any: taken and still queued (where the queue can tell; otherwise taken, at most a burst).");
+        for (name, st) in &stats {
+            for (le, c) in st.depth.cumulative(&DEPTH_BOUNDS, 1.0) {
+                let _ = writeln!(o, "{m}_bucket{{set=\"{name}\",le=\"{le}\"}} {c}");
+            }
+            let _ = writeln!(o, "{m}_sum{{set=\"{name}\"}} {}\n{m}_count{{set=\"{name}\"}} {}", st.depth.sum, st.depth.count());
+        }
     }
     head(&mut o, "vectorlb_sessions", "gauge", "Live sessions (all workers).");
     let _ = writeln!(o, "vectorlb_sessions {}", t.sessions);

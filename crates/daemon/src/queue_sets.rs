@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
+use vectorlb_api::model::{QueueSetQueues, Quantiles};
 use vectorlb_config::{QueueSetSpec, RateSpec};
 use vectorlb_lb::Worker;
 
@@ -89,6 +90,141 @@ pub fn group_packets(sets: &QueueSets, workers: &crate::workers::Workers, group:
         ("dropped", drops),
         ("rate_limited", p.io.rate_limited),
     ]
+}
+
+/// Upper bounds of the time histograms' buckets, microseconds (a last bucket holds the rest).
+pub const TIME_BOUNDS_US: [u64; 13] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000];
+/// Upper bounds of the queue-depth histogram's buckets, packets (a last bucket holds the rest).
+pub const DEPTH_BOUNDS: [u64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+
+/// A histogram with fixed buckets: counts per bucket (`N` bounds and the rest), their sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Histogram<const N: usize> {
+    pub counts: [u64; N],
+    pub over: u64,
+    pub sum: u64,
+}
+
+impl<const N: usize> Default for Histogram<N> {
+    fn default() -> Self {
+        Histogram { counts: [0; N], over: 0, sum: 0 }
+    }
+}
+
+impl<const N: usize> Histogram<N> {
+    /// Counts `n` samples of `value` (bounds in the same unit as `value`).
+    #[inline]
+    pub fn add(&mut self, bounds: &[u64; N], value: u64, n: u64) {
+        match bounds.iter().position(|&b| value <= b) {
+            Some(i) => self.counts[i] += n,
+            None => self.over += n,
+        }
+        self.sum = self.sum.wrapping_add(value.saturating_mul(n));
+    }
+
+    pub fn merge(&mut self, o: &Self) {
+        for (a, b) in self.counts.iter_mut().zip(&o.counts) {
+            *a += b;
+        }
+        self.over += o.over;
+        self.sum = self.sum.wrapping_add(o.sum);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum::<u64>() + self.over
+    }
+
+    /// The upper bound of the bucket holding quantile `q` (0-1); `None` when empty or when
+    /// it falls past the last bound.
+    pub fn quantile_bound(&self, bounds: &[u64; N], q: f64) -> Option<u64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let want = ((total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Some(bounds[i]);
+            }
+        }
+        None
+    }
+
+    /// Prometheus buckets: `(le, cumulative count)`, ending with `+Inf`.
+    pub fn cumulative<'a>(&'a self, bounds: &'a [u64; N], divisor: f64) -> impl Iterator<Item = (String, u64)> + 'a {
+        let mut acc = 0;
+        bounds
+            .iter()
+            .zip(&self.counts)
+            .map(move |(b, c)| {
+                acc += c;
+                (format!("{}", *b as f64 / divisor), acc)
+            })
+            .chain(std::iter::once(("+Inf".to_string(), self.count())))
+    }
+}
+
+/// What a worker of a queue set measures of its queues (kept only while there are sets):
+/// - `wait`: per packet received, the time since the worker's previous polling round began:
+///   how long the packet may have waited on its queue before its worker looked (an upper
+///   bound, unless the previous round left packets behind, which `depth` shows);
+/// - `residence`: per packet received, from its round's start to the end of the round's
+///   transmit (the pipeline, the hand-offs and the send);
+/// - `depth`: per receive that found packets, those taken plus those still waiting where the
+///   queue can tell (a hand-off ring can; AF_XDP and AF_PACKET ports cannot, and count what
+///   was taken, at most a burst).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Nanoseconds, in buckets of [`TIME_BOUNDS_US`] (compared in ns).
+    pub wait: Histogram<13>,
+    pub residence: Histogram<13>,
+    pub depth: Histogram<11>,
+}
+
+/// [`TIME_BOUNDS_US`] in nanoseconds.
+pub const TIME_BOUNDS_NS: [u64; 13] = {
+    let mut b = TIME_BOUNDS_US;
+    let mut i = 0;
+    while i < b.len() {
+        b[i] *= 1000;
+        i += 1;
+    }
+    b
+};
+
+impl QueueStats {
+    pub fn merge(&mut self, o: &QueueStats) {
+        self.wait.merge(&o.wait);
+        self.residence.merge(&o.residence);
+        self.depth.merge(&o.depth);
+    }
+
+    /// The API's view: quantiles as bucket bounds (µs, packets).
+    pub fn summary(&self) -> QueueSetQueues {
+        fn q<const N: usize>(h: &Histogram<N>, bounds: &[u64; N], div: u64) -> Quantiles {
+            let n = h.count();
+            Quantiles {
+                p50: h.quantile_bound(bounds, 0.5).map(|b| b / div),
+                p99: h.quantile_bound(bounds, 0.99).map(|b| b / div),
+                p999: h.quantile_bound(bounds, 0.999).map(|b| b / div),
+                mean: if n == 0 { 0.0 } else { h.sum as f64 / n as f64 / div as f64 },
+            }
+        }
+        QueueSetQueues {
+            packets: self.wait.count(),
+            wait_us: q(&self.wait, &TIME_BOUNDS_NS, 1000),
+            residence_us: q(&self.residence, &TIME_BOUNDS_NS, 1000),
+            receives: self.depth.count(),
+            depth: q(&self.depth, &DEPTH_BOUNDS, 1),
+        }
+    }
+}
+
+/// A group's queue statistics, summed over its workers.
+pub fn group_queue_stats(sets: &QueueSets, workers: &crate::workers::Workers, group: usize) -> QueueStats {
+    workers.totals_of(sets.members.get(group).into_iter().flatten().map(|w| *w as usize)).queues
 }
 
 /// Where a received packet goes.
@@ -217,6 +353,30 @@ mod tests {
         assert_eq!(q.group_of("10.0.0.100".parse().unwrap(), 11211, 6), 0);
         assert_eq!(q.group_of("10.0.0.100".parse().unwrap(), 11211, 17), 2);
         assert_eq!((q.name(1), q.name(2)), ("api", "default"));
+    }
+
+    #[test]
+    fn histograms_bucket_quantiles_and_prometheus_lines() {
+        let mut h = Histogram::<13>::default();
+        assert_eq!(h.quantile_bound(&TIME_BOUNDS_US, 0.5), None);
+        h.add(&TIME_BOUNDS_US, 1, 90); // bucket <= 1
+        h.add(&TIME_BOUNDS_US, 150, 9); // bucket <= 200
+        h.add(&TIME_BOUNDS_US, 20_000, 1); // past the last bound
+        assert_eq!(h.count(), 100);
+        assert_eq!(h.sum, 90 + 1350 + 20_000);
+        assert_eq!(h.quantile_bound(&TIME_BOUNDS_US, 0.5), Some(1));
+        assert_eq!(h.quantile_bound(&TIME_BOUNDS_US, 0.99), Some(200));
+        assert_eq!(h.quantile_bound(&TIME_BOUNDS_US, 0.999), None, "in the open bucket");
+        let lines: Vec<(String, u64)> = h.cumulative(&TIME_BOUNDS_US, 1e6).collect();
+        assert_eq!(lines[0], ("0.000001".to_string(), 90));
+        assert_eq!(lines[7], ("0.0002".to_string(), 99));
+        assert_eq!(lines.last().unwrap(), &("+Inf".to_string(), 100));
+        let m = QueueStats { wait: h, ..Default::default() };
+        let mut sum = m;
+        sum.merge(&m);
+        assert_eq!(sum.wait.count(), 200);
+        let s = sum.summary();
+        assert_eq!((s.packets, s.receives, s.wait_us.p50, s.wait_us.p99), (200, 0, Some(1), Some(200)), "bounds read in ns, given in µs");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! DPDK ports and rings and the in-memory queues of the tests plug in here (a memif port will).
 
 use crate::ha::Ha;
-use crate::queue_sets::{QueueSets, Steer, Steering};
+use crate::queue_sets::{QueueSets, QueueStats, Steer, Steering, DEPTH_BOUNDS, TIME_BOUNDS_NS};
 use crate::workers::{Event, IoCounters, WorkerMsg, Workers};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -74,6 +74,10 @@ pub struct WorkerLoop<P: Packet> {
     steering: Option<Steering>,
     /// What steering keeps of a burst.
     kept: Vec<P>,
+    /// Queue waits, residence and depths (measured while there are queue sets).
+    queues: QueueStats,
+    /// When the previous polling round began (while there are queue sets).
+    last_round: Option<Instant>,
 }
 
 impl<P: Packet> WorkerLoop<P> {
@@ -96,6 +100,8 @@ impl<P: Packet> WorkerLoop<P> {
             changed: Vec::new(),
             steering: None,
             kept: Vec::with_capacity(BURST),
+            queues: QueueStats::default(),
+            last_round: None,
         }
     }
 
@@ -106,6 +112,10 @@ impl<P: Packet> WorkerLoop<P> {
 
     pub fn counters(&self) -> &IoCounters {
         &self.counters
+    }
+
+    pub fn queue_stats(&self) -> &QueueStats {
+        &self.queues
     }
 
     /// Runs until the stop flag is set, then sends what is queued and publishes its counters.
@@ -151,7 +161,7 @@ impl<P: Packet> WorkerLoop<P> {
     }
 
     fn publish(&self) {
-        self.shared.workers.publish(self.id as usize, &self.worker, &self.counters);
+        self.shared.workers.publish(self.id as usize, &self.worker, &self.counters, &self.queues);
     }
 
     /// One round: the hand-off inbox, then every port; transmits what the pipeline decided.
@@ -159,10 +169,20 @@ impl<P: Packet> WorkerLoop<P> {
     pub fn poll(&mut self, now: u32) -> usize {
         let mut got = 0;
         self.refresh_steering();
+        // With queue sets, each round is timed (module queue_sets: QueueStats).
+        let start = self.steering.is_some().then(Instant::now);
+        let gap = match (start, self.last_round) {
+            (Some(s), Some(l)) => s.saturating_duration_since(l).as_nanos() as u64,
+            _ => 0,
+        };
+        self.last_round = start;
         let mut rx = std::mem::take(&mut self.rx);
         if let Some(inbox) = &mut self.io.inbox {
             if inbox.recv(&mut rx, BURST) > 0 {
                 got += rx.len();
+                if start.is_some() {
+                    Self::sample(&mut self.queues, inbox.as_mut(), rx.len(), gap);
+                }
                 self.burst(&mut rx, None, now);
             }
         }
@@ -170,6 +190,7 @@ impl<P: Packet> WorkerLoop<P> {
             if self.io.ports[p].rx.recv(&mut rx, BURST) > 0 {
                 got += rx.len();
                 if self.steering.is_some() {
+                    Self::sample(&mut self.queues, self.io.ports[p].rx.as_mut(), rx.len(), gap);
                     self.steer(&mut rx);
                 }
                 if !rx.is_empty() {
@@ -189,8 +210,19 @@ impl<P: Packet> WorkerLoop<P> {
         }
         let pending = self.flush();
         self.counters.polls += 1;
+        if let (Some(s), true) = (start, got > 0) {
+            self.queues.residence.add(&TIME_BOUNDS_NS, s.elapsed().as_nanos() as u64, got as u64);
+        }
         // Sends still waiting for their copies keep the worker awake (no idle sleep).
         got.max(pending as usize)
+    }
+
+    /// Counts a receive of `n` packets: their wait since the previous round began and the
+    /// queue's depth (what was taken and what still waits, where the queue can tell).
+    fn sample(q: &mut QueueStats, rx: &mut dyn RxQueue<P>, n: usize, gap_ns: u64) {
+        q.wait.add(&TIME_BOUNDS_NS, gap_ns, n as u64);
+        let depth = n + rx.backlog().unwrap_or(0);
+        q.depth.add(&DEPTH_BOUNDS, depth as u64, 1);
     }
 
     /// Picks up a reload's queue sets.

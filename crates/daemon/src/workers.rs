@@ -73,6 +73,8 @@ counter_set! {
 pub struct Published {
     pub counters: Counters,
     pub io: IoCounters,
+    /// Queue waits, residence and depths (measured while there are queue sets).
+    pub queues: crate::queue_sets::QueueStats,
     /// Active sessions per backend slot.
     pub active: Vec<u32>,
     pub sessions: u32,
@@ -116,10 +118,11 @@ impl Workers {
     }
 
     /// Called by worker `w` (only) to publish its counters.
-    pub fn publish(&self, w: usize, worker: &Worker, io: &IoCounters) {
+    pub fn publish(&self, w: usize, worker: &Worker, io: &IoCounters, queues: &crate::queue_sets::QueueStats) {
         let mut p = lock(&self.slots[w].published);
         p.counters.clone_from(&worker.counters);
         p.io = *io;
+        p.queues = *queues;
         p.active.clear();
         p.active.extend_from_slice(worker.table.active());
         p.sessions = worker.table.len();
@@ -154,6 +157,7 @@ impl Workers {
             let p = lock(&s.published);
             t.counters.add(&p.counters);
             t.io.add(&p.io);
+            t.queues.merge(&p.queues);
             if t.active.len() < p.active.len() {
                 t.active.resize(p.active.len(), 0);
             }

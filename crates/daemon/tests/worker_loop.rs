@@ -352,3 +352,38 @@ fn a_sets_egress_limit_drops_and_counts_the_excess() {
     drop(h.loops);
     assert_eq!(h.pool.stats().in_use(), 0);
 }
+
+#[test]
+fn a_sets_workers_time_their_queues_and_measure_their_depth() {
+    use vectorlb_daemon::queue_sets::{DEPTH_BOUNDS, TIME_BOUNDS_NS};
+    // Worker 1 serves the set. 100 of the set's packets wait on its port queue: the first
+    // receive takes a burst (64) and sees 36 more waiting (the in-memory queue can tell).
+    let mut h = harness_with(2, 256, &[mc(&[1])]);
+    h.loops[1].poll(10);
+    for i in 0..100u16 {
+        h.inject(1, 0, &query(11211, 30_000 + i));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(3));
+    h.loops[1].poll(11);
+    let q = *h.loops[1].queue_stats();
+    assert_eq!(q.wait.count(), 64, "every packet received is timed");
+    assert_eq!(q.depth.count(), 1, "one receive found packets");
+    assert_eq!(q.depth.quantile_bound(&DEPTH_BOUNDS, 0.5), Some(128), "100 waiting: the bucket up to 128");
+    assert_eq!(q.depth.sum, 100);
+    // They waited at least the 3 ms since the previous round began (bucket up to 5 ms, or
+    // later on a loaded machine), and every packet received was also timed to its transmit.
+    let wait = q.wait.quantile_bound(&TIME_BOUNDS_NS, 0.5);
+    assert!(wait.is_none_or(|w| w >= 5_000_000), "wait bucket {wait:?}");
+    assert!(q.wait.sum >= 64 * 3_000_000);
+    assert_eq!(q.residence.count(), 64);
+    h.loops[1].poll(12);
+    let q = *h.loops[1].queue_stats();
+    assert_eq!((q.wait.count(), q.residence.count(), q.depth.count()), (100, 100, 2));
+    assert_eq!(q.depth.sum, 136, "the second receive found the 36 left");
+    assert_eq!(h.sent_to_backends(1).len(), 100);
+    // Without sets nothing is timed.
+    let mut plain = harness(1, 256);
+    plain.inject(0, 0, &query(53, 4000));
+    plain.loops[0].poll(10);
+    assert_eq!(plain.loops[0].queue_stats().wait.count(), 0);
+}

@@ -263,9 +263,15 @@ unsigned vl_ring_enqueue_burst(struct rte_ring *r, void **objs, unsigned n)
 	return rte_ring_enqueue_burst(r, objs, n, NULL);
 }
 
-unsigned vl_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned n)
+unsigned vl_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned n, unsigned *left)
 {
-	return rte_ring_dequeue_burst(r, objs, n, NULL);
+	return rte_ring_dequeue_burst(r, objs, n, left);
+}
+
+/* Packets waiting on a receive queue, or a negative errno (-ENOTSUP: the driver cannot say). */
+int vl_rx_queue_count(uint16_t port, uint16_t q)
+{
+	return rte_eth_rx_queue_count(port, q);
 }
 
 /* ---- the XDP flow director ------------------------------------------------------------------

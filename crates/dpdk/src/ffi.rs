@@ -95,7 +95,8 @@ extern "C" {
     pub fn vl_ring_create(name: *const c_char, count: c_uint, socket: c_int, err: *mut c_int) -> *mut RteRing;
     pub fn vl_ring_free(r: *mut RteRing);
     pub fn vl_ring_enqueue_burst(r: *mut RteRing, objs: *mut *mut c_void, n: c_uint) -> c_uint;
-    pub fn vl_ring_dequeue_burst(r: *mut RteRing, objs: *mut *mut c_void, n: c_uint) -> c_uint;
+    pub fn vl_ring_dequeue_burst(r: *mut RteRing, objs: *mut *mut c_void, n: c_uint, left: *mut c_uint) -> c_uint;
+    pub fn vl_rx_queue_count(port: u16, q: u16) -> c_int;
     pub fn vl_xdp_prog(ifname: *const c_char, name: *mut c_char, len: c_int) -> c_int;
     pub fn vl_xdp_detach(ifname: *const c_char) -> c_int;
     pub fn vl_iova_is_va() -> c_int;

@@ -349,7 +349,7 @@ impl EthPort {
         Ok((0..n)
             .map(|q| {
                 (
-                    EthRx { port: self.clone(), queue: q, _not_sync: NotSync::default() },
+                    EthRx { port: self.clone(), queue: q, count: true, _not_sync: NotSync::default() },
                     EthTx { port: self.clone(), queue: q, _not_sync: NotSync::default() },
                 )
             })
@@ -441,6 +441,8 @@ impl Drop for EthPort {
 pub struct EthRx {
     port: Arc<EthPort>,
     queue: u16,
+    /// Whether the driver may count what waits on the queue (false once it said it cannot).
+    count: bool,
     _not_sync: NotSync,
 }
 
@@ -482,6 +484,19 @@ impl RxQueue<Mbuf> for EthRx {
             m.stamp_queue(self.queue);
         }
         n
+    }
+
+    fn backlog(&mut self) -> Option<usize> {
+        if !self.count {
+            return None;
+        }
+        // SAFETY: a query of a started port's queue, on the queue's only thread.
+        let n = unsafe { ffi::vl_rx_queue_count(self.port.id, self.queue) };
+        if n < 0 {
+            self.count = false;
+            return None;
+        }
+        Some(n as usize)
     }
 }
 
@@ -535,7 +550,7 @@ impl Drop for RingInner {
             // SAFETY: the last handle is gone, so nothing else dequeues; the ring holds owned
             // mbuf pointers, written into spare capacity as in EthRx::recv.
             let n = unsafe {
-                let n = ffi::vl_ring_dequeue_burst(self.ptr.as_ptr(), left.as_mut_ptr() as *mut *mut libc::c_void, 64) as usize;
+                let n = ffi::vl_ring_dequeue_burst(self.ptr.as_ptr(), left.as_mut_ptr() as *mut *mut libc::c_void, 64, std::ptr::null_mut()) as usize;
                 left.set_len(n);
                 n
             };
@@ -552,6 +567,8 @@ impl Drop for RingInner {
 /// The consuming side of a hand-off ring: one per ring, owned by the worker it feeds.
 pub struct RingRx {
     ring: Arc<RingInner>,
+    /// What the ring held after the last dequeue.
+    left: u32,
     _not_sync: NotSync,
 }
 
@@ -570,7 +587,7 @@ pub fn ring(eal: &Arc<Eal>, name: &str, count: u32) -> Result<(RingTx, RingRx), 
     let p = unsafe { ffi::vl_ring_create(cname.as_ptr(), count.next_power_of_two(), -1, &mut err) };
     let ptr = NonNull::new(p).ok_or_else(|| Error::Dpdk { what: format!("creating ring '{name}'"), reason: strerror(err) })?;
     let ring = Arc::new(RingInner { ptr, _eal: eal.clone() });
-    Ok((RingTx { ring: ring.clone() }, RingRx { ring, _not_sync: NotSync::default() }))
+    Ok((RingTx { ring: ring.clone() }, RingRx { ring, left: 0, _not_sync: NotSync::default() }))
 }
 
 impl TxQueue<Mbuf> for RingTx {
@@ -593,9 +610,13 @@ impl RxQueue<Mbuf> for RingRx {
         // SAFETY: this is the ring's only consumer (RingRx is unique); the ring holds owned
         // mbuf pointers, written into spare capacity as in EthRx::recv.
         unsafe {
-            let n = ffi::vl_ring_dequeue_burst(self.ring.ptr.as_ptr(), out.as_mut_ptr().add(len) as *mut *mut libc::c_void, want) as usize;
+            let n = ffi::vl_ring_dequeue_burst(self.ring.ptr.as_ptr(), out.as_mut_ptr().add(len) as *mut *mut libc::c_void, want, &mut self.left) as usize;
             out.set_len(len + n);
             n
         }
+    }
+
+    fn backlog(&mut self) -> Option<usize> {
+        Some(self.left as usize)
     }
 }

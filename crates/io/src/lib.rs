@@ -51,6 +51,12 @@ pub trait Packet: PacketBuf + Send + Sized {
 pub trait RxQueue<P: Packet>: Send {
     /// Appends up to `max` received packets to `out`; returns how many.
     fn recv(&mut self, out: &mut Vec<P>, max: usize) -> usize;
+
+    /// Packets still waiting after the last `recv`, where the queue can tell (a ring, the
+    /// in-memory queues, drivers with `rte_eth_rx_queue_count`); `None` where it cannot.
+    fn backlog(&mut self) -> Option<usize> {
+        None
+    }
 }
 
 /// A transmit queue, owned by one worker (or, for a hand-off ring, one of its producers).
@@ -70,6 +76,10 @@ impl<P: Packet, R: RxQueue<P> + ?Sized> RxQueue<P> for Box<R> {
     #[inline]
     fn recv(&mut self, out: &mut Vec<P>, max: usize) -> usize {
         (**self).recv(out, max)
+    }
+    #[inline]
+    fn backlog(&mut self) -> Option<usize> {
+        (**self).backlog()
     }
 }
 

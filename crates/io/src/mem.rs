@@ -194,6 +194,10 @@ impl<P: Packet> RxQueue<P> for Receiver<P> {
         }
         n
     }
+
+    fn backlog(&mut self) -> Option<usize> {
+        Some(self.shared.lock().len())
+    }
 }
 
 #[cfg(test)]
