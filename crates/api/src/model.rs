@@ -600,6 +600,20 @@ pub struct QueueSetStatus {
     /// Its workers' queues, from histograms (docs/queue-sets.md says what each measures).
     #[serde(default)]
     pub queues: QueueSetQueues,
+    /// What the XDP programs of the AF_XDP ports counted of it before the receive ring
+    /// (absent without AF_XDP ports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp: Option<QueueSetXdp>,
+}
+
+/// A queue set's packets as the XDP program saw them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct QueueSetXdp {
+    /// Passed on to the data plane.
+    pub packets: u64,
+    pub bytes: u64,
+    /// Dropped by the default set's ingress limit (`[default_set] ingress`).
+    pub policed: u64,
 }
 
 /// A queue set's queue statistics. Quantiles are the upper bound of the histogram bucket that

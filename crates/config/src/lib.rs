@@ -322,6 +322,10 @@ pub struct Config {
     /// Application queue sets (`[[queue_sets]]`): services whose packets only dedicated
     /// workers handle.
     pub queue_sets: Vec<QueueSetSpec>,
+    /// `[default_set] ingress`: on AF_XDP ports, the XDP program drops packets of the default
+    /// set (everything outside the queue sets) above this rate before they reach the data
+    /// plane's shared receive ring.
+    pub default_ingress: Option<RateSpec>,
 }
 
 /// An application queue set: the packets of its services go to its workers and no other, and
@@ -371,6 +375,13 @@ struct RawRate {
     pps: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     burst_ms: Option<u32>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawDefaultSet {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ingress: Option<RawRate>,
 }
 
 #[derive(Deserialize, Serialize, Default)]
@@ -598,6 +609,8 @@ struct Raw {
     snat: Vec<RawSnat>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     queue_sets: Vec<RawQueueSet>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    default_set: Option<RawDefaultSet>,
 }
 
 pub use vectorlb_packet::ethernet::{format_mac, parse_mac};
@@ -648,28 +661,28 @@ fn queue_sets(raw: &[RawQueueSet], spec: &LbSpec, workers: u16) -> Result<Vec<Qu
                 bail!("{f}.workers[{j}]: worker {w} is already dedicated to a set");
             }
         }
-        let rate = match &q.rate {
-            None => None,
-            Some(r) => {
-                if r.bps.is_none() && r.pps.is_none() {
-                    bail!("{f}.rate: give bps, pps or both");
-                }
-                if r.bps == Some(0) || r.pps == Some(0) {
-                    bail!("{f}.rate: a rate of 0 would send nothing (leave the rate out for none)");
-                }
-                let burst_ms = r.burst_ms.unwrap_or(10);
-                if !(1..=MAX_BURST_MS).contains(&burst_ms) {
-                    bail!("{f}.rate.burst_ms: {burst_ms} is not in 1..={MAX_BURST_MS}");
-                }
-                Some(RateSpec { bps: r.bps, pps: r.pps, burst_ms })
-            }
-        };
+        let rate = q.rate.as_ref().map(|r| rate_spec(&format!("{f}.rate"), r)).transpose()?;
         out.push(QueueSetSpec { name: q.name.clone(), services, workers: q.workers.clone(), rate, busy_poll: q.busy_poll.unwrap_or(true) });
     }
     if !out.is_empty() && taken_workers.len() >= workers as usize {
         bail!("queue_sets: every worker is dedicated to a set; leave at least one for the rest of the traffic (runtime.workers = {workers})");
     }
     Ok(out)
+}
+
+/// A rate limit: bps and/or pps, neither 0, a burst within 1..=MAX_BURST_MS (default 10).
+fn rate_spec(f: &str, r: &RawRate) -> Result<RateSpec, Error> {
+    if r.bps.is_none() && r.pps.is_none() {
+        bail!("{f}: give bps, pps or both");
+    }
+    if r.bps == Some(0) || r.pps == Some(0) {
+        bail!("{f}: a rate of 0 would pass nothing (leave the rate out for none)");
+    }
+    let burst_ms = r.burst_ms.unwrap_or(10);
+    if !(1..=MAX_BURST_MS).contains(&burst_ms) {
+        bail!("{f}.burst_ms: {burst_ms} is not in 1..={MAX_BURST_MS}");
+    }
+    Ok(RateSpec { bps: r.bps, pps: r.pps, burst_ms })
 }
 
 fn ip(field: &str, s: &str) -> Result<IpAddr, Error> {
@@ -1202,6 +1215,7 @@ impl Config {
             sync,
             timeouts: base,
             queue_sets,
+            default_ingress: raw.default_set.as_ref().and_then(|d| d.ingress.as_ref()).map(|r| rate_spec("default_set.ingress", r)).transpose()?,
         })
     }
 
@@ -1337,6 +1351,7 @@ impl Config {
                     busy_poll: (!q.busy_poll).then_some(false),
                 })
                 .collect(),
+            default_set: self.default_ingress.map(|r| RawDefaultSet { ingress: Some(RawRate { bps: r.bps, pps: r.pps, burst_ms: Some(r.burst_ms) }) }),
         }
     }
 
@@ -1493,6 +1508,26 @@ mod tests {
         c.health.clear();
         let back = Config::parse(&c.to_toml()).unwrap();
         assert!(back.queue_sets[0].services.is_empty());
+        // The default set's ingress limit (the XDP program polices it).
+        let policed = Config::parse(&format!("{good}
+[default_set]
+ingress = {{ pps = 20000, burst_ms = 5 }}
+")).unwrap();
+        assert_eq!(policed.default_ingress, Some(RateSpec { bps: None, pps: Some(20_000), burst_ms: 5 }));
+        assert_eq!(Config::parse(&policed.to_toml()).unwrap(), policed);
+        assert_eq!(Config::parse(&good).unwrap().default_ingress, None);
+        for (body, want) in [
+            ("ingress = {}", "default_set.ingress: give bps, pps or both"),
+            ("ingress = { bps = 0 }", "default_set.ingress: a rate of 0"),
+            ("ingress = { pps = 1, burst_ms = 10001 }", "default_set.ingress.burst_ms"),
+            ("egress = { pps = 1 }", "unknown field `egress`"),
+        ] {
+            let e = err(&format!("{base}
+[default_set]
+{body}
+"));
+            assert!(e.contains(want), "{body}: {e}");
+        }
     }
 
     #[test]

@@ -16,9 +16,19 @@ use vectorlb_config::{Config, OnDown};
 use vectorlb_dpdk::xdp;
 use vectorlb_lb::{Control, LbSpec, Mode};
 
-/// The flow director's tables: our addresses (to: VIPs, local and interface addresses; from:
-/// NAT backends, whose replies cross us) and the SNAT source prefixes.
-pub type XdpTables = (Vec<(IpAddr, u32)>, Vec<(IpAddr, u8)>);
+/// The flow director's tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XdpTables {
+    /// Our addresses (to: VIPs, local and interface addresses; from: NAT backends, whose
+    /// replies cross us) and the host's own.
+    pub addrs: Vec<(IpAddr, u32)>,
+    /// SNAT source prefixes.
+    pub nets: Vec<(IpAddr, u8)>,
+    /// Queue sets: each set's services and their backends, and the set's index.
+    pub queue_sets: Vec<(xdp::QsMatch, u32)>,
+    /// The default set's ingress limit.
+    pub police: Option<xdp::Police>,
+}
 
 pub struct ConfigStore {
     config: Mutex<Config>,
@@ -179,12 +189,35 @@ impl ConfigStore {
             }
             *last = Some(tables.clone());
         }
-        let (addrs, nets) = tables;
         for ifname in &self.xdp_ifaces {
-            if let Err(e) = xdp::set_addrs(ifname, &addrs).and_then(|_| xdp::set_source_nets(ifname, &nets)) {
+            let ifname = ifname.as_str();
+            let done = xdp::set_addrs(ifname, &tables.addrs)
+                .and_then(|_| xdp::set_source_nets(ifname, &tables.nets))
+                .and_then(|_| xdp::set_queue_sets(ifname, &tables.queue_sets, tables.police));
+            if let Err(e) = done {
                 tracing::error!("flow director on {ifname}: {e}");
             }
         }
+    }
+
+    /// What the AF_XDP ports' programs counted of queue set `index` ([`xdp::QS_DEFAULT`]: the
+    /// default set), summed over the ports; `None` without AF_XDP ports.
+    pub fn xdp_queue_set_stats(&self, index: u32) -> Option<xdp::QsStats> {
+        if self.xdp_ifaces.is_empty() {
+            return None;
+        }
+        let mut t = xdp::QsStats::default();
+        for ifname in &self.xdp_ifaces {
+            match xdp::queue_set_stats(ifname.as_str(), index) {
+                Ok(s) => {
+                    t.packets += s.packets;
+                    t.bytes += s.bytes;
+                    t.policed += s.policed;
+                }
+                Err(e) => tracing::debug!("queue-set counters of {ifname}: {e}"),
+            }
+        }
+        Some(t)
     }
 }
 
@@ -218,5 +251,18 @@ pub fn xdp_tables(c: &Config, host: &[IpAddr]) -> XdpTables {
         }
     }
     let nets = c.spec.snat.iter().map(|r| (r.source, r.prefix_len)).collect();
-    (m.into_iter().collect(), nets)
+    // Queue sets: a set's services, and the backends of those services (their replies).
+    let mut queue_sets = Vec::new();
+    for (i, q) in c.queue_sets.iter().enumerate().take(xdp::QS_MAX) {
+        for &(vip, port, proto) in &q.services {
+            queue_sets.push((xdp::QsMatch::Service { vip, port, proto }, i as u32));
+            let svc = c.spec.services.iter().find(|s| (s.vip, s.port, s.proto) == (vip, port, proto));
+            for b in svc.into_iter().flat_map(|s| &s.backends) {
+                let port = if b.port == 0 { port } else { b.port };
+                queue_sets.push((xdp::QsMatch::Backend { addr: b.addr, port, proto }, i as u32));
+            }
+        }
+    }
+    let police = c.default_ingress.map(|r| xdp::Police { pps: r.pps, bps: r.bps, burst_ms: r.burst_ms });
+    XdpTables { addrs: m.into_iter().collect(), nets, queue_sets, police }
 }

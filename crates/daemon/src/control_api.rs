@@ -144,7 +144,8 @@ impl Daemon {
     /// Each queue set and the default set, with its counters (empty without sets).
     fn queue_set_status(&self) -> Vec<QueueSetStatus> {
         let sets = self.config.queue_sets.load();
-        if sets.is_empty() {
+        // Without sets, the default set alone when its ingress is limited.
+        if sets.is_empty() && self.config.with(|c| c.default_ingress.is_none()) {
             return Vec::new();
         }
         (0..sets.members.len())
@@ -159,6 +160,7 @@ impl Daemon {
                     rate_pps: spec.and_then(|s| s.rate).and_then(|r| r.pps),
                     packets: crate::queue_sets::group_packets(&sets, &self.workers, g).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
                     queues: crate::queue_sets::group_queue_stats(&sets, &self.workers, g).summary(),
+                    xdp: self.config.xdp_queue_set_stats(crate::queue_sets::xdp_index(&sets, g)).map(|x| QueueSetXdp { packets: x.packets, bytes: x.bytes, policed: x.policed }),
                 }
             })
             .collect()

@@ -48,7 +48,7 @@ pub fn render(d: &Daemon) -> String {
     }
     // Queue sets: each set's workers (and the default set's), summed.
     let sets = d.config.queue_sets.load();
-    if !sets.is_empty() {
+    if !sets.is_empty() || d.config.with(|c| c.default_ingress.is_some()) {
         head(&mut o, "vectorlb_queue_set_workers", "gauge", "Workers dedicated to each queue set (default: the rest).");
         head(&mut o, "vectorlb_queue_set_packets_total", "counter", "Packets of each queue set's workers: received (the pipeline's rx), sent (tx), steered to another set's worker, kept for a session, dropped (every reason), dropped by the set's egress limit.");
         for (g, members) in sets.members.iter().enumerate() {
@@ -81,6 +81,19 @@ pub fn render(d: &Daemon) -> String {
                 let _ = writeln!(o, "{m}_bucket{{set=\"{name}\",le=\"{le}\"}} {c}");
             }
             let _ = writeln!(o, "{m}_sum{{set=\"{name}\"}} {}\n{m}_count{{set=\"{name}\"}} {}", st.depth.sum, st.depth.count());
+        }
+        // Before the ring: what the AF_XDP ports' XDP programs counted (absent without them).
+        let xdp: Vec<_> = (0..sets.members.len()).filter_map(|g| d.config.xdp_queue_set_stats(crate::queue_sets::xdp_index(&sets, g)).map(|x| (esc(sets.name(g)), x))).collect();
+        if !xdp.is_empty() {
+            head(&mut o, "vectorlb_queue_set_xdp_packets_total", "counter", "Packets of each queue set in the XDP program of the AF_XDP ports: passed to the data plane, or dropped by the default set's ingress limit (policed).");
+            for (name, x) in &xdp {
+                let _ = writeln!(o, "vectorlb_queue_set_xdp_packets_total{{set=\"{name}\",kind=\"passed\"}} {}", x.packets);
+                let _ = writeln!(o, "vectorlb_queue_set_xdp_packets_total{{set=\"{name}\",kind=\"policed\"}} {}", x.policed);
+            }
+            head(&mut o, "vectorlb_queue_set_xdp_bytes_total", "counter", "Bytes of each queue set the XDP program of the AF_XDP ports passed to the data plane.");
+            for (name, x) in &xdp {
+                let _ = writeln!(o, "vectorlb_queue_set_xdp_bytes_total{{set=\"{name}\"}} {}", x.bytes);
+            }
         }
     }
     head(&mut o, "vectorlb_sessions", "gauge", "Live sessions (all workers).");

@@ -222,6 +222,15 @@ impl QueueStats {
     }
 }
 
+/// The XDP program's index of a group (the default set's is its own).
+pub fn xdp_index(sets: &QueueSets, group: usize) -> u32 {
+    if group >= sets.default_group() {
+        vectorlb_dpdk::xdp::QS_DEFAULT
+    } else {
+        group as u32
+    }
+}
+
 /// A group's queue statistics, summed over its workers.
 pub fn group_queue_stats(sets: &QueueSets, workers: &crate::workers::Workers, group: usize) -> QueueStats {
     workers.totals_of(sets.members.get(group).into_iter().flatten().map(|w| *w as usize)).queues

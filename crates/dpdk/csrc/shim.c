@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -325,24 +326,23 @@ static int key_in(const uint8_t *keys, int n, int key_size, const uint8_t *k)
 	return 0;
 }
 
-/* Makes map `map_name` on `ifname`'s XDP program hold exactly `n` keys of `key_size` bytes,
- * each with value `values[i]`: new keys are written first, stale ones deleted after, so an
- * address that stays never disappears from the map, even for a moment. */
-int vl_xdp_map_set(const char *ifname, const char *map_name, const uint8_t *keys, const uint32_t *values,
-		   int n, int key_size)
+/* A new descriptor of map `map_name` of the XDP program attached to `ifname` (the caller
+ * closes it), or a negative errno. */
+int vl_xdp_map_fd(const char *ifname, const char *map_name)
+{
+	return find_map(ifname, map_name);
+}
+
+/* Makes map `fd` hold exactly `n` keys of `key_size` bytes, each with value `values[i]`: new
+ * keys are written first, stale ones deleted after, so an address that stays never disappears
+ * from the map, even for a moment. */
+int vl_map_replace(int fd, const uint8_t *keys, const uint32_t *values, int n, int key_size)
 {
 	if (key_size > 64)
 		return -EINVAL;
-	int fd = find_map(ifname, map_name);
-	if (fd < 0)
-		return fd;
-	int r = 0;
-	for (int i = 0; i < n; i++) {
-		if (bpf_map_update_elem(fd, keys + (size_t)i * key_size, &values[i], BPF_ANY)) {
-			r = -errno;
-			goto out;
-		}
-	}
+	for (int i = 0; i < n; i++)
+		if (bpf_map_update_elem(fd, keys + (size_t)i * key_size, &values[i], BPF_ANY))
+			return -errno;
 	uint8_t cur[64], next[64];
 	int have = bpf_map_get_next_key(fd, NULL, cur) == 0;
 	while (have) {
@@ -351,9 +351,76 @@ int vl_xdp_map_set(const char *ifname, const char *map_name, const uint8_t *keys
 			bpf_map_delete_elem(fd, cur);
 		memcpy(cur, next, key_size);
 	}
-out:
-	close(fd);
+	return 0;
+}
+
+/* Writes one element of map `fd`. */
+int vl_map_put(int fd, const void *key, const void *value)
+{
+	return bpf_map_update_elem(fd, key, value, BPF_ANY) ? -errno : 0;
+}
+
+/* Sums a per-CPU array's element `key` (of `words` 64-bit counters) over the CPUs into `out`. */
+int vl_map_percpu_sum(int fd, uint32_t key, uint64_t *out, int words)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	if (ncpu <= 0 || words <= 0 || words > 16)
+		return -EINVAL;
+	uint64_t *all = calloc((size_t)ncpu * (size_t)words, sizeof(uint64_t));
+	if (!all)
+		return -ENOMEM;
+	int r = bpf_map_lookup_elem(fd, &key, all) ? -errno : 0;
+	for (int w = 0; !r && w < words; w++) {
+		out[w] = 0;
+		for (int c = 0; c < ncpu; c++)
+			out[w] += all[(size_t)c * (size_t)words + (size_t)w];
+	}
+	free(all);
 	return r;
+}
+
+/* For tests of the program itself: loads an object from memory (attached nowhere), gives
+ * descriptors of its programs and maps by name, and runs a frame through a program
+ * (BPF_PROG_TEST_RUN). */
+void *vl_bpf_load(const void *obj, size_t len, int *err)
+{
+	struct bpf_object *o = bpf_object__open_mem(obj, len, NULL);
+	if (!o) {
+		*err = -errno;
+		return NULL;
+	}
+	int r = bpf_object__load(o);
+	if (r) {
+		*err = r;
+		bpf_object__close(o);
+		return NULL;
+	}
+	return o;
+}
+
+int vl_bpf_fd(void *o, const char *name, int is_map)
+{
+	if (is_map) {
+		struct bpf_map *m = bpf_object__find_map_by_name(o, name);
+		return m ? dup(bpf_map__fd(m)) : -ENOENT;
+	}
+	struct bpf_program *p = bpf_object__find_program_by_name(o, name);
+	return p ? dup(bpf_program__fd(p)) : -ENOENT;
+}
+
+int vl_bpf_test_run(int prog_fd, const void *data, uint32_t len, uint32_t *retval)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = data, .data_size_in = len, .repeat = 1);
+	int r = bpf_prog_test_run_opts(prog_fd, &opts);
+	if (r)
+		return r < 0 ? r : -r;
+	*retval = opts.retval;
+	return 0;
+}
+
+void vl_bpf_close(void *o)
+{
+	bpf_object__close(o);
 }
 
 /* The XDP program attached to `ifname`: its id (0: none) and, in `name` (`len` bytes, NUL

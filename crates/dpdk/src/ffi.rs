@@ -112,5 +112,12 @@ extern "C" {
     pub fn vl_evdev_enqueue(dev: u8, port: u8, queue: u8, value: u64) -> c_int;
     pub fn vl_evdev_dequeue(dev: u8, port: u8, value: *mut u64, queue: *mut u8) -> c_int;
     pub fn vl_evdev_schedule(service: u32) -> c_int;
-    pub fn vl_xdp_map_set(ifname: *const c_char, map: *const c_char, keys: *const u8, values: *const u32, n: c_int, key_size: c_int) -> c_int;
+    pub fn vl_xdp_map_fd(ifname: *const c_char, map: *const c_char) -> c_int;
+    pub fn vl_map_replace(fd: c_int, keys: *const u8, values: *const u32, n: c_int, key_size: c_int) -> c_int;
+    pub fn vl_map_put(fd: c_int, key: *const c_void, value: *const c_void) -> c_int;
+    pub fn vl_map_percpu_sum(fd: c_int, key: u32, out: *mut u64, words: c_int) -> c_int;
+    pub fn vl_bpf_load(obj: *const c_void, len: usize, err: *mut c_int) -> *mut c_void;
+    pub fn vl_bpf_fd(obj: *mut c_void, name: *const c_char, is_map: c_int) -> c_int;
+    pub fn vl_bpf_test_run(prog_fd: c_int, data: *const c_void, len: u32, retval: *mut u32) -> c_int;
+    pub fn vl_bpf_close(obj: *mut c_void);
 }

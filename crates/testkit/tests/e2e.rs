@@ -520,6 +520,40 @@ fn a_queue_sets_service_is_served_by_its_worker_alone_and_a_reload_removes_the_s
 }
 
 #[test]
+fn the_default_sets_ingress_limit_drops_a_flood_in_the_xdp_program_and_a_reload_lifts_it() {
+    // One worker on AF_XDP ports (the program the driver loads is ours): the default set's
+    // ingress is limited to 100 packets/s with a 10 ms burst, and ping floods the VIP (the LB
+    // answers echo requests) with 200 requests sent at once.
+    let mut t = Topo::new("vp", Shape::TwoArm, 1500);
+    t.echo(5353);
+    let base = t.base_config(None) + &service("10.0.0.100", 5353, "udp", "fnat", "rr", Some("10.1.0.200"), &backends(false, 5353));
+    let limited = format!("{base}[default_set]\ningress = {{ pps = 100, burst_ms = 10 }}\n");
+    t.start_lb(&limited);
+    let flood = t.run("cl", &["ping", "-q", "-f", "-l", "200", "-c", "1000", "-w", "5", "10.0.0.100"]);
+    let flood = stdout(&flood);
+    let st = t.stats();
+    let d = &st["queue_sets"][0];
+    assert_eq!(d["name"], "default", "{st}");
+    let (passed, policed) = (d["xdp"]["packets"].as_u64().unwrap(), d["xdp"]["policed"].as_u64().unwrap());
+    assert!(policed > 0 && passed > 0, "the program passed {passed} and policed {policed}: {st}\n{flood}");
+    assert_eq!(st["io"]["tx_full"], 0);
+    let m = String::from_utf8(api_call(&t.api(), "GET", "/metrics", None).unwrap().1).unwrap();
+    let series = "vectorlb_queue_set_xdp_packets_total{set=\"default\",kind=\"policed\"} ";
+    let v: u64 = m.lines().find_map(|l| l.strip_prefix(series)).unwrap_or_else(|| panic!("no {series}in {m}")).parse().unwrap();
+    assert!(v >= policed, "{v} < {policed}");
+    // Lifted by a reload: nothing more is policed and every datagram is answered.
+    std::fs::write(t.config_path(), &base).unwrap();
+    let (s, v) = t.call("POST", "/v1/reload", None);
+    assert_eq!(s, 200, "{v}");
+    let u = t.probe(&["udp", "--target", "10.0.0.100:5353", "--flows", "30", "--per-flow", "3"]);
+    assert_eq!(u["lost"], 0, "{u}");
+    let ping = stdout(&t.run("cl", &["ping", "-q", "-c", "20", "-i", "0.01", "-w", "5", "10.0.0.100"]));
+    assert!(ping.contains(" 0% packet loss"), "{ping}");
+    assert!(t.stats()["queue_sets"].as_array().unwrap().is_empty());
+    t.stop_lb();
+}
+
+#[test]
 fn clear_errors_for_a_missing_interface_and_a_port_in_use() {
     let mut t = Topo::new("ve", Shape::TwoArm, 1500);
     let mut c = t.base_config(None);
