@@ -604,6 +604,11 @@ pub struct QueueSetStatus {
     /// (absent without AF_XDP ports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xdp: Option<QueueSetXdp>,
+    /// Flow rules that put its traffic on its workers' queues, over the ports whose driver
+    /// takes them (`rte_flow`; 0 on software ports, where the receiving worker hands its
+    /// packets on).
+    #[serde(default)]
+    pub flow_rules: u32,
 }
 
 /// A queue set's packets as the XDP program saw them.

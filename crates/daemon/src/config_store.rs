@@ -44,6 +44,8 @@ pub struct ConfigStore {
     pub reload_failures: AtomicU64,
     /// The queue sets the workers steer by (swapped when a reload changes them).
     pub queue_sets: Arc<arc_swap::ArcSwap<crate::queue_sets::QueueSets>>,
+    /// The queue sets' flow rules on ports that have them.
+    pub flows: crate::queue_sets::Flows,
 }
 
 impl ConfigStore {
@@ -60,6 +62,7 @@ impl ConfigStore {
             xdp_synced: Mutex::new(None),
             reloads: AtomicU64::new(0),
             reload_failures: AtomicU64::new(0),
+            flows: crate::queue_sets::Flows::default(),
         }
     }
 
@@ -78,6 +81,7 @@ impl ConfigStore {
     pub fn start(&self) {
         let cur = lock(&self.config);
         self.sync_xdp(&cur);
+        self.flows.sync(&cur);
         self.health.reconcile(&cur);
     }
 
@@ -110,10 +114,14 @@ impl ConfigStore {
             }
         }
         let g = self.control.apply(&self.published(new))?;
-        if new.queue_sets != cur.queue_sets {
+        let sets_changed = new.queue_sets != cur.queue_sets;
+        if sets_changed {
             self.queue_sets.store(crate::queue_sets::QueueSets::new(&new.queue_sets, new.runtime.workers));
         }
         *cur = new.clone();
+        if sets_changed {
+            self.flows.sync(cur);
+        }
         self.sync_xdp(cur);
         self.health.reconcile(cur);
         Ok(g)

@@ -160,6 +160,7 @@ impl Daemon {
                     rate_pps: spec.and_then(|s| s.rate).and_then(|r| r.pps),
                     packets: crate::queue_sets::group_packets(&sets, &self.workers, g).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
                     queues: crate::queue_sets::group_queue_stats(&sets, &self.workers, g).summary(),
+                    flow_rules: self.config.flows.rules_of(g),
                     xdp: self.config.xdp_queue_set_stats(crate::queue_sets::xdp_index(&sets, g)).map(|x| QueueSetXdp { packets: x.packets, bytes: x.bytes, policed: x.policed }),
                 }
             })

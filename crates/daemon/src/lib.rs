@@ -270,7 +270,18 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
     let neighbours = Arc::new(neighbours::Neighbours::default());
     let health = health::Health::new(ev_tx.clone(), runtime.handle().clone());
     let xdp_ifaces = ports.iter().filter_map(|p| p.xdp_iface.clone()).collect();
-    let config = Arc::new(ConfigStore::new(cfg.clone(), path, control.clone(), neighbours.clone(), health.clone(), xdp_ifaces));
+    // Queue sets: flow rules on the ports that are not AF_XDP (those have the XDP program).
+    let flow_ports = ports
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.kind {
+            PortKind::Eth(e) if p.xdp_iface.is_none() => Some((i, p.name.clone(), e.clone())),
+            _ => None,
+        })
+        .collect();
+    let mut config = ConfigStore::new(cfg.clone(), path, control.clone(), neighbours.clone(), health.clone(), xdp_ifaces);
+    config.flows = crate::queue_sets::Flows::new(flow_ports);
+    let config = Arc::new(config);
     let ha = Arc::new(ha::Ha::new(ha::parse(&rt.ha_state).unwrap_or(ha::STANDALONE)));
     let stop = Arc::new(AtomicBool::new(false));
     let daemon = Arc::new(Daemon { config: config.clone(), workers: workers.clone(), neighbours, health: health.clone(), ha: ha.clone(), sync: sync.clone(), ports, pool: pool.clone(), rates: Default::default() });

@@ -236,6 +236,98 @@ pub fn group_queue_stats(sets: &QueueSets, workers: &crate::workers::Workers, gr
     workers.totals_of(sets.members.get(group).into_iter().flatten().map(|w| *w as usize)).queues
 }
 
+/// The queue sets' flow rules: on ports with `rte_flow` (NICs), each set's services go to the
+/// queues of its workers (worker `w` owns queue `w`) and, at a lower priority, everything else
+/// to the default set's workers, so the NIC itself keeps the groups apart. A port whose
+/// driver refuses a rule gets none (all or nothing; said once in the log): there the
+/// receiving worker hands packets on, as without rules.
+#[derive(Default)]
+pub struct Flows {
+    ports: Vec<(usize, String, Arc<vectorlb_dpdk::EthPort>)>,
+    state: std::sync::Mutex<FlowState>,
+}
+
+#[derive(Default)]
+struct FlowState {
+    rules: Vec<vectorlb_dpdk::FlowRule>,
+    /// Rules installed per group (the default set's last).
+    per_group: Vec<u32>,
+    /// Ports whose driver refused, and why.
+    refused: Vec<(usize, String)>,
+}
+
+impl Flows {
+    pub fn new(ports: Vec<(usize, String, Arc<vectorlb_dpdk::EthPort>)>) -> Flows {
+        Flows { ports, state: Default::default() }
+    }
+
+    /// Replaces the rules with those of `c`'s queue sets (at start and when a reload changes them).
+    pub fn sync(&self, c: &vectorlb_config::Config) {
+        if self.ports.is_empty() {
+            return;
+        }
+        let mut st = crate::lock(&self.state);
+        st.rules.clear();
+        let sets = QueueSets::new(&c.queue_sets, c.runtime.workers);
+        st.per_group = vec![0; sets.members.len()];
+        if sets.is_empty() {
+            return;
+        }
+        for (i, name, port) in &self.ports {
+            if st.refused.iter().any(|(p, _)| p == i) {
+                continue;
+            }
+            let mut rules = Vec::new();
+            let mut counts = vec![0u32; sets.members.len()];
+            let mut wanted: Vec<(u32, Option<(IpAddr, u8, u16)>, usize)> = Vec::new();
+            for (g, spec) in sets.specs.iter().enumerate() {
+                for &(vip, p, proto) in &spec.services {
+                    wanted.push((0, Some((vip, proto, p)), g));
+                }
+            }
+            wanted.push((1, None, sets.default_group()));
+            let mut failed = None;
+            for (prio, dst, g) in wanted {
+                match port.flow_to_queues(prio, dst, &sets.members[g]) {
+                    Ok(r) => {
+                        rules.push(r);
+                        counts[g] += 1;
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            match failed {
+                None => {
+                    tracing::info!("ports[{i}] ({name}): {} flow rules put the queue sets' traffic on their workers' queues", rules.len());
+                    st.rules.extend(rules);
+                    for (a, b) in st.per_group.iter_mut().zip(counts) {
+                        *a += b;
+                    }
+                }
+                Some(e) => {
+                    // The rules made so far go (all or nothing per port).
+                    drop(rules);
+                    tracing::info!("ports[{i}] ({name}): no flow rules for the queue sets ({e}); the receiving worker hands their packets on");
+                    st.refused.push((*i, e));
+                }
+            }
+        }
+    }
+
+    /// Flow rules installed for `group`, summed over the ports.
+    pub fn rules_of(&self, group: usize) -> u32 {
+        crate::lock(&self.state).per_group.get(group).copied().unwrap_or(0)
+    }
+
+    /// Ports whose driver refused the rules, with its reason.
+    pub fn refused(&self) -> Vec<(usize, String)> {
+        crate::lock(&self.state).refused.clone()
+    }
+}
+
 /// Where a received packet goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Steer {

@@ -25,6 +25,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <rte_flow.h>
 #include <rte_ring.h>
 #include <rte_service.h>
 #include <rte_service_component.h>
@@ -273,6 +274,78 @@ unsigned vl_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned n, unsi
 int vl_rx_queue_count(uint16_t port, uint16_t q)
 {
 	return rte_eth_rx_queue_count(port, q);
+}
+
+/* ---- flow rules (queue sets on NICs with rte_flow) ------------------------------------------
+ * A rule sends the packets of one service (destination address, protocol, destination port;
+ * family 0 with nothing else: every IP packet) to `queues` of the port: one queue, or RSS over
+ * several. Lower `priority` values win. On failure `err` holds the driver's reason. */
+struct rte_flow *vl_flow_queues(uint16_t port, uint32_t priority, uint8_t family, uint8_t proto,
+				const uint8_t *addr, uint16_t dport, const uint16_t *queues, uint16_t nq,
+				char *err, int errlen)
+{
+	struct rte_flow_attr attr = { .ingress = 1, .priority = priority };
+	struct rte_flow_item pattern[4];
+	struct rte_flow_item_ipv4 ip4 = {}, ip4m = {};
+	struct rte_flow_item_ipv6 ip6 = {}, ip6m = {};
+	struct rte_flow_item_tcp tcp = {}, tcpm = {};
+	struct rte_flow_item_udp udp = {}, udpm = {};
+	memset(pattern, 0, sizeof(pattern));
+	int n = 0;
+	pattern[n++].type = RTE_FLOW_ITEM_TYPE_ETH;
+	if (family == 4) {
+		memcpy(&ip4.hdr.dst_addr, addr, 4);
+		ip4m.hdr.dst_addr = 0xffffffff;
+		pattern[n].type = RTE_FLOW_ITEM_TYPE_IPV4;
+		pattern[n].spec = &ip4;
+		pattern[n++].mask = &ip4m;
+	} else if (family == 6) {
+		memcpy(ip6.hdr.dst_addr, addr, 16);
+		memset(ip6m.hdr.dst_addr, 0xff, 16);
+		pattern[n].type = RTE_FLOW_ITEM_TYPE_IPV6;
+		pattern[n].spec = &ip6;
+		pattern[n++].mask = &ip6m;
+	}
+	if (family && proto == IPPROTO_TCP) {
+		tcp.hdr.dst_port = rte_cpu_to_be_16(dport);
+		tcpm.hdr.dst_port = dport ? 0xffff : 0;
+		pattern[n].type = RTE_FLOW_ITEM_TYPE_TCP;
+		pattern[n].spec = &tcp;
+		pattern[n++].mask = &tcpm;
+	} else if (family && proto == IPPROTO_UDP) {
+		udp.hdr.dst_port = rte_cpu_to_be_16(dport);
+		udpm.hdr.dst_port = dport ? 0xffff : 0;
+		pattern[n].type = RTE_FLOW_ITEM_TYPE_UDP;
+		pattern[n].spec = &udp;
+		pattern[n++].mask = &udpm;
+	}
+	pattern[n].type = RTE_FLOW_ITEM_TYPE_END;
+	struct rte_flow_action_queue q = { .index = nq ? queues[0] : 0 };
+	struct rte_flow_action_rss rss = {
+		.func = RTE_ETH_HASH_FUNCTION_DEFAULT,
+		.types = RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP,
+		.queue_num = nq,
+		.queue = queues,
+	};
+	struct rte_flow_action actions[2] = {
+		{ .type = nq == 1 ? RTE_FLOW_ACTION_TYPE_QUEUE : RTE_FLOW_ACTION_TYPE_RSS,
+		  .conf = nq == 1 ? (const void *)&q : (const void *)&rss },
+		{ .type = RTE_FLOW_ACTION_TYPE_END },
+	};
+	struct rte_flow_error e = {};
+	int r = rte_flow_validate(port, &attr, pattern, actions, &e);
+	struct rte_flow *f = NULL;
+	if (!r)
+		f = rte_flow_create(port, &attr, pattern, actions, &e);
+	if (!f && errlen > 0)
+		snprintf(err, (size_t)errlen, "%s (%s)", e.message ? e.message : "refused", strerror(r ? -r : rte_errno));
+	return f;
+}
+
+int vl_flow_destroy(uint16_t port, struct rte_flow *f)
+{
+	struct rte_flow_error e = {};
+	return rte_flow_destroy(port, f, &e);
 }
 
 /* ---- the XDP flow director ------------------------------------------------------------------

@@ -365,6 +365,33 @@ impl EthPort {
         check(|| format!("port {}: promiscuous mode", self.id), r)
     }
 
+    /// Installs a flow rule that sends the packets toward `dst` (address, protocol, port; `None`:
+    /// every packet) to `queues` (one queue, or RSS over several). `Err` holds the driver's
+    /// reason (most software ports have no flow rules).
+    pub fn flow_to_queues(self: &Arc<Self>, priority: u32, dst: Option<(std::net::IpAddr, u8, u16)>, queues: &[u16]) -> Result<FlowRule, String> {
+        if queues.is_empty() || queues.len() > u16::MAX as usize {
+            return Err("no queues".into());
+        }
+        let (family, proto, addr, port) = match dst {
+            None => (0u8, 0u8, [0u8; 16], 0u16),
+            Some((std::net::IpAddr::V4(a), p, port)) => {
+                let mut b = [0u8; 16];
+                b[..4].copy_from_slice(&a.octets());
+                (4, p, b, port)
+            }
+            Some((std::net::IpAddr::V6(a), p, port)) => (6, p, a.octets(), port),
+        };
+        let mut err = [0 as std::os::raw::c_char; 256];
+        // SAFETY: addr has 16 bytes, queues `queues.len()` entries, err its length; the driver
+        // copies what it keeps of them.
+        let f = unsafe { ffi::vl_flow_queues(self.id, priority, family, proto, addr.as_ptr(), port, queues.as_ptr(), queues.len() as u16, err.as_mut_ptr(), err.len() as i32) };
+        match NonNull::new(f) {
+            Some(flow) => Ok(FlowRule { port: self.clone(), flow }),
+            // SAFETY: the shim NUL-terminated err within its length.
+            None => Err(unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned()),
+        }
+    }
+
     pub fn mac(&self) -> Result<[u8; 6], Error> {
         let mut m = [0u8; 6];
         // SAFETY: 6-byte out buffer.
@@ -434,6 +461,25 @@ impl Drop for EthPort {
                 ffi::vl_port_close(self.id);
             }
         }
+    }
+}
+
+/// A flow rule of a port; dropping it removes the rule.
+pub struct FlowRule {
+    port: Arc<EthPort>,
+    flow: NonNull<libc::c_void>,
+}
+
+// SAFETY: rte_flow calls on a port may come from any thread (the driver serialises them); the
+// handle is only passed back to the port's rte_flow_destroy.
+unsafe impl Send for FlowRule {}
+// SAFETY: as above; a shared FlowRule allows no call.
+unsafe impl Sync for FlowRule {}
+
+impl Drop for FlowRule {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from rte_flow_create on this port and is destroyed once.
+        unsafe { ffi::vl_flow_destroy(self.port.id, self.flow.as_ptr()) };
     }
 }
 

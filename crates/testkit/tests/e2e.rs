@@ -508,6 +508,12 @@ fn a_queue_sets_service_is_served_by_its_worker_alone_and_a_reload_removes_the_s
     assert_eq!((sets[0]["name"].as_str(), sets[1]["name"].as_str()), (Some("web"), Some("default")), "{st}");
     assert!(sets[0]["packets"]["rx"].as_u64().unwrap() > 0 && sets[0]["packets"]["dropped"] == 0, "{st}");
     assert!(st["io"]["steered"].as_u64().unwrap() > 0, "packets crossed to their group's worker: {st}");
+    // AF_PACKET has no flow rules: the daemon says so and the workers steer instead.
+    assert_eq!(sets[0]["flow_rules"], 0, "{st}");
+    assert!(t.lb_log().contains("no flow rules for the queue sets"), "{}", t.lb_log());
+    // Queue statistics: every packet the set's worker received was timed.
+    let q = &sets[0]["queues"];
+    assert!(q["packets"].as_u64().unwrap() > 0 && q["receives"].as_u64().unwrap() > 0 && q["wait_us"]["p50"].is_u64(), "{q}");
     // A reload without the set: new flows of port 80 open wherever they arrive.
     std::fs::write(t.config_path(), &base).unwrap();
     let (s, v) = t.call("POST", "/v1/reload", None);
