@@ -279,7 +279,9 @@ impl Flows {
             }
             let mut rules = Vec::new();
             let mut counts = vec![0u32; sets.members.len()];
-            let mut wanted: Vec<(u32, Option<(IpAddr, u8, u16)>, usize)> = Vec::new();
+            // (priority, destination, group)
+            type Rule = (u32, Option<(IpAddr, u8, u16)>, usize);
+            let mut wanted: Vec<Rule> = Vec::new();
             for (g, spec) in sets.specs.iter().enumerate() {
                 for &(vip, p, proto) in &spec.services {
                     wanted.push((0, Some((vip, proto, p)), g));
