@@ -67,6 +67,31 @@ workers = [1]
         f.write(text)
 
 
+def scrape(api):
+    """The queue sets' time histograms from /metrics: {(metric, set): {le: cumulative count}}."""
+    text = subprocess.run([BIN, "ctl", "--api", api, "--raw", "GET", "/metrics"], capture_output=True, text=True).stdout
+    out = {}
+    for line in text.splitlines():
+        for m in ("vectorlb_queue_set_wait_seconds_bucket", "vectorlb_queue_set_residence_seconds_bucket"):
+            if line.startswith(m + "{"):
+                labels, value = line[len(m) + 1:].rsplit("} ", 1)
+                kv = dict(x.split("=", 1) for x in labels.split(","))
+                out.setdefault((m.split("_seconds")[0].rsplit("_", 1)[1], kv["set"].strip('"')), {})[kv["le"].strip('"')] = int(value)
+    return out
+
+
+def quantiles(before, after, key):
+    """p50 / p99 / p99.99 of one run (bucket upper bounds, µs) from two scrapes."""
+    a, b = after.get(key, {}), before.get(key, {})
+    les = sorted((le for le in a if le != "+Inf"), key=float)
+    total = a.get("+Inf", 0) - b.get("+Inf", 0)
+    res = {"packets": total}
+    for name, q in (("p50", 0.5), ("p99", 0.99), ("p9999", 0.9999)):
+        want = total * q
+        res[f"{name}_us"] = next((round(float(le) * 1e6) for le in les if a[le] - b.get(le, 0) >= want), None) if total else None
+    return res
+
+
 def chart(rows, sla, path):
     plt = benchutil.pyplot("bench-queue-sets")
     if plt is None:
@@ -135,6 +160,7 @@ def main():
                                        "--size", str(args.bg_size), "--rate", str(args.bg_pps), "--seconds", str(args.seconds + 2.5), "--json"],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 time.sleep(0.5)
+                before = scrape(api)
                 r = subprocess.run(["ip", "netns", "exec", f"{P}-cl", TOOLS, "memcache-load", "--target", "10.0.0.100:11211", "--rate", str(rate),
                                     "--seconds", str(args.seconds + 1), "--warmup", "1", "--connections", "8", "--json"], capture_output=True, text=True)
                 bg_out, bg_err = bg.communicate(timeout=60)
@@ -146,11 +172,17 @@ def main():
                 except (ValueError, IndexError):
                     raise SystemExit(f"bench-queue-sets: gen: {bg_err.strip()}")
                 stats = json.loads(subprocess.run([BIN, "ctl", "--api", api, "--raw", "GET", "/v1/stats"], capture_output=True, text=True).stdout or "{}")
+                after = scrape(api)
+                # The LB's own share of the latency, this run: per packet the set's workers
+                # received, the wait on its queue (since the worker's previous round) and the
+                # time to its transmit (queue sets only: without them nothing is timed).
+                lb_time = {f"{kind}_{name}": quantiles(before, after, (kind, name)) for (kind, name) in sorted(after)} if variant == "queue_set" else {}
                 row = {"bench": "queue_sets", "variant": variant, "busy_poll": not args.nap, "rate": rate, "achieved_rps": m["achieved_rps"], "total": m["total"],
                        "errors": m["errors"], "lost": m["lost"], "bg_pps": round(g.get("tx_mpps", 0) * 1e6), "bg_size": args.bg_size,
                        "lb_drops": sum((stats.get("drops") or {}).values()) if isinstance(stats.get("drops"), dict) else None,
                        # Cumulative since the LB started (both variants alternate on it).
-                       "lb_queue_sets": [{"name": q["name"], "workers": q["workers"], **q["packets"]} for q in stats.get("queue_sets") or []], **machine}
+                       "lb_queue_sets": [{"name": q["name"], "workers": q["workers"], **q["packets"]} for q in stats.get("queue_sets") or []],
+                       "lb_time": lb_time, **machine}
                 rows.append(row)
                 emit(row)
         if args.demo:
