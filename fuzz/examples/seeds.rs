@@ -426,7 +426,7 @@ fn main() {
     std::fs::write(dir.join("seed-fnat-demo.toml"), DEMO).expect("write seed");
     // The demo's file with a queue set (three workers, one in the set, a rate limit).
     let sets = format!("[runtime]\nworkers = 3\n\n{DEMO}")
-        + "\n[[queue_sets]]\nname = \"web\"\nservices = [\"10.0.0.100:80/tcp\"]\nworkers = [2]\nrate = { bps = 1000000000, pps = 100000, burst_ms = 10 }\nbusy_poll = false\n";
+        + "\n[[queue_sets]]\nname = \"web\"\nservices = [\"10.0.0.100:80/tcp\"]\nworkers = [2]\nrate = { bps = 1000000000, pps = 100000, burst_ms = 10 }\nbusy_poll = false\n\n[default_set]\ningress = { pps = 200000, bps = 2000000000, burst_ms = 5 }\n";
     std::fs::write(dir.join("seed-queue-sets.toml"), sets).expect("write seed");
     // The proxy's: every TOML example of docs/proxy.md.
     let pdir = root.join("proxy_config");

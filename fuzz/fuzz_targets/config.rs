@@ -35,7 +35,10 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     assert!(c.queue_sets.is_empty() || taken.len() < c.runtime.workers as usize);
-    if !c.queue_sets.is_empty() {
+    if let Some(r) = c.default_ingress {
+        assert!(r.bps != Some(0) && r.pps != Some(0) && (r.bps.is_some() || r.pps.is_some()) && (1..=10_000).contains(&r.burst_ms));
+    }
+    if !c.queue_sets.is_empty() || c.default_ingress.is_some() {
         assert_eq!(Config::parse(&c.to_toml()).as_ref().ok(), Some(&c), "queue sets write back");
     }
     for cores in [1u16, 2, 3, 64, u16::MAX] {
