@@ -206,7 +206,9 @@ fn status_page_in_chromium_and_the_grafana_dashboard_against_live_metrics() {
     assert!(base.contains("127.0.0.1:9180"), "{base}");
     let svc = service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80))
         .replace("backends = [", "health = { kind = \"http\", path = \"/\", interval = 0.2, timeout = 0.2, rise = 2, fall = 2 }\nbackends = [");
-    t.start_lb(&(base + &svc));
+    // A default-set ingress limit far above the test's traffic, so that the queue-set series
+    // the dashboard charts exist (without sets or a limit they are not exported).
+    t.start_lb(&(base + &svc + "\n[default_set]\ningress = { pps = 10000000 }\n"));
 
     // Traffic for the whole test (bounded: the probe stops after its requests).
     t.spawn("cl", &[tools(), "probe", "http", "--url", "http://10.0.0.100/", "--requests", "200000", "--concurrency", "2"]);
