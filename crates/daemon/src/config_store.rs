@@ -208,19 +208,22 @@ impl ConfigStore {
         }
     }
 
-    /// What the AF_XDP ports' programs counted of queue set `index` ([`xdp::QS_DEFAULT`]: the
-    /// default set), summed over the ports; `None` without AF_XDP ports.
-    pub fn xdp_queue_set_stats(&self, index: u32) -> Option<xdp::QsStats> {
+    /// What the AF_XDP ports' programs counted of each group of `sets` (the default set's
+    /// last), summed over the ports; `None` without AF_XDP ports.
+    pub fn xdp_queue_set_stats(&self, sets: &crate::queue_sets::QueueSets) -> Option<Vec<xdp::QsStats>> {
         if self.xdp_ifaces.is_empty() {
             return None;
         }
-        let mut t = xdp::QsStats::default();
+        let indexes: Vec<u32> = (0..sets.members.len()).map(|g| crate::queue_sets::xdp_index(sets, g)).collect();
+        let mut t = vec![xdp::QsStats::default(); indexes.len()];
         for ifname in &self.xdp_ifaces {
-            match xdp::queue_set_stats(ifname.as_str(), index) {
-                Ok(s) => {
-                    t.packets += s.packets;
-                    t.bytes += s.bytes;
-                    t.policed += s.policed;
+            match xdp::queue_set_stats(ifname.as_str(), &indexes) {
+                Ok(v) => {
+                    for (a, b) in t.iter_mut().zip(v) {
+                        a.packets += b.packets;
+                        a.bytes += b.bytes;
+                        a.policed += b.policed;
+                    }
                 }
                 Err(e) => tracing::debug!("queue-set counters of {ifname}: {e}"),
             }

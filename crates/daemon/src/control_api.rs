@@ -148,6 +148,7 @@ impl Daemon {
         if sets.is_empty() && self.config.with(|c| c.default_ingress.is_none()) {
             return Vec::new();
         }
+        let xdp = self.config.xdp_queue_set_stats(&sets);
         (0..sets.members.len())
             .map(|g| {
                 let spec = sets.specs.get(g);
@@ -161,7 +162,7 @@ impl Daemon {
                     packets: crate::queue_sets::group_packets(&sets, &self.workers, g).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
                     queues: crate::queue_sets::group_queue_stats(&sets, &self.workers, g).summary(),
                     flow_rules: self.config.flows.rules_of(g),
-                    xdp: self.config.xdp_queue_set_stats(crate::queue_sets::xdp_index(&sets, g)).map(|x| QueueSetXdp { packets: x.packets, bytes: x.bytes, policed: x.policed }),
+                    xdp: xdp.as_ref().and_then(|v| v.get(g)).map(|x| QueueSetXdp { packets: x.packets, bytes: x.bytes, policed: x.policed }),
                 }
             })
             .collect()

@@ -83,7 +83,7 @@ pub fn render(d: &Daemon) -> String {
             let _ = writeln!(o, "{m}_sum{{set=\"{name}\"}} {}\n{m}_count{{set=\"{name}\"}} {}", st.depth.sum, st.depth.count());
         }
         // Before the ring: what the AF_XDP ports' XDP programs counted (absent without them).
-        let xdp: Vec<_> = (0..sets.members.len()).filter_map(|g| d.config.xdp_queue_set_stats(crate::queue_sets::xdp_index(&sets, g)).map(|x| (esc(sets.name(g)), x))).collect();
+        let xdp: Vec<_> = d.config.xdp_queue_set_stats(&sets).unwrap_or_default().into_iter().enumerate().map(|(g, x)| (esc(sets.name(g)), x)).collect();
         if !xdp.is_empty() {
             head(&mut o, "vectorlb_queue_set_xdp_packets_total", "counter", "Packets of each queue set in the XDP program of the AF_XDP ports: passed to the data plane, or dropped by the default set's ingress limit (policed).");
             for (name, x) in &xdp {

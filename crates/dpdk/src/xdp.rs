@@ -245,14 +245,20 @@ pub struct QsStats {
     pub policed: u64,
 }
 
-/// The program's counters of set `index` (or [`QS_DEFAULT`]) on `ifname`, summed over CPUs.
-pub fn queue_set_stats(ifname: &(impl Maps + ?Sized), index: u32) -> Result<QsStats, Error> {
+/// The program's counters of sets `indexes` (each below [`QS_MAX`], or [`QS_DEFAULT`]) on
+/// `ifname`, summed over CPUs, in the same order.
+pub fn queue_set_stats(ifname: &(impl Maps + ?Sized), indexes: &[u32]) -> Result<Vec<QsStats>, Error> {
     let fd = ifname.map("vl_qs_stats")?;
-    let mut out = [0u64; 3];
-    // SAFETY: a per-CPU array of struct qs_stats (3 u64); out holds 3 words.
-    let r = unsafe { ffi::vl_map_percpu_sum(fd.as_raw_fd(), index, out.as_mut_ptr(), 3) };
-    map_err(ifname, "vl_qs_stats", r)?;
-    Ok(QsStats { packets: out[0], bytes: out[1], policed: out[2] })
+    indexes
+        .iter()
+        .map(|&index| {
+            let mut out = [0u64; 3];
+            // SAFETY: a per-CPU array of struct qs_stats (3 u64); out holds 3 words.
+            let r = unsafe { ffi::vl_map_percpu_sum(fd.as_raw_fd(), index, out.as_mut_ptr(), 3) };
+            map_err(ifname, "vl_qs_stats", r)?;
+            Ok(QsStats { packets: out[0], bytes: out[1], policed: out[2] })
+        })
+        .collect()
 }
 
 /// The program loaded from [`OBJECT`] into the kernel and attached nowhere: for tests of the

@@ -42,7 +42,7 @@ fn mc() -> Vec<(QsMatch, u32)> {
 }
 
 fn stats(p: &Loaded, i: u32) -> xdp::QsStats {
-    xdp::queue_set_stats(p, i).unwrap()
+    xdp::queue_set_stats(p, &[i]).unwrap()[0]
 }
 
 #[test]
