@@ -40,10 +40,12 @@ def ns(name, *cmd, **kw):
     return sh("ip", "netns", "exec", f"{P}-{name}", *cmd, **kw)
 
 
-def lb_config(d, sets, busy_poll=True):
+def lb_config(d, sets, busy_poll=True, pin=False):
     """The LB's file: scripts/lib.sh's ports, on AF_PACKET with two queues (one per worker);
-    memcached (to be1) and the bulk UDP sink (to be2); the set when `sets`."""
-    base = subprocess.run(["bash", "-c", '. scripts/lib.sh && lb_base_config "$1" "workers = 2"', "_", d],
+    memcached (to be1) and the bulk UDP sink (to be2); the set when `sets`; with `pin`,
+    worker 0 on CPU 0 and worker 1 (the set's) on CPU 1."""
+    extra = ["workers = 2"] + (["cpus = [0, 1]"] if pin else [])
+    base = subprocess.run(["bash", "-c", '. scripts/lib.sh && lb_base_config "$@"', "_", d, *extra],
                           capture_output=True, text=True, check=True).stdout
     text = base.replace("net_af_xdp0,iface=ext0", "net_af_packet0,iface=ext0,qpairs=2").replace("net_af_xdp1,iface=int0", "net_af_packet1,iface=int0,qpairs=2")
     for port, proto, laddr, backend in ((11211, "tcp", "10.1.0.200", "10.1.0.11"), (9, "udp", "10.1.0.201", "10.1.0.12")):
@@ -117,6 +119,7 @@ def main():
     ap.add_argument("--bg-size", type=int, default=1400)
     ap.add_argument("--sla-us", type=int, default=1000)
     ap.add_argument("--nap", action="store_true", help="the set's worker naps when idle (busy_poll = false) instead of polling without rest")
+    ap.add_argument("--pin", action="store_true", help="the LB's worker 1 (the set's) alone on CPU 1; worker 0, memcached, the load client and the generator on CPU 0")
     ap.add_argument("--out", default=None)
     ap.add_argument("--chart", default="docs/img/queue-sets.png")
     ap.add_argument("--demo", action="store_true", help="one short point per variant, checked; ends with QUEUE-SETS OK or FAILED (make demo)")
@@ -138,8 +141,9 @@ def main():
     procs = []
     d = tempfile.mkdtemp(prefix="vectorlb-qs-")
     try:
-        procs.append(subprocess.Popen(["ip", "netns", "exec", f"{P}-be1", "memcached", "-l", "10.1.0.11", "-p", "11211", "-U", "0", "-t", "1", "-m", "256", "-c", "4096", "-u", "nobody"]))
-        lb_config(d, sets=False)
+        on0 = ["taskset", "-c", "0"] if args.pin else []
+        procs.append(subprocess.Popen(["ip", "netns", "exec", f"{P}-be1", *on0, "memcached", "-l", "10.1.0.11", "-p", "11211", "-U", "0", "-t", "1", "-m", "256", "-c", "4096", "-u", "nobody"]))
+        lb_config(d, sets=False, pin=args.pin)
         lb = subprocess.Popen(["ip", "netns", "exec", f"{P}-lb", BIN, "run", "--config", f"{d}/lb.toml"], stdout=open(f"{d}/lb.log", "w"), stderr=subprocess.STDOUT)
         procs.append(lb)
         api = f"unix:{d}/api.sock"
@@ -153,15 +157,15 @@ def main():
         rows = []
         for rate in [int(x) for x in args.rates.split(",")]:
             for variant in (("queue_set", "no_set") if rate % 2 == 0 else ("no_set", "queue_set")):
-                lb_config(d, sets=variant == "queue_set", busy_poll=not args.nap)
+                lb_config(d, sets=variant == "queue_set", busy_poll=not args.nap, pin=args.pin)
                 sh(BIN, "ctl", "--api", api, "--reload", stdout=subprocess.DEVNULL)
-                bg = subprocess.Popen(["ip", "netns", "exec", f"{P}-cl", TOOLS, "gen", "--tx", "net_af_packet0,iface=cl0", "--dst-mac", ext_mac,
+                bg = subprocess.Popen(["ip", "netns", "exec", f"{P}-cl", *on0, TOOLS, "gen", "--tx", "net_af_packet0,iface=cl0", "--dst-mac", ext_mac,
                                        "--src-ip", "10.0.0.2", "--dst-ip", "10.0.0.100", "--dst-port", "9", "--proto", "udp", "--flows", "256",
                                        "--size", str(args.bg_size), "--rate", str(args.bg_pps), "--seconds", str(args.seconds + 2.5), "--json"],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 time.sleep(0.5)
                 before = scrape(api)
-                r = subprocess.run(["ip", "netns", "exec", f"{P}-cl", TOOLS, "memcache-load", "--target", "10.0.0.100:11211", "--rate", str(rate),
+                r = subprocess.run(["ip", "netns", "exec", f"{P}-cl", *on0, TOOLS, "memcache-load", "--target", "10.0.0.100:11211", "--rate", str(rate),
                                     "--seconds", str(args.seconds + 1), "--warmup", "1", "--connections", "8", "--json"], capture_output=True, text=True)
                 bg_out, bg_err = bg.communicate(timeout=60)
                 if r.returncode != 0:
@@ -177,7 +181,7 @@ def main():
                 # received, the wait on its queue (since the worker's previous round) and the
                 # time to its transmit (queue sets only: without them nothing is timed).
                 lb_time = {f"{kind}_{name}": quantiles(before, after, (kind, name)) for (kind, name) in sorted(after)} if variant == "queue_set" else {}
-                row = {"bench": "queue_sets", "variant": variant, "busy_poll": not args.nap, "rate": rate, "achieved_rps": m["achieved_rps"], "total": m["total"],
+                row = {"bench": "queue_sets", "variant": variant, "busy_poll": not args.nap, "pinned": args.pin, "rate": rate, "achieved_rps": m["achieved_rps"], "total": m["total"],
                        "errors": m["errors"], "lost": m["lost"], "bg_pps": round(g.get("tx_mpps", 0) * 1e6), "bg_size": args.bg_size,
                        "lb_drops": sum((stats.get("drops") or {}).values()) if isinstance(stats.get("drops"), dict) else None,
                        # Cumulative since the LB started (both variants alternate on it).
