@@ -93,6 +93,16 @@ fn it_sends_ours_to_the_data_plane_and_counts_each_queue_sets_packets() {
     }
     let s = stats(&p, 0);
     assert_eq!(s.packets, want[0] + 2, "with the ports: the set's");
+    // A hostile header length: below 20 bytes, or 60 bytes in a frame that ends before the
+    // ports: the default set's, never read past the frame.
+    let before = stats(&p, QS_DEFAULT).packets;
+    for ihl in [0u8, 4, 15] {
+        let mut f = to_mc.clone();
+        f[14] = 0x40 | ihl;
+        assert_eq!(p.run(&f).unwrap(), XDP_PASS, "ihl {ihl}");
+    }
+    assert_eq!(stats(&p, 0).packets, want[0] + 2, "none of them the set's");
+    assert_eq!(stats(&p, QS_DEFAULT).packets, before + 3);
     // Removing the sets stops the counting.
     xdp::set_queue_sets(&p, &[], None).unwrap();
     p.run(&to_mc).unwrap();
