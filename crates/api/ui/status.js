@@ -198,6 +198,25 @@ function renderPorts(ports) {
   document.querySelector('#ports tbody').replaceChildren(...rows);
 }
 
+// Queue sets (and the default set), when the daemon has any or polices the default set.
+function renderQueueSets(sets) {
+  document.querySelector('#qs-section').hidden = !sets.length;
+  const us = v => (v == null ? '> 10 ms' : v >= 1000 ? num(v / 1000, 1) + ' ms' : v + ' µs');
+  const rows = sets.map(q => el('tr', { 'data-set': q.name },
+    cell(q.name + (q.busy_poll ? ' (busy-polling)' : '')),
+    cell(q.workers.join(', ')),
+    cell(q.services.length ? q.services.join(' ') : (q.name === 'default' ? 'the rest' : '-'), 'muted'),
+    cell(num(q.packets.rx), 'n rx', q.packets.rx),
+    cell(num(q.packets.tx), 'n tx', q.packets.tx),
+    cell(num(q.packets.steered), 'n steered', q.packets.steered),
+    cell(num(q.packets.dropped), 'n dropped', q.packets.dropped),
+    cell(q.queues.packets ? us(q.queues.wait_us.p99) : '-', 'n wait'),
+    cell(q.queues.packets ? us(q.queues.residence_us.p99) : '-', 'n residence'),
+    cell(q.xdp ? num(q.xdp.packets) : '-', 'n xdp-passed', q.xdp ? q.xdp.packets : ''),
+    cell(q.xdp ? num(q.xdp.policed) : '-', 'n xdp-policed', q.xdp ? q.xdp.policed : '')));
+  document.querySelector('#queuesets tbody').replaceChildren(...rows);
+}
+
 function renderHealth(h) {
   const pill = document.querySelector('#health');
   pill.textContent = h.status === 'ok' ? 'data plane ok' : 'data plane ' + h.status;
@@ -227,6 +246,7 @@ async function poll() {
     renderSummary(stats);
     renderServices(services);
     renderPorts(ports);
+    renderQueueSets(stats.queue_sets || []);
     lastOk = Date.now();
     error.hidden = true;
     document.body.setAttribute('data-updated', String(lastOk));

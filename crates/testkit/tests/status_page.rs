@@ -248,6 +248,14 @@ fn status_page_in_chromium_and_the_grafana_dashboard_against_live_metrics() {
     // The ports' rates come from the API's window too.
     let ports = b.eval("[...document.querySelectorAll('#ports tbody tr')].map(r => +r.children[2].dataset.value).join(',')");
     assert!(ports.as_str().unwrap().split(',').all(|v| v.parse::<f64>().unwrap() > 0.0), "port rx rates: {ports}");
+    // The queue-set table: the default set (policed far above the traffic), its packets as
+    // the API counts them, passed before the ring and none policed.
+    let qs = "(() => { const r = document.querySelector('#queuesets tr[data-set=\"default\"]'); \
+              return !document.querySelector('#qs-section').hidden && !!r && +r.querySelector('td.rx').dataset.value > 0 \
+              && +r.querySelector('td.xdp-passed').dataset.value > 0 && r.querySelector('td.xdp-policed').dataset.value === '0'; })()";
+    if let Err(last) = b.wait_for(qs, Duration::from_secs(10)) {
+        panic!("no default set row with traffic: {last}; {:?}", b.eval("document.querySelector('#queuesets').outerHTML"));
+    }
     let png = b.screenshot();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000, "screenshot: {} bytes", png.len());
     std::fs::write(t.dir.join("status-page.png"), &png).unwrap();
