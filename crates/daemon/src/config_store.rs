@@ -184,28 +184,37 @@ impl ConfigStore {
         }
     }
 
-    /// Writes our addresses into every AF_XDP port's flow director, when they changed.
+    /// Writes our addresses into every AF_XDP port's flow director, when they changed; the
+    /// queue-set tables only when they changed (rewriting them restarts the policer with a
+    /// full burst). What failed is tried again at the next call (every few seconds).
     fn sync_xdp(&self, c: &Config) {
         if self.xdp_ifaces.is_empty() {
             return;
         }
         let tables = xdp_tables(c, &crate::instance::host_addresses());
-        {
-            let mut last = lock(&self.xdp_synced);
-            if last.as_ref() == Some(&tables) {
-                return;
-            }
-            *last = Some(tables.clone());
+        let mut last = lock(&self.xdp_synced);
+        let addrs_same = last.as_ref().is_some_and(|l| l.addrs == tables.addrs && l.nets == tables.nets);
+        let sets_same = last.as_ref().is_some_and(|l| l.queue_sets == tables.queue_sets && l.police == tables.police);
+        if addrs_same && sets_same {
+            return;
         }
+        let mut ok = true;
         for ifname in &self.xdp_ifaces {
             let ifname = ifname.as_str();
-            let done = xdp::set_addrs(ifname, &tables.addrs)
-                .and_then(|_| xdp::set_source_nets(ifname, &tables.nets))
-                .and_then(|_| xdp::set_queue_sets(ifname, &tables.queue_sets, tables.police));
+            let mut done = Ok(());
+            if !addrs_same {
+                done = xdp::set_addrs(ifname, &tables.addrs).and_then(|_| xdp::set_source_nets(ifname, &tables.nets));
+            }
+            if !sets_same {
+                done = done.and(xdp::set_queue_sets(ifname, &tables.queue_sets, tables.police));
+            }
             if let Err(e) = done {
+                ok = false;
                 tracing::error!("flow director on {ifname}: {e}");
             }
         }
+        // Only what was written is remembered: a failure is written again next time.
+        *last = ok.then_some(tables);
     }
 
     /// What the AF_XDP ports' programs counted of each group of `sets` (the default set's
@@ -225,7 +234,11 @@ impl ConfigStore {
                         a.policed += b.policed;
                     }
                 }
-                Err(e) => tracing::debug!("queue-set counters of {ifname}: {e}"),
+                // A partial sum would look like a counter going back: none this time.
+                Err(e) => {
+                    tracing::debug!("queue-set counters of {ifname}: {e}");
+                    return None;
+                }
             }
         }
         Some(t)
@@ -264,9 +277,14 @@ pub fn xdp_tables(c: &Config, host: &[IpAddr]) -> XdpTables {
     let nets = c.spec.snat.iter().map(|r| (r.source, r.prefix_len)).collect();
     // Queue sets: a set's services, and the backends of those services (their replies).
     let mut queue_sets = Vec::new();
+    let mut vips = std::collections::HashSet::new();
     for (i, q) in c.queue_sets.iter().enumerate().take(xdp::QS_MAX) {
         for &(vip, port, proto) in &q.services {
             queue_sets.push((xdp::QsMatch::Service { vip, port, proto }, i as u32));
+            // Portless packets to a VIP go to the first set with a service on it.
+            if vips.insert(vip) {
+                queue_sets.push((xdp::QsMatch::Vip { addr: vip }, i as u32));
+            }
             let svc = c.spec.services.iter().find(|s| (s.vip, s.port, s.proto) == (vip, port, proto));
             for b in svc.into_iter().flat_map(|s| &s.backends) {
                 let port = if b.port == 0 { port } else { b.port };

@@ -252,7 +252,7 @@ struct FlowState {
     rules: Vec<vectorlb_dpdk::FlowRule>,
     /// Rules installed per group (the default set's last).
     per_group: Vec<u32>,
-    /// Ports whose driver refused, and why.
+    /// Ports whose driver refused, and why (said once in the log; tried again at each sync).
     refused: Vec<(usize, String)>,
 }
 
@@ -274,9 +274,6 @@ impl Flows {
             return;
         }
         for (i, name, port) in &self.ports {
-            if st.refused.iter().any(|(p, _)| p == i) {
-                continue;
-            }
             let mut rules = Vec::new();
             let mut counts = vec![0u32; sets.members.len()];
             // (priority, destination, group)
@@ -303,6 +300,7 @@ impl Flows {
             }
             match failed {
                 None => {
+                    st.refused.retain(|(p, _)| p != i);
                     tracing::info!("ports[{i}] ({name}): {} flow rules put the queue sets' traffic on their workers' queues", rules.len());
                     st.rules.extend(rules);
                     for (a, b) in st.per_group.iter_mut().zip(counts) {
@@ -312,8 +310,10 @@ impl Flows {
                 Some(e) => {
                     // The rules made so far go (all or nothing per port).
                     drop(rules);
-                    tracing::info!("ports[{i}] ({name}): no flow rules for the queue sets ({e}); the receiving worker hands their packets on");
-                    st.refused.push((*i, e));
+                    if !st.refused.iter().any(|(p, _)| p == i) {
+                        tracing::info!("ports[{i}] ({name}): no flow rules for the queue sets ({e}); the receiving worker hands their packets on");
+                        st.refused.push((*i, e));
+                    }
                 }
             }
         }

@@ -218,10 +218,13 @@ impl<P: Packet> WorkerLoop<P> {
     }
 
     /// Counts a receive of `n` packets: their wait since the previous round began and the
-    /// queue's depth (what was taken and what still waits, where the queue can tell).
+    /// queue's depth (what was taken and what still waits, where the queue can tell; asked
+    /// only after a full burst, since a shorter one emptied the queue, and counting a NIC
+    /// queue walks its descriptors).
     fn sample(q: &mut QueueStats, rx: &mut dyn RxQueue<P>, n: usize, gap_ns: u64) {
         q.wait.add(&TIME_BOUNDS_NS, gap_ns, n as u64);
-        let depth = n + rx.backlog().unwrap_or(0);
+        let left = if n >= BURST { rx.backlog().unwrap_or(0) } else { 0 };
+        let depth = n + left;
         q.depth.add(&DEPTH_BOUNDS, depth as u64, 1);
     }
 

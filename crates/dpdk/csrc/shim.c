@@ -321,9 +321,14 @@ struct rte_flow *vl_flow_queues(uint16_t port, uint32_t priority, uint8_t family
 	}
 	pattern[n].type = RTE_FLOW_ITEM_TYPE_END;
 	struct rte_flow_action_queue q = { .index = nq ? queues[0] : 0 };
+	/* The hash types the device supports (as the port's own RSS setup does). */
+	struct rte_eth_dev_info info;
+	uint64_t types = RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP;
+	if (rte_eth_dev_info_get(port, &info) == 0)
+		types &= info.flow_type_rss_offloads;
 	struct rte_flow_action_rss rss = {
 		.func = RTE_ETH_HASH_FUNCTION_DEFAULT,
-		.types = RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP,
+		.types = types,
 		.queue_num = nq,
 		.queue = queues,
 	};

@@ -59,7 +59,8 @@ struct {
 
 /* Queue sets: a TCP or UDP packet's set, by its service (dir 0: destination VIP, port,
  * protocol) or by the backend it comes from (dir 1: source address, port, protocol; replies
- * of NAT services). Value: the set's index (below QS_DEFAULT). */
+ * of NAT services); a packet without ports by its destination alone (dir 2: a set's VIP,
+ * protocol and port 0). Value: the set's index (below QS_DEFAULT). */
 struct qs_key {
 	__u8 family;
 	__u8 proto;
@@ -94,7 +95,7 @@ struct qs_stats {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 16384);
 	__type(key, struct qs_key);
 	__type(value, __u32);
 } vl_qs_flows SEC(".maps");
@@ -177,8 +178,18 @@ static __always_inline void qs_lookup(__u32 *set, __u64 flags, __u8 family, __u8
 		*set = *v;
 }
 
+/* ICMP errors (they carry a set's flows back too) and IPv6 neighbour discovery: never policed. */
+static __always_inline int exempt_icmp(__u8 type, int v6)
+{
+	if (v6)
+		return type <= 4 || (type >= 133 && type <= 137);
+	return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
+}
+
 /* The queue set of an IP packet that is ours: counts it; XDP_DROP when the default set's
- * policer refuses it, else -1. */
+ * policer refuses it, else -1. Packets without ports (later IPv4 fragments, IPv6 with
+ * extension headers) go by their destination address alone (dir 2 keys: a VIP of a set's
+ * service). ICMP errors and neighbour discovery are counted but never policed. */
 static __always_inline int queue_set(struct xdp_md *ctx, void *l3, void *end, __u16 proto)
 {
 	__u32 zero = 0;
@@ -186,34 +197,44 @@ static __always_inline int queue_set(struct xdp_md *ctx, void *l3, void *end, __
 	if (!c || !c->flags)
 		return -1;
 	__u32 set = QS_DEFAULT;
-	if (c->flags & QS_CLASSIFY) {
-		if (proto == bpf_htons(ETH_P_IP)) {
-			struct iphdr *ip = l3;
-			if ((void *)(ip + 1) > end)
-				return -1;
-			__u32 ihl = ip->ihl * 4;
-			/* Later fragments carry no ports: the default set's. */
-			if (ihl >= 20 && !(ip->frag_off & bpf_htons(0x1fff)) &&
-			    (ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP)) {
-				__u16 *ports = (void *)ip + ihl;
-				if ((void *)(ports + 2) <= end) {
-					__u8 d[16] = {}, s[16] = {};
-					__builtin_memcpy(d, &ip->daddr, 4);
-					__builtin_memcpy(s, &ip->saddr, 4);
-					qs_lookup(&set, c->flags, 4, ip->protocol, 0, ports[1], d, 4);
-					qs_lookup(&set, c->flags, 4, ip->protocol, 1, ports[0], s, 4);
-				}
+	int exempt = 0;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = l3;
+		if ((void *)(ip + 1) > end)
+			return -1;
+		__u32 ihl = ip->ihl * 4;
+		__u8 d[16] = {}, s[16] = {};
+		__builtin_memcpy(d, &ip->daddr, 4);
+		__builtin_memcpy(s, &ip->saddr, 4);
+		int later = (ip->frag_off & bpf_htons(0x1fff)) != 0;
+		if (ihl >= 20 && !later) {
+			__u8 *l4 = (void *)ip + ihl;
+			if (ip->protocol == IPPROTO_ICMP && (void *)(l4 + 1) <= end)
+				exempt = exempt_icmp(l4[0], 0);
+			if ((c->flags & QS_CLASSIFY) && (ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP) &&
+			    (void *)(l4 + 4) <= end) {
+				__u16 *ports = (__u16 *)l4;
+				qs_lookup(&set, c->flags, 4, ip->protocol, 0, ports[1], d, 4);
+				qs_lookup(&set, c->flags, 4, ip->protocol, 1, ports[0], s, 4);
 			}
-		} else if (proto == bpf_htons(ETH_P_IPV6)) {
-			struct ipv6hdr *ip6 = l3;
-			if ((void *)(ip6 + 1) > end)
-				return -1;
-			if (ip6->nexthdr == IPPROTO_TCP || ip6->nexthdr == IPPROTO_UDP) {
-				__u16 *ports = (void *)(ip6 + 1);
-				if ((void *)(ports + 2) <= end) {
-					qs_lookup(&set, c->flags, 6, ip6->nexthdr, 0, ports[1], &ip6->daddr, 16);
-					qs_lookup(&set, c->flags, 6, ip6->nexthdr, 1, ports[0], &ip6->saddr, 16);
-				}
+		} else if (later && (c->flags & QS_CLASSIFY)) {
+			qs_lookup(&set, 0, 4, 0, 2, 0, d, 4);
+		}
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = l3;
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		__u8 *l4 = (void *)(ip6 + 1);
+		if (ip6->nexthdr == IPPROTO_ICMPV6) {
+			if ((void *)(l4 + 1) <= end)
+				exempt = exempt_icmp(l4[0], 1);
+		} else if (c->flags & QS_CLASSIFY) {
+			if ((ip6->nexthdr == IPPROTO_TCP || ip6->nexthdr == IPPROTO_UDP) && (void *)(l4 + 4) <= end) {
+				__u16 *ports = (__u16 *)l4;
+				qs_lookup(&set, c->flags, 6, ip6->nexthdr, 0, ports[1], &ip6->daddr, 16);
+				qs_lookup(&set, c->flags, 6, ip6->nexthdr, 1, ports[0], &ip6->saddr, 16);
+			} else if (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP) {
+				qs_lookup(&set, 0, 6, 0, 2, 0, &ip6->daddr, 16);
 			}
 		}
 	}
@@ -221,7 +242,7 @@ static __always_inline int queue_set(struct xdp_md *ctx, void *l3, void *end, __
 	if (!st)
 		return -1;
 	__u64 len = (__u64)(end - (void *)(long)ctx->data);
-	if (set == QS_DEFAULT && (c->flags & QS_POLICE)) {
+	if (set == QS_DEFAULT && !exempt && (c->flags & QS_POLICE)) {
 		__u64 now = bpf_ktime_get_ns();
 		int ok = (!c->ns_per_pkt || conforms(&c->tat_pkt, now, c->burst_ns)) &&
 			 (!c->ps_per_byte || conforms(&c->tat_byte, now, c->burst_ns));

@@ -169,6 +169,9 @@ const QS_ANYPORT: u64 = 4;
 pub enum QsMatch {
     Service { vip: IpAddr, port: u16, proto: u8 },
     Backend { addr: IpAddr, port: u16, proto: u8 },
+    /// A set's VIP, for packets that carry no ports (later fragments, IPv6 with extension
+    /// headers).
+    Vip { addr: IpAddr },
 }
 
 impl QsMatch {
@@ -177,6 +180,7 @@ impl QsMatch {
         let (dir, a, port, proto) = match *self {
             QsMatch::Service { vip, port, proto } => (0u8, vip, port, proto),
             QsMatch::Backend { addr, port, proto } => (1u8, addr, port, proto),
+            QsMatch::Vip { addr } => (2u8, addr, 0, 0),
         };
         let (fam, b) = family_addr(a);
         let mut k = [0u8; 24];
@@ -210,7 +214,8 @@ impl Police {
         }
         if let Some(p) = police {
             c[0] |= QS_POLICE;
-            c[1] = p.pps.map_or(0, |r| (1_000_000_000 / r.max(1)).max(1));
+            // Rounded up: the policer never passes more than the rate.
+            c[1] = p.pps.map_or(0, |r| 1_000_000_000u64.div_ceil(r.max(1)));
             c[2] = p.bps.map_or(0, |r| (8_000_000_000_000 / r.max(1)).max(1));
             c[3] = p.burst_ms as u64 * 1_000_000;
         }

@@ -38,6 +38,8 @@ fn mc() -> Vec<(QsMatch, u32)> {
         (QsMatch::Service { vip: ip("10.0.0.100"), port: 11211, proto: 6 }, 0),
         (QsMatch::Service { vip: ip("2001:db8::100"), port: 11211, proto: 6 }, 0),
         (QsMatch::Backend { addr: ip("10.1.0.11"), port: 11211, proto: 6 }, 0),
+        (QsMatch::Vip { addr: ip("10.0.0.100") }, 0),
+        (QsMatch::Vip { addr: ip("2001:db8::100") }, 0),
     ]
 }
 
@@ -73,11 +75,20 @@ fn it_sends_ours_to_the_data_plane_and_counts_each_queue_sets_packets() {
         assert_eq!(p.run(f).unwrap(), XDP_PASS);
         want[(*set == QS_DEFAULT) as usize] += 1;
     }
-    // A later fragment carries no ports: the default set's.
+    // A later fragment carries no ports: it goes by its destination, a set's VIP; to another
+    // address of ours, the default set's. An IPv6 packet with an extension header the same.
     let mut frag = to_mc.clone();
     frag[20..22].copy_from_slice(&0x0010u16.to_be_bytes()); // offset 128 bytes, no DF
     assert_eq!(p.run(&frag).unwrap(), XDP_PASS);
+    want[0] += 1;
+    let mut frag_local = tcp("10.1.0.11:80", "10.1.0.200:40000");
+    frag_local[20..22].copy_from_slice(&0x0010u16.to_be_bytes());
+    assert_eq!(p.run(&frag_local).unwrap(), XDP_PASS);
     want[1] += 1;
+    let mut ext = tcp("[2001:db8:5::7]:4000", "[2001:db8::100]:80");
+    ext[20] = 60; // next header: destination options (the rest is not parsed)
+    assert_eq!(p.run(&ext).unwrap(), XDP_PASS);
+    want[0] += 1;
     let (s, d) = (stats(&p, 0), stats(&p, QS_DEFAULT));
     assert_eq!((s.packets, d.packets), (want[0], want[1]), "set {s:?} default {d:?}");
     assert!(s.bytes >= 54 * want[0] && s.policed == 0 && d.policed == 0);
@@ -101,7 +112,7 @@ fn it_sends_ours_to_the_data_plane_and_counts_each_queue_sets_packets() {
         f[14] = 0x40 | ihl;
         assert_eq!(p.run(&f).unwrap(), XDP_PASS, "ihl {ihl}");
     }
-    assert_eq!(stats(&p, 0).packets, want[0] + 2, "none of them the set's");
+    assert_eq!(stats(&p, 0).packets, want[0] + 2, "none of them the set's (its VIP is not in the default's way: they are not fragments)");
     assert_eq!(stats(&p, QS_DEFAULT).packets, before + 3);
     // Removing the sets stops the counting.
     xdp::set_queue_sets(&p, &[], None).unwrap();
@@ -151,6 +162,20 @@ fn the_default_sets_ingress_limit_drops_the_excess_before_the_ring() {
         let (passed, dropped, _) = offer(&p, 500, &bulk, &set);
         assert_eq!((passed, dropped), (500, 0), "{police:?}");
     }
+    // ICMP errors and neighbour discovery are never policed (they keep the sets' flows and
+    // addresses working); echo requests are.
+    xdp::set_queue_sets(&p, &mc(), Some(Police { pps: Some(1), bps: None, burst_ms: 1 })).unwrap();
+    let icmp = |src: &str, dst: &str, t: u8| Builder::icmp(src, dst, t, 0, [0; 4]).macs(ROUTER, LB).build();
+    for (f, what) in [
+        (icmp("198.51.100.7", "10.0.0.100", 3), "v4 unreachable"),
+        (icmp("198.51.100.7", "10.0.0.100", 11), "v4 time exceeded"),
+        (icmp("2001:db8:5::7", "2001:db8::100", 2), "v6 packet too big"),
+        (icmp("2001:db8:5::7", "2001:db8::100", 135), "v6 neighbour solicitation"),
+    ] {
+        assert!((0..50).all(|_| p.run(&f).unwrap() == XDP_PASS), "{what} policed");
+    }
+    let echo = icmp("198.51.100.7", "10.0.0.100", 8);
+    assert!((0..50).filter(|_| p.run(&echo).unwrap() == XDP_DROP).count() >= 48, "echo requests are policed");
     // The limit alone, without sets: everything ours is the default set's.
     xdp::set_queue_sets(&p, &[], Some(Police { pps: Some(1_000), bps: None, burst_ms: 10 })).unwrap();
     let before = stats(&p, QS_DEFAULT).policed;
