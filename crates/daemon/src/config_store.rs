@@ -81,7 +81,7 @@ impl ConfigStore {
     pub fn start(&self) {
         let cur = lock(&self.config);
         self.sync_xdp(&cur);
-        self.flows.sync(&cur);
+        self.flows.sync(&self.queue_sets.load());
         self.health.reconcile(&cur);
     }
 
@@ -120,7 +120,7 @@ impl ConfigStore {
         }
         *cur = new.clone();
         if sets_changed {
-            self.flows.sync(cur);
+            self.flows.sync(&self.queue_sets.load());
         }
         self.sync_xdp(cur);
         self.health.reconcile(cur);

@@ -24,6 +24,14 @@ fn proto_name(p: u8) -> &'static str {
     vectorlb_api::model::Proto::of(p).name()
 }
 
+/// One set's series of a histogram (`bounds` and its sum divided by `divisor`: ns to s).
+fn histogram<const N: usize>(o: &mut String, m: &str, set: &str, h: &crate::queue_sets::Histogram<N>, bounds: &[u64; N], divisor: f64) {
+    for (le, c) in h.cumulative(bounds, divisor) {
+        let _ = writeln!(o, "{m}_bucket{{set=\"{set}\",le=\"{le}\"}} {c}");
+    }
+    let _ = writeln!(o, "{m}_sum{{set=\"{set}\"}} {}\n{m}_count{{set=\"{set}\"}} {}", h.sum as f64 / divisor, h.count());
+}
+
 pub fn render(d: &Daemon) -> String {
     let snap = d.config.control.snapshot();
     let t = d.workers.totals();
@@ -51,36 +59,28 @@ pub fn render(d: &Daemon) -> String {
     if !sets.is_empty() || d.config.with(|c| c.default_ingress.is_some()) {
         head(&mut o, "vectorlb_queue_set_workers", "gauge", "Workers dedicated to each queue set (default: the rest).");
         head(&mut o, "vectorlb_queue_set_packets_total", "counter", "Packets of each queue set's workers: received (the pipeline's rx), sent (tx), steered to another set's worker, kept for a session, dropped (every reason), dropped by the set's egress limit.");
-        for (g, members) in sets.members.iter().enumerate() {
-            let name = esc(sets.name(g));
+        use crate::queue_sets::{group_packets, group_totals, DEPTH_BOUNDS, TIME_BOUNDS_NS};
+        let groups: Vec<_> = (0..sets.members.len()).map(|g| (esc(sets.name(g)), group_totals(&sets, &d.workers, g))).collect();
+        for ((name, p), members) in groups.iter().zip(&sets.members) {
             let _ = writeln!(o, "vectorlb_queue_set_workers{{set=\"{name}\"}} {}", members.len());
-            for (k, v) in crate::queue_sets::group_packets(&sets, &d.workers, g) {
+            for (k, v) in group_packets(p) {
                 let _ = writeln!(o, "vectorlb_queue_set_packets_total{{set=\"{name}\",kind=\"{k}\"}} {v}");
             }
         }
-        use crate::queue_sets::{group_queue_stats, DEPTH_BOUNDS, TIME_BOUNDS_NS};
-        let stats: Vec<_> = (0..sets.members.len()).map(|g| (esc(sets.name(g)), group_queue_stats(&sets, &d.workers, g))).collect();
-        let times = [
-            ("vectorlb_queue_set_wait_seconds", "How long each packet a queue set's workers received may have waited on its queue: the time since its worker's previous polling round began.", 0),
-            ("vectorlb_queue_set_residence_seconds", "Per packet a queue set's workers received: from its polling round's start to the end of that round's transmit.", 1),
-        ];
-        for (m, help, which) in times {
-            head(&mut o, m, "histogram", help);
-            for (name, st) in &stats {
-                let h = if which == 0 { &st.wait } else { &st.residence };
-                for (le, c) in h.cumulative(&TIME_BOUNDS_NS, 1e9) {
-                    let _ = writeln!(o, "{m}_bucket{{set=\"{name}\",le=\"{le}\"}} {c}");
-                }
-                let _ = writeln!(o, "{m}_sum{{set=\"{name}\"}} {}\n{m}_count{{set=\"{name}\"}} {}", h.sum as f64 / 1e9, h.count());
-            }
+        let m = "vectorlb_queue_set_wait_seconds";
+        head(&mut o, m, "histogram", "How long each packet a queue set's workers received may have waited on its queue: the time since its worker's previous polling round began.");
+        for (name, p) in &groups {
+            histogram(&mut o, m, name, &p.queues.wait, &TIME_BOUNDS_NS, 1e9);
+        }
+        let m = "vectorlb_queue_set_residence_seconds";
+        head(&mut o, m, "histogram", "Per packet a queue set's workers received: from its polling round's start to the end of that round's transmit.");
+        for (name, p) in &groups {
+            histogram(&mut o, m, name, &p.queues.residence, &TIME_BOUNDS_NS, 1e9);
         }
         let m = "vectorlb_queue_set_queue_depth";
         head(&mut o, m, "histogram", "Packets waiting on a queue set's queues per receive that found any: taken and still queued (where the queue can tell; otherwise taken, at most a burst).");
-        for (name, st) in &stats {
-            for (le, c) in st.depth.cumulative(&DEPTH_BOUNDS, 1.0) {
-                let _ = writeln!(o, "{m}_bucket{{set=\"{name}\",le=\"{le}\"}} {c}");
-            }
-            let _ = writeln!(o, "{m}_sum{{set=\"{name}\"}} {}\n{m}_count{{set=\"{name}\"}} {}", st.depth.sum, st.depth.count());
+        for (name, p) in &groups {
+            histogram(&mut o, m, name, &p.queues.depth, &DEPTH_BOUNDS, 1.0);
         }
         // Before the ring: what the AF_XDP ports' XDP programs counted (absent without them).
         let xdp: Vec<_> = d.config.xdp_queue_set_stats(&sets).unwrap_or_default().into_iter().enumerate().map(|(g, x)| (esc(sets.name(g)), x)).collect();

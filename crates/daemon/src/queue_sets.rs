@@ -78,9 +78,13 @@ impl QueueSets {
     }
 }
 
-/// A group's counters, summed over its workers (the API's and /metrics' view of a set).
-pub fn group_packets(sets: &QueueSets, workers: &crate::workers::Workers, group: usize) -> [(&'static str, u64); 6] {
-    let p = workers.totals_of(sets.members.get(group).into_iter().flatten().map(|w| *w as usize));
+/// A group's workers' published state, summed (the API's and /metrics' view of a set).
+pub fn group_totals(sets: &QueueSets, workers: &crate::workers::Workers, group: usize) -> crate::workers::Published {
+    workers.totals_of(sets.members.get(group).into_iter().flatten().map(|w| *w as usize))
+}
+
+/// A group's packet counters, from its [`group_totals`].
+pub fn group_packets(p: &crate::workers::Published) -> [(&'static str, u64); 6] {
     let drops: u64 = p.counters.drop_counts().map(|(_, v)| v).sum::<u64>() + p.io.tx_full + p.io.multi_segment + p.io.handoff_full + p.io.rate_limited;
     [
         ("rx", p.counters.events.rx),
@@ -231,11 +235,6 @@ pub fn xdp_index(sets: &QueueSets, group: usize) -> u32 {
     }
 }
 
-/// A group's queue statistics, summed over its workers.
-pub fn group_queue_stats(sets: &QueueSets, workers: &crate::workers::Workers, group: usize) -> QueueStats {
-    workers.totals_of(sets.members.get(group).into_iter().flatten().map(|w| *w as usize)).queues
-}
-
 /// The queue sets' flow rules: on ports with `rte_flow` (NICs), each set's services go to the
 /// queues of its workers (worker `w` owns queue `w`) and, at a lower priority, everything else
 /// to the default set's workers, so the NIC itself keeps the groups apart. A port whose
@@ -252,8 +251,8 @@ struct FlowState {
     rules: Vec<vectorlb_dpdk::FlowRule>,
     /// Rules installed per group (the default set's last).
     per_group: Vec<u32>,
-    /// Ports whose driver refused, and why (said once in the log; tried again at each sync).
-    refused: Vec<(usize, String)>,
+    /// Ports whose driver refused (said once in the log; tried again at each sync).
+    refused: Vec<usize>,
 }
 
 impl Flows {
@@ -261,14 +260,13 @@ impl Flows {
         Flows { ports, state: Default::default() }
     }
 
-    /// Replaces the rules with those of `c`'s queue sets (at start and when a reload changes them).
-    pub fn sync(&self, c: &vectorlb_config::Config) {
+    /// Replaces the rules with those of `sets` (at start and when a reload changes them).
+    pub fn sync(&self, sets: &QueueSets) {
         if self.ports.is_empty() {
             return;
         }
         let mut st = crate::lock(&self.state);
         st.rules.clear();
-        let sets = QueueSets::new(&c.queue_sets, c.runtime.workers);
         st.per_group = vec![0; sets.members.len()];
         if sets.is_empty() {
             return;
@@ -300,7 +298,7 @@ impl Flows {
             }
             match failed {
                 None => {
-                    st.refused.retain(|(p, _)| p != i);
+                    st.refused.retain(|p| p != i);
                     tracing::info!("ports[{i}] ({name}): {} flow rules put the queue sets' traffic on their workers' queues", rules.len());
                     st.rules.extend(rules);
                     for (a, b) in st.per_group.iter_mut().zip(counts) {
@@ -310,9 +308,9 @@ impl Flows {
                 Some(e) => {
                     // The rules made so far go (all or nothing per port).
                     drop(rules);
-                    if !st.refused.iter().any(|(p, _)| p == i) {
+                    if !st.refused.contains(i) {
                         tracing::info!("ports[{i}] ({name}): no flow rules for the queue sets ({e}); the receiving worker hands their packets on");
-                        st.refused.push((*i, e));
+                        st.refused.push(*i);
                     }
                 }
             }
@@ -322,11 +320,6 @@ impl Flows {
     /// Flow rules installed for `group`, summed over the ports.
     pub fn rules_of(&self, group: usize) -> u32 {
         crate::lock(&self.state).per_group.get(group).copied().unwrap_or(0)
-    }
-
-    /// Ports whose driver refused the rules, with its reason.
-    pub fn refused(&self) -> Vec<(usize, String)> {
-        crate::lock(&self.state).refused.clone()
     }
 }
 
