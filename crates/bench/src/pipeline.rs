@@ -206,8 +206,11 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
     cfg.table.index_entries = (o.sessions as u32).saturating_mul(if o.mode == Mode::Nat { 2 } else { 1 });
     let mut w = Worker::new(control, cfg)?;
 
+    // The worker clock runs in real milliseconds, as the daemon's does (sessions write their
+    // expiry as it moves: see `session::refresh_expiry`).
+    let clock = Instant::now();
+    let now = || 1 + clock.elapsed().as_millis() as u32;
     // Fill: the first packet of every flow creates its session.
-    let now = 1;
     let t0 = Instant::now();
     let mut i = 0u64;
     let points = if barrier.is_some() { 0 } else { o.memory_points.min(1000) as u64 };
@@ -220,7 +223,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
             let (a, p) = topo::client(o.v6, i + k as u64);
             patch_client(b.data_mut(), o.v6, o.protocol, a, p);
         }
-        w.process(&mut bufs[..n], &mut verdicts[..n], now);
+        w.process(&mut bufs[..n], &mut verdicts[..n], now());
         i += n as u64;
         while points > 0 && mark <= points && i >= o.sessions * mark / points {
             curve.push((w.table.len() as u64, resident_bytes().unwrap_or(0).saturating_sub(rss0)));
@@ -261,8 +264,9 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
                     k = 0;
                 }
             }
+            let ms = now();
             let t = Instant::now();
-            crate::timed_process(&mut w, &mut bufs, &mut verdicts, now);
+            crate::timed_process(&mut w, &mut bufs, &mut verdicts, ms);
             pipe += t.elapsed();
             n += batch as u64;
             if n.is_multiple_of(batch as u64 * 64) && start.elapsed() >= per_round {

@@ -153,6 +153,23 @@ unsafe impl Zeroable for Session<[u8; 16]> {}
 pub type SessionV4 = Session<[u8; 4]>;
 pub type SessionV6 = Session<[u8; 16]>;
 
+/// Moves a session's expiry to `now + timeout`, but leaves it (and the record's cache line
+/// clean) while the new expiry is less than `timeout / 64`, at most one second, later than the
+/// stored one: a flow's packets then write its record about once a second, not once each, and
+/// at ten million sessions the write-backs of dirty lines cost as much memory traffic as the
+/// reads. The session may thus expire up to that much early, as Linux's conntrack does (it
+/// skips refreshes under a jiffy). An earlier expiry (a state with a shorter timeout) is
+/// always written.
+#[inline(always)]
+pub fn refresh_expiry(expire: &mut u32, now: u32, timeout: u32) {
+    let e = now.wrapping_add(timeout);
+    let later = e.wrapping_sub(*expire);
+    if later as i32 >= 0 && later <= (timeout >> 6).min(1000) {
+        return;
+    }
+    *expire = e;
+}
+
 /// Whether `expire` has passed at `now` (both wrapping milliseconds; valid for spans < 24 days).
 #[inline(always)]
 pub fn expired(now: u32, expire: u32) -> bool {
@@ -639,6 +656,28 @@ impl SessionTable {
         }
     }
 
+    /// For a key [`probe`](Self::probe) found `Deep`: the first slot with its signature in the
+    /// probe window after the home bucket (whose first buckets `probe` prefetched), unverified,
+    /// so that its record can be prefetched before the key is checked.
+    #[inline]
+    pub fn probe_window(&self, h: u64) -> Option<Ref> {
+        let home = self.home(h);
+        let sig = (h >> 32) as u32;
+        let buckets = self.buckets.as_slice();
+        let reach = buckets[home].reach as usize;
+        for b in &buckets[home + 1..home + 1 + reach] {
+            let mut hits = sig_matches(b, sig);
+            while hits != 0 {
+                let k = hits.trailing_zeros() as usize;
+                if let Some(r) = Ref::from_raw(b.refs[k]) {
+                    return Some(r);
+                }
+                hits &= hits - 1;
+            }
+        }
+        None
+    }
+
     /// Full lookup: every slot with the signature in the home bucket and, if it overflowed, the
     /// probe window; `hit` verifies the key.
     #[inline]
@@ -1121,6 +1160,70 @@ mod tests {
         assert_eq!(t.len(), 0);
         assert_eq!(t.active()[7], 0);
         assert!(t.insert(sess(1, 1, 1, 7), &[], &mut 0).is_ok());
+    }
+
+    #[test]
+    fn keys_outside_their_home_bucket_are_found_by_the_window_probe() {
+        // A full table: some keys overflow their home bucket. For each, the home probe says
+        // Deep and the window probe names its record (what stage 2b prefetches).
+        let n = 20_000u32;
+        let mut t = SessionTable::new(TableConfig::new(n)).unwrap();
+        let mut refs = Vec::new();
+        for i in 0..n {
+            refs.push(t.insert(sess(0x0a00_0000 + i, 7, 1, 7), &[], &mut 0).unwrap());
+        }
+        let (mut home, mut deep) = (0, 0);
+        for i in 0..n {
+            let c = (0x0a00_0000 + i).to_be_bytes();
+            let h = t.hash_fwd(1, &c, 7);
+            match t.probe(h) {
+                Probe::Candidate(r) => {
+                    assert_eq!(r, refs[i as usize]);
+                    home += 1;
+                }
+                Probe::Deep => {
+                    assert_eq!(t.probe_window(h), Some(refs[i as usize]));
+                    deep += 1;
+                }
+                Probe::Miss => panic!("key {i} missed"),
+            }
+        }
+        assert_eq!(home + deep, n);
+        assert!(deep > n / 100, "a full table overflows some buckets ({deep} of {n})");
+        // An absent key in an overflowed bucket: the window has no candidate for it.
+        let absent = (0..100_000u32)
+            .map(|i| t.hash_fwd(2, &i.to_be_bytes(), 9))
+            .find(|h| matches!(t.probe(*h), Probe::Deep))
+            .expect("some absent key lands in an overflowed bucket");
+        assert_eq!(t.probe_window(absent), None);
+    }
+
+    #[test]
+    fn expiry_refresh_skips_small_moves_only() {
+        let mut e = 0;
+        refresh_expiry(&mut e, 1000, 300_000);
+        assert_eq!(e, 301_000);
+        // Less than a second later: left as it is (the line stays clean).
+        refresh_expiry(&mut e, 1999, 300_000);
+        assert_eq!(e, 301_000);
+        refresh_expiry(&mut e, 2001, 300_000);
+        assert_eq!(e, 302_001);
+        // Short timeouts keep a 1/64 slack: 6 ms for 400 ms.
+        let mut e = 400;
+        refresh_expiry(&mut e, 6, 400);
+        assert_eq!(e, 400);
+        refresh_expiry(&mut e, 7, 400);
+        assert_eq!(e, 407);
+        // A shorter timeout (a state change) is always written, even by a millisecond.
+        let mut e = 10_000;
+        refresh_expiry(&mut e, 0, 9_999);
+        assert_eq!(e, 9_999);
+        // Across the clock's wrap (timeout 6,400 ms: slack 100 ms).
+        let mut e = u32::MAX - 10;
+        refresh_expiry(&mut e, (u32::MAX - 10 - 6_400).wrapping_add(50), 6_400);
+        assert_eq!(e, u32::MAX - 10);
+        refresh_expiry(&mut e, (u32::MAX - 10 - 6_400).wrapping_add(150), 6_400);
+        assert_eq!(e, 139);
     }
 
     #[test]
