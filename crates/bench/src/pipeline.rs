@@ -206,8 +206,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
     cfg.table.index_entries = (o.sessions as u32).saturating_mul(if o.mode == Mode::Nat { 2 } else { 1 });
     let mut w = Worker::new(control, cfg)?;
 
-    // The worker clock runs in real milliseconds, as the daemon's does (sessions write their
-    // expiry as it moves: see `session::refresh_expiry`).
+    // The worker clock runs in real milliseconds, as the daemon's does.
     let clock = Instant::now();
     let now = || 1 + clock.elapsed().as_millis() as u32;
     // Fill: the first packet of every flow creates its session.

@@ -20,7 +20,7 @@ use crate::hash::{addr_hash, flow_hash};
 use crate::mem::Zeroable;
 use crate::rewrite::{egress, Fam, Hdr};
 use crate::service::{backend_slot, Control, DstMemo, Hop, Mode, Service, Snapshot, SynProxy, Timeouts};
-use crate::session::{expired, flag, refresh_expiry, state, InsertError, Probe, Ref, Session, SessionTable, TableConfig, NO_LADDR};
+use crate::session::{expired, flag, state, InsertError, Probe, Ref, Session, SessionTable, TableConfig, NO_LADDR};
 use crate::tcpstate;
 use crate::verdict::{Counters, DropReason, Verdict};
 use std::sync::Arc;
@@ -41,7 +41,7 @@ pub const PROBE_LAG: usize = 2;
 /// not in their home bucket (its buckets, prefetched by the second stage, have one step to
 /// land; without this their records were read unprefetched in the third stage, a full memory
 /// latency for about 5 % of the packets of a full table).
-pub const DEEP_LAG: usize = 3;
+pub const DEEP_LAG: usize = PROBE_LAG + 1;
 /// Steps between a group's first stage and its third (the record prefetched in the second has
 /// `ACT_LAG - PROBE_LAG` steps to land).
 pub const ACT_LAG: usize = 4;
@@ -445,6 +445,7 @@ impl Worker {
         let mut memo = DstMemo::default();
         // Forwarded packets, the common case, are counted in a register.
         let mut tx = 0;
+        let mut deep_pending = false;
         let fast_before = self.counters.events.fast_path;
         let groups = n.div_ceil(GROUP);
         let (bufs, verdicts, metas) = (&mut bufs[..n], &mut verdicts[..n], &mut meta[..n]);
@@ -474,8 +475,10 @@ impl Worker {
                     }
                 }
             }
-            if let Some(g) = step.checked_sub(DEEP_LAG).filter(|g| *g < groups) {
-                let (lo, hi) = span(g);
+            // The group the previous step probed, if any of its keys were not at home.
+            if deep_pending {
+                deep_pending = false;
+                let (lo, hi) = span(step - DEEP_LAG);
                 for m in &mut metas[lo..hi] {
                     if m.deep {
                         if let Some(r) = self.table.probe_window(m.hash) {
@@ -489,6 +492,7 @@ impl Worker {
                 let (lo, hi) = span(g);
                 for m in &mut metas[lo..hi] {
                     self.probe(m);
+                    deep_pending |= m.deep;
                 }
             }
             if step < groups {
@@ -693,7 +697,10 @@ impl Worker {
         if m.proto != proto::TCP {
             // UDP sessions are created in state UDP and stay there: only the expiry moves.
             let s = self.table.get_mut::<A>(r);
-            refresh_expiry(&mut s.expire, now, t.udp);
+            let e = now.wrapping_add(t.udp);
+            if s.expire != e {
+                s.expire = e;
+            }
             return (s.state, t.udp == 0);
         }
         let (n, lim) = (self.table.half_open(), self.half_open_limit);
@@ -704,7 +711,10 @@ impl Worker {
         if crate::session::half_open(st) {
             to = syn_timeout(to, n, lim);
         }
-        refresh_expiry(&mut s.expire, now, to);
+        let e = now.wrapping_add(to);
+        if s.expire != e {
+            s.expire = e;
+        }
         if st != old {
             self.table.set_state::<A>(r, st);
             if self.sync_on {
@@ -999,7 +1009,7 @@ impl Worker {
             return None;
         }
         let new_src = if fnat { Some((A::from16(snap.laddr_bytes(s.laddr)?), s.lport)) } else { None };
-        refresh_expiry(&mut s.expire, now, to);
+        s.expire = now.wrapping_add(to);
         let backend = s.backend;
         m.hdr().translate::<A>(d, new_src.as_ref().map(|(a, p)| (a, *p)), Some((&A::from16(&be.bytes), be.port)));
         d[..12].copy_from_slice(&hop.macs);

@@ -153,23 +153,6 @@ unsafe impl Zeroable for Session<[u8; 16]> {}
 pub type SessionV4 = Session<[u8; 4]>;
 pub type SessionV6 = Session<[u8; 16]>;
 
-/// Moves a session's expiry to `now + timeout`, but leaves it (and the record's cache line
-/// clean) while the new expiry is less than `timeout / 64`, at most one second, later than the
-/// stored one: a flow's packets then write its record about once a second, not once each, and
-/// at ten million sessions the write-backs of dirty lines cost as much memory traffic as the
-/// reads. The session may thus expire up to that much early, as Linux's conntrack does (it
-/// skips refreshes under a jiffy). An earlier expiry (a state with a shorter timeout) is
-/// always written.
-#[inline(always)]
-pub fn refresh_expiry(expire: &mut u32, now: u32, timeout: u32) {
-    let e = now.wrapping_add(timeout);
-    let later = e.wrapping_sub(*expire);
-    if later as i32 >= 0 && later <= (timeout >> 6).min(1000) {
-        return;
-    }
-    *expire = e;
-}
-
 /// Whether `expire` has passed at `now` (both wrapping milliseconds; valid for spans < 24 days).
 #[inline(always)]
 pub fn expired(now: u32, expire: u32) -> bool {
@@ -1196,34 +1179,6 @@ mod tests {
             .find(|h| matches!(t.probe(*h), Probe::Deep))
             .expect("some absent key lands in an overflowed bucket");
         assert_eq!(t.probe_window(absent), None);
-    }
-
-    #[test]
-    fn expiry_refresh_skips_small_moves_only() {
-        let mut e = 0;
-        refresh_expiry(&mut e, 1000, 300_000);
-        assert_eq!(e, 301_000);
-        // Less than a second later: left as it is (the line stays clean).
-        refresh_expiry(&mut e, 1999, 300_000);
-        assert_eq!(e, 301_000);
-        refresh_expiry(&mut e, 2001, 300_000);
-        assert_eq!(e, 302_001);
-        // Short timeouts keep a 1/64 slack: 6 ms for 400 ms.
-        let mut e = 400;
-        refresh_expiry(&mut e, 6, 400);
-        assert_eq!(e, 400);
-        refresh_expiry(&mut e, 7, 400);
-        assert_eq!(e, 407);
-        // A shorter timeout (a state change) is always written, even by a millisecond.
-        let mut e = 10_000;
-        refresh_expiry(&mut e, 0, 9_999);
-        assert_eq!(e, 9_999);
-        // Across the clock's wrap (timeout 6,400 ms: slack 100 ms).
-        let mut e = u32::MAX - 10;
-        refresh_expiry(&mut e, (u32::MAX - 10 - 6_400).wrapping_add(50), 6_400);
-        assert_eq!(e, u32::MAX - 10);
-        refresh_expiry(&mut e, (u32::MAX - 10 - 6_400).wrapping_add(150), 6_400);
-        assert_eq!(e, 139);
     }
 
     #[test]
