@@ -7,7 +7,13 @@
 //!
 //!     rustc -O scripts/page-chase.rs -o /tmp/page-chase && /tmp/page-chase
 //!
-//! Prints one JSON line per (size, pages).
+//! A second part measures the reach of the TLB: a chase through K lines that each sit in a
+//! different 4 KB page, the pages picked at random in a region of 2, 16 or 400 MB (huge pages
+//! requested). The lines fit the L2 cache in every case, so a slower chase is address
+//! translation: if the guest's huge pages were huge in the TLB too, K lines in a 16 MB region
+//! (8 huge pages) would chase as fast as in 2 MB.
+//!
+//! Prints one JSON line per (size, pages), then one per (region, lines).
 use std::time::Instant;
 
 extern "C" {
@@ -69,10 +75,74 @@ fn chase(mb: usize, advice: i32) -> (f64, u64) {
     (ns, got)
 }
 
+/// Nanoseconds per load of a chase through `k` lines, each in its own 4 KB page of a region of
+/// `mb` MB (at most one line per page; `k` is cut to the region's pages).
+fn reach(mb: usize, k: usize) -> (f64, usize) {
+    let bytes = mb << 20;
+    let pages = bytes / 4096;
+    let k = k.min(pages);
+    // SAFETY: as in `chase`: a checked anonymous mapping, p its first 2 MB boundary.
+    let (base, p) = unsafe {
+        let base = mmap(std::ptr::null_mut(), bytes + HUGE, 3, 0x22, -1, 0);
+        assert!(base as isize != -1, "mmap failed");
+        let p = ((base as usize + HUGE - 1) & !(HUGE - 1)) as *mut u64;
+        madvise(p as *mut u8, bytes, MADV_HUGEPAGE);
+        (base, p)
+    };
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as usize
+    };
+    // Touch every page (the kernel backs the region), then pick k distinct pages in random
+    // order and a random line in each.
+    for pg in 0..pages {
+        // SAFETY: pg * 512 words < bytes / 8.
+        unsafe { *p.add(pg * 512) = 0 };
+    }
+    let mut order: Vec<usize> = (0..pages).collect();
+    for i in 0..k {
+        let j = i + next() % (pages - i);
+        order.swap(i, j);
+    }
+    let at: Vec<usize> = order[..k].iter().map(|pg| pg * 512 + (next() % 64) * 8).collect();
+    for i in 0..k {
+        // SAFETY: every `at` is a word index inside the region.
+        unsafe { *p.add(at[i]) = at[(i + 1) % k] as u64 };
+    }
+    let mut i = at[0];
+    for _ in 0..4 * k {
+        // SAFETY: stored values are word indices inside the region.
+        i = unsafe { *p.add(i) } as usize;
+    }
+    let n = 2_000_000;
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..n {
+            // SAFETY: as above.
+            i = unsafe { *p.add(i) } as usize;
+        }
+        best = best.min(t.elapsed().as_secs_f64() * 1e9 / n as f64);
+    }
+    std::hint::black_box(i);
+    // SAFETY: unmapping exactly the mapping made above.
+    unsafe { munmap(base, bytes + HUGE) };
+    (best, k)
+}
+
 fn main() {
     for mb in [2usize, 4, 8, 16, 24] {
         let (thp, got) = chase(mb, MADV_HUGEPAGE);
         let (small, _) = chase(mb, MADV_NOHUGEPAGE);
         println!("{{\"bench\":\"page_chase\",\"mb\":{mb},\"ns_huge\":{thp:.1},\"ns_4k\":{small:.1},\"huge_kb\":{got}}}");
+    }
+    for k in [500usize, 2000, 4000, 8000] {
+        for mb in [2usize, 16, 400] {
+            let (ns, lines) = reach(mb, k);
+            println!("{{\"bench\":\"tlb_reach\",\"region_mb\":{mb},\"lines_in_distinct_pages\":{lines},\"ns_per_load\":{ns:.1}}}");
+        }
     }
 }
