@@ -6,6 +6,11 @@
 //! scripts/setup.sh installs the packages).
 
 fn main() {
+    // BoringSSL's X25519 key pairs through crate::keyshare in this crate's test and example
+    // binaries (the `vectorlb` binary's build script does the same for it).
+    for kind in ["tests", "examples"] {
+        println!("cargo:rustc-link-arg-{kind}=-Wl,--wrap=X25519_keypair");
+    }
     println!("cargo::rustc-check-cfg=cfg(crypto_mb)");
     println!("cargo::rustc-check-cfg=cfg(ippcp)");
     println!("cargo:rerun-if-env-changed=VECTORLB_CRYPTO_MB_DIR");

@@ -179,6 +179,17 @@ pub struct StatsOut {
     pub clusters: Vec<ClusterOut>,
     /// The dispatch pool (with `static` routes or a `[dispatch]` section).
     pub dispatch: Option<DispatchOut>,
+    /// Ephemeral X25519 key pairs of the process's TLS key exchanges.
+    pub x25519_keypairs: KeyPairsOut,
+}
+
+#[derive(Serialize)]
+pub struct KeyPairsOut {
+    /// Made eight at a time with crypto_mb (`cryptomb` provider; crate::keyshare).
+    pub batches_on: bool,
+    pub batched: u64,
+    /// Made one at a time (BoringSSL's way).
+    pub single: u64,
 }
 
 pub fn stats(p: &Proxy) -> StatsOut {
@@ -189,6 +200,10 @@ pub fn stats(p: &Proxy) -> StatsOut {
         last_reload_error: None,
         workers: p.config.workers,
         dispatch: p.dispatch.as_deref().map(dispatch_out),
+        x25519_keypairs: {
+            let (batched, single) = crate::keyshare::counts();
+            KeyPairsOut { batches_on: crate::keyshare::enabled(), batched, single }
+        },
         listeners: p
             .config
             .listeners
@@ -290,6 +305,10 @@ pub fn metrics(p: &Proxy) -> String {
             let _ = writeln!(o, "{name}{{listener=\"{l}\",provider=\"{}\"}} {}", esc(&s.provider), get(s));
         }
     }
+    head(&mut o, "vectorlb_proxy_tls_x25519_keypairs_total", "counter", "Ephemeral X25519 key pairs of TLS key exchanges, made eight at a time (batched) or one at a time (single).");
+    let (batched, single) = crate::keyshare::counts();
+    let _ = writeln!(o, "vectorlb_proxy_tls_x25519_keypairs_total{{made=\"batched\"}} {batched}");
+    let _ = writeln!(o, "vectorlb_proxy_tls_x25519_keypairs_total{{made=\"single\"}} {single}");
     head(&mut o, "vectorlb_proxy_tls_provider_fallback", "gauge", "1 when the configured provider could not run and inline runs instead.");
     for (l, s) in &tls {
         let _ = writeln!(o, "vectorlb_proxy_tls_provider_fallback{{listener=\"{l}\",reason=\"{}\"}} {}", esc(s.fallback_reason.as_deref().unwrap_or("")), s.fallback_reason.is_some() as u8);

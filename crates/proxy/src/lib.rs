@@ -9,7 +9,8 @@
 //!   with ALPN);
 //! * [`tls`]: TLS termination through BoringSSL, certificates by SNI, private-key providers
 //!   (inline, a crypto thread pool, the 8-lane multi-buffer [`cryptomb`] provider) behind the
-//!   asynchronous private-key method;
+//!   asynchronous private-key method; [`keyshare`]: the key exchange's X25519 key pairs made
+//!   eight at a time under that provider;
 //! * [`dispatch`], [`objects`]: static objects read on a thread pool by priority class;
 //! * [`health`], [`admin`], [`access_log`]: active health checks, the admin API with stats and
 //!   Prometheus metrics, one JSON line per request.
@@ -24,6 +25,7 @@ pub mod health;
 pub mod objects;
 #[cfg(ippcp)]
 pub mod ippcp;
+pub mod keyshare;
 pub mod route;
 pub mod serve;
 pub mod tls;

@@ -362,6 +362,13 @@ fn runner(field: &str, tls: &Tls) -> Result<(Runner, Arc<TlsStats>), TlsError> {
             };
             let name = format!("cryptomb/{}", lanes.name());
             tracing::info!("{field}: private keys on the {name} provider, poll_delay {poll_delay:?}");
+            if lanes.name() == "crypto_mb" {
+                // The key exchange's ephemeral key pairs, eight at a time too.
+                match crate::keyshare::enable() {
+                    Ok(()) => tracing::info!("{field}: X25519 key pairs made eight at a time with crypto_mb"),
+                    Err(why) => tracing::info!("{field}: X25519 key pairs made one at a time: {why}"),
+                }
+            }
             let stats = Arc::new(TlsStats::new(&name, None));
             (Runner::CryptoMb(crate::cryptomb::Engine::new(lanes, poll_delay, stats.clone())), stats)
         }

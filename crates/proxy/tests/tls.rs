@@ -127,8 +127,19 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
         }
         assert_eq!(stats.handshake_seconds.count(), stats.handshakes.load(Ordering::Relaxed));
     }
+    // With crypto_mb the cryptomb listener also turned on the batched X25519 key pairs, which
+    // every listener's key exchanges then used (curl's and s_client's handshakes above).
+    let (batched, single) = vectorlb_proxy::keyshare::counts();
+    if vectorlb_proxy::cryptomb::crypto_mb_available().is_ok() {
+        assert!(vectorlb_proxy::keyshare::enabled());
+        assert!(batched >= 40, "key pairs: {batched} batched, {single} single");
+    } else {
+        assert!(!vectorlb_proxy::keyshare::enabled());
+        assert_eq!(batched, 0);
+    }
     // The admin API's view of the same counters.
     let m = vectorlb_proxy::admin::metrics(&p);
+    assert!(m.contains(&format!("vectorlb_proxy_tls_x25519_keypairs_total{{made=\"batched\"}} {}", vectorlb_proxy::keyshare::counts().0)), "{m}");
     for want in [
         "vectorlb_proxy_tls_handshakes_total{listener=\"inline\",provider=\"inline\",outcome=\"ok\"}",
         "vectorlb_proxy_tls_rsa_queue_sizes_bucket{listener=\"cryptomb-portable\",le=\"8\"}",
