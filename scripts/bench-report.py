@@ -147,6 +147,11 @@ def tls_section():
     if so:
         o.append("RSA-2048 private-key operations per second on one core (`sign_speed` example): " +
                  ", ".join(f"{r['backend']} {r['ops_per_s']:,}" for r in so if "ops_per_s" in r) + ".\n")
+    kp = [r for r in tls if r["bench"] == "x25519_keypairs" and "per_s" in r]
+    if kp:
+        o.append("X25519 key pairs per second on one core, as the key exchange gets them (`sign_speed`): " +
+                 ", ".join(f"{r['backend']} {r['per_s']:,} ({r['us_each']} µs each)" for r in kp) +
+                 "; the `cryptomb` provider makes them eight at a time with crypto_mb (docs/proxy.md).\n")
     return o
 
 
