@@ -10,7 +10,8 @@
 //! * [`tls`]: TLS termination through BoringSSL, certificates by SNI, private-key providers
 //!   (inline, a crypto thread pool, the 8-lane multi-buffer [`cryptomb`] provider) behind the
 //!   asynchronous private-key method; [`keyshare`]: the key exchange's X25519 key pairs made
-//!   eight at a time under that provider;
+//!   eight at a time under that provider; [`sslmem`]: BoringSSL's memory through the Rust
+//!   allocator;
 //! * [`dispatch`], [`objects`]: static objects read on a thread pool by priority class;
 //! * [`health`], [`admin`], [`access_log`]: active health checks, the admin API with stats and
 //!   Prometheus metrics, one JSON line per request.
@@ -28,6 +29,7 @@ pub mod ippcp;
 pub mod keyshare;
 pub mod route;
 pub mod serve;
+pub mod sslmem;
 pub mod tls;
 
 pub use config::{Config, ConfigError};

@@ -378,6 +378,7 @@ fn runner(field: &str, tls: &Tls) -> Result<(Runner, Arc<TlsStats>), TlsError> {
 /// A listener's acceptor (the first certificate's context, switching to another's by SNI) and
 /// its statistics.
 pub fn acceptor(field: &str, tls: &Tls) -> Result<(SslAcceptor, Arc<TlsStats>), TlsError> {
+    crate::sslmem::link();
     let (runner, stats) = runner(field, tls)?;
     let mut others: Vec<(Vec<String>, SslContext)> = Vec::new();
     for i in 1..tls.certificates.len() {
