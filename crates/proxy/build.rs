@@ -10,6 +10,9 @@ fn main() {
     // binaries (the `vectorlb` binary's build script does the same for it).
     for kind in ["tests", "examples"] {
         println!("cargo:rustc-link-arg-{kind}=-Wl,--wrap=X25519_keypair");
+        // The wrapper's object is linked even where nothing else of it is used (BoringSSL's
+        // archive, which refers to it, comes after the proxy's on the linker's command line).
+        println!("cargo:rustc-link-arg-{kind}=-Wl,--undefined=__wrap_X25519_keypair");
     }
     println!("cargo::rustc-check-cfg=cfg(crypto_mb)");
     println!("cargo::rustc-check-cfg=cfg(ippcp)");
