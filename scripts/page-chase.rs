@@ -33,20 +33,26 @@ fn huge_kb() -> u64 {
         .unwrap_or(0)
 }
 
-/// Nanoseconds per load, and the huge pages the region got (KB).
-fn chase(mb: usize, advice: i32) -> (f64, u64) {
-    let bytes = mb << 20;
-    let before = huge_kb();
+/// A region of `bytes` starting on a 2 MB boundary, with `advice`: (the mapping to unmap,
+/// `bytes + HUGE` long; the region).
+fn region(bytes: usize, advice: i32) -> (*mut u8, *mut u64) {
     // SAFETY: an anonymous private read/write mapping (PROT 3, MAP_PRIVATE|MAP_ANONYMOUS 0x22)
     // one huge page larger than needed, checked; `p` is its first 2 MB boundary, so
     // [p, p + bytes) lies inside it. madvise is a hint on that range.
-    let (base, p) = unsafe {
+    unsafe {
         let base = mmap(std::ptr::null_mut(), bytes + HUGE, 3, 0x22, -1, 0);
         assert!(base as isize != -1, "mmap failed");
         let p = ((base as usize + HUGE - 1) & !(HUGE - 1)) as *mut u64;
         madvise(p as *mut u8, bytes, advice);
         (base, p)
-    };
+    }
+}
+
+/// Nanoseconds per load, and the huge pages the region got (KB).
+fn chase(mb: usize, advice: i32) -> (f64, u64) {
+    let bytes = mb << 20;
+    let before = huge_kb();
+    let (base, p) = region(bytes, advice);
     let lines = bytes / 64;
     let mut perm: Vec<usize> = (0..lines).collect();
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -81,14 +87,7 @@ fn reach(mb: usize, k: usize) -> (f64, usize) {
     let bytes = mb << 20;
     let pages = bytes / 4096;
     let k = k.min(pages);
-    // SAFETY: as in `chase`: a checked anonymous mapping, p its first 2 MB boundary.
-    let (base, p) = unsafe {
-        let base = mmap(std::ptr::null_mut(), bytes + HUGE, 3, 0x22, -1, 0);
-        assert!(base as isize != -1, "mmap failed");
-        let p = ((base as usize + HUGE - 1) & !(HUGE - 1)) as *mut u64;
-        madvise(p as *mut u8, bytes, MADV_HUGEPAGE);
-        (base, p)
-    };
+    let (base, p) = region(bytes, MADV_HUGEPAGE);
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let mut next = || {
         x ^= x << 13;

@@ -641,7 +641,9 @@ impl SessionTable {
 
     /// For a key [`probe`](Self::probe) found `Deep`: the first slot with its signature in the
     /// probe window after the home bucket (whose first buckets `probe` prefetched), unverified,
-    /// so that its record can be prefetched before the key is checked.
+    /// so that its record can be prefetched before the key is checked. (`find` with a
+    /// yes-closure gives the same answer, but rescans the home bucket: 6 instructions a packet
+    /// more under callgrind, past the 500 the pipeline keeps to.)
     #[inline]
     pub fn probe_window(&self, h: u64) -> Option<Ref> {
         let home = self.home(h);

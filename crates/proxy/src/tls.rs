@@ -343,7 +343,14 @@ fn runner(field: &str, tls: &Tls) -> Result<(Runner, Arc<TlsStats>), TlsError> {
                 CryptoMbBackend::Portable => Box::new(crate::cryptomb::Portable),
                 CryptoMbBackend::CryptoMb => match crate::cryptomb::crypto_mb_available() {
                     #[cfg(crypto_mb)]
-                    Ok(()) => Box::new(crate::cryptomb::CryptoMbLanes),
+                    Ok(()) => {
+                        // The key exchange's ephemeral key pairs, eight at a time too.
+                        match crate::keyshare::enable() {
+                            Ok(()) => tracing::info!("{field}: X25519 key pairs made eight at a time with crypto_mb"),
+                            Err(why) => tracing::info!("{field}: X25519 key pairs made one at a time: {why}"),
+                        }
+                        Box::new(crate::cryptomb::CryptoMbLanes)
+                    }
                     #[cfg(not(crypto_mb))]
                     Ok(()) => unreachable!("crypto_mb is never available without the library"),
                     Err(why) => match fallback {
@@ -362,13 +369,6 @@ fn runner(field: &str, tls: &Tls) -> Result<(Runner, Arc<TlsStats>), TlsError> {
             };
             let name = format!("cryptomb/{}", lanes.name());
             tracing::info!("{field}: private keys on the {name} provider, poll_delay {poll_delay:?}");
-            if lanes.name() == "crypto_mb" {
-                // The key exchange's ephemeral key pairs, eight at a time too.
-                match crate::keyshare::enable() {
-                    Ok(()) => tracing::info!("{field}: X25519 key pairs made eight at a time with crypto_mb"),
-                    Err(why) => tracing::info!("{field}: X25519 key pairs made one at a time: {why}"),
-                }
-            }
             let stats = Arc::new(TlsStats::new(&name, None));
             (Runner::CryptoMb(crate::cryptomb::Engine::new(lanes, poll_delay, stats.clone())), stats)
         }
