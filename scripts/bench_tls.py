@@ -106,7 +106,10 @@ respond = {{ status = 200, body = "ok\\n" }}
         out = subprocess.run(["curl", "-sS", "--max-time", "5", "--unix-socket", self.admin, "http://admin/v1/stats"], capture_output=True, text=True)
         if out.returncode != 0:
             return None
-        return json.loads(out.stdout)["listeners"][0]["tls"]
+        d = json.loads(out.stdout)
+        tls = d["listeners"][0]["tls"]
+        tls["x25519_secrets"] = d.get("x25519_secrets")
+        return tls
 
 
 def h2load(port, args):
@@ -329,6 +332,9 @@ def main():
                         rec["rsa_queue_sizes"] = {str(int(le)) if le else "+Inf": c - (b[i - 1][1] if i else 0) for i, (le, c) in enumerate(b)}
                         rec["mean_batch"] = round(st["rsa_queue_sizes"]["sum"] / st["rsa_queue_sizes"]["count"], 2)
                     rec["failed_checks"] = st["failed_checks"]
+                    x = st.get("x25519_secrets")
+                    if x and x["batches"]:
+                        rec["x25519_secrets"] = {"batched": x["batched"], "single": x["single"], "mean_batch": round(x["batched"] / x["batches"], 2)}
                     if st["fallback_reason"]:
                         rec["fallback_reason"] = st["fallback_reason"]
                 emit({**rec, **machine})

@@ -65,12 +65,12 @@ if ! cargo fuzz build -s "$sanitizer" >"$logdir/build-$sanitizer.log" 2>&1; then
 fi
 echo "fuzz.sh: sanitizer=$sanitizer runs=$runs targets: ${targets[*]}"
 
-# Seed corpora that are generated rather than found: `pipeline`, `config` and `proxy_config` (see
+# Seed corpora that are generated rather than found: `pipeline`, `config`, `proxy_config` and `tls_peek` (see
 # fuzz/examples/seeds.rs). Only when a corpus directory is missing or empty, so a grown corpus
 # is never touched.
 for t in "${targets[@]}"; do
     case "$t" in
-        pipeline | config | proxy_config)
+        pipeline | config | proxy_config | tls_peek)
             if [ -z "$(ls -A "fuzz/corpus/$t" 2>/dev/null)" ]; then
                 echo "fuzz.sh: generating seed corpora (cargo run --example seeds)"
                 cargo run --quiet --manifest-path fuzz/Cargo.toml --example seeds -- fuzz/corpus \

@@ -6,13 +6,14 @@
 //! scripts/setup.sh installs the packages).
 
 fn main() {
-    // BoringSSL's X25519 key pairs through crate::keyshare in this crate's test and example
-    // binaries (the `vectorlb` binary's build script does the same for it).
-    for kind in ["tests", "examples"] {
-        println!("cargo:rustc-link-arg-{kind}=-Wl,--wrap=X25519_keypair");
+    // BoringSSL's X25519 functions through crate::keyshare in every binary of this crate
+    // (its unit tests too: the wrapper calls `__real_X25519`, which only the wrap defines); the
+    // `vectorlb` binary's build script does the same for it.
+    for f in ["X25519_keypair", "X25519"] {
+        println!("cargo:rustc-link-arg=-Wl,--wrap={f}");
         // The wrapper's object is linked even where nothing else of it is used (BoringSSL's
         // archive, which refers to it, comes after the proxy's on the linker's command line).
-        println!("cargo:rustc-link-arg-{kind}=-Wl,--undefined=__wrap_X25519_keypair");
+        println!("cargo:rustc-link-arg=-Wl,--undefined=__wrap_{f}");
     }
     println!("cargo::rustc-check-cfg=cfg(crypto_mb)");
     println!("cargo::rustc-check-cfg=cfg(ippcp)");

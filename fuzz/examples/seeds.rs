@@ -192,6 +192,19 @@ fn tcp_close(s: &mut Seed, client: &str, vip: &str) {
     s.push(client_tcp(client, vip, ACK).build()).expect("last ACK forwarded");
 }
 
+/// Bodies of client handshake records (the `tls_peek` target): ClientHellos of OpenSSL 3's
+/// `s_client` (TLS 1.3 only, TLS 1.2 only, both), captured once, and a ClientKeyExchange.
+const TLS_RECORDS: [(&str, &str); 4] = [
+    // TLS 1.3 only
+    ("client-hello-0", "010000d80303ac3ac168c8df989397b7568fd3c1491567f87f79da1d52b84d845746c6ba62dd203297ef547a01d6cfd856c99ebf11598a9783fe3b3edf4a2f5e044b0c094c819a000813021303130100ff01000087000b000403000102000a00160014001d0017001e0019001801000101010201030104002300000016000000170000000d001e001c040305030603080708080809080a080b080408050806040105010601002b0003020304002d00020101003300260024001d002001de59956eabda9b30f14bdf7d40eb6c026af675e618c9df15bf7320a986b811"),
+    // TLS 1.2 only
+    ("client-hello-1", "010000b30303519f74b2d24d03654869138194237a095c20152e541290185056cfdd10e2f89a000038c02cc030009fcca9cca8ccaac02bc02f009ec024c028006bc023c0270067c00ac0140039c009c0130033009d009c003d003c0035002f00ff01000052000b000403000102000a000c000a001d0017001e00190018002300000016000000170000000d002a0028040305030603080708080809080a080b080408050806040105010601030303010302040205020602"),
+    // TLS 1.2 and 1.3
+    ("client-hello-2", "010001200303162d6adb7707827372ed1d68d7ed038d78ac788e340620df1f911da1d87bca4b20a95b3e59169f454fc673b914fa58da1cd59f6ca971edffa6a9c7f078c44d6a2a003e130213031301c02cc030009fcca9cca8ccaac02bc02f009ec024c028006bc023c0270067c00ac0140039c009c0130033009d009c003d003c0035002f00ff01000099000b000403000102000a00160014001d0017001e0019001801000101010201030104002300000016000000170000000d002a0028040305030603080708080809080a080b080408050806040105010601030303010302040205020602002b0009080304030303020301002d00020101003300260024001d00209a4a0ddca2c9beb7bfc8a6059c4ced0991f2096f1c4f55002478a4b67de68e5a"),
+    // a ClientKeyExchange with an X25519 key
+    ("client-key-exchange", "100000212057866afe1d1730b4613a512b78ba943db9deb009f82c17760890b04923f4db6b"),
+];
+
 fn main() {
     let root = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
     let root = Path::new(&root);
@@ -438,5 +451,11 @@ fn main() {
         std::fs::write(pdir.join(format!("seed-doc-{i}.toml")), toml).expect("write seed");
         n += 1;
     }
-    println!("wrote {count} pipeline seeds to {}, 3 config seeds to {} and {n} proxy seeds to {}", root.join("pipeline").display(), dir.display(), pdir.display());
+    let tdir = root.join("tls_peek");
+    std::fs::create_dir_all(&tdir).expect("create corpus dir");
+    for (name, hex) in TLS_RECORDS {
+        let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect();
+        std::fs::write(tdir.join(name), bytes).expect("write seed");
+    }
+    println!("wrote {count} pipeline seeds to {}, 3 config seeds to {}, {n} proxy seeds to {} and {} TLS records to {}", root.join("pipeline").display(), dir.display(), pdir.display(), TLS_RECORDS.len(), tdir.display());
 }

@@ -181,6 +181,18 @@ pub struct StatsOut {
     pub dispatch: Option<DispatchOut>,
     /// Ephemeral X25519 key pairs of the process's TLS key exchanges.
     pub x25519_keypairs: KeyPairsOut,
+    /// Their shared secrets.
+    pub x25519_secrets: SecretsOut,
+}
+
+#[derive(Serialize)]
+pub struct SecretsOut {
+    /// Computed ahead, up to eight in one crypto_mb call (crate::kexstream).
+    pub batched: u64,
+    /// Computed by BoringSSL.
+    pub single: u64,
+    /// crypto_mb calls that computed the batched ones.
+    pub batches: u64,
 }
 
 #[derive(Serialize)]
@@ -203,6 +215,10 @@ pub fn stats(p: &Proxy) -> StatsOut {
         x25519_keypairs: {
             let (batched, single) = crate::keyshare::counts();
             KeyPairsOut { batches_on: crate::keyshare::enabled(), batched, single }
+        },
+        x25519_secrets: {
+            let (batched, single, batches) = crate::keyshare::secret_counts();
+            SecretsOut { batched, single, batches }
         },
         listeners: p
             .config
@@ -309,6 +325,12 @@ pub fn metrics(p: &Proxy) -> String {
     let (batched, single) = crate::keyshare::counts();
     let _ = writeln!(o, "vectorlb_proxy_tls_x25519_keypairs_total{{made=\"batched\"}} {batched}");
     let _ = writeln!(o, "vectorlb_proxy_tls_x25519_keypairs_total{{made=\"single\"}} {single}");
+    head(&mut o, "vectorlb_proxy_tls_x25519_secrets_total", "counter", "X25519 shared secrets of TLS key exchanges, computed ahead in batches of up to eight (batched) or by BoringSSL (single).");
+    let (batched, single, batches) = crate::keyshare::secret_counts();
+    let _ = writeln!(o, "vectorlb_proxy_tls_x25519_secrets_total{{made=\"batched\"}} {batched}");
+    let _ = writeln!(o, "vectorlb_proxy_tls_x25519_secrets_total{{made=\"single\"}} {single}");
+    head(&mut o, "vectorlb_proxy_tls_x25519_secret_batches_total", "counter", "crypto_mb calls that computed the batched X25519 shared secrets.");
+    let _ = writeln!(o, "vectorlb_proxy_tls_x25519_secret_batches_total {batches}");
     head(&mut o, "vectorlb_proxy_tls_provider_fallback", "gauge", "1 when the configured provider could not run and inline runs instead.");
     for (l, s) in &tls {
         let _ = writeln!(o, "vectorlb_proxy_tls_provider_fallback{{listener=\"{l}\",reason=\"{}\"}} {}", esc(s.fallback_reason.as_deref().unwrap_or("")), s.fallback_reason.is_some() as u8);

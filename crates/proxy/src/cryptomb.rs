@@ -551,15 +551,67 @@ struct Op {
     reply: oneshot::Sender<Result<Vec<u8>, KeyOpError>>,
 }
 
-#[derive(Default)]
-struct Queue {
-    ops: Vec<Op>,
-    /// Bumped at every flush, so that a timer armed for an earlier batch leaves a later one.
+/// Operations gathered for one multi-buffer call: run when [`LANES`] are queued, or by a timer
+/// armed when the first one came ([`Batch::submit`]).
+pub(crate) struct Batch<T> {
+    ops: Vec<T>,
+    /// Bumped at every run, so that a timer armed for an earlier batch leaves a later one.
     generation: u64,
 }
 
+impl<T> Default for Batch<T> {
+    fn default() -> Self {
+        Batch { ops: Vec::new(), generation: 0 }
+    }
+}
+
+impl<T: Send + 'static> Batch<T> {
+    /// Queues `op` on `q`; runs the batch with `run` when it is full, or `delay` after its
+    /// first operation (at once where there is no tokio runtime).
+    pub(crate) fn submit(q: &Arc<Mutex<Batch<T>>>, op: T, delay: Duration, run: impl Fn(Vec<T>) + Send + 'static) {
+        fn lock<T>(q: &Mutex<Batch<T>>) -> std::sync::MutexGuard<'_, Batch<T>> {
+            q.lock().unwrap_or_else(|e| e.into_inner())
+        }
+        let (full, armed) = {
+            let mut g = lock(q);
+            g.ops.push(op);
+            if g.ops.len() >= LANES {
+                g.generation += 1;
+                (Some(std::mem::take(&mut g.ops)), None)
+            } else {
+                (None, (g.ops.len() == 1).then_some(g.generation))
+            }
+        };
+        if let Some(batch) = full {
+            return run(batch);
+        }
+        let Some(generation) = armed else { return };
+        let take = move |q: &Mutex<Batch<T>>, check: bool| {
+            let mut g = lock(q);
+            if check && g.generation != generation {
+                return Vec::new();
+            }
+            g.generation += 1;
+            std::mem::take(&mut g.ops)
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                let q = q.clone();
+                h.spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let batch = take(&q, true);
+                    if !batch.is_empty() {
+                        run(batch);
+                    }
+                });
+            }
+            Err(_) => run(take(q, false)),
+        }
+    }
+}
+
 /// The queues of every worker thread, one per kind of key.
-type Queues = HashMap<(ThreadId, KeyKind), Arc<Mutex<Queue>>>;
+type Queues = HashMap<(ThreadId, KeyKind), Arc<Mutex<Batch<Op>>>>;
 
 /// The provider of one listener: its backend, the queues of each worker thread, statistics.
 pub struct Engine {
@@ -609,52 +661,8 @@ impl Engine {
             let mut all = self.queues.lock().unwrap_or_else(|e| e.into_inner());
             all.entry((std::thread::current().id(), key.kind())).or_default().clone()
         };
-        let (full, arm) = {
-            let mut g = q.lock().unwrap_or_else(|e| e.into_inner());
-            g.ops.push(Op { key: key.clone(), prepared, reply });
-            if g.ops.len() >= LANES {
-                g.generation += 1;
-                (Some(std::mem::take(&mut g.ops)), None)
-            } else if g.ops.len() == 1 {
-                (None, Some(g.generation))
-            } else {
-                (None, None)
-            }
-        };
-        if let Some(batch) = full {
-            self.run(key.kind(), batch);
-        } else if let Some(generation) = arm {
-            let me = self.clone();
-            let kind = key.kind();
-            let timer_q = q.clone();
-            let flush = async move {
-                let q = timer_q;
-                tokio::time::sleep(me.poll_delay).await;
-                let batch = {
-                    let mut g = q.lock().unwrap_or_else(|e| e.into_inner());
-                    if g.generation != generation {
-                        return;
-                    }
-                    g.generation += 1;
-                    std::mem::take(&mut g.ops)
-                };
-                me.run(kind, batch);
-            };
-            match tokio::runtime::Handle::try_current() {
-                Ok(h) => {
-                    h.spawn(flush);
-                }
-                // No runtime (not inside the proxy): run the queue now.
-                Err(_) => {
-                    let batch = {
-                        let mut g = q.lock().unwrap_or_else(|e| e.into_inner());
-                        g.generation += 1;
-                        std::mem::take(&mut g.ops)
-                    };
-                    self.run(kind, batch);
-                }
-            }
-        }
+        let (me, kind) = (self.clone(), key.kind());
+        Batch::submit(&q, Op { key: key.clone(), prepared, reply }, self.poll_delay, move |batch| me.run(kind, batch));
         rx
     }
 

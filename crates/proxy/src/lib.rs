@@ -10,7 +10,8 @@
 //! * [`tls`]: TLS termination through BoringSSL, certificates by SNI, private-key providers
 //!   (inline, a crypto thread pool, the 8-lane multi-buffer [`cryptomb`] provider) behind the
 //!   asynchronous private-key method; [`keyshare`]: the key exchange's X25519 key pairs made
-//!   eight at a time under that provider; [`sslmem`]: BoringSSL's memory through the Rust
+//!   eight at a time under that provider, and their shared secrets too ([`kexstream`] reads the
+//!   client's key ahead of BoringSSL); [`sslmem`]: BoringSSL's memory through the Rust
 //!   allocator;
 //! * [`dispatch`], [`objects`]: static objects read on a thread pool by priority class;
 //! * [`health`], [`admin`], [`access_log`]: active health checks, the admin API with stats and
@@ -27,6 +28,7 @@ pub mod objects;
 #[cfg(ippcp)]
 pub mod ippcp;
 pub mod keyshare;
+pub mod kexstream;
 pub mod route;
 pub mod serve;
 pub mod sslmem;

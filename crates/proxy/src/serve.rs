@@ -205,6 +205,9 @@ pub struct Current {
     /// One reload at a time (SIGHUP and the admin API).
     reloading: tokio::sync::Mutex<()>,
     listeners: std::sync::Mutex<Vec<Running>>,
+    /// Accept loops told to stop by a reload; the next reload waits for their sockets to
+    /// close, so that it can listen on a removed listener's address again.
+    stopping: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Watches every connection so that the drain can tell them to finish; taken by the drain.
     graceful: std::sync::Mutex<Option<hyper_util::server::graceful::GracefulShutdown>>,
 }
@@ -254,6 +257,11 @@ impl Current {
         if new.config.workers != old.config.workers {
             return Err("workers: changing the number of workers needs a restart".into());
         }
+        // Listeners an earlier reload removed have closed their sockets (they stop at once).
+        let stopping = std::mem::take(&mut *self.stopping.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in stopping {
+            let _ = t.await;
+        }
         // Bind what is new before anything changes; a failure leaves everything as it was.
         let mut fresh = Vec::new();
         {
@@ -273,14 +281,13 @@ impl Current {
         old.retired.store(true, std::sync::atomic::Ordering::Relaxed);
         crate::health::spawn(&new);
         let mut running = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
-        running.retain(|r| {
-            let keep = new.config.listeners.iter().any(|l| l.name == r.listener.name && l.address == r.listener.address);
-            if !keep {
-                tracing::info!("listener {} on {} stops accepting", r.listener.name, r.listener.address);
-                let _ = r.stop.send(true);
-            }
-            keep
-        });
+        let (kept, removed): (Vec<Running>, Vec<Running>) = std::mem::take(&mut *running).into_iter().partition(|r| new.config.listeners.iter().any(|l| l.name == r.listener.name && l.address == r.listener.address));
+        *running = kept;
+        for r in removed {
+            tracing::info!("listener {} on {} stops accepting", r.listener.name, r.listener.address);
+            let _ = r.stop.send(true);
+            self.stopping.lock().unwrap_or_else(|e| e.into_inner()).push(r.task);
+        }
         for (l, t) in fresh {
             tracing::info!("listener {} on {}", l.name, l.address);
             running.push(self.accept_loop(l, t));
@@ -357,7 +364,17 @@ async fn connection_task(proxy: Arc<Proxy>, index: usize, name: String, stream: 
             // BoringSSL reads each record in two exact reads (header, then body); a buffer
             // under it takes what the socket has in one (about 5 fewer reads per handshake).
             let stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
-            let s = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tokio_boring::accept(acceptor, stream)).await {
+            // Under cryptomb on crypto_mb the X25519 secret is computed ahead in a batch.
+            let tls = proxy.config.listeners[index].tls.as_ref();
+            let (stream, slot) = match tls.and_then(|t| crate::tls::key_exchange_ahead(t, stats)) {
+                Some((delay, tls13)) => {
+                    let slot = Arc::new(crate::keyshare::Slot::default());
+                    (crate::kexstream::KexStream::new(stream, slot.clone(), delay, tls13), Some(slot))
+                }
+                None => (crate::kexstream::KexStream::through(stream), None),
+            };
+            let handshake = crate::keyshare::in_handshake(slot, tokio_boring::accept(acceptor, stream));
+            let s = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(_)) => {
                     stats.handshake_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -388,6 +405,7 @@ pub fn start(proxy: Arc<Proxy>, bound: Bound, path: Option<std::path::PathBuf>) 
         last_reload_error: Default::default(),
         reloading: tokio::sync::Mutex::new(()),
         listeners: std::sync::Mutex::new(Vec::new()),
+        stopping: std::sync::Mutex::new(Vec::new()),
         graceful: std::sync::Mutex::new(Some(hyper_util::server::graceful::GracefulShutdown::new())),
     });
     let running: Vec<Running> = bound.listeners.into_iter().map(|(l, t)| cur.accept_loop(l, t)).collect();

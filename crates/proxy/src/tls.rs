@@ -375,6 +375,17 @@ fn runner(field: &str, tls: &Tls) -> Result<(Runner, Arc<TlsStats>), TlsError> {
     })
 }
 
+/// Whether a listener's handshakes compute their X25519 secrets ahead, eight at a time
+/// ([`crate::kexstream`]): under the `cryptomb` provider on crypto_mb, with the key-exchange
+/// batches on. Then the longest a client's record is held (`poll_delay`) and whether TLS 1.3 is
+/// allowed.
+pub fn key_exchange_ahead(tls: &Tls, stats: &TlsStats) -> Option<(std::time::Duration, bool)> {
+    match tls.provider {
+        Provider::CryptoMb { poll_delay, .. } if stats.provider == "cryptomb/crypto_mb" && crate::keyshare::enabled() => Some((poll_delay, tls.max_version == "1.3")),
+        _ => None,
+    }
+}
+
 /// A listener's acceptor (the first certificate's context, switching to another's by SNI) and
 /// its statistics.
 pub fn acceptor(field: &str, tls: &Tls) -> Result<(SslAcceptor, Arc<TlsStats>), TlsError> {

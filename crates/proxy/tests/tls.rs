@@ -56,6 +56,7 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
     let (addrs, p) = proxy_with(&cfg);
     for (i, a) in addrs.iter().enumerate() {
         let port = a.port();
+        let secrets_before = vectorlb_proxy::keyshare::secret_counts();
         for name in ["rsa.test", "ec.test"] {
             let resolve = format!("{name}:{port}:127.0.0.1");
             let url = format!("https://{name}:{port}/x");
@@ -112,6 +113,18 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
             },
         };
         assert_eq!(stats.provider, expected, "listener {i}");
+        // Under cryptomb on crypto_mb every X25519 secret (curl's and s_client's key exchanges
+        // are X25519: TLS 1.2's ClientKeyExchange, TLS 1.3's key share) came from a batch; on
+        // the other listeners BoringSSL computed them.
+        let secrets = vectorlb_proxy::keyshare::secret_counts();
+        let (batched, single) = (secrets.0 - secrets_before.0, secrets.1 - secrets_before.1);
+        let handshakes = stats.handshakes.load(Ordering::Relaxed);
+        if expected == "cryptomb/crypto_mb" {
+            assert_eq!((batched, single), (handshakes, 0), "listener {i}: X25519 secrets batched, single");
+            assert!(secrets.2 > secrets_before.2);
+        } else {
+            assert_eq!((batched, single), (0, handshakes), "listener {i}: X25519 secrets batched, single");
+        }
         if expected == "inline" {
             assert_eq!(offloaded, 0, "inline signs inside the handshake");
         } else {
@@ -140,6 +153,7 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
     // The admin API's view of the same counters.
     let m = vectorlb_proxy::admin::metrics(&p);
     assert!(m.contains(&format!("vectorlb_proxy_tls_x25519_keypairs_total{{made=\"batched\"}} {}", vectorlb_proxy::keyshare::counts().0)), "{m}");
+    assert!(m.contains(&format!("vectorlb_proxy_tls_x25519_secrets_total{{made=\"batched\"}} {}", vectorlb_proxy::keyshare::secret_counts().0)), "{m}");
     for want in [
         "vectorlb_proxy_tls_handshakes_total{listener=\"inline\",provider=\"inline\",outcome=\"ok\"}",
         "vectorlb_proxy_tls_rsa_queue_sizes_bucket{listener=\"cryptomb-portable\",le=\"8\"}",
