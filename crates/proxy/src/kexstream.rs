@@ -279,6 +279,59 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for KexStream<S> {
     }
 }
 
+/// The TLS stream of an accepted connection, which skips its `close_notify` once reading has
+/// ended (the client's `close_notify`, its end of stream, or an error), as nginx does: the
+/// client has gone, and the alert would reach a closed socket and be answered with a reset, a
+/// send and a reset more per connection for nothing. A connection the proxy closes first (a
+/// drain, `Connection: close` before the client's end) still sends it.
+pub struct QuietClose<S> {
+    tls: tokio_boring::SslStream<S>,
+    read_ended: bool,
+}
+
+impl<S> QuietClose<S> {
+    pub fn new(tls: tokio_boring::SslStream<S>) -> QuietClose<S> {
+        QuietClose { tls, read_ended: false }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for QuietClose<S> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = out.filled().len();
+        let r = ready!(Pin::new(&mut this.tls).poll_read(cx, out));
+        if r.is_err() || (out.filled().len() == before && out.remaining() > 0) {
+            this.read_ended = true;
+        }
+        Poll::Ready(r)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for QuietClose<S> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tls).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tls).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.tls.is_write_vectored()
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tls).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.read_ended {
+            use foreign_types::ForeignTypeRef;
+            // SAFETY: the pointer is this stream's own live SSL object; the call only sets a
+            // flag that makes SSL_shutdown finish without writing an alert.
+            unsafe { boring_sys::SSL_set_quiet_shutdown(this.tls.ssl_mut().as_ptr(), 1) };
+        }
+        Pin::new(&mut this.tls).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

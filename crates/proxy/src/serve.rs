@@ -389,7 +389,7 @@ async fn connection_task(proxy: Arc<Proxy>, index: usize, name: String, stream: 
             stats.handshakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             // ALPN decides: h2 or HTTP/1.1.
             let p = if s.ssl().selected_alpn_protocol() == Some(b"h2") { Protocols::Http2 } else { Protocols::Http1 };
-            let _ = graceful.watch(connection(p, TokioIo::new(s), svc)).await;
+            let _ = graceful.watch(connection(p, TokioIo::new(crate::kexstream::QuietClose::new(s)), svc)).await;
         }
     }
 }

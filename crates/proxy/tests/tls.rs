@@ -200,3 +200,55 @@ fn a_key_that_does_not_match_its_certificate_is_refused_naming_the_field() {
     assert!(e.contains("certificates[0].cert") && e.contains("no certificate in the file"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The proxy's `close_notify`: skipped once the client has closed (its own `close_notify` sent,
+/// as nginx does, since the alert would only meet a closed socket), sent when the proxy closes
+/// first (`Connection: close`). Seen from a BoringSSL client on the wire: a clean close
+/// (`ZERO_RETURN`) only in the second case.
+#[test]
+fn close_notify_only_when_the_proxy_closes_first() {
+    use boring::ssl::{ErrorCode, SslConnector, SslMethod, SslVerifyMode};
+    use std::io::Read;
+    let dir = std::env::temp_dir().join(format!("vectorlb-proxy-tls-close-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (c, k) = cert(&dir, "close.test", &["-newkey", "rsa:2048"]);
+    let cfg = format!(
+        "[[listeners]]\nname = \"t\"\naddress = \"127.0.0.1:0\"\ntls = {{ certificates = [{{ cert = \"{c}\", key = \"{k}\" }}], provider = \"inline\", resumption = false }}\n\n\
+         [[routes]]\nrespond = {{ status = 200, body = \"ok\" }}\n"
+    );
+    let (addrs, _p) = proxy_with(&cfg);
+    for version in [boring::ssl::SslVersion::TLS1_2, boring::ssl::SslVersion::TLS1_3] {
+        let connect = || {
+            let mut b = SslConnector::builder(SslMethod::tls()).unwrap();
+            b.set_verify(SslVerifyMode::NONE);
+            b.set_min_proto_version(Some(version)).unwrap();
+            b.set_max_proto_version(Some(version)).unwrap();
+            let tcp = std::net::TcpStream::connect(addrs[0]).unwrap();
+            tcp.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+            b.build().connect("close.test", tcp).unwrap()
+        };
+        // The client closes first: it sends its close_notify after the response; the proxy
+        // closes the connection without one of its own.
+        let mut s = connect();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: close.test\r\n\r\n").unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).ends_with("\r\n\r\nok"), "{version:?}");
+        s.shutdown().unwrap();
+        let end = s.ssl_read(&mut buf).expect_err("the end of the stream");
+        assert_ne!(end.code(), ErrorCode::ZERO_RETURN, "{version:?}: the proxy answered the client's close_notify");
+        // The proxy closes first: its close_notify follows the response.
+        let mut s = connect();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: close.test\r\nConnection: close\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        let end = loop {
+            match s.ssl_read(&mut buf) {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => break e,
+            }
+        };
+        assert!(String::from_utf8_lossy(&got).ends_with("\r\n\r\nok"), "{version:?}");
+        assert_eq!(end.code(), ErrorCode::ZERO_RETURN, "{version:?}: a clean close_notify from the proxy");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
