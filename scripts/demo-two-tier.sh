@@ -154,6 +154,8 @@ for i, f in enumerate(sys.argv[1:], 1):
     provider.add(t["provider"])
     hs = t["handshake_seconds"]
     print(f"proxy {i}: {l['requests']} requests, {t['handshakes']} TLS handshakes ({t['provider']}; p50 {hs['p50'] * 1e3:.1f} ms, p99 {hs['p99'] * 1e3:.1f} ms), failed checks {t['failed_checks']}", file=sys.stderr)
+    k, x = s["x25519_keypairs"], s["x25519_secrets"]
+    print(f"  X25519 key exchange: key pairs {k['batched']} made eight at a time, {k['single']} singly; shared secrets {x['batched']} computed ahead in {x['batches']} calls, {x['single']} by BoringSSL", file=sys.stderr)
     d = s.get("dispatch") or {"classes": []}
     print("  dispatch (" + d.get("mode", "-") + ", " + d.get("backend", "-") + "): " + ", ".join(f"{c['name']} {c['served']} served, wait p99 {(c['wait_seconds']['p99'] or 0) * 1e3:.2f} ms" for c in d["classes"]), file=sys.stderr)
     if l["requests"] > 0:
