@@ -190,6 +190,8 @@ impl<S> KexStream<S> {
                 break;
             }
             let len = u16::from_be_bytes([rest[3], rest[4]]) as usize;
+            // Anything but a handshake record ends the key exchange's plaintext part; a length
+            // no record may have is BoringSSL's to refuse. Either way: through from here on.
             if rest[0] != CONTENT_HANDSHAKE || len > MAX_RECORD {
                 self.pass_through();
                 return;

@@ -204,11 +204,13 @@ fn next_pair(public: &mut [u8; 32], private: &mut [u8; 32]) {
         if p.pairs.is_empty() {
             p.pairs = batch();
         }
-        let (mut pu, mut pr) = p.pairs.pop().expect("a batch has eight pairs");
-        *public = pu;
-        *private = pr;
-        wipe(&mut pu);
-        wipe(&mut pr);
+        // Copied out, then wiped where it lies (in the pool's own buffer) before it leaves.
+        let (pu, pr) = p.pairs.last_mut().expect("a batch has eight pairs");
+        *public = *pu;
+        *private = *pr;
+        wipe(pu);
+        wipe(pr);
+        p.pairs.pop();
     });
     BATCHED.fetch_add(1, Ordering::Relaxed);
 }
@@ -352,7 +354,8 @@ impl Slot {
     fn take_secret(&self, private: &[u8; 32], peer: &[u8; 32]) -> Option<[u8; 32]> {
         let mut g = self.lock();
         match g.secret.as_mut() {
-            Some((k, p, s)) if k == private && p == peer => {
+            // The peer key is public; the private key is compared in constant time.
+            Some((k, p, s)) if p == peer && same(k, private) => {
                 let secret = *s;
                 wipe(k);
                 wipe(p);
@@ -363,6 +366,11 @@ impl Slot {
             _ => None,
         }
     }
+}
+
+/// `a == b` in time independent of where they differ.
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    std::hint::black_box(a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y))) == 0
 }
 
 fn current() -> Option<Arc<Slot>> {
@@ -452,10 +460,9 @@ fn run_secrets(batch: Vec<SecretOp>) {
         return;
     }
     SECRET_RUNS.fetch_add(1, Ordering::Relaxed);
-    let inputs: Vec<([u8; 32], [u8; 32])> = batch.iter().map(|o| (o.private, o.peer)).collect();
-    let secrets = secrets(&inputs);
-    for ((op, s), (mut k, _)) in batch.iter().zip(secrets).zip(inputs) {
-        wipe(&mut k);
+    let mut inputs: Vec<([u8; 32], [u8; 32])> = batch.iter().map(|o| (o.private, o.peer)).collect();
+    let mut secrets = secrets(&inputs);
+    for (op, s) in batch.iter().zip(secrets.iter()) {
         if let Some(s) = s {
             let mut g = op.slot.lock();
             if let Some((a, b, c)) = g.secret.as_mut() {
@@ -463,8 +470,15 @@ fn run_secrets(batch: Vec<SecretOp>) {
                 wipe(b);
                 wipe(c);
             }
-            g.secret = Some((op.private, op.peer, s));
+            g.secret = Some((op.private, op.peer, *s));
         }
+    }
+    // The copies made for the call, wiped in their buffers before these are freed.
+    for (k, _) in inputs.iter_mut() {
+        wipe(k);
+    }
+    for s in secrets.iter_mut().flatten() {
+        wipe(s);
     }
 }
 

@@ -258,9 +258,17 @@ impl Current {
             return Err("workers: changing the number of workers needs a restart".into());
         }
         // Listeners an earlier reload removed have closed their sockets (they stop at once).
-        let stopping = std::mem::take(&mut *self.stopping.lock().unwrap_or_else(|e| e.into_inner()));
-        for t in stopping {
-            let _ = t.await;
+        // Each stays listed until it has ended, so a reload cancelled here loses none.
+        loop {
+            let done = {
+                let mut stopping = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
+                stopping.retain(|t| !t.is_finished());
+                stopping.is_empty()
+            };
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         // Bind what is new before anything changes; a failure leaves everything as it was.
         let mut fresh = Vec::new();
