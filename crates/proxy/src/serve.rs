@@ -374,7 +374,7 @@ async fn connection_task(proxy: Arc<Proxy>, index: usize, name: String, stream: 
             let stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
             // Under cryptomb on crypto_mb the X25519 secret is computed ahead in a batch.
             let tls = proxy.config.listeners[index].tls.as_ref();
-            let (stream, slot) = match tls.and_then(|t| crate::tls::key_exchange_ahead(t, stats)) {
+            let (stream, slot) = match tls.and_then(crate::tls::key_exchange_ahead) {
                 Some((delay, tls13)) => {
                     let slot = Arc::new(crate::keyshare::Slot::default());
                     (crate::kexstream::KexStream::new(stream, slot.clone(), delay, tls13), Some(slot))

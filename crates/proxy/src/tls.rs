@@ -377,11 +377,11 @@ fn runner(field: &str, tls: &Tls) -> Result<(Runner, Arc<TlsStats>), TlsError> {
 
 /// Whether a listener's handshakes compute their X25519 secrets ahead, eight at a time
 /// ([`crate::kexstream`]): under the `cryptomb` provider on crypto_mb, with the key-exchange
-/// batches on. Then the longest a client's record is held (`poll_delay`) and whether TLS 1.3 is
-/// allowed.
-pub fn key_exchange_ahead(tls: &Tls, stats: &TlsStats) -> Option<(std::time::Duration, bool)> {
+/// batches on (they are turned on only where crypto_mb's lanes were chosen, see `runner`).
+/// Then the longest a client's record is held (`poll_delay`) and whether TLS 1.3 is allowed.
+pub fn key_exchange_ahead(tls: &Tls) -> Option<(std::time::Duration, bool)> {
     match tls.provider {
-        Provider::CryptoMb { poll_delay, .. } if stats.provider == "cryptomb/crypto_mb" && crate::keyshare::enabled() => Some((poll_delay, tls.max_version == "1.3")),
+        Provider::CryptoMb { poll_delay, backend: CryptoMbBackend::CryptoMb, .. } if crate::keyshare::enabled() => Some((poll_delay, tls.max_version == "1.3")),
         _ => None,
     }
 }
