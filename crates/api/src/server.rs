@@ -48,24 +48,34 @@ pub struct Access {
 /// A bound listener, ready to serve.
 pub enum Listener {
     Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener, PathBuf),
+    /// The socket, its path and its (device, inode): only that file is removed at the end.
+    Unix(tokio::net::UnixListener, PathBuf, (u64, u64)),
 }
 
 impl Listener {
-    /// Binds `endpoint`. A unix socket path that exists is replaced only when nothing answers
-    /// on it (a stale socket of a daemon that died); a live one is an error. A unix socket is
-    /// created with mode 0600 (0660 and the group of `access`); no other user can connect,
-    /// not even between its creation and the change of mode.
+    /// Binds `endpoint`. A unix socket path that exists is replaced only when it is a socket
+    /// nothing answers on (a stale socket of a daemon that died); a live one is an error, and
+    /// so is any other kind of file (a configuration, a directory, a link), which is never
+    /// touched. A unix socket is created with mode 0600 (0660 and the group of `access`); no
+    /// other user can connect, not even between its creation and the change of mode.
     pub async fn bind(endpoint: &Endpoint, access: &Access) -> Result<Listener, ServerError> {
         let fail = |source, hint| ServerError::Bind { endpoint: endpoint.to_string(), source, hint };
         match endpoint {
             Endpoint::Tcp(a) => tokio::net::TcpListener::bind(a).await.map(Listener::Tcp).map_err(|e| fail(e, " (another vectorlb running?)")),
             Endpoint::Unix(p) => {
-                if p.exists() {
-                    if tokio::net::UnixStream::connect(p).await.is_ok() {
-                        return Err(fail(std::io::Error::from(std::io::ErrorKind::AddrInUse), " (another vectorlb is serving it)"));
+                use std::os::unix::fs::FileTypeExt;
+                match std::fs::symlink_metadata(p) {
+                    Ok(m) if !m.file_type().is_socket() => {
+                        return Err(fail(std::io::Error::from(std::io::ErrorKind::AlreadyExists), " (the path is not a socket but another kind of file; it is left as it is: choose another path)"));
                     }
-                    let _ = std::fs::remove_file(p);
+                    Ok(_) => {
+                        if tokio::net::UnixStream::connect(p).await.is_ok() {
+                            return Err(fail(std::io::Error::from(std::io::ErrorKind::AddrInUse), " (another vectorlb is serving it)"));
+                        }
+                        // A socket nobody answers on: left by a process that is gone.
+                        let _ = std::fs::remove_file(p);
+                    }
+                    Err(_) => {}
                 }
                 let gid = match &access.group {
                     Some(g) => Some(group_id(g).ok_or_else(|| ServerError::NoGroup(g.clone()))?),
@@ -86,7 +96,8 @@ impl Listener {
                     std::os::unix::fs::chown(p, None, Some(gid)).map_err(|e| fail(e, " (changing the socket's group)"))?;
                     std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o660)).map_err(|e| fail(e, ""))?;
                 }
-                Ok(Listener::Unix(l, p.clone()))
+                let id = std::fs::symlink_metadata(p).map(|m| (std::os::unix::fs::MetadataExt::dev(&m), std::os::unix::fs::MetadataExt::ino(&m))).map_err(|e| fail(e, ""))?;
+                Ok(Listener::Unix(l, p.clone(), id))
             }
         }
     }
@@ -112,8 +123,11 @@ fn unsafe_zeroed_group() -> libc::group {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Listener::Unix(_, p) = self {
-            let _ = std::fs::remove_file(p);
+        // Our socket only: not a file that replaced it meanwhile.
+        if let Listener::Unix(_, p, id) = self {
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| (std::os::unix::fs::MetadataExt::dev(&m), std::os::unix::fs::MetadataExt::ino(&m)) == *id) {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
 }
@@ -127,21 +141,48 @@ pub async fn serve(listener: Listener, router: Router, token: Option<String>, st
     };
     let router = with_conventions(router);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    // The connections served, oldest first: (whether its request head has come, its task).
+    let mut open: std::collections::VecDeque<(Arc<std::sync::atomic::AtomicBool>, tokio::task::AbortHandle)> = Default::default();
     tokio::pin!(stop);
     loop {
         tokio::select! {
             _ = &mut stop => return,
             accepted = accept(&listener) => {
                 let Some(conn) = accepted else { continue };
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    tokio::spawn(refuse(conn));
-                    continue;
+                let permit = match slots.clone().try_acquire_owned() {
+                    Ok(p) => p,
+                    Err(_) => {
+                        // Full: the oldest connection whose request head has not come makes
+                        // room (slow clients cannot keep the operator out); with none, a 503.
+                        open.retain(|(_, t)| !t.is_finished());
+                        let waiting = open.iter().position(|(head, _)| !head.load(std::sync::atomic::Ordering::Relaxed));
+                        let freed = match waiting.and_then(|i| open.remove(i)) {
+                            Some((_, t)) => {
+                                t.abort();
+                                tokio::time::timeout(Duration::from_millis(200), slots.clone().acquire_owned()).await.ok().and_then(Result::ok)
+                            }
+                            None => None,
+                        };
+                        match freed {
+                            Some(p) => p,
+                            None => {
+                                tokio::spawn(refuse(conn));
+                                continue;
+                            }
+                        }
+                    }
                 };
                 let router = router.clone();
-                tokio::spawn(async move {
+                let head = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let seen = head.clone();
+                let task = tokio::spawn(async move {
                     let _permit = permit;
-                    let _ = tokio::time::timeout(EXCHANGE_TIMEOUT, serve_one(conn, router)).await;
+                    let _ = tokio::time::timeout(EXCHANGE_TIMEOUT, serve_one(conn, router, seen)).await;
                 });
+                if open.len() >= MAX_CONNECTIONS {
+                    open.retain(|(_, t)| !t.is_finished());
+                }
+                open.push_back((head, task.abort_handle()));
             }
         }
     }
@@ -153,7 +194,7 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Conn for T {}
 async fn accept(l: &Listener) -> Option<Box<dyn Conn>> {
     let r: std::io::Result<Box<dyn Conn>> = match l {
         Listener::Tcp(l) => l.accept().await.map(|(s, _)| Box::new(s) as Box<dyn Conn>),
-        Listener::Unix(l, _) => l.accept().await.map(|(s, _)| Box::new(s) as Box<dyn Conn>),
+        Listener::Unix(l, _, _) => l.accept().await.map(|(s, _)| Box::new(s) as Box<dyn Conn>),
     };
     match r {
         Ok(c) => Some(c),
@@ -179,8 +220,9 @@ async fn refuse(mut conn: Box<dyn Conn>) {
     .await;
 }
 
-async fn serve_one(conn: Box<dyn Conn>, router: Router) {
+async fn serve_one(conn: Box<dyn Conn>, router: Router, head: Arc<std::sync::atomic::AtomicBool>) {
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        head.store(true, std::sync::atomic::Ordering::Relaxed);
         let router = router.clone();
         async move { router.oneshot(req.map(axum::body::Body::new)).await }
     });

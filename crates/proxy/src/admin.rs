@@ -84,6 +84,17 @@ pub struct ListenerOut {
     pub name: String,
     pub address: String,
     pub requests: u64,
+    /// Connections accepted; closed by a limit or a deadline, by cause.
+    pub connections: u64,
+    pub refused: u64,
+    pub evicted: u64,
+    pub header_timeouts: u64,
+    pub idle_closed: u64,
+    pub body_timeouts: u64,
+    pub send_timeouts: u64,
+    pub reset_budget_exceeded: u64,
+    /// Requests answered 400 or 408 for the client's own fault.
+    pub client_errors: u64,
     pub tls: Option<TlsOut>,
 }
 
@@ -97,6 +108,12 @@ pub struct EndpointOut {
     pub requests: u64,
     pub connect_failures: u64,
     pub errors: u64,
+    pub queue_timeouts: u64,
+    pub send_timeouts: u64,
+    pub read_timeouts: u64,
+    /// Connections open to it now (idle ones included) and requests in flight.
+    pub connections: usize,
+    pub in_flight: usize,
 }
 
 #[derive(Serialize)]
@@ -175,6 +192,9 @@ pub struct StatsOut {
     pub reload_failures: u64,
     pub last_reload_error: Option<String>,
     pub workers: usize,
+    /// Client connections open now, and their limit over all listeners.
+    pub client_connections: usize,
+    pub max_client_connections: usize,
     pub listeners: Vec<ListenerOut>,
     pub clusters: Vec<ClusterOut>,
     /// The dispatch pool (with `static` routes or a `[dispatch]` section).
@@ -211,6 +231,8 @@ pub fn stats(p: &Proxy) -> StatsOut {
         reload_failures: 0,
         last_reload_error: None,
         workers: p.config.workers,
+        client_connections: 0,
+        max_client_connections: 0,
         dispatch: p.dispatch.as_deref().map(dispatch_out),
         x25519_keypairs: {
             let (batched, single) = crate::keyshare::counts();
@@ -225,11 +247,24 @@ pub fn stats(p: &Proxy) -> StatsOut {
             .listeners
             .iter()
             .enumerate()
-            .map(|(i, l)| ListenerOut {
-                name: l.name.clone(),
-                address: l.address.to_string(),
-                requests: p.requests[i].load(Ordering::Relaxed),
-                tls: p.tls[i].as_ref().map(|(_, s)| (&**s).into()),
+            .map(|(i, l)| {
+                let c = &p.clients[i];
+                let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+                ListenerOut {
+                    name: l.name.clone(),
+                    address: l.address.to_string(),
+                    requests: p.requests[i].load(Ordering::Relaxed),
+                    connections: n(&c.connections),
+                    refused: n(&c.refused),
+                    evicted: n(&c.evicted),
+                    header_timeouts: n(&c.header_timeouts),
+                    idle_closed: n(&c.idle_closed),
+                    body_timeouts: n(&c.body_timeouts),
+                    send_timeouts: n(&c.send_timeouts),
+                    reset_budget_exceeded: n(&c.reset_budget_exceeded),
+                    client_errors: n(&c.client_errors),
+                    tls: p.tls[i].as_ref().map(|(_, s)| (&**s).into()),
+                }
             })
             .collect(),
         clusters: p
@@ -241,8 +276,8 @@ pub fn stats(p: &Proxy) -> StatsOut {
                     .spec
                     .endpoints
                     .iter()
-                    .zip(&c.stats)
-                    .map(|(e, s)| EndpointOut {
+                    .zip(c.stats.iter().zip(&c.slots))
+                    .map(|(e, (s, slots))| EndpointOut {
                         address: e.address.to_string(),
                         weight: e.weight,
                         healthy: s.healthy.load(Ordering::Relaxed),
@@ -251,6 +286,11 @@ pub fn stats(p: &Proxy) -> StatsOut {
                         requests: s.requests.load(Ordering::Relaxed),
                         connect_failures: s.connect_failures.load(Ordering::Relaxed),
                         errors: s.errors.load(Ordering::Relaxed),
+                        queue_timeouts: s.queue_timeouts.load(Ordering::Relaxed),
+                        send_timeouts: s.send_timeouts.load(Ordering::Relaxed),
+                        read_timeouts: s.read_timeouts.load(Ordering::Relaxed),
+                        connections: slots.connections(),
+                        in_flight: slots.in_flight(),
                     })
                     .collect(),
             })
@@ -289,6 +329,21 @@ pub fn metrics(p: &Proxy) -> String {
     head(&mut o, "vectorlb_proxy_requests_total", "counter", "Requests received, by listener.");
     for (i, l) in p.config.listeners.iter().enumerate() {
         let _ = writeln!(o, "vectorlb_proxy_requests_total{{listener=\"{}\"}} {}", esc(&l.name), p.requests[i].load(Ordering::Relaxed));
+    }
+    head(&mut o, "vectorlb_proxy_client_connections_total", "counter", "Client connections accepted, by listener.");
+    for (i, l) in p.config.listeners.iter().enumerate() {
+        let _ = writeln!(o, "vectorlb_proxy_client_connections_total{{listener=\"{}\"}} {}", esc(&l.name), p.clients[i].connections.load(Ordering::Relaxed));
+    }
+    head(&mut o, "vectorlb_proxy_client_closed_total", "counter", "Client connections closed by the proxy, by listener and cause: refused (no room), evicted (made room), header_timeout, idle, send_timeout (responses released), reset_budget (GOAWAY).");
+    for (i, l) in p.config.listeners.iter().enumerate() {
+        let c = &p.clients[i];
+        for (cause, v) in [("refused", &c.refused), ("evicted", &c.evicted), ("header_timeout", &c.header_timeouts), ("idle", &c.idle_closed), ("send_timeout", &c.send_timeouts), ("reset_budget", &c.reset_budget_exceeded)] {
+            let _ = writeln!(o, "vectorlb_proxy_client_closed_total{{listener=\"{}\",cause=\"{cause}\"}} {}", esc(&l.name), v.load(Ordering::Relaxed));
+        }
+    }
+    head(&mut o, "vectorlb_proxy_client_errors_total", "counter", "Requests answered 400 or 408 for the client's fault (bad authority or framing, body_timeout), by listener.");
+    for (i, l) in p.config.listeners.iter().enumerate() {
+        let _ = writeln!(o, "vectorlb_proxy_client_errors_total{{listener=\"{}\"}} {}", esc(&l.name), p.clients[i].client_errors.load(Ordering::Relaxed));
     }
     let tls: Vec<(String, &TlsStats)> = p.config.listeners.iter().zip(&p.tls).filter_map(|(l, t)| t.as_ref().map(|(_, s)| (esc(&l.name), &**s))).collect();
     head(&mut o, "vectorlb_proxy_tls_handshakes_total", "counter", "TLS handshakes by provider and outcome (ok, failed, timeout).");
@@ -338,7 +393,10 @@ pub fn metrics(p: &Proxy) -> String {
     for (name, help, get) in [
         ("vectorlb_proxy_upstream_requests_total", "Requests sent to an endpoint (a retry counts again).", (|s: &crate::forward::EndpointStats| s.requests.load(Ordering::Relaxed)) as fn(&crate::forward::EndpointStats) -> u64),
         ("vectorlb_proxy_upstream_connect_failures_total", "Connections to an endpoint that could not be made.", |s| s.connect_failures.load(Ordering::Relaxed)),
-        ("vectorlb_proxy_upstream_errors_total", "Requests sent whose response did not come (errors, timeouts).", |s| s.errors.load(Ordering::Relaxed)),
+        ("vectorlb_proxy_upstream_errors_total", "Requests sent whose response did not come (errors, timeouts) or came broken.", |s| s.errors.load(Ordering::Relaxed)),
+        ("vectorlb_proxy_upstream_queue_timeouts_total", "Requests answered 503 because every connection to the endpoint stayed busy for queue_timeout.", |s| s.queue_timeouts.load(Ordering::Relaxed)),
+        ("vectorlb_proxy_upstream_send_timeouts_total", "Writes to the endpoint that waited send_timeout.", |s| s.send_timeouts.load(Ordering::Relaxed)),
+        ("vectorlb_proxy_upstream_read_timeouts_total", "Response bodies from the endpoint that stalled for read_timeout.", |s| s.read_timeouts.load(Ordering::Relaxed)),
         ("vectorlb_proxy_upstream_healthy", "1 while the endpoint takes requests (its health check passes, or it has none).", |s| s.healthy.load(Ordering::Relaxed) as u64),
         ("vectorlb_proxy_upstream_health_check_failures_total", "Health checks of the endpoint that failed.", |s| s.health_failures.load(Ordering::Relaxed)),
     ] {
@@ -347,6 +405,12 @@ pub fn metrics(p: &Proxy) -> String {
             for (e, s) in c.spec.endpoints.iter().zip(&c.stats) {
                 let _ = writeln!(o, "{name}{{cluster=\"{}\",endpoint=\"{}\"}} {}", esc(&c.spec.name), e.address, get(s));
             }
+        }
+    }
+    head(&mut o, "vectorlb_proxy_upstream_connections", "gauge", "Connections open to an endpoint (idle ones included).");
+    for c in &p.clusters {
+        for (e, slots) in c.spec.endpoints.iter().zip(&c.slots) {
+            let _ = writeln!(o, "vectorlb_proxy_upstream_connections{{cluster=\"{}\",endpoint=\"{}\"}} {}", esc(&c.spec.name), e.address, slots.connections());
         }
     }
     if let Some(d) = &p.dispatch {
@@ -389,11 +453,17 @@ async fn get_stats(State(c): P) -> Json<StatsOut> {
     s.reloads = c.reloads.load(Ordering::Relaxed);
     s.reload_failures = c.reload_failures.load(Ordering::Relaxed);
     s.last_reload_error = c.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    s.client_connections = c.admission.open();
+    s.max_client_connections = c.admission.max();
     Json(s)
 }
 
 async fn get_metrics(State(c): P) -> impl IntoResponse {
     let mut m = metrics(&c.load());
+    let _ = writeln!(m, "# HELP vectorlb_proxy_client_connections Client connections open now, and the limit over all listeners.\n# TYPE vectorlb_proxy_client_connections gauge");
+    let _ = writeln!(m, "vectorlb_proxy_client_connections {}", c.admission.open());
+    let _ = writeln!(m, "# HELP vectorlb_proxy_client_connections_max The limit of client connections over all listeners.\n# TYPE vectorlb_proxy_client_connections_max gauge");
+    let _ = writeln!(m, "vectorlb_proxy_client_connections_max {}", c.admission.max());
     let _ = writeln!(m, "# HELP vectorlb_proxy_reloads_total Reloads of the configuration (SIGHUP, POST /v1/reload), by outcome.\n# TYPE vectorlb_proxy_reloads_total counter");
     let _ = writeln!(m, "vectorlb_proxy_reloads_total{{outcome=\"ok\"}} {}", c.reloads.load(Ordering::Relaxed));
     let _ = writeln!(m, "vectorlb_proxy_reloads_total{{outcome=\"refused\"}} {}", c.reload_failures.load(Ordering::Relaxed));

@@ -41,6 +41,46 @@ pub struct Listener {
     /// Bind with SO_REUSEPORT, so that several proxy processes share the port and the kernel
     /// spreads their connections (off by default: a second instance then fails to start).
     pub reuseport: bool,
+    /// What a client may take: deadlines, connections, stream resets.
+    pub limits: ClientLimits,
+}
+
+/// A listener's deadlines and limits for its clients (docs/proxy.md, "Deadlines and limits").
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientLimits {
+    /// From the connection to the end of the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// To receive a request head: from the connection (or its handshake) for the first
+    /// request, from its first byte for the next ones on an HTTP/1.1 connection.
+    pub header_timeout: Duration,
+    /// A connection with no request in flight (keep-alive) is closed after this.
+    pub idle_timeout: Duration,
+    /// Longest wait for the next piece of a request body.
+    pub body_timeout: Duration,
+    /// Longest a response may wait for the client to take it (a full socket buffer, a closed
+    /// HTTP/2 window): the stream's upstream is released, the connection closed.
+    pub send_timeout: Duration,
+    /// Connections of this listener at once (none: only the proxy's `max_connections`).
+    pub max_connections: Option<usize>,
+    /// Streams a client may reset after their request went upstream, per connection and
+    /// `reset_window`; one more and the connection gets GOAWAY.
+    pub reset_budget: u32,
+    pub reset_window: Duration,
+}
+
+impl Default for ClientLimits {
+    fn default() -> ClientLimits {
+        ClientLimits {
+            handshake_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            max_connections: None,
+            reset_budget: 100,
+            reset_window: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Where private-key operations of TLS handshakes run.
@@ -181,8 +221,20 @@ pub struct Cluster {
     pub connect_timeout: Duration,
     /// Time for the upstream's response head.
     pub response_timeout: Duration,
-    /// Idle keep-alive connections kept per endpoint.
+    /// Idle keep-alive connections kept per endpoint (at most `max_connections`).
     pub max_idle: usize,
+    /// Connections open to one endpoint at once, idle ones included (HTTP/2 endpoints:
+    /// requests in flight to it); a request waits at most `queue_timeout` for one, then 503.
+    pub max_connections: usize,
+    pub queue_timeout: Duration,
+    /// Longest a write of a request to an endpoint may wait (its receive window is full).
+    pub send_timeout: Duration,
+    /// Longest wait for the next piece of a response body from an endpoint.
+    pub read_timeout: Duration,
+    /// A request body of a known length up to this many bytes is read whole before an
+    /// endpoint is chosen (a slow client then holds no upstream connection, and the request
+    /// can be retried); 0: always streamed.
+    pub request_buffer: usize,
     /// Active health checks of the endpoints; without them every endpoint with a weight takes
     /// requests.
     pub health: Option<Health>,
@@ -218,6 +270,9 @@ pub struct Endpoint {
 pub struct Config {
     /// Worker threads serving connections (default: one per CPU the process may use).
     pub workers: usize,
+    /// Client connections at once over all listeners (none: from the descriptor limit at
+    /// start, see [`crate::client::default_max_connections`]).
+    pub max_connections: Option<usize>,
     /// The admin API (stats, Prometheus metrics); none without `[admin]`.
     pub admin: Option<Admin>,
     /// Where one JSON line per request goes ("-": standard output); none without it.
@@ -233,6 +288,7 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 struct Raw {
     workers: Option<usize>,
+    max_connections: Option<usize>,
     dispatch: Option<RawDispatch>,
     access_log: Option<String>,
     admin: Option<RawAdmin>,
@@ -260,6 +316,14 @@ struct RawListener {
     protocols: Option<String>,
     tls: Option<RawTls>,
     reuseport: Option<bool>,
+    handshake_timeout: Option<f64>,
+    header_timeout: Option<f64>,
+    idle_timeout: Option<f64>,
+    body_timeout: Option<f64>,
+    send_timeout: Option<f64>,
+    max_connections: Option<usize>,
+    reset_budget: Option<u32>,
+    reset_window: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -343,6 +407,9 @@ struct RawSize {
     class: String,
 }
 
+/// A request body of a known length up to this size is read whole before it goes upstream.
+pub const DEFAULT_REQUEST_BUFFER: usize = 64 << 10;
+
 /// Largest static object served by default (64 MiB); larger ones get a 500.
 pub const DEFAULT_MAX_OBJECT: u64 = 64 << 20;
 
@@ -372,6 +439,11 @@ struct RawCluster {
     connect_timeout: Option<f64>,
     response_timeout: Option<f64>,
     max_idle: Option<usize>,
+    max_connections: Option<usize>,
+    queue_timeout: Option<f64>,
+    send_timeout: Option<f64>,
+    read_timeout: Option<f64>,
+    request_buffer: Option<usize>,
     health: Option<RawHealth>,
 }
 
@@ -652,7 +724,28 @@ impl Config {
                     Some(Tls { certificates, provider, resumption: t.resumption.unwrap_or(true), min_version, max_version })
                 }
             };
-            listeners.push(Listener { name: l.name.clone(), address, protocols, tls, reuseport: l.reuseport.unwrap_or(false) });
+            if l.handshake_timeout.is_some() && tls.is_none() {
+                return Err(bad(format!("{f}.handshake_timeout"), "only for a listener with tls"));
+            }
+            let d = ClientLimits::default();
+            let secs = |name: &str, v: Option<f64>, default: Duration| seconds(&format!("{f}.{name}"), v, default.as_secs_f64());
+            let limits = ClientLimits {
+                handshake_timeout: secs("handshake_timeout", l.handshake_timeout, d.handshake_timeout)?,
+                header_timeout: secs("header_timeout", l.header_timeout, d.header_timeout)?,
+                idle_timeout: secs("idle_timeout", l.idle_timeout, d.idle_timeout)?,
+                body_timeout: secs("body_timeout", l.body_timeout, d.body_timeout)?,
+                send_timeout: secs("send_timeout", l.send_timeout, d.send_timeout)?,
+                max_connections: match l.max_connections {
+                    Some(n) if !(1..=10_000_000).contains(&n) => return Err(bad(format!("{f}.max_connections"), format!("{n} is not in 1..=10000000"))),
+                    n => n,
+                },
+                reset_budget: match l.reset_budget.unwrap_or(d.reset_budget) {
+                    n @ 1..=1_000_000 => n,
+                    n => return Err(bad(format!("{f}.reset_budget"), format!("{n} is not in 1..=1000000"))),
+                },
+                reset_window: secs("reset_window", l.reset_window, d.reset_window)?,
+            };
+            listeners.push(Listener { name: l.name.clone(), address, protocols, tls, reuseport: l.reuseport.unwrap_or(false), limits });
         }
         let mut clusters = Vec::new();
         let mut by_name = HashMap::new();
@@ -699,9 +792,17 @@ impl Config {
                 "http2" => Upstream::Http2,
                 p => return Err(bad(format!("{f}.protocol"), format!("'{p}' is not http1 or http2"))),
             };
-            let max_idle = c.max_idle.unwrap_or(32);
-            if max_idle > 10_000 {
-                return Err(bad(format!("{f}.max_idle"), format!("{max_idle} is above 10000")));
+            let max_connections = c.max_connections.unwrap_or(512);
+            if !(1..=1_000_000).contains(&max_connections) {
+                return Err(bad(format!("{f}.max_connections"), format!("{max_connections} is not in 1..=1000000")));
+            }
+            let max_idle = c.max_idle.unwrap_or(32.min(max_connections));
+            if max_idle > max_connections {
+                return Err(bad(format!("{f}.max_idle"), format!("{max_idle} is above max_connections {max_connections}: idle connections count among them")));
+            }
+            let request_buffer = c.request_buffer.unwrap_or(DEFAULT_REQUEST_BUFFER);
+            if request_buffer > 64 << 20 {
+                return Err(bad(format!("{f}.request_buffer"), format!("{request_buffer} is above 64 MiB")));
             }
             clusters.push(Cluster {
                 name: c.name.clone(),
@@ -712,6 +813,11 @@ impl Config {
                 connect_timeout: seconds(&format!("{f}.connect_timeout"), c.connect_timeout, 2.0)?,
                 response_timeout: seconds(&format!("{f}.response_timeout"), c.response_timeout, 30.0)?,
                 max_idle,
+                max_connections,
+                queue_timeout: seconds(&format!("{f}.queue_timeout"), c.queue_timeout, 1.0)?,
+                send_timeout: seconds(&format!("{f}.send_timeout"), c.send_timeout, 60.0)?,
+                read_timeout: seconds(&format!("{f}.read_timeout"), c.read_timeout, 60.0)?,
+                request_buffer,
                 health: c.health.as_ref().map(|h| health(&format!("{f}.health"), h)).transpose()?,
             });
         }
@@ -724,6 +830,10 @@ impl Config {
             Some(w) => return Err(bad("workers", format!("{w} is not in 1..=1024"))),
         };
         let dispatch = dispatch(raw.dispatch.as_ref(), workers)?;
+        let max_connections = match raw.max_connections {
+            Some(n) if !(1..=10_000_000).contains(&n) => return Err(bad("max_connections", format!("{n} is not in 1..=10000000"))),
+            n => n,
+        };
         let mut routes = Vec::new();
         for (i, r) in raw.routes.iter().enumerate() {
             let f = format!("routes[{i}]");
@@ -809,7 +919,7 @@ impl Config {
             return Err(bad("access_log", "empty: a file path, or \"-\" for standard output"));
         }
         let dispatch = (raw.dispatch.is_some() || routes.iter().any(|r| matches!(r.action, Action::Static { .. }))).then_some(dispatch);
-        Ok(Config { workers, admin, access_log: raw.access_log, listeners, routes, clusters, dispatch })
+        Ok(Config { workers, max_connections, admin, access_log: raw.access_log, listeners, routes, clusters, dispatch })
     }
 }
 

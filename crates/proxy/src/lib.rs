@@ -5,6 +5,8 @@
 //! * [`forward`]: balancing per request over a cluster's endpoints (the streams of one
 //!   HTTP/2 client connection spread over every endpoint), keep-alive pools, HTTP/1.1 or
 //!   HTTP/2 upstreams, timeouts, one retry on another endpoint when a connection fails;
+//! * [`client`]: what a client may take (deadlines, connections, stream resets) and what
+//!   happens past it;
 //! * [`serve`]: the listeners (HTTP/1.1 and HTTP/2 with prior knowledge on one port, or TLS
 //!   with ALPN);
 //! * [`tls`]: TLS termination through BoringSSL, certificates by SNI, private-key providers
@@ -19,6 +21,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod client;
 pub mod config;
 pub mod cryptomb;
 pub mod dispatch;

@@ -4,6 +4,82 @@
 use crate::config::{Match, Route};
 use hyper::http::request::Parts;
 
+/// A host and port as a Host header or an authority carries them (RFC 9110 7.2 and RFC 3986
+/// 3.2: a reg-name, an IPv4 address or a bracketed IPv6 literal; no userinfo).
+#[derive(Debug, PartialEq, Eq)]
+struct HostPort {
+    host: String,
+    port: Option<u16>,
+}
+
+fn host_port(v: &[u8]) -> Option<HostPort> {
+    let v = std::str::from_utf8(v).ok()?;
+    let (host, port) = if let Some(rest) = v.strip_prefix('[') {
+        let end = rest.find(']')?;
+        let (lit, after) = (&rest[..end], &rest[end + 1..]);
+        if lit.is_empty() || !lit.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.') {
+            return None;
+        }
+        (&v[..end + 2], after)
+    } else {
+        match v.find(':') {
+            Some(i) => (&v[..i], &v[i..]),
+            None => (v, ""),
+        }
+    };
+    let port = match port {
+        "" => None,
+        p => {
+            let digits = p.strip_prefix(':')?;
+            if digits.is_empty() || digits.len() > 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            Some(digits.parse::<u16>().ok()?)
+        }
+    };
+    let reg_name = |b: u8| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&b);
+    if host.is_empty() || !(host.starts_with('[') || host.bytes().all(reg_name)) {
+        return None;
+    }
+    Some(HostPort { host: host.to_ascii_lowercase(), port })
+}
+
+/// Gives the request one authority, in its Host header, which routing and the upstream then
+/// see: the request target's authority when it has one (HTTP/2's `:authority`, HTTP/1.1's
+/// absolute form, which wins over Host: RFC 9112 3.2.2), else Host. A request that cannot have
+/// one is refused with the reason (a 400): two Host headers, an HTTP/1.1 request without Host
+/// (RFC 9112 3.2), a Host that names another host than `:authority` (RFC 9113 8.3.1), a Host or
+/// authority that is not host[:port], userinfo in the authority.
+pub fn one_authority(p: &mut Parts) -> Result<(), &'static str> {
+    let mut all = p.headers.get_all(hyper::header::HOST).iter();
+    let host = all.next();
+    if all.next().is_some() {
+        return Err("more than one Host header");
+    }
+    let host = match host {
+        Some(h) => Some(host_port(h.as_bytes()).ok_or("the Host header is not host[:port]")?),
+        None => None,
+    };
+    let target = match p.uri.authority() {
+        Some(a) if a.as_str().contains('@') => return Err("userinfo in the request's authority"),
+        Some(a) => Some((host_port(a.as_str().as_bytes()).ok_or("the request's authority is not host[:port]")?, a.as_str().to_string())),
+        None => None,
+    };
+    let default_port = if p.uri.scheme_str() == Some("https") { 443 } else { 80 };
+    match (p.version, target, host) {
+        (hyper::Version::HTTP_11, _, None) => Err("an HTTP/1.1 request without Host"),
+        (hyper::Version::HTTP_2 | hyper::Version::HTTP_3, Some((t, _)), Some(h)) if t.host != h.host || t.port.unwrap_or(default_port) != h.port.unwrap_or(default_port) => {
+            Err("the Host header names another host than :authority")
+        }
+        (_, Some((_, raw)), _) => {
+            let v = hyper::header::HeaderValue::from_str(&raw).map_err(|_| "the request's authority is not host[:port]")?;
+            p.headers.insert(hyper::header::HOST, v);
+            Ok(())
+        }
+        (_, None, _) => Ok(()),
+    }
+}
+
 /// The request's host, lower case, without port: the `:authority` of HTTP/2 and absolute
 /// URIs, else the `Host` header.
 pub fn host_of(p: &Parts) -> Option<String> {
@@ -122,5 +198,43 @@ endpoints = ["127.0.0.1:11"]
         assert_eq!(cl(find(r, "a", &parts("/", &[("host", "other")]))), None);
         assert_eq!(cl(find(r, "a", &parts("/", &[]))), None, "no host at all");
         assert_eq!(host_of(&parts("/", &[("host", "[::1]:80")])).as_deref(), Some("[::1]"));
+    }
+
+    #[test]
+    fn one_authority_per_request() {
+        let req = |v: hyper::Version, uri: &str, hosts: &[&str]| {
+            let mut b = hyper::Request::builder().uri(uri).version(v);
+            for h in hosts {
+                b = b.header("host", *h);
+            }
+            let mut p = b.body(()).unwrap().into_parts().0;
+            one_authority(&mut p).map(|_| p.headers.get_all("host").iter().map(|h| h.to_str().unwrap().to_string()).collect::<Vec<_>>())
+        };
+        use hyper::Version as V;
+        // The absolute form wins over Host, and is what follows.
+        assert_eq!(req(V::HTTP_11, "http://public.example/a", &["internal.example"]), Ok(vec!["public.example".into()]));
+        assert_eq!(req(V::HTTP_11, "/a", &["Public.Example:8080"]), Ok(vec!["Public.Example:8080".into()]));
+        assert_eq!(req(V::HTTP_11, "/a", &["[::1]:80"]), Ok(vec!["[::1]:80".into()]));
+        assert_eq!(req(V::HTTP_10, "/a", &[]), Ok(vec![]));
+        assert_eq!(req(V::HTTP_2, "http://public.example/a", &[]), Ok(vec!["public.example".into()]));
+        assert_eq!(req(V::HTTP_2, "https://public.example/a", &["PUBLIC.example:443"]), Ok(vec!["public.example".into()]));
+        assert_eq!(req(V::HTTP_2, "/a", &["public.example"]), Ok(vec!["public.example".into()]));
+        for (v, uri, hosts, why) in [
+            (V::HTTP_11, "/a", &["a.example", "b.example"][..], "more than one Host"),
+            (V::HTTP_11, "/a", &["a.example", "a.example"][..], "more than one Host"),
+            (V::HTTP_11, "/a", &[][..], "without Host"),
+            (V::HTTP_11, "http://public.example/a", &[][..], "without Host"),
+            (V::HTTP_11, "/a", &["public.example/x"][..], "not host[:port]"),
+            (V::HTTP_11, "/a", &["public.example:99999"][..], "not host[:port]"),
+            (V::HTTP_11, "/a", &["public.example:"][..], "not host[:port]"),
+            (V::HTTP_11, "/a", &["pub lic"][..], "not host[:port]"),
+            (V::HTTP_11, "/a", &["[zz]"][..], "not host[:port]"),
+            (V::HTTP_11, "http://user@public.example/a", &["public.example"][..], "userinfo"),
+            (V::HTTP_2, "http://public.example/a", &["internal.example"][..], "another host than :authority"),
+            (V::HTTP_2, "http://public.example:8080/a", &["public.example"][..], "another host than :authority"),
+        ] {
+            let e = req(v, uri, hosts).expect_err(why);
+            assert!(e.contains(why), "{uri} {hosts:?}: {e}");
+        }
     }
 }

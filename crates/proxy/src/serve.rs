@@ -1,6 +1,7 @@
 //! The listeners: accept, speak HTTP/1.1 and HTTP/2 (prior knowledge) per the listener's
 //! protocols, route each request and forward it; drain on stop.
 
+use crate::client::{Admission, ClientStats, Conn, StreamGuard, Verdict, Watched, Watchdog};
 use crate::config::{Config, Listener, Protocols};
 use crate::forward::{answer, ClusterRt, ProxyBody};
 use hyper::body::Incoming;
@@ -8,6 +9,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,8 +33,8 @@ pub enum ServeError {
     Dispatch(std::io::Error),
 }
 
-/// Time a client has to finish its TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection told to go (GOAWAY) may finish the streams it has.
+const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
 /// The read buffer under a TLS connection: a few records of the handshake, or most of one
 /// full-size record (larger reads bypass it).
@@ -46,6 +48,8 @@ pub struct Proxy {
     pub tls: Vec<Option<(boring::ssl::SslAcceptor, Arc<crate::tls::TlsStats>)>>,
     /// Per listener: requests received.
     pub requests: Vec<std::sync::atomic::AtomicU64>,
+    /// Per listener: its clients' connections, deadlines and faults.
+    pub clients: Vec<Arc<ClientStats>>,
     pub started: std::time::Instant,
     /// Set when a reload replaced it (its health checks stop).
     pub retired: std::sync::atomic::AtomicBool,
@@ -76,6 +80,7 @@ impl Proxy {
             });
         }
         let requests = config.listeners.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+        let clients = config.listeners.iter().map(|_| Arc::default()).collect();
         let access_log = match &config.access_log {
             Some(p) => Some(crate::access_log::AccessLog::open(p).map_err(ServeError::AccessLog)?),
             None => None,
@@ -85,16 +90,16 @@ impl Proxy {
             (Some(d), _) => Some(Arc::new(crate::dispatch::Dispatcher::start(d.clone()).map_err(ServeError::Dispatch)?)),
             (None, _) => None,
         };
-        Ok(Proxy { config, clusters, tls, requests, started: std::time::Instant::now(), retired: Default::default(), access_log, dispatch })
+        Ok(Proxy { config, clusters, tls, requests, clients, started: std::time::Instant::now(), retired: Default::default(), access_log, dispatch })
     }
 
-    async fn handle(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
+    async fn handle(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: Option<&StreamGuard>) -> Response<ProxyBody> {
         self.requests[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Some(log) = &self.access_log else { return self.route(listener, req, client).await };
+        let Some(log) = &self.access_log else { return self.route(index, listener, req, client, stream).await };
         let started = std::time::Instant::now();
         let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
         let host = req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string);
-        let resp = self.route(listener, req, client).await;
+        let resp = self.route(index, listener, req, client, stream).await;
         let time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
         log.log(&crate::access_log::Entry {
             time: (time * 1e6).round() / 1e6,
@@ -115,8 +120,15 @@ impl Proxy {
         resp
     }
 
-    async fn route(&self, listener: &str, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
-        let (parts, body) = req.into_parts();
+    async fn route(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: Option<&StreamGuard>) -> Response<ProxyBody> {
+        let (mut parts, body) = req.into_parts();
+        if let Err(why) = crate::route::one_authority(&mut parts) {
+            self.clients[index].client_errors.fetch_add(1, Ordering::Relaxed);
+            let mut r = answer(StatusCode::BAD_REQUEST, why);
+            r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+            *r.version_mut() = parts.version;
+            return r;
+        }
         let Some(r) = crate::route::find(&self.config.routes, listener, &parts) else {
             return answer(StatusCode::NOT_FOUND, "no route for this request");
         };
@@ -137,7 +149,8 @@ impl Proxy {
         };
         // The client's version, not the upstream's, describes the response on this connection.
         let version = parts.version;
-        let mut resp = self.clusters[cluster].forward(Request::from_parts(parts, body), client).await;
+        let side = crate::forward::ClientSide { addr: client, stream, body_timeout: self.config.listeners[index].limits.body_timeout, stats: Some(&self.clients[index]) };
+        let mut resp = self.clusters[cluster].forward(Request::from_parts(parts, body), side).await;
         *resp.version_mut() = version;
         resp
     }
@@ -208,8 +221,10 @@ pub struct Current {
     /// Accept loops told to stop by a reload; the next reload waits for their sockets to
     /// close, so that it can listen on a removed listener's address again.
     stopping: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    /// Watches every connection so that the drain can tell them to finish; taken by the drain.
-    graceful: std::sync::Mutex<Option<hyper_util::server::graceful::GracefulShutdown>>,
+    /// Client connections, counted and limited (kept across reloads: connections are).
+    pub admission: Arc<Admission>,
+    /// Set by the drain: every connection finishes its requests and closes.
+    draining: tokio::sync::watch::Sender<bool>,
 }
 
 /// An accept loop: the listener it serves as configured, and its stop.
@@ -286,6 +301,7 @@ impl Current {
             }
         }
         self.proxy.store(new.clone());
+        self.admission.set_max(max_connections(&new.config));
         old.retired.store(true, std::sync::atomic::Ordering::Relaxed);
         crate::health::spawn(&new);
         let mut running = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
@@ -309,26 +325,61 @@ impl Current {
         let me = self.clone();
         let name = listener.name.clone();
         let task = tokio::spawn(async move {
+            let mut short = ShortOfDescriptors::default();
             loop {
                 let (stream, peer) = tokio::select! {
                     _ = stopped.changed() => return,
                     a = l.accept() => match a {
                         Ok(a) => a,
                         Err(e) => {
-                            tracing::warn!(listener = %name, "accept: {e}");
-                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            // Out of descriptors (or kernel memory): make room by closing a
+                            // connection that waits with no request in flight, and pause
+                            // accepting rather than spin; the kernel keeps the new ones queued.
+                            let evicted = me.admission.evict_one();
+                            short.note(&name, &e, evicted);
+                            tokio::time::sleep(Duration::from_millis(if evicted { 10 } else { 100 })).await;
                             continue;
                         }
                     },
                 };
+                if *me.draining.borrow() {
+                    return;
+                }
                 let proxy = me.load();
                 let Some(index) = proxy.config.listeners.iter().position(|x| x.name == name) else { continue };
-                let Some(watcher) = me.graceful.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|g| g.watcher()) else { return };
-                let name = name.clone();
-                tokio::spawn(connection_task(proxy, index, name, stream, peer, watcher));
+                let limits = &proxy.config.listeners[index].limits;
+                let conn = Conn::new(limits.clone(), proxy.clients[index].clone());
+                let Some(ticket) = me.admission.admit(&name, limits.max_connections, conn) else {
+                    // No room and nobody to make it: closed at once (a reset, not a timeout).
+                    let _ = stream.set_zero_linger();
+                    continue;
+                };
+                tokio::spawn(connection_task(proxy, index, name.clone(), stream, peer, ticket, me.draining.subscribe()));
             }
         });
         Running { listener, stop, task }
+    }
+}
+
+/// Rate-limits the warning about failed accepts (one line per 10 s, with the count).
+#[derive(Default)]
+struct ShortOfDescriptors {
+    since: Option<std::time::Instant>,
+    failed: u64,
+    evicted: u64,
+}
+
+impl ShortOfDescriptors {
+    fn note(&mut self, listener: &str, e: &std::io::Error, evicted: bool) {
+        self.failed += 1;
+        self.evicted += evicted as u64;
+        if self.since.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
+            return;
+        }
+        tracing::warn!(listener = %listener, "accept: {e} ({} failed accepts, {} idle connections closed to make room, in the last 10 s; raise the descriptor limit or lower max_connections)", self.failed, self.evicted);
+        self.since = Some(std::time::Instant::now());
+        self.failed = 0;
+        self.evicted = 0;
     }
 }
 
@@ -353,20 +404,24 @@ fn tune_listener(l: &tokio::net::TcpListener) {
 }
 
 /// Serves one accepted connection on the configuration it was accepted under.
-async fn connection_task(proxy: Arc<Proxy>, index: usize, name: String, stream: tokio::net::TcpStream, peer: SocketAddr, graceful: hyper_util::server::graceful::Watcher) {
+async fn connection_task(proxy: Arc<Proxy>, index: usize, name: String, stream: tokio::net::TcpStream, peer: SocketAddr, ticket: crate::client::Ticket, draining: tokio::sync::watch::Receiver<bool>) {
+    let conn = ticket.conn.clone();
     let protocols = proxy.config.listeners[index].protocols;
     let svc = {
         let proxy = proxy.clone();
-        hyper::service::service_fn(move |req| {
+        let conn = conn.clone();
+        hyper::service::service_fn(move |req: Request<Incoming>| {
             let proxy = proxy.clone();
             let name = name.clone();
-            async move { Ok::<_, std::convert::Infallible>(proxy.handle(index, &name, req, peer).await) }
+            let guard = conn.start(req.version());
+            async move {
+                let resp = proxy.handle(index, &name, req, peer, Some(&guard)).await;
+                Ok::<_, std::convert::Infallible>(resp.map(|b| guard.body(b)))
+            }
         })
     };
     match &proxy.tls[index] {
-        None => {
-            let _ = graceful.watch(connection(protocols, TokioIo::new(stream), svc)).await;
-        }
+        None => serve_connection(connection(protocols, TokioIo::new(Watched::new(stream, conn.clone())), svc), &conn, draining).await,
         Some((acceptor, stats)) => {
             let started = std::time::Instant::now();
             // BoringSSL reads each record in two exact reads (header, then body); a buffer
@@ -382,22 +437,79 @@ async fn connection_task(proxy: Arc<Proxy>, index: usize, name: String, stream: 
                 None => (crate::kexstream::KexStream::through(stream), None),
             };
             let handshake = crate::keyshare::in_handshake(slot, tokio_boring::accept(acceptor, stream));
-            let s = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(_)) => {
-                    stats.handshake_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return;
-                }
-                Err(_) => {
-                    stats.handshake_timeouts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return;
-                }
+            let s = tokio::select! {
+                r = tokio::time::timeout(conn.limits().handshake_timeout, handshake) => match r {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(_)) => {
+                        stats.handshake_failures.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(_) => {
+                        stats.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                },
+                // Evicted to make room while shaking hands.
+                _ = conn.ordered() => return,
             };
             stats.handshake_seconds.observe(started.elapsed().as_secs_f64());
-            stats.handshakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            stats.handshakes.fetch_add(1, Ordering::Relaxed);
+            conn.handshake_done();
             // ALPN decides: h2 or HTTP/1.1.
             let p = if s.ssl().selected_alpn_protocol() == Some(b"h2") { Protocols::Http2 } else { Protocols::Http1 };
-            let _ = graceful.watch(connection(p, TokioIo::new(crate::kexstream::QuietClose::new(s)), svc)).await;
+            serve_connection(connection(p, TokioIo::new(Watched::new(crate::kexstream::QuietClose::new(s), conn.clone())), svc), &conn, draining).await;
+        }
+    }
+    drop(ticket);
+}
+
+/// Drives one connection to its end under its [`Watchdog`]: closes it at a deadline or when
+/// told to (evicted), sends GOAWAY (HTTP/2; HTTP/1.1 closes after its response) when it is
+/// idle, over its reset budget or draining, and closes it if it has not finished
+/// [`GOAWAY_GRACE`] later (the drain waits for its own deadline instead).
+async fn serve_connection<I, S>(c: auto::Connection<'static, I, S, TokioExecutor>, conn: &Arc<Conn>, mut draining: tokio::sync::watch::Receiver<bool>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<ProxyBody>, Error = std::convert::Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let mut c = std::pin::pin!(c);
+    let mut dog = Watchdog::new(conn.clone());
+    let clock = |ms: u64| tokio::time::Instant::now() + Duration::from_millis(ms.saturating_sub(crate::client::now_ms()));
+    let mut next = clock(0);
+    let mut going = false;
+    let mut hard: Option<tokio::time::Instant> = None;
+    let mut drained = *draining.borrow();
+    if drained {
+        c.as_mut().graceful_shutdown();
+    }
+    loop {
+        let verdict = tokio::select! {
+            _ = c.as_mut() => return,
+            r = draining.changed(), if !drained => {
+                drained = true;
+                if r.is_ok() && *draining.borrow() {
+                    c.as_mut().graceful_shutdown();
+                }
+                continue;
+            }
+            // Told to go by another part of the proxy (evicted, over its budget): at once.
+            _ = conn.ordered(), if !going => dog.check(crate::client::now_ms()),
+            _ = tokio::time::sleep_until(hard.unwrap_or(next)), if hard.is_some() => return,
+            _ = tokio::time::sleep_until(next), if hard.is_none() => dog.check(crate::client::now_ms()),
+        };
+        match verdict {
+            Verdict::Until(ms) => next = clock(ms),
+            Verdict::Close(why) => {
+                tracing::debug!("closing a client connection: {why}");
+                return;
+            }
+            Verdict::GoAway(why) => {
+                tracing::debug!("GOAWAY to a client: {why}");
+                going = true;
+                c.as_mut().graceful_shutdown();
+                hard = Some(tokio::time::Instant::now() + GOAWAY_GRACE);
+            }
         }
     }
 }
@@ -405,6 +517,7 @@ async fn connection_task(proxy: Arc<Proxy>, index: usize, name: String, stream: 
 /// Starts serving `bound` with `proxy` (and its health checks); reloads read `path`.
 pub fn start(proxy: Arc<Proxy>, bound: Bound, path: Option<std::path::PathBuf>) -> Arc<Current> {
     crate::health::spawn(&proxy);
+    let admission = Admission::new(max_connections(&proxy.config));
     let cur = Arc::new(Current {
         proxy: arc_swap::ArcSwap::new(proxy),
         path,
@@ -414,7 +527,8 @@ pub fn start(proxy: Arc<Proxy>, bound: Bound, path: Option<std::path::PathBuf>) 
         reloading: tokio::sync::Mutex::new(()),
         listeners: std::sync::Mutex::new(Vec::new()),
         stopping: std::sync::Mutex::new(Vec::new()),
-        graceful: std::sync::Mutex::new(Some(hyper_util::server::graceful::GracefulShutdown::new())),
+        admission,
+        draining: tokio::sync::watch::channel(false).0,
     });
     let running: Vec<Running> = bound.listeners.into_iter().map(|(l, t)| cur.accept_loop(l, t)).collect();
     *cur.listeners.lock().unwrap_or_else(|e| e.into_inner()) = running;
@@ -433,16 +547,22 @@ impl Current {
             let _ = r.task.await;
         }
         self.load().retired.store(true, std::sync::atomic::Ordering::Relaxed);
-        let graceful = self.graceful.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let shutdown = async move {
-            if let Some(g) = graceful {
-                g.shutdown().await;
+        self.draining.send_replace(true);
+        let t = tokio::time::Instant::now();
+        while self.admission.open() > 0 {
+            if t.elapsed() >= drain {
+                tracing::warn!("drain: {} connections still open after {drain:?}; closing them", self.admission.open());
+                return;
             }
-        };
-        if tokio::time::timeout(drain, shutdown).await.is_err() {
-            tracing::warn!("drain: connections still open after {drain:?}; closing them");
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
+}
+
+/// The limit of client connections over all listeners: the configured one, or one from the
+/// descriptor limit.
+fn max_connections(c: &Config) -> usize {
+    c.max_connections.unwrap_or_else(crate::client::default_max_connections)
 }
 
 /// Serves until `stop` resolves, then stops accepting and lets the open connections finish

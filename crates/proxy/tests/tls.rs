@@ -77,6 +77,12 @@ fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
         assert!(out.contains("New, TLSv1.3") && out.contains("ALPN protocol: h2") && out.contains("Peer signature type: ECDSA"), "{out}");
         let out = s_client(port, &["-servername", "rsa.test", "-alpn", "http/1.1", "-tls1_2"]);
         assert!(out.contains("New, TLSv1.2") && out.contains("ALPN protocol: http/1.1") && out.contains("Peer signature type: RSA"), "{out}");
+        // TLS 1.2: the server's order of cipher suites wins over the client's (AES-128-GCM
+        // first), and a suite without forward secrecy is refused.
+        let out = s_client(port, &["-servername", "rsa.test", "-tls1_2", "-cipher", "ECDHE-RSA-CHACHA20-POLY1305:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256"]);
+        assert!(out.contains("Cipher is ECDHE-RSA-AES128-GCM-SHA256"), "the client's order won: {out}");
+        let out = s_client(port, &["-servername", "rsa.test", "-tls1_2", "-cipher", "AES128-GCM-SHA256"]);
+        assert!(!out.contains("Cipher is AES128-GCM-SHA256"), "a suite without forward secrecy was accepted: {out}");
         // No SNI: the first certificate.
         let out = s_client(port, &["-noservername"]);
         assert!(out.contains("CN = rsa.test") || out.contains("CN=rsa.test"), "{out}");

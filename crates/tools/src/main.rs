@@ -35,9 +35,14 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    let cmd = Cli::parse().cmd;
+    // The servers (probe servers, memif-fwd) outlive their peers: a closed peer is an error on
+    // its connection (EPIPE), not the end of the process. The rest print and end; piped into
+    // `head`, they end quietly on SIGPIPE.
+    let server = matches!(cmd, Cmd::Probe(probe::ProbeCmd::ServeUdp { .. } | probe::ProbeCmd::ServeTcp { .. }) | Cmd::MemifFwd(_));
     // SAFETY: setting a signal disposition before any thread starts.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let r = match Cli::parse().cmd {
+    unsafe { libc::signal(libc::SIGPIPE, if server { libc::SIG_IGN } else { libc::SIG_DFL }) };
+    let r = match cmd {
         Cmd::Probe(p) => probe::run(&p),
         Cmd::Gen(a) => gen::run(&a).map(|r| {
             if a.json {

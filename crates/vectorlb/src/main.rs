@@ -232,10 +232,18 @@ fn init_logs(level: &str, format: LogFormat) -> Result<(), CliError> {
 }
 
 fn main() -> ExitCode {
-    // A CLI piped into `head` ends quietly on SIGPIPE (the daemon ignores it instead).
-    // SAFETY: setting a signal disposition before any thread starts.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Run { .. } | Cmd::Proxy { .. }) {
+        // A server: a peer that closes while we write is an error on that connection (EPIPE),
+        // never a signal that ends the process; and as many descriptors as the host allows.
+        // SAFETY: setting a signal disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+        vectorlb_proxy::client::raise_nofile_limit();
+    } else {
+        // A CLI piped into `head` ends quietly on SIGPIPE.
+        // SAFETY: as above.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match init_logs(&cli.log_level, cli.log_format).and_then(|_| run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

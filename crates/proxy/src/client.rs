@@ -1,0 +1,881 @@
+//! What a client may take, and what happens past it.
+//!
+//! * [`Admission`]: client connections per listener and in all. At a limit, the connection
+//!   that has waited longest without a request in flight (idle keep-alive, a request head or
+//!   TLS handshake still coming) is closed to make room, as nginx reuses its idle
+//!   connections; with none such, the new one is closed at once.
+//! * [`Conn`]: one connection's state, shared by its task, its I/O ([`Watched`]) and its
+//!   requests ([`StreamGuard`]). Its task runs a [`Watchdog`] that enforces the deadlines
+//!   (header, idle, send) and carries out orders from elsewhere (evicted, over its reset
+//!   budget).
+//! * [`ClientBody`]: a request body with its deadline, telling a client's framing error or
+//!   silence (the client's fault: 400, 408) from an upstream's.
+//!
+//! Times here are milliseconds on one process-wide clock ([`now_ms`]), so that connections
+//! compare and atomics hold them.
+
+use crate::config::ClientLimits;
+use crate::forward::{BodyError, ProxyBody};
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Milliseconds since the first call in this process (a monotonic clock).
+pub fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// Descriptors kept for everything but client and upstream connections: listeners, the
+/// admin API, logs, the runtime, static objects being read, health checks.
+const RESERVED_FDS: u64 = 64;
+
+/// The default of `max_connections` (all listeners): half the descriptors left after a
+/// reserve, since every client connection may hold one to an upstream; at least 16.
+pub fn default_max_connections() -> usize {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the limits into `r`, a valid struct owned by this frame.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 { r.rlim_cur } else { 1024 };
+    (soft.saturating_sub(RESERVED_FDS) / 2).clamp(16, 10_000_000) as usize
+}
+
+/// Raises the soft descriptor limit to the hard one; the limit in force. A proxy with
+/// thousands of clients needs more than the usual 1,024, and the hard limit is what the
+/// operator allowed (systemd's LimitNOFILE, ulimit -Hn).
+pub fn raise_nofile_limit() -> u64 {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit with a valid struct owned by this frame; raising the soft
+    // limit up to the hard one needs no privilege.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 0;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let want = libc::rlimit { rlim_cur: r.rlim_max, rlim_max: r.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                return r.rlim_max;
+            }
+        }
+    }
+    r.rlim_cur
+}
+
+/// Counters of one listener's clients (the admin API shows them).
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    pub connections: AtomicU64,
+    /// Closed at once: a limit was reached and no connection could make room.
+    pub refused: AtomicU64,
+    /// Closed to make room for a new one.
+    pub evicted: AtomicU64,
+    pub header_timeouts: AtomicU64,
+    pub idle_closed: AtomicU64,
+    pub body_timeouts: AtomicU64,
+    /// Responses the client did not take within `send_timeout` (released upstream).
+    pub send_timeouts: AtomicU64,
+    /// Connections sent GOAWAY for resetting more streams than their budget.
+    pub reset_budget_exceeded: AtomicU64,
+    /// Requests answered 400 or 408 for the client's own fault (a bad head, authority or
+    /// body framing, a body deadline).
+    pub client_errors: AtomicU64,
+}
+
+fn inc(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What a connection's task is told to do by others.
+const ORDER_NONE: u8 = 0;
+/// Close now (evicted to make room).
+const ORDER_CLOSE: u8 = 1;
+/// Send GOAWAY and close soon (over the reset budget).
+const ORDER_GOAWAY: u8 = 2;
+
+/// One client connection.
+pub struct Conn {
+    pub accepted_ms: u64,
+    stats: Arc<ClientStats>,
+    limits: ClientLimits,
+    /// Bytes read from and written to the client (after TLS), by [`Watched`].
+    read: AtomicU64,
+    written: AtomicU64,
+    /// A write is waiting for the client to take what was sent.
+    write_blocked: AtomicBool,
+    /// The connection speaks HTTP/2.
+    h2: AtomicBool,
+    requests: AtomicU64,
+    streams: Mutex<Streams>,
+    /// (window start ms, resets in it).
+    resets: Mutex<(u64, u32)>,
+    order: AtomicU8,
+    wake: tokio::sync::Notify,
+    /// Since when (ms) it has waited with no request in flight; u64::MAX while one is.
+    waiting_since: AtomicU64,
+}
+
+struct Streams {
+    live: Vec<Arc<Stream>>,
+    /// When the last stream ended (or the connection was accepted), and the bytes read then.
+    idle_since: u64,
+    read_at_idle: u64,
+}
+
+/// One request on a connection, from its head to the end of its response.
+pub struct Stream {
+    /// The request went to an upstream (a reset of it then costs the client's budget).
+    forwarded: AtomicBool,
+    /// The response body, once there: taken away when it stalls.
+    body: Mutex<Option<ProxyBody>>,
+    /// When the response body last gave a frame that the client has not yet come back for;
+    /// u64::MAX while it waits for its source (or has not started).
+    ready_since: AtomicU64,
+    ended: AtomicBool,
+    /// Its body was taken away after the client stalled for `send_timeout`.
+    released: AtomicBool,
+}
+
+impl Conn {
+    pub fn new(limits: ClientLimits, stats: Arc<ClientStats>) -> Arc<Conn> {
+        let now = now_ms();
+        inc(&stats.connections);
+        Arc::new(Conn {
+            accepted_ms: now,
+            stats,
+            limits,
+            read: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            write_blocked: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
+            requests: AtomicU64::new(0),
+            streams: Mutex::new(Streams { live: Vec::new(), idle_since: now, read_at_idle: 0 }),
+            resets: Mutex::new((now, 0)),
+            order: AtomicU8::new(ORDER_NONE),
+            wake: tokio::sync::Notify::new(),
+            waiting_since: AtomicU64::new(now),
+        })
+    }
+
+    /// The TLS handshake is done: the first request head is due from now.
+    pub fn handshake_done(&self) {
+        let now = now_ms();
+        let mut st = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        if st.live.is_empty() {
+            st.idle_since = now;
+            self.waiting_since.store(now, Ordering::Relaxed);
+        }
+    }
+
+    pub fn stats(&self) -> &ClientStats {
+        &self.stats
+    }
+
+    pub fn limits(&self) -> &ClientLimits {
+        &self.limits
+    }
+
+    /// A request arrived: its stream, in flight until the guard (or the response body it
+    /// becomes part of) is dropped.
+    pub fn start(self: &Arc<Self>, version: hyper::Version) -> StreamGuard {
+        if version == hyper::Version::HTTP_2 {
+            self.h2.store(true, Ordering::Relaxed);
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let s = Arc::new(Stream { forwarded: AtomicBool::new(false), body: Mutex::new(None), ready_since: AtomicU64::new(u64::MAX), ended: AtomicBool::new(false), released: AtomicBool::new(false) });
+        let mut st = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        st.live.push(s.clone());
+        self.waiting_since.store(u64::MAX, Ordering::Relaxed);
+        StreamGuard { conn: self.clone(), stream: s }
+    }
+
+    fn end(&self, s: &Arc<Stream>) {
+        let ended = s.ended.load(Ordering::Relaxed) || s.body.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|b| b.is_end_stream());
+        {
+            let mut st = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = st.live.iter().position(|x| Arc::ptr_eq(x, s)) {
+                st.live.swap_remove(i);
+            }
+            if st.live.is_empty() {
+                let now = now_ms();
+                st.idle_since = now;
+                st.read_at_idle = self.read.load(Ordering::Relaxed);
+                self.waiting_since.store(now, Ordering::Relaxed);
+            }
+        }
+        if s.forwarded.load(Ordering::Relaxed) && !ended && !s.released.load(Ordering::Relaxed) {
+            self.count_reset();
+        }
+    }
+
+    /// A stream ended before its response did, after its request went upstream: the client
+    /// reset it (or closed). Past the budget in the window, the connection is told to go.
+    fn count_reset(&self) {
+        let now = now_ms();
+        let over = {
+            let mut r = self.resets.lock().unwrap_or_else(|e| e.into_inner());
+            if now.saturating_sub(r.0) >= self.limits.reset_window.as_millis() as u64 {
+                *r = (now, 0);
+            }
+            r.1 += 1;
+            r.1 == self.limits.reset_budget + 1
+        };
+        if over {
+            inc(&self.stats.reset_budget_exceeded);
+            tracing::warn!("a client reset more than {} streams in {:?} after their requests went upstream: GOAWAY", self.limits.reset_budget, self.limits.reset_window);
+            self.order(ORDER_GOAWAY);
+        }
+    }
+
+    fn order(&self, o: u8) {
+        if self.order.fetch_max(o, Ordering::Relaxed) < o {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Resolves when another part of the proxy orders this connection to close.
+    pub async fn ordered(&self) {
+        while self.order.load(Ordering::Relaxed) == ORDER_NONE {
+            self.wake.notified().await;
+        }
+    }
+}
+
+/// A request in flight; dropped when its response has gone (or the client gave up on it).
+pub struct StreamGuard {
+    conn: Arc<Conn>,
+    stream: Arc<Stream>,
+}
+
+impl StreamGuard {
+    /// The request goes to an upstream: from now on a reset of it costs the client's budget.
+    pub fn forwarded(&self) {
+        self.stream.forwarded.store(true, Ordering::Relaxed);
+    }
+
+    pub fn conn(&self) -> &Arc<Conn> {
+        &self.conn
+    }
+
+    /// The response body, watched: the connection sees its progress and may release it.
+    pub fn body(self, body: ProxyBody) -> ProxyBody {
+        *self.stream.body.lock().unwrap_or_else(|e| e.into_inner()) = Some(body);
+        http_body_util::BodyExt::boxed(Tracked { guard: self })
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.conn.end(&self.stream);
+    }
+}
+
+/// A response body in flight on a watched connection.
+struct Tracked {
+    guard: StreamGuard,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let s = &self.guard.stream;
+        let mut slot = s.body.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(body) = slot.as_mut() else {
+            return Poll::Ready(if s.released.load(Ordering::Relaxed) { Some(Err("the client did not take the response within send_timeout".into())) } else { None });
+        };
+        let r = Pin::new(body).poll_frame(cx);
+        match &r {
+            Poll::Ready(Some(Ok(_))) => s.ready_since.store(now_ms(), Ordering::Relaxed),
+            Poll::Pending => s.ready_since.store(u64::MAX, Ordering::Relaxed),
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
+                s.ended.store(true, Ordering::Relaxed);
+                s.ready_since.store(u64::MAX, Ordering::Relaxed);
+                // Let go of the source at once (an upstream connection back to its pool).
+                *slot = None;
+            }
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let s = &self.guard.stream;
+        s.body.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(!s.released.load(Ordering::Relaxed), |b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.guard.stream.body.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|b| b.size_hint()).unwrap_or_default()
+    }
+}
+
+/// A client's stream (after TLS) that counts what moves and notes writes that wait.
+pub struct Watched<S> {
+    inner: S,
+    conn: Arc<Conn>,
+}
+
+impl<S> Watched<S> {
+    pub fn new(inner: S, conn: Arc<Conn>) -> Watched<S> {
+        Watched { inner, conn }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.conn.read.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Watched<S> {
+    fn wrote(&self, r: &Poll<std::io::Result<usize>>) {
+        match r {
+            Poll::Ready(Ok(n)) => {
+                self.conn.written.fetch_add(*n as u64, Ordering::Relaxed);
+                self.conn.write_blocked.store(false, Ordering::Relaxed);
+            }
+            Poll::Pending => self.conn.write_blocked.store(true, Ordering::Relaxed),
+            Poll::Ready(Err(_)) => {}
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.wrote(&r);
+        r
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.wrote(&r);
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        if r.is_pending() {
+            self.conn.write_blocked.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// What the watchdog decides at a check.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing to do; look again at this time (ms).
+    Until(u64),
+    /// Close the connection now.
+    Close(&'static str),
+    /// Send GOAWAY (HTTP/2) and close once the streams left are done or `grace` has passed.
+    GoAway(&'static str),
+}
+
+/// The deadlines of one connection, checked by its task.
+pub struct Watchdog {
+    conn: Arc<Conn>,
+    /// When bytes of a next request head were first seen on an idle HTTP/1.1 connection.
+    head_since: Option<u64>,
+    last_written: u64,
+    blocked_since: Option<u64>,
+}
+
+/// How often a connection with requests in flight looks at them, at most.
+const TICK_MS: u64 = 1000;
+
+impl Watchdog {
+    pub fn new(conn: Arc<Conn>) -> Watchdog {
+        Watchdog { conn, head_since: None, last_written: 0, blocked_since: None }
+    }
+
+    /// Looks at the connection at `now` (ms).
+    pub fn check(&mut self, now: u64) -> Verdict {
+        let c = &self.conn;
+        match c.order.load(Ordering::Relaxed) {
+            ORDER_CLOSE => return Verdict::Close("evicted"),
+            ORDER_GOAWAY => return Verdict::GoAway("over its reset budget"),
+            _ => {}
+        }
+        let l = &c.limits;
+        let ms = |d: Duration| d.as_millis() as u64;
+        let tick = ms(l.send_timeout).min(ms(l.body_timeout)).min(ms(l.header_timeout)).div_ceil(2).clamp(50, TICK_MS);
+        let st = c.streams.lock().unwrap_or_else(|e| e.into_inner());
+        if st.live.is_empty() {
+            self.blocked_since = None;
+            let h2 = c.h2.load(Ordering::Relaxed);
+            let deadline = if c.requests.load(Ordering::Relaxed) == 0 {
+                // The first request: its head within header_timeout of the connection.
+                self.head_since = None;
+                st.idle_since + ms(l.header_timeout)
+            } else if !h2 && c.read.load(Ordering::Relaxed) > st.read_at_idle {
+                // A next request head is coming in.
+                let since = *self.head_since.get_or_insert(now);
+                since + ms(l.header_timeout)
+            } else {
+                self.head_since = None;
+                st.idle_since + ms(l.idle_timeout)
+            };
+            if now >= deadline {
+                let header = c.requests.load(Ordering::Relaxed) == 0 || self.head_since.is_some();
+                return if header {
+                    inc(&c.stats.header_timeouts);
+                    Verdict::Close("no whole request head within header_timeout")
+                } else {
+                    inc(&c.stats.idle_closed);
+                    if h2 {
+                        Verdict::GoAway("idle for idle_timeout")
+                    } else {
+                        Verdict::Close("idle for idle_timeout")
+                    }
+                };
+            }
+            return Verdict::Until(deadline.min(now + tick));
+        }
+        self.head_since = None;
+        let send = ms(l.send_timeout);
+        // A write that has waited for the client for send_timeout.
+        let written = c.written.load(Ordering::Relaxed);
+        if c.write_blocked.load(Ordering::Relaxed) && written == self.last_written {
+            let since = *self.blocked_since.get_or_insert(now);
+            if now.saturating_sub(since) >= send {
+                inc(&c.stats.send_timeouts);
+                return Verdict::Close("the client took nothing for send_timeout");
+            }
+        } else {
+            self.blocked_since = None;
+        }
+        self.last_written = written;
+        // Responses whose next frame the client has not come back for in send_timeout: their
+        // sources (upstream connections, files) are released.
+        let mut released = 0;
+        for s in &st.live {
+            let since = s.ready_since.load(Ordering::Relaxed);
+            if since != u64::MAX && now.saturating_sub(since) >= send && !s.released.swap(true, Ordering::Relaxed) {
+                s.ready_since.store(u64::MAX, Ordering::Relaxed);
+                drop(s.body.lock().unwrap_or_else(|e| e.into_inner()).take());
+                inc(&c.stats.send_timeouts);
+                released += 1;
+            }
+        }
+        if released > 0 {
+            tracing::info!("released {released} response(s) a client did not take within send_timeout");
+        }
+        if released > 0 && st.live.iter().all(|s| s.released.load(Ordering::Relaxed)) {
+            return if c.h2.load(Ordering::Relaxed) { Verdict::GoAway("stalled: took no response within send_timeout") } else { Verdict::Close("stalled: took no response within send_timeout") };
+        }
+        Verdict::Until(now + tick)
+    }
+}
+
+/// Client connections per listener and in all, with room made by closing the one that has
+/// waited longest without a request in flight.
+pub struct Admission {
+    max: std::sync::atomic::AtomicUsize,
+    inner: Mutex<Registry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    slots: Vec<Option<(usize, Weak<Conn>)>>,
+    free: Vec<usize>,
+    /// Connections per listener (by index into `names`), and those of them told to close.
+    per_listener: Vec<(String, usize, usize)>,
+    total: usize,
+    closing: usize,
+    cursor: usize,
+}
+
+/// How many registered connections a search for one to close looks at (an approximation of
+/// "the oldest", as Redis's LRU: a sample from a rotating cursor).
+const SAMPLE: usize = 128;
+
+/// A connection counted by [`Admission`]; uncounted when dropped.
+pub struct Ticket {
+    admission: Arc<Admission>,
+    slot: usize,
+    pub conn: Arc<Conn>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.admission.release(self.slot, &self.conn);
+    }
+}
+
+impl Admission {
+    pub fn new(max: usize) -> Arc<Admission> {
+        Arc::new(Admission { max: max.into(), inner: Mutex::new(Registry::default()) })
+    }
+
+    pub fn max(&self) -> usize {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// A reload's new limit (connections over it stay; new ones make room or are refused).
+    pub fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+
+    /// Client connections open now.
+    pub fn open(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).total
+    }
+
+    /// Counts a new connection of `listener`, making room if a limit is reached; None when
+    /// there is no room (the caller closes it).
+    pub fn admit(self: &Arc<Self>, listener: &str, listener_max: Option<usize>, conn: Arc<Conn>) -> Option<Ticket> {
+        let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let li = match r.per_listener.iter().position(|(n, _, _)| n == listener) {
+            Some(i) => i,
+            None => {
+                r.per_listener.push((listener.to_string(), 0, 0));
+                r.per_listener.len() - 1
+            }
+        };
+        let (_, count, closing) = r.per_listener[li];
+        let full_listener = listener_max.is_some_and(|m| count - closing >= m);
+        let full_total = r.total - r.closing >= self.max();
+        if full_listener || full_total {
+            let only = full_listener.then_some(li);
+            match r.pick(only) {
+                Some((victim, vl)) => {
+                    r.closing += 1;
+                    r.per_listener[vl].2 += 1;
+                    inc(&victim.stats.evicted);
+                    victim.order(ORDER_CLOSE);
+                }
+                None => {
+                    inc(&conn.stats.refused);
+                    return None;
+                }
+            }
+        }
+        let slot = match r.free.pop() {
+            Some(s) => s,
+            None => {
+                r.slots.push(None);
+                r.slots.len() - 1
+            }
+        };
+        r.slots[slot] = Some((li, Arc::downgrade(&conn)));
+        r.total += 1;
+        r.per_listener[li].1 += 1;
+        Some(Ticket { admission: self.clone(), slot, conn })
+    }
+
+    fn release(&self, slot: usize, conn: &Conn) {
+        let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((li, _)) = r.slots[slot].take() else { return };
+        r.free.push(slot);
+        r.total -= 1;
+        r.per_listener[li].1 -= 1;
+        if conn.order.load(Ordering::Relaxed) == ORDER_CLOSE {
+            r.closing = r.closing.saturating_sub(1);
+            r.per_listener[li].2 = r.per_listener[li].2.saturating_sub(1);
+        }
+    }
+
+    /// Closes one connection with no request in flight, the longest waiting of a sample (when
+    /// descriptors run short). Whether there was one.
+    pub fn evict_one(&self) -> bool {
+        let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        match r.pick(None) {
+            Some((victim, vl)) => {
+                r.closing += 1;
+                r.per_listener[vl].2 += 1;
+                inc(&victim.stats.evicted);
+                victim.order(ORDER_CLOSE);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Registry {
+    /// The connection (of listener `only`, or any) that has waited longest with no request in
+    /// flight among a sample, and its listener.
+    fn pick(&mut self, only: Option<usize>) -> Option<(Arc<Conn>, usize)> {
+        let n = self.slots.len();
+        if n == 0 {
+            return None;
+        }
+        let mut best: Option<(u64, Arc<Conn>, usize)> = None;
+        let start = self.cursor % n;
+        let mut seen = 0;
+        for k in 0..n {
+            let i = (start + k) % n;
+            let Some((li, w)) = &self.slots[i] else { continue };
+            if only.is_some_and(|o| o != *li) {
+                continue;
+            }
+            seen += 1;
+            if let Some(c) = w.upgrade() {
+                let since = c.waiting_since.load(Ordering::Relaxed);
+                if since != u64::MAX && c.order.load(Ordering::Relaxed) == ORDER_NONE && best.as_ref().is_none_or(|(b, _, _)| since < *b) {
+                    best = Some((since, c, *li));
+                }
+            }
+            if seen >= SAMPLE {
+                self.cursor = i + 1;
+                break;
+            }
+        }
+        if seen < SAMPLE {
+            self.cursor = start;
+        }
+        best.map(|(_, c, li)| (c, li))
+    }
+}
+
+/// Why a client's request body failed, for the answer and the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFault {
+    /// Its framing was broken (a bad chunk, a cut body): 400.
+    Framing,
+    /// Nothing came for `body_timeout`: 408.
+    Timeout,
+}
+
+/// A request body read from a client, with its deadline; a failure is noted in `fault` so
+/// that the answer blames the client, not the upstream.
+pub struct ClientBody {
+    inner: hyper::body::Incoming,
+    timeout: Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    fault: Arc<AtomicU8>,
+}
+
+const FAULT_NONE: u8 = 0;
+const FAULT_FRAMING: u8 = 1;
+const FAULT_TIMEOUT: u8 = 2;
+
+impl ClientBody {
+    pub fn new(inner: hyper::body::Incoming, timeout: Duration) -> (ClientBody, FaultCell) {
+        let fault = Arc::new(AtomicU8::new(FAULT_NONE));
+        (ClientBody { inner, timeout, timer: None, fault: fault.clone() }, FaultCell(fault))
+    }
+}
+
+/// Where a [`ClientBody`] notes its failure.
+#[derive(Clone)]
+pub struct FaultCell(Arc<AtomicU8>);
+
+impl FaultCell {
+    pub fn get(&self) -> Option<BodyFault> {
+        match self.0.load(Ordering::Relaxed) {
+            FAULT_FRAMING => Some(BodyFault::Framing),
+            FAULT_TIMEOUT => Some(BodyFault::Timeout),
+            _ => None,
+        }
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) => {
+                self.timer = None;
+                Poll::Ready(Some(Ok(f)))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(Some(Err(e))) => {
+                self.fault.store(FAULT_FRAMING, Ordering::Relaxed);
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Pending => {
+                let timeout = self.timeout;
+                let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    self.fault.store(FAULT_TIMEOUT, Ordering::Relaxed);
+                    return Poll::Ready(Some(Err(format!("no request body data for {timeout:?} (body_timeout)").into())));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> ClientLimits {
+        ClientLimits { header_timeout: Duration::from_millis(1000), idle_timeout: Duration::from_millis(5000), send_timeout: Duration::from_millis(2000), reset_budget: 3, ..ClientLimits::default() }
+    }
+
+    #[test]
+    fn header_idle_and_send_deadlines() {
+        let stats = Arc::new(ClientStats::default());
+        let c = Conn::new(limits(), stats.clone());
+        let t0 = c.accepted_ms;
+        let mut w = Watchdog::new(c.clone());
+        // The first request head is due header_timeout after the connection.
+        assert!(matches!(w.check(t0 + 500), Verdict::Until(t) if t <= t0 + 1000));
+        assert_eq!(w.check(t0 + 1000), Verdict::Close("no whole request head within header_timeout"));
+        // A request, then idle: idle_timeout after its end.
+        let c = Conn::new(limits(), stats.clone());
+        let mut w = Watchdog::new(c.clone());
+        let g = c.start(hyper::Version::HTTP_11);
+        assert!(matches!(w.check(now_ms() + 100_000), Verdict::Until(_)), "in flight: no idle deadline");
+        drop(g);
+        let idle = c.streams.lock().unwrap().idle_since;
+        assert!(matches!(w.check(idle + 4000), Verdict::Until(_)));
+        assert_eq!(w.check(idle + 5000), Verdict::Close("idle for idle_timeout"));
+        // Bytes of a next head after the idle start: header_timeout from when they were seen.
+        let c = Conn::new(limits(), stats.clone());
+        let mut w = Watchdog::new(c.clone());
+        drop(c.start(hyper::Version::HTTP_11));
+        let idle = c.streams.lock().unwrap().idle_since;
+        c.read.fetch_add(3, Ordering::Relaxed);
+        assert!(matches!(w.check(idle + 100), Verdict::Until(_)));
+        assert_eq!(w.check(idle + 1100), Verdict::Close("no whole request head within header_timeout"));
+        // HTTP/2 idle: GOAWAY.
+        let c = Conn::new(limits(), stats.clone());
+        let mut w = Watchdog::new(c.clone());
+        drop(c.start(hyper::Version::HTTP_2));
+        c.read.fetch_add(9, Ordering::Relaxed); // a PING is not a request head
+        let idle = c.streams.lock().unwrap().idle_since;
+        assert!(matches!(w.check(idle + 4000), Verdict::Until(_)));
+        assert_eq!(w.check(idle + 5000), Verdict::GoAway("idle for idle_timeout"));
+        // A blocked write that moves nothing for send_timeout.
+        let c = Conn::new(limits(), stats.clone());
+        let mut w = Watchdog::new(c.clone());
+        let _g = c.start(hyper::Version::HTTP_11);
+        c.write_blocked.store(true, Ordering::Relaxed);
+        let t = now_ms();
+        assert!(matches!(w.check(t), Verdict::Until(_)));
+        assert!(matches!(w.check(t + 1999), Verdict::Until(_)));
+        assert_eq!(w.check(t + 2000), Verdict::Close("the client took nothing for send_timeout"));
+        assert_eq!(stats.header_timeouts.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.idle_closed.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.send_timeouts.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_response_the_client_does_not_take_is_released() {
+        use http_body_util::BodyExt;
+        let c = Conn::new(limits(), Arc::new(ClientStats::default()));
+        let mut w = Watchdog::new(c.clone());
+        let (g1, g2) = (c.start(hyper::Version::HTTP_2), c.start(hyper::Version::HTTP_2));
+        let full = |s: &'static str| http_body_util::Full::new(Bytes::from(s)).map_err(|never| match never {}).boxed();
+        let mut b1 = g1.body(Frames(3).boxed());
+        let _b2 = g2.body(full("x"));
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        // b1 gives a frame and is not asked again; b2 was never polled (not ready either).
+        assert!(matches!(Pin::new(&mut b1).poll_frame(&mut cx), Poll::Ready(Some(Ok(_)))));
+        let t = now_ms();
+        assert!(matches!(w.check(t + 1000), Verdict::Until(_)));
+        // One of two streams stalled: released, the connection stays.
+        assert!(matches!(w.check(t + 2100), Verdict::Until(_)));
+        match Pin::new(&mut b1).poll_frame(&mut cx) {
+            Poll::Ready(Some(Err(e))) => assert!(e.to_string().contains("send_timeout")),
+            _ => panic!("a released body must end in an error"),
+        }
+        drop(b1);
+        assert_eq!(c.stats.send_timeouts.load(Ordering::Relaxed), 1);
+        // A released stream is not a client's reset.
+        assert_eq!(c.resets.lock().unwrap().1, 0);
+    }
+
+    /// A body of a few frames, always ready.
+    struct Frames(usize);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = BodyError;
+        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+            if self.0 == 0 {
+                return Poll::Ready(None);
+            }
+            self.0 -= 1;
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"frame")))))
+        }
+    }
+
+    #[test]
+    fn resets_after_forwarding_cost_the_budget_and_then_goaway() {
+        let c = Conn::new(limits(), Arc::new(ClientStats::default()));
+        let mut w = Watchdog::new(c.clone());
+        // Not forwarded (answered here): free.
+        for _ in 0..10 {
+            drop(c.start(hyper::Version::HTTP_2));
+        }
+        assert!(matches!(w.check(now_ms()), Verdict::Until(_)));
+        for _ in 0..3 {
+            let g = c.start(hyper::Version::HTTP_2);
+            g.forwarded();
+            drop(g);
+        }
+        assert!(matches!(w.check(now_ms()), Verdict::Until(_)), "within the budget of 3");
+        let g = c.start(hyper::Version::HTTP_2);
+        g.forwarded();
+        drop(g);
+        assert_eq!(w.check(now_ms()), Verdict::GoAway("over its reset budget"));
+        assert_eq!(c.stats.reset_budget_exceeded.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn admission_makes_room_by_closing_the_longest_waiting() {
+        let stats = Arc::new(ClientStats::default());
+        let a = Admission::new(3);
+        let conn = || Conn::new(limits(), stats.clone());
+        let (c1, c2, c3, o1, o2, o3) = (conn(), conn(), conn(), conn(), conn(), conn());
+        let _t1 = a.admit("web", Some(2), c1.clone()).unwrap();
+        let t2 = a.admit("web", Some(2), c2.clone()).unwrap();
+        // c1 busy: c2 makes room for a third connection of "web" (its limit is 2).
+        let _b1 = c1.start(hyper::Version::HTTP_11);
+        let _t3 = a.admit("web", Some(2), c3.clone()).unwrap();
+        assert_eq!((c1.order.load(Ordering::Relaxed), c2.order.load(Ordering::Relaxed)), (ORDER_NONE, ORDER_CLOSE));
+        // A connection being closed does not count against the limit of all (3).
+        let _to1 = a.admit("other", None, o1.clone()).unwrap();
+        assert_eq!(c3.order.load(Ordering::Relaxed), ORDER_NONE);
+        // Everyone busy or closing: no room.
+        let (_b3, _bo1) = (c3.start(hyper::Version::HTTP_11), o1.start(hyper::Version::HTTP_11));
+        assert!(a.admit("other", None, o2).is_none());
+        drop(t2);
+        assert_eq!(a.open(), 3);
+        assert!(a.admit("other", None, o3).is_none());
+        assert_eq!((stats.evicted.load(Ordering::Relaxed), stats.refused.load(Ordering::Relaxed)), (1, 2));
+        // When they are done, the longest waiting goes first.
+        drop(_b1);
+        std::thread::sleep(Duration::from_millis(5));
+        drop(_b3);
+        let o4 = conn();
+        let _t4 = a.admit("other", None, o4).unwrap();
+        assert_eq!((c1.order.load(Ordering::Relaxed), c3.order.load(Ordering::Relaxed)), (ORDER_CLOSE, ORDER_NONE));
+    }
+}
