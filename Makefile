@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-two-tier bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif clean
+.PHONY: all setup build install demo demo-two-tier attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif clean
 
 all: build
 
@@ -29,6 +29,11 @@ demo: build
 # proxies in front of nginx; HTTPS from curl and h2load. Ends with TWO-TIER OK ... (root).
 demo-two-tier: build
 	@bash scripts/demo-two-tier.sh
+
+# The proxy (and the daemon's API) attacked as hostile clients, upstreams and careless operators
+# would, through the real binary on loopback (~1 min, root; also part of `make test`).
+attack-proxy: setup
+	$(CARGO) test -p vectorlb --test attack_proxy -- --nocapture
 
 # Full TLS handshakes per second: the proxy's providers against nginx and HAProxy, one core
 # each, h2load on the other; keep-alive requests per second (bench-results/tls.jsonl).

@@ -1082,6 +1082,53 @@ endpoints = ["[::1]:9003"]
     }
 
     #[test]
+    fn client_and_upstream_limits() {
+        let with = |global: &str, listener: &str, cluster: &str| {
+            Config::parse(&format!(
+                "{global}\n[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n{listener}\n[[routes]]\ncluster = \"c\"\n[[clusters]]\nname = \"c\"\nendpoints = [\"127.0.0.1:9\"]\n{cluster}\n"
+            ))
+            .map_err(|e| e.to_string())
+        };
+        let c = with("", "", "").unwrap();
+        assert_eq!(c.max_connections, None);
+        assert_eq!(c.listeners[0].limits, ClientLimits::default());
+        let u = &c.clusters[0];
+        assert_eq!((u.max_connections, u.max_idle, u.queue_timeout, u.request_buffer), (512, 32, Duration::from_secs(1), DEFAULT_REQUEST_BUFFER));
+        assert_eq!((u.send_timeout, u.read_timeout), (Duration::from_secs(60), Duration::from_secs(60)));
+        let c = with(
+            "max_connections = 5000",
+            "header_timeout = 5\nidle_timeout = 30\nbody_timeout = 20\nsend_timeout = 15\nmax_connections = 100\nreset_budget = 20\nreset_window = 5",
+            "max_connections = 8\nqueue_timeout = 0.2\nsend_timeout = 3\nread_timeout = 4\nrequest_buffer = 0",
+        )
+        .unwrap();
+        assert_eq!(c.max_connections, Some(5000));
+        let l = &c.listeners[0].limits;
+        assert_eq!((l.header_timeout, l.idle_timeout, l.body_timeout, l.send_timeout), (Duration::from_secs(5), Duration::from_secs(30), Duration::from_secs(20), Duration::from_secs(15)));
+        assert_eq!((l.max_connections, l.reset_budget, l.reset_window), (Some(100), 20, Duration::from_secs(5)));
+        let u = &c.clusters[0];
+        assert_eq!((u.max_connections, u.max_idle, u.request_buffer), (8, 8, 0), "max_idle follows a smaller max_connections");
+        for (g, l, cl, want) in [
+            ("max_connections = 0", "", "", "max_connections: 0 is not in"),
+            ("", "max_connections = 0", "", "listeners[0].max_connections"),
+            ("", "header_timeout = 0", "", "listeners[0].header_timeout"),
+            ("", "idle_timeout = -1", "", "listeners[0].idle_timeout"),
+            ("", "body_timeout = nan", "", "listeners[0].body_timeout"),
+            ("", "send_timeout = 7200", "", "listeners[0].send_timeout"),
+            ("", "handshake_timeout = 5", "", "listeners[0].handshake_timeout: only for a listener with tls"),
+            ("", "reset_budget = 0", "", "listeners[0].reset_budget"),
+            ("", "reset_window = 0", "", "listeners[0].reset_window"),
+            ("", "", "max_connections = 0", "clusters[0].max_connections"),
+            ("", "", "max_connections = 4\nmax_idle = 5", "clusters[0].max_idle: 5 is above max_connections 4"),
+            ("", "", "queue_timeout = 0", "clusters[0].queue_timeout"),
+            ("", "", "read_timeout = 0", "clusters[0].read_timeout"),
+            ("", "", "request_buffer = 100000000", "clusters[0].request_buffer"),
+        ] {
+            let e = with(g, l, cl).unwrap_err();
+            assert!(e.contains(want), "{g} / {l} / {cl}: {e}");
+        }
+    }
+
+    #[test]
     fn health_checks() {
         let with = |h: &str| {
             Config::parse(&format!("[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n[[routes]]\ncluster = \"c\"\n[[clusters]]\nname = \"c\"\nendpoints = [\"127.0.0.1:9\"]\nhealth = {h}\n"))

@@ -96,10 +96,13 @@ pub struct ClusterRt {
 #[derive(Clone)]
 pub struct Connector {
     http: HttpConnector,
-    endpoints: Arc<Vec<(SocketAddr, Arc<Slots>, Arc<EndpointStats>)>>,
+    endpoints: Arc<Vec<EndpointRef>>,
     queue_timeout: Duration,
     send_timeout: Duration,
 }
+
+/// An endpoint's address, limits and counters, as the connector finds them.
+type EndpointRef = (SocketAddr, Arc<Slots>, Arc<EndpointStats>);
 
 type Connecting = Pin<Box<dyn std::future::Future<Output = Result<UpstreamIo, BodyError>> + Send>>;
 
