@@ -114,14 +114,19 @@ pub struct Conn {
     /// (window start ms, resets in it).
     resets: Mutex<(u64, u32)>,
     order: AtomicU8,
-    wake: tokio::sync::Notify,
+    /// The connection's task, woken by an order (one task polls it: an atomic slot, no lock).
+    wake: futures_util::task::AtomicWaker,
     /// Since when (ms) it has waited with no request in flight; u64::MAX while one is.
     waiting_since: AtomicU64,
+    /// When (ms) the watchdog last looked.
+    looked: AtomicU64,
 }
 
 struct Streams {
     live: Vec<Arc<Stream>>,
     /// When the last stream ended (or the connection was accepted), and the bytes read then.
+    /// u64::MAX: it just ended, and the watchdog notes the time at its next look (so that the
+    /// end of a request reads no clock; a deadline may come up to one tick late).
     idle_since: u64,
     read_at_idle: u64,
 }
@@ -132,9 +137,15 @@ pub struct Stream {
     forwarded: AtomicBool,
     /// The response body, once there: taken away when it stalls.
     body: Mutex<Option<ProxyBody>>,
-    /// When the response body last gave a frame that the client has not yet come back for;
-    /// u64::MAX while it waits for its source (or has not started).
-    ready_since: AtomicU64,
+    /// Frames the response body has given, and whether it now waits for its source: a body
+    /// that gave a frame and is not asked for the next one waits for the client. Counters, not
+    /// times, so that the path of every frame reads no clock; the watchdog times them.
+    frames: AtomicU64,
+    waiting: AtomicBool,
+    /// The watchdog's own: the frame count at its last look, and since when (ms) it has not
+    /// moved while the body was ready (u64::MAX: it moved).
+    seen: AtomicU64,
+    still_since: AtomicU64,
     ended: AtomicBool,
     /// Its body was taken away after the client stalled for `send_timeout`.
     released: AtomicBool,
@@ -156,8 +167,9 @@ impl Conn {
             streams: Mutex::new(Streams { live: Vec::new(), idle_since: now, read_at_idle: 0 }),
             resets: Mutex::new((now, 0)),
             order: AtomicU8::new(ORDER_NONE),
-            wake: tokio::sync::Notify::new(),
+            wake: futures_util::task::AtomicWaker::new(),
             waiting_since: AtomicU64::new(now),
+            looked: AtomicU64::new(now),
         })
     }
 
@@ -186,7 +198,7 @@ impl Conn {
             self.h2.store(true, Ordering::Relaxed);
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let s = Arc::new(Stream { forwarded: AtomicBool::new(false), body: Mutex::new(None), ready_since: AtomicU64::new(u64::MAX), ended: AtomicBool::new(false), released: AtomicBool::new(false) });
+        let s = Arc::new(Stream { forwarded: AtomicBool::new(false), body: Mutex::new(None), frames: AtomicU64::new(0), waiting: AtomicBool::new(true), seen: AtomicU64::new(0), still_since: AtomicU64::new(u64::MAX), ended: AtomicBool::new(false), released: AtomicBool::new(false) });
         let mut st = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         st.live.push(s.clone());
         self.waiting_since.store(u64::MAX, Ordering::Relaxed);
@@ -201,10 +213,11 @@ impl Conn {
                 st.live.swap_remove(i);
             }
             if st.live.is_empty() {
-                let now = now_ms();
-                st.idle_since = now;
+                st.idle_since = u64::MAX;
                 st.read_at_idle = self.read.load(Ordering::Relaxed);
-                self.waiting_since.store(now, Ordering::Relaxed);
+                // For the choice of a connection to close, the watchdog's last look is close
+                // enough.
+                self.waiting_since.store(self.looked.load(Ordering::Relaxed), Ordering::Relaxed);
             }
         }
         if s.forwarded.load(Ordering::Relaxed) && !ended && !s.released.load(Ordering::Relaxed) {
@@ -233,15 +246,24 @@ impl Conn {
 
     fn order(&self, o: u8) {
         if self.order.fetch_max(o, Ordering::Relaxed) < o {
-            self.wake.notify_one();
+            self.wake.wake();
         }
     }
 
     /// Resolves when another part of the proxy orders this connection to close.
     pub async fn ordered(&self) {
-        while self.order.load(Ordering::Relaxed) == ORDER_NONE {
-            self.wake.notified().await;
-        }
+        std::future::poll_fn(|cx| {
+            if self.order.load(Ordering::Relaxed) != ORDER_NONE {
+                return Poll::Ready(());
+            }
+            self.wake.register(cx.waker());
+            if self.order.load(Ordering::Relaxed) != ORDER_NONE {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
     }
 }
 
@@ -291,11 +313,15 @@ impl Body for Tracked {
         };
         let r = Pin::new(body).poll_frame(cx);
         match &r {
-            Poll::Ready(Some(Ok(_))) => s.ready_since.store(now_ms(), Ordering::Relaxed),
-            Poll::Pending => s.ready_since.store(u64::MAX, Ordering::Relaxed),
+            Poll::Ready(Some(Ok(_))) => {
+                // Only this body writes these: no read-modify-write needed.
+                s.frames.store(s.frames.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                s.waiting.store(false, Ordering::Relaxed);
+            }
+            Poll::Pending => s.waiting.store(true, Ordering::Relaxed),
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
                 s.ended.store(true, Ordering::Relaxed);
-                s.ready_since.store(u64::MAX, Ordering::Relaxed);
+                s.waiting.store(true, Ordering::Relaxed);
                 // Let go of the source at once (an upstream connection back to its pool).
                 *slot = None;
             }
@@ -419,8 +445,12 @@ impl Watchdog {
         let l = &c.limits;
         let ms = |d: Duration| d.as_millis() as u64;
         let tick = ms(l.send_timeout).min(ms(l.body_timeout)).min(ms(l.header_timeout)).div_ceil(2).clamp(50, TICK_MS);
-        let st = c.streams.lock().unwrap_or_else(|e| e.into_inner());
+        c.looked.store(now, Ordering::Relaxed);
+        let mut st = c.streams.lock().unwrap_or_else(|e| e.into_inner());
         if st.live.is_empty() {
+            if st.idle_since == u64::MAX {
+                st.idle_since = now;
+            }
             self.blocked_since = None;
             let h2 = c.h2.load(Ordering::Relaxed);
             let deadline = if c.requests.load(Ordering::Relaxed) == 0 {
@@ -469,9 +499,21 @@ impl Watchdog {
         // sources (upstream connections, files) are released.
         let mut released = 0;
         for s in &st.live {
-            let since = s.ready_since.load(Ordering::Relaxed);
-            if since != u64::MAX && now.saturating_sub(since) >= send && !s.released.swap(true, Ordering::Relaxed) {
-                s.ready_since.store(u64::MAX, Ordering::Relaxed);
+            let frames = s.frames.load(Ordering::Relaxed);
+            let ready = frames > 0 && !s.waiting.load(Ordering::Relaxed) && !s.ended.load(Ordering::Relaxed);
+            if !ready || frames != s.seen.swap(frames, Ordering::Relaxed) {
+                s.still_since.store(u64::MAX, Ordering::Relaxed);
+                continue;
+            }
+            let since = match s.still_since.load(Ordering::Relaxed) {
+                u64::MAX => {
+                    s.still_since.store(now, Ordering::Relaxed);
+                    now
+                }
+                t => t,
+            };
+            if now.saturating_sub(since) >= send && !s.released.swap(true, Ordering::Relaxed) {
+                s.waiting.store(true, Ordering::Relaxed);
                 drop(s.body.lock().unwrap_or_else(|e| e.into_inner()).take());
                 inc(&c.stats.send_timeouts);
                 released += 1;
@@ -751,15 +793,19 @@ mod tests {
         let g = c.start(hyper::Version::HTTP_11);
         assert!(matches!(w.check(now_ms() + 100_000), Verdict::Until(_)), "in flight: no idle deadline");
         drop(g);
-        let idle = c.streams.lock().unwrap().idle_since;
+        // The end of a request reads no clock: the watchdog's next look dates it.
+        assert_eq!(c.streams.lock().unwrap().idle_since, u64::MAX);
+        let idle = now_ms();
+        assert!(matches!(w.check(idle), Verdict::Until(_)));
         assert!(matches!(w.check(idle + 4000), Verdict::Until(_)));
         assert_eq!(w.check(idle + 5000), Verdict::Close("idle for idle_timeout"));
         // Bytes of a next head after the idle start: header_timeout from when they were seen.
         let c = Conn::new(limits(), stats.clone());
         let mut w = Watchdog::new(c.clone());
         drop(c.start(hyper::Version::HTTP_11));
-        let idle = c.streams.lock().unwrap().idle_since;
         c.read.fetch_add(3, Ordering::Relaxed);
+        let idle = now_ms();
+        assert!(matches!(w.check(idle), Verdict::Until(_)));
         assert!(matches!(w.check(idle + 100), Verdict::Until(_)));
         assert_eq!(w.check(idle + 1100), Verdict::Close("no whole request head within header_timeout"));
         // HTTP/2 idle: GOAWAY.
@@ -767,7 +813,8 @@ mod tests {
         let mut w = Watchdog::new(c.clone());
         drop(c.start(hyper::Version::HTTP_2));
         c.read.fetch_add(9, Ordering::Relaxed); // a PING is not a request head
-        let idle = c.streams.lock().unwrap().idle_since;
+        let idle = now_ms();
+        assert!(matches!(w.check(idle), Verdict::Until(_)));
         assert!(matches!(w.check(idle + 4000), Verdict::Until(_)));
         assert_eq!(w.check(idle + 5000), Verdict::GoAway("idle for idle_timeout"));
         // A blocked write that moves nothing for send_timeout.
@@ -798,9 +845,13 @@ mod tests {
         // b1 gives a frame and is not asked again; b2 was never polled (not ready either).
         assert!(matches!(Pin::new(&mut b1).poll_frame(&mut cx), Poll::Ready(Some(Ok(_)))));
         let t = now_ms();
+        // The watchdog's first look sees the frame; from its second the stream stands still.
+        assert!(matches!(w.check(t), Verdict::Until(_)));
         assert!(matches!(w.check(t + 1000), Verdict::Until(_)));
+        assert!(matches!(w.check(t + 2900), Verdict::Until(_)));
+        assert_eq!(c.stats.send_timeouts.load(Ordering::Relaxed), 0, "not yet: 1.9 s of 2");
         // One of two streams stalled: released, the connection stays.
-        assert!(matches!(w.check(t + 2100), Verdict::Until(_)));
+        assert!(matches!(w.check(t + 3000), Verdict::Until(_)));
         match Pin::new(&mut b1).poll_frame(&mut cx) {
             Poll::Ready(Some(Err(e))) => assert!(e.to_string().contains("send_timeout")),
             _ => panic!("a released body must end in an error"),

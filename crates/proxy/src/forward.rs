@@ -121,10 +121,13 @@ impl tower_service::Service<Uri> for Connector {
         let (queue_timeout, send_timeout) = (self.queue_timeout, self.send_timeout);
         Box::pin(async move {
             let Some((addr, slots, stats)) = ep else { return Err(format!("{uri} is not an endpoint of this cluster").into()) };
-            let permit = tokio::time::timeout(queue_timeout, slots.connections.clone().acquire_owned())
-                .await
-                .map_err(|_| format!("{addr}: all {} connections stayed busy for {queue_timeout:?}", slots.max))?
-                .map_err(|e| e.to_string())?;
+            let permit = match slots.connections.clone().try_acquire_owned() {
+                Ok(p) => p,
+                Err(_) => tokio::time::timeout(queue_timeout, slots.connections.clone().acquire_owned())
+                    .await
+                    .map_err(|_| format!("{addr}: all {} connections stayed busy for {queue_timeout:?}", slots.max))?
+                    .map_err(|e| e.to_string())?,
+            };
             let io = tower_service::Service::call(&mut http, uri).await?;
             Ok(UpstreamIo { inner: io, _permit: permit, send_timeout, timer: None, stats })
         })
@@ -407,9 +410,15 @@ impl ClusterRt {
             let ep = self.spec.endpoints[target].address;
             let stats = &self.stats[target];
             // A place among the endpoint's requests, waited for no longer than queue_timeout.
-            let permit = match tokio::time::timeout(self.spec.queue_timeout, self.slots[target].requests.clone().acquire_owned()).await {
-                Ok(Ok(p)) => p,
-                _ => {
+            let slots = &self.slots[target];
+            // The wait (and its timer) only when every place is taken.
+            let permit = match slots.requests.clone().try_acquire_owned() {
+                Ok(p) => Ok(p),
+                Err(_) => tokio::time::timeout(self.spec.queue_timeout, slots.requests.clone().acquire_owned()).await.map_err(|_| ()).and_then(|r| r.map_err(|_| ())),
+            };
+            let permit = match permit {
+                Ok(p) => p,
+                Err(()) => {
                     stats.queue_timeouts.fetch_add(1, Ordering::Relaxed);
                     return answer(StatusCode::SERVICE_UNAVAILABLE, &format!("cluster {}: all {} connections to {ep} stayed busy for {:?}", self.spec.name, self.slots[target].max, self.spec.queue_timeout));
                 }
@@ -436,7 +445,9 @@ impl ClusterRt {
             if let Some(s) = client.stream {
                 s.forwarded();
             }
-            let captured = hyper_util::client::legacy::connect::capture_connection(&mut up);
+            // HTTP/1.1 only (HTTP/2 has no Transfer-Encoding): to poison the connection of a
+            // double-framed answer (below).
+            let captured = (self.spec.protocol == Upstream::Http1).then(|| hyper_util::client::legacy::connect::capture_connection(&mut up));
             match tokio::time::timeout(self.spec.response_timeout, self.client.request(up)).await {
                 Ok(Ok(resp)) => {
                     let (mut rp, rb) = resp.into_parts();
@@ -445,8 +456,10 @@ impl ClusterRt {
                     // closes the connection).
                     if rp.headers.contains_key(hyper::header::TRANSFER_ENCODING) && rp.headers.contains_key(hyper::header::CONTENT_LENGTH) {
                         stats.errors.fetch_add(1, Ordering::Relaxed);
-                        if let Some(c) = captured.connection_metadata().as_ref() {
-                            c.poison();
+                        if let Some(c) = &captured {
+                            if let Some(m) = c.connection_metadata().as_ref() {
+                                m.poison();
+                            }
                         }
                         drop(rb);
                         tracing::warn!(cluster = %self.spec.name, endpoint = %ep, "answered with both Content-Length and Transfer-Encoding: refused");

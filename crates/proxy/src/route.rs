@@ -50,7 +50,8 @@ fn host_port(v: &[u8]) -> Option<HostPort> {
 /// one is refused with the reason (a 400): two Host headers, an HTTP/1.1 request without Host
 /// (RFC 9112 3.2), a Host that names another host than `:authority` (RFC 9113 8.3.1), a Host or
 /// authority that is not host[:port], userinfo in the authority.
-pub fn one_authority(p: &mut Parts) -> Result<(), &'static str> {
+/// On success, the host routing matches (lower case, without port), if the request has one.
+pub fn one_authority(p: &mut Parts) -> Result<Option<String>, &'static str> {
     let mut all = p.headers.get_all(hyper::header::HOST).iter();
     let host = all.next();
     if all.next().is_some() {
@@ -71,12 +72,12 @@ pub fn one_authority(p: &mut Parts) -> Result<(), &'static str> {
         (hyper::Version::HTTP_2 | hyper::Version::HTTP_3, Some((t, _)), Some(h)) if t.host != h.host || t.port.unwrap_or(default_port) != h.port.unwrap_or(default_port) => {
             Err("the Host header names another host than :authority")
         }
-        (_, Some((_, raw)), _) => {
+        (_, Some((t, raw)), _) => {
             let v = hyper::header::HeaderValue::from_str(&raw).map_err(|_| "the request's authority is not host[:port]")?;
             p.headers.insert(hyper::header::HOST, v);
-            Ok(())
+            Ok(Some(t.host))
         }
-        (_, None, _) => Ok(()),
+        (_, None, h) => Ok(h.map(|h| h.host)),
     }
 }
 
@@ -130,8 +131,12 @@ pub fn matches(m: &Match, p: &Parts, host: Option<&str>) -> bool {
 
 /// The index of the route a request on `listener` takes.
 pub fn find(routes: &[Route], listener: &str, p: &Parts) -> Option<usize> {
-    let host = host_of(p);
-    routes.iter().position(|r| (r.listeners.is_empty() || r.listeners.iter().any(|l| l == listener)) && matches(&r.matches, p, host.as_deref()))
+    find_for_host(routes, listener, p, host_of(p).as_deref())
+}
+
+/// As [`find`], with the request's host already known (from [`one_authority`]).
+pub fn find_for_host(routes: &[Route], listener: &str, p: &Parts, host: Option<&str>) -> Option<usize> {
+    routes.iter().position(|r| (r.listeners.is_empty() || r.listeners.iter().any(|l| l == listener)) && matches(&r.matches, p, host))
 }
 
 #[cfg(test)]
@@ -208,7 +213,12 @@ endpoints = ["127.0.0.1:11"]
                 b = b.header("host", *h);
             }
             let mut p = b.body(()).unwrap().into_parts().0;
-            one_authority(&mut p).map(|_| p.headers.get_all("host").iter().map(|h| h.to_str().unwrap().to_string()).collect::<Vec<_>>())
+            let host = one_authority(&mut p);
+            // The host for routing is what host_of finds in the result.
+            if let Ok(h) = &host {
+                assert_eq!(h.as_deref(), host_of(&p).as_deref(), "{uri} {hosts:?}");
+            }
+            host.map(|_| p.headers.get_all("host").iter().map(|h| h.to_str().unwrap().to_string()).collect::<Vec<_>>())
         };
         use hyper::Version as V;
         // The absolute form wins over Host, and is what follows.

@@ -122,14 +122,17 @@ impl Proxy {
 
     async fn route(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: Option<&StreamGuard>) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
-        if let Err(why) = crate::route::one_authority(&mut parts) {
-            self.clients[index].client_errors.fetch_add(1, Ordering::Relaxed);
-            let mut r = answer(StatusCode::BAD_REQUEST, why);
-            r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
-            *r.version_mut() = parts.version;
-            return r;
-        }
-        let Some(r) = crate::route::find(&self.config.routes, listener, &parts) else {
+        let host = match crate::route::one_authority(&mut parts) {
+            Ok(h) => h,
+            Err(why) => {
+                self.clients[index].client_errors.fetch_add(1, Ordering::Relaxed);
+                let mut r = answer(StatusCode::BAD_REQUEST, why);
+                r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+                *r.version_mut() = parts.version;
+                return r;
+            }
+        };
+        let Some(r) = crate::route::find_for_host(&self.config.routes, listener, &parts, host.as_deref()) else {
             return answer(StatusCode::NOT_FOUND, "no route for this request");
         };
         let cluster = match &self.config.routes[r].action {
@@ -142,7 +145,7 @@ impl Proxy {
                 let Some(d) = &self.dispatch else {
                     return answer(StatusCode::INTERNAL_SERVER_ERROR, "no dispatcher");
                 };
-                let mut resp = crate::objects::serve(d, crate::objects::Object { root, max: *max_bytes, direct: *direct_io, prefix: &route.matches.path_prefix }, &route.priority, &parts).await;
+                let mut resp = Box::pin(crate::objects::serve(d, crate::objects::Object { root, max: *max_bytes, direct: *direct_io, prefix: &route.matches.path_prefix }, &route.priority, &parts)).await;
                 *resp.version_mut() = parts.version;
                 return resp;
             }
@@ -150,7 +153,9 @@ impl Proxy {
         // The client's version, not the upstream's, describes the response on this connection.
         let version = parts.version;
         let side = crate::forward::ClientSide { addr: client, stream, body_timeout: self.config.listeners[index].limits.body_timeout, stats: Some(&self.clients[index]) };
-        let mut resp = self.clusters[cluster].forward(Request::from_parts(parts, body), side).await;
+        // Boxed: the forwarding state machine is large, and every HTTP/2 stream is a task whose
+        // future is moved into place when it is spawned (answers made here need none of it).
+        let mut resp = Box::pin(self.clusters[cluster].forward(Request::from_parts(parts, body), side)).await;
         *resp.version_mut() = version;
         resp
     }
@@ -476,7 +481,11 @@ where
     let mut c = std::pin::pin!(c);
     let mut dog = Watchdog::new(conn.clone());
     let clock = |ms: u64| tokio::time::Instant::now() + Duration::from_millis(ms.saturating_sub(crate::client::now_ms()));
-    let mut next = clock(0);
+    // The first deadline at once (a timer for "now" would cost every connection a wakeup).
+    let mut next = match dog.check(crate::client::now_ms()) {
+        Verdict::Until(ms) => clock(ms),
+        _ => tokio::time::Instant::now(),
+    };
     let mut going = false;
     let mut hard: Option<tokio::time::Instant> = None;
     let mut drained = *draining.borrow();
