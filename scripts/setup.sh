@@ -134,4 +134,12 @@ if ! cargo clippy --version >/dev/null 2>&1; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rust-clippy >/dev/null || echo "setup: warning: no clippy (cargo clippy)" >&2
     fi
 fi
+# rustfmt (CI checks the format, rustfmt.toml).
+if ! cargo fmt --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then
+        rustup component add rustfmt
+    else
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustfmt >/dev/null || echo "setup: warning: no rustfmt (cargo fmt)" >&2
+    fi
+fi
 echo "setup: ok (rustc $ver, $(cargo --version | awk '{print $2}'))"

@@ -4,10 +4,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn pkg_config(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("pkg-config")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run pkg-config ({e}); run scripts/setup.sh"))?;
+    let out = Command::new("pkg-config").args(args).output().map_err(|e| format!("cannot run pkg-config ({e}); run scripts/setup.sh"))?;
     if !out.status.success() {
         return Err(format!(
             "pkg-config {}: {}; install DPDK 22.11 and libbpf (scripts/setup.sh: apt-get install libdpdk-dev libbpf-dev)",

@@ -43,14 +43,7 @@ fn main() {
     for path in args {
         let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         let case = Case::decode(&data);
-        println!(
-            "{path}: flags {:#04x} now0 {} dt {} split {} ({} frames)",
-            case.flags,
-            case.now0,
-            case.dt,
-            case.split,
-            case.frames.len()
-        );
+        println!("{path}: flags {:#04x} now0 {} dt {} split {} ({} frames)", case.flags, case.now0, case.dt, case.split, case.frames.len());
         for (i, f) in case.frames.iter().enumerate() {
             println!("  in  {i:2} {:4} bytes {:?}\n         {}", f.len(), parse_frame(f).map(|p| (p.family, p.proto, p.frag)), hex(f));
         }

@@ -389,9 +389,7 @@ fn main() {
         let syn = s.push(client_tcp(&c, "10.0.0.100:80", SYN).build()).unwrap();
         fnat.push((c, syn));
     }
-    let q: Vec<_> = (0..2u16)
-        .map(|i| s.push(client_udp(&format!("198.51.100.{}:{}", 120 + i, 47000 + i), "10.0.0.100:53").payload(b"q").build()).unwrap())
-        .collect();
+    let q: Vec<_> = (0..2u16).map(|i| s.push(client_udp(&format!("198.51.100.{}:{}", 120 + i, 47000 + i), "10.0.0.100:53").payload(b"q").build()).unwrap()).collect();
     s.push(client_tcp("198.51.100.130:48000", "10.0.0.101:80", SYN).build());
     s.push(client_tcp("[2001:db8:ff::40]:42000", "[2001:db8::101]:80", SYN).build());
     let o = s.push(inside_udp("10.1.0.50:33000", "8.8.8.8:53", [2, 0, 0, 0, 1, 0x50]).payload(b"dns?").build()).unwrap();
@@ -457,5 +455,12 @@ fn main() {
         let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect();
         std::fs::write(tdir.join(name), bytes).expect("write seed");
     }
-    println!("wrote {count} pipeline seeds to {}, 3 config seeds to {}, {n} proxy seeds to {} and {} TLS records to {}", root.join("pipeline").display(), dir.display(), pdir.display(), TLS_RECORDS.len(), tdir.display());
+    println!(
+        "wrote {count} pipeline seeds to {}, 3 config seeds to {}, {n} proxy seeds to {} and {} TLS records to {}",
+        root.join("pipeline").display(),
+        dir.display(),
+        pdir.display(),
+        TLS_RECORDS.len(),
+        tdir.display()
+    );
 }

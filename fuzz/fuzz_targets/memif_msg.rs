@@ -25,7 +25,8 @@ fn world() -> &'static World {
     static W: OnceLock<World> = OnceLock::new();
     W.get_or_init(|| {
         let addr = SocketAddr::parse(&format!("@vectorlb-fuzz-memif-{}", std::process::id())).unwrap();
-        let ifaces = vec![InterfaceConfig { id: 0, queues: 2, max_log2_ring: 10, ..Default::default() }, InterfaceConfig { id: 1, secret: Some(b"secret".to_vec()), ..Default::default() }];
+        let ifaces =
+            vec![InterfaceConfig { id: 0, queues: 2, max_log2_ring: 10, ..Default::default() }, InterfaceConfig { id: 1, secret: Some(b"secret".to_vec()), ..Default::default() }];
         let (server, _links) = Server::bind(&addr, 0o600, ifaces).unwrap();
         let region = Region::create("fuzz", 1 << 20, false).unwrap();
         for off in [0u64, 32768, 65536, 98304] {
@@ -66,7 +67,11 @@ fuzz_target!(|data: &[u8]| {
         } else {
             // SAFETY: a datagram of chunk.len() bytes on a valid socket.
             let n = unsafe { libc::send(fd.as_raw_fd(), chunk.as_ptr().cast(), chunk.len(), libc::MSG_NOSIGNAL) };
-            if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+            if n < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
         };
         if r.is_err() {
             break;

@@ -106,13 +106,7 @@ impl Case {
             frames.push(body[..take].to_vec());
             rest = &body[take..];
         }
-        Case {
-            flags: b(0),
-            now0: u32::from_le_bytes([b(1), b(2), b(3), b(4)]),
-            dt: u32::from_le_bytes([b(5), b(6), b(7), b(8)]),
-            split: b(9),
-            frames,
-        }
+        Case { flags: b(0), now0: u32::from_le_bytes([b(1), b(2), b(3), b(4)]), dt: u32::from_le_bytes([b(5), b(6), b(7), b(8)]), split: b(9), frames }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -133,11 +127,7 @@ impl Case {
 /// or with `flags::RECONFIGURE` a fresh one (which `run` changes between the two calls).
 pub fn worker(flags: u8) -> (Arc<Control>, Worker) {
     let s = setup();
-    let control = if flags & flags::RECONFIGURE != 0 {
-        Control::new(&s.config.spec).expect("fuzz/pipeline.toml builds")
-    } else {
-        s.control.clone()
-    };
+    let control = if flags & flags::RECONFIGURE != 0 { Control::new(&s.config.spec).expect("fuzz/pipeline.toml builds") } else { s.control.clone() };
     let (cores, core) = if flags & flags::TWO_CORES != 0 { (2, ((flags & flags::CORE1) != 0) as u16) } else { (1, 0) };
     let mut wc = s.config.worker_config(core, cores);
     if flags & flags::SMALL_BATCH != 0 {
@@ -219,13 +209,7 @@ pub fn run(case: &Case) -> Outcome {
     worker.idle(now1, 1000);
     worker.idle(now1.wrapping_add(20_000), 1000);
     if case.dt < 1 << 30 {
-        assert_eq!(
-            worker.table.len(),
-            0,
-            "sessions left after idling past every timeout (now0={} dt={})",
-            case.now0,
-            case.dt
-        );
+        assert_eq!(worker.table.len(), 0, "sessions left after idling past every timeout (now0={} dt={})", case.now0, case.dt);
     }
     Outcome { verdicts, bufs, worker }
 }

@@ -118,13 +118,7 @@ pub fn openapi_json() -> String {
 
 /// A required path parameter.
 fn path_param(name: &str, desc: &str, schema: Schema) -> Parameter {
-    ParameterBuilder::new()
-        .name(name)
-        .parameter_in(ParameterIn::Path)
-        .required(utoipa::openapi::Required::True)
-        .description(Some(desc))
-        .schema(Some(schema))
-        .build()
+    ParameterBuilder::new().name(name).parameter_in(ParameterIn::Path).required(utoipa::openapi::Required::True).description(Some(desc)).schema(Some(schema)).build()
 }
 
 fn port_schema() -> Schema {
@@ -186,9 +180,7 @@ fn check_weight(field: &str, w: u32) -> Result<(), ApiError> {
 
 fn check_table(t: Option<u32>) -> Result<(), ApiError> {
     match t {
-        Some(n) if !TABLE_SIZE.contains(&n) => {
-            Err(ApiError::BadRequest(format!("table_size: {n} is outside {}..={}", TABLE_SIZE.start(), TABLE_SIZE.end())))
-        }
+        Some(n) if !TABLE_SIZE.contains(&n) => Err(ApiError::BadRequest(format!("table_size: {n} is outside {}..={}", TABLE_SIZE.start(), TABLE_SIZE.end()))),
         _ => Ok(()),
     }
 }
@@ -237,11 +229,7 @@ async fn get_service(State(lb): Lb, Path((p, vip, port)): Path<(String, String, 
     let k = service_key(&p, &vip, &port)?;
     let key_vip = k.vip.to_string();
     call(lb, move |lb| {
-        lb.services()
-            .into_iter()
-            .find(|s| s.proto == k.proto && s.vip == key_vip && s.port == k.port)
-            .map(Json)
-            .ok_or_else(|| ApiError::NotFound(format!("no {k}")))
+        lb.services().into_iter().find(|s| s.proto == k.proto && s.vip == key_vip && s.port == k.port).map(Json).ok_or_else(|| ApiError::NotFound(format!("no {k}")))
     })
     .await?
 }
@@ -316,10 +304,7 @@ async fn edit_backend(
     (status = 404, body = ErrorBody, description = "No such service or backend"),
     (status = 422, body = ErrorBody, description = "The configuration cannot take it; nothing changed"),
 ))]
-async fn delete_backend(
-    State(lb): Lb,
-    Path((p, vip, port, addr, bport)): Path<(String, String, String, String, String)>,
-) -> Result<Json<Deleted>, ApiError> {
+async fn delete_backend(State(lb): Lb, Path((p, vip, port, addr, bport)): Path<(String, String, String, String, String)>) -> Result<Json<Deleted>, ApiError> {
     let k = service_key(&p, &vip, &port)?;
     let be = SocketAddr::new(ip_of("backend address", &addr)?, port_of("backend port", &bport)?);
     call(lb, move |lb| lb.delete_backend(k, be)).await??;
@@ -341,12 +326,7 @@ fn session_query(q: &HashMap<String, String>) -> Result<SessionQuery, ApiError> 
         Some("6") => true,
         Some(f) => return Err(ApiError::BadRequest(format!("family: '{f}' is not 4 or 6"))),
     };
-    Ok(SessionQuery {
-        worker: num("worker", 0, 0, 65535)? as u16,
-        v6,
-        cursor: num("cursor", 0, 0, u32::MAX as u64)? as u32,
-        limit: num("limit", 100, 1, 10_000)? as u32,
-    })
+    Ok(SessionQuery { worker: num("worker", 0, 0, 65535)? as u16, v6, cursor: num("cursor", 0, 0, u32::MAX as u64)? as u32, limit: num("limit", 100, 1, 10_000)? as u32 })
 }
 
 /// A page of one worker's sessions.

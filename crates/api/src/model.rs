@@ -11,13 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 /// The JSON schema of an IP address: a string in IPv4 or IPv6 form.
 pub fn ip_schema() -> Schema {
     let fmt = |f| ObjectBuilder::new().schema_type(Type::String).format(Some(SchemaFormat::KnownFormat(f))).build();
-    Schema::AnyOf(
-        AnyOfBuilder::new()
-            .item(fmt(KnownFormat::Ipv4))
-            .item(fmt(KnownFormat::Ipv6))
-            .description(Some("IPv4 or IPv6 address"))
-            .build(),
-    )
+    Schema::AnyOf(AnyOfBuilder::new().item(fmt(KnownFormat::Ipv4)).item(fmt(KnownFormat::Ipv6)).description(Some("IPv4 or IPv6 address")).build())
 }
 
 /// The JSON schema of a list of IP addresses.
@@ -777,16 +771,9 @@ impl IntoParams for SessionQuery {
     fn into_params(_: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>) -> Vec<utoipa::openapi::path::Parameter> {
         use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
         let int = |min: u64, max: u64, default: u64| {
-            ObjectBuilder::new()
-                .schema_type(Type::Integer)
-                .minimum(Some(min as f64))
-                .maximum(Some(max as f64))
-                .default(Some(default.into()))
-                .build()
+            ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(min as f64)).maximum(Some(max as f64)).default(Some(default.into())).build()
         };
-        let p = |name: &str, desc: &str, schema: Schema| {
-            ParameterBuilder::new().name(name).parameter_in(ParameterIn::Query).description(Some(desc)).schema(Some(schema)).build()
-        };
+        let p = |name: &str, desc: &str, schema: Schema| ParameterBuilder::new().name(name).parameter_in(ParameterIn::Query).description(Some(desc)).schema(Some(schema)).build();
         let family = ObjectBuilder::new().schema_type(Type::Integer).enum_values(Some([4, 6])).default(Some(4.into())).build();
         vec![
             p("worker", "The worker whose table to read.", Schema::Object(int(0, 65535, 0))),

@@ -66,7 +66,10 @@ impl Listener {
                 use std::os::unix::fs::FileTypeExt;
                 match std::fs::symlink_metadata(p) {
                     Ok(m) if !m.file_type().is_socket() => {
-                        return Err(fail(std::io::Error::from(std::io::ErrorKind::AlreadyExists), " (the path is not a socket but another kind of file; it is left as it is: choose another path)"));
+                        return Err(fail(
+                            std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+                            " (the path is not a socket but another kind of file; it is left as it is: choose another path)",
+                        ));
                     }
                     Ok(_) => {
                         if tokio::net::UnixStream::connect(p).await.is_ok() {
@@ -208,10 +211,7 @@ async fn accept(l: &Listener) -> Option<Box<dyn Conn>> {
 
 async fn refuse(mut conn: Box<dyn Conn>) {
     let body = b"{\"error\":\"too many API connections\"}\n";
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
+    let head = format!("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = conn.write_all(head.as_bytes()).await;
         let _ = conn.write_all(body).await;
@@ -332,11 +332,12 @@ async fn require_token(axum::extract::State(token): axum::extract::State<Arc<Str
             if reads {
                 next.run(req).await
             } else {
-                ApiError::Unauthorized(format!("Authorization: a browser login (Basic) only reads; {} needs `Authorization: Bearer <token>`", req.method()))
-                    .into_response()
+                ApiError::Unauthorized(format!("Authorization: a browser login (Basic) only reads; {} needs `Authorization: Bearer <token>`", req.method())).into_response()
             }
         }
-        Some(Credentials::Malformed) => ApiError::Unauthorized("Authorization: expected `Bearer <token>` (or, to read, Basic with the token as the password)".into()).into_response(),
+        Some(Credentials::Malformed) => {
+            ApiError::Unauthorized("Authorization: expected `Bearer <token>` (or, to read, Basic with the token as the password)".into()).into_response()
+        }
         Some(_) => ApiError::Unauthorized("Authorization: the token is wrong".into()).into_response(),
         None => ApiError::Unauthorized("Authorization: this API needs `Authorization: Bearer <token>` (vectorlb ctl --token-file FILE)".into()).into_response(),
     }

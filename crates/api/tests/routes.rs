@@ -5,8 +5,8 @@
 mod common;
 
 use axum::body::Body;
-use common::Fake;
 use axum::http::{Request, StatusCode};
+use common::Fake;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tower::ServiceExt;

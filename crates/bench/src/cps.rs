@@ -8,11 +8,11 @@
 //! deleted at the last ACK (TIME-WAIT timeout 0, as HDSLB does in that test).
 
 use crate::pipeline::{round3, sock};
+use crate::BenchError;
 use crate::{median, topo};
 use serde::Serialize;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
-use crate::BenchError;
 use vectorlb_lb::{Control, HeapBuf, Mode, PacketBuf, Timeouts, Verdict, Worker, WorkerConfig};
 use vectorlb_packet::builder::Builder;
 use vectorlb_packet::checksum::adjust;
@@ -89,7 +89,18 @@ fn addr_bytes(a: IpAddr) -> Vec<u8> {
 fn patch(f: &mut [u8], v6: bool, src: bool, addr: &[u8], port: u16) {
     let l3 = 14;
     let l4 = l3 + if v6 { 40 } else { 20 };
-    let at = l3 + if v6 { if src { 8 } else { 24 } } else if src { 12 } else { 16 };
+    let at = l3
+        + if v6 {
+            if src {
+                8
+            } else {
+                24
+            }
+        } else if src {
+            12
+        } else {
+            16
+        };
     let pat = l4 + if src { 0 } else { 2 };
     let old = f[at..at + addr.len()].to_vec();
     f[at..at + addr.len()].copy_from_slice(addr);

@@ -1,13 +1,13 @@
 //! Throughput over many established sessions, packets drawn uniformly at random.
 
 use crate::topo;
+use crate::BenchError;
 use crate::{median, Rng};
 use serde::Serialize;
 use std::net::IpAddr;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use vectorlb_lb::mem::resident_bytes;
-use crate::BenchError;
 use vectorlb_lb::{Control, HeapBuf, Mode, PacketBuf, Timeouts, Verdict, Worker, WorkerConfig};
 use vectorlb_packet::builder::Builder;
 use vectorlb_packet::checksum::adjust;
@@ -34,18 +34,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            mode: Mode::Fnat,
-            v6: false,
-            protocol: proto::UDP,
-            sessions: 1_000_000,
-            seconds: 5.0,
-            rounds: 5,
-            batch: 256,
-            pool: 1 << 20,
-            threads: 1,
-            memory_points: 10,
-        }
+        Options { mode: Mode::Fnat, v6: false, protocol: proto::UDP, sessions: 1_000_000, seconds: 5.0, rounds: 5, batch: 256, pool: 1 << 20, threads: 1, memory_points: 10 }
     }
 }
 
@@ -87,11 +76,7 @@ pub fn template(v6: bool, protocol: u8, tcp_flags: u8) -> Vec<u8> {
     let hdr = 14 + if v6 { 40 } else { 20 } + if protocol == proto::TCP { 20 } else { 8 };
     let want = if v6 { 76 } else { 60 };
     let payload = vec![0x42u8; want - hdr];
-    let b = if protocol == proto::TCP {
-        Builder::tcp(&src, &dst, tcp_flags).seq(1).ack(1)
-    } else {
-        Builder::udp(&src, &dst)
-    };
+    let b = if protocol == proto::TCP { Builder::tcp(&src, &dst, tcp_flags).seq(1).ack(1) } else { Builder::udp(&src, &dst) };
     b.payload(&payload).macs(topo::ROUTER_MAC, topo::EXT_MAC).build()
 }
 
@@ -235,11 +220,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
     }
     let rss1 = resident_bytes().unwrap_or(0);
     if w.table.len() as u64 != o.sessions {
-        let drops: Vec<String> = vectorlb_lb::DropReason::ALL
-            .iter()
-            .filter(|r| w.counters.dropped(**r) > 0)
-            .map(|r| format!("{}={}", r.name(), w.counters.dropped(*r)))
-            .collect();
+        let drops: Vec<String> = vectorlb_lb::DropReason::ALL.iter().filter(|r| w.counters.dropped(**r) > 0).map(|r| format!("{}={}", r.name(), w.counters.dropped(*r))).collect();
         return Err(BenchError::Fill { filled: w.table.len() as u64, wanted: o.sessions, drops: drops.join(" ") });
     }
 

@@ -133,9 +133,7 @@ async fn connect(target: &Target, o: &Options) -> Result<Box<dyn Io>, Error> {
             let _ = s.set_nodelay(true);
             Box::new(s)
         }
-        Target::Unix(p) => {
-            Box::new(tokio::time::timeout(t, tokio::net::UnixStream::connect(p)).await.map_err(|_| Error::ConnectTimeout(t))?.map_err(Error::Connect)?)
-        }
+        Target::Unix(p) => Box::new(tokio::time::timeout(t, tokio::net::UnixStream::connect(p)).await.map_err(|_| Error::ConnectTimeout(t))?.map_err(Error::Connect)?),
     };
     match &o.tls_server_name {
         None => Ok(io),
@@ -160,12 +158,8 @@ async fn exchange(target: &Target, r: &Request, o: &Options, start: Instant) -> 
         let _ = conn.await;
     });
     let body = r.body.clone().unwrap_or_default();
-    let mut req = hyper::Request::builder()
-        .method(r.method.clone())
-        .uri(&r.path)
-        .version(o.version)
-        .body(Full::new(Bytes::from(body.clone())))
-        .map_err(|e| Error::Request(e.to_string()))?;
+    let mut req =
+        hyper::Request::builder().method(r.method.clone()).uri(&r.path).version(o.version).body(Full::new(Bytes::from(body.clone()))).map_err(|e| Error::Request(e.to_string()))?;
     let h = req.headers_mut();
     h.insert(HOST, HeaderValue::from_str(&r.host).map_err(|_| Error::Request(format!("host '{}'", r.host)))?);
     h.insert(USER_AGENT, HeaderValue::from_static(concat!("vectorlb/", env!("CARGO_PKG_VERSION"))));

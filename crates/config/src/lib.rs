@@ -992,7 +992,9 @@ impl Config {
                 if let Some(j) = dup {
                     bail!("{f}.memif: socket {} id {} is also ports[{j}]'s", m.socket, m.id);
                 }
-                if !m.is_server() && memifs.iter().flatten().any(|o| o.socket == m.socket && o.is_server()) || m.is_server() && memifs.iter().flatten().any(|o| o.socket == m.socket && !o.is_server()) {
+                if !m.is_server() && memifs.iter().flatten().any(|o| o.socket == m.socket && o.is_server())
+                    || m.is_server() && memifs.iter().flatten().any(|o| o.socket == m.socket && !o.is_server())
+                {
                     bail!("{f}.memif.socket: {} is used as both server and client", m.socket);
                 }
             }
@@ -1017,8 +1019,7 @@ impl Config {
             trust_peer.push(p.trust_peer || p.memif.as_ref().is_some_and(|m| m.trust_peer));
             mac_from_device.push(p.mac.is_none());
             mtu_given.push(p.mtu.is_some());
-            let addrs =
-                p.addrs.iter().map(|a| prefix(&format!("{f}.addrs"), a)).collect::<Result<Vec<_>, _>>()?;
+            let addrs = p.addrs.iter().map(|a| prefix(&format!("{f}.addrs"), a)).collect::<Result<Vec<_>, _>>()?;
             let mtu = p.mtu.unwrap_or(1500);
             if !(576..=9216).contains(&mtu) {
                 bail!("{f}.mtu: {mtu} is out of range 576..=9216");
@@ -1062,12 +1063,9 @@ impl Config {
                 "udp" => proto::UDP,
                 p => bail!("{f}.proto: '{p}' is not tcp or udp"),
             };
-            let mode = Mode::parse(&s.mode)
-                .ok_or_else(|| Error::invalid(format!("{f}.mode: '{}' is not one of nat, fnat, dr, tun", s.mode)))?;
+            let mode = Mode::parse(&s.mode).ok_or_else(|| Error::invalid(format!("{f}.mode: '{}' is not one of nat, fnat, dr, tun", s.mode)))?;
             let sched_name = s.scheduler.as_deref().unwrap_or("wrr");
-            let mut scheduler = Algorithm::parse(sched_name).ok_or_else(|| {
-                Error::invalid(format!("{f}.scheduler: '{sched_name}' is not one of rr, wrr, wlc, sh, maglev"))
-            })?;
+            let mut scheduler = Algorithm::parse(sched_name).ok_or_else(|| Error::invalid(format!("{f}.scheduler: '{sched_name}' is not one of rr, wrr, wlc, sh, maglev")))?;
             if let Some(n) = s.table_size {
                 match &mut scheduler {
                     Algorithm::Sh { table_size } | Algorithm::Maglev { table_size } => *table_size = n,
@@ -1090,8 +1088,7 @@ impl Config {
                 bail!("{f}.toa: only tcp fnat services can insert the TOA option");
             }
             let sp_word = s.synproxy.as_deref().unwrap_or("off");
-            let synproxy = SynProxy::parse(sp_word, s.synproxy_half_open)
-                .ok_or_else(|| Error::invalid(format!("{f}.synproxy: '{sp_word}' is not one of off, on, auto")))?;
+            let synproxy = SynProxy::parse(sp_word, s.synproxy_half_open).ok_or_else(|| Error::invalid(format!("{f}.synproxy: '{sp_word}' is not one of off, on, auto")))?;
             if synproxy != SynProxy::Off && (protocol != proto::TCP || !matches!(mode, Mode::Nat | Mode::Fnat)) {
                 bail!("{f}.synproxy: only tcp nat and fnat services (the proxy must see both directions)");
             }
@@ -1103,28 +1100,13 @@ impl Config {
             let mut backends = Vec::new();
             for (j, b) in s.backends.iter().enumerate() {
                 let bf = format!("{f}.backends[{j}]");
-                backends.push(BackendSpec {
-                    addr: unicast(format!("{bf}.addr"), ip(&format!("{bf}.addr"), &b.addr)?)?,
-                    port: b.port,
-                    weight: b.weight.unwrap_or(1),
-                });
+                backends.push(BackendSpec { addr: unicast(format!("{bf}.addr"), ip(&format!("{bf}.addr"), &b.addr)?)?, port: b.port, weight: b.weight.unwrap_or(1) });
             }
             let t = match &s.timeouts {
                 Some(r) => timeouts(&format!("{f}.timeouts"), r, &base)?,
                 None => base,
             };
-            services.push(ServiceSpec {
-                vip,
-                port: s.port,
-                proto: protocol,
-                mode,
-                scheduler,
-                backends,
-                local_addrs,
-                toa: s.toa,
-                synproxy,
-                timeouts: t,
-            });
+            services.push(ServiceSpec { vip, port: s.port, proto: protocol, mode, scheduler, backends, local_addrs, toa: s.toa, synproxy, timeouts: t });
             health.push(match &s.health {
                 Some(h) => Some(health_spec(&format!("{f}.health"), h, protocol)?),
                 None => None,
@@ -1293,12 +1275,7 @@ impl Config {
                     trust_peer: self.memif.get(i).is_some_and(Option::is_none) && self.trust_peer.get(i).copied().unwrap_or(false),
                 })
                 .collect(),
-            routes: self
-                .spec
-                .routes
-                .iter()
-                .map(|r| RawRoute { prefix: format!("{}/{}", r.prefix, r.len), via: r.via.to_string(), port: port_name(r.port) })
-                .collect(),
+            routes: self.spec.routes.iter().map(|r| RawRoute { prefix: format!("{}/{}", r.prefix, r.len), via: r.via.to_string(), port: port_name(r.port) }).collect(),
             neighbors: self.spec.neighbors.iter().map(|(a, m)| RawNeighbor { ip: a.to_string(), mac: format_mac(m) }).collect(),
             services: self
                 .spec
@@ -1509,10 +1486,13 @@ mod tests {
         let back = Config::parse(&c.to_toml()).unwrap();
         assert!(back.queue_sets[0].services.is_empty());
         // The default set's ingress limit (the XDP program polices it).
-        let policed = Config::parse(&format!("{good}
+        let policed = Config::parse(&format!(
+            "{good}
 [default_set]
 ingress = {{ pps = 20000, burst_ms = 5 }}
-")).unwrap();
+"
+        ))
+        .unwrap();
         assert_eq!(policed.default_ingress, Some(RateSpec { bps: None, pps: Some(20_000), burst_ms: 5 }));
         assert_eq!(Config::parse(&policed.to_toml()).unwrap(), policed);
         assert_eq!(Config::parse(&good).unwrap().default_ingress, None);
@@ -1522,10 +1502,12 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
             ("ingress = { pps = 1, burst_ms = 10001 }", "default_set.ingress.burst_ms"),
             ("egress = { pps = 1 }", "unknown field `egress`"),
         ] {
-            let e = err(&format!("{base}
+            let e = err(&format!(
+                "{base}
 [default_set]
 {body}
-"));
+"
+            ));
             assert!(e.contains(want), "{body}: {e}");
         }
     }
@@ -1536,8 +1518,7 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
         let c = Config::parse(&text).unwrap();
         let again = Config::parse(&c.to_toml()).unwrap();
         assert_eq!(c, again);
-        let dev = GOOD.replace("mac = \"02:00:00:00:00:01\"", "device = \"net_af_xdp0,iface=v\\\"x\"\nmtu = 1400")
-            + "\n[runtime]\nworkers = 2\napi = \"unix:/tmp/x.sock\"\n";
+        let dev = GOOD.replace("mac = \"02:00:00:00:00:01\"", "device = \"net_af_xdp0,iface=v\\\"x\"\nmtu = 1400") + "\n[runtime]\nworkers = 2\napi = \"unix:/tmp/x.sock\"\n";
         let c = Config::parse(&dev).unwrap();
         assert_eq!(c.devices[0].as_deref(), Some("net_af_xdp0,iface=v\"x"));
         assert!(c.mac_from_device[0]);
@@ -1595,8 +1576,7 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
         assert!(err(&GOOD.replace("10.0.0.11\", port", "10.0.0.311\", port")).contains("services[0].backends[0].addr"));
         assert!(err(&GOOD.replace("max_sessions", "max_sesions")).contains("unknown field"));
         assert!(err(&GOOD.replace("02:00:00:00:00:01", "02:00:00:00:01")).contains("ports[0].mac"));
-        assert!(err(&GOOD.replace("scheduler = \"maglev\"", "scheduler = \"maglev\"\ntable_size = 65536"))
-            .contains("not prime"));
+        assert!(err(&GOOD.replace("scheduler = \"maglev\"", "scheduler = \"maglev\"\ntable_size = 65536")).contains("not prime"));
         assert!(err(&GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = []")).contains("local address"));
         assert!(err(&GOOD.replace("port = 8080", "port = 8080000")).contains("port"));
     }

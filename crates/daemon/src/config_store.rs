@@ -5,8 +5,8 @@
 
 use crate::error::DaemonError;
 use crate::health::Health;
-use crate::neighbours::Neighbours;
 use crate::lock;
+use crate::neighbours::Neighbours;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -141,9 +141,7 @@ impl ConfigStore {
     pub fn save(&self) -> Result<(PathBuf, usize), DaemonError> {
         let text = lock(&self.config).to_toml();
         let tmp = self.path.with_extension("toml.tmp");
-        std::fs::write(&tmp, &text)
-            .and_then(|_| std::fs::rename(&tmp, &self.path))
-            .map_err(|source| DaemonError::Save { path: self.path.clone(), source })?;
+        std::fs::write(&tmp, &text).and_then(|_| std::fs::rename(&tmp, &self.path)).map_err(|source| DaemonError::Save { path: self.path.clone(), source })?;
         Ok((self.path.clone(), text.len()))
     }
 

@@ -95,11 +95,7 @@ fn service_index(c: &Config, k: &ServiceKey) -> Result<usize, ApiError> {
 }
 
 fn backend_index(c: &Config, i: usize, be: SocketAddr) -> Result<usize, ApiError> {
-    c.spec.services[i]
-        .backends
-        .iter()
-        .position(|b| b.addr == be.ip() && b.port == be.port())
-        .ok_or_else(|| ApiError::NotFound(format!("no backend {be} in the service")))
+    c.spec.services[i].backends.iter().position(|b| b.addr == be.ip() && b.port == be.port()).ok_or_else(|| ApiError::NotFound(format!("no backend {be} in the service")))
 }
 
 fn ha_state(s: u8) -> HaState {
@@ -252,7 +248,14 @@ impl LbControl for Daemon {
                     timeouts: {
                         let t = &s.timeouts;
                         let secs = |ms: u32| ms as f64 / 1000.0;
-                        ServiceTimeouts { syn: secs(t.syn), established: secs(t.established), fin: secs(t.fin), time_wait: secs(t.time_wait), close: secs(t.close), udp: secs(t.udp) }
+                        ServiceTimeouts {
+                            syn: secs(t.syn),
+                            established: secs(t.established),
+                            fin: secs(t.fin),
+                            time_wait: secs(t.time_wait),
+                            close: secs(t.close),
+                            udp: secs(t.udp),
+                        }
                     },
                     backends,
                     stats: ServiceStats {
@@ -361,12 +364,7 @@ impl LbControl for Daemon {
 
     fn sessions(&self, q: SessionQuery) -> Result<SessionPage, ApiError> {
         let page = self.workers.sessions(q.worker as usize, q.cursor as usize, q.limit as usize, q.v6)?;
-        Ok(SessionPage {
-            worker: q.worker,
-            family: if q.v6 { 6 } else { 4 },
-            sessions: page.sessions,
-            next_cursor: page.next.map(|n| n as u64),
-        })
+        Ok(SessionPage { worker: q.worker, family: if q.v6 { 6 } else { 4 }, sessions: page.sessions, next_cursor: page.next.map(|n| n as u64) })
     }
 
     fn stats(&self) -> Stats {
@@ -432,11 +430,7 @@ impl LbControl for Daemon {
 
     fn neighbors(&self) -> Vec<Neighbor> {
         let mut v: Vec<Neighbor> = self.config.with(|c| {
-            c.spec
-                .neighbors
-                .iter()
-                .map(|(a, m)| Neighbor { ip: a.to_string(), mac: vectorlb_config::format_mac(m), is_static: true, port: None, age_seconds: None })
-                .collect()
+            c.spec.neighbors.iter().map(|(a, m)| Neighbor { ip: a.to_string(), mac: vectorlb_config::format_mac(m), is_static: true, port: None, age_seconds: None }).collect()
         });
         for (a, n) in self.neighbours.all() {
             v.push(Neighbor {

@@ -42,18 +42,7 @@ pub struct State {
 
 impl State {
     fn new(on_down: OnDown) -> State {
-        State {
-            up: true,
-            successes: 0,
-            failures: 0,
-            checks: 0,
-            failed_checks: 0,
-            transitions: 0,
-            since: Instant::now(),
-            last_duration: Duration::ZERO,
-            last_error: None,
-            on_down,
-        }
+        State { up: true, successes: 0, failures: 0, checks: 0, failed_checks: 0, transitions: 0, since: Instant::now(), last_duration: Duration::ZERO, last_error: None, on_down }
     }
 }
 
@@ -150,7 +139,13 @@ impl Health {
     }
 
     async fn run(self: Arc<Self>, t: Target, spec: HealthSpec) {
-        let port = if spec.port != 0 { spec.port } else if t.port != 0 { t.port } else { t.vport };
+        let port = if spec.port != 0 {
+            spec.port
+        } else if t.port != 0 {
+            t.port
+        } else {
+            t.vport
+        };
         let addr = SocketAddr::new(t.addr, port);
         let timeout = Duration::from_millis(spec.timeout as u64);
         let mut tick = tokio::time::interval(Duration::from_millis(spec.interval as u64));
@@ -217,13 +212,7 @@ pub async fn check(kind: &CheckKind, addr: SocketAddr, t: &Target, timeout: Dura
         CheckKind::Tcp => within(timeout, async { tokio::net::TcpStream::connect(addr).await.map(drop).map_err(CheckError::Connect) }).await,
         CheckKind::Http { path, host, expect_status, tls } => {
             let host = host.clone().unwrap_or_else(|| addr.ip().to_string());
-            let o = vectorlb_client::Options {
-                connect_timeout: timeout,
-                timeout,
-                tls_server_name: tls.then(|| host.clone()),
-                read_body: false,
-                ..Default::default()
-            };
+            let o = vectorlb_client::Options { connect_timeout: timeout, timeout, tls_server_name: tls.then(|| host.clone()), read_body: false, ..Default::default() };
             let r = vectorlb_client::request(&vectorlb_client::Target::Tcp(addr), &vectorlb_client::Request::get(path.clone(), host), &o).await?;
             if r.status.as_u16() != *expect_status {
                 return Err(CheckError::Status { got: r.status.as_u16(), expected: *expect_status });

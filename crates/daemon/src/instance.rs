@@ -52,13 +52,8 @@ pub fn lock(guarded: &[Guarded<'_>], dir: &Path) -> Result<Locks, DaemonError> {
     let mut files = Vec::new();
     for g in guarded {
         let path = dir.join(file_name(g));
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|source| DaemonError::Lock { path: path.clone(), source })?;
+        let mut f =
+            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(|source| DaemonError::Lock { path: path.clone(), source })?;
         // SAFETY: flock on a file descriptor this process owns; it only takes an advisory lock.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let mut pid = String::new();

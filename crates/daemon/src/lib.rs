@@ -147,8 +147,7 @@ pub fn run(path: &Path) -> Result<(), DaemonError> {
     // The locks come first: while another instance holds one of our interfaces or our API
     // endpoint, nothing of its (XDP programs, sockets, files) is touched.
     let devices_given: Vec<&str> = cfg.devices.iter().flatten().map(String::as_str).collect();
-    let mut guarded: Vec<instance::Guarded> =
-        devices_given.iter().enumerate().map(|(index, d)| instance::Guarded::Device { index, name: instance::device_key(d) }).collect();
+    let mut guarded: Vec<instance::Guarded> = devices_given.iter().enumerate().map(|(index, d)| instance::Guarded::Device { index, name: instance::device_key(d) }).collect();
     guarded.extend(rt.api.iter().map(|a| instance::Guarded::Api(a)));
     let _locks = instance::lock(&guarded, Path::new(instance::LOCK_DIR))?;
     let token = rt.api_token_file.as_deref().map(read_token).transpose()?;
@@ -284,7 +283,17 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
     let config = Arc::new(config);
     let ha = Arc::new(ha::Ha::new(ha::parse(&rt.ha_state).unwrap_or(ha::STANDALONE)));
     let stop = Arc::new(AtomicBool::new(false));
-    let daemon = Arc::new(Daemon { config: config.clone(), workers: workers.clone(), neighbours, health: health.clone(), ha: ha.clone(), sync: sync.clone(), ports, pool: pool.clone(), rates: Default::default() });
+    let daemon = Arc::new(Daemon {
+        config: config.clone(),
+        workers: workers.clone(),
+        neighbours,
+        health: health.clone(),
+        ha: ha.clone(),
+        sync: sync.clone(),
+        ports,
+        pool: pool.clone(),
+        rates: Default::default(),
+    });
     config.start();
 
     // Hand-off rings: worker w consumes ring w; every other worker produces into it.
@@ -389,13 +398,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
     }
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     let t = workers.totals();
-    tracing::info!(
-        "stopped: rx {} tx {} drops {} sessions created {}",
-        t.counters.events.rx,
-        t.counters.events.tx,
-        t.counters.total_drops(),
-        t.counters.events.sessions_created
-    );
+    tracing::info!("stopped: rx {} tx {} drops {} sessions created {}", t.counters.events.rx, t.counters.events.tx, t.counters.total_drops(), t.counters.events.sessions_created);
     Ok(())
 }
 

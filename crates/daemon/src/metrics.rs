@@ -78,14 +78,24 @@ pub fn render(d: &Daemon) -> String {
             histogram(&mut o, m, name, &p.queues.residence, &TIME_BOUNDS_NS, 1e9);
         }
         let m = "vectorlb_queue_set_queue_depth";
-        head(&mut o, m, "histogram", "Packets waiting on a queue set's queues per receive that found any: taken and still queued (where the queue can tell; otherwise taken, at most a burst).");
+        head(
+            &mut o,
+            m,
+            "histogram",
+            "Packets waiting on a queue set's queues per receive that found any: taken and still queued (where the queue can tell; otherwise taken, at most a burst).",
+        );
         for (name, p) in &groups {
             histogram(&mut o, m, name, &p.queues.depth, &DEPTH_BOUNDS, 1.0);
         }
         // Before the ring: what the AF_XDP ports' XDP programs counted (absent without them).
         let xdp: Vec<_> = d.config.xdp_queue_set_stats(&sets).unwrap_or_default().into_iter().enumerate().map(|(g, x)| (esc(sets.name(g)), x)).collect();
         if !xdp.is_empty() {
-            head(&mut o, "vectorlb_queue_set_xdp_packets_total", "counter", "Packets of each queue set in the XDP program of the AF_XDP ports: passed to the data plane, or dropped by the default set's ingress limit (policed).");
+            head(
+                &mut o,
+                "vectorlb_queue_set_xdp_packets_total",
+                "counter",
+                "Packets of each queue set in the XDP program of the AF_XDP ports: passed to the data plane, or dropped by the default set's ingress limit (policed).",
+            );
             for (name, x) in &xdp {
                 let _ = writeln!(o, "vectorlb_queue_set_xdp_packets_total{{set=\"{name}\",kind=\"passed\"}} {}", x.packets);
                 let _ = writeln!(o, "vectorlb_queue_set_xdp_packets_total{{set=\"{name}\",kind=\"policed\"}} {}", x.policed);
@@ -272,13 +282,21 @@ fn memif_metrics(o: &mut String, d: &crate::Daemon) {
     head(o, "vectorlb_memif_packets_total", "counter", "Frames through a memif queue pair.");
     for (l, s) in &memifs {
         for q in &s.queues {
-            let _ = writeln!(o, "vectorlb_memif_packets_total{{{l},queue=\"{}\",dir=\"rx\"}} {}\nvectorlb_memif_packets_total{{{l},queue=\"{}\",dir=\"tx\"}} {}", q.queue, q.rx_packets, q.queue, q.tx_packets);
+            let _ = writeln!(
+                o,
+                "vectorlb_memif_packets_total{{{l},queue=\"{}\",dir=\"rx\"}} {}\nvectorlb_memif_packets_total{{{l},queue=\"{}\",dir=\"tx\"}} {}",
+                q.queue, q.rx_packets, q.queue, q.tx_packets
+            );
         }
     }
     head(o, "vectorlb_memif_bytes_total", "counter", "Bytes through a memif queue pair.");
     for (l, s) in &memifs {
         for q in &s.queues {
-            let _ = writeln!(o, "vectorlb_memif_bytes_total{{{l},queue=\"{}\",dir=\"rx\"}} {}\nvectorlb_memif_bytes_total{{{l},queue=\"{}\",dir=\"tx\"}} {}", q.queue, q.rx_bytes, q.queue, q.tx_bytes);
+            let _ = writeln!(
+                o,
+                "vectorlb_memif_bytes_total{{{l},queue=\"{}\",dir=\"rx\"}} {}\nvectorlb_memif_bytes_total{{{l},queue=\"{}\",dir=\"tx\"}} {}",
+                q.queue, q.rx_bytes, q.queue, q.tx_bytes
+            );
         }
     }
     head(o, "vectorlb_memif_copies_total", "counter", "Copies by who did them: cpu, dma, or cpu_fallback (the DMA ring was full).");
@@ -292,7 +310,9 @@ fn memif_metrics(o: &mut String, d: &crate::Daemon) {
     head(o, "vectorlb_memif_errors_total", "counter", "Refused descriptors (bad_desc), broken rings (bad_ring), frames too long or without a buffer, transmits into a full ring, frames that were not IP on an IP-mode port (not_ip).");
     for (l, s) in &memifs {
         for q in &s.queues {
-            for (k, v) in [("bad_desc", q.bad_desc), ("bad_ring", q.bad_ring), ("too_long", q.too_long), ("no_buffer", q.no_buffer), ("tx_ring_full", q.tx_ring_full), ("not_ip", q.not_ip)] {
+            for (k, v) in
+                [("bad_desc", q.bad_desc), ("bad_ring", q.bad_ring), ("too_long", q.too_long), ("no_buffer", q.no_buffer), ("tx_ring_full", q.tx_ring_full), ("not_ip", q.not_ip)]
+            {
                 let _ = writeln!(o, "vectorlb_memif_errors_total{{{l},queue=\"{}\",kind=\"{k}\"}} {v}", q.queue);
             }
         }

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
-use vectorlb_api::model::{QueueSetQueues, Quantiles};
+use vectorlb_api::model::{Quantiles, QueueSetQueues};
 use vectorlb_config::{QueueSetSpec, RateSpec};
 use vectorlb_lb::Worker;
 

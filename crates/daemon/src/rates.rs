@@ -145,11 +145,7 @@ fn per_second(new: u64, old: u64, secs: f64) -> f64 {
 }
 
 fn rate(new: &Count, old: &Count, secs: f64) -> Rate {
-    Rate {
-        packets: per_second(new.packets, old.packets, secs),
-        bytes: per_second(new.bytes, old.bytes, secs),
-        new_sessions: per_second(new.new_sessions, old.new_sessions, secs),
-    }
+    Rate { packets: per_second(new.packets, old.packets, secs), bytes: per_second(new.bytes, old.bytes, secs), new_sessions: per_second(new.new_sessions, old.new_sessions, secs) }
 }
 
 /// The rate of every key of the newest sample, from the oldest sample that has the key (a
@@ -357,7 +353,14 @@ mod tests {
         assert!(h.new_sessions.iter().all(|v| *v == 4.0), "{h:?}");
         assert_eq!(*h.packets.back().unwrap(), 40.0);
         // The service is deleted: its history goes with it.
-        r.record(Sample { at: t0 + Duration::from_secs(200), services: HashMap::new(), backends: HashMap::new(), ports: HashMap::new(), drops: HashMap::new(), global: Global::default() });
+        r.record(Sample {
+            at: t0 + Duration::from_secs(200),
+            services: HashMap::new(),
+            backends: HashMap::new(),
+            ports: HashMap::new(),
+            drops: HashMap::new(),
+            global: Global::default(),
+        });
         assert_eq!(r.service_history(&SVC), Series::default());
     }
 

@@ -21,14 +21,14 @@ use crate::lock;
 use crate::workers::Workers;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use std::sync::atomic::AtomicBool;
-use vectorlb_api::model::{SyncBulk, SyncRefused, SyncRejected, SyncStatus};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use vectorlb_api::model::{SyncBulk, SyncRefused, SyncRejected, SyncStatus};
 use vectorlb_config::SyncSpec;
 use vectorlb_lb::session::SeqAdj;
 use vectorlb_lb::sync::{InstallError, SyncRecord};
@@ -258,24 +258,14 @@ impl Stats {
             batch_period_ms: g(&self.period_us) as f64 / 1000.0,
             records_received: g(&self.records_received),
             installed: g(&self.installed),
-            rejected: SyncRejected {
-                unknown: g(&self.rejected_unknown),
-                stale: g(&self.rejected_stale),
-                port_taken: g(&self.rejected_port),
-                table_full: g(&self.rejected_full),
-            },
+            rejected: SyncRejected { unknown: g(&self.rejected_unknown), stale: g(&self.rejected_stale), port_taken: g(&self.rejected_port), table_full: g(&self.rejected_full) },
             refused: SyncRefused {
                 bad_hmac: g(&self.refused_mac),
                 truncated: g(&self.refused_truncated),
                 malformed: g(&self.refused_malformed),
                 replayed: g(&self.refused_replayed),
             },
-            bulk: SyncBulk {
-                records_sent: g(&self.bulk_sent),
-                records_received: g(&self.bulk_received),
-                requests: g(&self.bulk_requests),
-                completed: g(&self.bulk_completed),
-            },
+            bulk: SyncBulk { records_sent: g(&self.bulk_sent), records_received: g(&self.bulk_received), requests: g(&self.bulk_requests), completed: g(&self.bulk_completed) },
             last_received_seconds_ago: lock(&self.last_received).map(|t| t.elapsed().as_secs_f64()),
         }
     }
@@ -334,7 +324,13 @@ impl Sync {
                     let addr = libc::in_addr { s_addr: u32::from_ne_bytes(me.octets()) };
                     // SAFETY: a valid socket and an in_addr option value.
                     let r = unsafe {
-                        libc::setsockopt(socket.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &addr as *const _ as *const libc::c_void, std::mem::size_of::<libc::in_addr>() as u32)
+                        libc::setsockopt(
+                            socket.as_raw_fd(),
+                            libc::IPPROTO_IP,
+                            libc::IP_MULTICAST_IF,
+                            &addr as *const _ as *const libc::c_void,
+                            std::mem::size_of::<libc::in_addr>() as u32,
+                        )
                     };
                     if r != 0 {
                         return Err(SyncError::MulticastInterface { group: g.into(), me: me.into(), source: std::io::Error::last_os_error() });
@@ -409,7 +405,13 @@ pub fn sender(shared: SyncCtx, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncR
         // Adapt: back off while the standby's acknowledgements lag, come back when they
         // catch up.
         let lag = sync.stats.sent_seq.load(Ordering::Relaxed).saturating_sub(sync.stats.acked_seq.load(Ordering::Relaxed));
-        period = if lag > 256 { (period * 2).min(MAX_PERIOD) } else if lag < 32 { (period / 2).max(BASE_PERIOD) } else { period };
+        period = if lag > 256 {
+            (period * 2).min(MAX_PERIOD)
+        } else if lag < 32 {
+            (period / 2).max(BASE_PERIOD)
+        } else {
+            period
+        };
         sync.stats.period_us.store(period.as_micros() as u64, Ordering::Relaxed);
         while pending.len() >= MAX_RECORDS || (!pending.is_empty() && oldest.is_some_and(|t| t.elapsed() >= period)) {
             let n = pending.len().min(MAX_RECORDS);
@@ -557,7 +559,13 @@ mod tests {
     fn messages_round_trip_and_refuse_tampering() {
         let key = b"0123456789abcdef-key";
         let mut m = Message { kind: KIND_RECORDS, epoch: 77, seq: 5, ack: 0, records: (0..16).map(rec).collect() };
-        let v6 = SyncRecord { client: "2001:db8::2".parse().unwrap(), vip: "2001:db8::100".parse().unwrap(), backend: "2001:db8:1::11".parse().unwrap(), local: Some(("2001:db8:1::200".parse().unwrap(), 7)), ..m.records[0].1 };
+        let v6 = SyncRecord {
+            client: "2001:db8::2".parse().unwrap(),
+            vip: "2001:db8::100".parse().unwrap(),
+            backend: "2001:db8:1::11".parse().unwrap(),
+            local: Some(("2001:db8:1::200".parse().unwrap(), 7)),
+            ..m.records[0].1
+        };
         m.records[3] = (1, v6);
         // A SYN-proxied session carries its translation.
         let adj = SeqAdj { seq: 0xdead_beef, ts: 0x0102_0304, client_ts: 7, client_win: 502, wscale: 0x57, opts: 0x07 };

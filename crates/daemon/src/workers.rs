@@ -97,10 +97,7 @@ pub struct Workers {
 impl Workers {
     /// A registry for one worker per sender, in worker order.
     pub fn new(senders: Vec<Sender<WorkerMsg>>) -> Workers {
-        Workers {
-            slots: senders.into_iter().map(|tx| Slot { published: Mutex::default(), tx }).collect(),
-            started: Instant::now(),
-        }
+        Workers { slots: senders.into_iter().map(|tx| Slot { published: Mutex::default(), tx }).collect(), started: Instant::now() }
     }
 
     pub fn len(&self) -> usize {

@@ -1,7 +1,7 @@
 //! Starts DPDK with the devices given on the command line and prints each port's details.
 //! `cargo run --release -p vectorlb-dpdk --example portinfo -- net_af_xdp0,iface=veth0`
 use std::sync::Arc;
-use vectorlb_dpdk::{EthPort, Eal, Mempool};
+use vectorlb_dpdk::{Eal, EthPort, Mempool};
 
 fn main() {
     let devs: Vec<String> = std::env::args().skip(1).collect();

@@ -107,12 +107,32 @@ extern "C" {
     pub fn vl_dma_stop(dev: i16) -> c_int;
     pub fn vl_dma_copy_batch(dev: i16, src: *const u64, dst: *const u64, len: *const u32, n: u16) -> c_int;
     pub fn vl_dma_completed(dev: i16, max: u16, errors: *mut u32) -> u16;
-    pub fn vl_evdev_setup(vdev: *const c_char, vdev_args: *const c_char, pci: *const c_char, nqueues: u8, priorities: *const u8, consumers: u8, events: u32, service: *mut u32) -> c_int;
+    pub fn vl_evdev_setup(
+        vdev: *const c_char,
+        vdev_args: *const c_char,
+        pci: *const c_char,
+        nqueues: u8,
+        priorities: *const u8,
+        consumers: u8,
+        events: u32,
+        service: *mut u32,
+    ) -> c_int;
     pub fn vl_evdev_close(dev: u8, vdev: *const c_char);
     pub fn vl_evdev_enqueue(dev: u8, port: u8, queue: u8, value: u64) -> c_int;
     pub fn vl_evdev_dequeue(dev: u8, port: u8, value: *mut u64, queue: *mut u8) -> c_int;
     pub fn vl_evdev_schedule(service: u32) -> c_int;
-    pub fn vl_flow_queues(port: u16, priority: u32, family: u8, proto: u8, addr: *const u8, dport: u16, queues: *const u16, nq: u16, err: *mut c_char, errlen: c_int) -> *mut c_void;
+    pub fn vl_flow_queues(
+        port: u16,
+        priority: u32,
+        family: u8,
+        proto: u8,
+        addr: *const u8,
+        dport: u16,
+        queues: *const u16,
+        nq: u16,
+        err: *mut c_char,
+        errlen: c_int,
+    ) -> *mut c_void;
     pub fn vl_flow_destroy(port: u16, flow: *mut c_void) -> c_int;
     pub fn vl_xdp_map_fd(ifname: *const c_char, map: *const c_char) -> c_int;
     pub fn vl_map_replace(fd: c_int, keys: *const u8, values: *const u32, n: c_int, key_size: c_int) -> c_int;

@@ -88,10 +88,7 @@ pub fn device_name(dev: &str) -> &str {
 /// Free 2 MiB (or default-size) huge pages, from /proc/meminfo.
 pub fn free_hugepages() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("HugePages_Free:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    text.lines().find_map(|l| l.strip_prefix("HugePages_Free:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
 static EAL_STARTED: AtomicBool = AtomicBool::new(false);
@@ -190,9 +187,7 @@ impl Mempool {
         let mut err = 0;
         // SAFETY: valid C string; err is a valid out pointer.
         let p = unsafe { ffi::vl_pool_create(cname.as_ptr(), mbufs, cache, data_room, -1, &mut err) };
-        NonNull::new(p)
-            .map(|ptr| Mempool { ptr, _eal: eal.clone() })
-            .ok_or_else(|| Error::Pool { name: name.to_string(), mbufs, room: data_room, reason: strerror(err) })
+        NonNull::new(p).map(|ptr| Mempool { ptr, _eal: eal.clone() }).ok_or_else(|| Error::Pool { name: name.to_string(), mbufs, room: data_room, reason: strerror(err) })
     }
 
     pub fn available(&self) -> u32 {
@@ -299,12 +294,7 @@ impl EthPort {
         let mut i = ffi::VlPortInfo::default();
         // SAFETY: valid out pointer.
         check(|| format!("port {}: device info", self.id), unsafe { ffi::vl_port_info(self.id, &mut i) })?;
-        Ok(PortInfo {
-            driver: cstr_bytes(&i.driver),
-            max_rx_queues: i.max_rx_queues,
-            max_tx_queues: i.max_tx_queues,
-            max_rx_pktlen: i.max_rx_pktlen,
-        })
+        Ok(PortInfo { driver: cstr_bytes(&i.driver), max_rx_queues: i.max_rx_queues, max_tx_queues: i.max_tx_queues, max_rx_pktlen: i.max_rx_pktlen })
     }
 
     /// Configures `queues` rx and tx queues (RSS across the rx queues when above one), sets
@@ -347,12 +337,7 @@ impl EthPort {
         }
         let n = self.nqueues.load(Ordering::SeqCst);
         Ok((0..n)
-            .map(|q| {
-                (
-                    EthRx { port: self.clone(), queue: q, count: true, _not_sync: NotSync::default() },
-                    EthTx { port: self.clone(), queue: q, _not_sync: NotSync::default() },
-                )
-            })
+            .map(|q| (EthRx { port: self.clone(), queue: q, count: true, _not_sync: NotSync::default() }, EthTx { port: self.clone(), queue: q, _not_sync: NotSync::default() }))
             .collect())
     }
 
@@ -640,9 +625,7 @@ impl TxQueue<Mbuf> for RingTx {
     fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
         // SAFETY: multi-producer enqueue is thread-safe; ownership of the first n passes to
         // the ring.
-        let n = unsafe {
-            ffi::vl_ring_enqueue_burst(self.ring.ptr.as_ptr(), pkts.as_mut_ptr() as *mut *mut libc::c_void, pkts.len() as u32) as usize
-        };
+        let n = unsafe { ffi::vl_ring_enqueue_burst(self.ring.ptr.as_ptr(), pkts.as_mut_ptr() as *mut *mut libc::c_void, pkts.len() as u32) as usize };
         forget_front(pkts, n);
         n
     }

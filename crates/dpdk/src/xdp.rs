@@ -167,11 +167,21 @@ const QS_ANYPORT: u64 = 4;
 /// VIP, port, protocol) or by the backend it comes from (`Backend`: replies of NAT services).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QsMatch {
-    Service { vip: IpAddr, port: u16, proto: u8 },
-    Backend { addr: IpAddr, port: u16, proto: u8 },
+    Service {
+        vip: IpAddr,
+        port: u16,
+        proto: u8,
+    },
+    Backend {
+        addr: IpAddr,
+        port: u16,
+        proto: u8,
+    },
     /// A set's VIP, for packets that carry no ports (later fragments, IPv6 with extension
     /// headers).
-    Vip { addr: IpAddr },
+    Vip {
+        addr: IpAddr,
+    },
 }
 
 impl QsMatch {
@@ -283,7 +293,8 @@ impl Loaded {
         let mut err = 0;
         // SAFETY: OBJECT is a complete BPF object; libbpf copies what it keeps.
         let obj = unsafe { ffi::vl_bpf_load(OBJECT.as_ptr() as *const _, OBJECT.len(), &mut err) };
-        let obj = std::ptr::NonNull::new(obj).ok_or_else(|| Error::Xdp { iface: "(loaded)".into(), what: "loading the program", source: std::io::Error::from_raw_os_error(-err) })?;
+        let obj =
+            std::ptr::NonNull::new(obj).ok_or_else(|| Error::Xdp { iface: "(loaded)".into(), what: "loading the program", source: std::io::Error::from_raw_os_error(-err) })?;
         let prog = Self::fd(obj, PROGRAM_NAME, false);
         let prog = match prog {
             Ok(p) => p,

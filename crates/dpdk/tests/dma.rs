@@ -5,7 +5,7 @@
 use vectorlb_dpdk::dma::DmaEngine;
 use vectorlb_dpdk::Eal;
 use vectorlb_io::copy::SubmitError;
-use vectorlb_io::{CopyEngine, CopyOp, Copier};
+use vectorlb_io::{Copier, CopyEngine, CopyOp};
 
 fn wait(e: &mut dyn CopyEngine, cookie: u64) {
     let t = std::time::Instant::now();

@@ -18,7 +18,7 @@ pub mod copy;
 pub mod mem;
 
 pub use buf::{HeapBuf, PacketBuf, DEFAULT_HEADROOM, DEFAULT_ROOM};
-pub use copy::{CopyEngine, CopyOp, Copier, CpuEngine};
+pub use copy::{Copier, CopyEngine, CopyOp, CpuEngine};
 
 /// What a packet knows about where it came from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -154,9 +154,7 @@ fn has_prefetchw() -> bool {
         _ => {
             // SAFETY: CPUID is present on every x86_64 CPU; leaf 0x8000_0000 tells whether the
             // extended leaf exists before it is read.
-            let yes = {
-                std::arch::x86_64::__cpuid(0x8000_0000).eax >= 0x8000_0001 && std::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0
-            };
+            let yes = { std::arch::x86_64::__cpuid(0x8000_0000).eax >= 0x8000_0001 && std::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0 };
             HAS.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
             yes
         }

@@ -3,13 +3,13 @@
 //! and errors from elsewhere about a session, translated like the session's packets so they
 //! reach the host that sent the original.
 
-use vectorlb_io::PacketBuf;
 use crate::mem::Zeroable;
 use crate::pipeline::{Meta, Worker};
 use crate::rewrite::{egress, Fam, Hdr};
 use crate::service::{Hop, Mode, Snapshot};
 use crate::session::{state, Session};
 use crate::verdict::{DropReason, Verdict};
+use vectorlb_io::PacketBuf;
 use vectorlb_packet::checksum::{self, adjust16};
 use vectorlb_packet::{icmp, proto};
 
@@ -111,15 +111,7 @@ impl Worker {
     /// Turns the packet in `b` into an ICMP error to its source, in place, quoting as much of it
     /// as fits in 576 (IPv4) or 1280 (IPv6) bytes. The packet itself counts as dropped for
     /// `reason`; if no error can be sent the verdict is that drop.
-    pub(crate) fn icmp_error<A: Fam, B: PacketBuf>(
-        &mut self,
-        snap: &Snapshot,
-        b: &mut B,
-        m: &Meta,
-        kind: ErrorKind,
-        reason: DropReason,
-        now: u32,
-    ) -> Verdict
+    pub(crate) fn icmp_error<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, kind: ErrorKind, reason: DropReason, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {
@@ -204,11 +196,7 @@ impl Worker {
         let d = b.data();
         let t = d[h.l4];
         let dst = A::read(d, h.l3 + A::DST);
-        let (echo_req, is_err) = if A::V6 {
-            (t == icmp::v6::ECHO_REQUEST, icmp::v6::is_error(t))
-        } else {
-            (t == icmp::v4::ECHO_REQUEST, icmp::v4::is_error(t))
-        };
+        let (echo_req, is_err) = if A::V6 { (t == icmp::v6::ECHO_REQUEST, icmp::v6::is_error(t)) } else { (t == icmp::v4::ECHO_REQUEST, icmp::v4::is_error(t)) };
         if echo_req {
             return if snap.is_own(dst.key()) { self.echo_reply::<A, B>(snap, b, &h) } else { Verdict::Kernel };
         }
@@ -302,24 +290,10 @@ impl Worker {
             let baddr = A::from_ip(be.addr).ok_or(Verdict::Drop(DropReason::NoRoute))?;
             let bport = if be.port != 0 { be.port } else { esport };
             return Ok(Some(match svc.spec.mode {
-                Mode::Nat => Translation {
-                    outer_src: None,
-                    outer_dst: baddr,
-                    emb_src: Some((baddr, bport)),
-                    emb_dst: None,
-                    hop,
-                    tunnel: None,
-                },
+                Mode::Nat => Translation { outer_src: None, outer_dst: baddr, emb_src: Some((baddr, bport)), emb_dst: None, hop, tunnel: None },
                 Mode::Fnat => {
                     let laddr = snap.laddr_addr(s.laddr).and_then(A::from_ip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
-                    Translation {
-                        outer_src: Some(laddr),
-                        outer_dst: baddr,
-                        emb_src: Some((baddr, bport)),
-                        emb_dst: Some((laddr, s.lport)),
-                        hop,
-                        tunnel: None,
-                    }
+                    Translation { outer_src: Some(laddr), outer_dst: baddr, emb_src: Some((baddr, bport)), emb_dst: Some((laddr, s.lport)), hop, tunnel: None }
                 }
                 Mode::Dr => Translation { outer_src: None, outer_dst, emb_src: None, emb_dst: None, hop, tunnel: None },
                 Mode::Tun => {
@@ -340,26 +314,12 @@ impl Worker {
             let s = *self.table.get::<A>(r);
             let hop = self.route_to(snap, s.client.key(), !A::V6).ok_or(Verdict::Drop(DropReason::NoRoute))?;
             if s.flags & crate::session::flag::SNAT != 0 {
-                return Ok(Some(Translation {
-                    outer_src: None,
-                    outer_dst: s.client,
-                    emb_src: Some((s.client, s.cport)),
-                    emb_dst: None,
-                    hop,
-                    tunnel: None,
-                }));
+                return Ok(Some(Translation { outer_src: None, outer_dst: s.client, emb_src: Some((s.client, s.cport)), emb_dst: None, hop, tunnel: None }));
             }
             let svc = snap.service(s.svc).ok_or(Verdict::Drop(DropReason::BackendRemoved))?;
             let vip = A::from_ip(svc.spec.vip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
             let vport = if svc.spec.port != 0 { svc.spec.port } else { edport };
-            return Ok(Some(Translation {
-                outer_src: Some(vip),
-                outer_dst: s.client,
-                emb_src: Some((s.client, s.cport)),
-                emb_dst: Some((vip, vport)),
-                hop,
-                tunnel: None,
-            }));
+            return Ok(Some(Translation { outer_src: Some(vip), outer_dst: s.client, emb_src: Some((s.client, s.cport)), emb_dst: Some((vip, vport)), hop, tunnel: None }));
         }
         // The quoted packet went from a client to a NAT backend.
         if let Some(ids) = snap.nat_backends(edst.key(), edport, eproto) {
@@ -376,14 +336,7 @@ impl Worker {
                 let vip = A::from_ip(svc.spec.vip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
                 let vport = if svc.spec.port != 0 { svc.spec.port } else { edport };
                 let hop = self.route_to(snap, s.client.key(), !A::V6).ok_or(Verdict::Drop(DropReason::NoRoute))?;
-                return Ok(Some(Translation {
-                    outer_src: Some(vip),
-                    outer_dst: s.client,
-                    emb_src: None,
-                    emb_dst: Some((vip, vport)),
-                    hop,
-                    tunnel: None,
-                }));
+                return Ok(Some(Translation { outer_src: Some(vip), outer_dst: s.client, emb_src: None, emb_dst: Some((vip, vport)), hop, tunnel: None }));
             }
         }
         Ok(None)

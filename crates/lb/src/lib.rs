@@ -25,7 +25,7 @@ pub mod synproxy;
 pub mod tcpstate;
 pub mod verdict;
 
-pub use vectorlb_io::{HeapBuf, PacketBuf};
 pub use pipeline::{ForwardFlow, Worker, WorkerConfig, DEFAULT_BATCH};
-pub use service::{BackendSpec, ConfigError, Control, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, SnatSpec, Snapshot, SynProxy, Timeouts};
+pub use service::{BackendSpec, ConfigError, Control, LbSpec, Mode, PortSpec, RouteSpec, ServiceSpec, Snapshot, SnatSpec, SynProxy, Timeouts};
+pub use vectorlb_io::{HeapBuf, PacketBuf};
 pub use verdict::{Counters, DropReason, Verdict};

@@ -37,20 +37,9 @@ impl<T: Zeroable> MmapArray<T> {
     /// Maps `len` zeroed elements. Nothing is resident until written or read.
     pub fn new(len: usize) -> io::Result<Self> {
         let len = len.max(1);
-        let bytes = len
-            .checked_mul(std::mem::size_of::<T>())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "array too large"))?;
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "array too large"))?;
         // SAFETY: an anonymous private mapping with no address hint; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0) };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }

@@ -7,9 +7,9 @@
 //! it is on a connected network, so the control thread can learn it. [`arp_request`] and
 //! [`solicit`] build the frames the control thread sends to resolve next hops.
 
-use vectorlb_io::PacketBuf;
 use crate::service::{key, key4, key6, Snapshot};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use vectorlb_io::PacketBuf;
 use vectorlb_packet::checksum;
 use vectorlb_packet::ethernet::{self, ethertype, Mac};
 use vectorlb_packet::{arp, proto};
@@ -72,10 +72,7 @@ pub fn handle<B: PacketBuf>(buf: &mut B, snap: &Snapshot, port: u16, floating: b
         let Ok(a) = arp::ArpPacket::new_checked(l3) else { return out };
         let (sip, smac, tip) = (a.sender_ip(), a.sender_mac(), a.target_ip());
         let ours = answers(snap, key4(tip.octets()), floating);
-        if !sip.is_unspecified() && smac != BROADCAST && smac[0] & 1 == 0 && ours
-            && !snap.is_own(key4(sip.octets()))
-            && snap.on_link(key4(sip.octets()), true)
-        {
+        if !sip.is_unspecified() && smac != BROADCAST && smac[0] & 1 == 0 && ours && !snap.is_own(key4(sip.octets())) && snap.on_link(key4(sip.octets()), true) {
             out.learned = Some((IpAddr::V4(sip), smac));
         }
         if a.operation() == arp::OP_REQUEST && ours && sip != tip {

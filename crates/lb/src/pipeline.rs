@@ -15,7 +15,6 @@
 //! The worker owns its session table and counters; it shares only the configuration snapshot,
 //! which it re-reads between batches when the control plane publishes a new one.
 
-use vectorlb_io::PacketBuf;
 use crate::hash::{addr_hash, flow_hash};
 use crate::mem::Zeroable;
 use crate::rewrite::{egress, Fam, Hdr};
@@ -24,6 +23,7 @@ use crate::session::{expired, flag, state, InsertError, Probe, Ref, Session, Ses
 use crate::tcpstate;
 use crate::verdict::{Counters, DropReason, Verdict};
 use std::sync::Arc;
+use vectorlb_io::PacketBuf;
 use vectorlb_packet::{parse_frame, proto, tcp, Family, Frag};
 use vectorlb_sched::PickState;
 
@@ -347,11 +347,7 @@ impl Worker {
             .drain(..)
             .filter_map(|(k, v4)| {
                 let port = snap.next_hop(k, v4)?.1;
-                let ip = if v4 {
-                    std::net::IpAddr::V4(std::net::Ipv4Addr::from(k as u32))
-                } else {
-                    std::net::IpAddr::V6(std::net::Ipv6Addr::from(k))
-                };
+                let ip = if v4 { std::net::IpAddr::V4(std::net::Ipv4Addr::from(k as u32)) } else { std::net::IpAddr::V6(std::net::Ipv6Addr::from(k)) };
                 Some((ip, port))
             })
             .collect()
@@ -515,13 +511,7 @@ impl Worker {
 
     /// Stage 1 for one packet. Returns a verdict when the packet is decided already.
     #[inline(always)]
-    fn classify<'a>(
-        &self,
-        snap: &'a Snapshot,
-        d: &[u8],
-        m: &mut Meta,
-        memo: &mut DstMemo<'a>,
-    ) -> Option<Verdict> {
+    fn classify<'a>(&self, snap: &'a Snapshot, d: &[u8], m: &mut Meta, memo: &mut DstMemo<'a>) -> Option<Verdict> {
         let info = match parse_frame(d) {
             Ok(i) => i,
             Err(e) => return Some(Verdict::Drop(e.into())),
@@ -545,14 +535,7 @@ impl Worker {
     }
 
     #[inline(always)]
-    pub(crate) fn classify_fam<'a, A: Fam>(
-        &self,
-        snap: &'a Snapshot,
-        d: &[u8],
-        frag: Frag,
-        m: &mut Meta,
-        memo: &mut DstMemo<'a>,
-    ) -> Option<Verdict>
+    pub(crate) fn classify_fam<'a, A: Fam>(&self, snap: &'a Snapshot, d: &[u8], frag: Frag, m: &mut Meta, memo: &mut DstMemo<'a>) -> Option<Verdict>
     where
         Session<A>: Zeroable,
     {
@@ -578,13 +561,7 @@ impl Worker {
                 m.kind = Kind::Icmp;
                 return None;
             }
-            _ => {
-                return Some(if own.is_some_and(|d| d.vip) {
-                    Verdict::Drop(DropReason::UnsupportedProtocol)
-                } else {
-                    Verdict::Kernel
-                })
-            }
+            _ => return Some(if own.is_some_and(|d| d.vip) { Verdict::Drop(DropReason::UnsupportedProtocol) } else { Verdict::Kernel }),
         }
         let ports = u32::from_be_bytes(d[l4..l4 + 4].try_into().unwrap());
         (m.sport, m.dport) = ((ports >> 16) as u16, ports as u16);
@@ -662,9 +639,7 @@ impl Worker {
         let r = match m.cand {
             Some(r) if hit(&self.table, r) => Some(r),
             Some(_) => self.table.find_fwd(m.hash, svc, client, cport),
-            None if m.deep || self.table.stats.inserted as u16 != m.seen => {
-                self.table.find_fwd(m.hash, svc, client, cport)
-            }
+            None if m.deep || self.table.stats.inserted as u16 != m.seen => self.table.find_fwd(m.hash, svc, client, cport),
             None => None,
         }?;
         self.live::<A>(r, now)
@@ -744,11 +719,7 @@ impl Worker {
         let ack = u32::from_be_bytes(t[8..12].try_into().unwrap());
         let flags = t[13];
         let seg_len = (t.len() - doff) as u32 + (flags & tcp::flags::SYN != 0) as u32 + (flags & tcp::flags::FIN != 0) as u32;
-        let (rseq, rack, rflags) = if flags & tcp::flags::ACK != 0 {
-            (ack, 0, tcp::flags::RST)
-        } else {
-            (0, seq.wrapping_add(seg_len), tcp::flags::RST | tcp::flags::ACK)
-        };
+        let (rseq, rack, rflags) = if flags & tcp::flags::ACK != 0 { (ack, 0, tcp::flags::RST) } else { (0, seq.wrapping_add(seg_len), tcp::flags::RST | tcp::flags::ACK) };
         let seg = crate::synproxy::Segment {
             sport: u16::from_be_bytes([t[2], t[3]]),
             dport: u16::from_be_bytes([t[0], t[1]]),
@@ -776,16 +747,7 @@ impl Worker {
     /// with a reset answering `m`, rather than left to retry into silence.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub(crate) fn open<A: Fam, B: PacketBuf>(
-        &mut self,
-        snap: &Snapshot,
-        svc: &Service,
-        b: &mut B,
-        m: &Meta,
-        opening: &Meta,
-        src: A,
-        now: u32,
-    ) -> Result<Ref, Verdict>
+    pub(crate) fn open<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, svc: &Service, b: &mut B, m: &Meta, opening: &Meta, src: A, now: u32) -> Result<Ref, Verdict>
     where
         Session<A>: Zeroable,
     {
@@ -812,8 +774,7 @@ impl Worker {
         if matches!(svc.spec.scheduler, vectorlb_sched::Algorithm::Wlc) {
             let active = self.table.active();
             self.wlc_scratch.clear();
-            self.wlc_scratch
-                .extend(svc.backends.iter().map(|&b| active.get(backend_slot(b) as usize).copied().unwrap_or(0)));
+            self.wlc_scratch.extend(svc.backends.iter().map(|&b| active.get(backend_slot(b) as usize).copied().unwrap_or(0)));
         }
         let fh = flow_hash(client.key(), svc.vip_key, m.sport, m.dport, m.proto);
         let pick = svc.sched.pick(&mut self.picks[id], fh, addr_hash(client.key()), &self.wlc_scratch);
@@ -840,18 +801,7 @@ impl Worker {
     /// Inserts a session for the flow of `m`, binding a local port from `laddrs` (cursor
     /// `cursor` of this core) when given.
     #[allow(clippy::too_many_arguments)]
-    fn insert<A: Fam>(
-        &mut self,
-        m: &Meta,
-        client: A,
-        svc: u16,
-        backend: u32,
-        flags: u8,
-        t: &Timeouts,
-        laddrs: &[u16],
-        cursor: usize,
-        now: u32,
-    ) -> Result<Ref, DropReason>
+    fn insert<A: Fam>(&mut self, m: &Meta, client: A, svc: u16, backend: u32, flags: u8, t: &Timeouts, laddrs: &[u16], cursor: usize, now: u32) -> Result<Ref, DropReason>
     where
         Session<A>: Zeroable,
     {
@@ -863,17 +813,7 @@ impl Worker {
             }
             to = syn_timeout(to, self.table.half_open(), self.half_open_limit);
         }
-        let s = Session {
-            client,
-            cport: m.sport,
-            svc,
-            backend,
-            laddr: NO_LADDR,
-            lport: 0,
-            expire: now.wrapping_add(to),
-            state: st,
-            flags,
-        };
+        let s = Session { client, cport: m.sport, svc, backend, laddr: NO_LADDR, lport: 0, expire: now.wrapping_add(to), state: st, flags };
         if self.cursors.len() <= cursor {
             self.cursors.resize(cursor + 1, 0);
         }
@@ -1037,10 +977,11 @@ impl Worker {
             // TIME_WAIT / CLOSE session, the client reusing its port) or whose backend was
             // removed: the old session ends and the flow is scheduled afresh (as IPVS's
             // conn_reuse_mode), so a drained or removed backend gets no new connection.
-            Some(r) if opens_flow(m) && {
-                let s = self.table.get::<A>(r);
-                snap.backend(s.backend).is_none() || (m.proto == proto::TCP && matches!(s.state, state::TIME_WAIT | state::CLOSE))
-            } =>
+            Some(r)
+                if opens_flow(m) && {
+                    let s = self.table.get::<A>(r);
+                    snap.backend(s.backend).is_none() || (m.proto == proto::TCP && matches!(s.state, state::TIME_WAIT | state::CLOSE))
+                } =>
             {
                 self.table.remove::<A>(r);
                 None
@@ -1094,7 +1035,15 @@ impl Worker {
         let Some(hop) = be.hop.as_ref() else {
             return Verdict::Drop(DropReason::NoNeighbor);
         };
-        let overhead = if mode == Mode::Tun { if A::V6 { 40 } else { 20 } } else { 0 };
+        let overhead = if mode == Mode::Tun {
+            if A::V6 {
+                40
+            } else {
+                20
+            }
+        } else {
+            0
+        };
         if h.ip_len() + overhead > hop.mtu as usize {
             let mtu = hop.mtu as usize - overhead;
             return self.too_big::<A, B>(snap, b, m, mtu, now);
@@ -1281,16 +1230,7 @@ impl Worker {
     /// Rewrites a reply toward the session's client: the source becomes the VIP (when given),
     /// the destination the client. Shared by full-NAT replies, NAT replies and SNAT returns.
     #[allow(clippy::too_many_arguments)]
-    fn reply_to_client<A: Fam, B: PacketBuf>(
-        &mut self,
-        snap: &Snapshot,
-        b: &mut B,
-        m: &Meta,
-        r: Ref,
-        t: &Timeouts,
-        vip: Option<(A, u16)>,
-        now: u32,
-    ) -> Verdict
+    fn reply_to_client<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, r: Ref, t: &Timeouts, vip: Option<(A, u16)>, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {

@@ -136,7 +136,9 @@ pub enum SynProxy {
     Off,
     On,
     /// While the core holds at least this many half-open sessions.
-    Auto { half_open: u32 },
+    Auto {
+        half_open: u32,
+    },
 }
 
 impl SynProxy {
@@ -245,10 +247,7 @@ pub mod two_arm {
         let port = |name: &str, mac, v4: &str, len, v6: &str| PortSpec { name: name.into(), mac, addrs: vec![(ip(v4), len), (ip(v6), 64)], vlan: None, mtu: 1500 };
         LbSpec {
             ports: vec![port("ext", EXT_MAC, "10.0.0.1", 24, "2001:db8::1"), port("int", INT_MAC, "10.1.0.1", int_len, "2001:db8:1::1")],
-            routes: vec![
-                RouteSpec { prefix: ip("0.0.0.0"), len: 0, port: 0, via: ip("10.0.0.254") },
-                RouteSpec { prefix: ip("::"), len: 0, port: 0, via: ip("2001:db8::fe") },
-            ],
+            routes: vec![RouteSpec { prefix: ip("0.0.0.0"), len: 0, port: 0, via: ip("10.0.0.254") }, RouteSpec { prefix: ip("::"), len: 0, port: 0, via: ip("2001:db8::fe") }],
             neighbors: vec![(ip("10.0.0.254"), ROUTER_MAC), (ip("2001:db8::fe"), ROUTER_MAC)],
             services: vec![],
             snat: vec![],
@@ -516,10 +515,7 @@ impl Snapshot {
         if self.nat_replies.is_empty() {
             return None;
         }
-        self.nat_replies
-            .get(&(src, port, proto))
-            .or_else(|| self.nat_replies.get(&(src, 0, proto)))
-            .map(|v| &v[..])
+        self.nat_replies.get(&(src, port, proto)).or_else(|| self.nat_replies.get(&(src, 0, proto))).map(|v| &v[..])
     }
 
     #[inline(always)]
@@ -849,17 +845,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             if snap.backends.len() <= slot {
                 snap.backends.resize(slot + 1, None);
             }
-            snap.backends[slot] = Some(Backend {
-                id: bid,
-                svc: id,
-                addr: b.addr,
-                bytes: bytes16(b.addr),
-                key: key(b.addr),
-                port: b.port,
-                weight: b.weight,
-                hop,
-                tun_src,
-            });
+            snap.backends[slot] = Some(Backend { id: bid, svc: id, addr: b.addr, bytes: bytes16(b.addr), key: key(b.addr), port: b.port, weight: b.weight, hop, tun_src });
             if s.mode == Mode::Nat {
                 let port = if b.port == 0 { 0 } else { b.port };
                 snap.nat_replies.entry((key(b.addr), port, s.proto)).or_default().push(bid);
@@ -884,15 +870,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         if snap.services.len() <= id as usize {
             snap.services.resize(id as usize + 1, None);
         }
-        snap.services[id as usize] = Some(Service {
-            id,
-            spec: s.clone(),
-            vip_key: key(s.vip),
-            vip_bytes: bytes16(s.vip),
-            sched,
-            backends: ids,
-            laddrs,
-        });
+        snap.services[id as usize] = Some(Service { id, spec: s.clone(), vip_key: key(s.vip), vip_bytes: bytes16(s.vip), sched, backends: ids, laddrs });
     }
     for (i, r) in spec.snat.iter().enumerate() {
         if r.addrs.is_empty() {
@@ -910,14 +888,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             laddrs.push(add_laddr(&mut snap, reg, a)?);
         }
         let mask = prefix_mask(r.source.is_ipv4(), r.prefix_len);
-        snap.snat.push(SnatRule {
-            id: SNAT_ID_BIT | i as u16,
-            net: key(r.source) & mask,
-            mask,
-            v4: r.source.is_ipv4(),
-            laddrs,
-            timeouts: r.timeouts,
-        });
+        snap.snat.push(SnatRule { id: SNAT_ID_BIT | i as u16, net: key(r.source) & mask, mask, v4: r.source.is_ipv4(), laddrs, timeouts: r.timeouts });
     }
     reg.retain(&used_svcs, &used_backends);
     Ok(snap)

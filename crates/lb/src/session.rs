@@ -466,10 +466,7 @@ impl Footprint {
         let entries = cfg.index_entries.max(1);
         let nbuckets = ((entries as f64 / (SLOTS as f64 * LOAD)).ceil() as u64).max(2);
         let max = cfg.max_sessions.clamp(1, MAX_RECORDS) as u64;
-        Footprint {
-            index_bytes: (nbuckets + MAX_PROBE as u64) * std::mem::size_of::<Bucket>() as u64,
-            records_bytes: max * std::mem::size_of::<Session<[u8; 16]>>() as u64,
-        }
+        Footprint { index_bytes: (nbuckets + MAX_PROBE as u64) * std::mem::size_of::<Bucket>() as u64, records_bytes: max * std::mem::size_of::<Session<[u8; 16]>>() as u64 }
     }
 
     /// The most the table can hold resident.
@@ -495,11 +492,7 @@ impl SessionTable {
             half_open: 0,
             ports: Vec::new(),
             active: Vec::new(),
-            seeds: [
-                crate::hash::mix64(s ^ 1) | 1,
-                crate::hash::mix64(s ^ 2) | 1,
-                crate::hash::mix64(s ^ 3) | 1,
-            ],
+            seeds: [crate::hash::mix64(s ^ 1) | 1, crate::hash::mix64(s ^ 2) | 1, crate::hash::mix64(s ^ 3) | 1],
             cfg: TableConfig { max_sessions: max, ..cfg },
             stats: TableStats::default(),
         })
@@ -1101,17 +1094,7 @@ mod tests {
     use super::*;
 
     fn sess(ip: u32, port: u16, svc: u16, backend: u32) -> SessionV4 {
-        Session {
-            client: ip.to_be_bytes(),
-            cport: port,
-            svc,
-            backend,
-            laddr: NO_LADDR,
-            lport: 0,
-            expire: 1000,
-            state: state::ESTABLISHED,
-            flags: 0,
-        }
+        Session { client: ip.to_be_bytes(), cport: port, svc, backend, laddr: NO_LADDR, lport: 0, expire: 1000, state: state::ESTABLISHED, flags: 0 }
     }
 
     #[test]
@@ -1176,10 +1159,8 @@ mod tests {
         assert_eq!(home + deep, n);
         assert!(deep > n / 100, "a full table overflows some buckets ({deep} of {n})");
         // An absent key in an overflowed bucket: the window has no candidate for it.
-        let absent = (0..100_000u32)
-            .map(|i| t.hash_fwd(2, &i.to_be_bytes(), 9))
-            .find(|h| matches!(t.probe(*h), Probe::Deep))
-            .expect("some absent key lands in an overflowed bucket");
+        let absent =
+            (0..100_000u32).map(|i| t.hash_fwd(2, &i.to_be_bytes(), 9)).find(|h| matches!(t.probe(*h), Probe::Deep)).expect("some absent key lands in an overflowed bucket");
         assert_eq!(t.probe_window(absent), None);
     }
 
@@ -1250,17 +1231,7 @@ mod tests {
     #[test]
     fn v6_records() {
         let mut t = SessionTable::new(TableConfig::new(10)).unwrap();
-        let s = SessionV6 {
-            client: [7; 16],
-            cport: 80,
-            svc: 2,
-            backend: 1,
-            laddr: NO_LADDR,
-            lport: 0,
-            expire: 10,
-            state: state::UDP,
-            flags: 0,
-        };
+        let s = SessionV6 { client: [7; 16], cport: 80, svc: 2, backend: 1, laddr: NO_LADDR, lport: 0, expire: 10, state: state::UDP, flags: 0 };
         let r = t.insert(s, &[], &mut 0).unwrap();
         assert!(r.is_v6());
         let h = t.hash_fwd(2, &[7u8; 16], 80);

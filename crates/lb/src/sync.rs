@@ -124,11 +124,7 @@ impl Worker {
         let snap = self.snap.clone();
         for r in std::mem::take(&mut self.changed) {
             let t = &self.table;
-            let rec = if r.is_v6() {
-                record(&snap, t.get::<[u8; 16]>(r), t.adj::<[u8; 16]>(r), now)
-            } else {
-                record(&snap, t.get::<[u8; 4]>(r), t.adj::<[u8; 4]>(r), now)
-            };
+            let rec = if r.is_v6() { record(&snap, t.get::<[u8; 16]>(r), t.adj::<[u8; 16]>(r), now) } else { record(&snap, t.get::<[u8; 4]>(r), t.adj::<[u8; 4]>(r), now) };
             out.extend(rec);
         }
     }
@@ -182,8 +178,7 @@ impl Worker {
         };
         let expire = now.wrapping_add(rec.expire_in);
         // Flags that describe the record's index entries are ours to set.
-        let flags = rec.flags & !(flag::PORT | flag::REVERSE | flag::SNAT)
-            | if snap.service(svc).is_some_and(|s| s.spec.mode == crate::Mode::Nat) { flag::REVERSE } else { 0 };
+        let flags = rec.flags & !(flag::PORT | flag::REVERSE | flag::SNAT) | if snap.service(svc).is_some_and(|s| s.spec.mode == crate::Mode::Nat) { flag::REVERSE } else { 0 };
         let h = self.table.hash_fwd(svc, &client, rec.cport);
         if let Some(r) = self.table.find_fwd(h, svc, &client, rec.cport) {
             let s = *self.table.get::<A>(r);

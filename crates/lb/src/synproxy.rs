@@ -34,8 +34,8 @@ use crate::session::{adj_opt, flag, state, Ref, SeqAdj, Session};
 use crate::verdict::{DropReason, Verdict};
 use vectorlb_io::PacketBuf;
 use vectorlb_packet::checksum::{adjust16, adjust32};
-use vectorlb_packet::tcp::{flags as tf, option};
 use vectorlb_packet::proto;
+use vectorlb_packet::tcp::{flags as tf, option};
 
 /// The MSS values a cookie can carry (two bits): the largest not above the client's is used.
 pub const MSS_TABLE: [u16; 4] = [536, 1220, 1440, 1460];
@@ -103,10 +103,7 @@ impl Flow {
 /// MSS index `mss_idx` (< 4).
 pub fn cookie(key: [u64; 2], f: &Flow, isn: u32, now: u32, mss_idx: u32) -> u32 {
     let count = (now >> TICK_SHIFT) & 0xff;
-    f.hash(key, 0)
-        .wrapping_add(isn)
-        .wrapping_add(count << COOKIE_BITS)
-        .wrapping_add(f.hash(key, 1 + count as u64).wrapping_add(mss_idx) & COOKIE_MASK)
+    f.hash(key, 0).wrapping_add(isn).wrapping_add(count << COOKIE_BITS).wrapping_add(f.hash(key, 1 + count as u64).wrapping_add(mss_idx) & COOKIE_MASK)
 }
 
 /// The MSS index a cookie carries when it is one this key issued for the flow and `isn` within
@@ -332,15 +329,7 @@ impl Worker {
     /// backend's SYN (with the packet's new layout), anything else as without the proxy.
     #[cold]
     #[inline(never)]
-    pub(crate) fn synproxy_new<A: Fam, B: PacketBuf>(
-        &mut self,
-        snap: &Snapshot,
-        svc: &Service,
-        b: &mut B,
-        m: &Meta,
-        src: A,
-        now: u32,
-    ) -> Result<(Ref, Option<Meta>), Verdict>
+    pub(crate) fn synproxy_new<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, svc: &Service, b: &mut B, m: &Meta, src: A, now: u32) -> Result<(Ref, Option<Meta>), Verdict>
     where
         Session<A>: Zeroable,
     {
@@ -397,16 +386,7 @@ impl Worker {
                 ob.wscale(WSCALE);
             }
         }
-        let seg = Segment {
-            sport: m.dport,
-            dport: m.sport,
-            seq: c,
-            ack: isn.wrapping_add(1),
-            flags: tf::SYN | tf::ACK,
-            win: u16::MAX,
-            opts: ob.bytes(),
-            payload: &[],
-        };
+        let seg = Segment { sport: m.dport, dport: m.sport, seq: c, ack: isn.wrapping_add(1), flags: tf::SYN | tf::ACK, win: u16::MAX, opts: ob.bytes(), payload: &[] };
         let Some(nh) = build_segment::<A, B>(b, h.l3, &dst, &src, &seg) else {
             return Verdict::Drop(DropReason::NoRoom);
         };
@@ -439,15 +419,7 @@ impl Worker {
             }
             None => (NO_WS, false, None),
         };
-        Some(Handshake {
-            isn,
-            cookie: c,
-            mss: MSS_TABLE[idx as usize],
-            wscale,
-            sack_ok,
-            ts,
-            win: u16::from_be_bytes([t[14], t[15]]),
-        })
+        Some(Handshake { isn, cookie: c, mss: MSS_TABLE[idx as usize], wscale, sack_ok, ts, win: u16::from_be_bytes([t[14], t[15]]) })
     }
 
     /// Turns the client's cookie ACK in `b` into the SYN the backend is sent (still addressed
@@ -468,16 +440,7 @@ impl Worker {
         if hs.wscale != NO_WS {
             ob.wscale(hs.wscale);
         }
-        let seg = Segment {
-            sport: m.sport,
-            dport: m.dport,
-            seq: hs.isn,
-            ack: 0,
-            flags: tf::SYN,
-            win: hs.win,
-            opts: ob.bytes(),
-            payload: &[],
-        };
+        let seg = Segment { sport: m.sport, dport: m.dport, seq: hs.isn, ack: 0, flags: tf::SYN, win: hs.win, opts: ob.bytes(), payload: &[] };
         let nh = build_segment::<A, B>(b, h.l3, &src, &dst, &seg)?;
         let s = self.table.get_mut::<A>(r);
         s.flags |= flag::SYNPROXY;
@@ -552,13 +515,8 @@ impl Worker {
                 return DropReason::SynproxyPending;
             }
         }
-        let held = Held {
-            seq: u32::from_be_bytes(t[4..8].try_into().unwrap()),
-            flags: m.tcp_flags & tf::PSH,
-            tsval: scan(t, doff).ts.map(|x| x.0),
-            at: now,
-            payload: t[doff..].to_vec(),
-        };
+        let held =
+            Held { seq: u32::from_be_bytes(t[4..8].try_into().unwrap()), flags: m.tcp_flags & tf::PSH, tsval: scan(t, doff).ts.map(|x| x.0), at: now, payload: t[doff..].to_vec() };
         self.held.insert(r.raw_key(), held);
         self.counters.events.synproxy_held += 1;
         DropReason::SynproxyHeld
@@ -570,15 +528,7 @@ impl Worker {
     #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
-    pub(crate) fn synproxy_out<A: Fam, B: PacketBuf>(
-        &mut self,
-        snap: &Snapshot,
-        b: &mut B,
-        m: &Meta,
-        r: Ref,
-        established: u32,
-        now: u32,
-    ) -> Option<Verdict>
+    pub(crate) fn synproxy_out<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, r: Ref, established: u32, now: u32) -> Option<Verdict>
     where
         Session<A>: Zeroable,
     {
@@ -625,17 +575,7 @@ impl Worker {
     /// The backend's SYN-ACK: records how its numbers differ from the proxy's and answers with
     /// the ACK that completes its handshake (with the TOA option when the service inserts it).
     #[allow(clippy::too_many_arguments)]
-    fn splice<A: Fam, B: PacketBuf>(
-        &mut self,
-        snap: &Snapshot,
-        b: &mut B,
-        m: &Meta,
-        r: Ref,
-        doff: usize,
-        a: &mut SeqAdj,
-        established: u32,
-        now: u32,
-    ) -> Verdict
+    fn splice<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, r: Ref, doff: usize, a: &mut SeqAdj, established: u32, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {

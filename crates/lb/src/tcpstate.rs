@@ -31,19 +31,13 @@ pub fn transition(st: u8, sflags: &mut u8, tcp: u8, inbound: bool, one_way: bool
             state::SYN_RECV if inbound => state::ESTABLISHED,
             state::SYN_SENT if inbound && one_way => state::ESTABLISHED,
             state::LAST_ACK if tcp & tf::FIN == 0 => state::TIME_WAIT,
-            state::FIN_WAIT if one_way && inbound && tcp & tf::FIN == 0 && *sflags & flag::FIN_IN != 0 => {
-                state::TIME_WAIT
-            }
+            state::FIN_WAIT if one_way && inbound && tcp & tf::FIN == 0 && *sflags & flag::FIN_IN != 0 => state::TIME_WAIT,
             s => s,
         };
     }
     if tcp & tf::FIN != 0 && matches!(next, state::SYN_SENT | state::SYN_RECV | state::ESTABLISHED | state::FIN_WAIT) {
         *sflags |= if inbound { flag::FIN_IN } else { flag::FIN_OUT };
-        next = if *sflags & (flag::FIN_IN | flag::FIN_OUT) == (flag::FIN_IN | flag::FIN_OUT) {
-            state::LAST_ACK
-        } else {
-            state::FIN_WAIT
-        };
+        next = if *sflags & (flag::FIN_IN | flag::FIN_OUT) == (flag::FIN_IN | flag::FIN_OUT) { state::LAST_ACK } else { state::FIN_WAIT };
     }
     next
 }

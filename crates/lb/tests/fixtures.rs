@@ -16,11 +16,7 @@ use vectorlb_packet::tcp::flags::*;
 
 fn client_packet(f: &Fam, protocol: u8, vport: u16) -> Builder {
     let (src, dst) = (f.sock(f.client(), 40000), f.sock(f.vip(), vport));
-    let b = if protocol == proto::TCP {
-        Builder::tcp(&src, &dst, SYN).seq(1000)
-    } else {
-        Builder::udp(&src, &dst).payload(b"query")
-    };
+    let b = if protocol == proto::TCP { Builder::tcp(&src, &dst, SYN).seq(1000) } else { Builder::udp(&src, &dst).payload(b"query") };
     b.macs(ROUTER_MAC, EXT_MAC)
 }
 
@@ -33,23 +29,10 @@ fn tcp_lifecycle_and_expiry() {
     spec.services.push(s);
     let mut lb = Lb::new(spec);
     let (c, v, be, l) = f.flow();
-    let steps: [(bool, u8); 8] = [
-        (true, SYN),
-        (false, SYN | ACK),
-        (true, ACK),
-        (true, ACK | PSH),
-        (false, ACK | PSH),
-        (true, FIN | ACK),
-        (false, FIN | ACK),
-        (true, ACK),
-    ];
+    let steps: [(bool, u8); 8] = [(true, SYN), (false, SYN | ACK), (true, ACK), (true, ACK | PSH), (false, ACK | PSH), (true, FIN | ACK), (false, FIN | ACK), (true, ACK)];
     let states = ["syn_sent", "syn_recv", "established", "established", "established", "fin_wait", "last_ack", "time_wait"];
     for (k, (inbound, fl)) in steps.iter().enumerate() {
-        let pkt = if *inbound {
-            Builder::tcp(&c, &v, *fl).macs(ROUTER_MAC, EXT_MAC)
-        } else {
-            Builder::tcp(&be, &l, *fl).macs(be_mac(1), INT_MAC)
-        };
+        let pkt = if *inbound { Builder::tcp(&c, &v, *fl).macs(ROUTER_MAC, EXT_MAC) } else { Builder::tcp(&be, &l, *fl).macs(be_mac(1), INT_MAC) };
         let (verdict, _) = lb.run(&pkt.build());
         assert!(matches!(verdict, Verdict::Tx(_)), "step {k}: {verdict:?}");
         let mut st = String::new();
@@ -268,7 +251,22 @@ fn impossible_tcp_flags_open_no_session_and_are_counted() {
 
 #[test]
 fn the_valid_flag_table_is_conntracks() {
-    let valid = [SYN, SYN | URG, SYN | ACK, RST, RST | ACK, RST | ACK | PSH, ACK, ACK | URG, ACK | PSH, ACK | PSH | URG, FIN | ACK, FIN | ACK | URG, FIN | ACK | PSH, FIN | ACK | PSH | URG];
+    let valid = [
+        SYN,
+        SYN | URG,
+        SYN | ACK,
+        RST,
+        RST | ACK,
+        RST | ACK | PSH,
+        ACK,
+        ACK | URG,
+        ACK | PSH,
+        ACK | PSH | URG,
+        FIN | ACK,
+        FIN | ACK | URG,
+        FIN | ACK | PSH,
+        FIN | ACK | PSH | URG,
+    ];
     for f in 0u8..=0x3f {
         assert_eq!(vectorlb_lb::pipeline::tcp_flags_valid(f), valid.contains(&f), "flags {f:#04x}");
         // ECE and CWR do not change the verdict.

@@ -161,23 +161,14 @@ fn counter(c: &Counters, name: &str) -> u64 {
     if let Some(r) = name.strip_prefix("drop:") {
         return c.dropped(drop_reason(r).unwrap_or_else(|| panic!("unknown drop reason {r:?}")));
     }
-    c.events
-        .iter()
-        .find(|(n, _, _)| *n == name)
-        .map(|(_, _, v)| v)
-        .unwrap_or_else(|| panic!("unknown counter {name:?}"))
+    c.events.iter().find(|(n, _, _)| *n == name).map(|(_, _, v)| v).unwrap_or_else(|| panic!("unknown counter {name:?}"))
 }
 
 /// Both frames in rows of 16 bytes, differing bytes marked, with the first difference named.
 fn hex_diff(got: &[u8], expected: &[u8]) -> String {
     let mut out = String::new();
     let first = got.iter().zip(expected).position(|(a, b)| a != b).unwrap_or(got.len().min(expected.len()));
-    out += &format!(
-        "  lengths: got {}, expected {}; first difference at byte {first} ({})\n",
-        got.len(),
-        expected.len(),
-        where_is(expected, first)
-    );
+    out += &format!("  lengths: got {}, expected {}; first difference at byte {first} ({})\n", got.len(), expected.len(), where_is(expected, first));
     let rows = got.len().max(expected.len()).div_ceil(16);
     for row in 0..rows {
         let at = row * 16;
@@ -261,12 +252,7 @@ fn run_case(case: &Case, steps_run: &mut usize) -> Vec<String> {
         let (got, out) = lb.run(input);
         *steps_run += 1;
         if got != want {
-            fails.push(format!(
-                "{what}: verdict {} expected {}\n  input: {}",
-                verdict_name(got),
-                step.verdict,
-                hex(input)
-            ));
+            fails.push(format!("{what}: verdict {} expected {}\n  input: {}", verdict_name(got), step.verdict, hex(input)));
             continue;
         }
         if let Some(o) = step.output {
@@ -306,10 +292,7 @@ fn golden_cases() {
             (None, true) => {}
             (None, false) => failures.push(format!("--- {}: {}\n{}", case.name, case.description, f.join("\n"))),
             (Some(bug), false) => known.push(format!("--- {} (known bug: {bug})\n{}", case.name, f.join("\n"))),
-            (Some(_), true) => failures.push(format!(
-                "--- {}: passes but is marked as a known bug: the bug is fixed, remove `known_bug` from the case in gen.py",
-                case.name
-            )),
+            (Some(_), true) => failures.push(format!("--- {}: passes but is marked as a known bug: the bug is fixed, remove `known_bug` from the case in gen.py", case.name)),
         }
     }
     assert_eq!(steps_run, total, "every step of every case ran");
@@ -338,10 +321,7 @@ fn golden_table_covers_every_mode_family_protocol() {
         for family in [4u8, 6] {
             for p in ["tcp", "udp"] {
                 let covered = table.cases.iter().any(|c| {
-                    c.setup.mode.as_deref() == Some(mode)
-                        && c.setup.family == family
-                        && c.setup.proto == p
-                        && c.steps.iter().any(|s| s.verdict == "tx:1" && s.output.is_some())
+                    c.setup.mode.as_deref() == Some(mode) && c.setup.family == family && c.setup.proto == p && c.steps.iter().any(|s| s.verdict == "tx:1" && s.output.is_some())
                 });
                 if !covered {
                     missing.push(format!("{mode}/ipv{family}/{p}"));
@@ -354,10 +334,7 @@ fn golden_table_covers_every_mode_family_protocol() {
         for family in [4u8, 6] {
             for p in ["tcp", "udp"] {
                 let covered = table.cases.iter().any(|c| {
-                    c.setup.mode.as_deref() == Some(mode)
-                        && c.setup.family == family
-                        && c.setup.proto == p
-                        && c.steps.iter().any(|s| s.verdict == "tx:0" && s.output.is_some())
+                    c.setup.mode.as_deref() == Some(mode) && c.setup.family == family && c.setup.proto == p && c.steps.iter().any(|s| s.verdict == "tx:0" && s.output.is_some())
                 });
                 if !covered {
                     missing.push(format!("{mode}/ipv{family}/{p} reply"));

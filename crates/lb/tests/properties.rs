@@ -41,9 +41,7 @@ fn valid_frames() -> Vec<Vec<u8>> {
         Builder::tcp("[2001:db8:ff::7]:5000", "[2001:db8::100]:80", SYN).build(),
         Builder::udp("10.1.0.12:7000", "203.0.113.1:9").payload(b"out").build(),
         Builder::icmp("198.51.100.7", "10.0.0.100", 8, 0, [0, 1, 0, 1]).build(),
-        Builder::icmp("10.1.0.254", "10.1.0.200", 3, 4, [0, 0, 5, 0])
-            .payload(&Builder::tcp("10.1.0.200:1024", "10.1.0.11:8080", ACK).build_ip())
-            .build(),
+        Builder::icmp("10.1.0.254", "10.1.0.200", 3, 4, [0, 0, 5, 0]).payload(&Builder::tcp("10.1.0.200:1024", "10.1.0.11:8080", ACK).build_ip()).build(),
     ]
 }
 

@@ -91,7 +91,16 @@ fn swap(f: &mut [u8]) {
 fn main() {
     let a = Args::parse();
     let addr = SocketAddr::parse(&a.socket).unwrap_or_else(|e| panic!("--socket: {e}"));
-    let cfg = ClientConfig { id: a.id, name: "l3fwd".into(), secret: a.secret.map(String::into_bytes), queues: a.queues, log2_ring: a.log2_ring, buffer_size: a.buffer_size, hugepages: true, ..Default::default() };
+    let cfg = ClientConfig {
+        id: a.id,
+        name: "l3fwd".into(),
+        secret: a.secret.map(String::into_bytes),
+        queues: a.queues,
+        log2_ring: a.log2_ring,
+        buffer_size: a.buffer_size,
+        hugepages: true,
+        ..Default::default()
+    };
     let deadline = Instant::now() + Duration::from_secs(a.seconds);
     let mut c = loop {
         match Client::connect(&addr, &cfg) {

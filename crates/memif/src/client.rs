@@ -42,7 +42,17 @@ pub struct ClientConfig {
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig { id: 0, name: "vectorlb-client".into(), secret: None, mode: Mode::Ethernet, queues: 1, log2_ring: 10, buffer_size: 2048, hugepages: false, timeout: Duration::from_secs(5) }
+        ClientConfig {
+            id: 0,
+            name: "vectorlb-client".into(),
+            secret: None,
+            mode: Mode::Ethernet,
+            queues: 1,
+            log2_ring: 10,
+            buffer_size: 2048,
+            hugepages: false,
+            timeout: Duration::from_secs(5),
+        }
     }
 }
 
@@ -402,7 +412,12 @@ impl ClientQueue {
         let avail = tail.wrapping_sub(self.s2c_read);
         if avail > self.s2c_head.wrapping_sub(self.s2c_read) {
             self.bad += 1;
-            self.break_ring(format!("server-to-client ring {}: tail {tail} is {avail} slots past {} with {} posted", self.q, self.s2c_read, self.s2c_head.wrapping_sub(self.s2c_read)));
+            self.break_ring(format!(
+                "server-to-client ring {}: tail {tail} is {avail} slots past {} with {} posted",
+                self.q,
+                self.s2c_read,
+                self.s2c_head.wrapping_sub(self.s2c_read)
+            ));
             return 0;
         }
         let start = out.len();

@@ -256,22 +256,11 @@ impl Msg {
                 max_c2s_ring: u16_at(b, 42),
                 max_log2_ring_size: b[44],
             }),
-            T_INIT => Msg::Init(Init {
-                version: u16_at(b, 2),
-                id: u32_at(b, 4),
-                mode: b[8],
-                secret: cbytes(&b[9..9 + SECRET_LEN]).to_vec(),
-                name: cstr(&b[33..33 + NAME_LEN]),
-            }),
+            T_INIT => Msg::Init(Init { version: u16_at(b, 2), id: u32_at(b, 4), mode: b[8], secret: cbytes(&b[9..9 + SECRET_LEN]).to_vec(), name: cstr(&b[33..33 + NAME_LEN]) }),
             T_ADD_REGION => Msg::AddRegion(AddRegion { index: u16_at(b, 2), size: u64_at(b, 4) }),
-            T_ADD_RING => Msg::AddRing(AddRing {
-                flags: u16_at(b, 2),
-                index: u16_at(b, 4),
-                region: u16_at(b, 6),
-                offset: u32_at(b, 8),
-                log2_size: b[12],
-                private_hdr_size: u16_at(b, 13),
-            }),
+            T_ADD_RING => {
+                Msg::AddRing(AddRing { flags: u16_at(b, 2), index: u16_at(b, 4), region: u16_at(b, 6), offset: u32_at(b, 8), log2_size: b[12], private_hdr_size: u16_at(b, 13) })
+            }
             T_CONNECT => Msg::Connect { if_name: cstr(&b[2..2 + NAME_LEN]) },
             T_CONNECTED => Msg::Connected { if_name: cstr(&b[2..2 + NAME_LEN]) },
             T_DISCONNECT => Msg::Disconnect { code: u32_at(b, 2), reason: cstr(&b[6..6 + REASON_LEN]) },
@@ -288,7 +277,15 @@ mod tests {
     fn messages_round_trip_at_their_offsets() {
         let msgs = [
             Msg::Ack,
-            Msg::Hello(Hello { name: "DPDK 22.11.11".into(), min_version: VERSION, max_version: VERSION, max_region: 255, max_s2c_ring: 255, max_c2s_ring: 255, max_log2_ring_size: 14 }),
+            Msg::Hello(Hello {
+                name: "DPDK 22.11.11".into(),
+                min_version: VERSION,
+                max_version: VERSION,
+                max_region: 255,
+                max_s2c_ring: 255,
+                max_c2s_ring: 255,
+                max_log2_ring_size: 14,
+            }),
             Msg::Init(Init { version: VERSION, id: 7, mode: 0, secret: b"s3cret".to_vec(), name: "vectorlb".into() }),
             Msg::AddRegion(AddRegion { index: 0, size: 8_454_656 }),
             Msg::AddRing(AddRing { flags: RING_FLAG_C2S, index: 1, region: 0, offset: 16512, log2_size: 10, private_hdr_size: 0 }),

@@ -108,139 +108,194 @@ fn broken_handshakes_are_refused_with_a_reason_and_the_server_carries_on() {
     let rfd = || region.fd();
     type Steps<'a> = Box<dyn FnOnce(&OwnedFd) -> Result<(), String> + 'a>;
     let cases: Vec<(&str, Steps)> = vec![
-        ("Invalid message size", Box::new(|fd| {
-            // SAFETY: a 64-byte datagram on a valid socket.
-            unsafe { libc::send(fd.as_raw_fd(), [3u8; 64].as_ptr().cast(), 64, 0) };
-            Ok(())
-        })),
-        ("Unknown message type", Box::new(|fd| {
-            let mut b = [0u8; 128];
-            b[0] = 99;
-            sock::send(fd, &b, None).unwrap();
-            Ok(())
-        })),
-        ("Unexpected message ADD_REGION", Box::new(|fd| {
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 4096 }), Some(region.fd()));
-            Ok(())
-        })),
-        ("Incompatible memif version", Box::new(|fd| {
-            send(fd, &Msg::Init(Init { version: 0x0100, id: 0, mode: 0, secret: vec![], name: "x".into() }), None);
-            Ok(())
-        })),
-        ("Missing region fd", Box::new(|fd| {
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 4096 }), None);
-            Ok(())
-        })),
-        ("smaller than the", Box::new(|fd| {
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 30 }), Some(rfd()));
-            Ok(())
-        })),
-        ("Invalid region index", Box::new(|fd| {
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 3, size: 4096 }), Some(rfd()));
-            Ok(())
-        })),
-        ("not sealed against shrinking", Box::new(|fd| {
-            // SAFETY: creating a memfd we own.
-            let m = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(c"unsealed".as_ptr(), 0)) };
-            // SAFETY: a valid descriptor.
-            unsafe { libc::ftruncate(m.as_raw_fd(), 1 << 20) };
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(m.as_raw_fd()));
-            Ok(())
-        })),
-        ("smaller than the", Box::new(|fd| {
-            // A character device (/dev/zero) is not a file to map.
-            let z = std::fs::File::open("/dev/zero").unwrap();
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 4096 }), Some(z.as_raw_fd()));
-            Ok(())
-        })),
-        ("Interrupt fd is not an eventfd", Box::new(|fd| {
-            let mut p = [0i32; 2];
-            // SAFETY: creating a pipe (a blocking fd we could hang on if we wrote to it).
-            unsafe { libc::pipe(p.as_mut_ptr()) };
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(rfd()));
-            ack(fd)?;
-            send(fd, &Msg::AddRing(AddRing { flags: 1, index: 0, region: 0, offset: 0, log2_size: 8, private_hdr_size: 0 }), Some(p[1]));
-            // SAFETY: closing our pipe ends.
-            unsafe {
-                libc::close(p[0]);
-                libc::close(p[1]);
-            }
-            Ok(())
-        })),
-        ("does not fit its region", Box::new(|fd| {
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(rfd()));
-            ack(fd)?;
-            let e = eventfd();
-            send(fd, &Msg::AddRing(AddRing { flags: 1, index: 0, region: 0, offset: (1 << 20) - 64, log2_size: 8, private_hdr_size: 0 }), Some(e.as_raw_fd()));
-            Ok(())
-        })),
-        ("Invalid ring size 2^15", Box::new(|fd| {
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(rfd()));
-            ack(fd)?;
-            let e = eventfd();
-            send(fd, &Msg::AddRing(AddRing { flags: 1, index: 0, region: 0, offset: 0, log2_size: 15, private_hdr_size: 0 }), Some(e.as_raw_fd()));
-            Ok(())
-        })),
-        ("Invalid ring region", Box::new(|fd| {
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(rfd()));
-            ack(fd)?;
-            let e = eventfd();
-            send(fd, &Msg::AddRing(AddRing { flags: 1, index: 0, region: 7, offset: 0, log2_size: 8, private_hdr_size: 0 }), Some(e.as_raw_fd()));
-            Ok(())
-        })),
-        ("Invalid ring index", Box::new(|fd| {
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(rfd()));
-            ack(fd)?;
-            let e = eventfd();
-            send(fd, &Msg::AddRing(AddRing { flags: 1, index: 40, region: 0, offset: 0, log2_size: 8, private_hdr_size: 0 }), Some(e.as_raw_fd()));
-            Ok(())
-        })),
-        ("No client-to-server ring", Box::new(|fd| {
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::Connect { if_name: "x".into() }, None);
-            Ok(())
-        })),
-        ("Wrong ring", Box::new(|fd| {
-            let bad = Region::create("bad cookie", 1 << 20, false).unwrap();
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(bad.fd()));
-            ack(fd)?;
-            for (flags, off) in [(1, 0), (0, 8192)] {
-                let e = eventfd();
-                send(fd, &Msg::AddRing(AddRing { flags, index: 0, region: 0, offset: off, log2_size: 8, private_hdr_size: 0 }), Some(e.as_raw_fd()));
+        (
+            "Invalid message size",
+            Box::new(|fd| {
+                // SAFETY: a 64-byte datagram on a valid socket.
+                unsafe { libc::send(fd.as_raw_fd(), [3u8; 64].as_ptr().cast(), 64, 0) };
+                Ok(())
+            }),
+        ),
+        (
+            "Unknown message type",
+            Box::new(|fd| {
+                let mut b = [0u8; 128];
+                b[0] = 99;
+                sock::send(fd, &b, None).unwrap();
+                Ok(())
+            }),
+        ),
+        (
+            "Unexpected message ADD_REGION",
+            Box::new(|fd| {
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 4096 }), Some(region.fd()));
+                Ok(())
+            }),
+        ),
+        (
+            "Incompatible memif version",
+            Box::new(|fd| {
+                send(fd, &Msg::Init(Init { version: 0x0100, id: 0, mode: 0, secret: vec![], name: "x".into() }), None);
+                Ok(())
+            }),
+        ),
+        (
+            "Missing region fd",
+            Box::new(|fd| {
+                send(fd, &init(), None);
                 ack(fd)?;
-            }
-            send(fd, &Msg::Connect { if_name: "x".into() }, None);
-            Ok(())
-        })),
-        ("Unexpected message HELLO", Box::new(|fd| {
-            send(fd, &init(), None);
-            ack(fd)?;
-            send(fd, &Msg::Hello(proto::Hello { name: "x".into(), min_version: 0, max_version: 0, max_region: 0, max_s2c_ring: 0, max_c2s_ring: 0, max_log2_ring_size: 0 }), None);
-            Ok(())
-        })),
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 4096 }), None);
+                Ok(())
+            }),
+        ),
+        (
+            "smaller than the",
+            Box::new(|fd| {
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 30 }), Some(rfd()));
+                Ok(())
+            }),
+        ),
+        (
+            "Invalid region index",
+            Box::new(|fd| {
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::AddRegion(AddRegion { index: 3, size: 4096 }), Some(rfd()));
+                Ok(())
+            }),
+        ),
+        (
+            "not sealed against shrinking",
+            Box::new(|fd| {
+                // SAFETY: creating a memfd we own.
+                let m = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(c"unsealed".as_ptr(), 0)) };
+                // SAFETY: a valid descriptor.
+                unsafe { libc::ftruncate(m.as_raw_fd(), 1 << 20) };
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(m.as_raw_fd()));
+                Ok(())
+            }),
+        ),
+        (
+            "smaller than the",
+            Box::new(|fd| {
+                // A character device (/dev/zero) is not a file to map.
+                let z = std::fs::File::open("/dev/zero").unwrap();
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 4096 }), Some(z.as_raw_fd()));
+                Ok(())
+            }),
+        ),
+        (
+            "Interrupt fd is not an eventfd",
+            Box::new(|fd| {
+                let mut p = [0i32; 2];
+                // SAFETY: creating a pipe (a blocking fd we could hang on if we wrote to it).
+                unsafe { libc::pipe(p.as_mut_ptr()) };
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(rfd()));
+                ack(fd)?;
+                send(fd, &Msg::AddRing(AddRing { flags: 1, index: 0, region: 0, offset: 0, log2_size: 8, private_hdr_size: 0 }), Some(p[1]));
+                // SAFETY: closing our pipe ends.
+                unsafe {
+                    libc::close(p[0]);
+                    libc::close(p[1]);
+                }
+                Ok(())
+            }),
+        ),
+        (
+            "does not fit its region",
+            Box::new(|fd| {
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(rfd()));
+                ack(fd)?;
+                let e = eventfd();
+                send(fd, &Msg::AddRing(AddRing { flags: 1, index: 0, region: 0, offset: (1 << 20) - 64, log2_size: 8, private_hdr_size: 0 }), Some(e.as_raw_fd()));
+                Ok(())
+            }),
+        ),
+        (
+            "Invalid ring size 2^15",
+            Box::new(|fd| {
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(rfd()));
+                ack(fd)?;
+                let e = eventfd();
+                send(fd, &Msg::AddRing(AddRing { flags: 1, index: 0, region: 0, offset: 0, log2_size: 15, private_hdr_size: 0 }), Some(e.as_raw_fd()));
+                Ok(())
+            }),
+        ),
+        (
+            "Invalid ring region",
+            Box::new(|fd| {
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(rfd()));
+                ack(fd)?;
+                let e = eventfd();
+                send(fd, &Msg::AddRing(AddRing { flags: 1, index: 0, region: 7, offset: 0, log2_size: 8, private_hdr_size: 0 }), Some(e.as_raw_fd()));
+                Ok(())
+            }),
+        ),
+        (
+            "Invalid ring index",
+            Box::new(|fd| {
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(rfd()));
+                ack(fd)?;
+                let e = eventfd();
+                send(fd, &Msg::AddRing(AddRing { flags: 1, index: 40, region: 0, offset: 0, log2_size: 8, private_hdr_size: 0 }), Some(e.as_raw_fd()));
+                Ok(())
+            }),
+        ),
+        (
+            "No client-to-server ring",
+            Box::new(|fd| {
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::Connect { if_name: "x".into() }, None);
+                Ok(())
+            }),
+        ),
+        (
+            "Wrong ring",
+            Box::new(|fd| {
+                let bad = Region::create("bad cookie", 1 << 20, false).unwrap();
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(fd, &Msg::AddRegion(AddRegion { index: 0, size: 1 << 20 }), Some(bad.fd()));
+                ack(fd)?;
+                for (flags, off) in [(1, 0), (0, 8192)] {
+                    let e = eventfd();
+                    send(fd, &Msg::AddRing(AddRing { flags, index: 0, region: 0, offset: off, log2_size: 8, private_hdr_size: 0 }), Some(e.as_raw_fd()));
+                    ack(fd)?;
+                }
+                send(fd, &Msg::Connect { if_name: "x".into() }, None);
+                Ok(())
+            }),
+        ),
+        (
+            "Unexpected message HELLO",
+            Box::new(|fd| {
+                send(fd, &init(), None);
+                ack(fd)?;
+                send(
+                    fd,
+                    &Msg::Hello(proto::Hello { name: "x".into(), min_version: 0, max_version: 0, max_region: 0, max_s2c_ring: 0, max_c2s_ring: 0, max_log2_ring_size: 0 }),
+                    None,
+                );
+                Ok(())
+            }),
+        ),
     ];
     for (want, steps) in cases {
         let why = refused(&srv, steps);
@@ -378,7 +433,13 @@ fn descriptors_rewritten_while_the_server_reads_them() {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    let d = Desc { flags: (x & 1) as u16, region: ((x >> 8) & 3) as u16, length: (x >> 16) as u32 % (region_len * 2), offset: (x >> 40) as u32 % (region_len + 4096), metadata: 0 };
+                    let d = Desc {
+                        flags: (x & 1) as u16,
+                        region: ((x >> 8) & 3) as u16,
+                        length: (x >> 16) as u32 % (region_len * 2),
+                        offset: (x >> 40) as u32 % (region_len + 4096),
+                        metadata: 0,
+                    };
                     ring.set_desc(slot, d);
                 }
                 ring.set_head(ring.tail().wrapping_add(256));

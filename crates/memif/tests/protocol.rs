@@ -116,7 +116,7 @@ fn zero_copy_forwarding_returns_every_buffer() {
     let mut tx = ServerTx::new(link.clone(), 0, copier.clone());
     let q = &mut client.queues[0];
     let total = q.free_buffers() + 64; // what the ring holds posted
-    // The server sends 1000 frames; the client forwards each buffer it receives back as is.
+                                       // The server sends 1000 frames; the client forwards each buffer it receives back as is.
     let mut sent = 0;
     let mut returned = 0;
     let mut bufs = Vec::new();

@@ -15,8 +15,15 @@ use std::net::{IpAddr, SocketAddr};
 #[derive(Debug, Clone)]
 pub enum L4 {
     Tcp(TcpRepr),
-    Udp { src_port: u16, dst_port: u16 },
-    Icmp { msg_type: u8, code: u8, rest: [u8; 4] },
+    Udp {
+        src_port: u16,
+        dst_port: u16,
+    },
+    Icmp {
+        msg_type: u8,
+        code: u8,
+        rest: [u8; 4],
+    },
     /// Any other protocol; the payload is written as is.
     Raw(u8),
 }
@@ -227,15 +234,7 @@ impl Builder {
                 p
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
-                let repr = Ipv6Repr {
-                    src: s,
-                    dst: d,
-                    next_header: self.protocol(),
-                    hop_limit: self.ttl,
-                    traffic_class: self.tos,
-                    flow_label: 0,
-                    payload_len: seg.len(),
-                };
+                let repr = Ipv6Repr { src: s, dst: d, next_header: self.protocol(), hop_limit: self.ttl, traffic_class: self.tos, flow_label: 0, payload_len: seg.len() };
                 let mut p = vec![0u8; ipv6::HEADER_LEN + seg.len()];
                 repr.emit(&mut p);
                 p[ipv6::HEADER_LEN..].copy_from_slice(&seg);

@@ -80,11 +80,7 @@ pub fn adjust16(csum: u16, old: u16, new: u16) -> u16 {
 /// Incremental update for one 32-bit word (two 16-bit words).
 #[inline]
 pub fn adjust32(csum: u16, old: u32, new: u32) -> u16 {
-    let acc = (!csum) as u64
-        + (!(old >> 16) as u16) as u64
-        + (!(old as u16)) as u64
-        + (new >> 16) as u64
-        + (new & 0xffff) as u64;
+    let acc = (!csum) as u64 + (!(old >> 16) as u16) as u64 + (!(old as u16)) as u64 + (new >> 16) as u64 + (new & 0xffff) as u64;
     !fold(acc)
 }
 

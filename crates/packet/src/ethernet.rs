@@ -42,7 +42,6 @@ pub fn format_mac(m: &Mac) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
-
 pub const BROADCAST: Mac = [0xff; 6];
 
 /// A view of an Ethernet header (the outermost ethertype; see [`parse_l2`] for tags).

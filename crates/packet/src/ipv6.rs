@@ -131,11 +131,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                     if off + 8 > end {
                         return Err(Error::Truncated);
                     }
-                    let len = if next == proto::AH {
-                        (b[off + 1] as usize + 2) * 4
-                    } else {
-                        (b[off + 1] as usize + 1) * 8
-                    };
+                    let len = if next == proto::AH { (b[off + 1] as usize + 2) * 4 } else { (b[off + 1] as usize + 1) * 8 };
                     if next == proto::HOPOPT && off != HEADER_LEN {
                         // Hop-by-hop is only allowed first.
                         return Err(Error::Malformed);

@@ -66,16 +66,7 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameInfo> {
             } else {
                 Frag::Later
             };
-            let info = FrameInfo {
-                ethertype: ethertype::IPV4,
-                vlan: None,
-                family: Some(Family::V4),
-                l3: 14,
-                l4: 34,
-                end: 14 + tl,
-                proto: buf[23],
-                frag,
-            };
+            let info = FrameInfo { ethertype: ethertype::IPV4, vlan: None, family: Some(Family::V4), l3: 14, l4: 34, end: 14 + tl, proto: buf[23], frag };
             if frag != Frag::Later {
                 check_l4(&buf[34..14 + tl], info.proto, frag)?;
             }
@@ -84,16 +75,7 @@ pub fn parse_frame(buf: &[u8]) -> Result<FrameInfo> {
     }
     let l2 = ethernet::parse_l2(buf)?;
     let l3 = l2.l3_offset;
-    let mut info = FrameInfo {
-        ethertype: l2.ethertype,
-        vlan: l2.vlan,
-        family: None,
-        l3,
-        l4: l3,
-        end: buf.len(),
-        proto: 0,
-        frag: Frag::None,
-    };
+    let mut info = FrameInfo { ethertype: l2.ethertype, vlan: l2.vlan, family: None, l3, l4: l3, end: buf.len(), proto: 0, frag: Frag::None };
     match l2.ethertype {
         ethertype::IPV4 => {
             let ip = Ipv4Packet::new_checked(&buf[l3..])?;
@@ -150,10 +132,9 @@ fn check_l4(seg: &[u8], protocol: u8, frag: Frag) -> Result<()> {
                 return Err(if len > seg.len() { Error::Truncated } else { Error::Malformed });
             }
         }
-        proto::ICMP | proto::ICMPV6
-            if seg.len() < crate::icmp::HEADER_LEN => {
-                return Err(Error::Truncated);
-            }
+        proto::ICMP | proto::ICMPV6 if seg.len() < crate::icmp::HEADER_LEN => {
+            return Err(Error::Truncated);
+        }
         _ => {}
     }
     Ok(())

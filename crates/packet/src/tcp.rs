@@ -139,10 +139,19 @@ pub enum TcpOption<'a> {
     Mss(u16),
     WindowScale(u8),
     SackPermitted,
-    Timestamp { value: u32, echo: u32 },
+    Timestamp {
+        value: u32,
+        echo: u32,
+    },
     /// A TOA option: the client port and address (4 or 16 bytes).
-    Toa { port: u16, addr: &'a [u8] },
-    Unknown { kind: u8, data: &'a [u8] },
+    Toa {
+        port: u16,
+        addr: &'a [u8],
+    },
+    Unknown {
+        kind: u8,
+        data: &'a [u8],
+    },
 }
 
 /// Iterator over TCP options; yields `Err` once on a malformed option and then stops.
@@ -178,9 +187,7 @@ impl<'a> Iterator for Options<'a> {
                     (option::WSCALE, 3) => TcpOption::WindowScale(body[0]),
                     (option::SACK_PERMITTED, 2) => TcpOption::SackPermitted,
                     (option::TIMESTAMP, 10) => TcpOption::Timestamp { value: be32(body, 0), echo: be32(body, 4) },
-                    (option::TOA, option::TOA_V4_LEN) | (option::TOA, option::TOA_V6_LEN) => {
-                        TcpOption::Toa { port: be16(body, 0), addr: &body[2..] }
-                    }
+                    (option::TOA, option::TOA_V4_LEN) | (option::TOA, option::TOA_V6_LEN) => TcpOption::Toa { port: be16(body, 0), addr: &body[2..] },
                     (option::MSS, _) | (option::WSCALE, _) | (option::SACK_PERMITTED, _) | (option::TIMESTAMP, _) => {
                         self.data = &[];
                         return Some(Err(Error::Malformed));
@@ -274,13 +281,7 @@ mod tests {
 
     #[test]
     fn options_are_parsed_and_validated() {
-        let repr = TcpRepr {
-            src_port: 1,
-            dst_port: 2,
-            flags: flags::SYN,
-            options: vec![2, 4, 5, 0xb4, 1, 3, 3, 7, 4, 2, 0, 0],
-            ..Default::default()
-        };
+        let repr = TcpRepr { src_port: 1, dst_port: 2, flags: flags::SYN, options: vec![2, 4, 5, 0xb4, 1, 3, 3, 7, 4, 2, 0, 0], ..Default::default() };
         let mut b = vec![0u8; repr.header_len()];
         repr.emit(&mut b);
         let p = TcpPacket::new_checked(&b[..]).unwrap();

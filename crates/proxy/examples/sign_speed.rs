@@ -10,7 +10,13 @@ use std::time::{Duration, Instant};
 use vectorlb_proxy::cryptomb::{Lanes, Portable, PreparedKey};
 
 fn run(name: &str, lanes: &dyn Lanes, key: &PreparedKey, secs: f64) {
-    let inputs: Vec<Vec<u8>> = (0..8u8).map(|i| { let mut v = vec![i + 1; 256]; v[0] = 0; v }).collect();
+    let inputs: Vec<Vec<u8>> = (0..8u8)
+        .map(|i| {
+            let mut v = vec![i + 1; 256];
+            v[0] = 0;
+            v
+        })
+        .collect();
     let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
     let keys: Vec<&PreparedKey> = (0..8).map(|_| key).collect();
     let t = Instant::now();

@@ -37,11 +37,8 @@ pub struct Entry<'a> {
 impl AccessLog {
     /// Opens `path` for appending ("-": standard output) and starts the writer.
     pub fn open(path: &str) -> Result<AccessLog, String> {
-        let mut out: Box<dyn Write + Send> = if path == "-" {
-            Box::new(std::io::stdout())
-        } else {
-            Box::new(std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("{path}: {e}"))?)
-        };
+        let mut out: Box<dyn Write + Send> =
+            if path == "-" { Box::new(std::io::stdout()) } else { Box::new(std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("{path}: {e}"))?) };
         let (tx, rx) = sync_channel::<String>(QUEUE);
         let written = std::sync::Arc::new(AtomicU64::new(0));
         let w = written.clone();

@@ -337,7 +337,14 @@ pub fn metrics(p: &Proxy) -> String {
     head(&mut o, "vectorlb_proxy_client_closed_total", "counter", "Client connections closed by the proxy, by listener and cause: refused (no room), evicted (made room), header_timeout, idle, send_timeout (responses released), reset_budget (GOAWAY).");
     for (i, l) in p.config.listeners.iter().enumerate() {
         let c = &p.clients[i];
-        for (cause, v) in [("refused", &c.refused), ("evicted", &c.evicted), ("header_timeout", &c.header_timeouts), ("idle", &c.idle_closed), ("send_timeout", &c.send_timeouts), ("reset_budget", &c.reset_budget_exceeded)] {
+        for (cause, v) in [
+            ("refused", &c.refused),
+            ("evicted", &c.evicted),
+            ("header_timeout", &c.header_timeouts),
+            ("idle", &c.idle_closed),
+            ("send_timeout", &c.send_timeouts),
+            ("reset_budget", &c.reset_budget_exceeded),
+        ] {
             let _ = writeln!(o, "vectorlb_proxy_client_closed_total{{listener=\"{}\",cause=\"{cause}\"}} {}", esc(&l.name), v.load(Ordering::Relaxed));
         }
     }
@@ -366,7 +373,11 @@ pub fn metrics(p: &Proxy) -> String {
         histogram(&mut o, "vectorlb_proxy_tls_ecdsa_queue_sizes", &format!("listener=\"{l}\""), &s.ecdsa_queue_sizes);
     }
     for (name, help, get) in [
-        ("vectorlb_proxy_tls_key_ops_offloaded_total", "Private-key operations handed to the provider.", (|s: &TlsStats| s.offloaded.load(Ordering::Relaxed)) as fn(&TlsStats) -> u64),
+        (
+            "vectorlb_proxy_tls_key_ops_offloaded_total",
+            "Private-key operations handed to the provider.",
+            (|s: &TlsStats| s.offloaded.load(Ordering::Relaxed)) as fn(&TlsStats) -> u64,
+        ),
         ("vectorlb_proxy_tls_key_op_failures_total", "Offloaded private-key operations that failed (their handshakes failed).", |s| s.offload_failures.load(Ordering::Relaxed)),
         ("vectorlb_proxy_tls_key_op_fallbacks_total", "Lanes the multi-buffer backend did not compute, signed alone instead.", |s| s.key_op_fallbacks.load(Ordering::Relaxed)),
         ("vectorlb_proxy_tls_failed_checks_total", "Signatures that did not verify with the public key (never sent).", |s| s.failed_checks.load(Ordering::Relaxed)),
@@ -376,11 +387,21 @@ pub fn metrics(p: &Proxy) -> String {
             let _ = writeln!(o, "{name}{{listener=\"{l}\",provider=\"{}\"}} {}", esc(&s.provider), get(s));
         }
     }
-    head(&mut o, "vectorlb_proxy_tls_x25519_keypairs_total", "counter", "Ephemeral X25519 key pairs of TLS key exchanges, made eight at a time (batched) or one at a time (single).");
+    head(
+        &mut o,
+        "vectorlb_proxy_tls_x25519_keypairs_total",
+        "counter",
+        "Ephemeral X25519 key pairs of TLS key exchanges, made eight at a time (batched) or one at a time (single).",
+    );
     let (batched, single) = crate::keyshare::counts();
     let _ = writeln!(o, "vectorlb_proxy_tls_x25519_keypairs_total{{made=\"batched\"}} {batched}");
     let _ = writeln!(o, "vectorlb_proxy_tls_x25519_keypairs_total{{made=\"single\"}} {single}");
-    head(&mut o, "vectorlb_proxy_tls_x25519_secrets_total", "counter", "X25519 shared secrets of TLS key exchanges, computed ahead in batches of up to eight (batched) or by BoringSSL (single).");
+    head(
+        &mut o,
+        "vectorlb_proxy_tls_x25519_secrets_total",
+        "counter",
+        "X25519 shared secrets of TLS key exchanges, computed ahead in batches of up to eight (batched) or by BoringSSL (single).",
+    );
     let (batched, single, batches) = crate::keyshare::secret_counts();
     let _ = writeln!(o, "vectorlb_proxy_tls_x25519_secrets_total{{made=\"batched\"}} {batched}");
     let _ = writeln!(o, "vectorlb_proxy_tls_x25519_secrets_total{{made=\"single\"}} {single}");
@@ -388,13 +409,24 @@ pub fn metrics(p: &Proxy) -> String {
     let _ = writeln!(o, "vectorlb_proxy_tls_x25519_secret_batches_total {batches}");
     head(&mut o, "vectorlb_proxy_tls_provider_fallback", "gauge", "1 when the configured provider could not run and inline runs instead.");
     for (l, s) in &tls {
-        let _ = writeln!(o, "vectorlb_proxy_tls_provider_fallback{{listener=\"{l}\",reason=\"{}\"}} {}", esc(s.fallback_reason.as_deref().unwrap_or("")), s.fallback_reason.is_some() as u8);
+        let _ = writeln!(
+            o,
+            "vectorlb_proxy_tls_provider_fallback{{listener=\"{l}\",reason=\"{}\"}} {}",
+            esc(s.fallback_reason.as_deref().unwrap_or("")),
+            s.fallback_reason.is_some() as u8
+        );
     }
     for (name, help, get) in [
-        ("vectorlb_proxy_upstream_requests_total", "Requests sent to an endpoint (a retry counts again).", (|s: &crate::forward::EndpointStats| s.requests.load(Ordering::Relaxed)) as fn(&crate::forward::EndpointStats) -> u64),
+        (
+            "vectorlb_proxy_upstream_requests_total",
+            "Requests sent to an endpoint (a retry counts again).",
+            (|s: &crate::forward::EndpointStats| s.requests.load(Ordering::Relaxed)) as fn(&crate::forward::EndpointStats) -> u64,
+        ),
         ("vectorlb_proxy_upstream_connect_failures_total", "Connections to an endpoint that could not be made.", |s| s.connect_failures.load(Ordering::Relaxed)),
         ("vectorlb_proxy_upstream_errors_total", "Requests sent whose response did not come (errors, timeouts) or came broken.", |s| s.errors.load(Ordering::Relaxed)),
-        ("vectorlb_proxy_upstream_queue_timeouts_total", "Requests answered 503 because every connection to the endpoint stayed busy for queue_timeout.", |s| s.queue_timeouts.load(Ordering::Relaxed)),
+        ("vectorlb_proxy_upstream_queue_timeouts_total", "Requests answered 503 because every connection to the endpoint stayed busy for queue_timeout.", |s| {
+            s.queue_timeouts.load(Ordering::Relaxed)
+        }),
         ("vectorlb_proxy_upstream_send_timeouts_total", "Writes to the endpoint that waited send_timeout.", |s| s.send_timeouts.load(Ordering::Relaxed)),
         ("vectorlb_proxy_upstream_read_timeouts_total", "Response bodies from the endpoint that stalled for read_timeout.", |s| s.read_timeouts.load(Ordering::Relaxed)),
         ("vectorlb_proxy_upstream_healthy", "1 while the endpoint takes requests (its health check passes, or it has none).", |s| s.healthy.load(Ordering::Relaxed) as u64),

@@ -198,7 +198,16 @@ impl Conn {
             self.h2.store(true, Ordering::Relaxed);
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let s = Arc::new(Stream { forwarded: AtomicBool::new(false), body: Mutex::new(None), frames: AtomicU64::new(0), waiting: AtomicBool::new(true), seen: AtomicU64::new(0), still_since: AtomicU64::new(u64::MAX), ended: AtomicBool::new(false), released: AtomicBool::new(false) });
+        let s = Arc::new(Stream {
+            forwarded: AtomicBool::new(false),
+            body: Mutex::new(None),
+            frames: AtomicU64::new(0),
+            waiting: AtomicBool::new(true),
+            seen: AtomicU64::new(0),
+            still_since: AtomicU64::new(u64::MAX),
+            ended: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+        });
         let mut st = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         st.live.push(s.clone());
         self.waiting_since.store(u64::MAX, Ordering::Relaxed);
@@ -523,7 +532,11 @@ impl Watchdog {
             tracing::info!("released {released} response(s) a client did not take within send_timeout");
         }
         if released > 0 && st.live.iter().all(|s| s.released.load(Ordering::Relaxed)) {
-            return if c.h2.load(Ordering::Relaxed) { Verdict::GoAway("stalled: took no response within send_timeout") } else { Verdict::Close("stalled: took no response within send_timeout") };
+            return if c.h2.load(Ordering::Relaxed) {
+                Verdict::GoAway("stalled: took no response within send_timeout")
+            } else {
+                Verdict::Close("stalled: took no response within send_timeout")
+            };
         }
         Verdict::Until(now + tick)
     }
@@ -769,13 +782,18 @@ impl Body for ClientBody {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn limits() -> ClientLimits {
-        ClientLimits { header_timeout: Duration::from_millis(1000), idle_timeout: Duration::from_millis(5000), send_timeout: Duration::from_millis(2000), reset_budget: 3, ..ClientLimits::default() }
+        ClientLimits {
+            header_timeout: Duration::from_millis(1000),
+            idle_timeout: Duration::from_millis(5000),
+            send_timeout: Duration::from_millis(2000),
+            reset_budget: 3,
+            ..ClientLimits::default()
+        }
     }
 
     #[test]

@@ -550,7 +550,8 @@ fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<crate::dispatch
     let mut classes: Vec<Class> = Vec::new();
     for (i, c) in d.classes.iter().flatten().enumerate() {
         let f = format!("dispatch.classes[{i}]");
-        let ok = !c.name.is_empty() && c.name.len() <= 64 && c.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') && !c.name.bytes().all(|b| b.is_ascii_digit());
+        let ok =
+            !c.name.is_empty() && c.name.len() <= 64 && c.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') && !c.name.bytes().all(|b| b.is_ascii_digit());
         if !ok || classes.iter().any(|x| x.name == c.name) {
             return Err(bad(format!("{f}.name"), format!("'{}' is empty, used twice, all digits or not letters, digits, _ and -", c.name)));
         }
@@ -670,7 +671,9 @@ impl Config {
                     if t.inline_backend.is_some() && kind != "inline" {
                         return Err(bad(format!("{ft}.inline_backend"), "only for provider = \"inline\""));
                     }
-                    for (name, v) in [("poll_delay", t.poll_delay.is_some()), ("cryptomb_backend", t.cryptomb_backend.is_some()), ("cryptomb_fallback", t.cryptomb_fallback.is_some())] {
+                    for (name, v) in
+                        [("poll_delay", t.poll_delay.is_some()), ("cryptomb_backend", t.cryptomb_backend.is_some()), ("cryptomb_fallback", t.cryptomb_fallback.is_some())]
+                    {
                         if v && kind != "cryptomb" {
                             return Err(bad(format!("{ft}.{name}"), "only for provider = \"cryptomb\""));
                         }
@@ -1043,7 +1046,8 @@ endpoints = ["[::1]:9003"]
         assert_eq!((d.workers, d.mode, d.queue_limit, d.max_wait, d.lifo_above), (3, Mode::Fifo, 64, Duration::from_millis(500), 8));
         assert_eq!(d.classes.iter().map(|c| (c.name.as_str(), c.share)).collect::<Vec<_>>(), vec![("high", 0), ("mid", 10), ("low", 5)]);
         assert_eq!(d.backend, crate::dispatch::Backend::Software);
-        let ev = with("[dispatch]\nbackend = \"eventdev\"\nqueue_limit = 512\nclasses = [{ name = \"high\" }, { name = \"low\", share = 5 }]", "static = { root = \"/srv\" }").unwrap();
+        let ev =
+            with("[dispatch]\nbackend = \"eventdev\"\nqueue_limit = 512\nclasses = [{ name = \"high\" }, { name = \"low\", share = 5 }]", "static = { root = \"/srv\" }").unwrap();
         assert_eq!(ev.dispatch.unwrap().backend, crate::dispatch::Backend::Eventdev("event_sw".into()));
         let p = &c.routes[0].priority;
         assert_eq!((p.query.as_deref(), p.header.as_deref(), p.sizes.clone(), p.class), (Some("prio"), Some("x-priority"), vec![(10240, 0), (1048576, 1)], 2));
@@ -1058,7 +1062,11 @@ endpoints = ["[::1]:9003"]
             ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"7\" }]", "static = { root = \"/s\" }", "dispatch.classes[1].name"),
             ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 101 }]", "static = { root = \"/s\" }", "dispatch.classes[1].share: 101"),
             ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 100 }]", "static = { root = \"/s\" }", "dispatch.classes: the shares add up to 100 %"),
-            ("[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 60 }, { name = \"c\", share = 50 }]", "static = { root = \"/s\" }", "dispatch.classes: the shares add up to 110 %"),
+            (
+                "[dispatch]\nclasses = [{ name = \"a\" }, { name = \"b\", share = 60 }, { name = \"c\", share = 50 }]",
+                "static = { root = \"/s\" }",
+                "dispatch.classes: the shares add up to 110 %",
+            ),
             ("[dispatch]\nthreads = 2", "static = { root = \"/s\" }", "unknown field `threads`"),
             ("[dispatch]\nbackend = \"dlb\"", "static = { root = \"/s\" }", "dispatch.backend: 'dlb' is not software or eventdev"),
             ("[dispatch]\neventdev = \"event_sw\"", "static = { root = \"/s\" }", "dispatch.eventdev: applies to backend"),
@@ -1066,7 +1074,11 @@ endpoints = ["[::1]:9003"]
             ("[dispatch]\nbackend = \"eventdev\"\nmode = \"inline\"", "static = { root = \"/s\" }", "dispatch.backend: mode inline"),
             ("[dispatch]\nbackend = \"eventdev\"\nlifo_above = 2", "static = { root = \"/s\" }", "dispatch.lifo_above: an event device"),
             ("[dispatch]\nbackend = \"eventdev\"\nworkers = 40", "static = { root = \"/s\" }", "dispatch.workers: 40; at most 31"),
-            ("[dispatch]\nbackend = \"eventdev\"\nclasses = [{ name = \"a\" }, { name = \"b\" }, { name = \"c\" }]", "static = { root = \"/s\" }", "dispatch.queue_limit: 1024 x 3 classes"),
+            (
+                "[dispatch]\nbackend = \"eventdev\"\nclasses = [{ name = \"a\" }, { name = \"b\" }, { name = \"c\" }]",
+                "static = { root = \"/s\" }",
+                "dispatch.queue_limit: 1024 x 3 classes",
+            ),
             ("", "static = { root = \"srv\" }", "routes[0].static.root: 'srv' is not an absolute path"),
             ("", "static = { root = \"/s\", max_bytes = 0 }", "routes[0].static.max_bytes"),
             ("", "static = { root = \"/s\" }\ncluster = \"c\"", "routes[0]: needs exactly one of"),
@@ -1074,7 +1086,11 @@ endpoints = ["[::1]:9003"]
             ("", "static = { root = \"/s\" }\npriority = { class = \"urgent\" }", "routes[0].priority.class: no dispatch class named 'urgent'"),
             ("", "static = { root = \"/s\" }\npriority = { query = \"a b\" }", "routes[0].priority.query"),
             ("", "static = { root = \"/s\" }\npriority = { header = \"a b\" }", "routes[0].priority.header"),
-            ("", "static = { root = \"/s\" }\npriority = { sizes = [{ up_to = 10, class = \"default\" }, { up_to = 10, class = \"default\" }] }", "routes[0].priority.sizes[1].up_to"),
+            (
+                "",
+                "static = { root = \"/s\" }\npriority = { sizes = [{ up_to = 10, class = \"default\" }, { up_to = 10, class = \"default\" }] }",
+                "routes[0].priority.sizes[1].up_to",
+            ),
         ] {
             let e = with(d, route).unwrap_err();
             assert!(e.contains(want), "{d} / {route}: {e}");
@@ -1103,7 +1119,10 @@ endpoints = ["[::1]:9003"]
         .unwrap();
         assert_eq!(c.max_connections, Some(5000));
         let l = &c.listeners[0].limits;
-        assert_eq!((l.header_timeout, l.idle_timeout, l.body_timeout, l.send_timeout), (Duration::from_secs(5), Duration::from_secs(30), Duration::from_secs(20), Duration::from_secs(15)));
+        assert_eq!(
+            (l.header_timeout, l.idle_timeout, l.body_timeout, l.send_timeout),
+            (Duration::from_secs(5), Duration::from_secs(30), Duration::from_secs(20), Duration::from_secs(15))
+        );
         assert_eq!((l.max_connections, l.reset_budget, l.reset_window), (Some(100), 20, Duration::from_secs(5)));
         let u = &c.clusters[0];
         assert_eq!((u.max_connections, u.max_idle, u.request_buffer), (8, 8, 0), "max_idle follows a smaller max_connections");
@@ -1131,12 +1150,17 @@ endpoints = ["[::1]:9003"]
     #[test]
     fn health_checks() {
         let with = |h: &str| {
-            Config::parse(&format!("[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n[[routes]]\ncluster = \"c\"\n[[clusters]]\nname = \"c\"\nendpoints = [\"127.0.0.1:9\"]\nhealth = {h}\n"))
-                .map(|c| c.clusters[0].health.clone().unwrap())
-                .map_err(|e| e.to_string())
+            Config::parse(&format!(
+                "[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n[[routes]]\ncluster = \"c\"\n[[clusters]]\nname = \"c\"\nendpoints = [\"127.0.0.1:9\"]\nhealth = {h}\n"
+            ))
+            .map(|c| c.clusters[0].health.clone().unwrap())
+            .map_err(|e| e.to_string())
         };
         let h = with("{}").unwrap();
-        assert_eq!(h, Health { kind: HealthKind::Http { path: "/".into(), expect_status: 200 }, interval: Duration::from_secs(2), timeout: Duration::from_secs(1), rise: 2, fall: 3 });
+        assert_eq!(
+            h,
+            Health { kind: HealthKind::Http { path: "/".into(), expect_status: 200 }, interval: Duration::from_secs(2), timeout: Duration::from_secs(1), rise: 2, fall: 3 }
+        );
         assert_eq!(with("{ kind = \"tcp\", interval = 0.5, timeout = 0.2, rise = 1, fall = 1 }").unwrap().kind, HealthKind::Tcp);
         for (h, want) in [
             ("{ kind = \"icmp\" }", "clusters[0].health.kind"),

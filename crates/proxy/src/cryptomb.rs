@@ -63,7 +63,11 @@ enum KeyForm {
         #[cfg(ippcp)]
         ipp: Option<crate::ippcp::Key>,
     },
-    Ec { ec: EcKey<Private>, d: [u64; 4], order: BigNum },
+    Ec {
+        ec: EcKey<Private>,
+        d: [u64; 4],
+        order: BigNum,
+    },
 }
 
 /// The CRT components as crypto_mb takes them: little-endian 64-bit words, half the modulus
@@ -288,14 +292,7 @@ mod mb {
             m: *const RsaMethod,
             buf: *mut u8,
         ) -> u32;
-        pub fn mbx_nistp256_ecdsa_sign_mb8(
-            r: *const *mut u8,
-            s: *const *mut u8,
-            msg: *const *const u8,
-            eph: *const *const u64,
-            reg: *const *const u64,
-            buf: *mut u8,
-        ) -> u32;
+        pub fn mbx_nistp256_ecdsa_sign_mb8(r: *const *mut u8, s: *const *mut u8, msg: *const *const u8, eph: *const *const u64, reg: *const *const u64, buf: *mut u8) -> u32;
     }
     // The library's `_ssl_` entry points (not used here) need OpenSSL's `BN_bn2lebinpad`;
     // BoringSSL provides it under that name, so they link as they are.
@@ -328,7 +325,8 @@ impl Lanes for CryptoMbLanes {
         let mut to_be: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; bytes]).collect();
         let mut from = [std::ptr::null::<u8>(); LANES];
         let mut to = [std::ptr::null_mut::<u8>(); LANES];
-        let (mut p, mut q, mut dp, mut dq, mut iq) = ([std::ptr::null::<u64>(); LANES], [std::ptr::null(); LANES], [std::ptr::null(); LANES], [std::ptr::null(); LANES], [std::ptr::null(); LANES]);
+        let (mut p, mut q, mut dp, mut dq, mut iq) =
+            ([std::ptr::null::<u64>(); LANES], [std::ptr::null(); LANES], [std::ptr::null(); LANES], [std::ptr::null(); LANES], [std::ptr::null(); LANES]);
         for i in 0..n {
             let KeyForm::Rsa { crt, .. } = &keys[i].form else { return nones(keys.len()) };
             from[i] = from_be[i].as_ptr();
@@ -347,9 +345,8 @@ impl Lanes for CryptoMbLanes {
         // `bits` (input and output `bits/8` bytes, CRT parts `bits/128` words each, all checked
         // above and in PreparedKey::new); lanes n..8 are null, which the library skips; the
         // scratch buffer has the size the method asks for. Nothing is retained after the call.
-        let status = unsafe {
-            mb::mbx_rsa_private_crt_mb8(from.as_ptr(), to.as_ptr(), p.as_ptr(), q.as_ptr(), dp.as_ptr(), dq.as_ptr(), iq.as_ptr(), bits as i32, m, scratch.as_mut_ptr())
-        };
+        let status =
+            unsafe { mb::mbx_rsa_private_crt_mb8(from.as_ptr(), to.as_ptr(), p.as_ptr(), q.as_ptr(), dp.as_ptr(), dq.as_ptr(), iq.as_ptr(), bits as i32, m, scratch.as_mut_ptr()) };
         let mut out: Vec<Option<Vec<u8>>> = (0..n).map(|i| mb::lane_ok(status, i).then(|| to_be[i].clone())).collect();
         out.resize_with(keys.len(), || None);
         out
@@ -896,7 +893,16 @@ mod tests {
             "corrupting"
         }
         fn rsa(&self, keys: &[&PreparedKey], inputs: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
-            Portable.rsa(keys, inputs).into_iter().map(|s| s.map(|mut s| { s[10] ^= 0x04; s })).collect()
+            Portable
+                .rsa(keys, inputs)
+                .into_iter()
+                .map(|s| {
+                    s.map(|mut s| {
+                        s[10] ^= 0x04;
+                        s
+                    })
+                })
+                .collect()
         }
         fn ecdsa(&self, keys: &[&PreparedKey], digests: &[&[u8]]) -> Vec<Option<EcdsaSig>> {
             Portable
@@ -931,7 +937,16 @@ mod tests {
             "corrupting-crypto_mb"
         }
         fn rsa(&self, keys: &[&PreparedKey], inputs: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
-            CryptoMbLanes.rsa(keys, inputs).into_iter().map(|s| s.map(|mut s| { s[100] ^= 0x20; s })).collect()
+            CryptoMbLanes
+                .rsa(keys, inputs)
+                .into_iter()
+                .map(|s| {
+                    s.map(|mut s| {
+                        s[100] ^= 0x20;
+                        s
+                    })
+                })
+                .collect()
         }
         fn ecdsa(&self, keys: &[&PreparedKey], digests: &[&[u8]]) -> Vec<Option<EcdsaSig>> {
             CryptoMbLanes.ecdsa(keys, digests)

@@ -45,10 +45,10 @@
 
 use crate::tls::Histogram;
 use std::collections::VecDeque;
-use vectorlb_dpdk::eventdev::{Consumer, EventDev};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use vectorlb_dpdk::eventdev::{Consumer, EventDev};
 
 /// How the pool orders waiting items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,7 +245,14 @@ impl Dispatcher {
         };
         let inner = Arc::new(Inner {
             ev,
-            state: Mutex::new(State { queues: (0..queues).map(|_| VecDeque::new()).collect(), depth: vec![0; n], credit: vec![0; n], pending: 0, overflow: VecDeque::new(), stop: false }),
+            state: Mutex::new(State {
+                queues: (0..queues).map(|_| VecDeque::new()).collect(),
+                depth: vec![0; n],
+                credit: vec![0; n],
+                pending: 0,
+                overflow: VecDeque::new(),
+                stop: false,
+            }),
             ready: Condvar::new(),
             classes: (0..n)
                 .map(|_| ClassStats {
@@ -900,7 +907,18 @@ mod tests {
         };
     }
 
-    for_each_backend!(priority_serves_the_most_urgent_class_first, fifo_serves_in_arrival_order, a_lower_class_gets_its_share_while_a_higher_one_is_backlogged, a_full_queue_refuses_at_once_and_counts_it, continued_items_are_ordered_but_never_refused_or_expired, overdue_items_go_first_whatever_their_class, items_that_waited_too_long_are_dropped_not_run, stop_finishes_the_queued_items, a_panicking_job_does_not_take_its_thread_down, several_threads_share_the_work_and_account_for_it);
+    for_each_backend!(
+        priority_serves_the_most_urgent_class_first,
+        fifo_serves_in_arrival_order,
+        a_lower_class_gets_its_share_while_a_higher_one_is_backlogged,
+        a_full_queue_refuses_at_once_and_counts_it,
+        continued_items_are_ordered_but_never_refused_or_expired,
+        overdue_items_go_first_whatever_their_class,
+        items_that_waited_too_long_are_dropped_not_run,
+        stop_finishes_the_queued_items,
+        a_panicking_job_does_not_take_its_thread_down,
+        several_threads_share_the_work_and_account_for_it
+    );
 
     #[test]
     fn software_adaptive_lifo() {

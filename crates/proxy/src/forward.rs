@@ -52,7 +52,17 @@ pub struct EndpointStats {
 impl Default for EndpointStats {
     fn default() -> EndpointStats {
         let z = || AtomicU64::new(0);
-        EndpointStats { healthy: AtomicBool::new(true), health_checks: z(), health_failures: z(), requests: z(), connect_failures: z(), errors: z(), queue_timeouts: z(), send_timeouts: z(), read_timeouts: z() }
+        EndpointStats {
+            healthy: AtomicBool::new(true),
+            health_checks: z(),
+            health_failures: z(),
+            requests: z(),
+            connect_failures: z(),
+            errors: z(),
+            queue_timeouts: z(),
+            send_timeouts: z(),
+            read_timeouts: z(),
+        }
     }
 }
 
@@ -304,10 +314,7 @@ impl ClusterRt {
         let slots: Vec<Arc<Slots>> = spec.endpoints.iter().map(|_| Arc::new(Slots::new(spec.max_connections))).collect();
         let endpoints = Arc::new(spec.endpoints.iter().enumerate().map(|(i, e)| (e.address, slots[i].clone(), stats[i].clone())).collect());
         let conn = Connector { http, endpoints, queue_timeout: spec.queue_timeout, send_timeout: spec.send_timeout };
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(spec.max_idle)
-            .http2_only(spec.protocol == Upstream::Http2)
-            .build(conn);
+        let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(spec.max_idle).http2_only(spec.protocol == Upstream::Http2).build(conn);
         Ok(ClusterRt { spec, sched, client, stats, slots })
     }
 
@@ -420,7 +427,10 @@ impl ClusterRt {
                 Ok(p) => p,
                 Err(()) => {
                     stats.queue_timeouts.fetch_add(1, Ordering::Relaxed);
-                    return answer(StatusCode::SERVICE_UNAVAILABLE, &format!("cluster {}: all {} connections to {ep} stayed busy for {:?}", self.spec.name, self.slots[target].max, self.spec.queue_timeout));
+                    return answer(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!("cluster {}: all {} connections to {ep} stayed busy for {:?}", self.spec.name, self.slots[target].max, self.spec.queue_timeout),
+                    );
                 }
             };
             stats.requests.fetch_add(1, Ordering::Relaxed);

@@ -27,11 +27,11 @@ pub mod cryptomb;
 pub mod dispatch;
 pub mod forward;
 pub mod health;
-pub mod objects;
 #[cfg(ippcp)]
 pub mod ippcp;
-pub mod keyshare;
 pub mod kexstream;
+pub mod keyshare;
+pub mod objects;
 pub mod route;
 pub mod serve;
 pub mod sslmem;

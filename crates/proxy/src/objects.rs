@@ -170,7 +170,8 @@ fn read_at(o: &Opened, off: u64, n: usize) -> Option<Bytes> {
 /// The first item: open, check, and read the first chunk (nothing for HEAD).
 fn first(path: &Path, max: u64, direct: bool, head_only: bool) -> Head {
     let (f, len) = open(path, max, direct)?;
-    let first = if head_only || len == 0 { Bytes::new() } else { read_at(&f, 0, CHUNK.min(len as usize)).ok_or((StatusCode::INTERNAL_SERVER_ERROR, "the object cannot be read"))? };
+    let first =
+        if head_only || len == 0 { Bytes::new() } else { read_at(&f, 0, CHUNK.min(len as usize)).ok_or((StatusCode::INTERNAL_SERVER_ERROR, "the object cannot be read"))? };
     Ok((len, first, Arc::new(f)))
 }
 
@@ -339,7 +340,18 @@ mod tests {
         let path = std::env::temp_dir().join(format!("vectorlb-short-{}", std::process::id()));
         std::fs::write(&path, vec![5u8; 100_000]).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let d = Arc::new(Dispatcher::start(DispatchConfig { workers: 1, mode: Mode::Priority, classes: vec![Class { name: "c".into(), share: 0 }], queue_limit: 8, max_wait: std::time::Duration::from_secs(5), lifo_above: 0, backend: Default::default() }).unwrap());
+        let d = Arc::new(
+            Dispatcher::start(DispatchConfig {
+                workers: 1,
+                mode: Mode::Priority,
+                classes: vec![Class { name: "c".into(), share: 0 }],
+                queue_limit: 8,
+                max_wait: std::time::Duration::from_secs(5),
+                lifo_above: 0,
+                backend: Default::default(),
+            })
+            .unwrap(),
+        );
         // Announced 200,000 bytes (as if the file had shrunk since it was opened).
         let (len, head, file) = first(&path, 1 << 20, false, false).unwrap();
         assert_eq!((len, head.len()), (100_000, CHUNK));

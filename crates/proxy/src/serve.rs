@@ -1,7 +1,7 @@
 //! The listeners: accept, speak HTTP/1.1 and HTTP/2 (prior knowledge) per the listener's
 //! protocols, route each request and forward it; drain on stop.
 
-use crate::client::{Admission, ClientStats, Conn, StreamGuard, Verdict, Watched, Watchdog};
+use crate::client::{Admission, ClientStats, Conn, StreamGuard, Verdict, Watchdog, Watched};
 use crate::config::{Config, Listener, Protocols};
 use crate::forward::{answer, ClusterRt, ProxyBody};
 use hyper::body::Incoming;
@@ -145,7 +145,13 @@ impl Proxy {
                 let Some(d) = &self.dispatch else {
                     return answer(StatusCode::INTERNAL_SERVER_ERROR, "no dispatcher");
                 };
-                let mut resp = Box::pin(crate::objects::serve(d, crate::objects::Object { root, max: *max_bytes, direct: *direct_io, prefix: &route.matches.path_prefix }, &route.priority, &parts)).await;
+                let mut resp = Box::pin(crate::objects::serve(
+                    d,
+                    crate::objects::Object { root, max: *max_bytes, direct: *direct_io, prefix: &route.matches.path_prefix },
+                    &route.priority,
+                    &parts,
+                ))
+                .await;
                 *resp.version_mut() = parts.version;
                 return resp;
             }
@@ -310,7 +316,8 @@ impl Current {
         old.retired.store(true, std::sync::atomic::Ordering::Relaxed);
         crate::health::spawn(&new);
         let mut running = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
-        let (kept, removed): (Vec<Running>, Vec<Running>) = std::mem::take(&mut *running).into_iter().partition(|r| new.config.listeners.iter().any(|l| l.name == r.listener.name && l.address == r.listener.address));
+        let (kept, removed): (Vec<Running>, Vec<Running>) =
+            std::mem::take(&mut *running).into_iter().partition(|r| new.config.listeners.iter().any(|l| l.name == r.listener.name && l.address == r.listener.address));
         *running = kept;
         for r in removed {
             tracing::info!("listener {} on {} stops accepting", r.listener.name, r.listener.address);
@@ -409,7 +416,15 @@ fn tune_listener(l: &tokio::net::TcpListener) {
 }
 
 /// Serves one accepted connection on the configuration it was accepted under.
-async fn connection_task(proxy: Arc<Proxy>, index: usize, name: String, stream: tokio::net::TcpStream, peer: SocketAddr, ticket: crate::client::Ticket, draining: tokio::sync::watch::Receiver<bool>) {
+async fn connection_task(
+    proxy: Arc<Proxy>,
+    index: usize,
+    name: String,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    ticket: crate::client::Ticket,
+    draining: tokio::sync::watch::Receiver<bool>,
+) {
     let conn = ticket.conn.clone();
     let protocols = proxy.config.listeners[index].protocols;
     let svc = {

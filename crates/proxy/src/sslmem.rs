@@ -68,7 +68,8 @@ pub unsafe extern "C" fn OPENSSL_memory_get_size(ptr: *mut c_void) -> usize {
 /// Keeps this module in every binary that links the proxy: BoringSSL's references to the
 /// three functions are weak, and a weak reference alone does not pull an object in.
 pub fn link() {
-    let fns: (unsafe extern "C" fn(usize) -> *mut c_void, unsafe extern "C" fn(*mut c_void), unsafe extern "C" fn(*mut c_void) -> usize) = (OPENSSL_memory_alloc, OPENSSL_memory_free, OPENSSL_memory_get_size);
+    let fns: (unsafe extern "C" fn(usize) -> *mut c_void, unsafe extern "C" fn(*mut c_void), unsafe extern "C" fn(*mut c_void) -> usize) =
+        (OPENSSL_memory_alloc, OPENSSL_memory_free, OPENSSL_memory_get_size);
     std::hint::black_box(fns);
 }
 

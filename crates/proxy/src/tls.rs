@@ -263,17 +263,25 @@ enum Runner {
 }
 
 /// The TLS 1.2 cipher suites, in the server's order of preference.
-pub const TLS12_CIPHERS: &str = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+pub const TLS12_CIPHERS: &str =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 
 /// One context per certificate, configured alike.
 fn context(field: &str, tls: &Tls, i: usize, runner: &Runner, stats: &Arc<TlsStats>) -> Result<(SslAcceptorBuilder, Vec<String>), TlsError> {
     let c = &tls.certificates[i];
     let fc = format!("{field}.certificates[{i}]");
-    let chain = X509::stack_from_pem(&read(&format!("{fc}.cert"), &c.cert)?)
-        .map_err(|e| TlsError::File { field: format!("{fc}.cert"), path: c.cert.display().to_string(), msg: format!("not a PEM certificate: {e}") })?;
-    let leaf = chain.first().cloned().ok_or_else(|| TlsError::File { field: format!("{fc}.cert"), path: c.cert.display().to_string(), msg: "no certificate in the file".into() })?;
-    let key = PKey::private_key_from_pem(&read(&format!("{fc}.key"), &c.key)?)
-        .map_err(|e| TlsError::File { field: format!("{fc}.key"), path: c.key.display().to_string(), msg: format!("not a PEM private key: {e}") })?;
+    let chain = X509::stack_from_pem(&read(&format!("{fc}.cert"), &c.cert)?).map_err(|e| TlsError::File {
+        field: format!("{fc}.cert"),
+        path: c.cert.display().to_string(),
+        msg: format!("not a PEM certificate: {e}"),
+    })?;
+    let leaf =
+        chain.first().cloned().ok_or_else(|| TlsError::File { field: format!("{fc}.cert"), path: c.cert.display().to_string(), msg: "no certificate in the file".into() })?;
+    let key = PKey::private_key_from_pem(&read(&format!("{fc}.key"), &c.key)?).map_err(|e| TlsError::File {
+        field: format!("{fc}.key"),
+        path: c.key.display().to_string(),
+        msg: format!("not a PEM private key: {e}"),
+    })?;
     let pubkey = leaf.public_key().map_err(setup(&fc))?;
     if !pubkey.public_eq(&key) {
         return Err(TlsError::Setup { field: fc, msg: "the key does not belong to the certificate".into() });

@@ -123,7 +123,10 @@ connect_timeout = 0.5
     assert_eq!(lines.len(), 66, "{lines:?}");
     let v: Vec<serde_json::Value> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
     let first = &v[0];
-    assert_eq!((first["listener"].as_str(), first["method"].as_str(), first["path"].as_str(), first["protocol"].as_str()), (Some("web"), Some("GET"), Some("/shop/item"), Some("HTTP/1.1")));
+    assert_eq!(
+        (first["listener"].as_str(), first["method"].as_str(), first["path"].as_str(), first["protocol"].as_str()),
+        (Some("web"), Some("GET"), Some("/shop/item"), Some("HTTP/1.1"))
+    );
     assert_eq!(first["status"], 200);
     assert!(first["upstream"].as_str().unwrap().starts_with("127.0.0.1:") && first["duration_ms"].as_f64().unwrap() >= 0.0);
     assert!(v.iter().any(|e| e["protocol"] == "HTTP/2" && e["authority"] == "shop.example"));

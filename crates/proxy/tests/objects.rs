@@ -13,12 +13,8 @@ use std::time::{Duration, Instant};
 
 /// curl's status code and body for `path`.
 fn get(addr: SocketAddr, path: &str, args: &[&str]) -> (u16, Vec<u8>) {
-    let o = Command::new("curl")
-        .args(["-sS", "--path-as-is", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}"])
-        .args(args)
-        .arg(format!("http://{addr}{path}"))
-        .output()
-        .unwrap();
+    let o =
+        Command::new("curl").args(["-sS", "--path-as-is", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}"]).args(args).arg(format!("http://{addr}{path}")).output().unwrap();
     assert!(o.status.success(), "curl {path}: {}", String::from_utf8_lossy(&o.stderr));
     let out = o.stdout;
     let nl = out.iter().rposition(|b| *b == b'\n').unwrap();

@@ -120,7 +120,8 @@ fn the_drain_lets_requests_in_flight_finish_and_then_accepts_nothing() {
         port
     });
     let port = free_port();
-    let cfg = format!("[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\n[[routes]]\ncluster = \"slow\"\n[[clusters]]\nname = \"slow\"\nendpoints = [\"127.0.0.1:{up}\"]\n");
+    let cfg =
+        format!("[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\n[[routes]]\ncluster = \"slow\"\n[[clusters]]\nname = \"slow\"\nendpoints = [\"127.0.0.1:{up}\"]\n");
     let cur = rt.block_on(async {
         let p = Arc::new(Proxy::new(Config::parse(&cfg).unwrap()).unwrap());
         let b = bind(&p.config).await.unwrap();
@@ -128,7 +129,13 @@ fn the_drain_lets_requests_in_flight_finish_and_then_accepts_nothing() {
     });
     // 20 requests in flight, then the stop.
     let inflight: Vec<_> = (0..20)
-        .map(|_| std::process::Command::new("curl").args(["-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://127.0.0.1:{port}/")]).stdout(std::process::Stdio::piped()).spawn().unwrap())
+        .map(|_| {
+            std::process::Command::new("curl")
+                .args(["-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://127.0.0.1:{port}/")])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();

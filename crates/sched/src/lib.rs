@@ -9,7 +9,6 @@
 //! Weight 0 drains a backend: it is never picked for a new session, while the sessions it has
 //! continue (they are found in the session table, not scheduled again).
 
-
 /// Default Maglev lookup-table size (prime, as in the Maglev paper and Katran).
 pub const MAGLEV_DEFAULT_SIZE: u32 = 65537;
 /// Largest Maglev table accepted.
@@ -228,8 +227,7 @@ impl Scheduler {
                 let mut best = self.eligible[0];
                 for &i in &self.eligible[1..] {
                     let (ai, wi) = (active.get(i as usize).copied().unwrap_or(0) as u64, self.weights[i as usize] as u64);
-                    let (ab, wb) =
-                        (active.get(best as usize).copied().unwrap_or(0) as u64, self.weights[best as usize] as u64);
+                    let (ab, wb) = (active.get(best as usize).copied().unwrap_or(0) as u64, self.weights[best as usize] as u64);
                     // ai/wi < ab/wb without division.
                     if ai * wb < ab * wi {
                         best = i;

@@ -126,10 +126,7 @@ impl Browser {
         });
         let mut b = Browser { child, to: std::fs::File::from(cmd_w), from: rx, next_id: 0, session: None, events: Vec::new() };
         let targets = b.call("Target.getTargets", json!({}));
-        let page = targets["targetInfos"]
-            .as_array()
-            .and_then(|t| t.iter().find(|t| t["type"] == "page"))
-            .map(|t| t["targetId"].as_str().unwrap_or_default().to_string());
+        let page = targets["targetInfos"].as_array().and_then(|t| t.iter().find(|t| t["type"] == "page")).map(|t| t["targetId"].as_str().unwrap_or_default().to_string());
         let target = match page {
             Some(t) => t,
             None => b.call("Target.createTarget", json!({"url": "about:blank"}))["targetId"].as_str().unwrap().to_string(),

@@ -166,8 +166,22 @@ impl Topo {
         let key = self.dir.join("key.pem");
         if !cert.exists() {
             sh(&[
-                "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=backend", "-days", "2",
-                "-keyout", key.to_str().unwrap(), "-out", cert.to_str().unwrap(),
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-subj",
+                "/CN=backend",
+                "-days",
+                "2",
+                "-keyout",
+                key.to_str().unwrap(),
+                "-out",
+                cert.to_str().unwrap(),
             ]);
         }
         (cert.display().to_string(), key.display().to_string())
@@ -219,11 +233,7 @@ impl Topo {
 
     /// The runtime and port sections for this topology; services are appended by the test.
     pub fn base_config(&self, int_mtu: Option<u16>) -> String {
-        let mut c = format!(
-            "[global]\nmax_sessions = 200000\n\n[runtime]\napi = \"{}\"\nmbufs = 16383\nrun_dir = \"{}\"\nidle_sleep_us = 100\n\n",
-            self.api(),
-            self.dir.display()
-        );
+        let mut c = format!("[global]\nmax_sessions = 200000\n\n[runtime]\napi = \"{}\"\nmbufs = 16383\nrun_dir = \"{}\"\nidle_sleep_us = 100\n\n", self.api(), self.dir.display());
         if self.shape == Shape::TwoArm {
             c += "[[ports]]\nname = \"ext\"\ndevice = \"net_af_xdp0,iface=ext0\"\naddrs = [\"10.0.0.1/24\", \"2001:db8::1/64\"]\n\n";
         }
@@ -240,12 +250,7 @@ impl Topo {
         std::fs::write(self.config_path(), config).unwrap();
         let log = std::fs::File::create(self.dir.join("lb.log")).unwrap();
         let cfg = self.config_path();
-        let child = self
-            .cmd("lb", &[bin(), "run", "--config", cfg.to_str().unwrap()])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child = self.cmd("lb", &[bin(), "run", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
         self.lb = Some(child);
         let t = Instant::now();
         loop {
@@ -323,9 +328,11 @@ impl Topo {
         a.extend_from_slice(args);
         let o = self.run("cl", &a);
         let out = stdout(&o);
-        let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| {
-            panic!("probe {args:?} printed no JSON: {out}\n{}\nLB log:\n{}", String::from_utf8_lossy(&o.stderr), self.lb_log())
-        });
+        let line = out
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .unwrap_or_else(|| panic!("probe {args:?} printed no JSON: {out}\n{}\nLB log:\n{}", String::from_utf8_lossy(&o.stderr), self.lb_log()));
         serde_json::from_str(line).unwrap()
     }
 

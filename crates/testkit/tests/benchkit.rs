@@ -103,8 +103,25 @@ fn generator_sends_and_receives_jumbo_frames_on_af_packet() {
     let mac = sh(&["ip", "netns", "exec", ns, "cat", "/sys/class/net/jb/address"]);
     let dev = |n: u8, i: &str| format!("net_af_packet{n},iface={i},framesz=16384,blocksz=16384,framecnt=256");
     let out = sh(&[
-        "ip", "netns", "exec", ns, tools(), "gen", "--tx", &dev(0, "ja"), "--rx", &dev(1, "jb"), "--dst-mac", mac.trim(),
-        "--size", "9000", "--rate", "5000", "--seconds", "0.5", "--json",
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        tools(),
+        "gen",
+        "--tx",
+        &dev(0, "ja"),
+        "--rx",
+        &dev(1, "jb"),
+        "--dst-mac",
+        mac.trim(),
+        "--size",
+        "9000",
+        "--rate",
+        "5000",
+        "--seconds",
+        "0.5",
+        "--json",
     ]);
     let r: Value = serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(f(&r, "size"), 9000.0);

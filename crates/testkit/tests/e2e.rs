@@ -1,9 +1,9 @@
 //! End-to-end tests: real kernels' TCP/UDP stacks talk through `vectorlb run` on AF_XDP ports
 //! in network namespaces. Run as root (`make test` runs them one at a time).
 
-use vectorlb_testkit::*;
 use serde_json::json;
 use std::time::Duration;
+use vectorlb_testkit::*;
 
 struct Vips {
     v4: &'static str,
@@ -75,7 +75,6 @@ fn traffic_checks(t: &Topo) {
         assert_eq!(u["lost"], 0, "udp {vip}: {u}");
         assert_eq!(u["flows_switched"], 0, "udp {vip}: every flow sticks to its backend: {u}");
         assert_spread(&u, 180, &format!("udp {vip}"));
-
     }
 }
 
@@ -608,20 +607,16 @@ fn health_checks_take_a_failed_backend_out_and_bring_it_back() {
     t.echo(5353);
     let mut c = t.base_config(None);
     // HTTP checks every 200 ms, down after 2 failures, up after 2 successes.
-    c += &service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80)).replace(
-        "backends = [",
-        "health = { kind = \"http\", path = \"/\", interval = 0.2, timeout = 0.2, rise = 2, fall = 2 }\nbackends = [",
-    );
+    c += &service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80))
+        .replace("backends = [", "health = { kind = \"http\", path = \"/\", interval = 0.2, timeout = 0.2, rise = 2, fall = 2 }\nbackends = [");
     // UDP checks: a datagram must get an answer.
     c += &service("2001:db8::100", 5353, "udp", "fnat", "rr", Some("2001:db8:1::200"), &backends(true, 5353)).replace(
         "backends = [",
         "health = { kind = \"udp\", send = \"ping\", expect = \"ping\", interval = 0.2, timeout = 0.2, rise = 1, fall = 2, on_down = \"reset\" }\nbackends = [",
     );
     // HTTPS checks of the same backends (self-signed certificates), for a TLS service.
-    c += &service("10.0.0.100", 443, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 443)).replace(
-        "backends = [",
-        "health = { kind = \"https\", path = \"/\", interval = 0.2, timeout = 0.2, rise = 2, fall = 2 }\nbackends = [",
-    );
+    c += &service("10.0.0.100", 443, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 443))
+        .replace("backends = [", "health = { kind = \"https\", path = \"/\", interval = 0.2, timeout = 0.2, rise = 2, fall = 2 }\nbackends = [");
     t.start_lb(&c);
     let svc = "/v1/services/tcp/10.0.0.100/80";
     let tls = "/v1/services/tcp/10.0.0.100/443";

@@ -2,10 +2,10 @@
 //! keepalived's notify scripts switch the data plane between MASTER and BACKUP through
 //! `vectorlb ctl --ha-state`, and a track script notices a dead daemon.
 
-use vectorlb_testkit::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use vectorlb_testkit::*;
 
 struct Node {
     name: &'static str,

@@ -156,7 +156,27 @@ fn flood(prefix: &str, synproxy: &str) -> serde_json::Value {
     let wrk = t.cmd("cl", &["wrk", "-t1", "-c4", "-d8s", &u]).stdout(std::process::Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let gen = t
-        .cmd("cl", &[tools(), "gen", "--tx", "net_af_packet0,iface=cl0", "--dst-mac", &mac, "--dst-ip", VIP4, "--dst-port", "80", "--syn-flood", "--count", &FLOOD.to_string(), "--seconds", "30", "--json"])
+        .cmd(
+            "cl",
+            &[
+                tools(),
+                "gen",
+                "--tx",
+                "net_af_packet0,iface=cl0",
+                "--dst-mac",
+                &mac,
+                "--dst-ip",
+                VIP4,
+                "--dst-port",
+                "80",
+                "--syn-flood",
+                "--count",
+                &FLOOD.to_string(),
+                "--seconds",
+                "30",
+                "--json",
+            ],
+        )
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -168,9 +188,12 @@ fn flood(prefix: &str, synproxy: &str) -> serde_json::Value {
     let timeout = "10000";
     let r = t.probe(&["http", "--url", &u, "--requests", "2000", "--concurrency", "8", "--timeout-ms", timeout, "--json"]);
     let g = gen.wait_with_output().unwrap();
-    let gj: serde_json::Value = stdout(&g).lines().rev().find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| {
-        panic!("generator: {} {}", stdout(&g), String::from_utf8_lossy(&g.stderr))
-    });
+    let gj: serde_json::Value = stdout(&g)
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("generator: {} {}", stdout(&g), String::from_utf8_lossy(&g.stderr)));
     let w = wrk.wait_with_output().unwrap();
     let w = String::from_utf8_lossy(&w.stdout).to_string();
     let st = t.stats();
@@ -206,7 +229,12 @@ fn flood(prefix: &str, synproxy: &str) -> serde_json::Value {
     }
     eprintln!(
         "flood synproxy={synproxy}: {} SYNs at {:.3} Mpps; http {r}; cookies {} evicted {} no_local_port {} sessions {}",
-        gj["sent"], gj["tx_mpps"].as_f64().unwrap_or(0.0), st["syncookies_sent"], st["half_open_evicted"], st["drops"]["no_local_port"], st["sessions"]
+        gj["sent"],
+        gj["tx_mpps"].as_f64().unwrap_or(0.0),
+        st["syncookies_sent"],
+        st["half_open_evicted"],
+        st["drops"]["no_local_port"],
+        st["sessions"]
     );
     t.stop_lb();
     json!({"flood": FLOOD, "tx_mpps": gj["tx_mpps"], "http": r, "stats": st})

@@ -8,12 +8,7 @@ use vectorlb_testkit::{bin, repo};
 
 fn install(dest: &Path) {
     let bin_dir = Path::new(bin()).parent().unwrap();
-    let o = Command::new("bash")
-        .arg(repo().join("scripts/install.sh"))
-        .env("DESTDIR", dest)
-        .env("BIN_DIR", bin_dir)
-        .output()
-        .unwrap();
+    let o = Command::new("bash").arg(repo().join("scripts/install.sh")).env("DESTDIR", dest).env("BIN_DIR", bin_dir).output().unwrap();
     assert!(o.status.success(), "install: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
 }
 

@@ -199,10 +199,8 @@ fn status_page_in_chromium_and_the_grafana_dashboard_against_live_metrics() {
     let token_file = t.dir.join("api.token");
     std::fs::write(&token_file, token).unwrap();
     std::fs::set_permissions(&token_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let base = t.base_config(None).replace(
-        &format!("api = \"{}\"\n", t.api()),
-        &format!("api = [\"{}\", \"127.0.0.1:9180\"]\napi_token_file = \"{}\"\n", t.api(), token_file.display()),
-    );
+    let base =
+        t.base_config(None).replace(&format!("api = \"{}\"\n", t.api()), &format!("api = [\"{}\", \"127.0.0.1:9180\"]\napi_token_file = \"{}\"\n", t.api(), token_file.display()));
     assert!(base.contains("127.0.0.1:9180"), "{base}");
     let svc = service("10.0.0.100", 80, "tcp", "fnat", "maglev", Some("10.1.0.200"), &backends(false, 80))
         .replace("backends = [", "health = { kind = \"http\", path = \"/\", interval = 0.2, timeout = 0.2, rise = 2, fall = 2 }\nbackends = [");
@@ -239,7 +237,8 @@ fn status_page_in_chromium_and_the_grafana_dashboard_against_live_metrics() {
     // ctl shows the same window's rates.
     let o = std::process::Command::new(bin()).args(["ctl", "--api", &t.api(), "-Ln", "--rate"]).output().unwrap();
     let out = stdout(&o);
-    let rated = out.lines().filter(|l| l.trim_start().starts_with("->")).filter(|l| l.split_whitespace().nth(2).and_then(|c| c.parse::<f64>().ok()).is_some_and(|c| c > 0.0)).count();
+    let rated =
+        out.lines().filter(|l| l.trim_start().starts_with("->")).filter(|l| l.split_whitespace().nth(2).and_then(|c| c.parse::<f64>().ok()).is_some_and(|c| c > 0.0)).count();
     assert_eq!(rated, 3, "ctl -Ln --rate:\n{out}");
     if std::env::var_os("VECTORLB_UPDATE_DOCS").is_some() {
         // For the documentation's picture: charts with some history.

@@ -113,11 +113,7 @@ impl Tally {
     }
 
     fn new(n: usize) -> Tally {
-        Tally {
-            latency: (0..n).map(|_| None).collect(),
-            errors: vec![0; n],
-            bad_status: vec![0; n],
-        }
+        Tally { latency: (0..n).map(|_| None).collect(), errors: vec![0; n], bad_status: vec![0; n] }
     }
 }
 

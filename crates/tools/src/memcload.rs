@@ -363,14 +363,7 @@ mod tests {
         assert_eq!(read_reply(&mut r, &mut line, 64).unwrap(), Reply::Stored);
         assert_eq!(read_reply(&mut r, &mut line, 64).unwrap(), Reply::Error);
         assert!(read_reply(&mut r, &mut line, 64).is_err(), "end of stream");
-        for bad in [
-            &b"VALUE k 0 999999\r\n"[..],
-            b"VALUE k 0 x\r\n",
-            b"VALUE k 0 3\r\nabcXY",
-            b"VALUE k 0 3\r\nabc\r\nVALUE",
-            b"STORED",
-            b"VALUE k 0 3\r\nab",
-        ] {
+        for bad in [&b"VALUE k 0 999999\r\n"[..], b"VALUE k 0 x\r\n", b"VALUE k 0 3\r\nabcXY", b"VALUE k 0 3\r\nabc\r\nVALUE", b"STORED", b"VALUE k 0 3\r\nab"] {
             assert!(read_reply(&mut Cursor::new(bad.to_vec()), &mut line, 64).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
         // A line that never ends is cut at 1 KiB.

@@ -220,7 +220,11 @@ pub fn fwd(a: &FwdArgs) -> Result<Value, ToolError> {
     let secs = t0.elapsed().as_secs_f64();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = th.join();
-    let st = link.queues.iter().map(|q| q.snapshot()).fold((0, 0, 0, 0, 0), |acc, c| (acc.0 + c.copies_cpu, acc.1 + c.copies_engine, acc.2 + c.copies_fallback, acc.3 + c.bad_desc, acc.4 + c.no_buffer));
+    let st = link
+        .queues
+        .iter()
+        .map(|q| q.snapshot())
+        .fold((0, 0, 0, 0, 0), |acc, c| (acc.0 + c.copies_cpu, acc.1 + c.copies_engine, acc.2 + c.copies_fallback, acc.3 + c.bad_desc, acc.4 + c.no_buffer));
     // The timed bursts' copy time, less the clock reads' own cost (one pair per CPU copy),
     // scaled to all bursts.
     let copy_cycles = (copy_cycles as f64 - timed_copies as f64 * clock_pair_cycles()).max(0.0);
@@ -455,7 +459,9 @@ pub fn bench(a: &BenchArgs) -> Result<(), ToolError> {
         vec![]
     } else if a.quick {
         vec![(1500, 1500)]
-    } else { vec![(1500, 64), (1500, 1500), (9000, 4400), (9000, 9000)] };
+    } else {
+        vec![(1500, 64), (1500, 1500), (9000, 4400), (9000, 9000)]
+    };
     for (mtu, size) in timed {
         for copy in ["cpu", "dma"] {
             points.push(Point { server: "vectorlb", copy, threshold: t, client: "zero-copy", queues: 1, mtu, size, timed: true });
@@ -517,7 +523,14 @@ fn summarize(points: &[Point], results: &[Vec<Value>]) -> Vec<Value> {
     }
     let find = |q: &Point, server: &str, copy: &str, threshold: u32| {
         points.iter().position(|p| {
-            !p.timed && p.server == server && p.copy == copy && (copy == "cpu" || p.threshold == threshold) && p.client == q.client && p.queues == q.queues && p.mtu == q.mtu && p.size == q.size
+            !p.timed
+                && p.server == server
+                && p.copy == copy
+                && (copy == "cpu" || p.threshold == threshold)
+                && p.client == q.client
+                && p.queues == q.queues
+                && p.mtu == q.mtu
+                && p.size == q.size
         })
     };
     let t = vectorlb_config::DEFAULT_DMA_THRESHOLD;

@@ -299,14 +299,7 @@ fn http(a: &HttpArgs) -> Result<(), ToolError> {
         for (e, n) in &g.2 {
             println!("  error: {e} x{n}");
         }
-        println!(
-            "  latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
-            pct(lat, 50.0),
-            pct(lat, 90.0),
-            pct(lat, 99.0),
-            pct(lat, 99.9),
-            pct(lat, 100.0)
-        );
+        println!("  latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}", pct(lat, 50.0), pct(lat, 90.0), pct(lat, 99.0), pct(lat, 99.9), pct(lat, 100.0));
         println!("result requests={requests} errors={errors} backends={}", g.0.len());
     }
     if errors > 0 {
@@ -358,7 +351,7 @@ fn set_df(s: &UdpSocket, v6: bool) -> Result<(), ToolError> {
     use std::os::fd::AsRawFd;
     let (level, opt) = if v6 { (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER) } else { (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER) };
     let val: libc::c_int = 2; // IP_PMTUDISC_DO / IPV6_PMTUDISC_DO
-    // SAFETY: valid fd and a c_int option value.
+                              // SAFETY: valid fd and a c_int option value.
     let r = unsafe { libc::setsockopt(s.as_raw_fd(), level, opt, &val as *const _ as *const libc::c_void, 4) };
     if r != 0 {
         return Err(ToolError::Io { context: "setsockopt(MTU_DISCOVER)".into(), source: std::io::Error::last_os_error() });
@@ -701,20 +694,23 @@ fn sync_inject(a: &SyncInjectArgs) -> Result<(), ToolError> {
     let records = (0..a.records.min(16))
         .map(|i| {
             let p = a.first_port.wrapping_add(i);
-            (0u8, SyncRecord {
-                proto: 6,
-                vip: "10.0.0.100".parse().unwrap(),
-                vport: 9000,
-                client: "10.0.0.2".parse().unwrap(),
-                cport: p,
-                backend: "10.1.0.11".parse().unwrap(),
-                bport: 9000,
-                local: Some(("10.1.0.200".parse().unwrap(), p)),
-                state: 3,
-                flags: 0,
-                expire_in: 600_000,
-                adj: Default::default(),
-            })
+            (
+                0u8,
+                SyncRecord {
+                    proto: 6,
+                    vip: "10.0.0.100".parse().unwrap(),
+                    vport: 9000,
+                    client: "10.0.0.2".parse().unwrap(),
+                    cport: p,
+                    backend: "10.1.0.11".parse().unwrap(),
+                    bport: 9000,
+                    local: Some(("10.1.0.200".parse().unwrap(), p)),
+                    state: 3,
+                    flags: 0,
+                    expire_in: 600_000,
+                    adj: Default::default(),
+                },
+            )
         })
         .collect();
     let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);

@@ -25,11 +25,7 @@ fn main() {
         let client = format!("198.51.{}.{}:{}", 100 + i / 250, i % 250 + 1, 20000 + i);
         let syn = Builder::tcp(&client, "10.0.0.100:80", SYN).seq(i).macs(ROUTER, LB).build();
         put(&mut w, &syn);
-        let req = Builder::tcp(&client, "10.0.0.100:80", PSH | ACK)
-            .seq(i + 1)
-            .payload(b"GET / HTTP/1.0\r\n\r\n")
-            .macs(ROUTER, LB)
-            .build();
+        let req = Builder::tcp(&client, "10.0.0.100:80", PSH | ACK).seq(i + 1).payload(b"GET / HTTP/1.0\r\n\r\n").macs(ROUTER, LB).build();
         put(&mut w, &req);
     }
     for i in 0..100u32 {

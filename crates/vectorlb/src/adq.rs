@@ -326,10 +326,7 @@ pub fn plan(c: &AdqConfig) -> Vec<(String, Vec<Step>)> {
 /// The steps that undo a configuration (errors ignored when applied: parts may be absent).
 pub fn reset(c: &AdqConfig) -> Vec<Step> {
     let dev = c.nic.dev.as_str();
-    let mut v = vec![
-        Step::Write { path: format!("/sys/class/net/{dev}/threaded"), value: "0".into() },
-        run(&["tc", "filter", "del", "dev", dev, "ingress"]),
-    ];
+    let mut v = vec![Step::Write { path: format!("/sys/class/net/{dev}/threaded"), value: "0".into() }, run(&["tc", "filter", "del", "dev", dev, "ingress"])];
     if c.nic.egress_priority {
         v.push(run(&["tc", "filter", "del", "dev", dev, "egress"]));
     }
@@ -388,9 +385,7 @@ pub fn preflight(c: &AdqConfig, sys: &Path) -> Result<(), AdqError> {
     if !netdev.exists() {
         return Err(AdqError::Refused(format!("no network interface {dev}")));
     }
-    let driver = std::fs::read_link(netdev.join("device/driver"))
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let driver = std::fs::read_link(netdev.join("device/driver")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
     match driver.as_deref() {
         Some("ice") => {}
         Some(d) => return Err(AdqError::Refused(format!("{dev} is driven by {d}, not ice: ADQ needs an Intel E810 port"))),
@@ -401,11 +396,7 @@ pub fn preflight(c: &AdqConfig, sys: &Path) -> Result<(), AdqError> {
         need.push(("CONFIG_NET_ACT_SKBEDIT", "skbedit"));
     }
     if let Some(kconfig) = kernel_config() {
-        let missing: Vec<&str> = need
-            .iter()
-            .filter(|(opt, _)| !kconfig.lines().any(|l| l == format!("{opt}=y") || l == format!("{opt}=m")))
-            .map(|(_, name)| *name)
-            .collect();
+        let missing: Vec<&str> = need.iter().filter(|(opt, _)| !kconfig.lines().any(|l| l == format!("{opt}=y") || l == format!("{opt}=m"))).map(|(_, name)| *name).collect();
         if !missing.is_empty() {
             return Err(AdqError::Refused(format!("this kernel lacks {} (traffic-class offload cannot be set up)", missing.join(", "))));
         }

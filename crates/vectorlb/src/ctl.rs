@@ -130,9 +130,7 @@ pub enum CtlError {
 fn token(a: &CtlArgs) -> Result<Option<String>, CtlError> {
     match &a.token_file {
         None => Ok(None),
-        Some(p) => std::fs::read_to_string(p)
-            .map(|t| Some(t.trim().to_string()))
-            .map_err(|source| CtlError::Token { path: p.display().to_string(), source }),
+        Some(p) => std::fs::read_to_string(p).map(|t| Some(t.trim().to_string())).map_err(|source| CtlError::Token { path: p.display().to_string(), source }),
     }
 }
 
@@ -210,7 +208,23 @@ fn real(a: &CtlArgs) -> Result<(IpAddr, u16), CtlError> {
 
 pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
     let api = &Api { target: a.api.clone(), token: token(a)? };
-    let verbs = [a.add_service, a.edit_service, a.delete_service, a.add_server, a.edit_server, a.delete_server, a.list, a.reload, a.save, a.global_stats, a.ports, a.neighbors, !a.raw.is_empty(), a.ha_state.is_some(), a.ha];
+    let verbs = [
+        a.add_service,
+        a.edit_service,
+        a.delete_service,
+        a.add_server,
+        a.edit_server,
+        a.delete_server,
+        a.list,
+        a.reload,
+        a.save,
+        a.global_stats,
+        a.ports,
+        a.neighbors,
+        !a.raw.is_empty(),
+        a.ha_state.is_some(),
+        a.ha,
+    ];
     match verbs.iter().filter(|v| **v).count() {
         0 => return Err(usage("nothing to do: give a command such as -A, -a, -e, -d, -L (see --help)")),
         1 => {}
@@ -264,7 +278,16 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
     } else if a.list && a.connection {
         list_sessions(api)?;
     } else if a.list {
-        list(api, if a.rate { Columns::Rate } else if a.stats { Columns::Stats } else { Columns::Plain })?;
+        list(
+            api,
+            if a.rate {
+                Columns::Rate
+            } else if a.stats {
+                Columns::Stats
+            } else {
+                Columns::Plain
+            },
+        )?;
     } else if a.reload {
         let v = ok(api, "POST", "/v1/reload", None)?;
         println!("reloaded (generation {})", v["generation"]);
@@ -330,7 +353,9 @@ fn list(api: &Api, cols: Columns) -> Result<(), CtlError> {
     println!("vectorlb {} (configuration generation {})", env!("CARGO_PKG_VERSION"), h["generation"]);
     match cols {
         Columns::Stats => println!("Prot LocalAddress:Port               Conns/s    Packets      Bytes\n  -> RemoteAddress:Port             ActiveConn Packets      Bytes"),
-        Columns::Rate => println!("Prot LocalAddress:Port               CPS        PPS          BPS          (per second, last 10 s)\n  -> RemoteAddress:Port             CPS        PPS          BPS"),
+        Columns::Rate => println!(
+            "Prot LocalAddress:Port               CPS        PPS          BPS          (per second, last 10 s)\n  -> RemoteAddress:Port             CPS        PPS          BPS"
+        ),
         Columns::Plain => println!("Prot LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn"),
     }
     let rates = |r: &Value| {

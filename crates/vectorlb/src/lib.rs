@@ -2,5 +2,5 @@
 //! setup (`adq`). The daemon is
 //! `vectorlb-daemon`, the control API `vectorlb-api`; this crate is the thin glue.
 
-pub mod ctl;
 pub mod adq;
+pub mod ctl;

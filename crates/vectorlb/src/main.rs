@@ -305,10 +305,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 for (b, n) in &s.backends {
                     println!("  {b}: {n}");
                 }
-                println!(
-                    "icmp: {} echo replies, {} errors sent, {} errors translated",
-                    s.icmp_echo_replies, s.icmp_errors_sent, s.icmp_errors_translated
-                );
+                println!("icmp: {} echo replies, {} errors sent, {} errors translated", s.icmp_echo_replies, s.icmp_errors_sent, s.icmp_errors_translated);
                 for p in &s.outputs {
                     println!("wrote {}", p.display());
                 }
@@ -341,15 +338,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 println!("  (no port has a device: fine for `vectorlb replay`; `vectorlb run` needs one on every port)");
             }
             for s in &c.spec.services {
-                println!(
-                    "  {} {}:{} {} {} ({} backends)",
-                    if s.proto == proto::TCP { "tcp" } else { "udp" },
-                    s.vip,
-                    s.port,
-                    s.mode.name(),
-                    s.scheduler.name(),
-                    s.backends.len()
-                );
+                println!("  {} {}:{} {} {} ({} backends)", if s.proto == proto::TCP { "tcp" } else { "udp" }, s.vip, s.port, s.mode.name(), s.scheduler.name(), s.backends.len());
             }
             Ok(())
         }
@@ -384,13 +373,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             print(&vectorlb_bench::synflood::run(&o)?, common.json)
         }
         Cmd::Bench(BenchCmd::Cps { mode, concurrency, common }) => {
-            let o = vectorlb_bench::cps::Options {
-                mode: mode.into(),
-                v6: common.family == 6,
-                seconds: common.seconds,
-                rounds: common.rounds,
-                concurrency,
-            };
+            let o = vectorlb_bench::cps::Options { mode: mode.into(), v6: common.family == 6, seconds: common.seconds, rounds: common.rounds, concurrency };
             print(&vectorlb_bench::cps::run(&o)?, common.json)
         }
     }

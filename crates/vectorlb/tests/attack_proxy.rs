@@ -247,7 +247,11 @@ fn upstream() -> Upstream {
                         let host = req.headers().get_all("host").iter().map(|h| String::from_utf8_lossy(h.as_bytes()).to_string()).collect::<Vec<_>>().join(",");
                         let big = req.uri().path() == "/big";
                         let body = req.into_body().collect().await.map(|b| b.to_bytes().len());
-                        let out = if big { Bytes::from(vec![b'x'; BIG]) } else { Bytes::from(format!("host={host} body={}", body.map(|n| n.to_string()).unwrap_or_else(|e| format!("error {e}")))) };
+                        let out = if big {
+                            Bytes::from(vec![b'x'; BIG])
+                        } else {
+                            Bytes::from(format!("host={host} body={}", body.map(|n| n.to_string()).unwrap_or_else(|e| format!("error {e}"))))
+                        };
                         Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(out)))
                     }
                 });
@@ -357,7 +361,11 @@ fn a_client_closing_right_after_sending_never_stops_the_proxy() {
     wait_tcp(port);
     wait_unix(&admin);
     let pipelined = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\nGET {path} HTTP/1.1\r\nHost: a\r\n\r\n");
-    for (what, req) in [("HTTP/1.1, a respond route", pipelined("/r").into_bytes()), ("HTTP/1.1, a static object", pipelined("/static/obj.bin").into_bytes()), ("h2c, one HEADERS frame", h2c_request("a", "/r", &[]))] {
+    for (what, req) in [
+        ("HTTP/1.1, a respond route", pipelined("/r").into_bytes()),
+        ("HTTP/1.1, a static object", pipelined("/static/obj.bin").into_bytes()),
+        ("h2c, one HEADERS frame", h2c_request("a", "/r", &[])),
+    ] {
         for i in 0..30 {
             let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
             s.write_all(&req).unwrap();
@@ -423,7 +431,11 @@ fn an_admin_address_that_names_a_file_is_refused_and_the_file_kept() {
     wait_unix(&sock);
     first.assert_alive("replacing a stale socket");
     let sub2 = tmp("admin-file-second");
-    let mut second = Proc::proxy(&sub2, &format!("[admin]\naddress = \"unix:{}\"\n[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:0\"\n[[routes]]\nrespond = {{ status = 204 }}\n", sock.display()), None);
+    let mut second = Proc::proxy(
+        &sub2,
+        &format!("[admin]\naddress = \"unix:{}\"\n[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:0\"\n[[routes]]\nrespond = {{ status = 204 }}\n", sock.display()),
+        None,
+    );
     assert!(!second.wait_exit(Duration::from_secs(10)).expect("refused").success());
     assert!(second.log().contains("another"), "{}", second.log());
     first.assert_alive("a second instance on its admin socket");
@@ -631,7 +643,13 @@ fn slow_clients_past_a_1024_descriptor_limit_do_not_keep_curl_out() {
             r => failures.push(format!("{r:?}")),
         }
         n += 1;
-        if n % 10 == 0 && Command::new("curl").args(["-sS", "--max-time", "3", "--unix-socket", admin.to_str().unwrap(), "http://x/v1/health"]).output().map(|o| !o.status.success()).unwrap_or(true) {
+        if n % 10 == 0
+            && Command::new("curl")
+                .args(["-sS", "--max-time", "3", "--unix-socket", admin.to_str().unwrap(), "http://x/v1/health"])
+                .output()
+                .map(|o| !o.status.success())
+                .unwrap_or(true)
+        {
             admin_failures += 1;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -701,7 +719,11 @@ async fn slow_posts(port: u16, n: usize, chunked: bool, every: Duration, until: 
         .map(|_| {
             tokio::spawn(async move {
                 let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-                let head = if chunked { "POST /up HTTP/1.1\r\nHost: public.example\r\nTransfer-Encoding: chunked\r\n\r\n" } else { "POST /up HTTP/1.1\r\nHost: public.example\r\nContent-Length: 100\r\n\r\n" };
+                let head = if chunked {
+                    "POST /up HTTP/1.1\r\nHost: public.example\r\nTransfer-Encoding: chunked\r\n\r\n"
+                } else {
+                    "POST /up HTTP/1.1\r\nHost: public.example\r\nContent-Length: 100\r\n\r\n"
+                };
                 s.write_all(head.as_bytes()).await.ok()?;
                 let mut sent = 0;
                 let (mut r, mut w) = s.into_split();

@@ -100,7 +100,14 @@ fn sighup_and_the_admin_api_reload_a_second_start_is_refused_and_kill_9_leaves_n
     let sock = dir.join("admin.sock");
     let cfg = dir.join("p.toml");
     let write = |body: &str| {
-        std::fs::write(&cfg, format!("[admin]\naddress = \"unix:{}\"\n[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\n[[routes]]\nrespond = {{ status = 200, body = \"{body}\" }}\n", sock.display())).unwrap()
+        std::fs::write(
+            &cfg,
+            format!(
+                "[admin]\naddress = \"unix:{}\"\n[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\n[[routes]]\nrespond = {{ status = 200, body = \"{body}\" }}\n",
+                sock.display()
+            ),
+        )
+        .unwrap()
     };
     write("A");
     let start = || Command::new(env!("CARGO_BIN_EXE_vectorlb")).args(["proxy", "--config"]).arg(&cfg).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();

@@ -49,10 +49,7 @@ fn replay_writes_per_port_captures_and_a_summary() {
     assert_eq!(s["drop_reasons"]["truncated"], 1);
     assert_eq!(s["sessions_created"], 1);
     // The SYN left on "int", translated to a local address and a backend.
-    let recs: Vec<_> = vectorlb_pcap::Reader::new(std::fs::File::open(out.join("int.pcap")).unwrap())
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let recs: Vec<_> = vectorlb_pcap::Reader::new(std::fs::File::open(out.join("int.pcap")).unwrap()).unwrap().collect::<Result<_, _>>().unwrap();
     assert_eq!(recs.len(), 1);
     assert_eq!(recs[0].ts_ns, 1_000_000_000);
     let f = &recs[0].data;
@@ -75,15 +72,8 @@ fn bad_inputs_are_clear_errors() {
     // A file that is not a pcap.
     let notpcap = dir.join("x.pcap");
     std::fs::write(&notpcap, b"hello, this is not a capture").unwrap();
-    let o = Command::new(bin)
-        .args(["replay", "--config"])
-        .arg(root().join("examples/fnat-demo.toml"))
-        .arg("--in")
-        .arg(&notpcap)
-        .arg("--out-dir")
-        .arg(dir.join("o"))
-        .output()
-        .unwrap();
+    let o =
+        Command::new(bin).args(["replay", "--config"]).arg(root().join("examples/fnat-demo.toml")).arg("--in").arg(&notpcap).arg("--out-dir").arg(dir.join("o")).output().unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a pcap file"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -91,20 +81,14 @@ fn bad_inputs_are_clear_errors() {
 
 #[test]
 fn bench_rejects_nonsense() {
-    let o = Command::new(env!("CARGO_BIN_EXE_vectorlb"))
-        .args(["bench", "pipeline", "--sessions", "0", "--json"])
-        .output()
-        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_vectorlb")).args(["bench", "pipeline", "--sessions", "0", "--json"]).output().unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--sessions"));
 }
 
 #[test]
 fn bench_cps_runs_complete_lifecycles() {
-    let o = Command::new(env!("CARGO_BIN_EXE_vectorlb"))
-        .args(["bench", "cps", "--seconds", "0.2", "--rounds", "2", "--json"])
-        .output()
-        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_vectorlb")).args(["bench", "cps", "--seconds", "0.2", "--rounds", "2", "--json"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["errors"], 0);

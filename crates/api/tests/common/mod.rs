@@ -114,4 +114,3 @@ impl LbControl for Fake {
         "vectorlb_rx_total 5\n".into()
     }
 }
-

@@ -32,34 +32,53 @@ pub struct Fam {
 
 impl Fam {
     pub fn client(&self) -> &'static str {
-        if self.v6 { "2001:db8:ff::7" } else { "198.51.100.7" }
+        if self.v6 {
+            "2001:db8:ff::7"
+        } else {
+            "198.51.100.7"
+        }
     }
     pub fn vip(&self) -> &'static str {
-        if self.v6 { "2001:db8::100" } else { "10.0.0.100" }
+        if self.v6 {
+            "2001:db8::100"
+        } else {
+            "10.0.0.100"
+        }
     }
     pub fn laddr(&self) -> &'static str {
-        if self.v6 { "2001:db8:1::200" } else { "10.1.0.200" }
+        if self.v6 {
+            "2001:db8:1::200"
+        } else {
+            "10.1.0.200"
+        }
     }
     pub fn int_addr(&self) -> &'static str {
-        if self.v6 { "2001:db8:1::1" } else { "10.1.0.1" }
+        if self.v6 {
+            "2001:db8:1::1"
+        } else {
+            "10.1.0.1"
+        }
     }
     pub fn backend(&self, i: u8) -> String {
-        if self.v6 { format!("2001:db8:1::1{i}") } else { format!("10.1.0.1{i}") }
+        if self.v6 {
+            format!("2001:db8:1::1{i}")
+        } else {
+            format!("10.1.0.1{i}")
+        }
     }
     /// The four endpoints of the standard TCP flow: client:40000, VIP:80, backend 1:8080 and
     /// the first full-NAT local port.
     pub fn flow(&self) -> (String, String, String, String) {
-        (
-            self.sock(self.client(), 40000),
-            self.sock(self.vip(), 80),
-            self.sock(&self.backend(1), 8080),
-            self.sock(self.laddr(), 1024),
-        )
+        (self.sock(self.client(), 40000), self.sock(self.vip(), 80), self.sock(&self.backend(1), 8080), self.sock(self.laddr(), 1024))
     }
 
     /// "addr:port" with brackets for IPv6.
     pub fn sock(&self, a: &str, port: u16) -> String {
-        if self.v6 { format!("[{a}]:{port}") } else { format!("{a}:{port}") }
+        if self.v6 {
+            format!("[{a}]:{port}")
+        } else {
+            format!("{a}:{port}")
+        }
     }
 }
 
@@ -79,10 +98,7 @@ pub fn service(f: &Fam, mode: Mode, protocol: u8, port: u16, backends: &[(u8, u1
         proto: protocol,
         mode,
         scheduler: Algorithm::Rr,
-        backends: backends
-            .iter()
-            .map(|&(i, p, w)| BackendSpec { addr: ip(&f.backend(i)), port: p, weight: w })
-            .collect(),
+        backends: backends.iter().map(|&(i, p, w)| BackendSpec { addr: ip(&f.backend(i)), port: p, weight: w }).collect(),
         local_addrs: if mode == Mode::Fnat { vec![ip(f.laddr())] } else { vec![] },
         toa: false,
         synproxy: Default::default(),
@@ -91,7 +107,11 @@ pub fn service(f: &Fam, mode: Mode, protocol: u8, port: u16, backends: &[(u8, u1
 }
 
 pub fn proto_name(p: u8) -> &'static str {
-    if p == proto::TCP { "tcp" } else { "udp" }
+    if p == proto::TCP {
+        "tcp"
+    } else {
+        "udp"
+    }
 }
 
 pub struct Lb {

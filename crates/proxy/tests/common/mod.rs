@@ -92,7 +92,6 @@ pub fn proxy_with(config: &str) -> (Vec<SocketAddr>, Arc<Proxy>) {
     rx.recv_timeout(Duration::from_secs(5)).unwrap()
 }
 
-
 /// Starts the proxy on a thread; returns its first listener's address.
 pub fn proxy(config: &str) -> SocketAddr {
     proxy_with(config).0[0]
