@@ -14,7 +14,8 @@ pub mod error;
 pub mod lb;
 pub mod model;
 pub mod page;
-pub mod server;
+/// The serving itself lives in the shared HTTP crate.
+pub use vectorlb_http::server;
 
 pub use error::ApiError;
 pub use lb::{openapi_json, router, LbControl};

@@ -237,6 +237,32 @@ mod tls {
     }
 }
 
+/// Standard base64 (RFC 4648, padding optional); None for anything else.
+pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim_end_matches('=');
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    // A single leftover character (6 bits) cannot be the end of a valid encoding.
+    (bits < 6).then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,5 +305,15 @@ mod tests {
         assert!(matches!(request(&Target::Tcp(closed), &Request::get("/", "h"), &Options::default()).await, Err(Error::Connect(_))));
         assert!("nowhere".parse::<Target>().is_err());
         assert_eq!("unix:/run/x".parse::<Target>().unwrap(), Target::Unix("/run/x".into()));
+    }
+
+    #[test]
+    fn base64_decodes_rfc4648_vectors_and_refuses_garbage() {
+        for (enc, dec) in [("", ""), ("Zg==", "f"), ("Zm8=", "fo"), ("Zm9v", "foo"), ("Zm9vYg==", "foob"), ("Zm9vYmE=", "fooba"), ("Zm9vYmFy", "foobar"), ("Zm9vYg", "foob")] {
+            assert_eq!(base64_decode(enc).as_deref(), Some(dec.as_bytes()), "{enc}");
+        }
+        for bad in ["Z", "Zm9vY", "Zm 9v", "Zm9v!", "é"] {
+            assert_eq!(base64_decode(bad), None, "{bad}");
+        }
     }
 }

@@ -12,13 +12,7 @@ use vectorlb_lb::DropReason;
 /// The worker loops' counters that are drops (they join `vectorlb_drops_total`).
 pub const IO_DROPS: &[&str] = &["tx_full", "multi_segment", "handoff_full", "rate_limited"];
 
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-fn head(o: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
+use vectorlb_http::prom::{esc, head};
 
 fn proto_name(p: u8) -> &'static str {
     vectorlb_api::model::Proto::of(p).name()
@@ -26,10 +20,7 @@ fn proto_name(p: u8) -> &'static str {
 
 /// One set's series of a histogram (`bounds` and its sum divided by `divisor`: ns to s).
 fn histogram<const N: usize>(o: &mut String, m: &str, set: &str, h: &crate::queue_sets::Histogram<N>, bounds: &[u64; N], divisor: f64) {
-    for (le, c) in h.cumulative(bounds, divisor) {
-        let _ = writeln!(o, "{m}_bucket{{set=\"{set}\",le=\"{le}\"}} {c}");
-    }
-    let _ = writeln!(o, "{m}_sum{{set=\"{set}\"}} {}\n{m}_count{{set=\"{set}\"}} {}", h.sum as f64 / divisor, h.count());
+    vectorlb_http::prom::histogram(o, m, &format!("set=\"{set}\""), h.cumulative(bounds, divisor), h.sum as f64 / divisor, h.count());
 }
 
 pub fn render(d: &Daemon) -> String {

@@ -157,16 +157,16 @@ impl<const N: usize> Histogram<N> {
     }
 
     /// Prometheus buckets: `(le, cumulative count)`, ending with `+Inf`.
-    pub fn cumulative<'a>(&'a self, bounds: &'a [u64; N], divisor: f64) -> impl Iterator<Item = (String, u64)> + 'a {
+    pub fn cumulative<'a>(&'a self, bounds: &'a [u64; N], divisor: f64) -> impl Iterator<Item = (f64, u64)> + 'a {
         let mut acc = 0;
         bounds
             .iter()
             .zip(&self.counts)
             .map(move |(b, c)| {
                 acc += c;
-                (format!("{}", *b as f64 / divisor), acc)
+                (*b as f64 / divisor, acc)
             })
-            .chain(std::iter::once(("+Inf".to_string(), self.count())))
+            .chain(std::iter::once((f64::INFINITY, self.count())))
     }
 }
 
@@ -463,10 +463,10 @@ mod tests {
         assert_eq!(h.quantile_bound(&TIME_BOUNDS_US, 0.5), Some(1));
         assert_eq!(h.quantile_bound(&TIME_BOUNDS_US, 0.99), Some(200));
         assert_eq!(h.quantile_bound(&TIME_BOUNDS_US, 0.999), None, "in the open bucket");
-        let lines: Vec<(String, u64)> = h.cumulative(&TIME_BOUNDS_US, 1e6).collect();
-        assert_eq!(lines[0], ("0.000001".to_string(), 90));
-        assert_eq!(lines[7], ("0.0002".to_string(), 99));
-        assert_eq!(lines.last().unwrap(), &("+Inf".to_string(), 100));
+        let lines: Vec<(f64, u64)> = h.cumulative(&TIME_BOUNDS_US, 1e6).collect();
+        assert_eq!(lines[0], (0.000001, 90));
+        assert_eq!(lines[7], (0.0002, 99));
+        assert_eq!(lines.last().unwrap(), &(f64::INFINITY, 100));
         let m = QueueStats { wait: h, ..Default::default() };
         let mut sum = m;
         sum.merge(&m);

@@ -8,7 +8,7 @@
 //! * `GET /v1/health`: `{"status":"ok"}` while the proxy serves.
 
 use crate::serve::{Current, Proxy};
-use crate::tls::{Histogram, TlsStats};
+use crate::stats::{Histogram, TlsStats};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -219,6 +219,8 @@ pub struct SecretsOut {
 pub struct KeyPairsOut {
     /// Made eight at a time with crypto_mb (`cryptomb` provider; crate::keyshare).
     pub batches_on: bool,
+    /// Why they are off where the `cryptomb` provider asked for them.
+    pub batches_off_reason: Option<String>,
     pub batched: u64,
     /// Made one at a time (BoringSSL's way).
     pub single: u64,
@@ -236,7 +238,7 @@ pub fn stats(p: &Proxy) -> StatsOut {
         dispatch: p.dispatch.as_deref().map(dispatch_out),
         x25519_keypairs: {
             let (batched, single) = crate::keyshare::counts();
-            KeyPairsOut { batches_on: crate::keyshare::enabled(), batched, single }
+            KeyPairsOut { batches_on: crate::keyshare::enabled(), batches_off_reason: crate::keyshare::not_enabled_reason().map(str::to_string), batched, single }
         },
         x25519_secrets: {
             let (batched, single, batches) = crate::keyshare::secret_counts();
@@ -298,26 +300,16 @@ pub fn stats(p: &Proxy) -> StatsOut {
     }
 }
 
-/// A label value as Prometheus's text format wants it.
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
+use vectorlb_http::prom::esc;
 
 fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
-    for (b, c) in h.buckets() {
-        let le = if b.is_finite() { b.to_string() } else { "+Inf".into() };
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {c}");
-    }
-    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum());
-    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count());
+    vectorlb_http::prom::histogram(out, name, labels, h.buckets(), h.sum(), h.count());
 }
 
 /// Prometheus's text format.
 pub fn metrics(p: &Proxy) -> String {
     let mut o = String::new();
-    let head = |o: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    };
+    let head = vectorlb_http::prom::head;
     head(&mut o, "vectorlb_proxy_uptime_seconds", "gauge", "Seconds since the proxy started.");
     let _ = writeln!(o, "vectorlb_proxy_uptime_seconds {}", p.started.elapsed().as_secs_f64());
     if let Some(l) = &p.access_log {
@@ -504,10 +496,10 @@ async fn get_metrics(State(c): P) -> impl IntoResponse {
 
 /// `POST /v1/reload`: as SIGHUP; 200 when the new file is served, 400 naming the problem
 /// when it is refused (the running configuration stays).
-async fn post_reload(State(c): P) -> Result<Json<serde_json::Value>, vectorlb_api::ApiError> {
+async fn post_reload(State(c): P) -> Result<Json<serde_json::Value>, vectorlb_http::ApiError> {
     match c.reload().await {
         Ok(()) => Ok(Json(serde_json::json!({ "reloaded": true }))),
-        Err(e) => Err(vectorlb_api::ApiError::BadRequest(e)),
+        Err(e) => Err(vectorlb_http::ApiError::BadRequest(e)),
     }
 }
 

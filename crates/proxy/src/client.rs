@@ -14,8 +14,8 @@
 //! Times here are milliseconds on one process-wide clock ([`now_ms`]), so that connections
 //! compare and atomics hold them.
 
+use crate::body::{BodyError, ProxyBody};
 use crate::config::ClientLimits;
-use crate::forward::{BodyError, ProxyBody};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use std::future::Future;

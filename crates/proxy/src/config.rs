@@ -281,7 +281,87 @@ pub struct Config {
     pub routes: Vec<Route>,
     pub clusters: Vec<Cluster>,
     /// The pool that runs request work by priority (present when a route serves `static`).
-    pub dispatch: Option<crate::dispatch::DispatchConfig>,
+    pub dispatch: Option<DispatchConfig>,
+}
+
+// ---- The dispatch pool's settings (its threads and queues: crate::dispatch).
+
+/// How the pool orders waiting items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Priority,
+    Fifo,
+    /// No pool and no queue: an item runs at once on the thread that submits it (the
+    /// connection's own worker thread), as in a server whose workers read files themselves.
+    Inline,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Priority => "priority",
+            Mode::Fifo => "fifo",
+            Mode::Inline => "inline",
+        }
+    }
+}
+
+/// What holds the waiting items.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// A queue per class in memory.
+    #[default]
+    Software,
+    /// A DPDK event device: `event_sw`, or the PCI address of a hardware one (a DLB).
+    Eventdev(String),
+}
+
+impl Backend {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Software => "software",
+            Backend::Eventdev(_) => "eventdev",
+        }
+    }
+}
+
+/// Items an event device may hold waiting (new ones, across classes): half of `event_sw`'s
+/// 4096 events, leaving the rest for the later parts of admitted work.
+pub const EVENTDEV_QUEUED: usize = 2048;
+
+/// Pool threads with an event device: two ports each and one producer port, of `event_sw`'s 64.
+pub const EVENTDEV_WORKERS: usize = 31;
+
+/// A priority class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Class {
+    pub name: String,
+    /// Percent of the picks this class is guaranteed while it has items waiting (0: none; the
+    /// most urgent class needs none).
+    pub share: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DispatchConfig {
+    /// Pool threads.
+    pub workers: usize,
+    pub mode: Mode,
+    /// Most urgent first; at least one.
+    pub classes: Vec<Class>,
+    /// Items a class may hold waiting (in fifo mode, the whole queue: this times the classes).
+    pub queue_limit: usize,
+    /// Longest an item may wait before it is dropped instead of run.
+    pub max_wait: Duration,
+    /// A class holding more than this many items serves its newest first (0: never).
+    pub lifo_above: usize,
+    pub backend: Backend,
+}
+
+impl DispatchConfig {
+    /// The class with this name.
+    pub fn class(&self, name: &str) -> Option<usize> {
+        self.classes.iter().position(|c| c.name == name)
+    }
 }
 
 #[derive(Deserialize)]
@@ -524,8 +604,7 @@ fn header_name(field: &str, n: &str) -> Result<String, ConfigError> {
 }
 
 /// The `[dispatch]` section, or its defaults (one class, as many threads as workers).
-fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<crate::dispatch::DispatchConfig, ConfigError> {
-    use crate::dispatch::{Backend, Class, DispatchConfig, Mode, EVENTDEV_QUEUED, EVENTDEV_WORKERS};
+fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<DispatchConfig, ConfigError> {
     let empty = RawDispatch { workers: None, mode: None, queue_limit: None, max_wait: None, lifo_above: None, classes: None, backend: None, eventdev: None };
     let d = raw.unwrap_or(&empty);
     let threads = d.workers.unwrap_or(workers);
@@ -602,11 +681,11 @@ fn dispatch(raw: Option<&RawDispatch>, workers: usize) -> Result<crate::dispatch
 }
 
 /// A class given by name in the configuration.
-fn class_named(field: &str, name: &str, d: &crate::dispatch::DispatchConfig) -> Result<usize, ConfigError> {
+fn class_named(field: &str, name: &str, d: &DispatchConfig) -> Result<usize, ConfigError> {
     d.class(name).ok_or_else(|| bad(field, format!("no dispatch class named '{name}' (dispatch.classes)")))
 }
 
-fn priority(f: &str, p: &RawPriority, d: &crate::dispatch::DispatchConfig) -> Result<Priority, ConfigError> {
+fn priority(f: &str, p: &RawPriority, d: &DispatchConfig) -> Result<Priority, ConfigError> {
     let query = match &p.query {
         Some(q) if q.is_empty() || !q.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.') => {
             return Err(bad(format!("{f}.query"), format!("'{q}' is not a query parameter name")));
@@ -1029,7 +1108,7 @@ endpoints = ["[::1]:9003"]
 
     #[test]
     fn dispatch_classes_and_static_routes() {
-        use crate::dispatch::Mode;
+        use crate::config::Mode;
         let base = "[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n";
         let with = |d: &str, route: &str| Config::parse(&format!("workers = 2\n{d}\n{base}[[routes]]\n{route}\n")).map_err(|e| e.to_string());
         // No static route, no [dispatch]: no pool.
@@ -1045,10 +1124,10 @@ endpoints = ["[::1]:9003"]
         let d = c.dispatch.unwrap();
         assert_eq!((d.workers, d.mode, d.queue_limit, d.max_wait, d.lifo_above), (3, Mode::Fifo, 64, Duration::from_millis(500), 8));
         assert_eq!(d.classes.iter().map(|c| (c.name.as_str(), c.share)).collect::<Vec<_>>(), vec![("high", 0), ("mid", 10), ("low", 5)]);
-        assert_eq!(d.backend, crate::dispatch::Backend::Software);
+        assert_eq!(d.backend, Backend::Software);
         let ev =
             with("[dispatch]\nbackend = \"eventdev\"\nqueue_limit = 512\nclasses = [{ name = \"high\" }, { name = \"low\", share = 5 }]", "static = { root = \"/srv\" }").unwrap();
-        assert_eq!(ev.dispatch.unwrap().backend, crate::dispatch::Backend::Eventdev("event_sw".into()));
+        assert_eq!(ev.dispatch.unwrap().backend, Backend::Eventdev("event_sw".into()));
         let p = &c.routes[0].priority;
         assert_eq!((p.query.as_deref(), p.header.as_deref(), p.sizes.clone(), p.class), (Some("prio"), Some("x-priority"), vec![(10240, 0), (1048576, 1)], 2));
         for (d, route, want) in [

@@ -16,7 +16,8 @@
 //! RSA-CRT signature would give the key away, and one that does not verify fails its handshake
 //! (counted as a failed check) rather than going to the client.
 
-use crate::tls::{Histogram, TlsStats};
+use crate::batch::Batch;
+use crate::stats::TlsStats;
 use boring::bn::{BigNum, BigNumContext};
 use boring::ec::EcKey;
 use boring::ecdsa::EcdsaSig;
@@ -35,7 +36,7 @@ use tokio::sync::oneshot;
 use tokio_boring::{AsyncPrivateKeyMethod, AsyncPrivateKeyMethodError, BoxPrivateKeyMethodFuture};
 
 /// Lanes of one multi-buffer operation.
-pub const LANES: usize = 8;
+pub use crate::batch::LANES;
 
 /// Why an operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -548,65 +549,6 @@ struct Op {
     reply: oneshot::Sender<Result<Vec<u8>, KeyOpError>>,
 }
 
-/// Operations gathered for one multi-buffer call: run when [`LANES`] are queued, or by a timer
-/// armed when the first one came ([`Batch::submit`]).
-pub(crate) struct Batch<T> {
-    ops: Vec<T>,
-    /// Bumped at every run, so that a timer armed for an earlier batch leaves a later one.
-    generation: u64,
-}
-
-impl<T> Default for Batch<T> {
-    fn default() -> Self {
-        Batch { ops: Vec::new(), generation: 0 }
-    }
-}
-
-impl<T: Send + 'static> Batch<T> {
-    /// Queues `op` on `q`; runs the batch with `run` when it is full, or `delay` after its
-    /// first operation (at once where there is no tokio runtime).
-    pub(crate) fn submit(q: &Arc<Mutex<Batch<T>>>, op: T, delay: Duration, run: impl Fn(Vec<T>) + Send + 'static) {
-        fn lock<T>(q: &Mutex<Batch<T>>) -> std::sync::MutexGuard<'_, Batch<T>> {
-            q.lock().unwrap_or_else(|e| e.into_inner())
-        }
-        let (full, armed) = {
-            let mut g = lock(q);
-            g.ops.push(op);
-            if g.ops.len() >= LANES {
-                g.generation += 1;
-                (Some(std::mem::take(&mut g.ops)), None)
-            } else {
-                (None, (g.ops.len() == 1).then_some(g.generation))
-            }
-        };
-        if let Some(batch) = full {
-            return run(batch);
-        }
-        let Some(generation) = armed else { return };
-        let take = move |q: &Mutex<Batch<T>>, check: bool| {
-            let mut g = lock(q);
-            if check && g.generation != generation {
-                return Vec::new();
-            }
-            g.generation += 1;
-            std::mem::take(&mut g.ops)
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                let q = q.clone();
-                h.spawn(async move {
-                    tokio::time::sleep(delay).await;
-                    let batch = take(&q, true);
-                    if !batch.is_empty() {
-                        run(batch);
-                    }
-                });
-            }
-            Err(_) => run(take(q, false)),
-        }
-    }
-}
-
 /// The queues of every worker thread, one per kind of key.
 type Queues = HashMap<(ThreadId, KeyKind), Arc<Mutex<Batch<Op>>>>;
 
@@ -727,6 +669,25 @@ impl Engine {
     }
 }
 
+/// The future BoringSSL polls for an offloaded signature: done when `rx` answers, copying the
+/// signature into BoringSSL's buffer (sized for the key's largest signature).
+pub(crate) fn completion<E: Send + 'static>(rx: tokio::sync::oneshot::Receiver<Result<Vec<u8>, E>>, stats: Arc<TlsStats>) -> BoxPrivateKeyMethodFuture {
+    Box::pin(async move {
+        let sig = match rx.await {
+            Ok(Ok(sig)) => sig,
+            _ => {
+                stats.offload_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(AsyncPrivateKeyMethodError);
+            }
+        };
+        Ok(Box::new(move |_: &mut boring::ssl::SslRef, out: &mut [u8]| {
+            let d = out.get_mut(..sig.len()).ok_or(AsyncPrivateKeyMethodError)?;
+            d.copy_from_slice(&sig);
+            Ok(sig.len())
+        }) as Box<dyn FnOnce(&mut boring::ssl::SslRef, &mut [u8]) -> Result<usize, AsyncPrivateKeyMethodError>>)
+    })
+}
+
 /// The asynchronous private-key method of one certificate, feeding the listener's engine.
 pub struct CryptoMbMethod {
     pub engine: Arc<Engine>,
@@ -737,17 +698,12 @@ impl AsyncPrivateKeyMethod for CryptoMbMethod {
     fn sign(&self, _ssl: &mut SslRef, input: &[u8], alg: SslSignatureAlgorithm, _output: &mut [u8]) -> Result<BoxPrivateKeyMethodFuture, AsyncPrivateKeyMethodError> {
         let rx = self.engine.submit(&self.key, alg, input);
         self.engine.stats.offloaded.fetch_add(1, Ordering::Relaxed);
-        Ok(crate::tls::completion(rx, self.engine.stats.clone()))
+        Ok(completion(rx, self.engine.stats.clone()))
     }
 
     fn decrypt(&self, _ssl: &mut SslRef, _input: &[u8], _output: &mut [u8]) -> Result<BoxPrivateKeyMethodFuture, AsyncPrivateKeyMethodError> {
         Err(AsyncPrivateKeyMethodError)
     }
-}
-
-/// Histogram of batch sizes (1..=8): Prometheus buckets.
-pub fn queue_size_histogram() -> Histogram {
-    Histogram::new(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
 }
 
 #[cfg(test)]

@@ -43,90 +43,14 @@
 //!   items are seen only when they reach a slot, and adaptive LIFO is not available (the
 //!   device is first in, first out within a class).
 
-use crate::tls::Histogram;
+use crate::stats::Histogram;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use vectorlb_dpdk::eventdev::{Consumer, EventDev};
 
-/// How the pool orders waiting items.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Priority,
-    Fifo,
-    /// No pool and no queue: an item runs at once on the thread that submits it (the
-    /// connection's own worker thread), as in a server whose workers read files themselves.
-    Inline,
-}
-
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Priority => "priority",
-            Mode::Fifo => "fifo",
-            Mode::Inline => "inline",
-        }
-    }
-}
-
-/// What holds the waiting items.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Backend {
-    /// A queue per class in memory.
-    #[default]
-    Software,
-    /// A DPDK event device: `event_sw`, or the PCI address of a hardware one (a DLB).
-    Eventdev(String),
-}
-
-impl Backend {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Backend::Software => "software",
-            Backend::Eventdev(_) => "eventdev",
-        }
-    }
-}
-
-/// Items an event device may hold waiting (new ones, across classes): half of `event_sw`'s
-/// 4096 events, leaving the rest for the later parts of admitted work.
-pub const EVENTDEV_QUEUED: usize = 2048;
-
-/// Pool threads with an event device: two ports each and one producer port, of `event_sw`'s 64.
-pub const EVENTDEV_WORKERS: usize = 31;
-
-/// A priority class.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Class {
-    pub name: String,
-    /// Percent of the picks this class is guaranteed while it has items waiting (0: none; the
-    /// most urgent class needs none).
-    pub share: u32,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct DispatchConfig {
-    /// Pool threads.
-    pub workers: usize,
-    pub mode: Mode,
-    /// Most urgent first; at least one.
-    pub classes: Vec<Class>,
-    /// Items a class may hold waiting (in fifo mode, the whole queue: this times the classes).
-    pub queue_limit: usize,
-    /// Longest an item may wait before it is dropped instead of run.
-    pub max_wait: Duration,
-    /// A class holding more than this many items serves its newest first (0: never).
-    pub lifo_above: usize,
-    pub backend: Backend,
-}
-
-impl DispatchConfig {
-    /// The class with this name.
-    pub fn class(&self, name: &str) -> Option<usize> {
-        self.classes.iter().position(|c| c.name == name)
-    }
-}
+pub use crate::config::{Backend, Class, DispatchConfig, Mode, EVENTDEV_QUEUED, EVENTDEV_WORKERS};
 
 /// Why an item did not run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

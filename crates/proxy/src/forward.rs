@@ -1,8 +1,9 @@
 //! Forwarding a request to one endpoint of its cluster, chosen per request.
 
+use crate::body::{answer, AnsweredBy, BodyError, ProxyBody};
 use crate::config::{Cluster, Upstream};
 use bytes::Bytes;
-use http_body_util::{combinators::BoxBody, BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::{Body, Incoming};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri, Version};
@@ -17,17 +18,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use vectorlb_sched::{PickState, Scheduler, Target};
-
-pub type ProxyBody = BoxBody<Bytes, BodyError>;
-
-/// Why a body ended before its end: an upstream's error, or an object that could not be read
-/// to its announced length. hyper then resets the HTTP/2 stream or closes the HTTP/1.1
-/// connection, so the client never takes a short body for a whole one.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Which endpoint answered a response (a response extension, for the access log).
-#[derive(Debug, Clone, Copy)]
-pub struct AnsweredBy(pub SocketAddr);
 
 /// Counters of one endpoint.
 #[derive(Debug)]
@@ -287,19 +277,6 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     if h.get_all(hyper::header::TE).iter().any(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers")) {
         h.remove(hyper::header::TE);
     }
-}
-
-/// A plain-text answer of the proxy itself.
-pub fn answer(status: StatusCode, msg: &str) -> Response<ProxyBody> {
-    respond(status, Bytes::from(format!("{msg}\n")))
-}
-
-/// A plain-text response made here.
-pub fn respond(status: StatusCode, body: Bytes) -> Response<ProxyBody> {
-    let mut r = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
-    *r.status_mut() = status;
-    r.headers_mut().insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    r
 }
 
 impl ClusterRt {

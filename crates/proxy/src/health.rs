@@ -5,7 +5,7 @@
 //! again. The tasks end with the proxy that started them (on reload, the new one starts its own).
 
 use crate::config::{Health, HealthKind};
-use crate::serve::Proxy;
+use crate::proxy::Proxy;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};

@@ -84,7 +84,7 @@ thread_local! {
     static CURRENT: RefCell<Option<Arc<Slot>>> = const { RefCell::new(None) };
     /// This thread's queue of shared secrets (the timer of a batch may run on another thread of
     /// a multi-threaded runtime; it holds the queue, not the thread).
-    static SECRETS: Arc<Mutex<crate::cryptomb::Batch<SecretOp>>> = Arc::default();
+    static SECRETS: Arc<Mutex<crate::batch::Batch<SecretOp>>> = Arc::default();
 }
 
 fn wipe(b: &mut [u8; 32]) {
@@ -125,13 +125,30 @@ pub fn wrapped() -> bool {
 /// Makes key pairs in batches from now on, if this binary is linked for it and crypto_mb can
 /// run here; the reason if not.
 pub fn enable() -> Result<(), String> {
-    crate::cryptomb::crypto_mb_available()?;
-    if !wrapped() {
-        return Err("this binary was not linked with -Wl,--wrap=X25519_keypair,--wrap=X25519".into());
+    let r = crate::cryptomb::crypto_mb_available().and_then(|()| {
+        if wrapped() {
+            Ok(())
+        } else {
+            // A binary built without the link flags: loud, since it costs a quarter of the
+            // handshakes per core (docs/proxy.md).
+            Err("this binary was not linked with -Wl,--wrap=X25519_keypair,--wrap=X25519 (its build.rs must emit them, as crates/vectorlb/build.rs does)".into())
+        }
+    });
+    match &r {
+        Ok(()) => ENABLED.store(true, Ordering::Relaxed),
+        Err(why) => {
+            let _ = NOT_ENABLED.set(why.clone());
+        }
     }
-    ENABLED.store(true, Ordering::Relaxed);
-    Ok(())
+    r
 }
+
+/// Why batches were asked for and are off (none: they are on, or nobody asked).
+pub fn not_enabled_reason() -> Option<&'static str> {
+    NOT_ENABLED.get().map(String::as_str)
+}
+
+static NOT_ENABLED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Whether batches are on.
 pub fn enabled() -> bool {
@@ -432,7 +449,7 @@ pub fn compute_ahead(slot: &Arc<Slot>, peer: [u8; 32], reserve: bool, delay: Dur
     let (reply, rx) = oneshot::channel();
     let op = SecretOp { slot: slot.clone(), private, peer, reply: Some(reply) };
     let q = SECRETS.with(|q| q.clone());
-    crate::cryptomb::Batch::submit(&q, op, delay, run_secrets);
+    crate::batch::Batch::submit(&q, op, delay, run_secrets);
     Some(rx)
 }
 

@@ -21,10 +21,13 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod batch;
+pub mod body;
 pub mod client;
 pub mod config;
 pub mod cryptomb;
 pub mod dispatch;
+pub mod error;
 pub mod forward;
 pub mod health;
 #[cfg(ippcp)]
@@ -32,9 +35,12 @@ pub mod ippcp;
 pub mod kexstream;
 pub mod keyshare;
 pub mod objects;
+pub mod proxy;
 pub mod route;
+pub mod run;
 pub mod serve;
 pub mod sslmem;
+pub mod stats;
 pub mod tls;
 
 pub use config::{Config, ConfigError};

@@ -6,9 +6,9 @@
 //! threads` reads a file in output-buffer chunks), so a small object of a higher class waits
 //! at most for the chunks being read, not for whole large objects.
 
+use crate::body::{answer, ProxyBody};
 use crate::config::Priority;
 use crate::dispatch::{Dispatcher, Rejected};
-use crate::forward::{answer, ProxyBody};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
@@ -302,7 +302,7 @@ pub async fn serve(d: &Arc<Dispatcher>, o: Object<'_>, priority: &Priority, part
                 Response::new(Empty::new().map_err(|never| match never {}).boxed())
             } else {
                 let next = first.len() as u64;
-                Response::new(Chunks { d: d.clone(), class, file, next, len, left: len, ready: Some(first), pending: None }.map_err(crate::forward::BodyError::from).boxed())
+                Response::new(Chunks { d: d.clone(), class, file, next, len, left: len, ready: Some(first), pending: None }.map_err(crate::body::BodyError::from).boxed())
             };
             r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
             r.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(len));

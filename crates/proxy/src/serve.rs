@@ -1,11 +1,11 @@
 //! The listeners: accept, speak HTTP/1.1 and HTTP/2 (prior knowledge) per the listener's
 //! protocols, route each request and forward it; drain on stop.
 
-use crate::client::{Admission, ClientStats, Conn, StreamGuard, Verdict, Watchdog, Watched};
+use crate::body::ProxyBody;
+use crate::client::{Admission, Conn, Verdict, Watchdog, Watched};
 use crate::config::{Config, Listener, Protocols};
-use crate::forward::{answer, ClusterRt, ProxyBody};
 use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use std::net::SocketAddr;
@@ -13,25 +13,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error(transparent)]
-    Config(#[from] crate::ConfigError),
-    #[error("listeners[{index}] ({name}): cannot listen on {address}: {source}")]
-    Bind { index: usize, name: String, address: SocketAddr, source: std::io::Error },
-    #[error("clusters[{index}] ({name}): {source}")]
-    Scheduler { index: usize, name: String, source: vectorlb_sched::SchedError },
-    #[error("cannot start the runtime: {0}")]
-    Runtime(std::io::Error),
-    #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
-    #[error("admin: {0}")]
-    Admin(String),
-    #[error("access_log: {0}")]
-    AccessLog(String),
-    #[error("dispatch: cannot start its threads: {0}")]
-    Dispatch(std::io::Error),
-}
+pub use crate::error::ServeError;
+pub use crate::proxy::Proxy;
 
 /// How long a connection told to go (GOAWAY) may finish the streams it has.
 const GOAWAY_GRACE: Duration = Duration::from_secs(1);
@@ -39,133 +22,6 @@ const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 /// The read buffer under a TLS connection: a few records of the handshake, or most of one
 /// full-size record (larger reads bypass it).
 const READ_BUFFER: usize = 8 * 1024;
-
-/// Everything a request needs: the routes and the clusters.
-pub struct Proxy {
-    pub config: Config,
-    pub clusters: Vec<ClusterRt>,
-    /// Per listener: its TLS acceptor and handshake counters (None: plain text).
-    pub tls: Vec<Option<(boring::ssl::SslAcceptor, Arc<crate::tls::TlsStats>)>>,
-    /// Per listener: requests received.
-    pub requests: Vec<std::sync::atomic::AtomicU64>,
-    /// Per listener: its clients' connections, deadlines and faults.
-    pub clients: Vec<Arc<ClientStats>>,
-    pub started: std::time::Instant,
-    /// Set when a reload replaced it (its health checks stop).
-    pub retired: std::sync::atomic::AtomicBool,
-    pub access_log: Option<crate::access_log::AccessLog>,
-    /// The pool that reads static objects by priority class (with `static` routes).
-    pub dispatch: Option<Arc<crate::dispatch::Dispatcher>>,
-}
-
-impl Proxy {
-    pub fn new(config: Config) -> Result<Proxy, ServeError> {
-        Proxy::reusing(config, None)
-    }
-
-    /// As `new`, but keeping `old`'s dispatch pool when the dispatch configuration is the same
-    /// (a reload then starts no threads, and old and new requests share one queue and order).
-    pub fn reusing(config: Config, old: Option<&Proxy>) -> Result<Proxy, ServeError> {
-        let clusters = config
-            .clusters
-            .iter()
-            .enumerate()
-            .map(|(index, c)| ClusterRt::new(c.clone()).map_err(|source| ServeError::Scheduler { index, name: c.name.clone(), source }))
-            .collect::<Result<_, _>>()?;
-        let mut tls = Vec::new();
-        for (i, l) in config.listeners.iter().enumerate() {
-            tls.push(match &l.tls {
-                Some(t) => Some(crate::tls::acceptor(&format!("listeners[{i}].tls"), t)?),
-                None => None,
-            });
-        }
-        let requests = config.listeners.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
-        let clients = config.listeners.iter().map(|_| Arc::default()).collect();
-        let access_log = match &config.access_log {
-            Some(p) => Some(crate::access_log::AccessLog::open(p).map_err(ServeError::AccessLog)?),
-            None => None,
-        };
-        let dispatch = match (&config.dispatch, old.and_then(|o| o.dispatch.as_ref())) {
-            (Some(d), Some(keep)) if keep.config() == d => Some(keep.clone()),
-            (Some(d), _) => Some(Arc::new(crate::dispatch::Dispatcher::start(d.clone()).map_err(ServeError::Dispatch)?)),
-            (None, _) => None,
-        };
-        Ok(Proxy { config, clusters, tls, requests, clients, started: std::time::Instant::now(), retired: Default::default(), access_log, dispatch })
-    }
-
-    async fn handle(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: Option<&StreamGuard>) -> Response<ProxyBody> {
-        self.requests[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Some(log) = &self.access_log else { return self.route(index, listener, req, client, stream).await };
-        let started = std::time::Instant::now();
-        let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
-        let host = req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string);
-        let resp = self.route(index, listener, req, client, stream).await;
-        let time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-        log.log(&crate::access_log::Entry {
-            time: (time * 1e6).round() / 1e6,
-            listener,
-            client: client.to_string(),
-            method: method.as_str(),
-            authority: uri.authority().map(|a| a.as_str()).or(host.as_deref()),
-            path: uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"),
-            protocol: match version {
-                hyper::Version::HTTP_2 => "HTTP/2",
-                hyper::Version::HTTP_10 => "HTTP/1.0",
-                _ => "HTTP/1.1",
-            },
-            status: resp.status().as_u16(),
-            upstream: resp.extensions().get::<crate::forward::AnsweredBy>().map(|a| a.0.to_string()),
-            duration_ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
-        });
-        resp
-    }
-
-    async fn route(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: Option<&StreamGuard>) -> Response<ProxyBody> {
-        let (mut parts, body) = req.into_parts();
-        let host = match crate::route::one_authority(&mut parts) {
-            Ok(h) => h,
-            Err(why) => {
-                self.clients[index].client_errors.fetch_add(1, Ordering::Relaxed);
-                let mut r = answer(StatusCode::BAD_REQUEST, why);
-                r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
-                *r.version_mut() = parts.version;
-                return r;
-            }
-        };
-        let Some(r) = crate::route::find_for_host(&self.config.routes, listener, &parts, host.as_deref()) else {
-            return answer(StatusCode::NOT_FOUND, "no route for this request");
-        };
-        let cluster = match &self.config.routes[r].action {
-            crate::config::Action::Cluster(c) => *c,
-            crate::config::Action::Respond { status, body } => {
-                return crate::forward::respond(StatusCode::from_u16(*status).unwrap_or(StatusCode::OK), bytes::Bytes::from(body.clone()));
-            }
-            crate::config::Action::Static { root, max_bytes, direct_io } => {
-                let route = &self.config.routes[r];
-                let Some(d) = &self.dispatch else {
-                    return answer(StatusCode::INTERNAL_SERVER_ERROR, "no dispatcher");
-                };
-                let mut resp = Box::pin(crate::objects::serve(
-                    d,
-                    crate::objects::Object { root, max: *max_bytes, direct: *direct_io, prefix: &route.matches.path_prefix },
-                    &route.priority,
-                    &parts,
-                ))
-                .await;
-                *resp.version_mut() = parts.version;
-                return resp;
-            }
-        };
-        // The client's version, not the upstream's, describes the response on this connection.
-        let version = parts.version;
-        let side = crate::forward::ClientSide { addr: client, stream, body_timeout: self.config.listeners[index].limits.body_timeout, stats: Some(&self.clients[index]) };
-        // Boxed: the forwarding state machine is large, and every HTTP/2 stream is a task whose
-        // future is moved into place when it is spawned (answers made here need none of it).
-        let mut resp = Box::pin(self.clusters[cluster].forward(Request::from_parts(parts, body), side)).await;
-        *resp.version_mut() = version;
-        resp
-    }
-}
 
 /// Bound listeners, ready to serve: (configured listener, its socket).
 pub struct Bound {
@@ -595,67 +451,6 @@ pub async fn serve(proxy: Arc<Proxy>, bound: Bound, stop: impl std::future::Futu
     let cur = start(proxy, bound, None);
     stop.await;
     cur.drain(drain).await;
-}
-
-/// `vectorlb proxy --config FILE`: runs until SIGTERM or SIGINT, then drains; SIGHUP reloads
-/// the file.
-pub fn run(path: &std::path::Path) -> Result<(), ServeError> {
-    let config = Config::load(path)?;
-    // One worker: everything on this thread, without the work-stealing scheduler's cross-thread
-    // bookkeeping (about 3 % of a core in the TLS handshake benchmark).
-    let mut builder = if config.workers == 1 { tokio::runtime::Builder::new_current_thread() } else { tokio::runtime::Builder::new_multi_thread() };
-    if config.workers > 1 {
-        builder.worker_threads(config.workers);
-    }
-    let rt = builder.thread_name("vlb-proxy").enable_all().build().map_err(ServeError::Runtime)?;
-    rt.block_on(async move {
-        let proxy = Arc::new(Proxy::new(config)?);
-        // The admin API first: a start that cannot serve it binds no listener.
-        let admin = match &proxy.config.admin {
-            None => None,
-            Some(a) => {
-                let token = match &a.token_file {
-                    Some(f) => Some(vectorlb_api::server::read_token(f).map_err(|e| ServeError::Admin(format!("token_file: {f}: {e}")))?),
-                    None => None,
-                };
-                let endpoint: vectorlb_api::Endpoint = a.address.parse().map_err(|e: vectorlb_client::Error| ServeError::Admin(e.to_string()))?;
-                let l = vectorlb_api::server::Listener::bind(&endpoint, &vectorlb_api::Access { group: a.group.clone() }).await.map_err(|e| ServeError::Admin(e.to_string()))?;
-                tracing::info!("admin API on {}", a.address);
-                Some((l, token))
-            }
-        };
-        let bound = bind(&proxy.config).await?;
-        for (l, a) in proxy.config.listeners.iter().zip(bound.addresses()) {
-            tracing::info!("listener {} on {a}", l.name);
-        }
-        let cur = start(proxy, bound, Some(path.to_path_buf()));
-        let (stopped_tx, stopped_rx) = tokio::sync::watch::channel(false);
-        let admin_task = admin.map(|(l, token)| {
-            let mut rx = stopped_rx.clone();
-            tokio::spawn(vectorlb_api::server::serve(l, crate::admin::router(cur.clone()), token, async move {
-                let _ = rx.wait_for(|s| *s).await;
-            }))
-        });
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(ServeError::Runtime)?;
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServeError::Runtime)?;
-        loop {
-            tokio::select! {
-                _ = term.recv() => break,
-                _ = tokio::signal::ctrl_c() => break,
-                _ = hup.recv() => {
-                    tracing::info!("SIGHUP: reloading {}", path.display());
-                    let _ = cur.reload().await;
-                }
-            }
-        }
-        tracing::info!("stopping: draining connections");
-        let _ = stopped_tx.send(true);
-        if let Some(t) = admin_task {
-            let _ = t.await;
-        }
-        cur.drain(Duration::from_secs(10)).await;
-        Ok(())
-    })
 }
 
 #[cfg(test)]

@@ -208,7 +208,7 @@ impl Browser {
     /// A PNG of the page as it is rendered now.
     pub fn screenshot(&mut self) -> Vec<u8> {
         let r = self.call("Page.captureScreenshot", json!({"format": "png", "captureBeyondViewport": true}));
-        vectorlb_api::server::base64_decode(r["data"].as_str().expect("screenshot data")).expect("base64 from chromium")
+        vectorlb_client::base64_decode(r["data"].as_str().expect("screenshot data")).expect("base64 from chromium")
     }
 
     /// The URLs of every request the page has made so far.

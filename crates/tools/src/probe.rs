@@ -689,8 +689,8 @@ fn hold(a: &HoldArgs) -> Result<(), ToolError> {
 }
 
 fn sync_inject(a: &SyncInjectArgs) -> Result<(), ToolError> {
-    use vectorlb_daemon::sync::{encode, Message, KIND_RECORDS};
     use vectorlb_lb::sync::SyncRecord;
+    use vectorlb_sync::{encode, Message, KIND_RECORDS};
     let records = (0..a.records.min(16))
         .map(|i| {
             let p = a.first_port.wrapping_add(i);

@@ -267,7 +267,7 @@ fn print<T: serde::Serialize + std::fmt::Debug>(r: &T, json: bool) -> Result<(),
 fn run(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
         Cmd::Run { config } => Ok(vectorlb_daemon::run(&config)?),
-        Cmd::Proxy { config } => Ok(vectorlb_proxy::serve::run(&config)?),
+        Cmd::Proxy { config } => Ok(vectorlb_proxy::run::run(&config)?),
         Cmd::Ctl(a) => Ok(vectorlb::ctl::run(&a)?),
         Cmd::Adq(AdqCmd::Plan { config }) => {
             print!("{}", vectorlb::adq::render(&vectorlb::adq::load(&config)?));

@@ -153,3 +153,28 @@ fn sighup_and_the_admin_api_reload_a_second_start_is_refused_and_kill_9_leaves_n
     assert!(!sock.exists(), "the admin socket is removed at exit");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The production binary is linked for the batched X25519 key exchange (its build.rs passes
+/// the --wrap flags): with crypto_mb available, a `cryptomb` listener turns the batches on; a
+/// binary that forgot the flags would say why they are off, and this test fails.
+#[test]
+fn the_binary_batches_its_key_exchanges_under_cryptomb() {
+    if let Err(why) = vectorlb_proxy::cryptomb::crypto_mb_available() {
+        eprintln!("skipped: crypto_mb cannot run here: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vectorlb-proxy-wrap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = config(&dir, "refuse");
+    let sock = dir.join("admin.sock");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("[admin]\naddress = \"unix:{}\"\n{text}", sock.display())).unwrap();
+    let mut p = Command::new(env!("CARGO_BIN_EXE_vectorlb")).args(["proxy", "--config"]).arg(&cfg).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_for("the admin API answers", || curl(&["--unix-socket", sock.to_str().unwrap(), "http://admin/v1/health"]).0);
+    let stats = curl(&["--unix-socket", sock.to_str().unwrap(), "http://admin/v1/stats"]).1;
+    let _ = Command::new("kill").args(["-TERM", &p.id().to_string()]).status();
+    let _ = p.wait();
+    let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(v["x25519_keypairs"]["batches_on"], true, "{}", v["x25519_keypairs"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,7 @@
 //! Serving a router on a TCP address or a unix socket, with the limits a local control API
 //! needs: a bounded number of connections (past it, a 503 at once), one request per
 //! connection, a deadline for the request head and one for the whole exchange, bounded bodies.
-//! Shared by the load balancer's API and, later, the proxy's admin API.
+//! Shared by the load balancer's API and the proxy's admin API.
 
 use crate::error::{ApiError, MAX_BODY};
 use axum::extract::Request;
@@ -286,7 +286,7 @@ fn credentials(v: &str) -> Credentials {
         return Credentials::Bearer(t.trim().as_bytes().to_vec());
     }
     if let Some(b) = v.strip_prefix("Basic ") {
-        return match base64_decode(b.trim()) {
+        return match vectorlb_client::base64_decode(b.trim()) {
             Some(d) => match d.iter().position(|&c| c == b':') {
                 Some(i) => Credentials::Basic(d[i + 1..].to_vec()),
                 None => Credentials::Malformed,
@@ -295,32 +295,6 @@ fn credentials(v: &str) -> Credentials {
         };
     }
     Credentials::Malformed
-}
-
-/// Standard base64 (RFC 4648, padding optional); None for anything else.
-pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim_end_matches('=');
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in s.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32;
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    // A single leftover character (6 bits) cannot be the end of a valid encoding.
-    (bits < 6).then_some(out)
 }
 
 async fn require_token(axum::extract::State(token): axum::extract::State<Arc<String>>, req: Request, next: Next) -> Response {
@@ -383,16 +357,6 @@ async fn json_405(req: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_decodes_rfc4648_vectors_and_refuses_garbage() {
-        for (enc, dec) in [("", ""), ("Zg==", "f"), ("Zm8=", "fo"), ("Zm9v", "foo"), ("Zm9vYg==", "foob"), ("Zm9vYmE=", "fooba"), ("Zm9vYmFy", "foobar"), ("Zm9vYg", "foob")] {
-            assert_eq!(base64_decode(enc).as_deref(), Some(dec.as_bytes()), "{enc}");
-        }
-        for bad in ["Z", "Zm9vY", "Zm 9v", "Zm9v!", "é"] {
-            assert_eq!(base64_decode(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn credentials_take_the_password_of_basic_and_the_token_of_bearer() {

@@ -1,0 +1,140 @@
+//! The configuration in force and what it does with a request: its one authority, its route,
+//! and the answer (made here, read from a static object, or forwarded to a cluster).
+
+use crate::body::{answer, ProxyBody};
+use crate::client::{ClientStats, StreamGuard};
+use crate::config::Config;
+use crate::error::ServeError;
+use crate::forward::ClusterRt;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Everything a request needs: the routes and the clusters.
+pub struct Proxy {
+    pub config: Config,
+    pub clusters: Vec<ClusterRt>,
+    /// Per listener: its TLS acceptor and handshake counters (None: plain text).
+    pub tls: Vec<Option<(boring::ssl::SslAcceptor, Arc<crate::stats::TlsStats>)>>,
+    /// Per listener: requests received.
+    pub requests: Vec<std::sync::atomic::AtomicU64>,
+    /// Per listener: its clients' connections, deadlines and faults.
+    pub clients: Vec<Arc<ClientStats>>,
+    pub started: std::time::Instant,
+    /// Set when a reload replaced it (its health checks stop).
+    pub retired: std::sync::atomic::AtomicBool,
+    pub access_log: Option<crate::access_log::AccessLog>,
+    /// The pool that reads static objects by priority class (with `static` routes).
+    pub dispatch: Option<Arc<crate::dispatch::Dispatcher>>,
+}
+
+impl Proxy {
+    pub fn new(config: Config) -> Result<Proxy, ServeError> {
+        Proxy::reusing(config, None)
+    }
+
+    /// As `new`, but keeping `old`'s dispatch pool when the dispatch configuration is the same
+    /// (a reload then starts no threads, and old and new requests share one queue and order).
+    pub fn reusing(config: Config, old: Option<&Proxy>) -> Result<Proxy, ServeError> {
+        let clusters = config
+            .clusters
+            .iter()
+            .enumerate()
+            .map(|(index, c)| ClusterRt::new(c.clone()).map_err(|source| ServeError::Scheduler { index, name: c.name.clone(), source }))
+            .collect::<Result<_, _>>()?;
+        let mut tls = Vec::new();
+        for (i, l) in config.listeners.iter().enumerate() {
+            tls.push(match &l.tls {
+                Some(t) => Some(crate::tls::acceptor(&format!("listeners[{i}].tls"), t)?),
+                None => None,
+            });
+        }
+        let requests = config.listeners.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+        let clients = config.listeners.iter().map(|_| Arc::default()).collect();
+        let access_log = match &config.access_log {
+            Some(p) => Some(crate::access_log::AccessLog::open(p).map_err(ServeError::AccessLog)?),
+            None => None,
+        };
+        let dispatch = match (&config.dispatch, old.and_then(|o| o.dispatch.as_ref())) {
+            (Some(d), Some(keep)) if keep.config() == d => Some(keep.clone()),
+            (Some(d), _) => Some(Arc::new(crate::dispatch::Dispatcher::start(d.clone()).map_err(ServeError::Dispatch)?)),
+            (None, _) => None,
+        };
+        Ok(Proxy { config, clusters, tls, requests, clients, started: std::time::Instant::now(), retired: Default::default(), access_log, dispatch })
+    }
+
+    pub(crate) async fn handle(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: Option<&StreamGuard>) -> Response<ProxyBody> {
+        self.requests[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(log) = &self.access_log else { return self.route(index, listener, req, client, stream).await };
+        let started = std::time::Instant::now();
+        let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
+        let host = req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string);
+        let resp = self.route(index, listener, req, client, stream).await;
+        let time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+        log.log(&crate::access_log::Entry {
+            time: (time * 1e6).round() / 1e6,
+            listener,
+            client: client.to_string(),
+            method: method.as_str(),
+            authority: uri.authority().map(|a| a.as_str()).or(host.as_deref()),
+            path: uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"),
+            protocol: match version {
+                hyper::Version::HTTP_2 => "HTTP/2",
+                hyper::Version::HTTP_10 => "HTTP/1.0",
+                _ => "HTTP/1.1",
+            },
+            status: resp.status().as_u16(),
+            upstream: resp.extensions().get::<crate::body::AnsweredBy>().map(|a| a.0.to_string()),
+            duration_ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+        });
+        resp
+    }
+
+    async fn route(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: Option<&StreamGuard>) -> Response<ProxyBody> {
+        let (mut parts, body) = req.into_parts();
+        let host = match crate::route::one_authority(&mut parts) {
+            Ok(h) => h,
+            Err(why) => {
+                self.clients[index].client_errors.fetch_add(1, Ordering::Relaxed);
+                let mut r = answer(StatusCode::BAD_REQUEST, why);
+                r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+                *r.version_mut() = parts.version;
+                return r;
+            }
+        };
+        let Some(r) = crate::route::find_for_host(&self.config.routes, listener, &parts, host.as_deref()) else {
+            return answer(StatusCode::NOT_FOUND, "no route for this request");
+        };
+        let cluster = match &self.config.routes[r].action {
+            crate::config::Action::Cluster(c) => *c,
+            crate::config::Action::Respond { status, body } => {
+                return crate::body::respond(StatusCode::from_u16(*status).unwrap_or(StatusCode::OK), bytes::Bytes::from(body.clone()));
+            }
+            crate::config::Action::Static { root, max_bytes, direct_io } => {
+                let route = &self.config.routes[r];
+                let Some(d) = &self.dispatch else {
+                    return answer(StatusCode::INTERNAL_SERVER_ERROR, "no dispatcher");
+                };
+                let mut resp = Box::pin(crate::objects::serve(
+                    d,
+                    crate::objects::Object { root, max: *max_bytes, direct: *direct_io, prefix: &route.matches.path_prefix },
+                    &route.priority,
+                    &parts,
+                ))
+                .await;
+                *resp.version_mut() = parts.version;
+                return resp;
+            }
+        };
+        // The client's version, not the upstream's, describes the response on this connection.
+        let version = parts.version;
+        let side = crate::forward::ClientSide { addr: client, stream, body_timeout: self.config.listeners[index].limits.body_timeout, stats: Some(&self.clients[index]) };
+        // Boxed: the forwarding state machine is large, and every HTTP/2 stream is a task whose
+        // future is moved into place when it is spawned (answers made here need none of it).
+        let mut resp = Box::pin(self.clusters[cluster].forward(Request::from_parts(parts, body), side)).await;
+        *resp.version_mut() = version;
+        resp
+    }
+}
