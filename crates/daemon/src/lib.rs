@@ -313,8 +313,8 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         let mut wc = cfg.worker_config(w as u16, rt.workers);
         // A key attackers cannot guess, and local ports that do not start where the previous
         // run's did (the backends may still hold those connections in TIME_WAIT).
-        wc.table.seed = vectorlb_lb::session::random_seed();
-        wc.table.port_offset = vectorlb_lb::session::random_seed() as u32;
+        wc.table.seed = vectorlb_lb::hash::random_seed();
+        wc.table.port_offset = vectorlb_lb::hash::random_seed() as u32;
         let worker = Worker::new(control.clone(), wc).map_err(|source| DaemonError::SessionTable { worker: w, source })?;
         let copiers = memif_ports::copiers(&eal, cfg, w)?;
         let io = WorkerIo::<Mbuf> {

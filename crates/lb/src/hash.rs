@@ -79,3 +79,16 @@ pub fn flow_hash(src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> u64
 pub fn addr_hash(a: u128) -> u64 {
     mix64(a as u64 ^ mix64((a >> 64) as u64))
 }
+
+/// A number from the kernel's random source (a hash key an attacker cannot aim flows with, a
+/// local-port start a restart does not repeat).
+pub fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // getrandom(2) cannot fail for 8 bytes once the pool is initialised; a failure leaves the
+    // time-based fallback below.
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_ok() {
+        return u64::from_ne_bytes(b);
+    }
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+    mix64(t ^ std::process::id() as u64)
+}

@@ -909,7 +909,7 @@ impl Control {
         let mut reg = Registry::default();
         let snap = build(spec, &mut reg, 1)?;
         Ok(Arc::new(Control {
-            cookie_key: [crate::session::random_seed(), crate::session::random_seed()],
+            cookie_key: [crate::hash::random_seed(), crate::hash::random_seed()],
             current: ArcSwap::from_pointee(snap),
             generation: AtomicU64::new(1),
             registry: Mutex::new(reg),

@@ -374,26 +374,13 @@ pub struct TableConfig {
     pub port_max: u16,
     /// Records examined per sweep call.
     pub sweep_budget: u32,
-    /// Key for the index hash ([`random_seed`] in the daemon; fixed for reproducible tests,
+    /// Key for the index hash ([`crate::hash::random_seed`] in the daemon; fixed for reproducible tests,
     /// replays and benchmarks).
     pub seed: u64,
     /// Where the local-port search starts, as an offset into the port range (0: at
     /// `port_min`). The daemon draws it at random so that a restart does not hand out its
     /// previous run's ports, which the backends may still hold in TIME_WAIT.
     pub port_offset: u32,
-}
-
-/// A number from the kernel's random source (a hash key an attacker cannot aim flows with, a
-/// local-port start a restart does not repeat).
-pub fn random_seed() -> u64 {
-    let mut b = [0u8; 8];
-    // getrandom(2) cannot fail for 8 bytes once the pool is initialised; a failure leaves the
-    // time-based fallback below.
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_ok() {
-        return u64::from_ne_bytes(b);
-    }
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
-    crate::hash::mix64(t ^ std::process::id() as u64)
 }
 
 impl TableConfig {
