@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-two-tier attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif clean
+.PHONY: all setup build install demo demo-two-tier attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean
 
 all: build
 
@@ -21,14 +21,14 @@ install: build
 
 # The load balancer on AF_XDP ports in network namespaces, real HTTP through it (root).
 demo: build
-	@bash scripts/demo.sh
-	@bash scripts/demo-two-tier.sh
-	@python3 scripts/bench_queue_sets.py --demo
+	@bash demo/demo.sh
+	@bash demo/two-tier.sh
+	@python3 demo/queue-sets.py
 
 # The two tiers of an ingress: the L4 LB (full NAT, Maglev) in front of two TLS-terminating
 # proxies in front of nginx; HTTPS from curl and h2load. Ends with TWO-TIER OK ... (root).
 demo-two-tier: build
-	@bash scripts/demo-two-tier.sh
+	@bash demo/two-tier.sh
 
 # The proxy (and the daemon's API) attacked as hostile clients, upstreams and careless operators
 # would, through the real binary on loopback (~1 min, root; also part of `make test`).
@@ -36,23 +36,23 @@ attack-proxy: setup
 	$(CARGO) test -p vectorlb --test attack_proxy -- --nocapture
 
 # Full TLS handshakes per second: the proxy's providers against nginx and HAProxy, one core
-# each, h2load on the other; keep-alive requests per second (bench-results/tls.jsonl).
+# each, h2load on the other; keep-alive requests per second (bench/results/tls.jsonl).
 bench-tls: build
-	@mkdir -p bench-results
-	@python3 scripts/bench_tls.py --out bench-results/tls.jsonl
+	@mkdir -p bench/results
+	@python3 bench/tls.py --out bench/results/tls.jsonl
 
 # Priority (software queue and DPDK event_sw) against FIFO dispatch in the proxy: a CDN mix of 1 KB-1 MB objects from an open-loop
-# client at 50/80/95 % of capacity (~6 min; bench-results/dispatch.jsonl, docs/img/dispatch.png).
+# client at 50/80/95 % of capacity (~6 min; bench/results/dispatch.jsonl, docs/img/dispatch.png).
 bench-dispatch: build
-	@mkdir -p bench-results
-	@python3 scripts/bench_dispatch.py --out bench-results/dispatch.jsonl
+	@mkdir -p bench/results
+	@python3 bench/dispatch.py --out bench/results/dispatch.jsonl
 
 # Queue sets (seed 002): memcached's P99.99 behind the LB with bulk UDP through it, with and
-# without a queue set, by request rate (root; ~3 min; bench-results/queue-sets.jsonl,
+# without a queue set, by request rate (root; ~3 min; bench/results/queue-sets.jsonl,
 # docs/img/queue-sets.png).
 bench-queue-sets: build
-	@mkdir -p bench-results
-	@python3 scripts/bench_queue_sets.py --out bench-results/queue-sets.jsonl
+	@mkdir -p bench/results
+	@python3 bench/queue_sets.py --out bench/results/queue-sets.jsonl
 
 # The pipeline offline: a capture replayed through a configuration, and two short benchmarks.
 demo-offline: build
@@ -83,38 +83,46 @@ PY := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 
 # The whole benchmark kit (~33 min, root): in-memory pipeline, scaling, profiles, RFC 2544
 # through vectorlb and dpdk-testpmd, real-TCP CPS against nftables/HAProxy/nginx, wrk, idle, memif against DPDK's net_memif;
-# then docs/benchmarks.md and docs/img/*.png from bench-results/.
+# then docs/benchmarks.md and docs/img/*.png from bench/results/.
 bench: build
 	@bash scripts/setup.sh --bench
-	@bash scripts/bench.sh
+	@bash bench/all.sh
 
-# Only the in-memory figures (bench-results/core.jsonl), then the report.
+# Only the in-memory figures (bench/results/core.jsonl), then the report.
 bench-core: build
 	@bash scripts/setup.sh --bench
-	@BENCH_STEPS=core bash scripts/bench.sh
+	@BENCH_STEPS=core bash bench/all.sh
 
-# Instructions per packet and per connection by stage (callgrind; bench-results/profile.json).
+# Instructions per packet and per connection by stage (callgrind; bench/results/profile.json).
 bench-profile: build
 	@bash scripts/setup.sh --bench
-	@BENCH_STEPS=profile bash scripts/bench.sh
+	@BENCH_STEPS=profile bash bench/all.sh
 
 # The daemon's worker and testpmd sampled by perf at full load: time per packet by part, I/O
-# included (bench-results/profile-io.jsonl).
+# included (bench/results/profile-io.jsonl).
 bench-profile-io: build
 	@bash scripts/setup.sh --bench
-	@BENCH_STEPS=profile-io bash scripts/bench.sh
+	@BENCH_STEPS=profile-io bash bench/all.sh
 
 # memif: vectorlb's memif server (cpu and dma engines) against DPDK's net_memif in testpmd, by
 # frame size, MTU 1500 and 9000, one core per side, then 25 rounds head to head at 64 and
-# 1500 B (~25 min; bench-results/memif.jsonl, memif-focus.jsonl).
+# 1500 B (~25 min; bench/results/memif.jsonl, memif-focus.jsonl).
 bench-memif: build
 	@bash scripts/setup.sh --bench
-	@BENCH_STEPS=memif bash scripts/bench.sh
+	@BENCH_STEPS=memif bash bench/all.sh
 
-# wrk for 20 s through the demo's full-NAT VIP (bench-results/wrk-fnat.txt; docs/benchmarks.md).
+# Only the SYN floods in memory (bench/results/synflood.jsonl), then the report.
+bench-synflood: build
+	@BENCH_STEPS=synflood bash bench/all.sh
+
+# docs/benchmarks.md (and docs/img/*.png) again from bench/results/ and bench/notes/ alone.
+bench-report:
+	@$(PY) bench/report.py
+
+# wrk for 20 s through the demo's full-NAT VIP (bench/results/wrk-fnat.txt; docs/benchmarks.md).
 bench-wrk: build
-	@mkdir -p bench-results
-	@DEMO_WRK=20 WRK_OUT=bench-results/wrk-fnat.txt bash scripts/demo.sh
+	@mkdir -p bench/results
+	@DEMO_WRK=20 WRK_OUT=bench/results/wrk-fnat.txt bash demo/demo.sh
 
 # High availability: two LB nodes with keepalived, session sync, SIGKILL of the active one
 # (root). Last line: HA OK survived=<n>/100 failover_ms=<ms>.
@@ -126,13 +134,13 @@ test-ha: setup
 # Reduced benchmark suite (< 3 min): last line one JSON object with lb_mpps, testpmd_mpps,
 # lb_vs_testpmd, lb_cps, nft_cps, haproxy_cps (root; installs the peers through setup).
 bench-quick: build
-	@bash scripts/bench-quick.sh 2>/dev/null
+	@bash bench/quick.sh 2>/dev/null
 
 # Connections per second with real TCP: vectorlb, nftables, HAProxy, nginx stream side by side.
 bench-cps-peers: build
-	@mkdir -p bench-results
-	bash scripts/bench-cps-peers.sh 5 16 | tee bench-results/cps-peers.jsonl
-	$(PY) scripts/bench-report.py
+	@mkdir -p bench/results
+	bash bench/cps-peers.sh 5 16 | tee bench/results/cps-peers.jsonl
+	$(PY) bench/report.py
 
 # Only the end-to-end suite (root; network namespaces, AF_XDP, nginx).
 test-e2e: setup

@@ -102,11 +102,11 @@ if [ ! -x /opt/vectorlb/bin/h2spec ]; then
     fi
 fi
 
-# The gRPC backend of the proxy's benchmark (tools/grpc-health-server: grpc-go's health
+# The gRPC backend of the proxy's benchmark (bench/peers/grpc-health-server: grpc-go's health
 # service), for `make bench` / `make bench-tls` only.
 if [ "${1:-}" = --bench ] && [ ! -x /opt/vectorlb/bin/grpc-health-server ] && command -v go >/dev/null 2>&1; then
-    echo "setup: building tools/grpc-health-server into /opt/vectorlb/bin"
-    (cd "$(dirname "$0")/../tools/grpc-health-server" && go build -o /opt/vectorlb/bin/grpc-health-server .) \
+    echo "setup: building bench/peers/grpc-health-server into /opt/vectorlb/bin"
+    (cd "$(dirname "$0")/../bench/peers/grpc-health-server" && go build -o /opt/vectorlb/bin/grpc-health-server .) \
         || echo "setup: warning: could not build grpc-health-server; the gRPC benchmark is skipped" >&2
 fi
 

@@ -33,7 +33,7 @@ pub enum BenchError {
 use vectorlb_lb::{HeapBuf, Verdict, Worker};
 
 /// The timed work of both benchmarks, kept out of line so that a profiler can count it alone
-/// (scripts/bench-profile.sh: callgrind --toggle-collect on this symbol).
+/// (bench/profile.sh: callgrind --toggle-collect on this symbol).
 #[inline(never)]
 pub fn timed_process(w: &mut Worker, bufs: &mut [HeapBuf], verdicts: &mut [Verdict], now: u32) {
     w.process(bufs, verdicts, now);

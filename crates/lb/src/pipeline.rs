@@ -32,7 +32,7 @@ pub const DEFAULT_BATCH: usize = 256;
 /// Packets that go through a stage together (see `Worker::batch`). Smaller groups spread the
 /// prefetches: a group's misses are requested together, and a burst of 32 (16 packets, two
 /// lines each) waits for the CPU's miss buffers. Measured on a 2-vCPU EPYC VM at 10 M sessions
-/// (`bench-results/dram-ratio.jsonl`, `scripts/dram-floor.rs`): 8 packets with lags 2 and 4 ran
+/// (`bench/results/dram-ratio.jsonl`, `bench/experiments/dram-floor.rs`): 8 packets with lags 2 and 4 ran
 /// 20.1 Mpps against 17.9 for 16 with lags 1 and 2, and 4 / 2 packets with longer lags no better.
 pub const GROUP: usize = 8;
 /// Steps (groups) between a group's first stage (bucket prefetch) and its second.

@@ -1,5 +1,5 @@
 //! The benchmark kit end to end (root): the generator through the daemon and through
-//! dpdk-testpmd on the AF_XDP generator topology (scripts/bench-rfc2544.sh), with short trials.
+//! dpdk-testpmd on the AF_XDP generator topology (bench/rfc2544.sh), with short trials.
 //! These check that the kit measures (counts add up, every packet is accounted for, the
 //! search's result is one of its passing trials), not how fast anything is.
 
@@ -15,7 +15,7 @@ fn kit(dut: &str, args: &[&str], gen_args: Option<&str>) -> Vec<Value> {
     assert!(vectorlb_testkit::is_root(), "the benchmark-kit tests need root (network namespaces, AF_XDP)");
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut c = Command::new("bash");
-    c.arg(repo.join("scripts/bench-rfc2544.sh")).arg(dut).args(args).env("BIN", bin()).env("TOOLS", tools());
+    c.arg(repo.join("bench/rfc2544.sh")).arg(dut).args(args).env("BIN", bin()).env("TOOLS", tools());
     if let Some(g) = gen_args {
         c.env("GEN_ARGS", g);
     }

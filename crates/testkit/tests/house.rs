@@ -319,3 +319,53 @@ fn the_checker_sees_grouped_and_plain_paths_and_skips_tests_and_comments() {
         [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec!["a"])].iter().map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect())).collect();
     assert_eq!(circles(&g), vec![vec!["a".to_string(), "b".into(), "c".into()]]);
 }
+
+/// The C experiments the docs cite as evidence (`bench/experiments/*.c`) still build, warnings
+/// as errors, so a claim cannot rest on a program that no longer compiles. (The Rust ones are
+/// examples of crates/bench, built and linted with the workspace.)
+#[test]
+fn the_c_experiments_build() {
+    let dir = root().join("bench/experiments");
+    let out = std::env::temp_dir().join(format!("vectorlb-experiments-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let dpdk = Command::new("pkg-config").args(["--cflags", "--libs", "libdpdk"]).output().expect("pkg-config runs");
+    assert!(dpdk.status.success(), "pkg-config libdpdk: {} (scripts/setup.sh installs libdpdk-dev)", String::from_utf8_lossy(&dpdk.stderr));
+    let dpdk_flags: Vec<String> = String::from_utf8(dpdk.stdout).unwrap().split_whitespace().map(String::from).collect();
+    let mut built = 0;
+    for f in std::fs::read_dir(&dir).unwrap() {
+        let f = f.unwrap().path();
+        if f.extension().is_none_or(|e| e != "c") {
+            continue;
+        }
+        let bin = out.join(f.file_stem().unwrap());
+        let mut cc = Command::new("cc");
+        cc.args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"]).arg(&bin).arg(&f);
+        if std::fs::read_to_string(&f).unwrap().contains("rte_") {
+            cc.args(&dpdk_flags);
+        }
+        let r = cc.output().expect("cc runs");
+        assert!(r.status.success(), "{}: {}", f.display(), String::from_utf8_lossy(&r.stderr));
+        built += 1;
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(built >= 2, "expected the C experiments in {}, built {built}", dir.display());
+}
+
+/// docs/benchmarks.md is exactly what bench/report.py writes from bench/results/ and
+/// bench/notes/: regenerating the page from the repository loses nothing, and nobody edits the
+/// page by hand (a hand edit belongs in bench/notes/).
+#[test]
+fn the_benchmark_page_is_what_the_report_writes() {
+    let out = std::env::temp_dir().join(format!("vectorlb-benchmarks-{}.md", std::process::id()));
+    let r = Command::new("python3").arg("bench/report.py").arg("--no-charts").arg("--out").arg(&out).current_dir(root()).output().expect("python3 runs");
+    assert!(r.status.success(), "bench/report.py: {}{}", String::from_utf8_lossy(&r.stdout), String::from_utf8_lossy(&r.stderr));
+    let written = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    let page = std::fs::read_to_string(root().join("docs/benchmarks.md")).unwrap();
+    let headings = |t: &str| t.lines().filter(|l| l.starts_with('#')).map(String::from).collect::<Vec<_>>();
+    assert_eq!(headings(&page), headings(&written), "docs/benchmarks.md and bench/report.py's page differ in their sections");
+    if let Some((i, (a, b))) = page.lines().zip(written.lines()).enumerate().find(|(_, (a, b))| a != b) {
+        panic!("docs/benchmarks.md differs from what `make bench-report` writes at line {}:\n  page:   {a}\n  report: {b}\n(edit bench/notes/ or bench/results/, then make bench-report)", i + 1);
+    }
+    assert_eq!(page.lines().count(), written.lines().count(), "docs/benchmarks.md and the report's page differ in length");
+}

@@ -8,7 +8,7 @@
 #   nginx     stream module, round robin
 # The client opens a new connection per HTTP/1.0 GET (`vectorlb-tools probe http`, the page is one
 # line) for SECONDS, CONCURRENCY at a time. One JSON line per peer on stdout.
-#   scripts/bench-cps-peers.sh [SECONDS] [CONCURRENCY]
+#   bench/cps-peers.sh [SECONDS] [CONCURRENCY]
 # Environment: CPS_PEERS (default "vectorlb nftables haproxy nginx_stream") picks the peers
 # (they run in that order); CPS_LB_OPTS adds [runtime] lines, separated by ";", to vectorlb's
 # configuration (e.g. "idle_sleep_us = 0;cpus = [1]"); CPS_PERF=FILE samples vectorlb's process

@@ -16,8 +16,8 @@ and 95 % of it in turn, open loop, for `--rounds` rounds (the order alternating)
 stdout and in --out; a chart of p99 by object size at each load (docs/img/dispatch.png) when
 matplotlib is there.
 
-    scripts/bench_dispatch.py [--tools target/release/vectorlb-tools] [--bin target/release/vectorlb]
-                              [--seconds 8] [--rounds 2] [--out bench-results/dispatch.jsonl]
+    bench/dispatch.py [--tools target/release/vectorlb-tools] [--bin target/release/vectorlb]
+                              [--seconds 8] [--rounds 2] [--out bench/results/dispatch.jsonl]
 """
 import argparse, functools, json, os, statistics, subprocess, tempfile
 

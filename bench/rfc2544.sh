@@ -4,11 +4,11 @@
 #   vectorlb  full NAT of UDP, one busy-polling worker pinned to CPU 1
 #   testpmd   dpdk-testpmd --forward-mode=io (the I/O ceiling)
 # One JSON line per size on stdout, with "dut" added; progress on stderr.
-#   scripts/bench-rfc2544.sh DUT [SIZES] [TRIAL_SECONDS] [REPEAT] [RESOLUTION] [RETRIES]
+#   bench/rfc2544.sh DUT [SIZES] [TRIAL_SECONDS] [REPEAT] [RESOLUTION] [RETRIES]
 # With GEN_ARGS set (e.g. "--rate 20000 --seconds 1 --proto tcp"), one `vectorlb-tools gen`
 # trial with those arguments instead of the search; with PERF_OUT=FILE also, `perf record`
 # samples the device under test's process (cpu-clock, PERF_HZ per second, default 2999) for
-# PERF_SECONDS (default 3) from 1 s into the trial (scripts/bench-profile-io.sh).
+# PERF_SECONDS (default 3) from 1 s into the trial (bench/profile-io.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

@@ -20,7 +20,7 @@ highest rate whose P99.99 stays within the SLA (`--sla-us`, 1000 µs) with every
 answered. JSON lines on stdout and in --out; a chart like the seed's Figure 4 (P99.99 by rate)
 in --chart when matplotlib is there.
 
-    scripts/bench_queue_sets.py [--rates 1000,2000,5000,10000,20000] [--seconds 4]
+    bench/queue_sets.py [--rates 1000,2000,5000,10000,20000] [--seconds 4]
                                 [--bg-pps 50000] [--bg-size 1400] [--sla-us 1000] [--out FILE] [--chart PNG]
 """
 import argparse, json, os, subprocess, sys, tempfile, time
@@ -111,7 +111,7 @@ def chart(rows, sla, path):
     benchutil.save_chart(fig, path)
 
 
-def main():
+def parse(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--rates", default="1000,2000,5000,10000,20000")
     ap.add_argument("--seconds", type=float, default=4.0)
@@ -122,10 +122,11 @@ def main():
     ap.add_argument("--pin", action="store_true", help="the LB's worker 1 (the set's) alone on CPU 1; worker 0, memcached, the load client and the generator on CPU 0")
     ap.add_argument("--out", default=None)
     ap.add_argument("--chart", default="docs/img/queue-sets.png")
-    ap.add_argument("--demo", action="store_true", help="one short point per variant, checked; ends with QUEUE-SETS OK or FAILED (make demo)")
-    args = ap.parse_args()
-    if args.demo:
-        args.rates, args.seconds, args.chart = "2000", 2.0, ""
+    return ap.parse_args(argv)
+
+
+def run(args, emit):
+    """The sweep: for each rate, each variant (alternating order), one row to emit. Returns the rows."""
     if os.geteuid() != 0:
         raise SystemExit("bench-queue-sets: run as root (network namespaces)")
     for b in (BIN, TOOLS):
@@ -133,7 +134,6 @@ def main():
             raise SystemExit(f"bench-queue-sets: {b} is missing (cargo build --release)")
     if not os.path.exists("/usr/bin/memcached"):
         raise SystemExit("bench-queue-sets: memcached is missing (scripts/setup.sh)")
-    emit = benchutil.emitter(args.out)
 
     machine = {"cpu": benchutil.cpu_name(), "nproc": os.cpu_count()}
     env = dict(os.environ, VLB_QUEUES="2")
@@ -189,37 +189,30 @@ def main():
                        "lb_time": lb_time, **machine}
                 rows.append(row)
                 emit(row)
-        if args.demo:
-            # Every request answered in both variants; with the set, its worker served
-            # memcached and dropped nothing, and the bulk traffic that reached its queue went on
-            # to the default worker.
-            qs = next(r for r in rows if r["variant"] == "queue_set")
-            sets = {q["name"]: q for q in qs["lb_queue_sets"]}
-            mc, df = sets.get("memcached", {}), sets.get("default", {})
-            ok = (all(r["errors"] == 0 and r["lost"] == 0 for r in rows) and mc.get("rx", 0) > 0 and mc.get("dropped", 1) == 0
-                  and mc.get("steered", 0) > 0 and df.get("rx", 0) > 0)
-            print(f"QUEUE-SETS {'OK' if ok else 'FAILED'} requests={sum(r['total']['requests'] for r in rows)} "
-                  f"set_rx={mc.get('rx')} set_steered_out={mc.get('steered')} default_steered_out={df.get('steered')} "
-                  f"p9999_us_set={qs['total']['p9999_us']}")
-            if not ok:
-                sys.exit(1)
-            return
-        # The seed's SLA, and ten times it (this machine's own floor is above the seed's SLA:
-        # see docs/queue-sets.md).
-        for sla in (args.sla_us, 10 * args.sla_us):
-            verdict = {"bench": "queue_sets_sla", "sla_us": sla, "bg_pps": args.bg_pps, "bg_size": args.bg_size, **machine}
-            for variant in ("queue_set", "no_set"):
-                ok = [r["rate"] for r in rows if r["variant"] == variant and r["total"]["p9999_us"] is not None
-                      and r["total"]["p9999_us"] <= sla and r["errors"] == 0 and r["lost"] == 0 and r["achieved_rps"] >= 0.98 * r["rate"]]
-                verdict[f"max_rate_in_sla_{variant}"] = max(ok) if ok else 0
-            a, b = verdict["max_rate_in_sla_queue_set"], verdict["max_rate_in_sla_no_set"]
-            verdict["ratio"] = round(a / b, 2) if b else None
-            emit(verdict)
-        if args.chart:
-            chart(rows, args.sla_us, args.chart)
+        return rows
     finally:
         benchutil.stop(procs)
         sh("bash", "scripts/netns.sh", "down", P, check=False)
+
+
+def main():
+    args = parse()
+    emit = benchutil.emitter(args.out)
+    rows = run(args, emit)
+    machine = {"cpu": benchutil.cpu_name(), "nproc": os.cpu_count()}
+    # The seed's SLA, and ten times it (this machine's own floor is above the seed's SLA:
+    # see docs/queue-sets.md).
+    for sla in (args.sla_us, 10 * args.sla_us):
+        verdict = {"bench": "queue_sets_sla", "sla_us": sla, "bg_pps": args.bg_pps, "bg_size": args.bg_size, **machine}
+        for variant in ("queue_set", "no_set"):
+            ok = [r["rate"] for r in rows if r["variant"] == variant and r["total"]["p9999_us"] is not None
+                  and r["total"]["p9999_us"] <= sla and r["errors"] == 0 and r["lost"] == 0 and r["achieved_rps"] >= 0.98 * r["rate"]]
+            verdict[f"max_rate_in_sla_{variant}"] = max(ok) if ok else 0
+        a, b = verdict["max_rate_in_sla_queue_set"], verdict["max_rate_in_sla_no_set"]
+        verdict["ratio"] = round(a / b, 2) if b else None
+        emit(verdict)
+    if args.chart:
+        chart(rows, args.sla_us, args.chart)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ are medians of the rounds, ratios medians of the per-round ratios (the machine's
 Besides the rate, each server's CPU time over the run gives handshakes per core-second: one
 h2load core saturates before the fastest servers do. JSON lines on stdout (and appended to --out).
 
-    scripts/bench_tls.py [--bin target/release/vectorlb] [--conns 4000] [--rounds 7] [--out F]
+    bench/tls.py [--bin target/release/vectorlb] [--conns 4000] [--rounds 7] [--out F]
 """
 import argparse, functools, json, os, re, signal, statistics, subprocess, tempfile, time
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarises a `perf record -e cpu-clock` sample of a device under test (scripts/bench-profile-io.sh).
+"""Summarises a `perf record -e cpu-clock` sample of a device under test (bench/profile-io.sh).
 
     profile-io-summary.py DUT PERF_DATA GEN_JSON HZ SECONDS
 

@@ -7,7 +7,7 @@
 //! against 1,000" ratio: no hashing, parsing or rewriting, only the memory pattern. It is run
 //! for several group sizes and lags (steps between the stages), the pipeline's constants.
 //!
-//!     rustc -O scripts/dram-floor.rs -o /tmp/dram-floor && /tmp/dram-floor
+//!     cargo run --release -p vectorlb-bench --example dram-floor
 //!
 //! Prints one JSON line per (lines per item, group, lags).
 use std::time::Instant;

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the in-memory benchmarks behind docs/benchmarks.md: every mode x family x protocol at
 # 1M sessions, the 10M-session figures, connections per second and SYN floods. JSON lines go to
-# bench-results/core.jsonl.
+# bench/results/core.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=target/release/vectorlb
-mkdir -p bench-results
-out=bench-results/core.jsonl
+mkdir -p bench/results
+out=bench/results/core.jsonl
 : >"$out"
 run() { echo "+ vectorlb $*" >&2; "$bin" "$@" | tee -a "$out"; }
 for fam in 4 6; do

@@ -1,6 +1,6 @@
 // grpc-health-server: a gRPC server from grpc-go (not written here) serving the standard
 // health service, grpc.health.v1.Health/Check answering SERVING. The gRPC backend of the
-// proxy's benchmark (scripts/bench_tls.py: unary requests per second through vectorlb proxy and
+// proxy's benchmark (bench/tls.py: unary requests per second through vectorlb proxy and
 // through nginx grpc_pass). Built by scripts/setup.sh --bench into /opt/vectorlb/bin.
 package main
 

@@ -5,7 +5,7 @@
  * priority), one producer and one consumer port, runs the scheduler service on this thread,
  * enqueues three low then three high events and prints the order they come out in.
  *
- *   cc -O2 scripts/eventdev-probe.c -o /tmp/eventdev-probe $(pkg-config --cflags --libs libdpdk)
+ *   cc -O2 bench/experiments/eventdev-probe.c -o /tmp/eventdev-probe $(pkg-config --cflags --libs libdpdk)
  *   /tmp/eventdev-probe --no-huge -m 64 --no-pci --vdev=event_sw0 -l 0 --log-level=3
  *
  * (With --in-memory or --no-telemetry added to --no-huge, DPDK 22.11's EAL refused to start

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: the whole benchmark kit (about 28 minutes on the 2-core VM), then
-# docs/benchmarks.md and its charts regenerated from bench-results/.
+# docs/benchmarks.md and its charts regenerated from bench/results/.
 #   1 core        pipeline per mode/family/protocol, 10 M sessions with the memory curve, CPS
 #   2 scaling     pipeline with 1..N worker threads (N = the machine's cores)
 #   3 profile     callgrind: instructions per packet and per connection, by stage
@@ -16,16 +16,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-RES=bench-results
+RES=bench/results
 mkdir -p "$RES"
 STEPS=${BENCH_STEPS:-core scaling profile profile-io rfc2544 cps wrk idle memif}
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
-ALL=(core scaling profile profile-io rfc2544 cps wrk idle memif report)
+ALL=(core synflood scaling profile profile-io rfc2544 cps wrk idle memif report)
 T0=$(date +%s)
 # What was measured, for the report (which may be regenerated later, at another commit).
-# (memif keeps its own, bench-results/memif-measured-at.txt.)
-if [ "$STEPS" != "memif" ]; then
+# (memif keeps its own, bench/results/memif-measured-at.txt.)
+if [ "$STEPS" != "memif" ] && [ "$STEPS" != "synflood" ]; then
     echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/measured-at.txt"
+    $PY bench/report.py --machine > "$RES/machine.txt"
 fi
 step() { # NAME DESCRIPTION
     local i=0 n=${#ALL[@]} k
@@ -37,11 +38,22 @@ step() { # NAME DESCRIPTION
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 if want core; then
-    step core "pipeline and CPS in memory (bench-results/core.jsonl)"
-    bash scripts/bench-core.sh
+    step core "pipeline and CPS in memory (bench/results/core.jsonl)"
+    bash bench/core.sh
+fi
+if want synflood; then
+    # Only the SYN floods of the core step, in a file of their own (make bench-synflood).
+    step synflood "SYN floods in memory (bench/results/synflood.jsonl)"
+    : > "$RES/synflood.jsonl"
+    for fam in 4 6; do
+        for sp in on off; do
+            "$BIN" bench synflood --mode fnat --family $fam --synproxy $sp --seconds 3 --json | tee -a "$RES/synflood.jsonl"
+        done
+    done
+    echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/synflood-measured-at.txt"
 fi
 if want scaling; then
-    step scaling "worker threads 1..$(nproc) (bench-results/scaling.jsonl)"
+    step scaling "worker threads 1..$(nproc) (bench/results/scaling.jsonl)"
     : > "$RES/scaling.jsonl"
     for t in $(seq 1 "$(nproc)"); do
         echo "+ vectorlb bench pipeline --threads $t --sessions 4000000" >&2
@@ -49,39 +61,39 @@ if want scaling; then
     done
 fi
 if want profile; then
-    step profile "callgrind per packet and per connection (bench-results/profile.json)"
-    bash scripts/bench-profile.sh
+    step profile "callgrind per packet and per connection (bench/results/profile.json)"
+    bash bench/profile.sh
 fi
 if want profile-io; then
-    step profile-io "perf: the worker's time per packet, I/O included (bench-results/profile-io.jsonl)"
-    bash scripts/bench-profile-io.sh 3 | cut -c1-160
+    step profile-io "perf: the worker's time per packet, I/O included (bench/results/profile-io.jsonl)"
+    bash bench/profile-io.sh 3 | cut -c1-160
 fi
 if want rfc2544; then
-    step rfc2544 "RFC 2544 through vectorlb, then dpdk-testpmd (bench-results/rfc2544.jsonl)"
+    step rfc2544 "RFC 2544 through vectorlb, then dpdk-testpmd (bench/results/rfc2544.jsonl)"
     : > "$RES/rfc2544.jsonl"
     for dut in vectorlb testpmd; do
-        bash scripts/bench-rfc2544.sh "$dut" 64,128,256,512,1024,1280,1518 1.5 1 0.05 1 | tee -a "$RES/rfc2544.jsonl" | cut -c1-160
+        bash bench/rfc2544.sh "$dut" 64,128,256,512,1024,1280,1518 1.5 1 0.05 1 | tee -a "$RES/rfc2544.jsonl" | cut -c1-160
     done
 fi
 if want cps; then
-    step cps "real TCP connections/s through the peers (bench-results/cps-peers.jsonl)"
-    bash scripts/bench-cps-peers.sh 5 16 | tee "$RES/cps-peers.jsonl"
+    step cps "real TCP connections/s through the peers (bench/results/cps-peers.jsonl)"
+    bash bench/cps-peers.sh 5 16 | tee "$RES/cps-peers.jsonl"
 fi
 if want wrk; then
-    step wrk "wrk 20 s through the full-NAT VIP (bench-results/wrk-fnat.txt)"
-    DEMO_WRK=20 WRK_OUT="$RES/wrk-fnat.txt" bash scripts/demo.sh > /dev/null
+    step wrk "wrk 20 s through the full-NAT VIP (bench/results/wrk-fnat.txt)"
+    DEMO_WRK=20 WRK_OUT="$RES/wrk-fnat.txt" bash demo/demo.sh > /dev/null
     tail -3 "$RES/wrk-fnat.txt" >&2
 fi
 if want idle; then
-    step idle "idle CPU and wake-up (bench-results/idle.jsonl)"
-    bash scripts/bench-idle.sh | tee "$RES/idle.jsonl"
+    step idle "idle CPU and wake-up (bench/results/idle.jsonl)"
+    bash bench/idle.sh | tee "$RES/idle.jsonl"
 fi
 if want memif; then
-    step memif "memif against DPDK's net_memif (bench-results/memif.jsonl)"
+    step memif "memif against DPDK's net_memif (bench/results/memif.jsonl)"
     "$TOOLS" bench-memif --reps "${MEMIF_REPS:-3}" --json | tee "$RES/memif.jsonl" | grep -v '"rep"' | cut -c1-160
     "$TOOLS" bench-memif --focus --sizes 64,1500 --reps "${MEMIF_FOCUS_REPS:-25}" --seconds 2 --json | tee "$RES/memif-focus.jsonl" | grep -v '"rep"' | cut -c1-160
     echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/memif-measured-at.txt"
 fi
 step report "docs/benchmarks.md and docs/img/*.png"
-$PY scripts/bench-report.py
+$PY bench/report.py
 echo "bench: done in $(( $(date +%s) - T0 )) s" >&2

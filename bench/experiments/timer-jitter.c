@@ -3,7 +3,7 @@
  * under every latency a sleeping server or client can show, which on a shared VM decides
  * whether a sub-millisecond P99.99 is possible at all (docs/queue-sets.md).
  *
- *   cc -O2 scripts/timer-jitter.c -o /tmp/timer-jitter && /tmp/timer-jitter 30000
+ *   cc -O2 bench/experiments/timer-jitter.c -o /tmp/timer-jitter && /tmp/timer-jitter 30000
  */
 #include <stdio.h>
 #include <stdlib.h>

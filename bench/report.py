@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Writes docs/benchmarks.md and docs/img/*.png from bench-results/ (made by `make bench`).
+"""Writes docs/benchmarks.md and docs/img/*.png from bench/results/ (made by `make bench`).
 Every section is optional: a result file that is missing leaves its section out. The charts
 need matplotlib (scripts/setup.sh --bench installs it); without it the tables still come."""
-import datetime, json, os, platform, subprocess
+import datetime, json, os, platform, subprocess, sys
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-res = lambda name: os.path.join(root, "bench-results", name)
+res = lambda name: os.path.join(root, "bench/results", name)
 img_dir = os.path.join(root, "docs", "img")
 
 
@@ -16,6 +16,14 @@ def lines(name):
     return [json.loads(l) for l in open(p) if l.strip().startswith("{")]
 
 
+def machine_line():
+    """This machine, as one line (the CPU, cores, memory, kernel, compiler, DPDK)."""
+    cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
+    mem = sh("free -g | awk '/Mem:/ {print $2}'")
+    return (f"{cpu}, {sh('nproc')} cores (a shared VM), {mem} GiB, Linux {platform.release()}, "
+            f"{sh('rustc --version')}, DPDK {sh('pkg-config --modversion libdpdk')}")
+
+
 def sh(cmd):
     try:
         return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
@@ -23,7 +31,11 @@ def sh(cmd):
         return "?"
 
 
+# --out FILE: write the page there instead; --no-charts: leave docs/img alone (the tests).
+OUT = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else os.path.join(root, "docs/benchmarks.md")
 try:
+    if "--no-charts" in sys.argv:
+        raise ImportError
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -32,12 +44,25 @@ except ImportError:
     plt = None
 
 charts = []
+notes_used = []
+
+
+def note(name):
+    """The hand-written part `bench/notes/NAME.md` (figures from runs of their own, analysis), as
+    lines; [] when there is none. Every file there must be used somewhere (checked at the end),
+    so regenerating the page cannot drop one."""
+    p = os.path.join(root, "bench", "notes", name + ".md")
+    if not os.path.exists(p):
+        return []
+    notes_used.append(name)
+    return [open(p).read().rstrip("\n"), ""]
 
 
 def chart(name, draw, title):
     """Draws into docs/img/NAME.png and returns the markdown for it ('' without matplotlib)."""
     if plt is None:
-        return ""
+        # No drawing here: the chart already drawn, if there is one.
+        return f"![{title}](img/{name}.png)\n" if os.path.exists(os.path.join(img_dir, name + ".png")) else ""
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
     draw(ax)
     ax.set_title(title, fontsize=10)
@@ -68,7 +93,7 @@ tls = lines("tls.jsonl")
 
 
 def tls_section():
-    """The proxy's TLS benchmark (bench-results/tls.jsonl, `make bench-tls`): markdown lines."""
+    """The proxy's TLS benchmark (bench/results/tls.jsonl, `make bench-tls`): markdown lines."""
     o = []
     hs = [r for r in tls if r["bench"] == "tls_handshakes"]
     if not hs:
@@ -78,8 +103,8 @@ def tls_section():
     tcommit, tday = (open(at).read().split() + ["?", "?"])[:2] if os.path.exists(at) else ("?", "?")
     o.append("## TLS: full handshakes per second, the proxy's providers against nginx and HAProxy\n")
     o.append(f"Measured {tday} at commit `{tcommit}` on {m['cpu']} ({m['nproc']} CPUs, AVX-512 IFMA: "
-             f"{'yes' if m['avx512ifma'] else 'no'}): `make bench-tls` (`scripts/bench_tls.py`; raw lines in "
-             "`bench-results/tls.jsonl`). Every server has one worker pinned to CPU 0 (`vectorlb proxy` with "
+             f"{'yes' if m['avx512ifma'] else 'no'}): `make bench-tls` (`bench/tls.py`; raw lines in "
+             "`bench/results/tls.jsonl`). Every server has one worker pinned to CPU 0 (`vectorlb proxy` with "
              "`workers = 1`, its crypto thread too; nginx `worker_processes 1` with OpenSSL 3; HAProxy "
              "`nbthread 1` with OpenSSL 3), the same RSA-2048 key and certificate, no session resumption, one "
              "small HTTP/1.1 GET per connection answered by the server itself (`Connection: close`); h2load "
@@ -128,10 +153,11 @@ def tls_section():
         for r in ka:
             o.append(f"| {r['server']} | {r['protocol']} | {r['requests_per_s']:,.0f} | {r['vs_nginx']:.2f} | {r['vs_haproxy']:.2f} |")
         o.append("")
+    o.extend(note("tls-deadlines"))
     gr = [r for r in tls if r["bench"] == "grpc_unary" and "requests_per_s" in r]
     if gr:
         o.append("### gRPC unary calls per second: vectorlb proxy against nginx `grpc_pass`\n")
-        o.append("`grpc.health.v1.Health/Check` on grpc-go's server (`tools/grpc-health-server`), h2c on both sides, "
+        o.append("`grpc.health.v1.Health/Check` on grpc-go's server (`bench/peers/grpc-health-server`), h2c on both sides, "
                  f"one server core (CPU 0); h2load on CPU 1 with {gr[0]['streams']} streams (8 connections x 16), sharing it with "
                  "the backend; each path first checked with a real gRPC call (grpcio). Every round measures both.\n")
         o.append("| server | calls/s (median) | rounds | vs nginx |")
@@ -155,28 +181,31 @@ def tls_section():
     return o
 
 
-import sys
+if "--machine" in sys.argv:
+    print(machine_line())
+    sys.exit(0)
 if "--section" in sys.argv and sys.argv[sys.argv.index("--section") + 1] == "tls":
     print("\n".join(tls_section()))
     sys.exit(0)
 
 out = []
 w = out.append
-cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
 w("# Benchmarks\n")
+w("<!-- Written by bench/report.py from bench/results/ and bench/notes/: edit those, not this page. -->\n")
 measured_at = res("measured-at.txt")
 commit, day = (open(measured_at).read().split() + ["?", "?"])[:2] if os.path.exists(measured_at) else \
     (sh(f"git -C {root} rev-parse --short HEAD"), datetime.date.today().isoformat())
-w(f"Measured {day} at commit `{commit}` "
-  f"on: {cpu}, {sh('nproc')} cores (a shared VM), {sh('free -g | awk '+chr(39)+'/Mem:/ {print $2}'+chr(39))} GiB, "
-  f"Linux {platform.release()}, {sh('rustc --version')}, DPDK {sh('pkg-config --modversion libdpdk')}. "
+# The machine as the run recorded it (bench/all.sh writes machine.txt); this one's otherwise.
+machine_txt = res("machine.txt")
+machine = open(machine_txt).read().strip() if os.path.exists(machine_txt) else machine_line()
+w(f"Measured {day} at commit `{commit}` on: {machine}. "
   "The machine is shared with other tenants and has two cores for everything (generator, "
   "device under test, clients, servers, the kernel's veth work), so figures vary from run to "
   "run: in-memory figures are medians of rounds with every round listed, and each table says "
   "what shared the cores.\n")
-w("Regenerate everything: `make bench` (about 33 minutes; `scripts/bench.sh`, then "
-  "`scripts/bench-report.py`). Reduced suite, one JSON line: `make bench-quick` (under 3 "
-  "minutes). Raw results: `bench-results/`. The hand-written analysis (where the time goes, "
+w("Regenerate everything: `make bench` (about 33 minutes; `bench/all.sh`, then "
+  "`bench/report.py`). Reduced suite, one JSON line: `make bench-quick` (under 3 "
+  "minutes). Raw results: `bench/results/`. The hand-written analysis (where the time goes, "
   "how vectorlb compares with the peers and the seeds' published figures) follows the "
   "tables.\n")
 
@@ -211,10 +240,13 @@ if th:
                        + f" ({by['vectorlb-cryptomb']['per_core_vs_nginx']:.2f}x nginx)"))
 if glance:
     w("## At a glance\n")
-    w("| measure | this run |")
+    w("| measure | measured |")
     w("|---|---|")
     for k, v in glance:
         w(f"| {k} | {v} |")
+    # Rows from later runs of their own, dated (bench/notes/glance.md).
+    for line in note("glance"):
+        w(line)
     w("")
 
 # ---- RFC 2544 through the daemon and the I/O ceiling --------------------------------------
@@ -225,7 +257,7 @@ if rfc:
     sizes = sorted({r["frame_bytes"] for r in rfc})
     lb, tp = by.get("vectorlb", {}), by.get("testpmd", {})
     w("## RFC 2544: vectorlb against dpdk-testpmd on the same AF_XDP ports\n")
-    w("`scripts/bench-rfc2544.sh DUT` (`vectorlb-tools rfc2544`): the generator (`vectorlb-tools "
+    w("`bench/rfc2544.sh DUT` (`vectorlb-tools rfc2544`): the generator (`vectorlb-tools "
       "gen`, DPDK on two AF_XDP veth ports in its own namespace, one core) sends UDP over 1,024 "
       "flows into the device under test's two AF_XDP ports and receives what comes out. "
       "**vectorlb**: full NAT to one backend (the generator's second port), one busy-polling "
@@ -261,12 +293,12 @@ if rfc:
         ax.set_ylabel("Mpps")
         ax.legend(fontsize=8)
     w(chart("rfc2544-throughput", draw, "RFC 2544 throughput by frame size (1 worker, AF_XDP veth, 2 shared cores)"))
-    w("Trials of every search are in `bench-results/rfc2544.jsonl`.\n")
+    w("Trials of every search are in `bench/results/rfc2544.jsonl`.\n")
 
 # ---- Connections per second with real TCP ------------------------------------------------
 if peers:
     w("## Connections per second with real TCP, against the peers (same topology, same run)\n")
-    w("`scripts/bench-cps-peers.sh 5 16`: the client opens a new TCP connection per HTTP/1.0 "
+    w("`bench/cps-peers.sh 5 16`: the client opens a new TCP connection per HTTP/1.0 "
       "GET of a one-line page (seed 003 Figure 14's pattern), 16 at a time for 5 s, through the "
       "VIP to three nginx backends. Each peer in turn gets the same topology, built afresh (so "
       "that no peer inherits the TIME_WAIT sockets and conntrack entries of the one before): "
@@ -332,6 +364,8 @@ def table(rs, title):
 
 table(big, "At 10 M sessions (full NAT, UDP)")
 w("Command: `vectorlb bench pipeline --mode fnat --family {4,6} --proto udp --sessions 10000000 --memory-points 20 --json`\n")
+for line in note("pipeline-10m"):
+    w(line)
 table(mid, "Every mode, family and protocol (1 M sessions)")
 w("Command: `vectorlb bench pipeline --mode M --family F --proto P --sessions 1000000 --seconds 3 --json`\n")
 if cps:
@@ -353,7 +387,7 @@ if synflood:
     sat = res("synflood-measured-at.txt")
     if os.path.exists(sat) and lines("synflood.jsonl"):
         scommit, sday = (open(sat).read().split() + ["?", "?"])[:2]
-        w(f"Measured {sday} at commit `{scommit}`, after the run above (`bench-results/synflood.jsonl`).\n")
+        w(f"Measured {sday} at commit `{scommit}`, after the run above (`bench/results/synflood.jsonl`).\n")
     w("`vectorlb bench synflood`: spoofed SYNs (random sources in 198.18.0.0/15 or 2001:db8:f::/48, "
       "random ports and sequence numbers, a Linux SYN's options) at a full-NAT TCP service, 256 "
       "per batch. With the SYN proxy on, every SYN is answered with a SYN cookie and nothing is "
@@ -369,6 +403,8 @@ if synflood:
       "Through the daemon (real kernels, AF_XDP ports, one worker sharing two cores with the generator, "
       "nginx and the clients), `crates/testkit/tests/hardening.rs` sends 1,000,000 spoofed SYNs while "
       "wrk keep-alive connections and 2,000 new connections run; see the test for its figures.\n")
+    for line in note("synflood"):
+        w(line)
 
 if scaling:
     w("### Core scaling\n")
@@ -418,7 +454,7 @@ if curves:
 
 if profile:
     w("### Profile: instructions per packet and per connection\n")
-    w("`scripts/bench-profile.sh` (`make bench-profile`): callgrind counts the instructions of the "
+    w("`bench/profile.sh` (`make bench-profile`): callgrind counts the instructions of the "
       "timed work only (`--toggle-collect` on the out-of-line function "
       "`vectorlb_bench::timed_process`), grouped by "
       "the source file they come from: the stages are inlined into `Worker::process` and "
@@ -440,9 +476,12 @@ if profile:
     if conn:
         w("Per connection, by function (instructions): " + ", ".join(f"`{k}` {v:,}" for k, v in conn[0]["by_function"].items()) + ".\n")
 
+for line in note("profile") if profile else []:
+    w(line)
+
 if profile_io:
     w("### Profile through the daemon: time per packet, I/O included\n")
-    w("`scripts/bench-profile-io.sh` (`make bench-profile-io`): the generator sends 64-byte UDP at "
+    w("`bench/profile-io.sh` (`make bench-profile-io`): the generator sends 64-byte UDP at "
       "its full rate through the device under test on the RFC 2544 topology, and `perf record -e "
       "cpu-clock` (a timer, not a hardware counter) samples the device's process for "
       f"{profile_io[0]['seconds']:g} s at {profile_io[0]['hz']:g} Hz. The data-plane thread's "
@@ -475,7 +514,7 @@ if memif:
     reps = max((r.get("rep", 0) for r in memif if r["bench"] == "memif"), default=0) + 1
     w("## memif: the pod interface against DPDK's net_memif (same run)\n")
     w(f"Measured {mday} at commit `{mcommit}`: `vectorlb-tools bench-memif --reps {reps} --json` "
-      "(`make bench-memif`; raw lines in `bench-results/memif.jsonl`). One core per side, as in "
+      "(`make bench-memif`; raw lines in `bench/results/memif.jsonl`). One core per side, as in "
       "seed 001: the server under test forwards on CPU 1 in io mode (every frame received on queue "
       "*q* goes back out of queue *q*), the L3 forwarder example (`crates/memif/examples/l3fwd.rs`, "
       "a zero-copy memif client unless marked `copy`) on CPU 0 swaps addresses and returns what it "
@@ -492,7 +531,7 @@ if memif:
         nrep = max((r.get("rep", 0) for r in fr), default=0) + 1
         w(f"### Head to head, {nrep} rounds: vectorlb (cpu) against DPDK's net_memif\n")
         w(f"`vectorlb-tools bench-memif --focus --sizes 64,1500 --reps {nrep} --seconds 2 --json` "
-          "(`bench-results/memif-focus.jsonl`): only these two servers, one queue pair, the zero-copy "
+          "(`bench/results/memif-focus.jsonl`): only these two servers, one queue pair, the zero-copy "
           "client, alternating run by run. This host has two speeds: the same point runs at about "
           "half its best now and then, for either server (the other tenants' load and where the "
           "host places the two virtual CPUs), so the rounds are listed in the order they ran.\n")
@@ -578,6 +617,11 @@ if memif:
             w(f"| {r['copy']} | {r['mtu']} | {r['frame_bytes']} | {r['cycles_per_frame']:.0f} | {r['copy_cycles_per_frame']:.0f} | {r['other_cycles_per_frame']:.0f} | {r['copy_share'] * 100:.1f} % |")
         w("")
 
+else:
+    # No results of a memif run in the repository: the last one's tables, kept by hand.
+    for line in note("memif-2026-11-23"):
+        w(line)
+
 # ---- wrk and idle --------------------------------------------------------------------------
 if os.path.exists(res("wrk-fnat.txt")):
     text = open(res("wrk-fnat.txt")).read()
@@ -595,7 +639,7 @@ if os.path.exists(res("wrk-fnat.txt")):
     w(f"| {rps} | {pct.get('50%', '?')} | {pct.get('75%', '?')} | {pct.get('90%', '?')} | {pct.get('99%', '?')} | {errors.replace('Socket errors:', '').strip()} |\n")
 if idle:
     w("## Polling that fits the host: idle CPU and wake-up\n")
-    w("`scripts/bench-idle.sh`: the daemon with one worker, no traffic for 5 s (its CPU time over "
+    w("`bench/idle.sh`: the daemon with one worker, no traffic for 5 s (its CPU time over "
       "that window, all threads), then 50 pings to the VIP at 20 per second (the LB answers them "
       "itself, so each ping wakes an idle worker).\n")
     w("| idle_sleep_us | idle CPU (% of one core) | ping RTT min / avg / max (ms) |")
@@ -608,13 +652,19 @@ if idle:
 for line in tls_section():
     w(line)
 
-tail = os.path.join(root, "docs/benchmarks-notes.md")
-if os.path.exists(tail):
-    w(open(tail).read())
+# Sections written by hand from their own result files (bench/results/dispatch.jsonl,
+# queue-sets.jsonl), then the analysis of the whole page.
+for name in ("dispatch", "queue-sets", "analysis"):
+    for line in note(name):
+        w(line)
 w("## JSON lines of this run\n")
 w("```")
-for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench-results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench-results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls:
+for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls:
     w(json.dumps(r, separators=(",", ":")))
 w("```")
-open(os.path.join(root, "docs/benchmarks.md"), "w").write("\n".join(out) + "\n")
-print(f"wrote docs/benchmarks.md ({len(charts)} charts in docs/img)" + ("" if plt else "; matplotlib is missing: no charts (scripts/setup.sh --bench)"))
+unused = sorted(f[:-3] for f in os.listdir(os.path.join(root, "bench", "notes")) if f.endswith(".md") and f[:-3] not in notes_used)
+if unused:
+    # A note with no place on the page would be lost by regenerating it: refuse instead.
+    sys.exit(f"bench/report.py: bench/notes/{{{','.join(unused)}}}.md have no place on the page (give them one in bench/report.py)")
+open(OUT, "w").write("\n".join(out) + "\n")
+print(f"wrote {os.path.relpath(OUT, root)} ({len(charts)} charts in docs/img)" + ("" if plt else "; matplotlib is missing: no charts (scripts/setup.sh --bench)"))

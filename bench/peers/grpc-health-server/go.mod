@@ -1,4 +1,4 @@
-module vectorlb/tools/grpc-health-server
+module vectorlb/bench/peers/grpc-health-server
 
 go 1.22
 

@@ -5,7 +5,7 @@
 //! guest memory with 4 KB pages both run alike. It also shows how much cache this guest gets
 //! (where the latency jumps to DRAM's).
 //!
-//!     rustc -O scripts/page-chase.rs -o /tmp/page-chase && /tmp/page-chase
+//!     cargo run --release -p vectorlb-bench --example page-chase
 //!
 //! A second part measures the reach of the TLB: a chase through K lines that each sit in a
 //! different 4 KB page, the pages picked at random in a region of 2, 16 or 400 MB (huge pages

@@ -2,22 +2,22 @@
 # `make bench-quick`: a reduced benchmark run (under 3 minutes) whose last line is one JSON
 # object: 64-byte UDP through full NAT with one worker against dpdk-testpmd io-forward on the
 # same AF_XDP ports (both driven by `vectorlb-tools gen`), and real-TCP connections per second
-# through vectorlb, nftables, HAProxy and nginx stream (scripts/bench-cps-peers.sh, 3 s each).
+# through vectorlb, nftables, HAProxy and nginx stream (bench/cps-peers.sh, 3 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${QUICK_SECONDS:-4}
 
 # 1. vectorlb (full NAT, one busy-polling worker), then 2. dpdk-testpmd io-forward between the
 # same two ports (the I/O ceiling): one generator trial each at its full rate
-# (scripts/bench-rfc2544.sh builds the topology and starts the device).
-gen() { GEN_ARGS="--rate 0 --seconds $SECS" bash scripts/bench-rfc2544.sh "$1" | tail -1; }
+# (bench/rfc2544.sh builds the topology and starts the device).
+gen() { GEN_ARGS="--rate 0 --seconds $SECS" bash bench/rfc2544.sh "$1" | tail -1; }
 LBR=$(gen vectorlb)
 echo "$LBR" >&2
 TPR=$(gen testpmd)
 echo "$TPR" >&2
 
 # 3. Connections per second with real TCP.
-CPS=$(bash scripts/bench-cps-peers.sh 3 16 2>/dev/null || true)
+CPS=$(bash bench/cps-peers.sh 3 16 2>/dev/null || true)
 echo "$CPS" >&2
 
 python3 - "$LBR" "$TPR" "$CPS" <<'PY'
