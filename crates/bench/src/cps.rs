@@ -232,9 +232,9 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
         wall_connections_per_second: median(&wall_cps).round(),
         ns_per_packet: round3(pipe_total.as_secs_f64() * 1e9 / packets as f64),
         connections,
-        sessions_created: w.counters.events.sessions_created,
-        sessions_removed: w.table.stats.removed,
-        sessions_left: w.table.len(),
+        sessions_created: w.flows.counters.events.sessions_created,
+        sessions_removed: w.flows.table.stats.removed,
+        sessions_left: w.flows.table.len(),
         errors,
     })
 }

@@ -210,7 +210,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
         w.process(&mut bufs[..n], &mut verdicts[..n], now());
         i += n as u64;
         while points > 0 && mark <= points && i >= o.sessions * mark / points {
-            curve.push((w.table.len() as u64, resident_bytes().unwrap_or(0).saturating_sub(rss0)));
+            curve.push((w.flows.table.len() as u64, resident_bytes().unwrap_or(0).saturating_sub(rss0)));
             mark += 1;
         }
     }
@@ -219,9 +219,10 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
         b.wait();
     }
     let rss1 = resident_bytes().unwrap_or(0);
-    if w.table.len() as u64 != o.sessions {
-        let drops: Vec<String> = vectorlb_lb::DropReason::ALL.iter().filter(|r| w.counters.dropped(**r) > 0).map(|r| format!("{}={}", r.name(), w.counters.dropped(*r))).collect();
-        return Err(BenchError::Fill { filled: w.table.len() as u64, wanted: o.sessions, drops: drops.join(" ") });
+    if w.flows.table.len() as u64 != o.sessions {
+        let drops: Vec<String> =
+            vectorlb_lb::DropReason::ALL.iter().filter(|r| w.flows.counters.dropped(**r) > 0).map(|r| format!("{}={}", r.name(), w.flows.counters.dropped(*r))).collect();
+        return Err(BenchError::Fill { filled: w.flows.table.len() as u64, wanted: o.sessions, drops: drops.join(" ") });
     }
 
     // Timed rounds.
@@ -230,7 +231,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
     let mut mpps = Vec::new();
     let mut with_copy = Vec::new();
     let mut packets = 0u64;
-    let tx_before = w.counters.events.tx;
+    let tx_before = w.flows.counters.events.tx;
     let mut k = 0usize;
     for _ in 0..rounds {
         let mut pipe = Duration::ZERO;
@@ -258,7 +259,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
         mpps.push(n as f64 / pipe.as_secs_f64() / 1e6);
         with_copy.push(n as f64 / wall.as_secs_f64() / 1e6);
     }
-    let forwarded = w.counters.events.tx - tx_before;
+    let forwarded = w.flows.counters.events.tx - tx_before;
     let m = median(&mpps);
     Ok(Report {
         bench: "pipeline",

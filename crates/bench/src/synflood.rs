@@ -119,10 +119,10 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
         rounds: rates.iter().map(|x| x.round()).collect(),
         ns_per_syn: round3(pipe_total.as_secs_f64() * 1e9 / syns as f64),
         syns,
-        syncookies_sent: w.counters.events.syncookies_sent,
-        sessions_left: w.table.len(),
-        half_open: w.table.half_open(),
-        half_open_evicted: w.counters.events.half_open_evicted,
+        syncookies_sent: w.flows.counters.events.syncookies_sent,
+        sessions_left: w.flows.table.len(),
+        half_open: w.flows.table.half_open(),
+        half_open_evicted: w.flows.counters.events.half_open_evicted,
         errors,
     })
 }

@@ -148,7 +148,7 @@ impl Daemon {
         (0..sets.members.len())
             .map(|g| {
                 let spec = sets.specs.get(g);
-                let totals = crate::queue_sets::group_totals(&sets, &self.workers, g);
+                let totals = self.workers.group_totals(&sets, g);
                 QueueSetStatus {
                     name: sets.name(g).to_string(),
                     workers: sets.members[g].clone(),
@@ -156,7 +156,7 @@ impl Daemon {
                     busy_poll: spec.is_some_and(|s| s.busy_poll),
                     rate_bps: spec.and_then(|s| s.rate).and_then(|r| r.bps),
                     rate_pps: spec.and_then(|s| s.rate).and_then(|r| r.pps),
-                    packets: crate::queue_sets::group_packets(&totals).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                    packets: totals.group_packets().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
                     queues: totals.queues.summary(),
                     flow_rules: self.config.flows.rules_of(g),
                     xdp: xdp.as_ref().and_then(|v| v.get(g)).map(|x| QueueSetXdp { packets: x.packets, bytes: x.bytes, policed: x.policed }),

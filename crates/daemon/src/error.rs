@@ -17,7 +17,7 @@ pub enum DaemonError {
     #[error("runtime.api: {0}")]
     Api(#[from] vectorlb_api::server::ServerError),
     #[error(transparent)]
-    Sync(#[from] crate::sync::SyncError),
+    Sync(#[from] SyncError),
     #[error("cannot start {what}: {source}")]
     Spawn { what: String, source: std::io::Error },
     #[error("ports changed: adding, removing or re-pointing a port needs a restart")]
@@ -61,4 +61,15 @@ impl From<DaemonError> for vectorlb_api::ApiError {
             _ => A::Unprocessable(m),
         }
     }
+}
+
+/// Why session sync could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("ha.sync_listen {addr}: {source}")]
+    Bind { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("ha.sync_peers: joining {group}: {source}")]
+    Join { group: std::net::IpAddr, source: std::io::Error },
+    #[error("ha.sync_listen: sending to {group} from {me}: {source}")]
+    MulticastInterface { group: std::net::IpAddr, me: std::net::IpAddr, source: std::io::Error },
 }

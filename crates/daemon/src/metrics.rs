@@ -50,11 +50,11 @@ pub fn render(d: &Daemon) -> String {
     if !sets.is_empty() || d.config.with(|c| c.default_ingress.is_some()) {
         head(&mut o, "vectorlb_queue_set_workers", "gauge", "Workers dedicated to each queue set (default: the rest).");
         head(&mut o, "vectorlb_queue_set_packets_total", "counter", "Packets of each queue set's workers: received (the pipeline's rx), sent (tx), steered to another set's worker, kept for a session, dropped (every reason), dropped by the set's egress limit.");
-        use crate::queue_sets::{group_packets, group_totals, DEPTH_BOUNDS, TIME_BOUNDS_NS};
-        let groups: Vec<_> = (0..sets.members.len()).map(|g| (esc(sets.name(g)), group_totals(&sets, &d.workers, g))).collect();
+        use crate::queue_sets::{DEPTH_BOUNDS, TIME_BOUNDS_NS};
+        let groups: Vec<_> = (0..sets.members.len()).map(|g| (esc(sets.name(g)), d.workers.group_totals(&sets, g))).collect();
         for ((name, p), members) in groups.iter().zip(&sets.members) {
             let _ = writeln!(o, "vectorlb_queue_set_workers{{set=\"{name}\"}} {}", members.len());
-            for (k, v) in group_packets(p) {
+            for (k, v) in p.group_packets() {
                 let _ = writeln!(o, "vectorlb_queue_set_packets_total{{set=\"{name}\",kind=\"{k}\"}} {v}");
             }
         }

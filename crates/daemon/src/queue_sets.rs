@@ -78,24 +78,6 @@ impl QueueSets {
     }
 }
 
-/// A group's workers' published state, summed (the API's and /metrics' view of a set).
-pub fn group_totals(sets: &QueueSets, workers: &crate::workers::Workers, group: usize) -> crate::workers::Published {
-    workers.totals_of(sets.members.get(group).into_iter().flatten().map(|w| *w as usize))
-}
-
-/// A group's packet counters, from its [`group_totals`].
-pub fn group_packets(p: &crate::workers::Published) -> [(&'static str, u64); 6] {
-    let drops: u64 = p.counters.drop_counts().map(|(_, v)| v).sum::<u64>() + p.io.tx_full + p.io.multi_segment + p.io.handoff_full + p.io.rate_limited;
-    [
-        ("rx", p.counters.events.rx),
-        ("tx", p.counters.events.tx),
-        ("steered", p.io.steered),
-        ("kept_for_session", p.io.kept_for_session),
-        ("dropped", drops),
-        ("rate_limited", p.io.rate_limited),
-    ]
-}
-
 /// Upper bounds of the time histograms' buckets, microseconds (a last bucket holds the rest).
 pub const TIME_BOUNDS_US: [u64; 13] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000];
 /// Upper bounds of the queue-depth histogram's buckets, packets (a last bucket holds the rest).

@@ -24,7 +24,7 @@ where
 {
     let snap = w.snapshot();
     let mut out = Vec::new();
-    let next = w.table.for_each::<A>(start, |_, s| {
+    let next = w.flows.table.for_each::<A>(start, |_, s| {
         if out.len() >= limit {
             return false;
         }

@@ -16,6 +16,7 @@
 //! when they catch up. Every 60 s the active node re-sends its whole table (paced), so the
 //! standby's expiry times follow sessions that stay in one state.
 
+use crate::error::SyncError;
 use crate::ha::Ha;
 use crate::lock;
 use crate::workers::Workers;
@@ -122,17 +123,6 @@ impl Stats {
             last_received_seconds_ago: lock(&self.last_received).map(|t| t.elapsed().as_secs_f64()),
         }
     }
-}
-
-/// Why session sync could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    #[error("ha.sync_listen {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
-    #[error("ha.sync_peers: joining {group}: {source}")]
-    Join { group: IpAddr, source: std::io::Error },
-    #[error("ha.sync_listen: sending to {group} from {me}: {source}")]
-    MulticastInterface { group: IpAddr, me: IpAddr, source: std::io::Error },
 }
 
 /// What the sync threads need of the daemon.

@@ -123,7 +123,7 @@ impl<P: Packet> WorkerLoop<P> {
         let mut empty_polls = 0u32;
         let mut last_publish = Instant::now();
         let max_sleep = self.shared.idle_sleep_us;
-        self.worker.table.prefault_index();
+        self.worker.flows.table.prefault_index();
         self.worker.track_changes(self.shared.changes.is_some());
         while !self.shared.stop.load(Ordering::Relaxed) {
             let now = self.shared.workers.now_ms();

@@ -94,6 +94,22 @@ pub struct Workers {
     pub started: Instant,
 }
 
+impl Published {
+    /// A queue set's packet counters, from its [`Workers::group_totals`].
+    pub fn group_packets(&self) -> [(&'static str, u64); 6] {
+        let p = self;
+        let drops: u64 = p.counters.drop_counts().map(|(_, v)| v).sum::<u64>() + p.io.tx_full + p.io.multi_segment + p.io.handoff_full + p.io.rate_limited;
+        [
+            ("rx", p.counters.events.rx),
+            ("tx", p.counters.events.tx),
+            ("steered", p.io.steered),
+            ("kept_for_session", p.io.kept_for_session),
+            ("dropped", drops),
+            ("rate_limited", p.io.rate_limited),
+        ]
+    }
+}
+
 impl Workers {
     /// A registry for one worker per sender, in worker order.
     pub fn new(senders: Vec<Sender<WorkerMsg>>) -> Workers {
@@ -117,12 +133,12 @@ impl Workers {
     /// Called by worker `w` (only) to publish its counters.
     pub fn publish(&self, w: usize, worker: &Worker, io: &IoCounters, queues: &crate::queue_sets::QueueStats) {
         let mut p = lock(&self.slots[w].published);
-        p.counters.clone_from(&worker.counters);
+        p.counters.clone_from(&worker.flows.counters);
         p.io = *io;
         p.queues = *queues;
         p.active.clear();
-        p.active.extend_from_slice(worker.table.active());
-        p.sessions = worker.table.len();
+        p.active.extend_from_slice(worker.flows.table.active());
+        p.sessions = worker.flows.table.len();
         p.at = Some(Instant::now());
     }
 
@@ -145,6 +161,11 @@ impl Workers {
     /// Every worker's counters, summed.
     pub fn totals(&self) -> Published {
         self.totals_of(0..self.slots.len())
+    }
+
+    /// A queue set's workers' published state, summed (the API's and /metrics' view of a set).
+    pub fn group_totals(&self, sets: &crate::queue_sets::QueueSets, group: usize) -> Published {
+        self.totals_of(sets.members.get(group).into_iter().flatten().map(|w| *w as usize))
     }
 
     /// The counters of these workers, summed (a queue set's).

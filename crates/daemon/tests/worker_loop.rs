@@ -185,7 +185,7 @@ fn forwards_by_verdict_counts_full_queues_and_returns_every_buffer() {
     h.loops[0].messages();
     assert_eq!(h.sent(0, 0).len(), 1);
     assert_eq!(h.loops[0].counters().send_failed, 1, "no port 9");
-    let w = &h.loops[0].worker().counters;
+    let w = &h.loops[0].worker().flows.counters;
     assert_eq!((w.events.rx, w.events.tx), (7, 7), "the pipeline decided Tx for all; the full queue dropped three: {w:?}");
     drop(h.loops);
     assert_eq!(h.pool.stats().in_use(), 0, "every buffer went back to its pool");
@@ -207,13 +207,13 @@ fn a_reply_to_another_workers_local_port_is_handed_to_it() {
     h.inject(1, 1, &reply);
     h.loops[1].poll(2);
     assert_eq!(h.loops[1].counters().handed_off, 1);
-    assert_eq!(h.loops[1].worker().counters.events.handoff, 1);
+    assert_eq!(h.loops[1].worker().flows.counters.events.handoff, 1);
     assert!(h.sent(1, 0).is_empty(), "worker 1 does not answer for worker 0's session");
     h.loops[0].poll(3);
     let back = h.sent(0, 0);
     assert_eq!(back.len(), 1, "worker 0 sends the reply to the client");
     assert_eq!(dst(&back[0]), (ip("198.51.100.7"), 4000));
-    assert_eq!(h.loops[0].worker().counters.dropped(vectorlb_lb::DropReason::Misdirected), 0);
+    assert_eq!(h.loops[0].worker().flows.counters.dropped(vectorlb_lb::DropReason::Misdirected), 0);
     drop(h.loops);
     assert_eq!(h.pool.stats().in_use(), 0);
 }
@@ -290,7 +290,7 @@ fn a_flood_of_the_default_set_does_not_drop_the_sets_packets() {
     assert!(h.loops[0].counters().tx_full > 0, "the flood overflowed the default worker's queue");
     let c1 = h.loops[1].counters();
     assert_eq!((c1.tx_full, c1.handoff_full, c1.rate_limited), (0, 0, 0), "the set's worker dropped nothing");
-    assert_eq!(h.loops[1].worker().counters.events.rx, 200, "and saw none of the flood");
+    assert_eq!(h.loops[1].worker().flows.counters.events.rx, 200, "and saw none of the flood");
     drop(h.loops);
     assert_eq!(h.pool.stats().in_use(), 0);
 }

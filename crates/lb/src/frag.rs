@@ -11,15 +11,14 @@
 //! reordered, or never sent to this core) is dropped and counted (`fragment_no_first`) when
 //! it is addressed to the LB, and goes to the kernel otherwise.
 
+use crate::flows::Flows;
+use crate::hash::FxHashMap;
 use crate::mem::Zeroable;
-use crate::pipeline::{Kind, Meta, Worker};
-use crate::rewrite::Fam;
-use crate::service::{Mode, Snapshot};
+use crate::rewrite::{encapsulate, Fam, Hdr};
 use crate::session::{expired, Session};
 use crate::verdict::{DropReason, Verdict};
 use vectorlb_io::PacketBuf;
 use vectorlb_packet::checksum::adjust;
-use vectorlb_packet::Frag;
 
 /// Datagrams remembered per core.
 pub const MAX_FRAGS: usize = 4096;
@@ -44,61 +43,50 @@ pub(crate) struct FragOut {
     expire: u32,
 }
 
-impl Worker {
-    /// A fragment (of any flow): the first one through the usual path and remembered, a later
-    /// one as its first one went.
-    #[cold]
-    pub(crate) fn fragment<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
-    where
-        Session<A>: Zeroable,
-    {
-        let d = b.data();
-        let h = m.hdr();
-        let src = A::read(d, h.l3 + A::SRC);
-        let dst = A::read(d, h.l3 + A::DST);
-        let id = if A::V6 {
-            match vectorlb_packet::ipv6::Ipv6Packet::new_checked(&d[h.l3..]).ok().and_then(|p| p.upper().ok()).and_then(|u| u.fragment) {
-                Some(f) => f.ident,
-                None => return Verdict::Drop(DropReason::Malformed),
-            }
-        } else {
-            u16::from_be_bytes([d[h.l3 + 4], d[h.l3 + 5]]) as u32
-        };
-        let key: FragKey = (src.key(), dst.key(), m.proto, id);
-        let own = snap.dst(dst.key()).is_some();
-        if m.kind == Kind::FragLater {
-            return self.later_fragment::<A, B>(b, &h, &key, own, now);
+/// The datagram a fragment belongs to (source, destination, protocol, identification); a
+/// malformed IPv6 fragment header is dropped.
+pub(crate) fn key<A: Fam>(d: &[u8], h: &Hdr) -> Result<FragKey, Verdict>
+where
+    Session<A>: Zeroable,
+{
+    let src = A::read(d, h.l3 + A::SRC);
+    let dst = A::read(d, h.l3 + A::DST);
+    let id = if A::V6 {
+        match vectorlb_packet::ipv6::Ipv6Packet::new_checked(&d[h.l3..]).ok().and_then(|p| p.upper().ok()).and_then(|u| u.fragment) {
+            Some(f) => f.ident,
+            None => return Err(Verdict::Drop(DropReason::Malformed)),
         }
-        // The first fragment: classified again as a whole packet (it has the ports), without
-        // the staged prefetching, and sent down the usual path.
-        let mut m2 = Meta { l3: m.l3, l4: m.l4, end: m.end, proto: m.proto, v6: m.v6, ..Meta::default() };
-        if let Some(v) = self.classify_fam::<A>(snap, d, Frag::None, &mut m2, &mut Default::default()) {
-            return v;
-        }
-        if !matches!(m2.kind, Kind::Forward | Kind::PortReply | Kind::NatReply | Kind::Snat) {
-            return if own { Verdict::Drop(DropReason::Fragment) } else { Verdict::Kernel };
-        }
-        m2.deep = true;
-        m2.cand = None;
-        let tun = m2.kind == Kind::Forward && snap.service(m2.id as u16).is_some_and(|s| s.spec.mode == Mode::Tun);
-        self.in_fragment = true;
-        let v = self.act::<A, B>(snap, b, &m2, now);
-        self.in_fragment = false;
-        if let Verdict::Tx(port) = v {
-            self.remember::<A>(b.data(), key, port, tun, now);
-        }
-        v
+    } else {
+        u16::from_be_bytes([d[h.l3 + 4], d[h.l3 + 5]]) as u32
+    };
+    Ok((src.key(), dst.key(), h.proto, id))
+}
+
+/// What the first fragments of datagrams became, for their later fragments: the core's
+/// fragment state.
+#[derive(Default)]
+pub struct FragTable {
+    map: FxHashMap<FragKey, FragOut>,
+}
+
+impl FragTable {
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.map.is_empty()
     }
 
-    /// Records what the first fragment in `out` (as it leaves on `port`) became.
-    fn remember<A: Fam>(&mut self, out: &[u8], key: FragKey, port: u16, tun: bool, now: u32)
+    /// Records what the first fragment in `out` (as it leaves on `port`, whose MTU is `mtu`)
+    /// became; false when the table is full of live datagrams (the later fragments will be
+    /// dropped or go to the kernel).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn remember<A: Fam>(&mut self, out: &[u8], key: FragKey, port: u16, mtu: u16, tun: bool, now: u32) -> bool
     where
         Session<A>: Zeroable,
     {
         // The Ethernet header egress wrote: 14 bytes, or 18 with a VLAN tag.
         let l3 = if out.len() > 14 && out[12..14] == [0x81, 0x00] { 18 } else { 14 };
         if out.len() < l3 + A::HEADER * if tun { 2 } else { 1 } {
-            return;
+            return true;
         }
         let a16 = |at: usize| {
             let mut x = [0u8; 16];
@@ -113,23 +101,24 @@ impl Worker {
         };
         let mut l2 = [0u8; 18];
         l2[..l3].copy_from_slice(&out[..l3]);
-        let mtu = self.snap.ports.get(port as usize).map_or(1500, |p| p.spec.mtu);
-        if self.frags.len() >= MAX_FRAGS {
-            self.frags.retain(|_, e| !expired(now, e.expire));
-            if self.frags.len() >= MAX_FRAGS {
-                self.counters.events.fragments_untracked += 1;
-                return;
+        if self.map.len() >= MAX_FRAGS {
+            self.map.retain(|_, e| !expired(now, e.expire));
+            if self.map.len() >= MAX_FRAGS {
+                return false;
             }
         }
-        self.frags.insert(key, FragOut { src, dst, tunnel, l2, l2_len: l3 as u8, port, mtu, expire: now.wrapping_add(FRAG_TTL) });
+        self.map.insert(key, FragOut { src, dst, tunnel, l2, l2_len: l3 as u8, port, mtu, expire: now.wrapping_add(FRAG_TTL) });
+        true
     }
 
     /// A later fragment: rewritten as its datagram's first fragment was.
-    fn later_fragment<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &crate::rewrite::Hdr, key: &FragKey, own: bool, now: u32) -> Verdict
+    /// `own`: the datagram is addressed to the LB (no first fragment: dropped, not the kernel's).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn later<A: Fam, B: PacketBuf>(&self, flows: &mut Flows, b: &mut B, h: &Hdr, key: &FragKey, own: bool, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {
-        let Some(e) = self.frags.get(key).copied().filter(|e| !expired(now, e.expire)) else {
+        let Some(e) = self.map.get(key).copied().filter(|e| !expired(now, e.expire)) else {
             return if own { Verdict::Drop(DropReason::FragmentNoFirst) } else { Verdict::Kernel };
         };
         if h.ttl(b.data()) <= 1 {
@@ -157,7 +146,7 @@ impl Worker {
         ip[A::SRC..A::SRC + A::LEN].copy_from_slice(nsrc.bytes());
         ip[A::DST..A::DST + A::LEN].copy_from_slice(ndst.bytes());
         if let Some((ts, td)) = e.tunnel {
-            if let Err(r) = self.encapsulate::<A, B>(b, h, &A::from16(&ts), &A::from16(&td)) {
+            if let Err(r) = encapsulate::<A, B>(b, h, &A::from16(&ts), &A::from16(&td), || flows.next_ident()) {
                 return Verdict::Drop(r);
             }
         }
@@ -169,7 +158,7 @@ impl Worker {
             return Verdict::Drop(DropReason::NoRoom);
         }
         b.data_mut()[..hl].copy_from_slice(&e.l2[..hl]);
-        self.counters.events.fragments_forwarded += 1;
+        flows.counters.events.fragments_forwarded += 1;
         Verdict::Tx(e.port)
     }
 }

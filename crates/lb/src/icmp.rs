@@ -3,9 +3,10 @@
 //! and errors from elsewhere about a session, translated like the session's packets so they
 //! reach the host that sent the original.
 
+use crate::flows::Flows;
 use crate::mem::Zeroable;
-use crate::pipeline::{Meta, Worker};
-use crate::rewrite::{egress, Fam, Hdr};
+use crate::meta::Meta;
+use crate::rewrite::{egress, encapsulate, fill_l4_checksum, Fam, Hdr};
 use crate::service::{Hop, Mode, Snapshot};
 use crate::session::{state, Session};
 use crate::verdict::{DropReason, Verdict};
@@ -18,39 +19,6 @@ pub enum ErrorKind {
     TimeExceeded,
     /// Fragmentation needed (IPv4, DF set) or packet too big (IPv6), with the MTU to report.
     TooBig(u16),
-}
-
-/// Recomputes the upper-layer checksum of `d[l4..end]` (pseudo header included where the
-/// protocol has one).
-pub fn fill_l4_checksum<A: Fam>(d: &mut [u8], l3: usize, l4: usize, end: usize, protocol: u8)
-where
-    Session<A>: Zeroable,
-{
-    let at = match protocol {
-        proto::TCP => 16,
-        proto::UDP => 6,
-        proto::ICMP | proto::ICMPV6 => 2,
-        _ => return,
-    };
-    d[l4 + at] = 0;
-    d[l4 + at + 1] = 0;
-    let len = end - l4;
-    let pseudo = if protocol == proto::ICMP {
-        0
-    } else if A::V6 {
-        let s: [u8; 16] = d[l3 + 8..l3 + 24].try_into().unwrap();
-        let t: [u8; 16] = d[l3 + 24..l3 + 40].try_into().unwrap();
-        checksum::pseudo_v6(&s, &t, protocol, len as u32)
-    } else {
-        let s: [u8; 4] = d[l3 + 12..l3 + 16].try_into().unwrap();
-        let t: [u8; 4] = d[l3 + 16..l3 + 20].try_into().unwrap();
-        checksum::pseudo_v4(s, t, protocol, len as u16)
-    };
-    let mut c = checksum::finish(checksum::accumulate(pseudo, &d[l4..end]));
-    if c == 0 && protocol == proto::UDP {
-        c = 0xffff;
-    }
-    d[l4 + at..l4 + at + 2].copy_from_slice(&c.to_be_bytes());
 }
 
 fn ipv4_header_checksum(d: &mut [u8], l3: usize) {
@@ -77,41 +45,51 @@ struct Translation<A> {
     tunnel: Option<(A, A)>,
 }
 
-impl Worker {
-    fn icmp_allowed(&mut self, snap: &Snapshot, now: u32) -> bool {
+/// The rate limit of the ICMP errors a core originates (`icmp_rate` per second, a token bucket
+/// of that depth). The core's ICMP state; the rest is in the packets.
+#[derive(Debug, Default)]
+pub struct IcmpLimiter {
+    tokens: u32,
+    refill: u32,
+}
+
+impl IcmpLimiter {
+    fn allowed(&mut self, snap: &Snapshot, now: u32) -> bool {
         let rate = snap.spec.icmp_rate;
         if rate == 0 {
             return false;
         }
-        let elapsed = now.wrapping_sub(self.icmp_refill) as u64;
+        let elapsed = now.wrapping_sub(self.refill) as u64;
         let add = elapsed * rate as u64 / 1000;
         if add > 0 {
-            self.icmp_tokens = (self.icmp_tokens as u64 + add).min(rate as u64) as u32;
-            self.icmp_refill = now;
+            self.tokens = (self.tokens as u64 + add).min(rate as u64) as u32;
+            self.refill = now;
         }
-        if self.icmp_tokens == 0 {
+        if self.tokens == 0 {
             return false;
         }
-        self.icmp_tokens -= 1;
+        self.tokens -= 1;
         true
     }
 
     /// A packet too big for the egress MTU: IPv4 without DF is dropped (the LB does not
     /// fragment); otherwise a fragmentation-needed / packet-too-big error goes to its source.
-    pub(crate) fn too_big<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, mtu: usize, now: u32) -> Verdict
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn too_big<A: Fam, B: PacketBuf>(&mut self, flows: &mut Flows, snap: &Snapshot, b: &mut B, m: &Meta, mtu: usize, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {
         if !m.hdr().dont_frag(b.data()) {
             return Verdict::Drop(DropReason::MtuExceeded);
         }
-        self.icmp_error::<A, B>(snap, b, m, ErrorKind::TooBig(mtu.min(65535) as u16), DropReason::MtuExceeded, now)
+        self.error::<A, B>(flows, snap, b, m, ErrorKind::TooBig(mtu.min(65535) as u16), DropReason::MtuExceeded, now)
     }
 
     /// Turns the packet in `b` into an ICMP error to its source, in place, quoting as much of it
     /// as fits in 576 (IPv4) or 1280 (IPv6) bytes. The packet itself counts as dropped for
     /// `reason`; if no error can be sent the verdict is that drop.
-    pub(crate) fn icmp_error<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, kind: ErrorKind, reason: DropReason, now: u32) -> Verdict
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn error<A: Fam, B: PacketBuf>(&mut self, flows: &mut Flows, snap: &Snapshot, b: &mut B, m: &Meta, kind: ErrorKind, reason: DropReason, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {
@@ -126,7 +104,7 @@ impl Worker {
         }
         let orig_src = A::read(d, h.l3 + A::SRC);
         let orig_dst = A::read(d, h.l3 + A::DST);
-        let Some(hop) = self.route_to(snap, orig_src.key(), !A::V6) else {
+        let Some(hop) = flows.route_to(snap, orig_src.key(), !A::V6) else {
             return Verdict::Drop(reason);
         };
         let from = if snap.is_own(orig_dst.key()) {
@@ -137,8 +115,8 @@ impl Worker {
                 None => return Verdict::Drop(reason),
             }
         };
-        if !self.icmp_allowed(snap, now) {
-            self.counters.drop(DropReason::IcmpRateLimited);
+        if !self.allowed(snap, now) {
+            flows.counters.drop(DropReason::IcmpRateLimited);
             return Verdict::Drop(reason);
         }
         let iphl = if A::V6 { 40 } else { 20 };
@@ -165,11 +143,11 @@ impl Worker {
             d[l3 + 6] = proto::ICMPV6;
             d[l3 + 7] = 64;
         } else {
-            self.ip_ident = self.ip_ident.wrapping_add(1);
+            let ident = flows.next_ident();
             d[l3] = 0x45;
             d[l3 + 1] = 0;
             d[l3 + 2..l3 + 4].copy_from_slice(&((end - l3) as u16).to_be_bytes());
-            d[l3 + 4..l3 + 6].copy_from_slice(&self.ip_ident.to_be_bytes());
+            d[l3 + 4..l3 + 6].copy_from_slice(&ident.to_be_bytes());
             d[l3 + 6] = 0;
             d[l3 + 7] = 0;
             d[l3 + 8] = 64;
@@ -182,13 +160,13 @@ impl Worker {
         }
         icmp::emit_header(&mut d[l3 + iphl..], t, code, rest);
         fill_l4_checksum::<A>(d, l3, l3 + iphl, end, if A::V6 { proto::ICMPV6 } else { proto::ICMP });
-        self.counters.events.icmp_errors_sent += 1;
-        self.counters.drop(reason);
+        flows.counters.events.icmp_errors_sent += 1;
+        flows.counters.drop(reason);
         egress(b, l3, &hop, A::ETHERTYPE)
     }
 
     /// ICMP addressed to or through the LB.
-    pub(crate) fn icmp<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    pub(crate) fn packet<A: Fam, B: PacketBuf>(&mut self, flows: &mut Flows, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {
@@ -198,13 +176,13 @@ impl Worker {
         let dst = A::read(d, h.l3 + A::DST);
         let (echo_req, is_err) = if A::V6 { (t == icmp::v6::ECHO_REQUEST, icmp::v6::is_error(t)) } else { (t == icmp::v4::ECHO_REQUEST, icmp::v4::is_error(t)) };
         if echo_req {
-            return if snap.is_own(dst.key()) { self.echo_reply::<A, B>(snap, b, &h) } else { Verdict::Kernel };
+            return if snap.is_own(dst.key()) { echo_reply::<A, B>(flows, snap, b, &h) } else { Verdict::Kernel };
         }
         if !is_err {
             return Verdict::Kernel;
         }
-        match self.translate::<A>(snap, b.data(), &h, now) {
-            Ok(Some(tr)) => self.apply_translation::<A, B>(b, &h, tr),
+        match translate::<A>(flows, snap, b.data(), &h, now) {
+            Ok(Some(tr)) => apply_translation::<A, B>(flows, b, &h, tr),
             Ok(None) => {
                 if snap.is_own(dst.key()) {
                     Verdict::Drop(DropReason::IcmpNoSession)
@@ -215,168 +193,168 @@ impl Worker {
             Err(v) => v,
         }
     }
+}
 
-    fn echo_reply<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, h: &Hdr) -> Verdict
-    where
-        Session<A>: Zeroable,
-    {
-        let src = A::read(b.data(), h.l3 + A::SRC);
-        let Some(hop) = self.route_to(snap, src.key(), !A::V6) else {
-            return Verdict::Drop(DropReason::NoRoute);
-        };
-        let dst = A::read(b.data(), h.l3 + A::DST);
-        b.set_len(h.end);
-        let d = b.data_mut();
-        // Swapping addresses keeps every checksum; the type and TTL change.
-        d[h.l3 + A::SRC..h.l3 + A::SRC + A::LEN].copy_from_slice(dst.bytes());
-        d[h.l3 + A::DST..h.l3 + A::DST + A::LEN].copy_from_slice(src.bytes());
-        let reply = if A::V6 { icmp::v6::ECHO_REPLY } else { icmp::v4::ECHO_REPLY };
-        let old = be16(d, h.l4);
-        d[h.l4] = reply;
-        let c = adjust16(be16(d, h.l4 + 2), old, be16(d, h.l4));
-        d[h.l4 + 2..h.l4 + 4].copy_from_slice(&c.to_be_bytes());
-        if A::V6 {
-            d[h.l3 + 7] = 64;
-        } else {
-            let old = be16(d, h.l3 + 8);
-            d[h.l3 + 8] = 64;
-            let c = adjust16(be16(d, h.l3 + 10), old, be16(d, h.l3 + 8));
-            d[h.l3 + 10..h.l3 + 12].copy_from_slice(&c.to_be_bytes());
-        }
-        self.counters.events.icmp_echo_replies += 1;
-        egress(b, h.l3, &hop, A::ETHERTYPE)
+fn echo_reply<A: Fam, B: PacketBuf>(flows: &mut Flows, snap: &Snapshot, b: &mut B, h: &Hdr) -> Verdict
+where
+    Session<A>: Zeroable,
+{
+    let src = A::read(b.data(), h.l3 + A::SRC);
+    let Some(hop) = flows.route_to(snap, src.key(), !A::V6) else {
+        return Verdict::Drop(DropReason::NoRoute);
+    };
+    let dst = A::read(b.data(), h.l3 + A::DST);
+    b.set_len(h.end);
+    let d = b.data_mut();
+    // Swapping addresses keeps every checksum; the type and TTL change.
+    d[h.l3 + A::SRC..h.l3 + A::SRC + A::LEN].copy_from_slice(dst.bytes());
+    d[h.l3 + A::DST..h.l3 + A::DST + A::LEN].copy_from_slice(src.bytes());
+    let reply = if A::V6 { icmp::v6::ECHO_REPLY } else { icmp::v4::ECHO_REPLY };
+    let old = be16(d, h.l4);
+    d[h.l4] = reply;
+    let c = adjust16(be16(d, h.l4 + 2), old, be16(d, h.l4));
+    d[h.l4 + 2..h.l4 + 4].copy_from_slice(&c.to_be_bytes());
+    if A::V6 {
+        d[h.l3 + 7] = 64;
+    } else {
+        let old = be16(d, h.l3 + 8);
+        d[h.l3 + 8] = 64;
+        let c = adjust16(be16(d, h.l3 + 10), old, be16(d, h.l3 + 8));
+        d[h.l3 + 10..h.l3 + 12].copy_from_slice(&c.to_be_bytes());
     }
+    flows.counters.events.icmp_echo_replies += 1;
+    egress(b, h.l3, &hop, A::ETHERTYPE)
+}
 
-    /// Finds the session an ICMP error is about and how to translate it.
-    fn translate<A: Fam>(&mut self, snap: &Snapshot, d: &[u8], h: &Hdr, now: u32) -> Result<Option<Translation<A>>, Verdict>
-    where
-        Session<A>: Zeroable,
-    {
-        let e = h.l4 + icmp::HEADER_LEN;
-        let (ehl, eproto) = if A::V6 {
-            if e + 44 > h.end {
-                return Err(Verdict::Drop(DropReason::Truncated));
-            }
-            (40, d[e + 6])
-        } else {
-            if e + 20 > h.end || d[e] >> 4 != 4 {
-                return Err(Verdict::Drop(DropReason::Truncated));
-            }
-            let ihl = ((d[e] & 0x0f) as usize) * 4;
-            if ihl < 20 || e + ihl + 4 > h.end {
-                return Err(Verdict::Drop(DropReason::Truncated));
-            }
-            (ihl, d[e + 9])
+/// Finds the session an ICMP error is about and how to translate it.
+fn translate<A: Fam>(flows: &mut Flows, snap: &Snapshot, d: &[u8], h: &Hdr, now: u32) -> Result<Option<Translation<A>>, Verdict>
+where
+    Session<A>: Zeroable,
+{
+    let e = h.l4 + icmp::HEADER_LEN;
+    let (ehl, eproto) = if A::V6 {
+        if e + 44 > h.end {
+            return Err(Verdict::Drop(DropReason::Truncated));
+        }
+        (40, d[e + 6])
+    } else {
+        if e + 20 > h.end || d[e] >> 4 != 4 {
+            return Err(Verdict::Drop(DropReason::Truncated));
+        }
+        let ihl = ((d[e] & 0x0f) as usize) * 4;
+        if ihl < 20 || e + ihl + 4 > h.end {
+            return Err(Verdict::Drop(DropReason::Truncated));
+        }
+        (ihl, d[e + 9])
+    };
+    if eproto != proto::TCP && eproto != proto::UDP {
+        return Ok(None);
+    }
+    let esrc = A::read(d, e + A::SRC);
+    let edst = A::read(d, e + A::DST);
+    let esport = be16(d, e + ehl);
+    let edport = be16(d, e + ehl + 2);
+    let outer_dst = A::read(d, h.l3 + A::DST);
+
+    // The quoted packet left a VIP toward a client: the error goes to the backend.
+    if let Some(sid) = snap.lookup_service(esrc.key(), esport, eproto) {
+        let svc = snap.service(sid).expect("indexed service exists");
+        let hh = flows.table.hash_fwd(sid, &edst, edport);
+        let Some(r) = flows.table.find_fwd(hh, sid, &edst, edport).and_then(|r| flows.live::<A>(r, now)) else {
+            return Ok(None);
         };
-        if eproto != proto::TCP && eproto != proto::UDP {
+        let s = *flows.table.get::<A>(r);
+        let be = snap.backend(s.backend).ok_or(Verdict::Drop(DropReason::BackendRemoved))?;
+        let hop = be.hop.ok_or(Verdict::Drop(DropReason::NoNeighbor))?;
+        let baddr = A::from_ip(be.addr).ok_or(Verdict::Drop(DropReason::NoRoute))?;
+        let bport = if be.port != 0 { be.port } else { esport };
+        return Ok(Some(match svc.spec.mode {
+            Mode::Nat => Translation { outer_src: None, outer_dst: baddr, emb_src: Some((baddr, bport)), emb_dst: None, hop, tunnel: None },
+            Mode::Fnat => {
+                let laddr = snap.laddr_addr(s.laddr).and_then(A::from_ip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
+                Translation { outer_src: Some(laddr), outer_dst: baddr, emb_src: Some((baddr, bport)), emb_dst: Some((laddr, s.lport)), hop, tunnel: None }
+            }
+            Mode::Dr => Translation { outer_src: None, outer_dst, emb_src: None, emb_dst: None, hop, tunnel: None },
+            Mode::Tun => {
+                let src = be.tun_src.and_then(A::from_ip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
+                Translation { outer_src: None, outer_dst, emb_src: None, emb_dst: None, hop, tunnel: Some((src, baddr)) }
+            }
+        }));
+    }
+    // The quoted packet left a local address (full NAT toward a backend, or SNAT outbound).
+    if let Some(l) = snap.laddr(esrc.key()) {
+        if !flows.table.owns_port(esport) {
+            return Err(flows.elsewhere(esport));
+        }
+        let Some(r) = flows.table.port_lookup(l, esport) else { return Ok(None) };
+        if r.is_v6() != A::V6 || flows.live::<A>(r, now).is_none() {
             return Ok(None);
         }
-        let esrc = A::read(d, e + A::SRC);
-        let edst = A::read(d, e + A::DST);
-        let esport = be16(d, e + ehl);
-        let edport = be16(d, e + ehl + 2);
-        let outer_dst = A::read(d, h.l3 + A::DST);
-
-        // The quoted packet left a VIP toward a client: the error goes to the backend.
-        if let Some(sid) = snap.lookup_service(esrc.key(), esport, eproto) {
-            let svc = snap.service(sid).expect("indexed service exists");
-            let hh = self.table.hash_fwd(sid, &edst, edport);
-            let Some(r) = self.table.find_fwd(hh, sid, &edst, edport).and_then(|r| self.live::<A>(r, now)) else {
-                return Ok(None);
-            };
-            let s = *self.table.get::<A>(r);
-            let be = snap.backend(s.backend).ok_or(Verdict::Drop(DropReason::BackendRemoved))?;
-            let hop = be.hop.ok_or(Verdict::Drop(DropReason::NoNeighbor))?;
-            let baddr = A::from_ip(be.addr).ok_or(Verdict::Drop(DropReason::NoRoute))?;
-            let bport = if be.port != 0 { be.port } else { esport };
-            return Ok(Some(match svc.spec.mode {
-                Mode::Nat => Translation { outer_src: None, outer_dst: baddr, emb_src: Some((baddr, bport)), emb_dst: None, hop, tunnel: None },
-                Mode::Fnat => {
-                    let laddr = snap.laddr_addr(s.laddr).and_then(A::from_ip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
-                    Translation { outer_src: Some(laddr), outer_dst: baddr, emb_src: Some((baddr, bport)), emb_dst: Some((laddr, s.lport)), hop, tunnel: None }
-                }
-                Mode::Dr => Translation { outer_src: None, outer_dst, emb_src: None, emb_dst: None, hop, tunnel: None },
-                Mode::Tun => {
-                    let src = be.tun_src.and_then(A::from_ip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
-                    Translation { outer_src: None, outer_dst, emb_src: None, emb_dst: None, hop, tunnel: Some((src, baddr)) }
-                }
-            }));
+        let s = *flows.table.get::<A>(r);
+        let hop = flows.route_to(snap, s.client.key(), !A::V6).ok_or(Verdict::Drop(DropReason::NoRoute))?;
+        if s.flags & crate::session::flag::SNAT != 0 {
+            return Ok(Some(Translation { outer_src: None, outer_dst: s.client, emb_src: Some((s.client, s.cport)), emb_dst: None, hop, tunnel: None }));
         }
-        // The quoted packet left a local address (full NAT toward a backend, or SNAT outbound).
-        if let Some(l) = snap.laddr(esrc.key()) {
-            if !self.table.owns_port(esport) {
-                return Err(self.elsewhere(esport));
-            }
-            let Some(r) = self.table.port_lookup(l, esport) else { return Ok(None) };
-            if r.is_v6() != A::V6 || self.live::<A>(r, now).is_none() {
-                return Ok(None);
-            }
-            let s = *self.table.get::<A>(r);
-            let hop = self.route_to(snap, s.client.key(), !A::V6).ok_or(Verdict::Drop(DropReason::NoRoute))?;
-            if s.flags & crate::session::flag::SNAT != 0 {
-                return Ok(Some(Translation { outer_src: None, outer_dst: s.client, emb_src: Some((s.client, s.cport)), emb_dst: None, hop, tunnel: None }));
+        let svc = snap.service(s.svc).ok_or(Verdict::Drop(DropReason::BackendRemoved))?;
+        let vip = A::from_ip(svc.spec.vip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
+        let vport = if svc.spec.port != 0 { svc.spec.port } else { edport };
+        return Ok(Some(Translation { outer_src: Some(vip), outer_dst: s.client, emb_src: Some((s.client, s.cport)), emb_dst: Some((vip, vport)), hop, tunnel: None }));
+    }
+    // The quoted packet went from a client to a NAT backend.
+    if let Some(ids) = snap.nat_backends(edst.key(), edport, eproto) {
+        for &id in ids {
+            let hh = flows.table.hash_rev(id, &esrc, esport);
+            let Some(r) = flows.table.find_rev(hh, id, &esrc, esport).and_then(|r| flows.live::<A>(r, now)) else {
+                continue;
+            };
+            let s = *flows.table.get::<A>(r);
+            if s.state == state::FREE {
+                continue;
             }
             let svc = snap.service(s.svc).ok_or(Verdict::Drop(DropReason::BackendRemoved))?;
             let vip = A::from_ip(svc.spec.vip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
             let vport = if svc.spec.port != 0 { svc.spec.port } else { edport };
-            return Ok(Some(Translation { outer_src: Some(vip), outer_dst: s.client, emb_src: Some((s.client, s.cport)), emb_dst: Some((vip, vport)), hop, tunnel: None }));
+            let hop = flows.route_to(snap, s.client.key(), !A::V6).ok_or(Verdict::Drop(DropReason::NoRoute))?;
+            return Ok(Some(Translation { outer_src: Some(vip), outer_dst: s.client, emb_src: None, emb_dst: Some((vip, vport)), hop, tunnel: None }));
         }
-        // The quoted packet went from a client to a NAT backend.
-        if let Some(ids) = snap.nat_backends(edst.key(), edport, eproto) {
-            for &id in ids {
-                let hh = self.table.hash_rev(id, &esrc, esport);
-                let Some(r) = self.table.find_rev(hh, id, &esrc, esport).and_then(|r| self.live::<A>(r, now)) else {
-                    continue;
-                };
-                let s = *self.table.get::<A>(r);
-                if s.state == state::FREE {
-                    continue;
-                }
-                let svc = snap.service(s.svc).ok_or(Verdict::Drop(DropReason::BackendRemoved))?;
-                let vip = A::from_ip(svc.spec.vip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
-                let vport = if svc.spec.port != 0 { svc.spec.port } else { edport };
-                let hop = self.route_to(snap, s.client.key(), !A::V6).ok_or(Verdict::Drop(DropReason::NoRoute))?;
-                return Ok(Some(Translation { outer_src: Some(vip), outer_dst: s.client, emb_src: None, emb_dst: Some((vip, vport)), hop, tunnel: None }));
-            }
-        }
-        Ok(None)
     }
+    Ok(None)
+}
 
-    fn apply_translation<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &Hdr, tr: Translation<A>) -> Verdict
-    where
-        Session<A>: Zeroable,
-    {
-        if h.ttl(b.data()) <= 1 {
-            return Verdict::Drop(DropReason::TtlExceeded);
-        }
-        b.set_len(h.end);
-        let d = b.data_mut();
-        let e = h.l4 + icmp::HEADER_LEN;
-        let ehl = if A::V6 { 40 } else { ((d[e] & 0x0f) as usize) * 4 };
-        if let Some(a) = tr.outer_src {
-            d[h.l3 + A::SRC..h.l3 + A::SRC + A::LEN].copy_from_slice(a.bytes());
-        }
-        d[h.l3 + A::DST..h.l3 + A::DST + A::LEN].copy_from_slice(tr.outer_dst.bytes());
-        if let Some((a, p)) = tr.emb_src {
-            d[e + A::SRC..e + A::SRC + A::LEN].copy_from_slice(a.bytes());
-            d[e + ehl..e + ehl + 2].copy_from_slice(&p.to_be_bytes());
-        }
-        if let Some((a, p)) = tr.emb_dst {
-            d[e + A::DST..e + A::DST + A::LEN].copy_from_slice(a.bytes());
-            d[e + ehl + 2..e + ehl + 4].copy_from_slice(&p.to_be_bytes());
-        }
-        if !A::V6 {
-            ipv4_header_checksum(d, e);
-            ipv4_header_checksum(d, h.l3);
-        }
-        fill_l4_checksum::<A>(d, h.l3, h.l4, h.end, if A::V6 { proto::ICMPV6 } else { proto::ICMP });
-        h.dec_ttl(d);
-        self.counters.events.icmp_errors_translated += 1;
-        if let Some((src, dst)) = tr.tunnel {
-            if let Err(e) = self.encapsulate::<A, B>(b, h, &src, &dst) {
-                return Verdict::Drop(e);
-            }
-        }
-        egress(b, h.l3, &tr.hop, A::ETHERTYPE)
+fn apply_translation<A: Fam, B: PacketBuf>(flows: &mut Flows, b: &mut B, h: &Hdr, tr: Translation<A>) -> Verdict
+where
+    Session<A>: Zeroable,
+{
+    if h.ttl(b.data()) <= 1 {
+        return Verdict::Drop(DropReason::TtlExceeded);
     }
+    b.set_len(h.end);
+    let d = b.data_mut();
+    let e = h.l4 + icmp::HEADER_LEN;
+    let ehl = if A::V6 { 40 } else { ((d[e] & 0x0f) as usize) * 4 };
+    if let Some(a) = tr.outer_src {
+        d[h.l3 + A::SRC..h.l3 + A::SRC + A::LEN].copy_from_slice(a.bytes());
+    }
+    d[h.l3 + A::DST..h.l3 + A::DST + A::LEN].copy_from_slice(tr.outer_dst.bytes());
+    if let Some((a, p)) = tr.emb_src {
+        d[e + A::SRC..e + A::SRC + A::LEN].copy_from_slice(a.bytes());
+        d[e + ehl..e + ehl + 2].copy_from_slice(&p.to_be_bytes());
+    }
+    if let Some((a, p)) = tr.emb_dst {
+        d[e + A::DST..e + A::DST + A::LEN].copy_from_slice(a.bytes());
+        d[e + ehl + 2..e + ehl + 4].copy_from_slice(&p.to_be_bytes());
+    }
+    if !A::V6 {
+        ipv4_header_checksum(d, e);
+        ipv4_header_checksum(d, h.l3);
+    }
+    fill_l4_checksum::<A>(d, h.l3, h.l4, h.end, if A::V6 { proto::ICMPV6 } else { proto::ICMP });
+    h.dec_ttl(d);
+    flows.counters.events.icmp_errors_translated += 1;
+    if let Some((src, dst)) = tr.tunnel {
+        if let Err(e) = encapsulate::<A, B>(b, h, &src, &dst, || flows.next_ident()) {
+            return Verdict::Drop(e);
+        }
+    }
+    egress(b, h.l3, &tr.hop, A::ETHERTYPE)
 }

@@ -5,16 +5,21 @@
 //! * [`session`]: the per-core session table (index, records, full-NAT port maps).
 //! * [`pipeline`]: the per-core [`Worker`] that runs batches of [`PacketBuf`]s through
 //!   classification, session lookup and rewriting, and returns a [`Verdict`] per packet.
+//! * [`flows`]: what the features of one core share ([`flows::Flows`]: the session table, the
+//!   counters, changed sessions, next hops to resolve); each feature's own state is its own
+//!   struct: [`frag::FragTable`], [`icmp::IcmpLimiter`], [`synproxy::SynProxyState`].
 //! * [`icmp`]: echo, generated errors, and error translation for sessions.
 //!
 //! Ownership: a `Worker` and its `SessionTable` belong to one core; the `Control` and its
 //! snapshots are shared read-only. The DPDK runtime, `vectorlb replay` and the benchmarks all
 //! drive `Worker::process`.
 
+pub mod flows;
 pub mod frag;
 pub mod hash;
 pub mod icmp;
 pub mod mem;
+pub mod meta;
 pub mod neigh;
 pub mod pipeline;
 pub mod rewrite;

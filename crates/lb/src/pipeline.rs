@@ -15,13 +15,19 @@
 //! The worker owns its session table and counters; it shares only the configuration snapshot,
 //! which it re-reads between batches when the control plane publishes a new one.
 
+use crate::flows::Flows;
+use crate::frag::{FragKey, FragTable};
 use crate::hash::{addr_hash, flow_hash};
+use crate::icmp::{ErrorKind, IcmpLimiter};
 use crate::mem::Zeroable;
-use crate::rewrite::{egress, Fam, Hdr};
-use crate::service::{backend_slot, Control, DstMemo, Hop, Mode, Service, Snapshot, SynProxy, Timeouts};
+use crate::meta::{Kind, Meta};
+use crate::rewrite::{egress, encapsulate, fill_l4_checksum, Fam, Hdr};
+use crate::service::{backend_slot, Control, DstMemo, Mode, Service, Snapshot, SynProxy, Timeouts};
 use crate::session::{expired, flag, state, InsertError, Probe, Ref, Session, SessionTable, TableConfig, NO_LADDR};
+use crate::sync::{InstallError, SyncRecord};
+use crate::synproxy::{build_segment, Segment, SynProxyState};
 use crate::tcpstate;
-use crate::verdict::{Counters, DropReason, Verdict};
+use crate::verdict::{DropReason, Verdict};
 use std::sync::Arc;
 use vectorlb_io::PacketBuf;
 use vectorlb_packet::{parse_frame, proto, tcp, Family, Frag};
@@ -45,61 +51,6 @@ pub const DEEP_LAG: usize = PROBE_LAG + 1;
 /// Steps between a group's first stage and its third (the record prefetched in the second has
 /// `ACT_LAG - PROBE_LAG` steps to land).
 pub const ACT_LAG: usize = 4;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Kind {
-    #[default]
-    Done,
-    // The three kinds looked up by hash come first, together (one range test in stage 2).
-    /// To a VIP service.
-    Forward,
-    /// From a NAT backend.
-    NatReply,
-    /// From an SNAT source to the outside.
-    Snat,
-    /// To a local address and port (full-NAT reply or SNAT return).
-    PortReply,
-    /// ICMP / ICMPv6 (echo, errors): the slow path.
-    Icmp,
-    /// A first IP fragment (it has the ports): the slow path (`frag.rs`).
-    Frag,
-    /// A later IP fragment.
-    FragLater,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Meta {
-    pub kind: Kind,
-    pub v6: bool,
-    pub proto: u8,
-    pub tcp_flags: u8,
-    /// Ethernet header and up to two VLAN tags: at most 22.
-    pub l3: u8,
-    pub l4: u16,
-    pub end: u16,
-    pub sport: u16,
-    pub dport: u16,
-    /// Service id, SNAT rule id, local address index, or NAT backend id, by kind.
-    pub id: u32,
-    pub hash: u64,
-    /// Candidate record from stage 2 (raw reference, 0: none).
-    pub cand: Option<Ref>,
-    pub deep: bool,
-    /// Sessions inserted (low 16 bits) when stage 2 looked: if more have been inserted since,
-    /// a miss must look again (the flow may have been created by an earlier packet of the
-    /// batch). Fewer than 2^16 are inserted between a packet's stages 2 and 3 (two groups).
-    pub seen: u16,
-}
-
-// One per packet of a batch, rewritten for each: half a cache line.
-const _: () = assert!(std::mem::size_of::<Meta>() == 32);
-
-impl Meta {
-    #[inline(always)]
-    pub fn hdr(&self) -> Hdr {
-        Hdr { l3: self.l3 as usize, l4: self.l4 as usize, end: self.end as usize, v6: self.v6, proto: self.proto }
-    }
-}
 
 /// A half-open session's timeout under the budget's pressure (`n` half-open sessions of a
 /// budget of `lim`): the configured one while they fill at most half the budget, then shrinking
@@ -203,32 +154,21 @@ impl WorkerConfig {
 pub struct Worker {
     control: Arc<Control>,
     pub(crate) snap: Arc<Snapshot>,
-    pub table: SessionTable,
-    pub counters: Counters,
+    /// The session table, the counters and what the features share ([`Flows`]).
+    pub flows: Flows,
+    /// Each feature's own state.
+    frag: FragTable,
+    icmp: IcmpLimiter,
+    syn: SynProxyState,
     pub(crate) picks: Vec<PickState>,
     pub(crate) cursors: Vec<usize>,
     wlc_scratch: Vec<u32>,
     meta: Vec<Meta>,
-    /// Next hops (address key, IPv4?) a packet needed but whose MAC is unknown, for the
-    /// runtime to resolve; bounded, drained by [`Worker::take_unresolved`].
-    unresolved: Vec<(u128, bool)>,
-    /// Session synchronisation: whether to remember changed sessions, and which.
-    pub(crate) sync_on: bool,
-    pub(crate) changed: Vec<Ref>,
-    pub(crate) icmp_tokens: u32,
-    pub(crate) icmp_refill: u32,
-    pub(crate) ip_ident: u16,
-    /// The SYN cookies' secret (the control plane's).
-    pub(crate) cookie_key: [u64; 2],
-    /// The SYN proxy's held client segments, by session.
-    pub(crate) held: crate::hash::FxHashMap<u32, crate::synproxy::Held>,
     /// The half-open budget ([`WorkerConfig::half_open_limit`]).
     half_open_limit: u32,
-    /// What the first fragments of datagrams became, for their later fragments (`frag.rs`).
-    pub(crate) frags: crate::hash::FxHashMap<crate::frag::FragKey, crate::frag::FragOut>,
     /// A first fragment is being forwarded (no TOA, no held data: the rest of the datagram is
     /// elsewhere).
-    pub(crate) in_fragment: bool,
+    in_fragment: bool,
     /// Sessions in the order they were opened in SYN_SENT (at most the budget's size): the
     /// oldest half-open one is the first evicted, so a handshake that completes within the
     /// time the flood takes to send a budget's worth of SYNs survives it.
@@ -256,24 +196,17 @@ impl Worker {
         let half_open_limit = cfg.half_open_limit();
         Ok(Worker {
             snap,
-            cookie_key: control.cookie_key,
+            syn: SynProxyState::new(control.cookie_key),
             control,
-            table: SessionTable::new(cfg.table)?,
-            counters: Counters::default(),
+            flows: Flows::new(SessionTable::new(cfg.table)?),
+            frag: FragTable::default(),
+            icmp: IcmpLimiter::default(),
             picks: Vec::new(),
             cursors: Vec::new(),
             wlc_scratch: Vec::new(),
             meta: vec![Meta::default(); batch],
-            unresolved: Vec::new(),
-            sync_on: false,
-            changed: Vec::new(),
-            icmp_tokens: 0,
-            icmp_refill: 0,
-            ip_ident: 0,
-            held: Default::default(),
             half_open_limit,
             half_open_fifo: std::collections::VecDeque::new(),
-            frags: Default::default(),
             in_fragment: false,
             fast_path: true,
         })
@@ -309,7 +242,7 @@ impl Worker {
         let ports = u32::from_be_bytes(d.get(l4..l4 + 4)?.try_into().ok()?);
         let (sport, dport) = ((ports >> 16) as u16, ports as u16);
         let svc = own.service(dport, proto)?;
-        let local_session = self.table.find_fwd(self.table.hash_fwd(svc, &src, sport), svc, &src, sport).is_some();
+        let local_session = self.flows.table.find_fwd(self.flows.table.hash_fwd(svc, &src, sport), svc, &src, sport).is_some();
         // The same on every core (the table's hash is keyed per core): which core of a set
         // takes a flow must not depend on where its packets arrive.
         let key = src.key();
@@ -320,42 +253,45 @@ impl Worker {
         Some(ForwardFlow { svc, flow_hash: h, local_session })
     }
 
-    /// Like [`Snapshot::route`]; a next hop without a known MAC is remembered for
-    /// [`Worker::take_unresolved`] (so that the runtime can ask for it, as a host's stack would).
-    #[inline]
-    pub(crate) fn route_to(&mut self, snap: &Snapshot, dst: u128, v4: bool) -> Option<Hop> {
-        let hop = snap.route(dst, v4);
-        if hop.is_none() && self.unresolved.len() < 64 {
-            if let Some((nh, _)) = snap.next_hop(dst, v4) {
-                if !self.unresolved.contains(&(nh, v4)) {
-                    self.unresolved.push((nh, v4));
-                }
-            }
-        }
-        hop
-    }
-
     #[inline(always)]
     pub fn has_unresolved(&self) -> bool {
-        !self.unresolved.is_empty()
+        self.flows.has_unresolved()
     }
 
     /// Next hops packets needed since the last call whose MAC was unknown.
     pub fn take_unresolved(&mut self) -> Vec<(std::net::IpAddr, u16)> {
         let snap = self.snap.clone();
-        self.unresolved
-            .drain(..)
-            .filter_map(|(k, v4)| {
-                let port = snap.next_hop(k, v4)?.1;
-                let ip = if v4 { std::net::IpAddr::V4(std::net::Ipv4Addr::from(k as u32)) } else { std::net::IpAddr::V6(std::net::Ipv6Addr::from(k)) };
-                Some((ip, port))
-            })
-            .collect()
+        self.flows.take_unresolved(&snap)
     }
 
-    /// Takes the current configuration now (outside a batch).
-    pub(crate) fn refresh_snapshot(&mut self) {
+    /// Starts (or stops) remembering which sessions change, for [`Worker::take_changes`].
+    pub fn track_changes(&mut self, on: bool) {
+        self.flows.track_changes(on);
+    }
+
+    #[inline(always)]
+    pub fn has_changes(&self) -> bool {
+        self.flows.has_changes()
+    }
+
+    /// The sessions created or moved to another TCP state since the last call (`sync.rs`).
+    pub fn take_changes(&mut self, now: u32, out: &mut Vec<SyncRecord>) {
+        let snap = self.snap.clone();
+        crate::sync::take_changes(&mut self.flows, &snap, now, out);
+    }
+
+    /// Up to `limit` live sessions of one family from record `start`; the index to continue
+    /// from, or `None` at the end (bulk transfer to a standby).
+    pub fn export(&self, v6: bool, start: usize, limit: usize, now: u32, out: &mut Vec<SyncRecord>) -> Option<usize> {
+        crate::sync::export(&self.flows, &self.snap, v6, start, limit, now, out)
+    }
+
+    /// Installs (or updates) a session received from the active node, under the current
+    /// configuration.
+    pub fn install(&mut self, rec: &SyncRecord, now: u32) -> Result<(), InstallError> {
         self.refresh();
+        let snap = self.snap.clone();
+        crate::sync::install(&mut self.flows, &snap, rec, now)
     }
 
     /// Picks up a newly published configuration; a service's scheduler state restarts only if
@@ -378,18 +314,18 @@ impl Worker {
             self.snap = new;
         }
         let (svcs, slots) = self.snap.id_bounds();
-        if self.counters.services.len() < svcs {
-            self.counters.services.resize(svcs, Default::default());
+        if self.flows.counters.services.len() < svcs {
+            self.flows.counters.services.resize(svcs, Default::default());
         }
-        if self.counters.backends.len() < slots {
-            self.counters.backends.resize(slots, Default::default());
+        if self.flows.counters.backends.len() < slots {
+            self.flows.counters.backends.resize(slots, Default::default());
         }
     }
 
     /// Expires idle sessions when the worker has no packets (bounded work per call).
     pub fn idle(&mut self, now: u32, budget: u32) -> u32 {
         self.refresh();
-        self.table.sweep(now, budget)
+        self.flows.table.sweep(now, budget)
     }
 
     /// Processes a batch. `verdicts[i]` receives the decision for `bufs[i]`; buffers marked
@@ -402,26 +338,26 @@ impl Worker {
             let end = (start + self.meta.len()).min(bufs.len());
             self.batch(&snap, &mut bufs[start..end], &mut verdicts[start..end], now);
         }
-        let budget = self.table.config().sweep_budget;
-        self.table.sweep(now, budget);
+        let budget = self.flows.table.config().sweep_budget;
+        self.flows.table.sweep(now, budget);
     }
 
     /// Stage 2: reads the home bucket (or port map) and prefetches the candidate record.
     #[inline(always)]
     fn probe(&self, m: &mut Meta) {
-        m.seen = self.table.stats.inserted as u16;
+        m.seen = self.flows.table.stats.inserted as u16;
         match m.kind {
-            Kind::Forward | Kind::NatReply | Kind::Snat => match self.table.probe(m.hash) {
+            Kind::Forward | Kind::NatReply | Kind::Snat => match self.flows.table.probe(m.hash) {
                 Probe::Candidate(r) => {
-                    self.table.prefetch_record(r);
+                    self.flows.table.prefetch_record(r);
                     m.cand = Some(r);
                 }
                 Probe::Miss => {}
                 Probe::Deep => m.deep = true,
             },
             Kind::PortReply => {
-                if let Some(r) = self.table.port_lookup(m.id as u16, m.dport) {
-                    self.table.prefetch_record(r);
+                if let Some(r) = self.flows.table.port_lookup(m.id as u16, m.dport) {
+                    self.flows.table.prefetch_record(r);
                     m.cand = Some(r);
                 }
             }
@@ -431,7 +367,7 @@ impl Worker {
 
     fn batch<B: PacketBuf>(&mut self, snap: &Snapshot, bufs: &mut [B], verdicts: &mut [Verdict], now: u32) {
         let n = bufs.len();
-        self.counters.events.rx += n as u64;
+        self.flows.counters.events.rx += n as u64;
         let mut meta = std::mem::take(&mut self.meta);
         // Software pipelining over groups of packets: in step k the first stage runs on group k,
         // the second on group k - PROBE_LAG and the third on group k - ACT_LAG, so a group's
@@ -442,7 +378,7 @@ impl Worker {
         // Forwarded packets, the common case, are counted in a register.
         let mut tx = 0;
         let mut deep_pending = false;
-        let fast_before = self.counters.events.fast_path;
+        let fast_before = self.flows.counters.events.fast_path;
         let groups = n.div_ceil(GROUP);
         let (bufs, verdicts, metas) = (&mut bufs[..n], &mut verdicts[..n], &mut meta[..n]);
         // Index loops over `lo..hi` with `hi <= n`: no bounds check is left in them.
@@ -465,9 +401,9 @@ impl Worker {
                     }
                     match verdicts[i] {
                         Verdict::Tx(_) => tx += 1,
-                        Verdict::Kernel => self.counters.events.to_kernel += 1,
-                        Verdict::Drop(r) => self.counters.drop(r),
-                        Verdict::Handoff(_) => self.counters.events.handoff += 1,
+                        Verdict::Kernel => self.flows.counters.events.to_kernel += 1,
+                        Verdict::Drop(r) => self.flows.counters.drop(r),
+                        Verdict::Handoff(_) => self.flows.counters.events.handoff += 1,
                     }
                 }
             }
@@ -477,8 +413,8 @@ impl Worker {
                 let (lo, hi) = span(step - DEEP_LAG);
                 for m in &mut metas[lo..hi] {
                     if m.deep {
-                        if let Some(r) = self.table.probe_window(m.hash) {
-                            self.table.prefetch_record(r);
+                        if let Some(r) = self.flows.table.probe_window(m.hash) {
+                            self.flows.table.prefetch_record(r);
                             m.cand = Some(r);
                         }
                     }
@@ -506,7 +442,7 @@ impl Worker {
             }
         }
         self.meta = meta;
-        self.counters.events.tx += tx + (self.counters.events.fast_path - fast_before);
+        self.flows.counters.events.tx += tx + (self.flows.counters.events.fast_path - fast_before);
     }
 
     /// Stage 1 for one packet. Returns a verdict when the packet is decided already.
@@ -549,7 +485,7 @@ impl Worker {
         if frag != Frag::None {
             // Fragments of the LB's flows (to its addresses, or replies through it) take the
             // slow path; others go to the host unless a first fragment was seen.
-            if own.is_some() || frag == Frag::First || !self.frags.is_empty() {
+            if own.is_some() || frag == Frag::First || !self.frag.is_empty() {
                 m.kind = if frag == Frag::First { Kind::Frag } else { Kind::FragLater };
                 return None;
             }
@@ -577,14 +513,14 @@ impl Worker {
             if let Some(svc) = memo.service(own, m.dport, m.proto) {
                 m.kind = Kind::Forward;
                 m.id = svc as u32;
-                m.hash = self.table.hash_fwd(svc, &src, m.sport);
-                self.table.prefetch_bucket(m.hash);
+                m.hash = self.flows.table.hash_fwd(svc, &src, m.sport);
+                self.flows.table.prefetch_bucket(m.hash);
                 return None;
             }
             if let Some(l) = own.laddr {
                 m.kind = Kind::PortReply;
                 m.id = l as u32;
-                self.table.prefetch_port(l, m.dport);
+                self.flows.table.prefetch_port(l, m.dport);
                 return None;
             }
             return Some(if own.vip { Verdict::Drop(DropReason::NoSession) } else { Verdict::Kernel });
@@ -593,15 +529,15 @@ impl Worker {
         if let Some(ids) = snap.nat_backends(skey, m.sport, m.proto) {
             m.kind = Kind::NatReply;
             m.id = ids[0];
-            m.hash = self.table.hash_rev(ids[0], &dst, m.dport);
-            self.table.prefetch_bucket(m.hash);
+            m.hash = self.flows.table.hash_rev(ids[0], &dst, m.dport);
+            self.flows.table.prefetch_bucket(m.hash);
             return None;
         }
         if let Some(rule) = snap.snat_rule(skey, !m.v6) {
             m.kind = Kind::Snat;
             m.id = rule.id as u32;
-            m.hash = self.table.hash_fwd(rule.id, &src, m.sport);
-            self.table.prefetch_bucket(m.hash);
+            m.hash = self.flows.table.hash_fwd(rule.id, &src, m.sport);
+            self.flows.table.prefetch_bucket(m.hash);
             return None;
         }
         Some(Verdict::Kernel)
@@ -617,7 +553,7 @@ impl Worker {
             Kind::PortReply => self.port_reply::<A, B>(snap, b, m, now),
             Kind::NatReply => self.nat_reply::<A, B>(snap, b, m, now),
             Kind::Snat => self.snat_out::<A, B>(snap, b, m, now),
-            Kind::Icmp => self.icmp::<A, B>(snap, b, m, now),
+            Kind::Icmp => self.icmp.packet::<A, B>(&mut self.flows, snap, b, m, now),
             Kind::Frag | Kind::FragLater => self.fragment::<A, B>(snap, b, m, now),
             Kind::Done => Verdict::Kernel,
         }
@@ -637,30 +573,12 @@ impl Worker {
             }
         };
         let r = match m.cand {
-            Some(r) if hit(&self.table, r) => Some(r),
-            Some(_) => self.table.find_fwd(m.hash, svc, client, cport),
-            None if m.deep || self.table.stats.inserted as u16 != m.seen => self.table.find_fwd(m.hash, svc, client, cport),
+            Some(r) if hit(&self.flows.table, r) => Some(r),
+            Some(_) => self.flows.table.find_fwd(m.hash, svc, client, cport),
+            None if m.deep || self.flows.table.stats.inserted as u16 != m.seen => self.flows.table.find_fwd(m.hash, svc, client, cport),
             None => None,
         }?;
-        self.live::<A>(r, now)
-    }
-
-    #[inline(always)]
-    pub(crate) fn live<A: Fam>(&mut self, r: Ref, now: u32) -> Option<Ref>
-    where
-        Session<A>: Zeroable,
-    {
-        if expired(now, self.table.get::<A>(r).expire) {
-            self.table.remove::<A>(r);
-            self.counters_expired_on_lookup();
-            return None;
-        }
-        Some(r)
-    }
-
-    #[inline(always)]
-    fn counters_expired_on_lookup(&mut self) {
-        self.table.stats.expired += 1;
+        self.flows.live::<A>(r, now)
     }
 
     /// Advances the session's state for a packet; returns (old state, remove after forwarding).
@@ -671,15 +589,15 @@ impl Worker {
     {
         if m.proto != proto::TCP {
             // UDP sessions are created in state UDP and stay there: only the expiry moves.
-            let s = self.table.get_mut::<A>(r);
+            let s = self.flows.table.get_mut::<A>(r);
             let e = now.wrapping_add(t.udp);
             if s.expire != e {
                 s.expire = e;
             }
             return (s.state, t.udp == 0);
         }
-        let (n, lim) = (self.table.half_open(), self.half_open_limit);
-        let s = self.table.get_mut::<A>(r);
+        let (n, lim) = (self.flows.table.half_open(), self.half_open_limit);
+        let s = self.flows.table.get_mut::<A>(r);
         let old = s.state;
         let st = tcpstate::transition(old, &mut s.flags, m.tcp_flags, inbound, one_way);
         let mut to = tcpstate::timeout(st, t);
@@ -691,10 +609,8 @@ impl Worker {
             s.expire = e;
         }
         if st != old {
-            self.table.set_state::<A>(r, st);
-            if self.sync_on {
-                self.changed.push(r);
-            }
+            self.flows.table.set_state::<A>(r, st);
+            self.flows.changed(r);
         }
         (old, to == 0)
     }
@@ -720,24 +636,16 @@ impl Worker {
         let flags = t[13];
         let seg_len = (t.len() - doff) as u32 + (flags & tcp::flags::SYN != 0) as u32 + (flags & tcp::flags::FIN != 0) as u32;
         let (rseq, rack, rflags) = if flags & tcp::flags::ACK != 0 { (ack, 0, tcp::flags::RST) } else { (0, seq.wrapping_add(seg_len), tcp::flags::RST | tcp::flags::ACK) };
-        let seg = crate::synproxy::Segment {
-            sport: u16::from_be_bytes([t[2], t[3]]),
-            dport: u16::from_be_bytes([t[0], t[1]]),
-            seq: rseq,
-            ack: rack,
-            flags: rflags,
-            win: 0,
-            opts: &[],
-            payload: &[],
-        };
-        let Some(hop) = self.route_to(snap, src.key(), !A::V6) else {
+        let seg =
+            Segment { sport: u16::from_be_bytes([t[2], t[3]]), dport: u16::from_be_bytes([t[0], t[1]]), seq: rseq, ack: rack, flags: rflags, win: 0, opts: &[], payload: &[] };
+        let Some(hop) = self.flows.route_to(snap, src.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         // A fresh IP header (20 bytes, or 40), right where the old one began.
-        let Some(nh) = crate::synproxy::build_segment::<A, B>(b, h.l3, &dst, &src, &seg) else {
+        let Some(nh) = build_segment::<A, B>(b, h.l3, &dst, &src, &seg) else {
             return Verdict::Drop(DropReason::NoRoom);
         };
-        self.counters.events.tcp_resets_sent += 1;
+        self.flows.counters.events.tcp_resets_sent += 1;
         egress(b, nh.l3, &hop, A::ETHERTYPE)
     }
 
@@ -772,7 +680,7 @@ impl Worker {
             self.picks.resize_with(id + 1, PickState::default);
         }
         if matches!(svc.spec.scheduler, vectorlb_sched::Algorithm::Wlc) {
-            let active = self.table.active();
+            let active = self.flows.table.active();
             self.wlc_scratch.clear();
             self.wlc_scratch.extend(svc.backends.iter().map(|&b| active.get(backend_slot(b) as usize).copied().unwrap_or(0)));
         }
@@ -786,13 +694,13 @@ impl Worker {
         let backend = svc.backends[bi as usize];
         let r = match self.insert::<A>(m, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now) {
             // Half-open sessions hold the ports the search met: the oldest makes room.
-            Err(DropReason::NoLocalPort) if m.proto == proto::TCP && self.table.half_open() > 0 && self.evict_half_open() => {
+            Err(DropReason::NoLocalPort) if m.proto == proto::TCP && self.flows.table.half_open() > 0 && self.evict_half_open() => {
                 self.insert::<A>(m, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now)?
             }
             r => r?,
         };
         self.svc_counters(svc.id).new_sessions += 1;
-        if let Some(c) = self.counters.backends.get_mut(backend_slot(backend) as usize) {
+        if let Some(c) = self.flows.counters.backends.get_mut(backend_slot(backend) as usize) {
             c.new_sessions += 1;
         }
         Ok(r)
@@ -808,28 +716,26 @@ impl Worker {
         let st = if m.proto == proto::TCP { state::SYN_SENT } else { state::UDP };
         let mut to = tcpstate::timeout(st, t);
         if st == state::SYN_SENT {
-            if self.table.half_open() >= self.half_open_limit && !self.evict_half_open() {
+            if self.flows.table.half_open() >= self.half_open_limit && !self.evict_half_open() {
                 return Err(DropReason::HalfOpenLimit);
             }
-            to = syn_timeout(to, self.table.half_open(), self.half_open_limit);
+            to = syn_timeout(to, self.flows.table.half_open(), self.half_open_limit);
         }
         let s = Session { client, cport: m.sport, svc, backend, laddr: NO_LADDR, lport: 0, expire: now.wrapping_add(to), state: st, flags };
         if self.cursors.len() <= cursor {
             self.cursors.resize(cursor + 1, 0);
         }
-        match self.table.insert(s, laddrs, &mut self.cursors[cursor]) {
+        match self.flows.table.insert(s, laddrs, &mut self.cursors[cursor]) {
             Ok(r) => {
                 if st == state::SYN_SENT && self.half_open_limit != u32::MAX {
                     if self.half_open_fifo.len() >= self.half_open_limit as usize {
                         self.half_open_fifo.pop_front();
                     }
-                    let stamp = fifo_stamp(self.table.get::<A>(r));
+                    let stamp = fifo_stamp(self.flows.table.get::<A>(r));
                     self.half_open_fifo.push_back((r.raw_key(), stamp));
                 }
-                self.counters.events.sessions_created += 1;
-                if self.sync_on {
-                    self.changed.push(r);
-                }
+                self.flows.counters.events.sessions_created += 1;
+                self.flows.changed(r);
                 Ok(r)
             }
             Err(InsertError::Full) => Err(DropReason::TableFull),
@@ -850,10 +756,10 @@ impl Worker {
             let Some((k, stamp)) = self.half_open_fifo.pop_front() else { break };
             let Some(r) = Ref::from_key(k) else { continue };
             let (st, fl, now_stamp) = if r.is_v6() {
-                let s = self.table.get::<[u8; 16]>(r);
+                let s = self.flows.table.get::<[u8; 16]>(r);
                 (s.state, s.flags, fifo_stamp(s))
             } else {
-                let s = self.table.get::<[u8; 4]>(r);
+                let s = self.flows.table.get::<[u8; 4]>(r);
                 (s.state, s.flags, fifo_stamp(s))
             };
             // The record may have ended and been reused since: then it is not this entry's.
@@ -863,34 +769,34 @@ impl Worker {
             }
         }
         // Sessions the order does not hold (synchronised ones): the sweep finds them.
-        let found = found.or_else(|| self.table.find_half_open(EVICT_SCAN, |st, fl| st == state::SYN_SENT && fl & flag::SYNPROXY == 0));
+        let found = found.or_else(|| self.flows.table.find_half_open(EVICT_SCAN, |st, fl| st == state::SYN_SENT && fl & flag::SYNPROXY == 0));
         let Some(r) = found else { return false };
         if r.is_v6() {
-            self.table.remove::<[u8; 16]>(r);
+            self.flows.table.remove::<[u8; 16]>(r);
         } else {
-            self.table.remove::<[u8; 4]>(r);
+            self.flows.table.remove::<[u8; 4]>(r);
         }
-        self.counters.events.half_open_evicted += 1;
+        self.flows.counters.events.half_open_evicted += 1;
         true
     }
 
     #[inline(always)]
     fn svc_counters(&mut self, id: u16) -> &mut crate::verdict::ServiceCounters {
         let i = id as usize;
-        if self.counters.services.len() <= i {
-            self.counters.services.resize(i + 1, Default::default());
+        if self.flows.counters.services.len() <= i {
+            self.flows.counters.services.resize(i + 1, Default::default());
         }
-        &mut self.counters.services[i]
+        &mut self.flows.counters.services[i]
     }
 
     #[inline(always)]
     fn account(&mut self, svc: u16, backend: u32, bytes: usize) {
         // Sized for the snapshot at refresh time.
-        if let Some(c) = self.counters.services.get_mut(svc as usize) {
+        if let Some(c) = self.flows.counters.services.get_mut(svc as usize) {
             c.packets += 1;
             c.bytes += bytes as u64;
         }
-        if let Some(c) = self.counters.backends.get_mut(backend_slot(backend) as usize) {
+        if let Some(c) = self.flows.counters.backends.get_mut(backend_slot(backend) as usize) {
             c.packets += 1;
             c.bytes += bytes as u64;
         }
@@ -927,10 +833,10 @@ impl Worker {
         // overflowed (a few percent of flows in a full table).
         let r = match m.cand {
             Some(r) if !r.is_reverse() && r.is_v6() == A::V6 => r,
-            None if m.deep => self.table.find_fwd(m.hash, svc.id, &src, m.sport)?,
+            None if m.deep => self.flows.table.find_fwd(m.hash, svc.id, &src, m.sport)?,
             _ => return None,
         };
-        let s = self.table.get_mut::<A>(r);
+        let s = self.flows.table.get_mut::<A>(r);
         // The only state that stays as it is: UDP's, or TCP's ESTABLISHED without SYN, FIN, RST.
         let (st, to) = if m.proto == proto::TCP {
             if s.flags & flag::SYNPROXY != 0 || m.tcp_flags & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) != 0 {
@@ -954,7 +860,7 @@ impl Worker {
         m.hdr().translate::<A>(d, new_src.as_ref().map(|(a, p)| (a, *p)), Some((&A::from16(&be.bytes), be.port)));
         d[..12].copy_from_slice(&hop.macs);
         self.account(svc.id, backend, end - l3);
-        self.counters.events.fast_path += 1;
+        self.flows.counters.events.fast_path += 1;
         Some(Verdict::Tx(hop.port))
     }
 
@@ -970,7 +876,7 @@ impl Worker {
         let h = m.hdr();
         let src = A::read(b.data(), h.l3 + A::SRC);
         if h.ttl(b.data()) <= 1 {
-            return self.icmp_error::<A, B>(snap, b, m, crate::icmp::ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
+            return self.icmp.error::<A, B>(&mut self.flows, snap, b, m, ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
         }
         let found = match self.lookup_fwd::<A>(m, svc.id, &src, m.sport, now) {
             // A packet that may open a flow, on a session that is over (TCP: a new SYN on a
@@ -979,19 +885,19 @@ impl Worker {
             // conn_reuse_mode), so a drained or removed backend gets no new connection.
             Some(r)
                 if opens_flow(m) && {
-                    let s = self.table.get::<A>(r);
+                    let s = self.flows.table.get::<A>(r);
                     snap.backend(s.backend).is_none() || (m.proto == proto::TCP && matches!(s.state, state::TIME_WAIT | state::CLOSE))
                 } =>
             {
-                self.table.remove::<A>(r);
+                self.flows.table.remove::<A>(r);
                 None
             }
             found => found,
         };
         let r = match found {
             Some(r) => {
-                if self.table.get::<A>(r).flags & flag::SYNPROXY != 0 {
-                    if let Err(e) = self.synproxy_in::<A>(b.data_mut(), m, r, now) {
+                if self.flows.table.get::<A>(r).flags & flag::SYNPROXY != 0 {
+                    if let Err(e) = self.syn.client_segment::<A>(&mut self.flows, b.data_mut(), m, r, self.in_fragment, now) {
                         return Verdict::Drop(e);
                     }
                 }
@@ -1011,6 +917,76 @@ impl Worker {
         self.forward_on::<A, B>(snap, svc, b, m, r, &src, now)
     }
 
+    /// A fragment (of any flow): the first one through the usual path and remembered in the
+    /// fragment table, a later one rewritten as its first one was (`frag.rs`).
+    #[cold]
+    fn fragment<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let h = m.hdr();
+        let key: FragKey = match crate::frag::key::<A>(b.data(), &h) {
+            Ok(k) => k,
+            Err(v) => return v,
+        };
+        let own = snap.dst(key.1).is_some();
+        if m.kind == Kind::FragLater {
+            return self.frag.later::<A, B>(&mut self.flows, b, &h, &key, own, now);
+        }
+        // The first fragment: classified again as a whole packet (it has the ports), without
+        // the staged prefetching, and sent down the usual path.
+        let mut m2 = Meta { l3: m.l3, l4: m.l4, end: m.end, proto: m.proto, v6: m.v6, ..Meta::default() };
+        if let Some(v) = self.classify_fam::<A>(snap, b.data(), Frag::None, &mut m2, &mut Default::default()) {
+            return v;
+        }
+        if !matches!(m2.kind, Kind::Forward | Kind::PortReply | Kind::NatReply | Kind::Snat) {
+            return if own { Verdict::Drop(DropReason::Fragment) } else { Verdict::Kernel };
+        }
+        m2.deep = true;
+        m2.cand = None;
+        let tun = m2.kind == Kind::Forward && snap.service(m2.id as u16).is_some_and(|s| s.spec.mode == Mode::Tun);
+        self.in_fragment = true;
+        let v = self.act::<A, B>(snap, b, &m2, now);
+        self.in_fragment = false;
+        if let Verdict::Tx(port) = v {
+            let mtu = snap.ports.get(port as usize).map_or(1500, |p| p.spec.mtu);
+            if !self.frag.remember::<A>(b.data(), key, port, mtu, tun, now) {
+                self.flows.counters.events.fragments_untracked += 1;
+            }
+        }
+        v
+    }
+
+    /// A TCP segment without a session to a service with the SYN proxy: a SYN answered with a
+    /// cookie (when the proxy is engaged), an ACK returning a valid cookie turned into the
+    /// backend's SYN (with the packet's new layout), anything else as without the proxy.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn synproxy_new<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, svc: &Service, b: &mut B, m: &Meta, src: A, now: u32) -> Result<(Ref, Option<Meta>), Verdict>
+    where
+        Session<A>: Zeroable,
+    {
+        let f = m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST | tcp::flags::FIN);
+        if f == tcp::flags::SYN && crate::synproxy::engaged(svc.spec.synproxy, self.flows.table.half_open()) {
+            return Err(self.syn.syn_cookie::<A, B>(&mut self.flows, snap, b, m, now));
+        }
+        if f != tcp::flags::ACK {
+            return Ok((self.open::<A, B>(snap, svc, b, m, m, src, now)?, None));
+        }
+        // The third packet of a handshake the proxy answered, or a stray.
+        let Some(hs) = self.syn.cookie_ack::<A>(b.data(), m, now) else {
+            return Err(Verdict::Drop(DropReason::BadSyncookie));
+        };
+        let syn = Meta { tcp_flags: tcp::flags::SYN, ..*m };
+        let r = self.open::<A, B>(snap, svc, b, m, &syn, src, now)?;
+        let Some(m2) = self.syn.cookie_to_syn::<A, B>(&mut self.flows, b, m, &hs, r) else {
+            self.flows.table.remove::<A>(r);
+            return Err(Verdict::Drop(DropReason::NoRoom));
+        };
+        Ok((r, Some(m2)))
+    }
+
     /// The rest of [`Worker::forward`] once the packet has its session `r`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
@@ -1022,9 +998,9 @@ impl Worker {
         let mode = svc.spec.mode;
         let one_way = matches!(mode, Mode::Dr | Mode::Tun);
         let (old, remove) = self.advance::<A>(r, m, true, one_way, &svc.spec.timeouts, now);
-        let s = *self.table.get::<A>(r);
+        let s = *self.flows.table.get::<A>(r);
         let Some(be) = snap.backend(s.backend) else {
-            self.table.remove::<A>(r);
+            self.flows.table.remove::<A>(r);
             // The connection cannot go on: tell the client at once (a TCP reset), rather than
             // leave it to time out.
             if m.proto == proto::TCP && m.tcp_flags & tcp::flags::RST == 0 {
@@ -1046,7 +1022,7 @@ impl Worker {
         };
         if h.ip_len() + overhead > hop.mtu as usize {
             let mtu = hop.mtu as usize - overhead;
-            return self.too_big::<A, B>(snap, b, m, mtu, now);
+            return self.icmp.too_big::<A, B>(&mut self.flows, snap, b, m, mtu, now);
         }
         let bytes = h.ip_len();
         let v = match mode {
@@ -1056,7 +1032,7 @@ impl Worker {
                     let Some(laddr) = snap.laddr_bytes(s.laddr) else {
                         // The local address left the configuration: end the session so the
                         // flow's next packet starts a new one on a current address.
-                        self.table.remove::<A>(r);
+                        self.flows.table.remove::<A>(r);
                         return Verdict::Drop(DropReason::NoRoute);
                     };
                     Some((A::from16(laddr), s.lport))
@@ -1072,7 +1048,7 @@ impl Worker {
                     && old == state::SYN_RECV
                     && s.state == state::ESTABLISHED
                 {
-                    self.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
+                    self.flows.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
                     self.insert_toa::<A, B>(b, &h, src, s.cport, hop.mtu as usize);
                 }
                 egress(b, h.l3, hop, A::ETHERTYPE)
@@ -1086,7 +1062,7 @@ impl Worker {
                 let (Some(tsrc), Some(tdst)) = (be.tun_src.and_then(A::from_ip), A::from_ip(be.addr)) else {
                     return Verdict::Drop(DropReason::NoRoute);
                 };
-                match self.encapsulate::<A, B>(b, &h, &tsrc, &tdst) {
+                match encapsulate::<A, B>(b, &h, &tsrc, &tdst, || self.flows.next_ident()) {
                     Ok(()) => egress(b, h.l3, hop, A::ETHERTYPE),
                     Err(e) => Verdict::Drop(e),
                 }
@@ -1096,7 +1072,7 @@ impl Worker {
             self.account(svc.id, s.backend, bytes);
         }
         if remove {
-            self.table.remove::<A>(r);
+            self.flows.table.remove::<A>(r);
         }
         v
     }
@@ -1112,14 +1088,14 @@ impl Worker {
         let thl = ((b.data()[h.l4 + 12] >> 4) as usize) * 4;
         let old_len = b.data().len();
         if h.ip_len() + add > mtu || thl + add > tcp::MAX_HEADER_LEN || !b.set_len(h.end + add) {
-            self.counters.events.toa_skipped += 1;
+            self.flows.counters.events.toa_skipped += 1;
             return;
         }
         let d = b.data_mut();
         if tcp::insert_option(&mut d[h.l4..], h.end - h.l4, &opt[..len]).is_err() {
             // Cannot happen after the checks above; keep the packet as it was if it does.
             b.set_len(old_len);
-            self.counters.events.toa_skipped += 1;
+            self.flows.counters.events.toa_skipped += 1;
             return;
         }
         let end = h.end + add;
@@ -1131,57 +1107,8 @@ impl Worker {
             let mut ip = vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(&mut d[h.l3..]);
             ip.fill_checksum();
         }
-        crate::icmp::fill_l4_checksum::<A>(d, h.l3, h.l4, end, proto::TCP);
-        self.counters.events.toa_inserted += 1;
-    }
-
-    /// Prepends the outer IPv4 (protocol 4) or IPv6 (next header 41) header.
-    pub(crate) fn encapsulate<A: Fam, B: PacketBuf>(&mut self, b: &mut B, h: &Hdr, src: &A, dst: &A) -> Result<(), DropReason>
-    where
-        Session<A>: Zeroable,
-    {
-        let over = if A::V6 { 40 } else { 20 };
-        let inner = h.ip_len();
-        if !b.set_len(h.end) || !b.prepend(over) {
-            return Err(DropReason::NoRoom);
-        }
-        let d = b.data_mut();
-        let o = h.l3;
-        let i = o + over;
-        if A::V6 {
-            d.copy_within(i..i + 4, o);
-            d[o + 4..o + 6].copy_from_slice(&(inner as u16).to_be_bytes());
-            d[o + 6] = proto::IPV6;
-            d[o + 7] = 64;
-        } else {
-            self.ip_ident = self.ip_ident.wrapping_add(1);
-            d[o] = 0x45;
-            d[o + 1] = d[i + 1];
-            d[o + 2..o + 4].copy_from_slice(&((inner + 20) as u16).to_be_bytes());
-            d[o + 4..o + 6].copy_from_slice(&self.ip_ident.to_be_bytes());
-            d[o + 6] = d[i + 6] & 0x40;
-            d[o + 7] = 0;
-            d[o + 8] = 64;
-            d[o + 9] = proto::IPIP;
-            d[o + 10] = 0;
-            d[o + 11] = 0;
-        }
-        d[o + A::SRC..o + A::SRC + A::LEN].copy_from_slice(src.bytes());
-        d[o + A::DST..o + A::DST + A::LEN].copy_from_slice(dst.bytes());
-        if !A::V6 {
-            vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(&mut d[o..]).fill_checksum();
-        }
-        Ok(())
-    }
-
-    /// What becomes of a packet for a local port this core does not own: it goes to the
-    /// core that does, or is dropped when no core owns it.
-    #[cold]
-    pub(crate) fn elsewhere(&self, lport: u16) -> Verdict {
-        match self.table.port_owner(lport) {
-            Some(w) => Verdict::Handoff(w),
-            None => Verdict::Drop(DropReason::Misdirected),
-        }
+        fill_l4_checksum::<A>(d, h.l3, h.l4, end, proto::TCP);
+        self.flows.counters.events.toa_inserted += 1;
     }
 
     /// Backend to a full-NAT local address (reply), or outside host to an SNAT address.
@@ -1189,27 +1116,27 @@ impl Worker {
     where
         Session<A>: Zeroable,
     {
-        if !self.table.owns_port(m.dport) {
-            return self.elsewhere(m.dport);
+        if !self.flows.table.owns_port(m.dport) {
+            return self.flows.elsewhere(m.dport);
         }
-        let Some(r) = m.cand.or_else(|| self.table.port_lookup(m.id as u16, m.dport)) else {
+        let Some(r) = m.cand.or_else(|| self.flows.table.port_lookup(m.id as u16, m.dport)) else {
             return Verdict::Drop(DropReason::NoSession);
         };
-        if r.is_v6() != A::V6 || self.live::<A>(r, now).is_none() {
+        if r.is_v6() != A::V6 || self.flows.live::<A>(r, now).is_none() {
             return Verdict::Drop(DropReason::NoSession);
         }
         let h = m.hdr();
-        let s = *self.table.get::<A>(r);
+        let s = *self.flows.table.get::<A>(r);
         if s.flags & flag::SNAT != 0 {
             let Some(rule) = snap.snat_by_id(s.svc) else {
-                self.table.remove::<A>(r);
+                self.flows.table.remove::<A>(r);
                 return Verdict::Drop(DropReason::NoSession);
             };
             let t = rule.timeouts;
             return self.reply_to_client::<A, B>(snap, b, m, r, &t, None, now);
         }
         let (Some(svc), Some(be)) = (snap.service(s.svc), snap.backend(s.backend)) else {
-            self.table.remove::<A>(r);
+            self.flows.table.remove::<A>(r);
             return Verdict::Drop(DropReason::BackendRemoved);
         };
         let src = A::read(b.data(), h.l3 + A::SRC);
@@ -1236,25 +1163,25 @@ impl Worker {
     {
         let h = m.hdr();
         if h.ttl(b.data()) <= 1 {
-            return self.icmp_error::<A, B>(snap, b, m, crate::icmp::ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
+            return self.icmp.error::<A, B>(&mut self.flows, snap, b, m, ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
         }
-        let s = *self.table.get::<A>(r);
+        let s = *self.flows.table.get::<A>(r);
         if s.flags & flag::SYNPROXY != 0 && m.proto == proto::TCP {
-            if let Some(v) = self.synproxy_out::<A, B>(snap, b, m, r, t.established, now) {
+            if let Some(v) = self.syn.backend_segment::<A, B>(&mut self.flows, snap, b, m, r, t.established, now) {
                 return v;
             }
         }
-        let Some(hop) = self.route_to(snap, s.client.key(), !A::V6) else {
+        let Some(hop) = self.flows.route_to(snap, s.client.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         if h.ip_len() > hop.mtu as usize {
-            return self.too_big::<A, B>(snap, b, m, hop.mtu as usize, now);
+            return self.icmp.too_big::<A, B>(&mut self.flows, snap, b, m, hop.mtu as usize, now);
         }
         let (_, remove) = self.advance::<A>(r, m, false, false, t, now);
         h.translate::<A>(b.data_mut(), vip.as_ref().map(|(a, p)| (a, *p)), Some((&s.client, s.cport)));
         let v = egress(b, h.l3, &hop, A::ETHERTYPE);
         if remove {
-            self.table.remove::<A>(r);
+            self.flows.table.remove::<A>(r);
         }
         v
     }
@@ -1269,7 +1196,7 @@ impl Worker {
         let mut found = None;
         if let Some(r) = m.cand {
             if r.is_reverse() && r.is_v6() == A::V6 {
-                let s = self.table.get::<A>(r);
+                let s = self.flows.table.get::<A>(r);
                 if s.state != state::FREE && s.backend == m.id && s.cport == m.dport && s.client == client {
                     found = Some(r);
                 }
@@ -1279,14 +1206,14 @@ impl Worker {
             let src = A::read(b.data(), h.l3 + A::SRC);
             let ids = snap.nat_backends(src.key(), m.sport, m.proto).unwrap_or(&[]);
             for &id in ids {
-                let hh = self.table.hash_rev(id, &client, m.dport);
-                if let Some(r) = self.table.find_rev(hh, id, &client, m.dport) {
+                let hh = self.flows.table.hash_rev(id, &client, m.dport);
+                if let Some(r) = self.flows.table.find_rev(hh, id, &client, m.dport) {
                     found = Some(r);
                     break;
                 }
             }
         }
-        let r = match found.and_then(|r| self.live::<A>(r, now)) {
+        let r = match found.and_then(|r| self.flows.live::<A>(r, now)) {
             Some(r) => r,
             None => {
                 // Not a reply: the backend's own outbound traffic may be source-NATed.
@@ -1295,7 +1222,7 @@ impl Worker {
                     let mut m2 = *m;
                     m2.kind = Kind::Snat;
                     m2.id = rule.id as u32;
-                    m2.hash = self.table.hash_fwd(rule.id, &src, m.sport);
+                    m2.hash = self.flows.table.hash_fwd(rule.id, &src, m.sport);
                     m2.cand = None;
                     m2.deep = true;
                     return self.snat_out::<A, B>(snap, b, &m2, now);
@@ -1303,9 +1230,9 @@ impl Worker {
                 return Verdict::Kernel;
             }
         };
-        let s = *self.table.get::<A>(r);
+        let s = *self.flows.table.get::<A>(r);
         let (Some(svc), Some(_)) = (snap.service(s.svc), snap.backend(s.backend)) else {
-            self.table.remove::<A>(r);
+            self.flows.table.remove::<A>(r);
             return Verdict::Drop(DropReason::BackendRemoved);
         };
         let t = svc.spec.timeouts;
@@ -1330,13 +1257,13 @@ impl Worker {
         let src = A::read(b.data(), h.l3 + A::SRC);
         let dst = A::read(b.data(), h.l3 + A::DST);
         if h.ttl(b.data()) <= 1 {
-            return self.icmp_error::<A, B>(snap, b, m, crate::icmp::ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
+            return self.icmp.error::<A, B>(&mut self.flows, snap, b, m, ErrorKind::TimeExceeded, DropReason::TtlExceeded, now);
         }
-        let Some(hop) = self.route_to(snap, dst.key(), !A::V6) else {
+        let Some(hop) = self.flows.route_to(snap, dst.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         if h.ip_len() > hop.mtu as usize {
-            return self.too_big::<A, B>(snap, b, m, hop.mtu as usize, now);
+            return self.icmp.too_big::<A, B>(&mut self.flows, snap, b, m, hop.mtu as usize, now);
         }
         let r = match self.lookup_fwd::<A>(m, rule.id, &src, m.sport, now) {
             Some(r) => r,
@@ -1354,15 +1281,15 @@ impl Worker {
         };
         let t = rule.timeouts;
         let (_, remove) = self.advance::<A>(r, m, true, false, &t, now);
-        let s = *self.table.get::<A>(r);
+        let s = *self.flows.table.get::<A>(r);
         let Some(laddr) = snap.laddr_bytes(s.laddr).map(A::from16) else {
-            self.table.remove::<A>(r);
+            self.flows.table.remove::<A>(r);
             return Verdict::Drop(DropReason::NoRoute);
         };
         h.translate::<A>(b.data_mut(), Some((&laddr, s.lport)), None);
         let v = egress(b, h.l3, &hop, A::ETHERTYPE);
         if remove {
-            self.table.remove::<A>(r);
+            self.flows.table.remove::<A>(r);
         }
         v
     }

@@ -238,3 +238,76 @@ pub fn egress<B: PacketBuf>(b: &mut B, l3: usize, hop: &Hop, et: u16) -> Verdict
     }
     Verdict::Tx(hop.port)
 }
+
+/// Prepends the outer IPv4 (protocol 4) or IPv6 (next header 41) header; `ident` gives the
+/// IPv4 header's identification (asked only for IPv4).
+pub(crate) fn encapsulate<A: Fam, B: PacketBuf>(b: &mut B, h: &Hdr, src: &A, dst: &A, ident: impl FnOnce() -> u16) -> Result<(), DropReason>
+where
+    Session<A>: Zeroable,
+{
+    let over = if A::V6 { 40 } else { 20 };
+    let inner = h.ip_len();
+    if !b.set_len(h.end) || !b.prepend(over) {
+        return Err(DropReason::NoRoom);
+    }
+    let d = b.data_mut();
+    let o = h.l3;
+    let i = o + over;
+    if A::V6 {
+        d.copy_within(i..i + 4, o);
+        d[o + 4..o + 6].copy_from_slice(&(inner as u16).to_be_bytes());
+        d[o + 6] = proto::IPV6;
+        d[o + 7] = 64;
+    } else {
+        let ident = ident();
+        d[o] = 0x45;
+        d[o + 1] = d[i + 1];
+        d[o + 2..o + 4].copy_from_slice(&((inner + 20) as u16).to_be_bytes());
+        d[o + 4..o + 6].copy_from_slice(&ident.to_be_bytes());
+        d[o + 6] = d[i + 6] & 0x40;
+        d[o + 7] = 0;
+        d[o + 8] = 64;
+        d[o + 9] = proto::IPIP;
+        d[o + 10] = 0;
+        d[o + 11] = 0;
+    }
+    d[o + A::SRC..o + A::SRC + A::LEN].copy_from_slice(src.bytes());
+    d[o + A::DST..o + A::DST + A::LEN].copy_from_slice(dst.bytes());
+    if !A::V6 {
+        vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(&mut d[o..]).fill_checksum();
+    }
+    Ok(())
+}
+
+/// Recomputes the upper-layer checksum of `d[l4..end]` (pseudo header included where the
+/// protocol has one).
+pub fn fill_l4_checksum<A: Fam>(d: &mut [u8], l3: usize, l4: usize, end: usize, protocol: u8)
+where
+    Session<A>: Zeroable,
+{
+    let at = match protocol {
+        proto::TCP => 16,
+        proto::UDP => 6,
+        proto::ICMP | proto::ICMPV6 => 2,
+        _ => return,
+    };
+    d[l4 + at] = 0;
+    d[l4 + at + 1] = 0;
+    let len = end - l4;
+    let pseudo = if protocol == proto::ICMP {
+        0
+    } else if A::V6 {
+        let s: [u8; 16] = d[l3 + 8..l3 + 24].try_into().unwrap();
+        let t: [u8; 16] = d[l3 + 24..l3 + 40].try_into().unwrap();
+        vectorlb_packet::checksum::pseudo_v6(&s, &t, protocol, len as u32)
+    } else {
+        let s: [u8; 4] = d[l3 + 12..l3 + 16].try_into().unwrap();
+        let t: [u8; 4] = d[l3 + 16..l3 + 20].try_into().unwrap();
+        vectorlb_packet::checksum::pseudo_v4(s, t, protocol, len as u16)
+    };
+    let mut c = vectorlb_packet::checksum::finish(vectorlb_packet::checksum::accumulate(pseudo, &d[l4..end]));
+    if c == 0 && protocol == proto::UDP {
+        c = 0xffff;
+    }
+    d[l4 + at..l4 + at + 2].copy_from_slice(&c.to_be_bytes());
+}

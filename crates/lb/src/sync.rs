@@ -8,8 +8,8 @@
 //! standby installs it on the worker that owns that port (the same worker count on both nodes
 //! gives the same partition), so the backend's replies find it after a failover.
 
+use crate::flows::Flows;
 use crate::mem::Zeroable;
-use crate::pipeline::Worker;
 use crate::service::{key, Snapshot};
 use crate::session::{expired, flag, state, Addr, InsertError, SeqAdj, Session, NO_LADDR};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -105,104 +105,86 @@ where
     })
 }
 
-impl Worker {
-    /// Starts (or stops) remembering which sessions change, for [`Worker::take_changes`].
-    pub fn track_changes(&mut self, on: bool) {
-        self.sync_on = on;
-        if !on {
-            self.changed.clear();
-        }
+/// The sessions created or moved to another TCP state since the last call, as records.
+pub(crate) fn take_changes(flows: &mut Flows, snap: &Snapshot, now: u32, out: &mut Vec<SyncRecord>) {
+    for r in flows.take_changed() {
+        let t = &flows.table;
+        let rec = if r.is_v6() { record(snap, t.get::<[u8; 16]>(r), t.adj::<[u8; 16]>(r), now) } else { record(snap, t.get::<[u8; 4]>(r), t.adj::<[u8; 4]>(r), now) };
+        out.extend(rec);
     }
+}
 
-    #[inline(always)]
-    pub fn has_changes(&self) -> bool {
-        !self.changed.is_empty()
+/// Up to `limit` live sessions of one family from record `start`; the index to continue
+/// from, or `None` at the end (bulk transfer to a standby).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn export(flows: &Flows, snap: &Snapshot, v6: bool, start: usize, limit: usize, now: u32, out: &mut Vec<SyncRecord>) -> Option<usize> {
+    let mut n = 0;
+    let mut visit = |rec: Option<SyncRecord>| {
+        if n >= limit {
+            return false;
+        }
+        if let Some(r) = rec {
+            out.push(r);
+            n += 1;
+        }
+        true
+    };
+    let t = &flows.table;
+    if v6 {
+        t.for_each::<[u8; 16]>(start, |i, s| visit(record(snap, s, t.adj_at::<[u8; 16]>(i), now)))
+    } else {
+        t.for_each::<[u8; 4]>(start, |i, s| visit(record(snap, s, t.adj_at::<[u8; 4]>(i), now)))
     }
+}
 
-    /// The sessions created or moved to another TCP state since the last call.
-    pub fn take_changes(&mut self, now: u32, out: &mut Vec<SyncRecord>) {
-        let snap = self.snap.clone();
-        for r in std::mem::take(&mut self.changed) {
-            let t = &self.table;
-            let rec = if r.is_v6() { record(&snap, t.get::<[u8; 16]>(r), t.adj::<[u8; 16]>(r), now) } else { record(&snap, t.get::<[u8; 4]>(r), t.adj::<[u8; 4]>(r), now) };
-            out.extend(rec);
-        }
+/// Installs (or updates) a session received from the active node.
+pub(crate) fn install(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord, now: u32) -> Result<(), InstallError> {
+    match rec.client {
+        IpAddr::V4(_) => install_as::<[u8; 4]>(flows, snap, rec, now),
+        IpAddr::V6(_) => install_as::<[u8; 16]>(flows, snap, rec, now),
     }
+}
 
-    /// Up to `limit` live sessions of one family from record `start`; the index to continue
-    /// from, or `None` at the end (bulk transfer to a standby).
-    pub fn export(&self, v6: bool, start: usize, limit: usize, now: u32, out: &mut Vec<SyncRecord>) -> Option<usize> {
-        let snap = self.snap.clone();
-        let mut n = 0;
-        let mut visit = |rec: Option<SyncRecord>| {
-            if n >= limit {
-                return false;
-            }
-            if let Some(r) = rec {
-                out.push(r);
-                n += 1;
-            }
-            true
-        };
-        let t = &self.table;
-        if v6 {
-            t.for_each::<[u8; 16]>(start, |i, s| visit(record(&snap, s, t.adj_at::<[u8; 16]>(i), now)))
-        } else {
-            t.for_each::<[u8; 4]>(start, |i, s| visit(record(&snap, s, t.adj_at::<[u8; 4]>(i), now)))
-        }
+fn install_as<A: SyncAddr>(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord, now: u32) -> Result<(), InstallError>
+where
+    Session<A>: Zeroable,
+{
+    if rec.state == state::FREE || rec.state > state::UDP || rec.expire_in == 0 || rec.expire_in > 1 << 30 {
+        return Err(InstallError::Stale);
     }
-
-    /// Installs (or updates) a session received from the active node.
-    pub fn install(&mut self, rec: &SyncRecord, now: u32) -> Result<(), InstallError> {
-        match rec.client {
-            IpAddr::V4(_) => self.install_as::<[u8; 4]>(rec, now),
-            IpAddr::V6(_) => self.install_as::<[u8; 16]>(rec, now),
+    let client = A::from_ip(rec.client).ok_or(InstallError::Unknown)?;
+    let svc = snap.lookup_service(key(rec.vip), rec.vport, rec.proto).ok_or(InstallError::Unknown)?;
+    let backend = snap.backends().find(|b| b.svc == svc && b.addr == rec.backend && b.port == rec.bport).ok_or(InstallError::Unknown)?.id;
+    let (laddr, lport) = match rec.local {
+        Some((a, p)) => (snap.laddr(key(a)).ok_or(InstallError::Unknown)?, p),
+        None => (NO_LADDR, 0),
+    };
+    let expire = now.wrapping_add(rec.expire_in);
+    // Flags that describe the record's index entries are ours to set.
+    let flags = rec.flags & !(flag::PORT | flag::REVERSE | flag::SNAT) | if snap.service(svc).is_some_and(|s| s.spec.mode == crate::Mode::Nat) { flag::REVERSE } else { 0 };
+    let h = flows.table.hash_fwd(svc, &client, rec.cport);
+    if let Some(r) = flows.table.find_fwd(h, svc, &client, rec.cport) {
+        let s = *flows.table.get::<A>(r);
+        if s.backend == backend && s.laddr == laddr && s.lport == lport {
+            flows.table.set_state::<A>(r, rec.state);
+            let s = flows.table.get_mut::<A>(r);
+            s.expire = expire;
+            s.flags = (s.flags & (flag::PORT | flag::REVERSE)) | (flags & !flag::REVERSE);
+            *flows.table.adj_mut::<A>(r) = rec.adj;
+            return Ok(());
         }
+        flows.table.remove::<A>(r);
     }
-
-    fn install_as<A: SyncAddr>(&mut self, rec: &SyncRecord, now: u32) -> Result<(), InstallError>
-    where
-        Session<A>: Zeroable,
-    {
-        if rec.state == state::FREE || rec.state > state::UDP || rec.expire_in == 0 || rec.expire_in > 1 << 30 {
-            return Err(InstallError::Stale);
+    if expired(now, expire) {
+        return Err(InstallError::Stale);
+    }
+    let s = Session { client, cport: rec.cport, svc, backend, laddr, lport, expire, state: rec.state, flags };
+    match flows.table.insert_bound(s) {
+        Ok(r) => {
+            *flows.table.adj_mut::<A>(r) = rec.adj;
+            Ok(())
         }
-        self.refresh_snapshot();
-        let snap = self.snap.clone();
-        let client = A::from_ip(rec.client).ok_or(InstallError::Unknown)?;
-        let svc = snap.lookup_service(key(rec.vip), rec.vport, rec.proto).ok_or(InstallError::Unknown)?;
-        let backend = snap.backends().find(|b| b.svc == svc && b.addr == rec.backend && b.port == rec.bport).ok_or(InstallError::Unknown)?.id;
-        let (laddr, lport) = match rec.local {
-            Some((a, p)) => (snap.laddr(key(a)).ok_or(InstallError::Unknown)?, p),
-            None => (NO_LADDR, 0),
-        };
-        let expire = now.wrapping_add(rec.expire_in);
-        // Flags that describe the record's index entries are ours to set.
-        let flags = rec.flags & !(flag::PORT | flag::REVERSE | flag::SNAT) | if snap.service(svc).is_some_and(|s| s.spec.mode == crate::Mode::Nat) { flag::REVERSE } else { 0 };
-        let h = self.table.hash_fwd(svc, &client, rec.cport);
-        if let Some(r) = self.table.find_fwd(h, svc, &client, rec.cport) {
-            let s = *self.table.get::<A>(r);
-            if s.backend == backend && s.laddr == laddr && s.lport == lport {
-                self.table.set_state::<A>(r, rec.state);
-                let s = self.table.get_mut::<A>(r);
-                s.expire = expire;
-                s.flags = (s.flags & (flag::PORT | flag::REVERSE)) | (flags & !flag::REVERSE);
-                *self.table.adj_mut::<A>(r) = rec.adj;
-                return Ok(());
-            }
-            self.table.remove::<A>(r);
-        }
-        if expired(now, expire) {
-            return Err(InstallError::Stale);
-        }
-        let s = Session { client, cport: rec.cport, svc, backend, laddr, lport, expire, state: rec.state, flags };
-        match self.table.insert_bound(s) {
-            Ok(r) => {
-                *self.table.adj_mut::<A>(r) = rec.adj;
-                Ok(())
-            }
-            Err(InsertError::NoPort) => Err(InstallError::PortTaken),
-            Err(InsertError::Full) => Err(InstallError::Full),
-        }
+        Err(InsertError::NoPort) => Err(InstallError::PortTaken),
+        Err(InsertError::Full) => Err(InstallError::Full),
     }
 }

@@ -26,8 +26,10 @@
 //! bits of the proxy's timestamp value carry the client's window scale and SACK permission,
 //! which come back in the ACK's echo. A cookie is accepted for two minutes.
 
+use crate::flows::Flows;
+use crate::hash::FxHashMap;
 use crate::mem::Zeroable;
-use crate::pipeline::{Meta, Worker};
+use crate::meta::Meta;
 use crate::rewrite::{egress, Fam, Hdr};
 use crate::service::{Hop, Service, Snapshot, SynProxy};
 use crate::session::{adj_opt, flag, state, Ref, SeqAdj, Session};
@@ -256,7 +258,7 @@ where
     t[16..20].fill(0);
     t[20..doff].copy_from_slice(seg.opts);
     t[doff..].copy_from_slice(seg.payload);
-    crate::icmp::fill_l4_checksum::<A>(d, l3, l4, end, proto::TCP);
+    crate::rewrite::fill_l4_checksum::<A>(d, l3, l4, end, proto::TCP);
     Some(Hdr { l3, l4, end, v6: A::V6, proto: proto::TCP })
 }
 
@@ -313,54 +315,36 @@ pub fn engaged(p: SynProxy, half_open: u32) -> bool {
     }
 }
 
-impl Worker {
-    /// The TCP header of the packet, when its data offset is sane: (header, its length).
-    fn tcp_header(d: &[u8], h: &Hdr) -> Option<usize> {
-        let t = d.get(h.l4..h.end)?;
-        if t.len() < 20 {
-            return None;
-        }
-        let doff = (t[12] >> 4) as usize * 4;
-        (20..=t.len()).contains(&doff).then_some(doff)
+/// The TCP header of the packet, when its data offset is sane: its length.
+fn tcp_header(d: &[u8], h: &Hdr) -> Option<usize> {
+    let t = d.get(h.l4..h.end)?;
+    if t.len() < 20 {
+        return None;
     }
+    let doff = (t[12] >> 4) as usize * 4;
+    (20..=t.len()).contains(&doff).then_some(doff)
+}
 
-    /// A TCP segment without a session to a service with the proxy: a SYN answered with a
-    /// cookie (when the proxy is engaged), an ACK returning a valid cookie turned into the
-    /// backend's SYN (with the packet's new layout), anything else as without the proxy.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn synproxy_new<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, svc: &Service, b: &mut B, m: &Meta, src: A, now: u32) -> Result<(Ref, Option<Meta>), Verdict>
-    where
-        Session<A>: Zeroable,
-    {
-        let f = m.tcp_flags & (tf::SYN | tf::ACK | tf::RST | tf::FIN);
-        if f == tf::SYN && engaged(svc.spec.synproxy, self.table.half_open()) {
-            return Err(self.syn_cookie::<A, B>(snap, b, m, now));
-        }
-        if f != tf::ACK {
-            return Ok((self.open::<A, B>(snap, svc, b, m, m, src, now)?, None));
-        }
-        // The third packet of a handshake the proxy answered, or a stray.
-        let Some(hs) = self.cookie_ack::<A>(b.data(), m, now) else {
-            return Err(Verdict::Drop(DropReason::BadSyncookie));
-        };
-        let syn = Meta { tcp_flags: tf::SYN, ..*m };
-        let r = self.open::<A, B>(snap, svc, b, m, &syn, src, now)?;
-        let Some(m2) = self.cookie_to_syn::<A, B>(b, m, &hs, r) else {
-            self.table.remove::<A>(r);
-            return Err(Verdict::Drop(DropReason::NoRoom));
-        };
-        Ok((r, Some(m2)))
+/// The core's SYN proxy: the cookies' secret (the control plane's) and the client segments held
+/// while a backend's handshake is pending, by session.
+pub struct SynProxyState {
+    cookie_key: [u64; 2],
+    held: FxHashMap<u32, Held>,
+}
+
+impl SynProxyState {
+    pub(crate) fn new(cookie_key: [u64; 2]) -> Self {
+        SynProxyState { cookie_key, held: Default::default() }
     }
 
     /// Answers a client's SYN to service `svc` with a SYN-ACK whose sequence number is a cookie.
-    pub(crate) fn syn_cookie<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    pub(crate) fn syn_cookie<A: Fam, B: PacketBuf>(&mut self, flows: &mut Flows, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {
         let h = m.hdr();
         let d = b.data();
-        let Some(doff) = Self::tcp_header(d, &h) else {
+        let Some(doff) = tcp_header(d, &h) else {
             return Verdict::Drop(DropReason::Malformed);
         };
         let t = &d[h.l4..h.end];
@@ -372,7 +356,7 @@ impl Worker {
         let client_mss = o.mss.unwrap_or(536);
         let idx = MSS_TABLE.iter().rposition(|&v| v <= client_mss).unwrap_or(0) as u32;
         let c = cookie(self.cookie_key, &f, isn, now, idx);
-        let Some(hop) = self.route_to(snap, src.key(), !A::V6) else {
+        let Some(hop) = flows.route_to(snap, src.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         // What the proxy accepts: what fits the client-facing link.
@@ -390,7 +374,7 @@ impl Worker {
         let Some(nh) = build_segment::<A, B>(b, h.l3, &dst, &src, &seg) else {
             return Verdict::Drop(DropReason::NoRoom);
         };
-        self.counters.events.syncookies_sent += 1;
+        flows.counters.events.syncookies_sent += 1;
         egress(b, nh.l3, &hop, A::ETHERTYPE)
     }
 
@@ -400,7 +384,7 @@ impl Worker {
         Session<A>: Zeroable,
     {
         let h = m.hdr();
-        let doff = Self::tcp_header(d, &h)?;
+        let doff = tcp_header(d, &h)?;
         let t = &d[h.l4..h.end];
         let seq = u32::from_be_bytes(t[4..8].try_into().unwrap());
         let ack = u32::from_be_bytes(t[8..12].try_into().unwrap());
@@ -425,7 +409,7 @@ impl Worker {
     /// Turns the client's cookie ACK in `b` into the SYN the backend is sent (still addressed
     /// client to VIP: the forwarding path translates it like any first packet), records the
     /// handshake in session `r`, and returns the packet's new layout.
-    pub(crate) fn cookie_to_syn<A: Fam, B: PacketBuf>(&mut self, b: &mut B, m: &Meta, hs: &Handshake, r: Ref) -> Option<Meta>
+    pub(crate) fn cookie_to_syn<A: Fam, B: PacketBuf>(&mut self, flows: &mut Flows, b: &mut B, m: &Meta, hs: &Handshake, r: Ref) -> Option<Meta>
     where
         Session<A>: Zeroable,
     {
@@ -442,9 +426,9 @@ impl Worker {
         }
         let seg = Segment { sport: m.sport, dport: m.dport, seq: hs.isn, ack: 0, flags: tf::SYN, win: hs.win, opts: ob.bytes(), payload: &[] };
         let nh = build_segment::<A, B>(b, h.l3, &src, &dst, &seg)?;
-        let s = self.table.get_mut::<A>(r);
+        let s = flows.table.get_mut::<A>(r);
         s.flags |= flag::SYNPROXY;
-        *self.table.adj_mut::<A>(r) = SeqAdj {
+        *flows.table.adj_mut::<A>(r) = SeqAdj {
             seq: hs.cookie,
             ts: hs.ts.map_or(0, |t| t.1),
             client_ts: hs.ts.map_or(0, |t| t.0),
@@ -452,30 +436,31 @@ impl Worker {
             wscale: if hs.wscale == NO_WS { 0xff } else { NO_WS << 4 | WSCALE },
             opts: if hs.ts.is_some() { adj_opt::TS } else { 0 },
         };
-        self.counters.events.syncookies_valid += 1;
+        flows.counters.events.syncookies_valid += 1;
         Some(Meta { l4: nh.l4 as u16, end: nh.end as u16, tcp_flags: tf::SYN, ..*m })
     }
 
     /// A client segment of a proxied session: translated toward the backend, or dropped while
     /// the backend has not answered (a reset goes through: the backend may have the SYN).
+    /// `in_fragment`: the packet is a first fragment (its data is not whole: never held).
     #[cold]
     #[inline(never)]
-    pub(crate) fn synproxy_in<A: Fam>(&mut self, d: &mut [u8], m: &Meta, r: Ref, now: u32) -> Result<(), DropReason>
+    pub(crate) fn client_segment<A: Fam>(&mut self, flows: &mut Flows, d: &mut [u8], m: &Meta, r: Ref, in_fragment: bool, now: u32) -> Result<(), DropReason>
     where
         Session<A>: Zeroable,
     {
-        let a = *self.table.adj::<A>(r);
+        let a = *flows.table.adj::<A>(r);
         if a.opts & adj_opt::SPLICED == 0 {
             if m.tcp_flags & tf::RST != 0 {
                 return Ok(());
             }
-            return Err(self.hold::<A>(d, m, r, now));
+            return Err(self.hold::<A>(flows, d, m, r, in_fragment, now));
         }
         if m.tcp_flags & tf::ACK == 0 {
             return Ok(());
         }
         let h = m.hdr();
-        let Some(doff) = Self::tcp_header(d, &h) else {
+        let Some(doff) = tcp_header(d, &h) else {
             return Err(DropReason::Malformed);
         };
         let l4 = h.l4;
@@ -497,16 +482,16 @@ impl Worker {
 
     /// Keeps a copy of a client's first data segment while the backend's handshake is pending
     /// (the first one only, and while there is room); what becomes of the packet itself.
-    fn hold<A: Fam>(&mut self, d: &[u8], m: &Meta, r: Ref, now: u32) -> DropReason
+    fn hold<A: Fam>(&mut self, flows: &mut Flows, d: &[u8], m: &Meta, r: Ref, in_fragment: bool, now: u32) -> DropReason
     where
         Session<A>: Zeroable,
     {
         let h = m.hdr();
-        let Some(doff) = Self::tcp_header(d, &h) else {
+        let Some(doff) = tcp_header(d, &h) else {
             return DropReason::Malformed;
         };
         let t = &d[h.l4..h.end];
-        if t.len() == doff || m.tcp_flags & (tf::SYN | tf::FIN) != 0 || self.in_fragment || self.held.contains_key(&r.raw_key()) {
+        if t.len() == doff || m.tcp_flags & (tf::SYN | tf::FIN) != 0 || in_fragment || self.held.contains_key(&r.raw_key()) {
             return DropReason::SynproxyPending;
         }
         if self.held.len() >= MAX_HELD {
@@ -518,7 +503,7 @@ impl Worker {
         let held =
             Held { seq: u32::from_be_bytes(t[4..8].try_into().unwrap()), flags: m.tcp_flags & tf::PSH, tsval: scan(t, doff).ts.map(|x| x.0), at: now, payload: t[doff..].to_vec() };
         self.held.insert(r.raw_key(), held);
-        self.counters.events.synproxy_held += 1;
+        flows.counters.events.synproxy_held += 1;
         DropReason::SynproxyHeld
     }
 
@@ -528,19 +513,19 @@ impl Worker {
     #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
-    pub(crate) fn synproxy_out<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, r: Ref, established: u32, now: u32) -> Option<Verdict>
+    pub(crate) fn backend_segment<A: Fam, B: PacketBuf>(&mut self, flows: &mut Flows, snap: &Snapshot, b: &mut B, m: &Meta, r: Ref, established: u32, now: u32) -> Option<Verdict>
     where
         Session<A>: Zeroable,
     {
         let h = m.hdr();
         let d = b.data();
-        let Some(doff) = Self::tcp_header(d, &h) else {
+        let Some(doff) = tcp_header(d, &h) else {
             return Some(Verdict::Drop(DropReason::Malformed));
         };
-        let mut a = *self.table.adj::<A>(r);
+        let mut a = *flows.table.adj::<A>(r);
         let syn_ack = m.tcp_flags & (tf::SYN | tf::ACK | tf::RST) == tf::SYN | tf::ACK;
         if syn_ack {
-            return Some(self.splice::<A, B>(snap, b, m, r, doff, &mut a, established, now));
+            return Some(self.splice::<A, B>(flows, snap, b, m, r, doff, &mut a, established, now));
         }
         let l4 = h.l4;
         let csum = l4 + 16;
@@ -575,7 +560,7 @@ impl Worker {
     /// The backend's SYN-ACK: records how its numbers differ from the proxy's and answers with
     /// the ACK that completes its handshake (with the TOA option when the service inserts it).
     #[allow(clippy::too_many_arguments)]
-    fn splice<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, r: Ref, doff: usize, a: &mut SeqAdj, established: u32, now: u32) -> Verdict
+    fn splice<A: Fam, B: PacketBuf>(&mut self, flows: &mut Flows, snap: &Snapshot, b: &mut B, m: &Meta, r: Ref, doff: usize, a: &mut SeqAdj, established: u32, now: u32) -> Verdict
     where
         Session<A>: Zeroable,
     {
@@ -585,7 +570,7 @@ impl Worker {
         let o = scan(t, doff);
         let bseq = u32::from_be_bytes(t[4..8].try_into().unwrap());
         let back = u32::from_be_bytes(t[8..12].try_into().unwrap());
-        let s = *self.table.get::<A>(r);
+        let s = *flows.table.get::<A>(r);
         let Some(be) = snap.backend(s.backend) else {
             return Verdict::Drop(DropReason::BackendRemoved);
         };
@@ -606,13 +591,11 @@ impl Worker {
                 }
             }
             a.opts |= adj_opt::SPLICED;
-            *self.table.adj_mut::<A>(r) = *a;
-            self.table.get_mut::<A>(r).expire = now.wrapping_add(established);
-            self.table.set_state::<A>(r, state::ESTABLISHED);
-            if self.sync_on {
-                self.changed.push(r);
-            }
-            self.counters.events.synproxy_spliced += 1;
+            *flows.table.adj_mut::<A>(r) = *a;
+            flows.table.get_mut::<A>(r).expire = now.wrapping_add(established);
+            flows.table.set_state::<A>(r, state::ESTABLISHED);
+            flows.changed(r);
+            flows.counters.events.synproxy_spliced += 1;
         }
         // The client's first data, when it came meanwhile and is what the backend expects next
         // (and fits the backend's link with the options below).
@@ -654,11 +637,11 @@ impl Worker {
             return Verdict::Drop(DropReason::NoRoom);
         };
         if toa {
-            self.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
-            self.counters.events.toa_inserted += 1;
+            flows.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
+            flows.counters.events.toa_inserted += 1;
         }
         if held.is_some() {
-            self.counters.events.synproxy_held_sent += 1;
+            flows.counters.events.synproxy_held_sent += 1;
         }
         egress(b, nh.l3, &hop, A::ETHERTYPE)
     }

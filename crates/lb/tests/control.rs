@@ -60,7 +60,7 @@ fn adding_services_keeps_existing_sessions() {
     let (v, again) = lb.run(&pkt);
     assert_eq!(v, Verdict::Tx(1));
     assert_eq!(first[30..34], again[30..34], "same backend after the change");
-    assert_eq!(lb.worker.table.len(), 1);
+    assert_eq!(lb.worker.flows.table.len(), 1);
 }
 
 #[test]
@@ -116,14 +116,14 @@ fn sessions_on_a_removed_local_address_end() {
     let out = Builder::udp("10.1.0.12:7000", "203.0.113.1:9").payload(b"o").build();
     assert_eq!(lb.run(&q).0, Verdict::Tx(1));
     assert_eq!(lb.run(&out).0, Verdict::Tx(0));
-    assert_eq!(lb.worker.table.len(), 2);
+    assert_eq!(lb.worker.flows.table.len(), 2);
     // Move both the full-NAT local address and the SNAT address.
     spec.services[0].local_addrs = vec![ip("10.1.0.201")];
     spec.snat[0].addrs = vec![ip("10.0.0.201")];
     lb.control.apply(&spec).unwrap();
     lb.expect_drop(&q, DropReason::NoRoute);
     lb.expect_drop(&out, DropReason::NoRoute);
-    assert_eq!(lb.worker.table.len(), 0, "stale sessions are removed");
+    assert_eq!(lb.worker.flows.table.len(), 0, "stale sessions are removed");
     // The flows' next packets get sessions on the new addresses.
     let (v, o) = lb.run(&q);
     assert_eq!(v, Verdict::Tx(1));

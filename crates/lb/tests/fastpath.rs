@@ -103,11 +103,11 @@ fn step() -> impl Strategy<Value = Step> {
 
 fn sessions(w: &Worker) -> Vec<String> {
     let mut v = Vec::new();
-    w.table.for_each::<[u8; 4]>(0, |i, s| {
+    w.flows.table.for_each::<[u8; 4]>(0, |i, s| {
         v.push(format!("{i} {s:?}"));
         true
     });
-    w.table.for_each::<[u8; 16]>(0, |i, s| {
+    w.flows.table.for_each::<[u8; 16]>(0, |i, s| {
         v.push(format!("{i} {s:?}"));
         true
     });
@@ -153,11 +153,11 @@ impl Pair {
                 self.last_out = Some(fo[k].clone());
             }
         }
-        let mut fast = self.fast.worker.counters.clone();
-        assert_eq!(self.general.worker.counters.events.fast_path, 0);
+        let mut fast = self.fast.worker.flows.counters.clone();
+        assert_eq!(self.general.worker.flows.counters.events.fast_path, 0);
         self.fast_taken = fast.events.fast_path;
         fast.events.fast_path = 0;
-        assert_eq!(fast, self.general.worker.counters);
+        assert_eq!(fast, self.general.worker.flows.counters);
         assert_eq!(sessions(&self.fast.worker), sessions(&self.general.worker));
     }
 }

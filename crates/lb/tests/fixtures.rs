@@ -36,20 +36,20 @@ fn tcp_lifecycle_and_expiry() {
         let (verdict, _) = lb.run(&pkt.build());
         assert!(matches!(verdict, Verdict::Tx(_)), "step {k}: {verdict:?}");
         let mut st = String::new();
-        lb.worker.table.for_each::<[u8; 4]>(0, |_, s| {
+        lb.worker.flows.table.for_each::<[u8; 4]>(0, |_, s| {
             st = vectorlb_lb::session::state::name(s.state).to_string();
             true
         });
         assert_eq!(st, states[k], "step {k}");
         lb.now += 10;
     }
-    assert_eq!(lb.worker.table.len(), 1);
+    assert_eq!(lb.worker.flows.table.len(), 1);
     // TIME-WAIT lasts 2 s: still there after 1 s, gone after 2.1 s.
     lb.worker.idle(lb.now + 1_000, 1000);
-    assert_eq!(lb.worker.table.len(), 1);
+    assert_eq!(lb.worker.flows.table.len(), 1);
     lb.worker.idle(lb.now + 2_100, 1000);
-    assert_eq!(lb.worker.table.len(), 0);
-    assert_eq!(lb.worker.table.stats.expired, 1);
+    assert_eq!(lb.worker.flows.table.len(), 0);
+    assert_eq!(lb.worker.flows.table.stats.expired, 1);
     // A late ACK finds no session and is dropped, not re-scheduled.
     lb.now += 3_000;
     lb.expect_drop(&Builder::tcp(&c, &v, ACK).macs(ROUTER_MAC, EXT_MAC).build(), DropReason::NoSession);
@@ -68,8 +68,8 @@ fn time_wait_zero_removes_at_last_ack() {
         let pkt = if inbound { Builder::tcp(&c, &v, fl) } else { Builder::tcp(&be, &c, fl) };
         assert!(matches!(lb.run(&pkt.build()).0, Verdict::Tx(_)));
     }
-    assert_eq!(lb.worker.table.len(), 0);
-    assert_eq!(lb.worker.table.stats.removed, 1);
+    assert_eq!(lb.worker.flows.table.len(), 0);
+    assert_eq!(lb.worker.flows.table.stats.removed, 1);
 }
 
 #[test]
@@ -84,8 +84,8 @@ fn full_table_refuses_new_keeps_established() {
     }
     lb.expect_drop(&pkt(2000), DropReason::TableFull);
     assert_eq!(lb.run(&pkt(1001)).0, Verdict::Tx(1), "established flow still forwarded");
-    assert_eq!(lb.worker.table.len(), 4);
-    assert_eq!(lb.worker.counters.dropped(DropReason::TableFull), 1);
+    assert_eq!(lb.worker.flows.table.len(), 4);
+    assert_eq!(lb.worker.flows.counters.dropped(DropReason::TableFull), 1);
 }
 
 #[test]
@@ -111,9 +111,9 @@ fn drained_then_removed_backend() {
     // datagram starts a new one on a live backend.
     spec.services[0].backends.remove(0);
     lb.control.apply(&spec).unwrap();
-    let before = lb.worker.table.len();
+    let before = lb.worker.flows.table.len();
     assert_eq!(dst(&lb.run(&pkt(1000)).1), vec![10, 1, 0, 12]);
-    assert_eq!(lb.worker.table.len(), before, "the old session went, a new one came");
+    assert_eq!(lb.worker.flows.table.len(), before, "the old session went, a new one came");
 }
 
 #[test]
@@ -155,7 +155,7 @@ fn port_reuse_and_removed_backends_reschedule_new_tcp_connections() {
     assert_eq!(vectorlb_packet::checksum::checksum(&rst[l3..l3 + 20]), 0, "IPv4 header checksum");
     let pseudo = vectorlb_packet::checksum::pseudo_v4(rst[l3 + 12..l3 + 16].try_into().unwrap(), rst[l3 + 16..l3 + 20].try_into().unwrap(), 6, 20);
     assert_eq!(vectorlb_packet::checksum::fold(vectorlb_packet::checksum::accumulate(pseudo, &rst[l4..])), 0xffff, "TCP checksum");
-    assert_eq!(lb.worker.counters.events.tcp_resets_sent, 1);
+    assert_eq!(lb.worker.flows.counters.events.tcp_resets_sent, 1);
     // The session is gone: a RST from the client is just dropped.
     lb.expect_drop(&c(tf::RST), DropReason::NoSession);
     assert_eq!(dst(&lb.run(&c(tf::SYN)).1), vec![10, 1, 0, 11]);
@@ -199,7 +199,7 @@ fn a_flow_created_earlier_in_the_same_batch_is_found() {
     lb.worker.process(&mut bufs, &mut verdicts, 1);
     assert_eq!(verdicts, [Verdict::Tx(1), Verdict::Tx(1)]);
     assert_eq!(bufs[0].data()[30..34], bufs[1].data()[30..34], "same backend");
-    assert_eq!(lb.worker.table.len(), 1);
+    assert_eq!(lb.worker.flows.table.len(), 1);
 }
 
 #[test]
@@ -216,7 +216,7 @@ fn a_service_without_a_usable_backend_resets_new_tcp_connections() {
     let t = &out[info.l4..];
     assert_eq!(t[13], RST | ACK, "RST+ACK to a SYN");
     assert_eq!(u32::from_be_bytes(t[8..12].try_into().unwrap()), 78, "acknowledges the SYN");
-    assert_eq!((lb.worker.counters.events.tcp_resets_sent, lb.worker.table.len()), (1, 0), "counted, no session");
+    assert_eq!((lb.worker.flows.counters.events.tcp_resets_sent, lb.worker.flows.table.len()), (1, 0), "counted, no session");
     // UDP has no reset: the datagram is dropped and counted.
     let q = Builder::udp(&f.sock(f.client(), 4000), &f.sock(f.vip(), 53)).payload(b"q").build();
     lb.expect_drop(&q, DropReason::NoBackend);
@@ -235,8 +235,8 @@ fn impossible_tcp_flags_open_no_session_and_are_counted() {
             for fl in bad {
                 lb.expect_drop(&Builder::tcp(&c, &v, fl).macs(ROUTER_MAC, EXT_MAC).build(), DropReason::InvalidTcpFlags);
             }
-            assert_eq!(lb.worker.table.len(), 0, "{mode:?} v6={v6}: no session from impossible flags");
-            assert_eq!(lb.worker.counters.drops[DropReason::InvalidTcpFlags as usize], bad.len() as u64);
+            assert_eq!(lb.worker.flows.table.len(), 0, "{mode:?} v6={v6}: no session from impossible flags");
+            assert_eq!(lb.worker.flows.counters.drops[DropReason::InvalidTcpFlags as usize], bad.len() as u64);
             // The same client then connects normally, and a segment of its session with
             // impossible flags is dropped without harming the session.
             let (verdict, _) = lb.run(&Builder::tcp(&c, &v, SYN).macs(ROUTER_MAC, EXT_MAC).build());
@@ -244,7 +244,7 @@ fn impossible_tcp_flags_open_no_session_and_are_counted() {
             lb.expect_drop(&Builder::tcp(&c, &v, SYN | FIN).macs(ROUTER_MAC, EXT_MAC).build(), DropReason::InvalidTcpFlags);
             let (verdict, _) = lb.run(&Builder::tcp(&c, &v, ACK | PSH).macs(ROUTER_MAC, EXT_MAC).build());
             assert!(matches!(verdict, Verdict::Tx(_)), "{verdict:?}");
-            assert_eq!(lb.worker.table.len(), 1);
+            assert_eq!(lb.worker.flows.table.len(), 1);
         }
     }
 }
@@ -293,23 +293,23 @@ fn the_half_open_budget_bounds_a_syn_flood_and_never_touches_established_session
             assert_eq!(lb.run(&back).0, Verdict::Tx(0));
             assert_eq!(lb.run(&from(30000 + p, ACK)).0, Verdict::Tx(1));
         }
-        assert_eq!(lb.worker.table.half_open(), 0);
+        assert_eq!(lb.worker.flows.table.half_open(), 0);
         // A flood of 1,000 SYNs from other ports: the half-open sessions never pass the budget,
         // each new SYN still gets through (an older half-open session makes room).
         for p in 0..1000u16 {
             assert_eq!(lb.run(&from(40000 + p, SYN)).0, Verdict::Tx(1), "SYN {p}");
-            assert!(lb.worker.table.half_open() <= 50);
+            assert!(lb.worker.flows.table.half_open() <= 50);
             lb.now += 1;
         }
-        assert_eq!(lb.worker.table.half_open(), 50);
-        assert_eq!(lb.worker.counters.events.half_open_evicted, 950);
-        assert_eq!(lb.worker.table.len(), 60, "the ten established sessions stay");
+        assert_eq!(lb.worker.flows.table.half_open(), 50);
+        assert_eq!(lb.worker.flows.counters.events.half_open_evicted, 950);
+        assert_eq!(lb.worker.flows.table.len(), 60, "the ten established sessions stay");
         for p in 0..10u16 {
             assert_eq!(lb.run(&from(30000 + p, ACK | PSH)).0, Verdict::Tx(1), "established flow {p} still forwarded");
         }
         // Under pressure the handshake timeout shrinks from 30 s to the 1 s floor: the flood's
         // sessions are gone 1 s after it stops, the established ones are not.
         lb.worker.idle(lb.now + 1_001, 10_000);
-        assert_eq!((lb.worker.table.half_open(), lb.worker.table.len()), (0, 10));
+        assert_eq!((lb.worker.flows.table.half_open(), lb.worker.flows.table.len()), (0, 10));
     }
 }

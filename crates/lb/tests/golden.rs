@@ -263,13 +263,13 @@ fn run_case(case: &Case, steps_run: &mut usize) -> Vec<String> {
         }
     }
     if let Some(n) = case.after.sessions {
-        let len = lb.worker.table.len() as usize;
+        let len = lb.worker.flows.table.len() as usize;
         if len != n {
             fails.push(format!("case {}: {len} sessions after the last step, expected {n}", case.name));
         }
     }
     for (name, want) in &case.after.counters {
-        let got = counter(&lb.worker.counters, name);
+        let got = counter(&lb.worker.flows.counters, name);
         if got != *want {
             fails.push(format!("case {}: counter {name} is {got}, expected {want}", case.name));
         }

@@ -37,7 +37,7 @@ fn an_installed_session_forwards_like_the_original_in_every_mode_and_family() {
             for r in &recs {
                 standby.worker.install(r, standby.now).unwrap();
             }
-            assert_eq!(standby.worker.table.len(), 1);
+            assert_eq!(standby.worker.flows.table.len(), 1);
             // Client to backend: the same frame leaves both.
             let data = client(tf::ACK | tf::PSH);
             let (mut a, mut b) = (active.run(&data), standby.run(&data));
@@ -96,7 +96,7 @@ fn install_refuses_what_it_cannot_place_and_updates_what_it_has() {
     // Installed twice: updated, not duplicated.
     standby.worker.install(&rec, 1).unwrap();
     standby.worker.install(&SyncRecord { state: 3, ..rec }, 1).unwrap();
-    assert_eq!(standby.worker.table.len(), 1);
+    assert_eq!(standby.worker.flows.table.len(), 1);
     // The same local port for another client: taken.
     let other = SyncRecord { cport: 40001, ..rec };
     assert_eq!(standby.worker.install(&other, 1), Err(InstallError::PortTaken));

@@ -107,9 +107,9 @@ fn session_state(lb: &Lb, v6: bool) -> Vec<&'static str> {
         true
     };
     if v6 {
-        lb.worker.table.for_each::<[u8; 16]>(0, |i, s| f(i, s.state));
+        lb.worker.flows.table.for_each::<[u8; 16]>(0, |i, s| f(i, s.state));
     } else {
-        lb.worker.table.for_each::<[u8; 4]>(0, |i, s| f(i, s.state));
+        lb.worker.flows.table.for_each::<[u8; 4]>(0, |i, s| f(i, s.state));
     }
     v
 }
@@ -127,8 +127,8 @@ fn connection(f: &Fam, mode: Mode) {
     assert_eq!(echo, 100);
     assert_eq!((sa.opts.wscale, sa.opts.sack_ok), (Some(WSCALE), true));
     assert_eq!(sa.opts.mss, Some(if f.v6 { 1440 } else { 1460 }), "the client-facing MTU's MSS");
-    assert_eq!(lb.worker.table.len(), 0, "no session for a SYN");
-    assert_eq!(lb.worker.counters.events.syncookies_sent, 1);
+    assert_eq!(lb.worker.flows.table.len(), 0, "no session for a SYN");
+    assert_eq!(lb.worker.flows.counters.events.syncookies_sent, 1);
     let cookie = sa.seq;
     // 2. The client's ACK returns the cookie: the backend gets a SYN with the client's ISN and
     //    options.
@@ -140,8 +140,8 @@ fn connection(f: &Fam, mode: Mode) {
     assert!(syn.src.contains(expected_src), "{} from {expected_src}", syn.src);
     assert_eq!((syn.opts.mss, syn.opts.wscale, syn.opts.sack_ok), (Some(1460), Some(9), true));
     assert_eq!(syn.opts.ts.map(|t| (t.0, t.1)), Some((101, 0)));
-    assert_eq!(lb.worker.table.half_open(), 1);
-    assert_eq!(lb.worker.counters.events.syncookies_valid, 1);
+    assert_eq!(lb.worker.flows.table.half_open(), 1);
+    assert_eq!(lb.worker.flows.counters.events.syncookies_valid, 1);
     // The client's first data meanwhile is held for the backend; more is dropped (the client
     // retransmits it).
     let early = from_client(ACK | PSH).seq(1001).ack(cookie.wrapping_add(1)).tcp_options(&ts(102, our_ts)).payload(b"GET /");
@@ -160,10 +160,10 @@ fn connection(f: &Fam, mode: Mode) {
     assert_eq!((ack.flags, ack.seq, ack.ack, ack.win), (ACK | PSH, 1001, 5001, 502));
     assert_eq!(ack.payload, b"GET /");
     assert_eq!(ack.opts.ts.map(|t| (t.0, t.1)), Some((102, 7000)));
-    assert_eq!((lb.worker.counters.events.synproxy_held, lb.worker.counters.events.synproxy_held_sent), (1, 1));
+    assert_eq!((lb.worker.flows.counters.events.synproxy_held, lb.worker.flows.counters.events.synproxy_held_sent), (1, 1));
     assert_eq!(session_state(&lb, f.v6), ["established"]);
-    assert_eq!(lb.worker.table.half_open(), 0);
-    assert_eq!(lb.worker.counters.events.synproxy_spliced, 1);
+    assert_eq!(lb.worker.flows.table.half_open(), 0);
+    assert_eq!(lb.worker.flows.counters.events.synproxy_spliced, 1);
     // 4. Client to backend: acknowledgements, SACK blocks and timestamp echoes move into the
     //    backend's numbers; the client's own sequence numbers stay.
     let delta = 5000u32.wrapping_sub(cookie);
@@ -217,8 +217,8 @@ fn forged_and_stale_cookies_open_nothing() {
     // The right cookie, five minutes late.
     lb.now += 5 * 60_000;
     lb.expect_drop(&Builder::tcp(&c, &v, ACK).seq(1001).ack(sa.seq.wrapping_add(1)).macs(ROUTER_MAC, EXT_MAC).build(), DropReason::BadSyncookie);
-    assert_eq!(lb.worker.table.len(), 0);
-    assert_eq!(lb.worker.counters.dropped(DropReason::BadSyncookie), 4);
+    assert_eq!(lb.worker.flows.table.len(), 0);
+    assert_eq!(lb.worker.flows.counters.dropped(DropReason::BadSyncookie), 4);
     // Malformed options in a SYN: answered without them, nothing read outside the header.
     let sa = tx(&mut lb, Builder::tcp(&c, &v, SYN).seq(7).tcp_options(&[2, 4, 1, 0, 8, 40, 0, 0]).macs(ROUTER_MAC, EXT_MAC), 0);
     assert_eq!((sa.opts.ts, sa.opts.wscale), (None, None));
@@ -251,14 +251,14 @@ fn auto_engages_at_its_half_open_threshold_and_established_flows_keep_going() {
     for p in 0..3u16 {
         tx(&mut lb, Builder::tcp(&f.sock(f.client(), 41000 + p), &v, SYN).seq(1).macs(ROUTER_MAC, EXT_MAC), 1);
     }
-    assert_eq!(lb.worker.table.half_open(), 3);
+    assert_eq!(lb.worker.flows.table.half_open(), 3);
     let sa = tx(&mut lb, Builder::tcp(&f.sock(f.client(), 41003), &v, SYN).seq(1).macs(ROUTER_MAC, EXT_MAC), 0);
     assert_eq!(sa.flags, SYN | ACK);
-    assert_eq!(lb.worker.table.len(), 3);
+    assert_eq!(lb.worker.flows.table.len(), 3);
     // A session-less ACK is checked as a cookie even when not engaged.
     let syn = tx(&mut lb, Builder::tcp(&f.sock(f.client(), 41003), &v, ACK).seq(2).ack(sa.seq.wrapping_add(1)).macs(ROUTER_MAC, EXT_MAC), 1);
     assert_eq!(syn.flags, SYN);
-    assert_eq!(lb.worker.table.half_open(), 4);
+    assert_eq!(lb.worker.flows.table.half_open(), 4);
 }
 
 #[test]

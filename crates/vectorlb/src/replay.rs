@@ -146,7 +146,7 @@ pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, Repla
     kernel.flush().map_err(file_err(&kernel_path))?;
     outputs.push(kernel_path);
 
-    let c = &worker.counters;
+    let c = &worker.flows.counters;
     let snap = worker.snapshot().clone();
     let mut backends = BTreeMap::new();
     for b in snap.backends() {
@@ -162,7 +162,7 @@ pub fn run(config: &Path, input: &Path, out_dir: &Path) -> Result<Summary, Repla
         dropped: c.total_drops(),
         drop_reasons: DropReason::ALL.iter().filter(|r| c.dropped(**r) > 0).map(|r| (r.name(), c.dropped(*r))).collect(),
         sessions_created: c.events.sessions_created,
-        sessions_live: worker.table.len(),
+        sessions_live: worker.flows.table.len(),
         icmp_echo_replies: c.events.icmp_echo_replies,
         icmp_errors_sent: c.events.icmp_errors_sent,
         icmp_errors_translated: c.events.icmp_errors_translated,
