@@ -23,10 +23,15 @@ PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 ALL=(core synflood scaling profile profile-io rfc2544 cps wrk idle memif report)
 T0=$(date +%s)
 # What was measured, for the report (which may be regenerated later, at another commit).
-# (memif keeps its own, bench/results/memif-measured-at.txt.)
-if [ "$STEPS" != "memif" ] && [ "$STEPS" != "synflood" ]; then
-    echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/measured-at.txt"
-    $PY bench/report.py --machine > "$RES/machine.txt"
+# A whole run dates the page; a single step (BENCH_STEPS=profile, ...) dates its own section
+# (bench/results/STEP-measured-at.txt, STEP-machine.txt), so the rest of the page keeps its date.
+stamp() { # [PREFIX]
+    echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/${1:-}measured-at.txt"
+    $PY bench/report.py --machine > "$RES/${1:-}machine.txt"
+}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+if want core; then
+    stamp
 fi
 step() { # NAME DESCRIPTION
     local i=0 n=${#ALL[@]} k
@@ -35,7 +40,6 @@ step() { # NAME DESCRIPTION
     printf '\n[%s%s] %d/%d %s (%ds elapsed)\n' "$(printf '#%.0s' $(seq 1 $f))" "$(printf '.%.0s' $(seq 1 $((w - f))))" \
         "$i" "$n" "$2" $(( $(date +%s) - T0 )) >&2
 }
-want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 if want core; then
     step core "pipeline and CPS in memory (bench/results/core.jsonl)"
@@ -50,7 +54,7 @@ if want synflood; then
             "$BIN" bench synflood --mode fnat --family $fam --synproxy $sp --seconds 3 --json | tee -a "$RES/synflood.jsonl"
         done
     done
-    echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/synflood-measured-at.txt"
+    stamp synflood-
 fi
 if want scaling; then
     step scaling "worker threads 1..$(nproc) (bench/results/scaling.jsonl)"
@@ -63,6 +67,7 @@ fi
 if want profile; then
     step profile "callgrind per packet and per connection (bench/results/profile.json)"
     bash bench/profile.sh
+    stamp profile-
 fi
 if want profile-io; then
     step profile-io "perf: the worker's time per packet, I/O included (bench/results/profile-io.jsonl)"
@@ -92,7 +97,7 @@ if want memif; then
     step memif "memif against DPDK's net_memif (bench/results/memif.jsonl)"
     "$TOOLS" bench-memif --reps "${MEMIF_REPS:-3}" --json | tee "$RES/memif.jsonl" | grep -v '"rep"' | cut -c1-160
     "$TOOLS" bench-memif --focus --sizes 64,1500 --reps "${MEMIF_FOCUS_REPS:-25}" --seconds 2 --json | tee "$RES/memif-focus.jsonl" | grep -v '"rep"' | cut -c1-160
-    echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%Y-%m-%d)" > "$RES/memif-measured-at.txt"
+    stamp memif-
 fi
 step report "docs/benchmarks.md and docs/img/*.png"
 $PY bench/report.py

@@ -47,6 +47,17 @@ charts = []
 notes_used = []
 
 
+def dated(prefix):
+    """'Measured DAY at commit `C` on MACHINE.' for a step run on its own (bench/all.sh's
+    PREFIX-measured-at.txt and PREFIX-machine.txt); '' without them."""
+    at, mach = res(prefix + "-measured-at.txt"), res(prefix + "-machine.txt")
+    if not os.path.exists(at):
+        return ""
+    c, d = (open(at).read().split() + ["?", "?"])[:2]
+    on = f" on {open(mach).read().strip()}" if os.path.exists(mach) else ""
+    return f"Measured {d} at commit `{c}`{on}.\n"
+
+
 def note(name):
     """The hand-written part `bench/notes/NAME.md` (figures from runs of their own, analysis), as
     lines; [] when there is none. Every file there must be used somewhere (checked at the end),
@@ -231,13 +242,20 @@ mvs = [r for r in (memif_focus or memif) if r["bench"] == "memif_vs_testpmd" and
 if mvs:
     glance.append(("memif, one core per side, median Mpps: vectorlb (cpu) / DPDK net_memif (testpmd)",
                    ", ".join(f"{r['frame_bytes']} B {r['vectorlb_cpu_mpps']:.2f} / {r['testpmd_mpps']:.2f} ({r['cpu_vs_testpmd']:.2f})" for r in mvs if r["frame_bytes"] in (64, 1500))))
-th = [r for r in tls if r["bench"] == "tls_handshakes" and r["tls"] == "1.3"]
-if th:
-    by = {r["server"]: r for r in th}
-    if "vectorlb-cryptomb" in by and "nginx" in by:
-        glance.append(("TLS 1.3 full handshakes (RSA-2048) per core-second: cryptomb / inline (default backend) / nginx / HAProxy",
-                       " / ".join(f"{by[n]['handshakes_per_core_s']:,.0f}" for n in ("vectorlb-cryptomb", "vectorlb-inline", "nginx", "haproxy") if n in by)
-                       + f" ({by['vectorlb-cryptomb']['per_core_vs_nginx']:.2f}x nginx)"))
+def tls_glance():
+    """Per version: cryptomb / inline / nginx / HAProxy handshakes per core-second, and the ratio."""
+    parts = []
+    for version in ("1.3", "1.2"):
+        by = {r["server"]: r for r in tls if r["bench"] == "tls_handshakes" and r["tls"] == version}
+        if "vectorlb-cryptomb" in by and "nginx" in by:
+            parts.append(" / ".join(f"{by[n]['handshakes_per_core_s']:,.0f}" for n in ("vectorlb-cryptomb", "vectorlb-inline", "nginx", "haproxy") if n in by)
+                         + f" ({by['vectorlb-cryptomb']['per_core_vs_nginx']:.2f}x nginx)")
+    return parts
+
+
+if tls_glance():
+    tday = (open(res("tls-measured-at.txt")).read().split() + ["?", "?"])[1] if os.path.exists(res("tls-measured-at.txt")) else "?"
+    glance.append((f"TLS full handshakes (RSA-2048) per core-second, TLS 1.3 / 1.2 ({tday}): cryptomb / inline (default backend) / nginx / HAProxy", "; ".join(tls_glance())))
 if glance:
     w("## At a glance\n")
     w("| measure | measured |")
@@ -386,8 +404,7 @@ if synflood:
     w("### SYN floods\n")
     sat = res("synflood-measured-at.txt")
     if os.path.exists(sat) and lines("synflood.jsonl"):
-        scommit, sday = (open(sat).read().split() + ["?", "?"])[:2]
-        w(f"Measured {sday} at commit `{scommit}`, after the run above (`bench/results/synflood.jsonl`).\n")
+        w(dated("synflood").rstrip("\n") + " Raw lines: `bench/results/synflood.jsonl`.\n")
     w("`vectorlb bench synflood`: spoofed SYNs (random sources in 198.18.0.0/15 or 2001:db8:f::/48, "
       "random ports and sequence numbers, a Linux SYN's options) at a full-NAT TCP service, 256 "
       "per batch. With the SYN proxy on, every SYN is answered with a SYN cookie and nothing is "
@@ -454,6 +471,8 @@ if curves:
 
 if profile:
     w("### Profile: instructions per packet and per connection\n")
+    if dated("profile"):
+        w(dated("profile"))
     w("`bench/profile.sh` (`make bench-profile`): callgrind counts the instructions of the "
       "timed work only (`--toggle-collect` on the out-of-line function "
       "`vectorlb_bench::timed_process`), grouped by "
