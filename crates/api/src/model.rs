@@ -694,7 +694,10 @@ pub struct MemifStatus {
 }
 
 /// One memif queue pair's counters.
+// The daemon fills them by name from vectorlb-memif's declaration (`queue_counters!`): a
+// counter added there must be added here, or the daemon's test fails.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct MemifQueue {
     pub queue: u16,
     pub rx_packets: u64,

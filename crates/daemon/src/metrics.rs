@@ -255,7 +255,7 @@ fn memif_metrics(o: &mut String, d: &crate::Daemon) {
         .ports
         .iter()
         .filter_map(|p| match &p.kind {
-            crate::PortKind::Memif(m) => Some((format!("port=\"{}\"", esc(&p.name)), m.status())),
+            crate::PortKind::Memif(m) => Some((format!("port=\"{}\"", esc(&p.name)), m.status(), m.queue_counters())),
             crate::PortKind::Eth(_) => None,
         })
         .collect();
@@ -263,15 +263,15 @@ fn memif_metrics(o: &mut String, d: &crate::Daemon) {
         return;
     }
     head(o, "vectorlb_memif_connected", "gauge", "1 while the memif peer is connected.");
-    for (l, s) in &memifs {
+    for (l, s, _) in &memifs {
         let _ = writeln!(o, "vectorlb_memif_connected{{{l}}} {}", s.connected as u8);
     }
     head(o, "vectorlb_memif_connects_total", "counter", "memif connections made.");
-    for (l, s) in &memifs {
+    for (l, s, _) in &memifs {
         let _ = writeln!(o, "vectorlb_memif_connects_total{{{l}}} {}", s.connects);
     }
     head(o, "vectorlb_memif_packets_total", "counter", "Frames through a memif queue pair.");
-    for (l, s) in &memifs {
+    for (l, s, _) in &memifs {
         for q in &s.queues {
             let _ = writeln!(
                 o,
@@ -281,7 +281,7 @@ fn memif_metrics(o: &mut String, d: &crate::Daemon) {
         }
     }
     head(o, "vectorlb_memif_bytes_total", "counter", "Bytes through a memif queue pair.");
-    for (l, s) in &memifs {
+    for (l, s, _) in &memifs {
         for q in &s.queues {
             let _ = writeln!(
                 o,
@@ -290,21 +290,23 @@ fn memif_metrics(o: &mut String, d: &crate::Daemon) {
             );
         }
     }
+    // The copy and error families come from the counters' declaration (vectorlb-memif's
+    // `queue_counters!`), by kind.
+    use vectorlb_memif::CounterKind;
     head(o, "vectorlb_memif_copies_total", "counter", "Copies by who did them: cpu, dma, or cpu_fallback (the DMA ring was full).");
-    for (l, s) in &memifs {
-        for q in &s.queues {
-            for (e, v) in [("cpu", q.copies_cpu), ("dma", q.copies_dma), ("cpu_fallback", q.copies_cpu_fallback)] {
-                let _ = writeln!(o, "vectorlb_memif_copies_total{{{l},queue=\"{}\",engine=\"{e}\"}} {v}", q.queue);
+    for (l, _, queues) in &memifs {
+        for (q, c) in queues.iter().enumerate() {
+            for (name, _, v) in c.fields().filter(|f| f.1 == CounterKind::Copy) {
+                let e = name.trim_start_matches("copies_");
+                let _ = writeln!(o, "vectorlb_memif_copies_total{{{l},queue=\"{q}\",engine=\"{e}\"}} {v}");
             }
         }
     }
     head(o, "vectorlb_memif_errors_total", "counter", "Refused descriptors (bad_desc), broken rings (bad_ring), frames too long or without a buffer, transmits into a full ring, frames that were not IP on an IP-mode port (not_ip).");
-    for (l, s) in &memifs {
-        for q in &s.queues {
-            for (k, v) in
-                [("bad_desc", q.bad_desc), ("bad_ring", q.bad_ring), ("too_long", q.too_long), ("no_buffer", q.no_buffer), ("tx_ring_full", q.tx_ring_full), ("not_ip", q.not_ip)]
-            {
-                let _ = writeln!(o, "vectorlb_memif_errors_total{{{l},queue=\"{}\",kind=\"{k}\"}} {v}", q.queue);
+    for (l, _, queues) in &memifs {
+        for (q, c) in queues.iter().enumerate() {
+            for (k, _, v) in c.fields().filter(|f| matches!(f.1, CounterKind::RxError | CounterKind::NoBuffer | CounterKind::TxFull)) {
+                let _ = writeln!(o, "vectorlb_memif_errors_total{{{l},queue=\"{q}\",kind=\"{k}\"}} {v}");
             }
         }
     }

@@ -62,28 +62,82 @@ impl Connection {
     }
 }
 
-/// Counters of one queue pair, written by its worker, read by anyone.
-#[derive(Debug, Default)]
-pub struct QueueStats {
-    pub rx_packets: AtomicU64,
-    pub rx_bytes: AtomicU64,
-    pub tx_packets: AtomicU64,
-    pub tx_bytes: AtomicU64,
+/// What a queue counter counts, for the places that group them (a port's DPDK-style totals,
+/// `/metrics`' error and copy families).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterKind {
+    /// Frames and bytes moved.
+    Traffic,
+    /// A frame from the peer refused (DPDK's `ierrors`).
+    RxError,
+    /// A frame that found no local buffer (DPDK's `rx_nombuf`).
+    NoBuffer,
+    /// Transmits that found the peer's ring full.
+    TxFull,
+    /// A copy, by the engine that did it (the name after `copies_`).
+    Copy,
+}
+
+/// The queue counters, declared once: the atomic [`QueueStats`] the worker writes, the
+/// [`QueueCounters`] snapshot, and [`QueueCounters::fields`] (names and kinds) from which the
+/// API, `/metrics` and the port totals are made.
+macro_rules! queue_counters {
+    ($( $(#[doc = $doc:literal])* $name:ident: $kind:ident, )*) => {
+        /// Counters of one queue pair, written by its worker, read by anyone.
+        #[derive(Debug, Default)]
+        pub struct QueueStats {
+            $( $(#[doc = $doc])* pub $name: AtomicU64, )*
+        }
+
+        /// A snapshot of [`QueueStats`].
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        pub struct QueueCounters {
+            $( $(#[doc = $doc])* pub $name: u64, )*
+        }
+
+        impl QueueStats {
+            pub fn snapshot(&self) -> QueueCounters {
+                QueueCounters { $( $name: self.$name.load(Ordering::Relaxed), )* }
+            }
+        }
+
+        impl QueueCounters {
+            /// Every counter: its name (the API's and `/metrics`' too), what it counts, its value.
+            pub fn fields(&self) -> impl Iterator<Item = (&'static str, CounterKind, u64)> {
+                [$( (stringify!($name), CounterKind::$kind, self.$name), )*].into_iter()
+            }
+
+            /// The sum of the counters of one kind.
+            pub fn sum(&self, kind: CounterKind) -> u64 {
+                self.fields().filter(|f| f.1 == kind).map(|f| f.2).sum()
+            }
+        }
+    };
+}
+
+queue_counters! {
+    rx_packets: Traffic,
+    rx_bytes: Traffic,
+    tx_packets: Traffic,
+    tx_bytes: Traffic,
     /// Descriptors that pointed outside the peer's regions, or had impossible lengths.
-    pub bad_desc: AtomicU64,
+    bad_desc: RxError,
     /// Ring indexes the peer moved to impossible values (the connection is then dropped).
-    pub bad_ring: AtomicU64,
+    bad_ring: RxError,
     /// Frames longer than a local buffer or the largest frame.
-    pub too_long: AtomicU64,
+    too_long: RxError,
     /// Frames that found no local buffer.
-    pub no_buffer: AtomicU64,
+    no_buffer: NoBuffer,
     /// Transmit attempts that found the peer's ring full (frames left to the caller).
-    pub tx_ring_full: AtomicU64,
+    tx_ring_full: TxFull,
     /// IP mode: frames that were not IPv4 or IPv6 (from the peer, or for it), dropped.
-    pub not_ip: AtomicU64,
-    pub copies_cpu: AtomicU64,
-    pub copies_engine: AtomicU64,
-    pub copies_fallback: AtomicU64,
+    not_ip: RxError,
+    /// Copies done by the CPU (the cpu engine, or below the DMA threshold).
+    copies_cpu: Copy,
+    /// Copies done by the DMA engine.
+    copies_dma: Copy,
+    /// Copies the CPU did because the DMA ring was full.
+    copies_cpu_fallback: Copy,
 }
 
 impl QueueStats {
@@ -91,45 +145,6 @@ impl QueueStats {
     pub fn add(c: &AtomicU64, n: u64) {
         // One writer (the queue's worker): a load and a store, not a locked add.
         c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-    }
-}
-
-/// A snapshot of [`QueueStats`].
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct QueueCounters {
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    pub bad_desc: u64,
-    pub bad_ring: u64,
-    pub too_long: u64,
-    pub no_buffer: u64,
-    pub tx_ring_full: u64,
-    pub not_ip: u64,
-    pub copies_cpu: u64,
-    pub copies_engine: u64,
-    pub copies_fallback: u64,
-}
-
-impl QueueStats {
-    pub fn snapshot(&self) -> QueueCounters {
-        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        QueueCounters {
-            rx_packets: l(&self.rx_packets),
-            rx_bytes: l(&self.rx_bytes),
-            tx_packets: l(&self.tx_packets),
-            tx_bytes: l(&self.tx_bytes),
-            bad_desc: l(&self.bad_desc),
-            bad_ring: l(&self.bad_ring),
-            too_long: l(&self.too_long),
-            no_buffer: l(&self.no_buffer),
-            tx_ring_full: l(&self.tx_ring_full),
-            not_ip: l(&self.not_ip),
-            copies_cpu: l(&self.copies_cpu),
-            copies_engine: l(&self.copies_engine),
-            copies_fallback: l(&self.copies_fallback),
-        }
     }
 }
 

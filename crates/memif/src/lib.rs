@@ -25,7 +25,7 @@ pub mod sock;
 
 pub use client::{Buf, Client, ClientConfig, ClientError, ClientQueue};
 pub use clientport::{ClientRx, ClientTx, QueueSlot};
-pub use conn::{Connection, Link, LinkState, QueueCounters};
+pub use conn::{Connection, CounterKind, Link, LinkState, QueueCounters};
 pub use ipmode::{IpRx, IpTx};
 pub use proto::Mode;
 pub use server::{InterfaceConfig, Server, ServerError};

@@ -38,8 +38,8 @@ pub(crate) struct Inflight<P> {
 /// Adds what the copier did since `before` to a queue's counters.
 pub(crate) fn count_copies(stats: &QueueStats, before: &vectorlb_io::copy::CopyStats, after: &vectorlb_io::copy::CopyStats) {
     QueueStats::add(&stats.copies_cpu, after.cpu - before.cpu);
-    QueueStats::add(&stats.copies_engine, after.engine - before.engine);
-    QueueStats::add(&stats.copies_fallback, after.cpu_fallback - before.cpu_fallback);
+    QueueStats::add(&stats.copies_dma, after.engine - before.engine);
+    QueueStats::add(&stats.copies_cpu_fallback, after.cpu_fallback - before.cpu_fallback);
 }
 
 /// Receives frames from the client-to-server ring `queue` of a link.

@@ -224,7 +224,7 @@ pub fn fwd(a: &FwdArgs) -> Result<Value, ToolError> {
         .queues
         .iter()
         .map(|q| q.snapshot())
-        .fold((0, 0, 0, 0, 0), |acc, c| (acc.0 + c.copies_cpu, acc.1 + c.copies_engine, acc.2 + c.copies_fallback, acc.3 + c.bad_desc, acc.4 + c.no_buffer));
+        .fold((0, 0, 0, 0, 0), |acc, c| (acc.0 + c.copies_cpu, acc.1 + c.copies_dma, acc.2 + c.copies_cpu_fallback, acc.3 + c.bad_desc, acc.4 + c.no_buffer));
     // The timed bursts' copy time, less the clock reads' own cost (one pair per CPU copy),
     // scaled to all bursts.
     let copy_cycles = (copy_cycles as f64 - timed_copies as f64 * clock_pair_cycles()).max(0.0);
