@@ -236,9 +236,7 @@ mod counter_tests {
 
     #[test]
     fn every_memif_counter_reaches_the_api_under_its_name() {
-        let mut c = QueueCounters::default();
-        c.bad_desc = 7;
-        c.copies_cpu_fallback = 3;
+        let c = QueueCounters { bad_desc: 7, copies_cpu_fallback: 3, ..Default::default() };
         let q = queue_status(2, &c);
         let v = serde_json::to_value(&q).unwrap();
         let names: Vec<&str> = c.fields().map(|f| f.0).collect();
