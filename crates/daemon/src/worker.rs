@@ -2,7 +2,7 @@
 //! of every port, the consuming end of its hand-off ring and its own session table; it polls,
 //! runs the pipeline over each burst, transmits per port, hands packets that belong to another
 //! worker to that worker's ring, answers ARP / ND for our addresses, and backs off when idle.
-//! DPDK ports and rings and the in-memory queues of the tests plug in here (a memif port will).
+//! DPDK ports and rings, memif ports and the in-memory queues of the tests plug in here.
 
 use crate::ha::Ha;
 use crate::queue_sets::{QueueSets, QueueStats, Steer, Steering, DEPTH_BOUNDS, TIME_BOUNDS_NS};

@@ -8,7 +8,8 @@
 //! queue, hash, class).
 //!
 //! Implementations: DPDK ethdev queues and rings (`vectorlb-dpdk`) and the in-memory queues of
-//! [`mem`] (the worker loop's tests); the memif port will be another. The worker loop is
+//! [`mem`] (the worker loop's tests), and memif ports (`vectorlb-memif`'s server and client
+//! queues). The worker loop is
 //! written once, over these traits (`vectorlb-daemon`). `vectorlb replay` and the in-memory
 //! benchmarks drive the pipeline directly with [`HeapBuf`]s: they measure or replay the core
 //! alone, on the capture's clock.
