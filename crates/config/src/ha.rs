@@ -1,0 +1,36 @@
+//! `[ha]`: session sync with the peer(s).
+
+use crate::error::{bail, Error};
+use crate::file::RawHa;
+
+/// Session synchronisation between HA nodes (`[ha]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncSpec {
+    /// Where this node receives sync messages (a host address, not a data-plane one).
+    pub listen: std::net::SocketAddr,
+    /// Where it sends them: the peers, or one multicast group.
+    pub peers: Vec<std::net::SocketAddr>,
+    /// The HMAC-SHA256 key every message is signed with.
+    pub key: Vec<u8>,
+}
+
+/// `[ha]`, if there is one.
+pub(crate) fn sync(raw: &Option<RawHa>) -> Result<Option<SyncSpec>, Error> {
+    Ok(match raw {
+        None => None,
+        Some(h) => {
+            let listen = h.sync_listen.parse().map_err(|_| Error::invalid(format!("ha.sync_listen: '{}' is not ADDRESS:PORT", h.sync_listen)))?;
+            let mut peers = Vec::new();
+            for (i, p) in h.sync_peers.iter().enumerate() {
+                peers.push(p.parse().map_err(|_| Error::invalid(format!("ha.sync_peers[{i}]: '{p}' is not ADDRESS:PORT")))?);
+            }
+            if peers.is_empty() {
+                bail!("ha.sync_peers: give the peer(s), or one multicast group");
+            }
+            if h.sync_key.len() < 16 {
+                bail!("ha.sync_key: at least 16 characters (it signs every sync message)");
+            }
+            Some(SyncSpec { listen, peers, key: h.sync_key.clone().into_bytes() })
+        }
+    })
+}

@@ -1,0 +1,105 @@
+//! `[[services]]` (with their health checks) and `[[snat]]`: what the LB balances and translates.
+
+use crate::error::{bail, Error};
+use crate::file::{RawService, RawSnat};
+use crate::health::{health_spec, HealthSpec};
+use crate::values::{ip, prefix, timeouts};
+use std::net::IpAddr;
+use vectorlb_lb::{BackendSpec, Mode, ServiceSpec, SnatSpec, SynProxy, Timeouts};
+use vectorlb_packet::proto;
+use vectorlb_sched::Algorithm;
+
+/// The services and, by index, their health checks.
+pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<ServiceSpec>, Vec<Option<HealthSpec>>), Error> {
+    let mut services = Vec::new();
+    let mut health = Vec::new();
+    // A unicast address, or an error naming the field.
+    let unicast = |field: String, a: IpAddr| -> Result<IpAddr, Error> {
+        match vectorlb_lb::service::not_unicast(a) {
+            Some(why) => Err(Error::Invalid { field, problem: format!("'{a}' is {why}") }),
+            None => Ok(a),
+        }
+    };
+    for (i, s) in raw.iter().enumerate() {
+        let f = format!("services[{i}]");
+        let vip = unicast(format!("{f}.vip"), ip(&format!("{f}.vip"), &s.vip)?)?;
+        let protocol = match s.proto.as_str() {
+            "tcp" => proto::TCP,
+            "udp" => proto::UDP,
+            p => bail!("{f}.proto: '{p}' is not tcp or udp"),
+        };
+        let mode = Mode::parse(&s.mode).ok_or_else(|| Error::invalid(format!("{f}.mode: '{}' is not one of nat, fnat, dr, tun", s.mode)))?;
+        let sched_name = s.scheduler.as_deref().unwrap_or("wrr");
+        let mut scheduler = Algorithm::parse(sched_name).ok_or_else(|| Error::invalid(format!("{f}.scheduler: '{sched_name}' is not one of rr, wrr, wlc, sh, maglev")))?;
+        if let Some(n) = s.table_size {
+            match &mut scheduler {
+                Algorithm::Sh { table_size } | Algorithm::Maglev { table_size } => *table_size = n,
+                _ => bail!("{f}.table_size: only sh and maglev have a table"),
+            }
+        }
+        let mut local_addrs: Vec<IpAddr> = Vec::new();
+        for (k, a) in s.local_addrs.iter().enumerate() {
+            let lf = format!("{f}.local_addrs[{k}]");
+            let a = unicast(lf.clone(), ip(&lf, a)?)?;
+            if local_addrs.contains(&a) {
+                bail!("{lf}: '{a}' is listed twice");
+            }
+            local_addrs.push(a);
+        }
+        if mode != Mode::Fnat && !local_addrs.is_empty() {
+            bail!("{f}.local_addrs: only fnat services use local addresses");
+        }
+        if s.toa && (mode != Mode::Fnat || protocol != proto::TCP) {
+            bail!("{f}.toa: only tcp fnat services can insert the TOA option");
+        }
+        let sp_word = s.synproxy.as_deref().unwrap_or("off");
+        let synproxy = SynProxy::parse(sp_word, s.synproxy_half_open).ok_or_else(|| Error::invalid(format!("{f}.synproxy: '{sp_word}' is not one of off, on, auto")))?;
+        if synproxy != SynProxy::Off && (protocol != proto::TCP || !matches!(mode, Mode::Nat | Mode::Fnat)) {
+            bail!("{f}.synproxy: only tcp nat and fnat services (the proxy must see both directions)");
+        }
+        match (s.synproxy_half_open, synproxy) {
+            (Some(_), SynProxy::On | SynProxy::Off) => bail!("{f}.synproxy_half_open: only with synproxy = \"auto\""),
+            (Some(0), _) => bail!("{f}.synproxy_half_open: must be at least 1"),
+            _ => {}
+        }
+        let mut backends = Vec::new();
+        for (j, b) in s.backends.iter().enumerate() {
+            let bf = format!("{f}.backends[{j}]");
+            backends.push(BackendSpec { addr: unicast(format!("{bf}.addr"), ip(&format!("{bf}.addr"), &b.addr)?)?, port: b.port, weight: b.weight.unwrap_or(1) });
+        }
+        let t = match &s.timeouts {
+            Some(r) => timeouts(&format!("{f}.timeouts"), r, base)?,
+            None => *base,
+        };
+        services.push(ServiceSpec { vip, port: s.port, proto: protocol, mode, scheduler, backends, local_addrs, toa: s.toa, synproxy, timeouts: t });
+        health.push(match &s.health {
+            Some(h) => Some(health_spec(&format!("{f}.health"), h, protocol)?),
+            None => None,
+        });
+    }
+    // No backend is one of the load balancer's own addresses (it would forward to itself).
+    let ours: Vec<IpAddr> = services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied())).collect();
+    for (i, s) in services.iter().enumerate() {
+        for (j, b) in s.backends.iter().enumerate() {
+            if ours.contains(&b.addr) {
+                bail!("services[{i}].backends[{j}].addr: '{}' is a VIP or local address of this load balancer", b.addr);
+            }
+        }
+    }
+    Ok((services, health))
+}
+
+pub(crate) fn snat(raw: &[RawSnat], base: &Timeouts) -> Result<Vec<SnatSpec>, Error> {
+    let mut snat = Vec::new();
+    for (i, r) in raw.iter().enumerate() {
+        let f = format!("snat[{i}]");
+        let (source, prefix_len) = prefix(&format!("{f}.source"), &r.source)?;
+        let addrs = r.addrs.iter().map(|a| ip(&format!("{f}.addrs"), a)).collect::<Result<Vec<_>, _>>()?;
+        let t = match &r.timeouts {
+            Some(x) => timeouts(&format!("{f}.timeouts"), x, base)?,
+            None => *base,
+        };
+        snat.push(SnatSpec { source, prefix_len, addrs, timeouts: t });
+    }
+    Ok(snat)
+}
