@@ -81,7 +81,7 @@ fuzz:
 
 PY := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 
-# The whole benchmark kit (~33 min, root): in-memory pipeline, scaling, profiles, RFC 2544
+# The whole benchmark kit (root; each step prints its elapsed time, memif the longest at ~20 min): in-memory pipeline, scaling, profiles, RFC 2544
 # through vectorlb and dpdk-testpmd, real-TCP CPS against nftables/HAProxy/nginx, wrk, idle, memif against DPDK's net_memif;
 # then docs/benchmarks.md and docs/img/*.png from bench/results/.
 bench: build
@@ -106,7 +106,7 @@ bench-profile-io: build
 
 # memif: vectorlb's memif server (cpu and dma engines) against DPDK's net_memif in testpmd, by
 # frame size, MTU 1500 and 9000, one core per side, then 25 rounds head to head at 64 and
-# 1500 B (~25 min; bench/results/memif.jsonl, memif-focus.jsonl).
+# 1500 B (19.5 min on 2026-11-26; bench/results/memif.jsonl, memif-focus.jsonl).
 bench-memif: build
 	@bash scripts/setup.sh --bench
 	@BENCH_STEPS=memif bash bench/all.sh
@@ -131,7 +131,7 @@ test-ha: setup
 	$(CARGO) test -p vectorlb-testkit --test ha -- --test-threads=1 --nocapture 2>&1 | tee $(OUT).ha.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^HA OK" $(OUT).ha.log | tail -1; rm -f $(OUT).ha.log
 
-# Reduced benchmark suite (< 3 min): last line one JSON object with lb_mpps, testpmd_mpps,
+# Reduced benchmark suite (50 s after the build): last line one JSON object with lb_mpps, testpmd_mpps,
 # lb_vs_testpmd, lb_cps, nft_cps, haproxy_cps (root; installs the peers through setup).
 bench-quick: build
 	@bash bench/quick.sh 2>/dev/null

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make bench`: the whole benchmark kit (about 28 minutes on the 2-core VM), then
+# `make bench`: the whole benchmark kit (each step prints its elapsed time; memif, the longest,
+# took 19.5 minutes on 2026-11-26), then
 # docs/benchmarks.md and its charts regenerated from bench/results/.
 #   1 core        pipeline per mode/family/protocol, 10 M sessions with the memory curve, CPS
 #   2 scaling     pipeline with 1..N worker threads (N = the machine's cores)
@@ -10,7 +11,7 @@
 #   7 wrk         20 s of HTTP through the demo topology
 #   8 idle        CPU with no traffic, ping wake-up
 #   9 memif       the memif server against DPDK's net_memif, by frame size and engine, then
-#                 25 rounds head to head at 64 and 1500 B (~25 min)
+#                 25 rounds head to head at 64 and 1500 B (19.5 min on 2026-11-26)
 #  10 report      docs/benchmarks.md, docs/img/*.png
 # BENCH_STEPS="core rfc2544" runs a subset (the report always runs).
 set -euo pipefail

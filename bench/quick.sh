@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench-quick`: a reduced benchmark run (under 3 minutes) whose last line is one JSON
+# `make bench-quick`: a reduced benchmark run (50 s after the build on 2026-11-26) whose last line is one JSON
 # object: 64-byte UDP through full NAT with one worker against dpdk-testpmd io-forward on the
 # same AF_XDP ports (both driven by `vectorlb-tools gen`), and real-TCP connections per second
 # through vectorlb, nftables, HAProxy and nginx stream (bench/cps-peers.sh, 3 s each).

@@ -214,9 +214,9 @@ w(f"Measured {day} at commit `{commit}` on: {machine}. "
   "device under test, clients, servers, the kernel's veth work), so figures vary from run to "
   "run: in-memory figures are medians of rounds with every round listed, and each table says "
   "what shared the cores.\n")
-w("Regenerate everything: `make bench` (about 33 minutes; `bench/all.sh`, then "
-  "`bench/report.py`). Reduced suite, one JSON line: `make bench-quick` (under 3 "
-  "minutes). Raw results: `bench/results/`. The hand-written analysis (where the time goes, "
+w("Regenerate everything: `make bench` (`bench/all.sh`, each step with its elapsed time; then "
+  "`bench/report.py`). Reduced suite, one JSON line: `make bench-quick` (50 s "
+  "after the build). Raw results: `bench/results/`. The hand-written analysis (where the time goes, "
   "how vectorlb compares with the peers and the seeds' published figures) follows the "
   "tables.\n")
 
@@ -598,10 +598,12 @@ if memif:
                 other.append((client, q, size, c, t))
     if other:
         w("### A copying client, and two queue pairs\n")
+        rounds = lambda srv: ", ".join(f"{r['mpps']:.2f}" for r in memif if r["bench"] == "memif" and r.get("client") == "copy" and r.get("server") == srv
+                                       and r.get("copy") == "cpu" and r.get("frame_bytes") == 1500 and r.get("mtu") == 1500 and r.get("queues") == 1 and "mpps" in r)
         w("With the copying client (it copies each frame out of and into the shared buffers, as DPDK's "
           "memif does without zero-copy) the client's core is the limit for both servers (the server "
-          "spends most of its polls finding nothing), and at 1,500 B its rounds swing by up to 3x "
-          "with either server (here: vectorlb 1.13, 4.37, 1.22; testpmd 3.70, 2.01, 4.60 Mpps), so "
+          "spends most of its polls finding nothing), and its rounds swing with the host "
+          f"(1,500 B here: vectorlb {rounds('vectorlb')}; testpmd {rounds('testpmd')} Mpps), so "
           "three rounds say little. With two queue pairs each side still has one core.\n")
         w("| client | queue pairs | frame B | vectorlb Mpps | testpmd Mpps | vectorlb / testpmd |")
         w("|---|---|---|---|---|---|")

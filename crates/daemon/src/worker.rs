@@ -41,6 +41,7 @@ pub struct WorkerIo<P: Packet> {
 }
 
 /// What a worker shares with the rest of the daemon.
+#[derive(Clone)]
 pub struct WorkerShared {
     pub workers: Arc<Workers>,
     pub ha: Arc<Ha>,
