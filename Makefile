@@ -42,7 +42,7 @@ bench-tls: build
 	@python3 bench/tls.py --out bench/results/tls.jsonl
 
 # Priority (software queue and DPDK event_sw) against FIFO dispatch in the proxy: a CDN mix of 1 KB-1 MB objects from an open-loop
-# client at 50/80/95 % of capacity (~6 min; bench/results/dispatch.jsonl, docs/img/dispatch.png).
+# client at 50/80/95 % of a capacity measured in the same round, 5 paired rounds (bench/results/dispatch.jsonl, docs/img/dispatch.png).
 bench-dispatch: build
 	@mkdir -p bench/results
 	@python3 bench/dispatch.py --out bench/results/dispatch.jsonl

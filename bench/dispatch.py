@@ -10,16 +10,23 @@ port with SO_REUSEPORT, each reading objects on its connections' own thread (`mo
 the kernel spreading the connections, as NGINX's workers without thread pools); all pinned to
 CPU 0; the open-loop client (`vectorlb-tools http-load`:
 fixed arrival rate, latency from the intended send time; each object size its own connections,
-as its own population of users) on CPU 1. First each proxy's capacity (closed loop, 256
-connections); the lowest is the capacity, and all then take 50, 80
-and 95 % of it in turn, open loop, for `--rounds` rounds (the order alternating). JSON lines on
-stdout and in --out; a chart of p99 by object size at each load (docs/img/dispatch.png) when
-matplotlib is there.
+as its own population of users) on CPU 1.
+
+A round measures each proxy's capacity (closed loop, 256 connections, `--capacity-seconds`),
+takes the lowest as this round's capacity, and runs every proxy at 50, 80 and 95 % of it, open
+loop: so each load is defined from a capacity measured minutes, not a whole run, before it.
+Rounds alternate the order of the proxies (paired rounds: each round compares the modes under
+the same minute of this shared host). For each load the ratio of the 1 KB (high class) p99,
+FIFO over priority and FIFO over eventdev, is computed per round; its median over the rounds
+and its spread (lowest, highest) are printed and written (`dispatch_ratio`), with each round's
+throughput against FIFO's and the errors. JSON lines on stdout and in --out; a chart of p99 by
+object size at each load, medians with the rounds' spread as error bars (docs/img/dispatch.png),
+when matplotlib is there.
 
     bench/dispatch.py [--tools target/release/vectorlb-tools] [--bin target/release/vectorlb]
-                              [--seconds 8] [--rounds 2] [--out bench/results/dispatch.jsonl]
+                      [--seconds 6] [--capacity-seconds 3] [--rounds 5] [--out bench/results/dispatch.jsonl]
 """
-import argparse, functools, json, os, statistics, subprocess, tempfile
+import argparse, functools, json, os, statistics, subprocess, sys, tempfile
 
 import benchutil
 from benchutil import CLIENT_CPU, SERVER_CPU, cpu_name, free_port
@@ -29,9 +36,10 @@ wait_port = functools.partial(benchutil.wait_port, tool="bench-dispatch")
 OBJECTS = [("1k", 1024, "high", 40), ("10k", 10240, "high", 30), ("100k", 102400, "low", 20), ("1m", 1048576, "low", 10)]
 
 
-def load(args, port, rate, connections):
+def load(args, port, rate, connections, seconds=None):
+    seconds = seconds or args.seconds
     cmd = ["taskset", "-c", CLIENT_CPU, args.tools, "http-load", "--target", f"127.0.0.1:{port}", "--rate", str(rate),
-           "--seconds", str(args.seconds), "--warmup", str(min(2.0, args.seconds / 4)), "--connections", str(connections), "--json"]
+           "--seconds", str(seconds), "--warmup", str(min(2.0, seconds / 4)), "--connections", str(connections), "--json"]
     for name, _, prio, weight in OBJECTS:
         cmd += ["--request", f"{name}=/o/{name}.bin?prio={prio}:{weight}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.seconds + 120)
@@ -41,6 +49,8 @@ def load(args, port, rate, connections):
 
 
 def chart(rows, path):
+    """p99 by object size at each load: the median of the rounds, error bars to the lowest and
+    highest round."""
     plt = benchutil.pyplot("bench-dispatch")
     if plt is None:
         return
@@ -53,14 +63,16 @@ def chart(rows, path):
             if r is None:
                 continue
             ys = [r["types"][o[0]]["p99_ms"] or 0 for o in OBJECTS]
-            ax.bar([x + (k - 1.5) * 0.2 for x in xs], ys, 0.2, label=mode, color=color)
+            lo = [max(0, y - min(r["types"][o[0]]["p99_ms_rounds"])) for y, o in zip(ys, OBJECTS)]
+            hi = [max(0, max(r["types"][o[0]]["p99_ms_rounds"]) - y) for y, o in zip(ys, OBJECTS)]
+            ax.bar([x + (k - 1.5) * 0.2 for x in xs], ys, 0.2, label=mode, color=color, yerr=[lo, hi], capsize=2, error_kw={"elinewidth": 0.8})
         ax.set_xticks(list(xs))
         ax.set_xticklabels([f"{o[0]}\n({o[2]})" for o in OBJECTS])
         ax.set_title(f"{int(ld * 100)} % load")
         ax.set_ylabel("p99 latency (ms)")
         ax.set_yscale("log")
         ax.legend(fontsize=8)
-    fig.suptitle("Proxy: p99 by object size (priority class): priority dispatch (software queue; eventdev: DPDK event_sw), FIFO dispatch, SO_REUSEPORT workers", fontsize=10)
+    fig.suptitle("Proxy: p99 by object size, median of rounds (bars: lowest to highest round): priority (software queue; eventdev: event_sw), FIFO, SO_REUSEPORT", fontsize=9)
     benchutil.save_chart(fig, path)
 
 
@@ -68,8 +80,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/vectorlb")
     ap.add_argument("--tools", default="target/release/vectorlb-tools")
-    ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=6.0, help="each open-loop run (the first quarter, at most 2 s, is warm-up)")
+    ap.add_argument("--capacity-seconds", type=float, default=3.0, help="each closed-loop capacity run")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--loads", default="0.5,0.8,0.95")
     ap.add_argument("--connections", type=int, default=128, help="client connections per object size in the open-loop runs")
     ap.add_argument("--pool", type=int, default=2, help="dispatch threads of each proxy")
@@ -123,44 +136,58 @@ priority = {{ query = "prio" }}
                 procs[mode] = (ps, port)
                 for p in ps:
                     wait_port(port, p, f"proxy ({mode})")
-            # Capacity, closed loop.
-            cap = {}
-            for mode, (_, port) in procs.items():
-                r = load(args, port, 0, 64)
-                cap[mode] = r["achieved_rps"]
-                emit({"bench": "dispatch_capacity", "mode": mode, "rps": r["achieved_rps"], "connections": 64 * len(OBJECTS), **machine})
-            capacity = min(cap.values())
-            rows = []
-            for ld in [float(x) for x in args.loads.split(",")]:
-                rate = round(capacity * ld)
-                runs = {m: [] for m in procs}
-                for rnd in range(args.rounds):
-                    order = list(procs) if rnd % 2 == 0 else list(reversed(list(procs)))
+            loads = [float(x) for x in args.loads.split(",")]
+            modes = list(procs)
+            runs = {(ld, m): [] for ld in loads for m in modes}
+            for rnd in range(args.rounds):
+                order = modes if rnd % 2 == 0 else list(reversed(modes))
+                # This round's capacity, closed loop: the lowest of the proxies'.
+                cap = {}
+                for mode in order:
+                    r = load(args, procs[mode][1], 0, 64, args.capacity_seconds)
+                    cap[mode] = r["achieved_rps"]
+                    emit({"bench": "dispatch_capacity", "round": rnd, "mode": mode, "rps": r["achieved_rps"], "connections": 64 * len(OBJECTS), "seconds": args.capacity_seconds, **machine})
+                capacity = min(cap.values())
+                for ld in loads:
+                    rate = round(capacity * ld)
                     for mode in order:
-                        runs[mode].append(load(args, procs[mode][1], rate, args.connections))
-                for mode, rs in runs.items():
+                        r = load(args, procs[mode][1], rate, args.connections)
+                        r["offered_rps"], r["capacity_rps"] = rate, capacity
+                        runs[(ld, mode)].append(r)
+            rows = []
+            p99 = lambda r, name: (r["types"][name]["p99_us"] or 0) / 1000.0
+            for ld in loads:
+                for mode in modes:
+                    rs = runs[(ld, mode)]
                     types = {}
                     for name, _, prio, _ in OBJECTS:
                         med = lambda key: statistics.median(r["types"][name][key] or 0 for r in rs) / 1000.0
-                        types[name] = {"class": prio, "p50_ms": med("p50_us"), "p99_ms": med("p99_us"), "p999_ms": med("p999_us"), "errors": sum(r["types"][name]["errors"] + r["types"][name]["non_2xx"] for r in rs)}
-                    row = {"bench": "dispatch", "mode": mode, "load": ld, "offered_rps": rate, "capacity_rps": capacity,
-                           "achieved_rps": statistics.median(r["achieved_rps"] for r in rs), "rounds": len(rs), "seconds": args.seconds,
-                           "types": types, **machine}
-                    rows.append(row)
-                # The verdict the issue asks about, per load: small high-priority p99, FIFO over priority.
-                pr = next(r for r in rows if r["load"] == ld and r["mode"] == "priority")
-                ff = next(r for r in rows if r["load"] == ld and r["mode"] == "fifo")
-                rp = next(r for r in rows if r["load"] == ld and r["mode"] == "reuseport")
-                pr["p99_1k_fifo_over_priority"] = round(ff["types"]["1k"]["p99_ms"] / pr["types"]["1k"]["p99_ms"], 2) if pr["types"]["1k"]["p99_ms"] else None
-                pr["p99_1k_reuseport_over_priority"] = round(rp["types"]["1k"]["p99_ms"] / pr["types"]["1k"]["p99_ms"], 2) if pr["types"]["1k"]["p99_ms"] else None
-                pr["throughput_priority_over_fifo"] = round(pr["achieved_rps"] / ff["achieved_rps"], 3) if ff["achieved_rps"] else None
-                ev = next(r for r in rows if r["load"] == ld and r["mode"] == "eventdev")
-                ev["p99_1k_fifo_over_eventdev"] = round(ff["types"]["1k"]["p99_ms"] / ev["types"]["1k"]["p99_ms"], 2) if ev["types"]["1k"]["p99_ms"] else None
-                ev["throughput_eventdev_over_fifo"] = round(ev["achieved_rps"] / ff["achieved_rps"], 3) if ff["achieved_rps"] else None
-                emit(pr)
-                emit(ev)
-                emit(ff)
-                emit(rp)
+                        types[name] = {"class": prio, "p50_ms": med("p50_us"), "p99_ms": med("p99_us"), "p999_ms": med("p999_us"),
+                                       "p99_ms_rounds": [p99(r, name) for r in rs],
+                                       "errors": sum(r["types"][name]["errors"] + r["types"][name]["non_2xx"] for r in rs)}
+                    rows.append({"bench": "dispatch", "mode": mode, "load": ld, "offered_rps_rounds": [r["offered_rps"] for r in rs],
+                                 "achieved_rps": statistics.median(r["achieved_rps"] for r in rs), "achieved_rps_rounds": [r["achieved_rps"] for r in rs],
+                                 "rounds": len(rs), "seconds": args.seconds, "types": types, **machine})
+                    emit(rows[-1])
+                # The verdict, per load: the 1 KB (high class) p99 of FIFO over each priority
+                # backend, per round (paired: the same round's runs), its median and spread.
+                verdict = {"bench": "dispatch_ratio", "load": ld, "rounds": args.rounds, "seconds": args.seconds, **machine}
+                for mode in ("priority", "eventdev", "reuseport"):
+                    if (ld, mode) not in runs:
+                        continue
+                    pairs = list(zip(runs[(ld, "fifo")], runs[(ld, mode)]))
+                    ratios = [round(p99(f, "1k") / p99(m, "1k"), 2) for f, m in pairs if p99(m, "1k")]
+                    tput = [round(m["achieved_rps"] / f["achieved_rps"], 3) for f, m in pairs if f["achieved_rps"]]
+                    key = "p99_1k_fifo_over_" + mode
+                    verdict[key + "_median"] = round(statistics.median(ratios), 2) if ratios else None
+                    verdict[key + "_spread"] = [min(ratios), max(ratios)] if ratios else None
+                    verdict[key + "_rounds"] = ratios
+                    verdict[f"throughput_{mode}_over_fifo_rounds"] = tput
+                verdict["errors"] = sum(t["errors"] for r in rows if r["load"] == ld for t in r["types"].values())
+                emit(verdict)
+                print(f"load {int(ld * 100)} %: 1 KB p99 FIFO / priority {verdict.get('p99_1k_fifo_over_priority_median')}x "
+                      f"(rounds {verdict.get('p99_1k_fifo_over_priority_spread')}), FIFO / eventdev {verdict.get('p99_1k_fifo_over_eventdev_median')}x "
+                      f"(rounds {verdict.get('p99_1k_fifo_over_eventdev_spread')}), errors {verdict['errors']}", file=sys.stderr)
             if args.chart:
                 chart(rows, args.chart)
         finally:

@@ -150,6 +150,9 @@ pub struct DispatchOut {
     pub eventdev: Option<String>,
     pub classes: Vec<DispatchClassOut>,
     pub workers: Vec<DispatchWorkerOut>,
+    /// Items the eventdev backend handed to an idle thread without the device (nothing else
+    /// was pending); 0 with the software queue.
+    pub handoffs: u64,
 }
 
 fn dispatch_out(d: &crate::dispatch::Dispatcher) -> DispatchOut {
@@ -182,6 +185,7 @@ fn dispatch_out(d: &crate::dispatch::Dispatcher) -> DispatchOut {
             })
             .collect(),
         workers: d.worker_stats().iter().map(|w| DispatchWorkerOut { items: n(&w.items), busy_seconds: n(&w.busy_ns) as f64 / 1e9 }).collect(),
+        handoffs: d.handoffs(),
     }
 }
 
@@ -466,6 +470,8 @@ pub fn metrics(p: &Proxy) -> String {
         for (w, s) in d.worker_stats().iter().enumerate() {
             let _ = writeln!(o, "vectorlb_proxy_dispatch_worker_items_total{{worker=\"{w}\"}} {}", s.items.load(Ordering::Relaxed));
         }
+        head(&mut o, "vectorlb_proxy_dispatch_handoffs_total", "counter", "Items the eventdev backend handed straight to an idle dispatch thread.");
+        let _ = writeln!(o, "vectorlb_proxy_dispatch_handoffs_total {}", d.handoffs());
     }
     o
 }

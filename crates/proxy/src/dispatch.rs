@@ -113,6 +113,12 @@ struct State {
     /// Later parts of admitted work the event device had no room for (eventdev backend):
     /// taken before the device's items.
     overflow: VecDeque<Item>,
+    /// Items handed straight to a sleeping thread (eventdev backend): with nothing else
+    /// pending there is no order to decide, so the item skips the device (two scheduling
+    /// passes and a wake-up of every thread) and goes to one thread as FIFO's would.
+    direct: VecDeque<Item>,
+    /// Threads asleep waiting for work (eventdev backend).
+    asleep: usize,
     stop: bool,
 }
 
@@ -124,6 +130,8 @@ struct Inner {
     workers: Vec<WorkerStats>,
     /// The event device (eventdev backend).
     ev: Option<Arc<EventDev>>,
+    /// Items handed to an idle thread without the device (eventdev backend).
+    handoffs: AtomicU64,
 }
 
 /// The pool and its queue. Dropping it tells the threads to stop once the items already queued
@@ -169,12 +177,15 @@ impl Dispatcher {
         };
         let inner = Arc::new(Inner {
             ev,
+            handoffs: AtomicU64::new(0),
             state: Mutex::new(State {
                 queues: (0..queues).map(|_| VecDeque::new()).collect(),
                 depth: vec![0; n],
                 credit: vec![0; n],
                 pending: 0,
                 overflow: VecDeque::new(),
+                direct: VecDeque::new(),
+                asleep: 0,
                 stop: false,
             }),
             ready: Condvar::new(),
@@ -249,6 +260,11 @@ impl Dispatcher {
         &self.inner.workers
     }
 
+    /// Items the eventdev backend handed to an idle thread directly (nothing else pending).
+    pub fn handoffs(&self) -> u64 {
+        self.inner.handoffs.load(Ordering::Relaxed)
+    }
+
     /// Items waiting, per class.
     pub fn depths(&self) -> Vec<usize> {
         self.inner.lock().depth.clone()
@@ -304,6 +320,16 @@ impl Dispatcher {
         let item = Item { class, queued: Instant::now(), continued, job };
         match &inner.ev {
             None => st.queues[q].push_back(item),
+            Some(_) if st.pending == 0 && st.asleep > 0 => {
+                // Nothing else pending and a thread asleep: no order to decide; to it directly.
+                st.direct.push_back(item);
+                st.pending += 1;
+                st.depth[class] += 1;
+                drop(st);
+                inner.handoffs.fetch_add(1, Ordering::Relaxed);
+                inner.ready.notify_one();
+                return Ok(());
+            }
             Some(ev) => {
                 let raw = Box::into_raw(Box::new(item));
                 // Queued under the state lock, so the counts never lag the device.
@@ -500,7 +526,7 @@ impl Inner {
                 }
             }
             let mut st = self.lock();
-            let next = match st.overflow.pop_front() {
+            let next = match st.direct.pop_front().or_else(|| st.overflow.pop_front()) {
                 Some(item) => Some(Box::new(item)),
                 None => self.choose(&mut st, &slots).map(|i| slots[i].take().expect("a chosen slot holds an item")),
             };
@@ -529,8 +555,20 @@ impl Inner {
                 continue;
             }
             let nap = if st.pending > 0 { Duration::from_micros(200) } else { Duration::from_millis(100) };
-            drop(self.ready.wait_timeout(st, nap).unwrap_or_else(|e| e.into_inner()));
+            st.asleep += 1;
+            let mut st = self.ready.wait_timeout(st, nap).unwrap_or_else(|e| e.into_inner()).0;
+            st.asleep -= 1;
             idle = 0;
+            // Handed over while asleep: run it now, without a pass of the device.
+            if let Some(item) = st.direct.pop_front() {
+                st.pending -= 1;
+                st.depth[item.class] -= 1;
+                if st.depth[item.class] == 0 {
+                    st.credit[item.class] = 0;
+                }
+                drop(st);
+                self.execute(w, item);
+            }
         }
     }
 
@@ -852,6 +890,29 @@ mod tests {
     #[test]
     fn software_inline_mode() {
         inline_mode_runs_each_item_on_the_submitting_thread(&Backend::Software);
+    }
+
+    #[test]
+    fn event_sw_hands_an_item_to_an_idle_thread_without_the_device() {
+        // With nothing pending and a thread asleep, an item goes straight to it (as FIFO's
+        // would); with a thread busy, later items go through the device in priority order.
+        let d = Dispatcher::start(cfg(&Backend::Eventdev("event_sw".into()), Mode::Priority, &[0, 0])).unwrap();
+        for i in 0..20 {
+            while d.inner.lock().asleep == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let (tx, rx) = mpsc::channel();
+            d.submit(i % 2, move |r| tx.send(r.is_ok()).unwrap()).unwrap();
+            assert!(rx.recv().unwrap());
+        }
+        assert_eq!(d.handoffs(), 20);
+        while d.inner.lock().asleep == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(order(&d, &[1, 1, 0, 1, 0]), vec![0, 0, 1, 1, 1], "behind a busy thread the device orders them");
+        assert_eq!(d.handoffs(), 21, "only the item that found the thread asleep");
+        assert_eq!(d.depths(), vec![0, 0]);
+        d.stop();
     }
 
     #[test]
