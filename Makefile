@@ -46,6 +46,8 @@ bench-tls: build
 bench-dispatch: build
 	@mkdir -p bench/results
 	@python3 bench/dispatch.py --out bench/results/dispatch.jsonl
+	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/dispatch-measured-at.txt
+	@$(PY) bench/report.py --machine > bench/results/dispatch-machine.txt
 
 # Queue sets (seed 002): memcached's P99.99 behind the LB with bulk UDP through it, with and
 # without a queue set, by request rate (root; ~3 min; bench/results/queue-sets.jsonl,

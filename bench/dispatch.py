@@ -5,7 +5,7 @@ requests), the small two marked high priority in the URI (`?prio=high`), the lar
 
 Three proxies with the same configuration but the dispatch queue (priority and fifo in the
 software queue; priority in a DPDK event device, `event_sw`, as `eventdev`), one worker and a
-dispatch pool of 2 threads, and a fourth setup without a pool: two proxy processes sharing the
+dispatch pool of 2 threads, and (`--modes ...,reuseport`) a fourth setup without a pool: two proxy processes sharing the
 port with SO_REUSEPORT, each reading objects on its connections' own thread (`mode = "inline"`,
 the kernel spreading the connections, as NGINX's workers without thread pools); all pinned to
 CPU 0; the open-loop client (`vectorlb-tools http-load`:
@@ -13,7 +13,7 @@ fixed arrival rate, latency from the intended send time; each object size its ow
 as its own population of users) on CPU 1.
 
 A round measures each proxy's capacity (closed loop, 256 connections, `--capacity-seconds`),
-takes the lowest as this round's capacity, and runs every proxy at 50, 80 and 95 % of it, open
+takes the lowest of the dispatch pools' as this round's capacity, and runs every proxy at 50, 80 and 95 % of it, open
 loop: so each load is defined from a capacity measured minutes, not a whole run, before it.
 Rounds alternate the order of the proxies (paired rounds: each round compares the modes under
 the same minute of this shared host). For each load the ratio of the 1 KB (high class) p99,
@@ -80,9 +80,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/vectorlb")
     ap.add_argument("--tools", default="target/release/vectorlb-tools")
-    ap.add_argument("--seconds", type=float, default=6.0, help="each open-loop run (the first quarter, at most 2 s, is warm-up)")
+    ap.add_argument("--seconds", type=float, default=8.0, help="each open-loop run (the first quarter, at most 2 s, is warm-up)")
     ap.add_argument("--capacity-seconds", type=float, default=3.0, help="each closed-loop capacity run")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--modes", default="priority,eventdev,fifo", help="the setups compared (add reuseport for SO_REUSEPORT workers without a pool)")
     ap.add_argument("--loads", default="0.5,0.8,0.95")
     ap.add_argument("--connections", type=int, default=128, help="client connections per object size in the open-loop runs")
     ap.add_argument("--pool", type=int, default=2, help="dispatch threads of each proxy")
@@ -95,6 +96,8 @@ def main():
     for tool in (args.bin, args.tools):
         if not os.access(tool, os.X_OK):
             raise SystemExit(f"bench-dispatch: {tool} is missing (cargo build --release)")
+    if "fifo" not in args.modes.split(",") or not set(args.modes.split(",")) <= {"priority", "eventdev", "fifo", "reuseport"}:
+        raise SystemExit("bench-dispatch: --modes is a list of priority, eventdev, fifo, reuseport, and has fifo (the reference)")
     emit = benchutil.emitter(args.out)
 
     machine = {"cpu": cpu_name(), "nproc": os.cpu_count()}
@@ -106,7 +109,7 @@ def main():
             with open(f"{d}/o/{name}.bin", "wb") as f:
                 f.write(os.urandom(size))
         try:
-            for mode in ("priority", "eventdev", "fifo", "reuseport"):
+            for mode in args.modes.split(","):
                 port = free_port()
                 # reuseport: two processes on one port, each reading on its connections'
                 # thread (no pool), the kernel spreading the connections.
@@ -141,13 +144,15 @@ priority = {{ query = "prio" }}
             runs = {(ld, m): [] for ld in loads for m in modes}
             for rnd in range(args.rounds):
                 order = modes if rnd % 2 == 0 else list(reversed(modes))
-                # This round's capacity, closed loop: the lowest of the proxies'.
+                # This round's capacity, closed loop: the lowest of the dispatch pools' (the
+                # SO_REUSEPORT workers, when there, have a capacity of their own and take the
+                # same rates).
                 cap = {}
                 for mode in order:
                     r = load(args, procs[mode][1], 0, 64, args.capacity_seconds)
                     cap[mode] = r["achieved_rps"]
                     emit({"bench": "dispatch_capacity", "round": rnd, "mode": mode, "rps": r["achieved_rps"], "connections": 64 * len(OBJECTS), "seconds": args.capacity_seconds, **machine})
-                capacity = min(cap.values())
+                capacity = min(v for m, v in cap.items() if m != "reuseport")
                 for ld in loads:
                     rate = round(capacity * ld)
                     for mode in order:

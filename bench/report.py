@@ -673,8 +673,56 @@ if idle:
 for line in tls_section():
     w(line)
 
-# Sections written by hand from their own result files (bench/results/dispatch.jsonl,
-# queue-sets.jsonl), then the analysis of the whole page.
+# ---- Priority dispatch in the proxy ---------------------------------------------------------
+def dispatch_section():
+    """`make bench-dispatch` (bench/results/dispatch.jsonl): per run and load, FIFO's 1 KB p99
+    over each priority backend's, median of the paired rounds and their spread; then the last
+    run's p99 by object size."""
+    rs = lines("dispatch.jsonl")
+    verdicts = [r for r in rs if r["bench"] == "dispatch_ratio"]
+    if not verdicts:
+        return
+    loads = sorted({r["load"] for r in verdicts})
+    runs = [verdicts[i:i + len(loads)] for i in range(0, len(verdicts), len(loads))]
+    at = dated("dispatch")
+    w("## Priority dispatch in the proxy: latency by object size\n")
+    if at:
+        w(at)
+    v0 = verdicts[0]
+    w(f"`make bench-dispatch` (`bench/dispatch.py`: {v0['rounds']} paired rounds of {v0['seconds']:g} s per load and proxy, "
+      "the capacity measured again in every round and each load taken from that round's capacity; "
+      f"raw lines in `bench/results/dispatch.jsonl`), {len(runs)} run(s) in a row on {v0['cpu']}. "
+      "The ratio is FIFO's 1 KB (high class) p99 over the priority backend's, per round; "
+      "the table gives its median over the rounds and, in brackets, the lowest and highest round.\n")
+    w("| run | load | FIFO / priority (software queue) | FIFO / priority (event_sw) | throughput against FIFO, lowest round (software; event_sw) | errors |")
+    w("|---|---|---|---|---|---|")
+    span = lambda s: f"[{s[0]:.2f}, {s[1]:.2f}]" if s else "-"
+    for k, run in enumerate(runs, 1):
+        for v in run:
+            tp = lambda m: min(v.get(f"throughput_{m}_over_fifo_rounds") or [0])
+            w(f"| {k} | {int(v['load'] * 100)} % | **{v.get('p99_1k_fifo_over_priority_median')}x** {span(v.get('p99_1k_fifo_over_priority_spread'))} "
+              f"| **{v.get('p99_1k_fifo_over_eventdev_median')}x** {span(v.get('p99_1k_fifo_over_eventdev_spread'))} | {tp('priority'):.3f}; {tp('eventdev'):.3f} | {v['errors']} |")
+    w("")
+    rows = [r for r in rs if r["bench"] == "dispatch"]
+    last = rows[-len(loads) * len({r["mode"] for r in rows[-len(loads) * 4:]}):] if rows else []
+    if last:
+        w("The last run's p99 by object size (ms, medians of the rounds; priority / event_sw / FIFO / SO_REUSEPORT workers):\n")
+        w("| load | 1 KB (high) | 10 KB (high) | 100 KB (low) | 1 MB (low) |")
+        w("|---|---|---|---|---|")
+        for ld in loads:
+            by = {r["mode"]: r for r in last if r["load"] == ld}
+            cells = []
+            for obj in ("1k", "10k", "100k", "1m"):
+                cells.append(" / ".join(f"{by[m]['types'][obj]['p99_ms']:.2f}" if m in by else "-" for m in ("priority", "eventdev", "fifo", "reuseport")))
+            w(f"| {int(ld * 100)} % | " + " | ".join(cells) + " |")
+        w("")
+    if os.path.exists(os.path.join(img_dir, "dispatch.png")):
+        w("![p99 by object size: priority dispatch (software queue and event_sw), FIFO, SO_REUSEPORT workers; bars from the lowest to the highest round](img/dispatch.png)\n")
+
+
+dispatch_section()
+# Sections written by hand (the dispatch analysis; queue sets from their own result file,
+# bench/results/queue-sets.jsonl), then the analysis of the whole page.
 for name in ("dispatch", "queue-sets", "analysis"):
     for line in note(name):
         w(line)
