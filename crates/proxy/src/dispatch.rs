@@ -122,6 +122,18 @@ struct State {
     stop: bool,
 }
 
+impl State {
+    /// An item of `class` left the eventdev backend's care (device, slot, overflow or direct
+    /// hand-off) to run: counted out; a class left empty banks no credit across idle periods.
+    fn took(&mut self, class: usize) {
+        self.pending -= 1;
+        self.depth[class] -= 1;
+        if self.depth[class] == 0 {
+            self.credit[class] = 0;
+        }
+    }
+}
+
 struct Inner {
     cfg: DispatchConfig,
     state: Mutex<State>,
@@ -531,12 +543,7 @@ impl Inner {
                 None => self.choose(&mut st, &slots).map(|i| slots[i].take().expect("a chosen slot holds an item")),
             };
             if let Some(item) = next {
-                st.pending -= 1;
-                st.depth[item.class] -= 1;
-                if st.depth[item.class] == 0 {
-                    // No banking of credit across idle periods.
-                    st.credit[item.class] = 0;
-                }
+                st.took(item.class);
                 drop(st);
                 idle = 0;
                 self.execute(w, *item);
@@ -561,11 +568,7 @@ impl Inner {
             idle = 0;
             // Handed over while asleep: run it now, without a pass of the device.
             if let Some(item) = st.direct.pop_front() {
-                st.pending -= 1;
-                st.depth[item.class] -= 1;
-                if st.depth[item.class] == 0 {
-                    st.credit[item.class] = 0;
-                }
+                st.took(item.class);
                 drop(st);
                 self.execute(w, item);
             }
