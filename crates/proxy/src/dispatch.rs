@@ -33,14 +33,16 @@
 //!   never held while work runs;
 //! * **eventdev**: a DPDK event device (`event_sw`, DPDK's software scheduler, or a Dynamic
 //!   Load Balancer's `event_dlb2` on hosts that have one) with one queue per class at a
-//!   descending queue priority: the device orders the items and spreads them over the pool's
-//!   threads. Each thread has a main port (every class, in the device's priority order) and a
-//!   catch-up port (every class but the first), and keeps the item each port last gave it in
-//!   a slot of its own; it runs the more urgent of the two, or the catch-up one when its class
-//!   is owed its share or it is overdue. Shares, limits and expiry are counted as in the
-//!   software queue, so both pass the same tests. Differences: a thread holds up to two items
-//!   it did not choose while it runs one (the device's ports hold one each as well), overdue
-//!   items are seen only when they reach a slot, and adaptive LIFO is not available (the
+//!   descending queue priority: the device orders the items and places them on its consumer
+//!   ports. The ports belong to the pool, not to a thread: a free thread, under the queue's
+//!   lock, runs the scheduler, moves what each port holds into the port's slot and runs the
+//!   most urgent item of all the slots, so an item placed on a port never waits for a thread
+//!   that is busy. Each consumer has a main port (every class, in the device's priority order)
+//!   and a catch-up port (every class but the first), through which a lower class's item is
+//!   taken when its class is owed its share or it is overdue. Shares, limits and expiry are
+//!   counted as in the software queue, so both pass the same tests. Differences: the slots
+//!   show the pool only the items the device placed (two per consumer), overdue items are
+//!   seen only when they reach a slot, and adaptive LIFO is not available (the
 //!   device is first in, first out within a class).
 
 use crate::stats::Histogram;
@@ -119,6 +121,13 @@ struct State {
     direct: VecDeque<Item>,
     /// Threads asleep waiting for work (eventdev backend).
     asleep: usize,
+    /// The event device's consumer ports (eventdev backend), shared by the pool: whichever
+    /// thread is free drives them, under this lock, so an item placed on a port never waits
+    /// for a busy thread.
+    ports: Vec<Consumer>,
+    /// The item each port last gave (two per consumer: main, catch-up), visible to every
+    /// thread.
+    slots: Vec<Option<Box<Item>>>,
     stop: bool,
 }
 
@@ -164,7 +173,7 @@ impl Dispatcher {
         }
         let n = cfg.classes.len();
         let queues = if cfg.mode == Mode::Priority { n } else { 1 };
-        let (ev, mut consumers) = match &cfg.backend {
+        let (ev, consumers) = match &cfg.backend {
             Backend::Software => (None, Vec::new()),
             Backend::Eventdev(device) => {
                 let refuse = |why: String| Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("dispatch backend eventdev: {why}")));
@@ -198,6 +207,8 @@ impl Dispatcher {
                 overflow: VecDeque::new(),
                 direct: VecDeque::new(),
                 asleep: 0,
+                slots: consumers.iter().flat_map(|_| [None, None]).collect(),
+                ports: consumers,
                 stop: false,
             }),
             ready: Condvar::new(),
@@ -220,21 +231,19 @@ impl Dispatcher {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
         for w in 0..inner.cfg.workers {
             let mine = inner.clone();
-            let consumer = if consumers.is_empty() { None } else { Some(consumers.remove(0)) };
             let ready = ready_tx.clone();
-            let t = std::thread::Builder::new().name(format!("dispatch-{w}")).spawn(move || match consumer {
-                Some(c) => {
-                    let r = c.register().map_err(|e| e.to_string());
-                    let ok = r.is_ok();
-                    let _ = ready.send(r);
+            let t = std::thread::Builder::new().name(format!("dispatch-{w}")).spawn(move || {
+                if mine.ev.is_none() {
                     drop(ready);
-                    if ok {
-                        mine.work_eventdev(w, c);
-                    }
+                    return mine.work(w);
                 }
-                None => {
-                    drop(ready);
-                    mine.work(w)
+                // Every pool thread runs the device's scheduler: it must be an EAL thread.
+                let r = mine.lock().ports[0].register().map_err(|e| e.to_string());
+                let ok = r.is_ok();
+                let _ = ready.send(r);
+                drop(ready);
+                if ok {
+                    mine.work_eventdev(w);
                 }
             });
             match t {
@@ -362,12 +371,9 @@ impl Dispatcher {
         }
         st.depth[class] += 1;
         drop(st);
-        if inner.ev.is_some() {
-            // Wake every idle thread: the device decides whose port the item reaches.
-            inner.ready.notify_all();
-        } else {
-            inner.ready.notify_one();
-        }
+        // One thread is enough: any thread takes any item (the event device's ports are
+        // shared by the pool).
+        inner.ready.notify_one();
         Ok(())
     }
 
@@ -515,32 +521,18 @@ impl Inner {
         self.workers[w].busy_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
-    /// A pool thread of the eventdev backend: fills its two slots from its ports, chooses one
-    /// by the policy ([`Inner::choose`]) and runs it.
-    fn work_eventdev(&self, w: usize, c: Consumer) {
-        let mut slots: [Option<Box<Item>>; 2] = [None, None];
+    /// A pool thread of the eventdev backend: takes a handed-over item, else fills the empty
+    /// port slots from the device, chooses one by the policy ([`Inner::choose`]) and runs it.
+    fn work_eventdev(&self, w: usize) {
         let mut idle = 0u32;
         loop {
-            // Two passes at most: event_sw takes in new items and releases after placing.
-            for _ in 0..2 {
-                if slots.iter().all(Option::is_some) {
-                    break;
-                }
-                c.schedule();
-                for (i, slot) in slots.iter_mut().enumerate() {
-                    if slot.is_none() {
-                        if let Some((_, v)) = c.dequeue(i == 1) {
-                            // SAFETY: every value in the device is a Box<Item> turned into a
-                            // pointer by `enqueue`, and the device delivers each event once.
-                            *slot = Some(unsafe { Box::from_raw(v as *mut Item) });
-                        }
-                    }
-                }
-            }
             let mut st = self.lock();
             let next = match st.direct.pop_front().or_else(|| st.overflow.pop_front()) {
                 Some(item) => Some(Box::new(item)),
-                None => self.choose(&mut st, &slots).map(|i| slots[i].take().expect("a chosen slot holds an item")),
+                None => {
+                    Self::fill(&mut st);
+                    self.choose(&mut st).map(|i| st.slots[i].take().expect("a chosen slot holds an item"))
+                }
             };
             if let Some(item) = next {
                 st.took(item.class);
@@ -552,11 +544,11 @@ impl Inner {
             if st.stop && st.pending == 0 {
                 return;
             }
-            // Nothing reached this thread's ports. Items may still be in the device (a pass of
-            // the scheduler away) or in a busy thread's slots: look again soon, yielding first,
-            // then sleeping briefly; with nothing pending, sleep until an item comes.
+            // Nothing placed yet. With items pending they are a scheduling pass or two away:
+            // look again soon, yielding first, then sleeping briefly; with nothing pending,
+            // sleep until an item comes.
             idle += 1;
-            if st.pending > 0 && idle < 64 {
+            if st.pending > 0 && idle < 16 {
                 drop(st);
                 std::thread::yield_now();
                 continue;
@@ -575,12 +567,38 @@ impl Inner {
         }
     }
 
-    /// Which slot's item an eventdev thread runs next: an overdue one (the more urgent class
-    /// if both are, as the software queue looks at its classes in order); in fifo mode the older; in priority mode the more urgent class (the older within
-    /// a class), unless a lower class with a share is owed its turn (the same credit as the
-    /// software queue's) and a slot holds it.
-    fn choose(&self, st: &mut State, slots: &[Option<Box<Item>>; 2]) -> Option<usize> {
-        let held: Vec<(usize, &Item)> = slots.iter().enumerate().filter_map(|(i, s)| s.as_deref().map(|it| (i, it))).collect();
+    /// Fills the empty port slots from the device while it holds items the slots do not: two
+    /// scheduling passes at most (event_sw takes in new items and releases after placing).
+    fn fill(st: &mut State) {
+        let State { ports, slots, pending, direct, overflow, .. } = st;
+        let held = slots.iter().filter(|s| s.is_some()).count();
+        if *pending <= held + direct.len() + overflow.len() {
+            return;
+        }
+        for _ in 0..2 {
+            if slots.iter().all(Option::is_some) {
+                return;
+            }
+            ports[0].schedule();
+            for (i, slot) in slots.iter_mut().enumerate() {
+                if slot.is_none() {
+                    if let Some((_, v)) = ports[i / 2].dequeue(i % 2 == 1) {
+                        // SAFETY: every value in the device is a Box<Item> turned into a
+                        // pointer by `enqueue`, and the device delivers each event once.
+                        *slot = Some(unsafe { Box::from_raw(v as *mut Item) });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Which slot's item an idle eventdev thread runs next: an overdue one (the more urgent
+    /// class if several are, as the software queue looks at its classes in order); in fifo
+    /// mode the oldest; in priority mode the most urgent class (the oldest within a class),
+    /// unless a lower class with a share is owed its turn (the same credit as the software
+    /// queue's) and a slot holds it.
+    fn choose(&self, st: &mut State) -> Option<usize> {
+        let held: Vec<(usize, &Item)> = st.slots.iter().enumerate().filter_map(|(i, s)| s.as_deref().map(|it| (i, it))).collect();
         let oldest = |items: &mut dyn Iterator<Item = &(usize, &Item)>| items.min_by_key(|(_, it)| it.queued).map(|(i, _)| *i);
         if held.is_empty() {
             return None;
@@ -600,8 +618,8 @@ impl Inner {
             if share == 0 || st.depth[c] == 0 {
                 continue;
             }
-            // Capped: a class owed a turn while its items sit in another thread's slots must
-            // not bank a run of turns for later.
+            // Capped: a class owed a turn while its items are still in the device must not
+            // bank a run of turns for later.
             st.credit[c] = st.credit[c].saturating_add(share).min(100 + share);
             if due.is_none() && st.credit[c] >= 100 && held.iter().any(|(_, it)| it.class == c) {
                 due = Some(c);
@@ -853,6 +871,27 @@ mod tests {
         assert_eq!(d.class_stats()[0].served.load(Ordering::Relaxed) + d.class_stats()[1].served.load(Ordering::Relaxed), 300);
     }
 
+    fn a_busy_thread_holds_back_nothing_a_free_one_could_run(b: &Backend) {
+        // Both threads blocked, then urgent items queued: the device places some of them on
+        // the ports of the thread that stays blocked. The freed thread must run them all.
+        let mut c = cfg(b, Mode::Priority, &[0, 0]);
+        c.workers = 2;
+        let d = Dispatcher::start(c).unwrap();
+        let (first, second) = (block(&d), block(&d));
+        let (tx, rx) = mpsc::channel();
+        for i in 0..6 {
+            let tx = tx.clone();
+            d.submit(i % 2, move |r| tx.send(r.is_ok()).unwrap()).unwrap();
+        }
+        drop(tx);
+        second.send(()).unwrap();
+        for i in 0..6 {
+            assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(true), "item {i} waits for the blocked thread");
+        }
+        first.send(()).unwrap();
+        d.stop();
+    }
+
     /// Every test of the queue's behaviour, once per backend: the software queue, and the
     /// event device through DPDK's `event_sw`.
     macro_rules! for_each_backend {
@@ -882,7 +921,8 @@ mod tests {
         items_that_waited_too_long_are_dropped_not_run,
         stop_finishes_the_queued_items,
         a_panicking_job_does_not_take_its_thread_down,
-        several_threads_share_the_work_and_account_for_it
+        several_threads_share_the_work_and_account_for_it,
+        a_busy_thread_holds_back_nothing_a_free_one_could_run
     );
 
     #[test]
