@@ -45,7 +45,7 @@ bench-tls: build
 # client at 50/80/95 % of a capacity measured in the same round, 5 paired rounds (bench/results/dispatch.jsonl, docs/img/dispatch.png).
 bench-dispatch: build
 	@mkdir -p bench/results
-	@python3 bench/dispatch.py --out bench/results/dispatch.jsonl
+	@$(PY) bench/dispatch.py --out bench/results/dispatch.jsonl
 	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/dispatch-measured-at.txt
 	@$(PY) bench/report.py --machine > bench/results/dispatch-machine.txt
 

@@ -13,7 +13,7 @@ fixed arrival rate, latency from the intended send time; each object size its ow
 as its own population of users) on CPU 1.
 
 A round measures each proxy's capacity (closed loop, 256 connections, `--capacity-seconds`),
-takes the lowest of the dispatch pools' as this round's capacity, and runs every proxy at 50, 80 and 95 % of it, open
+takes the median of the dispatch pools' as this round's capacity, and runs every proxy at 50, 80 and 95 % of it, open
 loop: so each load is defined from a capacity measured minutes, not a whole run, before it.
 Rounds alternate the order of the proxies (paired rounds: each round compares the modes under
 the same minute of this shared host). For each load the ratio of the 1 KB (high class) p99,
@@ -144,15 +144,17 @@ priority = {{ query = "prio" }}
             runs = {(ld, m): [] for ld in loads for m in modes}
             for rnd in range(args.rounds):
                 order = modes if rnd % 2 == 0 else list(reversed(modes))
-                # This round's capacity, closed loop: the lowest of the dispatch pools' (the
-                # SO_REUSEPORT workers, when there, have a capacity of their own and take the
-                # same rates).
+                # This round's capacity, closed loop: the median of the dispatch pools' (they
+                # do the same work, so their figures differ by this shared host's noise; the
+                # lowest of three would put the loads below what they say whenever one run
+                # was unlucky. The SO_REUSEPORT workers, when there, have a capacity of their
+                # own and take the same rates).
                 cap = {}
                 for mode in order:
                     r = load(args, procs[mode][1], 0, 64, args.capacity_seconds)
                     cap[mode] = r["achieved_rps"]
                     emit({"bench": "dispatch_capacity", "round": rnd, "mode": mode, "rps": r["achieved_rps"], "connections": 64 * len(OBJECTS), "seconds": args.capacity_seconds, **machine})
-                capacity = min(v for m, v in cap.items() if m != "reuseport")
+                capacity = statistics.median(v for m, v in cap.items() if m != "reuseport")
                 for ld in loads:
                     rate = round(capacity * ld)
                     for mode in order:
