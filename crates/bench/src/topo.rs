@@ -66,6 +66,7 @@ pub fn spec(mode: Mode, v6: bool, protocol: u8, sessions: u64, timeouts: Timeout
         toa: false,
         synproxy: Default::default(),
         timeouts,
+        continuation: false,
     });
     spec
 }

@@ -54,6 +54,10 @@ pub(crate) struct RawGlobal {
     pub(crate) sweep_budget: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) half_open_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) continuation_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cluster_key: Option<String>,
 }
 
 #[derive(Deserialize, Serialize, Default, Clone, Copy)]
@@ -182,6 +186,8 @@ pub(crate) struct RawService {
     pub(crate) synproxy: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) synproxy_half_open: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) continuation: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) timeouts: Option<RawTimeouts>,
     #[serde(default)]

@@ -110,7 +110,8 @@ impl Config {
         let (services, health) = services::services(&raw.services, &base)?;
         let snat = services::snat(&raw.snat, &base)?;
         let engine = runtime::engine(g, services.iter().any(|s| s.mode == Mode::Nat))?;
-        let spec = LbSpec { ports: p.specs, routes, neighbors, services, snat, icmp_rate: g.icmp_rate.unwrap_or(1000) };
+        let cluster_key = engine.cluster_key.as_deref().map_or(0, vectorlb_lb::hash::cluster_key);
+        let spec = LbSpec { ports: p.specs, routes, neighbors, services, snat, icmp_rate: g.icmp_rate.unwrap_or(1000), cluster_key };
         let runtime = runtime::runtime(&raw.runtime)?;
         let sync = ha::sync(&raw.ha)?;
         // Build once to report semantic errors (families, routes, tables) at load time.
@@ -164,6 +165,8 @@ impl Config {
                 local_port_max: Some(e.local_port_max),
                 sweep_budget: Some(e.sweep_budget),
                 half_open_share: Some(e.half_open_permille as f64 / 1000.0),
+                continuation_share: Some(e.continued_permille as f64 / 1000.0),
+                cluster_key: e.cluster_key.clone(),
             },
             runtime: RawRuntime {
                 workers: Some(r.workers),
@@ -228,6 +231,7 @@ impl Config {
                     toa: s.toa,
                     synproxy: (s.synproxy != SynProxy::Off).then(|| s.synproxy.name().into()),
                     synproxy_half_open: s.synproxy.half_open(),
+                    continuation: Some(s.continuation),
                     timeouts: Some(raw_timeouts(&s.timeouts)),
                     backends: s.backends.iter().map(|b| RawBackend { addr: b.addr.to_string(), port: b.port, weight: Some(b.weight) }).collect(),
                     health: self.health.get(i).cloned().flatten().map(|h| raw_health(&h)),
@@ -355,6 +359,7 @@ impl Config {
         w.table.port_max = self.engine.local_port_max;
         w.table.sweep_budget = self.engine.sweep_budget;
         w.half_open_permille = self.engine.half_open_permille;
+        w.continued_permille = self.engine.continued_permille;
         w
     }
 }
@@ -441,6 +446,37 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
 "
             ));
             assert!(e.contains(want), "{body}: {e}");
+        }
+    }
+
+    #[test]
+    fn cluster_key_and_continuation() {
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!((c.spec.cluster_key, c.spec.services[0].continuation), (0, false), "unkeyed; fnat does not continue");
+        assert_eq!(c.engine.continued_permille, vectorlb_lb::pipeline::DEFAULT_CONTINUED_PERMILLE);
+        let dr = GOOD.replace("mode = \"fnat\"", "mode = \"dr\"").replace("local_addrs = [\"10.0.0.200\"]\n", "").replace("port = 8080, ", "");
+        let keyed = dr.replace("max_sessions = 1000", "max_sessions = 1000\ncluster_key = \"sixteen chars ok\"\ncontinuation_share = 0.05");
+        let c = Config::parse(&keyed).unwrap();
+        assert_eq!(c.spec.cluster_key, vectorlb_lb::hash::cluster_key("sixteen chars ok"));
+        assert_ne!(c.spec.cluster_key, 0);
+        assert!(c.spec.services[0].continuation, "on by default for dr with maglev");
+        assert_eq!(c.engine.continued_permille, 50);
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c, "the key and the switch are written back");
+        let off = Config::parse(&dr.replace("scheduler = \"maglev\"", "scheduler = \"maglev\"\ncontinuation = false")).unwrap();
+        assert!(!off.spec.services[0].continuation);
+        assert!(!Config::parse(&dr.replace("scheduler = \"maglev\"", "scheduler = \"wrr\"")).unwrap().spec.services[0].continuation);
+        for (text, want) in [
+            (dr.replace("max_sessions = 1000", "max_sessions = 1000\ncluster_key = \"short\""), "global.cluster_key: at least 16 characters"),
+            (dr.replace("max_sessions = 1000", "max_sessions = 1000\ncontinuation_share = 0"), "global.continuation_share: 0 is not between"),
+            (dr.replace("scheduler = \"maglev\"", "scheduler = \"rr\"\ncontinuation = true"), "services[0].continuation: the rr scheduler picks differently on every node"),
+            (GOOD.replace("scheduler = \"maglev\"", "scheduler = \"maglev\"\ncontinuation = true"), "services[0].continuation: not with fnat"),
+            (
+                dr.replace("proto = \"tcp\"", "proto = \"udp\"").replace("scheduler = \"maglev\"", "scheduler = \"maglev\"\ncontinuation = true"),
+                "services[0].continuation: only tcp",
+            ),
+        ] {
+            let e = err(&text);
+            assert!(e.contains(want), "{want}: {e}");
         }
     }
 

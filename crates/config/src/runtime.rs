@@ -15,6 +15,13 @@ pub struct Engine {
     /// The share of a core's sessions and local ports that half-open TCP sessions may hold,
     /// in thousandths (`half_open_share` in the file).
     pub half_open_permille: u16,
+    /// The share of a core's sessions that sessions opened by continuation and not confirmed
+    /// yet may hold, in thousandths (`continuation_share`).
+    pub continued_permille: u16,
+    /// The secret shared by the nodes of a cluster that keys the flow hashes and Maglev
+    /// tables (`cluster_key`: at least 16 characters); None: unkeyed, which every node also
+    /// agrees on, but which lets a client aim flows at a backend.
+    pub cluster_key: Option<String>,
 }
 
 /// Settings of the daemon (`vectorlb run`): threads, DPDK, the API.
@@ -210,6 +217,16 @@ pub(crate) fn engine(g: &RawGlobal, has_nat: bool) -> Result<Engine, Error> {
             None => vectorlb_lb::pipeline::DEFAULT_HALF_OPEN_PERMILLE,
             Some(x) if (0.001..=1.0).contains(&x) => (x * 1000.0).round() as u16,
             Some(x) => bail!("global.half_open_share: {x} is not between 0.001 and 1"),
+        },
+        continued_permille: match g.continuation_share {
+            None => vectorlb_lb::pipeline::DEFAULT_CONTINUED_PERMILLE,
+            Some(x) if (0.001..=1.0).contains(&x) => (x * 1000.0).round() as u16,
+            Some(x) => bail!("global.continuation_share: {x} is not between 0.001 and 1"),
+        },
+        cluster_key: match &g.cluster_key {
+            None => None,
+            Some(k) if k.chars().count() >= 16 && !k.chars().any(char::is_control) => Some(k.clone()),
+            Some(_) => bail!("global.cluster_key: at least 16 characters, none of them control characters (the same secret on every node of the cluster)"),
         },
     })
 }

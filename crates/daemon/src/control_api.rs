@@ -297,6 +297,7 @@ impl LbControl for Daemon {
                 toa: s.toa,
                 synproxy,
                 timeouts,
+                continuation: ServiceSpec::continuation_default(p, mode, sched, synproxy),
             });
             c.health.push(None);
             Ok(())

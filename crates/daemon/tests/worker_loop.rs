@@ -41,6 +41,7 @@ fn spec() -> LbSpec {
         toa: false,
         synproxy: Default::default(),
         timeouts: Timeouts::default(),
+        continuation: false,
     };
     LbSpec {
         ports: vec![port("ext", EXT, "10.0.0.1", 24), port("int", INT, "10.1.0.1", 24)],
@@ -49,6 +50,7 @@ fn spec() -> LbSpec {
         services: vec![svc(53), svc(11211)],
         snat: vec![],
         icmp_rate: 1000,
+        cluster_key: 0,
     }
 }
 

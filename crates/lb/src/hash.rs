@@ -65,19 +65,30 @@ pub type FxBuild = BuildHasherDefault<FxHasher>;
 pub type FxHashMap<K, V> = HashMap<K, V, FxBuild>;
 pub type FxHashSet<K> = HashSet<K, FxBuild>;
 
-/// Flow hash over a 5-tuple (for Maglev): symmetric in nothing, keyed by nothing; Maglev
-/// wants every LB node to agree on it.
+/// Flow hash over a 5-tuple (for Maglev), keyed by the cluster key (`global.cluster_key`; 0
+/// without one): every node of a cluster agrees on it, and without the key nobody can aim
+/// flows at a backend. Never keyed by anything of the node's or the run's.
 #[inline(always)]
-pub fn flow_hash(src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> u64 {
-    let a = mix64(src as u64 ^ (src >> 64) as u64 ^ ((sport as u64) << 48));
+pub fn flow_hash(key: u64, src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> u64 {
+    let a = mix64(key ^ src as u64 ^ (src >> 64) as u64 ^ ((sport as u64) << 48));
     let b = mix64(dst as u64 ^ (dst >> 64) as u64 ^ ((dport as u64) << 32) ^ proto as u64);
     mix64(a ^ b.rotate_left(17))
 }
 
-/// Hash of a client address alone (for source hashing).
+/// Hash of a client address alone (for source hashing), keyed as [`flow_hash`].
 #[inline(always)]
-pub fn addr_hash(a: u128) -> u64 {
-    mix64(a as u64 ^ mix64((a >> 64) as u64))
+pub fn addr_hash(key: u64, a: u128) -> u64 {
+    mix64(key ^ a as u64 ^ mix64((a >> 64) as u64))
+}
+
+/// The cluster key from its text in the configuration: FNV-1a over the bytes, then mixed.
+/// Part of the wire contract between nodes: every version must compute the same value.
+pub fn cluster_key(text: &str) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in text.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix64(h) | 1
 }
 
 /// A number from the kernel's random source (a hash key an attacker cannot aim flows with, a

@@ -78,6 +78,14 @@ fn opens_flow(m: &Meta) -> bool {
     m.proto != proto::TCP || m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST) == tcp::flags::SYN
 }
 
+/// Whether a TCP segment without a session continues its flow on `svc`: an ACK (with data,
+/// FIN, PSH) without SYN or RST, to a service with continuation on. A reset without a session
+/// is dropped as before (it would open a session only to close it).
+#[inline(always)]
+fn continues(svc: &Service, m: &Meta) -> bool {
+    svc.spec.continuation && m.proto == proto::TCP && m.tcp_flags & (tcp::flags::SYN | tcp::flags::ACK | tcp::flags::RST) == tcp::flags::ACK
+}
+
 /// The combinations of FIN, SYN, RST, PSH, ACK and URG a TCP endpoint sends (bit `flags & 0x3f`
 /// set), as Linux's conntrack lists them: SYN (with URG), SYN+ACK, RST (with ACK, and PSH),
 /// ACK with any of FIN, PSH and URG. ECE and CWR are not looked at.
@@ -117,6 +125,8 @@ fn ipv4_header_ok(d: &[u8], l3: usize) -> bool {
 /// The share of a core's sessions and local ports half-open TCP sessions may hold by default,
 /// in thousandths.
 pub const DEFAULT_HALF_OPEN_PERMILLE: u16 = 250;
+/// The default continuation budget: a tenth of the session table.
+pub const DEFAULT_CONTINUED_PERMILLE: u16 = 100;
 /// Records examined for a half-open session to evict when the budget is spent.
 const EVICT_SCAN: u32 = 64;
 /// The shortest a half-open session's timeout becomes under pressure (ms).
@@ -130,11 +140,19 @@ pub struct WorkerConfig {
     /// The half-open budget: the share (thousandths) of the table and of this core's local
     /// ports that sessions still in their handshake may hold (0: no budget).
     pub half_open_permille: u16,
+    /// The continuation budget: the share (thousandths) of the table that sessions opened by
+    /// continuation and not confirmed yet may hold (at least one session).
+    pub continued_permille: u16,
 }
 
 impl WorkerConfig {
     pub fn new(max_sessions: u32) -> Self {
-        WorkerConfig { table: TableConfig::new(max_sessions), batch: DEFAULT_BATCH, half_open_permille: DEFAULT_HALF_OPEN_PERMILLE }
+        WorkerConfig { table: TableConfig::new(max_sessions), batch: DEFAULT_BATCH, half_open_permille: DEFAULT_HALF_OPEN_PERMILLE, continued_permille: DEFAULT_CONTINUED_PERMILLE }
+    }
+
+    /// The most unconfirmed continued sessions one core holds.
+    pub fn continued_limit(&self) -> u32 {
+        ((self.table.max_sessions as u64 * self.continued_permille as u64 / 1000) as u32).max(1)
     }
 
     /// The most half-open sessions one core holds: the share of its table or of its local
@@ -173,6 +191,12 @@ pub struct Worker {
     /// oldest half-open one is the first evicted, so a handshake that completes within the
     /// time the flood takes to send a budget's worth of SYNs survives it.
     half_open_fifo: std::collections::VecDeque<(u32, u32)>,
+    /// The continuation budget ([`WorkerConfig::continued_limit`]) and the continued sessions
+    /// in the order they were opened: when the budget is spent, the oldest unconfirmed one
+    /// makes room, so a flood of segments without sessions churns only its own share of the
+    /// table and never an established session.
+    continued_limit: u32,
+    continued_fifo: std::collections::VecDeque<(u32, u32)>,
     /// Whether packets of existing flows may take [`Worker::forward_fast`] (on by default; the
     /// tests turn it off to compare it with the general path).
     pub fast_path: bool,
@@ -194,6 +218,7 @@ impl Worker {
         let snap = control.snapshot();
         let batch = cfg.batch.max(1);
         let half_open_limit = cfg.half_open_limit();
+        let continued_limit = cfg.continued_limit();
         Ok(Worker {
             snap,
             syn: SynProxyState::new(control.cookie_key),
@@ -207,6 +232,8 @@ impl Worker {
             meta: vec![Meta::default(); batch],
             half_open_limit,
             half_open_fifo: std::collections::VecDeque::new(),
+            continued_limit,
+            continued_fifo: std::collections::VecDeque::new(),
             in_fragment: false,
             fast_path: true,
         })
@@ -672,9 +699,17 @@ impl Worker {
     where
         Session<A>: Zeroable,
     {
-        if !opens_flow(m) {
+        let st = if opens_flow(m) {
+            if m.proto == proto::TCP {
+                state::SYN_SENT
+            } else {
+                state::UDP
+            }
+        } else if continues(svc, m) {
+            state::CONTINUED
+        } else {
             return Err(DropReason::NoSession);
-        }
+        };
         let id = svc.id as usize;
         if self.picks.len() <= id {
             self.picks.resize_with(id + 1, PickState::default);
@@ -684,21 +719,24 @@ impl Worker {
             self.wlc_scratch.clear();
             self.wlc_scratch.extend(svc.backends.iter().map(|&b| active.get(backend_slot(b) as usize).copied().unwrap_or(0)));
         }
-        let fh = flow_hash(client.key(), svc.vip_key, m.sport, m.dport, m.proto);
-        let pick = svc.sched.pick(&mut self.picks[id], fh, addr_hash(client.key()), &self.wlc_scratch);
+        let fh = flow_hash(svc.hash_key, client.key(), svc.vip_key, m.sport, m.dport, m.proto);
+        let pick = svc.sched.pick(&mut self.picks[id], fh, addr_hash(svc.hash_key, client.key()), &self.wlc_scratch);
         let Some(bi) = pick else {
             return Err(DropReason::NoBackend);
         };
-        let flags = if svc.spec.mode == Mode::Nat { flag::REVERSE } else { 0 };
+        let flags = if svc.spec.mode == Mode::Nat { flag::REVERSE } else { 0 } | if st == state::CONTINUED { flag::UNSEEN } else { 0 };
         let laddrs: &[u16] = if svc.spec.mode == Mode::Fnat { &svc.laddrs } else { &[] };
         let backend = svc.backends[bi as usize];
-        let r = match self.insert::<A>(m, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now) {
+        let r = match self.insert::<A>(m, st, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now) {
             // Half-open sessions hold the ports the search met: the oldest makes room.
             Err(DropReason::NoLocalPort) if m.proto == proto::TCP && self.flows.table.half_open() > 0 && self.evict_half_open() => {
-                self.insert::<A>(m, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now)?
+                self.insert::<A>(m, st, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now)?
             }
             r => r?,
         };
+        if st == state::CONTINUED {
+            self.flows.counters.events.continued += 1;
+        }
         self.svc_counters(svc.id).new_sessions += 1;
         if let Some(c) = self.flows.counters.backends.get_mut(backend_slot(backend) as usize) {
             c.new_sessions += 1;
@@ -706,15 +744,17 @@ impl Worker {
         Ok(r)
     }
 
-    /// Inserts a session for the flow of `m`, binding a local port from `laddrs` (cursor
-    /// `cursor` of this core) when given.
+    /// Inserts a session in state `st` (SYN_SENT, UDP or CONTINUED) for the flow of `m`,
+    /// binding a local port from `laddrs` (cursor `cursor` of this core) when given.
     #[allow(clippy::too_many_arguments)]
-    fn insert<A: Fam>(&mut self, m: &Meta, client: A, svc: u16, backend: u32, flags: u8, t: &Timeouts, laddrs: &[u16], cursor: usize, now: u32) -> Result<Ref, DropReason>
+    fn insert<A: Fam>(&mut self, m: &Meta, st: u8, client: A, svc: u16, backend: u32, flags: u8, t: &Timeouts, laddrs: &[u16], cursor: usize, now: u32) -> Result<Ref, DropReason>
     where
         Session<A>: Zeroable,
     {
-        let st = if m.proto == proto::TCP { state::SYN_SENT } else { state::UDP };
         let mut to = tcpstate::timeout(st, t);
+        if st == state::CONTINUED && self.flows.table.continued() >= self.continued_limit && !self.evict_continued() {
+            return Err(DropReason::ContinuationLimit);
+        }
         if st == state::SYN_SENT {
             if self.flows.table.half_open() >= self.half_open_limit && !self.evict_half_open() {
                 return Err(DropReason::HalfOpenLimit);
@@ -733,6 +773,13 @@ impl Worker {
                     }
                     let stamp = fifo_stamp(self.flows.table.get::<A>(r));
                     self.half_open_fifo.push_back((r.raw_key(), stamp));
+                }
+                if st == state::CONTINUED {
+                    if self.continued_fifo.len() >= self.continued_limit as usize {
+                        self.continued_fifo.pop_front();
+                    }
+                    let stamp = fifo_stamp(self.flows.table.get::<A>(r));
+                    self.continued_fifo.push_back((r.raw_key(), stamp));
                 }
                 self.flows.counters.events.sessions_created += 1;
                 self.flows.changed(r);
@@ -777,6 +824,39 @@ impl Worker {
             self.flows.table.remove::<[u8; 4]>(r);
         }
         self.flows.counters.events.half_open_evicted += 1;
+        true
+    }
+
+    /// Makes room in a spent continuation budget: ends the oldest session still in state
+    /// CONTINUED (looking at most [`EVICT_SCAN`] entries into the order of opening, then as
+    /// many records of the sweep). A real flow's next segment opens it again, to the same
+    /// backend.
+    #[cold]
+    fn evict_continued(&mut self) -> bool {
+        let mut found = None;
+        for _ in 0..EVICT_SCAN {
+            let Some((k, stamp)) = self.continued_fifo.pop_front() else { break };
+            let Some(r) = Ref::from_key(k) else { continue };
+            let (st, now_stamp) = if r.is_v6() {
+                let s = self.flows.table.get::<[u8; 16]>(r);
+                (s.state, fifo_stamp(s))
+            } else {
+                let s = self.flows.table.get::<[u8; 4]>(r);
+                (s.state, fifo_stamp(s))
+            };
+            if st == state::CONTINUED && now_stamp == stamp {
+                found = Some(r);
+                break;
+            }
+        }
+        let found = found.or_else(|| self.flows.table.find_state(EVICT_SCAN, |st, _| st == state::CONTINUED));
+        let Some(r) = found else { return false };
+        if r.is_v6() {
+            self.flows.table.remove::<[u8; 16]>(r);
+        } else {
+            self.flows.table.remove::<[u8; 4]>(r);
+        }
+        self.flows.counters.events.continued_evicted += 1;
         true
     }
 
@@ -1273,7 +1353,8 @@ impl Worker {
                 }
                 // SNAT rules keep their local-port cursors after the services'.
                 let cursor = (rule.id & !crate::service::SNAT_ID_BIT) as usize + crate::service::MAX_SERVICES;
-                match self.insert::<A>(m, src, rule.id, 0, flag::SNAT, &rule.timeouts, &rule.laddrs, cursor, now) {
+                match self.insert::<A>(m, if m.proto == proto::TCP { state::SYN_SENT } else { state::UDP }, src, rule.id, 0, flag::SNAT, &rule.timeouts, &rule.laddrs, cursor, now)
+                {
                     Ok(r) => r,
                     Err(e) => return Verdict::Drop(e),
                 }

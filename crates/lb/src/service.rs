@@ -127,6 +127,21 @@ pub struct ServiceSpec {
     /// Answer SYNs with SYN cookies (TCP NAT and full-NAT services).
     pub synproxy: SynProxy,
     pub timeouts: Timeouts,
+    /// Stateless continuation: a TCP segment other than a SYN that matches no session goes to
+    /// the backend its flow's consistent hash gives (the one a SYN would have got on any node
+    /// of the cluster) and opens a session there ([`ServiceSpec::continuation_default`]).
+    pub continuation: bool,
+}
+
+impl ServiceSpec {
+    /// Continuation's default: on where it can work, TCP services in the NAT, DR and TUN
+    /// modes with a scheduler every node agrees on (maglev, sh) and no SYN proxy. Full NAT's
+    /// sessions carry a local port the backend knows, which another node cannot invent (its
+    /// sessions are synchronised instead); the SYN proxy's translate sequence numbers only the
+    /// node that answered the handshake knows, and it exists to drop ACKs without a session.
+    pub fn continuation_default(protocol: u8, mode: Mode, scheduler: Algorithm, synproxy: SynProxy) -> bool {
+        protocol == proto::TCP && mode != Mode::Fnat && scheduler.consistent() && synproxy == SynProxy::Off
+    }
 }
 
 /// When a service's SYNs are answered by the SYN proxy rather than forwarded.
@@ -252,6 +267,7 @@ pub mod two_arm {
             services: vec![],
             snat: vec![],
             icmp_rate: 1000,
+            cluster_key: 0,
         }
     }
 }
@@ -265,6 +281,10 @@ pub struct LbSpec {
     pub snat: Vec<SnatSpec>,
     /// ICMP errors the LB may originate per second per core (TTL exceeded, too big).
     pub icmp_rate: u32,
+    /// Keys the flow hashes and the Maglev tables ([`crate::hash::cluster_key`] of
+    /// `global.cluster_key`; 0 without one): nodes with the same configuration pick the same
+    /// backend for a flow.
+    pub cluster_key: u64,
 }
 
 /// Why a service model cannot be built. Messages name the port, route, service or SNAT rule.
@@ -344,6 +364,8 @@ pub struct Service {
     pub vip_key: u128,
     pub vip_bytes: [u8; 16],
     pub sched: Scheduler,
+    /// The cluster key the flow hashes are keyed with.
+    pub hash_key: u64,
     /// Backend ids, in spec order (the scheduler's indices).
     pub backends: Vec<u32>,
     pub laddrs: Vec<u16>,
@@ -792,6 +814,17 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         if s.synproxy == (SynProxy::Auto { half_open: 0 }) {
             bail!("{name}: synproxy half_open threshold must be at least 1");
         }
+        if s.continuation && s.proto == proto::TCP {
+            if s.mode == Mode::Fnat {
+                bail!("{name}: continuation: not with fnat (a full-NAT session's local port cannot be invented by another node; its sessions are synchronised instead)");
+            }
+            if s.synproxy != SynProxy::Off {
+                bail!("{name}: continuation: not with the SYN proxy (its sessions translate sequence numbers only the node that answered knows)");
+            }
+            if !s.scheduler.consistent() {
+                bail!("{name}: continuation: the {} scheduler picks differently on every node; use maglev or sh", s.scheduler.name());
+            }
+        }
         let mut laddrs_seen = FxHashSet::default();
         for &l in &s.local_addrs {
             if !same_family(l, s.vip) {
@@ -851,7 +884,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
                 snap.nat_replies.entry((key(b.addr), port, s.proto)).or_default().push(bid);
             }
             ids.push(bid);
-            targets.push(Target { weight: b.weight, key: crate::hash::mix64(key(b.addr) as u64 ^ ((key(b.addr) >> 64) as u64) ^ b.port as u64) });
+            targets.push(Target { weight: b.weight, key: crate::hash::mix64(spec.cluster_key ^ key(b.addr) as u64 ^ ((key(b.addr) >> 64) as u64) ^ b.port as u64) });
         }
         let sched = Scheduler::new(s.scheduler, &targets).map_err(|source| ConfigError::Scheduler { service: name.clone(), source })?;
         let mut laddrs = Vec::new();
@@ -870,7 +903,8 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         if snap.services.len() <= id as usize {
             snap.services.resize(id as usize + 1, None);
         }
-        snap.services[id as usize] = Some(Service { id, spec: s.clone(), vip_key: key(s.vip), vip_bytes: bytes16(s.vip), sched, backends: ids, laddrs });
+        snap.services[id as usize] =
+            Some(Service { id, spec: s.clone(), vip_key: key(s.vip), vip_bytes: bytes16(s.vip), sched, hash_key: spec.cluster_key, backends: ids, laddrs });
     }
     for (i, r) in spec.snat.iter().enumerate() {
         if r.addrs.is_empty() {

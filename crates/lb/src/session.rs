@@ -49,6 +49,10 @@ pub mod state {
     pub const TIME_WAIT: u8 = 6;
     pub const CLOSE: u8 = 7;
     pub const UDP: u8 = 8;
+    /// Opened by continuation (a mid-flow segment that matched no session) and not confirmed
+    /// yet: a reply from the backend (NAT) or a second segment from the client (DR, TUN, whose
+    /// replies bypass the LB) confirms it. Bounded like the half-open sessions.
+    pub const CONTINUED: u8 = 9;
 
     pub fn name(s: u8) -> &'static str {
         match s {
@@ -61,6 +65,7 @@ pub mod state {
             TIME_WAIT => "time_wait",
             CLOSE => "close",
             UDP => "udp",
+            CONTINUED => "continued",
             _ => "unknown",
         }
     }
@@ -82,12 +87,20 @@ pub mod flag {
     /// Opened by the SYN proxy: its sequence numbers (and timestamps, window) are translated
     /// by the session's [`SeqAdj`](super::SeqAdj).
     pub const SYNPROXY: u8 = 0x40;
+    /// A continued session that has seen only the segment that opened it.
+    pub const UNSEEN: u8 = 0x80;
 }
 
 /// Whether a TCP state is a half-open one (a handshake the backend has not completed).
 #[inline(always)]
 pub fn half_open(st: u8) -> bool {
     matches!(st, state::SYN_SENT | state::SYN_RECV)
+}
+
+/// Whether a state is an unconfirmed continuation ([`state::CONTINUED`]).
+#[inline(always)]
+pub fn continued(st: u8) -> bool {
+    st == state::CONTINUED
 }
 
 /// What a connection the SYN proxy opened needs besides its record: kept in an array beside
@@ -427,6 +440,8 @@ pub struct SessionTable {
     live: u32,
     /// Live sessions in a half-open state.
     half_open: u32,
+    /// Live sessions in state CONTINUED.
+    continued: u32,
     ports: Vec<Option<PortMap>>,
     /// Active sessions per backend slot (what `wlc` reads).
     active: Vec<u32>,
@@ -477,6 +492,7 @@ impl SessionTable {
             max_entries: (nbuckets as f64 * SLOTS as f64 * 0.97) as u32,
             live: 0,
             half_open: 0,
+            continued: 0,
             ports: Vec::new(),
             active: Vec::new(),
             seeds: [crate::hash::mix64(s ^ 1) | 1, crate::hash::mix64(s ^ 2) | 1, crate::hash::mix64(s ^ 3) | 1],
@@ -510,7 +526,12 @@ impl SessionTable {
         self.half_open
     }
 
-    /// Moves a live session to state `st`, keeping the half-open count.
+    /// Live sessions opened by continuation and not confirmed yet (CONTINUED).
+    pub fn continued(&self) -> u32 {
+        self.continued
+    }
+
+    /// Moves a live session to state `st`, keeping the half-open and continued counts.
     #[inline(always)]
     pub fn set_state<A: Addr>(&mut self, r: Ref, st: u8)
     where
@@ -519,12 +540,16 @@ impl SessionTable {
         let s = self.get_mut::<A>(r);
         let old = s.state;
         s.state = st;
-        if half_open(old) != half_open(st) {
-            if half_open(st) {
-                self.half_open += 1;
-            } else {
-                self.half_open -= 1;
-            }
+        self.count_state(old, -1);
+        self.count_state(st, 1);
+    }
+
+    #[inline(always)]
+    fn count_state(&mut self, st: u8, n: i32) {
+        if half_open(st) {
+            self.half_open = self.half_open.wrapping_add_signed(n);
+        } else if continued(st) {
+            self.continued = self.continued.wrapping_add_signed(n);
         }
     }
 
@@ -972,7 +997,7 @@ impl SessionTable {
         *self.get_mut::<A>(r) = s;
         self.entries += need;
         self.live += 1;
-        self.half_open += half_open(s.state) as u32;
+        self.count_state(s.state, 1);
         self.stats.inserted += 1;
         if s.flags & flag::SNAT == 0 {
             self.track_backend(s.backend, 1);
@@ -1005,7 +1030,7 @@ impl SessionTable {
         A::arena_mut(self).release(r.idx() as u32);
         self.entries -= n;
         self.live -= 1;
-        self.half_open -= half_open(s.state) as u32;
+        self.count_state(s.state, -1);
         self.stats.removed += 1;
     }
 
@@ -1035,6 +1060,12 @@ impl SessionTable {
     /// A half-open session among the next `scan` records of each family after the sweep's
     /// position whose state and flags pass `ok` (the cursor moves on, so repeated calls spread).
     pub fn find_half_open(&mut self, scan: u32, ok: impl Fn(u8, u8) -> bool) -> Option<Ref> {
+        self.find_state(scan, |st, fl| half_open(st) && ok(st, fl))
+    }
+
+    /// A live session among the next `scan` records of each family after the sweep's position
+    /// whose state and flags pass `ok`.
+    pub fn find_state(&mut self, scan: u32, ok: impl Fn(u8, u8) -> bool) -> Option<Ref> {
         fn fam<A: Addr>(t: &mut SessionTable, scan: u32, ok: &impl Fn(u8, u8) -> bool) -> Option<Ref>
         where
             Session<A>: Zeroable,
@@ -1045,7 +1076,7 @@ impl SessionTable {
                 let i = arena.sweep;
                 arena.sweep = if i + 1 >= used { 0 } else { i + 1 };
                 let s = &arena.recs.as_slice()[i as usize];
-                if half_open(s.state) && ok(s.state, s.flags) {
+                if s.state != state::FREE && ok(s.state, s.flags) {
                     return Some(Ref::new(i, A::V6, false));
                 }
             }

@@ -149,7 +149,7 @@ fn install_as<A: SyncAddr>(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord,
 where
     Session<A>: Zeroable,
 {
-    if rec.state == state::FREE || rec.state > state::UDP || rec.expire_in == 0 || rec.expire_in > 1 << 30 {
+    if rec.state == state::FREE || rec.state > state::CONTINUED || rec.expire_in == 0 || rec.expire_in > 1 << 30 {
         return Err(InstallError::Stale);
     }
     let client = A::from_ip(rec.client).ok_or(InstallError::Unknown)?;

@@ -14,8 +14,8 @@ pub fn transition(st: u8, sflags: &mut u8, tcp: u8, inbound: bool, one_way: bool
     if tcp & tf::SYN != 0 {
         if tcp & tf::ACK == 0 {
             // A new SYN on a closed session reuses it (client port reuse).
-            if inbound && matches!(st, state::TIME_WAIT | state::CLOSE | state::SYN_SENT | state::FREE) {
-                *sflags &= !(flag::FIN_IN | flag::FIN_OUT);
+            if inbound && matches!(st, state::TIME_WAIT | state::CLOSE | state::SYN_SENT | state::FREE | state::CONTINUED) {
+                *sflags &= !(flag::FIN_IN | flag::FIN_OUT | flag::UNSEEN);
                 return state::SYN_SENT;
             }
             return st;
@@ -30,10 +30,24 @@ pub fn transition(st: u8, sflags: &mut u8, tcp: u8, inbound: bool, one_way: bool
         next = match st {
             state::SYN_RECV if inbound => state::ESTABLISHED,
             state::SYN_SENT if inbound && one_way => state::ESTABLISHED,
+            // A continued session: confirmed by the backend's reply, or where replies bypass
+            // the LB by the client's second segment (the first one opened it).
+            state::CONTINUED if !inbound => state::ESTABLISHED,
+            state::CONTINUED if one_way && *sflags & flag::UNSEEN != 0 => {
+                *sflags &= !flag::UNSEEN;
+                state::CONTINUED
+            }
+            state::CONTINUED if one_way => state::ESTABLISHED,
             state::LAST_ACK if tcp & tf::FIN == 0 => state::TIME_WAIT,
             state::FIN_WAIT if one_way && inbound && tcp & tf::FIN == 0 && *sflags & flag::FIN_IN != 0 => state::TIME_WAIT,
             s => s,
         };
+    }
+    if tcp & tf::FIN != 0 && next == state::CONTINUED {
+        // Remembered, but the session stays within the continuation budget until confirmed
+        // (a flood of FINs must not open sessions outside it).
+        *sflags |= if inbound { flag::FIN_IN } else { flag::FIN_OUT };
+        return next;
     }
     if tcp & tf::FIN != 0 && matches!(next, state::SYN_SENT | state::SYN_RECV | state::ESTABLISHED | state::FIN_WAIT) {
         *sflags |= if inbound { flag::FIN_IN } else { flag::FIN_OUT };
@@ -46,7 +60,7 @@ pub fn transition(st: u8, sflags: &mut u8, tcp: u8, inbound: bool, one_way: bool
 #[inline(always)]
 pub fn timeout(st: u8, t: &Timeouts) -> u32 {
     match st {
-        state::SYN_SENT | state::SYN_RECV => t.syn,
+        state::SYN_SENT | state::SYN_RECV | state::CONTINUED => t.syn,
         state::ESTABLISHED => t.established,
         state::FIN_WAIT | state::LAST_ACK => t.fin,
         state::TIME_WAIT => t.time_wait,

@@ -41,6 +41,12 @@ impl Algorithm {
         }
     }
 
+    /// Whether every node with the same backends picks the same one for a flow (the hash
+    /// schedulers); rr, wrr and wlc depend on the node's own history.
+    pub fn consistent(&self) -> bool {
+        matches!(self, Algorithm::Sh { .. } | Algorithm::Maglev { .. })
+    }
+
     /// Parses a scheduler name; hash schedulers get the default table size.
     pub fn parse(name: &str) -> Option<Algorithm> {
         Some(match name {

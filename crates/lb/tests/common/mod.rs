@@ -103,6 +103,7 @@ pub fn service(f: &Fam, mode: Mode, protocol: u8, port: u16, backends: &[(u8, u1
         toa: false,
         synproxy: Default::default(),
         timeouts: Timeouts::default(),
+        continuation: false,
     }
 }
 
