@@ -72,6 +72,36 @@ fn fifo_stamp<A>(s: &Session<A>) -> u32 {
     (s.cport as u32) << 16 | s.lport as u32
 }
 
+/// Ends the oldest session of `fifo` (the order sessions were opened in) whose state and flags
+/// still pass `ok`, looking at most [`EVICT_SCAN`] entries into it, then as many records of
+/// the sweep (sessions the order does not hold: synchronised ones). An entry whose record
+/// ended and was reused since (another stamp) is skipped. Whether one was ended.
+fn evict_oldest(fifo: &mut std::collections::VecDeque<(u32, u32)>, table: &mut SessionTable, ok: impl Fn(u8, u8) -> bool) -> bool {
+    let mut found = None;
+    for _ in 0..EVICT_SCAN {
+        let Some((k, stamp)) = fifo.pop_front() else { break };
+        let Some(r) = Ref::from_key(k) else { continue };
+        let (st, fl, now_stamp) = if r.is_v6() {
+            let s = table.get::<[u8; 16]>(r);
+            (s.state, s.flags, fifo_stamp(s))
+        } else {
+            let s = table.get::<[u8; 4]>(r);
+            (s.state, s.flags, fifo_stamp(s))
+        };
+        if ok(st, fl) && now_stamp == stamp {
+            found = Some(r);
+            break;
+        }
+    }
+    let Some(r) = found.or_else(|| table.find_state(EVICT_SCAN, &ok)) else { return false };
+    if r.is_v6() {
+        table.remove::<[u8; 16]>(r);
+    } else {
+        table.remove::<[u8; 4]>(r);
+    }
+    true
+}
+
 /// Whether a packet may create a session: any UDP datagram, a TCP SYN without ACK or RST.
 #[inline(always)]
 fn opens_flow(m: &Meta) -> bool {
@@ -798,63 +828,20 @@ impl Worker {
     /// never evicted; they leave by their (shrunken) timeouts.
     #[cold]
     fn evict_half_open(&mut self) -> bool {
-        let mut found = None;
-        for _ in 0..EVICT_SCAN {
-            let Some((k, stamp)) = self.half_open_fifo.pop_front() else { break };
-            let Some(r) = Ref::from_key(k) else { continue };
-            let (st, fl, now_stamp) = if r.is_v6() {
-                let s = self.flows.table.get::<[u8; 16]>(r);
-                (s.state, s.flags, fifo_stamp(s))
-            } else {
-                let s = self.flows.table.get::<[u8; 4]>(r);
-                (s.state, s.flags, fifo_stamp(s))
-            };
-            // The record may have ended and been reused since: then it is not this entry's.
-            if st == state::SYN_SENT && fl & flag::SYNPROXY == 0 && now_stamp == stamp {
-                found = Some(r);
-                break;
-            }
-        }
-        // Sessions the order does not hold (synchronised ones): the sweep finds them.
-        let found = found.or_else(|| self.flows.table.find_half_open(EVICT_SCAN, |st, fl| st == state::SYN_SENT && fl & flag::SYNPROXY == 0));
-        let Some(r) = found else { return false };
-        if r.is_v6() {
-            self.flows.table.remove::<[u8; 16]>(r);
-        } else {
-            self.flows.table.remove::<[u8; 4]>(r);
+        let ok = |st: u8, fl: u8| st == state::SYN_SENT && fl & flag::SYNPROXY == 0;
+        if !evict_oldest(&mut self.half_open_fifo, &mut self.flows.table, ok) {
+            return false;
         }
         self.flows.counters.events.half_open_evicted += 1;
         true
     }
 
     /// Makes room in a spent continuation budget: ends the oldest session still in state
-    /// CONTINUED (looking at most [`EVICT_SCAN`] entries into the order of opening, then as
-    /// many records of the sweep). A real flow's next segment opens it again, to the same
-    /// backend.
+    /// CONTINUED. A real flow's next segment opens it again, to the same backend.
     #[cold]
     fn evict_continued(&mut self) -> bool {
-        let mut found = None;
-        for _ in 0..EVICT_SCAN {
-            let Some((k, stamp)) = self.continued_fifo.pop_front() else { break };
-            let Some(r) = Ref::from_key(k) else { continue };
-            let (st, now_stamp) = if r.is_v6() {
-                let s = self.flows.table.get::<[u8; 16]>(r);
-                (s.state, fifo_stamp(s))
-            } else {
-                let s = self.flows.table.get::<[u8; 4]>(r);
-                (s.state, fifo_stamp(s))
-            };
-            if st == state::CONTINUED && now_stamp == stamp {
-                found = Some(r);
-                break;
-            }
-        }
-        let found = found.or_else(|| self.flows.table.find_state(EVICT_SCAN, |st, _| st == state::CONTINUED));
-        let Some(r) = found else { return false };
-        if r.is_v6() {
-            self.flows.table.remove::<[u8; 16]>(r);
-        } else {
-            self.flows.table.remove::<[u8; 4]>(r);
+        if !evict_oldest(&mut self.continued_fifo, &mut self.flows.table, |st, _| st == state::CONTINUED) {
+            return false;
         }
         self.flows.counters.events.continued_evicted += 1;
         true

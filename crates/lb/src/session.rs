@@ -1057,14 +1057,8 @@ impl SessionTable {
         removed
     }
 
-    /// A half-open session among the next `scan` records of each family after the sweep's
-    /// position whose state and flags pass `ok` (the cursor moves on, so repeated calls spread).
-    pub fn find_half_open(&mut self, scan: u32, ok: impl Fn(u8, u8) -> bool) -> Option<Ref> {
-        self.find_state(scan, |st, fl| half_open(st) && ok(st, fl))
-    }
-
     /// A live session among the next `scan` records of each family after the sweep's position
-    /// whose state and flags pass `ok`.
+    /// whose state and flags pass `ok` (the cursor moves on, so repeated calls spread).
     pub fn find_state(&mut self, scan: u32, ok: impl Fn(u8, u8) -> bool) -> Option<Ref> {
         fn fam<A: Addr>(t: &mut SessionTable, scan: u32, ok: &impl Fn(u8, u8) -> bool) -> Option<Ref>
         where
