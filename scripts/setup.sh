@@ -12,11 +12,12 @@ set -euo pipefail
 # loads the page in headless Chromium; the demo takes its screenshot), nghttp2-client (the
 # proxy's HTTP/2 tests: curl 7.88 cannot reuse an h2c connection); the peers the benchmarks compare
 # with: nftables, HAProxy, nginx's stream module, dpdk-testpmd (dpdk-dev); memcached (the
-# queue-set experiment's server, and memcache-load's tests); python3-pip where Python has no
-# pip (crypto_mb below).
+# queue-set experiment's server, and memcache-load's tests); bird2 (the BGP speaker the daemon
+# runs for scale-out, and the router of its test); python3-pip where Python has no pip
+# (crypto_mb below).
 PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
-      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client memcached)
+      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client memcached bird2)
 [ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib linux-perf)
 need_apt=()
 for pkg in "${PKGS[@]}"; do

@@ -198,6 +198,40 @@ pub(crate) struct RawService {
 
 #[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+pub(crate) struct RawBgp {
+    pub(crate) asn: u64,
+    pub(crate) router_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) next_hop: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) hold_time: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) bfd: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) bfd_interval_ms: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) bfd_multiplier: Option<u8>,
+    #[serde(default)]
+    pub(crate) communities: Vec<String>,
+    #[serde(default)]
+    pub(crate) neighbors: Vec<RawBgpNeighbor>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) bird: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) birdc: Option<String>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBgpNeighbor {
+    pub(crate) address: String,
+    pub(crate) asn: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) password: Option<String>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct RawHa {
     pub(crate) sync_listen: String,
     pub(crate) sync_peers: Vec<String>,
@@ -252,6 +286,8 @@ pub(crate) struct Raw {
     pub(crate) runtime: RawRuntime,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) ha: Option<RawHa>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) bgp: Option<RawBgp>,
     #[serde(default)]
     pub(crate) timeouts: RawTimeouts,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

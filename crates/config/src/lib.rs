@@ -4,6 +4,7 @@
 //! error names the field it is about. [`Config::parse`] returns the service model
 //! ([`vectorlb_lb::LbSpec`]) plus the engine settings that size each worker.
 
+mod bgp;
 mod error;
 mod file;
 mod ha;
@@ -15,6 +16,7 @@ mod runtime;
 mod services;
 mod values;
 
+pub use bgp::{BgpNeighbor, BgpSpec};
 pub use error::Error;
 pub use ha::SyncSpec;
 pub use health::{CheckKind, HealthSpec, OnDown};
@@ -60,6 +62,8 @@ pub struct Config {
     /// Per service (same order as `spec.services`): its health check, if any.
     pub health: Vec<Option<HealthSpec>>,
     pub sync: Option<SyncSpec>,
+    /// `[bgp]`: the VIPs announced to the routers through BIRD.
+    pub bgp: Option<BgpSpec>,
     /// The file's `[timeouts]`: services and SNAT rules without their own use these, and so
     /// do services added through the API.
     pub timeouts: Timeouts,
@@ -114,6 +118,7 @@ impl Config {
         let spec = LbSpec { ports: p.specs, routes, neighbors, services, snat, icmp_rate: g.icmp_rate.unwrap_or(1000), cluster_key };
         let runtime = runtime::runtime(&raw.runtime)?;
         let sync = ha::sync(&raw.ha)?;
+        let bgp = bgp::bgp(&raw.bgp)?;
         // Build once to report semantic errors (families, routes, tables) at load time.
         vectorlb_lb::Control::new(&spec)?;
         let queue_sets = queue_sets::queue_sets(&raw.queue_sets, &spec, runtime.workers)?;
@@ -128,6 +133,7 @@ impl Config {
             mtu_given: p.mtu_given,
             health,
             sync,
+            bgp,
             timeouts: base,
             queue_sets,
             default_ingress: raw.default_set.as_ref().and_then(|d| d.ingress.as_ref()).map(|r| queue_sets::rate_spec("default_set.ingress", r)).transpose()?,
@@ -193,6 +199,7 @@ impl Config {
                 sync_peers: h.peers.iter().map(|p| p.to_string()).collect(),
                 sync_key: String::from_utf8_lossy(&h.key).into_owned(),
             }),
+            bgp: self.bgp.as_ref().map(bgp::raw),
             timeouts: raw_timeouts(&self.timeouts),
             ports: self
                 .spec
@@ -478,6 +485,36 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
             let e = err(&text);
             assert!(e.contains(want), "{want}: {e}");
         }
+    }
+
+    #[test]
+    fn bgp_is_checked_and_written_back() {
+        let bgp =
+            "\n[bgp]\nasn = 65001\nrouter_id = \"10.0.0.1\"\ncommunities = [\"65001:100\"]\n[[bgp.neighbors]]\naddress = \"10.0.0.254\"\nasn = 65000\npassword = \"s3cret\"\n";
+        let c = Config::parse(&format!("{GOOD}{bgp}")).unwrap();
+        let b = c.bgp.as_ref().unwrap();
+        assert_eq!((b.asn, b.hold_time, b.bfd, b.bfd_interval_ms, b.bfd_multiplier), (65001, 9, true, 100, 3));
+        assert_eq!(b.communities, vec![(65001, 100)]);
+        assert_eq!(b.neighbors[0].password.as_deref(), Some("s3cret"));
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+        assert!(Config::parse(GOOD).unwrap().bgp.is_none());
+        for (from, to, want) in [
+            ("asn = 65001", "asn = 0", "bgp.asn: AS 0 is reserved"),
+            ("asn = 65001", "asn = 4294967296", "bgp.asn: 4294967296 is not a 32-bit AS number"),
+            ("router_id = \"10.0.0.1\"", "router_id = \"::1\"", "bgp.router_id: '::1' is not an IPv4 address"),
+            ("[\"65001:100\"]", "[\"65001\"]", "bgp.communities[0]: '65001' is not ASN:VALUE"),
+            ("address = \"10.0.0.254\"", "address = \"224.0.0.5\"", "bgp.neighbors[0].address: 224.0.0.5 is not a unicast address"),
+            ("password = \"s3cret\"", "password = \"a\\\"; protocol x\"", "bgp.neighbors[0].password: 1 to 80 printable characters, without quotes"),
+            ("asn = 65000", "asn = 65000\nport = 179", "unknown field `port`"),
+            ("router_id = \"10.0.0.1\"", "router_id = \"10.0.0.1\"\nhold_time = 2", "bgp.hold_time: 2 s; 0 (no keepalives) or at least 3"),
+            ("router_id = \"10.0.0.1\"", "router_id = \"10.0.0.1\"\nbird = \"bird\"", "bgp.bird: 'bird' is not an absolute path"),
+        ] {
+            let text = format!("{GOOD}{}", bgp.replacen(from, to, 1));
+            let e = err(&text);
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        let none = format!("{GOOD}\n[bgp]\nasn = 65001\nrouter_id = \"10.0.0.1\"\n");
+        assert!(err(&none).contains("bgp.neighbors: give at least one router"), "{}", err(&none));
     }
 
     #[test]

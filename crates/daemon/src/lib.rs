@@ -11,6 +11,7 @@
 //! ([`neighbours`]), the HA state ([`ha`]) and the health checks ([`health`]). [`Daemon`] holds
 //! them and implements the control API's `LbControl` ([`control_api`]).
 
+pub mod bgp;
 pub mod config_store;
 pub mod control;
 pub mod control_api;

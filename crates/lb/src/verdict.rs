@@ -90,7 +90,8 @@ drop_reasons! {
     /// FIN without ACK, none at all, and the rest of the combinations conntrack calls invalid);
     /// it creates no session and is not forwarded.
     InvalidTcpFlags = "invalid_tcp_flags",
-    /// A TCP segment other than a SYN with no session, or a reply with no session.
+    /// A TCP segment other than a SYN with no session (a reset, or any segment to a service
+    /// without continuation), or a reply with no session.
     NoSession = "no_session",
     /// The service has no backend that takes new sessions (all weights 0): a UDP datagram
     /// (a TCP SYN is answered with a reset, counted in `tcp_resets_sent`).

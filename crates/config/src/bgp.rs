@@ -1,0 +1,150 @@
+//! `[bgp]`: announcing the VIPs to the routers through BIRD (docs/scale-out.md).
+
+use crate::error::{bail, Error};
+use crate::file::{RawBgp, RawBgpNeighbor};
+use std::net::{IpAddr, Ipv4Addr};
+
+/// How this node announces its VIPs (`[bgp]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BgpSpec {
+    /// This node's autonomous system.
+    pub asn: u32,
+    /// BGP identifier (an IPv4 address, unique among the routers' peers).
+    pub router_id: Ipv4Addr,
+    /// The next hop announced with the VIPs (None: this node's address on each session).
+    pub next_hop: Option<IpAddr>,
+    /// Seconds without a message before a session is declared down (0, or 3..=65535).
+    pub hold_time: u16,
+    /// Bidirectional forwarding detection on every session (sub-second failure detection).
+    pub bfd: bool,
+    /// BFD's interval (ms) and multiplier: a peer is down after `bfd_interval_ms` x `bfd_multiplier`.
+    pub bfd_interval_ms: u32,
+    pub bfd_multiplier: u8,
+    /// Standard communities attached to every announcement, (ASN, value).
+    pub communities: Vec<(u16, u16)>,
+    pub neighbors: Vec<BgpNeighbor>,
+    /// The BIRD 2 binaries.
+    pub bird: String,
+    pub birdc: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BgpNeighbor {
+    pub address: IpAddr,
+    pub asn: u32,
+    /// TCP MD5 signature (RFC 2385) shared with the router.
+    pub password: Option<String>,
+}
+
+impl BgpSpec {
+    pub const DEFAULT_HOLD_TIME: u16 = 9;
+    pub const DEFAULT_BFD_INTERVAL_MS: u32 = 100;
+    pub const DEFAULT_BFD_MULTIPLIER: u8 = 3;
+}
+
+fn asn(what: &str, n: u64) -> Result<u32, Error> {
+    match n {
+        // 0 and 65535 / 4294967295 are reserved (RFC 7607, RFC 7300); 23456 is AS_TRANS.
+        0 | 23456 | 65535 | 4_294_967_295 => bail!("{what}: AS {n} is reserved"),
+        n if n > u32::MAX as u64 => bail!("{what}: {n} is not a 32-bit AS number"),
+        n => Ok(n as u32),
+    }
+}
+
+/// Text that goes into BIRD's configuration between quotes: printable, no quote or backslash.
+fn quoted_ok(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 80 && s.chars().all(|c| !c.is_control() && c != '"' && c != '\\')
+}
+
+fn neighbor(f: &str, n: &RawBgpNeighbor) -> Result<BgpNeighbor, Error> {
+    let address: IpAddr = n.address.parse().map_err(|_| Error::invalid(format!("{f}.address: '{}' is not an IP address", n.address)))?;
+    if address.is_unspecified() || address.is_multicast() || address.is_loopback() {
+        bail!("{f}.address: {address} is not a unicast address a router has");
+    }
+    let password = match &n.password {
+        Some(p) if !quoted_ok(p) => bail!("{f}.password: 1 to 80 printable characters, without quotes or backslashes"),
+        p => p.clone(),
+    };
+    Ok(BgpNeighbor { address, asn: asn(&format!("{f}.asn"), n.asn)?, password })
+}
+
+/// `[bgp]`, if there is one.
+pub(crate) fn bgp(raw: &Option<RawBgp>) -> Result<Option<BgpSpec>, Error> {
+    let Some(b) = raw else { return Ok(None) };
+    let router_id: Ipv4Addr = b.router_id.parse().map_err(|_| Error::invalid(format!("bgp.router_id: '{}' is not an IPv4 address", b.router_id)))?;
+    if router_id.is_unspecified() {
+        bail!("bgp.router_id: 0.0.0.0 is not an identifier");
+    }
+    let next_hop = match &b.next_hop {
+        None => None,
+        Some(s) => Some(s.parse::<IpAddr>().map_err(|_| Error::invalid(format!("bgp.next_hop: '{s}' is not an IP address")))?),
+    };
+    let hold_time = b.hold_time.unwrap_or(BgpSpec::DEFAULT_HOLD_TIME);
+    if hold_time != 0 && hold_time < 3 {
+        bail!("bgp.hold_time: {hold_time} s; 0 (no keepalives) or at least 3 (RFC 4271)");
+    }
+    let bfd_interval_ms = b.bfd_interval_ms.unwrap_or(BgpSpec::DEFAULT_BFD_INTERVAL_MS);
+    if !(10..=10_000).contains(&bfd_interval_ms) {
+        bail!("bgp.bfd_interval_ms: {bfd_interval_ms} is out of range 10..=10000");
+    }
+    let bfd_multiplier = b.bfd_multiplier.unwrap_or(BgpSpec::DEFAULT_BFD_MULTIPLIER);
+    if !(1..=50).contains(&bfd_multiplier) {
+        bail!("bgp.bfd_multiplier: {bfd_multiplier} is out of range 1..=50");
+    }
+    let mut communities = Vec::new();
+    for (i, c) in b.communities.iter().enumerate() {
+        let parsed = c.split_once(':').and_then(|(a, v)| Some((a.parse::<u16>().ok()?, v.parse::<u16>().ok()?)));
+        match parsed {
+            Some(p) => communities.push(p),
+            None => bail!("bgp.communities[{i}]: '{c}' is not ASN:VALUE (each 0..=65535)"),
+        }
+    }
+    if b.neighbors.is_empty() {
+        bail!("bgp.neighbors: give at least one router to announce to");
+    }
+    let mut neighbors = Vec::new();
+    for (i, n) in b.neighbors.iter().enumerate() {
+        let n = neighbor(&format!("bgp.neighbors[{i}]"), n)?;
+        if neighbors.iter().any(|m: &BgpNeighbor| m.address == n.address) {
+            bail!("bgp.neighbors[{i}].address: {} is listed twice", n.address);
+        }
+        neighbors.push(n);
+    }
+    let bin = |what: &str, v: &Option<String>, default: &str| -> Result<String, Error> {
+        let s = v.clone().unwrap_or_else(|| default.to_string());
+        if !s.starts_with('/') || s.chars().any(char::is_control) {
+            bail!("bgp.{what}: '{s}' is not an absolute path");
+        }
+        Ok(s)
+    };
+    Ok(Some(BgpSpec {
+        asn: asn("bgp.asn", b.asn)?,
+        router_id,
+        next_hop,
+        hold_time,
+        bfd: b.bfd.unwrap_or(true),
+        bfd_interval_ms,
+        bfd_multiplier,
+        communities,
+        neighbors,
+        bird: bin("bird", &b.bird, "/usr/sbin/bird")?,
+        birdc: bin("birdc", &b.birdc, "/usr/sbin/birdc")?,
+    }))
+}
+
+/// `[bgp]` as the file writes it.
+pub(crate) fn raw(s: &BgpSpec) -> RawBgp {
+    RawBgp {
+        asn: s.asn as u64,
+        router_id: s.router_id.to_string(),
+        next_hop: s.next_hop.map(|a| a.to_string()),
+        hold_time: Some(s.hold_time),
+        bfd: Some(s.bfd),
+        bfd_interval_ms: Some(s.bfd_interval_ms),
+        bfd_multiplier: Some(s.bfd_multiplier),
+        communities: s.communities.iter().map(|(a, v)| format!("{a}:{v}")).collect(),
+        neighbors: s.neighbors.iter().map(|n| RawBgpNeighbor { address: n.address.to_string(), asn: n.asn as u64, password: n.password.clone() }).collect(),
+        bird: Some(s.bird.clone()),
+        birdc: Some(s.birdc.clone()),
+    }
+}

@@ -1,0 +1,345 @@
+//! Announcing VIPs by BGP through BIRD 2 (docs/scale-out.md): the daemon writes BIRD's
+//! configuration from `[bgp]` and the prefixes it wants announced, runs BIRD as its child,
+//! reconfigures it when the set changes, restarts it when it dies, and reads its sessions'
+//! states. BIRD speaks BGP and BFD over the host's kernel sockets (the data plane hands the
+//! node's own traffic to the kernel); it installs no routes here (no kernel protocol).
+//!
+//! The prefixes live in two static protocols (`vips4`, `vips6`) as blackhole routes that only
+//! the BGP channels export: IPv4 prefixes to IPv4 neighbours, IPv6 to IPv6 ones.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::io;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vectorlb_config::BgpSpec;
+
+/// A prefix to announce: an address and its length.
+pub type Prefix = (IpAddr, u8);
+
+/// BIRD's configuration for `spec` announcing `prefixes`. Every value comes from the checked
+/// configuration (addresses, numbers, passwords without quotes or backslashes), so nothing
+/// here can inject configuration.
+pub fn bird_config(spec: &BgpSpec, prefixes: &BTreeSet<Prefix>) -> String {
+    let mut c = String::new();
+    let _ = writeln!(c, "# Written by vectorlb from [bgp]; rewritten on every change. Do not edit.");
+    let _ = writeln!(c, "router id {};", spec.router_id);
+    let _ = writeln!(c, "log stderr all;");
+    let _ = writeln!(c, "protocol device {{ scan time 10; }}");
+    if spec.bfd {
+        let _ = writeln!(
+            c,
+            "protocol bfd {{ interface \"*\" {{ min rx interval {i} ms; min tx interval {i} ms; idle tx interval 1000 ms; multiplier {m}; }}; }}",
+            i = spec.bfd_interval_ms,
+            m = spec.bfd_multiplier
+        );
+    }
+    let communities: String = spec.communities.iter().map(|(a, v)| format!(" bgp_community.add(({a},{v}));")).collect();
+    for (name, v4) in [("vips4", true), ("vips6", false)] {
+        let _ = writeln!(c, "protocol static {name} {{");
+        let _ = writeln!(c, "  {};", if v4 { "ipv4" } else { "ipv6" });
+        for (a, len) in prefixes.iter().filter(|(a, _)| a.is_ipv4() == v4) {
+            if communities.is_empty() {
+                let _ = writeln!(c, "  route {a}/{len} blackhole;");
+            } else {
+                let _ = writeln!(c, "  route {a}/{len} blackhole {{{communities} }};");
+            }
+        }
+        let _ = writeln!(c, "}}");
+    }
+    for (i, n) in spec.neighbors.iter().enumerate() {
+        let (channel, source) = if n.address.is_ipv4() { ("ipv4", "vips4") } else { ("ipv6", "vips6") };
+        let next_hop = match spec.next_hop {
+            Some(a) if a.is_ipv4() == n.address.is_ipv4() => format!("next hop address {a}"),
+            _ => "next hop self".to_string(),
+        };
+        let _ = writeln!(c, "protocol bgp peer{i} {{");
+        let _ = writeln!(c, "  local as {};", spec.asn);
+        let _ = writeln!(c, "  neighbor {} as {};", n.address, n.asn);
+        let _ = writeln!(c, "  hold time {};", spec.hold_time);
+        if spec.hold_time != 0 {
+            let _ = writeln!(c, "  keepalive time {};", (spec.hold_time / 3).max(1));
+        }
+        // Come back quickly after a failure (BIRD's defaults wait minutes).
+        let _ = writeln!(c, "  connect retry time 2;");
+        let _ = writeln!(c, "  error wait time 1, 10;");
+        if spec.bfd {
+            let _ = writeln!(c, "  bfd on;");
+        }
+        if let Some(p) = &n.password {
+            let _ = writeln!(c, "  password \"{p}\";");
+        }
+        let _ = writeln!(c, "  {channel} {{ import none; export where proto = \"{source}\"; {next_hop}; }};");
+        let _ = writeln!(c, "}}");
+    }
+    c
+}
+
+/// One BGP session as BIRD reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub neighbor: IpAddr,
+    /// BIRD's protocol state (`up`, `start`, `down`, ...).
+    pub state: String,
+    /// The BGP state (`Established`, `Active`, `Connect`, ...), with BIRD's last error if any.
+    pub info: String,
+}
+
+impl Session {
+    pub fn established(&self) -> bool {
+        self.state == "up" && self.info.starts_with("Established")
+    }
+}
+
+/// Parses `birdc show protocols`: the BGP protocols `peerN` in order.
+pub fn parse_protocols(text: &str, spec: &BgpSpec) -> Vec<Session> {
+    let mut out: Vec<Session> = spec.neighbors.iter().map(|n| Session { neighbor: n.address, state: "unknown".into(), info: String::new() }).collect();
+    for line in text.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // Name Proto Table State Since(1 or 2 words) Info...
+        if cols.len() < 5 || cols[1] != "BGP" {
+            continue;
+        }
+        let Some(i) = cols[0].strip_prefix("peer").and_then(|n| n.parse::<usize>().ok()) else { continue };
+        let Some(s) = out.get_mut(i) else { continue };
+        s.state = cols[3].to_string();
+        // "Since" is a time, or a date and a time; the rest is the information.
+        let rest = if cols.len() > 5 && cols[5].contains(':') && cols[4].contains('-') { &cols[6..] } else { &cols[5..] };
+        s.info = rest.join(" ");
+    }
+    out
+}
+
+/// BIRD, run and supervised by the daemon.
+pub struct Bird {
+    spec: BgpSpec,
+    dir: PathBuf,
+    child: Option<Child>,
+    announced: BTreeSet<Prefix>,
+    /// Times BIRD was started again after it died (or could not be started).
+    pub restarts: u64,
+    /// Why the last start or reconfiguration failed, if it did.
+    pub error: Option<String>,
+    next_start: Instant,
+}
+
+impl Bird {
+    /// Starts BIRD with nothing announced; its files (configuration, control socket, log) in
+    /// `dir`, created mode 0700.
+    pub fn start(spec: &BgpSpec, dir: &Path) -> io::Result<Bird> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        let mut b = Bird { spec: spec.clone(), dir: dir.to_path_buf(), child: None, announced: BTreeSet::new(), restarts: 0, error: None, next_start: Instant::now() };
+        b.write_config()?;
+        b.spawn()?;
+        Ok(b)
+    }
+
+    fn conf(&self) -> PathBuf {
+        self.dir.join("bird.conf")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("bird.ctl")
+    }
+
+    fn write_config(&self) -> io::Result<()> {
+        let tmp = self.dir.join("bird.conf.new");
+        std::fs::write(&tmp, bird_config(&self.spec, &self.announced))?;
+        std::fs::rename(&tmp, self.conf())
+    }
+
+    fn spawn(&mut self) -> io::Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("bird.log"))?;
+        let _ = std::fs::remove_file(self.socket());
+        let child = Command::new(&self.spec.bird)
+            .arg("-f")
+            .arg("-c")
+            .arg(self.conf())
+            .arg("-s")
+            .arg(self.socket())
+            .arg("-P")
+            .arg(self.dir.join("bird.pid"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("starting {}: {e}", self.spec.bird)))?;
+        self.child = Some(child);
+        // Its control socket appears once it has read the configuration.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.socket().exists() {
+            if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                self.child = None;
+                let tail = std::fs::read_to_string(self.dir.join("bird.log")).unwrap_or_default();
+                let last = tail.lines().last().unwrap_or("").to_string();
+                return Err(io::Error::other(format!("bird exited ({st}): {last}")));
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::other("bird did not open its control socket within 5 s"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Runs `birdc` with `args` on this BIRD's socket; its output.
+    fn birdc(&self, args: &[&str]) -> io::Result<String> {
+        let out = Command::new(&self.spec.birdc).arg("-s").arg(self.socket()).args(args).stdin(Stdio::null()).output()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            return Err(io::Error::other(format!("birdc {}: {}{}", args.join(" "), text.trim(), String::from_utf8_lossy(&out.stderr).trim())));
+        }
+        Ok(text)
+    }
+
+    /// Announces exactly `prefixes` (withdrawing the rest): BIRD reconfigures without touching
+    /// its sessions. Nothing happens when the set is unchanged.
+    pub fn announce(&mut self, prefixes: &BTreeSet<Prefix>) -> io::Result<()> {
+        if *prefixes == self.announced {
+            return Ok(());
+        }
+        self.announced = prefixes.clone();
+        self.write_config()?;
+        if self.child.is_none() {
+            // Read at the next start.
+            return Ok(());
+        }
+        let out = self.birdc(&["configure"])?;
+        if !out.contains("Reconfigured") && !out.contains("Reconfiguration in progress") {
+            return Err(io::Error::other(format!("bird refused its configuration: {}", out.trim())));
+        }
+        Ok(())
+    }
+
+    pub fn announced(&self) -> &BTreeSet<Prefix> {
+        &self.announced
+    }
+
+    /// Whether BIRD runs; starts it again (at most once a second) when it died.
+    pub fn supervise(&mut self) -> bool {
+        if let Some(c) = self.child.as_mut() {
+            match c.try_wait() {
+                Ok(None) => return true,
+                Ok(Some(st)) => self.error = Some(format!("bird exited: {st}")),
+                Err(e) => self.error = Some(format!("bird: {e}")),
+            }
+            self.child = None;
+        }
+        if Instant::now() < self.next_start {
+            return false;
+        }
+        self.next_start = Instant::now() + Duration::from_secs(1);
+        self.restarts += 1;
+        match self.spawn() {
+            Ok(()) => true,
+            Err(e) => {
+                self.error = Some(e.to_string());
+                false
+            }
+        }
+    }
+
+    /// The BGP sessions (in `[bgp] neighbors` order), as BIRD reports them; all `unknown`
+    /// when it cannot be asked.
+    pub fn sessions(&self) -> Vec<Session> {
+        let text = if self.child.is_some() { self.birdc(&["show", "protocols"]).unwrap_or_default() } else { String::new() };
+        parse_protocols(&text, &self.spec)
+    }
+
+    /// Withdraws everything, gives the routers `grace` to hear it, and stops BIRD.
+    pub fn stop(mut self, grace: Duration) {
+        if self.child.is_some() && !self.announced.is_empty() && self.announce(&BTreeSet::new()).is_ok() {
+            std::thread::sleep(grace);
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = self.birdc(&["down"]);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Bird {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vectorlb_config::BgpNeighbor;
+
+    fn spec() -> BgpSpec {
+        BgpSpec {
+            asn: 65001,
+            router_id: "10.0.0.1".parse().unwrap(),
+            next_hop: None,
+            hold_time: 9,
+            bfd: true,
+            bfd_interval_ms: 100,
+            bfd_multiplier: 3,
+            communities: vec![(65001, 100)],
+            neighbors: vec![
+                BgpNeighbor { address: "10.0.0.254".parse().unwrap(), asn: 65000, password: Some("s3cret".into()) },
+                BgpNeighbor { address: "2001:db8::fe".parse().unwrap(), asn: 65000, password: None },
+            ],
+            bird: "/usr/sbin/bird".into(),
+            birdc: "/usr/sbin/birdc".into(),
+        }
+    }
+
+    #[test]
+    fn writes_what_bird_needs() {
+        let p: BTreeSet<Prefix> = [("10.0.0.100".parse().unwrap(), 32), ("2001:db8::100".parse().unwrap(), 128)].into();
+        let c = bird_config(&spec(), &p);
+        for want in [
+            "router id 10.0.0.1;",
+            "protocol bfd { interface \"*\" { min rx interval 100 ms; min tx interval 100 ms; idle tx interval 1000 ms; multiplier 3; }; }",
+            "  route 10.0.0.100/32 blackhole { bgp_community.add((65001,100)); };",
+            "  route 2001:db8::100/128 blackhole { bgp_community.add((65001,100)); };",
+            "  neighbor 10.0.0.254 as 65000;",
+            "  password \"s3cret\";",
+            "  ipv4 { import none; export where proto = \"vips4\"; next hop self; };",
+            "  ipv6 { import none; export where proto = \"vips6\"; next hop self; };",
+            "  hold time 9;",
+            "  keepalive time 3;",
+            "  bfd on;",
+        ] {
+            assert!(c.lines().any(|l| l == want), "missing {want:?} in\n{c}");
+        }
+        assert_eq!(c.matches("protocol bgp").count(), 2);
+        // Each family's routes in its own static protocol only.
+        let v4 = &c[c.find("protocol static vips4").unwrap()..c.find("protocol static vips6").unwrap()];
+        assert!(v4.contains("10.0.0.100/32") && !v4.contains("2001:db8::100"));
+        let mut s = spec();
+        s.bfd = false;
+        s.communities.clear();
+        s.next_hop = Some("10.0.0.9".parse().unwrap());
+        let c = bird_config(&s, &BTreeSet::new());
+        assert!(!c.contains("bfd"), "{c}");
+        assert!(c.contains("ipv4 { import none; export where proto = \"vips4\"; next hop address 10.0.0.9; };"), "{c}");
+        assert!(c.contains("ipv6 { import none; export where proto = \"vips6\"; next hop self; };"), "the other family keeps self: {c}");
+    }
+
+    #[test]
+    fn reads_sessions_from_birdc() {
+        let text = "BIRD 2.0.12 ready.\nName       Proto      Table      State  Since         Info\ndevice1    Device     ---        up     03:10:00.123  \nvips4      Static     master4    up     03:10:00.123  \npeer0      BGP        ---        up     03:10:01.456  Established   \npeer1      BGP        ---        start  2026-11-27 03:10:00  Active        Socket: Connection refused\n";
+        let s = parse_protocols(text, &spec());
+        assert_eq!(s[0], Session { neighbor: "10.0.0.254".parse().unwrap(), state: "up".into(), info: "Established".into() });
+        assert!(s[0].established());
+        assert_eq!((s[1].state.as_str(), s[1].info.as_str()), ("start", "Active Socket: Connection refused"));
+        assert!(!s[1].established());
+        assert!(parse_protocols("", &spec()).iter().all(|s| s.state == "unknown"));
+    }
+}
