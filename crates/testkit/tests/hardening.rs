@@ -244,9 +244,11 @@ fn flood(prefix: &str, synproxy: &str) -> serde_json::Value {
 fn a_syn_flood_against_the_proxy_opens_nothing_and_serves_everyone() {
     let v = flood("sy", "on");
     let st = &v["stats"];
-    // The LB received most of the flood (a veth drops some at this rate); every SYN it saw
-    // was answered with a cookie and stored nothing.
-    assert!(st["syncookies_sent"].as_u64().unwrap() >= FLOOD / 2, "{st}");
+    // The LB was flooded (how much of the flood the veth's rings pass depends on the rate the
+    // generator reaches on these shared cores: 99.97 % at 0.39 Mpps, 75 % at 0.69, 46 % at 0.74
+    // in one CI run, with the debug build); every SYN it saw was answered with a cookie and
+    // stored nothing.
+    assert!(st["syncookies_sent"].as_u64().unwrap() >= FLOOD / 4, "{st}");
     assert_eq!(st["half_open_evicted"], 0, "{st}");
 }
 
