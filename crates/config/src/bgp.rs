@@ -40,6 +40,25 @@ impl BgpSpec {
     pub const DEFAULT_HOLD_TIME: u16 = 9;
     pub const DEFAULT_BFD_INTERVAL_MS: u32 = 100;
     pub const DEFAULT_BFD_MULTIPLIER: u8 = 3;
+    pub const DEFAULT_BIRD: &str = "/usr/sbin/bird";
+    pub const DEFAULT_BIRDC: &str = "/usr/sbin/birdc";
+
+    /// A speaker with every optional setting at its default (what `[bgp]` gives without them).
+    pub fn new(asn: u32, router_id: Ipv4Addr, neighbors: Vec<BgpNeighbor>) -> BgpSpec {
+        BgpSpec {
+            asn,
+            router_id,
+            next_hop: None,
+            hold_time: Self::DEFAULT_HOLD_TIME,
+            bfd: true,
+            bfd_interval_ms: Self::DEFAULT_BFD_INTERVAL_MS,
+            bfd_multiplier: Self::DEFAULT_BFD_MULTIPLIER,
+            communities: Vec::new(),
+            neighbors,
+            bird: Self::DEFAULT_BIRD.into(),
+            birdc: Self::DEFAULT_BIRDC.into(),
+        }
+    }
 }
 
 fn asn(what: &str, n: u64) -> Result<u32, Error> {
@@ -127,8 +146,8 @@ pub(crate) fn bgp(raw: &Option<RawBgp>) -> Result<Option<BgpSpec>, Error> {
         bfd_multiplier,
         communities,
         neighbors,
-        bird: bin("bird", &b.bird, "/usr/sbin/bird")?,
-        birdc: bin("birdc", &b.birdc, "/usr/sbin/birdc")?,
+        bird: bin("bird", &b.bird, BgpSpec::DEFAULT_BIRD)?,
+        birdc: bin("birdc", &b.birdc, BgpSpec::DEFAULT_BIRDC)?,
     }))
 }
 

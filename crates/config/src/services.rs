@@ -74,14 +74,11 @@ pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<Servi
         let continuation = match s.continuation {
             None => ServiceSpec::continuation_default(protocol, mode, scheduler, synproxy),
             Some(true) if protocol != proto::TCP => bail!("{f}.continuation: only tcp services (every UDP datagram opens its flow)"),
-            Some(true) if mode == Mode::Fnat => {
-                bail!("{f}.continuation: not with fnat (a full-NAT session's local port cannot be invented by another node; its sessions are synchronised instead)")
-            }
-            Some(true) if synproxy != SynProxy::Off => {
-                bail!("{f}.continuation: not with the SYN proxy (its sessions translate sequence numbers only the node that answered knows)")
-            }
-            Some(true) if !scheduler.consistent() => bail!("{f}.continuation: the {} scheduler picks differently on every node; use maglev or sh", scheduler.name()),
-            Some(on) => on,
+            Some(true) => match ServiceSpec::continuation_refused(mode, scheduler, synproxy) {
+                Some(why) => bail!("{f}.continuation: {why}"),
+                None => true,
+            },
+            Some(false) => false,
         };
         services.push(ServiceSpec { vip, port: s.port, proto: protocol, mode, scheduler, backends, local_addrs, toa: s.toa, synproxy, timeouts: t, continuation });
         health.push(match &s.health {

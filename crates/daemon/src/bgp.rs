@@ -16,6 +16,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vectorlb_config::BgpSpec;
 
+/// The longest the daemon waits for `birdc`.
+pub const BIRDC_DEADLINE: Duration = Duration::from_secs(3);
+
 /// A prefix to announce: an address and its length.
 pub type Prefix = (IpAddr, u8);
 
@@ -185,12 +188,25 @@ impl Bird {
         Ok(())
     }
 
-    /// Runs `birdc` with `args` on this BIRD's socket; its output.
+    /// Runs `birdc` with `args` on this BIRD's socket; its output. A BIRD that does not answer
+    /// within [`BIRDC_DEADLINE`] is an error (birdc killed), never a wait without end.
     fn birdc(&self, args: &[&str]) -> io::Result<String> {
-        let out = Command::new(&self.spec.birdc).arg("-s").arg(self.socket()).args(args).stdin(Stdio::null()).output()?;
+        let what = || format!("birdc {}", args.join(" "));
+        let mut c = Command::new(&self.spec.birdc).arg("-s").arg(self.socket()).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        let deadline = Instant::now() + BIRDC_DEADLINE;
+        while c.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(io::Error::new(io::ErrorKind::TimedOut, format!("{}: no answer within {BIRDC_DEADLINE:?}", what())));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // (birdc's replies are a few KB: they fit the pipes, so it never blocked writing them.)
+        let out = c.wait_with_output()?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         if !out.status.success() {
-            return Err(io::Error::other(format!("birdc {}: {}{}", args.join(" "), text.trim(), String::from_utf8_lossy(&out.stderr).trim())));
+            return Err(io::Error::other(format!("{}: {}{}", what(), text.trim(), String::from_utf8_lossy(&out.stderr).trim())));
         }
         Ok(text)
     }
@@ -281,22 +297,16 @@ mod tests {
     use vectorlb_config::BgpNeighbor;
 
     fn spec() -> BgpSpec {
-        BgpSpec {
-            asn: 65001,
-            router_id: "10.0.0.1".parse().unwrap(),
-            next_hop: None,
-            hold_time: 9,
-            bfd: true,
-            bfd_interval_ms: 100,
-            bfd_multiplier: 3,
-            communities: vec![(65001, 100)],
-            neighbors: vec![
+        let mut s = BgpSpec::new(
+            65001,
+            "10.0.0.1".parse().unwrap(),
+            vec![
                 BgpNeighbor { address: "10.0.0.254".parse().unwrap(), asn: 65000, password: Some("s3cret".into()) },
                 BgpNeighbor { address: "2001:db8::fe".parse().unwrap(), asn: 65000, password: None },
             ],
-            bird: "/usr/sbin/bird".into(),
-            birdc: "/usr/sbin/birdc".into(),
-        }
+        );
+        s.communities = vec![(65001, 100)];
+        s
     }
 
     #[test]
@@ -330,6 +340,27 @@ mod tests {
         assert!(!c.contains("bfd"), "{c}");
         assert!(c.contains("ipv4 { import none; export where proto = \"vips4\"; next hop address 10.0.0.9; };"), "{c}");
         assert!(c.contains("ipv6 { import none; export where proto = \"vips6\"; next hop self; };"), "the other family keeps self: {c}");
+    }
+
+    #[test]
+    fn a_bird_that_does_not_answer_is_given_up_on() {
+        // A BIRD that hangs: its birdc never returns. The daemon's call ends at the deadline.
+        let dir = std::env::temp_dir().join(format!("vectorlb-bird-hang-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let hang = dir.join("birdc");
+        std::fs::write(&hang, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        std::fs::set_permissions(&hang, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let mut s = spec();
+        s.birdc = hang.display().to_string();
+        let child = Command::new("sleep").arg("30").spawn().unwrap();
+        let b = Bird { spec: s, dir: dir.clone(), child: Some(child), announced: BTreeSet::new(), restarts: 0, error: None, next_start: Instant::now() };
+        let t = Instant::now();
+        assert!(b.sessions().iter().all(|s| s.state == "unknown"));
+        let e = b.birdc(&["show", "protocols"]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(t.elapsed() < 2 * BIRDC_DEADLINE + Duration::from_secs(1), "{:?}", t.elapsed());
+        drop(b);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -118,22 +118,17 @@ fn bird_in(ns: &str, dir: &Path) -> String {
 }
 
 fn spec(bird: String) -> BgpSpec {
-    BgpSpec {
-        asn: 65001,
-        router_id: "10.99.0.1".parse().unwrap(),
-        next_hop: None,
-        hold_time: 9,
-        bfd: true,
-        bfd_interval_ms: 100,
-        bfd_multiplier: 3,
-        communities: vec![(65001, 100)],
-        neighbors: vec![
+    let mut s = BgpSpec::new(
+        65001,
+        "10.99.0.1".parse().unwrap(),
+        vec![
             BgpNeighbor { address: "10.99.0.254".parse().unwrap(), asn: 65000, password: Some("s3cret-pass".into()) },
             BgpNeighbor { address: "fd99::fe".parse().unwrap(), asn: 65000, password: None },
         ],
-        bird,
-        birdc: "/usr/sbin/birdc".into(),
-    }
+    );
+    s.communities = vec![(65001, 100)];
+    s.bird = bird;
+    s
 }
 
 fn prefixes(p: &[(&str, u8)]) -> BTreeSet<Prefix> {

@@ -134,13 +134,28 @@ pub struct ServiceSpec {
 }
 
 impl ServiceSpec {
-    /// Continuation's default: on where it can work, TCP services in the NAT, DR and TUN
-    /// modes with a scheduler every node agrees on (maglev, sh) and no SYN proxy. Full NAT's
-    /// sessions carry a local port the backend knows, which another node cannot invent (its
-    /// sessions are synchronised instead); the SYN proxy's translate sequence numbers only the
-    /// node that answered the handshake knows, and it exists to drop ACKs without a session.
+    /// Why continuation cannot work on a TCP service of this mode, scheduler and SYN proxy, if
+    /// it cannot. Full NAT's sessions carry a local port the backend knows, which another node
+    /// cannot invent (its sessions are synchronised instead); the SYN proxy's translate
+    /// sequence numbers only the node that answered the handshake knows, and it exists to drop
+    /// ACKs without a session; rr, wrr and wlc pick differently on every node.
+    pub fn continuation_refused(mode: Mode, scheduler: Algorithm, synproxy: SynProxy) -> Option<String> {
+        if mode == Mode::Fnat {
+            Some("not with fnat (a full-NAT session's local port cannot be invented by another node; its sessions are synchronised instead)".into())
+        } else if synproxy != SynProxy::Off {
+            Some("not with the SYN proxy (its sessions translate sequence numbers only the node that answered knows)".into())
+        } else if !scheduler.consistent() {
+            Some(format!("the {} scheduler picks differently on every node; use maglev or sh", scheduler.name()))
+        } else {
+            None
+        }
+    }
+
+    /// Continuation's default: on where it can work, TCP services that
+    /// [`ServiceSpec::continuation_refused`] does not refuse (nat, dr and tun with maglev or sh
+    /// and no SYN proxy).
     pub fn continuation_default(protocol: u8, mode: Mode, scheduler: Algorithm, synproxy: SynProxy) -> bool {
-        protocol == proto::TCP && mode != Mode::Fnat && scheduler.consistent() && synproxy == SynProxy::Off
+        protocol == proto::TCP && Self::continuation_refused(mode, scheduler, synproxy).is_none()
     }
 }
 
@@ -815,14 +830,8 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             bail!("{name}: synproxy half_open threshold must be at least 1");
         }
         if s.continuation && s.proto == proto::TCP {
-            if s.mode == Mode::Fnat {
-                bail!("{name}: continuation: not with fnat (a full-NAT session's local port cannot be invented by another node; its sessions are synchronised instead)");
-            }
-            if s.synproxy != SynProxy::Off {
-                bail!("{name}: continuation: not with the SYN proxy (its sessions translate sequence numbers only the node that answered knows)");
-            }
-            if !s.scheduler.consistent() {
-                bail!("{name}: continuation: the {} scheduler picks differently on every node; use maglev or sh", s.scheduler.name());
+            if let Some(why) = ServiceSpec::continuation_refused(s.mode, s.scheduler, s.synproxy) {
+                bail!("{name}: continuation: {why}");
             }
         }
         let mut laddrs_seen = FxHashSet::default();
