@@ -292,7 +292,12 @@ mod tests {
         let open = l.local_addr().unwrap();
         assert!(check(&CheckKind::Tcp, open, &target(open), t).await.is_ok());
         drop(l);
-        assert!(check(&CheckKind::Tcp, open, &target(open), t).await.unwrap_err().to_string().starts_with("connect:"));
+        // A port bound but not listening stays closed: another test of this process cannot be
+        // handed it (a port merely freed could be, and then the check passed).
+        let closed_sock = tokio::net::TcpSocket::new_v4().unwrap();
+        closed_sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let closed = closed_sock.local_addr().unwrap();
+        assert!(check(&CheckKind::Tcp, closed, &target(closed), t).await.unwrap_err().to_string().starts_with("connect:"));
         // HTTP: the expected status passes, another fails.
         let ok = http_server(200).await;
         let http = |st| CheckKind::Http { path: "/healthz".into(), host: None, expect_status: st, tls: false };
