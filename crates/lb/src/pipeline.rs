@@ -180,7 +180,7 @@ impl WorkerConfig {
         WorkerConfig { table: TableConfig::new(max_sessions), batch: DEFAULT_BATCH, half_open_permille: DEFAULT_HALF_OPEN_PERMILLE, continued_permille: DEFAULT_CONTINUED_PERMILLE }
     }
 
-    /// The most unconfirmed continued sessions one core holds.
+    /// The most continued sessions (state CONTINUED) one core holds.
     pub fn continued_limit(&self) -> u32 {
         ((self.table.max_sessions as u64 * self.continued_permille as u64 / 1000) as u32).max(1)
     }
@@ -222,7 +222,7 @@ pub struct Worker {
     /// time the flood takes to send a budget's worth of SYNs survives it.
     half_open_fifo: std::collections::VecDeque<(u32, u32)>,
     /// The continuation budget ([`WorkerConfig::continued_limit`]) and the continued sessions
-    /// in the order they were opened: when the budget is spent, the oldest unconfirmed one
+    /// in the order they were opened: when the budget is spent, the oldest continued one
     /// makes room, so a flood of segments without sessions churns only its own share of the
     /// table and never an established session.
     continued_limit: u32,
@@ -657,7 +657,7 @@ impl Worker {
         let s = self.flows.table.get_mut::<A>(r);
         let old = s.state;
         let st = tcpstate::transition(old, &mut s.flags, m.tcp_flags, inbound, one_way);
-        let mut to = tcpstate::timeout(st, t);
+        let mut to = tcpstate::timeout(st, s.flags, t);
         if crate::session::half_open(st) {
             to = syn_timeout(to, n, lim);
         }
@@ -781,7 +781,7 @@ impl Worker {
     where
         Session<A>: Zeroable,
     {
-        let mut to = tcpstate::timeout(st, t);
+        let mut to = tcpstate::timeout(st, flags, t);
         if st == state::CONTINUED && self.flows.table.continued() >= self.continued_limit && !self.evict_continued() {
             return Err(DropReason::ContinuationLimit);
         }

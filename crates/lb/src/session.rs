@@ -97,7 +97,7 @@ pub fn half_open(st: u8) -> bool {
     matches!(st, state::SYN_SENT | state::SYN_RECV)
 }
 
-/// Whether a state is an unconfirmed continuation ([`state::CONTINUED`]).
+/// Whether a state is a continuation: unconfirmed, or one way for good ([`state::CONTINUED`]).
 #[inline(always)]
 pub fn continued(st: u8) -> bool {
     st == state::CONTINUED

@@ -30,14 +30,15 @@ pub fn transition(st: u8, sflags: &mut u8, tcp: u8, inbound: bool, one_way: bool
         next = match st {
             state::SYN_RECV if inbound => state::ESTABLISHED,
             state::SYN_SENT if inbound && one_way => state::ESTABLISHED,
-            // A continued session: confirmed by the backend's reply, or where replies bypass
-            // the LB by the client's second segment (the first one opened it).
+            // A continued session: confirmed by the backend's reply. Where replies bypass the
+            // LB (one way) nothing the LB sees can confirm it (a flood can repeat its segments):
+            // it stays continued, inside the continuation budget, for its life; the client's
+            // second segment only gives it the established timeout (`UNSEEN` cleared).
             state::CONTINUED if !inbound => state::ESTABLISHED,
-            state::CONTINUED if one_way && *sflags & flag::UNSEEN != 0 => {
+            state::CONTINUED if one_way => {
                 *sflags &= !flag::UNSEEN;
                 state::CONTINUED
             }
-            state::CONTINUED if one_way => state::ESTABLISHED,
             state::LAST_ACK if tcp & tf::FIN == 0 => state::TIME_WAIT,
             state::FIN_WAIT if one_way && inbound && tcp & tf::FIN == 0 && *sflags & flag::FIN_IN != 0 => state::TIME_WAIT,
             s => s,
@@ -56,11 +57,15 @@ pub fn transition(st: u8, sflags: &mut u8, tcp: u8, inbound: bool, one_way: bool
     next
 }
 
-/// Timeout of a state, in milliseconds.
+/// Timeout of a state (with its flags), in milliseconds. A continued session lives the SYN
+/// timeout until its second segment, then the established one, or the FIN one after a FIN.
 #[inline(always)]
-pub fn timeout(st: u8, t: &Timeouts) -> u32 {
+pub fn timeout(st: u8, sflags: u8, t: &Timeouts) -> u32 {
     match st {
-        state::SYN_SENT | state::SYN_RECV | state::CONTINUED => t.syn,
+        state::CONTINUED if sflags & flag::UNSEEN != 0 => t.syn,
+        state::CONTINUED if sflags & (flag::FIN_IN | flag::FIN_OUT) != 0 => t.fin,
+        state::CONTINUED => t.established,
+        state::SYN_SENT | state::SYN_RECV => t.syn,
         state::ESTABLISHED => t.established,
         state::FIN_WAIT | state::LAST_ACK => t.fin,
         state::TIME_WAIT => t.time_wait,
@@ -109,6 +114,26 @@ mod tests {
         use state::*;
         let s = run(&[(tf::SYN, true), (tf::ACK, true), (tf::FIN | tf::ACK, true), (tf::ACK, true)], true);
         assert_eq!(s, vec![SYN_SENT, ESTABLISHED, FIN_WAIT, TIME_WAIT]);
+    }
+
+    #[test]
+    fn one_way_continued_sessions_stay_continued() {
+        use state::*;
+        let t = Timeouts { syn: 1, established: 2, fin: 3, ..Timeouts::default() };
+        let (mut st, mut f) = (CONTINUED, flag::UNSEEN);
+        assert_eq!(timeout(st, f, &t), 1);
+        for _ in 0..3 {
+            st = transition(st, &mut f, tf::ACK | tf::PSH, true, true);
+            assert_eq!((st, timeout(st, f, &t)), (CONTINUED, 2));
+        }
+        st = transition(st, &mut f, tf::FIN | tf::ACK, true, true);
+        assert_eq!((st, timeout(st, f, &t)), (CONTINUED, 3));
+        // Where replies pass through the LB, the backend's reply confirms it.
+        let (mut st, mut f) = (CONTINUED, flag::UNSEEN);
+        st = transition(st, &mut f, tf::ACK, true, false);
+        assert_eq!(st, CONTINUED);
+        st = transition(st, &mut f, tf::ACK, false, false);
+        assert_eq!(st, ESTABLISHED);
     }
 
     #[test]

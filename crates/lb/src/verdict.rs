@@ -103,7 +103,7 @@ drop_reasons! {
     /// A new TCP connection while half-open sessions hold the core's whole half-open budget
     /// (`global.half_open_share`) and none could be evicted.
     HalfOpenLimit = "half_open_limit",
-    /// A segment that would continue a flow while unconfirmed continued sessions hold the
+    /// A segment that would continue a flow while continued sessions hold the
     /// core's whole continuation budget and none could be evicted.
     ContinuationLimit = "continuation_limit",
     /// The session's backend was removed from the configuration.
@@ -216,7 +216,7 @@ counter_set! {
         /// Sessions opened by continuation: a TCP segment other than a SYN that matched no
         /// session, sent to its flow's consistent-hash backend (a flow another node served).
         continued,
-        /// Unconfirmed continued sessions ended to make room (the continuation budget was
+        /// Continued sessions ended to make room (the continuation budget was
         /// spent: a flood of segments without sessions, or many flows moving at once).
         continued_evicted,
         /// Later fragments forwarded as their datagram's first fragment was.
