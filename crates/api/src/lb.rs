@@ -45,6 +45,10 @@ pub trait LbControl: Send + Sync + 'static {
     /// Sets the HA state; returns the previous one.
     fn set_ha(&self, state: HaState) -> HaState;
     fn sync(&self) -> SyncStatus;
+    /// The BGP speaker, or None without `[bgp]`.
+    fn bgp(&self) -> Option<BgpStatus>;
+    /// Starts or ends a drain (`[bgp]` only).
+    fn drain(&self, c: DrainChange) -> Result<BgpStatus, ApiError>;
     /// The last two minutes of rates per service and backend.
     fn history(&self) -> History;
     /// The Prometheus text exposition.
@@ -77,6 +81,8 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
         .route("/v1/save", post(save))
         .route("/v1/ha", get(ha).post(set_ha))
         .route("/v1/sync", get(sync))
+        .route("/v1/bgp", get(bgp))
+        .route("/v1/drain", post(drain))
         .route("/v1/history", get(history))
         .merge(crate::page::routes())
         .with_state(lb)
@@ -94,7 +100,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
     modifiers(&BearerAuth),
     paths(
         health, list_services, add_service, get_service, edit_service, delete_service, add_backend, edit_backend,
-        delete_backend, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, history, metrics, openapi
+        delete_backend, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, metrics, openapi
     )
 )]
 pub struct LbApiDoc;
@@ -408,6 +414,34 @@ async fn set_ha(State(lb): Lb, JsonBody(c): JsonBody<HaChange>) -> Result<Json<H
 #[utoipa::path(get, path = "/v1/sync", responses((status = 200, body = SyncStatus)))]
 async fn sync(State(lb): Lb) -> Result<Json<SyncStatus>, ApiError> {
     Ok(Json(call(lb, |lb| lb.sync()).await?))
+}
+
+/// The BGP speaker: the VIPs announced and withheld (and why), BIRD, the neighbours' sessions,
+/// a drain. 404 without `[bgp]`.
+#[utoipa::path(get, path = "/v1/bgp", responses(
+    (status = 200, body = BgpStatus),
+    (status = 404, body = ErrorBody, description = "No [bgp] in the configuration"),
+))]
+async fn bgp(State(lb): Lb) -> Result<Json<BgpStatus>, ApiError> {
+    call(lb, |lb| lb.bgp()).await?.map(Json).ok_or_else(|| ApiError::NotFound("no [bgp] in the configuration: nothing is announced by BGP".into()))
+}
+
+/// Drains this node (`vectorlb ctl drain`): withdraws every VIP at once and keeps serving the
+/// flows that still arrive until they end or the deadline passes (state `draining`, then
+/// `drained`); `drain: false` announces them again.
+#[utoipa::path(post, path = "/v1/drain", request_body = DrainChange, responses(
+    (status = 200, body = BgpStatus),
+    (status = 400, body = ErrorBody, description = "The request does not match this document"),
+    (status = 404, body = ErrorBody, description = "No [bgp] in the configuration"),
+    (status = 422, body = ErrorBody, description = "A deadline out of range"),
+))]
+async fn drain(State(lb): Lb, JsonBody(c): JsonBody<DrainChange>) -> Result<Json<BgpStatus>, ApiError> {
+    if let Some(d) = c.deadline_seconds {
+        if !(1..=86_400).contains(&d) {
+            return Err(ApiError::Unprocessable(format!("deadline_seconds: {d} is not within 1..=86400")));
+        }
+    }
+    Ok(Json(call(lb, move |lb| lb.drain(c)).await??))
 }
 
 /// The last two minutes of new sessions, packets and bytes per second for every service and

@@ -425,9 +425,77 @@ pub struct Health {
     pub status: String,
     /// Generation of the running configuration.
     pub generation: u64,
-    /// What is wrong (a port's XDP program gone, a link down, a worker stuck); empty when ok.
+    /// What is wrong (a port's XDP program gone, a link down, a worker stuck, BIRD not
+    /// running); empty when ok.
     #[serde(default)]
     pub problems: Vec<String>,
+    /// The BGP speaker (`[bgp]`): what is announced and the neighbours' states.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<BgpStatus>,
+}
+
+/// The VIPs announced by BGP through BIRD (`[bgp]`, docs/scale-out.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct BgpStatus {
+    /// `announcing` (every VIP with a backend up), `withdrawn` (nothing announced: the data
+    /// plane is broken or no service has a backend up), `draining` (withdrawn by `ctl drain`,
+    /// flows still served), `drained` (no session left, or the drain's deadline passed).
+    pub state: String,
+    /// Why a VIP is not announced, one line per reason.
+    #[serde(default)]
+    pub reasons: Vec<String>,
+    /// The prefixes announced now (`ADDRESS/LEN`).
+    pub announced: Vec<String>,
+    /// VIPs configured but not announced.
+    #[serde(default)]
+    pub withheld: Vec<String>,
+    pub bird_running: bool,
+    /// Times BIRD was started again after it died.
+    pub bird_restarts: u64,
+    /// The last error from BIRD or birdc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Changes of the announced set sent to BIRD.
+    pub changes: u64,
+    pub neighbors: Vec<BgpNeighborStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainStatus>,
+}
+
+/// One BGP session, as BIRD reports it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct BgpNeighborStatus {
+    pub address: String,
+    pub asn: u32,
+    /// Whether the session is established.
+    pub established: bool,
+    /// BIRD's protocol state (`up`, `start`, `down`, `unknown` when BIRD cannot be asked).
+    pub state: String,
+    /// The BGP state (`Established`, `Active`, `Connect`, ...) and BIRD's last error.
+    pub info: String,
+}
+
+/// A drain in progress or done.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct DrainStatus {
+    pub since_seconds: f64,
+    /// Seconds until the deadline (0 once passed).
+    pub deadline_in_seconds: f64,
+    /// Live sessions left on this node.
+    pub sessions: u64,
+    /// No session left, or the deadline passed.
+    pub done: bool,
+}
+
+/// `POST /v1/drain`: withdraw this node's VIPs and keep serving its flows (`drain: true`), or
+/// announce them again (`drain: false`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DrainChange {
+    pub drain: bool,
+    /// How long existing flows are given (1..=86400 s; default 300).
+    #[serde(default)]
+    pub deadline_seconds: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -567,6 +635,9 @@ pub struct Stats {
     pub mbufs_available: u64,
     pub ha: HaStatus,
     pub sync: SyncStatus,
+    /// The BGP speaker (absent without `[bgp]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<BgpStatus>,
     /// Per second, over the last 10 s.
     pub rates: GlobalRates,
     /// Application queue sets (`[[queue_sets]]`), then the default set (every worker of no

@@ -177,6 +177,15 @@ function renderSummary(st) {
       ['Refused messages', num(sy.refused.bad_hmac + sy.refused.truncated + sy.refused.malformed + sy.refused.replayed)],
       ['Last received', sy.last_received_seconds_ago == null ? 'never' : duration(sy.last_received_seconds_ago) + ' ago']);
   }
+  const bgp = st.bgp;
+  kv.push(['BGP', bgp ? bgp.state + (bgp.bird_running ? '' : ' (BIRD down)') : 'not configured']);
+  if (bgp) {
+    kv.push(['Announced', bgp.announced.join(', ') || 'nothing']);
+    if (bgp.withheld.length) kv.push(['Withheld', bgp.withheld.join(', ')]);
+    for (const r of bgp.reasons) kv.push(['Why', r]);
+    if (bgp.drain) kv.push(['Drain', `${num(bgp.drain.sessions)} sessions left, deadline in ${duration(bgp.drain.deadline_in_seconds)}`]);
+    for (const n of bgp.neighbors) kv.push([`Neighbour ${n.address} (AS ${n.asn})`, `${n.established ? 'established' : n.state} ${n.info}`.trim()]);
+  }
   document.querySelector('#hasync tbody').replaceChildren(...kv.map(([k, v]) => el('tr', {}, el('th', {}, k), cell(v))));
 }
 

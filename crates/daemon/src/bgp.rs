@@ -157,19 +157,28 @@ impl Bird {
     fn spawn(&mut self) -> io::Result<()> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("bird.log"))?;
         let _ = std::fs::remove_file(self.socket());
-        let child = Command::new(&self.spec.bird)
-            .arg("-f")
-            .arg("-c")
-            .arg(self.conf())
-            .arg("-s")
-            .arg(self.socket())
-            .arg("-P")
-            .arg(self.dir.join("bird.pid"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| io::Error::new(e.kind(), format!("starting {}: {e}", self.spec.bird)))?;
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        let mut cmd = Command::new(&self.spec.bird);
+        cmd.arg("-f").arg("-c").arg(self.conf()).arg("-s").arg(self.socket()).arg("-P").arg(self.dir.join("bird.pid")).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        // BIRD must not outlive the daemon: a BIRD left behind by a killed daemon would go on
+        // announcing VIPs that nothing serves. The kernel kills it when the thread that
+        // started it ends (the daemon's main or BGP thread, which live as long as it does).
+        // SAFETY: between fork and exec the closure only calls prctl and getppid, which are
+        // async-signal-safe, and allocates nothing.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The parent died between fork and prctl: nothing would kill us later.
+                if libc::getppid() != parent {
+                    return Err(io::Error::other("the daemon exited while starting bird"));
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("starting {}: {e}", self.spec.bird)))?;
         self.child = Some(child);
         // Its control socket appears once it has read the configuration.
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -217,17 +226,28 @@ impl Bird {
         if *prefixes == self.announced {
             return Ok(());
         }
-        self.announced = prefixes.clone();
-        self.write_config()?;
-        if self.child.is_none() {
-            // Read at the next start.
-            return Ok(());
+        let previous = std::mem::replace(&mut self.announced, prefixes.clone());
+        let r = self.write_config().and_then(|()| {
+            if self.child.is_none() {
+                // Read at the next start.
+                return Ok(());
+            }
+            let out = self.birdc(&["configure"])?;
+            if !out.contains("Reconfigured") && !out.contains("Reconfiguration in progress") {
+                return Err(io::Error::other(format!("bird refused its configuration: {}", out.trim())));
+            }
+            Ok(())
+        });
+        if r.is_err() {
+            // Not announced: the next call tries again.
+            self.announced = previous;
         }
-        let out = self.birdc(&["configure"])?;
-        if !out.contains("Reconfigured") && !out.contains("Reconfiguration in progress") {
-            return Err(io::Error::other(format!("bird refused its configuration: {}", out.trim())));
-        }
-        Ok(())
+        r
+    }
+
+    /// Whether BIRD runs now (as of the last [`Bird::supervise`]).
+    pub fn running(&self) -> bool {
+        self.child.is_some()
     }
 
     pub fn announced(&self) -> &BTreeSet<Prefix> {

@@ -192,8 +192,11 @@ impl LbControl for Daemon {
     }
 
     fn health(&self) -> Health {
-        let problems = self.problems();
-        Health { status: if problems.is_empty() { "ok" } else { "degraded" }.into(), generation: self.config.control.generation(), problems }
+        let mut problems = self.problems();
+        if let Some(a) = &self.bgp {
+            problems.extend(a.problems());
+        }
+        Health { status: if problems.is_empty() { "ok" } else { "degraded" }.into(), generation: self.config.control.generation(), problems, bgp: self.bgp() }
     }
 
     fn services(&self) -> Vec<ServiceStatus> {
@@ -384,6 +387,7 @@ impl LbControl for Daemon {
             mbufs_available: self.pool.available() as u64,
             ha: self.ha(),
             sync: self.sync(),
+            bgp: self.bgp(),
             rates: {
                 let g = self.rates.global();
                 GlobalRates {
@@ -473,6 +477,18 @@ impl LbControl for Daemon {
 
     fn sync(&self) -> SyncStatus {
         self.sync.as_ref().map(|s| s.stats.status()).unwrap_or_default()
+    }
+
+    fn bgp(&self) -> Option<BgpStatus> {
+        self.bgp.as_ref().map(|a| a.status())
+    }
+
+    fn drain(&self, c: DrainChange) -> Result<BgpStatus, ApiError> {
+        let a = self.bgp.as_ref().ok_or_else(|| ApiError::NotFound("no [bgp] in the configuration: there is nothing to drain".into()))?;
+        a.drain(c.drain, c.deadline_seconds);
+        // Answer once the withdrawal is on its way (or the announcement, on its next tick).
+        a.settle(std::time::Duration::from_secs(5));
+        Ok(a.status())
     }
 
     fn metrics(&self) -> String {

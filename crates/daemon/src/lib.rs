@@ -4,13 +4,15 @@
 //! publishing configurations); one thread per worker ([`worker`]) owns queue *i* of every port,
 //! its hand-off ring and its session table; a tokio runtime (one thread, `vlb-api`) serves the
 //! control API and runs the health checks; session sync ([`sync`]) has a sender and a receiver
-//! thread when configured.
+//! thread when configured; the BGP speaker ([`announce`], over BIRD: [`bgp`]) a thread of its
+//! own.
 //!
 //! The rest of the daemon reaches the workers only through narrow handles: the configuration
 //! store ([`config_store`]), the worker registry ([`workers`]), the neighbour table
 //! ([`neighbours`]), the HA state ([`ha`]) and the health checks ([`health`]). [`Daemon`] holds
 //! them and implements the control API's `LbControl` ([`control_api`]).
 
+pub mod announce;
 pub mod bgp;
 pub mod config_store;
 pub mod control;
@@ -100,6 +102,8 @@ pub struct Daemon {
     pub health: Arc<health::Health>,
     pub ha: Arc<ha::Ha>,
     pub sync: Option<Arc<sync::Sync>>,
+    /// The BGP speaker (`[bgp]`).
+    pub bgp: Option<Arc<announce::Announcer>>,
     pub ports: Vec<PortRt>,
     pub pool: Arc<Mempool>,
     /// Per-second rates over the last ten seconds (sampled by the control thread).

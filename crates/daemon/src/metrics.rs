@@ -135,6 +135,29 @@ pub fn render(d: &Daemon) -> String {
         head(&mut o, "vectorlb_sync_batch_period_seconds", "gauge", "Current batching period (adapts to load and acknowledgements).");
         let _ = writeln!(o, "vectorlb_sync_batch_period_seconds {}", st.batch_period_ms / 1000.0);
     }
+    // BGP's series exist only with [bgp] (vectorlb_bgp_configured tells).
+    head(&mut o, "vectorlb_bgp_configured", "gauge", "1 when the VIPs are announced by BGP ([bgp]).");
+    let _ = writeln!(o, "vectorlb_bgp_configured {}", d.bgp.is_some() as u8);
+    if let Some(st) = d.bgp.as_ref().map(|a| a.status()) {
+        head(&mut o, "vectorlb_bgp_state", "gauge", "The speaker's state (1 for the current one).");
+        for s in ["announcing", "withdrawn", "draining", "drained"] {
+            let _ = writeln!(o, "vectorlb_bgp_state{{state=\"{s}\"}} {}", (st.state == s) as u8);
+        }
+        head(&mut o, "vectorlb_bgp_announced", "gauge", "1 for each prefix announced now, 0 for each VIP withheld.");
+        for (p, v) in st.announced.iter().map(|p| (p, 1)).chain(st.withheld.iter().map(|p| (p, 0))) {
+            let _ = writeln!(o, "vectorlb_bgp_announced{{prefix=\"{p}\"}} {v}");
+        }
+        head(&mut o, "vectorlb_bgp_session_up", "gauge", "1 while the BGP session with a neighbour is established.");
+        for n in &st.neighbors {
+            let _ = writeln!(o, "vectorlb_bgp_session_up{{neighbor=\"{}\",asn=\"{}\"}} {}", n.address, n.asn, n.established as u8);
+        }
+        head(&mut o, "vectorlb_bgp_bird_up", "gauge", "1 while BIRD runs.");
+        let _ = writeln!(o, "vectorlb_bgp_bird_up {}", st.bird_running as u8);
+        head(&mut o, "vectorlb_bgp_bird_restarts_total", "counter", "Times BIRD was started again after it died.");
+        let _ = writeln!(o, "vectorlb_bgp_bird_restarts_total {}", st.bird_restarts);
+        head(&mut o, "vectorlb_bgp_changes_total", "counter", "Changes of the announced set sent to BIRD.");
+        let _ = writeln!(o, "vectorlb_bgp_changes_total {}", st.changes);
+    }
     head(&mut o, "vectorlb_config_generation", "gauge", "Generation of the running configuration.");
     let _ = writeln!(o, "vectorlb_config_generation {}", d.config.control.generation());
     head(&mut o, "vectorlb_reloads_total", "counter", "Configuration reloads (API, SIGHUP), by result.");

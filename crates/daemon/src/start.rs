@@ -122,6 +122,14 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
     let config = Arc::new(config);
     let ha = Arc::new(ha::Ha::new(ha::parse(&rt.ha_state).unwrap_or(ha::STANDALONE)));
     let stop = Arc::new(AtomicBool::new(false));
+    // BIRD before the workers: a node that cannot announce does not start.
+    let bird = match &cfg.bgp {
+        Some(spec) => Some((
+            Arc::new(crate::announce::Announcer::new(spec)),
+            crate::bgp::Bird::start(spec, &PathBuf::from(&rt.run_dir).join("bird")).map_err(|source| DaemonError::Spawn { what: "BIRD ([bgp])".into(), source })?,
+        )),
+        None => None,
+    };
     let daemon = Arc::new(Daemon {
         config: config.clone(),
         workers: workers.clone(),
@@ -129,6 +137,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         health: health.clone(),
         ha: ha.clone(),
         sync: sync.clone(),
+        bgp: bird.as_ref().map(|(a, _)| a.clone()),
         ports,
         pool: pool.clone(),
         rates: Default::default(),
@@ -171,8 +180,22 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
     }
     drop(changes_tx);
     drop(ev_tx);
+    let bgp_thread = match bird {
+        Some((a, bird)) => {
+            let d = daemon.clone();
+            Some(spawn("vlb-bgp".into(), move || a.run(&d, bird))?)
+        }
+        None => None,
+    };
     tracing::info!("running: {} port(s), {} worker(s), {} service(s), API on {}", daemon.ports.len(), rt.workers, cfg.spec.services.len(), rt.api.join(", "));
     control::run(&daemon, ev_rx, &stop);
+
+    // Withdraw first, and serve while the routers hear it; then stop the data plane.
+    if let (Some(a), Some(t)) = (&daemon.bgp, bgp_thread) {
+        tracing::info!("stopping: withdrawing the VIPs from BGP");
+        a.stop();
+        let _ = t.join();
+    }
 
     tracing::info!("stopping: draining workers");
     stop.store(true, Ordering::SeqCst);

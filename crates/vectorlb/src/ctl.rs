@@ -10,7 +10,8 @@ use std::net::{IpAddr, SocketAddr};
   vectorlb ctl -a -t 10.0.0.100:80 -r 10.1.0.11:8080 -w 3
   vectorlb ctl -e -t 10.0.0.100:80 -r 10.1.0.11:8080 -w 0     (drain)
   vectorlb ctl -d -t 10.0.0.100:80 -r 10.1.0.11:8080
-  vectorlb ctl -Ln            vectorlb ctl -L -c (sessions)      vectorlb ctl --save")]
+  vectorlb ctl -Ln            vectorlb ctl -L -c (sessions)      vectorlb ctl --save
+  vectorlb ctl bgp            vectorlb ctl drain --deadline 60 --wait      vectorlb ctl undrain")]
 pub struct CtlArgs {
     /// The daemon's API: unix:PATH or ADDRESS:PORT.
     #[arg(long, env = "VECTORLB_API", default_value = vectorlb_config::DEFAULT_API)]
@@ -99,6 +100,16 @@ pub struct CtlArgs {
     /// Print the HA state (JSON).
     #[arg(long)]
     pub ha: bool,
+    /// `drain`: withdraw this node's VIPs from BGP and keep serving its flows until they end
+    /// or --deadline passes; `undrain`: announce them again; `bgp`: the speaker's state.
+    #[arg(value_parser = ["drain", "undrain", "bgp"], value_name = "drain|undrain|bgp")]
+    pub verb: Option<String>,
+    /// With drain: the seconds existing flows are given (default 300).
+    #[arg(long, value_name = "SECONDS", requires = "verb")]
+    pub deadline: Option<u32>,
+    /// With drain: wait until the node is drained (no session left, or the deadline passed).
+    #[arg(long, requires = "verb")]
+    pub wait: bool,
     /// Raw request: METHOD PATH [JSON body], printing the answer.
     #[arg(long, num_args = 2..=3, value_names = ["METHOD", "PATH", "BODY"])]
     pub raw: Vec<String>,
@@ -224,11 +235,15 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
         !a.raw.is_empty(),
         a.ha_state.is_some(),
         a.ha,
+        a.verb.is_some(),
     ];
     match verbs.iter().filter(|v| **v).count() {
         0 => return Err(usage("nothing to do: give a command such as -A, -a, -e, -d, -L (see --help)")),
         1 => {}
         _ => return Err(usage("give one command at a time")),
+    }
+    if let Some(verb) = a.verb.as_deref() {
+        return bgp(api, verb, a.deadline, a.wait);
     }
     if !a.raw.is_empty() {
         let body = match a.raw.get(2) {
@@ -318,6 +333,71 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
         println!("{}", serde_json::to_string_pretty(&ok(api, "GET", path, None)?).unwrap_or_default());
     }
     Ok(())
+}
+
+/// `ctl bgp`, `ctl drain`, `ctl undrain`.
+fn bgp(api: &Api, verb: &str, deadline: Option<u32>, wait: bool) -> Result<(), CtlError> {
+    if verb != "drain" && (deadline.is_some() || wait) {
+        return Err(usage("--deadline and --wait go with drain"));
+    }
+    let mut v = match verb {
+        "bgp" => ok(api, "GET", "/v1/bgp", None)?,
+        "drain" => {
+            let mut body = json!({ "drain": true });
+            if let Some(d) = deadline {
+                body["deadline_seconds"] = json!(d);
+            }
+            ok(api, "POST", "/v1/drain", Some(&body))?
+        }
+        _ => ok(api, "POST", "/v1/drain", Some(&json!({ "drain": false })))?,
+    };
+    if wait {
+        let mut last = None;
+        while v["state"] == "draining" {
+            let left = v["drain"]["sessions"].as_u64();
+            if left != last {
+                println!("draining: {} sessions left, deadline in {:.0} s", left.unwrap_or(0), v["drain"]["deadline_in_seconds"].as_f64().unwrap_or(0.0));
+                last = left;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            v = ok(api, "GET", "/v1/bgp", None)?;
+        }
+    }
+    print_bgp(&v);
+    Ok(())
+}
+
+fn print_bgp(v: &Value) {
+    let words = |k: &str| v[k].as_array().into_iter().flatten().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ");
+    println!(
+        "bgp {}: BIRD {} (started again {} times), {} changes announced",
+        v["state"].as_str().unwrap_or("?"),
+        if v["bird_running"] == true { "up" } else { "DOWN" },
+        v["bird_restarts"],
+        v["changes"]
+    );
+    println!("  announced: {}", words("announced"));
+    if !words("withheld").is_empty() {
+        println!("  withheld:  {}", words("withheld"));
+    }
+    for r in v["reasons"].as_array().into_iter().flatten() {
+        println!("  why: {}", r.as_str().unwrap_or(""));
+    }
+    if let Some(e) = v["error"].as_str() {
+        println!("  error: {e}");
+    }
+    if let Some(d) = v.get("drain").filter(|d| d.is_object()) {
+        println!(
+            "  drain: {} sessions left, {:.0} s since, deadline in {:.0} s{}",
+            d["sessions"],
+            d["since_seconds"].as_f64().unwrap_or(0.0),
+            d["deadline_in_seconds"].as_f64().unwrap_or(0.0),
+            if d["done"] == true { " (done)" } else { "" }
+        );
+    }
+    for n in v["neighbors"].as_array().into_iter().flatten() {
+        println!("  neighbor {} AS {}: {} {}", n["address"].as_str().unwrap_or("?"), n["asn"], n["state"].as_str().unwrap_or("?"), n["info"].as_str().unwrap_or(""));
+    }
 }
 
 fn sock(ip: &Value, port: &Value) -> String {

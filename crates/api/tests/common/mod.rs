@@ -13,7 +13,7 @@ pub struct Fake {
 
 impl LbControl for Fake {
     fn health(&self) -> Health {
-        Health { status: "ok".into(), generation: 7, problems: vec![] }
+        Health { status: "ok".into(), generation: 7, problems: vec![], bgp: None }
     }
     fn services(&self) -> Vec<ServiceStatus> {
         self.services
@@ -79,6 +79,7 @@ impl LbControl for Fake {
             mbufs_available: 100,
             ha: self.ha(),
             sync: SyncStatus::default(),
+            bgp: None,
             rates: GlobalRates::default(),
             queue_sets: vec![],
         }
@@ -107,6 +108,14 @@ impl LbControl for Fake {
     fn set_ha(&self, _: HaState) -> HaState {
         HaState::Standalone
     }
+    fn bgp(&self) -> Option<BgpStatus> {
+        None
+    }
+
+    fn drain(&self, _: DrainChange) -> Result<BgpStatus, ApiError> {
+        Err(ApiError::NotFound("no [bgp] in the configuration: there is nothing to drain".into()))
+    }
+
     fn sync(&self) -> SyncStatus {
         SyncStatus::default()
     }

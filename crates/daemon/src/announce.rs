@@ -1,0 +1,307 @@
+//! What this node announces by BGP, and when (docs/scale-out.md): a thread (`vlb-bgp`) that
+//! owns BIRD ([`crate::bgp::Bird`]) and, ten times a second, announces every VIP that has a
+//! service with a backend up while the data plane is healthy, and nothing while it is broken
+//! or the node is drained (`vectorlb ctl drain`). On SIGTERM it withdraws everything and waits
+//! for the routers to hear it before the workers stop.
+
+use crate::bgp::{Bird, Prefix, Session};
+use crate::{lock, Daemon};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+use vectorlb_api::model::{BgpNeighborStatus, BgpStatus, DrainStatus};
+use vectorlb_config::BgpSpec;
+use vectorlb_lb::Snapshot;
+
+/// How often the announced set is checked against the data plane.
+pub const TICK: Duration = Duration::from_millis(100);
+/// How often the sessions' states are read from BIRD.
+pub const SESSIONS_EVERY: Duration = Duration::from_secs(1);
+/// What a drain gives the flows when it names no deadline.
+pub const DEFAULT_DRAIN_SECONDS: u32 = 300;
+/// How long a stopping daemon keeps serving after its withdrawal (the routers hear it and move
+/// the flows before the workers stop).
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
+
+/// The prefix that announces `vip`: the address alone.
+pub fn prefix(vip: IpAddr) -> Prefix {
+    (vip, if vip.is_ipv4() { 32 } else { 128 })
+}
+
+fn show((a, len): &Prefix) -> String {
+    format!("{a}/{len}")
+}
+
+/// What to announce: every VIP with at least one service that has a backend taking new
+/// connections, unless the data plane has `problems` or the node is `draining`. Also the VIPs
+/// withheld and the reasons.
+pub fn wanted(snap: &Snapshot, problems: &[String], draining: bool) -> (BTreeSet<Prefix>, BTreeSet<Prefix>, Vec<String>) {
+    let mut up: BTreeMap<Prefix, bool> = BTreeMap::new();
+    for svc in snap.services() {
+        *up.entry(prefix(svc.spec.vip)).or_default() |= svc.sched.has_eligible();
+    }
+    let mut reasons = Vec::new();
+    if draining {
+        reasons.push("draining (vectorlb ctl drain): every VIP withdrawn".to_string());
+    }
+    reasons.extend(problems.iter().map(|p| format!("data plane: {p}")));
+    if !reasons.is_empty() {
+        return (BTreeSet::new(), up.into_keys().collect(), reasons);
+    }
+    let (on, off): (Vec<_>, Vec<_>) = up.into_iter().partition(|(_, ok)| *ok);
+    reasons.extend(off.iter().map(|(p, _)| format!("{}: no service on it has a backend up", show(p))));
+    (on.into_iter().map(|(p, _)| p).collect(), off.into_iter().map(|(p, _)| p).collect(), reasons)
+}
+
+struct Drain {
+    since: Instant,
+    deadline: Instant,
+}
+
+#[derive(Default)]
+struct Shared {
+    bird_running: bool,
+    restarts: u64,
+    error: Option<String>,
+    announced: BTreeSet<Prefix>,
+    withheld: BTreeSet<Prefix>,
+    reasons: Vec<String>,
+    sessions: Vec<Session>,
+    changes: u64,
+    drain: Option<Drain>,
+    /// Live sessions of the node, read while draining.
+    drain_sessions: u64,
+}
+
+/// The BGP speaker of a running daemon.
+pub struct Announcer {
+    spec: BgpSpec,
+    shared: Mutex<Shared>,
+    stop: AtomicBool,
+    thread: Mutex<Option<Thread>>,
+}
+
+impl Announcer {
+    pub fn new(spec: &BgpSpec) -> Announcer {
+        Announcer { spec: spec.clone(), shared: Mutex::default(), stop: AtomicBool::new(false), thread: Mutex::new(None) }
+    }
+
+    fn wake(&self) {
+        if let Some(t) = lock(&self.thread).as_ref() {
+            t.unpark();
+        }
+    }
+
+    /// The speaker's loop, on its own thread, until [`Announcer::stop`]; then withdraws
+    /// everything, waits [`STOP_GRACE`] and stops BIRD.
+    pub fn run(&self, d: &Daemon, mut bird: Bird) {
+        *lock(&self.thread) = Some(std::thread::current());
+        let mut last_sessions: Option<Instant> = None;
+        while !self.stop.load(Ordering::SeqCst) {
+            let running = bird.supervise();
+            let draining = lock(&self.shared).drain.is_some();
+            let (want, withheld, reasons) = wanted(&d.config.control.snapshot(), &d.problems(), draining);
+            let mut changed = false;
+            let mut error = None;
+            if want != *bird.announced() {
+                match bird.announce(&want) {
+                    Ok(()) => {
+                        changed = true;
+                        tracing::info!("bgp: announcing {:?}", want.iter().map(show).collect::<Vec<_>>());
+                    }
+                    Err(e) => {
+                        tracing::warn!("bgp: announcing {:?}: {e}", want.iter().map(show).collect::<Vec<_>>());
+                        error = Some(e.to_string());
+                    }
+                }
+            }
+            let sessions = if changed || last_sessions.is_none_or(|t| t.elapsed() >= SESSIONS_EVERY) {
+                last_sessions = Some(Instant::now());
+                Some(bird.sessions())
+            } else {
+                None
+            };
+            let live = if draining { Some(d.workers.totals().sessions as u64) } else { None };
+            {
+                let mut s = lock(&self.shared);
+                s.bird_running = running && bird.running();
+                s.restarts = bird.restarts;
+                s.error = error.or_else(|| bird.error.clone());
+                s.announced = bird.announced().clone();
+                s.withheld = withheld;
+                s.reasons = reasons;
+                s.changes += changed as u64;
+                if let Some(v) = sessions {
+                    s.sessions = v;
+                }
+                if let Some(n) = live {
+                    s.drain_sessions = n;
+                }
+            }
+            std::thread::park_timeout(TICK);
+        }
+        bird.stop(STOP_GRACE);
+        let mut s = lock(&self.shared);
+        s.announced.clear();
+        s.bird_running = false;
+    }
+
+    /// Asks the loop to withdraw and end (it returns from [`Announcer::run`]).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
+    /// Starts a drain that gives the flows `deadline` seconds, or ends it.
+    pub fn drain(&self, on: bool, deadline: Option<u32>) {
+        {
+            let mut s = lock(&self.shared);
+            if on {
+                let now = Instant::now();
+                let since = s.drain.as_ref().map_or(now, |d| d.since);
+                s.drain = Some(Drain { since, deadline: now + Duration::from_secs(deadline.unwrap_or(DEFAULT_DRAIN_SECONDS) as u64) });
+            } else {
+                s.drain = None;
+            }
+        }
+        self.wake();
+    }
+
+    /// Waits (at most `limit`) until the loop has acted on the current drain state.
+    pub fn settle(&self, limit: Duration) {
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            let s = lock(&self.shared);
+            if s.drain.is_none() || s.announced.is_empty() {
+                return;
+            }
+            drop(s);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// BIRD not running is a health problem (it is being restarted).
+    pub fn problems(&self) -> Vec<String> {
+        let s = lock(&self.shared);
+        if s.bird_running || self.stop.load(Ordering::SeqCst) {
+            return Vec::new();
+        }
+        vec![format!("bgp: BIRD is not running (started again {} times){}", s.restarts, s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
+    }
+
+    pub fn status(&self) -> BgpStatus {
+        let s = lock(&self.shared);
+        let drain = s.drain.as_ref().map(|d| {
+            let left = d.deadline.saturating_duration_since(Instant::now());
+            DrainStatus {
+                since_seconds: d.since.elapsed().as_secs_f64(),
+                deadline_in_seconds: left.as_secs_f64(),
+                sessions: s.drain_sessions,
+                done: s.drain_sessions == 0 || left.is_zero(),
+            }
+        });
+        let state = match &drain {
+            Some(d) if d.done => "drained",
+            Some(_) => "draining",
+            None if s.announced.is_empty() => "withdrawn",
+            None => "announcing",
+        };
+        BgpStatus {
+            state: state.into(),
+            reasons: s.reasons.clone(),
+            announced: s.announced.iter().map(show).collect(),
+            withheld: s.withheld.iter().map(show).collect(),
+            bird_running: s.bird_running,
+            bird_restarts: s.restarts,
+            error: s.error.clone(),
+            changes: s.changes,
+            neighbors: self
+                .spec
+                .neighbors
+                .iter()
+                .zip(s.sessions.iter().map(Some).chain(std::iter::repeat(None)))
+                .map(|(n, sess)| BgpNeighborStatus {
+                    address: n.address.to_string(),
+                    asn: n.asn,
+                    established: sess.is_some_and(|x| x.established()),
+                    state: sess.map_or("unknown".into(), |x| x.state.clone()),
+                    info: sess.map(|x| x.info.clone()).unwrap_or_default(),
+                })
+                .collect(),
+            drain,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use vectorlb_lb::{BackendSpec, Control, LbSpec, Mode, ServiceSpec};
+
+    fn snap(weights: &[(&str, u32)]) -> Arc<Snapshot> {
+        let mut spec = LbSpec::default();
+        let addrs = vec![("10.1.0.1".parse().unwrap(), 24), ("2001:db8:1::1".parse().unwrap(), 64)];
+        spec.ports.push(vectorlb_lb::PortSpec { name: "int".into(), mac: [2, 0, 0, 0, 0, 1], addrs, vlan: None, mtu: 1500 });
+        for (i, (vip, w)) in weights.iter().enumerate() {
+            let vip: IpAddr = vip.parse().unwrap();
+            let be: IpAddr = if vip.is_ipv4() { "10.1.0.11".parse().unwrap() } else { "2001:db8:1::11".parse().unwrap() };
+            let s = ServiceSpec {
+                vip,
+                port: 80 + i as u16,
+                proto: vectorlb_packet::proto::TCP,
+                mode: Mode::Dr,
+                scheduler: vectorlb_sched::Algorithm::parse("maglev").unwrap(),
+                backends: vec![BackendSpec { addr: be, port: 0, weight: *w }],
+                local_addrs: Vec::new(),
+                toa: false,
+                synproxy: Default::default(),
+                timeouts: Default::default(),
+                continuation: true,
+            };
+            spec.services.push(s);
+        }
+        Control::new(&spec).unwrap().snapshot()
+    }
+
+    #[test]
+    fn announces_vips_with_a_backend_up_while_the_data_plane_works() {
+        let s = snap(&[("10.0.0.100", 1), ("10.0.0.100", 0), ("10.0.0.101", 0), ("2001:db8::100", 1)]);
+        let (on, off, why) = wanted(&s, &[], false);
+        assert_eq!(on.iter().map(show).collect::<Vec<_>>(), ["10.0.0.100/32", "2001:db8::100/128"]);
+        assert_eq!(off.iter().map(show).collect::<Vec<_>>(), ["10.0.0.101/32"]);
+        assert_eq!(why, ["10.0.0.101/32: no service on it has a backend up"]);
+        let (on, off, why) = wanted(&s, &["worker 0: no progress for 1200 ms".into()], false);
+        assert!(on.is_empty());
+        assert_eq!(off.len(), 3);
+        assert_eq!(why, ["data plane: worker 0: no progress for 1200 ms"]);
+        let (on, _, why) = wanted(&s, &[], true);
+        assert!(on.is_empty());
+        assert!(why[0].starts_with("draining"));
+    }
+
+    #[test]
+    fn drain_states() {
+        let a = Announcer::new(&BgpSpec::new(65001, "10.0.0.1".parse().unwrap(), Vec::new()));
+        lock(&a.shared).announced.insert(prefix("10.0.0.100".parse().unwrap()));
+        assert_eq!(a.status().state, "announcing");
+        a.drain(true, Some(60));
+        lock(&a.shared).drain_sessions = 3;
+        let st = a.status();
+        assert_eq!(st.state, "draining");
+        let d = st.drain.unwrap();
+        assert!(!d.done && d.deadline_in_seconds > 59.0 && d.sessions == 3);
+        lock(&a.shared).drain_sessions = 0;
+        assert_eq!(a.status().state, "drained");
+        a.drain(false, None);
+        assert_eq!(a.status().state, "announcing");
+        assert!(a.status().drain.is_none());
+        // BIRD down is a problem until stopped on purpose.
+        assert_eq!(a.problems().len(), 1);
+        a.stop();
+        assert!(a.problems().is_empty());
+    }
+}
