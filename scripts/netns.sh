@@ -2,7 +2,7 @@
 # Builds (or removes) the test topology in network namespaces. Used by `make demo`, the
 # end-to-end tests and the benchmarks. Everything it creates is named after PREFIX.
 #
-#   scripts/netns.sh up PREFIX [two-arm|one-arm|ha] [BACKEND_MTU]
+#   scripts/netns.sh up PREFIX [two-arm|one-arm|ha|scale] [BACKEND_MTU]
 #   scripts/netns.sh down PREFIX
 #
 # two-arm:  PREFIX-cl [cl0] ---- [ext0] PREFIX-lb [int0] ---- PREFIX-sw (bridge) ---- PREFIX-be1..3 [eth0]
@@ -11,9 +11,18 @@
 #           The LB host's kernel holds 10.1.0.250 / 2001:db8:1::250 on int0 (health checks).
 # one-arm:  the client sits on the bridge too (10.1.0.2 / 2001:db8:1::2); the LB uses int0 only
 #           (VIP 10.1.0.100 / 2001:db8:1::100). DR and TUN need this shape.
+# scale:    PREFIX-cl [cl0] ---- [rc0] PREFIX-rt [rs0] ---- PREFIX-sw (bridge) ---- PREFIX-lb1..3 [int0], PREFIX-be1..3 [eth0]
+#           A router running FRR (zebra, bgpd, bfdd; files in /tmp/vectorlb-frr-PREFIX) between the
+#           client (10.9.0.2 / 2001:db8:9::2, default via the router 10.9.0.1 / 2001:db8:9::1) and
+#           the bridge (router 10.1.0.254 / 2001:db8:1::254, AS 65000). It takes the VIPs by BGP
+#           from the LB nodes (AS 65001, kernel addresses 10.1.0.25k / 2001:db8:1::25k, BFD at
+#           100 ms x 3), installs them with multipath and balances by L4 hash
+#           (fib_multipath_hash_policy=1). Backends 10.1.0.11-13 / 2001:db8:1::11-13 (default via
+#           the router; the VIPs 10.100.0.1 and 2001:db8:100::1 on their loopback for DR).
+#           Data-plane addresses of the nodes (10.1.0.k / 2001:db8:1::k) are in their configs.
 # The LB's interfaces carry no kernel addresses: vectorlb owns them through AF_XDP.
 set -euo pipefail
-cmd=${1:?usage: netns.sh up|down PREFIX [two-arm|one-arm] [BACKEND_MTU]}
+cmd=${1:?usage: netns.sh up|down PREFIX [two-arm|one-arm|ha|scale] [BACKEND_MTU]}
 P=${2:?prefix}
 shape=${3:-two-arm}
 bmtu=${4:-1500}
@@ -27,13 +36,14 @@ ns() { ip netns exec "$@"; }
 nooffload() { ns "$1" ethtool -K "$2" tx off tso off gso off gro off >/dev/null 2>&1 || true; }
 
 down() {
-    for n in cl lb lb1 lb2 sx sw be1 be2 be3; do
+    for n in cl rt lb lb1 lb2 lb3 sx sw be1 be2 be3; do
         if ip netns list | grep -qw "$P-$n"; then
             # Kill what runs inside (servers, the LB) before removing the namespace.
             for pid in $(ip netns pids "$P-$n" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
             ip netns del "$P-$n" 2>/dev/null || true
         fi
     done
+    rm -rf "/tmp/vectorlb-frr-$P"
 }
 
 if [ "$cmd" = down ]; then
@@ -89,10 +99,135 @@ ha_up() {
         nooffload "$P-sw" "p$i"
     done
 }
+# scale: see the header. FRR's configuration: one peer group per family, BFD, multipath.
+scale_up() {
+    for n in cl rt sw lb1 lb2 lb3 be1 be2 be3; do
+        ip netns add "$P-$n"
+        ns "$P-$n" ip link set lo up
+        ns "$P-$n" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
+            net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.default.accept_ra=0 >/dev/null
+    done
+    ns "$P-sw" ip link add br0 type bridge
+    ns "$P-sw" ip link set br0 up
+    local k
+    for k in 1 2 3; do
+        ip link add "$P-n$k" $qa type veth peer name "$P-q$k" $qa
+        ip link set "$P-n$k" netns "$P-lb$k" name int0
+        ip link set "$P-q$k" netns "$P-sw" name "q$k"
+        ns "$P-lb$k" ip link set int0 up
+        ns "$P-sw" ip link set "q$k" master br0 up
+        # The node's kernel addresses: BGP, BFD and health checks (the data plane has others).
+        ns "$P-lb$k" ip addr add "10.1.0.25$k/24" dev int0
+        ns "$P-lb$k" ip -6 addr add "2001:db8:1::25$k/64" dev int0 nodad
+        nooffload "$P-sw" "q$k"
+    done
+    ip link add "$P-rs" type veth peer name "$P-qr"
+    ip link set "$P-rs" netns "$P-rt" name rs0
+    ip link set "$P-qr" netns "$P-sw" name qr
+    ns "$P-sw" ip link set qr master br0 up
+    ns "$P-rt" ip link set rs0 up
+    ns "$P-rt" ip addr add 10.1.0.254/24 dev rs0
+    ns "$P-rt" ip -6 addr add 2001:db8:1::254/64 dev rs0 nodad
+    ip link add "$P-rc" type veth peer name "$P-cl0"
+    ip link set "$P-rc" netns "$P-rt" name rc0
+    ip link set "$P-cl0" netns "$P-cl" name cl0
+    ns "$P-rt" ip link set rc0 up
+    ns "$P-rt" ip addr add 10.9.0.1/24 dev rc0
+    ns "$P-rt" ip -6 addr add 2001:db8:9::1/64 dev rc0 nodad
+    ns "$P-cl" ip link set cl0 up
+    ns "$P-cl" ip addr add 10.9.0.2/24 dev cl0
+    ns "$P-cl" ip -6 addr add 2001:db8:9::2/64 dev cl0 nodad
+    ns "$P-cl" ip route add default via 10.9.0.1
+    ns "$P-cl" ip -6 route add default via 2001:db8:9::1
+    for x in rt:rs0 rt:rc0 cl:cl0 sw:qr; do nooffload "$P-${x%%:*}" "${x#*:}"; done
+    ns "$P-rt" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
+        net.ipv4.fib_multipath_hash_policy=1 net.ipv6.fib_multipath_hash_policy=1 >/dev/null
+    for i in 1 2 3; do
+        ip link add "$P-p$i" type veth peer name "$P-b$i"
+        ip link set "$P-p$i" netns "$P-sw" name "p$i"
+        ip link set "$P-b$i" netns "$P-be$i" name eth0
+        ns "$P-sw" ip link set "p$i" master br0 up
+        ns "$P-be$i" ip link set eth0 up
+        ns "$P-be$i" ip addr add "10.1.0.1$i/24" dev eth0
+        ns "$P-be$i" ip -6 addr add "2001:db8:1::1$i/64" dev eth0 nodad
+        ns "$P-be$i" ip route add default via 10.1.0.254
+        ns "$P-be$i" ip -6 route add default via 2001:db8:1::254
+        ns "$P-be$i" ip addr add 10.100.0.1/32 dev lo
+        ns "$P-be$i" ip -6 addr add 2001:db8:100::1/128 dev lo
+        nooffload "$P-be$i" eth0
+        nooffload "$P-sw" "p$i"
+    done
+    frr_up
+}
+
+# FRR in PREFIX-rt: zebra (multipath into the kernel), bfdd, bgpd.
+frr_up() {
+    local d="/tmp/vectorlb-frr-$P" f=/usr/lib/frr
+    [ -x "$f/bgpd" ] || { echo "netns.sh: FRR is not installed ($f/bgpd); scripts/setup.sh installs it" >&2; exit 1; }
+    rm -rf "$d"
+    mkdir -p "$d"
+    chown frr:frr "$d" 2>/dev/null || true
+    cat >"$d/zebra.conf" <<EOT
+hostname $P-rt
+log file $d/zebra.log
+EOT
+    cat >"$d/bfdd.conf" <<EOT
+log file $d/bfdd.log
+bfd
+ profile fast
+  receive-interval 100
+  transmit-interval 100
+  detect-multiplier 3
+ exit
+exit
+EOT
+    local peers="" peers6="" k
+    for k in 1 2 3; do
+        peers+=" neighbor 10.1.0.25$k peer-group LB4"$'\n'
+        peers6+=" neighbor 2001:db8:1::25$k peer-group LB6"$'\n'
+    done
+    cat >"$d/bgpd.conf" <<EOT
+log file $d/bgpd.log
+router bgp 65000
+ bgp router-id 10.1.0.254
+ no bgp ebgp-requires-policy
+ no bgp default ipv4-unicast
+ bgp bestpath as-path multipath-relax
+ neighbor LB4 peer-group
+ neighbor LB4 remote-as 65001
+ neighbor LB4 bfd profile fast
+ neighbor LB4 timers 3 9
+ neighbor LB4 timers connect 1
+ neighbor LB6 peer-group
+ neighbor LB6 remote-as 65001
+ neighbor LB6 bfd profile fast
+ neighbor LB6 timers 3 9
+ neighbor LB6 timers connect 1
+$peers$peers6 address-family ipv4 unicast
+  neighbor LB4 activate
+  maximum-paths 8
+ exit-address-family
+ address-family ipv6 unicast
+  neighbor LB6 activate
+  maximum-paths 8
+ exit-address-family
+exit
+EOT
+    local common=(-d -u frr -g frr -z "$d/zserv.api" --vty_socket "$d")
+    ns "$P-rt" "$f/zebra" "${common[@]}" -f "$d/zebra.conf" -i "$d/zebra.pid"
+    for _ in $(seq 50); do [ -S "$d/zserv.api" ] && break; sleep 0.1; done
+    ns "$P-rt" "$f/bfdd" "${common[@]}" -f "$d/bfdd.conf" -i "$d/bfdd.pid" --bfdctl "$d/bfdd.sock"
+    ns "$P-rt" "$f/bgpd" "${common[@]}" -f "$d/bgpd.conf" -i "$d/bgpd.pid"
+}
+
 [ "$cmd" = up ] || { echo "netns.sh: unknown command '$cmd'" >&2; exit 2; }
 down
 if [ "$shape" = ha ]; then
     ha_up
+    exit 0
+fi
+if [ "$shape" = scale ]; then
+    scale_up
     exit 0
 fi
 for n in cl lb sw be1 be2 be3; do

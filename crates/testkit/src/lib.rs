@@ -85,6 +85,9 @@ pub enum Shape {
     OneArm,
     /// Two LB nodes (lb1, lb2) between an outside bridge with the client and the backends.
     Ha,
+    /// A router running FRR (rt) between the client and a bridge with three LB nodes
+    /// (lb1..lb3) and the backends (scripts/netns.sh, docs/scale-out.md).
+    Scale,
 }
 
 pub struct Topo {
@@ -108,6 +111,7 @@ impl Topo {
             Shape::OneArm => "one-arm",
             Shape::TwoArm => "two-arm",
             Shape::Ha => "ha",
+            Shape::Scale => "scale",
         };
         sh(&[script.to_str().unwrap(), "up", p, s, &backend_mtu.to_string()]);
         Topo { p: p.to_string(), dir, shape, children: Vec::new(), lb: None, _serial: serial }

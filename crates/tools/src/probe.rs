@@ -76,8 +76,9 @@ pub struct SyncInjectArgs {
 
 #[derive(Args, Debug)]
 pub struct HoldArgs {
-    #[arg(long)]
-    pub target: SocketAddr,
+    /// Where to connect; several (comma-separated) share the connections in turn.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub target: Vec<SocketAddr>,
     #[arg(long, default_value_t = 100)]
     pub connections: usize,
     /// How many of them send a message every --interval-ms.
@@ -90,6 +91,10 @@ pub struct HoldArgs {
     /// Written once every connection is open (a test waits for it before failing over).
     #[arg(long)]
     pub ready_file: Option<std::path::PathBuf>,
+    /// Also open this many new connections a second, throughout (each: connect within 3 s,
+    /// the greeting, one round trip, close), counted apart.
+    #[arg(long, default_value_t = 0.0)]
+    pub new_per_second: f64,
 }
 
 #[derive(Args, Debug)]
@@ -620,20 +625,30 @@ fn echo_line(s: &mut TcpStream, line: &[u8]) -> Result<(), ToolError> {
     Ok(())
 }
 
+/// Connects to `target` and reads the server's greeting (its name, one line).
+fn greeted(target: &SocketAddr, timeout: Duration) -> Result<(TcpStream, String), ToolError> {
+    let mut s = TcpStream::connect_timeout(target, Duration::from_secs(3)).map_err(io("connect"))?;
+    s.set_read_timeout(Some(timeout)).ok();
+    s.set_nodelay(true).ok();
+    let mut name = Vec::new();
+    let mut b = [0u8; 1];
+    while b[0] != b'\n' {
+        s.read_exact(&mut b).map_err(io("greeting"))?;
+        if b[0] != b'\n' {
+            name.push(b[0]);
+        }
+    }
+    Ok((s, String::from_utf8_lossy(&name).into_owned()))
+}
+
 fn hold(a: &HoldArgs) -> Result<(), ToolError> {
     let timeout = Duration::from_secs(10);
     let mut conns = Vec::new();
+    let mut backends: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..a.connections {
-        let mut s = TcpStream::connect_timeout(&a.target, Duration::from_secs(3)).map_err(io(format!("connection {i}")))?;
-        s.set_read_timeout(Some(timeout)).ok();
-        s.set_nodelay(true).ok();
-        // The server greets with its name.
-        let mut name = Vec::new();
-        let mut b = [0u8; 1];
-        while s.read_exact(&mut b).is_ok() && b[0] != b'\n' {
-            name.push(b[0]);
-        }
-        conns.push((s, String::from_utf8_lossy(&name).into_owned()));
+        let (s, name) = greeted(&a.target[i % a.target.len()], timeout).map_err(|e| ToolError::Failed(format!("connection {i}: {e}")))?;
+        *backends.entry(name.clone()).or_default() += 1;
+        conns.push((s, name));
     }
     if let Some(f) = &a.ready_file {
         std::fs::write(f, b"ready").map_err(io(format!("{}", f.display())))?;
@@ -668,7 +683,33 @@ fn hold(a: &HoldArgs) -> Result<(), ToolError> {
             results.lock().unwrap_or_else(|e| e.into_inner()).push((i, r, max_gap));
         }));
     }
-    for t in threads {
+    // New connections throughout, each on a thread of its own (a lost SYN waits for its
+    // retransmission without holding up the next).
+    /// (outcome, milliseconds to complete)
+    type NewOutcome = (Result<(), ToolError>, u64);
+    let fresh: Arc<Mutex<Vec<NewOutcome>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut opener = None;
+    if a.new_per_second > 0.0 {
+        let (targets, fresh, every) = (a.target.clone(), fresh.clone(), Duration::from_secs_f64(1.0 / a.new_per_second));
+        opener = Some(std::thread::spawn(move || {
+            let mut attempts = Vec::new();
+            let mut n = 0usize;
+            while Instant::now() < end {
+                let (t, fresh) = (targets[n % targets.len()], fresh.clone());
+                attempts.push(std::thread::spawn(move || {
+                    let t0 = Instant::now();
+                    let r = greeted(&t, Duration::from_secs(3)).and_then(|(mut s, _)| echo_line(&mut s, b"new\n"));
+                    fresh.lock().unwrap_or_else(|e| e.into_inner()).push((r, t0.elapsed().as_millis() as u64));
+                }));
+                n += 1;
+                std::thread::sleep(every);
+            }
+            for t in attempts {
+                let _ = t.join();
+            }
+        }));
+    }
+    for t in threads.into_iter().chain(opener) {
         let _ = t.join();
     }
     let res = results.lock().unwrap_or_else(|e| e.into_inner());
@@ -680,10 +721,24 @@ fn hold(a: &HoldArgs) -> Result<(), ToolError> {
         }
     }
     let max_stall = res.iter().map(|(_, _, g)| *g).max().unwrap_or(0);
+    let fresh = fresh.lock().unwrap_or_else(|e| e.into_inner());
+    let mut new_errors: BTreeMap<String, usize> = BTreeMap::new();
+    for (r, _) in fresh.iter() {
+        if let Err(e) = r {
+            *new_errors.entry(e.to_string()).or_default() += 1;
+        }
+    }
+    let new = json!({
+        "attempted": fresh.len(),
+        "ok": fresh.iter().filter(|(r, _)| r.is_ok()).count(),
+        "failed": fresh.iter().filter(|(r, _)| r.is_err()).count(),
+        "slower_than_1s": fresh.iter().filter(|(r, ms)| r.is_ok() && *ms > 1000).count(),
+        "errors": new_errors,
+    });
     println!(
         "{}",
-        json!({ "connections": a.connections, "survived": survived, "streaming": a.streaming, "errors": errors,
-                 "max_stall_ms": max_stall, "seconds": start.elapsed().as_secs_f64() })
+        json!({ "connections": a.connections, "survived": survived, "broken": a.connections - survived, "streaming": a.streaming,
+                 "errors": errors, "max_stall_ms": max_stall, "backends": backends, "new": new, "seconds": start.elapsed().as_secs_f64() })
     );
     Ok(())
 }
