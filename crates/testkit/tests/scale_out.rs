@@ -1,0 +1,341 @@
+//! Scale-out of the L4 tier (docs/scale-out.md): three vectorlb nodes, each with its BIRD,
+//! announce the VIPs by BGP to a router running FRR (a BGP implementation nobody here wrote),
+//! which spreads the clients' flows over them by ECMP (L4 hash). Long-lived connections and
+//! new ones run while nodes join, die, come back, drain and stop; a mid-flow packet that
+//! reaches a node without its session goes where its SYN went (stateless continuation), so
+//! nothing breaks. The same kill with continuation off is the baseline: what breaks without it.
+//!
+//! Each event prints one JSON line (`{"scale_out": ...}`): the docs and the closing notes
+//! quote them.
+
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vectorlb_testkit::*;
+
+const VIP4: &str = "10.100.0.1";
+const VIP6: &str = "2001:db8:100::1";
+const CONNECTIONS: usize = 1000;
+const NEW_PER_SECOND: f64 = 20.0;
+
+struct Node {
+    k: u8,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn api(&self) -> String {
+        format!("unix:{}/api.sock", self.dir.display())
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let (s, b) = api_call(&self.api(), "GET", path, None).unwrap_or_else(|e| panic!("lb{}: GET {path}: {e}", self.k));
+        assert_eq!(s, 200, "lb{}: GET {path}: {}", self.k, String::from_utf8_lossy(&b));
+        serde_json::from_slice(&b).unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("lb.log")).unwrap_or_default()
+    }
+
+    /// Counters after the workers' next publication.
+    fn stats(&self) -> Value {
+        std::thread::sleep(Duration::from_millis(250));
+        self.get("/v1/stats")
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM; the daemon must exit cleanly.
+    fn term(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            sh(&["kill", "-TERM", &c.id().to_string()]);
+            let t = Instant::now();
+            loop {
+                if let Some(st) = c.try_wait().unwrap() {
+                    assert!(st.success(), "lb{} exited with {st} after SIGTERM:\n{}", self.k, self.log());
+                    return;
+                }
+                assert!(t.elapsed() < Duration::from_secs(10), "lb{} did not stop on SIGTERM", self.k);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- lb{} log ---\n{}", self.k, self.log());
+        }
+        self.kill();
+    }
+}
+
+/// Node `k`'s configuration: its own data-plane addresses and router id, the cluster's key and
+/// services (DR, IPv4 and IPv6), continuation on (the default for DR) or off (the baseline).
+fn config(dir: &std::path::Path, k: u8, continuation: bool) -> String {
+    let svc = |vip: &str, be: &[&str]| {
+        let backends: Vec<String> = be.iter().map(|a| format!("{{ addr = \"{a}\", port = 9000 }}")).collect();
+        format!(
+            "[[services]]\nvip = \"{vip}\"\nport = 9000\nproto = \"tcp\"\nmode = \"dr\"\nscheduler = \"maglev\"\ncontinuation = {continuation}\nbackends = [{}]\n\n",
+            backends.join(", ")
+        )
+    };
+    format!(
+        "[global]\ncluster_key = \"scale-out-test-cluster-key\"\n\n\
+         [runtime]\napi = \"unix:{d}/api.sock\"\nrun_dir = \"{d}\"\nmbufs = 16383\nidle_sleep_us = 100\n\n\
+         [bgp]\nasn = 65001\nrouter_id = \"10.1.0.25{k}\"\n\
+         [[bgp.neighbors]]\naddress = \"10.1.0.254\"\nasn = 65000\n\
+         [[bgp.neighbors]]\naddress = \"2001:db8:1::254\"\nasn = 65000\n\n\
+         [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp0,iface=int0\"\naddrs = [\"10.1.0.{k}/24\", \"2001:db8:1::{k}/64\"]\n\n{}{}",
+        svc(VIP4, &BE4),
+        svc(VIP6, &BE6),
+        d = dir.display(),
+    )
+}
+
+/// (The nodes stop before the topology goes.)
+struct Cluster {
+    nodes: Vec<Node>,
+    t: Topo,
+}
+
+impl Cluster {
+    fn node(&mut self, k: u8) -> &mut Node {
+        &mut self.nodes[k as usize - 1]
+    }
+
+    /// Starts node `k` and waits until its API answers.
+    fn start(&mut self, k: u8, continuation: bool) {
+        let dir = self.t.dir.join(format!("lb{k}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("lb.toml");
+        std::fs::write(&cfg, config(&dir, k, continuation)).unwrap();
+        let log = std::fs::File::create(dir.join("lb.log")).unwrap();
+        let child = self.t.cmd(&format!("lb{k}"), &[bin(), "run", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        let n = self.node(k);
+        n.child = Some(child);
+        let t = Instant::now();
+        while !matches!(api_call(&n.api(), "GET", "/v1/health", None), Ok((200, _))) {
+            if let Some(st) = n.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("lb{k} exited ({st}):\n{}", n.log());
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "lb{k} did not come up:\n{}", n.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The router's next hops for a VIP (IPv6 ones are the nodes' link-local addresses).
+    fn paths(&self, vip: &str) -> Vec<String> {
+        let fam = if vip.contains(':') { "-6" } else { "-4" };
+        let out = stdout(&self.t.run("rt", &["ip", fam, "route", "show", vip]));
+        out.split_whitespace().collect::<Vec<_>>().windows(2).filter(|w| w[0] == "via").map(|w| w[1].to_string()).collect()
+    }
+
+    /// Waits until both VIPs have `n` paths at the router; the time it took.
+    fn wait_paths(&self, n: usize, limit: Duration) -> Duration {
+        let t = Instant::now();
+        loop {
+            if self.paths(VIP4).len() == n && self.paths(VIP6).len() == n {
+                return t.elapsed();
+            }
+            assert!(t.elapsed() < limit, "the router did not reach {n} paths in {limit:?}: {:?} {:?}", self.paths(VIP4), self.paths(VIP6));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Starts `probe hold` in the client: CONNECTIONS long-lived connections over both VIPs (a
+    /// fifth of them streaming a message every 100 ms) for `seconds`, and new connections
+    /// throughout; returns once they are all open.
+    fn hold(&self, seconds: u32) -> std::thread::JoinHandle<Value> {
+        let ready = self.t.dir.join("ready");
+        let _ = std::fs::remove_file(&ready);
+        let args: Vec<String> = [
+            "netns",
+            "exec",
+            &self.t.ns("cl"),
+            tools(),
+            "probe",
+            "hold",
+            "--target",
+            &format!("{VIP4}:9000,[{VIP6}]:9000"),
+            "--connections",
+            &CONNECTIONS.to_string(),
+            "--streaming",
+            &(CONNECTIONS / 5).to_string(),
+            "--interval-ms",
+            "100",
+            "--seconds",
+            &seconds.to_string(),
+            "--new-per-second",
+            &NEW_PER_SECOND.to_string(),
+            "--ready-file",
+            ready.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let h = std::thread::spawn(move || {
+            let o = Command::new("ip").args(&args).stdin(Stdio::null()).output().unwrap();
+            let out = stdout(&o);
+            serde_json::from_str::<Value>(out.lines().last().unwrap_or("{}")).unwrap_or_else(|_| panic!("hold: {out} {}", String::from_utf8_lossy(&o.stderr)))
+        });
+        let t = Instant::now();
+        while !ready.exists() {
+            assert!(!h.is_finished(), "probe hold ended before its connections were open");
+            assert!(t.elapsed() < Duration::from_secs(60), "probe hold did not open its connections");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        h
+    }
+
+    /// Live sessions per running node.
+    fn spread(&self) -> Vec<(u8, u64)> {
+        self.nodes.iter().filter(|n| n.child.is_some()).map(|n| (n.k, n.get("/v1/stats")["sessions"].as_u64().unwrap())).collect()
+    }
+}
+
+/// One event's line, printed and returned for the checks.
+fn report(event: &str, continuation: bool, r: &Value, extra: Value) -> Value {
+    let mut line = json!({
+        "event": event, "mode": "dr", "families": "ipv4+ipv6", "continuation": continuation,
+        "connections": r["connections"], "broken": r["broken"], "max_stall_ms": r["max_stall_ms"],
+        "new_attempted": r["new"]["attempted"], "new_failed": r["new"]["failed"], "new_slower_than_1s": r["new"]["slower_than_1s"],
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        line[k] = v.clone();
+    }
+    println!("{}", json!({ "scale_out": line }));
+    line
+}
+
+#[test]
+fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut t = Topo::new("vso", Shape::Scale, 1500);
+    t.echo(9000);
+    let dir = t.dir.clone();
+    let mut c = Cluster { nodes: (1..=3).map(|k| Node { k, dir: dir.join(format!("lb{k}")), child: None }).collect(), t };
+
+    // Two nodes first; both announce both VIPs.
+    c.start(1, true);
+    c.start(2, true);
+    let up = c.wait_paths(2, Duration::from_secs(30));
+    let b = c.node(1).get("/v1/bgp");
+    assert_eq!(b["state"], "announcing", "{b}");
+    assert_eq!(b["announced"], json!(["10.100.0.1/32", "2001:db8:100::1/128"]), "{b}");
+    assert!(b["neighbors"].as_array().unwrap().iter().all(|n| n["established"] == true), "{b}");
+    let h = c.node(1).get("/v1/health");
+    assert_eq!(h["status"], "ok", "{h}");
+    assert_eq!(h["bgp"]["state"], "announcing", "{h}");
+    let m = String::from_utf8(api_call(&c.node(1).api(), "GET", "/metrics", None).unwrap().1).unwrap();
+    assert!(m.contains("vectorlb_bgp_session_up{neighbor=\"10.1.0.254\",asn=\"65000\"} 1"), "{m}");
+    assert!(m.contains("vectorlb_bgp_announced{prefix=\"10.100.0.1/32\"} 1"), "{m}");
+    let ctl = stdout(&sh(&[bin(), "ctl", "--api", &c.node(1).api(), "bgp"]));
+    assert!(ctl.contains("bgp announcing") && ctl.contains("neighbor 10.1.0.254 AS 65000: up Established"), "{ctl}");
+    eprintln!("two nodes announced in {up:?}");
+
+    // A node joins while connections run.
+    let hold = c.hold(14);
+    c.start(3, true);
+    let joined = c.wait_paths(3, Duration::from_secs(30));
+    let r = hold.join().unwrap();
+    let line = report("join", true, &r, json!({ "routes_after_ms": joined.as_millis() as u64 }));
+    assert_eq!(line["broken"], 0, "a node joining broke connections: {r}");
+    assert_eq!(line["new_failed"], 0, "{r}");
+    eprintln!("sessions per node: {:?}", c.spread());
+
+    // SIGKILL of a node: the router's routes change within a second, nothing breaks.
+    let hold = c.hold(10);
+    std::thread::sleep(Duration::from_secs(2));
+    let before: Vec<String> = c.paths(VIP4);
+    assert!(before.contains(&"10.1.0.251".to_string()), "{before:?}");
+    let t0 = Instant::now();
+    c.node(1).kill();
+    let detect = c.wait_paths(2, Duration::from_secs(5)).max(t0.elapsed());
+    assert!(!c.paths(VIP4).contains(&"10.1.0.251".to_string()));
+    let r = hold.join().unwrap();
+    let cont: u64 = [2u8, 3].iter().map(|&k| c.node(k).stats()["continued"].as_u64().unwrap()).sum();
+    let line = report("kill", true, &r, json!({ "detection_ms": detect.as_millis() as u64, "continued": cont }));
+    assert!(detect < Duration::from_secs(1), "routes withdrawn in {detect:?}");
+    assert_eq!(line["broken"], 0, "a node's SIGKILL broke connections: {r}");
+    assert!(cont > 0, "the surviving nodes continued the killed node's flows");
+    // New connections fail only inside the detection window (a SYN lost there is retransmitted).
+    let window = (NEW_PER_SECOND * detect.as_secs_f64()).ceil() as u64 + 1;
+    assert!(line["new_failed"].as_u64().unwrap() <= window, "{r}");
+    // BIRD died with its daemon (else it would announce what nothing serves).
+    let pids = stdout(&sh(&["ip", "netns", "pids", &c.t.ns("lb1")]));
+    assert!(pids.trim().is_empty(), "processes left in lb1 after SIGKILL: {pids}");
+
+    // The killed node comes back.
+    let hold = c.hold(14);
+    c.start(1, true);
+    let back = c.wait_paths(3, Duration::from_secs(30));
+    let r = hold.join().unwrap();
+    let line = report("back", true, &r, json!({ "routes_after_ms": back.as_millis() as u64 }));
+    assert_eq!(line["broken"], 0, "the killed node's return broke connections: {r}");
+    assert_eq!(line["new_failed"], 0, "{r}");
+
+    // Drain: withdraw, keep serving; no new flow reaches the node after the withdrawal.
+    let hold = c.hold(10);
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
+    let out = stdout(&sh(&[bin(), "ctl", "--api", &c.node(2).api(), "drain", "--deadline", "60"]));
+    assert!(out.contains("bgp draining") || out.contains("bgp drained"), "{out}");
+    let gone = c.wait_paths(2, Duration::from_secs(5)).max(t0.elapsed());
+    std::thread::sleep(Duration::from_millis(300));
+    let created = c.node(2).stats()["sessions_created"].as_u64().unwrap();
+    let r = hold.join().unwrap();
+    let after = c.node(2).stats()["sessions_created"].as_u64().unwrap();
+    let b = c.node(2).get("/v1/bgp");
+    let line = report("drain", true, &r, json!({ "withdrawn_after_ms": gone.as_millis() as u64, "new_flows_on_drained_node": after - created }));
+    assert_eq!(line["broken"], 0, "a drain broke connections: {r}");
+    assert_eq!(line["new_failed"], 0, "{r}");
+    assert_eq!(after, created, "new flows reached the drained node after its withdrawal");
+    assert!(b["announced"].as_array().unwrap().is_empty() && b["drain"].is_object(), "{b}");
+    let h = c.node(2).get("/v1/health");
+    assert_eq!(h["status"], "ok", "a drained node is healthy: {h}");
+    sh(&[bin(), "ctl", "--api", &c.node(2).api(), "undrain"]);
+    c.wait_paths(3, Duration::from_secs(10));
+
+    // SIGTERM: withdrawn before the daemon exits, nothing breaks.
+    let hold = c.hold(10);
+    std::thread::sleep(Duration::from_secs(2));
+    c.node(3).term();
+    assert_eq!(c.paths(VIP4).len(), 2, "the stopped node's routes are gone when it has exited");
+    let r = hold.join().unwrap();
+    let line = report("sigterm", true, &r, json!({}));
+    assert_eq!(line["broken"], 0, "a node's SIGTERM broke connections: {r}");
+    assert_eq!(line["new_failed"], 0, "{r}");
+
+    // The baseline: the same kill without continuation.
+    for k in 1..=2 {
+        c.node(k).term();
+    }
+    c.wait_paths(0, Duration::from_secs(10));
+    for k in 1..=3 {
+        c.start(k, false);
+    }
+    c.wait_paths(3, Duration::from_secs(30));
+    let hold = c.hold(10);
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
+    c.node(1).kill();
+    let detect = c.wait_paths(2, Duration::from_secs(5)).max(t0.elapsed());
+    let r = hold.join().unwrap();
+    let line = report("kill", false, &r, json!({ "detection_ms": detect.as_millis() as u64 }));
+    // What MetalLB's documentation warns of: without continuation, the killed node's
+    // connections (and those ECMP moved between survivors) break.
+    assert!(line["broken"].as_u64().unwrap() > 0, "the baseline broke nothing: is continuation really off? {r}");
+}
