@@ -13,11 +13,12 @@ set -euo pipefail
 # proxy's HTTP/2 tests: curl 7.88 cannot reuse an h2c connection); the peers the benchmarks compare
 # with: nftables, HAProxy, nginx's stream module, dpdk-testpmd (dpdk-dev); memcached (the
 # queue-set experiment's server, and memcache-load's tests); bird2 (the BGP speaker the daemon
-# runs for scale-out, and the router of its test); python3-pip where Python has no pip
+# runs for scale-out); frr (the router of the scale-out test and demo: another BGP
+# implementation than the nodes', with BFD and multipath); python3-pip where Python has no pip
 # (crypto_mb below).
 PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
-      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client memcached bird2)
+      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client memcached bird2 frr)
 [ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib linux-perf)
 need_apt=()
 for pkg in "${PKGS[@]}"; do
@@ -30,7 +31,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     fi
     echo "setup: installing ${need_apt[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    # Do not let package installation start nginx in the host's namespace.
+    # Do not let package installation start nginx or FRR in the host's namespace.
     policy=/usr/sbin/policy-rc.d
     created_policy=0
     if [ ! -e "$policy" ]; then
