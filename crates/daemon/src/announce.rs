@@ -22,6 +22,12 @@ pub const TICK: Duration = Duration::from_millis(100);
 pub const SESSIONS_EVERY: Duration = Duration::from_secs(1);
 /// What a drain gives the flows when it names no deadline.
 pub const DEFAULT_DRAIN_SECONDS: u32 = 300;
+/// How long a BGP session must have stayed established before anything is announced after
+/// BIRD starts (a session's first seconds may see it reset once, when the router's BFD comes
+/// up after BGP: announcing then would make the routes appear, vanish and come back).
+pub const SETTLE: Duration = Duration::from_secs(2);
+/// The longest the announcements wait for [`SETTLE`] (a router without BFD, a slow peer).
+pub const SETTLE_LIMIT: Duration = Duration::from_secs(15);
 /// How long a stopping daemon keeps serving after its withdrawal (the routers hear it and move
 /// the flows before the workers stop).
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
@@ -100,10 +106,23 @@ impl Announcer {
     pub fn run(&self, d: &Daemon, mut bird: Bird) {
         *lock(&self.thread) = Some(std::thread::current());
         let mut last_sessions: Option<Instant> = None;
+        // Since when BIRD runs (this start), and since when a session is established.
+        let (mut started, mut restarts, mut up_since): (Instant, u64, Option<Instant>) = (Instant::now(), bird.restarts, None);
+        let mut settled = false;
         while !self.stop.load(Ordering::SeqCst) {
             let running = bird.supervise();
+            if bird.restarts != restarts {
+                (started, restarts, up_since, settled) = (Instant::now(), bird.restarts, None, false);
+            }
             let draining = lock(&self.shared).drain.is_some();
-            let (want, withheld, reasons) = wanted(&d.config.control.snapshot(), &d.problems(), draining);
+            let (mut want, mut withheld, mut reasons) = wanted(&d.config.control.snapshot(), &d.problems(), draining);
+            if !settled {
+                settled = up_since.is_some_and(|t| t.elapsed() >= SETTLE) || started.elapsed() >= SETTLE_LIMIT;
+                if !settled && !want.is_empty() {
+                    withheld.append(&mut want);
+                    reasons.push(format!("waiting for a BGP session to stay established for {SETTLE:?} (at most {SETTLE_LIMIT:?} after BIRD's start)"));
+                }
+            }
             let mut changed = false;
             let mut error = None;
             if want != *bird.announced() {
@@ -118,9 +137,13 @@ impl Announcer {
                     }
                 }
             }
-            let sessions = if changed || last_sessions.is_none_or(|t| t.elapsed() >= SESSIONS_EVERY) {
+            // Every tick until settled, then every SESSIONS_EVERY.
+            let sessions = if changed || !settled || last_sessions.is_none_or(|t| t.elapsed() >= SESSIONS_EVERY) {
                 last_sessions = Some(Instant::now());
-                Some(bird.sessions())
+                let v = bird.sessions();
+                let any = v.iter().any(Session::established);
+                up_since = if any { up_since.or(Some(Instant::now())) } else { None };
+                Some(v)
             } else {
                 None
             };

@@ -18,6 +18,9 @@ const VIP4: &str = "10.100.0.1";
 const VIP6: &str = "2001:db8:100::1";
 const CONNECTIONS: usize = 1000;
 const NEW_PER_SECOND: f64 = 20.0;
+/// Each node's session table (one worker); a tenth of it is the continuation budget.
+const MAX_SESSIONS: u64 = 200_000;
+const FLOOD: u64 = 1_000_000;
 
 struct Node {
     k: u8,
@@ -90,7 +93,7 @@ fn config(dir: &std::path::Path, k: u8, continuation: bool) -> String {
         )
     };
     format!(
-        "[global]\ncluster_key = \"scale-out-test-cluster-key\"\n\n\
+        "[global]\ncluster_key = \"scale-out-test-cluster-key\"\nmax_sessions = {MAX_SESSIONS}\n\n\
          [runtime]\napi = \"unix:{d}/api.sock\"\nrun_dir = \"{d}\"\nmbufs = 16383\nidle_sleep_us = 100\n\n\
          [bgp]\nasn = 65001\nrouter_id = \"10.1.0.25{k}\"\n\
          [[bgp.neighbors]]\naddress = \"10.1.0.254\"\nasn = 65000\n\
@@ -232,6 +235,7 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     c.start(1, true);
     c.start(2, true);
     let up = c.wait_paths(2, Duration::from_secs(30));
+    // Announced only once a session has held (no flap at the start: see announce.rs).
     let b = c.node(1).get("/v1/bgp");
     assert_eq!(b["state"], "announcing", "{b}");
     assert_eq!(b["announced"], json!(["10.100.0.1/32", "2001:db8:100::1/128"]), "{b}");
@@ -285,6 +289,34 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     let r = hold.join().unwrap();
     let line = report("back", true, &r, json!({ "routes_after_ms": back.as_millis() as u64 }));
     assert_eq!(line["broken"], 0, "the killed node's return broke connections: {r}");
+    assert_eq!(line["new_failed"], 0, "{r}");
+
+    // 1,000,000 spoofed ACKs at the VIP (through the router, so spread over the nodes) while
+    // the connections run: each node's continued sessions stay within its budget, nothing
+    // established is touched, new connections are served.
+    let hold = c.hold(14);
+    let mac = stdout(&c.t.run("rt", &["cat", "/sys/class/net/rc0/address"])).trim().to_string();
+    let before: Vec<u64> = (1..=3).map(|k| c.node(k).stats()["continued_evicted"].as_u64().unwrap()).collect();
+    let g = c.t.run(
+        "cl",
+        &[tools(), "gen", "--tx", "net_af_packet0,iface=cl0", "--dst-mac", &mac, "--src-ip", "10.9.0.2", "--dst-ip", VIP4, "--dst-port", "9000", "--ack-flood", "--count", &FLOOD.to_string(), "--rate", "150000", "--seconds", "12", "--json"],
+    );
+    let gj: Value = stdout(&g).lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("gen: {}{}", stdout(&g), String::from_utf8_lossy(&g.stderr)));
+    let r = hold.join().unwrap();
+    let budget = MAX_SESSIONS / 10;
+    let mut nodes = Vec::new();
+    for k in 1..=3u8 {
+        let st = c.node(k).stats();
+        let (sessions, evicted) = (st["sessions"].as_u64().unwrap(), st["continued_evicted"].as_u64().unwrap() - before[k as usize - 1]);
+        assert!(sessions <= budget + 2 * CONNECTIONS as u64, "lb{k}: {sessions} sessions: the continuation budget ({budget}) does not hold");
+        assert_eq!(st["drops"]["continuation_limit"], 0, "lb{k}");
+        nodes.push(json!({ "node": k, "rx": st["rx"], "continued": st["continued"], "continued_evicted": evicted, "sessions": sessions }));
+    }
+    let reached: u64 = nodes.iter().map(|n| n["continued"].as_u64().unwrap()).sum();
+    let line = report("ack_flood", true, &r, json!({ "flood_sent": gj["sent"], "budget_per_node": budget, "nodes": nodes }));
+    assert_eq!(gj["sent"].as_u64(), Some(FLOOD), "{gj}");
+    assert!(reached > FLOOD / 4, "the flood reached the nodes: {reached} continued of {FLOOD}");
+    assert_eq!(line["broken"], 0, "the flood broke connections: {r}");
     assert_eq!(line["new_failed"], 0, "{r}");
 
     // Drain: withdraw, keep serving; no new flow reaches the node after the withdrawal.

@@ -68,6 +68,10 @@ pub struct GenArgs {
     /// at the port's rate). Implies `--proto tcp`; `--flows` and `--src-ip` are not used.
     #[arg(long)]
     pub syn_flood: bool,
+    /// An ACK flood: as --syn-flood, but every segment a bare ACK (what stateless continuation
+    /// must bound: a segment without a session).
+    #[arg(long, conflicts_with = "syn_flood")]
+    pub ack_flood: bool,
     /// The flood's source prefix (default: the benchmarking range of RFC 2544).
     #[arg(long, default_value = "198.18.0.0/15", value_parser = parse_prefix)]
     pub flood_src: (Ipv4Addr, u8),
@@ -94,9 +98,14 @@ pub fn parse_prefix(s: &str) -> Result<(Ipv4Addr, u8), String> {
 }
 
 impl GenArgs {
-    /// TCP segments (asked for, or a SYN flood), else UDP datagrams.
+    /// TCP segments (asked for, or a flood), else UDP datagrams.
     pub fn is_tcp(&self) -> bool {
-        self.proto == Proto::Tcp || self.syn_flood
+        self.proto == Proto::Tcp || self.flood()
+    }
+
+    /// A SYN or ACK flood from spoofed sources.
+    pub fn flood(&self) -> bool {
+        self.syn_flood || self.ack_flood
     }
 }
 
@@ -108,11 +117,11 @@ pub fn build(f: &mut [u8], a: &GenArgs, src_mac: [u8; 6], dst_mac: [u8; 6], flow
     f[12..14].copy_from_slice(&[0x08, 0x00]);
     let tcp = a.is_tcp();
     // A flood's SYN carries no data (the frame's tail is Ethernet padding), as a scanner's.
-    let ip_len = if a.syn_flood { 40 } else { (n - 14) as u16 };
+    let ip_len = if a.flood() { 40 } else { (n - 14) as u16 };
     let ip_proto = if tcp { proto::TCP } else { proto::UDP };
     // The flood's source, port and ISN are a function of the sequence number: runs repeat.
     let r = vectorlb_bench::Rng(seq.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1).next_u64();
-    let src_ip = if a.syn_flood {
+    let src_ip = if a.flood() {
         let (base, n) = a.flood_src;
         let host = u32::MAX.checked_shr(n as u32).unwrap_or(0);
         Ipv4Addr::from(u32::from(base) | (r as u32 & host))
@@ -126,7 +135,7 @@ pub fn build(f: &mut [u8], a: &GenArgs, src_mac: [u8; 6], dst_mac: [u8; 6], flow
     ip[16..20].copy_from_slice(&a.dst_ip.octets());
     let c = checksum::checksum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let sport = if a.syn_flood { (1024 + ((r >> 32) % 64512) as u16).to_be_bytes() } else { (1024 + flow).to_be_bytes() };
+    let sport = if a.flood() { (1024 + ((r >> 32) % 64512) as u16).to_be_bytes() } else { (1024 + flow).to_be_bytes() };
     match if tcp { Proto::Tcp } else { Proto::Udp } {
         Proto::Udp => {
             let u = &mut f[34..42];
@@ -140,18 +149,18 @@ pub fn build(f: &mut [u8], a: &GenArgs, src_mac: [u8; 6], dst_mac: [u8; 6], flow
             p[10..18].copy_from_slice(&ts_ns.to_be_bytes());
         }
         Proto::Tcp => {
-            let syn = a.syn_flood || seq < a.flows as u64;
+            let syn = a.syn_flood || (!a.ack_flood && seq < a.flows as u64);
             let t = &mut f[34..56];
             t[0..2].copy_from_slice(&sport);
             t[2..4].copy_from_slice(&a.dst_port.to_be_bytes());
-            let isn = if a.syn_flood { (r >> 16) as u32 } else { seq as u32 };
+            let isn = if a.flood() { (r >> 16) as u32 } else { seq as u32 };
             t[4..8].copy_from_slice(&isn.to_be_bytes());
             t[8..12].copy_from_slice(&(ts_ns as u32).to_be_bytes());
             t[12] = 5 << 4;
             t[13] = if syn { flags::SYN } else { flags::ACK };
             t[14..16].copy_from_slice(&65535u16.to_be_bytes());
             t[16..20].fill(0);
-            let t = if a.syn_flood {
+            let t = if a.flood() {
                 // No payload and no marker: the tail of the frame is zero padding.
                 t[20..22].fill(0);
                 &mut t[..20]
@@ -602,6 +611,16 @@ mod tests {
             assert!(parse_prefix(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_prefix("10.1.2.3/32"), Ok((Ipv4Addr::new(10, 1, 2, 3), 32)));
+        // The ACK flood: the same segments with ACK alone.
+        let a = T::parse_from(["t", "--tx", "x", "--dst-mac", "02:00:00:00:00:01", "--ack-flood", "--dst-port", "80"]).g;
+        for seq in 0..64u64 {
+            build(&mut f, &a, [2; 6], [4; 6], 0, seq, seq * 1000);
+            assert_eq!(f[47], 0x10, "ACK only, every packet");
+            let src = [f[26], f[27], f[28], f[29]];
+            let acc = checksum::pseudo_v4(src, a.dst_ip.octets(), 6, 20);
+            assert_eq!(checksum::finish(checksum::accumulate(acc, &f[34..54])), 0);
+        }
+        assert!(T::try_parse_from(["t", "--tx", "x", "--dst-mac", "02:00:00:00:00:01", "--ack-flood", "--syn-flood"]).is_err());
     }
 
     #[test]
