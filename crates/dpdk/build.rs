@@ -25,6 +25,7 @@ fn run(cmd: &mut Command, what: &str) {
 fn main() {
     println!("cargo:rerun-if-changed=csrc/shim.c");
     println!("cargo:rerun-if-changed=csrc/vectorlb_xdp.c");
+    println!("cargo:rerun-if-changed=csrc/vectorlb_decap.c");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let cflags = pkg_config(&["--cflags", "libdpdk", "libbpf"]).unwrap_or_else(|e| panic!("{e}"));
     let libs = pkg_config(&["--libs", "libdpdk", "libbpf"]).unwrap_or_else(|e| panic!("{e}"));
@@ -49,16 +50,16 @@ fn main() {
     // pkg-config's list leaves out (drivers are loaded as plugins).
     println!("cargo:rustc-link-lib=rte_bus_vdev");
 
-    // The XDP program: clang's BPF target. The multiarch include directory has asm/types.h.
-    let xdp = out.join("vectorlb_xdp.o");
-    let mut clang = Command::new(env::var("BPF_CLANG").unwrap_or_else(|_| "clang".into()));
-    clang.args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-c", "csrc/vectorlb_xdp.c", "-o"]).arg(&xdp);
+    // The XDP programs (the flow director; the backends' decapsulation): clang's BPF target.
+    // The multiarch include directory has asm/types.h.
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-    for dir in [format!("/usr/include/{arch}-linux-gnu"), "/usr/include/x86_64-linux-gnu".to_string()] {
-        if std::path::Path::new(&dir).exists() {
+    let include = [format!("/usr/include/{arch}-linux-gnu"), "/usr/include/x86_64-linux-gnu".to_string()].into_iter().find(|d| std::path::Path::new(d).exists());
+    for name in ["vectorlb_xdp", "vectorlb_decap"] {
+        let mut clang = Command::new(env::var("BPF_CLANG").unwrap_or_else(|_| "clang".into()));
+        clang.args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-c", &format!("csrc/{name}.c"), "-o"]).arg(out.join(format!("{name}.o")));
+        if let Some(dir) = &include {
             clang.arg(format!("-I{dir}"));
-            break;
         }
+        run(&mut clang, &format!("compiling the XDP program csrc/{name}.c with clang (apt-get install clang)"));
     }
-    run(&mut clang, "compiling the XDP program csrc/vectorlb_xdp.c with clang (apt-get install clang)");
 }

@@ -30,6 +30,7 @@
 #include <rte_service.h>
 #include <rte_service_component.h>
 
+#include <linux/if_link.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
@@ -494,6 +495,30 @@ int vl_bpf_test_run(int prog_fd, const void *data, uint32_t len, uint32_t *retva
 		return r < 0 ? r : -r;
 	*retval = opts.retval;
 	return 0;
+}
+
+/* As vl_bpf_test_run, and the frame as the program left it in `out` (`*out_len` bytes). */
+int vl_bpf_test_run_out(int prog_fd, const void *data, uint32_t len, void *out, uint32_t cap, uint32_t *out_len, uint32_t *retval)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = data, .data_size_in = len, .data_out = out, .data_size_out = cap, .repeat = 1);
+	int r = bpf_prog_test_run_opts(prog_fd, &opts);
+	if (r)
+		return r < 0 ? r : -r;
+	*retval = opts.retval;
+	*out_len = opts.data_size_out;
+	return 0;
+}
+
+/* Attaches program `prog_fd` to `ifname` as its XDP program: in the driver (`generic` 0; the
+ * kernel refuses when the driver cannot), or generic (SKB) mode (1). It stays attached after
+ * the caller exits. */
+int vl_xdp_attach(const char *ifname, int prog_fd, int generic)
+{
+	unsigned ifindex = if_nametoindex(ifname);
+	if (!ifindex)
+		return -ENODEV;
+	int r = bpf_xdp_attach((int)ifindex, prog_fd, generic ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE, NULL);
+	return r < 0 ? r : 0;
 }
 
 void vl_bpf_close(void *o)

@@ -141,5 +141,7 @@ extern "C" {
     pub fn vl_bpf_load(obj: *const c_void, len: usize, err: *mut c_int) -> *mut c_void;
     pub fn vl_bpf_fd(obj: *mut c_void, name: *const c_char, is_map: c_int) -> c_int;
     pub fn vl_bpf_test_run(prog_fd: c_int, data: *const c_void, len: u32, retval: *mut u32) -> c_int;
+    pub fn vl_bpf_test_run_out(prog_fd: c_int, data: *const c_void, len: u32, out: *mut c_void, cap: u32, out_len: *mut u32, retval: *mut u32) -> c_int;
+    pub fn vl_xdp_attach(ifname: *const c_char, prog_fd: c_int, generic: c_int) -> c_int;
     pub fn vl_bpf_close(obj: *mut c_void);
 }

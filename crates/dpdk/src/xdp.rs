@@ -19,6 +19,10 @@ pub const FLAG_HOST: u32 = 4;
 /// The name of our program, as the kernel reports it (the function's name, cut at 15).
 pub const PROGRAM_NAME: &str = "vl_xdp";
 
+/// The decapsulator TUN-mode backends attach (`vectorlb decap`; `csrc/vectorlb_decap.c`).
+pub static DECAP_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/vectorlb_decap.o"));
+pub const DECAP_PROGRAM: &str = "vectorlb_decap";
+
 /// The XDP program attached to an interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attached {
@@ -135,8 +139,9 @@ pub fn set_addrs(ifname: &(impl Maps + ?Sized), addrs: &[(IpAddr, u32)]) -> Resu
     set(ifname, "vl_addrs", &keys, &values, 20)
 }
 
-/// Replaces the program's source prefixes (SNAT sources) on `ifname`.
-pub fn set_source_nets(ifname: &(impl Maps + ?Sized), nets: &[(IpAddr, u8)]) -> Result<(), Error> {
+/// The keys of an LPM map of prefixes (`struct net_key`: 8 + length, family, address), 21
+/// bytes each.
+fn net_keys(nets: &[(IpAddr, u8)]) -> Vec<u8> {
     let mut keys = Vec::with_capacity(nets.len() * 21);
     for &(a, len) in nets {
         let (fam, b) = family_addr(a);
@@ -144,7 +149,101 @@ pub fn set_source_nets(ifname: &(impl Maps + ?Sized), nets: &[(IpAddr, u8)]) -> 
         keys.push(fam);
         keys.extend_from_slice(&b);
     }
-    set(ifname, "vl_srcnets", &keys, &vec![1u32; nets.len()], 21)
+    keys
+}
+
+/// Replaces the program's source prefixes (SNAT sources) on `ifname`.
+pub fn set_source_nets(ifname: &(impl Maps + ?Sized), nets: &[(IpAddr, u8)]) -> Result<(), Error> {
+    set(ifname, "vl_srcnets", &net_keys(nets), &vec![1u32; nets.len()], 21)
+}
+
+/// Replaces the decapsulator's allowed tunnel sources, and turns the restriction on (some
+/// prefixes) or off (none).
+pub fn set_decap_from(m: &(impl Maps + ?Sized), nets: &[(IpAddr, u8)]) -> Result<(), Error> {
+    set(m, "vl_decap_from", &net_keys(nets), &vec![1u32; nets.len()], 21)?;
+    let fd = m.map("vl_decap_conf")?;
+    let (k, v) = (0u32, (!nets.is_empty()) as u32);
+    // SAFETY: an array map of u32 keys and u32 values.
+    let r = unsafe { ffi::vl_map_put(fd.as_raw_fd(), &k as *const u32 as *const _, &v as *const u32 as *const _) };
+    map_err(m, "vl_decap_conf", r)
+}
+
+/// The decapsulator's counters (`csrc/vectorlb_decap.c`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecapStats {
+    pub v4_in_v4: u64,
+    pub v6_in_v4: u64,
+    pub v6_in_v6: u64,
+    pub v4_in_v6: u64,
+    /// Tunnels from a source not allowed: dropped.
+    pub not_allowed: u64,
+    /// Inner headers that are not what the outer one says: dropped.
+    pub malformed: u64,
+    /// Outer fragments and extension headers: passed unopened.
+    pub fragment: u64,
+}
+
+impl DecapStats {
+    pub fn named(&self) -> [(&'static str, u64); 7] {
+        [
+            ("ipv4_in_ipv4", self.v4_in_v4),
+            ("ipv6_in_ipv4", self.v6_in_v4),
+            ("ipv6_in_ipv6", self.v6_in_v6),
+            ("ipv4_in_ipv6", self.v4_in_v6),
+            ("not_allowed", self.not_allowed),
+            ("malformed", self.malformed),
+            ("fragment", self.fragment),
+        ]
+    }
+}
+
+pub fn decap_stats(m: &(impl Maps + ?Sized)) -> Result<DecapStats, Error> {
+    let fd = m.map("vl_decap_stats")?;
+    let mut o = [0u64; 7];
+    // SAFETY: a per-CPU array of 7 u64 counters; o holds 7 words.
+    let r = unsafe { ffi::vl_map_percpu_sum(fd.as_raw_fd(), 0, o.as_mut_ptr(), 7) };
+    map_err(m, "vl_decap_stats", r)?;
+    Ok(DecapStats { v4_in_v4: o[0], v6_in_v4: o[1], v6_in_v6: o[2], v4_in_v6: o[3], not_allowed: o[4], malformed: o[5], fragment: o[6] })
+}
+
+/// Attaches the decapsulator to `ifname` (a TUN-mode backend's interface): in the driver when
+/// it can, else generic; tunnels only from `from` when given. Refuses an interface that runs
+/// another XDP program; replaces (and so updates) one that runs the decapsulator. Returns the
+/// mode used.
+pub fn decap_attach(ifname: &str, from: &[(IpAddr, u8)], generic: Option<bool>) -> Result<&'static str, Error> {
+    if let Some(a) = attached(ifname)? {
+        if a.name != DECAP_PROGRAM {
+            return Err(Error::Xdp {
+                iface: ifname.to_string(),
+                what: "attaching the decapsulator",
+                source: std::io::Error::other(format!("it runs another XDP program ('{}', id {}); remove it first (ip link set dev {ifname} xdp off)", a.name, a.id)),
+            });
+        }
+    }
+    let prog = Loaded::load_object(DECAP_OBJECT, DECAP_PROGRAM)?;
+    set_decap_from(&prog, from)?;
+    let cif = crate::cstring("an interface name", ifname)?;
+    let mut last = 0;
+    for g in [false, true] {
+        if generic.is_some_and(|want| want != g) {
+            continue;
+        }
+        // SAFETY: valid C string and program descriptor.
+        last = unsafe { ffi::vl_xdp_attach(cif.as_ptr(), prog.prog.as_raw_fd(), g as i32) };
+        if last == 0 {
+            return Ok(if g { "generic" } else { "driver" });
+        }
+    }
+    Err(Error::Xdp { iface: ifname.to_string(), what: "attaching the decapsulator", source: std::io::Error::from_raw_os_error(-last) })
+}
+
+/// Detaches the decapsulator from `ifname`; false when it was not attached (another program
+/// is left alone).
+pub fn decap_detach(ifname: &str) -> Result<bool, Error> {
+    match attached(ifname)? {
+        Some(a) if a.name == DECAP_PROGRAM => detach(ifname).map(|()| true),
+        _ => Ok(false),
+    }
 }
 
 /// The interface named by an af_xdp device string (`net_af_xdp0,iface=veth0,...`).
@@ -289,13 +388,19 @@ pub const XDP_PASS: u32 = 2;
 pub const XDP_REDIRECT: u32 = 4;
 
 impl Loaded {
+    /// The flow director.
     pub fn load() -> Result<Loaded, Error> {
+        Self::load_object(OBJECT, PROGRAM_NAME)
+    }
+
+    /// Program `name` of BPF object `object`.
+    pub fn load_object(object: &'static [u8], name: &'static str) -> Result<Loaded, Error> {
         let mut err = 0;
-        // SAFETY: OBJECT is a complete BPF object; libbpf copies what it keeps.
-        let obj = unsafe { ffi::vl_bpf_load(OBJECT.as_ptr() as *const _, OBJECT.len(), &mut err) };
+        // SAFETY: object is a complete BPF object; libbpf copies what it keeps.
+        let obj = unsafe { ffi::vl_bpf_load(object.as_ptr() as *const _, object.len(), &mut err) };
         let obj =
             std::ptr::NonNull::new(obj).ok_or_else(|| Error::Xdp { iface: "(loaded)".into(), what: "loading the program", source: std::io::Error::from_raw_os_error(-err) })?;
-        let prog = Self::fd(obj, PROGRAM_NAME, false);
+        let prog = Self::fd(obj, name, false);
         let prog = match prog {
             Ok(p) => p,
             Err(e) => {
@@ -327,6 +432,22 @@ impl Loaded {
             return Err(Error::Xdp { iface: "(loaded)".into(), what: "running the program", source: std::io::Error::from_raw_os_error(-r) });
         }
         Ok(ret)
+    }
+}
+
+impl Loaded {
+    /// Runs `frame` through the program; its verdict and the frame as the program left it.
+    pub fn run_out(&self, frame: &[u8]) -> Result<(u32, Vec<u8>), Error> {
+        let (mut ret, mut len) = (0, 0);
+        let mut out = vec![0u8; frame.len() + 256];
+        // SAFETY: frame is valid for its length, out for its capacity; the kernel writes at
+        // most that many bytes and reports how many.
+        let r = unsafe { ffi::vl_bpf_test_run_out(self.prog.as_raw_fd(), frame.as_ptr() as *const _, frame.len() as u32, out.as_mut_ptr() as *mut _, out.len() as u32, &mut len, &mut ret) };
+        if r < 0 {
+            return Err(Error::Xdp { iface: "(loaded)".into(), what: "running the program", source: std::io::Error::from_raw_os_error(-r) });
+        }
+        out.truncate(len as usize);
+        Ok((ret, out))
     }
 }
 
