@@ -18,7 +18,8 @@
 #           from the LB nodes (AS 65001, kernel addresses 10.1.0.25k / 2001:db8:1::25k, BFD at
 #           100 ms x 3), installs them with multipath and balances by L4 hash
 #           (fib_multipath_hash_policy=1). Backends 10.1.0.11-13 / 2001:db8:1::11-13 (default via
-#           the router; the VIPs 10.100.0.1 and 2001:db8:100::1 on their loopback for DR).
+#           the router; the VIPs 10.100.0.1, 10.100.0.2 and 2001:db8:100::1, ::2 on their loopback
+#           for DR and TUN; a TUN backend opens the tunnels with `vectorlb decap attach eth0`).
 #           Data-plane addresses of the nodes (10.1.0.k / 2001:db8:1::k) are in their configs.
 # The LB's interfaces carry no kernel addresses: vectorlb owns them through AF_XDP.
 set -euo pipefail
@@ -152,8 +153,11 @@ scale_up() {
         ns "$P-be$i" ip -6 addr add "2001:db8:1::1$i/64" dev eth0 nodad
         ns "$P-be$i" ip route add default via 10.1.0.254
         ns "$P-be$i" ip -6 route add default via 2001:db8:1::254
+        # The VIPs (DR: .1, TUN: .2) on the loopback: the backend accepts what is sent to them.
         ns "$P-be$i" ip addr add 10.100.0.1/32 dev lo
+        ns "$P-be$i" ip addr add 10.100.0.2/32 dev lo
         ns "$P-be$i" ip -6 addr add 2001:db8:100::1/128 dev lo
+        ns "$P-be$i" ip -6 addr add 2001:db8:100::2/128 dev lo
         nooffload "$P-be$i" eth0
         nooffload "$P-sw" "p$i"
     done

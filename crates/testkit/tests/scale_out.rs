@@ -14,8 +14,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vectorlb_testkit::*;
 
+/// DR services.
 const VIP4: &str = "10.100.0.1";
 const VIP6: &str = "2001:db8:100::1";
+/// TUN services (the backends open the tunnels with `vectorlb decap`).
+const TUN4: &str = "10.100.0.2";
+const TUN6: &str = "2001:db8:100::2";
 const CONNECTIONS: usize = 1000;
 const NEW_PER_SECOND: f64 = 20.0;
 /// Each node's session table (one worker); a tenth of it is the continuation budget.
@@ -85,10 +89,10 @@ impl Drop for Node {
 /// Node `k`'s configuration: its own data-plane addresses and router id, the cluster's key and
 /// services (DR, IPv4 and IPv6), continuation on (the default for DR) or off (the baseline).
 fn config(dir: &std::path::Path, k: u8, continuation: bool) -> String {
-    let svc = |vip: &str, be: &[&str]| {
+    let svc = |vip: &str, mode: &str, be: &[&str]| {
         let backends: Vec<String> = be.iter().map(|a| format!("{{ addr = \"{a}\", port = 9000 }}")).collect();
         format!(
-            "[[services]]\nvip = \"{vip}\"\nport = 9000\nproto = \"tcp\"\nmode = \"dr\"\nscheduler = \"maglev\"\ncontinuation = {continuation}\nbackends = [{}]\n\n",
+            "[[services]]\nvip = \"{vip}\"\nport = 9000\nproto = \"tcp\"\nmode = \"{mode}\"\nscheduler = \"maglev\"\ncontinuation = {continuation}\nbackends = [{}]\n\n",
             backends.join(", ")
         )
     };
@@ -98,9 +102,11 @@ fn config(dir: &std::path::Path, k: u8, continuation: bool) -> String {
          [bgp]\nasn = 65001\nrouter_id = \"10.1.0.25{k}\"\n\
          [[bgp.neighbors]]\naddress = \"10.1.0.254\"\nasn = 65000\n\
          [[bgp.neighbors]]\naddress = \"2001:db8:1::254\"\nasn = 65000\n\n\
-         [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp0,iface=int0\"\naddrs = [\"10.1.0.{k}/24\", \"2001:db8:1::{k}/64\"]\n\n{}{}",
-        svc(VIP4, &BE4),
-        svc(VIP6, &BE6),
+         [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp0,iface=int0\"\naddrs = [\"10.1.0.{k}/24\", \"2001:db8:1::{k}/64\"]\n\n{}{}{}{}",
+        svc(VIP4, "dr", &BE4),
+        svc(VIP6, "dr", &BE6),
+        svc(TUN4, "tun", &BE4),
+        svc(TUN6, "tun", &BE6),
         d = dir.display(),
     )
 }
@@ -147,7 +153,7 @@ impl Cluster {
     fn wait_paths(&self, n: usize, limit: Duration) -> Duration {
         let t = Instant::now();
         loop {
-            if self.paths(VIP4).len() == n && self.paths(VIP6).len() == n {
+            if [VIP4, VIP6, TUN4, TUN6].iter().all(|v| self.paths(v).len() == n) {
                 return t.elapsed();
             }
             assert!(t.elapsed() < limit, "the router did not reach {n} paths in {limit:?}: {:?} {:?}", self.paths(VIP4), self.paths(VIP6));
@@ -169,7 +175,7 @@ impl Cluster {
             "probe",
             "hold",
             "--target",
-            &format!("{VIP4}:9000,[{VIP6}]:9000"),
+            &format!("{VIP4}:9000,[{VIP6}]:9000,{TUN4}:9000,[{TUN6}]:9000"),
             "--connections",
             &CONNECTIONS.to_string(),
             "--streaming",
@@ -209,7 +215,7 @@ impl Cluster {
 /// One event's line, printed and returned for the checks.
 fn report(event: &str, continuation: bool, r: &Value, extra: Value) -> Value {
     let mut line = json!({
-        "event": event, "mode": "dr", "families": "ipv4+ipv6", "continuation": continuation,
+        "event": event, "modes": "dr+tun", "families": "ipv4+ipv6", "continuation": continuation,
         "connections": r["connections"], "broken": r["broken"], "max_stall_ms": r["max_stall_ms"],
         "new_attempted": r["new"]["attempted"], "new_failed": r["new"]["failed"], "new_slower_than_1s": r["new"]["slower_than_1s"],
     });
@@ -228,6 +234,12 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     }
     let mut t = Topo::new("vso", Shape::Scale, 1500);
     t.echo(9000);
+    // The backends have no tunnel module: the decapsulator opens the LBs' tunnels, from the
+    // LBs' network only.
+    for i in 1..=3 {
+        let o = t.run(&format!("be{i}"), &[bin(), "decap", "attach", "eth0", "--from", "10.1.0.0/24", "--from", "2001:db8:1::/64"]);
+        assert!(o.status.success(), "decap attach: {}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    }
     let dir = t.dir.clone();
     let mut c = Cluster { nodes: (1..=3).map(|k| Node { k, dir: dir.join(format!("lb{k}")), child: None }).collect(), t };
 
@@ -238,7 +250,7 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     // Announced only once a session has held (no flap at the start: see announce.rs).
     let b = c.node(1).get("/v1/bgp");
     assert_eq!(b["state"], "announcing", "{b}");
-    assert_eq!(b["announced"], json!(["10.100.0.1/32", "2001:db8:100::1/128"]), "{b}");
+    assert_eq!(b["announced"], json!(["10.100.0.1/32", "10.100.0.2/32", "2001:db8:100::1/128", "2001:db8:100::2/128"]), "{b}");
     assert!(b["neighbors"].as_array().unwrap().iter().all(|n| n["established"] == true), "{b}");
     let h = c.node(1).get("/v1/health");
     assert_eq!(h["status"], "ok", "{h}");
@@ -259,6 +271,15 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     assert_eq!(line["broken"], 0, "a node joining broke connections: {r}");
     assert_eq!(line["new_failed"], 0, "{r}");
     eprintln!("sessions per node: {:?}", c.spread());
+    // The TUN connections came through the backends' decapsulators.
+    let (mut v4, mut v6) = (0, 0);
+    for i in 1..=3 {
+        let s: Value = serde_json::from_str(stdout(&c.t.run(&format!("be{i}"), &[bin(), "decap", "stats", "eth0"])).trim()).unwrap();
+        v4 += s["ipv4_in_ipv4"].as_u64().unwrap();
+        v6 += s["ipv6_in_ipv6"].as_u64().unwrap();
+        assert_eq!(s["not_allowed"], 0, "be{i}: {s}");
+    }
+    assert!(v4 > 0 && v6 > 0, "tunnels opened: {v4} IPv4, {v6} IPv6");
 
     // SIGKILL of a node: the router's routes change within a second, nothing breaks.
     let hold = c.hold(10);

@@ -82,6 +82,44 @@ enum Cmd {
     Adq(AdqCmd),
     /// Print the control API's OpenAPI document (what the daemon serves at /openapi.json).
     Openapi,
+    /// The decapsulator for TUN-mode backends (an XDP program; docs/scale-out.md): opens the
+    /// load balancer's IPv4/IPv6 tunnels on a host without the kernel's tunnel modules.
+    #[command(subcommand)]
+    Decap(DecapCmd),
+}
+
+#[derive(Subcommand)]
+enum DecapCmd {
+    /// Attach it to an interface (replacing an older one; refusing another XDP program).
+    Attach {
+        iface: String,
+        /// Open only tunnels from these prefixes (the load balancers' addresses), repeatable;
+        /// without any, every tunnel that reaches the interface is opened.
+        #[arg(long, value_name = "PREFIX")]
+        from: Vec<String>,
+        /// driver or generic (default: driver when the driver can, else generic).
+        #[arg(long, value_parser = ["driver", "generic"])]
+        mode: Option<String>,
+    },
+    /// Detach it (another XDP program is left alone).
+    Detach { iface: String },
+    /// Its counters (JSON).
+    Stats { iface: String },
+}
+
+/// `ADDRESS/LEN`, or an address alone (one host).
+fn prefix(s: &str) -> Result<(std::net::IpAddr, u8), CliError> {
+    let bad = || CliError::Usage(format!("--from: '{s}' is not a prefix (ADDRESS/LEN or ADDRESS)"));
+    let (a, len) = match s.split_once('/') {
+        Some((a, l)) => (a.parse::<std::net::IpAddr>().map_err(|_| bad())?, Some(l.parse::<u8>().map_err(|_| bad())?)),
+        None => (s.parse::<std::net::IpAddr>().map_err(|_| bad())?, None),
+    };
+    let max = if a.is_ipv4() { 32 } else { 128 };
+    let len = len.unwrap_or(max);
+    if len > max {
+        return Err(bad());
+    }
+    Ok((a, len))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -213,6 +251,10 @@ enum CliError {
     Json(#[from] serde_json::Error),
     #[error("--log-level: {0}")]
     LogFilter(String),
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Xdp(#[from] vectorlb_dpdk::Error),
 }
 
 /// Logs to stderr through `tracing`: the level from RUST_LOG or --log-level, text or JSON lines.
@@ -276,6 +318,23 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Adq(AdqCmd::Apply { config }) => {
             let n = vectorlb::adq::apply(&vectorlb::adq::load(&config)?)?;
             println!("adq: {n} steps applied");
+            Ok(())
+        }
+        Cmd::Decap(DecapCmd::Attach { iface, from, mode }) => {
+            let nets = from.iter().map(|f| prefix(f)).collect::<Result<Vec<_>, _>>()?;
+            let used = vectorlb_dpdk::xdp::decap_attach(&iface, &nets, mode.map(|m| m == "generic"))?;
+            println!("decap: attached to {iface} ({used} mode), {}", if nets.is_empty() { "every tunnel source".to_string() } else { format!("tunnels from {}", from.join(", ")) });
+            Ok(())
+        }
+        Cmd::Decap(DecapCmd::Detach { iface }) => {
+            let was = vectorlb_dpdk::xdp::decap_detach(&iface)?;
+            println!("decap: {}", if was { format!("detached from {iface}") } else { format!("{iface} had no decapsulator") });
+            Ok(())
+        }
+        Cmd::Decap(DecapCmd::Stats { iface }) => {
+            let s = vectorlb_dpdk::xdp::decap_stats(iface.as_str())?;
+            let m: serde_json::Map<String, serde_json::Value> = s.named().iter().map(|(k, v)| (k.to_string(), (*v).into())).collect();
+            println!("{}", serde_json::Value::Object(m));
             Ok(())
         }
         Cmd::Adq(AdqCmd::Reset { config }) => {
