@@ -16,10 +16,10 @@
 #           client (10.9.0.2 / 2001:db8:9::2, default via the router 10.9.0.1 / 2001:db8:9::1) and
 #           the bridge (router 10.1.0.254 / 2001:db8:1::254, AS 65000). It takes the VIPs by BGP
 #           from the LB nodes (AS 65001, kernel addresses 10.1.0.25k / 2001:db8:1::25k, BFD at
-#           100 ms x 3), installs them with multipath and balances by L4 hash
+#           100 ms x 5: 0.5 s, with room for the stalls of shared cores), installs them with multipath and balances by L4 hash
 #           (fib_multipath_hash_policy=1). Backends 10.1.0.11-13 / 2001:db8:1::11-13 (default via
-#           the router; the VIPs 10.100.0.1, 10.100.0.2 and 2001:db8:100::1, ::2 on their loopback
-#           for DR and TUN; a TUN backend opens the tunnels with `vectorlb decap attach eth0`).
+#           the router; the VIPs 10.100.0.1-3 and 2001:db8:100::1, ::2 on their loopback for DR
+#           and TUN (10.100.0.3: IPv4 over IPv6 tunnels); a TUN backend opens the tunnels with `vectorlb decap attach eth0`).
 #           Data-plane addresses of the nodes (10.1.0.k / 2001:db8:1::k) are in their configs.
 # The LB's interfaces carry no kernel addresses: vectorlb owns them through AF_XDP.
 set -euo pipefail
@@ -156,6 +156,7 @@ scale_up() {
         # The VIPs (DR: .1, TUN: .2) on the loopback: the backend accepts what is sent to them.
         ns "$P-be$i" ip addr add 10.100.0.1/32 dev lo
         ns "$P-be$i" ip addr add 10.100.0.2/32 dev lo
+        ns "$P-be$i" ip addr add 10.100.0.3/32 dev lo
         ns "$P-be$i" ip -6 addr add 2001:db8:100::1/128 dev lo
         ns "$P-be$i" ip -6 addr add 2001:db8:100::2/128 dev lo
         nooffload "$P-be$i" eth0
@@ -181,7 +182,7 @@ bfd
  profile fast
   receive-interval 100
   transmit-interval 100
-  detect-multiplier 3
+  detect-multiplier 5
  exit
 exit
 EOT

@@ -442,7 +442,9 @@ impl Loaded {
         let mut out = vec![0u8; frame.len() + 256];
         // SAFETY: frame is valid for its length, out for its capacity; the kernel writes at
         // most that many bytes and reports how many.
-        let r = unsafe { ffi::vl_bpf_test_run_out(self.prog.as_raw_fd(), frame.as_ptr() as *const _, frame.len() as u32, out.as_mut_ptr() as *mut _, out.len() as u32, &mut len, &mut ret) };
+        let r = unsafe {
+            ffi::vl_bpf_test_run_out(self.prog.as_raw_fd(), frame.as_ptr() as *const _, frame.len() as u32, out.as_mut_ptr() as *mut _, out.len() as u32, &mut len, &mut ret)
+        };
         if r < 0 {
             return Err(Error::Xdp { iface: "(loaded)".into(), what: "running the program", source: std::io::Error::from_raw_os_error(-r) });
         }

@@ -74,12 +74,7 @@ fn opened(ip: &[u8]) -> Vec<u8> {
 #[test]
 fn every_tunnel_kind_opens_into_the_clients_packet() {
     let p = loaded();
-    let cases = [
-        ("10.1.0.1", "10.1.0.11", false),
-        ("10.1.0.1", "10.1.0.11", true),
-        ("2001:db8:1::1", "2001:db8:1::11", true),
-        ("2001:db8:1::1", "2001:db8:1::11", false),
-    ];
+    let cases = [("10.1.0.1", "10.1.0.11", false), ("10.1.0.1", "10.1.0.11", true), ("2001:db8:1::1", "2001:db8:1::11", true), ("2001:db8:1::1", "2001:db8:1::11", false)];
     for (src, dst, v6) in cases {
         let ip = inner(v6);
         let (v, out) = p.run_out(&tunnel(src, dst, &ip)).unwrap();

@@ -88,6 +88,11 @@ impl FragTable {
         if out.len() < l3 + A::HEADER * if tun { 2 } else { 1 } {
             return true;
         }
+        // A tunnel to a backend of the other family: its later fragments are not followed
+        // (counted as untracked; the first one went).
+        if out[l3 - 2..l3] != A::ETHERTYPE.to_be_bytes() {
+            return false;
+        }
         let a16 = |at: usize| {
             let mut x = [0u8; 16];
             x[..A::LEN].copy_from_slice(&out[at..at + A::LEN]);
@@ -146,7 +151,7 @@ impl FragTable {
         ip[A::SRC..A::SRC + A::LEN].copy_from_slice(nsrc.bytes());
         ip[A::DST..A::DST + A::LEN].copy_from_slice(ndst.bytes());
         if let Some((ts, td)) = e.tunnel {
-            if let Err(r) = encapsulate::<A, B>(b, h, &A::from16(&ts), &A::from16(&td), || flows.next_ident()) {
+            if let Err(r) = encapsulate::<A, A, B>(b, h, &A::from16(&ts), &A::from16(&td), || flows.next_ident()) {
                 return Verdict::Drop(r);
             }
         }

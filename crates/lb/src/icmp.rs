@@ -352,7 +352,7 @@ where
     h.dec_ttl(d);
     flows.counters.events.icmp_errors_translated += 1;
     if let Some((src, dst)) = tr.tunnel {
-        if let Err(e) = encapsulate::<A, B>(b, h, &src, &dst, || flows.next_ident()) {
+        if let Err(e) = encapsulate::<A, A, B>(b, h, &src, &dst, || flows.next_ident()) {
             return Verdict::Drop(e);
         }
     }

@@ -28,6 +28,7 @@ use crate::sync::{InstallError, SyncRecord};
 use crate::synproxy::{build_segment, Segment, SynProxyState};
 use crate::tcpstate;
 use crate::verdict::{DropReason, Verdict};
+use std::net::IpAddr;
 use std::sync::Arc;
 use vectorlb_io::PacketBuf;
 use vectorlb_packet::{parse_frame, proto, tcp, Family, Frag};
@@ -1078,14 +1079,11 @@ impl Worker {
         let Some(hop) = be.hop.as_ref() else {
             return Verdict::Drop(DropReason::NoNeighbor);
         };
-        let overhead = if mode == Mode::Tun {
-            if A::V6 {
-                40
-            } else {
-                20
-            }
-        } else {
-            0
+        // The tunnel's header is of the backend's family (IPv4-in-IPv6 and the reverse too).
+        let overhead = match (mode, be.addr) {
+            (Mode::Tun, IpAddr::V4(_)) => 20,
+            (Mode::Tun, IpAddr::V6(_)) => 40,
+            _ => 0,
         };
         if h.ip_len() + overhead > hop.mtu as usize {
             let mtu = hop.mtu as usize - overhead;
@@ -1126,11 +1124,14 @@ impl Worker {
             }
             Mode::Tun => {
                 h.dec_ttl(b.data_mut());
-                let (Some(tsrc), Some(tdst)) = (be.tun_src.and_then(A::from_ip), A::from_ip(be.addr)) else {
-                    return Verdict::Drop(DropReason::NoRoute);
+                let ident = || self.flows.next_ident();
+                let r = match (be.tun_src, be.addr) {
+                    (Some(IpAddr::V4(s)), IpAddr::V4(d)) => encapsulate::<A, [u8; 4], B>(b, &h, &s.octets(), &d.octets(), ident).map(|()| <[u8; 4]>::ETHERTYPE),
+                    (Some(IpAddr::V6(s)), IpAddr::V6(d)) => encapsulate::<A, [u8; 16], B>(b, &h, &s.octets(), &d.octets(), ident).map(|()| <[u8; 16]>::ETHERTYPE),
+                    _ => Err(DropReason::NoRoute),
                 };
-                match encapsulate::<A, B>(b, &h, &tsrc, &tdst, || self.flows.next_ident()) {
-                    Ok(()) => egress(b, h.l3, hop, A::ETHERTYPE),
+                match r {
+                    Ok(ethertype) => egress(b, h.l3, hop, ethertype),
                     Err(e) => Verdict::Drop(e),
                 }
             }

@@ -239,13 +239,18 @@ pub fn egress<B: PacketBuf>(b: &mut B, l3: usize, hop: &Hop, et: u16) -> Verdict
     Verdict::Tx(hop.port)
 }
 
-/// Prepends the outer IPv4 (protocol 4) or IPv6 (next header 41) header; `ident` gives the
-/// IPv4 header's identification (asked only for IPv4).
-pub(crate) fn encapsulate<A: Fam, B: PacketBuf>(b: &mut B, h: &Hdr, src: &A, dst: &A, ident: impl FnOnce() -> u16) -> Result<(), DropReason>
+/// Prepends an outer header of family `O` (IPv4 or IPv6) to the packet of family `A`: next
+/// protocol 4 for an IPv4 packet, 41 for an IPv6 one, so IPv4-in-IPv4, IPv6-in-IPv6 and, for
+/// backends of the other family, IPv4-in-IPv6 and IPv6-in-IPv4. The inner packet's traffic
+/// class goes outside; an IPv4 outer header gets the inner DF bit (always DF over IPv6, which
+/// routers never fragment). `ident` gives the IPv4 header's identification (asked only for
+/// IPv4).
+pub(crate) fn encapsulate<A: Fam, O: Fam, B: PacketBuf>(b: &mut B, h: &Hdr, src: &O, dst: &O, ident: impl FnOnce() -> u16) -> Result<(), DropReason>
 where
     Session<A>: Zeroable,
+    Session<O>: Zeroable,
 {
-    let over = if A::V6 { 40 } else { 20 };
+    let over = O::HEADER;
     let inner = h.ip_len();
     if !b.set_len(h.end) || !b.prepend(over) {
         return Err(DropReason::NoRoom);
@@ -253,27 +258,34 @@ where
     let d = b.data_mut();
     let o = h.l3;
     let i = o + over;
-    if A::V6 {
-        d.copy_within(i..i + 4, o);
+    let next = if A::V6 { proto::IPV6 } else { proto::IPIP };
+    let tos = if A::V6 { (d[i] << 4) | (d[i + 1] >> 4) } else { d[i + 1] };
+    if O::V6 {
+        if A::V6 {
+            // Version, traffic class and flow label as the inner packet has them.
+            d.copy_within(i..i + 4, o);
+        } else {
+            d[o..o + 4].copy_from_slice(&[0x60 | (tos >> 4), tos << 4, 0, 0]);
+        }
         d[o + 4..o + 6].copy_from_slice(&(inner as u16).to_be_bytes());
-        d[o + 6] = proto::IPV6;
+        d[o + 6] = next;
         d[o + 7] = 64;
     } else {
         let ident = ident();
         d[o] = 0x45;
-        d[o + 1] = d[i + 1];
+        d[o + 1] = tos;
         d[o + 2..o + 4].copy_from_slice(&((inner + 20) as u16).to_be_bytes());
         d[o + 4..o + 6].copy_from_slice(&ident.to_be_bytes());
-        d[o + 6] = d[i + 6] & 0x40;
+        d[o + 6] = if A::V6 { 0x40 } else { d[i + 6] & 0x40 };
         d[o + 7] = 0;
         d[o + 8] = 64;
-        d[o + 9] = proto::IPIP;
+        d[o + 9] = next;
         d[o + 10] = 0;
         d[o + 11] = 0;
     }
-    d[o + A::SRC..o + A::SRC + A::LEN].copy_from_slice(src.bytes());
-    d[o + A::DST..o + A::DST + A::LEN].copy_from_slice(dst.bytes());
-    if !A::V6 {
+    d[o + O::SRC..o + O::SRC + O::LEN].copy_from_slice(src.bytes());
+    d[o + O::DST..o + O::DST + O::LEN].copy_from_slice(dst.bytes());
+    if !O::V6 {
         vectorlb_packet::ipv4::Ipv4Packet::new_unchecked(&mut d[o..]).fill_checksum();
     }
     Ok(())

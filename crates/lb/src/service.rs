@@ -851,8 +851,9 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         let mut ids = Vec::new();
         let mut seen = FxHashSet::default();
         for b in &s.backends {
-            if !same_family(b.addr, s.vip) {
-                bail!("{name}: backend {} is not of the VIP's family", b.addr);
+            // Only a tunnel can carry a packet to a backend of the other family.
+            if !same_family(b.addr, s.vip) && s.mode != Mode::Tun {
+                bail!("{name}: backend {} is not of the VIP's family (only tun services may mix families: IPv4-in-IPv6 and the reverse)", b.addr);
             }
             if b.weight > 65535 {
                 bail!("{name}: backend {} weight {} is above 65535", b.addr, b.weight);

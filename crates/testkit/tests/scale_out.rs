@@ -20,6 +20,8 @@ const VIP6: &str = "2001:db8:100::1";
 /// TUN services (the backends open the tunnels with `vectorlb decap`).
 const TUN4: &str = "10.100.0.2";
 const TUN6: &str = "2001:db8:100::2";
+/// A TUN service on an IPv4 VIP with IPv6 backends (IPv4-in-IPv6).
+const TUN46: &str = "10.100.0.3";
 const CONNECTIONS: usize = 1000;
 const NEW_PER_SECOND: f64 = 20.0;
 /// Each node's session table (one worker); a tenth of it is the continuation budget.
@@ -99,14 +101,15 @@ fn config(dir: &std::path::Path, k: u8, continuation: bool) -> String {
     format!(
         "[global]\ncluster_key = \"scale-out-test-cluster-key\"\nmax_sessions = {MAX_SESSIONS}\n\n\
          [runtime]\napi = \"unix:{d}/api.sock\"\nrun_dir = \"{d}\"\nmbufs = 16383\nidle_sleep_us = 100\n\n\
-         [bgp]\nasn = 65001\nrouter_id = \"10.1.0.25{k}\"\n\
+         [bgp]\nasn = 65001\nrouter_id = \"10.1.0.25{k}\"\nbfd_multiplier = 5\n\
          [[bgp.neighbors]]\naddress = \"10.1.0.254\"\nasn = 65000\n\
          [[bgp.neighbors]]\naddress = \"2001:db8:1::254\"\nasn = 65000\n\n\
-         [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp0,iface=int0\"\naddrs = [\"10.1.0.{k}/24\", \"2001:db8:1::{k}/64\"]\n\n{}{}{}{}",
+         [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp0,iface=int0\"\naddrs = [\"10.1.0.{k}/24\", \"2001:db8:1::{k}/64\"]\n\n{}{}{}{}{}",
         svc(VIP4, "dr", &BE4),
         svc(VIP6, "dr", &BE6),
         svc(TUN4, "tun", &BE4),
         svc(TUN6, "tun", &BE6),
+        svc(TUN46, "tun", &BE6),
         d = dir.display(),
     )
 }
@@ -153,7 +156,7 @@ impl Cluster {
     fn wait_paths(&self, n: usize, limit: Duration) -> Duration {
         let t = Instant::now();
         loop {
-            if [VIP4, VIP6, TUN4, TUN6].iter().all(|v| self.paths(v).len() == n) {
+            if [VIP4, VIP6, TUN4, TUN6, TUN46].iter().all(|v| self.paths(v).len() == n) {
                 return t.elapsed();
             }
             assert!(t.elapsed() < limit, "the router did not reach {n} paths in {limit:?}: {:?} {:?}", self.paths(VIP4), self.paths(VIP6));
@@ -175,7 +178,7 @@ impl Cluster {
             "probe",
             "hold",
             "--target",
-            &format!("{VIP4}:9000,[{VIP6}]:9000,{TUN4}:9000,[{TUN6}]:9000"),
+            &format!("{VIP4}:9000,[{VIP6}]:9000,{TUN4}:9000,[{TUN6}]:9000,{TUN46}:9000"),
             "--connections",
             &CONNECTIONS.to_string(),
             "--streaming",
@@ -215,7 +218,7 @@ impl Cluster {
 /// One event's line, printed and returned for the checks.
 fn report(event: &str, continuation: bool, r: &Value, extra: Value) -> Value {
     let mut line = json!({
-        "event": event, "modes": "dr+tun", "families": "ipv4+ipv6", "continuation": continuation,
+        "event": event, "modes": "dr+tun+tun4in6", "families": "ipv4+ipv6", "continuation": continuation,
         "connections": r["connections"], "broken": r["broken"], "max_stall_ms": r["max_stall_ms"],
         "new_attempted": r["new"]["attempted"], "new_failed": r["new"]["failed"], "new_slower_than_1s": r["new"]["slower_than_1s"],
     });
@@ -250,7 +253,7 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     // Announced only once a session has held (no flap at the start: see announce.rs).
     let b = c.node(1).get("/v1/bgp");
     assert_eq!(b["state"], "announcing", "{b}");
-    assert_eq!(b["announced"], json!(["10.100.0.1/32", "10.100.0.2/32", "2001:db8:100::1/128", "2001:db8:100::2/128"]), "{b}");
+    assert_eq!(b["announced"], json!(["10.100.0.1/32", "10.100.0.2/32", "10.100.0.3/32", "2001:db8:100::1/128", "2001:db8:100::2/128"]), "{b}");
     assert!(b["neighbors"].as_array().unwrap().iter().all(|n| n["established"] == true), "{b}");
     let h = c.node(1).get("/v1/health");
     assert_eq!(h["status"], "ok", "{h}");
@@ -272,14 +275,15 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     assert_eq!(line["new_failed"], 0, "{r}");
     eprintln!("sessions per node: {:?}", c.spread());
     // The TUN connections came through the backends' decapsulators.
-    let (mut v4, mut v6) = (0, 0);
+    let (mut v4, mut v6, mut v46) = (0, 0, 0);
     for i in 1..=3 {
         let s: Value = serde_json::from_str(stdout(&c.t.run(&format!("be{i}"), &[bin(), "decap", "stats", "eth0"])).trim()).unwrap();
         v4 += s["ipv4_in_ipv4"].as_u64().unwrap();
         v6 += s["ipv6_in_ipv6"].as_u64().unwrap();
+        v46 += s["ipv4_in_ipv6"].as_u64().unwrap();
         assert_eq!(s["not_allowed"], 0, "be{i}: {s}");
     }
-    assert!(v4 > 0 && v6 > 0, "tunnels opened: {v4} IPv4, {v6} IPv6");
+    assert!(v4 > 0 && v6 > 0 && v46 > 0, "tunnels opened: {v4} IPv4-in-IPv4, {v6} IPv6-in-IPv6, {v46} IPv4-in-IPv6");
 
     // SIGKILL of a node: the router's routes change within a second, nothing breaks.
     let hold = c.hold(10);
@@ -314,13 +318,35 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
 
     // 1,000,000 spoofed ACKs at the VIP (through the router, so spread over the nodes) while
     // the connections run: each node's continued sessions stay within its budget, nothing
-    // established is touched, new connections are served.
-    let hold = c.hold(14);
+    // established is touched, new connections are served. (100,000 a second: on two shared
+    // cores a faster flood starves the BFD sessions, whose loss withdraws the routes.)
+    let hold = c.hold(16);
     let mac = stdout(&c.t.run("rt", &["cat", "/sys/class/net/rc0/address"])).trim().to_string();
     let before: Vec<u64> = (1..=3).map(|k| c.node(k).stats()["continued_evicted"].as_u64().unwrap()).collect();
     let g = c.t.run(
         "cl",
-        &[tools(), "gen", "--tx", "net_af_packet0,iface=cl0", "--dst-mac", &mac, "--src-ip", "10.9.0.2", "--dst-ip", VIP4, "--dst-port", "9000", "--ack-flood", "--count", &FLOOD.to_string(), "--rate", "150000", "--seconds", "12", "--json"],
+        &[
+            tools(),
+            "gen",
+            "--tx",
+            "net_af_packet0,iface=cl0",
+            "--dst-mac",
+            &mac,
+            "--src-ip",
+            "10.9.0.2",
+            "--dst-ip",
+            VIP4,
+            "--dst-port",
+            "9000",
+            "--ack-flood",
+            "--count",
+            &FLOOD.to_string(),
+            "--rate",
+            "150000",
+            "--seconds",
+            "12",
+            "--json",
+        ],
     );
     let gj: Value = stdout(&g).lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("gen: {}{}", stdout(&g), String::from_utf8_lossy(&g.stderr)));
     let r = hold.join().unwrap();
