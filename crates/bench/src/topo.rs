@@ -51,7 +51,7 @@ pub fn client(v6: bool, i: u64) -> (IpAddr, u16) {
 
 pub fn spec(mode: Mode, v6: bool, protocol: u8, sessions: u64, timeouts: Timeouts) -> LbSpec {
     let backends: Vec<BackendSpec> =
-        (0..BACKENDS).map(|i| BackendSpec { addr: backend(v6, i), port: if matches!(mode, Mode::Nat | Mode::Fnat) { 8080 } else { 0 }, weight: 1 }).collect();
+        (0..BACKENDS).map(|i| BackendSpec { addr: backend(v6, i), port: if matches!(mode, Mode::Nat | Mode::Fnat) { 8080 } else { 0 }, weight: 1, quic_id: None }).collect();
     let nladdr = if mode == Mode::Fnat { sessions.div_ceil(PORTS_PER_LADDR) as u32 + 1 } else { 0 };
     let mut spec = vectorlb_lb::service::two_arm::spec(16);
     spec.neighbors.extend((0..BACKENDS).map(|i| (backend(v6, i), [2, 0, 0, 0, 2, i as u8])));
@@ -67,6 +67,7 @@ pub fn spec(mode: Mode, v6: bool, protocol: u8, sessions: u64, timeouts: Timeout
         synproxy: Default::default(),
         timeouts,
         continuation: false,
+        quic: false,
     });
     spec
 }

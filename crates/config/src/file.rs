@@ -164,6 +164,8 @@ pub(crate) struct RawBackend {
     pub(crate) port: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) weight: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) quic_id: Option<u32>,
 }
 
 #[derive(Deserialize, Serialize)]
@@ -188,6 +190,8 @@ pub(crate) struct RawService {
     pub(crate) synproxy_half_open: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) continuation: Option<bool>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) quic: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) timeouts: Option<RawTimeouts>,
     #[serde(default)]

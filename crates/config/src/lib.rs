@@ -239,8 +239,9 @@ impl Config {
                     synproxy: (s.synproxy != SynProxy::Off).then(|| s.synproxy.name().into()),
                     synproxy_half_open: s.synproxy.half_open(),
                     continuation: Some(s.continuation),
+                    quic: s.quic,
                     timeouts: Some(raw_timeouts(&s.timeouts)),
-                    backends: s.backends.iter().map(|b| RawBackend { addr: b.addr.to_string(), port: b.port, weight: Some(b.weight) }).collect(),
+                    backends: s.backends.iter().map(|b| RawBackend { addr: b.addr.to_string(), port: b.port, weight: Some(b.weight), quic_id: b.quic_id }).collect(),
                     health: self.health.get(i).cloned().flatten().map(|h| raw_health(&h)),
                 })
                 .collect(),
@@ -453,6 +454,26 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
 "
             ));
             assert!(e.contains(want), "{body}: {e}");
+        }
+    }
+
+    #[test]
+    fn quic_routing_is_checked_and_written_back() {
+        let dr = GOOD.replace("mode = \"fnat\"", "mode = \"dr\"").replace("local_addrs = [\"10.0.0.200\"]\n", "").replace("port = 8080, ", "");
+        let udp = dr.replace("proto = \"tcp\"", "proto = \"udp\"");
+        let quic = udp.replace("scheduler = \"maglev\"", "scheduler = \"maglev\"\nquic = true").replace("weight = 2 }", "weight = 2, quic_id = 4660 }");
+        let c = Config::parse(&quic).unwrap();
+        assert!(c.spec.services[0].quic);
+        assert_eq!(c.spec.services[0].backends[0].quic_id, Some(4660));
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c, "written back");
+        assert!(!Config::parse(&udp).unwrap().spec.services[0].quic, "off by default");
+        for (text, want) in [
+            (dr.replace("scheduler = \"maglev\"", "scheduler = \"maglev\"\nquic = true"), "services[0].quic: only udp"),
+            (udp.replace("weight = 2 }", "weight = 2, quic_id = 7 }"), "services[0].backends[0].quic_id: the service's quic is off"),
+            (quic.replace("quic_id = 4660", "quic_id = 0"), "services[0].backends[0].quic_id: 0 is no server id"),
+        ] {
+            let e = err(&text);
+            assert!(e.contains(want), "{want}: {e}");
         }
     }
 

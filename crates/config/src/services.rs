@@ -65,7 +65,12 @@ pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<Servi
         let mut backends = Vec::new();
         for (j, b) in s.backends.iter().enumerate() {
             let bf = format!("{f}.backends[{j}]");
-            backends.push(BackendSpec { addr: unicast(format!("{bf}.addr"), ip(&format!("{bf}.addr"), &b.addr)?)?, port: b.port, weight: b.weight.unwrap_or(1) });
+            backends.push(BackendSpec {
+                addr: unicast(format!("{bf}.addr"), ip(&format!("{bf}.addr"), &b.addr)?)?,
+                port: b.port,
+                weight: b.weight.unwrap_or(1),
+                quic_id: b.quic_id,
+            });
         }
         let t = match &s.timeouts {
             Some(r) => timeouts(&format!("{f}.timeouts"), r, base)?,
@@ -80,7 +85,18 @@ pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<Servi
             },
             Some(false) => false,
         };
-        services.push(ServiceSpec { vip, port: s.port, proto: protocol, mode, scheduler, backends, local_addrs, toa: s.toa, synproxy, timeouts: t, continuation });
+        if s.quic && protocol != proto::UDP {
+            bail!("{f}.quic: only udp services (QUIC runs over UDP)");
+        }
+        for (j, b) in backends.iter().enumerate() {
+            match b.quic_id {
+                Some(_) if !s.quic => bail!("{f}.backends[{j}].quic_id: the service's quic is off"),
+                Some(0) => bail!("{f}.backends[{j}].quic_id: 0 is no server id (1..=4294967295)"),
+                Some(q) if backends[..j].iter().any(|o| o.quic_id == Some(q)) => bail!("{f}.backends[{j}].quic_id: {q} is given to another backend too"),
+                _ => {}
+            }
+        }
+        services.push(ServiceSpec { vip, port: s.port, proto: protocol, mode, scheduler, backends, local_addrs, toa: s.toa, synproxy, timeouts: t, continuation, quic: s.quic });
         health.push(match &s.health {
             Some(h) => Some(health_spec(&format!("{f}.health"), h, protocol)?),
             None => None,

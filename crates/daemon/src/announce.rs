@@ -278,12 +278,13 @@ mod tests {
                 proto: vectorlb_packet::proto::TCP,
                 mode: Mode::Dr,
                 scheduler: vectorlb_sched::Algorithm::parse("maglev").unwrap(),
-                backends: vec![BackendSpec { addr: be, port: 0, weight: *w }],
+                backends: vec![BackendSpec { addr: be, port: 0, weight: *w, quic_id: None }],
                 local_addrs: Vec::new(),
                 toa: false,
                 synproxy: Default::default(),
                 timeouts: Default::default(),
                 continuation: true,
+                quic: false,
             };
             spec.services.push(s);
         }

@@ -295,12 +295,13 @@ impl LbControl for Daemon {
                 proto: p,
                 mode,
                 scheduler: sched,
-                backends: s.backends.iter().map(|b| BackendSpec { addr: b.addr, port: b.port, weight: b.weight }).collect(),
+                backends: s.backends.iter().map(|b| BackendSpec { addr: b.addr, port: b.port, weight: b.weight, quic_id: None }).collect(),
                 local_addrs: s.local_addrs.clone(),
                 toa: s.toa,
                 synproxy,
                 timeouts,
                 continuation: ServiceSpec::continuation_default(p, mode, sched, synproxy),
+                quic: false,
             });
             c.health.push(None);
             Ok(())
@@ -343,7 +344,7 @@ impl LbControl for Daemon {
             if s.backends.iter().any(|x| x.addr == b.addr && x.port == b.port) {
                 return Err(ApiError::Conflict(format!("exists: backend {} is already in the service", SocketAddr::new(b.addr, b.port))));
             }
-            s.backends.push(BackendSpec { addr: b.addr, port: b.port, weight: b.weight });
+            s.backends.push(BackendSpec { addr: b.addr, port: b.port, weight: b.weight, quic_id: None });
             Ok(())
         })
     }

@@ -36,12 +36,13 @@ fn spec() -> LbSpec {
         proto: proto::UDP,
         mode: Mode::Fnat,
         scheduler: Algorithm::Rr,
-        backends: vec![BackendSpec { addr: ip("10.1.0.11"), port: p, weight: 1 }],
+        backends: vec![BackendSpec { addr: ip("10.1.0.11"), port: p, weight: 1, quic_id: None }],
         local_addrs: vec![ip("10.1.0.200")],
         toa: false,
         synproxy: Default::default(),
         timeouts: Timeouts::default(),
         continuation: false,
+        quic: false,
     };
     LbSpec {
         ports: vec![port("ext", EXT, "10.0.0.1", 24), port("int", INT, "10.1.0.1", 24)],

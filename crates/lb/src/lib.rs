@@ -22,6 +22,7 @@ pub mod mem;
 pub mod meta;
 pub mod neigh;
 pub mod pipeline;
+pub mod quic;
 pub mod rewrite;
 pub mod service;
 pub mod session;

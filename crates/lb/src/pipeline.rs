@@ -21,6 +21,7 @@ use crate::hash::{addr_hash, flow_hash};
 use crate::icmp::{ErrorKind, IcmpLimiter};
 use crate::mem::Zeroable;
 use crate::meta::{Kind, Meta};
+use crate::quic;
 use crate::rewrite::{egress, encapsulate, fill_l4_checksum, Fam, Hdr};
 use crate::service::{backend_slot, Control, DstMemo, Mode, Service, Snapshot, SynProxy, Timeouts};
 use crate::session::{expired, flag, state, InsertError, Probe, Ref, Session, SessionTable, TableConfig, NO_LADDR};
@@ -717,7 +718,8 @@ impl Worker {
     where
         Session<A>: Zeroable,
     {
-        match self.create::<A>(svc, src, opening, now) {
+        let quic = if svc.spec.quic && m.proto == proto::UDP { b.data().get(m.l4 as usize + 8..m.end as usize).map_or(quic::Route::Hash, quic::route) } else { quic::Route::Hash };
+        match self.create::<A>(svc, src, opening, quic, now) {
             Ok(r) => Ok(r),
             Err(DropReason::NoBackend) if m.proto == proto::TCP => Err(self.tcp_reset::<A, B>(snap, b, m)),
             Err(e) => Err(Verdict::Drop(e)),
@@ -726,7 +728,7 @@ impl Worker {
 
     /// Creates a session for a new flow, or says why not.
     #[inline]
-    fn create<A: Fam>(&mut self, svc: &Service, client: A, m: &Meta, now: u32) -> Result<Ref, DropReason>
+    fn create<A: Fam>(&mut self, svc: &Service, client: A, m: &Meta, quic: quic::Route, now: u32) -> Result<Ref, DropReason>
     where
         Session<A>: Zeroable,
     {
@@ -751,7 +753,26 @@ impl Worker {
             self.wlc_scratch.extend(svc.backends.iter().map(|&b| active.get(backend_slot(b) as usize).copied().unwrap_or(0)));
         }
         let fh = flow_hash(svc.hash_key, client.key(), svc.vip_key, m.sport, m.dport, m.proto);
-        let pick = svc.sched.pick(&mut self.picks[id], fh, addr_hash(svc.hash_key, client.key()), &self.wlc_scratch);
+        // A QUIC packet carrying a backend's server id goes to that backend (if it takes new
+        // flows); the rest by the scheduler.
+        let by_id = match quic {
+            quic::Route::ServerId(sid) => match svc.quic_ids.get(&sid) {
+                Some(&bi) if svc.sched.is_eligible(bi) => {
+                    self.flows.counters.events.quic_by_server_id += 1;
+                    Some(bi)
+                }
+                _ => {
+                    self.flows.counters.events.quic_unknown_server_id += 1;
+                    None
+                }
+            },
+            quic::Route::Hash if svc.spec.quic => {
+                self.flows.counters.events.quic_by_hash += 1;
+                None
+            }
+            quic::Route::Hash => None,
+        };
+        let pick = by_id.or_else(|| svc.sched.pick(&mut self.picks[id], fh, addr_hash(svc.hash_key, client.key()), &self.wlc_scratch));
         let Some(bi) = pick else {
             return Err(DropReason::NoBackend);
         };

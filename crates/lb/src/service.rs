@@ -108,6 +108,9 @@ pub struct BackendSpec {
     /// 0: the client's destination port (for any-port services).
     pub port: u16,
     pub weight: u32,
+    /// The server id this backend writes into its QUIC connection ids (services with `quic`;
+    /// [`crate::quic`]).
+    pub quic_id: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +134,9 @@ pub struct ServiceSpec {
     /// the backend its flow's consistent hash gives (the one a SYN would have got on any node
     /// of the cluster) and opens a session there ([`ServiceSpec::continuation_default`]).
     pub continuation: bool,
+    /// QUIC connection-id routing (UDP): a new flow whose packet carries a backend's server id
+    /// goes to that backend, whatever its 5-tuple ([`crate::quic`]).
+    pub quic: bool,
 }
 
 impl ServiceSpec {
@@ -384,6 +390,8 @@ pub struct Service {
     /// Backend ids, in spec order (the scheduler's indices).
     pub backends: Vec<u32>,
     pub laddrs: Vec<u16>,
+    /// QUIC server id -> index in `backends` (services with `quic`).
+    pub quic_ids: FxHashMap<u32, u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -897,6 +905,22 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             targets.push(Target { weight: b.weight, key: crate::hash::mix64(spec.cluster_key ^ key(b.addr) as u64 ^ ((key(b.addr) >> 64) as u64) ^ b.port as u64) });
         }
         let sched = Scheduler::new(s.scheduler, &targets).map_err(|source| ConfigError::Scheduler { service: name.clone(), source })?;
+        let mut quic_ids = FxHashMap::default();
+        if s.quic && s.proto != vectorlb_packet::proto::UDP {
+            bail!("{name}: quic routes UDP services only");
+        }
+        for (i, b) in s.backends.iter().enumerate() {
+            let Some(q) = b.quic_id else { continue };
+            if !s.quic {
+                bail!("{name}: backend {} has a quic_id but the service's quic is off", b.addr);
+            }
+            if q == 0 {
+                bail!("{name}: backend {}: quic_id 0 is no server id", b.addr);
+            }
+            if quic_ids.insert(q, i as u32).is_some() {
+                bail!("{name}: quic_id {q} is given to two backends");
+            }
+        }
         let mut laddrs = Vec::new();
         if s.mode == Mode::Fnat {
             for &l in &s.local_addrs {
@@ -914,7 +938,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             snap.services.resize(id as usize + 1, None);
         }
         snap.services[id as usize] =
-            Some(Service { id, spec: s.clone(), vip_key: key(s.vip), vip_bytes: bytes16(s.vip), sched, hash_key: spec.cluster_key, backends: ids, laddrs });
+            Some(Service { id, spec: s.clone(), vip_key: key(s.vip), vip_bytes: bytes16(s.vip), sched, hash_key: spec.cluster_key, backends: ids, laddrs, quic_ids });
     }
     for (i, r) in spec.snat.iter().enumerate() {
         if r.addrs.is_empty() {

@@ -221,9 +221,17 @@ counter_set! {
         continued_evicted,
         /// Later fragments forwarded as their datagram's first fragment was.
         fragments_forwarded,
-        /// First fragments forwarded while the fragment table was full (their later
-        /// fragments are then dropped).
+        /// First fragments forwarded while the fragment table was full, or into a tunnel of
+        /// the other family (their later fragments are then dropped).
         fragments_untracked,
+        /// New flows of `quic` services sent to the backend whose server id their connection
+        /// id carries.
+        quic_by_server_id,
+        /// New flows of `quic` services whose server id no eligible backend has: by the hash.
+        quic_unknown_server_id,
+        /// New flows of `quic` services without a usable server id (Initial and 0-RTT
+        /// packets, version-0 or short ids, non-QUIC datagrams): by the hash.
+        quic_by_hash,
     }
 }
 

@@ -16,7 +16,7 @@ fn cross(vip_fam: &Fam, be_fam: &Fam) -> LbSpec {
     let mut spec = topology();
     let mut s = service(vip_fam, Mode::Tun, proto::TCP, 80, &[(1, 0, 1), (2, 0, 1), (3, 0, 1)]);
     s.scheduler = Algorithm::parse("maglev").unwrap();
-    s.backends = (1..=3).map(|i| BackendSpec { addr: ip(&be_fam.backend(i)), port: 0, weight: 1 }).collect();
+    s.backends = (1..=3).map(|i| BackendSpec { addr: ip(&be_fam.backend(i)), port: 0, weight: 1, quic_id: None }).collect();
     spec.services.push(s);
     spec
 }

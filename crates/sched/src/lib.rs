@@ -200,6 +200,11 @@ impl Scheduler {
         !self.eligible.is_empty()
     }
 
+    /// Whether backend `i` can take new sessions (weight above 0, not marked down).
+    pub fn is_eligible(&self, i: u32) -> bool {
+        self.weights.get(i as usize).is_some_and(|w| *w > 0)
+    }
+
     /// Picks a backend index for a new session, or `None` when every backend is drained.
     /// `flow_hash` hashes the whole 5-tuple, `src_hash` the client address; `active` holds this
     /// core's active-session count per backend (read by `wlc` only).

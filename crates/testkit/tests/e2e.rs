@@ -14,6 +14,7 @@ fn vips(shape: Shape) -> Vips {
     match shape {
         Shape::TwoArm | Shape::Ha => Vips { v4: "10.0.0.100", v6: "2001:db8::100" },
         Shape::OneArm => Vips { v4: "10.1.0.100", v6: "2001:db8:1::100" },
+        Shape::Scale => Vips { v4: "10.100.0.1", v6: "2001:db8:100::1" },
     }
 }
 

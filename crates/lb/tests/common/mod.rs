@@ -98,12 +98,13 @@ pub fn service(f: &Fam, mode: Mode, protocol: u8, port: u16, backends: &[(u8, u1
         proto: protocol,
         mode,
         scheduler: Algorithm::Rr,
-        backends: backends.iter().map(|&(i, p, w)| BackendSpec { addr: ip(&f.backend(i)), port: p, weight: w }).collect(),
+        backends: backends.iter().map(|&(i, p, w)| BackendSpec { addr: ip(&f.backend(i)), port: p, weight: w, quic_id: None }).collect(),
         local_addrs: if mode == Mode::Fnat { vec![ip(f.laddr())] } else { vec![] },
         toa: false,
         synproxy: Default::default(),
         timeouts: Timeouts::default(),
         continuation: false,
+        quic: false,
     }
 }
 
