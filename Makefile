@@ -24,6 +24,12 @@ demo: build
 	@bash demo/demo.sh
 	@bash demo/two-tier.sh
 	@python3 demo/queue-sets.py
+	@bash demo/scale-out.sh
+
+# Three active nodes behind an FRR router (BGP through BIRD, ECMP): one killed, one drained
+# while connections run; prints what broke. Ends with SCALE-OUT OK ... (root).
+demo-scale-out: build
+	@bash demo/scale-out.sh
 
 # The two tiers of an ingress: the L4 LB (full NAT, Maglev) in front of two TLS-terminating
 # proxies in front of nginx; HTTPS from curl and h2load. Ends with TWO-TIER OK ... (root).

@@ -38,6 +38,8 @@ for l in open(ann_path):
     funcs[func] = funcs.get(func, 0) + ir
 if bench["bench"] == "cps":
     units, unit = bench["connections"] + bench["sessions_left"] * 0.5, "connection"
+elif bench["bench"] in ("synflood", "ackflood"):
+    units, unit = bench["syns"], "packet"
 else:
     units, unit = bench["packets"], "packet"
 per = lambda x: round(x / units, 1) if units else None

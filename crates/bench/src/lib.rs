@@ -11,6 +11,7 @@
 
 pub mod cps;
 pub mod pipeline;
+pub mod sync;
 pub mod synflood;
 pub mod topo;
 

@@ -1,8 +1,11 @@
 //! A SYN flood through the pipeline: spoofed SYNs (random sources in 198.18.0.0/15 or
 //! 2001:db8:f::/48, random ports and sequence numbers, a Linux SYN's options) at a TCP service,
 //! with the SYN proxy on (each answered with a cookie, nothing stored) or off (each opens a
-//! session within the half-open budget). Every verdict is checked: a SYN the proxy does not
-//! answer, or one the LB does not forward, counts as an error.
+//! session within the half-open budget). With `ack`, the same flood of bare ACKs at a service
+//! with stateless continuation (maglev): each opens a continued session within the
+//! continuation budget, the cost of a packet that finds no session on a cluster node. Every
+//! verdict is checked: a SYN the proxy does not answer, or a segment the LB does not forward,
+//! counts as an error.
 
 use crate::pipeline::{round3, sock};
 use crate::{median, topo, BenchError, Rng};
@@ -11,7 +14,7 @@ use std::time::{Duration, Instant};
 use vectorlb_lb::{Control, HeapBuf, Mode, SynProxy, Timeouts, Verdict, Worker, WorkerConfig};
 use vectorlb_packet::builder::Builder;
 use vectorlb_packet::proto;
-use vectorlb_packet::tcp::flags::SYN;
+use vectorlb_packet::tcp::flags::{ACK, SYN};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -23,11 +26,13 @@ pub struct Options {
     pub batch: usize,
     /// Sessions the table holds (the budget is its default share).
     pub sessions: u32,
+    /// Bare ACKs at a continuation service instead of SYNs.
+    pub ack: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { mode: Mode::Fnat, v6: false, synproxy: true, seconds: 5.0, rounds: 5, batch: 256, sessions: 1 << 20 }
+        Options { mode: Mode::Fnat, v6: false, synproxy: true, seconds: 5.0, rounds: 5, batch: 256, sessions: 1 << 20, ack: false }
     }
 }
 
@@ -46,6 +51,9 @@ pub struct Report {
     pub sessions_left: u32,
     pub half_open: u32,
     pub half_open_evicted: u64,
+    /// With `ack`: continued sessions opened, and ended to stay within the budget.
+    pub continued: u64,
+    pub continued_evicted: u64,
     pub errors: u64,
 }
 
@@ -53,13 +61,20 @@ pub struct Report {
 const FRAMES: usize = 1 << 16;
 
 pub fn run(o: &Options) -> Result<Report, BenchError> {
-    if !matches!(o.mode, Mode::Nat | Mode::Fnat) {
+    if o.ack && !matches!(o.mode, Mode::Nat | Mode::Dr | Mode::Tun) {
+        return Err(BenchError::Option("an ACK flood measures continuation: nat, dr or tun".into()));
+    }
+    if !o.ack && !matches!(o.mode, Mode::Nat | Mode::Fnat) {
         return Err(BenchError::Option("synflood measures nat or fnat (the modes the SYN proxy serves)".into()));
     }
     let v6 = o.v6;
     let batch = o.batch.clamp(1, 1024);
     let mut spec = topo::spec(o.mode, v6, proto::TCP, o.sessions as u64, Timeouts::default());
-    spec.services[0].synproxy = if o.synproxy { SynProxy::On } else { SynProxy::Off };
+    spec.services[0].synproxy = if o.synproxy && !o.ack { SynProxy::On } else { SynProxy::Off };
+    if o.ack {
+        spec.services[0].scheduler = vectorlb_sched::Algorithm::parse("maglev").ok_or_else(|| BenchError::Option("maglev".into()))?;
+        spec.services[0].continuation = true;
+    }
     let control = Control::new(&spec)?;
     let mut cfg = WorkerConfig::new(o.sessions.max(1024));
     cfg.batch = batch;
@@ -77,10 +92,14 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
                 let a = 0xc612_0000u32 | (r as u32 & 0x1_ffff);
                 format!("{}:{}", std::net::Ipv4Addr::from(a), 1024 + (r >> 40) as u16 % 64000)
             };
-            Builder::tcp(&src, &vip, SYN).seq((r >> 17) as u32).tcp_options(&opts).macs(topo::ROUTER_MAC, topo::EXT_MAC).build()
+            if o.ack {
+                Builder::tcp(&src, &vip, ACK).seq((r >> 17) as u32).macs(topo::ROUTER_MAC, topo::EXT_MAC).build()
+            } else {
+                Builder::tcp(&src, &vip, SYN).seq((r >> 17) as u32).tcp_options(&opts).macs(topo::ROUTER_MAC, topo::EXT_MAC).build()
+            }
         })
         .collect();
-    let want = if o.synproxy { Verdict::Tx(0) } else { Verdict::Tx(1) };
+    let want = if o.synproxy && !o.ack { Verdict::Tx(0) } else { Verdict::Tx(1) };
     let mut bufs: Vec<HeapBuf> = (0..batch).map(|_| HeapBuf::new(128, 256)).collect();
     let mut verdicts = vec![Verdict::Kernel; batch];
     let rounds = o.rounds.max(1);
@@ -111,10 +130,10 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
         rates.push(n as f64 / pipe.as_secs_f64());
     }
     Ok(Report {
-        bench: "synflood",
+        bench: if o.ack { "ackflood" } else { "synflood" },
         mode: o.mode.name(),
         family: if v6 { 6 } else { 4 },
-        synproxy: if o.synproxy { "on" } else { "off" },
+        synproxy: if o.synproxy && !o.ack { "on" } else { "off" },
         syns_per_second: median(&rates).round(),
         rounds: rates.iter().map(|x| x.round()).collect(),
         ns_per_syn: round3(pipe_total.as_secs_f64() * 1e9 / syns as f64),
@@ -123,6 +142,8 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
         sessions_left: w.flows.table.len(),
         half_open: w.flows.table.half_open(),
         half_open_evicted: w.flows.counters.events.half_open_evicted,
+        continued: w.flows.counters.events.continued,
+        continued_evicted: w.flows.counters.events.continued_evicted,
         errors,
     })
 }
@@ -141,6 +162,13 @@ mod tests {
             assert_eq!(off.errors, 0, "{off:?}");
             assert_eq!(off.half_open, 1024, "the budget: a quarter of 4096: {off:?}");
             assert!(off.half_open_evicted > 0 && off.syncookies_sent == 0, "{off:?}");
+            // ACKs: each forwarded, each a continued session, the table within the budget.
+            for mode in [Mode::Dr, Mode::Nat] {
+                let ack = run(&Options { v6, mode, ack: true, seconds: 0.1, rounds: 2, sessions: 4096, ..Default::default() }).unwrap();
+                assert_eq!(ack.errors, 0, "{ack:?}");
+                assert_eq!(ack.continued, ack.syns, "{ack:?}");
+                assert!(ack.sessions_left <= 410 && ack.continued_evicted >= ack.syns - 410, "the budget: a tenth of 4096: {ack:?}");
+            }
         }
     }
 }

@@ -1084,8 +1084,9 @@ impl SessionTable {
         self.sweep_family::<[u8; 4]>(now, budget) + self.sweep_family::<[u8; 16]>(now, budget)
     }
 
-    /// Visits live sessions of one family in record order, from `start`; returns the index to
-    /// continue from (for paged listings).
+    /// Visits live sessions of one family in record order, from `start`, until `f` returns
+    /// false: `f` declines that session (a page is full), and the index returned, to continue
+    /// from, is that session's, so the next page starts with it (paged listings, bulk sync).
     pub fn for_each<A: Addr>(&self, start: usize, mut f: impl FnMut(usize, &Session<A>) -> bool) -> Option<usize>
     where
         Session<A>: Zeroable,
@@ -1094,7 +1095,7 @@ impl SessionTable {
         let used = arena.next_unused as usize;
         for (i, s) in arena.recs.as_slice()[..used].iter().enumerate().skip(start) {
             if s.state != state::FREE && !f(i, s) {
-                return Some(i + 1);
+                return Some(i);
             }
         }
         None
@@ -1174,6 +1175,31 @@ mod tests {
         let absent =
             (0..100_000u32).map(|i| t.hash_fwd(2, &i.to_be_bytes(), 9)).find(|h| matches!(t.probe(*h), Probe::Deep)).expect("some absent key lands in an overflowed bucket");
         assert_eq!(t.probe_window(absent), None);
+    }
+
+    #[test]
+    fn pages_of_sessions_miss_none() {
+        // Pages of 7, each declining the session that would make an eighth: every session is
+        // on exactly one page (the resume index is the declined session's own).
+        let mut t = SessionTable::new(TableConfig::new(200)).unwrap();
+        for i in 0..100u32 {
+            t.insert(sess(0x0a00_0000 + i, 1000 + i as u16, 1, 7), &[], &mut 0).unwrap();
+        }
+        let (mut seen, mut start) = (Vec::new(), Some(0));
+        while let Some(s) = start {
+            let mut page = Vec::new();
+            start = t.for_each::<[u8; 4]>(s, |_, x| {
+                if page.len() >= 7 {
+                    return false;
+                }
+                page.push(x.cport);
+                true
+            });
+            assert!(page.len() == 7 || start.is_none(), "{page:?}");
+            seen.extend(page);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (1000..1100).collect::<Vec<u16>>());
     }
 
     #[test]

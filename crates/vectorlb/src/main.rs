@@ -207,14 +207,25 @@ enum BenchCmd {
         common: Common,
     },
     /// A SYN flood through the pipeline: spoofed SYNs answered with SYN cookies (`--synproxy
-    /// on`) or each opening a session within the half-open budget (`off`).
+    /// on`) or each opening a session within the half-open budget (`off`); with `--ack`, bare
+    /// ACKs at a continuation service (nat, dr, tun), each a continued session.
     Synflood {
         #[arg(long, value_enum, default_value = "fnat")]
         mode: ModeArg,
         #[arg(long, value_parser = ["on", "off"], default_value = "on")]
         synproxy: String,
+        #[arg(long)]
+        ack: bool,
         #[arg(long, default_value_t = 256)]
         batch: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Session-sync capacity on one core: full-NAT sessions a second sent (export, encode,
+    /// HMAC) and received (verify, decode, install).
+    Sync {
+        #[arg(long, default_value_t = 200_000)]
+        sessions: u32,
         #[command(flatten)]
         common: Common,
     },
@@ -419,17 +430,22 @@ fn run(cli: Cli) -> Result<(), CliError> {
             };
             print(&vectorlb_bench::pipeline::run(&o)?, common.json)
         }
-        Cmd::Bench(BenchCmd::Synflood { mode, synproxy, batch, common }) => {
+        Cmd::Bench(BenchCmd::Synflood { mode, synproxy, ack, batch, common }) => {
             let o = vectorlb_bench::synflood::Options {
                 mode: mode.into(),
                 v6: common.family == 6,
                 synproxy: synproxy == "on",
+                ack,
                 seconds: common.seconds,
                 rounds: common.rounds,
                 batch,
                 ..Default::default()
             };
             print(&vectorlb_bench::synflood::run(&o)?, common.json)
+        }
+        Cmd::Bench(BenchCmd::Sync { sessions, common }) => {
+            let o = vectorlb_bench::sync::Options { v6: common.family == 6, sessions, rounds: common.rounds };
+            print(&vectorlb_bench::sync::run(&o)?, common.json)
         }
         Cmd::Bench(BenchCmd::Cps { mode, concurrency, common }) => {
             let o = vectorlb_bench::cps::Options { mode: mode.into(), v6: common.family == 6, seconds: common.seconds, rounds: common.rounds, concurrency };
