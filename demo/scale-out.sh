@@ -42,6 +42,7 @@ bash scripts/netns.sh up "$P" scale
 for i in 1 2 3; do
     ip netns exec "$P-be$i" "$TOOLS" probe serve-tcp --listen "[::]:9000" --name "be$i" >/dev/null 2>&1 &
     PIDS+=($!)
+    disown
     ip netns exec "$P-be$i" "$BIN" decap attach eth0 --from 10.1.0.0/24 --from 2001:db8:1::/64 | sed "s/^/be$i: /"
 done
 
@@ -61,6 +62,7 @@ for k in 1 2 3; do
     ip netns exec "$P-lb$k" "$BIN" run --config "$DIR/lb$k/lb.toml" > "$DIR/lb$k/lb.log" 2>&1 &
     PIDS+=($!)
     eval "LB$k=$!"
+    disown
 done
 say "three nodes started; waiting for the router to take their routes"
 for _ in $(seq 150); do [ "$(npaths)" = 3 ] && break; sleep 0.2; done
@@ -99,6 +101,6 @@ r=$(cat "$DIR/hold.json")
 num() { echo "$r" | grep -o "\"$1\":[0-9]*" | head -1 | cut -d: -f2; }
 BROKEN=$(num broken)
 NEWFAILED=$(echo "$r" | grep -o '"failed":[0-9]*' | head -1 | cut -d: -f2)
-echo "lb3 continued $("$BIN" ctl --api "unix:$DIR/lb3/api.sock" --global-stats | grep '"continued"' | tr -d ' ,') flows that reached it without a session"
+echo "lb3 continued $("$BIN" ctl --api "unix:$DIR/lb3/api.sock" --global-stats | grep '"continued"' | tr -dc '0-9') flows that reached it without a session"
 [ "$BROKEN" = 0 ] && [ "$NEWFAILED" = 0 ] || { echo "connections broke: $r" >&2; exit 1; }
 echo "SCALE-OUT OK connections=$CONNS broken=$BROKEN new_failed=$NEWFAILED kill_withdrawn_ms=$KILL_MS drain_withdrawn_ms=$DRAIN_MS"

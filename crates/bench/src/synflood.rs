@@ -69,14 +69,18 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
     }
     let v6 = o.v6;
     let batch = o.batch.clamp(1, 1024);
-    let mut spec = topo::spec(o.mode, v6, proto::TCP, o.sessions as u64, Timeouts::default());
+    // ACKs: a table no larger than the frames replayed, so that its continuation budget (a
+    // tenth) has evicted a frame's session before the frame comes round again: every segment
+    // finds no session, as a flood's do.
+    let sessions = if o.ack { o.sessions.min(FRAMES as u32) } else { o.sessions };
+    let mut spec = topo::spec(o.mode, v6, proto::TCP, sessions as u64, Timeouts::default());
     spec.services[0].synproxy = if o.synproxy && !o.ack { SynProxy::On } else { SynProxy::Off };
     if o.ack {
         spec.services[0].scheduler = vectorlb_sched::Algorithm::parse("maglev").ok_or_else(|| BenchError::Option("maglev".into()))?;
         spec.services[0].continuation = true;
     }
     let control = Control::new(&spec)?;
-    let mut cfg = WorkerConfig::new(o.sessions.max(1024));
+    let mut cfg = WorkerConfig::new(sessions.max(1024));
     cfg.batch = batch;
     let mut w = Worker::new(control, cfg)?;
     let mut rng = Rng(0x5eed_f100d);
