@@ -35,6 +35,13 @@ ns() { ip netns exec "$@"; }
 # Kernel-originated frames on veth carry partial checksums and may be GSO-sized; the LB sees
 # raw frames through AF_XDP, so the hosts must send complete, MTU-sized frames.
 nooffload() { ns "$1" ethtool -K "$2" tx off tso off gso off gro off >/dev/null 2>&1 || true; }
+# A namespace PREFIX-NAME with its loopback up, no DAD and no router advertisements.
+mkns() {
+    ip netns add "$P-$1"
+    ns "$P-$1" ip link set lo up
+    ns "$P-$1" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
+        net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.default.accept_ra=0 >/dev/null
+}
 
 down() {
     for n in cl rt lb lb1 lb2 lb3 sx sw be1 be2 be3; do
@@ -57,10 +64,7 @@ fi
 # lb2 10.0.0.252 / 10.1.0.252. The data plane's own interface addresses are in the LB configs.
 ha_up() {
     for n in cl lb1 lb2 sx sw be1 be2 be3; do
-        ip netns add "$P-$n"
-        ns "$P-$n" ip link set lo up
-        ns "$P-$n" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
-            net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.default.accept_ra=0 >/dev/null
+        mkns "$n"
     done
     for b in sx sw; do
         ns "$P-$b" ip link add br0 type bridge
@@ -103,10 +107,7 @@ ha_up() {
 # scale: see the header. FRR's configuration: one peer group per family, BFD, multipath.
 scale_up() {
     for n in cl rt sw lb1 lb2 lb3 be1 be2 be3; do
-        ip netns add "$P-$n"
-        ns "$P-$n" ip link set lo up
-        ns "$P-$n" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
-            net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.default.accept_ra=0 >/dev/null
+        mkns "$n"
     done
     ns "$P-sw" ip link add br0 type bridge
     ns "$P-sw" ip link set br0 up
@@ -236,10 +237,7 @@ if [ "$shape" = scale ]; then
     exit 0
 fi
 for n in cl lb sw be1 be2 be3; do
-    ip netns add "$P-$n"
-    ns "$P-$n" ip link set lo up
-    ns "$P-$n" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
-        net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.default.accept_ra=0 >/dev/null
+    mkns "$n"
 done
 ns "$P-sw" ip link add br0 type bridge
 ns "$P-sw" ip link set br0 mtu "$bmtu"

@@ -5,6 +5,7 @@
 
 use vectorlb_dpdk::xdp::{self, Loaded, XDP_DROP, XDP_PASS};
 use vectorlb_packet::builder::Builder;
+use vectorlb_packet::checksum::checksum;
 
 const LB: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const BE: [u8; 6] = [2, 0, 0, 0, 1, 0x11];
@@ -21,14 +22,6 @@ fn inner(v6: bool) -> Vec<u8> {
     Builder::tcp(c, v, 0x18).payload(b"hello through the tunnel").build_ip()
 }
 
-fn sum(h: &[u8]) -> u16 {
-    let mut s: u32 = h.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32).sum();
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
 /// `ip` tunnelled from `src` to `dst` (both IPv4 or both IPv6), in an Ethernet frame from the
 /// LB to the backend, as the LB's TUN mode sends it.
 fn tunnel(src: &str, dst: &str, ip: &[u8]) -> Vec<u8> {
@@ -43,7 +36,7 @@ fn tunnel(src: &str, dst: &str, ip: &[u8]) -> Vec<u8> {
             h[2..4].copy_from_slice(&((20 + ip.len()) as u16).to_be_bytes());
             h.extend_from_slice(&s.octets());
             h.extend_from_slice(&d.octets());
-            let c = sum(&h);
+            let c = checksum(&h);
             h[10..12].copy_from_slice(&c.to_be_bytes());
             f.extend_from_slice(&h);
         }

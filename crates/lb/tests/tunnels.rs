@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use vectorlb_lb::*;
 use vectorlb_packet::builder::Builder;
+use vectorlb_packet::checksum::checksum;
 use vectorlb_packet::proto;
 use vectorlb_packet::tcp::flags::*;
 use vectorlb_sched::Algorithm;
@@ -19,14 +20,6 @@ fn cross(vip_fam: &Fam, be_fam: &Fam) -> LbSpec {
     s.backends = (1..=3).map(|i| BackendSpec { addr: ip(&be_fam.backend(i)), port: 0, weight: 1, quic_id: None }).collect();
     spec.services.push(s);
     spec
-}
-
-fn sum16(h: &[u8]) -> u16 {
-    let mut s: u32 = h.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32).sum();
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
 }
 
 #[test]
@@ -50,7 +43,7 @@ fn an_ipv4_vip_reaches_ipv6_backends_in_ipv4_in_ipv6() {
     let sent = &pkt[14..];
     assert_eq!(inner.len(), sent.len());
     assert_eq!(inner[8], sent[8] - 1, "TTL");
-    assert_eq!(sum16(&inner[..20]), 0, "inner header checksum");
+    assert_eq!(checksum(&inner[..20]), 0, "inner header checksum");
     assert_eq!((&inner[..8], &inner[9..10], &inner[12..]), (&sent[..8], &sent[9..10], &sent[12..]));
     // Its next segment goes to the same backend.
     let (_, out2) = lb.run(&Builder::tcp(&v4.sock(v4.client(), 40000), &v4.sock(v4.vip(), 80), ACK).macs(ROUTER_MAC, EXT_MAC).build());
@@ -69,7 +62,7 @@ fn an_ipv6_vip_reaches_ipv4_backends_in_ipv6_in_ipv4() {
     let o = &out[14..34];
     assert_eq!((o[0], o[9], o[8]), (0x45, 41, 64), "IPv4, protocol 41, TTL 64");
     assert_eq!(o[6] & 0x40, 0x40, "DF: the inner IPv6 packet may not be fragmented on the way");
-    assert_eq!(sum16(o), 0, "outer header checksum");
+    assert_eq!(checksum(o), 0, "outer header checksum");
     let inner = &out[34..];
     assert_eq!(u16::from_be_bytes([o[2], o[3]]) as usize, 20 + inner.len());
     assert_eq!(&o[12..16], &[10, 1, 0, 1], "from the LB's IPv4 address");
