@@ -320,7 +320,7 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     // the connections run: each node's continued sessions stay within its budget, nothing
     // established is touched, new connections are served. (100,000 a second: on two shared
     // cores a faster flood starves the BFD sessions, whose loss withdraws the routes.)
-    let hold = c.hold(16);
+    let hold = c.hold(27);
     let mac = stdout(&c.t.run("rt", &["cat", "/sys/class/net/rc0/address"])).trim().to_string();
     let before: Vec<u64> = (1..=3).map(|k| c.node(k).stats()["continued_evicted"].as_u64().unwrap()).collect();
     let g = c.t.run(
@@ -342,9 +342,9 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
             "--count",
             &FLOOD.to_string(),
             "--rate",
-            "150000",
+            "100000",
             "--seconds",
-            "12",
+            "25",
             "--json",
         ],
     );
