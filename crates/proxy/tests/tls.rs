@@ -9,6 +9,15 @@ use common::{cert, free_port, nginx, proxy_with};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+
+/// The X25519 secret counters are global to the process and the tests of this file run on
+/// parallel threads: a handshake of one test would be counted by another. Every test that
+/// makes handshakes holds this lock.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// `openssl s_client` to `port` with `args`; its whole output.
 fn s_client(port: u16, args: &[&str]) -> String {
@@ -33,6 +42,7 @@ fn curl(args: &[&str]) -> String {
 
 #[test]
 fn tls_12_and_13_rsa_and_ecdsa_by_sni_alpn_with_every_provider() {
+    let _serial = serial();
     let dir = std::env::temp_dir().join(format!("vectorlb-proxy-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (rsa_c, rsa_k) = cert(&dir, "rsa.test", &["-newkey", "rsa:2048"]);
@@ -213,6 +223,7 @@ fn a_key_that_does_not_match_its_certificate_is_refused_naming_the_field() {
 /// (`ZERO_RETURN`) only in the second case.
 #[test]
 fn close_notify_only_when_the_proxy_closes_first() {
+    let _serial = serial();
     use boring::ssl::{ErrorCode, SslConnector, SslMethod, SslVerifyMode};
     use std::io::Read;
     let dir = std::env::temp_dir().join(format!("vectorlb-proxy-tls-close-{}", std::process::id()));
