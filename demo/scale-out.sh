@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `make demo-scale-out`: three active vectorlb nodes behind a router running FRR. Each node
 # announces the VIPs by BGP through its own BIRD; the router spreads the flows over them by
-# ECMP (L4 hash). Long-lived connections run (DR and TUN services, IPv4 and IPv6; the TUN
-# backends open the tunnels with `vectorlb decap`) while one node is killed (SIGKILL) and
-# another is drained (`vectorlb ctl drain`); the demo prints what the router saw and what broke.
+# ECMP (L4 hash). Long-lived connections run (DR, TUN and full-NAT services, IPv4 and IPv6; the
+# TUN backends open the tunnels with `vectorlb decap`; the full-NAT sessions are synchronised in
+# the group and a dead node's local addresses are taken over by its peers' backup routes) while
+# one node is killed (SIGKILL) and another is drained (`vectorlb ctl drain`); the demo prints
+# what the router saw and what broke.
 #
 #   client --- router (FRR, ECMP) --- lb1, lb2, lb3 (vectorlb + BIRD) --- be1..be3
 #
@@ -48,7 +50,13 @@ done
 
 for k in 1 2 3; do
     mkdir -p "$DIR/lb$k"
-    svc() { printf '[[services]]\nvip = "%s"\nport = 9000\nproto = "tcp"\nmode = "%s"\nscheduler = "maglev"\nbackends = [%s]\n\n' "$1" "$2" "$3"; }
+    svc() { printf '[[services]]\nvip = "%s"\nport = 9000\nproto = "tcp"\nmode = "%s"\nscheduler = "maglev"\n%s\nbackends = [%s]\n\n' "$1" "$2" "${4:-}" "$3"; }
+    peers=() lp4=() lp6=()
+    for n in 1 2 3; do
+        [ "$n" = "$k" ] && continue
+        peers+=("\"10.1.0.25$n:7946\"") lp4+=("\"10.200.0.$n\"") lp6+=("\"2001:db8:200::$n\"")
+    done
+    join() { local IFS=,; echo "$*"; }
     B4='{ addr = "10.1.0.11" }, { addr = "10.1.0.12" }, { addr = "10.1.0.13" }'
     B6='{ addr = "2001:db8:1::11" }, { addr = "2001:db8:1::12" }, { addr = "2001:db8:1::13" }'
     {
@@ -56,8 +64,13 @@ for k in 1 2 3; do
         printf '[runtime]\napi = "unix:%s/api.sock"\nrun_dir = "%s"\nmbufs = 16383\nidle_sleep_us = 100\n\n' "$DIR/lb$k" "$DIR/lb$k"
         printf '[bgp]\nasn = 65001\nrouter_id = "10.1.0.25%s"\nbfd_multiplier = 5\n' "$k"
         printf '[[bgp.neighbors]]\naddress = "10.1.0.254"\nasn = 65000\n[[bgp.neighbors]]\naddress = "2001:db8:1::254"\nasn = 65000\n\n'
+        printf '[ha]\nsync_listen = "10.1.0.25%s:7946"\nsync_peers = [%s]\nsync_key = "demo-group-sync-key"\ngroup = true\n\n' "$k" "$(join "${peers[@]}")"
         printf '[[ports]]\nname = "int"\ndevice = "net_af_xdp0,iface=int0"\naddrs = ["10.1.0.%s/24", "2001:db8:1::%s/64"]\n\n' "$k" "$k"
+        printf '[[routes]]\nprefix = "0.0.0.0/0"\nvia = "10.1.0.254"\nport = "int"\n\n[[routes]]\nprefix = "::/0"\nvia = "2001:db8:1::254"\nport = "int"\n\n'
         svc 10.100.0.1 dr "$B4"; svc 2001:db8:100::1 dr "$B6"; svc 10.100.0.2 tun "$B4"; svc 2001:db8:100::2 tun "$B6"
+        # Full NAT: this node's local address, the peers' as backup routes.
+        svc 10.100.0.4 fnat "${B4//\}/, port = 9000 \}}" "$(printf 'local_addrs = ["10.200.0.%s"]\npeer_local_addrs = [%s]\n' "$k" "$(join "${lp4[@]}")")"
+        svc 2001:db8:100::4 fnat "${B6//\}/, port = 9000 \}}" "$(printf 'local_addrs = ["2001:db8:200::%s"]\npeer_local_addrs = [%s]\n' "$k" "$(join "${lp6[@]}")")"
     } > "$DIR/lb$k/lb.toml"
     ip netns exec "$P-lb$k" "$BIN" run --config "$DIR/lb$k/lb.toml" > "$DIR/lb$k/lb.log" 2>&1 &
     PIDS+=($!)
@@ -70,8 +83,8 @@ for _ in $(seq 150); do [ "$(npaths)" = 3 ] && break; sleep 0.2; done
 ip netns exec "$P-rt" ip route show 10.100.0.1
 "$BIN" ctl --api "unix:$DIR/lb1/api.sock" bgp
 
-say "$CONNS long-lived connections (DR and TUN, IPv4 and IPv6) and 20 new ones a second, for 16 s"
-ip netns exec "$P-cl" "$TOOLS" probe hold --target "10.100.0.1:9000,[2001:db8:100::1]:9000,10.100.0.2:9000,[2001:db8:100::2]:9000" \
+say "$CONNS long-lived connections (DR, TUN and full NAT, IPv4 and IPv6) and 20 new ones a second, for 16 s"
+ip netns exec "$P-cl" "$TOOLS" probe hold --target "10.100.0.1:9000,[2001:db8:100::1]:9000,10.100.0.2:9000,[2001:db8:100::2]:9000,10.100.0.4:9000,[2001:db8:100::4]:9000" \
     --connections "$CONNS" --streaming $((CONNS / 5)) --interval-ms 100 --seconds 16 --new-per-second 20 \
     --ready-file "$DIR/ready" > "$DIR/hold.json" &
 HOLD=$!
@@ -85,7 +98,10 @@ kill -9 "$LB1"
 while paths | grep -q 10.1.0.251; do sleep 0.005; done
 KILL_MS=$(( $(now_ms) - t0 ))
 echo "the router withdrew lb1's route after $KILL_MS ms; paths now: $(paths)"
-sleep 4
+sleep 1
+echo "lb1's full-NAT local address, now through its peers' backup routes:"
+ip netns exec "$P-rt" ip route show 10.200.0.1
+sleep 3
 
 say "vectorlb ctl drain lb2"
 t0=$(now_ms)

@@ -222,6 +222,11 @@ pub struct NewService {
     #[serde(default)]
     #[schema(schema_with = ip_list_schema)]
     pub local_addrs: Vec<IpAddr>,
+    /// The local addresses of this service on the sync group's other nodes (fnat only):
+    /// sessions synchronised from them may hold these; never allocated here.
+    #[serde(default)]
+    #[schema(schema_with = ip_list_schema)]
+    pub peer_local_addrs: Vec<IpAddr>,
     /// Insert the TOA option (tcp fnat only).
     #[serde(default)]
     pub toa: bool,
@@ -411,6 +416,9 @@ pub struct ServiceStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table_size: Option<u32>,
     pub local_addrs: Vec<String>,
+    /// The sync group's other nodes' local addresses for this service.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peer_local_addrs: Vec<String>,
     pub toa: bool,
     pub synproxy: SynProxyName,
     pub timeouts: ServiceTimeouts,
@@ -444,8 +452,14 @@ pub struct BgpStatus {
     /// Why a VIP is not announced, one line per reason.
     #[serde(default)]
     pub reasons: Vec<String>,
-    /// The prefixes announced now (`ADDRESS/LEN`).
+    /// The prefixes announced now (`ADDRESS/LEN`): VIPs, and this node's full-NAT local
+    /// addresses (the backends' replies come back to them).
     pub announced: Vec<String>,
+    /// The sync group's other nodes' local addresses, announced with a longer AS path: the
+    /// routers use them only when their node's own route is gone, and this node then serves
+    /// that node's synchronised full-NAT sessions.
+    #[serde(default)]
+    pub announced_backup: Vec<String>,
     /// VIPs configured but not announced.
     #[serde(default)]
     pub withheld: Vec<String>,
@@ -571,7 +585,17 @@ pub struct HaChanged {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct SyncStatus {
     pub configured: bool,
+    /// A group of active nodes (`ha.group`) rather than an active/standby pair.
+    #[serde(default)]
+    pub group: bool,
+    /// A group's node has the group's sessions (its BGP speaker waits for this); always true
+    /// in a pair.
+    #[serde(default)]
+    pub ready: bool,
     pub records_sent: u64,
+    /// Changes not sent: above `ha.max_rate` for longer than the sender's queue holds.
+    #[serde(default)]
+    pub records_dropped: u64,
     pub datagrams_sent: u64,
     /// Datagrams the standby has not acknowledged (the lag).
     pub unacked_datagrams: u64,

@@ -181,6 +181,7 @@ function renderSummary(st) {
   kv.push(['BGP', bgp ? bgp.state + (bgp.bird_running ? '' : ' (BIRD down)') : 'not configured']);
   if (bgp) {
     kv.push(['Announced', bgp.announced.join(', ') || 'nothing']);
+    if ((bgp.announced_backup || []).length) kv.push(['Backup routes', bgp.announced_backup.join(', ')]);
     if (bgp.withheld.length) kv.push(['Withheld', bgp.withheld.join(', ')]);
     for (const r of bgp.reasons) kv.push(['Why', r]);
     if (bgp.drain) kv.push(['Drain', `${num(bgp.drain.sessions)} sessions left, deadline in ${duration(bgp.drain.deadline_in_seconds)}`]);

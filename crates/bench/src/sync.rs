@@ -103,7 +103,7 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
         let mut len = 0usize;
         while let Some(s) = start {
             out.clear();
-            start = w.export(v6, s, MAX_RECORDS, 2, &mut out);
+            start = w.export(v6, vectorlb_lb::sync::Export::All, s, MAX_RECORDS, 2, &mut out);
             if out.is_empty() {
                 continue;
             }

@@ -63,6 +63,7 @@ pub fn spec(mode: Mode, v6: bool, protocol: u8, sessions: u64, timeouts: Timeout
         scheduler: Algorithm::Rr,
         backends,
         local_addrs: (0..nladdr).map(|i| laddr(v6, i)).collect(),
+        peer_local_addrs: vec![],
         toa: false,
         synproxy: Default::default(),
         timeouts,

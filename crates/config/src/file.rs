@@ -182,6 +182,8 @@ pub(crate) struct RawService {
     pub(crate) table_size: Option<u32>,
     #[serde(default)]
     pub(crate) local_addrs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) peer_local_addrs: Vec<String>,
     #[serde(default)]
     pub(crate) toa: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -240,6 +242,10 @@ pub(crate) struct RawHa {
     pub(crate) sync_listen: String,
     pub(crate) sync_peers: Vec<String>,
     pub(crate) sync_key: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) group: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_rate: Option<u32>,
 }
 
 #[derive(Deserialize, Serialize)]

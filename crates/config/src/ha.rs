@@ -12,6 +12,17 @@ pub struct SyncSpec {
     pub peers: Vec<std::net::SocketAddr>,
     /// The HMAC-SHA256 key every message is signed with.
     pub key: Vec<u8>,
+    /// A group of active nodes (scale-out) instead of an active/standby pair: every node sends
+    /// the sessions it creates to every peer and installs theirs, and a node that starts takes
+    /// the group's sessions before it announces anything (docs/scale-out.md).
+    pub group: bool,
+    /// The most records a second the sender streams to each peer (`max_rate`).
+    pub max_rate: u32,
+}
+
+impl SyncSpec {
+    /// `max_rate`'s default: 500,000 records (about 51 MB) a second per peer.
+    pub const DEFAULT_MAX_RATE: u32 = 500_000;
 }
 
 /// `[ha]`, if there is one.
@@ -30,7 +41,11 @@ pub(crate) fn sync(raw: &Option<RawHa>) -> Result<Option<SyncSpec>, Error> {
             if h.sync_key.len() < 16 {
                 bail!("ha.sync_key: at least 16 characters (it signs every sync message)");
             }
-            Some(SyncSpec { listen, peers, key: h.sync_key.clone().into_bytes() })
+            let max_rate = h.max_rate.unwrap_or(SyncSpec::DEFAULT_MAX_RATE);
+            if !(1_000..=100_000_000).contains(&max_rate) {
+                bail!("ha.max_rate: {max_rate} records a second is out of range 1000..=100000000");
+            }
+            Some(SyncSpec { listen, peers, key: h.sync_key.clone().into_bytes(), group: h.group, max_rate })
         }
     })
 }

@@ -198,6 +198,8 @@ impl Config {
                 sync_listen: h.listen.to_string(),
                 sync_peers: h.peers.iter().map(|p| p.to_string()).collect(),
                 sync_key: String::from_utf8_lossy(&h.key).into_owned(),
+                group: h.group,
+                max_rate: (h.max_rate != SyncSpec::DEFAULT_MAX_RATE).then_some(h.max_rate),
             }),
             bgp: self.bgp.as_ref().map(bgp::raw),
             timeouts: raw_timeouts(&self.timeouts),
@@ -235,6 +237,7 @@ impl Config {
                         _ => None,
                     },
                     local_addrs: s.local_addrs.iter().map(|a| a.to_string()).collect(),
+                    peer_local_addrs: s.peer_local_addrs.iter().map(|a| a.to_string()).collect(),
                     toa: s.toa,
                     synproxy: (s.synproxy != SynProxy::Off).then(|| s.synproxy.name().into()),
                     synproxy_half_open: s.synproxy.half_open(),
@@ -471,6 +474,34 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
             (dr.replace("scheduler = \"maglev\"", "scheduler = \"maglev\"\nquic = true"), "services[0].quic: only udp"),
             (udp.replace("weight = 2 }", "weight = 2, quic_id = 7 }"), "services[0].backends[0].quic_id: the service's quic is off"),
             (quic.replace("quic_id = 4660", "quic_id = 0"), "services[0].backends[0].quic_id: 0 is no server id"),
+        ] {
+            let e = err(&text);
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_sync_group_and_peer_local_addresses() {
+        let ha = "\n[ha]\nsync_listen = \"10.9.9.1:7946\"\nsync_peers = [\"10.9.9.2:7946\", \"10.9.9.3:7946\"]\nsync_key = \"sixteen characters\"\n";
+        let g = GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\"]\npeer_local_addrs = [\"10.0.0.201\", \"10.0.0.202\"]") + ha + "group = true\nmax_rate = 20000\n";
+        let c = Config::parse(&g).unwrap();
+        let ip = |s: &str| -> std::net::IpAddr { s.parse().unwrap() };
+        assert_eq!(c.spec.services[0].peer_local_addrs, [ip("10.0.0.201"), ip("10.0.0.202")]);
+        let sy = c.sync.as_ref().unwrap();
+        assert!(sy.group);
+        assert_eq!((sy.peers.len(), sy.max_rate), (2, 20000));
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c, "written back");
+        let pair = Config::parse(&(GOOD.to_string() + ha)).unwrap();
+        let sy = pair.sync.unwrap();
+        assert!(!sy.group && sy.max_rate == SyncSpec::DEFAULT_MAX_RATE, "a pair by default");
+        let dr = GOOD.replace("mode = \"fnat\"", "mode = \"dr\"").replace("local_addrs = [\"10.0.0.200\"]\n", "").replace("port = 8080, ", "");
+        for (text, want) in [
+            (GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\"]\npeer_local_addrs = [\"10.0.0.200\"]"), "services[0].peer_local_addrs[0]: '10.0.0.200' is listed twice"),
+            (GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\"]\npeer_local_addrs = [\"224.0.0.1\"]"), "services[0].peer_local_addrs[0]"),
+            (GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\"]\npeer_local_addrs = [\"nope\"]"), "services[0].peer_local_addrs[0]"),
+            (dr.replace("scheduler = \"maglev\"", "scheduler = \"maglev\"\npeer_local_addrs = [\"10.0.0.201\"]"), "services[0].peer_local_addrs: only fnat services"),
+            (GOOD.to_string() + ha + "max_rate = 5\n", "ha.max_rate: 5 records a second is out of range"),
+            (GOOD.to_string() + ha + "group = \"yes\"\n", "group"),
         ] {
             let e = err(&text);
             assert!(e.contains(want), "{want}: {e}");

@@ -49,6 +49,18 @@ pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<Servi
         if mode != Mode::Fnat && !local_addrs.is_empty() {
             bail!("{f}.local_addrs: only fnat services use local addresses");
         }
+        let mut peer_local_addrs: Vec<IpAddr> = Vec::new();
+        for (k, a) in s.peer_local_addrs.iter().enumerate() {
+            let lf = format!("{f}.peer_local_addrs[{k}]");
+            let a = unicast(lf.clone(), ip(&lf, a)?)?;
+            if peer_local_addrs.contains(&a) || local_addrs.contains(&a) {
+                bail!("{lf}: '{a}' is listed twice (a peer's local address is not also this node's)");
+            }
+            peer_local_addrs.push(a);
+        }
+        if mode != Mode::Fnat && !peer_local_addrs.is_empty() {
+            bail!("{f}.peer_local_addrs: only fnat services use local addresses");
+        }
         if s.toa && (mode != Mode::Fnat || protocol != proto::TCP) {
             bail!("{f}.toa: only tcp fnat services can insert the TOA option");
         }
@@ -96,14 +108,14 @@ pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<Servi
                 _ => {}
             }
         }
-        services.push(ServiceSpec { vip, port: s.port, proto: protocol, mode, scheduler, backends, local_addrs, toa: s.toa, synproxy, timeouts: t, continuation, quic: s.quic });
+        services.push(ServiceSpec { vip, port: s.port, proto: protocol, mode, scheduler, backends, local_addrs, peer_local_addrs, toa: s.toa, synproxy, timeouts: t, continuation, quic: s.quic });
         health.push(match &s.health {
             Some(h) => Some(health_spec(&format!("{f}.health"), h, protocol)?),
             None => None,
         });
     }
     // No backend is one of the load balancer's own addresses (it would forward to itself).
-    let ours: Vec<IpAddr> = services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied())).collect();
+    let ours: Vec<IpAddr> = services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied()).chain(s.peer_local_addrs.iter().copied())).collect();
     for (i, s) in services.iter().enumerate() {
         for (j, b) in s.backends.iter().enumerate() {
             if ours.contains(&b.addr) {

@@ -1,10 +1,14 @@
 //! What this node announces by BGP, and when (docs/scale-out.md): a thread (`vlb-bgp`) that
 //! owns BIRD ([`crate::bgp::Bird`]) and, ten times a second, announces every VIP that has a
 //! service with a backend up while the data plane is healthy, and nothing while it is broken
-//! or the node is drained (`vectorlb ctl drain`). On SIGTERM it withdraws everything and waits
-//! for the routers to hear it before the workers stop.
+//! or the node is drained (`vectorlb ctl drain`). With full-NAT services it also announces
+//! this node's local addresses (the backends' replies come back to them; kept while a drain
+//! lets flows finish) and, as backup routes with a longer AS path, the sync group's other
+//! nodes' local addresses (this node serves their synchronised sessions if they go). A node of
+//! a sync group announces nothing before it has the group's sessions. On SIGTERM it withdraws
+//! everything and waits for the routers to hear it before the workers stop.
 
-use crate::bgp::{Bird, Prefix, Session};
+use crate::bgp::{Bird, Prefix, Routes, Session};
 use crate::{lock, Daemon};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -41,25 +45,79 @@ fn show((a, len): &Prefix) -> String {
     format!("{a}/{len}")
 }
 
+/// Where a drain is (`vectorlb ctl drain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainState {
+    Off,
+    /// VIPs withdrawn, flows still served (local addresses kept).
+    Draining,
+    /// No session left, or the deadline passed: everything withdrawn (a full-NAT flow still
+    /// alive is served by the peers that have it, through their backup routes).
+    Drained,
+}
+
+/// What [`wanted`] decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Wanted {
+    pub routes: Routes,
+    /// Prefixes configured but not announced.
+    pub withheld: BTreeSet<Prefix>,
+    pub reasons: Vec<String>,
+    /// Every VIP's prefix (announced or not).
+    pub vips: BTreeSet<Prefix>,
+}
+
 /// What to announce: every VIP with at least one service that has a backend taking new
-/// connections, unless the data plane has `problems` or the node is `draining`. Also the VIPs
-/// withheld and the reasons.
-pub fn wanted(snap: &Snapshot, problems: &[String], draining: bool) -> (BTreeSet<Prefix>, BTreeSet<Prefix>, Vec<String>) {
+/// connections, unless the data plane has `problems`, the node is draining, or (a sync group's
+/// node, `ready` false) it does not have the group's sessions yet; this node's full-NAT local
+/// addresses on the same terms except a drain that is not over; the peers' local addresses
+/// as backup routes unless draining. Also the prefixes withheld and the reasons.
+pub fn wanted(snap: &Snapshot, problems: &[String], drain: DrainState, ready: bool) -> Wanted {
     let mut up: BTreeMap<Prefix, bool> = BTreeMap::new();
+    let (mut own, mut peers) = (BTreeSet::new(), BTreeSet::new());
     for svc in snap.services() {
         *up.entry(prefix(svc.spec.vip)).or_default() |= svc.sched.has_eligible();
+        own.extend(svc.spec.local_addrs.iter().map(|&a| prefix(a)));
+        peers.extend(svc.spec.peer_local_addrs.iter().map(|&a| prefix(a)));
     }
+    let vips: BTreeSet<Prefix> = up.keys().copied().collect();
+    let all = || -> BTreeSet<Prefix> { vips.iter().chain(&own).chain(&peers).copied().collect() };
     let mut reasons = Vec::new();
-    if draining {
-        reasons.push("draining (vectorlb ctl drain): every VIP withdrawn".to_string());
+    match drain {
+        DrainState::Off => {}
+        DrainState::Draining if !own.is_empty() => reasons.push("draining (vectorlb ctl drain): every VIP withdrawn; the local addresses stay until the drain ends".to_string()),
+        _ => reasons.push("draining (vectorlb ctl drain): every VIP withdrawn".to_string()),
     }
-    reasons.extend(problems.iter().map(|p| format!("data plane: {p}")));
-    if !reasons.is_empty() {
-        return (BTreeSet::new(), up.into_keys().collect(), reasons);
+    let mut blocked: Vec<String> = problems.iter().map(|p| format!("data plane: {p}")).collect();
+    if !ready {
+        blocked.push("waiting for the sync group's sessions (ha.group): a node announces once it has them".to_string());
     }
-    let (on, off): (Vec<_>, Vec<_>) = up.into_iter().partition(|(_, ok)| *ok);
-    reasons.extend(off.iter().map(|(p, _)| format!("{}: no service on it has a backend up", show(p))));
-    (on.into_iter().map(|(p, _)| p).collect(), off.into_iter().map(|(p, _)| p).collect(), reasons)
+    if !blocked.is_empty() {
+        reasons.extend(blocked);
+        return Wanted { routes: Routes::default(), withheld: all(), reasons, vips };
+    }
+    let mut routes = Routes::default();
+    let mut withheld = BTreeSet::new();
+    if drain == DrainState::Off {
+        for (p, ok) in up {
+            if ok {
+                routes.primary.insert(p);
+            } else {
+                reasons.push(format!("{}: no service on it has a backend up", show(&p)));
+                withheld.insert(p);
+            }
+        }
+        routes.backup = peers;
+    } else {
+        withheld.extend(vips.iter().copied());
+        withheld.extend(peers);
+    }
+    if drain == DrainState::Drained {
+        withheld.extend(own);
+    } else {
+        routes.primary.extend(own);
+    }
+    Wanted { routes, withheld, reasons, vips }
 }
 
 struct Drain {
@@ -72,9 +130,11 @@ struct Shared {
     bird_running: bool,
     restarts: u64,
     error: Option<String>,
-    announced: BTreeSet<Prefix>,
+    announced: Routes,
     withheld: BTreeSet<Prefix>,
     reasons: Vec<String>,
+    /// Whether a VIP is among the announced prefixes.
+    vips_announced: bool,
     sessions: Vec<Session>,
     changes: u64,
     drain: Option<Drain>,
@@ -114,12 +174,19 @@ impl Announcer {
             if bird.restarts != restarts {
                 (started, restarts, up_since, settled) = (Instant::now(), bird.restarts, None, false);
             }
-            let draining = lock(&self.shared).drain.is_some();
-            let (mut want, mut withheld, mut reasons) = wanted(&d.config.control.snapshot(), &d.problems(), draining);
+            // While draining, the node's live sessions (a drain is over when none is left).
+            if lock(&self.shared).drain.is_some() {
+                let n = d.workers.totals().sessions as u64;
+                lock(&self.shared).drain_sessions = n;
+            }
+            let drain = self.drain_state();
+            let ready = d.sync.as_ref().is_none_or(|s| s.ready());
+            let Wanted { routes: mut want, mut withheld, mut reasons, vips } = wanted(&d.config.control.snapshot(), &d.problems(), drain, ready);
             if !settled {
                 settled = up_since.is_some_and(|t| t.elapsed() >= SETTLE) || started.elapsed() >= SETTLE_LIMIT;
                 if !settled && !want.is_empty() {
-                    withheld.append(&mut want);
+                    let w = std::mem::take(&mut want);
+                    withheld.extend(w.primary.into_iter().chain(w.backup));
                     reasons.push(format!("waiting for a BGP session to stay established for {SETTLE:?} (at most {SETTLE_LIMIT:?} after BIRD's start)"));
                 }
             }
@@ -129,10 +196,10 @@ impl Announcer {
                 match bird.announce(&want) {
                     Ok(()) => {
                         changed = true;
-                        tracing::info!("bgp: announcing {:?}", want.iter().map(show).collect::<Vec<_>>());
+                        tracing::info!("bgp: announcing {:?}, backup {:?}", want.primary.iter().map(show).collect::<Vec<_>>(), want.backup.iter().map(show).collect::<Vec<_>>());
                     }
                     Err(e) => {
-                        tracing::warn!("bgp: announcing {:?}: {e}", want.iter().map(show).collect::<Vec<_>>());
+                        tracing::warn!("bgp: announcing {:?}, backup {:?}: {e}", want.primary.iter().map(show).collect::<Vec<_>>(), want.backup.iter().map(show).collect::<Vec<_>>());
                         error = Some(e.to_string());
                     }
                 }
@@ -147,29 +214,36 @@ impl Announcer {
             } else {
                 None
             };
-            let live = if draining { Some(d.workers.totals().sessions as u64) } else { None };
             {
                 let mut s = lock(&self.shared);
                 s.bird_running = running && bird.running();
                 s.restarts = bird.restarts;
                 s.error = error.or_else(|| bird.error.clone());
                 s.announced = bird.announced().clone();
+                s.vips_announced = s.announced.primary.iter().any(|p| vips.contains(p));
                 s.withheld = withheld;
                 s.reasons = reasons;
                 s.changes += changed as u64;
                 if let Some(v) = sessions {
                     s.sessions = v;
                 }
-                if let Some(n) = live {
-                    s.drain_sessions = n;
-                }
             }
             std::thread::park_timeout(TICK);
         }
         bird.stop(STOP_GRACE);
         let mut s = lock(&self.shared);
-        s.announced.clear();
+        s.announced = Routes::default();
+        s.vips_announced = false;
         s.bird_running = false;
+    }
+
+    fn drain_state(&self) -> DrainState {
+        let s = lock(&self.shared);
+        match &s.drain {
+            None => DrainState::Off,
+            Some(d) if s.drain_sessions == 0 || Instant::now() >= d.deadline => DrainState::Drained,
+            Some(_) => DrainState::Draining,
+        }
     }
 
     /// Asks the loop to withdraw and end (it returns from [`Announcer::run`]).
@@ -198,7 +272,7 @@ impl Announcer {
         let t = Instant::now();
         while t.elapsed() < limit {
             let s = lock(&self.shared);
-            if s.drain.is_none() || s.announced.is_empty() {
+            if s.drain.is_none() || !s.vips_announced {
                 return;
             }
             drop(s);
@@ -229,13 +303,14 @@ impl Announcer {
         let state = match &drain {
             Some(d) if d.done => "drained",
             Some(_) => "draining",
-            None if s.announced.is_empty() => "withdrawn",
+            None if !s.vips_announced => "withdrawn",
             None => "announcing",
         };
         BgpStatus {
             state: state.into(),
             reasons: s.reasons.clone(),
-            announced: s.announced.iter().map(show).collect(),
+            announced: s.announced.primary.iter().map(show).collect(),
+            announced_backup: s.announced.backup.iter().map(show).collect(),
             withheld: s.withheld.iter().map(show).collect(),
             bird_running: s.bird_running,
             bird_restarts: s.restarts,
@@ -280,6 +355,7 @@ mod tests {
                 scheduler: vectorlb_sched::Algorithm::parse("maglev").unwrap(),
                 backends: vec![BackendSpec { addr: be, port: 0, weight: *w, quic_id: None }],
                 local_addrs: Vec::new(),
+                peer_local_addrs: Vec::new(),
                 toa: false,
                 synproxy: Default::default(),
                 timeouts: Default::default(),
@@ -294,23 +370,66 @@ mod tests {
     #[test]
     fn announces_vips_with_a_backend_up_while_the_data_plane_works() {
         let s = snap(&[("10.0.0.100", 1), ("10.0.0.100", 0), ("10.0.0.101", 0), ("2001:db8::100", 1)]);
-        let (on, off, why) = wanted(&s, &[], false);
-        assert_eq!(on.iter().map(show).collect::<Vec<_>>(), ["10.0.0.100/32", "2001:db8::100/128"]);
-        assert_eq!(off.iter().map(show).collect::<Vec<_>>(), ["10.0.0.101/32"]);
-        assert_eq!(why, ["10.0.0.101/32: no service on it has a backend up"]);
-        let (on, off, why) = wanted(&s, &["worker 0: no progress for 1200 ms".into()], false);
-        assert!(on.is_empty());
-        assert_eq!(off.len(), 3);
-        assert_eq!(why, ["data plane: worker 0: no progress for 1200 ms"]);
-        let (on, _, why) = wanted(&s, &[], true);
-        assert!(on.is_empty());
-        assert!(why[0].starts_with("draining"));
+        let w = wanted(&s, &[], DrainState::Off, true);
+        assert_eq!(w.routes.primary.iter().map(show).collect::<Vec<_>>(), ["10.0.0.100/32", "2001:db8::100/128"]);
+        assert!(w.routes.backup.is_empty());
+        assert_eq!(w.withheld.iter().map(show).collect::<Vec<_>>(), ["10.0.0.101/32"]);
+        assert_eq!(w.reasons, ["10.0.0.101/32: no service on it has a backend up"]);
+        let w = wanted(&s, &["worker 0: no progress for 1200 ms".into()], DrainState::Off, true);
+        assert!(w.routes.is_empty());
+        assert_eq!(w.withheld.len(), 3);
+        assert_eq!(w.reasons, ["data plane: worker 0: no progress for 1200 ms"]);
+        let w = wanted(&s, &[], DrainState::Draining, true);
+        assert!(w.routes.is_empty());
+        assert!(w.reasons[0].starts_with("draining"));
+        let w = wanted(&s, &[], DrainState::Off, false);
+        assert!(w.routes.is_empty() && w.withheld.len() == 3, "{w:?}");
+        assert!(w.reasons[0].contains("sync group"), "{w:?}");
+    }
+
+    #[test]
+    fn full_nat_local_addresses_own_and_backup() {
+        let mut spec = LbSpec::default();
+        let addrs = vec![("10.1.0.1".parse().unwrap(), 24)];
+        spec.ports.push(vectorlb_lb::PortSpec { name: "int".into(), mac: [2, 0, 0, 0, 0, 1], addrs, vlan: None, mtu: 1500 });
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        spec.services.push(ServiceSpec {
+            vip: ip("10.0.0.100"),
+            port: 80,
+            proto: vectorlb_packet::proto::TCP,
+            mode: Mode::Fnat,
+            scheduler: vectorlb_sched::Algorithm::parse("maglev").unwrap(),
+            backends: vec![BackendSpec { addr: ip("10.1.0.11"), port: 80, weight: 1, quic_id: None }],
+            local_addrs: vec![ip("10.200.0.1")],
+            peer_local_addrs: vec![ip("10.200.0.2"), ip("10.200.0.3")],
+            toa: false,
+            synproxy: Default::default(),
+            timeouts: Default::default(),
+            continuation: false,
+            quic: false,
+        });
+        let s = Control::new(&spec).unwrap().snapshot();
+        let names = |v: &BTreeSet<Prefix>| v.iter().map(show).collect::<Vec<_>>();
+        let w = wanted(&s, &[], DrainState::Off, true);
+        assert_eq!(names(&w.routes.primary), ["10.0.0.100/32", "10.200.0.1/32"]);
+        assert_eq!(names(&w.routes.backup), ["10.200.0.2/32", "10.200.0.3/32"]);
+        // A drain keeps the own local address (the flows' replies) until it is over; the
+        // peers' are not taken over by a draining node.
+        let w = wanted(&s, &[], DrainState::Draining, true);
+        assert_eq!(names(&w.routes.primary), ["10.200.0.1/32"]);
+        assert!(w.routes.backup.is_empty());
+        let w = wanted(&s, &[], DrainState::Drained, true);
+        assert!(w.routes.is_empty());
+        assert_eq!(w.withheld.len(), 4);
+        // A broken data plane, or a group node without the group's sessions: nothing.
+        assert!(wanted(&s, &["port int: link down".into()], DrainState::Off, true).routes.is_empty());
+        assert!(wanted(&s, &[], DrainState::Off, false).routes.is_empty());
     }
 
     #[test]
     fn drain_states() {
         let a = Announcer::new(&BgpSpec::new(65001, "10.0.0.1".parse().unwrap(), Vec::new()));
-        lock(&a.shared).announced.insert(prefix("10.0.0.100".parse().unwrap()));
+        lock(&a.shared).vips_announced = true;
         assert_eq!(a.status().state, "announcing");
         a.drain(true, Some(60));
         lock(&a.shared).drain_sessions = 3;

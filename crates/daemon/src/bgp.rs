@@ -4,8 +4,12 @@
 //! states. BIRD speaks BGP and BFD over the host's kernel sockets (the data plane hands the
 //! node's own traffic to the kernel); it installs no routes here (no kernel protocol).
 //!
-//! The prefixes live in two static protocols (`vips4`, `vips6`) as blackhole routes that only
-//! the BGP channels export: IPv4 prefixes to IPv4 neighbours, IPv6 to IPv6 ones.
+//! The prefixes live in static protocols as blackhole routes that only the BGP channels export:
+//! IPv4 prefixes to IPv4 neighbours, IPv6 to IPv6 ones. `vips4` and `vips6` hold the primary
+//! routes (VIPs, this node's full-NAT local addresses); `backup4` and `backup6` the sync
+//! group's other nodes' local addresses, exported with this node's AS prepended
+//! [`BACKUP_PREPEND`] more times, so a router prefers the owner's route and falls back to
+//! these only when the owner's is gone.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -22,10 +26,28 @@ pub const BIRDC_DEADLINE: Duration = Duration::from_secs(3);
 /// A prefix to announce: an address and its length.
 pub type Prefix = (IpAddr, u8);
 
-/// BIRD's configuration for `spec` announcing `prefixes`. Every value comes from the checked
+/// How many extra times a backup route carries this node's AS: a longer path than any owner's
+/// route (one AS), so never chosen while that route exists.
+pub const BACKUP_PREPEND: usize = 3;
+
+/// What to announce.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routes {
+    pub primary: BTreeSet<Prefix>,
+    /// Announced with a longer AS path ([`BACKUP_PREPEND`]).
+    pub backup: BTreeSet<Prefix>,
+}
+
+impl Routes {
+    pub fn is_empty(&self) -> bool {
+        self.primary.is_empty() && self.backup.is_empty()
+    }
+}
+
+/// BIRD's configuration for `spec` announcing `routes`. Every value comes from the checked
 /// configuration (addresses, numbers, passwords without quotes or backslashes), so nothing
 /// here can inject configuration.
-pub fn bird_config(spec: &BgpSpec, prefixes: &BTreeSet<Prefix>) -> String {
+pub fn bird_config(spec: &BgpSpec, routes: &Routes) -> String {
     let mut c = String::new();
     let _ = writeln!(c, "# Written by vectorlb from [bgp]; rewritten on every change. Do not edit.");
     let _ = writeln!(c, "router id {};", spec.router_id);
@@ -40,7 +62,7 @@ pub fn bird_config(spec: &BgpSpec, prefixes: &BTreeSet<Prefix>) -> String {
         );
     }
     let communities: String = spec.communities.iter().map(|(a, v)| format!(" bgp_community.add(({a},{v}));")).collect();
-    for (name, v4) in [("vips4", true), ("vips6", false)] {
+    for (name, v4, prefixes) in [("vips4", true, &routes.primary), ("vips6", false, &routes.primary), ("backup4", true, &routes.backup), ("backup6", false, &routes.backup)] {
         let _ = writeln!(c, "protocol static {name} {{");
         let _ = writeln!(c, "  {};", if v4 { "ipv4" } else { "ipv6" });
         for (a, len) in prefixes.iter().filter(|(a, _)| a.is_ipv4() == v4) {
@@ -52,8 +74,9 @@ pub fn bird_config(spec: &BgpSpec, prefixes: &BTreeSet<Prefix>) -> String {
         }
         let _ = writeln!(c, "}}");
     }
+    let prepend: String = (0..BACKUP_PREPEND).map(|_| format!(" bgp_path.prepend({});", spec.asn)).collect();
     for (i, n) in spec.neighbors.iter().enumerate() {
-        let (channel, source) = if n.address.is_ipv4() { ("ipv4", "vips4") } else { ("ipv6", "vips6") };
+        let (channel, source, backup) = if n.address.is_ipv4() { ("ipv4", "vips4", "backup4") } else { ("ipv6", "vips6", "backup6") };
         let next_hop = match spec.next_hop {
             Some(a) if a.is_ipv4() == n.address.is_ipv4() => format!("next hop address {a}"),
             _ => "next hop self".to_string(),
@@ -74,7 +97,10 @@ pub fn bird_config(spec: &BgpSpec, prefixes: &BTreeSet<Prefix>) -> String {
         if let Some(p) = &n.password {
             let _ = writeln!(c, "  password \"{p}\";");
         }
-        let _ = writeln!(c, "  {channel} {{ import none; export where proto = \"{source}\"; {next_hop}; }};");
+        let _ = writeln!(
+            c,
+            "  {channel} {{ import none; export filter {{ if proto = \"{source}\" then accept; if proto = \"{backup}\" then {{{prepend} accept; }} reject; }}; {next_hop}; }};"
+        );
         let _ = writeln!(c, "}}");
     }
     c
@@ -120,7 +146,7 @@ pub struct Bird {
     spec: BgpSpec,
     dir: PathBuf,
     child: Option<Child>,
-    announced: BTreeSet<Prefix>,
+    announced: Routes,
     /// Times BIRD was started again after it died (or could not be started).
     pub restarts: u64,
     /// Why the last start or reconfiguration failed, if it did.
@@ -134,7 +160,7 @@ impl Bird {
     pub fn start(spec: &BgpSpec, dir: &Path) -> io::Result<Bird> {
         std::fs::create_dir_all(dir)?;
         std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-        let mut b = Bird { spec: spec.clone(), dir: dir.to_path_buf(), child: None, announced: BTreeSet::new(), restarts: 0, error: None, next_start: Instant::now() };
+        let mut b = Bird { spec: spec.clone(), dir: dir.to_path_buf(), child: None, announced: Routes::default(), restarts: 0, error: None, next_start: Instant::now() };
         b.write_config()?;
         b.spawn()?;
         Ok(b)
@@ -220,13 +246,13 @@ impl Bird {
         Ok(text)
     }
 
-    /// Announces exactly `prefixes` (withdrawing the rest): BIRD reconfigures without touching
+    /// Announces exactly `routes` (withdrawing the rest): BIRD reconfigures without touching
     /// its sessions. Nothing happens when the set is unchanged.
-    pub fn announce(&mut self, prefixes: &BTreeSet<Prefix>) -> io::Result<()> {
-        if *prefixes == self.announced {
+    pub fn announce(&mut self, routes: &Routes) -> io::Result<()> {
+        if *routes == self.announced {
             return Ok(());
         }
-        let previous = std::mem::replace(&mut self.announced, prefixes.clone());
+        let previous = std::mem::replace(&mut self.announced, routes.clone());
         let r = self.write_config().and_then(|()| {
             if self.child.is_none() {
                 // Read at the next start.
@@ -250,7 +276,7 @@ impl Bird {
         self.child.is_some()
     }
 
-    pub fn announced(&self) -> &BTreeSet<Prefix> {
+    pub fn announced(&self) -> &Routes {
         &self.announced
     }
 
@@ -287,7 +313,7 @@ impl Bird {
 
     /// Withdraws everything, gives the routers `grace` to hear it, and stops BIRD.
     pub fn stop(mut self, grace: Duration) {
-        if self.child.is_some() && !self.announced.is_empty() && self.announce(&BTreeSet::new()).is_ok() {
+        if self.child.is_some() && !self.announced.is_empty() && self.announce(&Routes::default()).is_ok() {
             std::thread::sleep(grace);
         }
         if let Some(mut c) = self.child.take() {
@@ -331,7 +357,10 @@ mod tests {
 
     #[test]
     fn writes_what_bird_needs() {
-        let p: BTreeSet<Prefix> = [("10.0.0.100".parse().unwrap(), 32), ("2001:db8::100".parse().unwrap(), 128)].into();
+        let p = Routes {
+            primary: [("10.0.0.100".parse().unwrap(), 32), ("2001:db8::100".parse().unwrap(), 128)].into(),
+            backup: [("10.200.0.2".parse().unwrap(), 32)].into(),
+        };
         let c = bird_config(&spec(), &p);
         for want in [
             "router id 10.0.0.1;",
@@ -340,8 +369,9 @@ mod tests {
             "  route 2001:db8::100/128 blackhole { bgp_community.add((65001,100)); };",
             "  neighbor 10.0.0.254 as 65000;",
             "  password \"s3cret\";",
-            "  ipv4 { import none; export where proto = \"vips4\"; next hop self; };",
-            "  ipv6 { import none; export where proto = \"vips6\"; next hop self; };",
+            "  route 10.200.0.2/32 blackhole { bgp_community.add((65001,100)); };",
+            "  ipv4 { import none; export filter { if proto = \"vips4\" then accept; if proto = \"backup4\" then { bgp_path.prepend(65001); bgp_path.prepend(65001); bgp_path.prepend(65001); accept; } reject; }; next hop self; };",
+            "  ipv6 { import none; export filter { if proto = \"vips6\" then accept; if proto = \"backup6\" then { bgp_path.prepend(65001); bgp_path.prepend(65001); bgp_path.prepend(65001); accept; } reject; }; next hop self; };",
             "  hold time 9;",
             "  keepalive time 3;",
             "  bfd on;",
@@ -351,15 +381,17 @@ mod tests {
         assert_eq!(c.matches("protocol bgp").count(), 2);
         // Each family's routes in its own static protocol only.
         let v4 = &c[c.find("protocol static vips4").unwrap()..c.find("protocol static vips6").unwrap()];
-        assert!(v4.contains("10.0.0.100/32") && !v4.contains("2001:db8::100"));
+        assert!(v4.contains("10.0.0.100/32") && !v4.contains("2001:db8::100") && !v4.contains("10.200.0.2"));
+        let b4 = &c[c.find("protocol static backup4").unwrap()..c.find("protocol static backup6").unwrap()];
+        assert!(b4.contains("10.200.0.2/32") && !b4.contains("10.0.0.100"));
         let mut s = spec();
         s.bfd = false;
         s.communities.clear();
         s.next_hop = Some("10.0.0.9".parse().unwrap());
-        let c = bird_config(&s, &BTreeSet::new());
+        let c = bird_config(&s, &Routes::default());
         assert!(!c.contains("bfd"), "{c}");
-        assert!(c.contains("ipv4 { import none; export where proto = \"vips4\"; next hop address 10.0.0.9; };"), "{c}");
-        assert!(c.contains("ipv6 { import none; export where proto = \"vips6\"; next hop self; };"), "the other family keeps self: {c}");
+        assert!(c.contains("reject; }; next hop address 10.0.0.9; };"), "{c}");
+        assert!(c.contains("\"vips6\" then accept;") && c.contains("reject; }; next hop self; };"), "the other family keeps self: {c}");
     }
 
     #[test]
@@ -373,7 +405,7 @@ mod tests {
         let mut s = spec();
         s.birdc = hang.display().to_string();
         let child = Command::new("sleep").arg("30").spawn().unwrap();
-        let b = Bird { spec: s, dir: dir.clone(), child: Some(child), announced: BTreeSet::new(), restarts: 0, error: None, next_start: Instant::now() };
+        let b = Bird { spec: s, dir: dir.clone(), child: Some(child), announced: Routes::default(), restarts: 0, error: None, next_start: Instant::now() };
         let t = Instant::now();
         assert!(b.sessions().iter().all(|s| s.state == "unknown"));
         let e = b.birdc(&["show", "protocols"]).unwrap_err();

@@ -258,7 +258,8 @@ pub fn xdp_tables(c: &Config, host: &[IpAddr]) -> XdpTables {
     }
     for s in &c.spec.services {
         *m.entry(s.vip).or_default() |= xdp::FLAG_DST;
-        for a in &s.local_addrs {
+        // A peer's local addresses too: after that peer's loss its backends' replies arrive here.
+        for a in s.local_addrs.iter().chain(&s.peer_local_addrs) {
             *m.entry(*a).or_default() |= xdp::FLAG_DST;
         }
         if s.mode == Mode::Nat {

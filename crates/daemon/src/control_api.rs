@@ -242,6 +242,7 @@ impl LbControl for Daemon {
                         _ => None,
                     },
                     local_addrs: s.local_addrs.iter().map(IpAddr::to_string).collect(),
+                    peer_local_addrs: s.peer_local_addrs.iter().map(IpAddr::to_string).collect(),
                     toa: s.toa,
                     synproxy: match s.synproxy {
                         SynProxy::Off => SynProxyName::Off,
@@ -279,8 +280,8 @@ impl LbControl for Daemon {
         let sched = scheduler(s.scheduler, s.table_size, None)?.unwrap_or(Algorithm::Wrr);
         check_toa(s.toa, mode, p)?;
         let synproxy = synproxy_of(s.synproxy, None, mode, p)?;
-        if mode != Mode::Fnat && !s.local_addrs.is_empty() {
-            return Err(ApiError::Unprocessable("local_addrs: only fnat services use local addresses".into()));
+        if mode != Mode::Fnat && !(s.local_addrs.is_empty() && s.peer_local_addrs.is_empty()) {
+            return Err(ApiError::Unprocessable("local_addrs, peer_local_addrs: only fnat services use local addresses".into()));
         }
         let key = ServiceKey { proto: s.proto, vip: s.vip, port: s.port };
         self.config.edit(|c| {
@@ -297,6 +298,7 @@ impl LbControl for Daemon {
                 scheduler: sched,
                 backends: s.backends.iter().map(|b| BackendSpec { addr: b.addr, port: b.port, weight: b.weight, quic_id: None }).collect(),
                 local_addrs: s.local_addrs.clone(),
+                peer_local_addrs: s.peer_local_addrs.clone(),
                 toa: s.toa,
                 synproxy,
                 timeouts,
@@ -477,7 +479,7 @@ impl LbControl for Daemon {
     }
 
     fn sync(&self) -> SyncStatus {
-        self.sync.as_ref().map(|s| s.stats.status()).unwrap_or_default()
+        self.sync.as_ref().map(|s| s.status()).unwrap_or_default()
     }
 
     fn bgp(&self) -> Option<BgpStatus> {

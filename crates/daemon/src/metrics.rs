@@ -108,12 +108,15 @@ pub fn render(d: &Daemon) -> String {
     // Session sync's series exist (all zero) when it is not configured, so dashboards and
     // alerts need no special case; vectorlb_sync_configured tells the two apart.
     {
-        let st = d.sync.as_ref().map(|sy| sy.stats.status()).unwrap_or_default();
+        let st = d.sync.as_ref().map(|sy| sy.status()).unwrap_or_default();
         head(&mut o, "vectorlb_sync_configured", "gauge", "1 when session sync ([ha]) is configured.");
         let _ = writeln!(o, "vectorlb_sync_configured {}", d.sync.is_some() as u8);
+        head(&mut o, "vectorlb_sync_ready", "gauge", "1 when this node has its sync group's sessions (always 1 in a pair; 0 unconfigured).");
+        let _ = writeln!(o, "vectorlb_sync_ready {}", (d.sync.is_some() && st.ready) as u8);
         head(&mut o, "vectorlb_sync_records_total", "counter", "Session sync records by direction and outcome.");
         for (k, v) in [
             ("sent", st.records_sent),
+            ("dropped_over_rate", st.records_dropped),
             ("received", st.records_received),
             ("installed", st.installed),
             ("rejected_unknown", st.rejected.unknown),
@@ -143,9 +146,10 @@ pub fn render(d: &Daemon) -> String {
         for s in ["announcing", "withdrawn", "draining", "drained"] {
             let _ = writeln!(o, "vectorlb_bgp_state{{state=\"{s}\"}} {}", (st.state == s) as u8);
         }
-        head(&mut o, "vectorlb_bgp_announced", "gauge", "1 for each prefix announced now, 0 for each VIP withheld.");
-        for (p, v) in st.announced.iter().map(|p| (p, 1)).chain(st.withheld.iter().map(|p| (p, 0))) {
-            let _ = writeln!(o, "vectorlb_bgp_announced{{prefix=\"{p}\"}} {v}");
+        head(&mut o, "vectorlb_bgp_announced", "gauge", "1 for each prefix announced now, 0 for each withheld; route: primary, or backup (a peer's local address, longer AS path).");
+        let primary = st.announced.iter().map(|p| (p, "primary", 1)).chain(st.withheld.iter().map(|p| (p, "primary", 0)));
+        for (p, r, v) in primary.chain(st.announced_backup.iter().map(|p| (p, "backup", 1))) {
+            let _ = writeln!(o, "vectorlb_bgp_announced{{prefix=\"{p}\",route=\"{r}\"}} {v}");
         }
         head(&mut o, "vectorlb_bgp_session_up", "gauge", "1 while the BGP session with a neighbour is established.");
         for n in &st.neighbors {

@@ -15,12 +15,21 @@
 //! oldest; the period grows while the standby's acknowledgements fall behind and shrinks back
 //! when they catch up. Every 60 s the active node re-sends its whole table (paced), so the
 //! standby's expiry times follow sessions that stay in one state.
+//!
+//! A group (`ha.group`, scale-out: docs/scale-out.md) has no standby: every node is active,
+//! sends the sessions its workers create or move to every peer and installs every peer's, so
+//! each node knows every session of the group. A node that starts asks its peers for their
+//! tables and is *ready* (its BGP speaker announces, [`Sync::ready`]) once one peer has sent
+//! the whole of it, or when none answered within [`JOIN_ALONE`] (the first node, or the whole
+//! group starting at once). Only ready nodes answer such requests, so the table a node takes
+//! is complete. The periodic refresh sends only the full-NAT sessions on the node's own local
+//! addresses: their replies come back to it, so its copies' expiry times are the current ones.
 
 use crate::error::SyncError;
 use crate::ha::Ha;
 use crate::lock;
 use crate::workers::Workers;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vectorlb_api::model::{SyncBulk, SyncRefused, SyncRejected, SyncStatus};
 use vectorlb_config::SyncSpec;
-use vectorlb_lb::sync::{InstallError, SyncRecord};
+use vectorlb_lb::sync::{Export, InstallError, SyncRecord};
 pub use vectorlb_sync::{decode, encode, Message, Refused, HEADER, KIND_ACK, KIND_BULK_DONE, KIND_BULK_REQUEST, KIND_RECORDS, MAC, MAGIC, MAX_RECORDS, RECORD, VERSION};
 
 /// Replay protection per sender: its epoch (boot time) and a 64-message window.
@@ -68,6 +77,8 @@ impl Window {
 #[derive(Default)]
 pub struct Stats {
     pub records_sent: AtomicU64,
+    /// Changes not sent: above `ha.max_rate` for longer than the queue holds.
+    pub records_dropped: AtomicU64,
     pub datagrams_sent: AtomicU64,
     pub records_received: AtomicU64,
     pub installed: AtomicU64,
@@ -106,7 +117,10 @@ impl Stats {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         SyncStatus {
             configured: true,
+            group: false,
+            ready: true,
             records_sent: g(&self.records_sent),
+            records_dropped: g(&self.records_dropped),
             datagrams_sent: g(&self.datagrams_sent),
             unacked_datagrams: g(&self.sent_seq).saturating_sub(g(&self.acked_seq)),
             batch_period_ms: g(&self.period_us) as f64 / 1000.0,
@@ -145,6 +159,11 @@ pub struct Sync {
     pub epoch: u64,
     seq: AtomicU64,
     pub stats: Stats,
+    /// A group's node has the group's sessions (always true in a pair).
+    ready: AtomicBool,
+    started: Instant,
+    /// Peers a bulk transfer is being sent to (one at a time each).
+    bulk_to: Mutex<HashSet<SocketAddr>>,
 }
 
 impl Sync {
@@ -188,7 +207,33 @@ impl Sync {
         }
         socket.set_read_timeout(Some(Duration::from_millis(100))).ok();
         let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);
-        Ok(Arc::new(Sync { spec: spec.clone(), socket, epoch, seq: AtomicU64::new(0), stats: Stats::default() }))
+        Ok(Arc::new(Sync {
+            spec: spec.clone(),
+            socket,
+            epoch,
+            seq: AtomicU64::new(0),
+            stats: Stats::default(),
+            ready: AtomicBool::new(!spec.group),
+            started: Instant::now(),
+            bulk_to: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    /// Whether this node has its group's sessions (what its BGP speaker waits for); always true
+    /// for a pair.
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    fn set_ready(&self, why: &str) {
+        if !self.ready.swap(true, Ordering::Relaxed) {
+            tracing::info!("session sync: ready after {:?}: {why}", self.started.elapsed());
+        }
+    }
+
+    /// The API's view: the counters, the mode and readiness.
+    pub fn status(&self) -> SyncStatus {
+        SyncStatus { group: self.spec.group, ready: self.ready(), ..self.stats.status() }
     }
 
     fn send_to(&self, to: &[SocketAddr], kind: u8, ack: u64, records: Vec<(u8, SyncRecord)>) {
@@ -210,6 +255,11 @@ const BASE_PERIOD: Duration = Duration::from_millis(2);
 /// How often the active node re-sends its whole table (expiry refresh on the standby).
 const REFRESH: Duration = Duration::from_secs(60);
 const MAX_PERIOD: Duration = Duration::from_millis(100);
+/// A group's starting node that no peer answered for this long takes itself as the first of
+/// the group (or the whole group started together) and is ready with its own table.
+pub const JOIN_ALONE: Duration = Duration::from_secs(3);
+/// The longest a group's starting node waits for a bulk transfer that has begun.
+pub const JOIN_LIMIT: Duration = Duration::from_secs(60);
 
 /// The sending side: batches what the workers report and, while this node is active, sends it.
 pub fn sender(shared: SyncCtx, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncRecord)>>) {
@@ -217,15 +267,23 @@ pub fn sender(shared: SyncCtx, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncR
     let mut oldest: Option<Instant> = None;
     let mut period = BASE_PERIOD;
     let mut last_refresh = Instant::now();
+    // The stream's bound (`ha.max_rate` records a second): a token bucket holding a tenth of a
+    // second, and at most two seconds' worth waiting (the oldest dropped beyond, counted: a
+    // later change of the same session carries all of it).
+    let rate = sync.spec.max_rate as f64;
+    let (burst, max_pending) = ((rate / 10.0).max(MAX_RECORDS as f64), (sync.spec.max_rate as usize).saturating_mul(2).max(MAX_RECORDS));
+    let (mut tokens, mut filled) = (burst, Instant::now());
     while !shared.stopping() {
         // Sessions whose state does not change are sent once; re-send the whole table now and
         // then so that the standby's expiry times follow the active node's.
-        if last_refresh.elapsed() >= REFRESH && shared.ha.answers_floating() {
+        let active = sync.spec.group || shared.ha.answers_floating();
+        if last_refresh.elapsed() >= REFRESH && active {
             last_refresh = Instant::now();
             let (a, b) = (shared.clone(), sync.clone());
+            let which = if b.spec.group { Export::OwnFullNat } else { Export::All };
             std::thread::spawn(move || {
                 for p in b.spec.peers.clone() {
-                    bulk(&a, &b, p);
+                    bulk(&a, &b, p, which);
                 }
             });
         }
@@ -239,7 +297,7 @@ pub fn sender(shared: SyncCtx, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncR
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        if !shared.ha.answers_floating() {
+        if !active {
             // A BACKUP sends nothing: its sessions come from the MASTER.
             pending.clear();
             oldest = None;
@@ -256,8 +314,19 @@ pub fn sender(shared: SyncCtx, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncR
             period
         };
         sync.stats.period_us.store(period.as_micros() as u64, Ordering::Relaxed);
+        if pending.len() > max_pending {
+            let excess = pending.len() - max_pending;
+            pending.drain(..excess);
+            sync.stats.records_dropped.fetch_add(excess as u64, Ordering::Relaxed);
+        }
+        tokens = (tokens + filled.elapsed().as_secs_f64() * rate).min(burst);
+        filled = Instant::now();
         while pending.len() >= MAX_RECORDS || (!pending.is_empty() && oldest.is_some_and(|t| t.elapsed() >= period)) {
             let n = pending.len().min(MAX_RECORDS);
+            if tokens < n as f64 {
+                break;
+            }
+            tokens -= n as f64;
             let batch: Vec<_> = pending.drain(..n).collect();
             sync.send_to(&sync.spec.peers, KIND_RECORDS, 0, batch);
             oldest = if pending.is_empty() { None } else { Some(Instant::now()) };
@@ -273,14 +342,28 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
     let mut last_bulk_request = Instant::now() - Duration::from_secs(3600);
     let mut bulk_done = false;
     let mut was_backup = false;
+    let group = sync.spec.group;
+    // A group's node: when the last bulk record arrived.
+    let mut last_bulk_record: Option<Instant> = None;
     while !shared.stopping() {
-        let backup = !shared.ha.answers_floating();
+        let backup = !group && !shared.ha.answers_floating();
         if backup && !was_backup {
             bulk_done = false;
         }
         was_backup = backup;
-        // A standby asks for the whole table until it has had it once.
-        if backup && !bulk_done && last_bulk_request.elapsed() >= Duration::from_secs(2) {
+        if group && !sync.ready() {
+            let started = sync.started.elapsed();
+            if last_bulk_record.is_none() && started >= JOIN_ALONE {
+                sync.set_ready("no peer sent its sessions (the first node of the group)");
+            } else if started >= JOIN_LIMIT {
+                sync.set_ready("the peers' bulk transfers did not complete in time");
+            }
+        }
+        // A standby (a group's starting node) asks for the whole table until it has had it.
+        let asking = if group { !sync.ready() } else { backup && !bulk_done };
+        let every = if group { Duration::from_secs(1) } else { Duration::from_secs(2) };
+        // (Not while a transfer is arriving: the peers send one at a time.)
+        if asking && last_bulk_request.elapsed() >= every && last_bulk_record.is_none_or(|t| t.elapsed() >= every) {
             last_bulk_request = Instant::now();
             sync.stats.bulk_requests.fetch_add(1, Ordering::Relaxed);
             sync.send_to(&sync.spec.peers, KIND_BULK_REQUEST, 0, Vec::new());
@@ -313,8 +396,9 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
                 sync.stats.records_received.fetch_add(n, Ordering::Relaxed);
                 if msg.ack == 1 {
                     sync.stats.bulk_received.fetch_add(n, Ordering::Relaxed);
+                    last_bulk_record = Some(Instant::now());
                 }
-                if backup {
+                if backup || group {
                     dispatch(&shared, msg.records);
                 }
                 sync.send_to(&[from], KIND_ACK, msg.seq, Vec::new());
@@ -322,13 +406,22 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
             KIND_ACK => {
                 sync.stats.acked_seq.fetch_max(msg.ack, Ordering::Relaxed);
             }
-            KIND_BULK_REQUEST if !backup => {
-                let (shared, sync) = (shared.clone(), sync.clone());
-                std::thread::spawn(move || bulk(&shared, &sync, from));
+            // A group's node answers once it has the group's sessions itself.
+            KIND_BULK_REQUEST if if group { sync.ready() } else { !backup } => {
+                if lock(&sync.bulk_to).insert(from) {
+                    let (shared, sync) = (shared.clone(), sync.clone());
+                    std::thread::spawn(move || {
+                        bulk(&shared, &sync, from, Export::All);
+                        lock(&sync.bulk_to).remove(&from);
+                    });
+                }
             }
             KIND_BULK_DONE => {
                 bulk_done = true;
                 sync.stats.bulk_completed.fetch_add(1, Ordering::Relaxed);
+                if group {
+                    sync.set_ready(&format!("{from} sent the group's sessions"));
+                }
             }
             _ => {}
         }
@@ -354,13 +447,14 @@ fn dispatch(shared: &SyncCtx, records: Vec<(u8, SyncRecord)>) {
     }
 }
 
-/// Sends every session of every worker to `to`, then BULK_DONE.
-fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr) {
+/// Sends every session of every worker (`Export::All`; then BULK_DONE) or a group's refresh
+/// (`Export::OwnFullNat`) to `to`.
+fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr, which: Export) {
     for w in 0..shared.workers.len() {
         for v6 in [false, true] {
             let mut cursor = Some(0);
             while let Some(c) = cursor {
-                let Ok((records, next)) = shared.workers.export(w, v6, c, MAX_RECORDS * 8) else { break };
+                let Ok((records, next)) = shared.workers.export(w, v6, which, c, MAX_RECORDS * 8) else { break };
                 for chunk in records.chunks(MAX_RECORDS) {
                     sync.stats.bulk_sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
                     // `ack = 1` marks bulk records.
@@ -371,7 +465,9 @@ fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr) {
             }
         }
     }
-    sync.send_to(&[to], KIND_BULK_DONE, 0, Vec::new());
+    if which == Export::All {
+        sync.send_to(&[to], KIND_BULK_DONE, 0, Vec::new());
+    }
 }
 
 #[cfg(test)]

@@ -386,9 +386,9 @@ impl<P: Packet> WorkerLoop<P> {
                         }
                     }
                 }
-                WorkerMsg::Export { v6, start, limit, reply } => {
+                WorkerMsg::Export { v6, which, start, limit, reply } => {
                     let mut out = Vec::new();
-                    let next = self.worker.export(v6, start, limit, self.shared.workers.now_ms(), &mut out);
+                    let next = self.worker.export(v6, which, start, limit, self.shared.workers.now_ms(), &mut out);
                     let _ = reply.send((out, next));
                 }
                 WorkerMsg::Sessions { start, limit, v6, reply } => {

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::sync::mpsc::{self, Sender, SyncSender};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use vectorlb_lb::sync::SyncRecord;
+use vectorlb_lb::sync::{Export, SyncRecord};
 use vectorlb_lb::{counter_set, Counters, Worker};
 use vectorlb_packet::ethernet::Mac;
 
@@ -23,7 +23,7 @@ pub enum WorkerMsg {
     /// Sessions from the active node, to install (standby).
     Install(Vec<SyncRecord>),
     /// A page of sessions as sync records (bulk transfer).
-    Export { v6: bool, start: usize, limit: usize, reply: SyncSender<(Vec<SyncRecord>, Option<usize>)> },
+    Export { v6: bool, which: Export, start: usize, limit: usize, reply: SyncSender<(Vec<SyncRecord>, Option<usize>)> },
 }
 
 /// What workers and health checks report to the control thread.
@@ -204,8 +204,8 @@ impl Workers {
     }
 
     /// A page of worker `w`'s sessions as sync records.
-    pub fn export(&self, w: usize, v6: bool, start: usize, limit: usize) -> Result<(Vec<SyncRecord>, Option<usize>), DaemonError> {
-        self.ask(w, |reply| WorkerMsg::Export { v6, start, limit, reply })
+    pub fn export(&self, w: usize, v6: bool, which: Export, start: usize, limit: usize) -> Result<(Vec<SyncRecord>, Option<usize>), DaemonError> {
+        self.ask(w, |reply| WorkerMsg::Export { v6, which, start, limit, reply })
     }
 
     /// Sessions for worker `w` to install.

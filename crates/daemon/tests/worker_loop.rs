@@ -38,6 +38,7 @@ fn spec() -> LbSpec {
         scheduler: Algorithm::Rr,
         backends: vec![BackendSpec { addr: ip("10.1.0.11"), port: p, weight: 1, quic_id: None }],
         local_addrs: vec![ip("10.1.0.200")],
+        peer_local_addrs: vec![],
         toa: false,
         synproxy: Default::default(),
         timeouts: Timeouts::default(),

@@ -53,9 +53,10 @@ fn store<B: PacketBuf>(buf: &mut B, f: &[u8]) -> bool {
 
 /// Whether we answer for `a`: every address of ours, except the floating ones (VIPs and
 /// full-NAT/SNAT local addresses, which move between HA nodes) when `floating` is false (a
-/// BACKUP node).
+/// BACKUP node). Never for a peer's local address (a sync group's other node owns it; it
+/// reaches this node by routing after that node's loss).
 fn answers(snap: &Snapshot, a: u128, floating: bool) -> bool {
-    snap.dst(a).is_some_and(|d| floating || !(d.vip || d.laddr.is_some()))
+    snap.dst(a).is_some_and(|d| !d.peer && (floating || !(d.vip || d.laddr.is_some())))
 }
 
 /// Handles an ARP or ND frame received on `port`. `floating`: answer for VIPs and local

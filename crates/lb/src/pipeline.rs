@@ -341,8 +341,8 @@ impl Worker {
 
     /// Up to `limit` live sessions of one family from record `start`; the index to continue
     /// from, or `None` at the end (bulk transfer to a standby).
-    pub fn export(&self, v6: bool, start: usize, limit: usize, now: u32, out: &mut Vec<SyncRecord>) -> Option<usize> {
-        crate::sync::export(&self.flows, &self.snap, v6, start, limit, now, out)
+    pub fn export(&self, v6: bool, which: crate::sync::Export, start: usize, limit: usize, now: u32, out: &mut Vec<SyncRecord>) -> Option<usize> {
+        crate::sync::export(&self.flows, &self.snap, v6, which, start, limit, now, out)
     }
 
     /// Installs (or updates) a session received from the active node, under the current
@@ -834,7 +834,12 @@ impl Worker {
                     self.continued_fifo.push_back((r.raw_key(), stamp));
                 }
                 self.flows.counters.events.sessions_created += 1;
-                self.flows.changed(r);
+                // A continued session is not streamed to the sync peers: any node re-creates
+                // it by continuation, and streaming an ACK flood's would carry the flood to
+                // every peer. (A NAT one is, once the backend's reply confirms it.)
+                if st != state::CONTINUED {
+                    self.flows.changed(r);
+                }
                 Ok(r)
             }
             Err(InsertError::Full) => Err(DropReason::TableFull),

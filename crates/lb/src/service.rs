@@ -125,6 +125,10 @@ pub struct ServiceSpec {
     pub backends: Vec<BackendSpec>,
     /// Full-NAT source addresses.
     pub local_addrs: Vec<IpAddr>,
+    /// The local addresses of this service on the other nodes of a sync group: never
+    /// allocated here, but sessions synchronised from those nodes may hold them, and after a
+    /// peer's loss the backends' replies to them arrive here (docs/scale-out.md).
+    pub peer_local_addrs: Vec<IpAddr>,
     /// Insert the TOA option (client address) in full-NAT TCP handshakes.
     pub toa: bool,
     /// Answer SYNs with SYN cookies (TCP NAT and full-NAT services).
@@ -425,6 +429,9 @@ pub struct SnatRule {
 pub struct Dst {
     pub vip: bool,
     pub laddr: Option<u16>,
+    /// A peer's local address (`peer_local_addrs`): reached by routing, never answered for by
+    /// ARP or neighbour discovery.
+    pub peer: bool,
     /// (port, protocol, service id): exact ports first, then any-port services (port 0).
     services: Vec<(u16, u8, u16)>,
 }
@@ -487,6 +494,8 @@ pub struct Snapshot {
     backends: Vec<Option<Backend>>,
     nat_replies: FxHashMap<(u128, u16, u8), Vec<u32>>,
     laddrs: Vec<Option<(IpAddr, [u8; 16])>>,
+    /// Local address ids that are peers' (`peer_local_addrs`).
+    peer_laddrs: FxHashSet<u16>,
     pub snat: Vec<SnatRule>,
     pub ports: Vec<Port>,
     routes: Vec<Route>,
@@ -570,6 +579,12 @@ impl Snapshot {
 
     pub fn laddr_addr(&self, idx: u16) -> Option<IpAddr> {
         self.laddrs.get(idx as usize)?.map(|l| l.0)
+    }
+
+    /// Whether local address `idx` is another node's (`peer_local_addrs`).
+    #[inline]
+    pub fn is_peer_laddr(&self, idx: u16) -> bool {
+        self.peer_laddrs.contains(&idx)
     }
 
     /// A local address's bytes (IPv4 in the first four).
@@ -784,7 +799,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
     }
     let neighbors: FxHashMap<u128, Mac> = spec.neighbors.iter().map(|(ip, mac)| (key(*ip), *mac)).collect();
     // Addresses the load balancer answers for, which no backend can be.
-    let ours: FxHashSet<u128> = spec.services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied())).map(key).collect();
+    let ours: FxHashSet<u128> = spec.services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied()).chain(s.peer_local_addrs.iter().copied())).map(key).collect();
 
     let mut snap = Snapshot {
         generation,
@@ -794,6 +809,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         backends: Vec::new(),
         nat_replies: FxHashMap::default(),
         laddrs: Vec::new(),
+        peer_laddrs: FxHashSet::default(),
         snat: Vec::new(),
         ports,
         routes: routes.into_iter().map(|(_, r)| r).collect(),
@@ -852,6 +868,20 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             }
             if !laddrs_seen.insert(l) {
                 bail!("{name}: local address {l} is listed twice");
+            }
+        }
+        if s.mode != Mode::Fnat && !s.peer_local_addrs.is_empty() {
+            bail!("{name}: peer local addresses: only fnat services use local addresses");
+        }
+        for &l in &s.peer_local_addrs {
+            if !same_family(l, s.vip) {
+                bail!("{name}: peer local address {l} is not of the VIP's family");
+            }
+            if let Some(why) = not_unicast(l) {
+                bail!("{name}: peer local address {l} is {why}");
+            }
+            if !laddrs_seen.insert(l) {
+                bail!("{name}: peer local address {l} is listed twice, or is also a local address of this node");
             }
         }
         let id = reg.service_id(k)?;
@@ -926,6 +956,11 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             for &l in &s.local_addrs {
                 laddrs.push(add_laddr(&mut snap, reg, l)?);
             }
+            for &l in &s.peer_local_addrs {
+                let id = add_laddr(&mut snap, reg, l)?;
+                snap.peer_laddrs.insert(id);
+                snap.dsts.entry(key(l)).or_default().peer = true;
+            }
         }
         let d = snap.dsts.entry(key(s.vip)).or_default();
         if d.laddr.is_some() {
@@ -939,6 +974,12 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         }
         snap.services[id as usize] =
             Some(Service { id, spec: s.clone(), vip_key: key(s.vip), vip_bytes: bytes16(s.vip), sched, hash_key: spec.cluster_key, backends: ids, laddrs, quic_ids });
+    }
+    for svc in snap.services.iter().flatten() {
+        if let Some(&l) = svc.laddrs.iter().find(|l| snap.peer_laddrs.contains(l)) {
+            let a = snap.laddr_addr(l).map_or_else(|| l.to_string(), |a| a.to_string());
+            bail!("local address {a}: this node's on one service, a peer's (peer_local_addrs) on another");
+        }
     }
     for (i, r) in spec.snat.iter().enumerate() {
         if r.addrs.is_empty() {

@@ -114,11 +114,24 @@ pub(crate) fn take_changes(flows: &mut Flows, snap: &Snapshot, now: u32, out: &m
     }
 }
 
+/// Which sessions a walk exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Export {
+    /// Every live session (a bulk transfer to a standby or to a node joining a group).
+    All,
+    /// Only full-NAT sessions on this node's own local addresses: the ones whose replies come
+    /// back here, so whose expiry this node keeps current (a group's periodic refresh; the
+    /// other sessions are refreshed by the node that owns their local address, or re-created
+    /// by continuation).
+    OwnFullNat,
+}
+
 /// Up to `limit` live sessions of one family from record `start`; the index to continue
 /// from, or `None` at the end (bulk transfer to a standby).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn export(flows: &Flows, snap: &Snapshot, v6: bool, start: usize, limit: usize, now: u32, out: &mut Vec<SyncRecord>) -> Option<usize> {
+pub(crate) fn export(flows: &Flows, snap: &Snapshot, v6: bool, which: Export, start: usize, limit: usize, now: u32, out: &mut Vec<SyncRecord>) -> Option<usize> {
     let mut n = 0;
+    let own = |laddr: u16| laddr != NO_LADDR && !snap.is_peer_laddr(laddr);
     let mut visit = |rec: Option<SyncRecord>| {
         if n >= limit {
             return false;
@@ -130,10 +143,11 @@ pub(crate) fn export(flows: &Flows, snap: &Snapshot, v6: bool, start: usize, lim
         true
     };
     let t = &flows.table;
+    let all = which == Export::All;
     if v6 {
-        t.for_each::<[u8; 16]>(start, |i, s| visit(record(snap, s, t.adj_at::<[u8; 16]>(i), now)))
+        t.for_each::<[u8; 16]>(start, |i, s| visit(if all || own(s.laddr) { record(snap, s, t.adj_at::<[u8; 16]>(i), now) } else { None }))
     } else {
-        t.for_each::<[u8; 4]>(start, |i, s| visit(record(snap, s, t.adj_at::<[u8; 4]>(i), now)))
+        t.for_each::<[u8; 4]>(start, |i, s| visit(if all || own(s.laddr) { record(snap, s, t.adj_at::<[u8; 4]>(i), now) } else { None }))
     }
 }
 

@@ -193,3 +193,16 @@ fn a_backup_node_is_silent_for_floating_addresses() {
     let all: Ipv6Addr = "ff02::1".parse().unwrap();
     assert_eq!(na, nd(136, 0x20, [0x33, 0x33, 0, 0, 0, 1], EXT_MAC, vip, all, vip, 2, EXT_MAC));
 }
+
+/// A sync group's peer's local address reaches this node by routing only: never answered for,
+/// even by a node that answers for its floating addresses; its own local address still is.
+#[test]
+fn a_peers_local_address_is_never_answered_for() {
+    let mut s = spec();
+    s.services[0].peer_local_addrs = vec!["10.1.0.201".parse().unwrap()];
+    let snap = Lb::new(s).control.snapshot();
+    for (target, answered) in [([10, 1, 0, 201], false), ([10, 1, 0, 200], true)] {
+        let mut b = HeapBuf::from_frame(&arp(1, CLIENT_MAC, CLIENT_MAC, [10, 1, 0, 2], [0; 6], target, [0xff; 6]));
+        assert_eq!(neigh::handle(&mut b, &snap, 1, true).reply, answered, "{target:?}");
+    }
+}

@@ -102,7 +102,7 @@ fn install_refuses_what_it_cannot_place_and_updates_what_it_has() {
     assert_eq!(standby.worker.install(&other, 1), Err(InstallError::PortTaken));
     // Export walks the whole table (bulk transfer).
     let mut all = Vec::new();
-    assert_eq!(standby.worker.export(false, 0, 100, 1, &mut all), None);
+    assert_eq!(standby.worker.export(false, vectorlb_lb::sync::Export::All, 0, 100, 1, &mut all), None);
     assert_eq!(all.len(), 1);
     assert_eq!((all[0].state, all[0].local), (3, rec.local));
 }
@@ -144,5 +144,70 @@ fn a_proxied_session_keeps_its_sequence_translation_on_the_standby() {
         let (a, b) = (active.run(&up), standby.run(&up));
         assert_eq!(a, b, "{mode:?} v6={v6}: client to backend");
         assert_eq!(word(&a.1, 8), 90_006, "in the backend's numbers");
+    }
+}
+
+/// A sync group (scale-out): node B lists node A's local address as a peer's. A's session
+/// installed on B serves both directions there with A's address and port (after A's loss the
+/// router brings A's replies to B); B never allocates from A's address; each node's refresh
+/// exports only the sessions on its own addresses.
+#[test]
+fn a_peers_session_on_a_peers_local_address_serves_both_directions() {
+    for v6 in [false, true] {
+        let f = Fam { v6 };
+        let other = if v6 { "2001:db8:1::201" } else { "10.1.0.201" };
+        let ip = |s: &str| -> std::net::IpAddr { s.parse().unwrap() };
+        let node = |own: &str, peer: &str| {
+            let mut s = spec(v6, Mode::Fnat);
+            s.services[0].local_addrs = vec![ip(own)];
+            s.services[0].peer_local_addrs = vec![ip(peer)];
+            Lb::new(s)
+        };
+        let (mut a, mut b) = (node(f.laddr(), other), node(other, f.laddr()));
+        a.worker.track_changes(true);
+        let client = |port: u16, flags: u8| Builder::tcp(&f.sock(f.client(), port), &f.sock(f.vip(), 80), flags).macs(ROUTER_MAC, EXT_MAC).build();
+        let (_, out) = a.run(&client(40000, tf::SYN));
+        a.run(&client(40000, tf::ACK));
+        let mut recs = Vec::new();
+        a.worker.take_changes(a.now, &mut recs);
+        assert_eq!(recs.last().unwrap().local.unwrap().0, ip(f.laddr()));
+        for r in &recs {
+            b.worker.install(r, b.now).unwrap();
+        }
+        // Forward on B: A's local address and port, as A would send it.
+        let data = client(40000, tf::ACK | tf::PSH);
+        assert_eq!(a.run(&data), b.run(&data), "v6={v6}: forward");
+        // The backend's reply to A's address, arriving at B: back to the client.
+        let l3 = 14;
+        // The frame A sent to the backend: from A's local address and port.
+        let (la, be, l4) = if v6 { (&out[l3 + 8..l3 + 24], &out[l3 + 24..l3 + 40], l3 + 40) } else { (&out[l3 + 12..l3 + 16], &out[l3 + 16..l3 + 20], l3 + 20) };
+        let show = |x: &[u8]| -> String {
+            if v6 {
+                std::net::Ipv6Addr::from(<[u8; 16]>::try_from(x).unwrap()).to_string()
+            } else {
+                std::net::Ipv4Addr::from(<[u8; 4]>::try_from(x).unwrap()).to_string()
+            }
+        };
+        assert_eq!(show(la), f.laddr());
+        let (lport, bport) = (u16::from_be_bytes([out[l4], out[l4 + 1]]), u16::from_be_bytes([out[l4 + 2], out[l4 + 3]]));
+        let reply = Builder::tcp(&f.sock(&show(be), bport), &f.sock(&show(la), lport), tf::ACK | tf::PSH).macs(be_mac(1), INT_MAC).build();
+        let (ra, rb) = (a.run(&reply), b.run(&reply));
+        assert!(matches!(rb.0, Verdict::Tx(0)), "v6={v6}: {rb:?}");
+        assert_eq!(ra, rb, "v6={v6}: reply");
+        // B's own new flows use its own address only.
+        let (_, out) = b.run(&client(40001, tf::SYN));
+        assert_eq!(show(if v6 { &out[l3 + 8..l3 + 24] } else { &out[l3 + 12..l3 + 16] }), other, "v6={v6}: B allocates from its own address");
+        // The refresh: each node's own full-NAT sessions only.
+        let export = |lb: &Lb, which| {
+            let mut v = Vec::new();
+            lb.worker.export(v6, which, 0, 100, lb.now, &mut v);
+            v.iter().map(|r| r.cport).collect::<Vec<_>>()
+        };
+        use vectorlb_lb::sync::Export;
+        assert_eq!(export(&a, Export::OwnFullNat), [40000]);
+        let mut all_b = export(&b, Export::All);
+        all_b.sort();
+        assert_eq!(all_b, [40000, 40001]);
+        assert_eq!(export(&b, Export::OwnFullNat), [40001], "v6={v6}: A's session is A's to refresh");
     }
 }

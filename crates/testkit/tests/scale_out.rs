@@ -1,9 +1,12 @@
 //! Scale-out of the L4 tier (docs/scale-out.md): three vectorlb nodes, each with its BIRD,
 //! announce the VIPs by BGP to a router running FRR (a BGP implementation nobody here wrote),
 //! which spreads the clients' flows over them by ECMP (L4 hash). Long-lived connections and
-//! new ones run while nodes join, die, come back, drain and stop; a mid-flow packet that
-//! reaches a node without its session goes where its SYN went (stateless continuation), so
-//! nothing breaks. The same kill with continuation off is the baseline: what breaks without it.
+//! new ones run while nodes join, die, come back, drain and stop; a mid-flow DR or TUN packet
+//! that reaches a node without its session goes where its SYN went (stateless continuation),
+//! and a full-NAT one finds the session the group's sync gave every node; after a node's loss
+//! its peers take over its local addresses (backup routes), so its full-NAT flows' replies
+//! reach them, and hand them back when it returns. Nothing breaks. The same kill and return
+//! with continuation and sync off is the baseline: what breaks without them.
 //!
 //! Each event prints one JSON line (`{"scale_out": ...}`): the docs and the closing notes
 //! quote them.
@@ -22,6 +25,11 @@ const TUN4: &str = "10.100.0.2";
 const TUN6: &str = "2001:db8:100::2";
 /// A TUN service on an IPv4 VIP with IPv6 backends (IPv4-in-IPv6).
 const TUN46: &str = "10.100.0.3";
+/// Full-NAT services: node k's local addresses 10.200.0.k and 2001:db8:200::k.
+const FNAT4: &str = "10.100.0.4";
+const FNAT6: &str = "2001:db8:100::4";
+const VIPS: [&str; 7] = [VIP4, VIP6, TUN4, TUN6, TUN46, FNAT4, FNAT6];
+const MODES: &str = "dr+tun+tun4in6+fnat";
 const CONNECTIONS: usize = 1000;
 const NEW_PER_SECOND: f64 = 20.0;
 /// Each node's session table (one worker); a tenth of it is the continuation budget.
@@ -88,15 +96,32 @@ impl Drop for Node {
     }
 }
 
-/// Node `k`'s configuration: its own data-plane addresses and router id, the cluster's key and
-/// services (DR, IPv4 and IPv6), continuation on (the default for DR) or off (the baseline).
-fn config(dir: &std::path::Path, k: u8, continuation: bool) -> String {
+/// Node `k`'s configuration: its own data-plane addresses, local addresses and router id, the
+/// cluster's key and services (DR, TUN, full NAT; IPv4 and IPv6); continuation and the group's
+/// session sync on (`recovery`), or both off (the baseline).
+fn config(dir: &std::path::Path, k: u8, recovery: bool) -> String {
+    let continuation = recovery;
     let svc = |vip: &str, mode: &str, be: &[&str]| {
         let backends: Vec<String> = be.iter().map(|a| format!("{{ addr = \"{a}\", port = 9000 }}")).collect();
+        let mut extra = if mode == "fnat" { String::new() } else { format!("continuation = {continuation}\n") };
+        if mode == "fnat" {
+            let la = |n: u8| if vip.contains(':') { format!("\"2001:db8:200::{n}\"") } else { format!("\"10.200.0.{n}\"") };
+            let peers: Vec<String> = (1..=3).filter(|&n| n != k).map(la).collect();
+            extra += &format!("local_addrs = [{}]\n", la(k));
+            if recovery {
+                extra += &format!("peer_local_addrs = [{}]\n", peers.join(", "));
+            }
+        }
         format!(
-            "[[services]]\nvip = \"{vip}\"\nport = 9000\nproto = \"tcp\"\nmode = \"{mode}\"\nscheduler = \"maglev\"\ncontinuation = {continuation}\nbackends = [{}]\n\n",
+            "[[services]]\nvip = \"{vip}\"\nport = 9000\nproto = \"tcp\"\nmode = \"{mode}\"\nscheduler = \"maglev\"\n{extra}backends = [{}]\n\n",
             backends.join(", ")
         )
+    };
+    let sync = if recovery {
+        let peers: Vec<String> = (1..=3u8).filter(|&n| n != k).map(|n| format!("\"10.1.0.25{n}:7946\"")).collect();
+        format!("[ha]\nsync_listen = \"10.1.0.25{k}:7946\"\nsync_peers = [{}]\nsync_key = \"scale-out-test-sync-key\"\ngroup = true\n\n", peers.join(", "))
+    } else {
+        String::new()
     };
     format!(
         "[global]\ncluster_key = \"scale-out-test-cluster-key\"\nmax_sessions = {MAX_SESSIONS}\n\n\
@@ -104,12 +129,16 @@ fn config(dir: &std::path::Path, k: u8, continuation: bool) -> String {
          [bgp]\nasn = 65001\nrouter_id = \"10.1.0.25{k}\"\nbfd_multiplier = 5\n\
          [[bgp.neighbors]]\naddress = \"10.1.0.254\"\nasn = 65000\n\
          [[bgp.neighbors]]\naddress = \"2001:db8:1::254\"\nasn = 65000\n\n\
-         [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp0,iface=int0\"\naddrs = [\"10.1.0.{k}/24\", \"2001:db8:1::{k}/64\"]\n\n{}{}{}{}{}",
+         [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp0,iface=int0\"\naddrs = [\"10.1.0.{k}/24\", \"2001:db8:1::{k}/64\"]\n\n\
+         [[routes]]\nprefix = \"0.0.0.0/0\"\nvia = \"10.1.0.254\"\nport = \"int\"\n\n\
+         [[routes]]\nprefix = \"::/0\"\nvia = \"2001:db8:1::254\"\nport = \"int\"\n\n{sync}{}{}{}{}{}{}{}",
         svc(VIP4, "dr", &BE4),
         svc(VIP6, "dr", &BE6),
         svc(TUN4, "tun", &BE4),
         svc(TUN6, "tun", &BE6),
         svc(TUN46, "tun", &BE6),
+        svc(FNAT4, "fnat", &BE4),
+        svc(FNAT6, "fnat", &BE6),
         d = dir.display(),
     )
 }
@@ -152,11 +181,11 @@ impl Cluster {
         out.split_whitespace().collect::<Vec<_>>().windows(2).filter(|w| w[0] == "via").map(|w| w[1].to_string()).collect()
     }
 
-    /// Waits until both VIPs have `n` paths at the router; the time it took.
+    /// Waits until every VIP has `n` paths at the router; the time it took.
     fn wait_paths(&self, n: usize, limit: Duration) -> Duration {
         let t = Instant::now();
         loop {
-            if [VIP4, VIP6, TUN4, TUN6, TUN46].iter().all(|v| self.paths(v).len() == n) {
+            if VIPS.iter().all(|v| self.paths(v).len() == n) {
                 return t.elapsed();
             }
             assert!(t.elapsed() < limit, "the router did not reach {n} paths in {limit:?}: {:?} {:?}", self.paths(VIP4), self.paths(VIP6));
@@ -178,7 +207,7 @@ impl Cluster {
             "probe",
             "hold",
             "--target",
-            &format!("{VIP4}:9000,[{VIP6}]:9000,{TUN4}:9000,[{TUN6}]:9000,{TUN46}:9000"),
+            &format!("{VIP4}:9000,[{VIP6}]:9000,{TUN4}:9000,[{TUN6}]:9000,{TUN46}:9000,{FNAT4}:9000,[{FNAT6}]:9000"),
             "--connections",
             &CONNECTIONS.to_string(),
             "--streaming",
@@ -209,6 +238,22 @@ impl Cluster {
         h
     }
 
+    /// Waits until the router reaches node `k`'s local addresses (IPv4 and IPv6) through the
+    /// nodes `via` (IPv4 next hops 10.1.0.25x; IPv6 ones are link-local, so counted only).
+    fn wait_local(&self, k: u8, via: &[u8], limit: Duration) -> Duration {
+        let t = Instant::now();
+        let want: Vec<String> = via.iter().map(|n| format!("10.1.0.25{n}")).collect();
+        loop {
+            let mut v4 = self.paths(&format!("10.200.0.{k}"));
+            v4.sort();
+            if v4 == want && self.paths(&format!("2001:db8:200::{k}")).len() == via.len() {
+                return t.elapsed();
+            }
+            assert!(t.elapsed() < limit, "the router did not reach lb{k}'s local addresses through {via:?} in {limit:?}: {v4:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Live sessions per running node.
     fn spread(&self) -> Vec<(u8, u64)> {
         self.nodes.iter().filter(|n| n.child.is_some()).map(|n| (n.k, n.get("/v1/stats")["sessions"].as_u64().unwrap())).collect()
@@ -218,7 +263,7 @@ impl Cluster {
 /// One event's line, printed and returned for the checks.
 fn report(event: &str, continuation: bool, r: &Value, extra: Value) -> Value {
     let mut line = json!({
-        "event": event, "modes": "dr+tun+tun4in6", "families": "ipv4+ipv6", "continuation": continuation,
+        "event": event, "modes": MODES, "families": "ipv4+ipv6", "continuation": continuation, "group_sync": continuation,
         "connections": r["connections"], "broken": r["broken"], "max_stall_ms": r["max_stall_ms"],
         "new_attempted": r["new"]["attempted"], "new_failed": r["new"]["failed"], "new_slower_than_1s": r["new"]["slower_than_1s"],
     });
@@ -253,26 +298,41 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     // Announced only once a session has held (no flap at the start: see announce.rs).
     let b = c.node(1).get("/v1/bgp");
     assert_eq!(b["state"], "announcing", "{b}");
-    assert_eq!(b["announced"], json!(["10.100.0.1/32", "10.100.0.2/32", "10.100.0.3/32", "2001:db8:100::1/128", "2001:db8:100::2/128"]), "{b}");
+    let prefixes = ["10.100.0.1/32", "10.100.0.2/32", "10.100.0.3/32", "10.100.0.4/32", "10.200.0.1/32", "2001:db8:100::1/128", "2001:db8:100::2/128", "2001:db8:100::4/128", "2001:db8:200::1/128"];
+    assert_eq!(b["announced"], json!(prefixes), "{b}");
+    // The peers' local addresses as backup routes: the router prefers each owner's.
+    assert_eq!(b["announced_backup"], json!(["10.200.0.2/32", "10.200.0.3/32", "2001:db8:200::2/128", "2001:db8:200::3/128"]), "{b}");
+    c.wait_local(1, &[1], Duration::from_secs(5));
+    c.wait_local(2, &[2], Duration::from_secs(5));
+    let sy = c.node(1).get("/v1/sync");
+    assert!(sy["group"] == true && sy["ready"] == true, "{sy}");
     assert!(b["neighbors"].as_array().unwrap().iter().all(|n| n["established"] == true), "{b}");
     let h = c.node(1).get("/v1/health");
     assert_eq!(h["status"], "ok", "{h}");
     assert_eq!(h["bgp"]["state"], "announcing", "{h}");
     let m = String::from_utf8(api_call(&c.node(1).api(), "GET", "/metrics", None).unwrap().1).unwrap();
     assert!(m.contains("vectorlb_bgp_session_up{neighbor=\"10.1.0.254\",asn=\"65000\"} 1"), "{m}");
-    assert!(m.contains("vectorlb_bgp_announced{prefix=\"10.100.0.1/32\"} 1"), "{m}");
+    assert!(m.contains("vectorlb_bgp_announced{prefix=\"10.100.0.1/32\",route=\"primary\"} 1"), "{m}");
+    assert!(m.contains("vectorlb_bgp_announced{prefix=\"10.200.0.2/32\",route=\"backup\"} 1"), "{m}");
+    assert!(m.contains("vectorlb_sync_ready 1"), "{m}");
     let ctl = stdout(&sh(&[bin(), "ctl", "--api", &c.node(1).api(), "bgp"]));
     assert!(ctl.contains("bgp announcing") && ctl.contains("neighbor 10.1.0.254 AS 65000: up Established"), "{ctl}");
     eprintln!("two nodes announced in {up:?}");
 
     // A node joins while connections run.
+    // It takes the group's sessions before it announces anything.
     let hold = c.hold(14);
     c.start(3, true);
     let joined = c.wait_paths(3, Duration::from_secs(30));
+    let sy = c.node(3).get("/v1/sync");
     let r = hold.join().unwrap();
-    let line = report("join", true, &r, json!({ "routes_after_ms": joined.as_millis() as u64 }));
+    let bulk = sy["bulk"]["records_received"].as_u64().unwrap();
+    let line = report("join", true, &r, json!({ "routes_after_ms": joined.as_millis() as u64, "sessions_taken_before_announcing": bulk }));
     assert_eq!(line["broken"], 0, "a node joining broke connections: {r}");
     assert_eq!(line["new_failed"], 0, "{r}");
+    assert!(sy["ready"] == true && sy["bulk"]["completed"].as_u64() >= Some(1), "{sy}");
+    // Each of the two nodes had every session of the hold (its own and the other's).
+    assert!(bulk >= CONNECTIONS as u64, "lb3 took {bulk} sessions before announcing: {sy}");
     eprintln!("sessions per node: {:?}", c.spread());
     // The TUN connections came through the backends' decapsulators.
     let (mut v4, mut v6, mut v46) = (0, 0, 0);
@@ -285,36 +345,18 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     }
     assert!(v4 > 0 && v6 > 0 && v46 > 0, "tunnels opened: {v4} IPv4-in-IPv4, {v6} IPv6-in-IPv6, {v46} IPv4-in-IPv6");
 
-    // SIGKILL of a node: the router's routes change within a second, nothing breaks.
-    let hold = c.hold(10);
-    std::thread::sleep(Duration::from_secs(2));
-    let before: Vec<String> = c.paths(VIP4);
-    assert!(before.contains(&"10.1.0.251".to_string()), "{before:?}");
-    let t0 = Instant::now();
-    c.node(1).kill();
-    let detect = c.wait_paths(2, Duration::from_secs(5)).max(t0.elapsed());
-    assert!(!c.paths(VIP4).contains(&"10.1.0.251".to_string()));
-    let r = hold.join().unwrap();
-    let cont: u64 = [2u8, 3].iter().map(|&k| c.node(k).stats()["continued"].as_u64().unwrap()).sum();
-    let line = report("kill", true, &r, json!({ "detection_ms": detect.as_millis() as u64, "continued": cont }));
+    // SIGKILL of a node and its return: the router's routes change within a second; the
+    // survivors continue its DR and TUN flows, serve its full-NAT ones (synchronised) and take
+    // over its local addresses; it comes back, takes the group's sessions, announces, and the
+    // router hands its local addresses back. Nothing breaks.
+    let (r, detect, back, cont) = kill_and_back(&mut c, true);
+    let line = report("kill_and_back", true, &r, json!({ "detection_ms": detect.as_millis() as u64, "continued": cont, "routes_back_after_ms": back.as_millis() as u64 }));
     assert!(detect < Duration::from_secs(1), "routes withdrawn in {detect:?}");
-    assert_eq!(line["broken"], 0, "a node's SIGKILL broke connections: {r}");
+    assert_eq!(line["broken"], 0, "a node's SIGKILL and return broke connections: {r}");
     assert!(cont > 0, "the surviving nodes continued the killed node's flows");
     // New connections fail only inside the detection window (a SYN lost there is retransmitted).
     let window = (NEW_PER_SECOND * detect.as_secs_f64()).ceil() as u64 + 1;
     assert!(line["new_failed"].as_u64().unwrap() <= window, "{r}");
-    // BIRD died with its daemon (else it would announce what nothing serves).
-    let pids = stdout(&sh(&["ip", "netns", "pids", &c.t.ns("lb1")]));
-    assert!(pids.trim().is_empty(), "processes left in lb1 after SIGKILL: {pids}");
-
-    // The killed node comes back.
-    let hold = c.hold(14);
-    c.start(1, true);
-    let back = c.wait_paths(3, Duration::from_secs(30));
-    let r = hold.join().unwrap();
-    let line = report("back", true, &r, json!({ "routes_after_ms": back.as_millis() as u64 }));
-    assert_eq!(line["broken"], 0, "the killed node's return broke connections: {r}");
-    assert_eq!(line["new_failed"], 0, "{r}");
 
     // 1,000,000 spoofed ACKs at the VIP (through the router, so spread over the nodes) while
     // the connections run: each node's continued sessions stay within its budget, nothing
@@ -366,7 +408,8 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     assert_eq!(line["broken"], 0, "the flood broke connections: {r}");
     assert_eq!(line["new_failed"], 0, "{r}");
 
-    // Drain: withdraw, keep serving; no new flow reaches the node after the withdrawal.
+    // Drain: withdraw the VIPs, keep serving (the local addresses stay); no new flow reaches
+    // the node after the withdrawal.
     let hold = c.hold(10);
     std::thread::sleep(Duration::from_secs(2));
     let t0 = Instant::now();
@@ -382,7 +425,8 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     assert_eq!(line["broken"], 0, "a drain broke connections: {r}");
     assert_eq!(line["new_failed"], 0, "{r}");
     assert_eq!(after, created, "new flows reached the drained node after its withdrawal");
-    assert!(b["announced"].as_array().unwrap().is_empty() && b["drain"].is_object(), "{b}");
+    assert_eq!(b["announced"], json!(["10.200.0.2/32", "2001:db8:200::2/128"]), "only the local addresses: {b}");
+    assert!(b["announced_backup"].as_array().unwrap().is_empty() && b["drain"].is_object(), "{b}");
     let h = c.node(2).get("/v1/health");
     assert_eq!(h["status"], "ok", "a drained node is healthy: {h}");
     sh(&[bin(), "ctl", "--api", &c.node(2).api(), "undrain"]);
@@ -393,12 +437,13 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     std::thread::sleep(Duration::from_secs(2));
     c.node(3).term();
     assert_eq!(c.paths(VIP4).len(), 2, "the stopped node's routes are gone when it has exited");
+    c.wait_local(3, &[1, 2], Duration::from_secs(2));
     let r = hold.join().unwrap();
     let line = report("sigterm", true, &r, json!({}));
     assert_eq!(line["broken"], 0, "a node's SIGTERM broke connections: {r}");
     assert_eq!(line["new_failed"], 0, "{r}");
 
-    // The baseline: the same kill without continuation.
+    // The baseline: the same kill and return without continuation and sync.
     for k in 1..=2 {
         c.node(k).term();
     }
@@ -407,14 +452,37 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
         c.start(k, false);
     }
     c.wait_paths(3, Duration::from_secs(30));
-    let hold = c.hold(10);
+    let (r, detect, back, _) = kill_and_back(&mut c, false);
+    let line = report("kill_and_back", false, &r, json!({ "detection_ms": detect.as_millis() as u64, "routes_back_after_ms": back.as_millis() as u64 }));
+    // What MetalLB's documentation warns of: without them, the killed node's connections (and
+    // those ECMP moved between nodes) break.
+    assert!(line["broken"].as_u64().unwrap() > 0, "the baseline broke nothing: are continuation and sync really off? {r}");
+}
+
+/// Kills node 1 under load and starts it again: the hold's result, the time to the router's
+/// withdrawal, the time from the restart to its routes being back, and how many flows the
+/// survivors continued.
+fn kill_and_back(c: &mut Cluster, recovery: bool) -> (Value, Duration, Duration, u64) {
+    let hold = c.hold(16);
     std::thread::sleep(Duration::from_secs(2));
+    assert!(c.paths(VIP4).contains(&"10.1.0.251".to_string()), "{:?}", c.paths(VIP4));
     let t0 = Instant::now();
     c.node(1).kill();
     let detect = c.wait_paths(2, Duration::from_secs(5)).max(t0.elapsed());
-    let r = hold.join().unwrap();
-    let line = report("kill", false, &r, json!({ "detection_ms": detect.as_millis() as u64 }));
-    // What MetalLB's documentation warns of: without continuation, the killed node's
-    // connections (and those ECMP moved between survivors) break.
-    assert!(line["broken"].as_u64().unwrap() > 0, "the baseline broke nothing: is continuation really off? {r}");
+    assert!(!c.paths(VIP4).contains(&"10.1.0.251".to_string()));
+    if recovery {
+        // Its local addresses now through the survivors' backup routes.
+        c.wait_local(1, &[2, 3], Duration::from_secs(2));
+    }
+    // BIRD died with its daemon (else it would announce what nothing serves).
+    let pids = stdout(&sh(&["ip", "netns", "pids", &c.t.ns("lb1")]));
+    assert!(pids.trim().is_empty(), "processes left in lb1 after SIGKILL: {pids}");
+    std::thread::sleep(Duration::from_secs(3));
+    let cont: u64 = [2u8, 3].iter().map(|&k| c.node(k).stats()["continued"].as_u64().unwrap()).sum();
+    let t1 = Instant::now();
+    c.start(1, recovery);
+    let back = c.wait_paths(3, Duration::from_secs(30)).max(t1.elapsed());
+    // Handed back: the owner's route again, the backups unused.
+    c.wait_local(1, &[1], Duration::from_secs(5));
+    (hold.join().unwrap(), detect, back, cont)
 }

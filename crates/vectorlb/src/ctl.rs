@@ -377,6 +377,9 @@ fn print_bgp(v: &Value) {
         v["changes"]
     );
     println!("  announced: {}", words("announced"));
+    if !words("announced_backup").is_empty() {
+        println!("  backup:    {} (the peers' local addresses, longer AS path)", words("announced_backup"));
+    }
     if !words("withheld").is_empty() {
         println!("  withheld:  {}", words("withheld"));
     }

@@ -28,6 +28,7 @@ impl LbControl for Fake {
                 scheduler: s.scheduler.unwrap_or(SchedulerName::Wrr),
                 table_size: s.table_size,
                 local_addrs: vec![],
+                peer_local_addrs: vec![],
                 toa: s.toa,
                 synproxy: s.synproxy.unwrap_or(SynProxyName::Off),
                 timeouts: ServiceTimeouts { syn: 30.0, established: 900.0, fin: 30.0, time_wait: 2.0, close: 2.0, udp: 300.0 },

@@ -100,6 +100,7 @@ pub fn service(f: &Fam, mode: Mode, protocol: u8, port: u16, backends: &[(u8, u1
         scheduler: Algorithm::Rr,
         backends: backends.iter().map(|&(i, p, w)| BackendSpec { addr: ip(&f.backend(i)), port: p, weight: w, quic_id: None }).collect(),
         local_addrs: if mode == Mode::Fnat { vec![ip(f.laddr())] } else { vec![] },
+        peer_local_addrs: vec![],
         toa: false,
         synproxy: Default::default(),
         timeouts: Timeouts::default(),
