@@ -634,6 +634,9 @@ pub struct SyncBulk {
     pub records_received: u64,
     pub requests: u64,
     pub completed: u64,
+    /// Transfers that ended with records missing (asked for again).
+    #[serde(default)]
+    pub incomplete: u64,
 }
 
 /// Global counters. Beside the fields listed, the object holds every pipeline counter by name

@@ -97,6 +97,7 @@ pub struct Stats {
     pub bulk_received: AtomicU64,
     pub bulk_requests: AtomicU64,
     pub bulk_completed: AtomicU64,
+    pub bulk_incomplete: AtomicU64,
     pub last_received: Mutex<Option<Instant>>,
 }
 
@@ -133,7 +134,7 @@ impl Stats {
                 malformed: g(&self.refused_malformed),
                 replayed: g(&self.refused_replayed),
             },
-            bulk: SyncBulk { records_sent: g(&self.bulk_sent), records_received: g(&self.bulk_received), requests: g(&self.bulk_requests), completed: g(&self.bulk_completed) },
+            bulk: SyncBulk { records_sent: g(&self.bulk_sent), records_received: g(&self.bulk_received), requests: g(&self.bulk_requests), completed: g(&self.bulk_completed), incomplete: g(&self.bulk_incomplete) },
             last_received_seconds_ago: lock(&self.last_received).map(|t| t.elapsed().as_secs_f64()),
         }
     }
@@ -164,6 +165,8 @@ pub struct Sync {
     started: Instant,
     /// Peers a bulk transfer is being sent to (one at a time each).
     bulk_to: Mutex<HashSet<SocketAddr>>,
+    /// The highest sequence number each peer acknowledged (a bulk transfer's flow control).
+    acked: Mutex<HashMap<SocketAddr, u64>>,
 }
 
 impl Sync {
@@ -206,6 +209,7 @@ impl Sync {
             }
         }
         socket.set_read_timeout(Some(Duration::from_millis(100))).ok();
+        grow_receive_buffer(&socket);
         let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);
         Ok(Arc::new(Sync {
             spec: spec.clone(),
@@ -216,6 +220,7 @@ impl Sync {
             ready: AtomicBool::new(!spec.group),
             started: Instant::now(),
             bulk_to: Mutex::new(HashSet::new()),
+            acked: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -236,7 +241,8 @@ impl Sync {
         SyncStatus { group: self.spec.group, ready: self.ready(), ..self.stats.status() }
     }
 
-    fn send_to(&self, to: &[SocketAddr], kind: u8, ack: u64, records: Vec<(u8, SyncRecord)>) {
+    /// Sends one message to each of `to`; its sequence number.
+    fn send_to(&self, to: &[SocketAddr], kind: u8, ack: u64, records: Vec<(u8, SyncRecord)>) -> u64 {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let n = records.len() as u64;
         let msg = encode(&Message { kind, epoch: self.epoch, seq, ack, records }, &self.spec.key);
@@ -248,6 +254,11 @@ impl Sync {
             self.stats.records_sent.fetch_add(n, Ordering::Relaxed);
             self.stats.datagrams_sent.fetch_add(1, Ordering::Relaxed);
         }
+        seq
+    }
+
+    fn acked_by(&self, peer: SocketAddr) -> u64 {
+        lock(&self.acked).get(&peer).copied().unwrap_or(0)
     }
 }
 
@@ -260,6 +271,32 @@ const MAX_PERIOD: Duration = Duration::from_millis(100);
 pub const JOIN_ALONE: Duration = Duration::from_secs(3);
 /// The longest a group's starting node waits for a bulk transfer that has begun.
 pub const JOIN_LIMIT: Duration = Duration::from_secs(60);
+/// A bulk transfer's window: datagrams sent to a peer and not yet acknowledged by it. A
+/// transfer is a burst a peer's socket buffer could not hold; it goes at the pace of the
+/// receiver's acknowledgements.
+const BULK_WINDOW: u64 = 32;
+/// A bulk transfer whose receiver acknowledges nothing for this long is abandoned (without its
+/// BULK_DONE: the receiver asks again).
+const BULK_STALL: Duration = Duration::from_secs(2);
+/// `ack` of a record message: 0 a change, [`ACK_BULK`] part of a bulk transfer (counted against
+/// the BULK_DONE's total), [`ACK_REFRESH`] a group's refresh.
+const ACK_BULK: u64 = 1;
+const ACK_REFRESH: u64 = 2;
+/// The receive buffer asked for (a bulk transfer's window of datagrams, and bursts of changes).
+const RECEIVE_BUFFER: usize = 4 << 20;
+
+/// Asks for a [`RECEIVE_BUFFER`] (above `net.core.rmem_max` when the daemon may, as root).
+fn grow_receive_buffer(socket: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let size = RECEIVE_BUFFER as libc::c_int;
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: a valid socket and an int option value of the size given.
+        let r = unsafe { libc::setsockopt(socket.as_raw_fd(), libc::SOL_SOCKET, opt, &size as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32) };
+        if r == 0 {
+            return;
+        }
+    }
+}
 
 /// The sending side: batches what the workers report and, while this node is active, sends it.
 pub fn sender(shared: SyncCtx, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncRecord)>>) {
@@ -345,6 +382,8 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
     let group = sync.spec.group;
     // A group's node: when the last bulk record arrived.
     let mut last_bulk_record: Option<Instant> = None;
+    // Bulk records received from each peer since its last BULK_DONE.
+    let mut bulk_from: HashMap<SocketAddr, u64> = HashMap::new();
     while !shared.stopping() {
         let backup = !group && !shared.ha.answers_floating();
         if backup && !was_backup {
@@ -365,6 +404,8 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
         // (Not while a transfer is arriving: the peers send one at a time.)
         if asking && last_bulk_request.elapsed() >= every && last_bulk_record.is_none_or(|t| t.elapsed() >= every) {
             last_bulk_request = Instant::now();
+            // What a transfer abandoned before this request delivered does not count.
+            bulk_from.clear();
             sync.stats.bulk_requests.fetch_add(1, Ordering::Relaxed);
             sync.send_to(&sync.spec.peers, KIND_BULK_REQUEST, 0, Vec::new());
         }
@@ -394,8 +435,9 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
             KIND_RECORDS => {
                 let n = msg.records.len() as u64;
                 sync.stats.records_received.fetch_add(n, Ordering::Relaxed);
-                if msg.ack == 1 {
+                if msg.ack == ACK_BULK {
                     sync.stats.bulk_received.fetch_add(n, Ordering::Relaxed);
+                    *bulk_from.entry(from).or_default() += n;
                     last_bulk_record = Some(Instant::now());
                 }
                 if backup || group {
@@ -405,6 +447,9 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
             }
             KIND_ACK => {
                 sync.stats.acked_seq.fetch_max(msg.ack, Ordering::Relaxed);
+                let mut a = lock(&sync.acked);
+                let e = a.entry(from).or_default();
+                *e = (*e).max(msg.ack);
             }
             // A group's node answers once it has the group's sessions itself.
             KIND_BULK_REQUEST if if group { sync.ready() } else { !backup } => {
@@ -417,10 +462,18 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
                 }
             }
             KIND_BULK_DONE => {
+                // Complete only if every record it announces arrived (a datagram lost on the
+                // way makes it incomplete: asked for again).
+                let got = bulk_from.remove(&from).unwrap_or(0);
+                if got < msg.ack {
+                    sync.stats.bulk_incomplete.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("session sync: a bulk transfer from {from} arrived incomplete ({got} of {} records); asking again", msg.ack);
+                    continue;
+                }
                 bulk_done = true;
                 sync.stats.bulk_completed.fetch_add(1, Ordering::Relaxed);
                 if group {
-                    sync.set_ready(&format!("{from} sent the group's sessions"));
+                    sync.set_ready(&format!("{from} sent the group's sessions ({got} records)"));
                 }
             }
             _ => {}
@@ -447,9 +500,12 @@ fn dispatch(shared: &SyncCtx, records: Vec<(u8, SyncRecord)>) {
     }
 }
 
-/// Sends every session of every worker (`Export::All`; then BULK_DONE) or a group's refresh
-/// (`Export::OwnFullNat`) to `to`.
+/// Sends every session of every worker (`Export::All`; then BULK_DONE with the number of
+/// records) or a group's refresh (`Export::OwnFullNat`) to `to`, at the pace of its
+/// acknowledgements ([`BULK_WINDOW`]).
 fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr, which: Export) {
+    let mark = if which == Export::All { ACK_BULK } else { ACK_REFRESH };
+    let mut sent = 0u64;
     for w in 0..shared.workers.len() {
         for v6 in [false, true] {
             let mut cursor = Some(0);
@@ -457,8 +513,22 @@ fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr, which: Export) {
                 let Ok((records, next)) = shared.workers.export(w, v6, which, c, MAX_RECORDS * 8) else { break };
                 for chunk in records.chunks(MAX_RECORDS) {
                     sync.stats.bulk_sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                    // `ack = 1` marks bulk records.
-                    sync.send_to(&[to], KIND_RECORDS, 1, chunk.iter().map(|r| (w as u8, *r)).collect());
+                    sent += chunk.len() as u64;
+                    let seq = sync.send_to(&[to], KIND_RECORDS, mark, chunk.iter().map(|r| (w as u8, *r)).collect());
+                    // Wait for the receiver; give up on one that stopped answering. (A
+                    // multicast group's members answer each for itself: paced only.)
+                    let (mut acked, mut since) = (sync.acked_by(to), Instant::now());
+                    while !to.ip().is_multicast() && seq.saturating_sub(acked) > BULK_WINDOW {
+                        if shared.stopping() || since.elapsed() > BULK_STALL {
+                            tracing::warn!("session sync: {to} stopped acknowledging a bulk transfer; abandoned");
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_micros(100));
+                        let now = sync.acked_by(to);
+                        if now != acked {
+                            (acked, since) = (now, Instant::now());
+                        }
+                    }
                 }
                 cursor = next;
                 std::thread::sleep(Duration::from_micros(200));
@@ -466,7 +536,7 @@ fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr, which: Export) {
         }
     }
     if which == Export::All {
-        sync.send_to(&[to], KIND_BULK_DONE, 0, Vec::new());
+        sync.send_to(&[to], KIND_BULK_DONE, sent, Vec::new());
     }
 }
 

@@ -149,6 +149,19 @@ struct Cluster {
     t: Topo,
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // What the router saw (sessions and BFD going down, routes withdrawn).
+            for f in ["bgpd.log", "bfdd.log"] {
+                let text = std::fs::read_to_string(format!("/tmp/vectorlb-frr-{}/{f}", self.t.ns("x").trim_end_matches("-x"))).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                eprintln!("--- router {f} (last lines) ---\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            }
+        }
+    }
+}
+
 impl Cluster {
     fn node(&mut self, k: u8) -> &mut Node {
         &mut self.nodes[k as usize - 1]
@@ -260,11 +273,29 @@ impl Cluster {
     }
 }
 
+/// Watches the router's paths to `vip` (every 50 ms) until `stop`: each change, as (ms since
+/// the start, paths).
+fn watch_paths(rt_ns: String, vip: &'static str, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Vec<(u64, usize)>> {
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        let mut v: Vec<(u64, usize)> = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let o = Command::new("ip").args(["netns", "exec", &rt_ns, "ip", "-4", "route", "show", vip]).output().unwrap();
+            let n = stdout(&o).matches(" via ").count();
+            if v.last().is_none_or(|l| l.1 != n) {
+                v.push((t.elapsed().as_millis() as u64, n));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        v
+    })
+}
+
 /// One event's line, printed and returned for the checks.
 fn report(event: &str, continuation: bool, r: &Value, extra: Value) -> Value {
     let mut line = json!({
         "event": event, "modes": MODES, "families": "ipv4+ipv6", "continuation": continuation, "group_sync": continuation,
-        "connections": r["connections"], "broken": r["broken"], "max_stall_ms": r["max_stall_ms"],
+        "connections": r["connections"], "broken": r["broken"], "max_stall_ms": r["max_stall_ms"], "max_stall_ms_by_target": r["max_stall_ms_by_target"],
         "new_attempted": r["new"]["attempted"], "new_failed": r["new"]["failed"], "new_slower_than_1s": r["new"]["slower_than_1s"],
     });
     for (k, v) in extra.as_object().unwrap() {
@@ -360,9 +391,11 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
 
     // 1,000,000 spoofed ACKs at the VIP (through the router, so spread over the nodes) while
     // the connections run: each node's continued sessions stay within its budget, nothing
-    // established is touched, new connections are served. (100,000 a second: on two shared
+    // established is touched, new connections are served. (50,000 a second: on two shared
     // cores a faster flood starves the BFD sessions, whose loss withdraws the routes.)
-    let hold = c.hold(27);
+    let hold = c.hold(30);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = watch_paths(c.t.ns("rt"), VIP4, stop.clone());
     let mac = stdout(&c.t.run("rt", &["cat", "/sys/class/net/rc0/address"])).trim().to_string();
     let before: Vec<u64> = (1..=3).map(|k| c.node(k).stats()["continued_evicted"].as_u64().unwrap()).collect();
     let g = c.t.run(
@@ -384,14 +417,16 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
             "--count",
             &FLOOD.to_string(),
             "--rate",
-            "100000",
+            "50000",
             "--seconds",
-            "25",
+            "27",
             "--json",
         ],
     );
     let gj: Value = stdout(&g).lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("gen: {}{}", stdout(&g), String::from_utf8_lossy(&g.stderr)));
     let r = hold.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let route_changes = watch.join().unwrap();
     let budget = MAX_SESSIONS / 10;
     let mut nodes = Vec::new();
     for k in 1..=3u8 {
@@ -402,7 +437,7 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
         nodes.push(json!({ "node": k, "rx": st["rx"], "continued": st["continued"], "continued_evicted": evicted, "sessions": sessions }));
     }
     let reached: u64 = nodes.iter().map(|n| n["continued"].as_u64().unwrap()).sum();
-    let line = report("ack_flood", true, &r, json!({ "flood_sent": gj["sent"], "budget_per_node": budget, "nodes": nodes }));
+    let line = report("ack_flood", true, &r, json!({ "flood_sent": gj["sent"], "budget_per_node": budget, "nodes": nodes, "router_paths_ms": route_changes }));
     assert_eq!(gj["sent"].as_u64(), Some(FLOOD), "{gj}");
     assert!(reached > FLOOD / 4, "the flood reached the nodes: {reached} continued of {FLOOD}");
     assert_eq!(line["broken"], 0, "the flood broke connections: {r}");

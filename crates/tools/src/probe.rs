@@ -715,12 +715,20 @@ fn hold(a: &HoldArgs) -> Result<(), ToolError> {
     let res = results.lock().unwrap_or_else(|e| e.into_inner());
     let survived = res.iter().filter(|(_, r, _)| r.is_ok()).count();
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
-    for (_, r, _) in res.iter() {
+    let mut broken_by_target: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, r, _) in res.iter() {
         if let Err(e) = r {
             *errors.entry(e.to_string()).or_default() += 1;
+            *broken_by_target.entry(a.target[i % a.target.len()].to_string()).or_default() += 1;
         }
     }
     let max_stall = res.iter().map(|(_, _, g)| *g).max().unwrap_or(0);
+    // Which service stalled: the longest stall per target.
+    let mut stall_by_target: BTreeMap<String, u64> = BTreeMap::new();
+    for (i, _, g) in res.iter() {
+        let m = stall_by_target.entry(a.target[i % a.target.len()].to_string()).or_default();
+        *m = (*m).max(*g);
+    }
     let fresh = fresh.lock().unwrap_or_else(|e| e.into_inner());
     let mut new_errors: BTreeMap<String, usize> = BTreeMap::new();
     for (r, _) in fresh.iter() {
@@ -738,7 +746,7 @@ fn hold(a: &HoldArgs) -> Result<(), ToolError> {
     println!(
         "{}",
         json!({ "connections": a.connections, "survived": survived, "broken": a.connections - survived, "streaming": a.streaming,
-                 "errors": errors, "max_stall_ms": max_stall, "backends": backends, "new": new, "seconds": start.elapsed().as_secs_f64() })
+                 "errors": errors, "max_stall_ms": max_stall, "max_stall_ms_by_target": stall_by_target, "broken_by_target": broken_by_target, "backends": backends, "new": new, "seconds": start.elapsed().as_secs_f64() })
     );
     Ok(())
 }
