@@ -295,7 +295,7 @@ fn watch_paths(rt_ns: String, vip: &'static str, stop: std::sync::Arc<std::sync:
 fn report(event: &str, continuation: bool, r: &Value, extra: Value) -> Value {
     let mut line = json!({
         "event": event, "modes": MODES, "families": "ipv4+ipv6", "continuation": continuation, "group_sync": continuation,
-        "connections": r["connections"], "broken": r["broken"], "max_stall_ms": r["max_stall_ms"], "max_stall_ms_by_target": r["max_stall_ms_by_target"],
+        "connections": r["connections"], "broken": r["broken"], "max_stall_ms": r["max_stall_ms"], "max_stall_ms_by_target": r["max_stall_ms_by_target"], "broken_by_target": r["broken_by_target"], "errors": r["errors"],
         "new_attempted": r["new"]["attempted"], "new_failed": r["new"]["failed"], "new_slower_than_1s": r["new"]["slower_than_1s"],
     });
     for (k, v) in extra.as_object().unwrap() {
