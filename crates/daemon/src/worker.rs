@@ -126,6 +126,8 @@ impl<P: Packet> WorkerLoop<P> {
         let max_sleep = self.shared.idle_sleep_us;
         self.worker.flows.table.prefault_index();
         self.worker.track_changes(self.shared.changes.is_some());
+        // A group streams only what continuation cannot re-create (full NAT, node-local schedulers).
+        self.worker.sync_group(self.shared.sync.as_ref().is_some_and(|s| s.spec.group));
         while !self.shared.stop.load(Ordering::Relaxed) {
             let now = self.shared.workers.now_ms();
             let got = self.poll(now);
@@ -382,6 +384,11 @@ impl<P: Packet> WorkerLoop<P> {
                     for r in &records {
                         let res = self.worker.install(r, now);
                         if let Some(sy) = &self.shared.sync {
+                            // The first few records this node cannot place, named: the nodes'
+                            // configurations differ (a service, backend or local address).
+                            if res == Err(vectorlb_lb::sync::InstallError::Unknown) && sy.stats.rejected_unknown.load(Ordering::Relaxed) < 5 {
+                                tracing::warn!("session sync: no such service, backend or local address here for {r:?}");
+                            }
                             sy.stats.count_install(res);
                         }
                     }

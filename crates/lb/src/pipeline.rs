@@ -229,6 +229,8 @@ pub struct Worker {
     /// table and never an established session.
     continued_limit: u32,
     continued_fifo: std::collections::VecDeque<(u32, u32)>,
+    /// [`Worker::sync_group`].
+    sync_group: bool,
     /// Whether packets of existing flows may take [`Worker::forward_fast`] (on by default; the
     /// tests turn it off to compare it with the general path).
     pub fast_path: bool,
@@ -266,6 +268,7 @@ impl Worker {
             half_open_fifo: std::collections::VecDeque::new(),
             continued_limit,
             continued_fifo: std::collections::VecDeque::new(),
+            sync_group: false,
             in_fragment: false,
             fast_path: true,
         })
@@ -328,6 +331,16 @@ impl Worker {
         self.flows.track_changes(on);
     }
 
+    /// A scale-out sync group's member (off: an HA pair's). In a group, [`Worker::take_changes`]
+    /// leaves out sessions of services with stateless continuation (any node re-creates them,
+    /// so only what continuation cannot re-create is streamed), and [`Worker::install`] never
+    /// replaces a session on one of this node's own local addresses with a peer's different
+    /// one for the same flow (ours carries the flow now: the peer's is what is left of an
+    /// earlier connection that reused the client's port).
+    pub fn sync_group(&mut self, on: bool) {
+        self.sync_group = on;
+    }
+
     #[inline(always)]
     pub fn has_changes(&self) -> bool {
         self.flows.has_changes()
@@ -336,7 +349,7 @@ impl Worker {
     /// The sessions created or moved to another TCP state since the last call (`sync.rs`).
     pub fn take_changes(&mut self, now: u32, out: &mut Vec<SyncRecord>) {
         let snap = self.snap.clone();
-        crate::sync::take_changes(&mut self.flows, &snap, now, out);
+        crate::sync::take_changes(&mut self.flows, &snap, now, !self.sync_group, out);
     }
 
     /// Up to `limit` live sessions of one family from record `start`; the index to continue
@@ -350,7 +363,7 @@ impl Worker {
     pub fn install(&mut self, rec: &SyncRecord, now: u32) -> Result<(), InstallError> {
         self.refresh();
         let snap = self.snap.clone();
-        crate::sync::install(&mut self.flows, &snap, rec, now)
+        crate::sync::install(&mut self.flows, &snap, rec, now, self.sync_group)
     }
 
     /// Picks up a newly published configuration; a service's scheduler state restarts only if

@@ -105,10 +105,15 @@ where
     })
 }
 
-/// The sessions created or moved to another TCP state since the last call, as records.
-pub(crate) fn take_changes(flows: &mut Flows, snap: &Snapshot, now: u32, out: &mut Vec<SyncRecord>) {
+/// The sessions created or moved to another TCP state since the last call, as records
+/// (without those of services with continuation unless `continuable`).
+pub(crate) fn take_changes(flows: &mut Flows, snap: &Snapshot, now: u32, continuable: bool, out: &mut Vec<SyncRecord>) {
     for r in flows.take_changed() {
         let t = &flows.table;
+        let svc = if r.is_v6() { t.get::<[u8; 16]>(r).svc } else { t.get::<[u8; 4]>(r).svc };
+        if !continuable && snap.service(svc).is_some_and(|s| s.spec.continuation) {
+            continue;
+        }
         let rec = if r.is_v6() { record(snap, t.get::<[u8; 16]>(r), t.adj::<[u8; 16]>(r), now) } else { record(snap, t.get::<[u8; 4]>(r), t.adj::<[u8; 4]>(r), now) };
         out.extend(rec);
     }
@@ -151,15 +156,16 @@ pub(crate) fn export(flows: &Flows, snap: &Snapshot, v6: bool, which: Export, st
     }
 }
 
-/// Installs (or updates) a session received from the active node.
-pub(crate) fn install(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord, now: u32) -> Result<(), InstallError> {
+/// Installs (or updates) a session received from the active node (a peer of a group, `group`:
+/// then a session of ours on one of our own local addresses is never replaced).
+pub(crate) fn install(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord, now: u32, group: bool) -> Result<(), InstallError> {
     match rec.client {
-        IpAddr::V4(_) => install_as::<[u8; 4]>(flows, snap, rec, now),
-        IpAddr::V6(_) => install_as::<[u8; 16]>(flows, snap, rec, now),
+        IpAddr::V4(_) => install_as::<[u8; 4]>(flows, snap, rec, now, group),
+        IpAddr::V6(_) => install_as::<[u8; 16]>(flows, snap, rec, now, group),
     }
 }
 
-fn install_as<A: SyncAddr>(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord, now: u32) -> Result<(), InstallError>
+fn install_as<A: SyncAddr>(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord, now: u32, group: bool) -> Result<(), InstallError>
 where
     Session<A>: Zeroable,
 {
@@ -186,6 +192,9 @@ where
             s.flags = (s.flags & (flag::PORT | flag::REVERSE)) | (flags & !flag::REVERSE);
             *flows.table.adj_mut::<A>(r) = rec.adj;
             return Ok(());
+        }
+        if group && s.laddr != NO_LADDR && !snap.is_peer_laddr(s.laddr) {
+            return Err(InstallError::Stale);
         }
         flows.table.remove::<A>(r);
     }

@@ -209,5 +209,18 @@ fn a_peers_session_on_a_peers_local_address_serves_both_directions() {
         all_b.sort();
         assert_eq!(all_b, [40000, 40001]);
         assert_eq!(export(&b, Export::OwnFullNat), [40001], "v6={v6}: A's session is A's to refresh");
+        // A peer's different session for the same flow (what is left of an earlier connection
+        // from the client's port) never replaces one on this node's own address in a group;
+        // a pair's standby takes the active node's word.
+        let mut stale = *recs.last().unwrap();
+        stale.local = Some((ip(other), 2000));
+        a.worker.sync_group(true);
+        assert_eq!(a.worker.install(&stale, a.now), Err(InstallError::Stale), "v6={v6}");
+        let (_, out) = a.run(&data);
+        assert_eq!(show(if v6 { &out[l3 + 8..l3 + 24] } else { &out[l3 + 12..l3 + 16] }), f.laddr(), "v6={v6}: ours kept");
+        a.worker.sync_group(false);
+        a.worker.install(&stale, a.now).unwrap();
+        let (_, out) = a.run(&data);
+        assert_eq!(show(if v6 { &out[l3 + 8..l3 + 24] } else { &out[l3 + 12..l3 + 16] }), other, "v6={v6}: a pair's standby replaces");
     }
 }

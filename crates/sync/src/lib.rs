@@ -3,6 +3,10 @@
 //! sender epoch, sequence, record count), 98-byte session records (the last 16: the SYN
 //! proxy's sequence translation), and an HMAC-SHA256 over everything before it, under the HA
 //! group's key. A message whose HMAC fails or that is cut short or malformed is refused whole.
+//!
+//! A record's first byte is the family of its client, VIP and local address (4 or 6); its
+//! sixth holds flags: [`HAS_LOCAL`], and [`BACKEND_OTHER_FAMILY`] for a tunnel to a backend of
+//! the other family (IPv4-in-IPv6 and the reverse).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -21,6 +25,11 @@ pub const KIND_RECORDS: u8 = 1;
 pub const KIND_ACK: u8 = 2;
 pub const KIND_BULK_REQUEST: u8 = 3;
 pub const KIND_BULK_DONE: u8 = 4;
+
+/// Record flag: a full-NAT local address and port follow.
+pub const HAS_LOCAL: u8 = 1;
+/// Record flag: the backend's address is of the other family than the client's.
+pub const BACKEND_OTHER_FAMILY: u8 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
@@ -70,7 +79,8 @@ pub fn encode(m: &Message, key: &[u8]) -> Vec<u8> {
         out.push(r.state);
         out.push(r.flags);
         out.push(*w);
-        out.push(local.is_some() as u8);
+        let other = r.backend.is_ipv6() != r.client.is_ipv6();
+        out.push(if local.is_some() { HAS_LOCAL } else { 0 } | if other { BACKEND_OTHER_FAMILY } else { 0 });
         out.extend_from_slice(&r.cport.to_be_bytes());
         out.extend_from_slice(&r.vport.to_be_bytes());
         out.extend_from_slice(&r.bport.to_be_bytes());
@@ -128,6 +138,9 @@ pub fn decode(b: &[u8], key: &[u8]) -> Result<Message, Refused> {
             6 => true,
             _ => return Err(Refused::Malformed),
         };
+        if r[5] & !(HAS_LOCAL | BACKEND_OTHER_FAMILY) != 0 {
+            return Err(Refused::Malformed);
+        }
         let p16 = |o: usize| u16::from_be_bytes([r[o], r[o + 1]]);
         let rec = SyncRecord {
             proto: r[1],
@@ -139,8 +152,8 @@ pub fn decode(b: &[u8], key: &[u8]) -> Result<Message, Refused> {
             expire_in: u32::from_be_bytes(r[14..18].try_into().unwrap()),
             client: get_ip(&r[18..], v6),
             vip: get_ip(&r[34..], v6),
-            backend: get_ip(&r[50..], v6),
-            local: (r[5] != 0).then(|| (get_ip(&r[66..], v6), p16(12))),
+            backend: get_ip(&r[50..], v6 != (r[5] & BACKEND_OTHER_FAMILY != 0)),
+            local: (r[5] & HAS_LOCAL != 0).then(|| (get_ip(&r[66..], v6), p16(12))),
             adj: SeqAdj {
                 seq: u32::from_be_bytes(r[82..86].try_into().unwrap()),
                 ts: u32::from_be_bytes(r[86..90].try_into().unwrap()),
@@ -191,6 +204,9 @@ mod tests {
             ..m.records[0].1
         };
         m.records[3] = (1, v6);
+        // Tunnels to a backend of the other family: IPv4-in-IPv6 and the reverse.
+        m.records[5].1.backend = "2001:db8:1::12".parse().unwrap();
+        m.records[7].1 = SyncRecord { backend: "10.1.0.13".parse().unwrap(), local: None, ..v6 };
         // A SYN-proxied session carries its translation.
         let adj = SeqAdj { seq: 0xdead_beef, ts: 0x0102_0304, client_ts: 7, client_win: 502, wscale: 0x57, opts: 0x07 };
         m.records[4].1 = SyncRecord { flags: 0x48, adj, ..m.records[4].1 };
@@ -209,6 +225,13 @@ mod tests {
         // Signed but inconsistent (count says 17 records): malformed.
         let mut body = b[..b.len() - MAC].to_vec();
         body[24..26].copy_from_slice(&17u16.to_be_bytes());
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap();
+        mac.update(&body);
+        body.extend_from_slice(&mac.finalize().into_bytes());
+        assert_eq!(decode(&body, key), Err(Refused::Malformed));
+        // Signed but with an unknown record flag: malformed.
+        let mut body = b[..b.len() - MAC].to_vec();
+        body[HEADER + 5] |= 0x80;
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap();
         mac.update(&body);
         body.extend_from_slice(&mac.finalize().into_bytes());

@@ -204,12 +204,17 @@ impl Topo {
 
     /// UDP and TCP echo servers in each backend on `port` (v4 and v6).
     pub fn echo(&mut self, port: u16) {
+        self.echo_idle(port, 30);
+    }
+
+    /// [`Topo::echo`] whose TCP servers close a connection silent for `idle_s` seconds.
+    pub fn echo_idle(&mut self, port: u16, idle_s: u32) {
         for i in 1..=3 {
             let n = format!("be{i}");
             let name = format!("be{i}");
             // One dual-stack socket serves both families.
             self.spawn(&n, &[tools(), "probe", "serve-udp", "--listen", &format!("[::]:{port}"), "--name", &name]);
-            self.spawn(&n, &[tools(), "probe", "serve-tcp", "--listen", &format!("[::]:{port}"), "--name", &name]);
+            self.spawn(&n, &[tools(), "probe", "serve-tcp", "--listen", &format!("[::]:{port}"), "--name", &name, "--idle-timeout-s", &idle_s.to_string()]);
         }
         std::thread::sleep(Duration::from_millis(300));
     }

@@ -312,7 +312,8 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
         return;
     }
     let mut t = Topo::new("vso", Shape::Scale, 1500);
-    t.echo(9000);
+    // (The flood's hold may outlast the servers' default 30 s of silence on shared cores.)
+    t.echo_idle(9000, 120);
     // The backends have no tunnel module: the decapsulator opens the LBs' tunnels, from the
     // LBs' network only.
     for i in 1..=3 {
@@ -362,8 +363,16 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     assert_eq!(line["broken"], 0, "a node joining broke connections: {r}");
     assert_eq!(line["new_failed"], 0, "{r}");
     assert!(sy["ready"] == true && sy["bulk"]["completed"].as_u64() >= Some(1), "{sy}");
-    // Each of the two nodes had every session of the hold (its own and the other's).
-    assert!(bulk >= CONNECTIONS as u64, "lb3 took {bulk} sessions before announcing: {sy}");
+    // Each of the two nodes had every full-NAT session of the hold (two targets of seven; DR
+    // and TUN sessions are not streamed in a group: continuation re-creates them).
+    assert!(bulk >= 2 * CONNECTIONS as u64 / 7, "lb3 took {bulk} sessions before announcing: {sy}");
+    // Every record placed (IPv4-in-IPv6 tunnels' too), none refused.
+    for k in 1..=3 {
+        let sy = c.node(k).get("/v1/sync");
+        assert!(sy["installed"].as_u64() > Some(0), "lb{k}: {sy}");
+        assert_eq!(sy["rejected"], json!({ "unknown": 0, "stale": 0, "port_taken": 0, "table_full": 0 }), "lb{k}: {sy}");
+        assert_eq!(sy["refused"], json!({ "bad_hmac": 0, "truncated": 0, "malformed": 0, "replayed": 0 }), "lb{k}: {sy}");
+    }
     eprintln!("sessions per node: {:?}", c.spread());
     // The TUN connections came through the backends' decapsulators.
     let (mut v4, mut v6, mut v46) = (0, 0, 0);
@@ -393,7 +402,8 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     // the connections run: each node's continued sessions stay within its budget, nothing
     // established is touched, new connections are served. (50,000 a second: on two shared
     // cores a faster flood starves the BFD sessions, whose loss withdraws the routes.)
-    let hold = c.hold(30);
+    // (The generator may get much less than its share of two shared cores: up to 55 s.)
+    let hold = c.hold(58);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watch = watch_paths(c.t.ns("rt"), VIP4, stop.clone());
     let mac = stdout(&c.t.run("rt", &["cat", "/sys/class/net/rc0/address"])).trim().to_string();
@@ -419,7 +429,7 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
             "--rate",
             "50000",
             "--seconds",
-            "27",
+            "55",
             "--json",
         ],
     );
