@@ -483,7 +483,9 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
     #[test]
     fn a_sync_group_and_peer_local_addresses() {
         let ha = "\n[ha]\nsync_listen = \"10.9.9.1:7946\"\nsync_peers = [\"10.9.9.2:7946\", \"10.9.9.3:7946\"]\nsync_key = \"sixteen characters\"\n";
-        let g = GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\"]\npeer_local_addrs = [\"10.0.0.201\", \"10.0.0.202\"]") + ha + "group = true\nmax_rate = 20000\n";
+        let g = GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\"]\npeer_local_addrs = [\"10.0.0.201\", \"10.0.0.202\"]")
+            + ha
+            + "group = true\nmax_rate = 20000\n";
         let c = Config::parse(&g).unwrap();
         let ip = |s: &str| -> std::net::IpAddr { s.parse().unwrap() };
         assert_eq!(c.spec.services[0].peer_local_addrs, [ip("10.0.0.201"), ip("10.0.0.202")]);
@@ -496,7 +498,10 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
         assert!(!sy.group && sy.max_rate == SyncSpec::DEFAULT_MAX_RATE, "a pair by default");
         let dr = GOOD.replace("mode = \"fnat\"", "mode = \"dr\"").replace("local_addrs = [\"10.0.0.200\"]\n", "").replace("port = 8080, ", "");
         for (text, want) in [
-            (GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\"]\npeer_local_addrs = [\"10.0.0.200\"]"), "services[0].peer_local_addrs[0]: '10.0.0.200' is listed twice"),
+            (
+                GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\"]\npeer_local_addrs = [\"10.0.0.200\"]"),
+                "services[0].peer_local_addrs[0]: '10.0.0.200' is listed twice",
+            ),
             (GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\"]\npeer_local_addrs = [\"224.0.0.1\"]"), "services[0].peer_local_addrs[0]"),
             (GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\"]\npeer_local_addrs = [\"nope\"]"), "services[0].peer_local_addrs[0]"),
             (dr.replace("scheduler = \"maglev\"", "scheduler = \"maglev\"\npeer_local_addrs = [\"10.0.0.201\"]"), "services[0].peer_local_addrs: only fnat services"),

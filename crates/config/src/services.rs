@@ -108,7 +108,21 @@ pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<Servi
                 _ => {}
             }
         }
-        services.push(ServiceSpec { vip, port: s.port, proto: protocol, mode, scheduler, backends, local_addrs, peer_local_addrs, toa: s.toa, synproxy, timeouts: t, continuation, quic: s.quic });
+        services.push(ServiceSpec {
+            vip,
+            port: s.port,
+            proto: protocol,
+            mode,
+            scheduler,
+            backends,
+            local_addrs,
+            peer_local_addrs,
+            toa: s.toa,
+            synproxy,
+            timeouts: t,
+            continuation,
+            quic: s.quic,
+        });
         health.push(match &s.health {
             Some(h) => Some(health_spec(&format!("{f}.health"), h, protocol)?),
             None => None,

@@ -199,7 +199,11 @@ impl Announcer {
                         tracing::info!("bgp: announcing {:?}, backup {:?}", want.primary.iter().map(show).collect::<Vec<_>>(), want.backup.iter().map(show).collect::<Vec<_>>());
                     }
                     Err(e) => {
-                        tracing::warn!("bgp: announcing {:?}, backup {:?}: {e}", want.primary.iter().map(show).collect::<Vec<_>>(), want.backup.iter().map(show).collect::<Vec<_>>());
+                        tracing::warn!(
+                            "bgp: announcing {:?}, backup {:?}: {e}",
+                            want.primary.iter().map(show).collect::<Vec<_>>(),
+                            want.backup.iter().map(show).collect::<Vec<_>>()
+                        );
                         error = Some(e.to_string());
                     }
                 }

@@ -357,10 +357,7 @@ mod tests {
 
     #[test]
     fn writes_what_bird_needs() {
-        let p = Routes {
-            primary: [("10.0.0.100".parse().unwrap(), 32), ("2001:db8::100".parse().unwrap(), 128)].into(),
-            backup: [("10.200.0.2".parse().unwrap(), 32)].into(),
-        };
+        let p = Routes { primary: [("10.0.0.100".parse().unwrap(), 32), ("2001:db8::100".parse().unwrap(), 128)].into(), backup: [("10.200.0.2".parse().unwrap(), 32)].into() };
         let c = bird_config(&spec(), &p);
         for want in [
             "router id 10.0.0.1;",

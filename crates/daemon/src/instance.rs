@@ -39,9 +39,20 @@ fn file_name(g: &Guarded<'_>) -> String {
     let clean = |s: &str| s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect::<String>();
     match g {
         Guarded::Device { name, .. } => format!("dev-{}-{}.lock", netns(), clean(name)),
-        // A unix socket path is the same file from every namespace.
-        Guarded::Api(a) if a.starts_with("unix:") => format!("api-{}.lock", clean(a)),
+        // A unix socket path is the same file from every namespace; a relative one names the
+        // socket in the working directory (two daemons started from one file in two
+        // directories have two sockets).
+        Guarded::Api(a) if a.starts_with("unix:") => format!("api-{}.lock", clean(&absolute(&a[5..], &std::env::current_dir().unwrap_or_default()))),
         Guarded::Api(a) => format!("api-{}-{}.lock", netns(), clean(a)),
+    }
+}
+
+/// `path` from `cwd` when it is relative.
+fn absolute(path: &str, cwd: &Path) -> String {
+    if Path::new(path).is_absolute() {
+        path.to_string()
+    } else {
+        cwd.join(path).display().to_string()
     }
 }
 
@@ -159,6 +170,13 @@ pub fn host_addresses() -> Vec<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relative_socket_path_is_the_working_directorys() {
+        assert_eq!(absolute("api.sock", Path::new("/srv/a")), "/srv/a/api.sock");
+        assert_ne!(absolute("api.sock", Path::new("/srv/a")), absolute("api.sock", Path::new("/srv/b")));
+        assert_eq!(absolute("/run/x.sock", Path::new("/srv/a")), "/run/x.sock");
+    }
 
     #[test]
     fn a_second_holder_is_refused_with_the_first_ones_pid() {

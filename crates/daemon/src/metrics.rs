@@ -146,7 +146,12 @@ pub fn render(d: &Daemon) -> String {
         for s in ["announcing", "withdrawn", "draining", "drained"] {
             let _ = writeln!(o, "vectorlb_bgp_state{{state=\"{s}\"}} {}", (st.state == s) as u8);
         }
-        head(&mut o, "vectorlb_bgp_announced", "gauge", "1 for each prefix announced now, 0 for each withheld; route: primary, or backup (a peer's local address, longer AS path).");
+        head(
+            &mut o,
+            "vectorlb_bgp_announced",
+            "gauge",
+            "1 for each prefix announced now, 0 for each withheld; route: primary, or backup (a peer's local address, longer AS path).",
+        );
         let primary = st.announced.iter().map(|p| (p, "primary", 1)).chain(st.withheld.iter().map(|p| (p, "primary", 0)));
         for (p, r, v) in primary.chain(st.announced_backup.iter().map(|p| (p, "backup", 1))) {
             let _ = writeln!(o, "vectorlb_bgp_announced{{prefix=\"{p}\",route=\"{r}\"}} {v}");

@@ -134,7 +134,13 @@ impl Stats {
                 malformed: g(&self.refused_malformed),
                 replayed: g(&self.refused_replayed),
             },
-            bulk: SyncBulk { records_sent: g(&self.bulk_sent), records_received: g(&self.bulk_received), requests: g(&self.bulk_requests), completed: g(&self.bulk_completed), incomplete: g(&self.bulk_incomplete) },
+            bulk: SyncBulk {
+                records_sent: g(&self.bulk_sent),
+                records_received: g(&self.bulk_received),
+                requests: g(&self.bulk_requests),
+                completed: g(&self.bulk_completed),
+                incomplete: g(&self.bulk_incomplete),
+            },
             last_received_seconds_ago: lock(&self.last_received).map(|t| t.elapsed().as_secs_f64()),
         }
     }
@@ -451,15 +457,14 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
                 let e = a.entry(from).or_default();
                 *e = (*e).max(msg.ack);
             }
-            // A group's node answers once it has the group's sessions itself.
-            KIND_BULK_REQUEST if if group { sync.ready() } else { !backup } => {
-                if lock(&sync.bulk_to).insert(from) {
-                    let (shared, sync) = (shared.clone(), sync.clone());
-                    std::thread::spawn(move || {
-                        bulk(&shared, &sync, from, Export::All);
-                        lock(&sync.bulk_to).remove(&from);
-                    });
-                }
+            // A group's node answers once it has the group's sessions itself; one transfer
+            // at a time to each peer.
+            KIND_BULK_REQUEST if (if group { sync.ready() } else { !backup }) && lock(&sync.bulk_to).insert(from) => {
+                let (shared, sync) = (shared.clone(), sync.clone());
+                std::thread::spawn(move || {
+                    bulk(&shared, &sync, from, Export::All);
+                    lock(&sync.bulk_to).remove(&from);
+                });
             }
             KIND_BULK_DONE => {
                 // Complete only if every record it announces arrived (a datagram lost on the

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vectorlb_config::{BgpNeighbor, BgpSpec};
-use vectorlb_daemon::bgp::{Bird, Prefix};
+use vectorlb_daemon::bgp::{Bird, Prefix, Routes};
 
 fn run(args: &[&str]) -> String {
     let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
@@ -131,8 +131,9 @@ fn spec(bird: String) -> BgpSpec {
     s
 }
 
-fn prefixes(p: &[(&str, u8)]) -> BTreeSet<Prefix> {
-    p.iter().map(|(a, l)| (a.parse().unwrap(), *l)).collect()
+fn prefixes(p: &[(&str, u8)]) -> Routes {
+    let primary: BTreeSet<Prefix> = p.iter().map(|(a, l)| (a.parse().unwrap(), *l)).collect();
+    Routes { primary, backup: BTreeSet::new() }
 }
 
 #[test]

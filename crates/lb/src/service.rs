@@ -799,7 +799,8 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
     }
     let neighbors: FxHashMap<u128, Mac> = spec.neighbors.iter().map(|(ip, mac)| (key(*ip), *mac)).collect();
     // Addresses the load balancer answers for, which no backend can be.
-    let ours: FxHashSet<u128> = spec.services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied()).chain(s.peer_local_addrs.iter().copied())).map(key).collect();
+    let ours: FxHashSet<u128> =
+        spec.services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied()).chain(s.peer_local_addrs.iter().copied())).map(key).collect();
 
     let mut snap = Snapshot {
         generation,

@@ -93,9 +93,29 @@ fn two_daemons_from_one_file_choose_the_same_backend_for_every_flow() {
     for (k, d) in daemons.iter().enumerate() {
         let mac = stdout(&t.run(&format!("lb{}", k + 1), &["cat", "/sys/class/net/int0/address"])).trim().to_string();
         for (vip, _) in SERVICES {
-            let args = [tools(), "gen", "--tx", "net_af_packet0,iface=rs0", "--dst-mac", &mac, "--dst-ip", vip, "--dst-port", "9000", "--ack-flood", "--count", "100000", "--rate", "100000", "--seconds", "10", "--json"];
+            let args = [
+                tools(),
+                "gen",
+                "--tx",
+                "net_af_packet0,iface=rs0",
+                "--dst-mac",
+                &mac,
+                "--dst-ip",
+                vip,
+                "--dst-port",
+                "9000",
+                "--ack-flood",
+                "--count",
+                "100000",
+                "--rate",
+                "100000",
+                "--seconds",
+                "10",
+                "--json",
+            ];
             let g = t.run("rt", &args);
-            let j: Value = stdout(&g).lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("gen: {}{}", stdout(&g), String::from_utf8_lossy(&g.stderr)));
+            let j: Value =
+                stdout(&g).lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("gen: {}{}", stdout(&g), String::from_utf8_lossy(&g.stderr)));
             assert_eq!(j["sent"].as_u64(), Some(FLOWS), "{j}");
         }
         let st: Value = serde_json::from_slice(&api_call(&api(&d.1), "GET", "/v1/stats", None).unwrap().1).unwrap();

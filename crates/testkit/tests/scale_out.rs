@@ -112,10 +112,7 @@ fn config(dir: &std::path::Path, k: u8, recovery: bool) -> String {
                 extra += &format!("peer_local_addrs = [{}]\n", peers.join(", "));
             }
         }
-        format!(
-            "[[services]]\nvip = \"{vip}\"\nport = 9000\nproto = \"tcp\"\nmode = \"{mode}\"\nscheduler = \"maglev\"\n{extra}backends = [{}]\n\n",
-            backends.join(", ")
-        )
+        format!("[[services]]\nvip = \"{vip}\"\nport = 9000\nproto = \"tcp\"\nmode = \"{mode}\"\nscheduler = \"maglev\"\n{extra}backends = [{}]\n\n", backends.join(", "))
     };
     let sync = if recovery {
         let peers: Vec<String> = (1..=3u8).filter(|&n| n != k).map(|n| format!("\"10.1.0.25{n}:7946\"")).collect();
@@ -330,7 +327,17 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     // Announced only once a session has held (no flap at the start: see announce.rs).
     let b = c.node(1).get("/v1/bgp");
     assert_eq!(b["state"], "announcing", "{b}");
-    let prefixes = ["10.100.0.1/32", "10.100.0.2/32", "10.100.0.3/32", "10.100.0.4/32", "10.200.0.1/32", "2001:db8:100::1/128", "2001:db8:100::2/128", "2001:db8:100::4/128", "2001:db8:200::1/128"];
+    let prefixes = [
+        "10.100.0.1/32",
+        "10.100.0.2/32",
+        "10.100.0.3/32",
+        "10.100.0.4/32",
+        "10.200.0.1/32",
+        "2001:db8:100::1/128",
+        "2001:db8:100::2/128",
+        "2001:db8:100::4/128",
+        "2001:db8:200::1/128",
+    ];
     assert_eq!(b["announced"], json!(prefixes), "{b}");
     // The peers' local addresses as backup routes: the router prefers each owner's.
     assert_eq!(b["announced_backup"], json!(["10.200.0.2/32", "10.200.0.3/32", "2001:db8:200::2/128", "2001:db8:200::3/128"]), "{b}");
