@@ -5,6 +5,7 @@
 //! Chromium for the status page's test.
 
 pub mod browser;
+pub mod k8s;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,622 @@
+//! A real Kubernetes control plane for the tests: etcd, kube-apiserver, kube-controller-manager
+//! and kube-scheduler built from the Kubernetes Go module (`scripts/k8s-bins.sh`), on loopback,
+//! with certificates made here by openssl, and kubectl from the same build.
+//!
+//! There is no kubelet: [`FakeKubelet`] plays one for the fake [`ControlPlane::add_node`] nodes
+//! as kwok does (it sets the Pods' status), except that each Pod is real: a network namespace
+//! plugged into the topology's backend bridge at the Pod's IP, with nginx answering every path
+//! with the Pod's name. A Pod being deleted runs its `preStop` sleep, then nginx stops
+//! gracefully, and only then is the Pod removed, as a kubelet does.
+
+use crate::{repo, sh, stdout};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufReader, Write};
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The directory with the control plane's binaries, built by `scripts/k8s-bins.sh` if needed.
+pub fn bins() -> PathBuf {
+    static BINS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BINS.get_or_init(|| {
+        let o = Command::new("bash").arg(repo().join("scripts/k8s-bins.sh")).stderr(Stdio::inherit()).output().expect("run scripts/k8s-bins.sh");
+        assert!(o.status.success(), "scripts/k8s-bins.sh failed (see above)");
+        PathBuf::from(stdout(&o).trim())
+    })
+    .clone()
+}
+
+/// A free TCP port on loopback (bound and released; good enough for one test at a time).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn openssl(args: &[&str]) {
+    let o = Command::new("openssl").args(args).output().expect("openssl");
+    assert!(o.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A P-256 key and a certificate signed by the test CA in `dir` (`ca.crt`, `ca.key`).
+fn issue(dir: &Path, name: &str, subject: &str, ext: &str) {
+    let key = dir.join(format!("{name}.key"));
+    let csr = dir.join(format!("{name}.csr"));
+    let crt = dir.join(format!("{name}.crt"));
+    let extf = dir.join(format!("{name}.ext"));
+    std::fs::write(&extf, ext).unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    openssl(&["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", subject, "-keyout", &s(&key), "-out", &s(&csr)]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &s(&csr),
+        "-CA",
+        &s(&dir.join("ca.crt")),
+        "-CAkey",
+        &s(&dir.join("ca.key")),
+        "-CAcreateserial",
+        "-days",
+        "3",
+        "-extfile",
+        &s(&extf),
+        "-out",
+        &s(&crt),
+    ]);
+}
+
+/// Users the tests act as: (file name, subject). `admin` is in system:masters; the others get
+/// only what RBAC grants them.
+const USERS: &[(&str, &str)] = &[
+    ("admin", "/O=system:masters/CN=admin"),
+    // Its controllers act as itself (no per-controller service accounts, whose tokens no
+    // token controller here would make): it needs more than its bootstrap role gives.
+    ("kcm", "/O=system:masters/CN=system:kube-controller-manager"),
+    ("scheduler", "/CN=system:kube-scheduler"),
+    ("controller", "/CN=system:serviceaccount:vectorlb-system:vectorlb-controller"),
+];
+
+/// One named process of the control plane, restartable with the same arguments.
+struct Proc {
+    name: &'static str,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    bins: PathBuf,
+    /// kube-apiserver's secure port on 127.0.0.1.
+    pub port: u16,
+    procs: Vec<Proc>,
+}
+
+impl ControlPlane {
+    /// Certificates, etcd, kube-apiserver (waits for `/readyz`), kube-controller-manager and
+    /// kube-scheduler, in `dir` (emptied first).
+    pub fn start(dir: &Path) -> ControlPlane {
+        let bins = bins();
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).unwrap();
+        let d = |f: &str| dir.join(f).to_str().unwrap().to_string();
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            "/CN=vectorlb-test-ca",
+            "-days",
+            "3",
+            "-keyout",
+            &d("ca.key"),
+            "-out",
+            &d("ca.crt"),
+        ]);
+        issue(dir, "apiserver", "/CN=kube-apiserver", "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n");
+        for (name, subject) in USERS {
+            issue(dir, name, subject, "extendedKeyUsage=clientAuth\n");
+        }
+        openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", &d("sa.key")]);
+        openssl(&["ec", "-in", &d("sa.key"), "-pubout", "-out", &d("sa.pub")]);
+        let port = free_port();
+        let (etcd_client, etcd_peer) = (free_port(), free_port());
+        let mut cp = ControlPlane { dir: dir.to_path_buf(), bins, port, procs: Vec::new() };
+        for (name, _) in USERS {
+            cp.write_kubeconfig(name);
+        }
+        let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+        let peer_url = format!("http://127.0.0.1:{etcd_peer}");
+        cp.add(
+            "etcd",
+            &[
+                "--name=t",
+                &format!("--data-dir={}", d("etcd")),
+                &format!("--listen-client-urls={etcd_url}"),
+                &format!("--advertise-client-urls={etcd_url}"),
+                &format!("--listen-peer-urls={peer_url}"),
+                &format!("--initial-advertise-peer-urls={peer_url}"),
+                &format!("--initial-cluster=t={peer_url}"),
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        );
+        cp.add(
+            "kube-apiserver",
+            &[
+                &format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                &format!("--secure-port={port}"),
+                &format!("--tls-cert-file={}", d("apiserver.crt")),
+                &format!("--tls-private-key-file={}", d("apiserver.key")),
+                &format!("--client-ca-file={}", d("ca.crt")),
+                "--authorization-mode=RBAC",
+                &format!("--service-account-issuer=https://127.0.0.1:{port}"),
+                &format!("--service-account-key-file={}", d("sa.pub")),
+                &format!("--service-account-signing-key-file={}", d("sa.key")),
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--allow-privileged=true",
+                // No token controller runs and Pods need no tokens: no kubelet mounts them.
+                "--disable-admission-plugins=ServiceAccount",
+                "--profiling=false",
+            ],
+        );
+        cp.wait_ready(Duration::from_secs(90));
+        cp.add(
+            "kube-controller-manager",
+            &[
+                &format!("--kubeconfig={}", d("kcm.kubeconfig")),
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                // Without a kubelet, the node lifecycle controller would mark every node
+                // NotReady and evict its Pods: only what the tests need runs.
+                "--controllers=endpointslice-controller,deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller",
+                "--secure-port=0",
+            ],
+        );
+        cp.add("kube-scheduler", &[&format!("--kubeconfig={}", d("scheduler.kubeconfig")), "--leader-elect=false", "--secure-port=0"]);
+        cp
+    }
+
+    fn add(&mut self, name: &'static str, args: &[&str]) {
+        self.procs.push(Proc { name, args: args.iter().map(|s| s.to_string()).collect(), child: None });
+        self.start_proc(name);
+    }
+
+    fn start_proc(&mut self, name: &str) {
+        let bin = self.bins.join(name);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{name}.log"))).unwrap();
+        let p = self.procs.iter_mut().find(|p| p.name == name).expect("known process");
+        assert!(p.child.is_none(), "{name} is running");
+        let c = Command::new(bin).args(&p.args).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap_or_else(|e| panic!("start {name}: {e}"));
+        p.child = Some(c);
+    }
+
+    /// Kills one process of the control plane (SIGKILL) and waits for it.
+    pub fn kill(&mut self, name: &str) {
+        let p = self.procs.iter_mut().find(|p| p.name == name).expect("known process");
+        if let Some(mut c) = p.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts a killed process again with the same arguments (kube-apiserver: waits for ready).
+    pub fn restart(&mut self, name: &str) {
+        self.kill(name);
+        self.start_proc(name);
+        if name == "kube-apiserver" {
+            self.wait_ready(Duration::from_secs(60));
+        }
+    }
+
+    /// The log of one process so far.
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    fn write_kubeconfig(&self, user: &str) {
+        let d = |f: &str| self.dir.join(f).to_str().unwrap().to_string();
+        // JSON is YAML: kubectl, the Go components and kube-rs all read this.
+        let kc = json!({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": format!("https://127.0.0.1:{}", self.port), "certificate-authority": d("ca.crt")}}],
+            "users": [{"name": user, "user": {"client-certificate": d(&format!("{user}.crt")), "client-key": d(&format!("{user}.key"))}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
+        });
+        std::fs::write(self.kubeconfig(user), serde_json::to_vec_pretty(&kc).unwrap()).unwrap();
+    }
+
+    /// The kubeconfig of one of [`USERS`]: "admin", "controller" (the vectorlb controller's
+    /// service account, bound only by deploy/kubernetes RBAC), "kcm", "scheduler".
+    pub fn kubeconfig(&self, user: &str) -> PathBuf {
+        self.dir.join(format!("{user}.kubeconfig"))
+    }
+
+    pub fn wait_ready(&self, limit: Duration) {
+        let t = Instant::now();
+        loop {
+            let o = self.kubectl(&["get", "--raw", "/readyz"]);
+            if o.status.success() && stdout(&o).trim() == "ok" {
+                return;
+            }
+            assert!(t.elapsed() < limit, "kube-apiserver not ready after {limit:?}: {}\n{}", String::from_utf8_lossy(&o.stderr), tail(&self.log("kube-apiserver"), 30));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// kubectl as the admin.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_as("admin", args)
+    }
+
+    pub fn kubectl_as(&self, user: &str, args: &[&str]) -> Output {
+        Command::new(self.bins.join("kubectl")).arg(format!("--kubeconfig={}", self.kubeconfig(user).display())).args(args).output().unwrap()
+    }
+
+    /// kubectl that must succeed; its stdout.
+    pub fn k(&self, args: &[&str]) -> String {
+        let o = self.kubectl(args);
+        assert!(o.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        stdout(&o)
+    }
+
+    /// `kubectl apply -f -` of one or more objects (JSON is YAML).
+    pub fn apply(&self, objects: &[Value]) -> Result<String, String> {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        self.apply_text(&serde_json::to_string(&list).unwrap())
+    }
+
+    pub fn apply_text(&self, text: &str) -> Result<String, String> {
+        let mut c = Command::new(self.bins.join("kubectl"))
+            .arg(format!("--kubeconfig={}", self.kubeconfig("admin").display()))
+            .args(["apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let o = c.wait_with_output().unwrap();
+        if o.status.success() {
+            Ok(stdout(&o))
+        } else {
+            Err(String::from_utf8_lossy(&o.stderr).into_owned())
+        }
+    }
+
+    /// `kubectl get -o json` of one object or a list.
+    pub fn get(&self, args: &[&str]) -> Value {
+        let mut a = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&self.k(&a)).unwrap()
+    }
+
+    /// A Node that is Ready and schedulable, with `ip` as its InternalIP. No kubelet keeps its
+    /// status: none of the controllers that would check it runs.
+    pub fn add_node(&self, name: &str, ip: &str) {
+        self.apply(&[json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "vectorlb.io/fake": "true"}}})]).unwrap();
+        let status = json!({"status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake kubelet (vectorlb testkit)"}],
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "capacity": {"cpu": "16", "memory": "64Gi", "pods": "250"},
+            "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "250"},
+        }});
+        self.k(&["patch", "node", name, "--subresource=status", "--type=merge", "-p", &status.to_string()]);
+        // The TaintNodesByCondition admission plugin taints a new node not-ready; the node
+        // lifecycle controller (not run) would lift it.
+        let _ = self.kubectl(&["taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-"]);
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        for p in self.procs.iter_mut().rev() {
+            if let Some(mut c) = p.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// The last `n` lines of `s`.
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// One Pod that the fake kubelet runs.
+struct PodRt {
+    ns: String,
+    ip: Ipv4Addr,
+    dir: PathBuf,
+    deleting: bool,
+}
+
+struct KubeletState {
+    pods: HashMap<String, PodRt>,
+    free: Vec<Ipv4Addr>,
+}
+
+/// Runs the Pods bound to the fake nodes (see the module's documentation). Pods get addresses
+/// from `pool` on the topology's backend bridge (`<prefix>-sw`, br0), with `gateway` as their
+/// default route.
+pub struct FakeKubelet {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    state: Arc<Mutex<KubeletState>>,
+    watch: Arc<Mutex<Option<Child>>>,
+}
+
+#[derive(Clone)]
+struct KubeletCfg {
+    kubectl: PathBuf,
+    kubeconfig: PathBuf,
+    prefix: String,
+    dir: PathBuf,
+    gateway: String,
+}
+
+impl KubeletCfg {
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(&self.kubectl).arg(format!("--kubeconfig={}", self.kubeconfig.display())).args(args).output().unwrap()
+    }
+}
+
+impl FakeKubelet {
+    pub fn start(cp: &ControlPlane, prefix: &str, pool: std::ops::RangeInclusive<Ipv4Addr>, gateway: &str) -> FakeKubelet {
+        let (a, b) = (u32::from(*pool.start()), u32::from(*pool.end()));
+        let free = (a..=b).rev().map(Ipv4Addr::from).collect();
+        let state = Arc::new(Mutex::new(KubeletState { pods: HashMap::new(), free }));
+        let cfg =
+            KubeletCfg { kubectl: cp.bins.join("kubectl"), kubeconfig: cp.kubeconfig("admin"), prefix: prefix.to_string(), dir: cp.dir.join("pods"), gateway: gateway.to_string() };
+        std::fs::create_dir_all(&cfg.dir).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let watch: Arc<Mutex<Option<Child>>> = Arc::new(Mutex::new(None));
+        let thread = {
+            let (stop, state, watch) = (stop.clone(), state.clone(), watch.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // A watch ends when kube-apiserver restarts: watch again (a new watch
+                    // lists every Pod first; handling is idempotent).
+                    let child = Command::new(&cfg.kubectl)
+                        .arg(format!("--kubeconfig={}", cfg.kubeconfig.display()))
+                        .args(["get", "pods", "-A", "--watch", "--output-watch-events", "-o", "json"])
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::null())
+                        .spawn();
+                    let Ok(mut child) = child else {
+                        std::thread::sleep(Duration::from_millis(500));
+                        continue;
+                    };
+                    let out = child.stdout.take().unwrap();
+                    *watch.lock().unwrap() = Some(child);
+                    for ev in serde_json::Deserializer::from_reader(BufReader::new(out)).into_iter::<Value>() {
+                        let Ok(ev) = ev else { break };
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        handle(&cfg, &state, &ev);
+                    }
+                    if let Some(mut c) = watch.lock().unwrap().take() {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            })
+        };
+        FakeKubelet { stop, thread: Some(thread), state, watch }
+    }
+
+    /// How many Pods run now.
+    pub fn running(&self) -> usize {
+        self.state.lock().unwrap().pods.values().filter(|p| !p.deleting).count()
+    }
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(mut c) = self.watch.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let pods: Vec<PodRt> = self.state.lock().unwrap().pods.drain().map(|(_, p)| p).collect();
+        for p in pods {
+            stop_pod(&p, false);
+        }
+    }
+}
+
+fn handle(cfg: &KubeletCfg, state: &Arc<Mutex<KubeletState>>, ev: &Value) {
+    let pod = &ev["object"];
+    let (Some(uid), Some(name), Some(namespace)) = (pod["metadata"]["uid"].as_str(), pod["metadata"]["name"].as_str(), pod["metadata"]["namespace"].as_str()) else { return };
+    if pod["spec"]["nodeName"].as_str().is_none() {
+        return; // not scheduled yet
+    }
+    let (uid, name, namespace) = (uid.to_string(), name.to_string(), namespace.to_string());
+    if ev["type"] == "DELETED" {
+        let p = state.lock().unwrap().pods.remove(&uid);
+        if let Some(p) = p {
+            stop_pod(&p, false);
+            state.lock().unwrap().free.push(p.ip);
+        }
+        return;
+    }
+    let deleting = pod["metadata"]["deletionTimestamp"].is_string();
+    let known = state.lock().unwrap().pods.get(&uid).map(|p| p.deleting);
+    match (known, deleting) {
+        (None, false) => {
+            let Some(ip) = state.lock().unwrap().free.pop() else {
+                eprintln!("fake kubelet: no address left for {namespace}/{name}");
+                return;
+            };
+            let n = state.lock().unwrap().pods.len();
+            let short: String = uid.chars().filter(|c| c.is_ascii_hexdigit()).take(8).collect();
+            let rt = PodRt { ns: format!("{}-pod-{short}", cfg.prefix), ip, dir: cfg.dir.join(&short), deleting: false };
+            let ports: Vec<u64> = pod["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+                .filter(|p| p["protocol"].as_str().unwrap_or("TCP") == "TCP")
+                .filter_map(|p| p["containerPort"].as_u64())
+                .collect();
+            let ports = if ports.is_empty() { vec![80] } else { ports };
+            if let Err(e) = start_pod(cfg, &rt, &name, &ports, n) {
+                eprintln!("fake kubelet: {namespace}/{name}: {e}");
+                stop_pod(&rt, false);
+                state.lock().unwrap().free.push(ip);
+                return;
+            }
+            state.lock().unwrap().pods.insert(uid.clone(), rt);
+            let now = chrono_now();
+            let cond = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
+            let status = json!({"status": {
+                "phase": "Running",
+                "hostIP": pod["status"]["hostIP"].as_str().unwrap_or("10.1.0.1"),
+                "podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}],
+                "startTime": now,
+                "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
+                "containerStatuses": pod["spec"]["containers"].as_array().into_iter().flatten().map(|c| json!({
+                    "name": c["name"], "image": c["image"], "imageID": "", "ready": true, "started": true, "restartCount": 0,
+                    "state": {"running": {"startedAt": now}}})).collect::<Vec<_>>(),
+            }});
+            let o = cfg.kubectl(&["-n", &namespace, "patch", "pod", &name, "--subresource=status", "--type=merge", "-p", &status.to_string()]);
+            if !o.status.success() {
+                eprintln!("fake kubelet: status of {namespace}/{name}: {}", String::from_utf8_lossy(&o.stderr));
+            }
+        }
+        (Some(false), true) => {
+            state.lock().unwrap().pods.get_mut(&uid).unwrap().deleting = true;
+            let sleep = pod["spec"]["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"].as_u64().unwrap_or(0);
+            let grace = pod["spec"]["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+            let (cfg, state) = (cfg.clone(), state.clone());
+            std::thread::spawn(move || {
+                // As a kubelet: the preStop hook, then SIGTERM (nginx: finish what is in
+                // flight), then the Pod object goes.
+                std::thread::sleep(Duration::from_secs(sleep.min(grace)));
+                let p = state.lock().unwrap().pods.remove(&uid);
+                if let Some(p) = p {
+                    stop_pod(&p, true);
+                    state.lock().unwrap().free.push(p.ip);
+                }
+                let _ = cfg.kubectl(&["-n", &namespace, "delete", "pod", &name, "--grace-period=0", "--force", "--wait=false"]);
+            });
+        }
+        _ => {}
+    }
+}
+
+/// RFC 3339 time now, UTC (no chrono here: from the Unix time).
+fn chrono_now() -> String {
+    let s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let (days, rem) = (s.div_euclid(86400), s.rem_euclid(86400));
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+fn start_pod(cfg: &KubeletCfg, p: &PodRt, name: &str, ports: &[u64], n: usize) -> Result<(), String> {
+    let run = |args: &[&str]| -> Result<(), String> {
+        let o = Command::new(args[0]).args(&args[1..]).output().map_err(|e| e.to_string())?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{args:?}: {}", String::from_utf8_lossy(&o.stderr)))
+        }
+    };
+    let short = &p.ns[p.ns.len() - 8..];
+    let (host, peer) = (format!("vp{short}"), format!("vq{short}"));
+    let sw = format!("{}-sw", cfg.prefix);
+    run(&["ip", "netns", "add", &p.ns])?;
+    run(&["ip", "link", "add", &host, "type", "veth", "peer", "name", &peer])?;
+    run(&["ip", "link", "set", &host, "netns", &sw])?;
+    run(&["ip", "link", "set", &peer, "netns", &p.ns, "name", "eth0"])?;
+    run(&["ip", "netns", "exec", &sw, "ip", "link", "set", &host, "master", "br0", "up"])?;
+    run(&["ip", "netns", "exec", &p.ns, "ip", "link", "set", "lo", "up"])?;
+    run(&["ip", "netns", "exec", &p.ns, "ip", "link", "set", "eth0", "up"])?;
+    run(&["ip", "netns", "exec", &p.ns, "ip", "addr", "add", &format!("{}/24", p.ip), "dev", "eth0"])?;
+    run(&["ip", "netns", "exec", &p.ns, "ip", "route", "add", "default", "via", &cfg.gateway])?;
+    // Generic offloads off, as on the topology's own veths (AF_XDP in copy mode on the far side).
+    let _ = run(&["ip", "netns", "exec", &p.ns, "ethtool", "-K", "eth0", "tx", "off", "rx", "off", "gso", "off", "tso", "off", "gro", "off"]);
+    std::fs::create_dir_all(&p.dir).map_err(|e| e.to_string())?;
+    let d = p.dir.display();
+    let listens: String = ports.iter().map(|port| format!("  listen {port} reuseport backlog=4096;\n")).collect();
+    let conf = format!(
+        "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon on;\nevents {{ worker_connections 4096; }}\n\
+         http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fcgi;\n\
+         uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n default_type text/plain;\n\
+         server {{\n{listens}  location / {{ return 200 \"{name}\\n\"; }}\n }}\n}}\n"
+    );
+    let _ = n;
+    std::fs::write(p.dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
+    run(&["ip", "netns", "exec", &p.ns, "nginx", "-c", &format!("{d}/nginx.conf"), "-p", &d.to_string()])
+}
+
+/// Stops a Pod's nginx (gracefully: `nginx -s quit`, in-flight requests finish; else at once)
+/// and removes its namespace and veth.
+fn stop_pod(p: &PodRt, graceful: bool) {
+    let pid = std::fs::read_to_string(p.dir.join("nginx.pid")).ok().and_then(|s| s.trim().parse::<i32>().ok());
+    if let Some(pid) = pid {
+        // SAFETY: kill(2) with a pid read from our own nginx's pid file; no memory is involved.
+        unsafe { libc::kill(pid, if graceful { libc::SIGQUIT } else { libc::SIGTERM }) };
+        let t = Instant::now();
+        while Path::new(&format!("/proc/{pid}")).exists() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Deleting the namespace kills what is left in it and removes the veth pair.
+    for pid in stdout(&sh(&["ip", "netns", "pids", &p.ns])).split_whitespace() {
+        let _ = Command::new("kill").args(["-9", pid]).status();
+    }
+    let _ = Command::new("ip").args(["netns", "del", &p.ns]).status();
+}
+
+/// Waits until `f` gives `Some`, polling every 50 ms, for at most `limit`.
+pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The endpoints of a Service's EndpointSlices: address → (ready, serving, terminating).
+pub fn endpoints(cp: &ControlPlane, ns: &str, svc: &str) -> BTreeMap<String, (bool, bool, bool)> {
+    let v = cp.get(&["-n", ns, "endpointslices", "-l", &format!("kubernetes.io/service-name={svc}")]);
+    let mut m = BTreeMap::new();
+    for s in v["items"].as_array().into_iter().flatten() {
+        for e in s["endpoints"].as_array().into_iter().flatten() {
+            let c = &e["conditions"];
+            for a in e["addresses"].as_array().into_iter().flatten() {
+                m.insert(a.as_str().unwrap_or_default().to_string(), (c["ready"] == true, c["serving"] == true, c["terminating"] == true));
+            }
+        }
+    }
+    m
+}
