@@ -30,6 +30,8 @@ pub trait LbControl: Send + Sync + 'static {
     fn add_backend(&self, key: ServiceKey, b: NewBackend) -> Result<(), ApiError>;
     fn set_weight(&self, key: ServiceKey, backend: SocketAddr, weight: u32) -> Result<(), ApiError>;
     fn delete_backend(&self, key: ServiceKey, backend: SocketAddr) -> Result<(), ApiError>;
+    /// Applies service changes as one edit (all or none); returns the new generation.
+    fn batch(&self, ops: Vec<BatchOp>) -> Result<u64, ApiError>;
     /// A page of one worker's sessions (the worker answers between bursts).
     fn sessions(&self, q: SessionQuery) -> Result<SessionPage, ApiError>;
     fn stats(&self) -> Stats;
@@ -72,6 +74,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
         .route("/v1/services/{proto}/{vip}/{port}", get(get_service).patch(edit_service).delete(delete_service))
         .route("/v1/services/{proto}/{vip}/{port}/backends", post(add_backend))
         .route("/v1/services/{proto}/{vip}/{port}/backends/{addr}/{bport}", patch(edit_backend).delete(delete_backend))
+        .route("/v1/batch", post(batch))
         .route("/v1/sessions", get(sessions))
         .route("/v1/stats", get(stats))
         .route("/v1/ports", get(ports))
@@ -100,7 +103,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
     modifiers(&BearerAuth),
     paths(
         health, list_services, add_service, get_service, edit_service, delete_service, add_backend, edit_backend,
-        delete_backend, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, metrics, openapi
+        delete_backend, batch, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, metrics, openapi
     )
 )]
 pub struct LbApiDoc;
@@ -265,6 +268,29 @@ async fn delete_service(State(lb): Lb, Path((p, vip, port)): Path<(String, Strin
     let k = service_key(&p, &vip, &port)?;
     call(lb, move |lb| lb.delete_service(k)).await??;
     Ok(Json(Deleted { deleted: true }))
+}
+
+/// Applies several service changes as one: all of them or none.
+#[utoipa::path(post, path = "/v1/batch", request_body = Batch, responses(
+    (status = 200, body = BatchDone),
+    (status = 400, body = ErrorBody, description = "The request does not match this document, or has more than 100,000 operations"),
+    (status = 422, body = ErrorBody, description = "An operation the configuration cannot take; the message begins with ops[i]"),
+))]
+async fn batch(State(lb): Lb, JsonBody(b): JsonBody<Batch>) -> Result<Json<BatchDone>, ApiError> {
+    if b.ops.len() > MAX_BATCH {
+        return Err(ApiError::BadRequest(format!("ops: {} operations, at most {MAX_BATCH}", b.ops.len())));
+    }
+    for (i, op) in b.ops.iter().enumerate() {
+        if let BatchOp::Put(s) = op {
+            check_table(s.table_size).map_err(|e| ApiError::BadRequest(format!("ops[{i}].put.{e}")))?;
+            for (j, be) in s.backends.iter().enumerate() {
+                check_weight(&format!("ops[{i}].put.backends[{j}].weight"), be.weight)?;
+            }
+        }
+    }
+    let applied = b.ops.len();
+    let generation = call(lb, move |lb| lb.batch(b.ops)).await??;
+    Ok(Json(BatchDone { applied, generation }))
 }
 
 /// Adds a backend to a service.

@@ -89,7 +89,7 @@ pub struct ErrorBody {
     pub error: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Proto {
     Tcp,
@@ -255,6 +255,49 @@ pub struct ServicePatch {
 
 /// When SYNs are answered with SYN cookies: never, always, or while a core holds many
 /// half-open sessions.
+/// One change of a batch (`POST /v1/batch`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum BatchOp {
+    /// Adds the service, or replaces the whole of an existing one with the same protocol,
+    /// address and port (its sessions stay: backends are matched by address and port).
+    Put(NewService),
+    /// Removes a service (absent: not an error).
+    Delete(ServiceRef),
+}
+
+/// A service named by its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceRef {
+    pub proto: Proto,
+    #[schema(schema_with = ip_schema)]
+    pub vip: IpAddr,
+    #[serde(deserialize_with = "int::de")]
+    #[schema(minimum = 0, maximum = 65535)]
+    pub port: u16,
+}
+
+/// Several service changes applied as one: all of them, published together, or none (the
+/// error names the first bad one as `ops[i]`). A controller converges a daemon with one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Batch {
+    pub ops: Vec<BatchOp>,
+}
+
+/// The result of a batch.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BatchDone {
+    /// Operations applied.
+    pub applied: usize,
+    /// The configuration generation that carries them.
+    pub generation: u64,
+}
+
+/// The most operations one batch may carry.
+pub const MAX_BATCH: usize = 100_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SynProxyName {

@@ -94,11 +94,16 @@ impl ConfigStore {
 
     /// Runs `edit` on a copy of the running configuration and applies the result.
     pub fn edit<T, E: From<DaemonError>>(&self, edit: impl FnOnce(&mut Config) -> Result<T, E>) -> Result<T, E> {
+        self.edit_generation(edit).map(|(t, _)| t)
+    }
+
+    /// [`ConfigStore::edit`], also giving the generation that carries the change.
+    pub fn edit_generation<T, E: From<DaemonError>>(&self, edit: impl FnOnce(&mut Config) -> Result<T, E>) -> Result<(T, u64), E> {
         let mut cur = lock(&self.config);
         let mut new = cur.clone();
         let t = edit(&mut new)?;
-        self.apply_locked(&mut cur, &mut new)?;
-        Ok(t)
+        let g = self.apply_locked(&mut cur, &mut new)?;
+        Ok((t, g))
     }
 
     fn apply_locked(&self, cur: &mut Config, new: &mut Config) -> Result<u64, DaemonError> {

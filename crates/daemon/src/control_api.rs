@@ -94,6 +94,35 @@ fn service_index(c: &Config, k: &ServiceKey) -> Result<usize, ApiError> {
     c.spec.services.iter().position(|s| s.proto == p && s.vip == k.vip && s.port == k.port).ok_or_else(|| ApiError::NotFound(format!("no {k}")))
 }
 
+/// A service of the API as the configuration holds it (validated as one from the file is when
+/// the edit is applied).
+fn new_service_spec(c: &Config, s: &NewService) -> Result<ServiceSpec, ApiError> {
+    let p = Proto::number(s.proto);
+    let mode = mode_num(s.mode);
+    let sched = scheduler(s.scheduler, s.table_size, None)?.unwrap_or(Algorithm::Wrr);
+    check_toa(s.toa, mode, p)?;
+    let synproxy = synproxy_of(s.synproxy, None, mode, p)?;
+    if mode != Mode::Fnat && !(s.local_addrs.is_empty() && s.peer_local_addrs.is_empty()) {
+        return Err(ApiError::Unprocessable("local_addrs, peer_local_addrs: only fnat services use local addresses".into()));
+    }
+    Ok(ServiceSpec {
+        vip: s.vip,
+        port: s.port,
+        proto: p,
+        mode,
+        scheduler: sched,
+        backends: s.backends.iter().map(|b| BackendSpec { addr: b.addr, port: b.port, weight: b.weight, quic_id: None }).collect(),
+        local_addrs: s.local_addrs.clone(),
+        peer_local_addrs: s.peer_local_addrs.clone(),
+        toa: s.toa,
+        synproxy,
+        // A new service takes the file's global timeouts, as one defined in the file does.
+        timeouts: c.timeouts,
+        continuation: ServiceSpec::continuation_default(p, mode, sched, synproxy),
+        quic: false,
+    })
+}
+
 fn backend_index(c: &Config, i: usize, be: SocketAddr) -> Result<usize, ApiError> {
     c.spec.services[i].backends.iter().position(|b| b.addr == be.ip() && b.port == be.port()).ok_or_else(|| ApiError::NotFound(format!("no backend {be} in the service")))
 }
@@ -275,39 +304,47 @@ impl LbControl for Daemon {
     }
 
     fn add_service(&self, s: NewService) -> Result<(), ApiError> {
-        let p = Proto::number(s.proto);
-        let mode = mode_num(s.mode);
-        let sched = scheduler(s.scheduler, s.table_size, None)?.unwrap_or(Algorithm::Wrr);
-        check_toa(s.toa, mode, p)?;
-        let synproxy = synproxy_of(s.synproxy, None, mode, p)?;
-        if mode != Mode::Fnat && !(s.local_addrs.is_empty() && s.peer_local_addrs.is_empty()) {
-            return Err(ApiError::Unprocessable("local_addrs, peer_local_addrs: only fnat services use local addresses".into()));
-        }
         let key = ServiceKey { proto: s.proto, vip: s.vip, port: s.port };
         self.config.edit(|c| {
             if service_index(c, &key).is_ok() {
                 return Err(ApiError::Conflict(format!("exists: {key} is already defined")));
             }
-            // A new service takes the file's global timeouts, as one defined in the file does.
-            let timeouts = c.timeouts;
-            c.spec.services.push(ServiceSpec {
-                vip: s.vip,
-                port: s.port,
-                proto: p,
-                mode,
-                scheduler: sched,
-                backends: s.backends.iter().map(|b| BackendSpec { addr: b.addr, port: b.port, weight: b.weight, quic_id: None }).collect(),
-                local_addrs: s.local_addrs.clone(),
-                peer_local_addrs: s.peer_local_addrs.clone(),
-                toa: s.toa,
-                synproxy,
-                timeouts,
-                continuation: ServiceSpec::continuation_default(p, mode, sched, synproxy),
-                quic: false,
-            });
+            let spec = new_service_spec(c, &s)?;
+            c.spec.services.push(spec);
             c.health.push(None);
             Ok(())
         })
+    }
+
+    fn batch(&self, ops: Vec<BatchOp>) -> Result<u64, ApiError> {
+        let ((), generation) = self.config.edit_generation(|c| {
+            for (i, op) in ops.iter().enumerate() {
+                let at = |e: ApiError| ApiError::Unprocessable(format!("ops[{i}]: {e}"));
+                match op {
+                    BatchOp::Put(s) => {
+                        let spec = new_service_spec(c, s).map_err(at)?;
+                        match service_index(c, &ServiceKey { proto: s.proto, vip: s.vip, port: s.port }) {
+                            // Replaced in place: its health check (from the file) stays.
+                            Ok(j) => c.spec.services[j] = spec,
+                            Err(_) => {
+                                c.spec.services.push(spec);
+                                c.health.push(None);
+                            }
+                        }
+                    }
+                    BatchOp::Delete(r) => {
+                        if let Ok(j) = service_index(c, &ServiceKey { proto: r.proto, vip: r.vip, port: r.port }) {
+                            c.spec.services.remove(j);
+                            if j < c.health.len() {
+                                c.health.remove(j);
+                            }
+                        }
+                    }
+                }
+            }
+            Ok::<(), ApiError>(())
+        })?;
+        Ok(generation)
     }
 
     fn edit_service(&self, k: ServiceKey, patch: ServicePatch) -> Result<(), ApiError> {

@@ -80,12 +80,34 @@ enum Cmd {
     /// See docs/queue-sets.md.
     #[command(subcommand)]
     Adq(AdqCmd),
+    /// The Kubernetes controller: Services of type LoadBalancer, EndpointSlices and address
+    /// pools program the daemons (docs/kubernetes.md).
+    #[command(subcommand)]
+    Kube(KubeCmd),
     /// Print the control API's OpenAPI document (what the daemon serves at /openapi.json).
     Openapi,
     /// The decapsulator for TUN-mode backends (an XDP program; docs/scale-out.md): opens the
     /// load balancer's IPv4/IPv6 tunnels on a host without the kernel's tunnel modules.
     #[command(subcommand)]
     Decap(DecapCmd),
+}
+
+#[derive(Subcommand)]
+enum KubeCmd {
+    /// Run the controller (one replica leads, by a Lease; SIGTERM gives the Lease up).
+    Run {
+        /// The controller's configuration (TOML; docs/kubernetes.md).
+        #[arg(long)]
+        config: PathBuf,
+        /// A kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// This replica's name in the Lease (default: POD_NAME, else host name and pid).
+        #[arg(long)]
+        identity: Option<String>,
+    },
+    /// Print the custom resource definitions (deploy/kubernetes/crds.yaml).
+    Crds,
 }
 
 #[derive(Subcommand)]
@@ -258,6 +280,8 @@ enum CliError {
     Bench(#[from] vectorlb_bench::BenchError),
     #[error(transparent)]
     Adq(#[from] vectorlb::adq::AdqError),
+    #[error(transparent)]
+    Kube(#[from] vectorlb_kube::KubeError),
     #[error("writing the result: {0}")]
     Json(#[from] serde_json::Error),
     #[error("--log-level: {0}")]
@@ -322,6 +346,11 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Run { config } => Ok(vectorlb_daemon::run(&config)?),
         Cmd::Proxy { config } => Ok(vectorlb_proxy::run::run(&config)?),
         Cmd::Ctl(a) => Ok(vectorlb::ctl::run(&a)?),
+        Cmd::Kube(KubeCmd::Run { config, kubeconfig, identity }) => Ok(vectorlb_kube::run(vectorlb_kube::Opts { config, kubeconfig, identity })?),
+        Cmd::Kube(KubeCmd::Crds) => {
+            print!("{}", vectorlb_kube::crd::crds_yaml());
+            Ok(())
+        }
         Cmd::Adq(AdqCmd::Plan { config }) => {
             print!("{}", vectorlb::adq::render(&vectorlb::adq::load(&config)?));
             Ok(())

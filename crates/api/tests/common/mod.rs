@@ -48,6 +48,19 @@ impl LbControl for Fake {
     fn edit_service(&self, _: ServiceKey, _: ServicePatch) -> Result<(), ApiError> {
         Err(ApiError::NotFound("no such service".into()))
     }
+    fn batch(&self, ops: Vec<BatchOp>) -> Result<u64, ApiError> {
+        let mut v = self.services.lock().unwrap();
+        for op in ops {
+            match op {
+                BatchOp::Put(s) => {
+                    v.retain(|x| !(x.vip == s.vip && x.port == s.port && x.proto == s.proto));
+                    v.push(s);
+                }
+                BatchOp::Delete(r) => v.retain(|x| !(x.vip == r.vip && x.port == r.port && x.proto == r.proto)),
+            }
+        }
+        Ok(1)
+    }
     fn delete_service(&self, _: ServiceKey) -> Result<(), ApiError> {
         Err(ApiError::NotFound("no such service".into()))
     }

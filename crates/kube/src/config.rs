@@ -1,0 +1,114 @@
+//! The controller's configuration file (TOML).
+
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// `vectorlb kube run --config FILE`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeConfig {
+    /// The `loadBalancerClass` this controller implements.
+    #[serde(default = "default_class")]
+    pub class: String,
+    /// Also take Services of type LoadBalancer that name no class (as the cluster's default
+    /// load balancer implementation; leave false when another one runs).
+    #[serde(default)]
+    pub classless: bool,
+    /// Where the controller's Lease lives (leader election) and its own Events go.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// The Lease's name.
+    #[serde(default = "default_lease")]
+    pub lease: String,
+    /// Seconds a Lease holds without renewal.
+    #[serde(default = "default_lease_seconds")]
+    pub lease_seconds: u32,
+    /// The controller's metrics (Prometheus text on /metrics) and health (/healthz):
+    /// ADDRESS:PORT, or none.
+    #[serde(default)]
+    pub metrics: Option<String>,
+    /// Seconds between full comparisons with each daemon's services (changes are pushed at
+    /// once; this catches a daemon that restarted or was changed by hand).
+    #[serde(default = "default_resync")]
+    pub resync_seconds: u32,
+    /// The data-plane daemons this controller programs: every Service on every daemon.
+    #[serde(default)]
+    pub daemons: Vec<DaemonRef>,
+}
+
+/// One vectorlb daemon.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonRef {
+    pub name: String,
+    /// Its control API: `unix:PATH` or `ADDRESS:PORT`.
+    pub api: String,
+    /// A file with its API token (the daemon's `runtime.api_token_file`).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// Its local addresses for full-NAT services (the source of connections to Pods).
+    #[serde(default)]
+    pub local_addrs: Vec<IpAddr>,
+    /// Its group peers' local addresses (scale-out: `peer_local_addrs`).
+    #[serde(default)]
+    pub peer_local_addrs: Vec<IpAddr>,
+}
+
+fn default_class() -> String {
+    "vectorlb.io/lb".into()
+}
+fn default_namespace() -> String {
+    "vectorlb-system".into()
+}
+fn default_lease() -> String {
+    "vectorlb-controller".into()
+}
+fn default_lease_seconds() -> u32 {
+    15
+}
+fn default_resync() -> u32 {
+    10
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    #[error("{0}: {1}")]
+    Parse(PathBuf, String),
+    #[error("{0}: {1}")]
+    Invalid(PathBuf, String),
+}
+
+impl KubeConfig {
+    pub fn load(path: &Path) -> Result<KubeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.into(), e))?;
+        let c: KubeConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse(path.into(), e.to_string()))?;
+        c.validate().map_err(|e| ConfigError::Invalid(path.into(), e))?;
+        Ok(c)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.class.is_empty() || self.class.len() > 63 + 254 || !self.class.contains('/') {
+            return Err(format!("class '{}': a loadBalancerClass is a domain-prefixed name such as vectorlb.io/lb", self.class));
+        }
+        if !(5..=3600).contains(&self.lease_seconds) {
+            return Err(format!("lease_seconds {}: from 5 to 3600", self.lease_seconds));
+        }
+        if !(1..=3600).contains(&self.resync_seconds) {
+            return Err(format!("resync_seconds {}: from 1 to 3600", self.resync_seconds));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for d in &self.daemons {
+            if !names.insert(d.name.as_str()) {
+                return Err(format!("daemon '{}' is named twice", d.name));
+            }
+            d.api.parse::<vectorlb_client::Target>().map_err(|e| format!("daemon '{}': {e}", d.name))?;
+        }
+        if let Some(m) = &self.metrics {
+            m.parse::<std::net::SocketAddr>().map_err(|_| format!("metrics '{m}': ADDRESS:PORT"))?;
+        }
+        Ok(())
+    }
+}

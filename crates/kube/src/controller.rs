@@ -1,0 +1,399 @@
+//! The controller's loop: reflectors keep Services, EndpointSlices and AddressPools in memory;
+//! any change (or the resync timer) starts a round that allocates every address again, writes
+//! the Services' and pools' status, reports problems as Events, and converges every daemon.
+//! A round is level-triggered and idempotent: it works from what the objects say, never from
+//! what happened, so a restart of anything converges.
+
+use crate::config::KubeConfig;
+use crate::crd::{AddressPool, AddressPoolStatus, PoolCondition};
+use crate::desired::{self, DaemonSide, EndpointIn, PortIn, Problem, SliceIn, SvcSpec, ANN};
+use crate::ipam::{self, Family, Outcome, PoolIn, SvcIn};
+use crate::metrics::Metrics;
+use crate::program::{key_of, Daemon, Key};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use vectorlb_api::model::NewService;
+
+/// The label EndpointSlices carry to name their Service.
+const SERVICE_NAME: &str = "kubernetes.io/service-name";
+
+pub struct Controller {
+    cfg: KubeConfig,
+    client: Client,
+    recorder: Recorder,
+    daemons: Vec<Daemon>,
+    services: reflector::Store<Service>,
+    slices: reflector::Store<EndpointSlice>,
+    pools: reflector::Store<AddressPool>,
+    /// Problems reported per object, so an Event goes out once per change.
+    reported: BTreeMap<String, BTreeSet<(String, String)>>,
+    /// Addresses this controller programmed since it started (owned even if their pool goes).
+    programmed: BTreeSet<IpAddr>,
+    metrics: Arc<Metrics>,
+    last_resync: Instant,
+}
+
+fn ns_name(o: &impl ResourceExt) -> String {
+    format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
+}
+
+impl Controller {
+    /// Starts the reflectors; returns once each has listed its objects.
+    pub async fn start(cfg: KubeConfig, client: Client, identity: &str, metrics: Arc<Metrics>, notify: Arc<Notify>) -> Result<Controller, String> {
+        let daemons = cfg.daemons.iter().cloned().map(Daemon::new).collect::<Result<Vec<_>, _>>()?;
+        let (services, w1) = reflector::store();
+        let (slices, w2) = reflector::store();
+        let (pools, w3) = reflector::store();
+        let wc = watcher::Config::default();
+        spawn_reflector(w1, Api::<Service>::all(client.clone()), wc.clone(), notify.clone(), metrics.clone());
+        spawn_reflector(w2, Api::<EndpointSlice>::all(client.clone()), wc.clone().labels(SERVICE_NAME), notify.clone(), metrics.clone());
+        spawn_reflector(w3, Api::<AddressPool>::all(client.clone()), wc, notify.clone(), metrics.clone());
+        for (what, ready) in [
+            ("services", services.wait_until_ready().await.is_ok()),
+            ("endpointslices", slices.wait_until_ready().await.is_ok()),
+            ("addresspools", pools.wait_until_ready().await.is_ok()),
+        ] {
+            if !ready {
+                return Err(format!("the {what} watch ended before its first list"));
+            }
+        }
+        let recorder = Recorder::new(client.clone(), Reporter { controller: "vectorlb-controller".into(), instance: Some(identity.to_string()) });
+        Ok(Controller { cfg, client, recorder, daemons, services, slices, pools, reported: BTreeMap::new(), programmed: BTreeSet::new(), metrics, last_resync: Instant::now() })
+    }
+
+    fn ours(&self, s: &Service) -> bool {
+        let Some(spec) = &s.spec else { return false };
+        spec.type_.as_deref() == Some("LoadBalancer")
+            && match &spec.load_balancer_class {
+                Some(c) => c == &self.cfg.class,
+                None => self.cfg.classless,
+            }
+    }
+
+    /// One round; returns whether every daemon converged (else the caller retries soon).
+    pub async fn round(&mut self) -> bool {
+        let t = Instant::now();
+        let resync = self.last_resync.elapsed() >= Duration::from_secs(self.cfg.resync_seconds.into());
+        if resync {
+            self.last_resync = Instant::now();
+        }
+        let services: Vec<Arc<Service>> = self.services.state().into_iter().filter(|s| self.ours(s)).collect();
+        let pools = self.pools.state();
+        let mut slices_by_svc: BTreeMap<String, Vec<Arc<EndpointSlice>>> = BTreeMap::new();
+        for sl in self.slices.state() {
+            if let Some(n) = sl.labels().get(SERVICE_NAME) {
+                slices_by_svc.entry(format!("{}/{n}", sl.namespace().unwrap_or_default())).or_default().push(sl);
+            }
+        }
+
+        // Addresses.
+        let pool_in: Vec<PoolIn> = pools.iter().map(|p| pool_in(p)).collect();
+        let svc_in: Vec<SvcIn> = services.iter().map(|s| svc_in(s)).collect();
+        let alloc = ipam::allocate(&pool_in, &svc_in);
+        let ranges: Vec<ipam::Range> = pool_in.iter().flat_map(|p| p.addresses.iter().filter_map(|a| ipam::parse_range(a).ok())).collect();
+
+        // What every daemon should serve, and each Service's problems.
+        let mut problems: BTreeMap<String, Vec<Problem>> = BTreeMap::new();
+        let mut desired: Vec<BTreeMap<Key, NewService>> = vec![BTreeMap::new(); self.daemons.len()];
+        let mut owner: BTreeMap<Key, String> = BTreeMap::new();
+        for s in &services {
+            let key = ns_name(s.as_ref());
+            let ip = match alloc.services.get(&key) {
+                Some(Outcome::Assigned { ip, .. }) => Some(*ip),
+                Some(Outcome::Failed { reason, message }) => {
+                    problems.entry(key.clone()).or_default().push(Problem { reason: leak(reason), message: message.clone() });
+                    None
+                }
+                None => None,
+            };
+            let spec = svc_spec(s, ip);
+            let slices: Vec<SliceIn> = slices_by_svc.get(&key).map(|v| v.iter().map(|sl| slice_in(sl)).collect()).unwrap_or_default();
+            for (i, d) in self.daemons.iter().enumerate() {
+                let side = DaemonSide { local_addrs: d.cfg.local_addrs.clone(), peer_local_addrs: d.cfg.peer_local_addrs.clone() };
+                let (specs, p) = desired::build(&spec, &slices, &side);
+                if i == 0 || !p.is_empty() {
+                    let e = problems.entry(key.clone()).or_default();
+                    for x in p {
+                        if !e.contains(&x) {
+                            e.push(x);
+                        }
+                    }
+                }
+                for n in specs {
+                    let k = key_of(&n);
+                    if let Some(other) = owner.get(&k).filter(|o| **o != key) {
+                        // Two Services on one address and port: ipam refuses that, so only a
+                        // race of objects gets here; the older keeps it.
+                        problems
+                            .entry(key.clone())
+                            .or_default()
+                            .push(Problem { reason: "PortClash", message: format!("{} port {} on {} is {other}'s", n.proto.name(), n.port, n.vip) });
+                        continue;
+                    }
+                    owner.insert(k, key.clone());
+                    desired[i].insert(k, n);
+                }
+            }
+            self.write_service_status(s, ip).await;
+        }
+        for d in &desired {
+            self.programmed.extend(d.keys().map(|k| k.1));
+        }
+
+        // The daemons, all at once.
+        let programmed = self.programmed.clone();
+        let owned = move |a: &IpAddr| ranges.iter().any(|r| r.contains(a)) || programmed.contains(a);
+        let results = futures::future::join_all(self.daemons.iter_mut().zip(desired.iter()).map(|(d, want)| {
+            let owned = &owned;
+            async move { d.converge(want, owned, resync).await }
+        }))
+        .await;
+        let mut all_ok = true;
+        for (d, r) in self.daemons.iter().zip(results) {
+            match r {
+                Ok(rep) => {
+                    self.metrics.daemon_ok(&d.cfg.name, rep.put as u64, rep.deleted as u64);
+                    for (k, why) in rep.refused {
+                        if let Some(svc) = owner.get(&k) {
+                            problems
+                                .entry(svc.clone())
+                                .or_default()
+                                .push(Problem { reason: "ProgramFailed", message: format!("daemon {} refused {} port {}: {why}", d.cfg.name, k.0.name(), k.2) });
+                        }
+                    }
+                }
+                Err(e) => {
+                    all_ok = false;
+                    self.metrics.daemon_error(&d.cfg.name);
+                    tracing::warn!(daemon = %d.cfg.name, error = %e, "programming failed; retrying");
+                }
+            }
+        }
+
+        // Events for what changed, and the pools' status.
+        for s in &services {
+            let key = ns_name(s.as_ref());
+            let mut p = problems.remove(&key).unwrap_or_default();
+            p.sort();
+            p.dedup();
+            let refs = s.object_ref(&());
+            self.report(&key, &refs, p.into_iter().map(|p| (p.reason.to_string(), p.message)).collect(), "Program").await;
+        }
+        for p in pools.iter() {
+            self.write_pool_status(p, alloc.pools.get(&p.name_any())).await;
+        }
+        let live: BTreeSet<String> = services.iter().map(|s| ns_name(s.as_ref())).chain(pools.iter().map(|p| format!("pool/{}", p.name_any()))).collect();
+        self.reported.retain(|k, _| live.contains(k));
+        self.metrics.round(t.elapsed(), services.len() as u64, desired.iter().map(|d| d.values().map(|s| s.backends.len() as u64).sum::<u64>()).max().unwrap_or(0));
+        all_ok
+    }
+
+    /// Publishes the Warning Events of `now` that were not reported last time.
+    async fn report(&mut self, key: &str, r: &ObjectReference, now: BTreeSet<(String, String)>, action: &str) {
+        let before = self.reported.get(key).cloned().unwrap_or_default();
+        for (reason, message) in now.difference(&before) {
+            tracing::info!(object = key, reason = %reason, "{message}");
+            let ev = Event { type_: EventType::Warning, reason: reason.clone(), note: Some(message.chars().take(1000).collect()), action: action.into(), secondary: None };
+            if let Err(e) = self.recorder.publish(&ev, r).await {
+                tracing::warn!(object = key, error = %e, "cannot publish an event");
+            }
+        }
+        self.reported.insert(key.to_string(), now);
+    }
+
+    async fn write_service_status(&mut self, s: &Service, ip: Option<IpAddr>) {
+        let current: Vec<String> = s
+            .status
+            .as_ref()
+            .and_then(|st| st.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .map(|v| v.iter().filter_map(|i| i.ip.clone()).collect())
+            .unwrap_or_default();
+        let want: Vec<String> = ip.iter().map(|a| a.to_string()).collect();
+        if current == want {
+            return;
+        }
+        let ingress: Vec<serde_json::Value> = want.iter().map(|a| json!({"ip": a, "ipMode": "VIP"})).collect();
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &s.namespace().unwrap_or_default());
+        let patch = json!({"status": {"loadBalancer": {"ingress": ingress}}});
+        match api.patch_status(&s.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                self.metrics.status_written();
+                if let Some(a) = ip {
+                    let ev = Event { type_: EventType::Normal, reason: "AddressAssigned".into(), note: Some(format!("{a}")), action: "Allocate".into(), secondary: None };
+                    let _ = self.recorder.publish(&ev, &s.object_ref(&())).await;
+                }
+            }
+            Err(e) => tracing::warn!(service = %ns_name(s), error = %e, "cannot write the status"),
+        }
+    }
+
+    async fn write_pool_status(&mut self, p: &AddressPool, r: Option<&ipam::PoolReport>) {
+        let Some(r) = r else { return };
+        let cond = match &r.problem {
+            None => PoolCondition { type_: "Valid".into(), status: "True".into(), reason: "Valid".into(), message: String::new(), observed_generation: p.metadata.generation },
+            Some((reason, message)) => {
+                PoolCondition { type_: "Valid".into(), status: "False".into(), reason: reason.clone(), message: message.clone(), observed_generation: p.metadata.generation }
+            }
+        };
+        let want = AddressPoolStatus { assigned: r.assigned, available: r.available, conditions: vec![cond] };
+        if p.status.as_ref() != Some(&want) {
+            let api: Api<AddressPool> = Api::all(self.client.clone());
+            if let Err(e) = api.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&json!({"status": want}))).await {
+                tracing::warn!(pool = %p.name_any(), error = %e, "cannot write the status");
+            }
+        }
+        let problems: BTreeSet<(String, String)> = r.problem.iter().cloned().collect();
+        self.report(&format!("pool/{}", p.name_any()), &p.object_ref(&()), problems, "Validate").await;
+    }
+
+    /// Forget what the daemons serve (after an error): the next round reads them.
+    pub fn invalidate(&mut self) {
+        for d in &mut self.daemons {
+            d.invalidate();
+        }
+    }
+}
+
+/// Event reasons are static in [`Problem`]; ipam's are owned strings of a small fixed set.
+fn leak(s: &str) -> &'static str {
+    match s {
+        "AddressNotInPool" => "AddressNotInPool",
+        "AddressInUse" => "AddressInUse",
+        "PortClash" => "PortClash",
+        "NoSuchPool" => "NoSuchPool",
+        "PoolNotValid" => "PoolNotValid",
+        "PoolNotAllowed" => "PoolNotAllowed",
+        "NoPool" => "NoPool",
+        "PoolExhausted" => "PoolExhausted",
+        "InvalidAddress" => "InvalidAddress",
+        _ => "AllocationFailed",
+    }
+}
+
+fn spawn_reflector<K>(w: reflector::store::Writer<K>, api: Api<K>, wc: watcher::Config, notify: Arc<Notify>, metrics: Arc<Metrics>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    tokio::spawn(async move {
+        let stream = reflector(w, watcher(api, wc)).default_backoff();
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(_) => notify.notify_one(),
+                Err(e) => {
+                    metrics.watch_error();
+                    tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying");
+                }
+            }
+        }
+    });
+}
+
+fn annotation<'a>(o: &'a impl ResourceExt, k: &str) -> Option<&'a str> {
+    o.annotations().get(&format!("{ANN}{k}")).map(|s| s.trim()).filter(|s| !s.is_empty())
+}
+
+fn created(o: &impl ResourceExt) -> String {
+    o.meta().creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default()
+}
+
+fn pool_in(p: &AddressPool) -> PoolIn {
+    let to = p.spec.allocate_to.clone().unwrap_or_default();
+    PoolIn {
+        name: p.name_any(),
+        created: created(p),
+        addresses: p.spec.addresses.clone(),
+        auto_assign: p.spec.auto_assign.unwrap_or(true),
+        namespaces: to.namespaces,
+        service_labels: to.service_labels,
+    }
+}
+
+fn svc_in(s: &Service) -> SvcIn {
+    let spec = s.spec.clone().unwrap_or_default();
+    let current = s
+        .status
+        .as_ref()
+        .and_then(|st| st.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .and_then(|v| v.first())
+        .and_then(|i| i.ip.as_ref())
+        .and_then(|a| a.parse().ok());
+    // The annotation first (a list; its first address is used), then the deprecated field.
+    let requested = annotation(s, "load-balancer-ips").map(|v| v.split(',').next().unwrap_or("").trim().to_string()).or(spec.load_balancer_ip.clone()).filter(|v| !v.is_empty());
+    let (requested, invalid_request) = match requested {
+        Some(v) => match v.parse::<IpAddr>() {
+            Ok(a) => (Some(a), None),
+            Err(_) => (None, Some(v)),
+        },
+        None => (None, None),
+    };
+    let family = spec.ip_families.as_ref().and_then(|f| f.first()).map(|f| if f == "IPv6" { Family::V6 } else { Family::V4 });
+    SvcIn {
+        key: ns_name(s),
+        namespace: s.namespace().unwrap_or_default(),
+        labels: s.labels().clone(),
+        created: created(s),
+        family,
+        current,
+        requested,
+        invalid_request,
+        pool: annotation(s, "address-pool").map(str::to_string),
+        sharing: annotation(s, "allow-shared-ip").map(str::to_string),
+        ports: spec.ports.unwrap_or_default().iter().map(|p| (p.protocol.clone().unwrap_or_else(|| "TCP".into()), p.port.clamp(0, 65535) as u16)).collect(),
+    }
+}
+
+fn svc_spec(s: &Service, ip: Option<IpAddr>) -> SvcSpec {
+    let spec = s.spec.clone().unwrap_or_default();
+    SvcSpec {
+        key: ns_name(s),
+        ip,
+        ports: spec
+            .ports
+            .unwrap_or_default()
+            .iter()
+            .map(|p| PortIn { name: p.name.clone().unwrap_or_default(), protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()), port: p.port.clamp(0, 65535) as u16 })
+            .collect(),
+        annotations: s.annotations().clone(),
+        client_ip_affinity: spec.session_affinity.as_deref() == Some("ClientIP"),
+    }
+}
+
+fn slice_in(sl: &EndpointSlice) -> SliceIn {
+    SliceIn {
+        address_type: sl.address_type.clone(),
+        ports: sl
+            .ports
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| Some((p.name.clone().unwrap_or_default(), p.protocol.clone().unwrap_or_else(|| "TCP".into()), u16::try_from(p.port?).ok()?)))
+            .collect(),
+        endpoints: sl
+            .endpoints
+            .iter()
+            .map(|e| {
+                let c = e.conditions.clone().unwrap_or_default();
+                EndpointIn {
+                    addrs: e.addresses.iter().filter_map(|a| a.parse().ok()).collect(),
+                    ready: c.ready.unwrap_or(true),
+                    serving: c.serving.unwrap_or(c.ready.unwrap_or(true)),
+                    terminating: c.terminating.unwrap_or(false),
+                }
+            })
+            .collect(),
+    }
+}

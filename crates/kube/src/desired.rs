@@ -1,0 +1,276 @@
+//! What each daemon should serve, from Services, their EndpointSlices and the annotations:
+//! pure, so it is tested without a cluster.
+//!
+//! Endpoints: ready → weight 1; serving and terminating → weight 0 (drained: the flows it has
+//! keep going, no new ones); when a port has no ready endpoint at all, its serving ones take new
+//! connections (as kube-proxy does); anything else is left out.
+
+use crate::ipam::Family;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use vectorlb_api::model::{ModeName, NewBackend, NewService, Proto, SchedulerName, SynProxyName};
+
+/// Annotation prefix of the controller's Service annotations.
+pub const ANN: &str = "vectorlb.io/";
+
+/// One port of a Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortIn {
+    pub name: String,
+    /// "TCP", "UDP", "SCTP".
+    pub protocol: String,
+    pub port: u16,
+}
+
+/// A Service with its address.
+#[derive(Debug, Clone, Default)]
+pub struct SvcSpec {
+    pub key: String,
+    pub ip: Option<IpAddr>,
+    pub ports: Vec<PortIn>,
+    pub annotations: BTreeMap<String, String>,
+    pub client_ip_affinity: bool,
+}
+
+/// One endpoint of a slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointIn {
+    pub addrs: Vec<IpAddr>,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+}
+
+/// An EndpointSlice of the Service.
+#[derive(Debug, Clone, Default)]
+pub struct SliceIn {
+    /// "IPv4", "IPv6" or "FQDN" (ignored).
+    pub address_type: String,
+    /// (name, protocol, port) of its ports.
+    pub ports: Vec<(String, String, u16)>,
+    pub endpoints: Vec<EndpointIn>,
+}
+
+/// A problem to report on the Service (an Event); the rest of it is still programmed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Problem {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The settings the annotations choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    pub mode: ModeName,
+    pub scheduler: SchedulerName,
+    pub synproxy: SynProxyName,
+}
+
+fn parse_settings(s: &SvcSpec, problems: &mut Vec<Problem>) -> Settings {
+    let bad = |problems: &mut Vec<Problem>, k: &str, v: &str, allowed: &str| {
+        problems.push(Problem { reason: "InvalidAnnotation", message: format!("{ANN}{k}: '{v}' is not one of {allowed}; the default is used") })
+    };
+    let get = |k: &str| s.annotations.get(&format!("{ANN}{k}")).map(|v| v.trim().to_ascii_lowercase());
+    let mode = match get("mode").as_deref() {
+        None | Some("fnat") => ModeName::Fnat,
+        Some("nat") => ModeName::Nat,
+        Some("dr") => ModeName::Dr,
+        Some("tun") => ModeName::Tun,
+        Some(v) => {
+            bad(problems, "mode", v, "fnat, nat, dr, tun");
+            ModeName::Fnat
+        }
+    };
+    let named = match get("scheduler").as_deref() {
+        None => None,
+        Some("rr") => Some(SchedulerName::Rr),
+        Some("wrr") => Some(SchedulerName::Wrr),
+        Some("wlc") => Some(SchedulerName::Wlc),
+        Some("sh") => Some(SchedulerName::Sh),
+        Some("maglev") => Some(SchedulerName::Maglev),
+        Some(v) => {
+            bad(problems, "scheduler", v, "rr, wrr, wlc, sh, maglev");
+            None
+        }
+    };
+    let scheduler = match (s.client_ip_affinity, named) {
+        (true, Some(n)) if n != SchedulerName::Sh => {
+            problems.push(Problem { reason: "InvalidAnnotation", message: format!("sessionAffinity ClientIP needs source hashing; {ANN}scheduler '{}' is not used", n.name()) });
+            SchedulerName::Sh
+        }
+        (true, _) => SchedulerName::Sh,
+        (false, n) => n.unwrap_or(SchedulerName::Maglev),
+    };
+    let synproxy = match get("synproxy").as_deref() {
+        None | Some("off") => SynProxyName::Off,
+        Some("on") => SynProxyName::On,
+        Some("auto") => SynProxyName::Auto,
+        Some(v) => {
+            bad(problems, "synproxy", v, "on, off, auto");
+            SynProxyName::Off
+        }
+    };
+    Settings { mode, scheduler, synproxy }
+}
+
+/// A daemon's part in the specs: its local addresses for full NAT.
+#[derive(Debug, Clone, Default)]
+pub struct DaemonSide {
+    pub local_addrs: Vec<IpAddr>,
+    pub peer_local_addrs: Vec<IpAddr>,
+}
+
+/// The daemon services of one Service (one per TCP or UDP port) and its problems.
+pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService>, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let Some(ip) = s.ip else { return (Vec::new(), problems) };
+    let family = Family::of(&ip);
+    let set = parse_settings(s, &mut problems);
+    let mut out = Vec::new();
+    let (laddrs, peer_laddrs): (Vec<IpAddr>, Vec<IpAddr>) = if set.mode == ModeName::Fnat {
+        (d.local_addrs.iter().filter(|a| Family::of(a) == family).copied().collect(), d.peer_local_addrs.iter().filter(|a| Family::of(a) == family).copied().collect())
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    if set.mode == ModeName::Fnat && laddrs.is_empty() {
+        problems.push(Problem {
+            reason: "NoLocalAddress",
+            message: format!("full NAT needs a local address of the {} family on every daemon; one has none", if family == Family::V4 { "IPv4" } else { "IPv6" }),
+        });
+        return (out, problems);
+    }
+    let want_type = if family == Family::V4 { "IPv4" } else { "IPv6" };
+    let mut no_endpoints = Vec::new();
+    for p in &s.ports {
+        let proto = match p.protocol.as_str() {
+            "TCP" | "" => Proto::Tcp,
+            "UDP" => Proto::Udp,
+            other => {
+                problems
+                    .push(Problem { reason: "UnsupportedProtocol", message: format!("port {} ({other}): only TCP and UDP are load-balanced; this port is not served", p.port) });
+                continue;
+            }
+        };
+        // (address, port) → weight; ready first, serving-and-terminating as drained.
+        let mut ready: BTreeMap<(IpAddr, u16), bool> = BTreeMap::new();
+        for sl in slices.iter().filter(|sl| sl.address_type == want_type) {
+            let Some((_, _, target)) = sl.ports.iter().find(|(n, pr, _)| n == &p.name && (pr == &p.protocol || (pr.is_empty() && proto == Proto::Tcp))) else { continue };
+            for e in &sl.endpoints {
+                if !(e.ready || e.serving) {
+                    continue;
+                }
+                for a in e.addrs.iter().filter(|a| Family::of(a) == family) {
+                    let r = ready.entry((*a, *target)).or_insert(false);
+                    *r |= e.ready;
+                }
+            }
+        }
+        let any_ready = ready.values().any(|r| *r);
+        let backends: Vec<NewBackend> = ready.iter().map(|((addr, port), r)| NewBackend { addr: *addr, port: *port, weight: u32::from(*r || !any_ready) }).collect();
+        if backends.is_empty() {
+            no_endpoints.push(format!("{}/{}", p.port, p.protocol));
+        }
+        let synproxy = if proto == Proto::Tcp && matches!(set.mode, ModeName::Fnat | ModeName::Nat) { set.synproxy } else { SynProxyName::Off };
+        if synproxy != set.synproxy {
+            problems.push(Problem {
+                reason: "InvalidAnnotation",
+                message: format!("{ANN}synproxy: only TCP ports in fnat or nat mode use the SYN proxy; port {} goes without", p.port),
+            });
+        }
+        out.push(NewService {
+            vip: ip,
+            port: p.port,
+            proto,
+            mode: set.mode,
+            scheduler: Some(set.scheduler),
+            table_size: None,
+            local_addrs: laddrs.clone(),
+            peer_local_addrs: peer_laddrs.clone(),
+            toa: false,
+            synproxy: Some(synproxy),
+            backends,
+        });
+    }
+    if !no_endpoints.is_empty() {
+        problems.push(Problem { reason: "NoEndpoints", message: format!("no serving endpoint for port {}: new connections are refused", no_endpoints.join(", ")) });
+    }
+    problems.sort();
+    problems.dedup();
+    (out, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(a: &str, ready: bool, serving: bool, terminating: bool) -> EndpointIn {
+        EndpointIn { addrs: vec![a.parse().unwrap()], ready, serving, terminating }
+    }
+
+    fn svc(ports: &[(&str, &str, u16)]) -> SvcSpec {
+        SvcSpec {
+            key: "ns/s".into(),
+            ip: Some("10.0.0.100".parse().unwrap()),
+            ports: ports.iter().map(|(n, p, port)| PortIn { name: n.to_string(), protocol: p.to_string(), port: *port }).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn daemon() -> DaemonSide {
+        DaemonSide { local_addrs: vec!["10.1.0.200".parse().unwrap(), "2001:db8:1::200".parse().unwrap()], peer_local_addrs: vec![] }
+    }
+
+    #[test]
+    fn ready_serving_and_terminating_endpoints() {
+        let s = svc(&[("http", "TCP", 80), ("dns", "UDP", 53), ("x", "SCTP", 9)]);
+        let slices = [
+            SliceIn {
+                address_type: "IPv4".into(),
+                ports: vec![("http".into(), "TCP".into(), 8080), ("dns".into(), "UDP".into(), 5353)],
+                endpoints: vec![ep("10.1.0.101", true, true, false), ep("10.1.0.102", false, true, true), ep("10.1.0.103", false, false, false)],
+            },
+            SliceIn { address_type: "IPv6".into(), ports: vec![("http".into(), "TCP".into(), 8080)], endpoints: vec![ep("2001:db8::1", true, true, false)] },
+        ];
+        let (specs, problems) = build(&s, &slices, &daemon());
+        assert_eq!(specs.len(), 2);
+        let http = &specs[0];
+        assert_eq!((http.port, http.proto, http.mode, http.scheduler), (80, Proto::Tcp, ModeName::Fnat, Some(SchedulerName::Maglev)));
+        assert_eq!(http.local_addrs, vec!["10.1.0.200".parse::<IpAddr>().unwrap()]);
+        let w: Vec<(String, u16, u32)> = http.backends.iter().map(|b| (b.addr.to_string(), b.port, b.weight)).collect();
+        assert_eq!(w, vec![("10.1.0.101".into(), 8080, 1), ("10.1.0.102".into(), 8080, 0)]);
+        assert_eq!(specs[1].backends.len(), 2);
+        assert_eq!(specs[1].proto, Proto::Udp);
+        assert_eq!(problems.iter().map(|p| p.reason).collect::<Vec<_>>(), vec!["UnsupportedProtocol"]);
+    }
+
+    #[test]
+    fn terminating_endpoints_serve_when_no_endpoint_is_ready_and_none_is_reported() {
+        let s = svc(&[("", "TCP", 80)]);
+        let slices = [SliceIn { address_type: "IPv4".into(), ports: vec![("".into(), "TCP".into(), 80)], endpoints: vec![ep("10.1.0.102", false, true, true)] }];
+        let (specs, problems) = build(&s, &slices, &daemon());
+        assert_eq!(specs[0].backends[0].weight, 1);
+        assert!(problems.is_empty());
+        let (specs, problems) = build(&s, &[], &daemon());
+        assert!(specs[0].backends.is_empty());
+        assert_eq!(problems[0].reason, "NoEndpoints");
+    }
+
+    #[test]
+    fn annotations_and_affinity() {
+        let mut s = svc(&[("", "UDP", 53)]);
+        s.annotations.insert("vectorlb.io/mode".into(), "NAT".into());
+        s.annotations.insert("vectorlb.io/scheduler".into(), "wrr".into());
+        s.annotations.insert("vectorlb.io/synproxy".into(), "on".into());
+        s.client_ip_affinity = true;
+        let (specs, problems) = build(&s, &[], &daemon());
+        assert_eq!((specs[0].mode, specs[0].scheduler, specs[0].synproxy), (ModeName::Nat, Some(SchedulerName::Sh), Some(SynProxyName::Off)));
+        assert!(specs[0].local_addrs.is_empty());
+        let reasons: Vec<&str> = problems.iter().map(|p| p.reason).collect();
+        assert!(reasons.contains(&"InvalidAnnotation") && reasons.contains(&"NoEndpoints"), "{problems:?}");
+        s.annotations.insert("vectorlb.io/mode".into(), "bogus".into());
+        let (specs, problems) = build(&s, &[], &DaemonSide::default());
+        assert!(specs.is_empty(), "full NAT without a local address programs nothing");
+        assert!(problems.iter().any(|p| p.reason == "NoLocalAddress"));
+        assert!(problems.iter().any(|p| p.message.contains("'bogus'")));
+    }
+}

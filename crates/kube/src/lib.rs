@@ -1,0 +1,170 @@
+//! `vectorlb kube`: the Kubernetes controller. Services of type LoadBalancer (its
+//! `loadBalancerClass`, and class-less ones when configured), their EndpointSlices and the
+//! cluster's `AddressPool`s program every vectorlb daemon through its API; addresses and
+//! problems are written back as the Services' status and Events. See docs/kubernetes.md.
+//!
+//! The pure parts (address allocation, what a daemon should serve) are kept free of the
+//! Kubernetes types and tested alone; `controller` and `leader` do the talking.
+
+pub mod config;
+pub mod controller;
+pub mod crd;
+pub mod desired;
+pub mod ipam;
+pub mod leader;
+pub mod metrics;
+pub mod program;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `vectorlb kube run`.
+#[derive(Debug, Clone)]
+pub struct Opts {
+    pub config: PathBuf,
+    /// A kubeconfig file; else the usual inference (KUBECONFIG, ~/.kube/config, in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// This replica's name in the Lease (default: POD_NAME, else host name and process id).
+    pub identity: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
+    #[error("{0}")]
+    Run(String),
+}
+
+async fn client(path: &Option<PathBuf>) -> Result<kube::Client, KubeError> {
+    let config = match path {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| KubeError::Kubeconfig(format!("{}: {e}", p.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.map_err(|e| KubeError::Kubeconfig(format!("{}: {e}", p.display())))?
+        }
+        None => kube::Config::infer().await.map_err(|e| KubeError::Kubeconfig(e.to_string()))?,
+    };
+    kube::Client::try_from(config).map_err(|e| KubeError::Kubeconfig(e.to_string()))
+}
+
+fn identity(o: &Opts) -> String {
+    if let Some(i) = &o.identity {
+        return i.clone();
+    }
+    if let Ok(p) = std::env::var("POD_NAME") {
+        if !p.is_empty() {
+            return p;
+        }
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}-{}", host.trim(), std::process::id())
+}
+
+/// Runs the controller until SIGTERM or SIGINT (then gives the Lease up), or until it loses
+/// the Lease (an error: the process must end so that two replicas never act at once).
+pub fn run(o: Opts) -> Result<(), KubeError> {
+    let cfg = config::KubeConfig::load(&o.config)?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| KubeError::Run(format!("cannot start the runtime: {e}")))?;
+    rt.block_on(run_async(o, cfg))
+}
+
+async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
+    let client = client(&o.kubeconfig).await?;
+    let id = identity(&o);
+    let metrics = Arc::new(metrics::Metrics::default());
+    if let Some(addr) = &cfg.metrics {
+        serve_metrics(addr, metrics.clone()).await?;
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| KubeError::Run(e.to_string()))?;
+    let mut elector = leader::Elector::new(client.clone(), &cfg.namespace, &cfg.lease, &id, cfg.lease_seconds);
+    let period = elector.period();
+    tracing::info!(identity = %id, lease = %format!("{}/{}", cfg.namespace, cfg.lease), "waiting for the lease");
+    loop {
+        match elector.step().await {
+            Ok(leader::State::Leader) => break,
+            Ok(leader::State::Follower(h)) => tracing::debug!(holder = ?h, "another replica leads"),
+            Err(e) => tracing::warn!(error = %e, "cannot read or take the lease"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = term.recv() => return Ok(()),
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+    metrics.leader.store(true, Ordering::Relaxed);
+    tracing::info!(identity = %id, "leading");
+    // The Lease is renewed on its own task; losing it ends the process.
+    let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<String>(1);
+    let renew = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            match elector.step().await {
+                Ok(leader::State::Leader) => {}
+                Ok(leader::State::Follower(h)) => {
+                    let _ = lost_tx.send(format!("lost the lease to {}", h.unwrap_or_default())).await;
+                    return elector;
+                }
+                Err(e) if elector.lost() => {
+                    let _ = lost_tx.send(format!("cannot renew the lease in time: {e}")).await;
+                    return elector;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot renew the lease; trying again"),
+            }
+        }
+    });
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let mut ctl = tokio::select! {
+        c = controller::Controller::start(cfg.clone(), client, &id, metrics.clone(), notify.clone()) => c.map_err(KubeError::Run)?,
+        m = lost_rx.recv() => return Err(KubeError::Run(m.unwrap_or_default())),
+    };
+    let resync = Duration::from_secs(cfg.resync_seconds.into());
+    let mut wait = Duration::ZERO;
+    let result = loop {
+        tokio::select! {
+            _ = notify.notified() => {
+                // Let a burst of changes arrive: one round takes them all.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            _ = tokio::time::sleep(if wait.is_zero() { resync } else { wait }) => {}
+            m = lost_rx.recv() => break Err(KubeError::Run(m.unwrap_or_default())),
+            _ = term.recv() => break Ok(()),
+            _ = tokio::signal::ctrl_c() => break Ok(()),
+        }
+        wait = if ctl.round().await { Duration::ZERO } else { Duration::from_secs(1) };
+        if !wait.is_zero() {
+            ctl.invalidate();
+        }
+    };
+    metrics.leader.store(false, Ordering::Relaxed);
+    renew.abort();
+    if result.is_ok() {
+        // A clean stop gives the Lease up at once.
+        if let Ok(mut e) = renew.await {
+            e.release().await;
+        }
+    }
+    result
+}
+
+async fn serve_metrics(addr: &str, metrics: Arc<metrics::Metrics>) -> Result<(), KubeError> {
+    use axum::routing::get;
+    let a: std::net::SocketAddr = addr.parse().map_err(|_| KubeError::Run(format!("metrics '{addr}': ADDRESS:PORT")))?;
+    let l = tokio::net::TcpListener::bind(a).await.map_err(|e| KubeError::Run(format!("metrics {a}: {e}")))?;
+    let m2 = metrics.clone();
+    let router = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = m2.clone();
+                async move { m.render() }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }));
+    tokio::spawn(vectorlb_http::server::serve(vectorlb_http::server::Listener::Tcp(l), router, None, std::future::pending()));
+    Ok(())
+}
