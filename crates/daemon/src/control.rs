@@ -79,6 +79,7 @@ pub fn run(d: &Daemon, events: Receiver<Event>, stop: &AtomicBool) {
                             asked.remove(&ip);
                             replies.extend(reply.map(|r| (port, r)));
                         }
+                        Event::Update { ip, mac, port } => dirty |= d.neighbours.update(ip, mac, port),
                         Event::HealthChanged => dirty = true,
                         Event::Resolve { ip, port } => {
                             // At most one request per address per second.

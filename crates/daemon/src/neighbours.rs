@@ -28,6 +28,18 @@ impl Neighbours {
         prev.is_none_or(|p| p.mac != mac)
     }
 
+    /// Updates a neighbour only if it is known (a gratuitous ARP); true when its MAC changed.
+    pub fn update(&self, ip: IpAddr, mac: Mac, port: u16) -> bool {
+        match lock(&self.learned).get_mut(&ip) {
+            Some(n) => {
+                let changed = n.mac != mac || n.port != port;
+                *n = Neighbour { mac, port, seen: Instant::now() };
+                changed
+            }
+            None => false,
+        }
+    }
+
     /// Forgets neighbours not confirmed for `timeout`; true when any went.
     pub fn expire(&self, timeout: Duration) -> bool {
         let now = Instant::now();

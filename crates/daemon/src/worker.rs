@@ -359,6 +359,9 @@ impl<P: Packet> WorkerLoop<P> {
             self.free.push(m);
             return;
         }
+        if let Some((ip, mac)) = out.update {
+            let _ = self.events.send(Event::Update { ip, mac, port });
+        }
         if out.reply && (port as usize) < self.txq.len() {
             self.counters.neighbour_replies += 1;
             self.txq[port as usize].push(m);

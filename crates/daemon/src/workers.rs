@@ -30,6 +30,8 @@ pub enum WorkerMsg {
 pub enum Event {
     /// A neighbour seen in ARP / ND; `reply` is our answer, to send once it is published.
     Learned { ip: IpAddr, mac: Mac, port: u16, reply: Option<Vec<u8>> },
+    /// A known neighbour's ARP not addressed to us (gratuitous): update it if it is known.
+    Update { ip: IpAddr, mac: Mac, port: u16 },
     /// A packet needed this next hop and its MAC is unknown: ask for it.
     Resolve { ip: IpAddr, port: u16 },
     /// A backend went up or down: publish again.

@@ -27,6 +27,11 @@ pub struct Outcome {
     pub reply: bool,
     /// A neighbour seen on a connected network: its address and MAC.
     pub learned: Option<(IpAddr, Mac)>,
+    /// An ARP packet not for us (a gratuitous one, say) from a neighbour on a connected
+    /// network: its address and MAC, to update the entry only if the address is known
+    /// already (RFC 826's merge: a backend's address moved to a new MAC is followed at once,
+    /// and strangers fill no table).
+    pub update: Option<(IpAddr, Mac)>,
     /// The frame was ARP or ND at all (otherwise the caller drops it as non-LB traffic).
     pub neighbour: bool,
 }
@@ -73,8 +78,12 @@ pub fn handle<B: PacketBuf>(buf: &mut B, snap: &Snapshot, port: u16, floating: b
         let Ok(a) = arp::ArpPacket::new_checked(l3) else { return out };
         let (sip, smac, tip) = (a.sender_ip(), a.sender_mac(), a.target_ip());
         let ours = answers(snap, key4(tip.octets()), floating);
-        if !sip.is_unspecified() && smac != BROADCAST && smac[0] & 1 == 0 && ours && !snap.is_own(key4(sip.octets())) && snap.on_link(key4(sip.octets()), true) {
-            out.learned = Some((IpAddr::V4(sip), smac));
+        if !sip.is_unspecified() && smac != BROADCAST && smac[0] & 1 == 0 && !snap.is_own(key4(sip.octets())) && snap.on_link(key4(sip.octets()), true) {
+            if ours {
+                out.learned = Some((IpAddr::V4(sip), smac));
+            } else {
+                out.update = Some((IpAddr::V4(sip), smac));
+            }
         }
         if a.operation() == arp::OP_REQUEST && ours && sip != tip {
             let body = arp::build(arp::OP_REPLY, mac, tip, smac, sip);

@@ -51,9 +51,14 @@ fn answers_arp_for_a_vip_and_learns_the_asker() {
 #[test]
 fn ignores_arp_for_others_and_does_not_learn_off_link() {
     let snap = Lb::new(spec()).control.snapshot();
-    // Not our address: no answer, nothing learnt.
+    // Not our address: no answer, nothing learnt, only an update offered for the control
+    // thread to apply if the sender is known (RFC 826's merge).
     let mut b = HeapBuf::from_frame(&arp(1, CLIENT_MAC, CLIENT_MAC, [10, 0, 0, 2], [0; 6], [10, 0, 0, 77], [0xff; 6]));
-    assert_eq!(neigh::handle(&mut b, &snap, 0, true), neigh::Outcome { reply: false, learned: None, neighbour: true });
+    let update = Some((IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), CLIENT_MAC));
+    assert_eq!(neigh::handle(&mut b, &snap, 0, true), neigh::Outcome { reply: false, learned: None, update, neighbour: true });
+    // A gratuitous ARP (sender = target) from a neighbour: the same.
+    let mut b = HeapBuf::from_frame(&arp(1, CLIENT_MAC, CLIENT_MAC, [10, 0, 0, 2], [0; 6], [10, 0, 0, 2], [0xff; 6]));
+    assert_eq!(neigh::handle(&mut b, &snap, 0, true), neigh::Outcome { reply: false, learned: None, update, neighbour: true });
     // An asker outside every connected network is answered but not learnt.
     let mut b = HeapBuf::from_frame(&arp(1, CLIENT_MAC, CLIENT_MAC, [192, 0, 2, 9], [0; 6], [10, 0, 0, 100], [0xff; 6]));
     let o = neigh::handle(&mut b, &snap, 0, true);

@@ -344,7 +344,7 @@ struct PodRt {
 
 struct KubeletState {
     pods: HashMap<String, PodRt>,
-    free: Vec<Ipv4Addr>,
+    free: std::collections::VecDeque<Ipv4Addr>,
 }
 
 /// Runs the Pods bound to the fake nodes (see the module's documentation). Pods get addresses
@@ -375,7 +375,8 @@ impl KubeletCfg {
 impl FakeKubelet {
     pub fn start(cp: &ControlPlane, prefix: &str, pool: std::ops::RangeInclusive<Ipv4Addr>, gateway: &str) -> FakeKubelet {
         let (a, b) = (u32::from(*pool.start()), u32::from(*pool.end()));
-        let free = (a..=b).rev().map(Ipv4Addr::from).collect();
+        // Handed out in order and reused last, as host-local IPAM goes round its range.
+        let free = (a..=b).map(Ipv4Addr::from).collect();
         let state = Arc::new(Mutex::new(KubeletState { pods: HashMap::new(), free }));
         let cfg =
             KubeletCfg { kubectl: cp.bins.join("kubectl"), kubeconfig: cp.kubeconfig("admin"), prefix: prefix.to_string(), dir: cp.dir.join("pods"), gateway: gateway.to_string() };
@@ -452,7 +453,7 @@ fn handle(cfg: &KubeletCfg, state: &Arc<Mutex<KubeletState>>, ev: &Value) {
         let p = state.lock().unwrap().pods.remove(&uid);
         if let Some(p) = p {
             stop_pod(&p, false);
-            state.lock().unwrap().free.push(p.ip);
+            state.lock().unwrap().free.push_back(p.ip);
         }
         return;
     }
@@ -460,7 +461,7 @@ fn handle(cfg: &KubeletCfg, state: &Arc<Mutex<KubeletState>>, ev: &Value) {
     let known = state.lock().unwrap().pods.get(&uid).map(|p| p.deleting);
     match (known, deleting) {
         (None, false) => {
-            let Some(ip) = state.lock().unwrap().free.pop() else {
+            let Some(ip) = state.lock().unwrap().free.pop_front() else {
                 eprintln!("fake kubelet: no address left for {namespace}/{name}");
                 return;
             };
@@ -479,7 +480,7 @@ fn handle(cfg: &KubeletCfg, state: &Arc<Mutex<KubeletState>>, ev: &Value) {
             if let Err(e) = start_pod(cfg, &rt, &name, &ports, n) {
                 eprintln!("fake kubelet: {namespace}/{name}: {e}");
                 stop_pod(&rt, false);
-                state.lock().unwrap().free.push(ip);
+                state.lock().unwrap().free.push_back(ip);
                 return;
             }
             state.lock().unwrap().pods.insert(uid.clone(), rt);
@@ -512,7 +513,7 @@ fn handle(cfg: &KubeletCfg, state: &Arc<Mutex<KubeletState>>, ev: &Value) {
                 let p = state.lock().unwrap().pods.remove(&uid);
                 if let Some(p) = p {
                     stop_pod(&p, true);
-                    state.lock().unwrap().free.push(p.ip);
+                    state.lock().unwrap().free.push_back(p.ip);
                 }
                 let _ = cfg.kubectl(&["-n", &namespace, "delete", "pod", &name, "--grace-period=0", "--force", "--wait=false"]);
             });
@@ -556,8 +557,11 @@ fn start_pod(cfg: &KubeletCfg, p: &PodRt, name: &str, ports: &[u64], n: usize) -
     run(&["ip", "link", "set", &peer, "netns", &p.ns, "name", "eth0"])?;
     run(&["ip", "netns", "exec", &sw, "ip", "link", "set", &host, "master", "br0", "up"])?;
     run(&["ip", "netns", "exec", &p.ns, "ip", "link", "set", "lo", "up"])?;
-    run(&["ip", "netns", "exec", &p.ns, "ip", "link", "set", "eth0", "up"])?;
+    // As CNI plugins do, the Pod announces its address when its interface comes up (a
+    // gratuitous ARP): neighbours that knew the address on an earlier Pod's MAC follow.
+    run(&["ip", "netns", "exec", &p.ns, "sysctl", "-qw", "net.ipv4.conf.eth0.arp_notify=1"])?;
     run(&["ip", "netns", "exec", &p.ns, "ip", "addr", "add", &format!("{}/24", p.ip), "dev", "eth0"])?;
+    run(&["ip", "netns", "exec", &p.ns, "ip", "link", "set", "eth0", "up"])?;
     run(&["ip", "netns", "exec", &p.ns, "ip", "route", "add", "default", "via", &cfg.gateway])?;
     // Generic offloads off, as on the topology's own veths (AF_XDP in copy mode on the far side).
     let _ = run(&["ip", "netns", "exec", &p.ns, "ethtool", "-K", "eth0", "tx", "off", "rx", "off", "gso", "off", "tso", "off", "gro", "off"]);

@@ -1,31 +1,270 @@
 //! `vectorlb kube` against a real control plane (crates/testkit/src/k8s.rs): kube-apiserver,
-//! kube-controller-manager and kube-scheduler built from the Kubernetes Go module, etcd, Pods
-//! run by the test's fake kubelet in network namespaces behind the load balancer.
+//! kube-controller-manager and kube-scheduler built from the Kubernetes Go module, etcd, and
+//! Pods run by the test's fake kubelet in network namespaces behind a real vectorlb daemon
+//! (AF_XDP, two-arm topology). The controller runs as its own service account with only the
+//! rights deploy/kubernetes/rbac.yaml gives it.
 
-use serde_json::json;
-use std::time::Duration;
-use vectorlb_testkit::k8s::{endpoints, wait_for, ControlPlane, FakeKubelet};
-use vectorlb_testkit::{Shape, Topo};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vectorlb_testkit::k8s::{endpoints, tail, wait_for, ControlPlane, FakeKubelet};
+use vectorlb_testkit::{bin, repo, stdout, tools, Shape, Topo};
+
+const POOL: &str = "10.0.0.100-10.0.0.149";
+
+fn controller_config(topo: &Topo, dir: &Path, metrics_port: u16) -> PathBuf {
+    let path = dir.join("controller.toml");
+    let text = format!(
+        "classless = true\nlease_seconds = 6\nresync_seconds = 5\nmetrics = \"127.0.0.1:{metrics_port}\"\n\n\
+         [[daemons]]\nname = \"lb\"\napi = \"{}\"\nlocal_addrs = [\"10.1.0.200\", \"2001:db8:1::200\"]\n",
+        topo.api()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+struct Controller {
+    child: Option<Child>,
+    log: PathBuf,
+    args: Vec<String>,
+}
+
+impl Controller {
+    fn start(cp: &ControlPlane, config: &Path, identity: &str) -> Controller {
+        let log = cp.dir.join(format!("controller-{identity}.log"));
+        let args = vec![
+            "kube".to_string(),
+            "run".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--kubeconfig".into(),
+            cp.kubeconfig("controller").display().to_string(),
+            "--identity".into(),
+            identity.into(),
+        ];
+        let mut c = Controller { child: None, log, args };
+        c.spawn();
+        c
+    }
+
+    fn spawn(&mut self) {
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(bin()).args(&self.args).env("RUST_LOG", "info").stdout(f.try_clone().unwrap()).stderr(f).spawn().unwrap();
+        self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("--- controller log ---\n{}", tail(&self.log(), 60));
+        }
+    }
+}
+
+fn deployment(name: &str, replicas: u32) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                "terminationGracePeriodSeconds": 10,
+                "containers": [{"name": "web", "image": "vectorlb.local/nginx", "ports": [{"containerPort": 80, "name": "http"}],
+                    // The endpoint is drained (terminating) while the Pod still serves.
+                    "lifecycle": {"preStop": {"sleep": {"seconds": 2}}}}]}}}})
+}
+
+fn lb_service(name: &str, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}})
+}
+
+/// The Service's address from its status.
+fn address(cp: &ControlPlane, name: &str) -> Option<String> {
+    let v = cp.get(&["-n", "default", "service", name]);
+    v["status"]["loadBalancer"]["ingress"][0]["ip"].as_str().map(str::to_string)
+}
+
+/// Pod names that answered through the VIP (`requests` requests from the client).
+fn backends_seen(topo: &Topo, ip: &str, requests: usize) -> (Vec<String>, u64) {
+    let r = topo.http(&format!("http://{ip}/"), requests, 4);
+    let mut names: Vec<String> = r["backends"].as_object().map(|m| m.keys().map(|k| k.trim().to_string()).collect()).unwrap_or_default();
+    names.sort();
+    (names, r["errors"].as_u64().unwrap_or(u64::MAX))
+}
+
+fn pods(cp: &ControlPlane, app: &str) -> Vec<String> {
+    let v = cp.get(&["-n", "default", "pods", "-l", &format!("app={app}")]);
+    let mut names: Vec<String> =
+        v["items"].as_array().unwrap().iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).map(|p| p["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    names.sort();
+    names
+}
+
+/// HTTP load from the client for `secs` seconds, in the background: 400 new connections a
+/// second, so that the daemon's one local address never reuses a port on a Pod still holding
+/// it in TIME_WAIT (60 s; see docs/kubernetes.md).
+fn load(topo: &Topo, ip: &str, secs: f64) -> Child {
+    topo.cmd(
+        "cl",
+        &[tools(), "probe", "http", "--url", &format!("http://{ip}/"), "--duration-s", &secs.to_string(), "--concurrency", "8", "--rate", "400", "--timeout-ms", "3000", "--json"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap()
+}
+
+fn finish(c: Child) -> Value {
+    let o = c.wait_with_output().unwrap();
+    let out = stdout(&o);
+    serde_json::from_str(out.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON from the load: {out}"))).unwrap()
+}
+
+fn events(cp: &ControlPlane, name: &str) -> Vec<(String, String)> {
+    let v = cp.get(&["-n", "default", "events", "--field-selector", &format!("involvedObject.name={name}")]);
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["reason"].as_str().unwrap_or("").to_string(), e["message"].as_str().or(e["note"].as_str()).unwrap_or("").to_string()))
+        .collect()
+}
+
+fn wait_event(cp: &ControlPlane, name: &str, reason: &str) -> String {
+    wait_for(Duration::from_secs(15), &format!("a {reason} event on {name}"), || events(cp, name).into_iter().find(|(r, _)| r == reason).map(|(_, m)| m))
+}
 
 #[test]
-fn control_plane_runs_a_deployment() {
-    let topo = Topo::new("k8", Shape::TwoArm, 1500);
-    let t = std::time::Instant::now();
+fn services_endpoints_and_pools_program_the_daemon() {
+    let mut topo = Topo::new("k8", Shape::TwoArm, 1500);
+    topo.start_lb(&topo.base_config(None));
+    let t0 = Instant::now();
     let cp = ControlPlane::start(&topo.dir.join("k8s"));
-    eprintln!("control plane ready in {:?}", t.elapsed());
+    let control_plane_s = t0.elapsed().as_secs_f64();
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
     cp.add_node("node-1", "10.1.0.250");
-    let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.100".parse().unwrap()..="10.1.0.239".parse().unwrap(), "10.1.0.1");
-    cp.apply(&[
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx", "ports": [{"containerPort": 80}]}]}}}}),
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 80}]}}),
-    ])
-    .unwrap();
-    let eps = wait_for(Duration::from_secs(30), "3 ready endpoints", || {
-        let e = endpoints(&cp, "default", "web");
-        (e.values().filter(|c| c.0).count() == 3).then_some(e)
+    let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.100".parse().unwrap()..="10.1.0.199".parse().unwrap(), "10.1.0.1");
+    wait_for(Duration::from_secs(10), "the AddressPool resource", || cp.kubectl(&["get", "addresspools"]).status.success().then_some(()));
+    cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
+    let cfg = controller_config(&topo, &cp.dir, vectorlb_testkit::k8s::free_port());
+    let mut ctl = Controller::start(&cp, &cfg, "a");
+
+    // A Deployment of 3 and its Service: an address within 2 s, all three Pods behind it.
+    let t = Instant::now();
+    cp.apply(&[deployment("web", 3), lb_service("web", json!({}))]).unwrap();
+    let ip = wait_for(Duration::from_secs(10), "an address in the status", || address(&cp, "web"));
+    let address_s = t.elapsed().as_secs_f64();
+    assert!(address_s < 2.0, "the address took {address_s:.2} s");
+    assert!(ip.starts_with("10.0.0.1"), "{ip} is from the pool");
+    let three = wait_for(Duration::from_secs(30), "3 Pods answering through the VIP", || {
+        let (seen, _) = backends_seen(&topo, &ip, 60);
+        (seen.len() == 3).then_some(seen)
     });
-    eprintln!("endpoints after {:?}: {eps:?}", t.elapsed());
+    assert_eq!(three, pods(&cp, "web"), "the answers come from the Deployment's Pods");
+    let first_success_s = t.elapsed().as_secs_f64();
+    let svc = &topo.get("/v1/services")[0];
+    assert_eq!((svc["mode"].as_str(), svc["scheduler"].as_str(), svc["vip"].as_str()), (Some("fnat"), Some("maglev"), Some(ip.as_str())), "{svc}");
+
+    // Scaling to 5 and to 1 moves the backends.
+    cp.k(&["-n", "default", "scale", "deployment", "web", "--replicas=5"]);
+    wait_for(Duration::from_secs(30), "5 Pods answering", || (backends_seen(&topo, &ip, 100).0.len() == 5).then_some(()));
+    cp.k(&["-n", "default", "scale", "deployment", "web", "--replicas=1"]);
+    let one = wait_for(Duration::from_secs(30), "1 Pod answering", || {
+        let (seen, errors) = backends_seen(&topo, &ip, 40);
+        (seen.len() == 1 && errors == 0).then_some(seen)
+    });
+    assert_eq!(one, pods(&cp, "web"));
+    cp.k(&["-n", "default", "scale", "deployment", "web", "--replicas=3"]);
+    wait_for(Duration::from_secs(30), "3 Pods answering again", || (backends_seen(&topo, &ip, 60).0.len() == 3).then_some(()));
+
+    // A Pod deleted under load: its endpoint drains (terminating) before it stops; no request fails.
+    let l = load(&topo, &ip, 8.0);
+    std::thread::sleep(Duration::from_secs(1));
+    let victim = pods(&cp, "web")[0].clone();
+    cp.k(&["-n", "default", "delete", "pod", &victim, "--wait=false"]);
+    let r = finish(l);
+    println!("{}", json!({"kubernetes": {"event": "pod_deleted_under_load", "requests": r["requests"], "errors": r["errors"], "error_kinds": r["error_kinds"]}}));
+    assert_eq!(r["errors"], 0, "requests failed while a Pod was deleted: {r}\nstats: {}\nservices: {}", topo.stats(), topo.get("/v1/services"));
+    wait_for(Duration::from_secs(30), "3 ready endpoints after the deletion", || (endpoints(&cp, "default", "web").values().filter(|c| c.0).count() == 3).then_some(()));
+
+    let r = finish(load(&topo, &ip, 3.0));
+    println!("{}", json!({"kubernetes": {"event": "baseline", "requests": r["requests"], "errors": r["errors"], "latency_ms": r["latency_ms"]}}));
+    // The controller killed and restarted under load: no request fails, the address stays.
+    let l = load(&topo, &ip, 8.0);
+    std::thread::sleep(Duration::from_secs(1));
+    ctl.kill();
+    std::thread::sleep(Duration::from_secs(2));
+    ctl.spawn();
+    let r = finish(l);
+    println!("{}", json!({"kubernetes": {"event": "controller_restarted_under_load", "requests": r["requests"], "errors": r["errors"]}}));
+    assert_eq!(r["errors"], 0, "requests failed while the controller restarted: {r}\nstats: {}\nservices: {}", topo.stats(), topo.get("/v1/services"));
+    assert_eq!(address(&cp, "web").as_deref(), Some(ip.as_str()), "the address changed");
+    assert!(ctl.alive(), "the controller exited:\n{}", ctl.log());
+
+    // kube-apiserver restarted: the controller reconnects and converges on what changed meanwhile.
+    let mut cp = cp;
+    cp.restart("kube-apiserver");
+    cp.apply(&[deployment("api", 2), lb_service("api", json!({"vectorlb.io/scheduler": "rr"}))]).unwrap();
+    let ip2 = wait_for(Duration::from_secs(20), "an address for a Service made after the restart", || address(&cp, "api"));
+    wait_for(Duration::from_secs(30), "2 Pods answering through the second VIP", || (backends_seen(&topo, &ip2, 40).0.len() == 2).then_some(()));
+    assert_ne!(ip, ip2);
+    let on_daemon = |vip: &str| topo.get("/v1/services").as_array().unwrap().iter().find(|s| s["vip"] == vip).cloned().unwrap_or(Value::Null);
+    assert_eq!(on_daemon(&ip2)["scheduler"], "rr");
+
+    // Bad input: each gets an Event naming the problem and disturbs nothing else.
+    cp.apply(&[lb_service("outside", json!({"vectorlb.io/load-balancer-ips": "192.0.2.7"}))]).unwrap();
+    let m = wait_event(&cp, "outside", "AddressNotInPool");
+    assert!(m.contains("192.0.2.7"), "{m}");
+    let mut empty = lb_service("empty", json!({}));
+    empty["spec"]["sessionAffinity"] = json!("ClientIP");
+    cp.apply(&[empty]).unwrap();
+    let m = wait_event(&cp, "empty", "NoEndpoints");
+    assert!(m.contains("80"), "{m}");
+    let ip3 = address(&cp, "empty").expect("a Service without endpoints still gets its address");
+    let s3 = wait_for(Duration::from_secs(10), "the empty Service on the daemon", || Some(on_daemon(&ip3)).filter(|v| !v.is_null()));
+    assert_eq!((s3["scheduler"].as_str(), s3["backends"].as_array().map(Vec::len)), (Some("sh"), Some(0)), "sessionAffinity ClientIP is source hashing: {s3}");
+    cp.apply(&[json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "clash", "namespace": "default", "annotations": {"vectorlb.io/load-balancer-ips": ip, "vectorlb.io/allow-shared-ip": "k"}},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}})])
+    .unwrap();
+    let m = wait_event(&cp, "clash", "AddressInUse");
+    assert!(m.contains("default/web"), "{m}");
+    cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "overlap"}, "spec": {"addresses": ["10.0.0.140/30"]}})]).unwrap();
+    let cond = wait_for(Duration::from_secs(15), "the overlapping pool's condition", || {
+        let v = cp.get(&["addresspool", "overlap"]);
+        v["status"]["conditions"][0]["reason"].as_str().map(str::to_string)
+    });
+    assert_eq!(cond, "Overlap");
+    cp.apply(&[json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "sctp", "namespace": "default"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}, {"name": "s", "port": 9, "protocol": "SCTP"}]}})])
+        .unwrap();
+    wait_event(&cp, "sctp", "UnsupportedProtocol");
+    // ... and the first Service still serves, from the same address.
+    let (seen, errors) = backends_seen(&topo, &ip, 60);
+    assert_eq!((seen.len(), errors), (3, 0));
+    assert_eq!(address(&cp, "web").as_deref(), Some(ip.as_str()));
+
+    // Deleting a Service removes it from the daemon.
+    cp.k(&["-n", "default", "delete", "service", "api"]);
+    wait_for(Duration::from_secs(15), "the deleted Service gone from the daemon", || {
+        (!topo.get("/v1/services").as_array().unwrap().iter().any(|s| s["vip"] == ip2.as_str())).then_some(())
+    });
+    println!("{}", json!({"kubernetes": {"control_plane_start_s": control_plane_s, "address_after_apply_s": address_s, "first_success_after_apply_s": first_success_s}}));
+    assert!(ctl.alive(), "the controller exited:\n{}", ctl.log());
 }

@@ -111,6 +111,11 @@ pub struct HttpArgs {
     /// Run for this many seconds instead of a number of requests.
     #[arg(long)]
     pub duration_s: Option<f64>,
+    /// Start at most this many requests a second, evenly spaced (default: as fast as the
+    /// connections go). Full NAT through few local addresses reuses a local port on a
+    /// backend within its TIME_WAIT above about 1,000 new connections a second.
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// Draw a progress bar on stderr.
     #[arg(long)]
     pub progress: bool,
@@ -244,10 +249,15 @@ fn http(a: &HttpArgs) -> Result<(), ToolError> {
         let (host, path) = (host.clone(), path.clone());
         let total = if a.duration_s.is_some() { usize::MAX } else { a.requests };
         let until = a.duration_s.map(|d| start + Duration::from_secs_f64(d));
+        let rate = a.rate;
         tasks.push(rt.spawn(async move {
             loop {
-                if next.fetch_add(1, Ordering::SeqCst) >= total || until.is_some_and(|u| Instant::now() >= u) {
+                let n = next.fetch_add(1, Ordering::SeqCst);
+                if n >= total || until.is_some_and(|u| Instant::now() >= u) {
                     return;
+                }
+                if let Some(r) = rate.filter(|r| *r > 0.0) {
+                    tokio::time::sleep_until((start + Duration::from_secs_f64(n as f64 / r)).into()).await;
                 }
                 let t = Instant::now();
                 let r = get(addr, &host, &path, timeout).await;
