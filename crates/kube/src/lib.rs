@@ -100,20 +100,23 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
     tracing::info!(identity = %id, "leading");
     // The Lease is renewed on its own task; losing it ends the process.
     let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<String>(1);
+    let elector = Arc::new(tokio::sync::Mutex::new(elector));
+    let renewer = elector.clone();
     let renew = tokio::spawn(async move {
         loop {
             tokio::time::sleep(period).await;
-            match elector.step().await {
+            let mut e = renewer.lock().await;
+            match e.step().await {
                 Ok(leader::State::Leader) => {}
                 Ok(leader::State::Follower(h)) => {
                     let _ = lost_tx.send(format!("lost the lease to {}", h.unwrap_or_default())).await;
-                    return elector;
+                    return;
                 }
-                Err(e) if elector.lost() => {
-                    let _ = lost_tx.send(format!("cannot renew the lease in time: {e}")).await;
-                    return elector;
+                Err(err) if e.lost() => {
+                    let _ = lost_tx.send(format!("cannot renew the lease in time: {err}")).await;
+                    return;
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot renew the lease; trying again"),
+                Err(err) => tracing::warn!(error = %err, "cannot renew the lease; trying again"),
             }
         }
     });
@@ -142,11 +145,11 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
     };
     metrics.leader.store(false, Ordering::Relaxed);
     renew.abort();
+    let _ = renew.await;
     if result.is_ok() {
-        // A clean stop gives the Lease up at once.
-        if let Ok(mut e) = renew.await {
-            e.release().await;
-        }
+        // A clean stop gives the Lease up at once: a successor need not wait for it to expire.
+        elector.lock().await.release().await;
+        tracing::info!("stopped; the lease is released");
     }
     result
 }

@@ -14,7 +14,7 @@ use vectorlb_testkit::{bin, repo, stdout, tools, Shape, Topo};
 const POOL: &str = "10.0.0.100-10.0.0.149";
 
 fn controller_config(topo: &Topo, dir: &Path, metrics_port: u16) -> PathBuf {
-    let path = dir.join("controller.toml");
+    let path = dir.join(format!("controller-{metrics_port}.toml"));
     let text = format!(
         "classless = true\nlease_seconds = 6\nresync_seconds = 5\nmetrics = \"127.0.0.1:{metrics_port}\"\n\n\
          [[daemons]]\nname = \"lb\"\napi = \"{}\"\nlocal_addrs = [\"10.1.0.200\", \"2001:db8:1::200\"]\n",
@@ -267,4 +267,85 @@ fn services_endpoints_and_pools_program_the_daemon() {
     });
     println!("{}", json!({"kubernetes": {"control_plane_start_s": control_plane_s, "address_after_apply_s": address_s, "first_success_after_apply_s": first_success_s}}));
     assert!(ctl.alive(), "the controller exited:\n{}", ctl.log());
+}
+
+/// The controller's metrics, or None when it does not answer.
+fn metrics(port: u16) -> Option<String> {
+    let o = Command::new("curl").args(["-sf", "--max-time", "2", &format!("http://127.0.0.1:{port}/metrics")]).output().ok()?;
+    o.status.success().then(|| stdout(&o))
+}
+
+fn leads(port: u16) -> bool {
+    metrics(port).is_some_and(|m| m.lines().any(|l| l == "vectorlb_kube_leader 1"))
+}
+
+#[test]
+fn two_replicas_never_both_lead_and_a_restarted_daemon_is_programmed_again() {
+    let mut topo = Topo::new("k9", Shape::TwoArm, 1500);
+    topo.start_lb(&topo.base_config(None));
+    let cp = ControlPlane::start(&topo.dir.join("k8s"));
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
+    cp.add_node("node-1", "10.1.0.250");
+    let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.100".parse().unwrap()..="10.1.0.199".parse().unwrap(), "10.1.0.1");
+    wait_for(Duration::from_secs(10), "the AddressPool resource", || cp.kubectl(&["get", "addresspools"]).status.success().then_some(()));
+    cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
+    let (pa, pb) = (vectorlb_testkit::k8s::free_port(), vectorlb_testkit::k8s::free_port());
+    let mut a = Controller::start(&cp, &controller_config(&topo, &cp.dir, pa), "a");
+    wait_for(Duration::from_secs(10), "replica a leading", || leads(pa).then_some(()));
+    let mut b = Controller::start(&cp, &controller_config(&topo, &cp.dir, pb), "b");
+    wait_for(Duration::from_secs(10), "replica b's metrics", || metrics(pb));
+    cp.apply(&[deployment("web", 2), lb_service("web", json!({}))]).unwrap();
+    let ip = wait_for(Duration::from_secs(10), "an address", || address(&cp, "web"));
+    wait_for(Duration::from_secs(30), "2 Pods answering", || (backends_seen(&topo, &ip, 40).0.len() == 2).then_some(()));
+    for _ in 0..10 {
+        assert!(!(leads(pa) && leads(pb)), "both replicas lead");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(leads(pa) && !leads(pb));
+    let m = metrics(pa).unwrap();
+    for series in ["vectorlb_kube_rounds_total", "vectorlb_kube_services 1", "vectorlb_kube_daemon_rounds_total{daemon=\"lb\"}"] {
+        assert!(m.contains(series), "{series} missing from:\n{m}");
+    }
+
+    // The leader killed (no chance to give the Lease up): the other takes over once the Lease
+    // expires (6 s here) and programs what changed meanwhile.
+    let t = Instant::now();
+    a.kill();
+    cp.apply(&[deployment("api", 1), lb_service("api", json!({}))]).unwrap();
+    wait_for(Duration::from_secs(20), "replica b leading", || leads(pb).then_some(()));
+    let takeover_s = t.elapsed().as_secs_f64();
+    let ip2 = wait_for(Duration::from_secs(10), "an address from the new leader", || address(&cp, "api"));
+    wait_for(Duration::from_secs(30), "the new Service answering", || (backends_seen(&topo, &ip2, 10).0.len() == 1).then_some(()));
+    assert_eq!(address(&cp, "web").as_deref(), Some(ip.as_str()), "the new leader kept the address");
+
+    // The old leader comes back: it waits. The leader stopped cleanly gives the Lease up at once.
+    a.spawn();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!leads(pa) && leads(pb), "a returning replica must not take a held Lease");
+    let t = Instant::now();
+    sh_kill("TERM", b.child.as_ref().unwrap().id());
+    wait_for(Duration::from_secs(20), "replica a leading after b's clean stop", || leads(pa).then_some(()));
+    let handover_s = t.elapsed().as_secs_f64();
+    assert!(b.child.as_mut().unwrap().wait().unwrap().success(), "SIGTERM is a clean stop");
+    b.child = None;
+
+    // The daemon restarted: it comes back with its file's (empty) configuration and the
+    // controller programs it again.
+    topo.stop_lb();
+    let t = Instant::now();
+    topo.start_lb(&topo.base_config(None));
+    wait_for(Duration::from_secs(30), "the Service programmed on the restarted daemon", || {
+        topo.get("/v1/services").as_array().unwrap().iter().any(|s| s["vip"] == ip.as_str() && s["backends"].as_array().unwrap().len() == 2).then_some(())
+    });
+    let reprogrammed_s = t.elapsed().as_secs_f64();
+    let (seen, errors) = backends_seen(&topo, &ip, 40);
+    assert_eq!((seen.len(), errors), (2, 0));
+    assert!(handover_s < 4.0, "a released Lease is taken at the follower's next try, not after it expires: {handover_s:.1} s");
+    println!("{}", json!({"kubernetes": {"event": "replicas", "takeover_after_kill_s": takeover_s, "handover_after_sigterm_s": handover_s, "daemon_reprogrammed_after_restart_s": reprogrammed_s}}));
+    assert!(a.alive(), "{}", a.log());
+}
+
+fn sh_kill(sig: &str, pid: u32) {
+    let _ = Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status();
 }
