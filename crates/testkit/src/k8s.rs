@@ -364,11 +364,29 @@ struct KubeletCfg {
     prefix: String,
     dir: PathBuf,
     gateway: String,
+    certs: PathBuf,
+    port: u16,
 }
 
 impl KubeletCfg {
     fn kubectl(&self, args: &[&str]) -> Output {
         Command::new(&self.kubectl).arg(format!("--kubeconfig={}", self.kubeconfig.display())).args(args).output().unwrap()
+    }
+
+    /// A merge patch of a Pod's status, by curl (a kubelet's one request; kubectl would cost a
+    /// process start of its own).
+    fn patch_status(&self, namespace: &str, name: &str, status: &Value) -> Result<(), String> {
+        let d = |f: &str| self.certs.join(f).to_str().unwrap().to_string();
+        let url = format!("https://127.0.0.1:{}/api/v1/namespaces/{namespace}/pods/{name}/status", self.port);
+        let o = Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "--cacert", &d("ca.crt"), "--cert", &d("admin.crt"), "--key", &d("admin.key")])
+            .args(["-X", "PATCH", "-H", "Content-Type: application/merge-patch+json", "--data-binary", &status.to_string(), &url])
+            .output()
+            .map_err(|e| e.to_string())?;
+        match stdout(&o).trim() {
+            "200" => Ok(()),
+            code => Err(format!("PATCH {url}: {code} {}", String::from_utf8_lossy(&o.stderr))),
+        }
     }
 }
 
@@ -378,8 +396,15 @@ impl FakeKubelet {
         // Handed out in order and reused last, as host-local IPAM goes round its range.
         let free = (a..=b).map(Ipv4Addr::from).collect();
         let state = Arc::new(Mutex::new(KubeletState { pods: HashMap::new(), free }));
-        let cfg =
-            KubeletCfg { kubectl: cp.bins.join("kubectl"), kubeconfig: cp.kubeconfig("admin"), prefix: prefix.to_string(), dir: cp.dir.join("pods"), gateway: gateway.to_string() };
+        let cfg = KubeletCfg {
+            kubectl: cp.bins.join("kubectl"),
+            kubeconfig: cp.kubeconfig("admin"),
+            prefix: prefix.to_string(),
+            dir: cp.dir.join("pods"),
+            gateway: gateway.to_string(),
+            certs: cp.dir.clone(),
+            port: cp.port,
+        };
         std::fs::create_dir_all(&cfg.dir).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let watch: Arc<Mutex<Option<Child>>> = Arc::new(Mutex::new(None));
@@ -465,7 +490,6 @@ fn handle(cfg: &KubeletCfg, state: &Arc<Mutex<KubeletState>>, ev: &Value) {
                 eprintln!("fake kubelet: no address left for {namespace}/{name}");
                 return;
             };
-            let n = state.lock().unwrap().pods.len();
             let short: String = uid.chars().filter(|c| c.is_ascii_hexdigit()).take(8).collect();
             let rt = PodRt { ns: format!("{}-pod-{short}", cfg.prefix), ip, dir: cfg.dir.join(&short), deleting: false };
             let ports: Vec<u64> = pod["spec"]["containers"]
@@ -477,29 +501,40 @@ fn handle(cfg: &KubeletCfg, state: &Arc<Mutex<KubeletState>>, ev: &Value) {
                 .filter_map(|p| p["containerPort"].as_u64())
                 .collect();
             let ports = if ports.is_empty() { vec![80] } else { ports };
-            if let Err(e) = start_pod(cfg, &rt, &name, &ports, n) {
-                eprintln!("fake kubelet: {namespace}/{name}: {e}");
-                stop_pod(&rt, false);
-                state.lock().unwrap().free.push_back(ip);
-                return;
-            }
-            state.lock().unwrap().pods.insert(uid.clone(), rt);
-            let now = chrono_now();
-            let cond = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
-            let status = json!({"status": {
-                "phase": "Running",
-                "hostIP": pod["status"]["hostIP"].as_str().unwrap_or("10.1.0.1"),
-                "podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}],
-                "startTime": now,
-                "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
-                "containerStatuses": pod["spec"]["containers"].as_array().into_iter().flatten().map(|c| json!({
-                    "name": c["name"], "image": c["image"], "imageID": "", "ready": true, "started": true, "restartCount": 0,
-                    "state": {"running": {"startedAt": now}}})).collect::<Vec<_>>(),
-            }});
-            let o = cfg.kubectl(&["-n", &namespace, "patch", "pod", &name, "--subresource=status", "--type=merge", "-p", &status.to_string()]);
-            if !o.status.success() {
-                eprintln!("fake kubelet: status of {namespace}/{name}: {}", String::from_utf8_lossy(&o.stderr));
-            }
+            // Known at once (a second event for it starts nothing); started on a thread of its
+            // own, as a kubelet starts Pods side by side.
+            state.lock().unwrap().pods.insert(uid.clone(), PodRt { ns: rt.ns.clone(), ip, dir: rt.dir.clone(), deleting: false });
+            let (cfg, state, pod) = (cfg.clone(), state.clone(), pod.clone());
+            std::thread::spawn(move || {
+                if let Err(e) = start_pod(&cfg, &rt, &name, &ports) {
+                    eprintln!("fake kubelet: {namespace}/{name}: {e}");
+                    stop_pod(&rt, false);
+                    if state.lock().unwrap().pods.remove(&uid).is_some() {
+                        state.lock().unwrap().free.push_back(ip);
+                    }
+                    return;
+                }
+                if !state.lock().unwrap().pods.contains_key(&uid) {
+                    // Deleted while it started.
+                    stop_pod(&rt, false);
+                    return;
+                }
+                let now = chrono_now();
+                let cond = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
+                let status = json!({"status": {
+                    "phase": "Running",
+                    "hostIP": pod["status"]["hostIP"].as_str().unwrap_or("10.1.0.1"),
+                    "podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}],
+                    "startTime": now,
+                    "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
+                    "containerStatuses": pod["spec"]["containers"].as_array().into_iter().flatten().map(|c| json!({
+                        "name": c["name"], "image": c["image"], "imageID": "", "ready": true, "started": true, "restartCount": 0,
+                        "state": {"running": {"startedAt": now}}})).collect::<Vec<_>>(),
+                }});
+                if let Err(e) = cfg.patch_status(&namespace, &name, &status) {
+                    eprintln!("fake kubelet: status of {namespace}/{name}: {e}");
+                }
+            });
         }
         (Some(false), true) => {
             state.lock().unwrap().pods.get_mut(&uid).unwrap().deleting = true;
@@ -539,7 +574,7 @@ fn chrono_now() -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
 }
 
-fn start_pod(cfg: &KubeletCfg, p: &PodRt, name: &str, ports: &[u64], n: usize) -> Result<(), String> {
+fn start_pod(cfg: &KubeletCfg, p: &PodRt, name: &str, ports: &[u64]) -> Result<(), String> {
     let run = |args: &[&str]| -> Result<(), String> {
         let o = Command::new(args[0]).args(&args[1..]).output().map_err(|e| e.to_string())?;
         if o.status.success() {
@@ -574,7 +609,6 @@ fn start_pod(cfg: &KubeletCfg, p: &PodRt, name: &str, ports: &[u64], n: usize) -
          uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n default_type text/plain;\n\
          server {{\n{listens}  location / {{ return 200 \"{name}\\n\"; }}\n }}\n}}\n"
     );
-    let _ = n;
     std::fs::write(p.dir.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
     run(&["ip", "netns", "exec", &p.ns, "nginx", "-c", &format!("{d}/nginx.conf"), "-p", &d.to_string()])
 }

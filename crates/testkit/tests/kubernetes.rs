@@ -342,10 +342,185 @@ fn two_replicas_never_both_lead_and_a_restarted_daemon_is_programmed_again() {
     let (seen, errors) = backends_seen(&topo, &ip, 40);
     assert_eq!((seen.len(), errors), (2, 0));
     assert!(handover_s < 4.0, "a released Lease is taken at the follower's next try, not after it expires: {handover_s:.1} s");
-    println!("{}", json!({"kubernetes": {"event": "replicas", "takeover_after_kill_s": takeover_s, "handover_after_sigterm_s": handover_s, "daemon_reprogrammed_after_restart_s": reprogrammed_s}}));
+    println!(
+        "{}",
+        json!({"kubernetes": {"event": "replicas", "takeover_after_kill_s": takeover_s, "handover_after_sigterm_s": handover_s, "daemon_reprogrammed_after_restart_s": reprogrammed_s}})
+    );
     assert!(a.alive(), "{}", a.log());
 }
 
 fn sh_kill(sig: &str, pid: u32) {
     let _ = Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status();
+}
+
+/// A thread in namespace `ns` (`ip netns` name) runs `f`: the test's own client, without a
+/// process per request.
+fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let fd = std::fs::File::open(&path).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns(2) on a valid namespace descriptor changes only this thread's network
+        // namespace; no memory is shared with the call.
+        let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+}
+
+/// One HTTP GET over a new connection; true on a 200.
+fn http_ok(addr: std::net::SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(n) if n >= 12 && &buf[..12] == b"HTTP/1.1 200")
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p / 100.0).round() as usize]
+}
+
+fn rss_kb(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// `make bench-kubernetes`: time from `kubectl apply` to the first successful request over 100
+/// Services (each with a one-Pod Deployment, applied at once), and the programming rate and the
+/// controller's memory with 1,000 Services and 20,000 endpoints created at once (EndpointSlices
+/// written by the test, as an external endpoint manager would). JSON lines.
+#[test]
+#[ignore = "a benchmark: make bench-kubernetes"]
+fn bench_apply_to_first_request_and_programming_rate() {
+    let mut topo = Topo::new("kb", Shape::TwoArm, 1500);
+    topo.start_lb(&topo.base_config(None));
+    let cp = ControlPlane::start(&topo.dir.join("k8s"));
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
+    cp.add_node("node-1", "10.1.0.250");
+    let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.20".parse().unwrap()..="10.1.0.199".parse().unwrap(), "10.1.0.1");
+    wait_for(Duration::from_secs(10), "the AddressPool resource", || cp.kubectl(&["get", "addresspools"]).status.success().then_some(()));
+    cp.apply(&[
+        json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "near"}, "spec": {"addresses": ["10.0.0.100-10.0.0.249"]}}),
+        json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "far"}, "spec": {"addresses": ["10.200.0.0/20"], "autoAssign": false}}),
+    ])
+    .unwrap();
+    let cfg = controller_config(&topo, &cp.dir, vectorlb_testkit::k8s::free_port());
+    let ctl = Controller::start(&cp, &cfg, "bench");
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        .unwrap_or_default();
+
+    // 100 Services at once, each with its own one-Pod Deployment.
+    let n = 100;
+    let mut objs = Vec::new();
+    for i in 0..n {
+        objs.push(deployment(&format!("s{i}"), 1));
+        objs.push(lb_service(&format!("s{i}"), json!({})));
+    }
+    let t0 = Instant::now();
+    cp.apply(&objs).unwrap();
+    let applied_s = t0.elapsed().as_secs_f64();
+    let mut ips: Vec<Option<std::net::SocketAddr>> = vec![None; n];
+    let mut first_ok: Vec<Option<f64>> = vec![None; n];
+    let mut ready: Vec<Option<f64>> = vec![None; n];
+    let client = format!("{}-cl", topo.p);
+    while first_ok.iter().any(Option::is_none) {
+        // When each Service's endpoint became ready (the fake kubelet's part is before that).
+        let slices = cp.get(&["-n", "default", "endpointslices"]);
+        for sl in slices["items"].as_array().unwrap() {
+            let svc = sl["metadata"]["labels"]["kubernetes.io/service-name"].as_str().unwrap_or("");
+            let any_ready = sl["endpoints"].as_array().is_some_and(|e| e.iter().any(|e| e["conditions"]["ready"] == true));
+            if let Some(i) = svc.strip_prefix('s').and_then(|x| x.parse::<usize>().ok()).filter(|i| *i < n) {
+                if any_ready && ready[i].is_none() {
+                    ready[i] = Some(t0.elapsed().as_secs_f64());
+                }
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(300), "not every Service answered in 300 s: {first_ok:?}");
+        let list = cp.get(&["-n", "default", "services"]);
+        for s in list["items"].as_array().unwrap() {
+            let name = s["metadata"]["name"].as_str().unwrap_or("");
+            if let (Some(i), Some(ip)) = (name.strip_prefix('s').and_then(|x| x.parse::<usize>().ok()), s["status"]["loadBalancer"]["ingress"][0]["ip"].as_str()) {
+                if i < n {
+                    ips[i] = Some(format!("{ip}:80").parse().unwrap());
+                }
+            }
+        }
+        let pending: Vec<(usize, std::net::SocketAddr)> = (0..n).filter(|i| first_ok[*i].is_none()).filter_map(|i| ips[i].map(|a| (i, a))).collect();
+        let ok: Vec<usize> = in_netns(&client, move || pending.into_iter().filter(|(_, a)| http_ok(*a)).map(|(i, _)| i).collect()).join().unwrap();
+        let now = t0.elapsed().as_secs_f64();
+        for i in ok {
+            first_ok[i] = Some(now);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t: Vec<f64> = first_ok.iter().map(|x| x.unwrap()).collect();
+    // From the endpoint's readiness (as the test saw it, polling) to the first success.
+    let after_ready: Vec<f64> = (0..n).map(|i| (t[i] - ready[i].unwrap_or(t[i])).max(0.0)).collect();
+    println!(
+        "{}",
+        json!({"bench": "kubernetes_apply_to_first_request", "services": n, "apply_s": applied_s, "p50_s": pct(&t, 50.0), "p99_s": pct(&t, 99.0), "max_s": pct(&t, 100.0),
+            "after_endpoint_ready_p50_s": pct(&after_ready, 50.0), "after_endpoint_ready_p99_s": pct(&after_ready, 99.0), "cpu": cpu})
+    );
+
+    // 1,000 Services and 20,000 endpoints at once: Services without selectors and their
+    // EndpointSlices, as an endpoint manager other than the cluster's would write them.
+    let (ns_count, per) = (1000usize, 20usize);
+    let mut objs = Vec::new();
+    for i in 0..ns_count {
+        let name = format!("b{i}");
+        objs.push(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default", "annotations": {"vectorlb.io/address-pool": "far"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": 80}]}}));
+        let eps: Vec<Value> = (0..per).map(|j| json!({"addresses": [format!("10.{}.{}.{}", 16 + i / 250, i % 250, j + 1)], "conditions": {"ready": true}})).collect();
+        objs.push(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": format!("{name}-1"), "namespace": "default",
+            "labels": {"kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": "bench.vectorlb.io"}},
+            "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}], "endpoints": eps}));
+    }
+    let file = cp.dir.join("bench-1000.json");
+    std::fs::write(&file, serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objs})).unwrap()).unwrap();
+    let pid = ctl.child.as_ref().unwrap().id();
+    let rss_before = rss_kb(pid, "VmRSS:");
+    let t0 = Instant::now();
+    cp.k(&["create", "-f", file.to_str().unwrap()]);
+    let created_s = t0.elapsed().as_secs_f64();
+    let mut peak = 0;
+    let programmed_s = loop {
+        peak = peak.max(rss_kb(pid, "VmRSS:"));
+        let v = topo.get("/v1/services");
+        let far: Vec<&Value> = v.as_array().unwrap().iter().filter(|s| s["vip"].as_str().is_some_and(|a| a.starts_with("10.200."))).collect();
+        let backends: usize = far.iter().map(|s| s["backends"].as_array().map_or(0, Vec::len)).sum();
+        if far.len() == ns_count && backends == ns_count * per {
+            break t0.elapsed().as_secs_f64();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(600), "{} services and {backends} backends after 600 s", far.len());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let statuses_s = wait_for(Duration::from_secs(300), "every status written", || {
+        let list = cp.get(&["-n", "default", "services"]);
+        let done = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["metadata"]["name"].as_str().is_some_and(|n| n.starts_with('b')))
+            .filter(|s| s["status"]["loadBalancer"]["ingress"][0]["ip"].is_string())
+            .count();
+        (done == ns_count).then(|| t0.elapsed().as_secs_f64())
+    });
+    println!(
+        "{}",
+        json!({"bench": "kubernetes_programming", "services": ns_count, "endpoints": ns_count * per, "created_s": created_s, "programmed_s": programmed_s,
+            "statuses_written_s": statuses_s, "services_per_second": ns_count as f64 / programmed_s, "endpoints_per_second": (ns_count * per) as f64 / programmed_s,
+            "controller_rss_mb_before": rss_before as f64 / 1024.0, "controller_rss_mb_peak": peak as f64 / 1024.0, "controller_hwm_mb": rss_kb(pid, "VmHWM:") as f64 / 1024.0,
+            "daemon_rss_mb": rss_kb(topo.lb_pid(), "VmRSS:") as f64 / 1024.0, "cpu": cpu})
+    );
 }
