@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-two-tier attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean
+.PHONY: all setup build install demo demo-two-tier demo-kubernetes bench-kubernetes k8s-bins attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean
 
 all: build
 
@@ -25,11 +25,30 @@ demo: build
 	@bash demo/two-tier.sh
 	@python3 demo/queue-sets.py
 	@bash demo/scale-out.sh
+	@$(MAKE) --no-print-directory demo-kubernetes
 
 # Three active nodes behind an FRR router (BGP through BIRD, ECMP): one killed, one drained
 # while connections run; prints what broke. Ends with SCALE-OUT OK ... (root).
 demo-scale-out: build
 	@bash demo/scale-out.sh
+
+# The Kubernetes control plane the tests run (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl from the Kubernetes Go module; etcd): built once, cached
+# (docs/kubernetes.md; ~6 min on a fresh machine).
+k8s-bins:
+	@bash scripts/k8s-bins.sh
+
+# `vectorlb kube` against that control plane: a Deployment and a LoadBalancer Service through
+# the daemon, scaling, a Pod deleted and the controller restarted under load, bad input.
+# Ends with KUBERNETES OK (root; ~1 min once built).
+demo-kubernetes: build k8s-bins
+	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes services_endpoints -- --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
+
+# Apply to first request over 100 Services; 1,000 Services and 20,000 endpoints programmed at
+# once, the controller's memory (bench/results/kubernetes.jsonl).
+bench-kubernetes: build k8s-bins
+	@mkdir -p bench/results
+	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes bench -- --ignored --nocapture 2>&1 | grep '^{"bench"' | tee bench/results/kubernetes.jsonl
 
 # The two tiers of an ingress: the L4 LB (full NAT, Maglev) in front of two TLS-terminating
 # proxies in front of nginx; HTTPS from curl and h2load. Ends with TWO-TIER OK ... (root).
@@ -74,6 +93,7 @@ demo-offline: build
 
 test: setup
 	$(CARGO) build --bins --examples
+	bash scripts/k8s-bins.sh >/dev/null
 	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	bash scripts/asan-memif.sh 2>&1 | tee -a $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^test result:" $(OUT).test.log | awk '{p+=$$4; f+=$$6} END {print "total: " p " passed, " f " failed"}'

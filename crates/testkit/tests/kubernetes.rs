@@ -166,6 +166,7 @@ fn services_endpoints_and_pools_program_the_daemon() {
     let cfg = controller_config(&topo, &cp.dir, vectorlb_testkit::k8s::free_port());
     let mut ctl = Controller::start(&cp, &cfg, "a");
 
+    eprintln!("== control plane up in {:.1} s (etcd, kube-apiserver, kube-controller-manager, kube-scheduler v1.34.0); vectorlb kube leading", control_plane_s);
     // A Deployment of 3 and its Service: an address within 2 s, all three Pods behind it.
     let t = Instant::now();
     cp.apply(&[deployment("web", 3), lb_service("web", json!({}))]).unwrap();
@@ -182,6 +183,7 @@ fn services_endpoints_and_pools_program_the_daemon() {
     let svc = &topo.get("/v1/services")[0];
     assert_eq!((svc["mode"].as_str(), svc["scheduler"].as_str(), svc["vip"].as_str()), (Some("fnat"), Some("maglev"), Some(ip.as_str())), "{svc}");
 
+    eprintln!("== kubectl apply: Deployment web (3 replicas) + Service type LoadBalancer: address {} after {:.2} s, Pods {:?} answering through it after {:.2} s", ip, address_s, three, first_success_s);
     // Scaling to 5 and to 1 moves the backends.
     cp.k(&["-n", "default", "scale", "deployment", "web", "--replicas=5"]);
     wait_for(Duration::from_secs(30), "5 Pods answering", || (backends_seen(&topo, &ip, 100).0.len() == 5).then_some(()));
@@ -194,6 +196,7 @@ fn services_endpoints_and_pools_program_the_daemon() {
     cp.k(&["-n", "default", "scale", "deployment", "web", "--replicas=3"]);
     wait_for(Duration::from_secs(30), "3 Pods answering again", || (backends_seen(&topo, &ip, 60).0.len() == 3).then_some(()));
 
+    eprintln!("== scaled to 5 and to 1 and back to 3: the backends followed");
     // A Pod deleted under load: its endpoint drains (terminating) before it stops; no request fails.
     let l = load(&topo, &ip, 8.0);
     std::thread::sleep(Duration::from_secs(1));
@@ -206,6 +209,7 @@ fn services_endpoints_and_pools_program_the_daemon() {
 
     let r = finish(load(&topo, &ip, 3.0));
     println!("{}", json!({"kubernetes": {"event": "baseline", "requests": r["requests"], "errors": r["errors"], "latency_ms": r["latency_ms"]}}));
+    eprintln!("== a Pod deleted under load: its endpoint drained, no request failed");
     // The controller killed and restarted under load: no request fails, the address stays.
     let l = load(&topo, &ip, 8.0);
     std::thread::sleep(Duration::from_secs(1));
@@ -218,6 +222,7 @@ fn services_endpoints_and_pools_program_the_daemon() {
     assert_eq!(address(&cp, "web").as_deref(), Some(ip.as_str()), "the address changed");
     assert!(ctl.alive(), "the controller exited:\n{}", ctl.log());
 
+    eprintln!("== the controller killed and restarted under load: no request failed, {} kept", ip);
     // kube-apiserver restarted: the controller reconnects and converges on what changed meanwhile.
     let mut cp = cp;
     cp.restart("kube-apiserver");
@@ -228,6 +233,7 @@ fn services_endpoints_and_pools_program_the_daemon() {
     let on_daemon = |vip: &str| topo.get("/v1/services").as_array().unwrap().iter().find(|s| s["vip"] == vip).cloned().unwrap_or(Value::Null);
     assert_eq!(on_daemon(&ip2)["scheduler"], "rr");
 
+    eprintln!("== kube-apiserver restarted: Service api (scheduler rr) created after it answers at {}", ip2);
     // Bad input: each gets an Event naming the problem and disturbs nothing else.
     cp.apply(&[lb_service("outside", json!({"vectorlb.io/load-balancer-ips": "192.0.2.7"}))]).unwrap();
     let m = wait_event(&cp, "outside", "AddressNotInPool");
@@ -260,6 +266,7 @@ fn services_endpoints_and_pools_program_the_daemon() {
     assert_eq!((seen.len(), errors), (3, 0));
     assert_eq!(address(&cp, "web").as_deref(), Some(ip.as_str()));
 
+    eprintln!("== bad input (address outside every pool, no endpoints, address in use, overlapping pool, SCTP): each has its Event; web still serves at {}", ip);
     // Deleting a Service removes it from the daemon.
     cp.k(&["-n", "default", "delete", "service", "api"]);
     wait_for(Duration::from_secs(15), "the deleted Service gone from the daemon", || {
