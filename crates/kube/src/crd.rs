@@ -88,6 +88,9 @@ mod tests {
             std::fs::write(path, super::crds_yaml()).unwrap();
         }
         let file = std::fs::read_to_string(path).unwrap();
-        assert!(file == super::crds_yaml(), "deploy/kubernetes/crds.yaml is stale: VECTORLB_UPDATE_DOCS=1 cargo test -p vectorlb-kube, or vectorlb kube crds > deploy/kubernetes/crds.yaml");
+        assert!(
+            file == super::crds_yaml(),
+            "deploy/kubernetes/crds.yaml is stale: VECTORLB_UPDATE_DOCS=1 cargo test -p vectorlb-kube, or vectorlb kube crds > deploy/kubernetes/crds.yaml"
+        );
     }
 }

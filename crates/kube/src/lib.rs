@@ -64,8 +64,9 @@ fn identity(o: &Opts) -> String {
     format!("{}-{}", host.trim(), std::process::id())
 }
 
-/// Runs the controller until SIGTERM or SIGINT (then gives the Lease up), or until it loses
-/// the Lease (an error: the process must end so that two replicas never act at once).
+/// Runs the controller until SIGTERM or SIGINT (then gives the Lease up). A replica programs
+/// only while it holds the Lease; one that loses it stops programming at once and waits to be
+/// elected again (its caches stay warm).
 pub fn run(o: Opts) -> Result<(), KubeError> {
     let cfg = config::KubeConfig::load(&o.config)?;
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -81,77 +82,87 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
         serve_metrics(addr, metrics.clone()).await?;
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| KubeError::Run(e.to_string()))?;
-    let mut elector = leader::Elector::new(client.clone(), &cfg.namespace, &cfg.lease, &id, cfg.lease_seconds);
-    let period = elector.period();
-    tracing::info!(identity = %id, lease = %format!("{}/{}", cfg.namespace, cfg.lease), "waiting for the lease");
-    loop {
-        match elector.step().await {
-            Ok(leader::State::Leader) => break,
-            Ok(leader::State::Follower(h)) => tracing::debug!(holder = ?h, "another replica leads"),
-            Err(e) => tracing::warn!(error = %e, "cannot read or take the lease"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(period) => {}
-            _ = term.recv() => return Ok(()),
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-        }
-    }
-    metrics.leader.store(true, Ordering::Relaxed);
-    tracing::info!(identity = %id, "leading");
-    // The Lease is renewed on its own task; losing it ends the process.
-    let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<String>(1);
-    let elector = Arc::new(tokio::sync::Mutex::new(elector));
-    let renewer = elector.clone();
-    let renew = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(period).await;
-            let mut e = renewer.lock().await;
-            match e.step().await {
-                Ok(leader::State::Leader) => {}
-                Ok(leader::State::Follower(h)) => {
-                    let _ = lost_tx.send(format!("lost the lease to {}", h.unwrap_or_default())).await;
-                    return;
-                }
-                Err(err) if e.lost() => {
-                    let _ = lost_tx.send(format!("cannot renew the lease in time: {err}")).await;
-                    return;
-                }
-                Err(err) => tracing::warn!(error = %err, "cannot renew the lease; trying again"),
-            }
-        }
-    });
+    // The caches are filled before the election: a follower that takes over starts warm.
     let notify = Arc::new(tokio::sync::Notify::new());
     let mut ctl = tokio::select! {
-        c = controller::Controller::start(cfg.clone(), client, &id, metrics.clone(), notify.clone()) => c.map_err(KubeError::Run)?,
-        m = lost_rx.recv() => return Err(KubeError::Run(m.unwrap_or_default())),
+        c = controller::Controller::start(cfg.clone(), client.clone(), &id, metrics.clone(), notify.clone()) => c.map_err(KubeError::Run)?,
+        _ = term.recv() => return Ok(()),
+        _ = tokio::signal::ctrl_c() => return Ok(()),
     };
+    let elector = Arc::new(tokio::sync::Mutex::new(leader::Elector::new(client.clone(), &cfg.namespace, &cfg.lease, &id, cfg.lease_seconds)));
+    let period = elector.lock().await.period();
     let resync = Duration::from_secs(cfg.resync_seconds.into());
-    let mut wait = Duration::ZERO;
-    let result = loop {
-        tokio::select! {
-            _ = notify.notified() => {
-                // Let a burst of changes arrive: one round takes them all.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+    loop {
+        tracing::info!(identity = %id, lease = %format!("{}/{}", cfg.namespace, cfg.lease), "waiting for the lease");
+        loop {
+            match elector.lock().await.step().await {
+                Ok(leader::State::Leader) => break,
+                Ok(leader::State::Follower(h)) => tracing::debug!(holder = ?h, "another replica leads"),
+                Err(e) => tracing::warn!(error = %e, "cannot read or take the lease"),
             }
-            _ = tokio::time::sleep(if wait.is_zero() { resync } else { wait }) => {}
-            m = lost_rx.recv() => break Err(KubeError::Run(m.unwrap_or_default())),
-            _ = term.recv() => break Ok(()),
-            _ = tokio::signal::ctrl_c() => break Ok(()),
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = term.recv() => return Ok(()),
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
         }
-        wait = if ctl.round().await { Duration::ZERO } else { Duration::from_secs(1) };
-        if !wait.is_zero() {
-            ctl.invalidate();
+        metrics.leader.store(true, Ordering::Relaxed);
+        tracing::info!(identity = %id, "leading");
+        // Whatever happened while another replica led: read every daemon again.
+        ctl.invalidate();
+        // The Lease is renewed on its own task; when it is lost (another replica holds it, or it
+        // could not be renewed within two thirds of its duration, as when kube-apiserver is
+        // away), this replica stops programming at once and goes back to waiting for it.
+        let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<String>(1);
+        let renewer = elector.clone();
+        let renew = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let mut e = renewer.lock().await;
+                match e.step().await {
+                    Ok(leader::State::Leader) => {}
+                    Ok(leader::State::Follower(h)) => {
+                        let _ = lost_tx.send(format!("lost the lease to {}", h.unwrap_or_default())).await;
+                        return;
+                    }
+                    Err(err) if e.lost() => {
+                        let _ = lost_tx.send(format!("cannot renew the lease in time: {err}")).await;
+                        return;
+                    }
+                    Err(err) => tracing::warn!(error = %err, "cannot renew the lease; trying again"),
+                }
+            }
+        });
+        let mut wait = Duration::ZERO;
+        let stop = loop {
+            tokio::select! {
+                _ = notify.notified() => {
+                    // Let a burst of changes arrive: one round takes them all.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                _ = tokio::time::sleep(if wait.is_zero() { resync } else { wait }) => {}
+                m = lost_rx.recv() => {
+                    tracing::warn!(reason = %m.unwrap_or_default(), "no longer leading; programming stopped");
+                    break false;
+                }
+                _ = term.recv() => break true,
+                _ = tokio::signal::ctrl_c() => break true,
+            }
+            wait = if ctl.round().await { Duration::ZERO } else { Duration::from_secs(1) };
+            if !wait.is_zero() {
+                ctl.invalidate();
+            }
+        };
+        metrics.leader.store(false, Ordering::Relaxed);
+        renew.abort();
+        let _ = renew.await;
+        if stop {
+            // A clean stop gives the Lease up at once: a successor need not wait for it to expire.
+            elector.lock().await.release().await;
+            tracing::info!("stopped; the lease is released");
+            return Ok(());
         }
-    };
-    metrics.leader.store(false, Ordering::Relaxed);
-    renew.abort();
-    let _ = renew.await;
-    if result.is_ok() {
-        // A clean stop gives the Lease up at once: a successor need not wait for it to expire.
-        elector.lock().await.release().await;
-        tracing::info!("stopped; the lease is released");
     }
-    result
 }
 
 async fn serve_metrics(addr: &str, metrics: Arc<metrics::Metrics>) -> Result<(), KubeError> {

@@ -366,7 +366,7 @@ fn survives_garbage_packets_api_abuse_and_dead_backend() {
     assert!(drops > 1000, "malformed frames are counted as drops: {st}");
 
     // Garbage on every API endpoint: 4xx, never a crash, nothing half-applied.
-    let before = t.get("/v1/config");
+    let before = config_text(&t);
     let bad_bodies: [&[u8]; 8] = [b"", b"{", b"[]", b"null", b"\"x\"", b"{\"vip\": 5}", b"{\"weight\": -1}", &[0xff, 0xfe, 0x00]];
     let paths = [
         "/v1/services",
@@ -403,7 +403,7 @@ fn survives_garbage_packets_api_abuse_and_dead_backend() {
     let generated = std::process::Command::new(bin()).arg("openapi").output().unwrap();
     let (s, served) = api_call(&t.api(), "GET", "/openapi.json", None).unwrap();
     assert_eq!((s, served), (200, generated.stdout), "served /openapi.json differs from `vectorlb openapi`");
-    assert_eq!(t.get("/v1/config"), before, "rejected requests changed nothing");
+    assert_eq!(config_text(&t), before, "rejected requests changed nothing");
     // Field-named errors.
     let (s, v) = t.call("POST", "/v1/services", Some(&json!({ "vip": "10.0.0.200", "port": 80, "mode": "xnat" })));
     assert_eq!(s, 400);
@@ -411,6 +411,35 @@ fn survives_garbage_packets_api_abuse_and_dead_backend() {
     let (s, v) = t.call("POST", "/v1/services/tcp/10.0.0.100/80/backends", Some(&json!({ "addr": "10.1.0.14", "port": 80, "weight": "x" })));
     assert_eq!(s, 400);
     assert!(v["error"].as_str().unwrap().contains("weight"), "{v}");
+    // A batch is all or none: its second operation is refused, so its first is not applied.
+    let before = config_text(&t);
+    let batch = json!({"ops": [
+        {"put": {"vip": "10.0.0.201", "port": 80, "mode": "fnat", "local_addrs": ["10.1.0.200"], "backends": [{"addr": "10.1.0.11", "port": 80}]}},
+        {"put": {"vip": "10.0.0.202", "port": 80, "mode": "dr", "local_addrs": ["10.1.0.200"]}},
+    ]});
+    let (s, v) = t.call("POST", "/v1/batch", Some(&batch));
+    assert_eq!(s, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("ops[1]: local_addrs"), "{v}");
+    assert_eq!(config_text(&t), before, "a refused batch changed nothing");
+    let (s, v) =
+        t.call("POST", "/v1/batch", Some(&json!({"ops": [{"put": {"vip": "10.0.0.201", "port": 80, "backends": [{"addr": "10.1.0.11", "port": 80, "weight": 7000000}]}}]})));
+    assert_eq!(s, 400);
+    assert!(v["error"].as_str().unwrap().starts_with("ops[0].put.backends[0].weight"), "{v}");
+    // Put then put again (replaced in place), delete twice (absent is no error): one generation each.
+    let g0 = t.get("/v1/health")["generation"].as_u64().unwrap();
+    let (s, v) = t.call(
+        "POST",
+        "/v1/batch",
+        Some(&json!({"ops": [{"put": batch["ops"][0]["put"]}, {"put": {"vip": "10.0.0.201", "port": 80, "mode": "fnat", "scheduler": "sh", "local_addrs": ["10.1.0.200"]}}]})),
+    );
+    assert_eq!((s, v["applied"].as_u64()), (200, Some(2)), "{v}");
+    assert_eq!(v["generation"].as_u64(), Some(g0 + 1), "{v}");
+    let svc = t.get("/v1/services/tcp/10.0.0.201/80");
+    assert_eq!((svc["scheduler"].as_str(), svc["backends"].as_array().map(Vec::len)), (Some("sh"), Some(0)), "{svc}");
+    let del = json!({"ops": [{"delete": {"proto": "tcp", "vip": "10.0.0.201", "port": 80}}, {"delete": {"proto": "tcp", "vip": "10.0.0.201", "port": 80}}]});
+    let (s, v) = t.call("POST", "/v1/batch", Some(&del));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(config_text(&t), before);
 
     // A backend's server dies: the LB keeps running and the others keep serving.
     t.kill_nginx(2);
@@ -674,4 +703,11 @@ fn health_checks_take_a_failed_backend_out_and_bring_it_back() {
     assert_eq!(u["lost"], 0, "{u}");
     assert!(!spread(&u).iter().any(|(n, _)| n == "be3"), "{u}");
     t.stop_lb();
+}
+
+/// The running configuration as the daemon prints it (TOML).
+fn config_text(t: &Topo) -> String {
+    let (s, body) = api_call(&t.api(), "GET", "/v1/config", None).unwrap();
+    assert_eq!(s, 200);
+    String::from_utf8(body).unwrap()
 }

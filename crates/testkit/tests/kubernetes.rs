@@ -160,6 +160,12 @@ fn services_endpoints_and_pools_program_the_daemon() {
     cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
     cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
     cp.add_node("node-1", "10.1.0.250");
+    // The deployment manifests are valid for this control plane (server-side dry run).
+    for f in ["controller.yaml", "dataplane.yaml"] {
+        let path = repo().join("deploy/kubernetes").join(f);
+        let o = cp.kubectl(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()]);
+        assert!(o.status.success(), "deploy/kubernetes/{f}: {}", String::from_utf8_lossy(&o.stderr));
+    }
     let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.100".parse().unwrap()..="10.1.0.199".parse().unwrap(), "10.1.0.1");
     wait_for(Duration::from_secs(10), "the AddressPool resource", || cp.kubectl(&["get", "addresspools"]).status.success().then_some(()));
     cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
@@ -183,7 +189,10 @@ fn services_endpoints_and_pools_program_the_daemon() {
     let svc = &topo.get("/v1/services")[0];
     assert_eq!((svc["mode"].as_str(), svc["scheduler"].as_str(), svc["vip"].as_str()), (Some("fnat"), Some("maglev"), Some(ip.as_str())), "{svc}");
 
-    eprintln!("== kubectl apply: Deployment web (3 replicas) + Service type LoadBalancer: address {} after {:.2} s, Pods {:?} answering through it after {:.2} s", ip, address_s, three, first_success_s);
+    eprintln!(
+        "== kubectl apply: Deployment web (3 replicas) + Service type LoadBalancer: address {} after {:.2} s, Pods {:?} answering through it after {:.2} s",
+        ip, address_s, three, first_success_s
+    );
     // Scaling to 5 and to 1 moves the backends.
     cp.k(&["-n", "default", "scale", "deployment", "web", "--replicas=5"]);
     wait_for(Duration::from_secs(30), "5 Pods answering", || (backends_seen(&topo, &ip, 100).0.len() == 5).then_some(()));
