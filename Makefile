@@ -48,7 +48,9 @@ demo-kubernetes: build k8s-bins
 # once, the controller's memory (bench/results/kubernetes.jsonl).
 bench-kubernetes: build k8s-bins
 	@mkdir -p bench/results
-	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes bench -- --ignored --nocapture 2>&1 | grep '^{"bench"' | tee bench/results/kubernetes.jsonl
+	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes bench -- --ignored --nocapture 2>&1 | grep '"bench":"kubernetes' | tee bench/results/kubernetes.jsonl; test $${PIPESTATUS[0]} -eq 0
+	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/kubernetes-measured-at.txt
+	@$(PY) bench/report.py --machine > bench/results/kubernetes-machine.txt
 
 # The two tiers of an ingress: the L4 LB (full NAT, Maglev) in front of two TLS-terminating
 # proxies in front of nginx; HTTPS from curl and h2load. Ends with TWO-TIER OK ... (root).

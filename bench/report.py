@@ -721,6 +721,34 @@ def dispatch_section():
 
 
 dispatch_section()
+
+
+def kubernetes_section():
+    """`make bench-kubernetes` (bench/results/kubernetes.jsonl): apply to first request over 100
+    Services, 1,000 Services and 20,000 endpoints programmed at once."""
+    rs = lines("kubernetes.jsonl")
+    if not rs:
+        return
+    w("## Kubernetes: `vectorlb kube`\n")
+    w(dated("kubernetes").rstrip("\n") + " `make bench-kubernetes`, raw lines in `bench/results/kubernetes.jsonl`; a real control plane "
+      "(kube-apiserver, kube-controller-manager, kube-scheduler v1.34.0, etcd 3.6.4) on the same 2 vCPUs as the daemon, the controller, "
+      "the test's fake kubelet and its Pods (nginx in network namespaces); see [kubernetes.md](kubernetes.md).\n")
+    for r in rs:
+        if r["bench"] == "kubernetes_apply_to_first_request":
+            w(f"- **Apply to first request**, {r['services']} Services (each with a one-Pod Deployment) applied at once: "
+              f"p50 {r['p50_s']:.1f} s, p99 {r['p99_s']:.1f} s; from the endpoint's readiness to the first success: "
+              f"p50 {r['after_endpoint_ready_p50_s']:.2f} s, p99 {r['after_endpoint_ready_p99_s']:.2f} s.")
+        elif r["bench"] == "kubernetes_programming":
+            w(f"- **Programming**, {r['services']:,} Services and {r['endpoints']:,} endpoints created at once (kubectl took {r['created_s']:.0f} s to create them): "
+              f"all on the daemon after {r['programmed_s']:.1f} s ({r['services_per_second']:.0f} Services, {r['endpoints_per_second']:.0f} endpoints a second), "
+              f"every status written after {r['statuses_written_s']:.1f} s; the controller's memory {r['controller_rss_mb_before']:.0f} MB before, "
+              f"{r['controller_hwm_mb']:.0f} MB at its peak; the daemon's {r['daemon_rss_mb']:.0f} MB with them.")
+    w("")
+    for line in note("kubernetes"):
+        w(line)
+
+
+kubernetes_section()
 # Sections written by hand (the dispatch analysis; queue sets from their own result file,
 # bench/results/queue-sets.jsonl), then the analysis of the whole page.
 for name in ("dispatch", "queue-sets", "analysis"):
@@ -728,7 +756,7 @@ for name in ("dispatch", "queue-sets", "analysis"):
         w(line)
 w("## JSON lines of this run\n")
 w("```")
-for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls:
+for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls + lines("kubernetes.jsonl"):
     w(json.dumps(r, separators=(",", ":")))
 w("```")
 unused = sorted(f[:-3] for f in os.listdir(os.path.join(root, "bench", "notes")) if f.endswith(".md") and f[:-3] not in notes_used)

@@ -107,6 +107,7 @@ impl Controller {
         let mut problems: BTreeMap<String, Vec<Problem>> = BTreeMap::new();
         let mut desired: Vec<BTreeMap<Key, NewService>> = vec![BTreeMap::new(); self.daemons.len()];
         let mut owner: BTreeMap<Key, String> = BTreeMap::new();
+        let mut statuses: Vec<(Arc<Service>, Option<IpAddr>)> = Vec::new();
         for s in &services {
             let key = ns_name(s.as_ref());
             let ip = match alloc.services.get(&key) {
@@ -145,7 +146,7 @@ impl Controller {
                     desired[i].insert(k, n);
                 }
             }
-            self.write_service_status(s, ip).await;
+            statuses.push((s.clone(), ip));
         }
         for d in &desired {
             self.programmed.extend(d.keys().map(|k| k.1));
@@ -181,6 +182,12 @@ impl Controller {
             }
         }
 
+        // The addresses into the Services' status, once the daemons serve them (16 at a time).
+        {
+            let this = &*self;
+            futures::stream::iter(statuses).for_each_concurrent(16, |(s, ip)| async move { this.write_service_status(&s, ip).await }).await;
+        }
+
         // Events for what changed, and the pools' status.
         for s in &services {
             let key = ns_name(s.as_ref());
@@ -212,7 +219,7 @@ impl Controller {
         self.reported.insert(key.to_string(), now);
     }
 
-    async fn write_service_status(&mut self, s: &Service, ip: Option<IpAddr>) {
+    async fn write_service_status(&self, s: &Service, ip: Option<IpAddr>) {
         let current: Vec<String> = s
             .status
             .as_ref()

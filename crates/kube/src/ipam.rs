@@ -236,9 +236,6 @@ pub fn allocate(pools_in: &[PoolIn], svcs: &[SvcIn]) -> Allocation {
     let take = |used: &mut BTreeMap<IpAddr, Users>, s: &SvcIn, ip: IpAddr| {
         used.entry(ip).or_default().push((s.sharing.clone(), s.ports.iter().cloned().collect(), s.key.clone()));
     };
-    let pool_of = |pools: &[Pool], s: &SvcIn, ip: &IpAddr| -> Option<String> {
-        pools.iter().find(|p| p.valid && p.contains(ip) && p.allows(s) && s.pool.as_ref().is_none_or(|n| n == &p.input.name)).map(|p| p.input.name.clone())
-    };
     // 1. Keep current addresses that are still right.
     for s in &svc_order {
         if s.invalid_request.is_some() {
@@ -256,7 +253,7 @@ pub fn allocate(pools_in: &[PoolIn], svcs: &[SvcIn]) -> Allocation {
     }
     // 2. The others, oldest first.
     for s in pending {
-        let outcome = assign(&pools, &mut used, s, &pool_of);
+        let outcome = assign(&pools, &mut used, s);
         if let Outcome::Assigned { ip, .. } = &outcome {
             take(&mut used, s, *ip);
         }
@@ -274,7 +271,12 @@ pub fn allocate(pools_in: &[PoolIn], svcs: &[SvcIn]) -> Allocation {
     out
 }
 
-fn assign(pools: &[Pool], used: &mut BTreeMap<IpAddr, Users>, s: &SvcIn, pool_of: &dyn Fn(&[Pool], &SvcIn, &IpAddr) -> Option<String>) -> Outcome {
+/// The valid pool that holds `ip` and allows `s` (and is the one it names, if it names one).
+fn pool_of(pools: &[Pool], s: &SvcIn, ip: &IpAddr) -> Option<String> {
+    pools.iter().find(|p| p.valid && p.contains(ip) && p.allows(s) && s.pool.as_ref().is_none_or(|n| n == &p.input.name)).map(|p| p.input.name.clone())
+}
+
+fn assign(pools: &[Pool], used: &mut BTreeMap<IpAddr, Users>, s: &SvcIn) -> Outcome {
     let fail = |reason: &str, message: String| Outcome::Failed { reason: reason.into(), message };
     if let Some(v) = &s.invalid_request {
         return fail("InvalidAddress", format!("requested address '{v}' is not an IP address"));
@@ -465,7 +467,7 @@ mod tests {
             let pools = [pool("a", "1", &["10.0.0.0/28"]), pool("b", "2", &["10.0.1.0-10.0.1.3"])];
             let mut svcs: Vec<SvcIn> = (0..n).map(|i| {
                 let mut s = svc(&format!("x/s{i}"), &format!("{:04}", order[i]), &[80]);
-                if cur[i] < 20 { s.current = Some(IpAddr::V4(Ipv4Addr::new(10, 0, (cur[i] / 16) as u8, cur[i] % 16))); }
+                if cur[i] < 20 { s.current = Some(IpAddr::V4(Ipv4Addr::new(10, 0, cur[i] / 16, cur[i] % 16))); }
                 s
             }).collect();
             let a = allocate(&pools, &svcs);

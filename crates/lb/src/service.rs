@@ -388,7 +388,9 @@ pub struct Service {
     pub spec: ServiceSpec,
     pub vip_key: u128,
     pub vip_bytes: [u8; 16],
-    pub sched: Scheduler,
+    /// Shared with the snapshots before this one while the service's algorithm and backends
+    /// stay the same: a Maglev table is built once, not at every change of another service.
+    pub sched: Arc<Scheduler>,
     /// The cluster key the flow hashes are keyed with.
     pub hash_key: u64,
     /// Backend ids, in spec order (the scheduler's indices).
@@ -665,9 +667,26 @@ struct Registry {
     slot_gen: Vec<u8>,
     free_slots: Vec<u32>,
     laddrs: HashMap<u128, u16>,
+    /// Each service's scheduler with what it was built from.
+    scheds: HashMap<(u128, u16, u8), SchedEntry>,
 }
 
+type SchedEntry = (Algorithm, Vec<Target>, Arc<Scheduler>);
+
 impl Registry {
+    /// The scheduler for service `k`: the one built before if its algorithm and targets are
+    /// the same, else a new one.
+    fn scheduler(&mut self, k: (u128, u16, u8), alg: Algorithm, targets: Vec<Target>) -> Result<Arc<Scheduler>, vectorlb_sched::SchedError> {
+        if let Some((a, t, s)) = self.scheds.get(&k) {
+            if *a == alg && *t == targets {
+                return Ok(s.clone());
+            }
+        }
+        let s = Arc::new(Scheduler::new(alg, &targets)?);
+        self.scheds.insert(k, (alg, targets, s.clone()));
+        Ok(s)
+    }
+
     fn service_id(&mut self, k: (u128, u16, u8)) -> Result<u16, ConfigError> {
         if let Some(&id) = self.services.get(&k) {
             return Ok(id);
@@ -713,6 +732,7 @@ impl Registry {
     /// Forgets services and backends that are not in use any more. Local address ids are kept
     /// for the process lifetime: port maps are indexed by them.
     fn retain(&mut self, svcs: &FxHashSet<(u128, u16, u8)>, backends: &FxHashSet<(u16, u128, u16)>) {
+        self.scheds.retain(|k, _| svcs.contains(k));
         let gone: Vec<_> = self.services.keys().filter(|k| !svcs.contains(k)).copied().collect();
         for k in gone {
             let id = self.services.remove(&k).unwrap();
@@ -935,7 +955,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             ids.push(bid);
             targets.push(Target { weight: b.weight, key: crate::hash::mix64(spec.cluster_key ^ key(b.addr) as u64 ^ ((key(b.addr) >> 64) as u64) ^ b.port as u64) });
         }
-        let sched = Scheduler::new(s.scheduler, &targets).map_err(|source| ConfigError::Scheduler { service: name.clone(), source })?;
+        let sched = reg.scheduler(k, s.scheduler, targets).map_err(|source| ConfigError::Scheduler { service: name.clone(), source })?;
         let mut quic_ids = FxHashMap::default();
         if s.quic && s.proto != vectorlb_packet::proto::UDP {
             bail!("{name}: quic routes UDP services only");
@@ -1037,6 +1057,7 @@ impl Control {
             slot_gen: reg.slot_gen.clone(),
             free_slots: reg.free_slots.clone(),
             laddrs: reg.laddrs.clone(),
+            scheds: reg.scheds.clone(),
         };
         let generation = self.generation.load(Ordering::Relaxed) + 1;
         let snap = build(spec, &mut trial, generation)?;
