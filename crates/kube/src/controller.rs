@@ -265,6 +265,13 @@ impl Controller {
         self.report(&format!("pool/{}", p.name_any()), &p.object_ref(&()), problems, "Validate").await;
     }
 
+    /// Whether any daemon's configuration changed behind the controller's back (checked every
+    /// second: a restarted daemon is programmed again at once).
+    pub async fn daemons_changed(&mut self) -> bool {
+        let r = futures::future::join_all(self.daemons.iter_mut().map(|d| d.changed())).await;
+        r.into_iter().any(|c| c)
+    }
+
     /// Forget what the daemons serve (after an error): the next round reads them.
     pub fn invalidate(&mut self) {
         for d in &mut self.daemons {

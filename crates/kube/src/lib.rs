@@ -133,14 +133,22 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
                 }
             }
         });
-        let mut wait = Duration::ZERO;
+        // The next round without a change: the periodic comparison, or a retry after an error.
+        let mut deadline = tokio::time::Instant::now() + resync;
+        let mut check = tokio::time::interval(Duration::from_secs(1));
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let stop = loop {
             tokio::select! {
                 _ = notify.notified() => {
                     // Let a burst of changes arrive: one round takes them all.
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                _ = tokio::time::sleep(if wait.is_zero() { resync } else { wait }) => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = check.tick() => {
+                    if !ctl.daemons_changed().await {
+                        continue;
+                    }
+                }
                 m = lost_rx.recv() => {
                     tracing::warn!(reason = %m.unwrap_or_default(), "no longer leading; programming stopped");
                     break false;
@@ -148,9 +156,11 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
                 _ = term.recv() => break true,
                 _ = tokio::signal::ctrl_c() => break true,
             }
-            wait = if ctl.round().await { Duration::ZERO } else { Duration::from_secs(1) };
-            if !wait.is_zero() {
+            if ctl.round().await {
+                deadline = tokio::time::Instant::now() + resync;
+            } else {
                 ctl.invalidate();
+                deadline = tokio::time::Instant::now() + Duration::from_secs(1);
             }
         };
         metrics.leader.store(false, Ordering::Relaxed);

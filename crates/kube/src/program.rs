@@ -25,6 +25,8 @@ pub struct Daemon {
     token: Option<String>,
     /// What the daemon serves, as last read or written; None: read it again.
     known: Option<BTreeMap<Key, NewService>>,
+    /// The daemon's configuration generation that `known` is of.
+    generation: Option<u64>,
 }
 
 /// What one round did on one daemon.
@@ -43,7 +45,7 @@ impl Daemon {
             Some(p) => Some(std::fs::read_to_string(p).map_err(|e| format!("daemon {}: token_file {}: {e}", cfg.name, p.display()))?.trim().to_string()),
             None => None,
         };
-        Ok(Daemon { cfg, target, token, known: None })
+        Ok(Daemon { cfg, target, token, known: None, generation: None })
     }
 
     /// Forget what the daemon serves: the next round reads it again.
@@ -58,8 +60,34 @@ impl Daemon {
         Ok((res.status.as_u16(), res.body.to_vec()))
     }
 
-    /// Whether the daemon answers its health endpoint, and its generation.
-    pub async fn fetch(&self) -> Result<BTreeMap<Key, NewService>, String> {
+    /// The daemon's configuration generation (from `/v1/health`, which answers 503 with the
+    /// same body when the daemon is unwell).
+    async fn generation_now(&self) -> Result<u64, String> {
+        let (_, body) = self.call(Method::GET, "/v1/health", None).await?;
+        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| format!("daemon {}: GET /v1/health: {e}", self.cfg.name))?;
+        v["generation"].as_u64().ok_or_else(|| format!("daemon {}: GET /v1/health: no generation", self.cfg.name))
+    }
+
+    /// Whether the daemon's configuration changed since it was last read or written here (the
+    /// daemon restarted, reloaded its file, or was changed by hand): then it is read again at
+    /// the next round. A daemon that does not answer counts as changed.
+    pub async fn changed(&mut self) -> bool {
+        if self.known.is_none() {
+            return true;
+        }
+        match self.generation_now().await {
+            Ok(g) if Some(g) == self.generation => false,
+            _ => {
+                self.known = None;
+                true
+            }
+        }
+    }
+
+    /// What the daemon serves, and the generation it is of (read first: a change in between
+    /// makes the next check read again).
+    pub async fn fetch(&mut self) -> Result<BTreeMap<Key, NewService>, String> {
+        self.generation = Some(self.generation_now().await?);
         let (st, body) = self.call(Method::GET, "/v1/services", None).await?;
         if st != 200 {
             return Err(format!("daemon {}: GET /v1/services: {st} {}", self.cfg.name, String::from_utf8_lossy(&body)));
@@ -136,6 +164,10 @@ impl Daemon {
                 }
             };
             if st == 200 {
+                let done: Option<u64> = serde_json::from_slice::<serde_json::Value>(&resp).ok().and_then(|v| v["generation"].as_u64());
+                // Our own change: the generation to compare with next (a change by someone
+                // else in between is missed only until the next periodic read).
+                self.generation = done;
                 let known = self.known.as_mut().expect("read above");
                 for op in chunk {
                     match op {
