@@ -748,12 +748,14 @@ def kubernetes_section():
         w(line)
 
 
-kubernetes_section()
 # Sections written by hand (the dispatch analysis; queue sets from their own result file,
 # bench/results/queue-sets.jsonl), then the analysis of the whole page.
-for name in ("dispatch", "queue-sets", "analysis"):
+for name in ("dispatch", "queue-sets"):
     for line in note(name):
         w(line)
+kubernetes_section()
+for line in note("analysis"):
+    w(line)
 w("## JSON lines of this run\n")
 w("```")
 for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls + lines("kubernetes.jsonl"):
