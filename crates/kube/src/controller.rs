@@ -25,6 +25,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use vectorlb_api::model::NewService;
 
+/// Seconds a watch lasts before the server ends it and it starts again (under the client's
+/// read deadline).
+pub const WATCH_SECONDS: u32 = 45;
+
 /// The label EndpointSlices carry to name their Service.
 const SERVICE_NAME: &str = "kubernetes.io/service-name";
 
@@ -55,7 +59,7 @@ impl Controller {
         let (services, w1) = reflector::store();
         let (slices, w2) = reflector::store();
         let (pools, w3) = reflector::store();
-        let wc = watcher::Config::default();
+        let wc = watcher::Config::default().timeout(WATCH_SECONDS);
         spawn_reflector(w1, Api::<Service>::all(client.clone()), wc.clone(), notify.clone(), metrics.clone());
         spawn_reflector(w2, Api::<EndpointSlice>::all(client.clone()), wc.clone().labels(SERVICE_NAME), notify.clone(), metrics.clone());
         spawn_reflector(w3, Api::<AddressPool>::all(client.clone()), wc, notify.clone(), metrics.clone());

@@ -41,13 +41,19 @@ pub enum KubeError {
 }
 
 async fn client(path: &Option<PathBuf>) -> Result<kube::Client, KubeError> {
-    let config = match path {
+    let mut config = match path {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| KubeError::Kubeconfig(format!("{}: {e}", p.display())))?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.map_err(|e| KubeError::Kubeconfig(format!("{}: {e}", p.display())))?
         }
         None => kube::Config::infer().await.map_err(|e| KubeError::Kubeconfig(e.to_string()))?,
     };
+    // No request may hang a round or the Lease's renewal: a kube-apiserver that restarts can
+    // leave a connection that never answers. Watches end on the server's side before the read
+    // deadline (controller::WATCH_SECONDS) and start again.
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(u64::from(controller::WATCH_SECONDS) + 15));
+    config.write_timeout = Some(Duration::from_secs(15));
     kube::Client::try_from(config).map_err(|e| KubeError::Kubeconfig(e.to_string()))
 }
 
@@ -95,10 +101,12 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
     loop {
         tracing::info!(identity = %id, lease = %format!("{}/{}", cfg.namespace, cfg.lease), "waiting for the lease");
         loop {
-            match elector.lock().await.step().await {
-                Ok(leader::State::Leader) => break,
-                Ok(leader::State::Follower(h)) => tracing::debug!(holder = ?h, "another replica leads"),
-                Err(e) => tracing::warn!(error = %e, "cannot read or take the lease"),
+            let step = { tokio::time::timeout(period, elector.lock().await.step()).await };
+            match step {
+                Ok(Ok(leader::State::Leader)) => break,
+                Ok(Ok(leader::State::Follower(h))) => tracing::debug!(holder = ?h, "another replica leads"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot read or take the lease"),
+                Err(_) => tracing::warn!("cannot read or take the lease: no answer within {period:?}"),
             }
             tokio::select! {
                 _ = tokio::time::sleep(period) => {}
@@ -119,7 +127,11 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
             loop {
                 tokio::time::sleep(period).await;
                 let mut e = renewer.lock().await;
-                match e.step().await {
+                let step = match tokio::time::timeout(period, e.step()).await {
+                    Ok(r) => r.map_err(|err| err.to_string()),
+                    Err(_) => Err(format!("no answer within {period:?}")),
+                };
+                match step {
                     Ok(leader::State::Leader) => {}
                     Ok(leader::State::Follower(h)) => {
                         let _ = lost_tx.send(format!("lost the lease to {}", h.unwrap_or_default())).await;
