@@ -150,16 +150,24 @@ fn wait_event(cp: &ControlPlane, name: &str, reason: &str) -> String {
     wait_for(Duration::from_secs(15), &format!("a {reason} event on {name}"), || events(cp, name).into_iter().find(|(r, _)| r == reason).map(|(_, m)| m))
 }
 
-#[test]
-fn services_endpoints_and_pools_program_the_daemon() {
-    let mut topo = Topo::new("k8", Shape::TwoArm, 1500);
+/// The daemon (no services), a control plane with vectorlb's resource definition and RBAC, and
+/// one fake node; the seconds the control plane took to be ready.
+fn cluster(topo: &mut Topo) -> (ControlPlane, f64) {
     topo.start_lb(&topo.base_config(None));
     let t0 = Instant::now();
     let cp = ControlPlane::start(&topo.dir.join("k8s"));
-    let control_plane_s = t0.elapsed().as_secs_f64();
+    let ready_s = t0.elapsed().as_secs_f64();
     cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
     cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
     cp.add_node("node-1", "10.1.0.250");
+    wait_for(Duration::from_secs(10), "the AddressPool resource", || cp.kubectl(&["get", "addresspools"]).status.success().then_some(()));
+    (cp, ready_s)
+}
+
+#[test]
+fn services_endpoints_and_pools_program_the_daemon() {
+    let mut topo = Topo::new("k8", Shape::TwoArm, 1500);
+    let (cp, control_plane_s) = cluster(&mut topo);
     // The deployment manifests are valid for this control plane (server-side dry run).
     for f in ["controller.yaml", "dataplane.yaml"] {
         let path = repo().join("deploy/kubernetes").join(f);
@@ -167,7 +175,6 @@ fn services_endpoints_and_pools_program_the_daemon() {
         assert!(o.status.success(), "deploy/kubernetes/{f}: {}", String::from_utf8_lossy(&o.stderr));
     }
     let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.100".parse().unwrap()..="10.1.0.199".parse().unwrap(), "10.1.0.1");
-    wait_for(Duration::from_secs(10), "the AddressPool resource", || cp.kubectl(&["get", "addresspools"]).status.success().then_some(()));
     cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
     let cfg = controller_config(&topo, &cp.dir, vectorlb_testkit::k8s::free_port());
     let mut ctl = Controller::start(&cp, &cfg, "a");
@@ -298,13 +305,8 @@ fn leads(port: u16) -> bool {
 #[test]
 fn two_replicas_never_both_lead_and_a_restarted_daemon_is_programmed_again() {
     let mut topo = Topo::new("k9", Shape::TwoArm, 1500);
-    topo.start_lb(&topo.base_config(None));
-    let cp = ControlPlane::start(&topo.dir.join("k8s"));
-    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
-    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
-    cp.add_node("node-1", "10.1.0.250");
+    let (cp, _) = cluster(&mut topo);
     let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.100".parse().unwrap()..="10.1.0.199".parse().unwrap(), "10.1.0.1");
-    wait_for(Duration::from_secs(10), "the AddressPool resource", || cp.kubectl(&["get", "addresspools"]).status.success().then_some(()));
     cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
     let (pa, pb) = (vectorlb_testkit::k8s::free_port(), vectorlb_testkit::k8s::free_port());
     let mut a = Controller::start(&cp, &controller_config(&topo, &cp.dir, pa), "a");
@@ -415,13 +417,8 @@ fn rss_kb(pid: u32, field: &str) -> u64 {
 #[ignore = "a benchmark: make bench-kubernetes"]
 fn bench_apply_to_first_request_and_programming_rate() {
     let mut topo = Topo::new("kb", Shape::TwoArm, 1500);
-    topo.start_lb(&topo.base_config(None));
-    let cp = ControlPlane::start(&topo.dir.join("k8s"));
-    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
-    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
-    cp.add_node("node-1", "10.1.0.250");
+    let (cp, _) = cluster(&mut topo);
     let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.20".parse().unwrap()..="10.1.0.199".parse().unwrap(), "10.1.0.1");
-    wait_for(Duration::from_secs(10), "the AddressPool resource", || cp.kubectl(&["get", "addresspools"]).status.success().then_some(()));
     cp.apply(&[
         json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "near"}, "spec": {"addresses": ["10.0.0.100-10.0.0.249"]}}),
         json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "far"}, "spec": {"addresses": ["10.200.0.0/20"], "autoAssign": false}}),
