@@ -143,7 +143,8 @@ scale_up() {
     ns "$P-cl" ip -6 route add default via 2001:db8:9::1
     for x in rt:rs0 rt:rc0 cl:cl0 sw:qr; do nooffload "$P-${x%%:*}" "${x#*:}"; done
     ns "$P-rt" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
-        net.ipv4.fib_multipath_hash_policy=1 net.ipv6.fib_multipath_hash_policy=1 >/dev/null
+        net.ipv4.fib_multipath_hash_policy=1 net.ipv6.fib_multipath_hash_policy=1 \
+        net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.rs0.send_redirects=0 >/dev/null
     for i in 1 2 3; do
         ip link add "$P-p$i" type veth peer name "$P-b$i"
         ip link set "$P-p$i" netns "$P-sw" name "p$i"
@@ -154,6 +155,11 @@ scale_up() {
         ns "$P-be$i" ip -6 addr add "2001:db8:1::1$i/64" dev eth0 nodad
         ns "$P-be$i" ip route add default via 10.1.0.254
         ns "$P-be$i" ip -6 route add default via 2001:db8:1::254
+        # No ICMP redirects: the router shares the backends' segment with the nodes, so it
+        # redirects a backend's replies for a node's local address straight to that node, and
+        # the backend keeps that route after the node has gone (its backups never see them).
+        ns "$P-be$i" sysctl -qw net.ipv6.conf.all.accept_redirects=0 net.ipv6.conf.eth0.accept_redirects=0 \
+            net.ipv4.conf.all.accept_redirects=0 net.ipv4.conf.eth0.accept_redirects=0 >/dev/null
         # The VIPs (DR: .1, TUN: .2) on the loopback: the backend accepts what is sent to them.
         ns "$P-be$i" ip addr add 10.100.0.1/32 dev lo
         ns "$P-be$i" ip addr add 10.100.0.2/32 dev lo
@@ -183,7 +189,7 @@ bfd
  profile fast
   receive-interval 100
   transmit-interval 100
-  detect-multiplier 5
+  detect-multiplier 10
  exit
 exit
 EOT

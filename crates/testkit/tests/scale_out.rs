@@ -123,7 +123,7 @@ fn config(dir: &std::path::Path, k: u8, recovery: bool) -> String {
     format!(
         "[global]\ncluster_key = \"scale-out-test-cluster-key\"\nmax_sessions = {MAX_SESSIONS}\n\n\
          [runtime]\napi = \"unix:{d}/api.sock\"\nrun_dir = \"{d}\"\nmbufs = 16383\nidle_sleep_us = 100\n\n\
-         [bgp]\nasn = 65001\nrouter_id = \"10.1.0.25{k}\"\nbfd_multiplier = 5\n\
+         [bgp]\nasn = 65001\nrouter_id = \"10.1.0.25{k}\"\nbfd_multiplier = 10\n\
          [[bgp.neighbors]]\naddress = \"10.1.0.254\"\nasn = 65000\n\
          [[bgp.neighbors]]\naddress = \"2001:db8:1::254\"\nasn = 65000\n\n\
          [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp0,iface=int0\"\naddrs = [\"10.1.0.{k}/24\", \"2001:db8:1::{k}/64\"]\n\n\
@@ -241,7 +241,13 @@ impl Cluster {
         });
         let t = Instant::now();
         while !ready.exists() {
-            assert!(!h.is_finished(), "probe hold ended before its connections were open");
+            if h.is_finished() {
+                let why = match h.join() {
+                    Ok(v) => v.to_string(),
+                    Err(e) => e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default(),
+                };
+                panic!("probe hold ended before its connections were open: {why}");
+            }
             assert!(t.elapsed() < Duration::from_secs(60), "probe hold did not open its connections");
             std::thread::sleep(Duration::from_millis(50));
         }
