@@ -161,9 +161,69 @@ pub struct Admin {
 pub struct Match {
     /// Exact host (lower case, without port), or `*.suffix` for any subdomain.
     pub host: Option<String>,
-    pub path_prefix: String,
-    /// A header that must be present with this exact value.
-    pub header: Option<(String, String)>,
+    pub path: PathMatch,
+    /// Headers (lower-case names) that must each be present with this exact value.
+    pub headers: Vec<(String, String)>,
+}
+
+/// How a route matches the request's path (without its query).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathMatch {
+    /// A string prefix (`path_prefix`): `/api` matches `/api`, `/api/x` and `/apix`.
+    Prefix(String),
+    /// Whole segments (`path_segments`, the Gateway API's PathPrefix): `/api` and `/api/` match
+    /// `/api`, `/api/` and `/api/x`, not `/apix`.
+    Segments(String),
+    /// The whole path (`path_exact`).
+    Exact(String),
+}
+
+impl PathMatch {
+    /// The string prefix a static route strips from the path (`/` unless `Prefix`).
+    pub fn prefix(&self) -> &str {
+        match self {
+            PathMatch::Prefix(p) => p,
+            _ => "/",
+        }
+    }
+
+    pub fn matches(&self, path: &str) -> bool {
+        match self {
+            PathMatch::Prefix(p) => path.starts_with(p.as_str()),
+            PathMatch::Exact(p) => path == p,
+            PathMatch::Segments(p) => {
+                let p = p.trim_end_matches('/');
+                p.is_empty() || path.strip_prefix(p).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            }
+        }
+    }
+}
+
+/// Changes to a request's headers before it is forwarded, or to a response's before it is
+/// sent (names lower case): `set` replaces every value, `add` appends one, `remove` drops them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HeaderEdit {
+    pub set: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+    pub add: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+    pub remove: Vec<hyper::header::HeaderName>,
+}
+
+impl HeaderEdit {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+
+    pub fn apply(&self, h: &mut hyper::HeaderMap) {
+        for n in &self.remove {
+            h.remove(n);
+        }
+        for (n, v) in &self.set {
+            h.insert(n.clone(), v.clone());
+        }
+        for (n, v) in &self.add {
+            h.append(n.clone(), v.clone());
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -174,6 +234,12 @@ pub struct Route {
     pub action: Action,
     /// The request's priority class (routes with `static`).
     pub priority: Priority,
+    /// Applied to the request before it is forwarded (`request_headers`).
+    pub request_headers: HeaderEdit,
+    /// Applied to the response before it is sent (`response_headers`).
+    pub response_headers: HeaderEdit,
+    /// From the request's arrival to the response's head (`timeout`; then 504).
+    pub timeout: Option<Duration>,
 }
 
 /// What a matching route does with the request.
@@ -181,6 +247,10 @@ pub struct Route {
 pub enum Action {
     /// Forward it to this cluster (index into [`Config::clusters`]).
     Cluster(usize),
+    /// Forward each request to one of these clusters, in proportion to the weights (`clusters`);
+    /// an entry without a cluster answers 500 (a backend the configuration could not resolve),
+    /// and so do all entries when every weight is 0.
+    Split(Vec<(Option<usize>, u32)>),
     /// Answer it here: a status and a body (health endpoints, benchmarks of the front end).
     Respond { status: u16, body: String },
     /// Serve files under `root` (the request path after the route's prefix), read on the
@@ -435,8 +505,16 @@ struct RawRoute {
     listeners: Vec<String>,
     host: Option<String>,
     path_prefix: Option<String>,
+    path_segments: Option<String>,
+    path_exact: Option<String>,
     header: Option<RawHeader>,
+    #[serde(default)]
+    headers: Vec<RawHeader>,
     cluster: Option<String>,
+    clusters: Option<Vec<RawWeighted>>,
+    request_headers: Option<RawHeaderEdit>,
+    response_headers: Option<RawHeaderEdit>,
+    timeout: Option<f64>,
     respond: Option<RawRespond>,
     #[serde(rename = "static")]
     static_: Option<RawStatic>,
@@ -507,6 +585,49 @@ struct RawHeader {
     name: String,
     value: String,
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWeighted {
+    name: Option<String>,
+    weight: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHeaderEdit {
+    #[serde(default)]
+    set: Vec<RawHeader>,
+    #[serde(default)]
+    add: Vec<RawHeader>,
+    #[serde(default)]
+    remove: Vec<String>,
+}
+
+/// A header edit as the configuration gives it, checked.
+fn header_edit(f: &str, e: Option<&RawHeaderEdit>) -> Result<HeaderEdit, ConfigError> {
+    let Some(e) = e else { return Ok(HeaderEdit::default()) };
+    let pair = |g: String, h: &RawHeader| -> Result<(hyper::header::HeaderName, hyper::header::HeaderValue), ConfigError> {
+        let n = header_name(&format!("{g}.name"), &h.name)?;
+        let name = hyper::header::HeaderName::from_bytes(n.as_bytes()).map_err(|_| bad(format!("{g}.name"), format!("'{n}' is not a header name")))?;
+        if HOP_BY_HOP.contains(&n.as_str()) || n == "host" || n == "content-length" {
+            return Err(bad(format!("{g}.name"), format!("'{n}' is the proxy's to set")));
+        }
+        let value = hyper::header::HeaderValue::from_str(&h.value).map_err(|_| bad(format!("{g}.value"), "not a header value (visible ASCII, spaces and tabs)"))?;
+        Ok((name, value))
+    };
+    let set = e.set.iter().enumerate().map(|(i, h)| pair(format!("{f}.set[{i}]"), h)).collect::<Result<Vec<_>, _>>()?;
+    let add = e.add.iter().enumerate().map(|(i, h)| pair(format!("{f}.add[{i}]"), h)).collect::<Result<Vec<_>, _>>()?;
+    let mut remove = Vec::new();
+    for (i, n) in e.remove.iter().enumerate() {
+        let n = header_name(&format!("{f}.remove[{i}]"), n)?;
+        remove.push(hyper::header::HeaderName::from_bytes(n.as_bytes()).map_err(|_| bad(format!("{f}.remove[{i}]"), format!("'{n}' is not a header name")))?);
+    }
+    Ok(HeaderEdit { set, add, remove })
+}
+
+/// Headers of one connection (RFC 9110 7.6.1): never set by a route.
+const HOP_BY_HOP: [&str; 8] = ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "proxy-authenticate"];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -592,6 +713,17 @@ fn seconds(field: &str, v: Option<f64>, default: f64) -> Result<Duration, Config
         return Err(bad(field, format!("{s} is not a number of seconds in (0, 3600]")));
     }
     Ok(Duration::from_secs_f64(s))
+}
+
+/// A path to match: it starts with `/` and has no query, fragment, space or control character.
+fn path_field(field: &str, p: &str) -> Result<String, ConfigError> {
+    if !p.starts_with('/') {
+        return Err(bad(field, format!("'{p}' does not start with /")));
+    }
+    if p.len() > 1024 || p.bytes().any(|b| b <= b' ' || b == 0x7f || b == b'?' || b == b'#') {
+        return Err(bad(field, format!("'{p}' is not a path (no query, fragment, spaces or controls; at most 1024 bytes)")));
+    }
+    Ok(p.to_string())
 }
 
 /// A header name as HTTP allows it (RFC 9110 token), lower-cased.
@@ -925,7 +1057,27 @@ impl Config {
                 }
             }
             let action = match (&r.cluster, &r.respond, &r.static_) {
+                (Some(_), None, None) if r.clusters.is_some() => return Err(bad(&f, "needs exactly one of cluster, clusters, respond and static")),
                 (Some(c), None, None) => Action::Cluster(*by_name.get(c).ok_or_else(|| bad(format!("{f}.cluster"), format!("no cluster named '{c}'")))?),
+                (None, None, None) if r.clusters.is_some() => {
+                    let list = r.clusters.as_deref().unwrap_or_default();
+                    if list.is_empty() || list.len() > 256 {
+                        return Err(bad(format!("{f}.clusters"), format!("{} entries: give 1 to 256", list.len())));
+                    }
+                    let mut split = Vec::new();
+                    for (j, w) in list.iter().enumerate() {
+                        let c = match &w.name {
+                            Some(c) => Some(*by_name.get(c).ok_or_else(|| bad(format!("{f}.clusters[{j}].name"), format!("no cluster named '{c}'")))?),
+                            None => None,
+                        };
+                        let weight = w.weight.unwrap_or(1);
+                        if weight > 1_000_000 {
+                            return Err(bad(format!("{f}.clusters[{j}].weight"), format!("{weight} is not in 0..=1000000")));
+                        }
+                        split.push((c, weight));
+                    }
+                    Action::Split(split)
+                }
                 (None, None, Some(st)) => {
                     let root = std::path::PathBuf::from(&st.root);
                     if !root.is_absolute() {
@@ -946,7 +1098,7 @@ impl Config {
                     }
                     Action::Respond { status: a.status, body: a.body.clone() }
                 }
-                _ => return Err(bad(&f, "needs exactly one of cluster, respond and static")),
+                _ => return Err(bad(&f, "needs exactly one of cluster, clusters, respond and static")),
             };
             let priority = match (&r.priority, &action) {
                 (None, _) => Priority { class: dispatch.classes.len() - 1, ..Default::default() },
@@ -964,15 +1116,31 @@ impl Config {
                 }
                 None => None,
             };
-            let path_prefix = r.path_prefix.clone().unwrap_or_else(|| "/".into());
-            if !path_prefix.starts_with('/') {
-                return Err(bad(format!("{f}.path_prefix"), format!("'{path_prefix}' does not start with /")));
-            }
-            let header = match &r.header {
-                Some(h) => Some((header_name(&format!("{f}.header.name"), &h.name)?, h.value.clone())),
-                None => None,
+            let path = match (&r.path_prefix, &r.path_segments, &r.path_exact) {
+                (None, None, None) => PathMatch::Prefix("/".into()),
+                (Some(p), None, None) => PathMatch::Prefix(path_field(&format!("{f}.path_prefix"), p)?),
+                (None, Some(p), None) => PathMatch::Segments(path_field(&format!("{f}.path_segments"), p)?),
+                (None, None, Some(p)) => PathMatch::Exact(path_field(&format!("{f}.path_exact"), p)?),
+                _ => return Err(bad(&f, "give at most one of path_prefix, path_segments and path_exact")),
             };
-            routes.push(Route { listeners: r.listeners.clone(), matches: Match { host, path_prefix, header }, action, priority });
+            if matches!(action, Action::Static { .. }) && !matches!(path, PathMatch::Prefix(_)) {
+                return Err(bad(&f, "a static route matches by path_prefix (the part it strips)"));
+            }
+            let mut headers = Vec::new();
+            for (g, h) in r.header.iter().map(|h| (format!("{f}.header"), h)).chain(r.headers.iter().enumerate().map(|(j, h)| (format!("{f}.headers[{j}]"), h))) {
+                headers.push((header_name(&format!("{g}.name"), &h.name)?, h.value.clone()));
+            }
+            if headers.len() > 64 {
+                return Err(bad(format!("{f}.headers"), "more than 64 header matches"));
+            }
+            let request_headers = header_edit(&format!("{f}.request_headers"), r.request_headers.as_ref())?;
+            let response_headers = header_edit(&format!("{f}.response_headers"), r.response_headers.as_ref())?;
+            let timeout = r.timeout.map(|t| seconds(&format!("{f}.timeout"), Some(t), 0.0)).transpose()?;
+            let forwards = matches!(action, Action::Cluster(_) | Action::Split(_));
+            if !forwards && (!request_headers.is_empty() || timeout.is_some()) {
+                return Err(bad(&f, "request_headers and timeout are for routes that forward (cluster, clusters)"));
+            }
+            routes.push(Route { listeners: r.listeners.clone(), matches: Match { host, path, headers }, action, priority, request_headers, response_headers, timeout });
         }
         let admin = match raw.admin {
             None => None,
@@ -1045,9 +1213,9 @@ endpoints = ["[::1]:9003"]
         let c = Config::parse(GOOD).unwrap();
         assert_eq!(c.listeners[0].protocols, Protocols::Auto);
         assert_eq!(c.routes.len(), 2);
-        assert_eq!(c.routes[0].matches.header, Some(("x-canary".into(), "1".into())));
+        assert_eq!(c.routes[0].matches.headers, vec![("x-canary".into(), "1".into())]);
         assert_eq!(c.routes[0].matches.host.as_deref(), Some("*.example.com"));
-        assert_eq!(c.routes[1].matches.path_prefix, "/");
+        assert_eq!(c.routes[1].matches.path, PathMatch::Prefix("/".into()));
         assert_eq!(c.routes[1].action, Action::Cluster(1));
         let api = &c.clusters[0];
         assert_eq!(api.endpoints[1], Endpoint { address: "127.0.0.1:9002".parse().unwrap(), weight: 3 });
@@ -1099,7 +1267,7 @@ endpoints = ["[::1]:9003"]
             (format!("[admin]\naddress = \"unix:p.sock\"\n{base}"), "admin.address"),
             (format!("[admin]\naddress = \"localhost\"\n{base}"), "admin.address: 'localhost' is not ADDRESS:PORT or unix:PATH"),
             (base.replace("status = 204", "status = 99"), "routes[0].respond.status"),
-            (base.replace("respond = { status = 204 }", "respond = { status = 200 }\ncluster = \"x\""), "routes[0]: needs exactly one of cluster, respond and static"),
+            (base.replace("respond = { status = 204 }", "respond = { status = 200 }\ncluster = \"x\""), "routes[0]: needs exactly one of cluster, clusters, respond and static"),
         ] {
             let e = Config::parse(&text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
@@ -1294,5 +1462,64 @@ endpoints = ["[::1]:9003"]
             let e = with(tls).unwrap_err();
             assert!(e.contains(want), "{tls}: {e}");
         }
+    }
+
+    #[test]
+    fn gateway_route_features_and_their_errors() {
+        let base = "[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n[[clusters]]\nname = \"a\"\nendpoints = [\"127.0.0.1:9\"]\n[[clusters]]\nname = \"b\"\nendpoints = [\"127.0.0.1:10\"]\n";
+        let with = |route: &str| Config::parse(&format!("{base}[[routes]]\n{route}\n")).map_err(|e| e.to_string());
+        let c = with(
+            "path_segments = \"/api/\"\nheader = { name = \"X-A\", value = \"1\" }\nheaders = [{ name = \"x-b\", value = \"2\" }]\n\
+             clusters = [{ name = \"a\", weight = 90 }, { name = \"b\", weight = 10 }, { weight = 5 }]\n\
+             request_headers = { set = [{ name = \"X-Env\", value = \"prod\" }], add = [{ name = \"x-tag\", value = \"t\" }], remove = [\"X-Debug\"] }\n\
+             response_headers = { set = [{ name = \"x-served-by\", value = \"vectorlb\" }] }\ntimeout = 2.5",
+        )
+        .unwrap();
+        let r = &c.routes[0];
+        assert_eq!(r.matches.path, PathMatch::Segments("/api/".into()));
+        assert_eq!(r.matches.headers, vec![("x-a".into(), "1".into()), ("x-b".into(), "2".into())]);
+        assert_eq!(r.action, Action::Split(vec![(Some(0), 90), (Some(1), 10), (None, 5)]));
+        assert_eq!((r.request_headers.set.len(), r.request_headers.add.len(), r.request_headers.remove[0].as_str()), (1, 1, "x-debug"));
+        assert_eq!(r.response_headers.set[0].0.as_str(), "x-served-by");
+        assert_eq!(r.timeout, Some(Duration::from_millis(2500)));
+        let mut h = hyper::HeaderMap::new();
+        h.insert("x-env", "dev".parse().unwrap());
+        h.append("x-env", "test".parse().unwrap());
+        h.insert("x-debug", "1".parse().unwrap());
+        h.insert("x-tag", "s".parse().unwrap());
+        r.request_headers.apply(&mut h);
+        assert_eq!(h.get_all("x-env").iter().collect::<Vec<_>>(), ["prod"]);
+        assert_eq!(h.get_all("x-tag").iter().collect::<Vec<_>>(), ["s", "t"]);
+        assert!(!h.contains_key("x-debug"));
+        assert_eq!(with("path_exact = \"/x\"\ncluster = \"a\"").unwrap().routes[0].matches.path, PathMatch::Exact("/x".into()));
+        for (route, want) in [
+            ("path_exact = \"/x\"\npath_prefix = \"/\"\ncluster = \"a\"", "at most one of path_prefix, path_segments and path_exact"),
+            ("path_segments = \"x\"\ncluster = \"a\"", "routes[0].path_segments: 'x' does not start with /"),
+            ("path_exact = \"/x?y=1\"\ncluster = \"a\"", "routes[0].path_exact"),
+            ("cluster = \"a\"\nclusters = [{ name = \"b\" }]", "exactly one of cluster, clusters"),
+            ("clusters = []", "routes[0].clusters: 0 entries"),
+            ("clusters = [{ name = \"c\" }]", "routes[0].clusters[0].name: no cluster named 'c'"),
+            ("clusters = [{ name = \"a\", weight = 2000000 }]", "routes[0].clusters[0].weight"),
+            ("cluster = \"a\"\nrequest_headers = { set = [{ name = \"connection\", value = \"x\" }] }", "routes[0].request_headers.set[0].name: 'connection' is the proxy's"),
+            ("cluster = \"a\"\nrequest_headers = { add = [{ name = \"x\", value = \"a\\nb\" }] }", "routes[0].request_headers.add[0].value"),
+            ("cluster = \"a\"\nrequest_headers = { remove = [\"a b\"] }", "routes[0].request_headers.remove[0]"),
+            ("cluster = \"a\"\ntimeout = 0", "routes[0].timeout"),
+            ("respond = { status = 200 }\ntimeout = 1", "for routes that forward"),
+            ("path_segments = \"/o/\"\nstatic = { root = \"/srv\" }", "a static route matches by path_prefix"),
+        ] {
+            let e = with(route).unwrap_err();
+            assert!(e.contains(want), "{route}: {e}");
+        }
+    }
+
+    #[test]
+    fn path_matches_by_kind() {
+        let (seg, ex, pre) = (PathMatch::Segments("/api".into()), PathMatch::Exact("/api".into()), PathMatch::Prefix("/api".into()));
+        for (path, s, e, p) in [("/api", true, true, true), ("/api/", true, false, true), ("/api/x", true, false, true), ("/apix", false, false, true), ("/", false, false, false), ("/ap", false, false, false)] {
+            assert_eq!((seg.matches(path), ex.matches(path), pre.matches(path)), (s, e, p), "{path}");
+        }
+        assert!(PathMatch::Segments("/api/".into()).matches("/api"), "a trailing slash is not a segment");
+        assert!(!PathMatch::Segments("/api/".into()).matches("/apix"));
+        assert!(PathMatch::Segments("/".into()).matches("/anything"));
     }
 }

@@ -107,8 +107,13 @@ impl Proxy {
         let Some(r) = crate::route::find_for_host(&self.config.routes, listener, &parts, host.as_deref()) else {
             return answer(StatusCode::NOT_FOUND, "no route for this request");
         };
-        let cluster = match &self.config.routes[r].action {
+        let route = &self.config.routes[r];
+        let cluster = match &route.action {
             crate::config::Action::Cluster(c) => *c,
+            crate::config::Action::Split(split) => match pick(split) {
+                Some(c) => c,
+                None => return answer(StatusCode::INTERNAL_SERVER_ERROR, "this request's share of the route goes to a backend that could not be resolved"),
+            },
             crate::config::Action::Respond { status, body } => {
                 return crate::body::respond(StatusCode::from_u16(*status).unwrap_or(StatusCode::OK), bytes::Bytes::from(body.clone()));
             }
@@ -119,7 +124,7 @@ impl Proxy {
                 };
                 let mut resp = Box::pin(crate::objects::serve(
                     d,
-                    crate::objects::Object { root, max: *max_bytes, direct: *direct_io, prefix: &route.matches.path_prefix },
+                    crate::objects::Object { root, max: *max_bytes, direct: *direct_io, prefix: route.matches.path.prefix() },
                     &route.priority,
                     &parts,
                 ))
@@ -130,11 +135,80 @@ impl Proxy {
         };
         // The client's version, not the upstream's, describes the response on this connection.
         let version = parts.version;
+        route.request_headers.apply(&mut parts.headers);
         let side = crate::forward::ClientSide { addr: client, stream, body_timeout: self.config.listeners[index].limits.body_timeout, stats: Some(&self.clients[index]) };
         // Boxed: the forwarding state machine is large, and every HTTP/2 stream is a task whose
         // future is moved into place when it is spawned (answers made here need none of it).
-        let mut resp = Box::pin(self.clusters[cluster].forward(Request::from_parts(parts, body), side)).await;
+        let forward = Box::pin(self.clusters[cluster].forward(Request::from_parts(parts, body), side));
+        let mut resp = match route.timeout {
+            None => forward.await,
+            Some(t) => match tokio::time::timeout(t, forward).await {
+                Ok(r) => r,
+                Err(_) => answer(StatusCode::GATEWAY_TIMEOUT, &format!("the route's timeout ({t:?}) passed before the response")),
+            },
+        };
+        route.response_headers.apply(resp.headers_mut());
         *resp.version_mut() = version;
         resp
+    }
+}
+
+/// One entry of a weighted split, drawn at random in proportion to the weights: its cluster,
+/// or None for an entry without one (or when every weight is 0).
+fn pick(split: &[(Option<usize>, u32)]) -> Option<usize> {
+    let total: u64 = split.iter().map(|(_, w)| u64::from(*w)).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut x = random() % total;
+    for (c, w) in split {
+        if x < u64::from(*w) {
+            return *c;
+        }
+        x -= u64::from(*w);
+    }
+    None
+}
+
+/// A per-thread xorshift64* generator (weighted splits need spread, not secrecy).
+fn random() -> u64 {
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+            let here = &t as *const u64 as u64;
+            (t ^ here.rotate_left(32)) | 1
+        });
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick;
+
+    #[test]
+    fn a_split_follows_its_weights() {
+        let split = [(Some(0), 90), (Some(1), 10), (None, 0)];
+        let mut n = [0u32; 2];
+        for _ in 0..100_000 {
+            n[pick(&split).expect("weights")] += 1;
+        }
+        assert!((88_500..=91_500).contains(&n[0]), "{n:?}");
+        assert_eq!(pick(&[(Some(3), 0), (None, 0)]), None, "every weight 0");
+        let mut failed = 0;
+        for _ in 0..10_000 {
+            if pick(&[(Some(0), 1), (None, 1)]).is_none() {
+                failed += 1;
+            }
+        }
+        assert!((4_500..=5_500).contains(&failed), "an unresolved entry takes its share: {failed}");
     }
 }

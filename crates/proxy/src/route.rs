@@ -1,5 +1,5 @@
-//! Route matching: the first route (in file order) whose listener, host, path prefix and header
-//! all match the request.
+//! Route matching: the first route (in file order) whose listener, host, path and headers all
+//! match the request.
 
 use crate::config::{Match, Route};
 use hyper::http::request::Parts;
@@ -106,27 +106,16 @@ fn host_matches(want: &str, host: Option<&str>) -> bool {
     }
 }
 
-/// A string prefix of the path (`/api` matches `/api`, `/api/x` and `/apix`; a route that
-/// means a whole segment ends its prefix with `/`).
-fn path_matches(prefix: &str, path: &str) -> bool {
-    path.starts_with(prefix)
-}
-
 pub fn matches(m: &Match, p: &Parts, host: Option<&str>) -> bool {
     if let Some(h) = &m.host {
         if !host_matches(h, host) {
             return false;
         }
     }
-    if !path_matches(&m.path_prefix, p.uri.path()) {
+    if !m.path.matches(p.uri.path()) {
         return false;
     }
-    if let Some((name, value)) = &m.header {
-        if !p.headers.get_all(name.as_str()).iter().any(|v| v.as_bytes() == value.as_bytes()) {
-            return false;
-        }
-    }
-    true
+    m.headers.iter().all(|(name, value)| p.headers.get_all(name.as_str()).iter().any(|v| v.as_bytes() == value.as_bytes()))
 }
 
 /// The index of the route a request on `listener` takes.
