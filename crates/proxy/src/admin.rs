@@ -509,9 +509,26 @@ async fn post_reload(State(c): P) -> Result<Json<serde_json::Value>, vectorlb_ht
     }
 }
 
+/// `PUT /v1/config`: the whole configuration (TOML) in the body, served as a reload serves
+/// the file and kept in the file; 400 naming the problem when refused (nothing changes).
+async fn put_config(State(c): P, body: String) -> Result<Json<serde_json::Value>, vectorlb_http::ApiError> {
+    match c.put_config(body).await {
+        Ok(()) => Ok(Json(serde_json::json!({ "applied": true, "digest": c.config_digest() }))),
+        Err(e) => Err(vectorlb_http::ApiError::BadRequest(e)),
+    }
+}
+
+/// `GET /v1/config`: the digest of the configuration in force (not its text: it may hold keys).
+async fn get_config(State(c): P) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "digest": c.config_digest() }))
+}
+
 async fn get_health() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok" }))
 }
+
+/// The largest configuration `PUT /v1/config` takes (inline certificates included).
+pub const MAX_CONFIG: usize = 16 << 20;
 
 pub fn router(c: Arc<Current>) -> Router {
     Router::new()
@@ -519,5 +536,6 @@ pub fn router(c: Arc<Current>) -> Router {
         .route("/metrics", get(get_metrics))
         .route("/v1/health", get(get_health))
         .route("/v1/reload", axum::routing::post(post_reload))
+        .route("/v1/config", get(get_config).put(put_config).layer(axum::extract::DefaultBodyLimit::max(MAX_CONFIG)))
         .with_state(c)
 }

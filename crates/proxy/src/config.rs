@@ -129,9 +129,33 @@ pub enum CryptoMbFallback {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Certificate {
     /// PEM: the certificate, then its chain.
-    pub cert: std::path::PathBuf,
+    pub cert: Pem,
     /// PEM: the private key (RSA or EC P-256).
-    pub key: std::path::PathBuf,
+    pub key: Pem,
+}
+
+/// PEM text in a file (`cert`, `key`) or in the configuration itself (`cert_pem`, `key_pem`:
+/// what a controller pushes through `PUT /v1/config`).
+#[derive(Clone, PartialEq)]
+pub enum Pem {
+    File(std::path::PathBuf),
+    Inline(String),
+}
+
+impl Pem {
+    /// Where it comes from, for messages (never the text: it may be a private key).
+    pub fn source(&self) -> String {
+        match self {
+            Pem::File(p) => p.display().to_string(),
+            Pem::Inline(_) => "(inline PEM)".into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Pem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.source())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -494,8 +518,10 @@ struct RawTls {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawCert {
-    cert: String,
-    key: String,
+    cert: Option<String>,
+    key: Option<String>,
+    cert_pem: Option<String>,
+    key_pem: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -874,7 +900,16 @@ impl Config {
                     if t.certificates.is_empty() {
                         return Err(bad(format!("{ft}.certificates"), "at least one { cert, key } is needed"));
                     }
-                    let certificates = t.certificates.iter().map(|c| Certificate { cert: c.cert.clone().into(), key: c.key.clone().into() }).collect();
+                    let mut certificates = Vec::new();
+                    for (j, c) in t.certificates.iter().enumerate() {
+                        let pem = |file: &Option<String>, inline: &Option<String>, what: &str| match (file, inline) {
+                            (Some(p), None) => Ok(Pem::File(p.into())),
+                            (None, Some(t)) if t.len() <= 1 << 20 => Ok(Pem::Inline(t.clone())),
+                            (None, Some(_)) => Err(bad(format!("{ft}.certificates[{j}].{what}_pem"), "longer than 1 MiB")),
+                            _ => Err(bad(format!("{ft}.certificates[{j}]"), format!("give {what} (a file) or {what}_pem (the PEM text), not both"))),
+                        };
+                        certificates.push(Certificate { cert: pem(&c.cert, &c.cert_pem, "cert")?, key: pem(&c.key, &c.key_pem, "key")? });
+                    }
                     let kind = t.provider.as_deref().unwrap_or("inline");
                     if t.pool_threads.is_some() && kind != "pool" {
                         return Err(bad(format!("{ft}.pool_threads"), "only for provider = \"pool\""));
@@ -1515,7 +1550,14 @@ endpoints = ["[::1]:9003"]
     #[test]
     fn path_matches_by_kind() {
         let (seg, ex, pre) = (PathMatch::Segments("/api".into()), PathMatch::Exact("/api".into()), PathMatch::Prefix("/api".into()));
-        for (path, s, e, p) in [("/api", true, true, true), ("/api/", true, false, true), ("/api/x", true, false, true), ("/apix", false, false, true), ("/", false, false, false), ("/ap", false, false, false)] {
+        for (path, s, e, p) in [
+            ("/api", true, true, true),
+            ("/api/", true, false, true),
+            ("/api/x", true, false, true),
+            ("/apix", false, false, true),
+            ("/", false, false, false),
+            ("/ap", false, false, false),
+        ] {
             assert_eq!((seg.matches(path), ex.matches(path), pre.matches(path)), (s, e, p), "{path}");
         }
         assert!(PathMatch::Segments("/api/".into()).matches("/api"), "a trailing slash is not a segment");

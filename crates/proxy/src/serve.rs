@@ -92,6 +92,19 @@ pub struct Current {
     pub admission: Arc<Admission>,
     /// Set by the drain: every connection finishes its requests and closes.
     draining: tokio::sync::watch::Sender<bool>,
+    /// The digest of the configuration text in force ([`digest`]).
+    digest: std::sync::Mutex<String>,
+}
+
+/// A digest of a configuration's text (FNV-1a, 64 bits): what a controller compares with the
+/// text it wants served, to know whether to push it (change detection, not integrity).
+pub fn digest(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("fnv1a64:{h:016x}")
 }
 
 /// An accept loop: the listener it serves as configured, and its stop.
@@ -113,7 +126,47 @@ impl Current {
     pub async fn reload(self: &Arc<Self>) -> Result<(), String> {
         let _one = self.reloading.lock().await;
         let r = self.try_reload().await;
-        match &r {
+        self.count(&r);
+        r
+    }
+
+    /// `PUT /v1/config`: serves `text` as a reload would serve the file, then keeps it in the
+    /// file (written beside it and renamed over it, mode 0600: it may hold private keys), so
+    /// that a restart serves it too. Refused whole, naming the problem, like a bad file.
+    pub async fn put_config(self: &Arc<Self>, text: String) -> Result<(), String> {
+        let _one = self.reloading.lock().await;
+        let r = self.try_put(&text).await;
+        self.count(&r);
+        r
+    }
+
+    async fn try_put(self: &Arc<Self>, text: &str) -> Result<(), String> {
+        let path = self.path.as_ref().ok_or("this proxy was not started from a file")?;
+        let config = Config::parse(text).map_err(|e| e.to_string())?;
+        let tmp = path.with_extension(format!("new.{}", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        };
+        write().map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        if let Err(e) = self.apply(config).await {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        *self.digest.lock().unwrap_or_else(|e| e.into_inner()) = digest(text);
+        std::fs::rename(&tmp, path).map_err(|e| format!("served, but not kept: cannot rename {} to {}: {e}", tmp.display(), path.display()))
+    }
+
+    /// The digest of the configuration in force.
+    pub fn config_digest(&self) -> String {
+        self.digest.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn count(&self, r: &Result<(), String>) {
+        match r {
             Ok(()) => {
                 self.reloads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 *self.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -125,12 +178,19 @@ impl Current {
                 tracing::error!("reload refused, the running configuration stays: {e}");
             }
         }
-        r
     }
 
     async fn try_reload(self: &Arc<Self>) -> Result<(), String> {
         let path = self.path.as_ref().ok_or("this proxy was not started from a file")?;
-        let config = Config::load(path).map_err(|e| e.to_string())?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let config = Config::parse(&text).map_err(|e| e.to_string())?;
+        self.apply(config).await?;
+        *self.digest.lock().unwrap_or_else(|e| e.into_inner()) = digest(&text);
+        Ok(())
+    }
+
+    /// Serves `config` (see [`Current::reload`]).
+    async fn apply(self: &Arc<Self>, config: Config) -> Result<(), String> {
         let old = self.load();
         let new = Arc::new(Proxy::reusing(config, Some(&old)).map_err(|e| e.to_string())?);
         if new.config.admin != old.config.admin {
@@ -398,6 +458,7 @@ where
 pub fn start(proxy: Arc<Proxy>, bound: Bound, path: Option<std::path::PathBuf>) -> Arc<Current> {
     crate::health::spawn(&proxy);
     let admission = Admission::new(max_connections(&proxy.config));
+    let digest = std::sync::Mutex::new(path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).map(|t| digest(&t)).unwrap_or_default());
     let cur = Arc::new(Current {
         proxy: arc_swap::ArcSwap::new(proxy),
         path,
@@ -409,6 +470,7 @@ pub fn start(proxy: Arc<Proxy>, bound: Bound, path: Option<std::path::PathBuf>) 
         stopping: std::sync::Mutex::new(Vec::new()),
         admission,
         draining: tokio::sync::watch::channel(false).0,
+        digest,
     });
     let running: Vec<Running> = bound.listeners.into_iter().map(|(l, t)| cur.accept_loop(l, t)).collect();
     *cur.listeners.lock().unwrap_or_else(|e| e.into_inner()) = running;

@@ -93,8 +93,11 @@ fn pool(n: usize) -> mpsc::Sender<Job> {
     tx
 }
 
-fn read(field: &str, path: &std::path::Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|e| TlsError::File { field: field.into(), path: path.display().to_string(), msg: e.to_string() })
+fn read(field: &str, pem: &crate::config::Pem) -> Result<Vec<u8>, TlsError> {
+    match pem {
+        crate::config::Pem::File(path) => std::fs::read(path).map_err(|e| TlsError::File { field: field.into(), path: path.display().to_string(), msg: e.to_string() }),
+        crate::config::Pem::Inline(text) => Ok(text.as_bytes().to_vec()),
+    }
 }
 
 /// The DNS names a certificate is for (subjectAltName, else the common name), lower case.
@@ -134,14 +137,13 @@ fn context(field: &str, tls: &Tls, i: usize, runner: &Runner, stats: &Arc<TlsSta
     let fc = format!("{field}.certificates[{i}]");
     let chain = X509::stack_from_pem(&read(&format!("{fc}.cert"), &c.cert)?).map_err(|e| TlsError::File {
         field: format!("{fc}.cert"),
-        path: c.cert.display().to_string(),
+        path: c.cert.source(),
         msg: format!("not a PEM certificate: {e}"),
     })?;
-    let leaf =
-        chain.first().cloned().ok_or_else(|| TlsError::File { field: format!("{fc}.cert"), path: c.cert.display().to_string(), msg: "no certificate in the file".into() })?;
+    let leaf = chain.first().cloned().ok_or_else(|| TlsError::File { field: format!("{fc}.cert"), path: c.cert.source(), msg: "no certificate in the file".into() })?;
     let key = PKey::private_key_from_pem(&read(&format!("{fc}.key"), &c.key)?).map_err(|e| TlsError::File {
         field: format!("{fc}.key"),
-        path: c.key.display().to_string(),
+        path: c.key.source(),
         msg: format!("not a PEM private key: {e}"),
     })?;
     let pubkey = leaf.public_key().map_err(setup(&fc))?;
@@ -344,7 +346,7 @@ mod tests {
         std::fs::write(dir.join("odd.crt"), c.build().to_pem().unwrap()).unwrap();
         std::fs::write(dir.join("odd.key"), key.private_key_to_pem_pkcs8().unwrap()).unwrap();
         let tls = |provider| Tls {
-            certificates: vec![crate::config::Certificate { cert: dir.join("odd.crt"), key: dir.join("odd.key") }],
+            certificates: vec![crate::config::Certificate { cert: crate::config::Pem::File(dir.join("odd.crt")), key: crate::config::Pem::File(dir.join("odd.key")) }],
             provider,
             resumption: false,
             min_version: "1.2".into(),

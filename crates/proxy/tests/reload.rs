@@ -3,6 +3,9 @@
 //!   the new configuration answers afterwards, a new listener starts, a bad file is refused
 //!   whole and the running configuration stays.
 //! * The drain: requests in flight when the stop comes all complete; then nothing is accepted.
+//! * A configuration pushed through `PUT /v1/config` (as `vectorlb kube` does for a Gateway):
+//!   served at once, kept in the file, refused whole when bad; its routes split by weight,
+//!   match exact paths, segments and several headers, and edit headers (curl and nginx).
 
 mod common;
 
@@ -146,4 +149,106 @@ fn the_drain_lets_requests_in_flight_finish_and_then_accepts_nothing() {
         assert_eq!(String::from_utf8_lossy(&o.stdout), "200", "a request in flight completed");
     }
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "nothing is accepted after the drain");
+}
+
+fn curl(args: &[&str]) -> (u16, String, String) {
+    let o = Command::new("curl").args(["-sS", "--max-time", "5", "-D", "-"]).args(args).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.split_whitespace().nth(1).unwrap().parse().unwrap(), head.to_ascii_lowercase(), body.to_string())
+}
+
+#[test]
+fn a_pushed_configuration_is_served_kept_and_refused_whole_when_bad() {
+    let dir = std::env::temp_dir().join(format!("vectorlb-proxy-put-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("proxy.toml");
+    let (port, tls_port, pa, pb) = (free_port(), free_port(), free_port(), free_port());
+    let (_a, _b) = (common::nginx(&dir, "a", pa), common::nginx(&dir, "b", pb));
+    std::fs::write(&path, config(port, "A", None)).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let cur = rt.block_on(async {
+        let p = Arc::new(Proxy::new(Config::load(&path).unwrap()).unwrap());
+        let b = bind(&p.config).await.unwrap();
+        start(p, b, Some(path.clone()))
+    });
+    assert_eq!(get(port), "A");
+    assert_eq!(cur.config_digest(), vectorlb_proxy::serve::digest(&std::fs::read_to_string(&path).unwrap()));
+    let (crt, key) = common::cert(&dir, "shop.example", &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]);
+    let text = format!(
+        r#"[[listeners]]
+name = "web"
+address = "127.0.0.1:{port}"
+[[listeners]]
+name = "tls"
+address = "127.0.0.1:{tls_port}"
+tls = {{ certificates = [{{ cert_pem = '''{}''', key_pem = '''{}''' }}] }}
+[[routes]]
+path_exact = "/exact"
+respond = {{ status = 200, body = "exact" }}
+[[routes]]
+path_segments = "/app"
+headers = [{{ name = "x-a", value = "1" }}, {{ name = "x-b", value = "2" }}]
+cluster = "b"
+request_headers = {{ set = [{{ name = "x-env", value = "prod" }}] }}
+response_headers = {{ add = [{{ name = "x-served-by", value = "vectorlb" }}] }}
+[[routes]]
+path_segments = "/app"
+clusters = [{{ name = "a", weight = 3 }}, {{ name = "b", weight = 1 }}]
+[[routes]]
+path_prefix = "/broken"
+clusters = [{{ weight = 1 }}]
+[[clusters]]
+name = "a"
+endpoints = ["127.0.0.1:{pa}"]
+[[clusters]]
+name = "b"
+endpoints = ["127.0.0.1:{pb}"]
+"#,
+        std::fs::read_to_string(&crt).unwrap(),
+        std::fs::read_to_string(&key).unwrap(),
+    );
+    rt.block_on(cur.put_config(text.clone())).unwrap();
+    assert_eq!(cur.config_digest(), vectorlb_proxy::serve::digest(&text));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "kept in the file");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "it holds a private key");
+    let url = |p: &str| format!("http://127.0.0.1:{port}{p}");
+    assert_eq!(curl(&[&url("/exact")]).2, "exact");
+    assert_eq!(curl(&[&url("/exact/")]).0, 404, "exact means exact");
+    assert_eq!(curl(&[&url("/apps")]).0, 404, "whole segments: /apps is not /app");
+    // Both headers: cluster b, with the request header set and the response header added.
+    let (status, head, body) = curl(&["-H", "x-a: 1", "-H", "x-b: 2", "-H", "x-env: dev", &url("/app/x")]);
+    assert_eq!(status, 200);
+    assert!(body.starts_with("b ") && body.contains("env=prod"), "{body}");
+    assert!(head.contains("x-served-by: vectorlb"), "{head}");
+    // One of the two headers: the weighted split, 3 to 1.
+    let mut n = [0u32; 2];
+    for _ in 0..200 {
+        let (_, _, body) = curl(&["-H", "x-a: 1", &url("/app")]);
+        n[usize::from(body.starts_with("b "))] += 1;
+    }
+    assert!((120..=175).contains(&n[0]), "3:1 over 200 requests: {n:?}");
+    assert_eq!(curl(&[&url("/broken")]).0, 500, "an unresolved backend answers 500");
+    // The TLS listener serves the inline certificate.
+    let (status, _, _) = curl(&["--cacert", &crt, "--resolve", &format!("shop.example:{tls_port}:127.0.0.1"), &format!("https://shop.example:{tls_port}/exact")]);
+    assert_eq!(status, 200);
+    // A bad configuration changes nothing, in force or on disk.
+    let bad = text.replace("weight = 3", "weight = 3000000");
+    let e = rt.block_on(cur.put_config(bad)).unwrap_err();
+    assert!(e.contains("routes[2].clusters[0].weight"), "{e}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    assert_eq!(cur.config_digest(), vectorlb_proxy::serve::digest(&text));
+    assert_eq!(curl(&[&url("/exact")]).2, "exact");
+    let broken_key = text.replace("-----BEGIN PRIVATE KEY-----\n", "-----BEGIN PRIVATE KEY-----\nAAAA");
+    assert_ne!(broken_key, text);
+    let e = rt.block_on(cur.put_config(broken_key)).unwrap_err();
+    assert!(e.contains("listeners[1].tls.certificates[0].key") && e.contains("(inline PEM)"), "{e}");
+    assert!(!e.contains("BEGIN"), "no key material in messages: {e}");
+    let left = std::fs::read_dir(&dir).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".new.")).count();
+    assert_eq!(left, 0, "no temporary file left");
+    drop(rt);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -52,7 +52,7 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// nginx on 127.0.0.1:`port`, answering with its name, the Host and X-Forwarded-For it got.
+/// nginx on 127.0.0.1:`port`, answering with its name, the Host, X-Forwarded-For and X-Env it got.
 pub fn nginx(dir: &std::path::Path, name: &str, port: u16) -> Nginx {
     let d = dir.join(name);
     std::fs::create_dir_all(&d).unwrap();
@@ -61,7 +61,7 @@ pub fn nginx(dir: &std::path::Path, name: &str, port: u16) -> Nginx {
         "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\n\
          http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fcgi;\n\
          uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n default_type text/plain;\n keepalive_requests 10000;\n\
-         server {{\n  listen 127.0.0.1:{port};\n  location / {{ return 200 \"{name} host=$http_host xff=$http_x_forwarded_for\\n\"; }}\n }}\n}}\n"
+         server {{\n  listen 127.0.0.1:{port};\n  location / {{ return 200 \"{name} host=$http_host xff=$http_x_forwarded_for env=$http_x_env\\n\"; }}\n }}\n}}\n"
     );
     let path = format!("{d}/nginx.conf");
     std::fs::write(&path, conf).unwrap();
