@@ -272,14 +272,21 @@ pub enum Action {
     /// Forward it to this cluster (index into [`Config::clusters`]).
     Cluster(usize),
     /// Forward each request to one of these clusters, in proportion to the weights (`clusters`);
-    /// an entry without a cluster answers 500 (a backend the configuration could not resolve),
-    /// and so do all entries when every weight is 0.
-    Split(Vec<(Option<usize>, u32)>),
+    /// an entry may answer a status instead (a backend the configuration could not resolve:
+    /// 500, the default; one without endpoints: 503); every weight 0: 500.
+    Split(Vec<(SplitTo, u32)>),
     /// Answer it here: a status and a body (health endpoints, benchmarks of the front end).
     Respond { status: u16, body: String },
     /// Serve files under `root` (the request path after the route's prefix), read on the
     /// dispatch pool at the request's priority class.
     Static { root: std::path::PathBuf, max_bytes: u64, direct_io: bool },
+}
+
+/// One entry of a weighted split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitTo {
+    Cluster(usize),
+    Status(u16),
 }
 
 /// Where a request's priority class comes from (routes with `static`): the first of the query
@@ -616,6 +623,7 @@ struct RawHeader {
 #[serde(deny_unknown_fields)]
 struct RawWeighted {
     name: Option<String>,
+    status: Option<u16>,
     weight: Option<u32>,
 }
 
@@ -1101,9 +1109,12 @@ impl Config {
                     }
                     let mut split = Vec::new();
                     for (j, w) in list.iter().enumerate() {
-                        let c = match &w.name {
-                            Some(c) => Some(*by_name.get(c).ok_or_else(|| bad(format!("{f}.clusters[{j}].name"), format!("no cluster named '{c}'")))?),
-                            None => None,
+                        let c = match (&w.name, w.status) {
+                            (Some(c), None) => SplitTo::Cluster(*by_name.get(c).ok_or_else(|| bad(format!("{f}.clusters[{j}].name"), format!("no cluster named '{c}'")))?),
+                            (None, None) => SplitTo::Status(500),
+                            (None, Some(st)) if (400..=599).contains(&st) => SplitTo::Status(st),
+                            (None, Some(st)) => return Err(bad(format!("{f}.clusters[{j}].status"), format!("{st} is not an error status (400..=599)"))),
+                            (Some(_), Some(_)) => return Err(bad(format!("{f}.clusters[{j}]"), "a name or a status, not both")),
                         };
                         let weight = w.weight.unwrap_or(1);
                         if weight > 1_000_000 {
@@ -1513,7 +1524,9 @@ endpoints = ["[::1]:9003"]
         let r = &c.routes[0];
         assert_eq!(r.matches.path, PathMatch::Segments("/api/".into()));
         assert_eq!(r.matches.headers, vec![("x-a".into(), "1".into()), ("x-b".into(), "2".into())]);
-        assert_eq!(r.action, Action::Split(vec![(Some(0), 90), (Some(1), 10), (None, 5)]));
+        assert_eq!(r.action, Action::Split(vec![(SplitTo::Cluster(0), 90), (SplitTo::Cluster(1), 10), (SplitTo::Status(500), 5)]));
+        let s = with("clusters = [{ status = 503 }]").unwrap();
+        assert_eq!(s.routes[0].action, Action::Split(vec![(SplitTo::Status(503), 1)]));
         assert_eq!((r.request_headers.set.len(), r.request_headers.add.len(), r.request_headers.remove[0].as_str()), (1, 1, "x-debug"));
         assert_eq!(r.response_headers.set[0].0.as_str(), "x-served-by");
         assert_eq!(r.timeout, Some(Duration::from_millis(2500)));
@@ -1535,6 +1548,8 @@ endpoints = ["[::1]:9003"]
             ("clusters = []", "routes[0].clusters: 0 entries"),
             ("clusters = [{ name = \"c\" }]", "routes[0].clusters[0].name: no cluster named 'c'"),
             ("clusters = [{ name = \"a\", weight = 2000000 }]", "routes[0].clusters[0].weight"),
+            ("clusters = [{ status = 200 }]", "routes[0].clusters[0].status: 200 is not an error status"),
+            ("clusters = [{ name = \"a\", status = 503 }]", "a name or a status, not both"),
             ("cluster = \"a\"\nrequest_headers = { set = [{ name = \"connection\", value = \"x\" }] }", "routes[0].request_headers.set[0].name: 'connection' is the proxy's"),
             ("cluster = \"a\"\nrequest_headers = { add = [{ name = \"x\", value = \"a\\nb\" }] }", "routes[0].request_headers.add[0].value"),
             ("cluster = \"a\"\nrequest_headers = { remove = [\"a b\"] }", "routes[0].request_headers.remove[0]"),

@@ -3,7 +3,7 @@
 
 use crate::body::{answer, ProxyBody};
 use crate::client::{ClientStats, StreamGuard};
-use crate::config::Config;
+use crate::config::{Config, SplitTo};
 use crate::error::ServeError;
 use crate::forward::ClusterRt;
 use hyper::body::Incoming;
@@ -111,8 +111,14 @@ impl Proxy {
         let cluster = match &route.action {
             crate::config::Action::Cluster(c) => *c,
             crate::config::Action::Split(split) => match pick(split) {
-                Some(c) => c,
-                None => return answer(StatusCode::INTERNAL_SERVER_ERROR, "this request's share of the route goes to a backend that could not be resolved"),
+                crate::config::SplitTo::Cluster(c) => c,
+                crate::config::SplitTo::Status(503) => return answer(StatusCode::SERVICE_UNAVAILABLE, "this request's share of the route goes to a backend without endpoints"),
+                crate::config::SplitTo::Status(st) => {
+                    return answer(
+                        StatusCode::from_u16(st).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                        "this request's share of the route goes to a backend that could not be resolved",
+                    )
+                }
             },
             crate::config::Action::Respond { status, body } => {
                 return crate::body::respond(StatusCode::from_u16(*status).unwrap_or(StatusCode::OK), bytes::Bytes::from(body.clone()));
@@ -153,12 +159,12 @@ impl Proxy {
     }
 }
 
-/// One entry of a weighted split, drawn at random in proportion to the weights: its cluster,
-/// or None for an entry without one (or when every weight is 0).
-fn pick(split: &[(Option<usize>, u32)]) -> Option<usize> {
+/// One entry of a weighted split, drawn at random in proportion to the weights (500 when
+/// every weight is 0).
+fn pick(split: &[(SplitTo, u32)]) -> SplitTo {
     let total: u64 = split.iter().map(|(_, w)| u64::from(*w)).sum();
     if total == 0 {
-        return None;
+        return SplitTo::Status(500);
     }
     let mut x = random() % total;
     for (c, w) in split {
@@ -167,7 +173,7 @@ fn pick(split: &[(Option<usize>, u32)]) -> Option<usize> {
         }
         x -= u64::from(*w);
     }
-    None
+    SplitTo::Status(500)
 }
 
 /// A per-thread xorshift64* generator (weighted splits need spread, not secrecy).
@@ -193,19 +199,23 @@ fn random() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::pick;
+    use crate::config::SplitTo;
 
     #[test]
     fn a_split_follows_its_weights() {
-        let split = [(Some(0), 90), (Some(1), 10), (None, 0)];
+        let split = [(SplitTo::Cluster(0), 90), (SplitTo::Cluster(1), 10), (SplitTo::Status(500), 0)];
         let mut n = [0u32; 2];
         for _ in 0..100_000 {
-            n[pick(&split).expect("weights")] += 1;
+            match pick(&split) {
+                SplitTo::Cluster(c) => n[c] += 1,
+                s => panic!("{s:?}"),
+            }
         }
         assert!((88_500..=91_500).contains(&n[0]), "{n:?}");
-        assert_eq!(pick(&[(Some(3), 0), (None, 0)]), None, "every weight 0");
+        assert_eq!(pick(&[(SplitTo::Cluster(3), 0), (SplitTo::Status(503), 0)]), SplitTo::Status(500), "every weight 0");
         let mut failed = 0;
         for _ in 0..10_000 {
-            if pick(&[(Some(0), 1), (None, 1)]).is_none() {
+            if pick(&[(SplitTo::Cluster(0), 1), (SplitTo::Status(500), 1)]) == SplitTo::Status(500) {
                 failed += 1;
             }
         }
