@@ -10,6 +10,7 @@ pub mod config;
 pub mod controller;
 pub mod crd;
 pub mod desired;
+pub mod gateway;
 pub mod ipam;
 pub mod leader;
 pub mod metrics;

@@ -1,0 +1,220 @@
+//! The Gateway API translation, without a cluster: listeners, routes, precedence, conditions,
+//! and a proxy configuration the proxy itself accepts.
+
+use serde_json::json;
+use std::net::{IpAddr, SocketAddr};
+use vectorlb_kube::gateway::translate::{self, Action, Cond, GatewayIn, PathKind, RouteIn, World};
+use vectorlb_kube::gateway::types::{Gateway, GrpcRoute, HttpRoute};
+
+fn gateway(v: serde_json::Value) -> Gateway {
+    serde_json::from_value(v).unwrap()
+}
+
+fn cond<'a>(c: &'a [Cond], t: &str) -> (&'a str, bool) {
+    let c = c.iter().find(|c| c.type_ == t).unwrap_or_else(|| panic!("no {t} in {c:?}"));
+    (c.reason.as_str(), c.status)
+}
+
+fn self_signed() -> (String, String) {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("vectorlb-gw-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (c, k) = (dir.join("c.pem"), dir.join("k.pem"));
+    let o = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=shop.example",
+            "-addext",
+            "subjectAltName=DNS:shop.example",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-keyout", k.to_str().unwrap(), "-out", c.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let r = (std::fs::read_to_string(&c).unwrap(), std::fs::read_to_string(&k).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+fn world() -> World {
+    let mut w = World::default();
+    w.services.insert("shop/web-v1".into(), vec![80]);
+    w.services.insert("shop/web-v2".into(), vec![80]);
+    w.services.insert("shop/empty".into(), vec![80]);
+    w.services.insert("shop/grpc".into(), vec![50051]);
+    let ep = |a: &str| vec![a.parse::<SocketAddr>().unwrap()];
+    w.endpoints.insert(("shop/web-v1".into(), 80), ep("10.2.0.1:8080"));
+    w.endpoints.insert(("shop/web-v2".into(), 80), ep("10.2.0.2:8080"));
+    w.endpoints.insert(("shop/grpc".into(), 50051), ep("10.2.0.3:50051"));
+    w.secrets.insert("shop/tls".into(), Ok(self_signed()));
+    w.secrets.insert("shop/broken".into(), Err("tls.crt: not a PEM certificate".into()));
+    for p in [80u16, 443, 8443] {
+        w.proxy_ports.insert(("shop/gw".into(), p), 30000 + p);
+    }
+    w
+}
+
+fn http_in(r: &HttpRoute) -> RouteIn<'_> {
+    RouteIn {
+        kind: translate::HTTP_ROUTE,
+        namespace: r.metadata.namespace.clone().unwrap(),
+        name: r.metadata.name.clone().unwrap(),
+        created: r.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+        parent_refs: &r.spec.parent_refs,
+        hostnames: &r.spec.hostnames,
+        rules: translate::http_rules(&r.spec.rules),
+    }
+}
+
+#[test]
+fn a_gateway_and_its_routes_become_a_proxy_configuration_with_the_right_conditions() {
+    let gw = gateway(json!({
+        "metadata": {"name": "gw", "namespace": "shop"},
+        "spec": {"gatewayClassName": "vectorlb", "listeners": [
+            {"name": "http", "port": 80, "protocol": "HTTP"},
+            {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "shop.example",
+             "tls": {"certificateRefs": [{"name": "tls"}]}},
+            {"name": "bad-cert", "port": 8443, "protocol": "HTTPS", "tls": {"certificateRefs": [{"name": "broken"}]}},
+            {"name": "tcp", "port": 9000, "protocol": "TCP"},
+        ]}
+    }));
+    let gws = [GatewayIn { gw: &gw, key: "shop/gw".into(), address: Ok("10.100.0.50".parse().unwrap()) }];
+    let split: HttpRoute = serde_json::from_value(json!({
+        "metadata": {"name": "split", "namespace": "shop", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["shop.example", "other.example"], "rules": [
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/app"}}],
+             "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "x-env", "value": "prod"}]}}],
+             "backendRefs": [{"name": "web-v1", "port": 80, "weight": 90}, {"name": "web-v2", "port": 80, "weight": 10}],
+             "timeouts": {"request": "2s500ms"}},
+            {"matches": [{"path": {"type": "Exact", "value": "/app/login"}, "headers": [{"name": "X-Canary", "value": "1"}]}],
+             "backendRefs": [{"name": "web-v2", "port": 80}, {"name": "missing", "port": 80}, {"name": "empty", "port": 80}]},
+        ]}
+    }))
+    .unwrap();
+    let grpc: GrpcRoute = serde_json::from_value(json!({
+        "metadata": {"name": "rpc", "namespace": "shop", "creationTimestamp": "2026-01-02T00:00:00Z"},
+        "spec": {"parentRefs": [{"name": "gw", "sectionName": "http"}], "rules": [
+            {"matches": [{"method": {"service": "grpc.health.v1.Health", "method": "Check"}}], "backendRefs": [{"name": "grpc", "port": 50051}]}]}
+    }))
+    .unwrap();
+    let other_ns: HttpRoute =
+        serde_json::from_value(json!({"metadata": {"name": "intruder", "namespace": "elsewhere"}, "spec": {"parentRefs": [{"name": "gw", "namespace": "shop"}], "rules": [{}]}}))
+            .unwrap();
+    let mirror: HttpRoute = serde_json::from_value(
+        json!({"metadata": {"name": "mirror", "namespace": "shop"}, "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"filters": [{"type": "RequestMirror"}]}]}}),
+    )
+    .unwrap();
+    let no_port: HttpRoute = serde_json::from_value(json!({"metadata": {"name": "np", "namespace": "shop"}, "spec": {"parentRefs": [{"name": "gw", "port": 81}]}})).unwrap();
+    let w = world();
+    let routes = vec![
+        http_in(&split),
+        http_in(&other_ns),
+        http_in(&mirror),
+        http_in(&no_port),
+        RouteIn {
+            kind: translate::GRPC_ROUTE,
+            namespace: "shop".into(),
+            name: "rpc".into(),
+            created: "2026-01-02T00:00:00Z".into(),
+            parent_refs: &grpc.spec.parent_refs,
+            hostnames: &grpc.spec.hostnames,
+            rules: translate::grpc_rules(&grpc.spec.rules),
+        },
+    ];
+    let out = translate::translate(&gws, &routes, &w);
+
+    // The Gateway and its listeners.
+    let g = &out.gateways["shop/gw"];
+    assert_eq!(cond(&g.conditions, "Accepted"), ("Accepted", true));
+    assert_eq!(cond(&g.conditions, "Programmed"), ("Programmed", true));
+    let l = |n: &str| g.listeners.iter().find(|l| l.name == n).unwrap();
+    assert_eq!(cond(&l("http").conditions, "Programmed"), ("Programmed", true));
+    assert_eq!(cond(&l("https").conditions, "ResolvedRefs"), ("ResolvedRefs", true));
+    assert_eq!(cond(&l("bad-cert").conditions, "ResolvedRefs"), ("InvalidCertificateRef", false));
+    assert_eq!(cond(&l("bad-cert").conditions, "Programmed"), ("Invalid", false));
+    assert_eq!(cond(&l("tcp").conditions, "Accepted"), ("UnsupportedProtocol", false));
+    // split attaches to http and https (its hostname shop.example); the gRPC route to http only.
+    assert_eq!((l("http").attached_routes, l("https").attached_routes, l("bad-cert").attached_routes), (2, 1, 0));
+    assert_eq!(l("http").supported_kinds, vec!["HTTPRoute", "GRPCRoute"]);
+    assert_eq!(out.l4["shop/gw"], vec![(80, 30080), (443, 30443)], "only servable listeners reach the L4 tier");
+
+    // The routes' conditions.
+    let rs = |k: &'static str, n: &str| out.route_status[&(k, n.to_string())][0].1.clone();
+    let (h, g2) = (translate::HTTP_ROUTE, translate::GRPC_ROUTE);
+    assert_eq!(cond(&rs(h, "shop/split"), "Accepted"), ("Accepted", true));
+    assert_eq!(cond(&rs(h, "shop/split"), "ResolvedRefs"), ("BackendNotFound", false), "shop/missing");
+    assert_eq!(cond(&rs(g2, "shop/rpc"), "Accepted"), ("Accepted", true));
+    assert_eq!(cond(&rs(g2, "shop/rpc"), "ResolvedRefs"), ("ResolvedRefs", true));
+    assert_eq!(cond(&rs(h, "elsewhere/intruder"), "Accepted"), ("NotAllowedByListeners", false));
+    assert_eq!(cond(&rs(h, "shop/mirror"), "Accepted"), ("UnsupportedValue", false));
+    assert_eq!(cond(&rs(h, "shop/np"), "Accepted"), ("NoMatchingParent", false));
+
+    // Precedence on the http listener: exact hosts (longer first), exact path before prefix,
+    // each host closed by its 404; the gRPC route (no host) last.
+    let on_http: Vec<(Option<&str>, &PathKind, &Action)> = out.routes.iter().filter(|r| r.listener == "gw:shop/gw:80").map(|r| (r.host.as_deref(), &r.path, &r.action)).collect();
+    let hosts: Vec<Option<&str>> = on_http.iter().map(|r| r.0).collect();
+    assert_eq!(
+        hosts,
+        vec![Some("other.example"), Some("other.example"), Some("other.example"), Some("shop.example"), Some("shop.example"), Some("shop.example"), None],
+        "{on_http:?}"
+    );
+    assert_eq!(on_http[0].1, &PathKind::Exact("/app/login".into()));
+    assert_eq!(on_http[1].1, &PathKind::Segments("/app".into()));
+    assert_eq!(on_http[2].2, &Action::Respond(404));
+    assert_eq!(on_http[6].1, &PathKind::Exact("/grpc.health.v1.Health/Check".into()));
+    match on_http[0].2 {
+        Action::Split(s) => assert_eq!(s, &vec![(Ok("shop/web-v2:80".to_string()), 1), (Err(500), 1), (Err(503), 1)]),
+        a => panic!("{a:?}"),
+    }
+
+    // The proxy accepts what is made, with the certificate inline on the HTTPS listener.
+    let base = "workers = 1\n[admin]\naddress = \"unix:/run/vectorlb/gw-proxy.sock\"\n";
+    let text = out.proxy_toml(base, IpAddr::from([0, 0, 0, 0]));
+    let c = vectorlb_proxy::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(c.listeners.len(), 2);
+    assert!(c.listeners.iter().any(|l| l.tls.is_some() && l.address.port() == 30443));
+    assert!(c.clusters.iter().any(|c| c.name == "shop/grpc:50051+h2"), "{text}");
+    assert_eq!(out.proxy_toml(base, IpAddr::from([0, 0, 0, 0])), text, "deterministic");
+}
+
+#[test]
+fn hostnames_intersect_as_the_specification_says() {
+    let h = |l: Option<&str>, r: &[&str]| translate::hosts(l, &r.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(h(None, &[]), vec![None]);
+    assert_eq!(h(Some("*.example.com"), &[]), vec![Some("*.example.com".to_string())]);
+    assert_eq!(h(Some("*.example.com"), &["a.example.com", "b.other.com"]), vec![Some("a.example.com".to_string())]);
+    assert_eq!(h(Some("a.example.com"), &["*.example.com"]), vec![Some("a.example.com".to_string())]);
+    assert_eq!(h(Some("*.example.com"), &["*.a.example.com"]), vec![Some("*.a.example.com".to_string())]);
+    assert!(h(Some("a.example.com"), &["b.example.com"]).is_empty());
+    assert!(h(Some("*.example.com"), &["example.com"]).is_empty(), "a wildcard needs a label before its suffix");
+}
+
+#[test]
+fn durations() {
+    assert_eq!(translate::duration("2s500ms"), Ok(Some(2.5)));
+    assert_eq!(translate::duration("1h"), Ok(Some(3600.0)));
+    assert_eq!(translate::duration("2h"), Ok(Some(3600.0)), "the proxy's bound");
+    assert_eq!(translate::duration("0s"), Ok(None), "zero: no timeout");
+    for bad in ["", "10", "1d", "s", "123456s", "1s1s1s1s1s"] {
+        assert!(translate::duration(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn no_address_no_programmed_gateway() {
+    let gw = gateway(json!({"metadata": {"name": "gw", "namespace": "shop"}, "spec": {"listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}));
+    let out = translate::translate(&[GatewayIn { gw: &gw, key: "shop/gw".into(), address: Err("address 10.9.9.9 is in no pool".into()) }], &[], &world());
+    let g = &out.gateways["shop/gw"];
+    assert_eq!(cond(&g.conditions, "Programmed"), ("AddressNotAssigned", false));
+    assert_eq!(cond(&g.listeners[0].conditions, "Programmed"), ("Pending", false));
+}
