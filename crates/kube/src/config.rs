@@ -35,6 +35,69 @@ pub struct KubeConfig {
     /// The data-plane daemons this controller programs: every Service on every daemon.
     #[serde(default)]
     pub daemons: Vec<DaemonRef>,
+    /// The Gateway API (GatewayClasses naming `controller_name`) on `vectorlb proxy`.
+    #[serde(default)]
+    pub gateway: Option<GatewayConfig>,
+}
+
+/// `[gateway]`: Gateways are served by these proxies, reached through the daemons at the
+/// Gateway's address.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// The GatewayClasses' `spec.controllerName` this controller serves.
+    #[serde(default = "default_gateway_controller")]
+    pub controller_name: String,
+    /// The proxies' settings that are not the Gateways' (`workers`, `[admin]`, `access_log`):
+    /// a proxy configuration file without listeners, routes or clusters.
+    pub base_file: PathBuf,
+    /// The address the proxies' Gateway listeners bind.
+    #[serde(default = "default_listen")]
+    pub listen: IpAddr,
+    /// The proxies' ports for Gateway listeners, `FIRST-LAST`.
+    #[serde(default = "default_ports")]
+    pub ports: String,
+    #[serde(default)]
+    pub proxies: Vec<ProxyRef>,
+}
+
+/// One `vectorlb proxy`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyRef {
+    pub name: String,
+    /// Its admin API: `unix:PATH` or `ADDRESS:PORT`.
+    pub admin: String,
+    /// A file with its admin token (ADDRESS:PORT).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// Where the daemons send a Gateway's connections (the proxy's address).
+    pub address: IpAddr,
+}
+
+impl GatewayConfig {
+    /// The port range as numbers.
+    pub fn port_range(&self) -> Result<(u16, u16), String> {
+        let (a, b) = self.ports.split_once('-').ok_or_else(|| format!("gateway.ports '{}': FIRST-LAST", self.ports))?;
+        let (a, b): (u16, u16) = (
+            a.trim().parse().map_err(|_| format!("gateway.ports '{}': FIRST-LAST", self.ports))?,
+            b.trim().parse().map_err(|_| format!("gateway.ports '{}': FIRST-LAST", self.ports))?,
+        );
+        if a == 0 || a > b {
+            return Err(format!("gateway.ports '{}': FIRST-LAST with 0 < FIRST <= LAST", self.ports));
+        }
+        Ok((a, b))
+    }
+}
+
+fn default_gateway_controller() -> String {
+    "vectorlb.io/gateway".into()
+}
+fn default_listen() -> IpAddr {
+    IpAddr::from([0, 0, 0, 0])
+}
+fn default_ports() -> String {
+    "30000-30999".into()
 }
 
 /// One vectorlb daemon.
@@ -105,6 +168,19 @@ impl KubeConfig {
                 return Err(format!("daemon '{}' is named twice", d.name));
             }
             d.api.parse::<vectorlb_client::Target>().map_err(|e| format!("daemon '{}': {e}", d.name))?;
+        }
+        if let Some(g) = &self.gateway {
+            if g.controller_name.is_empty() || !g.controller_name.contains('/') {
+                return Err(format!("gateway.controller_name '{}': a domain-prefixed name such as vectorlb.io/gateway", g.controller_name));
+            }
+            g.port_range()?;
+            let mut names = std::collections::BTreeSet::new();
+            for p in &g.proxies {
+                if !names.insert(p.name.as_str()) {
+                    return Err(format!("gateway proxy '{}' is named twice", p.name));
+                }
+                p.admin.parse::<vectorlb_client::Target>().map_err(|e| format!("gateway proxy '{}': {e}", p.name))?;
+            }
         }
         if let Some(m) = &self.metrics {
             m.parse::<std::net::SocketAddr>().map_err(|_| format!("metrics '{m}': ADDRESS:PORT"))?;

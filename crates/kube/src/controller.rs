@@ -46,6 +46,8 @@ pub struct Controller {
     programmed: BTreeSet<IpAddr>,
     metrics: Arc<Metrics>,
     last_resync: Instant,
+    /// The Gateway API, when `[gateway]` is configured.
+    gateway: Option<crate::gateway::run::GatewayCtl>,
 }
 
 fn ns_name(o: &impl ResourceExt) -> String {
@@ -72,8 +74,25 @@ impl Controller {
                 return Err(format!("the {what} watch ended before its first list"));
             }
         }
+        let gateway = match cfg.gateway.clone() {
+            Some(g) => Some(crate::gateway::run::GatewayCtl::start(g, client.clone(), notify.clone(), metrics.clone()).await?),
+            None => None,
+        };
         let recorder = Recorder::new(client.clone(), Reporter { controller: "vectorlb-controller".into(), instance: Some(identity.to_string()) });
-        Ok(Controller { cfg, client, recorder, daemons, services, slices, pools, reported: BTreeMap::new(), programmed: BTreeSet::new(), metrics, last_resync: Instant::now() })
+        Ok(Controller {
+            cfg,
+            client,
+            recorder,
+            daemons,
+            services,
+            slices,
+            pools,
+            reported: BTreeMap::new(),
+            programmed: BTreeSet::new(),
+            metrics,
+            last_resync: Instant::now(),
+            gateway,
+        })
     }
 
     fn ours(&self, s: &Service) -> bool {
@@ -103,7 +122,10 @@ impl Controller {
 
         // Addresses.
         let pool_in: Vec<PoolIn> = pools.iter().map(|p| pool_in(p)).collect();
-        let svc_in: Vec<SvcIn> = services.iter().map(|s| svc_in(s)).collect();
+        let mut svc_in: Vec<SvcIn> = services.iter().map(|s| svc_in(s)).collect();
+        if let Some(g) = &self.gateway {
+            svc_in.extend(g.ipam_inputs());
+        }
         let alloc = ipam::allocate(&pool_in, &svc_in);
         let ranges: Vec<ipam::Range> = pool_in.iter().flat_map(|p| p.addresses.iter().filter_map(|a| ipam::parse_range(a).ok())).collect();
 
@@ -124,38 +146,40 @@ impl Controller {
             };
             let spec = svc_spec(s, ip);
             let slices: Vec<SliceIn> = slices_by_svc.get(&key).map(|v| v.iter().map(|sl| slice_in(sl)).collect()).unwrap_or_default();
-            for (i, d) in self.daemons.iter().enumerate() {
-                let side = DaemonSide { local_addrs: d.cfg.local_addrs.clone(), peer_local_addrs: d.cfg.peer_local_addrs.clone() };
-                let (specs, p) = desired::build(&spec, &slices, &side);
-                if i == 0 || !p.is_empty() {
-                    let e = problems.entry(key.clone()).or_default();
-                    for x in p {
-                        if !e.contains(&x) {
-                            e.push(x);
-                        }
-                    }
-                }
-                for n in specs {
-                    let k = key_of(&n);
-                    if let Some(other) = owner.get(&k).filter(|o| **o != key) {
-                        // Two Services on one address and port: ipam refuses that, so only a
-                        // race of objects gets here; the older keeps it.
-                        problems
-                            .entry(key.clone())
-                            .or_default()
-                            .push(Problem { reason: "PortClash", message: format!("{} port {} on {} is {other}'s", n.proto.name(), n.port, n.vip) });
-                        continue;
-                    }
-                    owner.insert(k, key.clone());
-                    desired[i].insert(k, n);
-                }
-            }
+            place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
             statuses.push((s.clone(), ip));
+        }
+        // The Gateways: the proxies' configuration and conditions, and each one's L4 service.
+        let mut all_ok = true;
+        if let Some(g) = &mut self.gateway {
+            let (l4, ok) = g.round(&alloc, &self.services.state(), &slices_by_svc).await;
+            all_ok &= ok;
+            for (spec, slices) in l4 {
+                let key = spec.key.clone();
+                place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
+            }
         }
         for d in &desired {
             self.programmed.extend(d.keys().map(|k| k.1));
         }
+        self.finish(t, resync, services, pools, alloc, ranges, problems, desired, owner, statuses, all_ok).await
+    }
 
+    #[allow(clippy::too_many_arguments)]
+    async fn finish(
+        &mut self,
+        t: Instant,
+        resync: bool,
+        services: Vec<Arc<Service>>,
+        pools: Vec<Arc<AddressPool>>,
+        alloc: ipam::Allocation,
+        ranges: Vec<ipam::Range>,
+        mut problems: BTreeMap<String, Vec<Problem>>,
+        desired: Vec<BTreeMap<Key, NewService>>,
+        owner: BTreeMap<Key, String>,
+        statuses: Vec<(Arc<Service>, Option<IpAddr>)>,
+        mut all_ok: bool,
+    ) -> bool {
         // The daemons, all at once.
         let programmed = self.programmed.clone();
         let owned = move |a: &IpAddr| ranges.iter().any(|r| r.contains(a)) || programmed.contains(a);
@@ -164,7 +188,6 @@ impl Controller {
             async move { d.converge(want, owned, resync).await }
         }))
         .await;
-        let mut all_ok = true;
         for (d, r) in self.daemons.iter().zip(results) {
             match r {
                 Ok(rep) => {
@@ -281,6 +304,48 @@ impl Controller {
         for d in &mut self.daemons {
             d.invalidate();
         }
+        if let Some(g) = &mut self.gateway {
+            g.invalidate();
+        }
+    }
+}
+
+/// What every daemon should serve for one Service (or a Gateway's L4 service), and its
+/// problems.
+fn place(
+    daemons: &[Daemon],
+    key: &str,
+    spec: &SvcSpec,
+    slices: &[SliceIn],
+    problems: &mut BTreeMap<String, Vec<Problem>>,
+    desired: &mut [BTreeMap<Key, NewService>],
+    owner: &mut BTreeMap<Key, String>,
+) {
+    for (i, d) in daemons.iter().enumerate() {
+        let side = DaemonSide { local_addrs: d.cfg.local_addrs.clone(), peer_local_addrs: d.cfg.peer_local_addrs.clone() };
+        let (specs, p) = desired::build(spec, slices, &side);
+        if i == 0 || !p.is_empty() {
+            let e = problems.entry(key.to_string()).or_default();
+            for x in p {
+                if !e.contains(&x) {
+                    e.push(x);
+                }
+            }
+        }
+        for n in specs {
+            let k = key_of(&n);
+            if let Some(other) = owner.get(&k).filter(|o| o.as_str() != key) {
+                // Two Services on one address and port: ipam refuses that, so only a race of
+                // objects gets here; the older keeps it.
+                problems
+                    .entry(key.to_string())
+                    .or_default()
+                    .push(Problem { reason: "PortClash", message: format!("{} port {} on {} is {other}'s", n.proto.name(), n.port, n.vip) });
+                continue;
+            }
+            owner.insert(k, key.to_string());
+            desired[i].insert(k, n);
+        }
     }
 }
 
@@ -300,7 +365,7 @@ fn leak(s: &str) -> &'static str {
     }
 }
 
-fn spawn_reflector<K>(w: reflector::store::Writer<K>, api: Api<K>, wc: watcher::Config, notify: Arc<Notify>, metrics: Arc<Metrics>)
+pub(crate) fn spawn_reflector<K>(w: reflector::store::Writer<K>, api: Api<K>, wc: watcher::Config, notify: Arc<Notify>, metrics: Arc<Metrics>)
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {

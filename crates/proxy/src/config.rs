@@ -881,8 +881,10 @@ impl Config {
 
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string().trim_end().to_string()))?;
-        if raw.listeners.is_empty() {
-            return Err(bad("listeners", "at least one [[listeners]] is needed"));
+        // No listener is a proxy waiting for a controller to push its configuration
+        // (`PUT /v1/config`): only with an admin API to receive it.
+        if raw.listeners.is_empty() && raw.admin.is_none() {
+            return Err(bad("listeners", "at least one [[listeners]] is needed (or an [admin] API to receive them)"));
         }
         let mut listeners = Vec::new();
         for (i, l) in raw.listeners.iter().enumerate() {
@@ -1078,7 +1080,7 @@ impl Config {
                 health: c.health.as_ref().map(|h| health(&format!("{f}.health"), h)).transpose()?,
             });
         }
-        if raw.routes.is_empty() {
+        if raw.routes.is_empty() && !raw.listeners.is_empty() {
             return Err(bad("routes", "at least one [[routes]] is needed"));
         }
         let workers = match raw.workers {
@@ -1296,6 +1298,8 @@ endpoints = ["[::1]:9003"]
             assert!(e.contains(want), "{to}: {e}");
         }
         assert!(err("").contains("listeners: at least one"));
+        let idle = Config::parse("[admin]\naddress = \"unix:/run/vectorlb/gw.sock\"\n").expect("a proxy waiting for its configuration");
+        assert!(idle.listeners.is_empty() && idle.routes.is_empty());
         assert!(err("[[listeners]]\nname = \"a\"\naddress = \"127.0.0.1:1\"\n").contains("routes: at least one"));
     }
 

@@ -539,3 +539,175 @@ fn bench_apply_to_first_request_and_programming_rate() {
             "daemon_rss_mb": rss_kb(topo.lb_pid(), "VmRSS:") as f64 / 1024.0, "cpu": cpu})
     );
 }
+
+/// The Gateway API's standard resource definitions, from its Go module (scripts/gateway-crds.sh).
+fn gateway_crds(cp: &ControlPlane) {
+    let o = vectorlb_testkit::sh(&["bash", repo().join("scripts/gateway-crds.sh").to_str().unwrap()]);
+    let dir = stdout(&o).trim().to_string();
+    assert!(o.status.success() && !dir.is_empty(), "gateway-crds.sh: {}", String::from_utf8_lossy(&o.stderr));
+    for kind in ["gatewayclasses", "gateways", "httproutes", "grpcroutes", "referencegrants"] {
+        // `create`: the HTTPRoute definition is larger than apply's annotation allows.
+        let f = format!("{dir}/gateway.networking.k8s.io_{kind}.yaml");
+        let o = cp.kubectl(&["create", "-f", &f]);
+        assert!(o.status.success(), "{f}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    wait_for(Duration::from_secs(15), "the Gateway API's resources", || cp.kubectl(&["get", "gateways,httproutes,gatewayclasses", "-A"]).status.success().then_some(()));
+}
+
+fn cluster_ip_service(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}})
+}
+
+/// A condition of a status object: (status, reason).
+fn condition(conds: &Value, t: &str) -> Option<(String, String)> {
+    conds.as_array()?.iter().find(|c| c["type"] == t).map(|c| (c["status"].as_str().unwrap_or("").to_string(), c["reason"].as_str().unwrap_or("").to_string()))
+}
+
+fn curl_from(topo: &Topo, args: &[&str]) -> (u16, String) {
+    let mut a = vec!["curl", "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code} %header{x-route}"];
+    a.extend_from_slice(args);
+    let o = topo.run("cl", &a);
+    let out = stdout(&o);
+    let (code, rest) = out.split_once(' ').unwrap_or((out.as_str(), ""));
+    (code.trim().parse().unwrap_or(0), rest.trim().to_string())
+}
+
+#[test]
+fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
+    let mut topo = Topo::new("kg", Shape::TwoArm, 1500);
+    let (cp, _) = cluster(&mut topo);
+    gateway_crds(&cp);
+    let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.100".parse().unwrap()..="10.1.0.199".parse().unwrap(), "10.1.0.1");
+    cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
+
+    // One proxy, in the first backend's namespace (10.1.0.11), waiting for its configuration.
+    let dir = cp.dir.clone();
+    let sock = dir.join("gw-proxy.sock");
+    let base = dir.join("gw-base.toml");
+    std::fs::write(&base, format!("workers = 1\n[admin]\naddress = \"unix:{}\"\n", sock.display())).unwrap();
+    let proxy_cfg = dir.join("gw-proxy.toml");
+    std::fs::copy(&base, &proxy_cfg).unwrap();
+    let plog = std::fs::File::create(dir.join("gw-proxy.log")).unwrap();
+    let proxy = topo.cmd("be1", &[bin(), "proxy", "--config", proxy_cfg.to_str().unwrap()]).stdout(plog.try_clone().unwrap()).stderr(plog).spawn().unwrap();
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _proxy = Kill(proxy);
+    wait_for(Duration::from_secs(10), "the proxy's admin socket", || sock.exists().then_some(()));
+
+    let cfg = controller_config(&topo, &dir, vectorlb_testkit::k8s::free_port());
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text += &format!(
+        "\n[gateway]\nbase_file = \"{}\"\nports = \"30000-30099\"\n[[gateway.proxies]]\nname = \"p1\"\nadmin = \"unix:{}\"\naddress = \"10.1.0.11\"\n",
+        base.display(),
+        sock.display()
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let _ctl = Controller::start(&cp, &cfg, "g");
+
+    // Backends: v1 (2 Pods) and v2 (1), as ClusterIP Services; a certificate in a Secret, and
+    // a Secret that holds no certificate.
+    cp.apply(&[deployment("v1", 2), deployment("v2", 1), cluster_ip_service("v1"), cluster_ip_service("v2")]).unwrap();
+    let (crt, key) = (dir.join("shop.crt"), dir.join("shop.key"));
+    let o = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=shop.example",
+            "-addext",
+            "subjectAltName=DNS:shop.example",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-keyout", key.to_str().unwrap(), "-out", crt.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    cp.k(&["-n", "default", "create", "secret", "tls", "shop-tls", "--cert", crt.to_str().unwrap(), "--key", key.to_str().unwrap()]);
+    cp.k(&["-n", "default", "create", "secret", "generic", "broken-tls", "--type=kubernetes.io/tls", "--from-literal=tls.crt=not a certificate", "--from-literal=tls.key=no key"]);
+
+    let t = Instant::now();
+    let gw = "gateway.networking.k8s.io/v1";
+    cp.apply(&[
+        json!({"apiVersion": gw, "kind": "GatewayClass", "metadata": {"name": "vectorlb"}, "spec": {"controllerName": "vectorlb.io/gateway"}}),
+        json!({"apiVersion": gw, "kind": "Gateway", "metadata": {"name": "web", "namespace": "default"}, "spec": {"gatewayClassName": "vectorlb", "listeners": [
+            {"name": "http", "port": 80, "protocol": "HTTP"},
+            {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "shop.example", "tls": {"certificateRefs": [{"name": "shop-tls"}]}},
+            {"name": "bad", "port": 8443, "protocol": "HTTPS", "tls": {"certificateRefs": [{"name": "broken-tls"}]}}]}}),
+        json!({"apiVersion": gw, "kind": "HTTPRoute", "metadata": {"name": "shop", "namespace": "default"}, "spec": {"parentRefs": [{"name": "web"}], "rules": [
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/app"}}],
+             "filters": [{"type": "ResponseHeaderModifier", "responseHeaderModifier": {"add": [{"name": "x-route", "value": "shop"}]}}],
+             "backendRefs": [{"name": "v1", "port": 80, "weight": 3}, {"name": "v2", "port": 80, "weight": 1}]}]}}),
+        json!({"apiVersion": gw, "kind": "HTTPRoute", "metadata": {"name": "dangling", "namespace": "default"}, "spec": {"parentRefs": [{"name": "web"}],
+            "hostnames": ["dangling.example"], "rules": [{"backendRefs": [{"name": "nope", "port": 80}]}]}}),
+    ])
+    .unwrap();
+
+    // The address, and the conditions the specification asks for.
+    let ip = wait_for(Duration::from_secs(20), "the Gateway's address and Programmed", || {
+        let g = cp.get(&["-n", "default", "gateway", "web"]);
+        let prog = condition(&g["status"]["conditions"], "Programmed");
+        (prog == Some(("True".into(), "Programmed".into()))).then(|| g["status"]["addresses"][0]["value"].as_str().unwrap_or_default().to_string())
+    });
+    let address_s = t.elapsed().as_secs_f64();
+    assert!(ip.starts_with("10.0.0.1"), "{ip} is from the pool");
+    let g = cp.get(&["-n", "default", "gateway", "web"]);
+    assert_eq!(condition(&g["status"]["conditions"], "Accepted"), Some(("True".into(), "Accepted".into())), "{g}");
+    let listener = |n: &str| g["status"]["listeners"].as_array().unwrap().iter().find(|l| l["name"] == n).unwrap().clone();
+    assert_eq!(listener("http")["attachedRoutes"], 2, "{g}");
+    assert_eq!(listener("https")["attachedRoutes"], 1, "dangling.example is not shop.example: {g}");
+    assert_eq!(condition(&listener("bad")["conditions"], "ResolvedRefs"), Some(("False".into(), "InvalidCertificateRef".into())), "{g}");
+    assert_eq!(condition(&listener("bad")["conditions"], "Programmed"), Some(("False".into(), "Invalid".into())), "{g}");
+    let class = cp.get(&["gatewayclass", "vectorlb"]);
+    assert_eq!(condition(&class["status"]["conditions"], "Accepted"), Some(("True".into(), "Accepted".into())), "{class}");
+    let route = |n: &str, t: &str| {
+        let r = cp.get(&["-n", "default", "httproute", n]);
+        condition(&r["status"]["parents"][0]["conditions"], t)
+    };
+    wait_for(Duration::from_secs(10), "the routes' status", || route("shop", "Accepted").filter(|c| c.0 == "True"));
+    assert_eq!(route("shop", "ResolvedRefs"), Some(("True".into(), "ResolvedRefs".into())));
+    wait_for(Duration::from_secs(10), "BackendNotFound on the dangling route", || route("dangling", "ResolvedRefs").filter(|c| c.1 == "BackendNotFound"));
+
+    // Served: the client through the daemon's VIP to the proxy, split 3:1 over the Pods.
+    let split = wait_for(Duration::from_secs(30), "all three Pods through the Gateway", || {
+        let r = topo.http(&format!("http://{ip}/app"), 400, 4);
+        let b = r["backends"].as_object().cloned().unwrap_or_default();
+        (b.len() == 3 && r["errors"] == 0).then_some(b)
+    });
+    let count = |app: &str| split.iter().filter(|(k, _)| k.trim().starts_with(app)).map(|(_, v)| v.as_u64().unwrap()).sum::<u64>();
+    let (v1, v2) = (count("v1-"), count("v2-"));
+    assert_eq!(v1 + v2, 400, "{split:?}");
+    assert!((250..=350).contains(&v1), "3:1 over 400 requests: v1 {v1}, v2 {v2}");
+    let served_s = t.elapsed().as_secs_f64();
+    assert_eq!(curl_from(&topo, &[&format!("http://{ip}/app")]), (200, "shop".into()), "the response header modifier");
+    assert_eq!(curl_from(&topo, &[&format!("http://{ip}/other")]).0, 404);
+    assert_eq!(curl_from(&topo, &["-H", "Host: dangling.example", &format!("http://{ip}/")]).0, 500, "a missing backend answers 500");
+    let https = curl_from(&topo, &["--cacert", crt.to_str().unwrap(), "--resolve", &format!("shop.example:443:{ip}"), "https://shop.example/app"]);
+    assert_eq!(https, (200, "shop".into()), "HTTPS with the Secret's certificate");
+
+    // A change of weights under load: reloaded without failing a request, then all to v2.
+    let l = load(&topo, &format!("{ip}/app"), 6.0);
+    std::thread::sleep(Duration::from_secs(2));
+    cp.k(&["-n", "default", "patch", "httproute", "shop", "--type=json", "-p", r#"[{"op": "replace", "path": "/spec/rules/0/backendRefs/0/weight", "value": 0}]"#]);
+    let r = finish(l);
+    assert_eq!(r["errors"], 0, "reload under load: {r}");
+    wait_for(Duration::from_secs(10), "every request to v2", || {
+        let r = topo.http(&format!("http://{ip}/app"), 40, 2);
+        r["backends"].as_object().is_some_and(|b| b.keys().all(|k| k.trim().starts_with("v2-"))).then_some(())
+    });
+    println!(
+        "{}",
+        json!({"kubernetes": {"event": "gateway", "address_after_apply_s": address_s, "served_after_apply_s": served_s, "split_v1_v2": [v1, v2], "reload_under_load_requests": r["requests"], "reload_under_load_errors": r["errors"]}})
+    );
+}

@@ -2,5 +2,6 @@
 //! GRPCRoutes → `vectorlb proxy`'s configuration (pushed through its `PUT /v1/config`), the
 //! Gateways' addresses through the L4 tier, and the conditions the specification asks for.
 
+pub mod run;
 pub mod translate;
 pub mod types;

@@ -44,6 +44,8 @@ pub struct GatewayClass {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: GatewayClassSpec,
+    #[serde(default)]
+    pub status: Option<serde_json::Value>,
 }
 gateway_kind!(GatewayClass, "GatewayClass", "gatewayclasses", k8s_openapi::ClusterResourceScope);
 

@@ -1,0 +1,546 @@
+//! The Gateway API at run time: reflectors for GatewayClasses, Gateways, HTTPRoutes,
+//! GRPCRoutes, TLS Secrets and Namespaces; each round gives every Gateway of this controller's
+//! classes an address (the same pools as Services), a proxy port per listener port (kept as
+//! long as the Gateway keeps the port, recovered from the proxies after a restart), pushes the
+//! translated configuration to every proxy whose digest differs, writes the conditions, and
+//! hands the controller each Gateway's L4 service: its address and ports → the proxies.
+
+use super::translate::{self, Cond, GatewayIn, Out, RouteIn, World};
+use super::types::{Gateway, GatewayClass, GrpcRoute, HttpRoute, Listener, ObjectRef, GROUP};
+use crate::config::{GatewayConfig, ProxyRef};
+use crate::controller::spawn_reflector;
+use crate::desired::{EndpointIn, PortIn, SliceIn, SvcSpec};
+use crate::ipam::{Allocation, Family, Outcome, SvcIn};
+use crate::metrics::Metrics;
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{reflector, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use vectorlb_client::{Method, Options, Request, Target};
+
+/// The address allocator's key of a Gateway (Services are `namespace/name`).
+pub fn ipam_key(ns_name: &str) -> String {
+    format!("gateway:{ns_name}")
+}
+
+struct Proxy {
+    cfg: ProxyRef,
+    target: Target,
+    token: Option<String>,
+    /// The digest it serves, as last read or pushed.
+    digest: Option<String>,
+}
+
+impl Proxy {
+    async fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Result<(u16, Vec<u8>), String> {
+        let r = Request { method, path: path.into(), host: "vectorlb-proxy".into(), body, content_type: "application/toml", bearer: self.token.clone() };
+        let o = Options { connect_timeout: Duration::from_secs(2), timeout: Duration::from_secs(30), max_body: 64 * 1024 * 1024, ..Options::default() };
+        let res = vectorlb_client::request(&self.target, &r, &o).await.map_err(|e| format!("proxy {} ({}): {e}", self.cfg.name, self.target))?;
+        Ok((res.status.as_u16(), res.body.to_vec()))
+    }
+
+    /// Makes it serve `text` unless it already does.
+    async fn converge(&mut self, text: &str) -> Result<bool, String> {
+        let want = digest(text);
+        if self.digest.as_deref() != Some(want.as_str()) {
+            let (st, body) = self.call(Method::GET, "/v1/config", None).await?;
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            if st == 200 {
+                self.digest = v["digest"].as_str().map(str::to_string);
+            }
+        }
+        if self.digest.as_deref() == Some(want.as_str()) {
+            return Ok(false);
+        }
+        let (st, body) = self.call(Method::PUT, "/v1/config", Some(text.as_bytes().to_vec())).await?;
+        if st != 200 {
+            self.digest = None;
+            return Err(format!("proxy {} refused the configuration ({st}): {}", self.cfg.name, String::from_utf8_lossy(&body)));
+        }
+        self.digest = Some(want);
+        Ok(true)
+    }
+
+    /// Its Gateway listeners' proxy ports: (Gateway, listener port) → port.
+    async fn ports(&self) -> Result<BTreeMap<(String, u16), u16>, String> {
+        let (st, body) = self.call(Method::GET, "/v1/stats", None).await?;
+        if st != 200 {
+            return Err(format!("proxy {}: GET /v1/stats: {st}", self.cfg.name));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| format!("proxy {}: GET /v1/stats: {e}", self.cfg.name))?;
+        let mut out = BTreeMap::new();
+        for l in v["listeners"].as_array().into_iter().flatten() {
+            let (Some(name), Some(addr)) = (l["name"].as_str(), l["address"].as_str().and_then(|a| a.parse::<SocketAddr>().ok())) else { continue };
+            if let Some((gw, port)) = name.strip_prefix("gw:").and_then(|n| n.rsplit_once(':')) {
+                if let Ok(p) = port.parse::<u16>() {
+                    out.insert((gw.to_string(), p), addr.port());
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The proxy's digest of a configuration text (the same function as `vectorlb proxy`'s).
+pub fn digest(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("fnv1a64:{h:016x}")
+}
+
+pub struct GatewayCtl {
+    cfg: GatewayConfig,
+    client: Client,
+    base: String,
+    classes: reflector::Store<GatewayClass>,
+    gateways: reflector::Store<Gateway>,
+    http: reflector::Store<HttpRoute>,
+    grpc: reflector::Store<GrpcRoute>,
+    secrets: reflector::Store<Secret>,
+    namespaces: reflector::Store<Namespace>,
+    proxies: Vec<Proxy>,
+    /// (Gateway, listener port) → proxy port.
+    ports: BTreeMap<(String, u16), u16>,
+    /// Whether the proxies' ports were read (after a start).
+    recovered: bool,
+}
+
+impl GatewayCtl {
+    pub async fn start(cfg: GatewayConfig, client: Client, notify: Arc<Notify>, metrics: Arc<Metrics>) -> Result<GatewayCtl, String> {
+        let base = std::fs::read_to_string(&cfg.base_file).map_err(|e| format!("gateway.base_file {}: {e}", cfg.base_file.display()))?;
+        let mut proxies = Vec::new();
+        for p in &cfg.proxies {
+            let target: Target = p.admin.parse().map_err(|e| format!("gateway proxy {}: {e}", p.name))?;
+            let token = match &p.token_file {
+                Some(f) => Some(std::fs::read_to_string(f).map_err(|e| format!("gateway proxy {}: token_file {}: {e}", p.name, f.display()))?.trim().to_string()),
+                None => None,
+            };
+            proxies.push(Proxy { cfg: p.clone(), target, token, digest: None });
+        }
+        let wc = watcher::Config::default().timeout(crate::controller::WATCH_SECONDS);
+        let (classes, w1) = reflector::store();
+        let (gateways, w2) = reflector::store();
+        let (http, w3) = reflector::store();
+        let (grpc, w4) = reflector::store();
+        let (secrets, w5) = reflector::store();
+        let (namespaces, w6) = reflector::store();
+        let r = |n: &Arc<Notify>| (n.clone(), metrics.clone());
+        let (n, m) = r(&notify);
+        spawn_reflector(w1, Api::<GatewayClass>::all(client.clone()), wc.clone(), n, m);
+        let (n, m) = r(&notify);
+        spawn_reflector(w2, Api::<Gateway>::all(client.clone()), wc.clone(), n, m);
+        let (n, m) = r(&notify);
+        spawn_reflector(w3, Api::<HttpRoute>::all(client.clone()), wc.clone(), n, m);
+        let (n, m) = r(&notify);
+        spawn_reflector(w4, Api::<GrpcRoute>::all(client.clone()), wc.clone(), n, m);
+        let (n, m) = r(&notify);
+        spawn_reflector(w5, Api::<Secret>::all(client.clone()), wc.clone().fields("type=kubernetes.io/tls"), n, m);
+        let (n, m) = r(&notify);
+        spawn_reflector(w6, Api::<Namespace>::all(client.clone()), wc, n, m);
+        for (what, ready) in [
+            ("gatewayclasses", classes.wait_until_ready().await.is_ok()),
+            ("gateways", gateways.wait_until_ready().await.is_ok()),
+            ("httproutes", http.wait_until_ready().await.is_ok()),
+            ("grpcroutes", grpc.wait_until_ready().await.is_ok()),
+            ("secrets", secrets.wait_until_ready().await.is_ok()),
+            ("namespaces", namespaces.wait_until_ready().await.is_ok()),
+        ] {
+            if !ready {
+                return Err(format!("the {what} watch ended before its first list (are the Gateway API's resource definitions installed?)"));
+            }
+        }
+        Ok(GatewayCtl { cfg, client, base, classes, gateways, http, grpc, secrets, namespaces, proxies, ports: BTreeMap::new(), recovered: false })
+    }
+
+    fn our_classes(&self) -> BTreeMap<String, Arc<GatewayClass>> {
+        self.classes.state().into_iter().filter(|c| c.spec.controller_name == self.cfg.controller_name).map(|c| (c.name_any(), c)).collect()
+    }
+
+    fn our_gateways(&self) -> Vec<Arc<Gateway>> {
+        let classes = self.our_classes();
+        let mut v: Vec<Arc<Gateway>> = self.gateways.state().into_iter().filter(|g| classes.contains_key(&g.spec.gateway_class_name)).collect();
+        v.sort_by_key(|g| key(g.as_ref()));
+        v
+    }
+
+    /// The Gateways as the address allocator's inputs.
+    pub fn ipam_inputs(&self) -> Vec<SvcIn> {
+        self.our_gateways()
+            .iter()
+            .map(|g| {
+                let current = g.status.as_ref().and_then(|s| s["addresses"][0]["value"].as_str()).and_then(|a| a.parse().ok());
+                let asked = g.spec.addresses.first();
+                let (requested, invalid_request) = match asked {
+                    Some(a) if a.type_.as_deref().is_none_or(|t| t == "IPAddress") => match a.value.parse::<IpAddr>() {
+                        Ok(ip) => (Some(ip), None),
+                        Err(_) => (None, Some(a.value.clone())),
+                    },
+                    Some(a) => (None, Some(format!("{} (only IPAddress addresses are supported)", a.value))),
+                    None => (None, None),
+                };
+                SvcIn {
+                    key: ipam_key(&key(g.as_ref())),
+                    namespace: g.namespace().unwrap_or_default(),
+                    labels: g.labels().clone(),
+                    created: g.meta().creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+                    family: requested.as_ref().map(Family::of),
+                    current,
+                    requested,
+                    invalid_request,
+                    pool: g.annotations().get("vectorlb.io/address-pool").cloned(),
+                    sharing: None,
+                    ports: listeners_served(&g.spec.listeners).into_iter().map(|p| ("TCP".to_string(), p)).collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// One round: translation, proxies, conditions; returns each Gateway's L4 service and
+    /// whether every proxy converged.
+    pub async fn round(
+        &mut self,
+        alloc: &Allocation,
+        services: &[Arc<Service>],
+        slices_by_svc: &BTreeMap<String, Vec<Arc<EndpointSlice>>>,
+    ) -> (Vec<(SvcSpec, Vec<SliceIn>)>, bool) {
+        let gateways = self.our_gateways();
+        if !self.recovered {
+            // Once, after a start or a change of leader: the ports the proxies serve now (every
+            // proxy gets the same configuration, so any that answers has them; one that does
+            // not gets the configuration made here when it is back).
+            for p in &self.proxies {
+                match p.ports().await {
+                    Ok(m) => {
+                        for (k, port) in m {
+                            self.ports.entry(k).or_insert(port);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot read a proxy's listeners"),
+                }
+            }
+            self.recovered = true;
+        }
+        self.assign_ports(&gateways);
+        let world = self.world(services, slices_by_svc);
+        let ins: Vec<GatewayIn> = gateways
+            .iter()
+            .map(|g| {
+                let k = key(g.as_ref());
+                let address = match alloc.services.get(&ipam_key(&k)) {
+                    Some(Outcome::Assigned { ip, .. }) => Ok(*ip),
+                    Some(Outcome::Failed { reason, message }) => Err(format!("{reason}: {message}")),
+                    None => Err("no address yet".into()),
+                };
+                GatewayIn { gw: g.as_ref(), key: k, address }
+            })
+            .collect();
+        let http = self.http.state();
+        let grpc = self.grpc.state();
+        let mut routes: Vec<RouteIn> = Vec::new();
+        for r in &http {
+            routes.push(RouteIn {
+                kind: translate::HTTP_ROUTE,
+                namespace: r.namespace().unwrap_or_default(),
+                name: r.name_any(),
+                created: r.meta().creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+                parent_refs: &r.spec.parent_refs,
+                hostnames: &r.spec.hostnames,
+                rules: translate::http_rules(&r.spec.rules),
+            });
+        }
+        for r in &grpc {
+            routes.push(RouteIn {
+                kind: translate::GRPC_ROUTE,
+                namespace: r.namespace().unwrap_or_default(),
+                name: r.name_any(),
+                created: r.meta().creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+                parent_refs: &r.spec.parent_refs,
+                hostnames: &r.spec.hostnames,
+                rules: translate::grpc_rules(&r.spec.rules),
+            });
+        }
+        let out = translate::translate(&ins, &routes, &world);
+        let text = out.proxy_toml(&self.base, self.cfg.listen);
+        let mut ok = true;
+        let results = futures::future::join_all(self.proxies.iter_mut().map(|p| {
+            let text = &text;
+            async move { (p.cfg.name.clone(), p.converge(text).await) }
+        }))
+        .await;
+        for (name, r) in results {
+            match r {
+                Ok(true) => tracing::info!(proxy = %name, "configuration pushed"),
+                Ok(false) => {}
+                Err(e) => {
+                    ok = false;
+                    tracing::warn!(proxy = %name, error = %e, "cannot program the proxy; retrying");
+                }
+            }
+        }
+        // Conditions: classes, Gateways, routes.
+        for c in self.our_classes().values() {
+            self.class_status(c).await;
+        }
+        for g in &gateways {
+            if let Some(st) = out.gateways.get(&key(g.as_ref())) {
+                self.gateway_status(g, st).await;
+            }
+        }
+        for r in &http {
+            self.route_status::<HttpRoute>(r.as_ref(), r.status.as_ref(), r.metadata.generation, out.route_status.get(&(translate::HTTP_ROUTE, key(r.as_ref())))).await;
+        }
+        for r in &grpc {
+            self.route_status::<GrpcRoute>(r.as_ref(), r.status.as_ref(), r.metadata.generation, out.route_status.get(&(translate::GRPC_ROUTE, key(r.as_ref())))).await;
+        }
+        (self.l4(&gateways, &out, alloc), ok)
+    }
+
+    /// A proxy port for every served listener port; freed when its Gateway or port goes.
+    fn assign_ports(&mut self, gateways: &[Arc<Gateway>]) {
+        let want: BTreeSet<(String, u16)> = gateways.iter().flat_map(|g| listeners_served(&g.spec.listeners).into_iter().map(move |p| (key(g.as_ref()), p))).collect();
+        self.ports.retain(|k, _| want.contains(k));
+        let (first, last) = self.cfg.port_range().unwrap_or((30000, 30999));
+        let mut used: BTreeSet<u16> = self.ports.values().copied().collect();
+        for k in want {
+            if self.ports.contains_key(&k) {
+                continue;
+            }
+            match (first..=last).find(|p| !used.contains(p)) {
+                Some(p) => {
+                    used.insert(p);
+                    self.ports.insert(k, p);
+                }
+                None => tracing::warn!(gateway = %k.0, port = k.1, "no proxy port left in gateway.ports"),
+            }
+        }
+    }
+
+    fn world(&self, services: &[Arc<Service>], slices_by_svc: &BTreeMap<String, Vec<Arc<EndpointSlice>>>) -> World {
+        let mut w = World { proxy_ports: self.ports.clone(), ..World::default() };
+        for s in services {
+            let k = key(s.as_ref());
+            let ports = s.spec.as_ref().and_then(|sp| sp.ports.clone()).unwrap_or_default();
+            let tcp: Vec<_> = ports.iter().filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP").collect();
+            w.services.insert(k.clone(), tcp.iter().filter_map(|p| u16::try_from(p.port).ok()).collect());
+            for p in tcp {
+                let Ok(port) = u16::try_from(p.port) else { continue };
+                let name = p.name.clone().unwrap_or_default();
+                let mut eps = Vec::new();
+                for sl in slices_by_svc.get(&k).into_iter().flatten() {
+                    let Some(target) = sl.ports.iter().flatten().find(|sp| sp.name.clone().unwrap_or_default() == name).and_then(|sp| sp.port).and_then(|p| u16::try_from(p).ok())
+                    else {
+                        continue;
+                    };
+                    for e in &sl.endpoints {
+                        if e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true) {
+                            eps.extend(e.addresses.iter().filter_map(|a| a.parse::<IpAddr>().ok()).map(|a| SocketAddr::new(a, target)));
+                        }
+                    }
+                }
+                eps.sort();
+                eps.dedup();
+                w.endpoints.insert((k.clone(), port), eps);
+            }
+        }
+        for s in self.secrets.state() {
+            w.secrets.insert(key(s.as_ref()), tls_pair(&s));
+        }
+        for n in self.namespaces.state() {
+            w.namespace_labels.insert(n.name_any(), n.labels().clone());
+        }
+        w
+    }
+
+    /// Each Gateway's L4 service: its address and served ports → every proxy at its port.
+    fn l4(&self, gateways: &[Arc<Gateway>], out: &Out, alloc: &Allocation) -> Vec<(SvcSpec, Vec<SliceIn>)> {
+        let mut v = Vec::new();
+        for g in gateways {
+            let k = key(g.as_ref());
+            let Some(Outcome::Assigned { ip, .. }) = alloc.services.get(&ipam_key(&k)) else { continue };
+            let Some(ports) = out.l4.get(&k).filter(|p| !p.is_empty()) else { continue };
+            let spec = SvcSpec {
+                key: ipam_key(&k),
+                ip: Some(*ip),
+                ports: ports.iter().map(|(lp, _)| PortIn { name: lp.to_string(), protocol: "TCP".into(), port: *lp }).collect(),
+                annotations: g.annotations().clone(),
+                client_ip_affinity: false,
+            };
+            let fam = if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+            let slice = SliceIn {
+                address_type: fam.into(),
+                ports: ports.iter().map(|(lp, pp)| (lp.to_string(), "TCP".to_string(), *pp)).collect(),
+                endpoints: self
+                    .proxies
+                    .iter()
+                    .filter(|p| p.cfg.address.is_ipv4() == ip.is_ipv4())
+                    .map(|p| EndpointIn { addrs: vec![p.cfg.address], ready: true, serving: true, terminating: false })
+                    .collect(),
+            };
+            v.push((spec, vec![slice]));
+        }
+        v
+    }
+
+    /// Forget what the proxies serve (after leadership changed hands): read them again.
+    pub fn invalidate(&mut self) {
+        for p in &mut self.proxies {
+            p.digest = None;
+        }
+        self.recovered = false;
+    }
+
+    async fn class_status(&self, c: &GatewayClass) {
+        let accepted = if c.spec.parameters_ref.is_some() {
+            Cond { type_: "Accepted", status: false, reason: "InvalidParameters".into(), message: "this controller takes no parameters".into() }
+        } else {
+            Cond { type_: "Accepted", status: true, reason: "Accepted".into(), message: String::new() }
+        };
+        let api: Api<GatewayClass> = Api::all(self.client.clone());
+        let old_conds = c.status.as_ref().map(|v| v["conditions"].clone()).unwrap_or_default();
+        let conds = conditions(&[accepted], c.metadata.generation, &old_conds);
+        if old_conds != conds {
+            let patch = json!({"status": {"conditions": conds}});
+            if let Err(e) = api.patch_status(&c.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                tracing::warn!(class = %c.name_any(), error = %e, "cannot write the status");
+            }
+        }
+    }
+
+    async fn gateway_status(&self, g: &Gateway, st: &translate::GatewayStatus) {
+        let old = g.status.clone().unwrap_or_default();
+        let gen = g.metadata.generation;
+        let listeners: Vec<serde_json::Value> = st
+            .listeners
+            .iter()
+            .map(|l| {
+                let old_l = old["listeners"].as_array().and_then(|a| a.iter().find(|x| x["name"] == l.name.as_str())).map(|x| x["conditions"].clone()).unwrap_or_default();
+                json!({
+                    "name": l.name,
+                    "supportedKinds": l.supported_kinds.iter().map(|k| json!({"group": GROUP, "kind": k})).collect::<Vec<_>>(),
+                    "attachedRoutes": l.attached_routes,
+                    "conditions": conditions(&l.conditions, gen, &old_l),
+                })
+            })
+            .collect();
+        let addresses: Vec<serde_json::Value> = st.address.iter().map(|a| json!({"type": "IPAddress", "value": a.to_string()})).collect();
+        let want = json!({"addresses": addresses, "conditions": conditions(&st.conditions, gen, &old["conditions"]), "listeners": listeners});
+        if same_status(&old, &want) {
+            return;
+        }
+        let api: Api<Gateway> = Api::namespaced(self.client.clone(), &g.namespace().unwrap_or_default());
+        if let Err(e) = api.patch_status(&g.name_any(), &PatchParams::default(), &Patch::Merge(&json!({"status": want}))).await {
+            tracing::warn!(gateway = %key(g), error = %e, "cannot write the status");
+        }
+    }
+
+    async fn route_status<K>(&self, r: &K, status: Option<&serde_json::Value>, gen: Option<i64>, ours: Option<&Vec<translate::ParentStatus>>)
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    {
+        let old = status.cloned().unwrap_or_default();
+        let old_parents = old["parents"].as_array().cloned().unwrap_or_default();
+        // Other controllers' entries stay; ours are replaced.
+        let mut parents: Vec<serde_json::Value> = old_parents.iter().filter(|p| p["controllerName"] != self.cfg.controller_name.as_str()).cloned().collect();
+        for (pr, conds) in ours.into_iter().flatten() {
+            let old_c = old_parents
+                .iter()
+                .find(|p| p["controllerName"] == self.cfg.controller_name.as_str() && parent_ref_json(pr, r.meta().namespace.as_deref()) == p["parentRef"])
+                .map(|p| p["conditions"].clone())
+                .unwrap_or_default();
+            parents.push(json!({
+                "parentRef": parent_ref_json(pr, r.meta().namespace.as_deref()),
+                "controllerName": self.cfg.controller_name,
+                "conditions": conditions(conds, gen, &old_c),
+            }));
+        }
+        if ours.is_none() && parents.len() == old_parents.len() {
+            return;
+        }
+        let want = json!({"parents": parents});
+        if same_status(&json!({"parents": old_parents}), &want) {
+            return;
+        }
+        let api: Api<K> = Api::namespaced(self.client.clone(), r.meta().namespace.as_deref().unwrap_or_default());
+        let name = r.meta().name.clone().unwrap_or_default();
+        if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": want}))).await {
+            tracing::warn!(route = %name, error = %e, "cannot write the status");
+        }
+    }
+}
+
+/// Listener ports this controller serves (HTTP, HTTPS; others are refused in the conditions).
+fn listeners_served(ls: &[Listener]) -> Vec<u16> {
+    let mut v: Vec<u16> = ls.iter().filter(|l| l.protocol == "HTTP" || l.protocol == "HTTPS").filter_map(|l| u16::try_from(l.port).ok()).filter(|p| *p > 0).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn key(o: &impl ResourceExt) -> String {
+    format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
+}
+
+fn parent_ref_json(p: &ObjectRef, route_ns: Option<&str>) -> serde_json::Value {
+    let mut v = json!({"group": p.group.clone().unwrap_or_else(|| GROUP.into()), "kind": p.kind.clone().unwrap_or_else(|| "Gateway".into()), "name": p.name,
+        "namespace": p.namespace.clone().unwrap_or_else(|| route_ns.unwrap_or_default().to_string())});
+    if let Some(s) = &p.section_name {
+        v["sectionName"] = json!(s);
+    }
+    if let Some(port) = p.port {
+        v["port"] = json!(port);
+    }
+    v
+}
+
+/// Conditions as the API stores them: a transition time kept while status and reason stay.
+fn conditions(cs: &[Cond], gen: Option<i64>, old: &serde_json::Value) -> serde_json::Value {
+    let now = k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()).to_string();
+    serde_json::Value::Array(
+        cs.iter()
+            .map(|c| {
+                let status = if c.status { "True" } else { "False" };
+                let prev = old.as_array().and_then(|a| a.iter().find(|o| o["type"] == c.type_));
+                let time = match prev {
+                    Some(p) if p["status"] == status && p["reason"] == c.reason.as_str() => p["lastTransitionTime"].as_str().unwrap_or(&now).to_string(),
+                    _ => now.clone(),
+                };
+                json!({"type": c.type_, "status": status, "reason": c.reason, "message": c.message, "observedGeneration": gen.unwrap_or(0), "lastTransitionTime": time})
+            })
+            .collect(),
+    )
+}
+
+/// Whether two statuses say the same (their conditions' times aside, which `conditions` keeps).
+fn same_status(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    a == b
+}
+
+/// A TLS Secret's chain and key, checked: both PEM, the key one the proxy can use, and the
+/// key the certificate's.
+fn tls_pair(s: &Secret) -> Result<(String, String), String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let data = s.data.as_ref().ok_or("no data")?;
+    let crt = data.get("tls.crt").ok_or("no tls.crt")?;
+    let key = data.get("tls.key").ok_or("no tls.key")?;
+    let crt = String::from_utf8(crt.0.clone()).map_err(|_| "tls.crt is not PEM text")?;
+    let key = String::from_utf8(key.0.clone()).map_err(|_| "tls.key is not PEM text")?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(crt.as_bytes()).collect::<Result<_, _>>().map_err(|e| format!("tls.crt: {e}"))?;
+    if chain.is_empty() {
+        return Err("tls.crt: no certificate".into());
+    }
+    let k = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| format!("tls.key: {e}"))?;
+    let provider = rustls::crypto::ring::default_provider();
+    rustls::sign::CertifiedKey::from_der(chain, k, &provider).map_err(|e| format!("tls.crt and tls.key: {e}"))?;
+    Ok((crt, key))
+}
