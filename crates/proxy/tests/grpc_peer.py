@@ -2,7 +2,7 @@
 """gRPC peers for the proxy's tests, from the `grpcio` package (not written here): a server and a
 client using generic handlers over raw bytes, so no generated code is needed.
 
-    grpc_peer.py server NAME PORT       serves test.Echo on 127.0.0.1:PORT (h2c)
+    grpc_peer.py server NAME PORT [ADDR] serves test.Echo on ADDR:PORT (h2c; ADDR 127.0.0.1)
     grpc_peer.py client ADDR CA HOST    runs every call through ADDR (TLS, CA, SNI HOST), prints JSON
 
 Methods of test.Echo:
@@ -19,7 +19,7 @@ from concurrent import futures
 import grpc
 
 
-def server(name, port):
+def server(name, port, addr="127.0.0.1"):
     def unary(req, ctx):
         return f"{name}:".encode() + req
 
@@ -55,7 +55,7 @@ def server(name, port):
     )
     s = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     s.add_generic_rpc_handlers((h,))
-    s.add_insecure_port(f"127.0.0.1:{port}")
+    s.add_insecure_port(f"{addr}:{port}")
     s.start()
     print("ready", flush=True)
     s.wait_for_termination()
@@ -104,6 +104,6 @@ def client(addr, ca, host):
 
 if __name__ == "__main__":
     if sys.argv[1] == "server":
-        server(sys.argv[2], int(sys.argv[3]))
+        server(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])
     else:
         client(sys.argv[2], sys.argv[3], sys.argv[4])

@@ -696,6 +696,53 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
     let https = curl_from(&topo, &["--cacert", crt.to_str().unwrap(), "--resolve", &format!("shop.example:443:{ip}"), "https://shop.example/app"]);
     assert_eq!(https, (200, "shop".into()), "HTTPS with the Secret's certificate");
 
+    // gRPC: a GRPCRoute on the HTTPS listener to a Service whose endpoints are two gRPC servers
+    // (grpcio, in the other backends' namespaces; a Service without selector and its own
+    // EndpointSlice), called by grpcio's client through the Gateway.
+    let peer = repo().join("crates/proxy/tests/grpc_peer.py");
+    let mut servers = Vec::new();
+    for (i, ns) in [(2, "be2"), (3, "be3")] {
+        let c = topo
+            .cmd(ns, &["env", "PYTHONPATH=/opt/vectorlb/pylib", "python3", peer.to_str().unwrap(), "server", &format!("echo{i}"), "50051", &format!("10.1.0.1{i}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        servers.push(Kill(c));
+    }
+    for s in &mut servers {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(s.0.stdout.as_mut().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "the gRPC server did not start");
+    }
+    cp.apply(&[
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": "default"}, "spec": {"ports": [{"name": "grpc", "port": 50051, "targetPort": 50051}]}}),
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "echo-1", "namespace": "default",
+            "labels": {"kubernetes.io/service-name": "echo", "endpointslice.kubernetes.io/managed-by": "vectorlb-test"}},
+            "addressType": "IPv4", "ports": [{"name": "grpc", "port": 50051, "protocol": "TCP"}],
+            "endpoints": [{"addresses": ["10.1.0.12"], "conditions": {"ready": true}}, {"addresses": ["10.1.0.13"], "conditions": {"ready": true}}]}),
+        json!({"apiVersion": gw, "kind": "GRPCRoute", "metadata": {"name": "echo", "namespace": "default"}, "spec": {"parentRefs": [{"name": "web", "sectionName": "https"}],
+            "rules": [{"matches": [{"method": {"service": "test.Echo"}}], "backendRefs": [{"name": "echo", "port": 50051}]}]}}),
+    ])
+    .unwrap();
+    let grpc_route = |t: &str| {
+        let r = cp.get(&["-n", "default", "grpcroute", "echo"]);
+        condition(&r["status"]["parents"][0]["conditions"], t)
+    };
+    wait_for(Duration::from_secs(10), "the GRPCRoute accepted", || grpc_route("Accepted").filter(|c| c.0 == "True"));
+    assert_eq!(grpc_route("ResolvedRefs"), Some(("True".into(), "ResolvedRefs".into())));
+    let o = topo.run("cl", &["env", "PYTHONPATH=/opt/vectorlb/pylib", "python3", peer.to_str().unwrap(), "client", &format!("{ip}:443"), crt.to_str().unwrap(), "shop.example"]);
+    let out = stdout(&o);
+    let g: Value = serde_json::from_str(out.lines().last().unwrap_or("{}")).unwrap_or_else(|_| panic!("grpc client: {out} {}", String::from_utf8_lossy(&o.stderr)));
+    let backends = g["unary_backends"].as_object().unwrap_or_else(|| panic!("{g}"));
+    assert_eq!(backends.len(), 2, "unary calls over both servers: {g}");
+    assert_eq!(backends.values().map(|v| v.as_u64().unwrap()).sum::<u64>(), 300, "{g}");
+    assert_eq!(g["server_stream"].as_array().map(|a| a.len()), Some(5), "{g}");
+    assert_eq!(g["bidi"].as_array().map(|a| a.len()), Some(4), "{g}");
+    assert_eq!(g["deadline"], "DEADLINE_EXCEEDED", "{g}");
+    assert_eq!((g["fail"].as_str(), g["fail_trailers"]["x-why"].as_str()), (Some("NOT_FOUND"), Some("because")), "{g}");
+    assert_eq!(g["unimplemented"], "UNIMPLEMENTED", "a service no route takes: {g}");
+
     // A change of weights under load: reloaded without failing a request, then all to v2.
     let l = load(&topo, &format!("{ip}/app"), 6.0);
     std::thread::sleep(Duration::from_secs(2));
@@ -708,6 +755,6 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
     });
     println!(
         "{}",
-        json!({"kubernetes": {"event": "gateway", "address_after_apply_s": address_s, "served_after_apply_s": served_s, "split_v1_v2": [v1, v2], "reload_under_load_requests": r["requests"], "reload_under_load_errors": r["errors"]}})
+        json!({"kubernetes": {"event": "gateway", "address_after_apply_s": address_s, "served_after_apply_s": served_s, "split_v1_v2": [v1, v2], "grpc_unary_by_backend": backends, "reload_under_load_requests": r["requests"], "reload_under_load_errors": r["errors"]}})
     );
 }
