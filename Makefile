@@ -39,10 +39,12 @@ k8s-bins:
 	@bash scripts/k8s-bins.sh
 
 # `vectorlb kube` against that control plane: a Deployment and a LoadBalancer Service through
-# the daemon, scaling, a Pod deleted and the controller restarted under load, bad input.
-# Ends with KUBERNETES OK (root; ~1 min once built).
+# the daemon, scaling, a Pod deleted and the controller restarted under load, bad input; then a
+# Gateway with HTTPRoutes and a GRPCRoute on vectorlb proxy behind the daemon.
+# Ends with KUBERNETES OK (root; ~2 min once built).
 demo-kubernetes: build k8s-bins
-	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes services_endpoints -- --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
+	@bash scripts/gateway-crds.sh >/dev/null
+	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes -- services_endpoints gateway_api --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
 
 # Apply to first request over 100 Services; 1,000 Services and 20,000 endpoints programmed at
 # once, the controller's memory (bench/results/kubernetes.jsonl).

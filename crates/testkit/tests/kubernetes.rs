@@ -662,6 +662,7 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
     });
     let address_s = t.elapsed().as_secs_f64();
     assert!(ip.starts_with("10.0.0.1"), "{ip} is from the pool");
+    eprintln!("== kubectl apply: GatewayClass, Gateway web (HTTP, HTTPS, a broken Secret), 2 HTTPRoutes: Gateway Programmed at {ip} after {address_s:.2} s");
     let g = cp.get(&["-n", "default", "gateway", "web"]);
     assert_eq!(condition(&g["status"]["conditions"], "Accepted"), Some(("True".into(), "Accepted".into())), "{g}");
     let listener = |n: &str| g["status"]["listeners"].as_array().unwrap().iter().find(|l| l["name"] == n).unwrap().clone();
@@ -690,6 +691,7 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
     assert_eq!(v1 + v2, 400, "{split:?}");
     assert!((250..=350).contains(&v1), "3:1 over 400 requests: v1 {v1}, v2 {v2}");
     let served_s = t.elapsed().as_secs_f64();
+    eprintln!("== through the daemon to vectorlb proxy: /app split v1 {v1} : v2 {v2} (weights 3:1), served {served_s:.2} s after the apply");
     assert_eq!(curl_from(&topo, &[&format!("http://{ip}/app")]), (200, "shop".into()), "the response header modifier");
     assert_eq!(curl_from(&topo, &[&format!("http://{ip}/other")]).0, 404);
     assert_eq!(curl_from(&topo, &["-H", "Host: dangling.example", &format!("http://{ip}/")]).0, 500, "a missing backend answers 500");
@@ -742,6 +744,7 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
     assert_eq!(g["deadline"], "DEADLINE_EXCEEDED", "{g}");
     assert_eq!((g["fail"].as_str(), g["fail_trailers"]["x-why"].as_str()), (Some("NOT_FOUND"), Some("because")), "{g}");
     assert_eq!(g["unimplemented"], "UNIMPLEMENTED", "a service no route takes: {g}");
+    eprintln!("== GRPCRoute over HTTPS: 300 unary calls by server {backends:?}, streams, deadline, error trailers");
 
     // A change of weights under load: reloaded without failing a request, then all to v2.
     let l = load(&topo, &format!("{ip}/app"), 6.0);
