@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-two-tier demo-kubernetes bench-kubernetes k8s-bins attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean
+.PHONY: all setup build install demo demo-two-tier demo-kubernetes bench-kubernetes k8s-bins attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -45,6 +45,11 @@ k8s-bins:
 demo-kubernetes: build k8s-bins
 	@bash scripts/gateway-crds.sh >/dev/null
 	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes -- services_endpoints gateway_api --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
+
+# vectorlb's container image from the release binaries, without a base image: an OCI layout
+# in target/vectorlb-image.tar (ctr images import, podman load). See docs/kubernetes.md.
+image: build
+	@bash deploy/kubernetes/image/build.sh
 
 # Apply to first request over 100 Services; 1,000 Services and 20,000 endpoints programmed at
 # once, the controller's memory (bench/results/kubernetes.jsonl).
