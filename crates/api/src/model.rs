@@ -233,8 +233,65 @@ pub struct NewService {
     /// SYN proxy: off (default), on, auto (tcp nat and fnat only).
     #[serde(default)]
     pub synproxy: Option<SynProxyName>,
+    /// The backends' health check (none: every backend is taken as up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthCheck>,
     #[serde(default)]
     pub backends: Vec<NewBackend>,
+}
+
+/// A service's health check, as `[services.health]` in the file (docs/configuration.md); the
+/// API takes no `exec` checks (it would run commands for its callers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheck {
+    pub kind: HealthKind,
+    /// Milliseconds between checks of a backend (default 2000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u32>,
+    /// Milliseconds a check may take (default the interval, at most 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u32>,
+    /// Successes in a row that bring a backend up (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rise: Option<u32>,
+    /// Failures in a row that take it down (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fall: Option<u32>,
+    /// The port checked (default the backend's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// http, https: the path asked for (default /), the Host sent, the status expected (200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_status: Option<u16>,
+    /// udp: the datagram sent, and what the answer must contain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<String>,
+    /// A failed backend's sessions: keep (default) or reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_down: Option<OnDownName>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthKind {
+    Tcp,
+    Http,
+    Https,
+    Udp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDownName {
+    Keep,
+    Reset,
 }
 
 /// Changes to a service; absent fields stay as they are.
@@ -253,9 +310,9 @@ pub struct ServicePatch {
     pub synproxy: Option<SynProxyName>,
 }
 
-/// When SYNs are answered with SYN cookies: never, always, or while a core holds many
-/// half-open sessions.
 /// One change of a batch (`POST /v1/batch`).
+// Ops travel in a Vec built once per request: the Delete variant's unused room is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
 pub enum BatchOp {
@@ -298,6 +355,8 @@ pub struct BatchDone {
 /// The most operations one batch may carry.
 pub const MAX_BATCH: usize = 100_000;
 
+/// When SYNs are answered with SYN cookies: never, always, or while a core holds many
+/// half-open sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SynProxyName {
@@ -465,6 +524,9 @@ pub struct ServiceStatus {
     pub toa: bool,
     pub synproxy: SynProxyName,
     pub timeouts: ServiceTimeouts,
+    /// Its health check (an `exec` check from the file is not shown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthCheck>,
     pub backends: Vec<BackendStatus>,
     pub stats: ServiceStats,
 }

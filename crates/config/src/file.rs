@@ -248,34 +248,35 @@ pub(crate) struct RawHa {
     pub(crate) max_rate: Option<u32>,
 }
 
-#[derive(Deserialize, Serialize)]
+/// A health check as the file (and the control API) gives it, before it is checked.
+#[derive(Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawHealth {
-    pub(crate) kind: String,
+pub struct RawHealth {
+    pub kind: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) interval: Option<f64>,
+    pub interval: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) timeout: Option<f64>,
+    pub timeout: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) rise: Option<u32>,
+    pub rise: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) fall: Option<u32>,
+    pub fall: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) port: Option<u16>,
+    pub port: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) path: Option<String>,
+    pub path: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) host: Option<String>,
+    pub host: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) expect_status: Option<u16>,
+    pub expect_status: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) send: Option<String>,
+    pub send: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) expect: Option<String>,
+    pub expect: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) command: Option<String>,
+    pub command: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) on_down: Option<String>,
+    pub on_down: Option<String>,
 }
 
 #[derive(Deserialize, Serialize)]

@@ -46,7 +46,8 @@ pub struct HealthSpec {
     pub on_down: OnDown,
 }
 
-pub(crate) fn health_spec(f: &str, h: &RawHealth, protocol: u8) -> Result<HealthSpec, Error> {
+/// Checks a health check (`f` names it in errors) for a service of `protocol`.
+pub fn health_spec(f: &str, h: &RawHealth, protocol: u8) -> Result<HealthSpec, Error> {
     let only = |what: &str, set: bool, kinds: &str| -> Result<(), Error> {
         if set {
             bail!("{f}.{what}: only for kind {kinds}");
@@ -115,7 +116,8 @@ pub(crate) fn health_spec(f: &str, h: &RawHealth, protocol: u8) -> Result<Health
     Ok(HealthSpec { kind, interval, timeout, rise, fall, port: h.port.unwrap_or(0), on_down })
 }
 
-pub(crate) fn raw_health(h: &HealthSpec) -> RawHealth {
+/// A checked health check as the file writes it.
+pub fn raw_health(h: &HealthSpec) -> RawHealth {
     let mut r = RawHealth {
         kind: String::new(),
         interval: Some(h.interval as f64 / 1000.0),

@@ -18,8 +18,9 @@ mod values;
 
 pub use bgp::{BgpNeighbor, BgpSpec};
 pub use error::Error;
+pub use file::RawHealth;
 pub use ha::SyncSpec;
-pub use health::{CheckKind, HealthSpec, OnDown};
+pub use health::{health_spec, raw_health, CheckKind, HealthSpec, OnDown};
 pub use memif::MemifSpec;
 pub use queue_sets::{service_name, QueueSetSpec, RateSpec, MAX_BURST_MS};
 pub use runtime::{Engine, Runtime, DEFAULT_API, DEFAULT_DMA_THRESHOLD, DEFAULT_EAL};
@@ -27,7 +28,6 @@ pub use values::prefix;
 
 use error::{bail, number_terms};
 use file::*;
-use health::raw_health;
 use std::path::Path;
 use vectorlb_lb::{LbSpec, Mode, SynProxy, Timeouts};
 use vectorlb_packet::proto;

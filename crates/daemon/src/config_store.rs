@@ -128,7 +128,11 @@ impl ConfigStore {
             self.flows.sync(&self.queue_sets.load());
         }
         self.sync_xdp(cur);
-        self.health.reconcile(cur);
+        // A down backend whose check went (or changed: a new check starts up) is up again:
+        // published once more, without its weight 0 (the newer generation is returned).
+        if self.health.reconcile(cur) {
+            return Ok(self.control.apply(&self.published(cur))?);
+        }
         Ok(g)
     }
 

@@ -94,6 +94,58 @@ fn service_index(c: &Config, k: &ServiceKey) -> Result<usize, ApiError> {
     c.spec.services.iter().position(|s| s.proto == p && s.vip == k.vip && s.port == k.port).ok_or_else(|| ApiError::NotFound(format!("no {k}")))
 }
 
+/// The API's health check as the file's, checked as the file's is.
+fn health_spec_of(h: &HealthCheck, protocol: u8) -> Result<vectorlb_config::HealthSpec, ApiError> {
+    let raw = vectorlb_config::RawHealth {
+        kind: match h.kind {
+            HealthKind::Tcp => "tcp",
+            HealthKind::Http => "http",
+            HealthKind::Https => "https",
+            HealthKind::Udp => "udp",
+        }
+        .into(),
+        interval: h.interval_ms.map(|ms| f64::from(ms) / 1000.0),
+        timeout: h.timeout_ms.map(|ms| f64::from(ms) / 1000.0),
+        rise: h.rise,
+        fall: h.fall,
+        port: h.port,
+        path: h.path.clone(),
+        host: h.host.clone(),
+        expect_status: h.expect_status,
+        send: h.send.clone(),
+        expect: h.expect.clone(),
+        command: None,
+        on_down: h.on_down.map(|o| if o == OnDownName::Reset { "reset" } else { "keep" }.into()),
+    };
+    vectorlb_config::health_spec("health", &raw, protocol).map_err(|e| ApiError::Unprocessable(e.to_string()))
+}
+
+/// A health check as the API shows it (none for an `exec` check from the file).
+fn health_check_of(h: &vectorlb_config::HealthSpec) -> Option<HealthCheck> {
+    let r = vectorlb_config::raw_health(h);
+    let kind = match r.kind.as_str() {
+        "tcp" => HealthKind::Tcp,
+        "http" => HealthKind::Http,
+        "https" => HealthKind::Https,
+        "udp" => HealthKind::Udp,
+        _ => return None,
+    };
+    Some(HealthCheck {
+        kind,
+        interval_ms: Some(h.interval),
+        timeout_ms: Some(h.timeout),
+        rise: Some(h.rise),
+        fall: Some(h.fall),
+        port: (h.port != 0).then_some(h.port),
+        path: r.path,
+        host: r.host,
+        expect_status: r.expect_status,
+        send: r.send,
+        expect: r.expect,
+        on_down: Some(if h.on_down == vectorlb_config::OnDown::Reset { OnDownName::Reset } else { OnDownName::Keep }),
+    })
+}
+
 /// A service of the API as the configuration holds it (validated as one from the file is when
 /// the edit is applied).
 fn new_service_spec(c: &Config, s: &NewService) -> Result<ServiceSpec, ApiError> {
@@ -231,10 +283,11 @@ impl LbControl for Daemon {
     fn services(&self) -> Vec<ServiceStatus> {
         let snap = self.config.control.snapshot();
         let t = self.workers.totals();
-        let services = self.config.with(|c| c.spec.services.clone());
+        let (services, checks) = self.config.with(|c| (c.spec.services.clone(), c.health.clone()));
         services
             .iter()
-            .map(|s| {
+            .enumerate()
+            .map(|(i, s)| {
                 let id = snap.lookup_service(key(s.vip), s.port, s.proto);
                 let sk = (s.proto, s.vip, s.port);
                 let sc = id.and_then(|i| t.counters.services.get(i as usize)).copied().unwrap_or_default();
@@ -290,6 +343,7 @@ impl LbControl for Daemon {
                             udp: secs(t.udp),
                         }
                     },
+                    health: checks.get(i).cloned().flatten().and_then(|h| health_check_of(&h)),
                     backends,
                     stats: ServiceStats {
                         packets: sc.packets,
@@ -310,8 +364,9 @@ impl LbControl for Daemon {
                 return Err(ApiError::Conflict(format!("exists: {key} is already defined")));
             }
             let spec = new_service_spec(c, &s)?;
+            let health = s.health.as_ref().map(|h| health_spec_of(h, Proto::number(s.proto))).transpose()?;
             c.spec.services.push(spec);
-            c.health.push(None);
+            c.health.push(health);
             Ok(())
         })
     }
@@ -323,12 +378,19 @@ impl LbControl for Daemon {
                 match op {
                     BatchOp::Put(s) => {
                         let spec = new_service_spec(c, s).map_err(at)?;
+                        let health = s.health.as_ref().map(|h| health_spec_of(h, Proto::number(s.proto))).transpose().map_err(at)?;
                         match service_index(c, &ServiceKey { proto: s.proto, vip: s.vip, port: s.port }) {
-                            // Replaced in place: its health check (from the file) stays.
-                            Ok(j) => c.spec.services[j] = spec,
+                            // Replaced in place, its health check with it (none: no check).
+                            Ok(j) => {
+                                c.spec.services[j] = spec;
+                                if c.health.len() <= j {
+                                    c.health.resize(j + 1, None);
+                                }
+                                c.health[j] = health;
+                            }
                             Err(_) => {
                                 c.spec.services.push(spec);
-                                c.health.push(None);
+                                c.health.push(health);
                             }
                         }
                     }

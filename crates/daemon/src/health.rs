@@ -103,7 +103,9 @@ impl Health {
     }
 
     /// Starts checks for new targets, restarts changed ones, stops the ones that went.
-    pub fn reconcile(self: &Arc<Self>, c: &Config) {
+    /// Returns whether a backend that was down lost its check (removed, or replaced by another
+    /// check, which starts up): then what is published must be made again.
+    pub fn reconcile(self: &Arc<Self>, c: &Config) -> bool {
         let mut want: HashMap<Target, HealthSpec> = HashMap::new();
         for (i, s) in c.spec.services.iter().enumerate() {
             let Some(Some(h)) = c.health.get(i) else { continue };
@@ -113,11 +115,12 @@ impl Health {
         }
         let mut runners = lock(&self.runners);
         let mut states = lock(&self.states);
+        let mut was_down = false;
         runners.retain(|t, r| {
             let keep = want.get(t) == Some(&r.spec);
             if !keep {
                 r.task.abort();
-                states.remove(t);
+                was_down |= states.remove(t).is_some_and(|s| !s.up);
             }
             keep
         });
@@ -130,6 +133,7 @@ impl Health {
             let task = self.rt.spawn(me.clone().run(t, spec.clone()));
             runners.insert(t, Runner { spec, task });
         }
+        was_down
     }
 
     pub fn stop_all(&self) {

@@ -8,7 +8,7 @@
 use crate::ipam::Family;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use vectorlb_api::model::{ModeName, NewBackend, NewService, Proto, SchedulerName, SynProxyName};
+use vectorlb_api::model::{HealthCheck, HealthKind, ModeName, NewBackend, NewService, OnDownName, Proto, SchedulerName, SynProxyName};
 
 /// Annotation prefix of the controller's Service annotations.
 pub const ANN: &str = "vectorlb.io/";
@@ -59,11 +59,58 @@ pub struct Problem {
 }
 
 /// The settings the annotations choose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub mode: ModeName,
     pub scheduler: SchedulerName,
     pub synproxy: SynProxyName,
+    /// The backends' health check (TCP ports), written out whole as the daemon shows it.
+    pub health: Option<HealthCheck>,
+}
+
+/// `vectorlb.io/health-check` (`tcp`, `http`, `https`, optionally `:/path`) and
+/// `vectorlb.io/health-interval` (seconds, default 2): the check with every default written
+/// out, as the daemon's `GET /v1/services` shows it (so that an unchanged check is not sent
+/// again).
+fn health_check(kind: &str, interval: Option<&str>) -> Result<HealthCheck, String> {
+    let (k, path) = match kind.split_once(':') {
+        Some((k, p)) => (k.to_ascii_lowercase(), Some(p)),
+        None => (kind.to_ascii_lowercase(), None),
+    };
+    let kind = match k.as_str() {
+        "tcp" if path.is_none() => HealthKind::Tcp,
+        "http" => HealthKind::Http,
+        "https" => HealthKind::Https,
+        _ => return Err(format!("{ANN}health-check: '{kind}' is not tcp, http[:/PATH] or https[:/PATH]; no health check")),
+    };
+    let path = match (kind, path) {
+        (HealthKind::Tcp, _) => None,
+        (_, None) => Some("/".to_string()),
+        (_, Some(p)) if p.starts_with('/') && !p.contains(char::is_whitespace) && p.len() <= 1024 => Some(p.to_string()),
+        (_, Some(p)) => return Err(format!("{ANN}health-check: path '{p}' must start with / and hold no spaces; no health check")),
+    };
+    let interval_ms = match interval {
+        None => 2000,
+        Some(v) => match v.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && (0.05..=3600.0).contains(&x) => (x * 1000.0).round() as u32,
+            _ => return Err(format!("{ANN}health-interval: '{v}' is not a number of seconds in 0.05..=3600; no health check")),
+        },
+    };
+    let http = kind != HealthKind::Tcp;
+    Ok(HealthCheck {
+        kind,
+        interval_ms: Some(interval_ms),
+        timeout_ms: Some(interval_ms.min(1000)),
+        rise: Some(2),
+        fall: Some(3),
+        port: None,
+        path,
+        host: None,
+        expect_status: http.then_some(200),
+        send: None,
+        expect: None,
+        on_down: Some(OnDownName::Keep),
+    })
 }
 
 fn parse_settings(s: &SvcSpec, problems: &mut Vec<Problem>) -> Settings {
@@ -110,7 +157,17 @@ fn parse_settings(s: &SvcSpec, problems: &mut Vec<Problem>) -> Settings {
             SynProxyName::Off
         }
     };
-    Settings { mode, scheduler, synproxy }
+    let health = match s.annotations.get(&format!("{ANN}health-check")).map(|v| v.trim().to_string()) {
+        None => None,
+        Some(k) => match health_check(&k, s.annotations.get(&format!("{ANN}health-interval")).map(String::as_str)) {
+            Ok(h) => Some(h),
+            Err(message) => {
+                problems.push(Problem { reason: "InvalidAnnotation", message });
+                None
+            }
+        },
+    };
+    Settings { mode, scheduler, synproxy, health }
 }
 
 /// A daemon's part in the specs: its local addresses for full NAT.
@@ -188,6 +245,7 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
             peer_local_addrs: peer_laddrs.clone(),
             toa: false,
             synproxy: Some(synproxy),
+            health: if proto == Proto::Tcp { set.health.clone() } else { None },
             backends,
         });
     }
@@ -272,5 +330,24 @@ mod tests {
         assert!(specs.is_empty(), "full NAT without a local address programs nothing");
         assert!(problems.iter().any(|p| p.reason == "NoLocalAddress"));
         assert!(problems.iter().any(|p| p.message.contains("'bogus'")));
+    }
+
+    #[test]
+    fn health_check_annotations() {
+        let mut s = svc(&[("http", "TCP", 80), ("dns", "UDP", 53)]);
+        s.annotations.insert("vectorlb.io/health-check".into(), "HTTP:/Healthz".into());
+        s.annotations.insert("vectorlb.io/health-interval".into(), "0.5".into());
+        let (specs, problems) = build(&s, &[], &daemon());
+        let h = specs.iter().find(|x| x.proto == Proto::Tcp).and_then(|x| x.health.clone()).expect("a check on the TCP port");
+        assert_eq!((h.kind, h.path.as_deref(), h.interval_ms, h.timeout_ms, h.expect_status), (HealthKind::Http, Some("/Healthz"), Some(500), Some(500), Some(200)));
+        assert!(specs.iter().find(|x| x.proto == Proto::Udp).is_some_and(|x| x.health.is_none()), "UDP ports are not checked by TCP or HTTP");
+        assert!(!problems.iter().any(|p| p.reason == "InvalidAnnotation"), "{problems:?}");
+        for (k, v, want) in [("health-check", "icmp", "is not tcp"), ("health-check", "http:healthz", "must start with /"), ("health-interval", "0", "0.05..=3600")] {
+            let mut s = s.clone();
+            s.annotations.insert(format!("vectorlb.io/{k}"), v.into());
+            let (specs, problems) = build(&s, &[], &daemon());
+            assert!(specs.iter().all(|x| x.health.is_none()), "{k}={v}");
+            assert!(problems.iter().any(|p| p.reason == "InvalidAnnotation" && p.message.contains(want)), "{k}={v}: {problems:?}");
+        }
     }
 }

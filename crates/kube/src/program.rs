@@ -109,6 +109,7 @@ impl Daemon {
                 peer_local_addrs: s.peer_local_addrs.iter().filter_map(|a| a.parse().ok()).collect(),
                 toa: s.toa,
                 synproxy: Some(s.synproxy),
+                health: s.health.clone(),
                 backends,
             };
             m.insert(key_of(&n), n);
@@ -214,7 +215,7 @@ impl Daemon {
 }
 
 /// Whether the daemon's service `h` is what `d` asks for (an unset table size is the daemon's
-/// choice; backends in any order).
+/// choice; backends in any order; health checks written out whole on both sides).
 pub fn same(d: &NewService, h: &NewService) -> bool {
     let mut a = d.backends.clone();
     a.sort_by_key(|b| (b.addr, b.port));
@@ -230,5 +231,6 @@ pub fn same(d: &NewService, h: &NewService) -> bool {
         && sorted(&d.peer_local_addrs) == sorted(&h.peer_local_addrs)
         && d.toa == h.toa
         && d.synproxy.unwrap_or(SynProxyName::Off) == h.synproxy.unwrap_or(SynProxyName::Off)
+        && d.health == h.health
         && a == h.backends
 }

@@ -425,6 +425,20 @@ fn survives_garbage_packets_api_abuse_and_dead_backend() {
         t.call("POST", "/v1/batch", Some(&json!({"ops": [{"put": {"vip": "10.0.0.201", "port": 80, "backends": [{"addr": "10.1.0.11", "port": 80, "weight": 7000000}]}}]})));
     assert_eq!(s, 400);
     assert!(v["error"].as_str().unwrap().starts_with("ops[0].put.backends[0].weight"), "{v}");
+    // Health checks through the API: no commands for callers, and the file's bounds.
+    let put_health =
+        |h: serde_json::Value| t.call("POST", "/v1/batch", Some(&json!({"ops": [{"put": {"vip": "10.0.0.201", "port": 80, "local_addrs": ["10.1.0.200"], "health": h}}]})));
+    let (s, v) = put_health(json!({"kind": "exec", "command": "touch /tmp/owned"}));
+    assert_eq!(s, 400, "an exec check through the API: {v}");
+    assert!(v["error"].as_str().unwrap().starts_with("ops[0].put.health"), "{v}");
+    let (s, v) = put_health(json!({"kind": "http", "interval_ms": 1, "path": "/x"}));
+    assert_eq!(s, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("health.interval"), "{v}");
+    let (s, v) = put_health(json!({"kind": "tcp", "path": "/x"}));
+    assert_eq!(s, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("health.path: only for kind http"), "{v}");
+    assert!(!std::path::Path::new("/tmp/owned").exists());
+    assert_eq!(config_text(&t), before, "refused checks changed nothing");
     // Put then put again (replaced in place), delete twice (absent is no error): one generation each.
     let g0 = t.get("/v1/health")["generation"].as_u64().unwrap();
     let (s, v) = t.call(

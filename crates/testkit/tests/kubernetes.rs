@@ -283,6 +283,36 @@ fn services_endpoints_and_pools_program_the_daemon() {
     assert_eq!(address(&cp, "web").as_deref(), Some(ip.as_str()));
 
     eprintln!("== bad input (address outside every pool, no endpoints, address in use, overlapping pool, SCTP): each has its Event; web still serves at {}", ip);
+    // Health checks by annotation: HTTPS against nginx's plain HTTP fails (every backend down),
+    // then HTTP succeeds (every backend up, serving again).
+    let states = |want: &str| {
+        let s = on_daemon(&ip);
+        let b = s["backends"].as_array().cloned().unwrap_or_default();
+        (b.len() == 3 && b.iter().all(|x| x["health"]["state"] == want)).then_some(s)
+    };
+    cp.k(&["-n", "default", "annotate", "--overwrite", "service", "web", "vectorlb.io/health-check=https", "vectorlb.io/health-interval=0.2"]);
+    let t_h = Instant::now();
+    let s = loop {
+        if let Some(s) = states("down") {
+            break s;
+        }
+        assert!(t_h.elapsed() < Duration::from_secs(15), "every backend down by its HTTPS check: {}\n{}", on_daemon(&ip), tail(&ctl.log(), 20));
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!((s["health"]["kind"].as_str(), s["health"]["interval_ms"].as_u64()), (Some("https"), Some(200)), "{s}");
+    cp.k(&["-n", "default", "annotate", "--overwrite", "service", "web", "vectorlb.io/health-check=http:/"]);
+    wait_for(Duration::from_secs(15), "every backend up by its HTTP check", || states("up"));
+    let t_up = Instant::now();
+    loop {
+        let (seen, errors) = backends_seen(&topo, &ip, 60);
+        if (seen.len(), errors) == (3, 0) {
+            break;
+        }
+        assert!(t_up.elapsed() < Duration::from_secs(15), "serving again after the check passes: {seen:?} {errors} errors\n{}", on_daemon(&ip));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!("== serving again {:.2} s after every backend was up", t_up.elapsed().as_secs_f64());
+    eprintln!("== health checks by annotation: https (fails on plain HTTP) took the 3 Pods down, http:/ brought them back");
     // Deleting a Service removes it from the daemon.
     cp.k(&["-n", "default", "delete", "service", "api"]);
     wait_for(Duration::from_secs(15), "the deleted Service gone from the daemon", || {
