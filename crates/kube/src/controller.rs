@@ -10,12 +10,13 @@ use crate::desired::{self, DaemonSide, EndpointIn, PortIn, Problem, SliceIn, Svc
 use crate::ipam::{self, Family, Outcome, PoolIn, SvcIn};
 use crate::metrics::Metrics;
 use crate::program::{key_of, Daemon, Key};
+use crate::watch::{spawn_reflector, WATCH_SECONDS};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::runtime::{reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,10 +25,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use vectorlb_api::model::NewService;
-
-/// Seconds a watch lasts before the server ends it and it starts again (under the client's
-/// read deadline).
-pub const WATCH_SECONDS: u32 = 45;
 
 /// The label EndpointSlices carry to name their Service.
 const SERVICE_NAME: &str = "kubernetes.io/service-name";
@@ -47,7 +44,7 @@ pub struct Controller {
     metrics: Arc<Metrics>,
     last_resync: Instant,
     /// The Gateway API, when `[gateway]` is configured.
-    gateway: Option<crate::gateway::run::GatewayCtl>,
+    gateway: Option<crate::gateway_run::GatewayCtl>,
 }
 
 fn ns_name(o: &impl ResourceExt) -> String {
@@ -75,7 +72,7 @@ impl Controller {
             }
         }
         let gateway = match cfg.gateway.clone() {
-            Some(g) => Some(crate::gateway::run::GatewayCtl::start(g, client.clone(), notify.clone(), metrics.clone()).await?),
+            Some(g) => Some(crate::gateway_run::GatewayCtl::start(g, client.clone(), notify.clone(), metrics.clone()).await?),
             None => None,
         };
         let recorder = Recorder::new(client.clone(), Reporter { controller: "vectorlb-controller".into(), instance: Some(identity.to_string()) });
@@ -363,25 +360,6 @@ fn leak(s: &str) -> &'static str {
         "InvalidAddress" => "InvalidAddress",
         _ => "AllocationFailed",
     }
-}
-
-pub(crate) fn spawn_reflector<K>(w: reflector::store::Writer<K>, api: Api<K>, wc: watcher::Config, notify: Arc<Notify>, metrics: Arc<Metrics>)
-where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
-    tokio::spawn(async move {
-        let stream = reflector(w, watcher(api, wc)).default_backoff();
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(_) => notify.notify_one(),
-                Err(e) => {
-                    metrics.watch_error();
-                    tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying");
-                }
-            }
-        }
-    });
 }
 
 fn annotation<'a>(o: &'a impl ResourceExt, k: &str) -> Option<&'a str> {

@@ -11,10 +11,13 @@ pub mod controller;
 pub mod crd;
 pub mod desired;
 pub mod gateway;
+pub mod gateway_run;
+pub mod gateway_types;
 pub mod ipam;
 pub mod leader;
 pub mod metrics;
 pub mod program;
+pub mod watch;
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -51,9 +54,9 @@ async fn client(path: &Option<PathBuf>) -> Result<kube::Client, KubeError> {
     };
     // No request may hang a round or the Lease's renewal: a kube-apiserver that restarts can
     // leave a connection that never answers. Watches end on the server's side before the read
-    // deadline (controller::WATCH_SECONDS) and start again.
+    // deadline (watch::WATCH_SECONDS) and start again.
     config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(u64::from(controller::WATCH_SECONDS) + 15));
+    config.read_timeout = Some(Duration::from_secs(u64::from(watch::WATCH_SECONDS) + 15));
     config.write_timeout = Some(Duration::from_secs(15));
     kube::Client::try_from(config).map_err(|e| KubeError::Kubeconfig(e.to_string()))
 }

@@ -3,8 +3,8 @@
 
 use serde_json::json;
 use std::net::{IpAddr, SocketAddr};
-use vectorlb_kube::gateway::translate::{self, Action, Cond, GatewayIn, PathKind, RouteIn, World};
-use vectorlb_kube::gateway::types::{Gateway, GrpcRoute, HttpRoute};
+use vectorlb_kube::gateway::{self as translate, Action, Cond, GatewayIn, PathKind, RouteIn, World};
+use vectorlb_kube::gateway_types::{Gateway, GrpcRoute, HttpRoute};
 
 fn gateway(v: serde_json::Value) -> Gateway {
     serde_json::from_value(v).unwrap()

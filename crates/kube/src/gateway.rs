@@ -8,7 +8,7 @@
 //! Each host ends with a 404 of its own, so that a request for a host with routes never falls
 //! through to a less specific host's (a virtual host, as other implementations make one).
 
-use super::types::*;
+use crate::gateway_types::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 

@@ -5,13 +5,13 @@
 //! translated configuration to every proxy whose digest differs, writes the conditions, and
 //! hands the controller each Gateway's L4 service: its address and ports → the proxies.
 
-use super::translate::{self, Cond, GatewayIn, Out, RouteIn, World};
-use super::types::{Gateway, GatewayClass, GrpcRoute, HttpRoute, Listener, ObjectRef, GROUP};
 use crate::config::{GatewayConfig, ProxyRef};
-use crate::controller::spawn_reflector;
 use crate::desired::{EndpointIn, PortIn, SliceIn, SvcSpec};
+use crate::gateway::{self as translate, Cond, GatewayIn, Out, RouteIn, World};
+use crate::gateway_types::{Gateway, GatewayClass, GrpcRoute, HttpRoute, Listener, ObjectRef, GROUP};
 use crate::ipam::{Allocation, Family, Outcome, SvcIn};
 use crate::metrics::Metrics;
+use crate::watch::{spawn_reflector, WATCH_SECONDS};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
@@ -127,7 +127,7 @@ impl GatewayCtl {
             };
             proxies.push(Proxy { cfg: p.clone(), target, token, digest: None });
         }
-        let wc = watcher::Config::default().timeout(crate::controller::WATCH_SECONDS);
+        let wc = watcher::Config::default().timeout(WATCH_SECONDS);
         let (classes, w1) = reflector::store();
         let (gateways, w2) = reflector::store();
         let (http, w3) = reflector::store();
