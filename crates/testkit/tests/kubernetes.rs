@@ -791,3 +791,62 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
         json!({"kubernetes": {"event": "gateway", "address_after_apply_s": address_s, "served_after_apply_s": served_s, "split_v1_v2": [v1, v2], "grpc_unary_by_backend": backends, "reload_under_load_requests": r["requests"], "reload_under_load_errors": r["errors"]}})
     );
 }
+
+/// The first step towards real Pods (ignored: it needs containerd running and a kubelet built
+/// from the same Kubernetes release; `VECTORLB_KUBELET`, `VECTORLB_CONTAINERD_SOCK`): a kubelet
+/// with the cgroupfs driver on this machine's cgroup v1 registers its node; prints what it says.
+#[test]
+#[ignore = "needs containerd and a kubelet binary: VECTORLB_KUBELET, VECTORLB_CONTAINERD_SOCK"]
+fn real_kubelet_attempt() {
+    let (Ok(kubelet), Ok(sock)) = (std::env::var("VECTORLB_KUBELET"), std::env::var("VECTORLB_CONTAINERD_SOCK")) else {
+        eprintln!("skipped: set VECTORLB_KUBELET and VECTORLB_CONTAINERD_SOCK");
+        return;
+    };
+    let dir = std::env::temp_dir().join("vectorlb-kubelet-attempt");
+    let cp = ControlPlane::start(&dir.join("k8s"));
+    let kdir = dir.join("kubelet");
+    std::fs::create_dir_all(&kdir).unwrap();
+    let port = vectorlb_testkit::k8s::free_port();
+    let cfg = kdir.join("config.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: cgroupfs\nfailCgroupV1: false\nfailSwapOn: false\n\
+             containerRuntimeEndpoint: unix://{sock}\naddress: 127.0.0.1\nport: {port}\nreadOnlyPort: 0\nhealthzPort: 0\n\
+             authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n\
+             resolvConf: /etc/resolv.conf\nenforceNodeAllocatable: []\ncgroupsPerQOS: true\n"
+        ),
+    )
+    .unwrap();
+    let log = kdir.join("kubelet.log");
+    let f = std::fs::File::create(&log).unwrap();
+    let mut child = Command::new(&kubelet)
+        .args(["--config", cfg.to_str().unwrap(), "--kubeconfig", cp.kubeconfig("admin").to_str().unwrap(), "--hostname-override", "kubelet-1"])
+        .arg(format!("--root-dir={}", kdir.join("root").display()))
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let mut node = Value::Null;
+    while t.elapsed() < Duration::from_secs(60) {
+        if let Some(st) = child.try_wait().unwrap() {
+            eprintln!("kubelet exited: {st}");
+            break;
+        }
+        let o = cp.kubectl(&["get", "node", "kubelet-1", "-o", "json"]);
+        if o.status.success() {
+            node = serde_json::from_str(&stdout(&o)).unwrap_or(Value::Null);
+        }
+        if node["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let conds: Vec<String> =
+        node["status"]["conditions"].as_array().into_iter().flatten().map(|c| format!("{}={} ({}: {})", c["type"], c["status"], c["reason"], c["message"])).collect();
+    println!("{}", json!({"kubelet_attempt": {"registered": !node.is_null(), "after_s": t.elapsed().as_secs_f64(), "conditions": conds}}));
+    eprintln!("--- kubelet log (last lines) ---\n{}", tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40));
+}
