@@ -843,6 +843,39 @@ fn real_kubelet_attempt() {
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+    // A Pod of vectorlb's image (`make image`, imported into containerd as
+    // vectorlb.local/vectorlb:dev with a pause image vectorlb.local/pause:1): a TCP server at its
+    // Pod IP from the CNI configuration, greeted from the host.
+    let mut pod = json!(null);
+    let mut greeting = String::new();
+    if node["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")) {
+        cp.apply(&[json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "real", "namespace": "default"}, "spec": {"nodeName": "kubelet-1",
+            "containers": [{"name": "server", "image": "vectorlb.local/vectorlb:dev", "imagePullPolicy": "Never",
+                "command": ["/usr/local/bin/vectorlb-tools", "probe", "serve-tcp", "--listen", "0.0.0.0:9000", "--name", "real-pod"]}]}})])
+            .unwrap();
+        let t1 = Instant::now();
+        while t1.elapsed() < Duration::from_secs(60) {
+            pod = cp.get(&["-n", "default", "pod", "real"]);
+            if pod["status"]["phase"] == "Running" && pod["status"]["podIP"].is_string() {
+                let ip = pod["status"]["podIP"].as_str().unwrap_or_default().to_string();
+                if let Ok(mut c) = std::net::TcpStream::connect_timeout(&format!("{ip}:9000").parse().unwrap(), Duration::from_secs(2)) {
+                    use std::io::Read;
+                    c.set_read_timeout(Some(Duration::from_secs(2))).ok();
+                    let mut b = [0u8; 64];
+                    let n = c.read(&mut b).unwrap_or(0);
+                    greeting = String::from_utf8_lossy(&b[..n]).trim().to_string();
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        println!(
+            "{}",
+            json!({"kubelet_attempt": {"pod_phase": pod["status"]["phase"], "pod_ip": pod["status"]["podIP"], "greeting": greeting, "after_s": t1.elapsed().as_secs_f64()}})
+        );
+        let _ = cp.kubectl(&["-n", "default", "delete", "pod", "real", "--grace-period=1", "--wait=false"]);
+        std::thread::sleep(Duration::from_secs(3));
+    }
     let _ = child.kill();
     let _ = child.wait();
     let conds: Vec<String> =
