@@ -367,7 +367,7 @@ fn annotation<'a>(o: &'a impl ResourceExt, k: &str) -> Option<&'a str> {
 }
 
 fn created(o: &impl ResourceExt) -> String {
-    o.meta().creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default()
+    crate::watch::created(o.meta())
 }
 
 fn pool_in(p: &AddressPool) -> PoolIn {

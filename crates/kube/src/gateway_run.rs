@@ -11,9 +11,10 @@ use crate::gateway::{self as translate, Cond, GatewayIn, Out, RouteIn, World};
 use crate::gateway_types::{Gateway, GatewayClass, GrpcRoute, HttpRoute, Listener, ObjectRef, GROUP};
 use crate::ipam::{Allocation, Family, Outcome, SvcIn};
 use crate::metrics::Metrics;
-use crate::watch::{spawn_reflector, WATCH_SECONDS};
+use crate::watch::{created, spawn_reflector, WATCH_SECONDS};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -48,7 +49,7 @@ impl Proxy {
 
     /// Makes it serve `text` unless it already does.
     async fn converge(&mut self, text: &str) -> Result<bool, String> {
-        let want = digest(text);
+        let want = vectorlb_http::text_digest(text);
         if self.digest.as_deref() != Some(want.as_str()) {
             let (st, body) = self.call(Method::GET, "/v1/config", None).await?;
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
@@ -86,16 +87,6 @@ impl Proxy {
         }
         Ok(out)
     }
-}
-
-/// The proxy's digest of a configuration text (the same function as `vectorlb proxy`'s).
-pub fn digest(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("fnv1a64:{h:016x}")
 }
 
 pub struct GatewayCtl {
@@ -192,7 +183,7 @@ impl GatewayCtl {
                     key: ipam_key(&key(g.as_ref())),
                     namespace: g.namespace().unwrap_or_default(),
                     labels: g.labels().clone(),
-                    created: g.meta().creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+                    created: created(g.meta()),
                     family: requested.as_ref().map(Family::of),
                     current,
                     requested,
@@ -246,28 +237,15 @@ impl GatewayCtl {
             .collect();
         let http = self.http.state();
         let grpc = self.grpc.state();
+        fn route_in<'a>(kind: &'static str, m: &ObjectMeta, parent_refs: &'a [ObjectRef], hostnames: &'a [String], rules: Result<Vec<translate::Rule>, String>) -> RouteIn<'a> {
+            RouteIn { kind, namespace: m.namespace.clone().unwrap_or_default(), name: m.name.clone().unwrap_or_default(), created: created(m), parent_refs, hostnames, rules }
+        }
         let mut routes: Vec<RouteIn> = Vec::new();
         for r in &http {
-            routes.push(RouteIn {
-                kind: translate::HTTP_ROUTE,
-                namespace: r.namespace().unwrap_or_default(),
-                name: r.name_any(),
-                created: r.meta().creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
-                parent_refs: &r.spec.parent_refs,
-                hostnames: &r.spec.hostnames,
-                rules: translate::http_rules(&r.spec.rules),
-            });
+            routes.push(route_in(translate::HTTP_ROUTE, &r.metadata, &r.spec.parent_refs, &r.spec.hostnames, translate::http_rules(&r.spec.rules)));
         }
         for r in &grpc {
-            routes.push(RouteIn {
-                kind: translate::GRPC_ROUTE,
-                namespace: r.namespace().unwrap_or_default(),
-                name: r.name_any(),
-                created: r.meta().creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
-                parent_refs: &r.spec.parent_refs,
-                hostnames: &r.spec.hostnames,
-                rules: translate::grpc_rules(&r.spec.rules),
-            });
+            routes.push(route_in(translate::GRPC_ROUTE, &r.metadata, &r.spec.parent_refs, &r.spec.hostnames, translate::grpc_rules(&r.spec.rules)));
         }
         let out = translate::translate(&ins, &routes, &world);
         let text = out.proxy_toml(&self.base, self.cfg.listen);
@@ -434,7 +412,8 @@ impl GatewayCtl {
             .collect();
         let addresses: Vec<serde_json::Value> = st.address.iter().map(|a| json!({"type": "IPAddress", "value": a.to_string()})).collect();
         let want = json!({"addresses": addresses, "conditions": conditions(&st.conditions, gen, &old["conditions"]), "listeners": listeners});
-        if same_status(&old, &want) {
+        // (Transition times are kept by `conditions`, so an unchanged status compares equal.)
+        if old == want {
             return;
         }
         let api: Api<Gateway> = Api::namespaced(self.client.clone(), &g.namespace().unwrap_or_default());
@@ -467,7 +446,7 @@ impl GatewayCtl {
             return;
         }
         let want = json!({"parents": parents});
-        if same_status(&json!({"parents": old_parents}), &want) {
+        if json!({"parents": old_parents}) == want {
             return;
         }
         let api: Api<K> = Api::namespaced(self.client.clone(), r.meta().namespace.as_deref().unwrap_or_default());
@@ -518,11 +497,6 @@ fn conditions(cs: &[Cond], gen: Option<i64>, old: &serde_json::Value) -> serde_j
             })
             .collect(),
     )
-}
-
-/// Whether two statuses say the same (their conditions' times aside, which `conditions` keeps).
-fn same_status(a: &serde_json::Value, b: &serde_json::Value) -> bool {
-    a == b
 }
 
 /// A TLS Secret's chain and key, checked: both PEM, the key one the proxy can use, and the

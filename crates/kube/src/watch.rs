@@ -8,6 +8,11 @@ use kube::runtime::{reflector, watcher, WatchStreamExt};
 use std::sync::Arc;
 use tokio::sync::Notify;
 
+/// An object's creationTimestamp as text (RFC 3339: sorts as time; empty when unset).
+pub fn created(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    m.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default()
+}
+
 /// Seconds a watch lasts before the server ends it and it starts again (under the client's
 /// read deadline).
 pub const WATCH_SECONDS: u32 = 45;

@@ -96,16 +96,7 @@ pub struct Current {
     digest: std::sync::Mutex<String>,
 }
 
-/// A digest of a configuration's text (FNV-1a, 64 bits): what a controller compares with the
-/// text it wants served, to know whether to push it (change detection, not integrity).
-pub fn digest(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("fnv1a64:{h:016x}")
-}
+pub use vectorlb_http::text_digest as digest;
 
 /// An accept loop: the listener it serves as configured, and its stop.
 struct Running {

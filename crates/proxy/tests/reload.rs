@@ -24,6 +24,15 @@ fn config(port: u16, body: &str, extra: Option<u16>) -> String {
     c + &format!("[[routes]]\nrespond = {{ status = 200, body = \"{body}\" }}\n")
 }
 
+/// The proxy serving the file at `path` (which reloads read).
+fn from_file(rt: &tokio::runtime::Runtime, path: &std::path::Path) -> Arc<vectorlb_proxy::serve::Current> {
+    rt.block_on(async {
+        let p = Arc::new(Proxy::new(Config::load(path).unwrap()).unwrap());
+        let b = bind(&p.config).await.unwrap();
+        start(p, b, Some(path.to_path_buf()))
+    })
+}
+
 fn get(port: u16) -> String {
     let o = Command::new("curl").args(["-sS", "--max-time", "5", &format!("http://127.0.0.1:{port}/")]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -47,11 +56,7 @@ fn reloads_under_load_lose_no_request_and_a_bad_file_changes_nothing() {
     let (port, extra) = (free_port(), free_port());
     std::fs::write(&path, config(port, "A", None)).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let cur = rt.block_on(async {
-        let p = Arc::new(Proxy::new(Config::load(&path).unwrap()).unwrap());
-        let b = bind(&p.config).await.unwrap();
-        start(p, b, Some(path.clone()))
-    });
+    let cur = from_file(&rt, &path);
     assert_eq!(get(port), "A");
     let url = format!("http://127.0.0.1:{port}/");
     // Keep-alive connections, and a new connection per request, both while reloading.
@@ -169,11 +174,7 @@ fn a_pushed_configuration_is_served_kept_and_refused_whole_when_bad() {
     let (_a, _b) = (common::nginx(&dir, "a", pa), common::nginx(&dir, "b", pb));
     std::fs::write(&path, config(port, "A", None)).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let cur = rt.block_on(async {
-        let p = Arc::new(Proxy::new(Config::load(&path).unwrap()).unwrap());
-        let b = bind(&p.config).await.unwrap();
-        start(p, b, Some(path.clone()))
-    });
+    let cur = from_file(&rt, &path);
     assert_eq!(get(port), "A");
     assert_eq!(cur.config_digest(), vectorlb_proxy::serve::digest(&std::fs::read_to_string(&path).unwrap()));
     let (crt, key) = common::cert(&dir, "shop.example", &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]);
