@@ -35,8 +35,6 @@ struct Proxy {
     cfg: ProxyRef,
     target: Target,
     token: Option<String>,
-    /// The digest it serves, as last read or pushed.
-    digest: Option<String>,
 }
 
 impl Proxy {
@@ -47,25 +45,19 @@ impl Proxy {
         Ok((res.status.as_u16(), res.body.to_vec()))
     }
 
-    /// Makes it serve `text` unless it already does.
-    async fn converge(&mut self, text: &str) -> Result<bool, String> {
+    /// Makes it serve `text` unless it already does. Its digest is asked every round (a small
+    /// request): a proxy replaced or restarted without its file is programmed again at once.
+    async fn converge(&self, text: &str) -> Result<bool, String> {
         let want = vectorlb_http::text_digest(text);
-        if self.digest.as_deref() != Some(want.as_str()) {
-            let (st, body) = self.call(Method::GET, "/v1/config", None).await?;
-            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            if st == 200 {
-                self.digest = v["digest"].as_str().map(str::to_string);
-            }
-        }
-        if self.digest.as_deref() == Some(want.as_str()) {
+        let (st, body) = self.call(Method::GET, "/v1/config", None).await?;
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        if st == 200 && v["digest"].as_str() == Some(want.as_str()) {
             return Ok(false);
         }
         let (st, body) = self.call(Method::PUT, "/v1/config", Some(text.as_bytes().to_vec())).await?;
         if st != 200 {
-            self.digest = None;
             return Err(format!("proxy {} refused the configuration ({st}): {}", self.cfg.name, String::from_utf8_lossy(&body)));
         }
-        self.digest = Some(want);
         Ok(true)
     }
 
@@ -116,7 +108,7 @@ impl GatewayCtl {
                 Some(f) => Some(std::fs::read_to_string(f).map_err(|e| format!("gateway proxy {}: token_file {}: {e}", p.name, f.display()))?.trim().to_string()),
                 None => None,
             };
-            proxies.push(Proxy { cfg: p.clone(), target, token, digest: None });
+            proxies.push(Proxy { cfg: p.clone(), target, token });
         }
         let wc = watcher::Config::default().timeout(WATCH_SECONDS);
         let (classes, w1) = reflector::store();
@@ -250,7 +242,7 @@ impl GatewayCtl {
         let out = translate::translate(&ins, &routes, &world);
         let text = out.proxy_toml(&self.base, self.cfg.listen);
         let mut ok = true;
-        let results = futures::future::join_all(self.proxies.iter_mut().map(|p| {
+        let results = futures::future::join_all(self.proxies.iter().map(|p| {
             let text = &text;
             async move { (p.cfg.name.clone(), p.converge(text).await) }
         }))
@@ -369,11 +361,8 @@ impl GatewayCtl {
         v
     }
 
-    /// Forget what the proxies serve (after leadership changed hands): read them again.
+    /// After leadership changed hands: read the proxies' ports again.
     pub fn invalidate(&mut self) {
-        for p in &mut self.proxies {
-            p.digest = None;
-        }
         self.recovered = false;
     }
 

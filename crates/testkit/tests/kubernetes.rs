@@ -618,8 +618,11 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
     std::fs::write(&base, format!("workers = 1\n[admin]\naddress = \"unix:{}\"\n", sock.display())).unwrap();
     let proxy_cfg = dir.join("gw-proxy.toml");
     std::fs::copy(&base, &proxy_cfg).unwrap();
-    let plog = std::fs::File::create(dir.join("gw-proxy.log")).unwrap();
-    let proxy = topo.cmd("be1", &[bin(), "proxy", "--config", proxy_cfg.to_str().unwrap()]).stdout(plog.try_clone().unwrap()).stderr(plog).spawn().unwrap();
+    let start_proxy = || {
+        let plog = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("gw-proxy.log")).unwrap();
+        topo.cmd("be1", &[bin(), "proxy", "--config", proxy_cfg.to_str().unwrap()]).stdout(plog.try_clone().unwrap()).stderr(plog).spawn().unwrap()
+    };
+    let proxy = start_proxy();
     struct Kill(Child);
     impl Drop for Kill {
         fn drop(&mut self) {
@@ -627,7 +630,7 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
             let _ = self.0.wait();
         }
     }
-    let _proxy = Kill(proxy);
+    let mut proxy = Kill(proxy);
     wait_for(Duration::from_secs(10), "the proxy's admin socket", || sock.exists().then_some(()));
 
     let cfg = controller_config(&topo, &dir, vectorlb_testkit::k8s::free_port());
@@ -786,9 +789,20 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
         let r = topo.http(&format!("http://{ip}/app"), 40, 2);
         r["backends"].as_object().is_some_and(|b| b.keys().all(|k| k.trim().starts_with("v2-"))).then_some(())
     });
+    // A proxy replaced by a fresh one (its configuration file gone): programmed again.
+    let _ = proxy.0.kill();
+    let _ = proxy.0.wait();
+    std::fs::copy(&base, &proxy_cfg).unwrap();
+    let _ = std::fs::remove_file(&sock);
+    let t_re = Instant::now();
+    proxy = Kill(start_proxy());
+    wait_for(Duration::from_secs(20), "the fresh proxy programmed again", || (curl_from(&topo, &[&format!("http://{ip}/app")]).0 == 200).then_some(()));
+    let reprogrammed_s = t_re.elapsed().as_secs_f64();
+    eprintln!("== a fresh proxy without configuration: programmed and serving again after {reprogrammed_s:.2} s");
+    drop(proxy);
     println!(
         "{}",
-        json!({"kubernetes": {"event": "gateway", "address_after_apply_s": address_s, "served_after_apply_s": served_s, "split_v1_v2": [v1, v2], "grpc_unary_by_backend": backends, "reload_under_load_requests": r["requests"], "reload_under_load_errors": r["errors"]}})
+        json!({"kubernetes": {"event": "gateway", "fresh_proxy_programmed_s": reprogrammed_s, "address_after_apply_s": address_s, "served_after_apply_s": served_s, "split_v1_v2": [v1, v2], "grpc_unary_by_backend": backends, "reload_under_load_requests": r["requests"], "reload_under_load_errors": r["errors"]}})
     );
 }
 
