@@ -14,11 +14,14 @@ set -euo pipefail
 # with: nftables, HAProxy, nginx's stream module, dpdk-testpmd (dpdk-dev); memcached (the
 # queue-set experiment's server, and memcache-load's tests); bird2 (the BGP speaker the daemon
 # runs for scale-out); frr (the router of the scale-out test and demo: another BGP
-# implementation than the nodes', with BFD and multipath); python3-pip where Python has no pip
-# (crypto_mb below).
+# implementation than the nodes', with BFD and multipath); containerd, runc and
+# containernetworking-plugins (the real kubelet's runtime and its Pods' CNI bridge and host-local
+# IPAM in the Kubernetes tests; the tests start their own containerd, none is left running);
+# python3-pip where Python has no pip (crypto_mb below).
 PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
-      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client memcached bird2 frr)
+      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client memcached bird2 frr
+      containerd runc containernetworking-plugins)
 [ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib linux-perf)
 need_apt=()
 for pkg in "${PKGS[@]}"; do

@@ -300,6 +300,11 @@ impl ControlPlane {
         serde_json::from_str(&self.k(&a)).unwrap()
     }
 
+    /// A binary of the control plane's build (kubectl, kubelet, ...).
+    pub fn bin(&self, name: &str) -> PathBuf {
+        self.bins.join(name)
+    }
+
     /// A Node that is Ready and schedulable, with `ip` as its InternalIP. No kubelet keeps its
     /// status: none of the controllers that would check it runs.
     pub fn add_node(&self, name: &str, ip: &str) {

@@ -6,6 +6,7 @@
 
 pub mod browser;
 pub mod k8s;
+pub mod node;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vectorlb_testkit::k8s::{endpoints, tail, wait_for, ControlPlane, FakeKubelet};
+use vectorlb_testkit::node::{PodNetwork, RealNode};
 use vectorlb_testkit::{bin, repo, stdout, tools, Shape, Topo};
 
 const POOL: &str = "10.0.0.100-10.0.0.149";
@@ -806,94 +807,101 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
     );
 }
 
-/// The first step towards real Pods (ignored: it needs containerd running and a kubelet built
-/// from the same Kubernetes release; `VECTORLB_KUBELET`, `VECTORLB_CONTAINERD_SOCK`): a kubelet
-/// with the cgroupfs driver on this machine's cgroup v1 registers its node; prints what it says.
+/// vectorlb's own image built here (deploy/kubernetes/image/build.sh) from the test's binaries.
+fn our_image(dir: &Path, reference: &str) -> PathBuf {
+    let out = dir.join("vectorlb-image.tar");
+    let bins = Path::new(bin()).parent().unwrap();
+    let o = Command::new("bash").arg(repo().join("deploy/kubernetes/image/build.sh")).arg(bins).arg(&out).arg(reference).output().unwrap();
+    assert!(o.status.success(), "build.sh: {}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+fn pod_network(topo: &Topo) -> PodNetwork {
+    PodNetwork {
+        netns: topo.ns("sw"),
+        bridge: "br0".into(),
+        subnet: "10.1.0.0/24".into(),
+        range_start: "10.1.0.100".into(),
+        range_end: "10.1.0.199".into(),
+        gateway: "10.1.0.1".into(),
+    }
+}
+
+/// Pods run by a real kubelet (built with the control plane) on Debian's containerd and runc,
+/// from vectorlb's own image, networked by the CNI reference plugins onto the daemon's backend
+/// segment: a Service of type LoadBalancer over them is served through vectorlb, a Pod deleted
+/// under load (its preStop sleep drains it) fails no request, and scaling moves the backends.
 #[test]
-#[ignore = "needs containerd and a kubelet binary: VECTORLB_KUBELET, VECTORLB_CONTAINERD_SOCK"]
-fn real_kubelet_attempt() {
-    let (Ok(kubelet), Ok(sock)) = (std::env::var("VECTORLB_KUBELET"), std::env::var("VECTORLB_CONTAINERD_SOCK")) else {
-        eprintln!("skipped: set VECTORLB_KUBELET and VECTORLB_CONTAINERD_SOCK");
-        return;
-    };
-    let dir = std::env::temp_dir().join("vectorlb-kubelet-attempt");
-    let cp = ControlPlane::start(&dir.join("k8s"));
-    let kdir = dir.join("kubelet");
-    std::fs::create_dir_all(&kdir).unwrap();
-    let port = vectorlb_testkit::k8s::free_port();
-    let cfg = kdir.join("config.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: cgroupfs\nfailCgroupV1: false\nfailSwapOn: false\n\
-             containerRuntimeEndpoint: unix://{sock}\naddress: 127.0.0.1\nport: {port}\nreadOnlyPort: 0\nhealthzPort: 0\n\
-             authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n\
-             resolvConf: /etc/resolv.conf\nenforceNodeAllocatable: []\ncgroupsPerQOS: true\n"
-        ),
-    )
-    .unwrap();
-    let log = kdir.join("kubelet.log");
-    let f = std::fs::File::create(&log).unwrap();
-    let mut child = Command::new(&kubelet)
-        .args(["--config", cfg.to_str().unwrap(), "--kubeconfig", cp.kubeconfig("admin").to_str().unwrap(), "--hostname-override", "kubelet-1"])
-        .arg(format!("--root-dir={}", kdir.join("root").display()))
-        .stdout(f.try_clone().unwrap())
-        .stderr(f)
-        .spawn()
-        .unwrap();
+fn a_real_kubelet_runs_pods_of_our_image_behind_a_loadbalancer_service() {
+    if let Some(why) = vectorlb_testkit::node::unavailable() {
+        panic!("{why}");
+    }
+    let mut topo = Topo::new("kr", Shape::TwoArm, 1500);
+    topo.start_lb(&topo.base_config(None));
+    let cp = ControlPlane::start(&topo.dir.join("k8s"));
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
+    let image = our_image(&cp.dir, "vectorlb.local/vectorlb:test");
     let t = Instant::now();
-    let mut node = Value::Null;
-    while t.elapsed() < Duration::from_secs(60) {
-        if let Some(st) = child.try_wait().unwrap() {
-            eprintln!("kubelet exited: {st}");
-            break;
-        }
-        let o = cp.kubectl(&["get", "node", "kubelet-1", "-o", "json"]);
-        if o.status.success() {
-            node = serde_json::from_str(&stdout(&o)).unwrap_or(Value::Null);
-        }
-        if node["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")) {
-            break;
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    // A Pod of vectorlb's image (`make image`, imported into containerd as
-    // vectorlb.local/vectorlb:dev with a pause image vectorlb.local/pause:1): a TCP server at its
-    // Pod IP from the CNI configuration, greeted from the host.
-    let mut pod = json!(null);
-    let mut greeting = String::new();
-    if node["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")) {
-        cp.apply(&[json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "real", "namespace": "default"}, "spec": {"nodeName": "kubelet-1",
-            "containers": [{"name": "server", "image": "vectorlb.local/vectorlb:dev", "imagePullPolicy": "Never",
-                "command": ["/usr/local/bin/vectorlb-tools", "probe", "serve-tcp", "--listen", "0.0.0.0:9000", "--name", "real-pod"]}]}})])
-            .unwrap();
-        let t1 = Instant::now();
-        while t1.elapsed() < Duration::from_secs(60) {
-            pod = cp.get(&["-n", "default", "pod", "real"]);
-            if pod["status"]["phase"] == "Running" && pod["status"]["podIP"].is_string() {
-                let ip = pod["status"]["podIP"].as_str().unwrap_or_default().to_string();
-                if let Ok(mut c) = std::net::TcpStream::connect_timeout(&format!("{ip}:9000").parse().unwrap(), Duration::from_secs(2)) {
-                    use std::io::Read;
-                    c.set_read_timeout(Some(Duration::from_secs(2))).ok();
-                    let mut b = [0u8; 64];
-                    let n = c.read(&mut b).unwrap_or(0);
-                    greeting = String::from_utf8_lossy(&b[..n]).trim().to_string();
-                    break;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        println!(
-            "{}",
-            json!({"kubelet_attempt": {"pod_phase": pod["status"]["phase"], "pod_ip": pod["status"]["podIP"], "greeting": greeting, "after_s": t1.elapsed().as_secs_f64()}})
-        );
-        let _ = cp.kubectl(&["-n", "default", "delete", "pod", "real", "--grace-period=1", "--wait=false"]);
-        std::thread::sleep(Duration::from_secs(3));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    let conds: Vec<String> =
-        node["status"]["conditions"].as_array().into_iter().flatten().map(|c| format!("{}={} ({}: {})", c["type"], c["status"], c["reason"], c["message"])).collect();
-    println!("{}", json!({"kubelet_attempt": {"registered": !node.is_null(), "after_s": t.elapsed().as_secs_f64(), "conditions": conds}}));
-    eprintln!("--- kubelet log (last lines) ---\n{}", tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40));
+    let node = RealNode::start(&cp, "real-1", &pod_network(&topo), &[&image]);
+    let node_ready_s = t.elapsed().as_secs_f64();
+    eprintln!("== a real kubelet (containerd, runc, CNI bridge onto the backend segment): node Ready after {node_ready_s:.1} s");
+    cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
+    let cfg = controller_config(&topo, &cp.dir, vectorlb_testkit::k8s::free_port());
+    let _ctl = Controller::start(&cp, &cfg, "r");
+
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                "terminationGracePeriodSeconds": 10,
+                "containers": [{"name": "web", "image": "vectorlb.local/vectorlb:test", "imagePullPolicy": "Never",
+                    "command": ["/usr/local/bin/vectorlb-tools", "probe", "serve-http", "--listen", "0.0.0.0:8080", "--name", "$(POD_NAME)"],
+                    "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                    "ports": [{"containerPort": 8080, "name": "http"}],
+                    "lifecycle": {"preStop": {"sleep": {"seconds": 2}}}}]}}}});
+    let t = Instant::now();
+    cp.apply(&[deployment, lb_service("web", json!({}))]).unwrap();
+    let ip = wait_for(Duration::from_secs(10), "an address in the status", || address(&cp, "web"));
+    let address_s = t.elapsed().as_secs_f64();
+    let three = wait_for(Duration::from_secs(60), "3 real Pods answering through the VIP", || {
+        let (seen, _) = backends_seen(&topo, &ip, 60);
+        (seen.len() == 3).then_some(seen)
+    });
+    let first_success_s = t.elapsed().as_secs_f64();
+    assert_eq!(three, pods(&cp, "web"), "the answers come from the Deployment's Pods");
+    let ips: Vec<String> =
+        cp.get(&["-n", "default", "pods", "-l", "app=web"])["items"].as_array().unwrap().iter().map(|p| p["status"]["podIP"].as_str().unwrap_or_default().to_string()).collect();
+    assert!(ips.iter().all(|i| i.starts_with("10.1.0.1")), "Pod IPs from the CNI range: {ips:?}");
+    eprintln!(
+        "== Deployment of 3 (vectorlb's image) + Service type LoadBalancer: address {ip} after {address_s:.2} s, Pods {three:?} at {ips:?} answering after {first_success_s:.2} s"
+    );
+
+    // A Pod deleted under load: the kubelet runs its preStop sleep while the endpoint drains.
+    let l = load(&topo, &ip, 8.0);
+    std::thread::sleep(Duration::from_secs(2));
+    let victim = three[0].clone();
+    cp.k(&["-n", "default", "delete", "pod", &victim, "--wait=false"]);
+    let r = finish(l);
+    assert_eq!(r["errors"], 0, "a Pod deleted under load: {r}");
+    let replaced = wait_for(Duration::from_secs(60), "3 Pods answering, the deleted one replaced", || {
+        let (seen, _) = backends_seen(&topo, &ip, 60);
+        (seen.len() == 3 && !seen.contains(&victim)).then_some(seen)
+    });
+    eprintln!("== Pod {victim} deleted under load: {} requests, 0 failed; now {replaced:?}", r["requests"]);
+    cp.k(&["-n", "default", "scale", "deployment", "web", "--replicas=1"]);
+    let one = wait_for(Duration::from_secs(60), "1 Pod answering", || {
+        let (seen, errors) = backends_seen(&topo, &ip, 40);
+        (seen.len() == 1 && errors == 0).then_some(seen)
+    });
+    assert_eq!(one, pods(&cp, "web"));
+    eprintln!("== scaled to 1: only {one:?} answers");
+    println!(
+        "{}",
+        json!({"kubernetes": {"event": "real_kubelet", "node_ready_s": node_ready_s, "address_after_apply_s": address_s, "three_pods_answering_after_apply_s": first_success_s,
+            "pod_deleted_under_load_requests": r["requests"], "pod_deleted_under_load_errors": r["errors"]}})
+    );
+    drop(node);
+    let left: Vec<String> =
+        std::fs::read_dir("/var/run/netns").unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("cni-")).collect();
+    assert!(left.is_empty(), "sandbox namespaces left behind: {left:?}");
 }

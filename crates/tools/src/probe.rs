@@ -4,6 +4,7 @@
 //! - `http`: HTTP/1.0 GETs, one new connection per request, with a progress bar, the spread
 //!   across backends (each backend's page names it) and latency percentiles;
 //! - `serve-udp` / `serve-tcp`: echo servers that prefix their answers with their name;
+//! - `serve-http`: an HTTP server whose every answer is its name;
 //! - `udp` / `tcp`: clients of those (stickiness per flow, payload integrity, path MTU);
 //! - `garbage`: malformed frames from a raw socket, at the LB's MAC.
 
@@ -41,6 +42,14 @@ pub enum ProbeCmd {
         /// Seconds a connection may stay silent before the server closes it (0: never).
         #[arg(long, default_value_t = 30)]
         idle_timeout_s: u64,
+    },
+    /// An HTTP/1.x server answering every request with its name (one request per connection,
+    /// as `http` sends them); a request head over 16 KiB or silent for 10 s is dropped.
+    ServeHttp {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        name: String,
     },
     /// UDP flows to a serve-udp service: spread, stickiness, loss, path MTU.
     Udp(UdpArgs),
@@ -184,6 +193,7 @@ pub fn run(cmd: &ProbeCmd) -> Result<(), ToolError> {
         ProbeCmd::Http(a) => http(a),
         ProbeCmd::ServeUdp { listen, name, full } => serve_udp(*listen, name, *full),
         ProbeCmd::ServeTcp { listen, name, idle_timeout_s } => serve_tcp(*listen, name, *idle_timeout_s),
+        ProbeCmd::ServeHttp { listen, name } => serve_http(*listen, name),
         ProbeCmd::Udp(a) => udp(a),
         ProbeCmd::Tcp(a) => tcp(a),
         ProbeCmd::Garbage(a) => garbage(a),
@@ -357,6 +367,30 @@ fn serve_tcp(listen: SocketAddr, name: &str, idle_timeout_s: u64) -> Result<(), 
                     }
                 }
             }
+        });
+    }
+    Ok(())
+}
+
+fn serve_http(listen: SocketAddr, name: &str) -> Result<(), ToolError> {
+    let l = TcpListener::bind(listen).map_err(io(format!("--listen {listen}")))?;
+    let body = format!("{name}\n");
+    let answer = Arc::new(format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()));
+    for c in l.incoming() {
+        let Ok(mut c) = c else { continue };
+        let answer = answer.clone();
+        std::thread::spawn(move || {
+            c.set_read_timeout(Some(Duration::from_secs(10))).ok();
+            let mut head = Vec::with_capacity(1024);
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) if head.len() + n > 16384 => return,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = c.write_all(answer.as_bytes());
         });
     }
     Ok(())

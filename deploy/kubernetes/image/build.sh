@@ -51,33 +51,6 @@ fi
 printf 'root:x:0:0:root:/:/usr/local/bin/vectorlb\nnobody:x:65534:65534:nobody:/:/usr/local/bin/vectorlb\n' > "$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
 
-blobs=$work/layout/blobs/sha256
-mkdir -p "$blobs"
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=posix --pax-option=delete=atime,delete=ctime -C "$root" -cf "$work/layer.tar" .
-diff_id=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
-gzip -n -6 "$work/layer.tar"
-layer=$(sha256sum "$work/layer.tar.gz" | cut -d' ' -f1)
-layer_size=$(stat -c %s "$work/layer.tar.gz")
-mv "$work/layer.tar.gz" "$blobs/$layer"
-blob() { # file -> digest (moved into the blobs)
-    local d
-    d=$(sha256sum "$1" | cut -d' ' -f1)
-    mv "$1" "$blobs/$d"
-    echo "$d"
-}
 pmd_env=""
 [ -n "$pmd" ] && pmd_env=", \"RTE_EAL_PMD_PATH=$pmd\""
-printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/usr/local/bin/vectorlb"],"Env":["PATH=/usr/local/bin:/usr/sbin:/usr/bin:/bin"%s],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"deploy/kubernetes/image/build.sh"}]}' \
-    "$pmd_env" "$diff_id" > "$work/config.json"
-config_size=$(stat -c %s "$work/config.json")
-config=$(blob "$work/config.json")
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' \
-    "$config" "$config_size" "$layer" "$layer_size" > "$work/manifest.json"
-manifest_size=$(stat -c %s "$work/manifest.json")
-manifest=$(blob "$work/manifest.json")
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"annotations":{"org.opencontainers.image.ref.name":"%s","io.containerd.image.name":"%s"}}]}' \
-    "$manifest" "$manifest_size" "$ref" "$ref" > "$work/layout/index.json"
-printf '{"imageLayoutVersion":"1.0.0"}' > "$work/layout/oci-layout"
-mkdir -p "$(dirname "$out")"
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/layout" -cf "$out" oci-layout index.json blobs
-echo "image: $ref -> $out ($(du -h "$out" | cut -f1), layer sha256:${layer:0:12}, $(find "$root" -type f | wc -l) files)" >&2
+bash "$(dirname "$0")/oci.sh" "$root" "$out" "$ref" '["/usr/local/bin/vectorlb"]' "\"PATH=/usr/local/bin:/usr/sbin:/usr/bin:/bin\"$pmd_env"

@@ -1,0 +1,98 @@
+// The Gateway API conformance suite (this module's pinned release) against vectorlb's
+// GatewayClass. scripts/gateway-conformance.sh builds this test into a binary; the ignored test
+// `gateway_conformance` in crates/testkit/tests/kubernetes.rs (`make conformance`) runs it
+// against a control plane with a real kubelet, vectorlb's daemon and its proxy.
+//
+// Two things differ from the suite's own entry point:
+//   - The suite's base manifests are read from the module, less the UDP test server's
+//     Deployment: its image (CoreDNS) cannot be pulled here, and it serves only UDPRoute tests,
+//     which vectorlb's proxy does not claim.
+//   - With VECTORLB_CLIENT_NETNS set (a network namespace's path), the suite's HTTP requests to
+//     a Gateway leave from that namespace (the test topology's client side, behind which the
+//     Gateways' addresses are served); the suite still reaches the API server from here.
+package conformance_test
+
+import (
+	"bytes"
+	"context"
+	"io/fs"
+	"net"
+	"os"
+	"runtime"
+	"testing"
+	"testing/fstest"
+
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/gateway-api/conformance"
+	"sigs.k8s.io/gateway-api/conformance/utils/roundtripper"
+)
+
+const baseManifests = "base/manifests.yaml"
+
+func TestVectorlbConformance(t *testing.T) {
+	opts := conformance.DefaultOptions(t)
+	base, err := fs.ReadFile(&conformance.Manifests, baseManifests)
+	if err != nil {
+		t.Fatalf("reading the suite's %s: %v", baseManifests, err)
+	}
+	filtered, dropped := withoutUDPServer(base)
+	if dropped != 1 {
+		t.Fatalf("expected to drop one UDP server Deployment from %s, dropped %d", baseManifests, dropped)
+	}
+	opts.ManifestFS = []fs.FS{fstest.MapFS{baseManifests: {Data: filtered}}, &conformance.Manifests}
+	if ns := os.Getenv("VECTORLB_CLIENT_NETNS"); ns != "" {
+		opts.RoundTripper = &roundtripper.DefaultRoundTripper{
+			Debug:             opts.Debug,
+			TimeoutConfig:     opts.TimeoutConfig,
+			CustomDialContext: dialFrom(ns),
+		}
+	}
+	conformance.RunConformanceWithOptions(t, opts)
+}
+
+// withoutUDPServer drops the CoreDNS Deployment from a multi-document YAML file.
+func withoutUDPServer(all []byte) ([]byte, int) {
+	var out [][]byte
+	dropped := 0
+	for _, doc := range bytes.Split(all, []byte("\n---\n")) {
+		if bytes.Contains(doc, []byte("\nkind: Deployment\n")) && bytes.Contains(doc, []byte("image: registry.k8s.io/coredns/")) {
+			dropped++
+			continue
+		}
+		out = append(out, doc)
+	}
+	return bytes.Join(out, []byte("\n---\n")), dropped
+}
+
+// dialFrom returns a dialer whose sockets are created inside the network namespace at nsPath.
+// The socket is made on an OS thread moved into that namespace; the thread is never moved
+// back, and Go ends it when its goroutine exits still locked to it, so no other goroutine ever
+// runs in the wrong namespace. A connection keeps the namespace it was created in.
+func dialFrom(nsPath string) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread()
+			// Not unlocked on purpose: see above.
+			f, err := os.Open(nsPath)
+			if err != nil {
+				done <- result{nil, err}
+				return
+			}
+			defer f.Close()
+			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+				done <- result{nil, err}
+				return
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			done <- result{c, err}
+		}()
+		r := <-done
+		return r.c, r.err
+	}
+}
