@@ -39,7 +39,8 @@ func TestVectorlbConformance(t *testing.T) {
 	if dropped != 1 {
 		t.Fatalf("expected to drop one UDP server Deployment from %s, dropped %d", baseManifests, dropped)
 	}
-	opts.ManifestFS = []fs.FS{fstest.MapFS{baseManifests: {Data: filtered}}, &conformance.Manifests}
+	// One file system: the suite concatenates a path's contents from every file system given.
+	opts.ManifestFS = []fs.FS{overlay{FS: &conformance.Manifests, path: baseManifests, data: filtered}}
 	if ns := os.Getenv("VECTORLB_CLIENT_NETNS"); ns != "" {
 		opts.RoundTripper = &roundtripper.DefaultRoundTripper{
 			Debug:             opts.Debug,
@@ -48,6 +49,20 @@ func TestVectorlbConformance(t *testing.T) {
 		}
 	}
 	conformance.RunConformanceWithOptions(t, opts)
+}
+
+// overlay is a file system with one file replaced.
+type overlay struct {
+	fs.FS
+	path string
+	data []byte
+}
+
+func (o overlay) Open(name string) (fs.File, error) {
+	if name == o.path {
+		return fstest.MapFS{name: {Data: o.data}}.Open(name)
+	}
+	return o.FS.Open(name)
 }
 
 // withoutUDPServer drops the CoreDNS Deployment from a multi-document YAML file.

@@ -8,6 +8,7 @@ go 1.26.8
 
 require (
 	golang.org/x/sys v0.35.0
+	k8s.io/apimachinery v0.34.1
 	sigs.k8s.io/gateway-api v1.4.1
 )
 
@@ -58,7 +59,6 @@ require (
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/api v0.34.1 // indirect
 	k8s.io/apiextensions-apiserver v0.34.1 // indirect
-	k8s.io/apimachinery v0.34.1 // indirect
 	k8s.io/client-go v0.34.1 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20250814151709-d7b6acb124c3 // indirect

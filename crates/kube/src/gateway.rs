@@ -87,6 +87,22 @@ pub struct World {
     pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     /// (Gateway namespace/name, listener port) → the proxy's port for it.
     pub proxy_ports: BTreeMap<(String, u16), u16>,
+    /// ReferenceGrants: (their namespace, what they allow).
+    pub grants: Vec<(String, ReferenceGrantSpec)>,
+}
+
+impl World {
+    /// Whether a ReferenceGrant in `to_ns` lets a `from_kind` (of the Gateway API's group) in
+    /// `from_ns` refer to the core-group `to_kind` named `to_name` there. A reference within one
+    /// namespace needs none.
+    pub fn granted(&self, from_kind: &str, from_ns: &str, to_kind: &str, to_ns: &str, to_name: &str) -> bool {
+        from_ns == to_ns
+            || self.grants.iter().any(|(ns, g)| {
+                ns == to_ns
+                    && g.from.iter().any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_ns)
+                    && g.to.iter().any(|t| t.group.is_empty() && t.kind == to_kind && t.name.as_deref().is_none_or(|n| n == to_name))
+            })
+    }
 }
 
 /// A proxy listener: one per Gateway and port.
@@ -308,8 +324,8 @@ fn check_gateway(g: &GatewayIn<'_>, w: &World) -> (GatewayStatus, Vec<Checked>, 
                 let r_ns = r.namespace.clone().unwrap_or_else(|| ns.clone());
                 if r.group.as_deref().is_some_and(|g| !g.is_empty()) || r.kind.as_deref().is_some_and(|k| k != "Secret") {
                     cert_problem = Some(("InvalidCertificateRef", format!("{} is not a Secret", r.name)));
-                } else if r_ns != ns {
-                    cert_problem = Some(("RefNotPermitted", format!("Secret {r_ns}/{} is in another namespace (ReferenceGrants are not supported yet)", r.name)));
+                } else if !w.granted("Gateway", &ns, "Secret", &r_ns, &r.name) {
+                    cert_problem = Some(("RefNotPermitted", format!("Secret {r_ns}/{} is in another namespace and no ReferenceGrant there allows it", r.name)));
                 } else {
                     match w.secrets.get(&format!("{r_ns}/{}", r.name)) {
                         None => cert_problem = Some(("InvalidCertificateRef", format!("Secret {r_ns}/{} does not exist", r.name))),
@@ -555,8 +571,8 @@ fn resolved(r: &RouteIn<'_>, w: &World) -> (Vec<Split>, Cond) {
             let target = if t.group.as_deref().is_some_and(|g| !g.is_empty()) || t.kind.as_deref().is_some_and(|k| k != "Service") {
                 problem.get_or_insert(("InvalidKind", format!("{} is not a Service", t.name)));
                 Err(500)
-            } else if ns != r.namespace {
-                problem.get_or_insert(("RefNotPermitted", format!("Service {ns}/{} is in another namespace (ReferenceGrants are not supported yet)", t.name)));
+            } else if !w.granted(r.kind, &r.namespace, "Service", &ns, &t.name) {
+                problem.get_or_insert(("RefNotPermitted", format!("Service {ns}/{} is in another namespace and no ReferenceGrant there allows it", t.name)));
                 Err(500)
             } else {
                 let key = format!("{ns}/{}", t.name);

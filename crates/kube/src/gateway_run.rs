@@ -8,7 +8,7 @@
 use crate::config::{GatewayConfig, ProxyRef};
 use crate::desired::{EndpointIn, PortIn, SliceIn, SvcSpec};
 use crate::gateway::{self as translate, Cond, GatewayIn, Out, RouteIn, World};
-use crate::gateway_types::{Gateway, GatewayClass, GrpcRoute, HttpRoute, Listener, ObjectRef, GROUP};
+use crate::gateway_types::{Gateway, GatewayClass, GrpcRoute, HttpRoute, Listener, ObjectRef, ReferenceGrant, GROUP};
 use crate::ipam::{Allocation, Family, Outcome, SvcIn};
 use crate::metrics::Metrics;
 use crate::watch::{created, spawn_reflector, WATCH_SECONDS};
@@ -91,6 +91,7 @@ pub struct GatewayCtl {
     grpc: reflector::Store<GrpcRoute>,
     secrets: reflector::Store<Secret>,
     namespaces: reflector::Store<Namespace>,
+    grants: reflector::Store<ReferenceGrant>,
     proxies: Vec<Proxy>,
     /// (Gateway, listener port) → proxy port.
     ports: BTreeMap<(String, u16), u16>,
@@ -117,6 +118,7 @@ impl GatewayCtl {
         let (grpc, w4) = reflector::store();
         let (secrets, w5) = reflector::store();
         let (namespaces, w6) = reflector::store();
+        let (grants, w7) = reflector::store();
         let r = |n: &Arc<Notify>| (n.clone(), metrics.clone());
         let (n, m) = r(&notify);
         spawn_reflector(w1, Api::<GatewayClass>::all(client.clone()), wc.clone(), n, m);
@@ -129,7 +131,9 @@ impl GatewayCtl {
         let (n, m) = r(&notify);
         spawn_reflector(w5, Api::<Secret>::all(client.clone()), wc.clone().fields("type=kubernetes.io/tls"), n, m);
         let (n, m) = r(&notify);
-        spawn_reflector(w6, Api::<Namespace>::all(client.clone()), wc, n, m);
+        spawn_reflector(w6, Api::<Namespace>::all(client.clone()), wc.clone(), n, m);
+        let (n, m) = r(&notify);
+        spawn_reflector(w7, Api::<ReferenceGrant>::all(client.clone()), wc, n, m);
         for (what, ready) in [
             ("gatewayclasses", classes.wait_until_ready().await.is_ok()),
             ("gateways", gateways.wait_until_ready().await.is_ok()),
@@ -137,12 +141,13 @@ impl GatewayCtl {
             ("grpcroutes", grpc.wait_until_ready().await.is_ok()),
             ("secrets", secrets.wait_until_ready().await.is_ok()),
             ("namespaces", namespaces.wait_until_ready().await.is_ok()),
+            ("referencegrants", grants.wait_until_ready().await.is_ok()),
         ] {
             if !ready {
                 return Err(format!("the {what} watch ended before its first list (are the Gateway API's resource definitions installed?)"));
             }
         }
-        Ok(GatewayCtl { cfg, client, base, classes, gateways, http, grpc, secrets, namespaces, proxies, ports: BTreeMap::new(), recovered: false })
+        Ok(GatewayCtl { cfg, client, base, classes, gateways, http, grpc, secrets, namespaces, grants, proxies, ports: BTreeMap::new(), recovered: false })
     }
 
     fn our_classes(&self) -> BTreeMap<String, Arc<GatewayClass>> {
@@ -328,6 +333,7 @@ impl GatewayCtl {
         for n in self.namespaces.state() {
             w.namespace_labels.insert(n.name_any(), n.labels().clone());
         }
+        w.grants = self.grants.state().iter().map(|g| (g.namespace().unwrap_or_default(), g.spec.clone())).collect();
         w
     }
 

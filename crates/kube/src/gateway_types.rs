@@ -13,6 +13,9 @@ pub const VERSION: &str = "v1";
 /// `kube::Resource` for a Gateway API kind (static type information: group, version, plural).
 macro_rules! gateway_kind {
     ($t:ident, $kind:literal, $plural:literal, $scope:ty) => {
+        gateway_kind!($t, $kind, $plural, $scope, VERSION);
+    };
+    ($t:ident, $kind:literal, $plural:literal, $scope:ty, $version:expr) => {
         impl kube::Resource for $t {
             type DynamicType = ();
             type Scope = $scope;
@@ -23,7 +26,7 @@ macro_rules! gateway_kind {
                 Cow::Borrowed(GROUP)
             }
             fn version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed(VERSION)
+                Cow::Borrowed($version)
             }
             fn plural(_: &()) -> Cow<'_, str> {
                 Cow::Borrowed($plural)
@@ -312,4 +315,41 @@ pub struct GrpcMethod {
     pub service: Option<String>,
     #[serde(default)]
     pub method: Option<String>,
+}
+
+/// ReferenceGrant (served as v1beta1 by the release this controller implements): objects of the
+/// `from` kinds in the `from` namespaces may refer to objects of the `to` kinds (by name, or
+/// all of them) in the grant's own namespace.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+pub struct ReferenceGrant {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: ReferenceGrantSpec,
+}
+gateway_kind!(ReferenceGrant, "ReferenceGrant", "referencegrants", k8s_openapi::NamespaceResourceScope, "v1beta1");
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq)]
+pub struct ReferenceGrantSpec {
+    #[serde(default)]
+    pub from: Vec<GrantFrom>,
+    #[serde(default)]
+    pub to: Vec<GrantTo>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq)]
+pub struct GrantFrom {
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq)]
+pub struct GrantTo {
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    #[serde(default)]
+    pub name: Option<String>,
 }

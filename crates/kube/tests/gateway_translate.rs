@@ -218,3 +218,46 @@ fn no_address_no_programmed_gateway() {
     assert_eq!(cond(&g.conditions, "Programmed"), ("AddressNotAssigned", false));
     assert_eq!(cond(&g.listeners[0].conditions, "Programmed"), ("Pending", false));
 }
+
+#[test]
+fn reference_grants_allow_exactly_what_they_name() {
+    use vectorlb_kube::gateway_types::ReferenceGrantSpec;
+    let mut w = world();
+    w.services.insert("backends/api".into(), vec![80]);
+    w.endpoints.insert(("backends/api".into(), 80), vec!["10.2.0.9:8080".parse().unwrap()]);
+    w.secrets.insert("certs/shop".into(), Ok(self_signed()));
+    let gw = gateway(json!({
+        "metadata": {"name": "gw", "namespace": "shop"},
+        "spec": {"gatewayClassName": "vectorlb", "listeners": [
+            {"name": "http", "port": 80, "protocol": "HTTP"},
+            {"name": "https", "port": 443, "protocol": "HTTPS", "tls": {"certificateRefs": [{"name": "shop", "namespace": "certs"}]}}]}
+    }));
+    let route: HttpRoute = serde_json::from_value(json!({
+        "metadata": {"name": "r", "namespace": "shop"},
+        "spec": {"parentRefs": [{"name": "gw", "sectionName": "http"}], "rules": [{"backendRefs": [{"name": "api", "namespace": "backends", "port": 80}]}]}
+    }))
+    .unwrap();
+    let run = |w: &World| {
+        let gws = [GatewayIn { gw: &gw, key: "shop/gw".into(), address: Ok("10.100.0.50".parse().unwrap()) }];
+        let out = translate::translate(&gws, &[http_in(&route)], w);
+        let l = out.gateways["shop/gw"].listeners.iter().find(|l| l.name == "https").unwrap().conditions.clone();
+        let r = out.route_status[&(translate::HTTP_ROUTE, "shop/r".to_string())][0].1.clone();
+        (cond(&l, "ResolvedRefs").0.to_string(), cond(&r, "ResolvedRefs").0.to_string())
+    };
+    let grant = |ns: &str, v: serde_json::Value| (ns.to_string(), serde_json::from_value::<ReferenceGrantSpec>(v).unwrap());
+    // No grant: both references refused.
+    assert_eq!(run(&w), ("RefNotPermitted".into(), "RefNotPermitted".into()));
+    // Grants in the wrong namespace, from the wrong kind or namespace, to another name: still refused.
+    w.grants = vec![
+        grant("shop", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Service"}]})),
+        grant("backends", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "GRPCRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Service"}]})),
+        grant("backends", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "other"}], "to": [{"group": "", "kind": "Service"}]})),
+        grant("backends", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Service", "name": "db"}]})),
+        grant("certs", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Secret"}]})),
+    ];
+    assert_eq!(run(&w), ("RefNotPermitted".into(), "RefNotPermitted".into()));
+    // The right grants: by name for the Service, all Secrets for the Gateway.
+    w.grants.push(grant("backends", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Service", "name": "api"}]})));
+    w.grants.push(grant("certs", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "shop"}], "to": [{"group": "", "kind": "Secret"}]})));
+    assert_eq!(run(&w), ("ResolvedRefs".into(), "ResolvedRefs".into()));
+}

@@ -905,3 +905,103 @@ fn a_real_kubelet_runs_pods_of_our_image_behind_a_loadbalancer_service() {
         std::fs::read_dir("/var/run/netns").unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("cni-")).collect();
     assert!(left.is_empty(), "sandbox namespaces left behind: {left:?}");
 }
+
+/// The Gateway API conformance suite (its Go module, the release tools/gateway-api pins; built
+/// by scripts/gateway-conformance.sh) against the GatewayClass `vectorlb`: Pods of the suite's
+/// echo server run by a real kubelet, Gateways served by the daemon and the proxy, the suite's
+/// requests sent from the topology's client side. Ignored (about half an hour): `make
+/// conformance`. Prints the passed, failed and skipped counts, and the failed tests by name.
+#[test]
+#[ignore = "the Gateway API conformance suite, about half an hour: make conformance"]
+fn gateway_conformance() {
+    if let Some(why) = vectorlb_testkit::node::unavailable() {
+        panic!("{why}");
+    }
+    let o = vectorlb_testkit::sh(&["bash", repo().join("scripts/gateway-conformance.sh").to_str().unwrap()]);
+    assert!(o.status.success(), "gateway-conformance.sh: {}", String::from_utf8_lossy(&o.stderr));
+    let suite = PathBuf::from(stdout(&o).trim());
+    let profiles = std::env::var("VECTORLB_CONFORMANCE_PROFILES").unwrap_or_else(|_| "GATEWAY-HTTP".into());
+    // What vectorlb's proxy implements beyond the profile's core (docs/kubernetes.md).
+    let features = std::env::var("VECTORLB_CONFORMANCE_FEATURES")
+        .unwrap_or_else(|_| "Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,HTTPRouteResponseHeaderModification,HTTPRouteRequestTimeout".into());
+
+    let mut topo = Topo::new("kc", Shape::TwoArm, 1500);
+    let (cp, _) = {
+        topo.start_lb(&topo.base_config(None));
+        let cp = ControlPlane::start(&topo.dir.join("k8s"));
+        (cp, ())
+    };
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
+    gateway_crds(&cp);
+    let node = RealNode::start(&cp, "real-1", &pod_network(&topo), &[&suite.join("echo-basic.tar")]);
+    cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
+
+    let dir = cp.dir.clone();
+    let sock = dir.join("gw-proxy.sock");
+    let base = dir.join("gw-base.toml");
+    std::fs::write(&base, format!("workers = 1\n[admin]\naddress = \"unix:{}\"\n", sock.display())).unwrap();
+    let proxy_cfg = dir.join("gw-proxy.toml");
+    std::fs::copy(&base, &proxy_cfg).unwrap();
+    let plog = std::fs::File::create(dir.join("gw-proxy.log")).unwrap();
+    let mut proxy = topo.cmd("be1", &[bin(), "proxy", "--config", proxy_cfg.to_str().unwrap()]).stdout(plog.try_clone().unwrap()).stderr(plog).spawn().unwrap();
+    wait_for(Duration::from_secs(10), "the proxy's admin socket", || sock.exists().then_some(()));
+    let cfg = controller_config(&topo, &dir, vectorlb_testkit::k8s::free_port());
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text += &format!(
+        "\n[gateway]\nbase_file = \"{}\"\nports = \"30000-30999\"\n[[gateway.proxies]]\nname = \"p1\"\nadmin = \"unix:{}\"\naddress = \"10.1.0.11\"\n",
+        base.display(),
+        sock.display()
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let _ctl = Controller::start(&cp, &cfg, "c");
+    cp.apply(&[json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": "vectorlb"}, "spec": {"controllerName": "vectorlb.io/gateway"}})])
+        .unwrap();
+
+    let report = dir.join("conformance-report.yaml");
+    let log_path = dir.join("conformance.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let t = Instant::now();
+    let st = Command::new(suite.join("conformance.test"))
+        .env("KUBECONFIG", cp.kubeconfig("admin"))
+        .env("VECTORLB_CLIENT_NETNS", format!("/var/run/netns/{}", topo.ns("cl")))
+        .args(["-test.v", "-test.timeout", "90m", "-test.run", "TestVectorlbConformance"])
+        .arg("--gateway-class=vectorlb")
+        .arg(format!("--conformance-profiles={profiles}"))
+        .arg(format!("--supported-features={features}"))
+        .args(["--organization=vectorlb", "--project=vectorlb", "--url=https://vectorlb.invalid/", "--version=dev", "--contact=vectorlb"])
+        .arg(format!("--report-output={}", report.display()))
+        .arg("--cleanup-base-resources=false")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .status()
+        .unwrap();
+    let out = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let (mut passed, mut failed, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
+    for l in out.lines() {
+        let l = l.trim_start();
+        for (tag, list) in [("--- PASS: ", &mut passed), ("--- FAIL: ", &mut failed), ("--- SKIP: ", &mut skipped)] {
+            if let Some(rest) = l.strip_prefix(tag) {
+                let name = rest.split_whitespace().next().unwrap_or_default();
+                // The suite's own tests: TestVectorlbConformance/<Test>, not their sub-steps.
+                if let Some(test) = name.strip_prefix("TestVectorlbConformance/") {
+                    if !test.contains('/') {
+                        list.push(test.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    drop(node);
+    let _ = std::fs::copy(&report, std::env::temp_dir().join("vectorlb-conformance-report.yaml"));
+    let _ = std::fs::copy(&log_path, std::env::temp_dir().join("vectorlb-conformance.log"));
+    println!(
+        "{}",
+        json!({"conformance": {"suite": "sigs.k8s.io/gateway-api v1.4.1", "profiles": profiles, "features": features, "passed": passed.len(), "failed": failed.len(),
+            "skipped": skipped.len(), "failed_tests": failed, "minutes": t.elapsed().as_secs_f64() / 60.0, "suite_exit": st.code()}})
+    );
+    eprintln!("report: {} (copied to /tmp/vectorlb-conformance-report.yaml), log /tmp/vectorlb-conformance.log", report.display());
+    assert!(!passed.is_empty() || !failed.is_empty(), "the suite ran no test:\n{}", tail(&out, 40));
+}
