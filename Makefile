@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-two-tier demo-kubernetes bench-kubernetes k8s-bins attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
+.PHONY: all setup build install demo demo-two-tier demo-kubernetes bench-kubernetes conformance k8s-bins attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -40,11 +40,19 @@ k8s-bins:
 
 # `vectorlb kube` against that control plane: a Deployment and a LoadBalancer Service through
 # the daemon, scaling, a Pod deleted and the controller restarted under load, bad input; then a
-# Gateway with HTTPRoutes and a GRPCRoute on vectorlb proxy behind the daemon.
-# Ends with KUBERNETES OK (root; ~2 min once built).
+# Gateway with HTTPRoutes and a GRPCRoute on vectorlb proxy behind the daemon; then Pods of
+# vectorlb's image run by a real kubelet (containerd, runc) behind a LoadBalancer Service.
+# Ends with KUBERNETES OK (root; ~3 min once built).
 demo-kubernetes: build k8s-bins
 	@bash scripts/gateway-crds.sh >/dev/null
-	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes -- services_endpoints gateway_api --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
+	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes -- services_endpoints gateway_api a_real_kubelet --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
+
+# The Gateway API conformance suite (its Go module; the GATEWAY-HTTP profile) against the
+# GatewayClass `vectorlb`, its echo servers in Pods run by a real kubelet: passed, failed and
+# skipped in bench/results/conformance.jsonl (root; ~30 min). See docs/kubernetes.md.
+conformance: build k8s-bins
+	@mkdir -p bench/results
+	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes gateway_conformance -- --ignored --nocapture 2>&1 | grep '"conformance"' | tee bench/results/conformance.jsonl; test $${PIPESTATUS[0]} -eq 0
 
 # vectorlb's container image from the release binaries, without a base image: an OCI layout
 # in target/vectorlb-image.tar (ctr images import, podman load). See docs/kubernetes.md.
