@@ -175,6 +175,10 @@ struct Checked {
     https: bool,
     kinds: Vec<&'static str>,
     from: From,
+    /// Routes attach to it (and count in its `attachedRoutes`): Accepted, not Conflicted, with
+    /// a route kind it takes, even while a reference of its own is unresolved.
+    attachable: bool,
+    /// It is served: attachable, its references resolved, programmed on the proxies.
     usable: bool,
 }
 
@@ -359,7 +363,8 @@ fn check_gateway(g: &GatewayIn<'_>, w: &World) -> (GatewayStatus, Vec<Checked>, 
             Some((r, m)) => conds.push(cond("Conflicted", true, r, m.clone())),
             None => conds.push(cond("Conflicted", false, "NoConflicts", "")),
         }
-        let usable = accepted.is_ok() && conflict.is_none() && cert_problem.is_none() && !kinds.is_empty();
+        let attachable = accepted.is_ok() && conflict.is_none() && !kinds.is_empty();
+        let usable = attachable && cert_problem.is_none();
         let proxy_port = port.and_then(|p| w.proxy_ports.get(&(g.key.clone(), p)).copied());
         let programmed = match (usable, &g.address, proxy_port) {
             (false, _, _) => cond("Programmed", false, "Invalid", "the listener is not valid (see its other conditions)"),
@@ -380,6 +385,7 @@ fn check_gateway(g: &GatewayIn<'_>, w: &World) -> (GatewayStatus, Vec<Checked>, 
             https,
             kinds,
             from,
+            attachable,
             usable: usable && programmed_ok,
         });
     }
@@ -503,11 +509,14 @@ fn attach(
     };
     let (targets, resolved_cond) = resolved(r, w);
     for (i, l, hs) in with_hosts {
-        if !l.usable {
+        if !l.attachable {
             continue;
         }
         if let Some(st) = out.gateways.get_mut(gw_key).and_then(|g| g.listeners.get_mut(i)) {
             st.attached_routes += 1;
+        }
+        if !l.usable {
+            continue;
         }
         let listener = listener_name(gw_key, l.port);
         for host in &hs {
@@ -867,9 +876,14 @@ impl Out {
             }
             clusters.push(V::Table(t));
         }
-        doc.insert("listeners".into(), V::Array(listeners));
-        doc.insert("routes".into(), V::Array(routes));
-        doc.insert("clusters".into(), V::Array(clusters));
+        // Arrays of tables only when not empty: they are written as `[[...]]` sections, which may
+        // follow the base's own tables; an empty one would be a bare key and land inside the
+        // base's last table (`[admin]`).
+        for (k, v) in [("listeners", listeners), ("routes", routes), ("clusters", clusters)] {
+            if !v.is_empty() {
+                doc.insert(k.into(), V::Array(v));
+            }
+        }
         let made = toml::to_string(&V::Table(doc)).unwrap_or_default();
         format!("{}\n# Made by vectorlb kube from the Gateway API objects: do not edit.\n{made}", base.trim_end())
     }

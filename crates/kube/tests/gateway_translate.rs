@@ -144,7 +144,9 @@ fn a_gateway_and_its_routes_become_a_proxy_configuration_with_the_right_conditio
     assert_eq!(cond(&l("bad-cert").conditions, "Programmed"), ("Invalid", false));
     assert_eq!(cond(&l("tcp").conditions, "Accepted"), ("UnsupportedProtocol", false));
     // split attaches to http and https (its hostname shop.example); the gRPC route to http only.
-    assert_eq!((l("http").attached_routes, l("https").attached_routes, l("bad-cert").attached_routes), (2, 1, 0));
+    // A listener whose certificate is broken still counts the routes attached to it (the
+    // specification: attachment does not depend on the listener's own references).
+    assert_eq!((l("http").attached_routes, l("https").attached_routes, l("bad-cert").attached_routes), (2, 1, 1));
     assert_eq!(l("http").supported_kinds, vec!["HTTPRoute", "GRPCRoute"]);
     assert_eq!(out.l4["shop/gw"], vec![(80, 30080), (443, 30443)], "only servable listeners reach the L4 tier");
 
@@ -220,6 +222,26 @@ fn no_address_no_programmed_gateway() {
 }
 
 #[test]
+fn a_configuration_without_routes_or_clusters_is_still_one_the_proxy_takes() {
+    // A Gateway whose only route points at nothing: no cluster at all (the proxy refused the
+    // `clusters = []` that once landed inside the base's `[admin]` table).
+    let gw = gateway(
+        json!({"metadata": {"name": "gw", "namespace": "shop"}, "spec": {"gatewayClassName": "vectorlb", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    );
+    let route: HttpRoute = serde_json::from_value(json!({"metadata": {"name": "r", "namespace": "shop"},
+        "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": "nope", "port": 80}]}]}}))
+    .unwrap();
+    let base = "workers = 1\n[admin]\naddress = \"unix:/run/vectorlb/gw-proxy.sock\"\n";
+    for (gws, routes) in [(vec![], vec![]), (vec![&gw], vec![http_in(&route)])] {
+        let gws: Vec<GatewayIn> = gws.into_iter().map(|g| GatewayIn { gw: g, key: "shop/gw".into(), address: Ok("10.100.0.50".parse().unwrap()) }).collect();
+        let out = translate::translate(&gws, &routes, &world());
+        let text = out.proxy_toml(base, IpAddr::from([0, 0, 0, 0]));
+        let c = vectorlb_proxy::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert!(c.clusters.is_empty(), "{text}");
+    }
+}
+
+#[test]
 fn reference_grants_allow_exactly_what_they_name() {
     use vectorlb_kube::gateway_types::ReferenceGrantSpec;
     let mut w = world();
@@ -252,12 +274,18 @@ fn reference_grants_allow_exactly_what_they_name() {
         grant("shop", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Service"}]})),
         grant("backends", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "GRPCRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Service"}]})),
         grant("backends", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "other"}], "to": [{"group": "", "kind": "Service"}]})),
-        grant("backends", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Service", "name": "db"}]})),
+        grant(
+            "backends",
+            json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Service", "name": "db"}]}),
+        ),
         grant("certs", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Secret"}]})),
     ];
     assert_eq!(run(&w), ("RefNotPermitted".into(), "RefNotPermitted".into()));
     // The right grants: by name for the Service, all Secrets for the Gateway.
-    w.grants.push(grant("backends", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Service", "name": "api"}]})));
+    w.grants.push(grant(
+        "backends",
+        json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}], "to": [{"group": "", "kind": "Service", "name": "api"}]}),
+    ));
     w.grants.push(grant("certs", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "shop"}], "to": [{"group": "", "kind": "Secret"}]})));
     assert_eq!(run(&w), ("ResolvedRefs".into(), "ResolvedRefs".into()));
 }

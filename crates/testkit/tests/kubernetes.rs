@@ -920,6 +920,8 @@ fn gateway_conformance() {
     let o = vectorlb_testkit::sh(&["bash", repo().join("scripts/gateway-conformance.sh").to_str().unwrap()]);
     assert!(o.status.success(), "gateway-conformance.sh: {}", String::from_utf8_lossy(&o.stderr));
     let suite = PathBuf::from(stdout(&o).trim());
+    let gomod = std::fs::read_to_string(repo().join("tools/gateway-api/go.mod")).unwrap();
+    let version = gomod.split_whitespace().skip_while(|w| *w != "sigs.k8s.io/gateway-api").nth(1).unwrap_or("?").to_string();
     let profiles = std::env::var("VECTORLB_CONFORMANCE_PROFILES").unwrap_or_else(|_| "GATEWAY-HTTP".into());
     // What vectorlb's proxy implements beyond the profile's core (docs/kubernetes.md).
     let features = std::env::var("VECTORLB_CONFORMANCE_FEATURES")
@@ -999,7 +1001,7 @@ fn gateway_conformance() {
     let _ = std::fs::copy(&log_path, std::env::temp_dir().join("vectorlb-conformance.log"));
     println!(
         "{}",
-        json!({"conformance": {"suite": "sigs.k8s.io/gateway-api v1.4.1", "profiles": profiles, "features": features, "passed": passed.len(), "failed": failed.len(),
+        json!({"conformance": {"suite": format!("sigs.k8s.io/gateway-api {version}"), "profiles": profiles, "features": features, "passed": passed.len(), "failed": failed.len(),
             "skipped": skipped.len(), "failed_tests": failed, "minutes": t.elapsed().as_secs_f64() / 60.0, "suite_exit": st.code()}})
     );
     eprintln!("report: {} (copied to /tmp/vectorlb-conformance-report.yaml), log /tmp/vectorlb-conformance.log", report.display());
