@@ -59,6 +59,29 @@ pub struct Rule {
     pub backends: Vec<BackendRef>,
     /// Seconds to the response's head.
     pub timeout: Option<f64>,
+    /// A RequestRedirect filter: the rule answers with a redirect instead of forwarding.
+    pub redirect: Option<RedirectSpec>,
+}
+
+/// A RequestRedirect filter as checked; its scheme and port are settled per listener.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedirectSpec {
+    pub status: u16,
+    pub scheme: Option<String>,
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    /// (true: the whole path, false: the matched prefix) → replacement.
+    pub path: Option<(bool, String)>,
+}
+
+/// A redirect as the proxy takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyRedirect {
+    pub status: u16,
+    pub scheme: String,
+    pub host: Option<String>,
+    pub port: u16,
+    pub path: Option<(bool, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -124,6 +147,7 @@ pub type Split = Vec<(Result<String, u16>, u32)>;
 pub enum Action {
     Split(Split),
     Respond(u16),
+    Redirect(ProxyRedirect),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -521,9 +545,20 @@ fn attach(
         let listener = listener_name(gw_key, l.port);
         for host in &hs {
             for (ri, rule) in rules.iter().enumerate() {
-                let action = match &targets[ri] {
-                    t if t.is_empty() => Action::Respond(500),
-                    t => Action::Split(t.clone()),
+                let action = match (&rule.redirect, &targets[ri]) {
+                    (Some(rd), _) => {
+                        // The specification: no scheme → the listener's; no port → the
+                        // scheme's own port when the scheme is given, else the listener's.
+                        let scheme = rd.scheme.clone().unwrap_or_else(|| if l.https { "https".into() } else { "http".into() });
+                        let port = rd.port.unwrap_or(match rd.scheme.as_deref() {
+                            Some("https") => 443,
+                            Some(_) => 80,
+                            None => l.port,
+                        });
+                        Action::Redirect(ProxyRedirect { status: rd.status, scheme, host: rd.host.clone(), port, path: rd.path.clone() })
+                    }
+                    (None, t) if t.is_empty() => Action::Respond(500),
+                    (None, t) => Action::Split(t.clone()),
                 };
                 for (cl, (_, eps, h2)) in targets[ri].iter().filter_map(|(t, _)| t.as_ref().ok()).filter_map(|n| w_cluster(w, n, r.kind).map(|c| (n.clone(), c))) {
                     out.clusters.insert(cl, (eps, h2));
@@ -640,7 +675,15 @@ pub fn http_rules(rules: &[HttpRule]) -> Result<Vec<Rule>, String> {
             };
             matches.push(Match { path, headers: header_matches(&at, &m.headers)? });
         }
-        let (request_headers, response_headers) = filters(&format!("rules[{i}]"), &r.filters)?;
+        let (request_headers, response_headers, redirect) = filters(&format!("rules[{i}]"), &r.filters)?;
+        if redirect.is_some() && !r.backend_refs.is_empty() {
+            return Err(format!("rules[{i}]: a RequestRedirect rule cannot also have backendRefs"));
+        }
+        if let Some((false, _)) = redirect.as_ref().and_then(|r| r.path.as_ref()) {
+            if r.matches.iter().any(|m| m.path.as_ref().is_some_and(|p| p.type_.as_deref() == Some("Exact"))) {
+                return Err(format!("rules[{i}]: ReplacePrefixMatch needs PathPrefix matches"));
+            }
+        }
         let timeout = match &r.timeouts {
             None => None,
             Some(t) => match t.request.as_deref().or(t.backend_request.as_deref()) {
@@ -649,7 +692,7 @@ pub fn http_rules(rules: &[HttpRule]) -> Result<Vec<Rule>, String> {
             },
         };
         backend_filters(&format!("rules[{i}]"), &r.backend_refs)?;
-        out.push(Rule { matches, request_headers, response_headers, backends: r.backend_refs.clone(), timeout });
+        out.push(Rule { matches, request_headers, response_headers, backends: r.backend_refs.clone(), timeout, redirect });
     }
     Ok(out)
 }
@@ -679,9 +722,12 @@ pub fn grpc_rules(rules: &[GrpcRule]) -> Result<Vec<Rule>, String> {
             };
             matches.push(Match { path, headers: header_matches(&at, &m.headers)? });
         }
-        let (request_headers, response_headers) = filters(&format!("rules[{i}]"), &r.filters)?;
+        let (request_headers, response_headers, redirect) = filters(&format!("rules[{i}]"), &r.filters)?;
+        if redirect.is_some() {
+            return Err(format!("rules[{i}]: RequestRedirect is not a GRPCRoute filter"));
+        }
         backend_filters(&format!("rules[{i}]"), &r.backend_refs)?;
-        out.push(Rule { matches, request_headers, response_headers, backends: r.backend_refs.clone(), timeout: None });
+        out.push(Rule { matches, request_headers, response_headers, backends: r.backend_refs.clone(), timeout: None, redirect: None });
     }
     Ok(out)
 }
@@ -732,10 +778,19 @@ fn modifier(at: &str, m: &HeaderModifier) -> Result<HeaderModifier, String> {
     Ok(m.clone())
 }
 
-fn filters(at: &str, fs: &[Filter]) -> Result<(Option<HeaderModifier>, Option<HeaderModifier>), String> {
-    let (mut req, mut resp) = (None, None);
+type Filters = (Option<HeaderModifier>, Option<HeaderModifier>, Option<RedirectSpec>);
+
+fn filters(at: &str, fs: &[Filter]) -> Result<Filters, String> {
+    let (mut req, mut resp, mut redirect) = (None, None, None);
     for (k, f) in fs.iter().enumerate() {
         let here = format!("{at}.filters[{k}]");
+        if f.type_ == "RequestRedirect" {
+            match (&f.request_redirect, &redirect) {
+                (Some(r), None) => redirect = Some(redirect_spec(&here, r)?),
+                _ => return Err(format!("{here}: one RequestRedirect per rule, with its settings")),
+            }
+            continue;
+        }
         match (f.type_.as_str(), &f.request_header_modifier, &f.response_header_modifier) {
             ("RequestHeaderModifier", Some(m), _) if req.is_none() => req = Some(modifier(&here, m)?),
             ("ResponseHeaderModifier", _, Some(m)) if resp.is_none() => resp = Some(modifier(&here, m)?),
@@ -743,7 +798,41 @@ fn filters(at: &str, fs: &[Filter]) -> Result<(Option<HeaderModifier>, Option<He
             (t, _, _) => return Err(format!("{here}: filter {t} is not supported")),
         }
     }
-    Ok((req, resp))
+    Ok((req, resp, redirect))
+}
+
+fn redirect_spec(at: &str, r: &RequestRedirect) -> Result<RedirectSpec, String> {
+    let status = match r.status_code.unwrap_or(302) {
+        s @ (301 | 302) => s as u16,
+        s => return Err(format!("{at}.requestRedirect.statusCode: {s} is not 301 or 302")),
+    };
+    let scheme = match r.scheme.as_deref() {
+        None => None,
+        Some(s @ ("http" | "https")) => Some(s.to_string()),
+        Some(s) => return Err(format!("{at}.requestRedirect.scheme: '{s}' is not http or https")),
+    };
+    let host = match r.hostname.as_deref() {
+        None => None,
+        Some(h) if !h.is_empty() && h.len() <= 253 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.') => Some(h.to_ascii_lowercase()),
+        Some(h) => return Err(format!("{at}.requestRedirect.hostname: '{h}' is not a host name")),
+    };
+    let port = match r.port {
+        None => None,
+        Some(p) => Some(u16::try_from(p).ok().filter(|p| *p > 0).ok_or_else(|| format!("{at}.requestRedirect.port: {p} is not a port"))?),
+    };
+    let path = match &r.path {
+        None => None,
+        Some(p) => {
+            let (full, value) = match (p.type_.as_str(), &p.replace_full_path, &p.replace_prefix_match) {
+                ("ReplaceFullPath", Some(v), _) => (true, v.clone()),
+                ("ReplacePrefixMatch", _, Some(v)) => (false, v.clone()),
+                (t, _, _) => return Err(format!("{at}.requestRedirect.path: type {t} without its value")),
+            };
+            check_path(&format!("{at}.requestRedirect.path"), &value)?;
+            Some((full, value))
+        }
+    };
+    Ok(RedirectSpec { status, scheme, host, port, path })
 }
 
 fn backend_filters(at: &str, bs: &[BackendRef]) -> Result<(), String> {
@@ -837,6 +926,25 @@ impl Out {
                     let mut m = toml::map::Map::new();
                     m.insert("status".into(), V::Integer((*st).into()));
                     t.insert("respond".into(), V::Table(m));
+                }
+                Action::Redirect(rd) => {
+                    let mut m = toml::map::Map::new();
+                    m.insert("status".into(), V::Integer(rd.status.into()));
+                    m.insert("scheme".into(), s(&rd.scheme));
+                    m.insert("port".into(), V::Integer(rd.port.into()));
+                    if let Some(h) = &rd.host {
+                        m.insert("host".into(), s(h));
+                    }
+                    match &rd.path {
+                        Some((true, p)) => {
+                            m.insert("path".into(), s(p));
+                        }
+                        Some((false, p)) => {
+                            m.insert("prefix".into(), s(p));
+                        }
+                        None => {}
+                    }
+                    t.insert("redirect".into(), V::Table(m));
                 }
                 Action::Split(split) => {
                     let entries = split

@@ -289,3 +289,48 @@ fn reference_grants_allow_exactly_what_they_name() {
     w.grants.push(grant("certs", json!({"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "shop"}], "to": [{"group": "", "kind": "Secret"}]})));
     assert_eq!(run(&w), ("ResolvedRefs".into(), "ResolvedRefs".into()));
 }
+
+#[test]
+fn request_redirects_take_the_listener_scheme_and_port_unless_given() {
+    use translate::ProxyRedirect;
+    let gw = gateway(json!({"metadata": {"name": "gw", "namespace": "shop"}, "spec": {"gatewayClassName": "vectorlb", "listeners": [
+        {"name": "http", "port": 8080, "protocol": "HTTP"}]}}));
+    let route: HttpRoute = serde_json::from_value(json!({"metadata": {"name": "r", "namespace": "shop"}, "spec": {"parentRefs": [{"name": "gw"}], "rules": [
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/host"}}], "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "Example.org", "statusCode": 301}}]},
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/secure"}}], "filters": [{"type": "RequestRedirect", "requestRedirect": {"scheme": "https"}}]},
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/old"}}], "filters": [{"type": "RequestRedirect", "requestRedirect": {"port": 9090, "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/new"}}}]}]}}))
+    .unwrap();
+    let gws = [GatewayIn { gw: &gw, key: "shop/gw".into(), address: Ok("10.100.0.50".parse().unwrap()) }];
+    let mut w = world();
+    w.proxy_ports.insert(("shop/gw".into(), 8080), 38080);
+    let out = translate::translate(&gws, &[http_in(&route)], &w);
+    let redirects: Vec<ProxyRedirect> = out.routes.iter().filter_map(|r| if let Action::Redirect(rd) = &r.action { Some(rd.clone()) } else { None }).collect();
+    let rd = |status, scheme: &str, host: Option<&str>, port, path: Option<(bool, &str)>| ProxyRedirect {
+        status,
+        scheme: scheme.into(),
+        host: host.map(str::to_string),
+        port,
+        path: path.map(|(f, p)| (f, p.to_string())),
+    };
+    assert_eq!(
+        redirects,
+        vec![rd(302, "https", None, 443, None), rd(301, "http", Some("example.org"), 8080, None), rd(302, "http", None, 9090, Some((false, "/new")))],
+        "{:?}",
+        out.routes
+    );
+    let text = out.proxy_toml("workers = 1\n", IpAddr::from([0, 0, 0, 0]));
+    vectorlb_proxy::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    // Refused: a redirect with backends, a bad status, ReplacePrefixMatch on an exact match.
+    for (rule, why) in [
+        (json!({"filters": [{"type": "RequestRedirect", "requestRedirect": {}}], "backendRefs": [{"name": "web-v1", "port": 80}]}), "cannot also have backendRefs"),
+        (json!({"filters": [{"type": "RequestRedirect", "requestRedirect": {"statusCode": 307}}]}), "is not 301 or 302"),
+        (
+            json!({"matches": [{"path": {"type": "Exact", "value": "/x"}}], "filters": [{"type": "RequestRedirect", "requestRedirect": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/y"}}}]}),
+            "needs PathPrefix",
+        ),
+    ] {
+        let rules: Vec<vectorlb_kube::gateway_types::HttpRule> = serde_json::from_value(json!([rule])).unwrap();
+        let e = translate::http_rules(&rules).unwrap_err();
+        assert!(e.contains(why), "{e}");
+    }
+}

@@ -211,6 +211,13 @@ impl PathMatch {
         }
     }
 
+    /// What the route matched of the path (a redirect's `prefix` replaces it).
+    pub fn matched(&self) -> &str {
+        match self {
+            PathMatch::Prefix(p) | PathMatch::Segments(p) | PathMatch::Exact(p) => p,
+        }
+    }
+
     pub fn matches(&self, path: &str) -> bool {
         match self {
             PathMatch::Prefix(p) => path.starts_with(p.as_str()),
@@ -277,9 +284,69 @@ pub enum Action {
     Split(Vec<(SplitTo, u32)>),
     /// Answer it here: a status and a body (health endpoints, benchmarks of the front end).
     Respond { status: u16, body: String },
+    /// Answer it with a redirect (the Gateway API's RequestRedirect filter).
+    Redirect(Redirect),
     /// Serve files under `root` (the request path after the route's prefix), read on the
     /// dispatch pool at the request's priority class.
     Static { root: std::path::PathBuf, max_bytes: u64, direct_io: bool },
+}
+
+/// Where a redirect sends the client: `scheme://host[:port]path?query`, the request's own host
+/// and path unless replaced; the port left out when it is the scheme's own (80, 443).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    pub status: u16,
+    pub scheme: String,
+    pub host: Option<String>,
+    pub port: u16,
+    pub path: Option<RedirectPath>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedirectPath {
+    /// The whole path replaced.
+    Full(String),
+    /// The route's path prefix replaced, the rest kept.
+    Prefix(String),
+}
+
+impl Redirect {
+    /// The Location for a request to `host` (its Host, port or not) and `path_and_query`
+    /// under a route whose path prefix is `prefix`.
+    pub fn location(&self, host: &str, path_and_query: &str, prefix: &str) -> String {
+        let host = self.host.as_deref().unwrap_or_else(|| strip_port(host));
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path_and_query, None),
+        };
+        let path = match &self.path {
+            None => path.to_string(),
+            Some(RedirectPath::Full(p)) => p.clone(),
+            Some(RedirectPath::Prefix(to)) => {
+                let rest = path.strip_prefix(prefix.trim_end_matches('/')).unwrap_or(path);
+                let to = to.trim_end_matches('/');
+                match (to.is_empty(), rest.is_empty()) {
+                    (true, true) => "/".to_string(),
+                    (true, false) => rest.to_string(),
+                    (false, _) => format!("{to}{rest}"),
+                }
+            }
+        };
+        let port = match (self.scheme.as_str(), self.port) {
+            ("http", 80) | ("https", 443) => String::new(),
+            (_, p) => format!(":{p}"),
+        };
+        let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+        format!("{}://{host}{port}{path}{query}", self.scheme)
+    }
+}
+
+/// A Host header's name without its port (`[v6]:port` and `name:port`).
+fn strip_port(h: &str) -> &str {
+    if let Some(rest) = h.strip_prefix('[') {
+        return rest.split_once(']').map(|(a, _)| &h[..a.len() + 2]).unwrap_or(h);
+    }
+    h.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map(|(n, _)| n).unwrap_or(h)
 }
 
 /// One entry of a weighted split.
@@ -549,6 +616,7 @@ struct RawRoute {
     response_headers: Option<RawHeaderEdit>,
     timeout: Option<f64>,
     respond: Option<RawRespond>,
+    redirect: Option<RawRedirect>,
     #[serde(rename = "static")]
     static_: Option<RawStatic>,
     priority: Option<RawPriority>,
@@ -610,6 +678,47 @@ struct RawRespond {
     status: u16,
     #[serde(default)]
     body: String,
+}
+
+fn redirect(f: &str, r: &RawRedirect) -> Result<Action, ConfigError> {
+    let status = r.status.unwrap_or(302);
+    if ![301, 302, 303, 307, 308].contains(&status) {
+        return Err(bad(format!("{f}.status"), format!("{status} is not a redirect status (301, 302, 303, 307, 308)")));
+    }
+    if r.scheme != "http" && r.scheme != "https" {
+        return Err(bad(format!("{f}.scheme"), format!("'{}' is not http or https", r.scheme)));
+    }
+    if r.port == 0 {
+        return Err(bad(format!("{f}.port"), "0 is not a port"));
+    }
+    if let Some(h) = &r.host {
+        let ok = !h.is_empty() && h.len() <= 253 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        if !ok {
+            return Err(bad(format!("{f}.host"), format!("'{h}' is not a host name")));
+        }
+    }
+    let path_ok = |p: &str| p.starts_with('/') && p.len() <= 1024 && !p.bytes().any(|b| b <= b' ' || b == 0x7f || b == b'?' || b == b'#');
+    let path = match (&r.path, &r.prefix) {
+        (None, None) => None,
+        (Some(p), None) if path_ok(p) => Some(RedirectPath::Full(p.clone())),
+        (None, Some(p)) if path_ok(p) => Some(RedirectPath::Prefix(p.clone())),
+        (Some(_), Some(_)) => return Err(bad(f, "path or prefix, not both")),
+        (Some(p), None) | (None, Some(p)) => return Err(bad(f, format!("'{p}' is not a path"))),
+    };
+    Ok(Action::Redirect(Redirect { status, scheme: r.scheme.clone(), host: r.host.clone(), port: r.port, path }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedirect {
+    status: Option<u16>,
+    scheme: String,
+    host: Option<String>,
+    port: u16,
+    /// The whole path replaced.
+    path: Option<String>,
+    /// The route's path prefix replaced.
+    prefix: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1102,7 +1211,9 @@ impl Config {
                 }
             }
             let action = match (&r.cluster, &r.respond, &r.static_) {
-                (Some(_), None, None) if r.clusters.is_some() => return Err(bad(&f, "needs exactly one of cluster, clusters, respond and static")),
+                (None, None, None) if r.clusters.is_none() && r.redirect.is_some() => redirect(&format!("{f}.redirect"), r.redirect.as_ref().unwrap_or_else(|| unreachable!()))?,
+                _ if r.redirect.is_some() => return Err(bad(&f, "needs exactly one of cluster, clusters, respond, redirect and static")),
+                (Some(_), None, None) if r.clusters.is_some() => return Err(bad(&f, "needs exactly one of cluster, clusters, respond, redirect and static")),
                 (Some(c), None, None) => Action::Cluster(*by_name.get(c).ok_or_else(|| bad(format!("{f}.cluster"), format!("no cluster named '{c}'")))?),
                 (None, None, None) if r.clusters.is_some() => {
                     let list = r.clusters.as_deref().unwrap_or_default();
@@ -1146,7 +1257,7 @@ impl Config {
                     }
                     Action::Respond { status: a.status, body: a.body.clone() }
                 }
-                _ => return Err(bad(&f, "needs exactly one of cluster, clusters, respond and static")),
+                _ => return Err(bad(&f, "needs exactly one of cluster, clusters, respond, redirect and static")),
             };
             let priority = match (&r.priority, &action) {
                 (None, _) => Priority { class: dispatch.classes.len() - 1, ..Default::default() },
@@ -1273,6 +1384,35 @@ endpoints = ["[::1]:9003"]
     }
 
     #[test]
+    fn redirects_build_their_location() {
+        let r =
+            |scheme: &str, host: Option<&str>, port: u16, path: Option<RedirectPath>| Redirect { status: 302, scheme: scheme.into(), host: host.map(str::to_string), port, path };
+        assert_eq!(r("http", None, 80, None).location("a.example:8080", "/x?y=1", "/"), "http://a.example/x?y=1");
+        assert_eq!(r("https", Some("b.example"), 443, None).location("a.example", "/x", "/"), "https://b.example/x");
+        assert_eq!(r("http", None, 8080, None).location("[2001:db8::1]:80", "/", "/"), "http://[2001:db8::1]:8080/");
+        assert_eq!(r("http", None, 80, Some(RedirectPath::Full("/new".into()))).location("a", "/old/p?q", "/old"), "http://a/new?q");
+        let p = |to: &str| Some(RedirectPath::Prefix(to.into()));
+        assert_eq!(r("http", None, 80, p("/new")).location("a", "/old/p", "/old"), "http://a/new/p");
+        assert_eq!(r("http", None, 80, p("/new")).location("a", "/old", "/old"), "http://a/new");
+        assert_eq!(r("http", None, 80, p("/")).location("a", "/old/p", "/old"), "http://a/p");
+        assert_eq!(r("http", None, 80, p("/")).location("a", "/old", "/old"), "http://a/");
+        let base = "[[listeners]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n[[routes]]\n";
+        for (route, err) in [
+            ("redirect = { scheme = \"ftp\", port = 80 }", "routes[0].redirect.scheme"),
+            ("redirect = { scheme = \"http\", port = 80, status = 200 }", "routes[0].redirect.status"),
+            ("redirect = { scheme = \"http\", port = 0 }", "routes[0].redirect.port"),
+            ("redirect = { scheme = \"http\", port = 80, host = \"a b\" }", "routes[0].redirect.host"),
+            ("redirect = { scheme = \"http\", port = 80, path = \"/a\", prefix = \"/b\" }", "routes[0].redirect"),
+            ("redirect = { scheme = \"http\", port = 80 }\nrespond = { status = 200 }", "routes[0]"),
+        ] {
+            let e = Config::parse(&format!("{base}{route}\n")).unwrap_err().to_string();
+            assert!(e.starts_with(err), "{route}: {e}");
+        }
+        let c = Config::parse(&format!("{base}redirect = {{ scheme = \"https\", port = 443, status = 301, prefix = \"/v2\" }}\n")).unwrap();
+        assert_eq!(c.routes[0].action, Action::Redirect(Redirect { status: 301, scheme: "https".into(), host: None, port: 443, path: p("/v2") }));
+    }
+
+    #[test]
     fn bad_files_are_refused_naming_the_field() {
         for (from, to, want) in [
             ("address = \"127.0.0.1:8080\"", "address = \"nowhere\"", "listeners[0].address"),
@@ -1317,7 +1457,10 @@ endpoints = ["[::1]:9003"]
             (format!("[admin]\naddress = \"unix:p.sock\"\n{base}"), "admin.address"),
             (format!("[admin]\naddress = \"localhost\"\n{base}"), "admin.address: 'localhost' is not ADDRESS:PORT or unix:PATH"),
             (base.replace("status = 204", "status = 99"), "routes[0].respond.status"),
-            (base.replace("respond = { status = 204 }", "respond = { status = 200 }\ncluster = \"x\""), "routes[0]: needs exactly one of cluster, clusters, respond and static"),
+            (
+                base.replace("respond = { status = 204 }", "respond = { status = 200 }\ncluster = \"x\""),
+                "routes[0]: needs exactly one of cluster, clusters, respond, redirect and static",
+            ),
         ] {
             let e = Config::parse(&text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");

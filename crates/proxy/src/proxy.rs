@@ -120,6 +120,23 @@ impl Proxy {
                     )
                 }
             },
+            crate::config::Action::Redirect(rd) => {
+                if host.is_none() && rd.host.is_none() {
+                    return answer(StatusCode::BAD_REQUEST, "a redirect to the same host needs the request's Host");
+                }
+                let pq = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+                let location = rd.location(host.as_deref().unwrap_or_default(), pq, route.matches.path.matched());
+                let mut r = crate::body::respond(StatusCode::from_u16(rd.status).unwrap_or(StatusCode::FOUND), bytes::Bytes::new());
+                match hyper::header::HeaderValue::from_str(&location) {
+                    Ok(v) => {
+                        r.headers_mut().insert(hyper::header::LOCATION, v);
+                    }
+                    // The request's Host is checked before routing; a name that still cannot be
+                    // a header value gets a 400, not a redirect without a Location.
+                    Err(_) => return answer(StatusCode::BAD_REQUEST, "this request's host cannot be redirected to"),
+                }
+                return r;
+            }
             crate::config::Action::Respond { status, body } => {
                 return crate::body::respond(StatusCode::from_u16(*status).unwrap_or(StatusCode::OK), bytes::Bytes::from(body.clone()));
             }

@@ -925,7 +925,7 @@ fn gateway_conformance() {
     let profiles = std::env::var("VECTORLB_CONFORMANCE_PROFILES").unwrap_or_else(|_| "GATEWAY-HTTP".into());
     // What vectorlb's proxy implements beyond the profile's core (docs/kubernetes.md).
     let features = std::env::var("VECTORLB_CONFORMANCE_FEATURES")
-        .unwrap_or_else(|_| "Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,HTTPRouteResponseHeaderModification,HTTPRouteRequestTimeout".into());
+        .unwrap_or_else(|_| "Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,HTTPRouteResponseHeaderModification,HTTPRouteRequestTimeout,HTTPRouteSchemeRedirect,HTTPRoutePortRedirect,HTTPRoutePathRedirect".into());
 
     let mut topo = Topo::new("kc", Shape::TwoArm, 1500);
     let (cp, _) = {
