@@ -47,7 +47,7 @@ demo-kubernetes: build k8s-bins
 	@bash scripts/gateway-crds.sh >/dev/null
 	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes -- services_endpoints gateway_api a_real_kubelet --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
 
-# The Gateway API conformance suite (its Go module; the GATEWAY-HTTP profile) against the
+# The Gateway API conformance suite (its Go module; GATEWAY-HTTP and GATEWAY-GRPC) against the
 # GatewayClass `vectorlb`, its echo servers in Pods run by a real kubelet: passed, failed and
 # skipped in bench/results/conformance.jsonl (root; ~3 min once built, ~4 more to build the
 # suite). Also part of `make test`. See docs/kubernetes.md.

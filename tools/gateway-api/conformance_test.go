@@ -7,9 +7,10 @@
 //   - The suite's base manifests are read from the module, less the UDP test server's
 //     Deployment: its image (CoreDNS) cannot be pulled here, and it serves only UDPRoute tests,
 //     which vectorlb's proxy does not claim.
-//   - With VECTORLB_CLIENT_NETNS set (a network namespace's path), the suite's HTTP requests to
-//     a Gateway leave from that namespace (the test topology's client side, behind which the
-//     Gateways' addresses are served); the suite still reaches the API server from here.
+//   - With VECTORLB_CLIENT_NETNS set (a network namespace's path), the suite's HTTP and gRPC
+//     requests to a Gateway leave from that namespace (the test topology's client side, behind
+//     which the Gateways' addresses are served); the suite still reaches the API server from
+//     here. GRPCRouteWeight, whose clients cannot be pointed there, is skipped.
 package conformance_test
 
 import (
@@ -21,9 +22,13 @@ import (
 	"runtime"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"golang.org/x/sys/unix"
+	grpcgo "google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"sigs.k8s.io/gateway-api/conformance"
+	confgrpc "sigs.k8s.io/gateway-api/conformance/utils/grpc"
 	"sigs.k8s.io/gateway-api/conformance/utils/roundtripper"
 )
 
@@ -47,6 +52,11 @@ func TestVectorlbConformance(t *testing.T) {
 			TimeoutConfig:     opts.TimeoutConfig,
 			CustomDialContext: dialFrom(ns),
 		}
+		opts.GRPCClient = &grpcFrom{dial: dialFrom(ns)}
+		// This test makes its own gRPC clients, not the one given: they would dial the Gateway's
+		// address from the host, where it is not routed to the test's topology (the requests
+		// would leave the machine by the host's default route). Skipped rather than run there.
+		opts.SkipTests = append(opts.SkipTests, "GRPCRouteWeight")
 	}
 	conformance.RunConformanceWithOptions(t, opts)
 }
@@ -64,6 +74,34 @@ func (o overlay) Open(name string) (fs.File, error) {
 	}
 	return o.FS.Open(name)
 }
+
+// grpcFrom is the suite's gRPC client with its connections dialled from another namespace. The
+// suite shares one given client among parallel tests and closes it after each, where its own
+// default is a fresh client per test: here each RPC gets a client and connection of its own
+// (the suite's client makes a connection only when it has none, so the one made here is used).
+type grpcFrom struct {
+	dial func(context.Context, string, string) (net.Conn, error)
+}
+
+func (c *grpcFrom) SendRPC(t *testing.T, address string, expected confgrpc.ExpectedResponse, timeout time.Duration) (*confgrpc.Response, error) {
+	opts := []grpcgo.DialOption{
+		grpcgo.WithTransportCredentials(insecure.NewCredentials()),
+		grpcgo.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return c.dial(ctx, "tcp", addr) }),
+	}
+	if m := expected.RequestMetadata; m != nil && m.Authority != "" {
+		opts = append(opts, grpcgo.WithAuthority(m.Authority))
+	}
+	conn, err := grpcgo.NewClient("passthrough:///"+address, opts...)
+	if err != nil {
+		return &confgrpc.Response{}, err
+	}
+	one := &confgrpc.DefaultClient{Conn: conn}
+	defer one.Close()
+	return one.SendRPC(t, address, expected, timeout)
+}
+
+// Close has nothing to close: every RPC closed its own connection.
+func (c *grpcFrom) Close() {}
 
 // withoutUDPServer drops the CoreDNS Deployment from a multi-document YAML file.
 func withoutUDPServer(all []byte) ([]byte, int) {

@@ -909,7 +909,7 @@ fn a_real_kubelet_runs_pods_of_our_image_behind_a_loadbalancer_service() {
 /// The Gateway API conformance suite (its Go module, the release tools/gateway-api pins; built
 /// by scripts/gateway-conformance.sh) against the GatewayClass `vectorlb`: Pods of the suite's
 /// echo server run by a real kubelet, Gateways served by the daemon and the proxy, the suite's
-/// requests sent from the topology's client side. The GATEWAY-HTTP profile with the features
+/// requests sent from the topology's client side. GATEWAY-HTTP and GATEWAY-GRPC with the features
 /// vectorlb claims (about two minutes once built): every test it runs must pass. Prints the
 /// passed, failed and skipped counts, and the failed tests by name (`make conformance` keeps
 /// the line in bench/results/conformance.jsonl).
@@ -923,10 +923,10 @@ fn gateway_conformance() {
     let suite = PathBuf::from(stdout(&o).trim());
     let gomod = std::fs::read_to_string(repo().join("tools/gateway-api/go.mod")).unwrap();
     let version = gomod.split_whitespace().skip_while(|w| *w != "sigs.k8s.io/gateway-api").nth(1).unwrap_or("?").to_string();
-    let profiles = std::env::var("VECTORLB_CONFORMANCE_PROFILES").unwrap_or_else(|_| "GATEWAY-HTTP".into());
+    let profiles = std::env::var("VECTORLB_CONFORMANCE_PROFILES").unwrap_or_else(|_| "GATEWAY-HTTP,GATEWAY-GRPC".into());
     // What vectorlb's proxy implements beyond the profile's core (docs/kubernetes.md).
     let features = std::env::var("VECTORLB_CONFORMANCE_FEATURES")
-        .unwrap_or_else(|_| "Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,HTTPRouteResponseHeaderModification,HTTPRouteRequestTimeout,HTTPRouteSchemeRedirect,HTTPRoutePortRedirect,HTTPRoutePathRedirect".into());
+        .unwrap_or_else(|_| "Gateway,HTTPRoute,ReferenceGrant,GRPCRoute,GatewayPort8080,HTTPRouteResponseHeaderModification,HTTPRouteRequestTimeout,HTTPRouteSchemeRedirect,HTTPRoutePortRedirect,HTTPRoutePathRedirect".into());
 
     let mut topo = Topo::new("kc", Shape::TwoArm, 1500);
     let (cp, _) = {
