@@ -62,7 +62,7 @@ for k in 1 2 3; do
     {
         printf '[global]\ncluster_key = "demo-cluster-key-0123"\n\n'
         printf '[runtime]\napi = "unix:%s/api.sock"\nrun_dir = "%s"\nmbufs = 16383\nidle_sleep_us = 100\n\n' "$DIR/lb$k" "$DIR/lb$k"
-        printf '[bgp]\nasn = 65001\nrouter_id = "10.1.0.25%s"\nbfd_multiplier = 10\n' "$k"
+        printf '[bgp]\nasn = 65001\nrouter_id = "10.1.0.25%s"\nbfd_multiplier = 20\n' "$k"
         printf '[[bgp.neighbors]]\naddress = "10.1.0.254"\nasn = 65000\n[[bgp.neighbors]]\naddress = "2001:db8:1::254"\nasn = 65000\n\n'
         printf '[ha]\nsync_listen = "10.1.0.25%s:7946"\nsync_peers = [%s]\nsync_key = "demo-group-sync-key"\ngroup = true\n\n' "$k" "$(join "${peers[@]}")"
         printf '[[ports]]\nname = "int"\ndevice = "net_af_xdp0,iface=int0"\naddrs = ["10.1.0.%s/24", "2001:db8:1::%s/64"]\n\n' "$k" "$k"

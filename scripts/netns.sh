@@ -189,7 +189,7 @@ bfd
  profile fast
   receive-interval 100
   transmit-interval 100
-  detect-multiplier 10
+  detect-multiplier 20
  exit
 exit
 EOT

@@ -123,7 +123,7 @@ fn config(dir: &std::path::Path, k: u8, recovery: bool) -> String {
     format!(
         "[global]\ncluster_key = \"scale-out-test-cluster-key\"\nmax_sessions = {MAX_SESSIONS}\n\n\
          [runtime]\napi = \"unix:{d}/api.sock\"\nrun_dir = \"{d}\"\nmbufs = 16383\nidle_sleep_us = 100\n\n\
-         [bgp]\nasn = 65001\nrouter_id = \"10.1.0.25{k}\"\nbfd_multiplier = 10\n\
+         [bgp]\nasn = 65001\nrouter_id = \"10.1.0.25{k}\"\nbfd_multiplier = 20\n\
          [[bgp.neighbors]]\naddress = \"10.1.0.254\"\nasn = 65000\n\
          [[bgp.neighbors]]\naddress = \"2001:db8:1::254\"\nasn = 65000\n\n\
          [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp0,iface=int0\"\naddrs = [\"10.1.0.{k}/24\", \"2001:db8:1::{k}/64\"]\n\n\
