@@ -153,13 +153,20 @@ fn wait_event(cp: &ControlPlane, name: &str, reason: &str) -> String {
 
 /// The daemon (no services), a control plane with vectorlb's resource definition and RBAC, and
 /// one fake node; the seconds the control plane took to be ready.
-fn cluster(topo: &mut Topo) -> (ControlPlane, f64) {
+/// The daemon, the control plane (its start-up time) and vectorlb's resource definition and RBAC.
+fn control_plane(topo: &mut Topo) -> (ControlPlane, f64) {
     topo.start_lb(&topo.base_config(None));
     let t0 = Instant::now();
     let cp = ControlPlane::start(&topo.dir.join("k8s"));
     let ready_s = t0.elapsed().as_secs_f64();
     cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
     cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
+    (cp, ready_s)
+}
+
+/// The control plane with one fake node (the fake kubelet's).
+fn cluster(topo: &mut Topo) -> (ControlPlane, f64) {
+    let (cp, ready_s) = control_plane(topo);
     cp.add_node("node-1", "10.1.0.250");
     wait_for(Duration::from_secs(10), "the AddressPool resource", || cp.kubectl(&["get", "addresspools"]).status.success().then_some(()));
     (cp, ready_s)
@@ -571,6 +578,58 @@ fn bench_apply_to_first_request_and_programming_rate() {
     );
 }
 
+/// A `vectorlb proxy` for Gateways in the first backend's namespace (10.1.0.11), started with
+/// only its `[admin]` section (a unix socket) and waiting for its configuration.
+struct GatewayProxy {
+    dir: PathBuf,
+    sock: PathBuf,
+    base: PathBuf,
+    cfg: PathBuf,
+}
+
+/// A child process killed when dropped.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl GatewayProxy {
+    fn new(dir: &Path) -> GatewayProxy {
+        let (sock, base) = (dir.join("gw-proxy.sock"), dir.join("gw-base.toml"));
+        std::fs::write(&base, format!("workers = 1\n[admin]\naddress = \"unix:{}\"\n", sock.display())).unwrap();
+        GatewayProxy { dir: dir.to_path_buf(), sock, base, cfg: dir.join("gw-proxy.toml") }
+    }
+
+    /// Starts a fresh proxy (its configuration file back to the base: nothing programmed) and
+    /// waits for its admin socket.
+    fn start(&self, topo: &Topo) -> Kill {
+        std::fs::copy(&self.base, &self.cfg).unwrap();
+        let _ = std::fs::remove_file(&self.sock);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("gw-proxy.log")).unwrap();
+        let child = topo.cmd("be1", &[bin(), "proxy", "--config", self.cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        let proxy = Kill(child);
+        wait_for(Duration::from_secs(10), "the proxy's admin socket", || self.sock.exists().then_some(()));
+        proxy
+    }
+
+    /// The controller's configuration with a `[gateway]` section for this proxy.
+    fn controller_config(&self, topo: &Topo, ports: &str) -> PathBuf {
+        let cfg = controller_config(topo, &self.dir, vectorlb_testkit::k8s::free_port());
+        let mut text = std::fs::read_to_string(&cfg).unwrap();
+        text += &format!(
+            "\n[gateway]\nbase_file = \"{}\"\nports = \"{ports}\"\n[[gateway.proxies]]\nname = \"p1\"\nadmin = \"unix:{}\"\naddress = \"10.1.0.11\"\n",
+            self.base.display(),
+            self.sock.display()
+        );
+        std::fs::write(&cfg, text).unwrap();
+        cfg
+    }
+}
+
 /// The Gateway API's standard resource definitions, from its Go module (scripts/gateway-crds.sh).
 fn gateway_crds(cp: &ControlPlane) {
     let o = vectorlb_testkit::sh(&["bash", repo().join("scripts/gateway-crds.sh").to_str().unwrap()]);
@@ -614,35 +673,9 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
 
     // One proxy, in the first backend's namespace (10.1.0.11), waiting for its configuration.
     let dir = cp.dir.clone();
-    let sock = dir.join("gw-proxy.sock");
-    let base = dir.join("gw-base.toml");
-    std::fs::write(&base, format!("workers = 1\n[admin]\naddress = \"unix:{}\"\n", sock.display())).unwrap();
-    let proxy_cfg = dir.join("gw-proxy.toml");
-    std::fs::copy(&base, &proxy_cfg).unwrap();
-    let start_proxy = || {
-        let plog = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("gw-proxy.log")).unwrap();
-        topo.cmd("be1", &[bin(), "proxy", "--config", proxy_cfg.to_str().unwrap()]).stdout(plog.try_clone().unwrap()).stderr(plog).spawn().unwrap()
-    };
-    let proxy = start_proxy();
-    struct Kill(Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut proxy = Kill(proxy);
-    wait_for(Duration::from_secs(10), "the proxy's admin socket", || sock.exists().then_some(()));
-
-    let cfg = controller_config(&topo, &dir, vectorlb_testkit::k8s::free_port());
-    let mut text = std::fs::read_to_string(&cfg).unwrap();
-    text += &format!(
-        "\n[gateway]\nbase_file = \"{}\"\nports = \"30000-30099\"\n[[gateway.proxies]]\nname = \"p1\"\nadmin = \"unix:{}\"\naddress = \"10.1.0.11\"\n",
-        base.display(),
-        sock.display()
-    );
-    std::fs::write(&cfg, text).unwrap();
-    let _ctl = Controller::start(&cp, &cfg, "g");
+    let gwp = GatewayProxy::new(&dir);
+    let mut proxy = gwp.start(&topo);
+    let _ctl = Controller::start(&cp, &gwp.controller_config(&topo, "30000-30099"), "g");
 
     // Backends: v1 (2 Pods) and v2 (1), as ClusterIP Services; a certificate in a Secret, and
     // a Secret that holds no certificate.
@@ -791,12 +824,9 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
         r["backends"].as_object().is_some_and(|b| b.keys().all(|k| k.trim().starts_with("v2-"))).then_some(())
     });
     // A proxy replaced by a fresh one (its configuration file gone): programmed again.
-    let _ = proxy.0.kill();
-    let _ = proxy.0.wait();
-    std::fs::copy(&base, &proxy_cfg).unwrap();
-    let _ = std::fs::remove_file(&sock);
+    drop(proxy);
     let t_re = Instant::now();
-    proxy = Kill(start_proxy());
+    proxy = gwp.start(&topo);
     wait_for(Duration::from_secs(20), "the fresh proxy programmed again", || (curl_from(&topo, &[&format!("http://{ip}/app")]).0 == 200).then_some(()));
     let reprogrammed_s = t_re.elapsed().as_secs_f64();
     eprintln!("== a fresh proxy without configuration: programmed and serving again after {reprogrammed_s:.2} s");
@@ -837,10 +867,7 @@ fn a_real_kubelet_runs_pods_of_our_image_behind_a_loadbalancer_service() {
         panic!("{why}");
     }
     let mut topo = Topo::new("kr", Shape::TwoArm, 1500);
-    topo.start_lb(&topo.base_config(None));
-    let cp = ControlPlane::start(&topo.dir.join("k8s"));
-    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
-    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
+    let (cp, _) = control_plane(&mut topo);
     let image = our_image(&cp.dir, "vectorlb.local/vectorlb:test");
     let t = Instant::now();
     let node = RealNode::start(&cp, "real-1", &pod_network(&topo), &[&image]);
@@ -929,35 +956,15 @@ fn gateway_conformance() {
         .unwrap_or_else(|_| "Gateway,HTTPRoute,ReferenceGrant,GRPCRoute,GatewayPort8080,HTTPRouteResponseHeaderModification,HTTPRouteRequestTimeout,HTTPRouteSchemeRedirect,HTTPRoutePortRedirect,HTTPRoutePathRedirect".into());
 
     let mut topo = Topo::new("kc", Shape::TwoArm, 1500);
-    let (cp, _) = {
-        topo.start_lb(&topo.base_config(None));
-        let cp = ControlPlane::start(&topo.dir.join("k8s"));
-        (cp, ())
-    };
-    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
-    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
+    let (cp, _) = control_plane(&mut topo);
     gateway_crds(&cp);
     let node = RealNode::start(&cp, "real-1", &pod_network(&topo), &[&suite.join("echo-basic.tar")]);
     cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
 
     let dir = cp.dir.clone();
-    let sock = dir.join("gw-proxy.sock");
-    let base = dir.join("gw-base.toml");
-    std::fs::write(&base, format!("workers = 1\n[admin]\naddress = \"unix:{}\"\n", sock.display())).unwrap();
-    let proxy_cfg = dir.join("gw-proxy.toml");
-    std::fs::copy(&base, &proxy_cfg).unwrap();
-    let plog = std::fs::File::create(dir.join("gw-proxy.log")).unwrap();
-    let mut proxy = topo.cmd("be1", &[bin(), "proxy", "--config", proxy_cfg.to_str().unwrap()]).stdout(plog.try_clone().unwrap()).stderr(plog).spawn().unwrap();
-    wait_for(Duration::from_secs(10), "the proxy's admin socket", || sock.exists().then_some(()));
-    let cfg = controller_config(&topo, &dir, vectorlb_testkit::k8s::free_port());
-    let mut text = std::fs::read_to_string(&cfg).unwrap();
-    text += &format!(
-        "\n[gateway]\nbase_file = \"{}\"\nports = \"30000-30999\"\n[[gateway.proxies]]\nname = \"p1\"\nadmin = \"unix:{}\"\naddress = \"10.1.0.11\"\n",
-        base.display(),
-        sock.display()
-    );
-    std::fs::write(&cfg, text).unwrap();
-    let _ctl = Controller::start(&cp, &cfg, "c");
+    let gwp = GatewayProxy::new(&dir);
+    let proxy = gwp.start(&topo);
+    let _ctl = Controller::start(&cp, &gwp.controller_config(&topo, "30000-30999"), "c");
     cp.apply(&[json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": "vectorlb"}, "spec": {"controllerName": "vectorlb.io/gateway"}})])
         .unwrap();
 
@@ -995,8 +1002,7 @@ fn gateway_conformance() {
             }
         }
     }
-    let _ = proxy.kill();
-    let _ = proxy.wait();
+    drop(proxy);
     drop(node);
     let _ = std::fs::copy(&report, std::env::temp_dir().join("vectorlb-conformance-report.yaml"));
     let _ = std::fs::copy(&log_path, std::env::temp_dir().join("vectorlb-conformance.log"));
