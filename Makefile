@@ -114,6 +114,7 @@ test: setup
 	bash scripts/k8s-bins.sh >/dev/null
 	bash scripts/gateway-crds.sh >/dev/null
 	bash scripts/gateway-conformance.sh >/dev/null
+	bash scripts/cni-bins.sh >/dev/null
 	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	bash scripts/asan-memif.sh 2>&1 | tee -a $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	@grep -h "^test result:" $(OUT).test.log | awk '{p+=$$4; f+=$$6} END {print "total: " p " passed, " f " failed"}'

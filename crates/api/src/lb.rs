@@ -9,7 +9,7 @@ use crate::model::*;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, patch, post};
+use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -53,6 +53,12 @@ pub trait LbControl: Send + Sync + 'static {
     fn drain(&self, c: DrainChange) -> Result<BgpStatus, ApiError>;
     /// The last two minutes of rates per service and backend.
     fn history(&self) -> History;
+    /// The pods port's interfaces (404 without a pods port).
+    fn pods(&self) -> Result<Vec<PodStatus>, ApiError>;
+    /// Attaches a pod's interface; the same one again is answered as it stands.
+    fn add_pod(&self, p: NewPod) -> Result<PodStatus, ApiError>;
+    /// Detaches a pod's interface and removes it; false when there was none.
+    fn delete_pod(&self, container_id: &str, ifname: &str) -> Result<bool, ApiError>;
     /// The Prometheus text exposition.
     fn metrics(&self) -> String;
 }
@@ -87,6 +93,8 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
         .route("/v1/bgp", get(bgp))
         .route("/v1/drain", post(drain))
         .route("/v1/history", get(history))
+        .route("/v1/pods", get(pods).post(add_pod))
+        .route("/v1/pods/{container_id}/{ifname}", delete(delete_pod))
         .merge(crate::page::routes())
         .with_state(lb)
 }
@@ -103,7 +111,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
     modifiers(&BearerAuth),
     paths(
         health, list_services, add_service, get_service, edit_service, delete_service, add_backend, edit_backend,
-        delete_backend, batch, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, metrics, openapi
+        delete_backend, batch, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, pods, add_pod, delete_pod, metrics, openapi
     )
 )]
 pub struct LbApiDoc;
@@ -383,6 +391,43 @@ async fn stats(State(lb): Lb) -> Result<Json<Stats>, ApiError> {
 #[utoipa::path(get, path = "/v1/ports", responses((status = 200, body = Vec<PortStatus>)))]
 async fn ports(State(lb): Lb) -> Result<Json<Vec<PortStatus>>, ApiError> {
     Ok(Json(call(lb, |lb| lb.ports()).await?))
+}
+
+/// The interfaces of this node's pods (the pods port, `[ports.pods]`).
+#[utoipa::path(get, path = "/v1/pods", responses(
+    (status = 200, body = Vec<PodStatus>),
+    (status = 404, body = ErrorBody, description = "No pods port in the configuration"),
+))]
+async fn pods(State(lb): Lb) -> Result<Json<Vec<PodStatus>>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.pods()).await??))
+}
+
+/// Attaches a pod: a tun interface in its network namespace, configured with its addresses,
+/// MTU and default routes, read and written by the data plane from then on (the CNI plugin's
+/// ADD). Kept across restarts of the daemon. The same attachment again answers as it stands.
+#[utoipa::path(post, path = "/v1/pods", request_body = NewPod, responses(
+    (status = 201, body = PodStatus),
+    (status = 400, body = ErrorBody, description = "A malformed body, id, name or address"),
+    (status = 404, body = ErrorBody, description = "No pods port, or no such network namespace"),
+    (status = 409, body = ErrorBody, description = "An address another pod has, or this attachment with other addresses"),
+    (status = 422, body = ErrorBody, description = "An address outside the node's pod networks, or the port is full"),
+))]
+async fn add_pod(State(lb): Lb, JsonBody(p): JsonBody<NewPod>) -> Result<(StatusCode, Json<PodStatus>), ApiError> {
+    Ok((StatusCode::CREATED, Json(call(lb, move |lb| lb.add_pod(p)).await??)))
+}
+
+/// Detaches a pod's interface and removes it from its namespace (the CNI plugin's DEL).
+#[utoipa::path(delete, path = "/v1/pods/{container_id}/{ifname}", params(("container_id" = String, Path), ("ifname" = String, Path)), responses(
+    (status = 200, body = Deleted),
+    (status = 404, body = ErrorBody, description = "No pods port, or no such attachment"),
+))]
+async fn delete_pod(State(lb): Lb, Path((id, ifname)): Path<(String, String)>) -> Result<Json<Deleted>, ApiError> {
+    let (i, n) = (id.clone(), ifname.clone());
+    if call(lb, move |lb| lb.delete_pod(&i, &n)).await?? {
+        Ok(Json(Deleted { deleted: true }))
+    } else {
+        Err(ApiError::NotFound(format!("no pod interface {ifname} of {id}")))
+    }
 }
 
 /// Static and learned neighbours.

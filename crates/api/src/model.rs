@@ -989,3 +989,46 @@ impl IntoParams for SessionQuery {
         ]
     }
 }
+
+/// A pod's interface to attach (`POST /v1/pods`, the CNI plugin's ADD): a tun interface named
+/// `ifname` in the network namespace `netns`, with the addresses the IPAM plugin gave.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewPod {
+    /// The container runtime's id of the sandbox (1..=255 bytes: letters, digits, `-_.`).
+    pub container_id: String,
+    /// The interface name inside the pod (1..=15 bytes).
+    pub ifname: String,
+    /// The pod's network namespace (a path such as `/var/run/netns/NAME`).
+    pub netns: String,
+    /// The pod's addresses, each `ADDR` or `ADDR/LEN` (at most one per family), inside the
+    /// node's pod networks (the pods port's `addrs`).
+    pub ips: Vec<String>,
+    /// The interface's MTU (default: the pods port's).
+    #[serde(default)]
+    pub mtu: Option<u16>,
+    /// The pod's name and namespace, for people reading `GET /v1/pods`.
+    #[serde(default)]
+    pub pod: Option<String>,
+}
+
+/// An attached pod interface.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PodStatus {
+    pub container_id: String,
+    pub ifname: String,
+    pub netns: String,
+    pub ips: Vec<String>,
+    pub mtu: u16,
+    /// Its slot on the pods port (the last four bytes of the MAC its neighbour entries carry).
+    pub slot: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Packets read from the pod's interface, and written to it.
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    /// Packets from the pod with a source address that is not its own (dropped).
+    pub spoofed: u64,
+    /// Packets for the pod its interface did not take (its queue was full), dropped.
+    pub tx_dropped: u64,
+}

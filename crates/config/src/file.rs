@@ -136,6 +136,9 @@ pub(crate) struct RawPort {
     pub(crate) mtu: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) memif: Option<MemifSpec>,
+    /// The port of this node's pods (tun interfaces attached at run time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pods: Option<crate::pods::PodsSpec>,
     /// The device's peer may be trusted with memory the data plane maps (net_memif devices).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) trust_peer: bool,

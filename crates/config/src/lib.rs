@@ -10,6 +10,7 @@ mod file;
 mod ha;
 mod health;
 mod memif;
+mod pods;
 mod ports;
 mod queue_sets;
 mod runtime;
@@ -22,6 +23,7 @@ pub use file::RawHealth;
 pub use ha::SyncSpec;
 pub use health::{health_spec, raw_health, CheckKind, HealthSpec, OnDown};
 pub use memif::MemifSpec;
+pub use pods::{PodsSpec, MAX_PODS};
 pub use queue_sets::{service_name, QueueSetSpec, RateSpec, MAX_BURST_MS};
 pub use runtime::{Engine, Runtime, DEFAULT_API, DEFAULT_DMA_THRESHOLD, DEFAULT_EAL};
 pub use values::prefix;
@@ -55,6 +57,8 @@ pub struct Config {
     pub mac_from_device: Vec<bool>,
     /// Per port: its memif settings, for a memif port.
     pub memif: Vec<Option<MemifSpec>>,
+    /// Per port: its pods settings, for the port of this node's pods.
+    pub pods: Vec<Option<PodsSpec>>,
     /// Per port: `trust_peer` (a net_memif device is accepted only with it).
     pub trust_peer: Vec<bool>,
     /// Per port: the MTU given in the file (None: the default).
@@ -128,6 +132,7 @@ impl Config {
             runtime,
             devices: p.devices,
             memif: p.memifs,
+            pods: p.pods,
             trust_peer: p.trust_peer,
             mac_from_device: p.mac_from_device,
             mtu_given: p.mtu_given,
@@ -216,6 +221,7 @@ impl Config {
                     vlan: p.vlan,
                     mtu: self.mtu_given.get(i).copied().unwrap_or(true).then_some(p.mtu),
                     memif: self.memif.get(i).cloned().flatten(),
+                    pods: self.pods.get(i).cloned().flatten(),
                     trust_peer: self.memif.get(i).is_some_and(Option::is_none) && self.trust_peer.get(i).copied().unwrap_or(false),
                 })
                 .collect(),
@@ -331,8 +337,15 @@ impl Config {
         if self.spec.ports.is_empty() {
             bail!("ports: `vectorlb run` needs at least one port");
         }
-        if let Some(i) = (0..self.devices.len()).find(|&i| self.devices[i].is_none() && self.memif.get(i).is_none_or(Option::is_none)) {
-            bail!("ports[{i}].device: `vectorlb run` needs a DPDK device (net_af_xdp0,iface=eth0, a PCI address, ...) or a memif interface ([ports.memif]) for every port");
+        if let Some(i) =
+            (0..self.devices.len()).find(|&i| self.devices[i].is_none() && self.memif.get(i).is_none_or(Option::is_none) && self.pods.get(i).is_none_or(Option::is_none))
+        {
+            bail!("ports[{i}].device: `vectorlb run` needs a DPDK device (net_af_xdp0,iface=eth0, a PCI address, ...), a memif interface ([ports.memif]) or [ports.pods] for every port");
+        }
+        for (i, p) in self.pods.iter().enumerate() {
+            if let Some(p) = p {
+                p.check(&format!("ports[{i}].pods"), self.runtime.workers)?;
+            }
         }
         let dma = self.memif.iter().flatten().any(MemifSpec::uses_dma);
         if dma && !self.runtime.eal.iter().any(|a| a == "--iova-mode=va") && !self.runtime.eal.windows(2).any(|w| w[0] == "--iova-mode" && w[1] == "va") {

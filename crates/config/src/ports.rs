@@ -15,6 +15,7 @@ pub(crate) struct Ports {
     pub specs: Vec<PortSpec>,
     pub devices: Vec<Option<String>>,
     pub memifs: Vec<Option<MemifSpec>>,
+    pub pods: Vec<Option<crate::pods::PodsSpec>>,
     pub trust_peer: Vec<bool>,
     pub mac_from_device: Vec<bool>,
     pub mtu_given: Vec<bool>,
@@ -25,6 +26,7 @@ pub(crate) fn ports(raw: &[RawPort]) -> Result<Ports, Error> {
     let mut ports = Vec::new();
     let mut devices = Vec::new();
     let mut memifs: Vec<Option<MemifSpec>> = Vec::new();
+    let mut pods = Vec::new();
     let mut trust_peer = Vec::new();
     let mut mac_from_device = Vec::new();
     let mut mtu_given = Vec::new();
@@ -39,6 +41,7 @@ pub(crate) fn ports(raw: &[RawPort]) -> Result<Ports, Error> {
         let mac = match (&p.mac, &p.device) {
             (Some(m), _) => parse_mac(m).ok_or_else(|| Error::invalid(format!("{f}.mac: '{m}' is not a MAC address")))?,
             (None, Some(_)) => [0u8; 6],
+            (None, None) if p.pods.is_some() => crate::pods::PODS_MAC,
             (None, None) if p.memif.is_some() => bail!("{f}.mac: required for a memif port (it has no hardware address)"),
             (None, None) => bail!("{f}.mac: required when the port has no device (the device's own MAC is used otherwise)"),
         };
@@ -60,6 +63,23 @@ pub(crate) fn ports(raw: &[RawPort]) -> Result<Ports, Error> {
                 bail!("{f}.memif.socket: {} is used as both server and client", m.socket);
             }
         }
+        if p.pods.is_some() {
+            if p.device.is_some() || p.memif.is_some() {
+                bail!("{f}.pods: a pods port has neither a device nor a memif interface (its pods' interfaces are attached at run time)");
+            }
+            if pods.iter().any(Option::is_some) {
+                bail!("{f}.pods: only one port can be the pods port");
+            }
+            if p.addrs.is_empty() {
+                bail!("{f}.addrs: a pods port needs the node's pod networks (e.g. \"10.244.1.1/24\": the port's own address and prefix)");
+            }
+            if p.vlan.is_some() {
+                bail!("{f}.vlan: a pods port has no VLAN");
+            }
+            for (j, c) in p.pods.iter().flat_map(|s| s.service_cidrs.iter()).enumerate() {
+                prefix(&format!("{f}.pods.service_cidrs[{j}]"), c)?;
+            }
+        }
         if let Some(d) = &p.device {
             if d.starts_with("net_memif") && !p.trust_peer {
                 bail!("{f}.device: DPDK's net_memif trusts its peer's descriptors (a pod can crash the data plane through it); use a memif port ([ports.memif]) or set trust_peer = true for a peer you control");
@@ -78,6 +98,7 @@ pub(crate) fn ports(raw: &[RawPort]) -> Result<Ports, Error> {
         }
         devices.push(p.device.clone());
         memifs.push(p.memif.clone());
+        pods.push(p.pods.clone());
         trust_peer.push(p.trust_peer || p.memif.as_ref().is_some_and(|m| m.trust_peer));
         mac_from_device.push(p.mac.is_none());
         mtu_given.push(p.mtu.is_some());
@@ -86,9 +107,12 @@ pub(crate) fn ports(raw: &[RawPort]) -> Result<Ports, Error> {
         if !(576..=9216).contains(&mtu) {
             bail!("{f}.mtu: {mtu} is out of range 576..=9216");
         }
+        if p.pods.is_some() && mtu > 2000 {
+            bail!("{f}.mtu: {mtu}; a pods port's frames fit one buffer (at most 2000)");
+        }
         ports.push(PortSpec { name: p.name.clone(), mac, addrs, vlan: p.vlan, mtu });
     }
-    Ok(Ports { ids: port_ids, specs: ports, devices, memifs, trust_peer, mac_from_device, mtu_given })
+    Ok(Ports { ids: port_ids, specs: ports, devices, memifs, pods, trust_peer, mac_from_device, mtu_given })
 }
 
 pub(crate) fn routes(raw: &[RawRoute], port_ids: &HashMap<String, u16>) -> Result<Vec<RouteSpec>, Error> {

@@ -46,6 +46,9 @@ pub struct ConfigStore {
     pub queue_sets: Arc<arc_swap::ArcSwap<crate::queue_sets::QueueSets>>,
     /// The queue sets' flow rules on ports that have them.
     pub flows: crate::queue_sets::Flows,
+    /// The pods port's interfaces: their addresses are neighbours, the host's interface the
+    /// default route of what the configuration does not route.
+    pub pods: Option<Arc<crate::pods::PodSet>>,
 }
 
 impl ConfigStore {
@@ -63,6 +66,7 @@ impl ConfigStore {
             reloads: AtomicU64::new(0),
             reload_failures: AtomicU64::new(0),
             flows: crate::queue_sets::Flows::default(),
+            pods: None,
         }
     }
 
@@ -159,6 +163,27 @@ impl ConfigStore {
     /// left out when its sessions must end).
     fn published(&self, c: &Config) -> LbSpec {
         let mut spec = c.spec.clone();
+        if let Some(pods) = &self.pods {
+            for (ip, mac) in pods.neighbours() {
+                if !spec.neighbors.iter().any(|(a, _)| *a == ip) {
+                    spec.neighbors.push((ip, mac));
+                }
+            }
+            if pods.has_host() {
+                for a in pods.host_routes() {
+                    let (len, via) = if a.is_ipv4() { (32, std::net::IpAddr::V4(crate::pods::HOST_V4)) } else { (128, std::net::IpAddr::V6(crate::pods::HOST_V6)) };
+                    if !spec.ports.iter().any(|p| p.addrs.iter().any(|(x, _)| *x == a)) {
+                        spec.routes.push(vectorlb_lb::RouteSpec { prefix: a, len, port: pods.port, via });
+                    }
+                }
+                for via in [std::net::IpAddr::V4(crate::pods::HOST_V4), std::net::IpAddr::V6(crate::pods::HOST_V6)] {
+                    if !spec.routes.iter().any(|r| r.len == 0 && r.prefix.is_ipv4() == via.is_ipv4()) {
+                        let prefix = if via.is_ipv4() { std::net::Ipv4Addr::UNSPECIFIED.into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
+                        spec.routes.push(vectorlb_lb::RouteSpec { prefix, len: 0, port: pods.port, via });
+                    }
+                }
+            }
+        }
         for (ip, n) in self.neighbours.all() {
             if !spec.neighbors.iter().any(|(a, _)| *a == ip) {
                 spec.neighbors.push((ip, n.mac));
@@ -186,6 +211,11 @@ impl ConfigStore {
     /// Writes the flow director's tables again if the host's own addresses changed (the
     /// control thread calls this every few seconds).
     pub fn refresh_host(&self) {
+        if let Some(p) = &self.pods {
+            if p.has_host() && p.refresh_host_addrs(crate::instance::host_addresses()) {
+                self.republish();
+            }
+        }
         if !self.xdp_ifaces.is_empty() {
             self.sync_xdp(&lock(&self.config));
         }

@@ -7,6 +7,7 @@ use crate::health::Target;
 use crate::Daemon;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use vectorlb_api::model::*;
 use vectorlb_api::{ApiError, LbControl};
 use vectorlb_config::Config;
@@ -247,7 +248,80 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    fn pod_set(&self) -> Result<&Arc<crate::pods::PodSet>, ApiError> {
+        self.ports
+            .iter()
+            .find_map(|p| match &p.kind {
+                crate::PortKind::Pods(s) => Some(s),
+                _ => None,
+            })
+            .ok_or_else(|| ApiError::NotFound("no pods port in the configuration ([ports.pods])".into()))
+    }
+}
+
+fn pod_status(t: &crate::pods::PodTap) -> PodStatus {
+    use std::sync::atomic::Ordering::Relaxed;
+    PodStatus {
+        container_id: t.rec.container_id.clone(),
+        ifname: t.rec.ifname.clone(),
+        netns: t.rec.netns.clone(),
+        ips: t.rec.ips.iter().map(|a| a.to_string()).collect(),
+        mtu: t.rec.mtu,
+        slot: t.rec.slot,
+        pod: t.rec.pod.clone(),
+        rx_packets: t.rx.load(Relaxed),
+        tx_packets: t.tx.load(Relaxed),
+        spoofed: t.spoofed.load(Relaxed),
+        tx_dropped: t.tx_dropped.load(Relaxed),
+    }
+}
+
+fn pod_error(e: crate::pods::PodError) -> ApiError {
+    use crate::pods::PodError as P;
+    let m = e.to_string();
+    match e {
+        P::Invalid(_) => ApiError::BadRequest(m),
+        P::NoNamespace(_) => ApiError::NotFound(m),
+        P::Conflict(_) => ApiError::Conflict(m),
+        P::Unprocessable(_) => ApiError::Unprocessable(m),
+        P::Io(_) => ApiError::Internal(m),
+    }
+}
+
 impl LbControl for Daemon {
+    fn pods(&self) -> Result<Vec<PodStatus>, ApiError> {
+        Ok(self.pod_set()?.all().iter().map(|t| pod_status(t)).collect())
+    }
+
+    fn add_pod(&self, p: NewPod) -> Result<PodStatus, ApiError> {
+        let set = self.pod_set()?;
+        let mut ips = Vec::new();
+        for a in &p.ips {
+            let addr = a.split_once('/').map_or(a.as_str(), |(a, _)| a);
+            let ip: std::net::IpAddr = addr.parse().map_err(|_| ApiError::BadRequest(format!("ips: '{}' is not an IP address", a.escape_debug())))?;
+            if let Some((_, len)) = a.split_once('/') {
+                let max = if ip.is_ipv4() { 32 } else { 128 };
+                if len.parse::<u8>().ok().is_none_or(|l| l > max) {
+                    return Err(ApiError::BadRequest(format!("ips: '{}' has no valid prefix length", a.escape_debug())));
+                }
+            }
+            ips.push(ip);
+        }
+        let rec = crate::pods::PodRecord { container_id: p.container_id, ifname: p.ifname, netns: p.netns, ips, mtu: p.mtu.unwrap_or(set.mtu), slot: 0, pod: p.pod };
+        let tap = set.attach(rec, None).map_err(pod_error)?;
+        self.config.republish();
+        Ok(pod_status(&tap))
+    }
+
+    fn delete_pod(&self, container_id: &str, ifname: &str) -> Result<bool, ApiError> {
+        let gone = self.pod_set()?.detach(container_id, ifname).map_err(pod_error)?;
+        if gone {
+            self.config.republish();
+        }
+        Ok(gone)
+    }
+
     fn history(&self) -> History {
         let services = self.config.with(|c| c.spec.services.clone());
         History {
@@ -523,7 +597,7 @@ impl LbControl for Daemon {
                     xdp_interface: p.xdp_iface.clone(),
                     memif: match &p.kind {
                         crate::PortKind::Memif(m) => Some(m.status()),
-                        crate::PortKind::Eth(_) => None,
+                        crate::PortKind::Eth(_) | crate::PortKind::Pods(_) => None,
                     },
                     rates: {
                         let r = self.rates.port(&p.name);

@@ -45,6 +45,8 @@ pub enum DaemonError {
     Token { path: String, problem: String },
     #[error("ports[{index}].memif: {why}")]
     Memif { index: usize, why: String },
+    #[error("pods port: {0}")]
+    Pods(String),
     #[error("worker {worker}: runtime.dma_devices: {why}")]
     Dma { worker: usize, why: String },
 }

@@ -24,11 +24,13 @@ pub mod instance;
 pub mod memif_ports;
 pub mod metrics;
 pub mod neighbours;
+pub mod pods;
 pub mod queue_sets;
 pub mod rates;
 pub mod sessions;
 pub mod start;
 pub mod sync;
+pub mod tun;
 pub mod worker;
 pub mod workers;
 
@@ -59,6 +61,8 @@ pub struct PortRt {
 pub enum PortKind {
     Eth(Arc<EthPort>),
     Memif(memif_ports::MemifPort),
+    /// The pods port: tun interfaces attached at run time.
+    Pods(Arc<pods::PodSet>),
 }
 
 impl PortRt {
@@ -66,6 +70,17 @@ impl PortRt {
         match &self.kind {
             PortKind::Eth(p) => p.stats(),
             PortKind::Memif(m) => m.stats(),
+            PortKind::Pods(s) => {
+                let mut st = vectorlb_dpdk::PortStats::default();
+                for t in s.all() {
+                    st.ipackets += t.rx.load(std::sync::atomic::Ordering::Relaxed);
+                    st.opackets += t.tx.load(std::sync::atomic::Ordering::Relaxed);
+                    st.ierrors += t.spoofed.load(std::sync::atomic::Ordering::Relaxed);
+                    st.oerrors += t.tx_dropped.load(std::sync::atomic::Ordering::Relaxed);
+                }
+                st.oerrors += s.no_pod.load(std::sync::atomic::Ordering::Relaxed);
+                st
+            }
         }
     }
 
@@ -73,7 +88,7 @@ impl PortRt {
         match &self.kind {
             PortKind::Eth(p) => p.xstats(),
             // Its counters are metrics of their own (vectorlb_memif_*).
-            PortKind::Memif(_) => Vec::new(),
+            PortKind::Memif(_) | PortKind::Pods(_) => Vec::new(),
         }
     }
 
@@ -82,6 +97,7 @@ impl PortRt {
         match &self.kind {
             PortKind::Eth(p) => p.link(),
             PortKind::Memif(m) => vectorlb_dpdk::Link { up: m.link.is_up(), speed_mbps: 0 },
+            PortKind::Pods(_) => vectorlb_dpdk::Link { up: true, speed_mbps: 0 },
         }
     }
 
@@ -89,7 +105,7 @@ impl PortRt {
     pub fn port_id(&self) -> u16 {
         match &self.kind {
             PortKind::Eth(p) => p.id(),
-            PortKind::Memif(_) => u16::MAX,
+            PortKind::Memif(_) | PortKind::Pods(_) => u16::MAX,
         }
     }
 }

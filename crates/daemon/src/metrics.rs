@@ -288,7 +288,7 @@ fn memif_metrics(o: &mut String, d: &crate::Daemon) {
         .iter()
         .filter_map(|p| match &p.kind {
             crate::PortKind::Memif(m) => Some((format!("port=\"{}\"", esc(&p.name)), m.status(), m.queue_counters())),
-            crate::PortKind::Eth(_) => None,
+            crate::PortKind::Eth(_) | crate::PortKind::Pods(_) => None,
         })
         .collect();
     if memifs.is_empty() {

@@ -119,6 +119,10 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         .collect();
     let mut config = ConfigStore::new(cfg.clone(), path, control.clone(), neighbours.clone(), health.clone(), xdp_ifaces);
     config.flows = crate::queue_sets::Flows::new(flow_ports);
+    config.pods = ports.iter().find_map(|p| match &p.kind {
+        PortKind::Pods(s) => Some(s.clone()),
+        _ => None,
+    });
     let config = Arc::new(config);
     let ha = Arc::new(ha::Ha::new(ha::parse(&rt.ha_state).unwrap_or(ha::STANDALONE)));
     let stop = Arc::new(AtomicBool::new(false));
@@ -143,6 +147,10 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         rates: Default::default(),
     });
     config.start();
+    if config.pods.is_some() {
+        // The pods taken back (and the host's routes) are neighbours and routes of their own.
+        config.republish();
+    }
 
     let (changes_tx, changes_rx) = mpsc::channel();
     let shared = WorkerShared {
@@ -259,6 +267,17 @@ fn open_ports(
     let mut queues = Vec::new();
     for (i, dev) in devices.iter().enumerate() {
         let name = cfg.spec.ports[i].name.clone();
+        if let Some(spec) = cfg.pods.get(i).cloned().flatten() {
+            let p = &cfg.spec.ports[i];
+            let set = crate::pods::PodSet::new(i as u16, p.mac, p.mtu, p.addrs.clone(), spec).map_err(|e| DaemonError::Pods(e.to_string()))?;
+            set.attach_host().map_err(|e| DaemonError::Pods(e.to_string()))?;
+            set.refresh_host_addrs(crate::instance::host_addresses());
+            let (ok, gone) = set.restore();
+            tracing::info!("ports[{i}] ({name}): pods port, {ok} pod interface(s) taken back, {gone} forgotten (their namespace is gone)");
+            queues.push(Vec::new());
+            ports.push(PortRt { name, device: "pods".into(), kind: PortKind::Pods(Arc::new(set)), xdp_iface: None });
+            continue;
+        }
         let Some(dev) = dev else {
             let m = memifs[i].take().expect("a port without a device is a memif port (checked)");
             let device = format!("memif:{}#{}", m.spec.socket, m.spec.id);
@@ -325,11 +344,19 @@ fn spawn_workers(
                 .map(|(i, (q, p))| match &p.kind {
                     PortKind::Memif(m) => {
                         let (rx, tx) = memif_ports::queues(m, i, w as u16, &daemon.pool, copiers.for_port(&m.spec));
-                        PortQueues { rx, tx }
+                        PortQueues { rx, tx, forward: false }
                     }
                     PortKind::Eth(_) => {
                         let (rx, tx) = q.next().expect("a queue per worker on every port (set up above)");
-                        PortQueues { rx: Box::new(rx) as Box<dyn RxQueue<Mbuf>>, tx: Box::new(tx) as Box<dyn TxQueue<Mbuf>> }
+                        PortQueues { rx: Box::new(rx) as Box<dyn RxQueue<Mbuf>>, tx: Box::new(tx) as Box<dyn TxQueue<Mbuf>>, forward: false }
+                    }
+                    PortKind::Pods(set) => {
+                        let rx: Box<dyn RxQueue<Mbuf>> = if set.spec.worker as usize == w {
+                            Box::new(crate::pods::PodRx::new(set.clone(), daemon.pool.clone() as Arc<dyn PacketPool<Mbuf>>))
+                        } else {
+                            Box::new(crate::pods::NoRx)
+                        };
+                        PortQueues { rx, tx: Box::new(crate::pods::PodTx::new(set.clone())), forward: true }
                     }
                 })
                 .collect(),

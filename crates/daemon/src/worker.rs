@@ -26,6 +26,9 @@ const PUBLISH: Duration = Duration::from_millis(100);
 pub struct PortQueues<P: Packet> {
     pub rx: Box<dyn RxQueue<P>>,
     pub tx: Box<dyn TxQueue<P>>,
+    /// Route what the pipeline leaves to the host (`Verdict::Kernel`) by the routes instead
+    /// (the pods port: its pods' traffic to each other, to the host and beyond).
+    pub forward: bool,
 }
 
 /// Everything a worker moves packets through.
@@ -327,6 +330,7 @@ impl<P: Packet> WorkerLoop<P> {
                 Verdict::Tx(p) if (p as usize) < self.txq.len() => self.txq[p as usize].push(m),
                 Verdict::Handoff(w) if self.io.peers.get(w as usize).is_some_and(Option::is_some) => self.handoff[w as usize].push(m),
                 Verdict::Kernel => match port {
+                    Some(port) if self.io.ports[port as usize].forward => self.route(m),
                     Some(port) => self.neighbour(m, port),
                     None => {
                         self.counters.not_ours += 1;
@@ -343,6 +347,21 @@ impl<P: Packet> WorkerLoop<P> {
         }
         if let Some(s) = &mut self.steering {
             s.bucket = bucket;
+        }
+    }
+
+    /// A frame from a forwarding port that is not the load balancer's: routed.
+    fn route(&mut self, mut m: P) {
+        let snap = self.worker.snapshot().clone();
+        match vectorlb_lb::route::forward(&snap, &mut m) {
+            Verdict::Tx(p) if (p as usize) < self.txq.len() => {
+                self.counters.routed += 1;
+                self.txq[p as usize].push(m);
+            }
+            _ => {
+                self.counters.not_routed += 1;
+                self.free.push(m);
+            }
         }
     }
 

@@ -55,6 +55,11 @@ counter_set! {
         not_ours,
         /// Frames the worker built and could not send (pool empty, no such port).
         send_failed,
+        /// Packets from a pods port routed (pod to pod, pod to host, host to pod).
+        routed,
+        /// Packets from a pods port that could not be routed (no route or neighbour, TTL
+        /// expired, too long, multicast or link-local), dropped.
+        not_routed,
         /// Polling rounds.
         polls,
         /// Times an idle worker slept.

@@ -105,7 +105,7 @@ fn harness_with(n: u16, tx_room: usize, queue_sets: &[QueueSetSpec]) -> Harness 
         for _ in 0..2 {
             let (to_worker, rx) = mem::channel(256, w as u16);
             let (tx, from_worker) = mem::channel(tx_room, w as u16);
-            ports.push(PortQueues { rx: Box::new(rx) as Box<dyn RxQueue<MemPacket>>, tx: Box::new(tx) as Box<dyn TxQueue<MemPacket>> });
+            ports.push(PortQueues { rx: Box::new(rx) as Box<dyn RxQueue<MemPacket>>, tx: Box::new(tx) as Box<dyn TxQueue<MemPacket>>, forward: false });
             my_wires.push(Wire { to_worker, from_worker });
         }
         let io = WorkerIo {

@@ -24,6 +24,7 @@ pub mod neigh;
 pub mod pipeline;
 pub mod quic;
 pub mod rewrite;
+pub mod route;
 pub mod service;
 pub mod session;
 pub mod sync;

@@ -42,6 +42,12 @@ pub fn bin() -> &'static str {
     P.get_or_init(|| binary("vectorlb"))
 }
 
+/// The CNI plugin, `vectorlb-cni`.
+pub fn cni_plugin() -> &'static str {
+    static P: OnceLock<String> = OnceLock::new();
+    P.get_or_init(|| binary("vectorlb-cni"))
+}
+
 /// The test tools, `vectorlb-tools`.
 pub fn tools() -> &'static str {
     static P: OnceLock<String> = OnceLock::new();

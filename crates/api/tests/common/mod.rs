@@ -137,4 +137,13 @@ impl LbControl for Fake {
     fn metrics(&self) -> String {
         "vectorlb_rx_total 5\n".into()
     }
+    fn pods(&self) -> Result<Vec<PodStatus>, ApiError> {
+        Err(ApiError::NotFound("no pods port in the configuration ([ports.pods])".into()))
+    }
+    fn add_pod(&self, _p: NewPod) -> Result<PodStatus, ApiError> {
+        Err(ApiError::NotFound("no pods port in the configuration ([ports.pods])".into()))
+    }
+    fn delete_pod(&self, _id: &str, _ifname: &str) -> Result<bool, ApiError> {
+        Err(ApiError::NotFound("no pods port in the configuration ([ports.pods])".into()))
+    }
 }

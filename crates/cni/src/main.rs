@@ -1,0 +1,262 @@
+//! `vectorlb-cni`: the CNI plugin of vectorlb's pod network (docs/pod-network.md). The
+//! container runtime runs it with the specification's environment and the network
+//! configuration on stdin; it gets the pod's addresses from the configured IPAM plugin (any:
+//! host-local, ...) and asks the node's daemon (`POST /v1/pods`) for a tun interface in the
+//! pod's namespace, read and written by the data plane. Errors are printed as the
+//! specification's JSON with its codes; an ADD that fails gives its addresses back.
+
+mod ipam;
+mod spec;
+
+use serde_json::{json, Value};
+use spec::{code, CniError, Env, NetConf};
+use std::io::{Read, Write};
+use std::time::Duration;
+use vectorlb_client::{Method, Request, Target};
+
+fn main() {
+    let env = Env::from_env();
+    let mut input = Vec::new();
+    let read = std::io::stdin().take((1 << 20) + 1).read_to_end(&mut input);
+    let (version, out) = match read {
+        Err(e) => (spec::LATEST.to_string(), Err(CniError::new(code::IO_FAILURE, "cannot read the network configuration", e.to_string()))),
+        Ok(_) => run(&env, &input),
+    };
+    let mut stdout = std::io::stdout().lock();
+    match out {
+        Ok(Some(v)) => {
+            let _ = writeln!(stdout, "{v}");
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let _ = writeln!(stdout, "{}", e.to_json(&version));
+            let _ = stdout.flush();
+            std::process::exit(1);
+        }
+    }
+}
+
+/// One call: the version to answer in, and the result (`None`: nothing to print).
+fn run(env: &Env, input: &[u8]) -> (String, Result<Option<Value>, CniError>) {
+    if env.command == "VERSION" {
+        // The configuration's version when it has one this plugin speaks.
+        let asked = serde_json::from_slice::<Value>(input).ok().and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string));
+        let v = asked.filter(|v| spec::supported(v)).unwrap_or_else(|| spec::LATEST.into());
+        return (v.clone(), Ok(Some(json!({ "cniVersion": v, "supportedVersions": spec::SUPPORTED }))));
+    }
+    let conf = match NetConf::parse(input) {
+        Ok(c) => c,
+        Err(e) => {
+            let v = serde_json::from_slice::<Value>(input).ok().and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string)).filter(|v| spec::supported(v));
+            return (v.unwrap_or_else(|| spec::LATEST.into()), Err(e));
+        }
+    };
+    let v = conf.cni_version.clone();
+    let r = match env.command.as_str() {
+        "ADD" => add(env, &conf).map(Some),
+        "DEL" => del(env, &conf).map(|_| None),
+        "CHECK" => check(env, &conf).map(|_| None),
+        "GC" => gc(env, &conf).map(|_| None),
+        "STATUS" => status(env, &conf).map(|_| None),
+        "" => Err(CniError::new(code::INVALID_ENV, "CNI_COMMAND: missing", "")),
+        other => Err(CniError::new(code::INVALID_ENV, format!("CNI_COMMAND: '{}' is not ADD, DEL, CHECK, GC, STATUS or VERSION", other.escape_debug()), "")),
+    };
+    (v, r)
+}
+
+/// The daemon's API as this configuration names it.
+struct Api {
+    target: Target,
+    token: Option<String>,
+}
+
+impl Api {
+    fn new(conf: &NetConf) -> Result<Api, CniError> {
+        let target = conf.api.parse().map_err(|_| CniError::new(code::INVALID_CONFIG, format!("api: '{}' is not unix:PATH or ADDRESS:PORT", conf.api), ""))?;
+        let token = match &conf.api_token_file {
+            Some(f) => Some(std::fs::read_to_string(f).map_err(|e| CniError::new(code::IO_FAILURE, format!("api_token_file {f}"), e.to_string()))?.trim().to_string()),
+            None => None,
+        };
+        Ok(Api { target, token })
+    }
+
+    /// One request; connection failures are "try again later" (the daemon is starting or
+    /// restarting).
+    fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<(u16, Value), CniError> {
+        let r = Request {
+            method,
+            path: path.to_string(),
+            host: "vectorlb".into(),
+            body: body.map(|b| b.to_string().into_bytes()),
+            content_type: "application/json",
+            bearer: self.token.clone(),
+        };
+        let o = vectorlb_client::Options { timeout: Duration::from_secs(30), max_body: 64 << 20, ..Default::default() };
+        let res = vectorlb_client::request_blocking(&self.target, &r, &o)
+            .map_err(|e| CniError::new(code::TRY_AGAIN_LATER, format!("the vectorlb daemon at {} does not answer", self.target), e.to_string()))?;
+        let v = serde_json::from_slice(&res.body).unwrap_or(Value::Null);
+        Ok((res.status.as_u16(), v))
+    }
+}
+
+fn api_message(v: &Value) -> String {
+    v.get("error").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| v.to_string())
+}
+
+fn pod_path(id: &str, ifname: &str) -> String {
+    // Both are checked by the daemon; anything outside its alphabet is refused there (and
+    // percent-encoded here so that the path stays one segment each).
+    let enc = |s: &str| s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect::<String>();
+    format!("/v1/pods/{}/{}", enc(id), enc(ifname))
+}
+
+fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
+    env.require(true)?;
+    let api = Api::new(conf)?;
+    if !std::path::Path::new(&env.netns).exists() {
+        return Err(CniError::new(code::UNKNOWN_CONTAINER, format!("CNI_NETNS {}: no such network namespace (the sandbox is gone)", env.netns), ""));
+    }
+    let Some(ipam_conf) = &conf.ipam else {
+        return Err(CniError::new(code::INVALID_CONFIG, "ipam: missing (the pods' addresses come from an IPAM plugin, e.g. host-local)", ""));
+    };
+    let result = ipam::exec(env, conf, ipam_conf, "ADD")?.unwrap_or(Value::Null);
+    let ips = spec::result_ips(&result);
+    let give_back = |e: CniError| {
+        let _ = ipam::exec(env, conf, ipam_conf, "DEL");
+        e
+    };
+    if ips.is_empty() {
+        return Err(give_back(CniError::new(code::IO_FAILURE, "the IPAM plugin gave no address", result.to_string())));
+    }
+    let pod = match (env.arg("K8S_POD_NAMESPACE"), env.arg("K8S_POD_NAME")) {
+        (Some(ns), Some(n)) => Value::String(format!("{ns}/{n}")),
+        _ => Value::Null,
+    };
+    let body = json!({
+        "container_id": env.container_id,
+        "ifname": env.ifname,
+        "netns": env.netns,
+        "ips": ips,
+        "mtu": conf.mtu,
+        "pod": pod,
+    });
+    let (status, v) = api.call(Method::POST, "/v1/pods", Some(&body)).map_err(give_back)?;
+    match status {
+        200 | 201 => Ok(spec::add_result(&conf.cni_version, &env.ifname, &env.netns, &ips, result.get("dns"))),
+        404 if api_message(&v).starts_with("netns") => Err(give_back(CniError::new(code::UNKNOWN_CONTAINER, api_message(&v), ""))),
+        400 | 404 | 409 | 422 => Err(give_back(CniError::new(code::INVALID_CONFIG, "the vectorlb daemon refused the pod", api_message(&v)))),
+        503 => Err(give_back(CniError::new(code::TRY_AGAIN_LATER, "the vectorlb daemon is busy", api_message(&v)))),
+        _ => Err(give_back(CniError::new(code::IO_FAILURE, format!("the vectorlb daemon answered {status}"), api_message(&v)))),
+    }
+}
+
+fn del(env: &Env, conf: &NetConf) -> Result<(), CniError> {
+    // DEL may come without a namespace (the sandbox is gone) and more than once.
+    if env.container_id.is_empty() {
+        return Err(CniError::new(code::INVALID_ENV, "CNI_CONTAINERID: missing", ""));
+    }
+    if env.ifname.is_empty() {
+        return Err(CniError::new(code::INVALID_ENV, "CNI_IFNAME: missing", ""));
+    }
+    let api = Api::new(conf)?;
+    let (status, v) = api.call(Method::DELETE, &pod_path(&env.container_id, &env.ifname), None)?;
+    match status {
+        200 => {}
+        // Not attached (DEL twice, or after an ADD that failed) is not an error; but a
+        // daemon without a pods port cannot have this pod either.
+        404 => {}
+        _ => return Err(CniError::new(code::IO_FAILURE, format!("the vectorlb daemon answered {status}"), api_message(&v))),
+    }
+    if let Some(ipam_conf) = &conf.ipam {
+        ipam::exec(env, conf, ipam_conf, "DEL")?;
+    }
+    Ok(())
+}
+
+fn check(env: &Env, conf: &NetConf) -> Result<(), CniError> {
+    env.require(true)?;
+    if !spec::at_least(&conf.cni_version, "0.4.0") {
+        return Err(CniError::new(code::INCOMPATIBLE_VERSION, format!("CHECK needs cniVersion 0.4.0 or later, not {}", conf.cni_version), ""));
+    }
+    let Some(prev) = &conf.prev_result else {
+        return Err(CniError::new(code::INVALID_CONFIG, "prevResult: missing (CHECK compares the pod against ADD's result)", ""));
+    };
+    let api = Api::new(conf)?;
+    let (status, v) = api.call(Method::GET, "/v1/pods", None)?;
+    if status != 200 {
+        return Err(CniError::new(code::IO_FAILURE, format!("the vectorlb daemon answered {status}"), api_message(&v)));
+    }
+    let pods = v.as_array().cloned().unwrap_or_default();
+    let Some(p) = pods.iter().find(|p| p["container_id"] == env.container_id.as_str() && p["ifname"] == env.ifname.as_str()) else {
+        return Err(CniError::new(code::UNKNOWN_CONTAINER, format!("{} of {} is not attached", env.ifname, env.container_id), ""));
+    };
+    if p["netns"] != env.netns.as_str() {
+        return Err(CniError::new(code::INVALID_CONFIG, format!("{} of {} is attached in {}, not {}", env.ifname, env.container_id, p["netns"], env.netns), ""));
+    }
+    let host = |a: &str| a.split_once('/').map_or(a, |(a, _)| a).to_string();
+    let mut want: Vec<String> = spec::result_ips(prev).iter().map(|a| host(a)).collect();
+    let mut have: Vec<String> = p["ips"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(host)).collect()).unwrap_or_default();
+    want.sort();
+    have.sort();
+    if want != have {
+        return Err(CniError::new(code::INVALID_CONFIG, format!("the pod's addresses are {have:?}, the previous result's {want:?}"), ""));
+    }
+    ipam::in_pod_netns_has(&env.netns, &env.ifname, &have)?;
+    if let Some(ipam_conf) = &conf.ipam {
+        ipam::exec(env, conf, ipam_conf, "CHECK")?;
+    }
+    Ok(())
+}
+
+fn gc(env: &Env, conf: &NetConf) -> Result<(), CniError> {
+    if !spec::at_least(&conf.cni_version, "1.1.0") {
+        return Err(CniError::new(code::INCOMPATIBLE_VERSION, format!("GC needs cniVersion 1.1.0, not {}", conf.cni_version), ""));
+    }
+    // Without the list (libcni leaves it out when its caller gave none, as cnitool's gc does)
+    // nothing is valid: every attachment is a leftover.
+    let valid = conf.valid_attachments.clone().unwrap_or_default();
+    let api = Api::new(conf)?;
+    let (status, v) = api.call(Method::GET, "/v1/pods", None)?;
+    if status != 200 {
+        return Err(CniError::new(code::IO_FAILURE, format!("the vectorlb daemon answered {status}"), api_message(&v)));
+    }
+    let mut failed = Vec::new();
+    for p in v.as_array().cloned().unwrap_or_default() {
+        let (Some(id), Some(ifname)) = (p["container_id"].as_str(), p["ifname"].as_str()) else { continue };
+        if id == "host" || valid.iter().any(|(i, n)| i == id && n == ifname) {
+            continue;
+        }
+        match api.call(Method::DELETE, &pod_path(id, ifname), None) {
+            Ok((200 | 404, _)) => {}
+            Ok((s, v)) => failed.push(format!("{ifname} of {id}: {s} {}", api_message(&v))),
+            Err(e) => failed.push(format!("{ifname} of {id}: {}", e.msg)),
+        }
+    }
+    if let Some(ipam_conf) = &conf.ipam {
+        // Only an IPAM plugin that speaks 1.1.0 knows GC.
+        if ipam::speaks(env, ipam_conf, "1.1.0") {
+            ipam::exec(env, conf, ipam_conf, "GC")?;
+        }
+    }
+    if !failed.is_empty() {
+        return Err(CniError::new(code::IO_FAILURE, "some leftover pod interfaces could not be removed", failed.join("; ")));
+    }
+    Ok(())
+}
+
+fn status(env: &Env, conf: &NetConf) -> Result<(), CniError> {
+    if !spec::at_least(&conf.cni_version, "1.1.0") {
+        return Err(CniError::new(code::INCOMPATIBLE_VERSION, format!("STATUS needs cniVersion 1.1.0, not {}", conf.cni_version), ""));
+    }
+    let api = Api::new(conf)?;
+    let (s, v) = api.call(Method::GET, "/v1/pods", None).map_err(|e| CniError::new(code::NOT_AVAILABLE, e.msg, e.details))?;
+    if s != 200 {
+        return Err(CniError::new(code::NOT_AVAILABLE, "the vectorlb daemon has no pods port", api_message(&v)));
+    }
+    if let Some(ipam_conf) = &conf.ipam {
+        if ipam::speaks(env, ipam_conf, "1.1.0") {
+            ipam::exec(env, conf, ipam_conf, "STATUS")?;
+        }
+    }
+    Ok(())
+}

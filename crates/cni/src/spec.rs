@@ -1,0 +1,296 @@
+//! What the CNI specification fixes: the versions this plugin speaks, the environment, the
+//! network configuration it reads, its errors (codes and JSON) and the result it prints in the
+//! version the configuration asked for.
+
+use serde_json::{json, Map, Value};
+
+/// Versions of the specification this plugin speaks (ADD, DEL, CHECK in all; GC and STATUS
+/// from 1.1.0).
+pub const SUPPORTED: [&str; 6] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0", "1.1"];
+pub const LATEST: &str = "1.1.0";
+
+/// The specification's error codes.
+pub mod code {
+    pub const INCOMPATIBLE_VERSION: u32 = 1;
+    pub const UNKNOWN_CONTAINER: u32 = 3;
+    pub const INVALID_ENV: u32 = 4;
+    pub const IO_FAILURE: u32 = 5;
+    pub const DECODE: u32 = 6;
+    pub const INVALID_CONFIG: u32 = 7;
+    pub const TRY_AGAIN_LATER: u32 = 11;
+    pub const NOT_AVAILABLE: u32 = 50;
+}
+
+/// An error as the specification prints it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CniError {
+    pub code: u32,
+    pub msg: String,
+    pub details: String,
+}
+
+impl CniError {
+    pub fn new(code: u32, msg: impl Into<String>, details: impl Into<String>) -> CniError {
+        CniError { code, msg: msg.into(), details: details.into() }
+    }
+
+    pub fn to_json(&self, version: &str) -> Value {
+        let mut v = json!({ "cniVersion": version, "code": self.code, "msg": self.msg });
+        if !self.details.is_empty() {
+            v["details"] = Value::String(self.details.clone());
+        }
+        v
+    }
+}
+
+/// Whether `v` is a version this plugin speaks.
+pub fn supported(v: &str) -> bool {
+    SUPPORTED.contains(&v)
+}
+
+/// `a` is at least `b` (versions `MAJOR.MINOR[.PATCH]`; anything else is older).
+pub fn at_least(a: &str, b: &str) -> bool {
+    let parse = |s: &str| -> Option<(u32, u32, u32)> {
+        let mut it = s.split('.');
+        let maj = it.next()?.parse().ok()?;
+        let min = it.next()?.parse().ok()?;
+        let pat = it.next().map_or(Some(0), |p| p.parse().ok())?;
+        it.next().is_none().then_some((maj, min, pat))
+    };
+    match (parse(a), parse(b)) {
+        (Some(x), Some(y)) => x >= y,
+        _ => false,
+    }
+}
+
+/// The plugin's part of a network configuration.
+#[derive(Debug, Clone)]
+pub struct NetConf {
+    pub cni_version: String,
+    /// The daemon's API (`unix:PATH` or `ADDRESS:PORT`).
+    pub api: String,
+    /// A file holding the API's bearer token (TCP APIs).
+    pub api_token_file: Option<String>,
+    /// The pods' MTU (default: the pods port's).
+    pub mtu: Option<u16>,
+    /// The IPAM plugin's section (its `type` names the plugin).
+    pub ipam: Option<Map<String, Value>>,
+    pub prev_result: Option<Value>,
+    /// GC: the attachments the runtime still has (`cni.dev/valid-attachments`).
+    pub valid_attachments: Option<Vec<(String, String)>>,
+    /// The whole configuration, as given (passed on to the IPAM plugin).
+    pub raw: Value,
+}
+
+pub const DEFAULT_API: &str = "unix:/run/vectorlb/api.sock";
+
+impl NetConf {
+    /// Parses and checks the configuration from stdin.
+    pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
+        if bytes.len() > 1 << 20 {
+            return Err(CniError::new(code::DECODE, "the network configuration is larger than 1 MiB", ""));
+        }
+        let raw: Value = serde_json::from_slice(bytes).map_err(|e| CniError::new(code::DECODE, "the network configuration is not JSON", e.to_string()))?;
+        let Some(o) = raw.as_object() else {
+            return Err(CniError::new(code::DECODE, "the network configuration is not a JSON object", ""));
+        };
+        let s = |k: &str| -> Result<Option<String>, CniError> {
+            match o.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(CniError::new(code::INVALID_CONFIG, format!("{k}: not a string"), "")),
+            }
+        };
+        let cni_version = s("cniVersion")?.ok_or_else(|| CniError::new(code::INVALID_CONFIG, "cniVersion: missing", ""))?;
+        if !supported(&cni_version) {
+            return Err(CniError::new(
+                code::INCOMPATIBLE_VERSION,
+                format!("incompatible CNI versions: the configuration is {cni_version}"),
+                format!("this plugin supports {}", SUPPORTED.join(", ")),
+            ));
+        }
+        if s("name")?.is_none_or(|n| n.is_empty()) {
+            return Err(CniError::new(code::INVALID_CONFIG, "name: missing (the network's name)", ""));
+        }
+        let api = s("api")?.unwrap_or_else(|| DEFAULT_API.into());
+        if api.parse::<vectorlb_client::Target>().is_err() {
+            return Err(CniError::new(code::INVALID_CONFIG, format!("api: '{api}' is not unix:PATH or ADDRESS:PORT"), ""));
+        }
+        let mtu = match o.get("mtu") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(m) if (576..=9216).contains(&m) => Some(m as u16),
+                _ => return Err(CniError::new(code::INVALID_CONFIG, format!("mtu: {v} is out of range 576..=9216"), "")),
+            },
+        };
+        let ipam = match o.get("ipam") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(m)) => {
+                match m.get("type") {
+                    Some(Value::String(t)) if !t.is_empty() && !t.contains('/') && t != "." && t != ".." => {}
+                    _ => return Err(CniError::new(code::INVALID_CONFIG, "ipam.type: missing, or not a plugin name", "")),
+                }
+                Some(m.clone())
+            }
+            Some(_) => return Err(CniError::new(code::INVALID_CONFIG, "ipam: not an object", "")),
+        };
+        // GC: the attachments to keep. libcni sends `null` when its caller gave none (cnitool's
+        // gc: everything is a leftover).
+        let valid_attachments = match o.get("cni.dev/valid-attachments") {
+            None => None,
+            Some(Value::Null) => Some(Vec::new()),
+            Some(Value::Array(a)) => {
+                let mut v = Vec::new();
+                for x in a {
+                    let (Some(id), Some(ifname)) = (x.get("containerID").and_then(Value::as_str), x.get("ifname").and_then(Value::as_str)) else {
+                        return Err(CniError::new(code::INVALID_CONFIG, "cni.dev/valid-attachments: each needs containerID and ifname", ""));
+                    };
+                    v.push((id.to_string(), ifname.to_string()));
+                }
+                Some(v)
+            }
+            Some(_) => return Err(CniError::new(code::INVALID_CONFIG, "cni.dev/valid-attachments: not an array", "")),
+        };
+        Ok(NetConf {
+            cni_version,
+            api,
+            api_token_file: s("api_token_file")?,
+            mtu,
+            ipam,
+            prev_result: o.get("prevResult").filter(|v| !v.is_null()).cloned(),
+            valid_attachments,
+            raw,
+        })
+    }
+}
+
+/// The runtime's environment for one call.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    pub command: String,
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    pub args: String,
+    pub path: String,
+}
+
+impl Env {
+    pub fn from_env() -> Env {
+        let v = |k: &str| std::env::var(k).unwrap_or_default();
+        Env { command: v("CNI_COMMAND"), container_id: v("CNI_CONTAINERID"), netns: v("CNI_NETNS"), ifname: v("CNI_IFNAME"), args: v("CNI_ARGS"), path: v("CNI_PATH") }
+    }
+
+    /// Checks what `command` needs (the specification's list per command).
+    pub fn require(&self, netns: bool) -> Result<(), CniError> {
+        let missing = |k: &str| CniError::new(code::INVALID_ENV, format!("{k}: missing"), "");
+        if self.container_id.is_empty() {
+            return Err(missing("CNI_CONTAINERID"));
+        }
+        if self.ifname.is_empty() {
+            return Err(missing("CNI_IFNAME"));
+        }
+        if netns && self.netns.is_empty() {
+            return Err(missing("CNI_NETNS"));
+        }
+        if self.path.is_empty() {
+            return Err(missing("CNI_PATH"));
+        }
+        Ok(())
+    }
+
+    /// A `K=V;K=V` argument (`K8S_POD_NAME`, ...).
+    pub fn arg(&self, key: &str) -> Option<&str> {
+        self.args.split(';').find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
+    }
+}
+
+/// The addresses of an IPAM result (any version): `ADDR/LEN` strings.
+pub fn result_ips(result: &Value) -> Vec<String> {
+    result.get("ips").and_then(Value::as_array).map(|a| a.iter().filter_map(|i| i.get("address")?.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+/// The result of ADD in `version`: the pod's interface, its addresses (host addresses, as
+/// configured), default routes through the interface, and the IPAM plugin's DNS.
+pub fn add_result(version: &str, ifname: &str, netns: &str, ips: &[String], dns: Option<&Value>) -> Value {
+    let old = !at_least(version, "1.0.0");
+    let ips: Vec<Value> = ips
+        .iter()
+        .map(|a| {
+            let addr = a.split_once('/').map_or(a.as_str(), |(a, _)| a);
+            let v6 = addr.contains(':');
+            let mut o = json!({ "address": format!("{addr}/{}", if v6 { 128 } else { 32 }), "interface": 0 });
+            if old {
+                o["version"] = Value::String(if v6 { "6" } else { "4" }.into());
+            }
+            o
+        })
+        .collect();
+    let mut routes = Vec::new();
+    if ips.iter().any(|i| !i["address"].as_str().unwrap_or("").contains(':')) {
+        routes.push(json!({ "dst": "0.0.0.0/0" }));
+    }
+    if ips.iter().any(|i| i["address"].as_str().unwrap_or("").contains(':')) {
+        routes.push(json!({ "dst": "::/0" }));
+    }
+    let mut r = json!({
+        "cniVersion": version,
+        "interfaces": [{ "name": ifname, "sandbox": netns }],
+        "ips": ips,
+        "routes": routes,
+    });
+    if let Some(d) = dns {
+        r["dns"] = d.clone();
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_compare_by_number() {
+        assert!(at_least("1.1.0", "1.0.0"));
+        assert!(at_least("1.1", "1.1.0"));
+        assert!(!at_least("0.4.0", "1.0.0"));
+        assert!(!at_least("banana", "0.1.0"));
+        assert!(!at_least("1.0.0.0", "0.1.0"));
+    }
+
+    #[test]
+    fn configurations_are_checked_with_the_specifications_codes() {
+        let bad = |s: &str| NetConf::parse(s.as_bytes()).unwrap_err().code;
+        assert_eq!(bad("{"), code::DECODE);
+        assert_eq!(bad("[1]"), code::DECODE);
+        assert_eq!(bad(r#"{"name":"x"}"#), code::INVALID_CONFIG);
+        assert_eq!(bad(r#"{"cniVersion":"9.9.9","name":"x"}"#), code::INCOMPATIBLE_VERSION);
+        assert_eq!(bad(r#"{"cniVersion":1,"name":"x"}"#), code::INVALID_CONFIG);
+        assert_eq!(bad(r#"{"cniVersion":"1.1.0"}"#), code::INVALID_CONFIG);
+        assert_eq!(bad(r#"{"cniVersion":"1.1.0","name":"p","api":"nowhere"}"#), code::INVALID_CONFIG);
+        assert_eq!(bad(r#"{"cniVersion":"1.1.0","name":"p","mtu":70000}"#), code::INVALID_CONFIG);
+        assert_eq!(bad(r#"{"cniVersion":"1.1.0","name":"p","ipam":{"type":"../x"}}"#), code::INVALID_CONFIG);
+        assert_eq!(bad(r#"{"cniVersion":"1.1.0","name":"p","cni.dev/valid-attachments":[{"ifname":"eth0"}]}"#), code::INVALID_CONFIG);
+        let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"p","ipam":{"type":"host-local"},"mtu":1400}"#).unwrap();
+        assert_eq!((c.api.as_str(), c.mtu, c.ipam.is_some()), (DEFAULT_API, Some(1400), true));
+    }
+
+    #[test]
+    fn results_follow_the_asked_version() {
+        let r = add_result("0.3.1", "eth0", "/ns", &["10.1.0.5/24".into(), "fd00::5/64".into()], None);
+        assert_eq!(r["ips"][0]["version"], "4");
+        assert_eq!(r["ips"][0]["address"], "10.1.0.5/32");
+        assert_eq!(r["ips"][1]["address"], "fd00::5/128");
+        assert_eq!(r["routes"].as_array().unwrap().len(), 2);
+        let r = add_result("1.1.0", "eth0", "/ns", &["10.1.0.5/24".into()], None);
+        assert!(r["ips"][0].get("version").is_none());
+        assert_eq!(r["routes"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn cni_args_are_read_by_key() {
+        let e = Env { args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0".into(), ..Default::default() };
+        assert_eq!(e.arg("K8S_POD_NAME"), Some("web-0"));
+        assert_eq!(e.arg("K8S_POD_UID"), None);
+    }
+}

@@ -1,0 +1,72 @@
+//! `[ports.pods]`: the port of a Kubernetes node's pods. Each pod gets a tun interface in its
+//! own network namespace, created and attached at run time (`POST /v1/pods`, the CNI plugin);
+//! the port's addresses give the node's pod networks (their first address is the port's own).
+
+use crate::error::{bail, Error};
+use serde::{Deserialize, Serialize};
+
+/// A pods port (`[ports.pods]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodsSpec {
+    /// Where each attached pod is recorded (one file per interface), so that a restarted
+    /// daemon takes its pods back.
+    #[serde(default = "PodsSpec::default_state_dir")]
+    pub state_dir: String,
+    /// The tun interface in the daemon's own network namespace through which the host reaches
+    /// the pods and the pods reach everything that is not a pod of this node or a service
+    /// ("" for none).
+    #[serde(default = "PodsSpec::default_host_interface")]
+    pub host_interface: String,
+    /// The worker that reads the pods' interfaces (both directions of a pod's flows meet on
+    /// one worker, which NAT sessions need).
+    #[serde(default)]
+    pub worker: u16,
+    /// Prefixes the host also reaches through its interface: the Services' cluster IP ranges
+    /// (the host's own traffic to a ClusterIP then goes through the data plane, as the pods'
+    /// does).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_cidrs: Vec<String>,
+    /// At most this many pod interfaces.
+    #[serde(default = "PodsSpec::default_max_pods")]
+    pub max_pods: u32,
+}
+
+/// The pods port's MAC when the file gives none (locally administered; pods' interfaces get
+/// `02:76:` and their slot, see the daemon's `pods.rs`).
+pub const PODS_MAC: [u8; 6] = [0x02, 0x76, 0xff, 0xff, 0xff, 0xfe];
+
+/// The most pod interfaces a port takes.
+pub const MAX_PODS: u32 = 65_536;
+
+impl PodsSpec {
+    fn default_state_dir() -> String {
+        "/var/lib/vectorlb/pods".into()
+    }
+    fn default_host_interface() -> String {
+        "vlb0".into()
+    }
+    fn default_max_pods() -> u32 {
+        1024
+    }
+
+    pub(crate) fn check(&self, f: &str, workers: u16) -> Result<(), Error> {
+        if self.state_dir.is_empty() || !self.state_dir.starts_with('/') {
+            bail!("{f}.state_dir: '{}' is not an absolute path", self.state_dir);
+        }
+        let h = &self.host_interface;
+        if h.len() > 15 || h.contains(['/', ' ', '\0', ':']) || h == "." || h == ".." {
+            bail!("{f}.host_interface: '{h}' is not an interface name (1..=15 bytes, no '/', ':' or spaces)");
+        }
+        if self.worker >= workers {
+            bail!("{f}.worker: {} but there are {workers} worker(s) (runtime.workers)", self.worker);
+        }
+        if !self.service_cidrs.is_empty() && self.host_interface.is_empty() {
+            bail!("{f}.service_cidrs: routed through the host's interface, but host_interface is \"\"");
+        }
+        if !(1..=MAX_PODS).contains(&self.max_pods) {
+            bail!("{f}.max_pods: {} is out of range 1..={MAX_PODS}", self.max_pods);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,624 @@
+//! The pods port (`[ports.pods]`): a Kubernetes node's pods plugged into the data plane, each
+//! by a tun interface in its own network namespace (Calico VPP's model), attached and detached
+//! at run time (`POST` / `DELETE /v1/pods`, the CNI plugin) without touching the workers' ports.
+//!
+//! - Each interface has a slot; the data plane knows a pod's addresses as neighbours on this
+//!   port whose MAC is `02:76:` and the slot, so the pipeline's routes, NAT and load balancing
+//!   reach pods like any next hop, and the transmit queue finds the interface from the MAC.
+//! - One worker (`pods.worker`) reads every interface (one epoll set): both directions of a
+//!   pod's flows meet on that worker, which NAT sessions need. Any worker writes.
+//! - A packet a pod sends from an address that is not its own is dropped and counted.
+//! - Slot 0 is the host's interface (`pods.host_interface`, in the daemon's own namespace): the
+//!   host's routes to the pods' networks point at it, and the pods' traffic to anything that is
+//!   not a pod of this node or a service leaves through it.
+//! - Each attachment is written to `pods.state_dir` (one file, mode 0600) before it is
+//!   answered; the interfaces are persistent, so a daemon that restarts (or was killed) takes
+//!   its pods back from those files, and forgets the ones whose namespace is gone.
+
+use crate::lock;
+use crate::tun;
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use vectorlb_config::PodsSpec;
+use vectorlb_io::{Packet, PacketMeta, PacketPool, RxQueue, TxQueue};
+use vectorlb_packet::ethernet::Mac;
+
+/// The first two bytes of every pod interface's MAC (locally administered).
+pub const MAC_PREFIX: [u8; 2] = [0x02, 0x76];
+/// The host interface's slot.
+pub const HOST_SLOT: u32 = 0;
+/// The next hops through which the pods port reaches the host (neighbours of slot 0).
+pub const HOST_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
+pub const HOST_V6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0x76, 1);
+/// Packets read from one interface before the next one's turn.
+const PER_INTERFACE: usize = 32;
+
+/// The MAC that stands for the interface in `slot`.
+pub fn slot_mac(slot: u32) -> Mac {
+    let s = slot.to_be_bytes();
+    [MAC_PREFIX[0], MAC_PREFIX[1], s[0], s[1], s[2], s[3]]
+}
+
+/// What is kept on disk of one attachment (and answered by the API).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodRecord {
+    pub container_id: String,
+    pub ifname: String,
+    pub netns: String,
+    pub ips: Vec<IpAddr>,
+    pub mtu: u16,
+    pub slot: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+}
+
+/// Why an attachment was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PodError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NoNamespace(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Unprocessable(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// One attached interface.
+pub struct PodTap {
+    pub rec: PodRecord,
+    fd: OwnedFd,
+    v4: Option<[u8; 4]>,
+    v6: Option<[u8; 16]>,
+    host: bool,
+    pub rx: AtomicU64,
+    pub tx: AtomicU64,
+    pub spoofed: AtomicU64,
+    pub tx_dropped: AtomicU64,
+}
+
+impl PodTap {
+    fn new(rec: PodRecord, fd: OwnedFd, host: bool) -> PodTap {
+        let v4 = rec.ips.iter().find_map(|a| match a {
+            IpAddr::V4(a) => Some(a.octets()),
+            _ => None,
+        });
+        let v6 = rec.ips.iter().find_map(|a| match a {
+            IpAddr::V6(a) => Some(a.octets()),
+            _ => None,
+        });
+        PodTap { rec, fd, v4, v6, host, rx: AtomicU64::new(0), tx: AtomicU64::new(0), spoofed: AtomicU64::new(0), tx_dropped: AtomicU64::new(0) }
+    }
+
+    /// Whether the IP packet `p` comes from one of the pod's addresses (link-local IPv6
+    /// sources pass: neighbour discovery, which the data plane drops as not routable).
+    fn source_ok(&self, p: &[u8]) -> bool {
+        if self.host {
+            return true;
+        }
+        match p.first().map(|b| b >> 4) {
+            Some(4) if p.len() >= 20 => self.v4.is_some_and(|a| p[12..16] == a),
+            Some(6) if p.len() >= 40 => self.v6.is_some_and(|a| p[8..24] == a) || (p[8] == 0xfe && p[9] & 0xc0 == 0x80),
+            _ => false,
+        }
+    }
+}
+
+/// The pods port's interfaces.
+pub struct PodSet {
+    /// The port's index in the configuration.
+    pub port: u16,
+    pub mac: Mac,
+    pub mtu: u16,
+    pub spec: PodsSpec,
+    /// The node's pod networks (the port's addresses and prefixes).
+    nets: Vec<(IpAddr, u8)>,
+    slots: ArcSwap<Vec<Option<Arc<PodTap>>>>,
+    /// Serialises attach and detach (readers only load `slots`).
+    edit: Mutex<()>,
+    epoll: OwnedFd,
+    /// Frames for a slot with no interface, or not addressed to a pod, dropped.
+    pub no_pod: AtomicU64,
+    /// The host's own addresses (routed to the host's interface), as last read.
+    host_addrs: Mutex<Vec<IpAddr>>,
+}
+
+fn os_err(what: &str) -> PodError {
+    PodError::Io(format!("{what}: {}", io::Error::last_os_error()))
+}
+
+impl PodSet {
+    pub fn new(port: u16, mac: Mac, mtu: u16, nets: Vec<(IpAddr, u8)>, spec: PodsSpec) -> Result<PodSet, PodError> {
+        // SAFETY: epoll_create1 returns a new descriptor or -1.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(os_err("epoll_create1"));
+        }
+        // SAFETY: just created and owned by nothing else.
+        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        Ok(PodSet {
+            port,
+            mac,
+            mtu,
+            spec,
+            nets,
+            slots: ArcSwap::from_pointee(Vec::new()),
+            edit: Mutex::new(()),
+            epoll,
+            no_pod: AtomicU64::new(0),
+            host_addrs: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Every attached interface (the host's included).
+    pub fn all(&self) -> Vec<Arc<PodTap>> {
+        self.slots.load().iter().flatten().cloned().collect()
+    }
+
+    /// The neighbours the data plane needs: each pod address on its slot's MAC, and the host's
+    /// next hops.
+    pub fn neighbours(&self) -> Vec<(IpAddr, Mac)> {
+        let mut v = Vec::new();
+        for t in self.slots.load().iter().flatten() {
+            if t.host {
+                v.push((IpAddr::V4(HOST_V4), slot_mac(HOST_SLOT)));
+                v.push((IpAddr::V6(HOST_V6), slot_mac(HOST_SLOT)));
+            } else {
+                v.extend(t.rec.ips.iter().map(|a| (*a, slot_mac(t.rec.slot))));
+            }
+        }
+        v
+    }
+
+    /// The host's addresses that the pods reach through the host's interface: the unicast
+    /// ones outside the pod networks.
+    pub fn host_routes(&self) -> Vec<IpAddr> {
+        lock(&self.host_addrs).clone()
+    }
+
+    /// Reads the host's addresses again; true when they changed (publish again).
+    pub fn refresh_host_addrs(&self, addrs: Vec<IpAddr>) -> bool {
+        let mut keep: Vec<IpAddr> = addrs
+            .into_iter()
+            .filter(|a| vectorlb_lb::service::not_unicast(*a).is_none())
+            .filter(|a| !matches!(a, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80))
+            .filter(|a| !matches!(a, IpAddr::V4(v) if v.is_link_local()))
+            .filter(|a| !self.nets.iter().any(|(n, l)| same_net(*n, *a, *l)))
+            .collect();
+        keep.sort();
+        let mut cur = lock(&self.host_addrs);
+        if *cur == keep {
+            return false;
+        }
+        *cur = keep;
+        true
+    }
+
+    /// Whether the host's interface is attached.
+    pub fn has_host(&self) -> bool {
+        self.slots.load().first().is_some_and(Option::is_some)
+    }
+
+    fn state_file(&self, id: &str, ifname: &str) -> PathBuf {
+        Path::new(&self.spec.state_dir).join(format!("{id}.{ifname}.json"))
+    }
+
+    /// Creates (or takes back) the host's interface and routes the pod networks through it.
+    pub fn attach_host(&self) -> Result<(), PodError> {
+        let name = &self.spec.host_interface;
+        if name.is_empty() {
+            return Ok(());
+        }
+        let fd = tun::open(name).map_err(|e| PodError::Io(format!("pods.host_interface {name}: {e}")))?;
+        tun::configure(name, self.mtu, &[]).map_err(|e| PodError::Io(format!("pods.host_interface {name}: {e}")))?;
+        for (a, len) in &self.nets {
+            tun::add_route(name, *a, *len).map_err(|e| PodError::Io(format!("pods.host_interface {name}: {e}")))?;
+        }
+        for c in &self.spec.service_cidrs {
+            let (a, len) = vectorlb_config::prefix("pods.service_cidrs", c).map_err(|e| PodError::Invalid(e.to_string()))?;
+            tun::add_route(name, a, len).map_err(|e| PodError::Io(format!("pods.host_interface {name}: {e}")))?;
+        }
+        let rec = PodRecord { container_id: "host".into(), ifname: name.clone(), netns: String::new(), ips: Vec::new(), mtu: self.mtu, slot: HOST_SLOT, pod: None };
+        let _g = lock(&self.edit);
+        self.insert(Arc::new(PodTap::new(rec, fd, true)))
+    }
+
+    /// Checks a request against the port: names, addresses inside the pod networks (one per
+    /// family, not the network's own or the port's address), the MTU.
+    pub fn check(&self, id: &str, ifname: &str, ips: &[IpAddr], mtu: u16) -> Result<(), PodError> {
+        if id.is_empty() || id.len() > 200 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) || id.starts_with('.') {
+            return Err(PodError::Invalid(format!("container_id: '{}' is not a container id (1..=200 bytes: letters, digits, '-', '_', '.')", id.escape_debug())));
+        }
+        if ifname.is_empty() || ifname.len() > 15 || !ifname.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) || ifname == "." || ifname == ".." {
+            return Err(PodError::Invalid(format!("ifname: '{}' is not an interface name (1..=15 bytes: letters, digits, '-', '_', '.')", ifname.escape_debug())));
+        }
+        if ips.is_empty() {
+            return Err(PodError::Invalid("ips: a pod needs an address".into()));
+        }
+        if ips.iter().filter(|a| a.is_ipv4()).count() > 1 || ips.iter().filter(|a| a.is_ipv6()).count() > 1 {
+            return Err(PodError::Invalid("ips: at most one address per family".into()));
+        }
+        for a in ips {
+            let inside = self.nets.iter().find(|(n, len)| same_net(*n, *a, *len));
+            let Some((own, len)) = inside else {
+                let nets: Vec<String> = self.nets.iter().map(|(a, l)| format!("{a}/{l}")).collect();
+                return Err(PodError::Unprocessable(format!("ips: {a} is outside this node's pod networks ({})", nets.join(", "))));
+            };
+            if a == own || is_net_or_broadcast(*a, *len) {
+                return Err(PodError::Unprocessable(format!("ips: {a} is the pods port's own address or its network's")));
+            }
+        }
+        if !(576..=self.mtu.max(576)).contains(&mtu) || (mtu < 1280 && ips.iter().any(IpAddr::is_ipv6)) {
+            return Err(PodError::Unprocessable(format!(
+                "mtu: {mtu} is out of range {}..={} (the pods port's MTU)",
+                if ips.iter().any(IpAddr::is_ipv6) { 1280 } else { 576 },
+                self.mtu
+            )));
+        }
+        Ok(())
+    }
+
+    /// Attaches a pod's interface: creates it in the pod's namespace (or takes back the one of
+    /// an earlier run), configures it, records it, and starts reading it. `slot` keeps a
+    /// restored interface's slot. The same attachment again returns the one there is.
+    pub fn attach(&self, mut rec: PodRecord, slot: Option<u32>) -> Result<Arc<PodTap>, PodError> {
+        self.check(&rec.container_id, &rec.ifname, &rec.ips, rec.mtu)?;
+        let _g = lock(&self.edit);
+        let slots = self.slots.load_full();
+        if let Some(t) = slots.iter().flatten().find(|t| !t.host && t.rec.container_id == rec.container_id && t.rec.ifname == rec.ifname) {
+            if t.rec.netns == rec.netns && t.rec.ips == rec.ips && t.rec.mtu == rec.mtu {
+                return Ok(t.clone());
+            }
+            return Err(PodError::Conflict(format!("{} of {} is attached already, with other addresses or namespace; delete it first", rec.ifname, rec.container_id)));
+        }
+        if let Some(t) = slots.iter().flatten().find(|t| t.rec.ips.iter().any(|a| rec.ips.contains(a))) {
+            return Err(PodError::Conflict(format!("ips: {} of {} has one of these addresses", t.rec.ifname, t.rec.container_id)));
+        }
+        if let Some(t) = slots.iter().flatten().find(|t| !t.host && t.rec.netns == rec.netns && t.rec.ifname == rec.ifname) {
+            return Err(PodError::Conflict(format!("ifname: {} in {} is {}'s already", rec.ifname, rec.netns, t.rec.container_id)));
+        }
+        let used = slots.iter().flatten().filter(|t| !t.host).count();
+        if used >= self.spec.max_pods as usize {
+            return Err(PodError::Unprocessable(format!("the pods port is full ({} interfaces, pods.max_pods)", self.spec.max_pods)));
+        }
+        rec.slot = match slot {
+            Some(s) if s != HOST_SLOT && slots.get(s as usize).is_none_or(Option::is_none) => s,
+            _ => (1..).find(|s| slots.get(*s as usize).is_none_or(Option::is_none)).expect("a free slot below max_pods + 1"),
+        };
+        let ns = Path::new(&rec.netns);
+        if rec.netns.is_empty() || !ns.is_absolute() || !ns.exists() {
+            return Err(PodError::NoNamespace(format!("netns: '{}' does not exist (the sandbox is gone)", rec.netns.escape_debug())));
+        }
+        let (name, mtu, ips) = (rec.ifname.clone(), rec.mtu, rec.ips.clone());
+        let fd = tun::in_netns(ns, move || {
+            let fd = tun::open(&name)?;
+            if let Err(e) = tun::configure(&name, mtu, &ips) {
+                tun::unpersist(&fd);
+                return Err(e);
+            }
+            Ok(fd)
+        })
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => PodError::NoNamespace(format!("netns {}: {e}", rec.netns)),
+            io::ErrorKind::InvalidInput => PodError::Invalid(format!("netns {}: {e}", rec.netns)),
+            _ => PodError::Io(format!("{} in {}: {e}", rec.ifname, rec.netns)),
+        })?;
+        if let Err(e) = self.write_state(&rec) {
+            tun::unpersist(&fd);
+            return Err(e);
+        }
+        let tap = Arc::new(PodTap::new(rec, fd, false));
+        if let Err(e) = self.insert(tap.clone()) {
+            tun::unpersist(&tap.fd);
+            let _ = std::fs::remove_file(self.state_file(&tap.rec.container_id, &tap.rec.ifname));
+            return Err(e);
+        }
+        Ok(tap)
+    }
+
+    fn write_state(&self, rec: &PodRecord) -> Result<(), PodError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = Path::new(&self.spec.state_dir);
+        std::fs::create_dir_all(dir).map_err(|e| PodError::Io(format!("pods.state_dir {}: {e}", dir.display())))?;
+        let path = self.state_file(&rec.container_id, &rec.ifname);
+        let tmp = path.with_extension("json.tmp");
+        let body = serde_json::to_vec_pretty(rec).expect("a record serialises");
+        let w = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).and_then(|mut f| {
+            f.write_all(&body)?;
+            f.sync_all()
+        });
+        w.and_then(|_| std::fs::rename(&tmp, &path)).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            PodError::Io(format!("{}: {e}", path.display()))
+        })
+    }
+
+    /// Puts `tap` in its slot and into the epoll set. The caller holds `edit`.
+    fn insert(&self, tap: Arc<PodTap>) -> Result<(), PodError> {
+        let slot = tap.rec.slot as usize;
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: slot as u64 };
+        // SAFETY: both descriptors are open; `ev` is a valid epoll_event.
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, tap.fd.as_raw_fd(), &mut ev) } != 0 {
+            return Err(os_err("epoll_ctl"));
+        }
+        let mut v = (**self.slots.load()).clone();
+        if v.len() <= slot {
+            v.resize(slot + 1, None);
+        }
+        v[slot] = Some(tap);
+        self.slots.store(Arc::new(v));
+        Ok(())
+    }
+
+    /// Detaches and removes a pod's interface; false when it is not attached.
+    pub fn detach(&self, id: &str, ifname: &str) -> Result<bool, PodError> {
+        let _g = lock(&self.edit);
+        let mut v = (**self.slots.load()).clone();
+        let Some(slot) = v.iter().position(|t| t.as_ref().is_some_and(|t| !t.host && t.rec.container_id == id && t.rec.ifname == ifname)) else {
+            return Ok(false);
+        };
+        let tap = v[slot].take().expect("found above");
+        // SAFETY: the descriptor is open (the tap holds it); EPOLL_CTL_DEL ignores the event.
+        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, tap.fd.as_raw_fd(), std::ptr::null_mut()) };
+        while v.last().is_some_and(Option::is_none) {
+            v.pop();
+        }
+        self.slots.store(Arc::new(v));
+        // The interface goes when its last descriptor closes (a worker may still hold it for
+        // a burst); its namespace may be gone already, and the interface with it.
+        tun::unpersist(&tap.fd);
+        let path = self.state_file(id, ifname);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(PodError::Io(format!("{}: {e}", path.display()))),
+            _ => {}
+        }
+        Ok(true)
+    }
+
+    /// Takes back the interfaces an earlier run recorded: each whose namespace still exists is
+    /// attached again in its slot; the others are forgotten. Returns (restored, forgotten).
+    pub fn restore(&self) -> (usize, usize) {
+        let dir = Path::new(&self.spec.state_dir);
+        let Ok(entries) = std::fs::read_dir(dir) else { return (0, 0) };
+        let mut files: BTreeSet<PathBuf> = BTreeSet::new();
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "tmp") {
+                let _ = std::fs::remove_file(&p);
+            } else if p.extension().is_some_and(|x| x == "json") {
+                files.insert(p);
+            }
+        }
+        let (mut ok, mut gone) = (0, 0);
+        for p in files {
+            let rec: Option<PodRecord> = std::fs::read(&p).ok().and_then(|b| serde_json::from_slice(&b).ok());
+            let Some(rec) = rec else {
+                tracing::warn!("pods: {} is not a pod record; left alone", p.display());
+                continue;
+            };
+            let slot = rec.slot;
+            match self.attach(rec.clone(), Some(slot)) {
+                Ok(_) => ok += 1,
+                Err(PodError::NoNamespace(e)) => {
+                    tracing::info!("pods: {} of {} forgotten: {e}", rec.ifname, rec.container_id);
+                    let _ = std::fs::remove_file(&p);
+                    gone += 1;
+                }
+                Err(e) => tracing::warn!("pods: {} of {} not restored: {e}", rec.ifname, rec.container_id),
+            }
+        }
+        (ok, gone)
+    }
+}
+
+fn same_net(a: IpAddr, b: IpAddr, len: u8) -> bool {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => len == 0 || (u32::from(a) ^ u32::from(b)) >> (32 - len.min(32) as u32) == 0,
+        (IpAddr::V6(a), IpAddr::V6(b)) => len == 0 || (u128::from(a) ^ u128::from(b)) >> (128 - len.min(128) as u32) == 0,
+        _ => false,
+    }
+}
+
+fn is_net_or_broadcast(a: IpAddr, len: u8) -> bool {
+    match a {
+        IpAddr::V4(a) if len < 31 => {
+            let host = u32::from(a) & (u32::MAX >> len);
+            host == 0 || host == u32::MAX >> len
+        }
+        IpAddr::V6(a) if len < 127 => u128::from(a) & (u128::MAX >> len) == 0,
+        _ => false,
+    }
+}
+
+/// The receive side of the pods port, on the worker that reads it.
+pub struct PodRx<P: Packet> {
+    set: Arc<PodSet>,
+    pool: Arc<dyn PacketPool<P>>,
+    events: Vec<libc::epoll_event>,
+    /// A buffer a read found nothing for, kept for the next.
+    spare: Option<P>,
+}
+
+impl<P: Packet> PodRx<P> {
+    pub fn new(set: Arc<PodSet>, pool: Arc<dyn PacketPool<P>>) -> PodRx<P> {
+        PodRx { set, pool, events: vec![libc::epoll_event { events: 0, u64: 0 }; 64], spare: None }
+    }
+}
+
+impl<P: Packet> RxQueue<P> for PodRx<P> {
+    fn recv(&mut self, out: &mut Vec<P>, max: usize) -> usize {
+        // SAFETY: `events` has room for its length in epoll_events; timeout 0 never blocks.
+        let n = unsafe { libc::epoll_wait(self.set.epoll.as_raw_fd(), self.events.as_mut_ptr(), self.events.len() as libc::c_int, 0) };
+        if n <= 0 {
+            return 0;
+        }
+        let slots = self.set.slots.load();
+        let frame = 14 + self.set.mtu as usize;
+        let mut got = 0;
+        for ev in &self.events[..n as usize] {
+            let Some(Some(tap)) = slots.get(ev.u64 as usize) else { continue };
+            let mut taken = 0;
+            while got < max && taken < PER_INTERFACE {
+                let mut p = match self.spare.take() {
+                    Some(p) => p,
+                    None => match self.pool.alloc_len(self.set.port, frame) {
+                        Some(p) => p,
+                        None => return got,
+                    },
+                };
+                let d = p.data_mut();
+                // SAFETY: reads at most d.len() - 14 bytes into the packet's own buffer, after
+                // the 14 bytes kept for the Ethernet header; the descriptor is open (tap).
+                let r = unsafe { libc::read(tap.fd.as_raw_fd(), d[14..].as_mut_ptr().cast(), d.len() - 14) };
+                if r <= 0 {
+                    self.spare = Some(p);
+                    break;
+                }
+                let len = r as usize;
+                taken += 1;
+                if !tap.source_ok(&d[14..14 + len]) {
+                    tap.spoofed.fetch_add(1, Ordering::Relaxed);
+                    self.spare = Some(p);
+                    continue;
+                }
+                d[..6].copy_from_slice(&self.set.mac);
+                d[6..12].copy_from_slice(&slot_mac(tap.rec.slot));
+                let et: u16 = if d[14] >> 4 == 6 { 0x86dd } else { 0x0800 };
+                d[12..14].copy_from_slice(&et.to_be_bytes());
+                p.set_len(14 + len);
+                p.set_meta(PacketMeta { port: self.set.port, ..Default::default() });
+                tap.rx.fetch_add(1, Ordering::Relaxed);
+                out.push(p);
+                got += 1;
+            }
+            if got >= max {
+                break;
+            }
+        }
+        // The spare keeps its full length for the next read.
+        if let Some(p) = &mut self.spare {
+            p.set_len(frame);
+        }
+        got
+    }
+}
+
+/// The transmit side of the pods port: each frame goes to the interface its destination MAC
+/// names, without its Ethernet header.
+pub struct PodTx {
+    set: Arc<PodSet>,
+}
+
+impl PodTx {
+    pub fn new(set: Arc<PodSet>) -> PodTx {
+        PodTx { set }
+    }
+}
+
+impl<P: Packet> TxQueue<P> for PodTx {
+    fn send(&mut self, pkts: &mut Vec<P>) -> usize {
+        let slots = self.set.slots.load();
+        for p in pkts.iter() {
+            let d = p.data();
+            let tap = (d.len() > 14 && d[..2] == MAC_PREFIX).then(|| u32::from_be_bytes([d[2], d[3], d[4], d[5]])).and_then(|s| slots.get(s as usize)?.as_ref());
+            let Some(tap) = tap else {
+                self.set.no_pod.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            // SAFETY: writes d.len() - 14 bytes from the packet's own buffer; the descriptor
+            // is open (tap).
+            let r = unsafe { libc::write(tap.fd.as_raw_fd(), d[14..].as_ptr().cast(), d.len() - 14) };
+            if r < 0 {
+                tap.tx_dropped.fetch_add(1, Ordering::Relaxed);
+            } else {
+                tap.tx.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let n = pkts.len();
+        P::free_all(pkts);
+        n
+    }
+}
+
+/// A receive queue that never has anything (the pods port on the workers that do not read it).
+pub struct NoRx;
+
+impl<P: Packet> RxQueue<P> for NoRx {
+    fn recv(&mut self, _out: &mut Vec<P>, _max: usize) -> usize {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set() -> PodSet {
+        let spec = PodsSpec { state_dir: "/nonexistent/vectorlb-pods".into(), host_interface: String::new(), worker: 0, max_pods: 4, service_cidrs: Vec::new() };
+        PodSet::new(1, [2, 0x76, 0xff, 0xff, 0xff, 0xfe], 1500, vec![("10.244.1.1".parse().unwrap(), 24), ("fd00:244:1::1".parse().unwrap(), 64)], spec).unwrap()
+    }
+
+    #[test]
+    fn requests_are_checked_before_anything_is_created() {
+        let s = set();
+        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+        assert!(s.check("abc", "eth0", &[ip("10.244.1.5"), ip("fd00:244:1::5")], 1500).is_ok());
+        for (id, ifname, ips, mtu) in [
+            ("", "eth0", vec![ip("10.244.1.5")], 1500),
+            ("../x", "eth0", vec![ip("10.244.1.5")], 1500),
+            ("abc", "eth0/x", vec![ip("10.244.1.5")], 1500),
+            ("abc", "a-very-long-interface-name", vec![ip("10.244.1.5")], 1500),
+            ("abc", "eth0", vec![], 1500),
+            ("abc", "eth0", vec![ip("10.244.1.5"), ip("10.244.1.6")], 1500),
+        ] {
+            assert!(matches!(s.check(id, ifname, &ips, mtu), Err(PodError::Invalid(_))), "{id} {ifname} {ips:?}");
+        }
+        for (ips, mtu) in [
+            (vec![ip("10.9.1.5")], 1500),
+            (vec![ip("10.244.1.1")], 1500),
+            (vec![ip("10.244.1.0")], 1500),
+            (vec![ip("10.244.1.255")], 1500),
+            (vec![ip("fd00:244:1::")], 1500),
+            (vec![ip("10.244.1.5")], 9000),
+            (vec![ip("fd00:244:1::5")], 1000),
+        ] {
+            assert!(matches!(s.check("abc", "eth0", &ips, mtu), Err(PodError::Unprocessable(_))), "{ips:?} {mtu}");
+        }
+    }
+
+    #[test]
+    fn a_missing_namespace_is_refused_and_nothing_is_kept() {
+        let s = set();
+        let rec = PodRecord {
+            container_id: "gone".into(),
+            ifname: "eth0".into(),
+            netns: "/var/run/netns/vectorlb-no-such-ns".into(),
+            ips: vec!["10.244.1.7".parse().unwrap()],
+            mtu: 1500,
+            slot: 0,
+            pod: None,
+        };
+        assert!(matches!(s.attach(rec, None), Err(PodError::NoNamespace(_))));
+        assert!(s.all().is_empty());
+        assert!(s.neighbours().is_empty());
+        assert!(!s.detach("gone", "eth0").unwrap());
+    }
+
+    #[test]
+    fn slot_macs_name_their_slot() {
+        assert_eq!(slot_mac(0x0102_0304), [2, 0x76, 1, 2, 3, 4]);
+        assert_eq!(slot_mac(HOST_SLOT)[..2], MAC_PREFIX);
+    }
+}

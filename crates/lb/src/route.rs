@@ -1,0 +1,68 @@
+//! Plain IP forwarding for what the load balancer itself does not handle: on a Kubernetes
+//! node, the pods talking to each other, to the host and beyond. Longest-prefix route, TTL or
+//! hop limit, the egress MTU, then the next hop's Ethernet header. What cannot be forwarded is
+//! a counted drop: multicast and broadcast, link-local destinations, an expired TTL, no route,
+//! an unresolved next hop, too long for the egress port.
+
+use crate::rewrite::egress;
+use crate::service::{key4, key6, Snapshot};
+use crate::verdict::{DropReason, Verdict};
+use vectorlb_io::PacketBuf;
+use vectorlb_packet::checksum::adjust16;
+use vectorlb_packet::{parse_frame, Family};
+
+/// Forwards the frame in `b` by `snap`'s routes: `Verdict::Tx(port)` with the frame rewritten,
+/// or the drop and its reason.
+pub fn forward<B: PacketBuf>(snap: &Snapshot, b: &mut B) -> Verdict {
+    match forward_inner(snap, b) {
+        Ok(v) => v,
+        Err(r) => Verdict::Drop(r),
+    }
+}
+
+fn forward_inner<B: PacketBuf>(snap: &Snapshot, b: &mut B) -> Result<Verdict, DropReason> {
+    let d = b.data();
+    let info = parse_frame(d)?;
+    let family = info.family.ok_or(DropReason::UnsupportedProtocol)?;
+    let l3 = info.l3;
+    let v6 = family == Family::V6;
+    let (dst, ttl_at) = if v6 {
+        let a: [u8; 16] = d[l3 + 24..l3 + 40].try_into().expect("the parser saw the fixed header");
+        // Multicast (ff00::/8) and link-local (fe80::/10) stay on their link.
+        if a[0] == 0xff || (a[0] == 0xfe && a[1] & 0xc0 == 0x80) {
+            return Err(DropReason::NoRoute);
+        }
+        (key6(a), l3 + 7)
+    } else {
+        let a: [u8; 4] = d[l3 + 16..l3 + 20].try_into().expect("the parser saw the fixed header");
+        // Multicast, limited broadcast and link-local (169.254/16) stay on their link.
+        if a[0] >= 224 || (a[0] == 169 && a[1] == 254) || a[0] == 0 || a[0] == 127 {
+            return Err(DropReason::NoRoute);
+        }
+        (key4(a), l3 + 8)
+    };
+    if d[ttl_at] <= 1 {
+        return Err(DropReason::TtlExceeded);
+    }
+    let Some(hop) = snap.route(dst, !v6) else {
+        return Err(if snap.next_hop(dst, !v6).is_some() { DropReason::NoNeighbor } else { DropReason::NoRoute });
+    };
+    if info.end - l3 > hop.mtu as usize {
+        return Err(DropReason::MtuExceeded);
+    }
+    // Ethernet padding goes; the IP packet is what is forwarded.
+    if !b.set_len(info.end) {
+        return Err(DropReason::Truncated);
+    }
+    let d = b.data_mut();
+    if v6 {
+        d[ttl_at] -= 1;
+    } else {
+        let old = u16::from_be_bytes([d[ttl_at], d[ttl_at + 1]]);
+        d[ttl_at] -= 1;
+        let new = u16::from_be_bytes([d[ttl_at], d[ttl_at + 1]]);
+        let c = u16::from_be_bytes([d[l3 + 10], d[l3 + 11]]);
+        d[l3 + 10..l3 + 12].copy_from_slice(&adjust16(c, old, new).to_be_bytes());
+    }
+    Ok(egress(b, l3, &hop, info.ethertype))
+}

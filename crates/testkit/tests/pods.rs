@@ -1,0 +1,373 @@
+//! The pod network (docs/pod-network.md): `vectorlb-cni` driven by the CNI project's own
+//! `cnitool` (scripts/cni-bins.sh) and Debian's host-local IPAM, against a daemon with a pods
+//! port in the one-arm topology. Pods are network namespaces this test creates
+//! (`<prefix>-podN`); everything they send stays inside the topology.
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use vectorlb_testkit::*;
+
+struct PodNet {
+    t: Topo,
+    cnitool: String,
+    bin: PathBuf,
+    pods: Vec<String>,
+}
+
+const NET: &str = "pods";
+
+impl PodNet {
+    fn new(p: &str) -> PodNet {
+        let t = Topo::new(p, Shape::OneArm, 1500);
+        let dir = sh(&["bash", repo().join("scripts/cni-bins.sh").to_str().unwrap()]);
+        let cnitool = format!("{}/cnitool", stdout(&dir).trim());
+        assert!(Path::new(&cnitool).exists(), "cnitool not built: {}", String::from_utf8_lossy(&dir.stderr));
+        let bin = t.dir.join("cni-bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(cni_plugin(), bin.join("vectorlb-cni")).unwrap();
+        std::fs::create_dir_all(t.dir.join("net.d")).unwrap();
+        let mut n = PodNet { t, cnitool, bin, pods: Vec::new() };
+        n.write_conf("1.1.0", "host-local");
+        let mut cfg = n.t.base_config(None);
+        cfg += &format!(
+            "[[ports]]\nname = \"pods\"\naddrs = [\"10.244.1.1/24\", \"fd00:244:1::1/64\"]\n[ports.pods]\nstate_dir = \"{}/pods\"\nservice_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\n\n",
+            n.t.dir.display()
+        );
+        n.t.start_lb(&cfg);
+        n
+    }
+
+    fn write_conf(&self, version: &str, ipam: &str) {
+        let c = json!({
+            "cniVersion": version, "name": NET, "type": "vectorlb-cni", "api": self.t.api(),
+            "ipam": { "type": ipam, "dataDir": self.t.dir.join("ipam").display().to_string(),
+                      "ranges": [[{ "subnet": "10.244.1.0/24" }], [{ "subnet": "fd00:244:1::/64" }]] },
+        });
+        std::fs::write(self.t.dir.join("net.d/10-pods.conf"), c.to_string()).unwrap();
+    }
+
+    fn netns(&self, i: usize) -> String {
+        format!("/var/run/netns/{}-pod{i}", self.t.p)
+    }
+
+    /// A pod's namespace (created by the test; removed at the end).
+    fn mkpod(&mut self, i: usize) -> String {
+        let name = format!("{}-pod{i}", self.t.p);
+        sh(&["ip", "netns", "add", &name]);
+        sh(&["ip", "netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
+        self.pods.push(name);
+        self.netns(i)
+    }
+
+    fn cnitool(&self, cmd: &str, netns: &str) -> Output {
+        Command::new(&self.cnitool)
+            .args([cmd, NET, netns])
+            .env("NETCONFPATH", self.t.dir.join("net.d"))
+            .env("CNI_PATH", format!("{}:/usr/lib/cni", self.bin.display()))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// The plugin alone, as a runtime runs it: the environment and the configuration on stdin.
+    fn plugin(&self, command: &str, netns: &str, id: &str, conf: &str) -> (bool, Value) {
+        let mut c = Command::new(cni_plugin())
+            .env_clear()
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", id)
+            .env("CNI_NETNS", netns)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", format!("{}:/usr/lib/cni", self.bin.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
+        let o = c.wait_with_output().unwrap();
+        (o.status.success(), serde_json::from_slice(&o.stdout).unwrap_or(Value::Null))
+    }
+
+    fn in_pod(&self, i: usize, args: &[&str]) -> Output {
+        let name = format!("{}-pod{i}", self.t.p);
+        let mut a = vec!["netns", "exec", name.as_str()];
+        a.extend_from_slice(args);
+        Command::new("ip").args(&a).output().unwrap()
+    }
+
+    fn attached(&self) -> Vec<Value> {
+        self.t.get("/v1/pods").as_array().unwrap().iter().filter(|p| p["container_id"] != "host").cloned().collect()
+    }
+
+    fn state_files(&self) -> usize {
+        std::fs::read_dir(self.t.dir.join("pods")).map(|d| d.count()).unwrap_or(0)
+    }
+
+    /// Addresses host-local holds (its files named by address).
+    fn reserved(&self) -> usize {
+        std::fs::read_dir(self.t.dir.join("ipam").join(NET))
+            .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().parse::<std::net::IpAddr>().is_ok()).count())
+            .unwrap_or(0)
+    }
+
+    fn daemon_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.t.lb_pid())).map(|d| d.count()).unwrap_or(0)
+    }
+}
+
+impl Drop for PodNet {
+    fn drop(&mut self) {
+        for p in &self.pods {
+            let _ = Command::new("ip").args(["netns", "del", p]).output();
+        }
+    }
+}
+
+fn ok(o: &Output) -> bool {
+    o.status.success()
+}
+
+#[test]
+fn a_hundred_pods_by_cnitool_and_nothing_leaked() {
+    let mut n = PodNet::new("vcni");
+    let fds_before = n.daemon_fds();
+    let t0 = Instant::now();
+    let mut netns = Vec::new();
+    for i in 1..=100 {
+        let ns = n.mkpod(i);
+        let o = n.cnitool("add", &ns);
+        assert!(ok(&o), "ADD pod{i}: {}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+        let r: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(r["cniVersion"], "1.1.0", "{r}");
+        assert_eq!(r["ips"].as_array().unwrap().len(), 2, "{r}");
+        netns.push(ns);
+    }
+    let add_s = t0.elapsed().as_secs_f64();
+    assert_eq!(n.attached().len(), 100);
+    assert_eq!(n.state_files(), 100);
+    assert_eq!(n.reserved(), 200, "host-local holds one address per family per pod");
+    // CHECK after ADD (libcni hands the plugin ADD's cached result as prevResult).
+    for ns in &netns {
+        let o = n.cnitool("check", ns);
+        assert!(ok(&o), "CHECK {ns}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    // The first and the last pod reach each other through the data plane.
+    let a = n.attached();
+    let ip_of = |ns: &str, v6: bool| -> String {
+        let p = a.iter().find(|p| p["netns"] == ns).unwrap();
+        p["ips"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).find(|x| x.contains(':') == v6).unwrap()
+    };
+    for v6 in [false, true] {
+        let o = n.in_pod(1, &["ping", "-c", "2", "-W", "2", "-i", "0.2", &ip_of(&netns[99], v6)]);
+        assert!(ok(&o), "pod1 -> pod100: {}", stdout(&o));
+    }
+    // A CHECK that must fail: the pod's address removed behind the plugin's back.
+    let v4 = ip_of(&netns[0], false);
+    n.in_pod(1, &["ip", "addr", "del", &format!("{v4}/32"), "dev", "eth0"]);
+    let o = n.cnitool("check", &netns[0]);
+    assert!(!ok(&o), "CHECK passed for a pod without its address");
+    // STATUS.
+    let o = n.cnitool("status", &netns[0]);
+    assert!(ok(&o), "STATUS: {}", String::from_utf8_lossy(&o.stderr));
+
+    let t1 = Instant::now();
+    for ns in &netns {
+        let o = n.cnitool("del", ns);
+        assert!(ok(&o), "DEL {ns}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let del_s = t1.elapsed().as_secs_f64();
+    // DEL again: idempotent.
+    let o = n.cnitool("del", &netns[5]);
+    assert!(ok(&o), "a second DEL: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(n.attached().is_empty(), "{:?}", n.attached());
+    assert_eq!(n.state_files(), 0);
+    assert_eq!(n.reserved(), 0, "every address given back");
+    for i in [1usize, 50, 100] {
+        let o = n.in_pod(i, &["ip", "-br", "link"]);
+        assert!(!stdout(&o).contains("eth0"), "pod{i} still has its interface: {}", stdout(&o));
+    }
+
+    // GC: leftovers the runtime no longer knows (attached through the API, so not in libcni's
+    // cache; one of them in a namespace that is gone) are removed; none is kept when the
+    // valid set is empty (cnitool's gc).
+    for i in 101..=103 {
+        let ns = n.mkpod(i);
+        let (s, _) = n.t.call("POST", "/v1/pods", Some(&json!({"container_id": format!("left{i}"), "ifname": "eth0", "netns": ns, "ips": [format!("10.244.1.{}", 100 + i)]})));
+        assert_eq!(s, 201);
+    }
+    sh(&["ip", "netns", "del", &format!("{}-pod103", n.t.p)]);
+    assert_eq!(n.attached().len(), 3);
+    let o = n.cnitool("gc", &netns[0]);
+    assert!(ok(&o), "GC: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(n.attached().is_empty(), "GC left {:?}", n.attached());
+    assert_eq!(n.state_files(), 0);
+    let o = n.in_pod(101, &["ip", "-br", "link"]);
+    assert!(!stdout(&o).contains("eth0"), "{}", stdout(&o));
+    let fds_after = n.daemon_fds();
+    assert!(fds_after <= fds_before + 2, "the daemon holds {fds_after} descriptors, {fds_before} before: a pod's interface leaked");
+    println!(
+        "{}",
+        json!({"pods": {"event": "cnitool", "pods": 100, "add_s": add_s, "del_s": del_s, "add_per_pod_ms": add_s * 10.0, "fds_before": fds_before, "fds_after": fds_after}})
+    );
+}
+
+#[test]
+fn bad_input_gets_the_specifications_errors_and_leaks_nothing() {
+    let mut n = PodNet::new("vcnb");
+    let ns = n.mkpod(1);
+    let good = std::fs::read_to_string(n.t.dir.join("net.d/10-pods.conf")).unwrap();
+    let code = |r: &Value| r["code"].as_u64().unwrap_or(0);
+    // Malformed configuration.
+    let (s, r) = n.plugin("ADD", &ns, "c1", "{\"cniVersion\":");
+    assert!(!s && code(&r) == 6, "{r}");
+    let (s, r) = n.plugin("ADD", &ns, "c1", &good.replace("\"name\":\"pods\",", ""));
+    assert!(!s && code(&r) == 7, "{r}");
+    // An unknown version.
+    let (s, r) = n.plugin("ADD", &ns, "c1", &good.replace("1.1.0", "7.0.0"));
+    assert!(!s && code(&r) == 1, "{r}");
+    // A missing IPAM plugin.
+    let (s, r) = n.plugin("ADD", &ns, "c1", &good.replace("host-local", "no-such-ipam"));
+    assert!(!s && code(&r) == 7, "{r}");
+    assert!(r["msg"].as_str().unwrap().contains("no-such-ipam"), "{r}");
+    // ADD for a sandbox that is gone.
+    let (s, r) = n.plugin("ADD", "/var/run/netns/vectorlb-no-such-sandbox", "c1", &good);
+    assert!(!s && code(&r) == 3, "{r}");
+    // A missing environment variable; an unknown command.
+    let (s, r) = n.plugin("ADD", &ns, "", &good);
+    assert!(!s && code(&r) == 4, "{r}");
+    let (s, r) = n.plugin("FROB", &ns, "c1", &good);
+    assert!(!s && code(&r) == 4, "{r}");
+    // VERSION.
+    let (s, r) = n.plugin("VERSION", "", "", "{\"cniVersion\":\"1.0.0\"}");
+    assert!(s && r["supportedVersions"].as_array().unwrap().iter().any(|v| v == "1.1.0"), "{r}");
+    // The daemon refuses what it cannot take: the address handed back to IPAM.
+    let (s, _) = n.t.call("POST", "/v1/pods", Some(&json!({"container_id": "x", "ifname": "eth0", "netns": ns, "ips": ["10.9.9.9"]})));
+    assert_eq!(s, 422);
+    let (s, _) = n.t.call("POST", "/v1/pods", Some(&json!({"container_id": "../../etc", "ifname": "eth0", "netns": ns, "ips": ["10.244.1.9"]})));
+    assert_eq!(s, 400);
+    let (s, _) = n.t.call("POST", "/v1/pods", Some(&json!({"container_id": "x", "ifname": "eth0", "netns": "/etc/passwd", "ips": ["10.244.1.9"]})));
+    assert!(s == 400 || s == 404, "{s}");
+    // An older version's result format.
+    n.write_conf("0.3.1", "host-local");
+    let o = n.cnitool("add", &ns);
+    assert!(ok(&o), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(r["ips"][0]["version"], "4", "{r}");
+    let o = n.cnitool("del", &ns);
+    assert!(ok(&o));
+    // Nothing is left: no pod, no state, no address, no interface.
+    assert!(n.attached().is_empty());
+    assert_eq!(n.state_files(), 0);
+    assert_eq!(n.reserved(), 0);
+    assert!(!stdout(&n.in_pod(1, &["ip", "-br", "link"])).contains("eth0"));
+    // A pod's namespace stays usable by another plugin after a failed ADD: nothing was created.
+    let (s, _) = n.plugin("ADD", &ns, "c2", &good.replace("host-local", "no-such-ipam"));
+    assert!(!s);
+    assert!(!stdout(&n.in_pod(1, &["ip", "-br", "link"])).contains("eth0"));
+}
+
+fn serve(n: &mut PodNet, i: usize) {
+    let name = format!("{}-pod{i}", n.t.p);
+    for (kind, port) in [("serve-http", "8080"), ("serve-udp", "5353")] {
+        let c = Command::new("ip")
+            .args(["netns", "exec", &name, tools(), "probe", kind, "--listen", &format!("[::]:{port}"), "--name", &format!("pod{i}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::mem::forget(c);
+    }
+}
+
+fn probe_in(n: &PodNet, i: usize, args: &[&str]) -> Value {
+    let mut a = vec![tools(), "probe"];
+    a.extend_from_slice(args);
+    let o = n.in_pod(i, &a);
+    let out = stdout(&o);
+    let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("probe {args:?}: {out}{}\n{}", String::from_utf8_lossy(&o.stderr), n.t.lb_log()));
+    serde_json::from_str(line).unwrap()
+}
+
+#[test]
+fn pods_reach_services_and_each_other_through_the_data_plane() {
+    let mut n = PodNet::new("vcnt");
+    for i in 1..=3 {
+        let ns = n.mkpod(i);
+        let o = n.cnitool("add", &ns);
+        assert!(ok(&o), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let a = n.attached();
+    let nss: Vec<String> = (0..=3).map(|i| n.netns(i)).collect();
+    let ips = |i: usize, v6: bool| -> String {
+        let p = a.iter().find(|p| p["netns"] == nss[i].as_str()).unwrap();
+        p["ips"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).find(|x| x.contains(':') == v6).unwrap()
+    };
+    serve(&mut n, 2);
+    serve(&mut n, 3);
+    std::thread::sleep(Duration::from_millis(500));
+    // ClusterIP services of both families and protocols, backends pods 2 and 3.
+    for (vip, v6) in [("10.96.0.10", false), ("fd00:96::10", true)] {
+        for (proto, port, bport) in [("tcp", 80, 8080), ("udp", 53, 5353)] {
+            let body = json!({"vip": vip, "port": port, "proto": proto, "mode": "nat", "scheduler": "rr",
+                "backends": [{"addr": ips(2, v6), "port": bport}, {"addr": ips(3, v6), "port": bport}]});
+            let (s, r) = n.t.call("POST", "/v1/services", Some(&body));
+            assert_eq!(s, 201, "{r}");
+        }
+    }
+    let url = |vip: &str| if vip.contains(':') { format!("http://[{vip}]:80/") } else { format!("http://{vip}:80/") };
+    for vip in ["10.96.0.10", "fd00:96::10"] {
+        let r = probe_in(&n, 1, &["http", "--url", &url(vip), "--requests", "200", "--concurrency", "4", "--json"]);
+        assert_eq!(r["errors"], 0, "pod1 -> {vip}: {r}\n{}", n.t.stats());
+        let by = spread(&r);
+        assert_eq!(by.len(), 2, "both pods serve {vip}: {r}");
+        let target = if vip.contains(':') { format!("[{vip}]:53") } else { format!("{vip}:53") };
+        let u = probe_in(&n, 1, &["udp", "--target", &target, "--flows", "20", "--per-flow", "3"]);
+        assert_eq!(u["lost"], 0, "pod1 -> {vip} udp: {u}");
+        // The host reaches the same cluster IPs through the data plane.
+        let o = n.t.run("lb", &[tools(), "probe", "http", "--url", &url(vip), "--requests", "50", "--concurrency", "2", "--json"]);
+        let h: Value = serde_json::from_str(stdout(&o).lines().rev().find(|l| l.starts_with('{')).unwrap_or("{}")).unwrap();
+        assert_eq!(h["errors"], 0, "host -> {vip}: {h}");
+    }
+    // A pod to a service whose backend is itself on the same node (hairpin to a neighbour) and
+    // straight pod to pod.
+    let o = n.in_pod(2, &["curl", "-s", "-m", "3", &format!("http://{}:8080/", ips(3, false))]);
+    assert!(stdout(&o).contains("pod3"), "{}", stdout(&o));
+    // A pod cannot send as another: spoofed sources are dropped and counted.
+    n.in_pod(1, &["ip", "addr", "add", "10.244.1.200/32", "dev", "eth0"]);
+    let o = n.in_pod(1, &["curl", "-s", "-m", "1", "--interface", "10.244.1.200", &format!("http://{}:8080/", ips(2, false))]);
+    assert!(!stdout(&o).contains("pod2"), "a spoofed source got through");
+    let spoofed: u64 = n.t.get("/v1/pods").as_array().unwrap().iter().map(|p| p["spoofed"].as_u64().unwrap()).sum();
+    assert!(spoofed > 0, "{}", n.t.get("/v1/pods"));
+
+    // The daemon restarted under load: pod1 keeps asking the ClusterIP; the pods' interfaces
+    // are taken back from the state files.
+    let load = {
+        let name = format!("{}-pod1", n.t.p);
+        Command::new("ip")
+            .args(["netns", "exec", &name, tools(), "probe", "http", "--url", &url("10.96.0.10"), "--duration-s", "8", "--concurrency", "2", "--timeout-ms", "3000", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    // The services given through the API are written to the file first, as an operator (or
+    // the controller's feed) keeps them.
+    let (s, _) = n.t.call("POST", "/v1/save", None);
+    assert_eq!(s, 200);
+    let cfg = std::fs::read_to_string(n.t.config_path()).unwrap();
+    let t = Instant::now();
+    n.t.stop_lb();
+    n.t.start_lb(&cfg);
+    let restart_s = t.elapsed().as_secs_f64();
+    assert_eq!(n.attached().len(), 3, "the pods were taken back: {}", n.t.get("/v1/pods"));
+    let out = load.wait_with_output().unwrap();
+    let r: Value = serde_json::from_str(stdout(&out).lines().rev().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    let o = n.in_pod(1, &["ping", "-c", "1", "-W", "2", &ips(3, false)]);
+    assert!(ok(&o), "pod to pod after the restart: {}", stdout(&o));
+    let after = probe_in(&n, 1, &["http", "--url", &url("10.96.0.10"), "--requests", "100", "--concurrency", "2", "--json"]);
+    assert_eq!(after["errors"], 0, "{after}");
+    println!("{}", json!({"pods": {"event": "daemon_restarted_under_load", "requests": r["requests"], "errors": r["errors"], "restart_s": restart_s}}));
+}
