@@ -211,7 +211,8 @@ impl PodSet {
     }
 
     fn state_file(&self, id: &str, ifname: &str) -> PathBuf {
-        Path::new(&self.spec.state_dir).join(format!("{id}.{ifname}.json"))
+        // '+' is in neither alphabet, so no two attachments share a file.
+        Path::new(&self.spec.state_dir).join(format!("{id}+{ifname}.json"))
     }
 
     /// Creates (or takes back) the host's interface and routes the pod networks through it.

@@ -301,6 +301,13 @@ impl Topo {
         self.lb.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
+    /// Forgets a daemon the test killed itself (reaps it), so that another can start.
+    pub fn forget_lb(&mut self) {
+        if let Some(mut c) = self.lb.take() {
+            let _ = c.wait();
+        }
+    }
+
     pub fn lb_pid(&self) -> u32 {
         self.lb.as_ref().unwrap().id()
     }

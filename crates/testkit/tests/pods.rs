@@ -369,5 +369,15 @@ fn pods_reach_services_and_each_other_through_the_data_plane() {
     assert!(ok(&o), "pod to pod after the restart: {}", stdout(&o));
     let after = probe_in(&n, 1, &["http", "--url", &url("10.96.0.10"), "--requests", "100", "--concurrency", "2", "--json"]);
     assert_eq!(after["errors"], 0, "{after}");
+    // Killed (SIGKILL) and started again: the state files were written before each answer.
+    sh(&["kill", "-9", &n.t.lb_pid().to_string()]);
+    std::thread::sleep(Duration::from_millis(300));
+    n.t.forget_lb();
+    n.t.start_lb(&cfg);
+    assert_eq!(n.attached().len(), 3, "the pods were taken back after SIGKILL: {}", n.t.get("/v1/pods"));
+    let o = n.in_pod(1, &["ping", "-c", "1", "-W", "2", &ips(2, true)]);
+    assert!(ok(&o), "pod to pod after SIGKILL: {}", stdout(&o));
+    let after = probe_in(&n, 1, &["http", "--url", &url("10.96.0.10"), "--requests", "100", "--concurrency", "2", "--json"]);
+    assert_eq!(after["errors"], 0, "after SIGKILL: {after}");
     println!("{}", json!({"pods": {"event": "daemon_restarted_under_load", "requests": r["requests"], "errors": r["errors"], "restart_s": restart_s}}));
 }
