@@ -180,18 +180,7 @@ pub fn configure(name: &str, mtu: u16, addrs: &[IpAddr]) -> io::Result<()> {
                 let mut m = IfReqAddr { name: n, addr: sin([255; 4]), _pad: [0; 8] };
                 // SAFETY: as above, the netmask.
                 check(unsafe { libc::ioctl(s4.as_raw_fd(), libc::SIOCSIFNETMASK, &mut m) }, "set the IPv4 netmask")?;
-                // SAFETY: an all-zero rtentry is a valid value (null pointers, zero fields).
-                let mut rt: libc::rtentry = unsafe { std::mem::zeroed() };
-                put_sin(&mut rt.rt_dst, sin([0; 4]));
-                put_sin(&mut rt.rt_genmask, sin([0; 4]));
-                // rt_dev points at `c`, alive for the call below.
-                rt.rt_flags = libc::RTF_UP;
-                rt.rt_dev = c.as_ptr() as *mut libc::c_char;
-                // SAFETY: SIOCADDRT reads a struct rtentry.
-                let r = unsafe { libc::ioctl(s4.as_raw_fd(), libc::SIOCADDRT, &mut rt) };
-                if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-                    check(r, "add the IPv4 default route")?;
-                }
+                add_route(name, IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0)?;
             }
             IpAddr::V6(v6) => {
                 let s6 = socket(libc::AF_INET6)?;
@@ -201,13 +190,7 @@ pub fn configure(name: &str, mtu: u16, addrs: &[IpAddr]) -> io::Result<()> {
                 if ret < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
                     check(ret, "add the IPv6 address")?;
                 }
-                let zero = libc::in6_addr { s6_addr: [0; 16] };
-                let mut rt = In6RtMsg { dst: zero, src: zero, gateway: zero, kind: 0, dst_len: 0, src_len: 0, metric: 1024, info: 0, flags: libc::RTF_UP as u32, ifindex };
-                // SAFETY: SIOCADDRT on an AF_INET6 socket reads a struct in6_rtmsg.
-                let ret = unsafe { libc::ioctl(s6.as_raw_fd(), libc::SIOCADDRT, &mut rt) };
-                if ret < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-                    check(ret, "add the IPv6 default route")?;
-                }
+                add_route(name, IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), 0)?;
             }
         }
     }
