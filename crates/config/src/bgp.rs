@@ -23,6 +23,10 @@ pub struct BgpSpec {
     /// Standard communities attached to every announcement, (ASN, value).
     pub communities: Vec<(u16, u16)>,
     pub neighbors: Vec<BgpNeighbor>,
+    /// Prefixes taken from the neighbours (each one and every longer prefix inside it) and
+    /// installed in the host's routing table: other nodes' pod networks (docs/pod-network.md).
+    /// Empty: nothing is taken (the default; a load balancer only announces).
+    pub import: Vec<(IpAddr, u8)>,
     /// The BIRD 2 binaries.
     pub bird: String,
     pub birdc: String,
@@ -55,6 +59,7 @@ impl BgpSpec {
             bfd_multiplier: Self::DEFAULT_BFD_MULTIPLIER,
             communities: Vec::new(),
             neighbors,
+            import: Vec::new(),
             bird: Self::DEFAULT_BIRD.into(),
             birdc: Self::DEFAULT_BIRDC.into(),
         }
@@ -129,6 +134,21 @@ pub(crate) fn bgp(raw: &Option<RawBgp>) -> Result<Option<BgpSpec>, Error> {
         }
         neighbors.push(n);
     }
+    let mut import = Vec::new();
+    for (i, p) in b.import.iter().enumerate() {
+        let f = format!("bgp.import[{i}]");
+        let (a, len) = crate::values::prefix(&f, p)?;
+        if crate::values::masked(a, len) != a {
+            bail!("{f}: '{p}' has bits set past its length (the network is {}/{len})", crate::values::masked(a, len));
+        }
+        if len == 0 {
+            bail!("{f}: a default route is not taken from the neighbours; give the pod networks' prefix");
+        }
+        if import.contains(&(a, len)) {
+            bail!("{f}: '{p}' is listed twice");
+        }
+        import.push((a, len));
+    }
     let bin = |what: &str, v: &Option<String>, default: &str| -> Result<String, Error> {
         let s = v.clone().unwrap_or_else(|| default.to_string());
         if !s.starts_with('/') || s.chars().any(char::is_control) {
@@ -146,6 +166,7 @@ pub(crate) fn bgp(raw: &Option<RawBgp>) -> Result<Option<BgpSpec>, Error> {
         bfd_multiplier,
         communities,
         neighbors,
+        import,
         bird: bin("bird", &b.bird, BgpSpec::DEFAULT_BIRD)?,
         birdc: bin("birdc", &b.birdc, BgpSpec::DEFAULT_BIRDC)?,
     }))
@@ -163,6 +184,7 @@ pub(crate) fn raw(s: &BgpSpec) -> RawBgp {
         bfd_multiplier: Some(s.bfd_multiplier),
         communities: s.communities.iter().map(|(a, v)| format!("{a}:{v}")).collect(),
         neighbors: s.neighbors.iter().map(|n| RawBgpNeighbor { address: n.address.to_string(), asn: n.asn as u64, password: n.password.clone() }).collect(),
+        import: s.import.iter().map(|(a, l)| format!("{a}/{l}")).collect(),
         bird: Some(s.bird.clone()),
         birdc: Some(s.birdc.clone()),
     }

@@ -224,6 +224,8 @@ pub(crate) struct RawBgp {
     pub(crate) communities: Vec<String>,
     #[serde(default)]
     pub(crate) neighbors: Vec<RawBgpNeighbor>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) import: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) bird: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

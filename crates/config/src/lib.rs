@@ -26,7 +26,7 @@ pub use memif::MemifSpec;
 pub use pods::{PodsSpec, MAX_PODS};
 pub use queue_sets::{service_name, QueueSetSpec, RateSpec, MAX_BURST_MS};
 pub use runtime::{Engine, Runtime, DEFAULT_API, DEFAULT_DMA_THRESHOLD, DEFAULT_EAL};
-pub use values::prefix;
+pub use values::{masked, prefix};
 
 use error::{bail, number_terms};
 use file::*;
@@ -560,11 +560,12 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
     #[test]
     fn bgp_is_checked_and_written_back() {
         let bgp =
-            "\n[bgp]\nasn = 65001\nrouter_id = \"10.0.0.1\"\ncommunities = [\"65001:100\"]\n[[bgp.neighbors]]\naddress = \"10.0.0.254\"\nasn = 65000\npassword = \"s3cret\"\n";
+            "\n[bgp]\nasn = 65001\nrouter_id = \"10.0.0.1\"\ncommunities = [\"65001:100\"]\nimport = [\"10.244.0.0/16\", \"fd00:244::/48\"]\n[[bgp.neighbors]]\naddress = \"10.0.0.254\"\nasn = 65000\npassword = \"s3cret\"\n";
         let c = Config::parse(&format!("{GOOD}{bgp}")).unwrap();
         let b = c.bgp.as_ref().unwrap();
         assert_eq!((b.asn, b.hold_time, b.bfd, b.bfd_interval_ms, b.bfd_multiplier), (65001, 9, true, 100, 3));
         assert_eq!(b.communities, vec![(65001, 100)]);
+        assert_eq!(b.import, vec![("10.244.0.0".parse().unwrap(), 16), ("fd00:244::".parse().unwrap(), 48)]);
         assert_eq!(b.neighbors[0].password.as_deref(), Some("s3cret"));
         assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
         assert!(Config::parse(GOOD).unwrap().bgp.is_none());
@@ -578,6 +579,10 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
             ("asn = 65000", "asn = 65000\nport = 179", "unknown field `port`"),
             ("router_id = \"10.0.0.1\"", "router_id = \"10.0.0.1\"\nhold_time = 2", "bgp.hold_time: 2 s; 0 (no keepalives) or at least 3"),
             ("router_id = \"10.0.0.1\"", "router_id = \"10.0.0.1\"\nbird = \"bird\"", "bgp.bird: 'bird' is not an absolute path"),
+            ("\"10.244.0.0/16\"", "\"10.244.1.1/16\"", "bgp.import[0]: '10.244.1.1/16' has bits set past its length (the network is 10.244.0.0/16)"),
+            ("\"10.244.0.0/16\"", "\"0.0.0.0/0\"", "bgp.import[0]: a default route is not taken"),
+            ("\"10.244.0.0/16\"", "\"10.244.0.0/33\"", "bgp.import[0]: '10.244.0.0/33' has an invalid prefix length"),
+            ("\"fd00:244::/48\"", "\"10.244.0.0/16\"", "bgp.import[1]: '10.244.0.0/16' is listed twice"),
         ] {
             let text = format!("{GOOD}{}", bgp.replacen(from, to, 1));
             let e = err(&text);

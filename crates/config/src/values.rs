@@ -27,6 +27,20 @@ pub fn prefix(field: &str, s: &str) -> Result<(IpAddr, u8), Error> {
     Ok((addr, len))
 }
 
+/// `a` with every bit past `len` cleared: the network it is in.
+pub fn masked(a: IpAddr, len: u8) -> IpAddr {
+    match a {
+        IpAddr::V4(v) => {
+            let m = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len.min(32))) };
+            IpAddr::V4((u32::from(v) & m).into())
+        }
+        IpAddr::V6(v) => {
+            let m = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len.min(128))) };
+            IpAddr::V6((u128::from(v) & m).into())
+        }
+    }
+}
+
 pub(crate) fn ms(field: &str, v: Option<f64>, default: u32) -> Result<u32, Error> {
     match v {
         None => Ok(default),

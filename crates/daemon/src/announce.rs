@@ -181,7 +181,13 @@ impl Announcer {
             }
             let drain = self.drain_state();
             let ready = d.sync.as_ref().is_none_or(|s| s.ready());
-            let Wanted { routes: mut want, mut withheld, mut reasons, vips } = wanted(&d.config.control.snapshot(), &d.problems(), drain, ready);
+            let problems = d.problems();
+            let Wanted { routes: mut want, mut withheld, mut reasons, vips } = wanted(&d.config.control.snapshot(), &problems, drain, ready);
+            // The node's pod networks: announced while the data plane works, drained or not (a
+            // drain moves the VIPs' traffic, not the pods').
+            if let Some(pods) = d.config.pods.as_ref().filter(|_| problems.is_empty()) {
+                want.primary.extend(pods.networks());
+            }
             if !settled {
                 settled = up_since.is_some_and(|t| t.elapsed() >= SETTLE) || started.elapsed() >= SETTLE_LIMIT;
                 if !settled && !want.is_empty() {

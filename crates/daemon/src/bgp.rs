@@ -74,6 +74,13 @@ pub fn bird_config(spec: &BgpSpec, routes: &Routes) -> String {
         }
         let _ = writeln!(c, "}}");
     }
+    // What the neighbours announce inside `[bgp] import` goes into the host's routing table
+    // (BIRD's kernel protocol exports the BGP routes only: never the static blackholes above).
+    for (name, v4) in [("kernel4", true), ("kernel6", false)] {
+        if spec.import.iter().any(|(a, _)| a.is_ipv4() == v4) {
+            let _ = writeln!(c, "protocol kernel {name} {{ {} {{ import none; export where source = RTS_BGP; }}; }}", if v4 { "ipv4" } else { "ipv6" });
+        }
+    }
     let prepend: String = (0..BACKUP_PREPEND).map(|_| format!(" bgp_path.prepend({});", spec.asn)).collect();
     for (i, n) in spec.neighbors.iter().enumerate() {
         let (channel, source, backup) = if n.address.is_ipv4() { ("ipv4", "vips4", "backup4") } else { ("ipv6", "vips6", "backup6") };
@@ -99,11 +106,23 @@ pub fn bird_config(spec: &BgpSpec, routes: &Routes) -> String {
         }
         let _ = writeln!(
             c,
-            "  {channel} {{ import none; export filter {{ if proto = \"{source}\" then accept; if proto = \"{backup}\" then {{{prepend} accept; }} reject; }}; {next_hop}; }};"
+            "  {channel} {{ {}; export filter {{ if proto = \"{source}\" then accept; if proto = \"{backup}\" then {{{prepend} accept; }} reject; }}; {next_hop}; }};",
+            import_clause(spec, n.address.is_ipv4())
         );
         let _ = writeln!(c, "}}");
     }
     c
+}
+
+/// A channel's import: the `[bgp] import` prefixes of its family and everything inside them
+/// (next hops on the shared link: the node-to-node mesh), or nothing.
+fn import_clause(spec: &BgpSpec, v4: bool) -> String {
+    let nets: Vec<String> = spec.import.iter().filter(|(a, _)| a.is_ipv4() == v4).map(|(a, l)| format!("{a}/{l}+")).collect();
+    if nets.is_empty() {
+        "import none".into()
+    } else {
+        format!("import where net ~ [ {} ]; gateway direct", nets.join(", "))
+    }
 }
 
 /// One BGP session as BIRD reports it.
@@ -389,6 +408,12 @@ mod tests {
         assert!(!c.contains("bfd"), "{c}");
         assert!(c.contains("reject; }; next hop address 10.0.0.9; };"), "{c}");
         assert!(c.contains("\"vips6\" then accept;") && c.contains("reject; }; next hop self; };"), "the other family keeps self: {c}");
+        assert!(!c.contains("protocol kernel") && c.matches("import none;").count() == 2, "nothing is taken without [bgp] import: {c}");
+        s.import = vec![("10.244.0.0".parse().unwrap(), 16)];
+        let c = bird_config(&s, &Routes::default());
+        assert!(c.contains("  ipv4 { import where net ~ [ 10.244.0.0/16+ ]; gateway direct; export filter"), "{c}");
+        assert!(c.contains("  ipv6 { import none; export filter"), "{c}");
+        assert!(c.contains("protocol kernel kernel4 { ipv4 { import none; export where source = RTS_BGP; }; }") && !c.contains("kernel6"), "{c}");
     }
 
     #[test]

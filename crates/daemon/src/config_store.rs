@@ -176,6 +176,13 @@ impl ConfigStore {
                         spec.routes.push(vectorlb_lb::RouteSpec { prefix: a, len, port: pods.port, via });
                     }
                 }
+                // Other nodes' pod networks (learned by BGP into the host's table) through the host.
+                for &(prefix, len) in c.bgp.iter().flat_map(|b| b.import.iter()) {
+                    let via = if prefix.is_ipv4() { std::net::IpAddr::V4(crate::pods::HOST_V4) } else { std::net::IpAddr::V6(crate::pods::HOST_V6) };
+                    if !spec.routes.iter().any(|r| r.prefix == prefix && r.len == len) {
+                        spec.routes.push(vectorlb_lb::RouteSpec { prefix, len, port: pods.port, via });
+                    }
+                }
                 for via in [std::net::IpAddr::V4(crate::pods::HOST_V4), std::net::IpAddr::V6(crate::pods::HOST_V6)] {
                     if !spec.routes.iter().any(|r| r.len == 0 && r.prefix.is_ipv4() == via.is_ipv4()) {
                         let prefix = if via.is_ipv4() { std::net::Ipv4Addr::UNSPECIFIED.into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };

@@ -161,6 +161,12 @@ impl PodSet {
         })
     }
 
+    /// The node's pod networks (the port's prefixes, host bits cleared): what `[bgp]`
+    /// announces for this node.
+    pub fn networks(&self) -> Vec<(IpAddr, u8)> {
+        self.nets.iter().map(|&(a, len)| (vectorlb_config::masked(a, len), len)).collect()
+    }
+
     /// Every attached interface (the host's included).
     pub fn all(&self) -> Vec<Arc<PodTap>> {
         self.slots.load().iter().flatten().cloned().collect()

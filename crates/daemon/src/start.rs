@@ -274,6 +274,16 @@ fn open_ports(
             set.refresh_host_addrs(crate::instance::host_addresses());
             let (ok, gone) = set.restore();
             tracing::info!("ports[{i}] ({name}): pods port, {ok} pod interface(s) taken back, {gone} forgotten (their namespace is gone)");
+            if !set.spec.host_interface.is_empty() {
+                // The pods reach other nodes and the outside through the host's kernel; the
+                // daemon does not turn forwarding on (that changes how the host treats router
+                // advertisements): the operator does, as docs/pod-network.md says.
+                for (f, what) in [("/proc/sys/net/ipv4/ip_forward", "net.ipv4.ip_forward"), ("/proc/sys/net/ipv6/conf/all/forwarding", "net.ipv6.conf.all.forwarding")] {
+                    if std::fs::read_to_string(f).is_ok_and(|v| v.trim() == "0") {
+                        tracing::warn!("ports[{i}] ({name}): {what} is 0: the pods reach nothing beyond this node's data plane and host until it is 1");
+                    }
+                }
+            }
             queues.push(Vec::new());
             ports.push(PortRt { name, device: "pods".into(), kind: PortKind::Pods(Arc::new(set)), xdp_iface: None });
             continue;

@@ -104,12 +104,24 @@ pub struct Topo {
     pub shape: Shape,
     children: Vec<Child>,
     lb: Option<Child>,
-    _serial: MutexGuard<'static, ()>,
+    /// Held while the topology exists (tests that build topologies run one at a time); the
+    /// second node of a test that holds it already ([`Topo::another`]) has none.
+    _serial: Option<MutexGuard<'static, ()>>,
 }
 
 impl Topo {
     pub fn new(p: &str, shape: Shape, backend_mtu: u16) -> Topo {
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        Topo::build(p, shape, backend_mtu, Some(serial))
+    }
+
+    /// A second topology (another node) in a test that holds one already.
+    pub fn another(&self, p: &str, shape: Shape, backend_mtu: u16) -> Topo {
+        assert_ne!(p, self.p);
+        Topo::build(p, shape, backend_mtu, None)
+    }
+
+    fn build(p: &str, shape: Shape, backend_mtu: u16, serial: Option<MutexGuard<'static, ()>>) -> Topo {
         assert!(is_root(), "the end-to-end tests need root (network namespaces, AF_XDP)");
         let dir = std::env::temp_dir().join(format!("vectorlb-e2e-{p}"));
         let _ = std::fs::remove_dir_all(&dir);

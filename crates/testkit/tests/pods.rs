@@ -14,13 +14,21 @@ struct PodNet {
     cnitool: String,
     bin: PathBuf,
     pods: Vec<String>,
+    /// The node's number: its pod networks are 10.244.k.0/24 and fd00:244:k::/64.
+    k: u8,
 }
 
 const NET: &str = "pods";
 
 impl PodNet {
     fn new(p: &str) -> PodNet {
-        let t = Topo::new(p, Shape::OneArm, 1500);
+        let mut n = PodNet::on(Topo::new(p, Shape::OneArm, 1500), 1);
+        n.start("");
+        n
+    }
+
+    /// Node `k` in topology `t`, its daemon not started yet.
+    fn on(t: Topo, k: u8) -> PodNet {
         let dir = sh(&["bash", repo().join("scripts/cni-bins.sh").to_str().unwrap()]);
         let cnitool = format!("{}/cnitool", stdout(&dir).trim());
         assert!(Path::new(&cnitool).exists(), "cnitool not built: {}", String::from_utf8_lossy(&dir.stderr));
@@ -28,22 +36,28 @@ impl PodNet {
         std::fs::create_dir_all(&bin).unwrap();
         std::os::unix::fs::symlink(cni_plugin(), bin.join("vectorlb-cni")).unwrap();
         std::fs::create_dir_all(t.dir.join("net.d")).unwrap();
-        let mut n = PodNet { t, cnitool, bin, pods: Vec::new() };
+        let n = PodNet { t, cnitool, bin, pods: Vec::new(), k };
         n.write_conf("1.1.0", "host-local");
-        let mut cfg = n.t.base_config(None);
-        cfg += &format!(
-            "[[ports]]\nname = \"pods\"\naddrs = [\"10.244.1.1/24\", \"fd00:244:1::1/64\"]\n[ports.pods]\nstate_dir = \"{}/pods\"\nservice_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\n\n",
-            n.t.dir.display()
-        );
-        n.t.start_lb(&cfg);
         n
     }
 
+    /// Starts the daemon with a pods port, and `extra` configuration.
+    fn start(&mut self, extra: &str) {
+        let mut cfg = self.t.base_config(None);
+        cfg += &format!(
+            "[[ports]]\nname = \"pods\"\naddrs = [\"10.244.{k}.1/24\", \"fd00:244:{k}::1/64\"]\n[ports.pods]\nstate_dir = \"{}/pods\"\nservice_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\n\n{extra}",
+            self.t.dir.display(),
+            k = self.k
+        );
+        self.t.start_lb(&cfg);
+    }
+
     fn write_conf(&self, version: &str, ipam: &str) {
+        let k = self.k;
         let c = json!({
             "cniVersion": version, "name": NET, "type": "vectorlb-cni", "api": self.t.api(),
             "ipam": { "type": ipam, "dataDir": self.t.dir.join("ipam").display().to_string(),
-                      "ranges": [[{ "subnet": "10.244.1.0/24" }], [{ "subnet": "fd00:244:1::/64" }]] },
+                      "ranges": [[{ "subnet": format!("10.244.{k}.0/24") }], [{ "subnet": format!("fd00:244:{k}::/64") }]] },
         });
         std::fs::write(self.t.dir.join("net.d/10-pods.conf"), c.to_string()).unwrap();
     }
@@ -380,4 +394,111 @@ fn pods_reach_services_and_each_other_through_the_data_plane() {
     let after = probe_in(&n, 1, &["http", "--url", &url("10.96.0.10"), "--requests", "100", "--concurrency", "2", "--json"]);
     assert_eq!(after["errors"], 0, "after SIGKILL: {after}");
     println!("{}", json!({"pods": {"event": "daemon_restarted_under_load", "requests": r["requests"], "errors": r["errors"], "restart_s": restart_s}}));
+}
+
+/// A pod's address of one family, as the daemon has it.
+fn pod_ip(n: &PodNet, i: usize, v6: bool) -> String {
+    let ns = n.netns(i);
+    let a = n.attached();
+    let p = a.iter().find(|p| p["netns"] == ns.as_str()).unwrap_or_else(|| panic!("pod {i} is not attached: {a:?}"));
+    p["ips"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).find(|x| x.contains(':') == v6).unwrap()
+}
+
+/// `ip route show` of `prefix` in the node's own namespace (empty when there is none).
+fn kernel_route(n: &PodNet, prefix: &str) -> String {
+    let fam = if prefix.contains(':') { "-6" } else { "-4" };
+    stdout(&n.t.run("lb", &["ip", fam, "route", "show", prefix]))
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> f64 {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    t.elapsed().as_secs_f64()
+}
+
+#[test]
+fn pods_on_two_nodes_reach_each_other_through_routes_learned_by_bgp() {
+    // Two nodes, each a one-arm topology with its daemon in its own namespace, joined by a
+    // link of their kernels (192.168.77.0/24, fd00:77::/64): BGP and the traffic between the
+    // nodes' pods cross it, as between two machines.
+    let ta = Topo::new("vcna", Shape::OneArm, 1500);
+    let tb = ta.another("vcnb", Shape::OneArm, 1500);
+    sh(&["ip", "link", "add", "vcna-n0", "type", "veth", "peer", "name", "vcnb-n0"]);
+    for (t, dev, k) in [(&ta, "vcna-n0", 1), (&tb, "vcnb-n0", 2)] {
+        sh(&["ip", "link", "set", dev, "netns", &t.ns("lb"), "name", "node0"]);
+        let v4 = format!("192.168.77.{k}/24");
+        let v6 = format!("fd00:77::{k}/64");
+        for args in [
+            vec!["ip", "addr", "add", v4.as_str(), "dev", "node0"],
+            vec!["ip", "addr", "add", v6.as_str(), "dev", "node0", "nodad"],
+            vec!["ip", "link", "set", "node0", "up"],
+            // The operator's part (docs/pod-network.md): the host forwards the pods' traffic.
+            vec!["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
+        ] {
+            let o = t.run("lb", &args);
+            assert!(ok(&o), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    let bgp = |k: u8, o: u8| {
+        format!(
+            "[bgp]\nasn = 6510{k}\nrouter_id = \"192.168.77.{k}\"\nbfd = false\nimport = [\"10.244.0.0/16\", \"fd00:244::/32\"]\n\
+             [[bgp.neighbors]]\naddress = \"192.168.77.{o}\"\nasn = 6510{o}\n[[bgp.neighbors]]\naddress = \"fd00:77::{o}\"\nasn = 6510{o}\n"
+        )
+    };
+    let mut a = PodNet::on(ta, 1);
+    let mut b = PodNet::on(tb, 2);
+    let t0 = Instant::now();
+    a.start(&bgp(1, 2));
+    b.start(&bgp(2, 1));
+    for n in [&mut a, &mut b] {
+        let ns = n.mkpod(1);
+        let o = n.cnitool("add", &ns);
+        assert!(ok(&o), "{}", String::from_utf8_lossy(&o.stderr));
+        serve(n, 1);
+    }
+    // Each node learns the other's pod networks into its kernel.
+    for (n, other) in [(&a, 2), (&b, 1)] {
+        for prefix in [format!("10.244.{other}.0/24"), format!("fd00:244:{other}::/64")] {
+            let p = prefix.clone();
+            let bird = |args: &[&str]| stdout(&n.t.run("lb", &[&["birdc", "-s", n.t.dir.join("bird/bird.ctl").to_str().unwrap()], args].concat()));
+            let t = Instant::now();
+            while !kernel_route(n, &p).contains("proto bird") {
+                assert!(t.elapsed() < Duration::from_secs(30), "{}: no route to {p} in 30 s\n{}{}", n.t.p, bird(&["show", "protocols", "all"]), bird(&["show", "route", "all"]));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        // Its own networks are not taken back from the other node: the host reaches them through vlb0.
+        assert!(kernel_route(n, &format!("10.244.{}.0/24", n.k)).contains("vlb0"), "{}", kernel_route(n, &format!("10.244.{}.0/24", n.k)));
+    }
+    let routes_s = t0.elapsed().as_secs_f64();
+    let url = |ip: &str| if ip.contains(':') { format!("http://[{ip}]:8080/") } else { format!("http://{ip}:8080/") };
+    let mut requests = 0;
+    for (from, to) in [(&a, &b), (&b, &a)] {
+        for v6 in [false, true] {
+            let ip = pod_ip(to, 1, v6);
+            let r = probe_in(from, 1, &["http", "--url", &url(&ip), "--requests", "100", "--concurrency", "2", "--json"]);
+            assert_eq!(r["errors"], 0, "{} pod -> {} pod {ip}: {r}\n{}", from.t.p, to.t.p, from.t.stats());
+            requests += r["requests"].as_u64().unwrap();
+            let target = if v6 { format!("[{ip}]:5353") } else { format!("{ip}:5353") };
+            let u = probe_in(from, 1, &["udp", "--target", &target, "--flows", "10", "--per-flow", "3"]);
+            assert_eq!(u["lost"], 0, "{} pod -> {} pod udp {ip}: {u}", from.t.p, to.t.p);
+        }
+    }
+    // Node b's daemon stops: it withdraws its pod networks and node a's kernel forgets them.
+    let cfg_b = std::fs::read_to_string(b.t.config_path()).unwrap();
+    b.t.stop_lb();
+    let withdrawn_s = wait_for("node a forgets node b's networks", Duration::from_secs(20), || kernel_route(&a, "10.244.2.0/24").is_empty());
+    // Started again: its pod is taken back, the route comes back, and the pods talk again.
+    b.t.start_lb(&cfg_b);
+    let back_s = wait_for("node b's networks back on node a", Duration::from_secs(30), || kernel_route(&a, "10.244.2.0/24").contains("proto bird"));
+    let ip = pod_ip(&b, 1, false);
+    let r = probe_in(&a, 1, &["http", "--url", &url(&ip), "--requests", "50", "--concurrency", "2", "--json"]);
+    assert_eq!(r["errors"], 0, "after node b's restart: {r}");
+    println!(
+        "{}",
+        json!({"pods": {"event": "two_nodes_by_bgp", "routes_s": routes_s, "requests": requests, "errors": 0, "withdrawn_s": withdrawn_s, "back_after_restart_s": back_s}})
+    );
 }
