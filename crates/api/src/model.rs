@@ -1010,6 +1010,30 @@ pub struct NewPod {
     /// The pod's name and namespace, for people reading `GET /v1/pods`.
     #[serde(default)]
     pub pod: Option<String>,
+    /// Destination ports that go to a memif of the pod's own instead of its interface (the
+    /// pod annotation `vectorlb.io/memif-ports`, docs/pod-network.md); at most 16 ranges.
+    #[serde(default)]
+    pub memif_ports: Vec<MemifPorts>,
+}
+
+/// Destination ports of one protocol (`first..=last`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemifPorts {
+    /// `tcp` or `udp`.
+    pub proto: String,
+    pub first: u16,
+    pub last: u16,
+}
+
+/// A pod's memif.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PodMemif {
+    /// Its control socket, in the pod's network namespace (`@NAME`: the abstract namespace).
+    pub socket: String,
+    pub ports: Vec<MemifPorts>,
+    /// Whether an application in the pod is connected.
+    pub connected: bool,
 }
 
 /// An attached pod interface.
@@ -1029,6 +1053,9 @@ pub struct PodStatus {
     pub tx_packets: u64,
     /// Packets from the pod with a source address that is not its own (dropped).
     pub spoofed: u64,
-    /// Packets for the pod its interface did not take (its queue was full), dropped.
+    /// Packets for the pod its interface did not take (its queue was full), or for its memif
+    /// while no application was connected, dropped.
     pub tx_dropped: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memif: Option<PodMemif>,
 }

@@ -139,6 +139,7 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
         "ips": ips,
         "mtu": conf.mtu,
         "pod": pod,
+        "memif_ports": conf.memif_ports,
     });
     let (status, v) = api.call(Method::POST, "/v1/pods", Some(&body)).map_err(give_back)?;
     match status {

@@ -78,8 +78,47 @@ pub struct NetConf {
     pub prev_result: Option<Value>,
     /// GC: the attachments the runtime still has (`cni.dev/valid-attachments`).
     pub valid_attachments: Option<Vec<(String, String)>>,
+    /// The pod's memif ports (its annotation [`MEMIF_ANNOTATION`], which the runtime passes
+    /// in `runtimeConfig` when the configuration asks for the capability [`ANNOTATIONS_CAP`]):
+    /// `{"proto", "first", "last"}` objects for the daemon.
+    pub memif_ports: Vec<Value>,
     /// The whole configuration, as given (passed on to the IPAM plugin).
     pub raw: Value,
+}
+
+/// The capability under which containerd and CRI-O pass a pod's annotations.
+pub const ANNOTATIONS_CAP: &str = "io.kubernetes.cri.pod-annotations";
+/// The pod annotation that asks for a memif: `tcp:4444-20000,udp:5353` (ranges or single
+/// ports, at most [`MAX_MEMIF_RANGES`]).
+pub const MEMIF_ANNOTATION: &str = "vectorlb.io/memif-ports";
+pub const MAX_MEMIF_RANGES: usize = 16;
+
+/// Parses the memif annotation's value into (protocol, first, last) ranges.
+pub fn memif_ports(v: &str) -> Result<Vec<(&'static str, u16, u16)>, String> {
+    let mut out = Vec::new();
+    for (i, item) in v.split(',').map(str::trim).enumerate() {
+        let bad = |why: &str| format!("{MEMIF_ANNOTATION}: item {} '{}': {why}", i + 1, item.escape_debug());
+        let Some((proto, ports)) = item.split_once(':') else { return Err(bad("not PROTO:PORT or PROTO:FIRST-LAST")) };
+        let proto = match proto.trim() {
+            "tcp" => "tcp",
+            "udp" => "udp",
+            _ => return Err(bad("the protocol is tcp or udp")),
+        };
+        let port = |s: &str| s.trim().parse::<u16>().ok().filter(|p| *p != 0);
+        let (first, last) = match ports.split_once('-') {
+            Some((a, b)) => (port(a), port(b)),
+            None => (port(ports), port(ports)),
+        };
+        let (Some(first), Some(last)) = (first, last) else { return Err(bad("ports are 1..=65535")) };
+        if first > last {
+            return Err(bad("the first port is above the last"));
+        }
+        out.push((proto, first, last));
+        if out.len() > MAX_MEMIF_RANGES {
+            return Err(format!("{MEMIF_ANNOTATION}: more than {MAX_MEMIF_RANGES} ranges"));
+        }
+    }
+    Ok(out)
 }
 
 pub const DEFAULT_API: &str = "unix:/run/vectorlb/api.sock";
@@ -151,8 +190,19 @@ impl NetConf {
             }
             Some(_) => return Err(CniError::new(code::INVALID_CONFIG, "cni.dev/valid-attachments: not an array", "")),
         };
+        let memif = o.get("runtimeConfig").and_then(|r| r.get(ANNOTATIONS_CAP)).and_then(|a| a.get(MEMIF_ANNOTATION));
+        let memif_ports = match memif {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(v)) => memif_ports(v)
+                .map_err(|e| CniError::new(code::INVALID_CONFIG, "the pod's memif annotation is invalid", e))?
+                .into_iter()
+                .map(|(proto, first, last)| serde_json::json!({"proto": proto, "first": first, "last": last}))
+                .collect(),
+            Some(_) => return Err(CniError::new(code::INVALID_CONFIG, format!("{MEMIF_ANNOTATION}: not a string"), "")),
+        };
         Ok(NetConf {
             cni_version,
+            memif_ports,
             api,
             api_token_file: s("api_token_file")?,
             mtu,
@@ -273,6 +323,24 @@ mod tests {
         assert_eq!(bad(r#"{"cniVersion":"1.1.0","name":"p","cni.dev/valid-attachments":[{"ifname":"eth0"}]}"#), code::INVALID_CONFIG);
         let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"p","ipam":{"type":"host-local"},"mtu":1400}"#).unwrap();
         assert_eq!((c.api.as_str(), c.mtu, c.ipam.is_some()), (DEFAULT_API, Some(1400), true));
+    }
+
+    #[test]
+    fn the_memif_annotation_is_checked() {
+        assert_eq!(memif_ports("tcp:4444-20000, udp:5353").unwrap(), vec![("tcp", 4444, 20000), ("udp", 5353, 5353)]);
+        for bad in ["", "tcp", "sctp:1-2", "tcp:0-10", "tcp:20-10", "udp:1-70000", "tcp:-5", "tcp:a-b", "tcp:1-2,", "tcp:1--2"] {
+            assert!(memif_ports(bad).is_err(), "{bad:?}");
+        }
+        let many = vec!["tcp:1"; MAX_MEMIF_RANGES + 1].join(",");
+        assert!(memif_ports(&many).unwrap_err().contains("more than"));
+        let conf = |v: &str| format!(r#"{{"cniVersion":"1.1.0","name":"p","runtimeConfig":{{"{ANNOTATIONS_CAP}":{{"{MEMIF_ANNOTATION}":{v}}}}}}}"#);
+        let c = NetConf::parse(conf("\"udp:5000-5001\"").as_bytes()).unwrap();
+        assert_eq!(c.memif_ports, vec![serde_json::json!({"proto": "udp", "first": 5000, "last": 5001})]);
+        for bad in ["\"tcp:9-1\"", "5", "\"tcp:1-99999\""] {
+            assert_eq!(NetConf::parse(conf(bad).as_bytes()).unwrap_err().code, code::INVALID_CONFIG, "{bad}");
+        }
+        let none = NetConf::parse(br#"{"cniVersion":"1.1.0","name":"p","runtimeConfig":{"io.kubernetes.cri.pod-annotations":{"other":"x"}}}"#).unwrap();
+        assert!(none.memif_ports.is_empty());
     }
 
     #[test]

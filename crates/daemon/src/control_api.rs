@@ -274,6 +274,15 @@ fn pod_status(t: &crate::pods::PodTap) -> PodStatus {
         tx_packets: t.tx.load(Relaxed),
         spoofed: t.spoofed.load(Relaxed),
         tx_dropped: t.tx_dropped.load(Relaxed),
+        memif: t.memif.as_ref().map(|m| vectorlb_api::model::PodMemif {
+            socket: m.socket.clone(),
+            ports: m
+                .ranges
+                .iter()
+                .map(|r| vectorlb_api::model::MemifPorts { proto: if r.proto == crate::pod_memif::Proto::Tcp { "tcp" } else { "udp" }.into(), first: r.first, last: r.last })
+                .collect(),
+            connected: m.connected(),
+        }),
     }
 }
 
@@ -308,7 +317,18 @@ impl LbControl for Daemon {
             }
             ips.push(ip);
         }
-        let rec = crate::pods::PodRecord { container_id: p.container_id, ifname: p.ifname, netns: p.netns, ips, mtu: p.mtu.unwrap_or(set.mtu), slot: 0, pod: p.pod };
+        let mut memif_ports = Vec::new();
+        for (i, r) in p.memif_ports.iter().enumerate() {
+            use crate::pod_memif::{PortRange, Proto};
+            let proto = match r.proto.as_str() {
+                "tcp" => Proto::Tcp,
+                "udp" => Proto::Udp,
+                other => return Err(ApiError::BadRequest(format!("memif_ports[{i}].proto: '{}' is not tcp or udp", other.escape_debug()))),
+            };
+            memif_ports.push(PortRange { proto, first: r.first, last: r.last });
+        }
+        crate::pod_memif::check(&memif_ports).map_err(ApiError::BadRequest)?;
+        let rec = crate::pods::PodRecord { container_id: p.container_id, ifname: p.ifname, netns: p.netns, ips, mtu: p.mtu.unwrap_or(set.mtu), slot: 0, pod: p.pod, memif_ports };
         let tap = set.attach(rec, None).map_err(pod_error)?;
         self.config.republish();
         Ok(pod_status(&tap))

@@ -24,6 +24,7 @@ pub mod instance;
 pub mod memif_ports;
 pub mod metrics;
 pub mod neighbours;
+pub mod pod_memif;
 pub mod pods;
 pub mod queue_sets;
 pub mod rates;

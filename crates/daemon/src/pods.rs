@@ -11,11 +11,13 @@
 //! - Slot 0 is the host's interface (`pods.host_interface`, in the daemon's own namespace): the
 //!   host's routes to the pods' networks point at it, and the pods' traffic to anything that is
 //!   not a pod of this node or a service leaves through it.
+//! - A pod may also have a memif for chosen ports ([`crate::pod_memif`]).
 //! - Each attachment is written to `pods.state_dir` (one file, mode 0600) before it is
 //!   answered; the interfaces are persistent, so a daemon that restarts (or was killed) takes
 //!   its pods back from those files, and forgets the ones whose namespace is gone.
 
 use crate::lock;
+use crate::pod_memif::{MemifIo, PodMemif, PortRange};
 use crate::tun;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
@@ -25,9 +27,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use vectorlb_config::PodsSpec;
-use vectorlb_io::{Packet, PacketMeta, PacketPool, RxQueue, TxQueue};
+use vectorlb_dpdk::Mbuf;
+use vectorlb_io::{Packet, PacketBuf, PacketMeta, PacketPool, RxQueue, TxQueue};
 use vectorlb_packet::ethernet::Mac;
 
 /// The first two bytes of every pod interface's MAC (locally administered).
@@ -58,6 +61,9 @@ pub struct PodRecord {
     pub slot: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// Destination ports that go to the pod's memif (none: no memif).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memif_ports: Vec<PortRange>,
 }
 
 /// Why an attachment was refused.
@@ -82,6 +88,7 @@ pub struct PodTap {
     v4: Option<[u8; 4]>,
     v6: Option<[u8; 16]>,
     host: bool,
+    pub memif: Option<PodMemif>,
     pub rx: AtomicU64,
     pub tx: AtomicU64,
     pub spoofed: AtomicU64,
@@ -89,7 +96,7 @@ pub struct PodTap {
 }
 
 impl PodTap {
-    fn new(rec: PodRecord, fd: OwnedFd, host: bool) -> PodTap {
+    fn new(rec: PodRecord, fd: OwnedFd, host: bool, memif: Option<PodMemif>) -> PodTap {
         let v4 = rec.ips.iter().find_map(|a| match a {
             IpAddr::V4(a) => Some(a.octets()),
             _ => None,
@@ -98,7 +105,7 @@ impl PodTap {
             IpAddr::V6(a) => Some(a.octets()),
             _ => None,
         });
-        PodTap { rec, fd, v4, v6, host, rx: AtomicU64::new(0), tx: AtomicU64::new(0), spoofed: AtomicU64::new(0), tx_dropped: AtomicU64::new(0) }
+        PodTap { rec, fd, v4, v6, host, memif, rx: AtomicU64::new(0), tx: AtomicU64::new(0), spoofed: AtomicU64::new(0), tx_dropped: AtomicU64::new(0) }
     }
 
     /// Whether the IP packet `p` comes from one of the pod's addresses (link-local IPv6
@@ -132,6 +139,11 @@ pub struct PodSet {
     pub no_pod: AtomicU64,
     /// The host's own addresses (routed to the host's interface), as last read.
     host_addrs: Mutex<Vec<IpAddr>>,
+    /// The pods' memifs' buffers and copier (none: memifs are refused). The copier is the
+    /// CPU's: copies end within each burst, so the queues have nothing to finish later.
+    memif_io: OnceLock<MemifIo>,
+    /// The attached interfaces that have a memif.
+    memifs: ArcSwap<Vec<Arc<PodTap>>>,
 }
 
 fn os_err(what: &str) -> PodError {
@@ -158,6 +170,26 @@ impl PodSet {
             epoll,
             no_pod: AtomicU64::new(0),
             host_addrs: Mutex::new(Vec::new()),
+            memif_io: OnceLock::new(),
+            memifs: ArcSwap::from_pointee(Vec::new()),
+        })
+    }
+
+    /// Lets pods have memifs: their buffers come from `io`. Then one thread (the returned
+    /// handle) runs their handshakes until the set is dropped.
+    pub fn enable_memif(self: &Arc<Self>, io: MemifIo) -> io::Result<std::thread::JoinHandle<()>> {
+        let _ = self.memif_io.set(io);
+        let weak: Weak<PodSet> = Arc::downgrade(self);
+        std::thread::Builder::new().name("vlb-pods-memif".into()).spawn(move || {
+            while let Some(set) = weak.upgrade() {
+                for t in set.memifs.load().iter() {
+                    if let Some(m) = &t.memif {
+                        m.poll();
+                    }
+                }
+                drop(set);
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
         })
     }
 
@@ -236,9 +268,18 @@ impl PodSet {
             let (a, len) = vectorlb_config::prefix("pods.service_cidrs", c).map_err(|e| PodError::Invalid(e.to_string()))?;
             tun::add_route(name, a, len).map_err(|e| PodError::Io(format!("pods.host_interface {name}: {e}")))?;
         }
-        let rec = PodRecord { container_id: "host".into(), ifname: name.clone(), netns: String::new(), ips: Vec::new(), mtu: self.mtu, slot: HOST_SLOT, pod: None };
+        let rec = PodRecord {
+            container_id: "host".into(),
+            ifname: name.clone(),
+            netns: String::new(),
+            ips: Vec::new(),
+            mtu: self.mtu,
+            slot: HOST_SLOT,
+            pod: None,
+            memif_ports: Vec::new(),
+        };
         let _g = lock(&self.edit);
-        self.insert(Arc::new(PodTap::new(rec, fd, true)))
+        self.insert(Arc::new(PodTap::new(rec, fd, true, None)))
     }
 
     /// Checks a request against the port: names, addresses inside the pod networks (one per
@@ -281,10 +322,14 @@ impl PodSet {
     /// restored interface's slot. The same attachment again returns the one there is.
     pub fn attach(&self, mut rec: PodRecord, slot: Option<u32>) -> Result<Arc<PodTap>, PodError> {
         self.check(&rec.container_id, &rec.ifname, &rec.ips, rec.mtu)?;
+        crate::pod_memif::check(&rec.memif_ports).map_err(PodError::Invalid)?;
+        if !rec.memif_ports.is_empty() && self.memif_io.get().is_none() {
+            return Err(PodError::Unprocessable("memif_ports: this pods port has no memif support".into()));
+        }
         let _g = lock(&self.edit);
         let slots = self.slots.load_full();
         if let Some(t) = slots.iter().flatten().find(|t| !t.host && t.rec.container_id == rec.container_id && t.rec.ifname == rec.ifname) {
-            if t.rec.netns == rec.netns && t.rec.ips == rec.ips && t.rec.mtu == rec.mtu {
+            if t.rec.netns == rec.netns && t.rec.ips == rec.ips && t.rec.mtu == rec.mtu && t.rec.memif_ports == rec.memif_ports {
                 return Ok(t.clone());
             }
             return Err(PodError::Conflict(format!("{} of {} is attached already, with other addresses or namespace; delete it first", rec.ifname, rec.container_id)));
@@ -307,14 +352,22 @@ impl PodSet {
         if rec.netns.is_empty() || !ns.is_absolute() || !ns.exists() {
             return Err(PodError::NoNamespace(format!("netns: '{}' does not exist (the sandbox is gone)", rec.netns.escape_debug())));
         }
-        let (name, mtu, ips) = (rec.ifname.clone(), rec.mtu, rec.ips.clone());
-        let fd = tun::in_netns(ns, move || {
+        let (name, mtu, ips, memif) = (rec.ifname.clone(), rec.mtu, rec.ips.clone(), !rec.memif_ports.is_empty());
+        let (fd, server) = tun::in_netns(ns, move || {
             let fd = tun::open(&name)?;
             if let Err(e) = tun::configure(&name, mtu, &ips) {
                 tun::unpersist(&fd);
                 return Err(e);
             }
-            Ok(fd)
+            // The memif's socket in the pod's abstract namespace.
+            let server = match memif.then(|| PodMemif::listen(&name)).transpose() {
+                Ok(s) => s,
+                Err(e) => {
+                    tun::unpersist(&fd);
+                    return Err(io::Error::new(e.kind(), format!("memif socket {}: {e}", crate::pod_memif::socket_name(&name))));
+                }
+            };
+            Ok((fd, server))
         })
         .map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => PodError::NoNamespace(format!("netns {}: {e}", rec.netns)),
@@ -325,7 +378,11 @@ impl PodSet {
             tun::unpersist(&fd);
             return Err(e);
         }
-        let tap = Arc::new(PodTap::new(rec, fd, false));
+        let memif = match (server, self.memif_io.get()) {
+            (Some((server, link)), Some(mio)) => Some(PodMemif::new(rec.memif_ports.clone(), &rec.ifname, self.port, server, link, mio)),
+            _ => None,
+        };
+        let tap = Arc::new(PodTap::new(rec, fd, false, memif));
         if let Err(e) = self.insert(tap.clone()) {
             tun::unpersist(&tap.fd);
             let _ = std::fs::remove_file(self.state_file(&tap.rec.container_id, &tap.rec.ifname));
@@ -366,7 +423,14 @@ impl PodSet {
         }
         v[slot] = Some(tap);
         self.slots.store(Arc::new(v));
+        self.store_memifs();
         Ok(())
+    }
+
+    /// Refreshes the list of interfaces with a memif. The caller holds `edit`.
+    fn store_memifs(&self) {
+        let m: Vec<Arc<PodTap>> = self.slots.load().iter().flatten().filter(|t| t.memif.is_some()).cloned().collect();
+        self.memifs.store(Arc::new(m));
     }
 
     /// Detaches and removes a pod's interface; false when it is not attached.
@@ -383,6 +447,7 @@ impl PodSet {
             v.pop();
         }
         self.slots.store(Arc::new(v));
+        self.store_memifs();
         // The interface goes when its last descriptor closes (a worker may still hold it for
         // a burst); its namespace may be gone already, and the interface with it.
         tun::unpersist(&tap.fd);
@@ -450,30 +515,76 @@ fn is_net_or_broadcast(a: IpAddr, len: u8) -> bool {
 }
 
 /// The receive side of the pods port, on the worker that reads it.
-pub struct PodRx<P: Packet> {
+pub struct PodRx {
     set: Arc<PodSet>,
-    pool: Arc<dyn PacketPool<P>>,
+    pool: Arc<dyn PacketPool<Mbuf>>,
     events: Vec<libc::epoll_event>,
     /// A buffer a read found nothing for, kept for the next.
-    spare: Option<P>,
+    spare: Option<Mbuf>,
+    /// What a memif gave, before its checks; and what they refused.
+    got: Vec<Mbuf>,
+    refused: Vec<Mbuf>,
 }
 
-impl<P: Packet> PodRx<P> {
-    pub fn new(set: Arc<PodSet>, pool: Arc<dyn PacketPool<P>>) -> PodRx<P> {
-        PodRx { set, pool, events: vec![libc::epoll_event { events: 0, u64: 0 }; 64], spare: None }
+impl PodRx {
+    pub fn new(set: Arc<PodSet>, pool: Arc<dyn PacketPool<Mbuf>>) -> PodRx {
+        PodRx { set, pool, events: vec![libc::epoll_event { events: 0, u64: 0 }; 64], spare: None, got: Vec::with_capacity(64), refused: Vec::new() }
+    }
+
+    /// Gives a bare IP packet from `tap` its Ethernet header (to the port, from the slot's
+    /// MAC), or refuses it (counted): not from the pod's address, not IP, no headroom.
+    fn frame(set: &PodSet, tap: &PodTap, p: &mut Mbuf) -> bool {
+        if !tap.source_ok(p.data()) {
+            tap.spoofed.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let et: u16 = if p.data()[0] >> 4 == 6 { 0x86dd } else { 0x0800 };
+        if !p.prepend(14) {
+            return false;
+        }
+        let d = p.data_mut();
+        d[..6].copy_from_slice(&set.mac);
+        d[6..12].copy_from_slice(&slot_mac(tap.rec.slot));
+        d[12..14].copy_from_slice(&et.to_be_bytes());
+        p.set_meta(PacketMeta { port: set.port, ..Default::default() });
+        tap.rx.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Reads the pods' memifs.
+    fn recv_memifs(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let memifs = self.set.memifs.load();
+        let mut got = 0;
+        for tap in memifs.iter() {
+            let Some(m) = &tap.memif else { continue };
+            if got >= max || !m.connected() {
+                continue;
+            }
+            lock(&m.rx).recv(&mut self.got, (max - got).min(PER_INTERFACE));
+            for mut p in self.got.drain(..) {
+                if Self::frame(&self.set, tap, &mut p) {
+                    out.push(p);
+                    got += 1;
+                } else {
+                    self.refused.push(p);
+                }
+            }
+        }
+        Mbuf::free_all(&mut self.refused);
+        got
     }
 }
 
-impl<P: Packet> RxQueue<P> for PodRx<P> {
-    fn recv(&mut self, out: &mut Vec<P>, max: usize) -> usize {
+impl RxQueue<Mbuf> for PodRx {
+    fn recv(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let mut got = self.recv_memifs(out, max);
         // SAFETY: `events` has room for its length in epoll_events; timeout 0 never blocks.
         let n = unsafe { libc::epoll_wait(self.set.epoll.as_raw_fd(), self.events.as_mut_ptr(), self.events.len() as libc::c_int, 0) };
         if n <= 0 {
-            return 0;
+            return got;
         }
         let slots = self.set.slots.load();
         let frame = 14 + self.set.mtu as usize;
-        let mut got = 0;
         for ev in &self.events[..n as usize] {
             let Some(Some(tap)) = slots.get(ev.u64 as usize) else { continue };
             let mut taken = 0;
@@ -523,27 +634,41 @@ impl<P: Packet> RxQueue<P> for PodRx<P> {
 }
 
 /// The transmit side of the pods port: each frame goes to the interface its destination MAC
-/// names, without its Ethernet header.
+/// names, without its Ethernet header, or to that pod's memif when its destination port is
+/// one of the memif's.
 pub struct PodTx {
     set: Arc<PodSet>,
+    /// Frames written to interfaces (or for no pod), freed after the burst.
+    done: Vec<Mbuf>,
+    /// Frames for memifs this burst, by slot.
+    memif: Vec<(Arc<PodTap>, Vec<Mbuf>)>,
 }
 
 impl PodTx {
     pub fn new(set: Arc<PodSet>) -> PodTx {
-        PodTx { set }
+        PodTx { set, done: Vec::with_capacity(64), memif: Vec::new() }
     }
 }
 
-impl<P: Packet> TxQueue<P> for PodTx {
-    fn send(&mut self, pkts: &mut Vec<P>) -> usize {
+impl TxQueue<Mbuf> for PodTx {
+    fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
         let slots = self.set.slots.load();
-        for p in pkts.iter() {
+        let n = pkts.len();
+        for p in pkts.drain(..) {
             let d = p.data();
             let tap = (d.len() > 14 && d[..2] == MAC_PREFIX).then(|| u32::from_be_bytes([d[2], d[3], d[4], d[5]])).and_then(|s| slots.get(s as usize)?.as_ref());
             let Some(tap) = tap else {
                 self.set.no_pod.fetch_add(1, Ordering::Relaxed);
+                self.done.push(p);
                 continue;
             };
+            if tap.memif.as_ref().is_some_and(|m| crate::pod_memif::steered(&m.ranges, &d[14..])) {
+                match self.memif.iter_mut().find(|(t, _)| Arc::ptr_eq(t, tap)) {
+                    Some((_, v)) => v.push(p),
+                    None => self.memif.push((tap.clone(), vec![p])),
+                }
+                continue;
+            }
             // SAFETY: writes d.len() - 14 bytes from the packet's own buffer; the descriptor
             // is open (tap).
             let r = unsafe { libc::write(tap.fd.as_raw_fd(), d[14..].as_ptr().cast(), d.len() - 14) };
@@ -552,9 +677,17 @@ impl<P: Packet> TxQueue<P> for PodTx {
             } else {
                 tap.tx.fetch_add(1, Ordering::Relaxed);
             }
+            self.done.push(p);
         }
-        let n = pkts.len();
-        P::free_all(pkts);
+        for (tap, mut v) in self.memif.drain(..) {
+            let m = tap.memif.as_ref().expect("steered to a memif");
+            let want = v.len();
+            let sent = if m.connected() { lock(&m.tx).send(&mut v) } else { 0 };
+            tap.tx.fetch_add(sent as u64, Ordering::Relaxed);
+            tap.tx_dropped.fetch_add((want - sent) as u64, Ordering::Relaxed);
+            self.done.append(&mut v);
+        }
+        Mbuf::free_all(&mut self.done);
         n
     }
 }
@@ -562,8 +695,8 @@ impl<P: Packet> TxQueue<P> for PodTx {
 /// A receive queue that never has anything (the pods port on the workers that do not read it).
 pub struct NoRx;
 
-impl<P: Packet> RxQueue<P> for NoRx {
-    fn recv(&mut self, _out: &mut Vec<P>, _max: usize) -> usize {
+impl RxQueue<Mbuf> for NoRx {
+    fn recv(&mut self, _out: &mut Vec<Mbuf>, _max: usize) -> usize {
         0
     }
 }
@@ -616,6 +749,7 @@ mod tests {
             mtu: 1500,
             slot: 0,
             pod: None,
+            memif_ports: Vec::new(),
         };
         assert!(matches!(s.attach(rec, None), Err(PodError::NoNamespace(_))));
         assert!(s.all().is_empty());

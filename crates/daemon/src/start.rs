@@ -269,7 +269,11 @@ fn open_ports(
         let name = cfg.spec.ports[i].name.clone();
         if let Some(spec) = cfg.pods.get(i).cloned().flatten() {
             let p = &cfg.spec.ports[i];
-            let set = crate::pods::PodSet::new(i as u16, p.mac, p.mtu, p.addrs.clone(), spec).map_err(|e| DaemonError::Pods(e.to_string()))?;
+            let set = Arc::new(crate::pods::PodSet::new(i as u16, p.mac, p.mtu, p.addrs.clone(), spec).map_err(|e| DaemonError::Pods(e.to_string()))?);
+            // The pods' memifs: buffers from the daemon's pool, copies by the CPU. The thread
+            // that runs their handshakes ends when the set goes.
+            let io = crate::pod_memif::MemifIo { pool: pool.clone(), copier: Arc::new(std::sync::Mutex::new(vectorlb_io::Copier::cpu())) };
+            set.enable_memif(io).map_err(|source| DaemonError::Spawn { what: "the pods' memif thread".into(), source })?;
             set.attach_host().map_err(|e| DaemonError::Pods(e.to_string()))?;
             set.refresh_host_addrs(crate::instance::host_addresses());
             let (ok, gone) = set.restore();
@@ -285,7 +289,7 @@ fn open_ports(
                 }
             }
             queues.push(Vec::new());
-            ports.push(PortRt { name, device: "pods".into(), kind: PortKind::Pods(Arc::new(set)), xdp_iface: None });
+            ports.push(PortRt { name, device: "pods".into(), kind: PortKind::Pods(set), xdp_iface: None });
             continue;
         }
         let Some(dev) = dev else {

@@ -56,6 +56,7 @@ impl PodNet {
         let k = self.k;
         let c = json!({
             "cniVersion": version, "name": NET, "type": "vectorlb-cni", "api": self.t.api(),
+            "capabilities": { "io.kubernetes.cri.pod-annotations": true },
             "ipam": { "type": ipam, "dataDir": self.t.dir.join("ipam").display().to_string(),
                       "ranges": [[{ "subnet": format!("10.244.{k}.0/24") }], [{ "subnet": format!("fd00:244:{k}::/64") }]] },
         });
@@ -76,8 +77,16 @@ impl PodNet {
     }
 
     fn cnitool(&self, cmd: &str, netns: &str) -> Output {
+        self.cnitool_annotated(cmd, netns, None)
+    }
+
+    /// `cnitool` for a pod with the memif annotation `memif` (passed as the runtime passes
+    /// pod annotations: a capability argument).
+    fn cnitool_annotated(&self, cmd: &str, netns: &str, memif: Option<&str>) -> Output {
+        let caps = memif.map(|m| json!({"io.kubernetes.cri.pod-annotations": {"vectorlb.io/memif-ports": m}}).to_string()).unwrap_or_default();
         Command::new(&self.cnitool)
             .args([cmd, NET, netns])
+            .env("CAP_ARGS", caps)
             .env("NETCONFPATH", self.t.dir.join("net.d"))
             .env("CNI_PATH", format!("{}:/usr/lib/cni", self.bin.display()))
             .stdin(Stdio::null())
@@ -500,5 +509,105 @@ fn pods_on_two_nodes_reach_each_other_through_routes_learned_by_bgp() {
     println!(
         "{}",
         json!({"pods": {"event": "two_nodes_by_bgp", "routes_s": routes_s, "requests": requests, "errors": 0, "withdrawn_s": withdrawn_s, "back_after_restart_s": back_s}})
+    );
+}
+
+fn spawn_in_pod(n: &PodNet, i: usize, args: &[&str]) -> std::process::Child {
+    let name = format!("{}-pod{i}", n.t.p);
+    Command::new("ip").args(["netns", "exec", &name]).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+fn last_json(o: &Output) -> Value {
+    let out = stdout(o);
+    serde_json::from_str(out.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON in {out}{}", String::from_utf8_lossy(&o.stderr)))).unwrap()
+}
+
+fn pod_status(n: &PodNet, i: usize) -> Value {
+    let ns = n.netns(i);
+    n.attached().into_iter().find(|p| p["netns"] == ns.as_str()).unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_memif_pod_gets_its_annotated_ports_on_the_memif_and_the_rest_on_its_interface() {
+    let mut n = PodNet::new("vcnm");
+    let ns1 = n.mkpod(1);
+    let o = n.cnitool_annotated("add", &ns1, Some("udp:5000-5001,tcp:7000"));
+    assert!(ok(&o), "{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    let ns2 = n.mkpod(2);
+    assert!(ok(&n.cnitool("add", &ns2)));
+    let st = pod_status(&n, 1);
+    assert_eq!(st["memif"]["socket"], "@vectorlb/memif-eth0", "{st}");
+    assert_eq!(st["memif"]["connected"], false, "{st}");
+    assert!(pod_status(&n, 2)["memif"].is_null());
+    serve(&mut n, 1);
+    let (v4, v6) = (pod_ip(&n, 1, false), pod_ip(&n, 1, true));
+    let udp = |n: &PodNet, ip: &str, port: u16, flows: &str| {
+        let target = if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
+        probe_in(n, 2, &["udp", "--target", &target, "--flows", flows, "--per-flow", "3", "--timeout-ms", "300"])
+    };
+    // No application on the memif yet: its ports' datagrams are dropped and counted (they
+    // belong to the memif), the rest reach the pod's kernel.
+    let r = udp(&n, &v4, 5000, "1");
+    assert_eq!(r["received"], 0, "{r}");
+    assert!(pod_status(&n, 1)["tx_dropped"].as_u64().unwrap() >= 3, "{}", pod_status(&n, 1));
+    // The application (the client library's example) connects to the socket in its namespace.
+    let echo = spawn_in_pod(&n, 1, &[tools(), "pod-memif", "echo", "--duration-s", "25"]);
+    wait_for("the memif application connected", Duration::from_secs(10), || pod_status(&n, 1)["memif"]["connected"] == true);
+    for ip in [&v4, &v6] {
+        for port in [5000, 5001] {
+            let r = udp(&n, ip, port, "10");
+            assert_eq!(r["lost"], 0, "udp {ip}:{port} on the memif: {r}");
+            // The memif echo sends the datagram back as it came; the kernel's server puts
+            // its name first.
+            assert_eq!(r["backends"]["flow"], 30, "answered by the memif application: {r}");
+        }
+        let r = udp(&n, ip, 5353, "10");
+        assert_eq!((r["lost"].as_u64(), r["backends"]["pod1"].as_u64()), (Some(0), Some(30)), "udp {ip}:5353 on the interface: {r}");
+        let url = if ip.contains(':') { format!("http://[{ip}]:8080/") } else { format!("http://{ip}:8080/") };
+        let h = probe_in(&n, 2, &["http", "--url", &url, "--requests", "50", "--concurrency", "2", "--json"]);
+        assert_eq!(h["errors"], 0, "tcp 8080 on the interface: {h}");
+    }
+    // TCP 7000 is the memif's too: the pod's kernel never sees the SYN.
+    let o = n.in_pod(2, &["curl", "-s", "-m", "1", &format!("http://{v4}:7000/")]);
+    assert!(!ok(&o));
+    // The daemon restarts: the pod and its memif are taken back, the application connects again.
+    let (s, _) = n.t.call("POST", "/v1/save", None);
+    assert_eq!(s, 200);
+    let cfg = std::fs::read_to_string(n.t.config_path()).unwrap();
+    n.t.stop_lb();
+    n.t.start_lb(&cfg);
+    wait_for("the memif application connected again", Duration::from_secs(10), || pod_status(&n, 1)["memif"]["connected"] == true);
+    let r = udp(&n, &v4, 5000, "5");
+    assert_eq!(r["backends"]["flow"], 15, "the memif after the restart: {r}");
+    let st = pod_status(&n, 1);
+    // The application runs out its time and says what it saw.
+    let out = echo.wait_with_output().unwrap();
+    let e = last_json(&out);
+    assert_eq!(e["connects"], 2, "{e}");
+    assert!(e["echoed"].as_u64().unwrap() >= 2 * 2 * 30 + 15, "{e}");
+    assert!(e["other"].as_u64().unwrap() >= 1, "the SYN to 7000 reached the memif: {e}");
+    // Deleted: the memif's socket goes with the interface.
+    assert!(ok(&n.cnitool("del", &ns1)));
+    let ss = stdout(&n.in_pod(1, &["ss", "-xlH"]));
+    assert!(!ss.contains("vectorlb/memif"), "{ss}");
+    // An absurd annotation: the specification's error 7, nothing created or held.
+    let reserved = n.reserved();
+    let ns3 = n.mkpod(3);
+    for bad in ["tcp:9-1", "udp:0-70000", "sctp:5", "tcp:1-2,udp"] {
+        let o = n.cnitool_annotated("add", &ns3, Some(bad));
+        let text = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+        assert!(!ok(&o) && text.contains("memif annotation is invalid"), "{bad}: {text}");
+        // The plugin alone, as the runtime runs it with the annotation in runtimeConfig.
+        let mut conf: Value = serde_json::from_str(&std::fs::read_to_string(n.t.dir.join("net.d/10-pods.conf")).unwrap()).unwrap();
+        conf["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {"vectorlb.io/memif-ports": bad}});
+        let (s, r) = n.plugin("ADD", &ns3, "c3", &conf.to_string());
+        assert!(!s && r["code"] == 7, "{bad}: {r}");
+    }
+    assert_eq!(n.reserved(), reserved);
+    assert!(pod_status(&n, 3).is_null());
+    assert!(!stdout(&n.in_pod(3, &["ip", "-br", "link"])).contains("eth0"));
+    println!(
+        "{}",
+        json!({"pods": {"event": "memif_pod", "echoed": e["echoed"], "other": e["other"], "connects": e["connects"], "tx_packets": st["tx_packets"], "tx_dropped": st["tx_dropped"]}})
     );
 }

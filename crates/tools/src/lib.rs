@@ -11,6 +11,7 @@ pub mod gen;
 pub mod httpload;
 pub mod memcload;
 pub mod memif;
+pub mod podmemif;
 pub mod probe;
 
 /// Why a tool failed.

@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use vectorlb_tools::{gen, httpload, memcload, memif, probe};
+use vectorlb_tools::{gen, httpload, memcload, memif, podmemif, probe};
 
 #[derive(Parser)]
 #[command(name = "vectorlb-tools", version, about = "vectorlb's test and benchmark tools (not for production hosts)")]
@@ -26,6 +26,10 @@ enum Cmd {
     /// The memif benchmark: vectorlb's memif (cpu and dma engines) and DPDK's net_memif
     /// (testpmd) against the L3 forwarder example, by frame size, MTU and queue pairs.
     BenchMemif(memif::BenchArgs),
+    /// An application in a pod on its memif (the memif client library's example): UDP echo,
+    /// sender or sink; one JSON line.
+    #[command(subcommand)]
+    PodMemif(podmemif::PodMemifCmd),
     /// Open-loop HTTP/1.1 load (fixed arrival rate, latency from the intended send time) with a
     /// mix of request types; latency percentiles per type, one JSON line.
     HttpLoad(httpload::HttpLoadArgs),
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Cmd::Rfc2544(a) => gen::rfc2544(&a).map(|rs| rs.iter().for_each(|r| println!("{r}"))),
         Cmd::MemifFwd(a) => memif::fwd(&a).map(|r| println!("{r}")),
         Cmd::BenchMemif(a) => memif::bench(&a),
+        Cmd::PodMemif(c) => podmemif::run(&c).map(|r| println!("{r}")),
         Cmd::HttpLoad(a) => httpload::run(&a).map_err(vectorlb_tools::ToolError::Usage).map(|r| {
             if a.json {
                 println!("{r}");
