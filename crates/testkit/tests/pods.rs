@@ -333,7 +333,7 @@ fn pods_reach_services_and_each_other_through_the_data_plane() {
     // ClusterIP services of both families and protocols, backends pods 2 and 3.
     for (vip, v6) in [("10.96.0.10", false), ("fd00:96::10", true)] {
         for (proto, port, bport) in [("tcp", 80, 8080), ("udp", 53, 5353)] {
-            let body = json!({"vip": vip, "port": port, "proto": proto, "mode": "nat", "scheduler": "rr",
+            let body = json!({"vip": vip, "port": port, "proto": proto, "mode": "nat", "scheduler": "maglev",
                 "backends": [{"addr": ips(2, v6), "port": bport}, {"addr": ips(3, v6), "port": bport}]});
             let (s, r) = n.t.call("POST", "/v1/services", Some(&body));
             assert_eq!(s, 201, "{r}");
@@ -352,6 +352,26 @@ fn pods_reach_services_and_each_other_through_the_data_plane() {
         let o = n.t.run("lb", &[tools(), "probe", "http", "--url", &url(vip), "--requests", "50", "--concurrency", "2", "--json"]);
         let h: Value = serde_json::from_str(stdout(&o).lines().rev().find(|l| l.starts_with('{')).unwrap_or("{}")).unwrap();
         assert_eq!(h["errors"], 0, "host -> {vip}: {h}");
+    }
+    // NodePort: the node's own data-plane addresses (the int port's, which the data plane
+    // owns), reached from outside the node (the client on the node's link), TCP and UDP, both
+    // families; the pods answer through the data plane's NAT.
+    for (node, v6) in [("10.1.0.1", false), ("2001:db8:1::1", true)] {
+        for (proto, port, bport) in [("tcp", 30080, 8080), ("udp", 30053, 5353)] {
+            let body = json!({"vip": node, "port": port, "proto": proto, "mode": "nat", "scheduler": "maglev",
+                "backends": [{"addr": ips(2, v6), "port": bport}, {"addr": ips(3, v6), "port": bport}]});
+            let (s, r) = n.t.call("POST", "/v1/services", Some(&body));
+            assert_eq!(s, 201, "{r}");
+        }
+        let url = if v6 { format!("http://[{node}]:30080/") } else { format!("http://{node}:30080/") };
+        let o = n.t.run("cl", &[tools(), "probe", "http", "--url", &url, "--requests", "100", "--concurrency", "2", "--json"]);
+        let h: Value = serde_json::from_str(stdout(&o).lines().rev().find(|l| l.starts_with('{')).unwrap_or("{}")).unwrap();
+        assert_eq!(h["errors"], 0, "outside -> NodePort {url}: {h}\n{}", n.t.stats());
+        assert_eq!(spread(&h).len(), 2, "both pods serve the NodePort: {h}");
+        let target = if v6 { format!("[{node}]:30053") } else { format!("{node}:30053") };
+        let o = n.t.run("cl", &[tools(), "probe", "udp", "--target", &target, "--flows", "20", "--per-flow", "3"]);
+        let u: Value = serde_json::from_str(stdout(&o).lines().rev().find(|l| l.starts_with('{')).unwrap_or("{}")).unwrap();
+        assert_eq!(u["lost"], 0, "outside -> NodePort udp {target}: {u}");
     }
     // A pod to a service whose backend is itself on the same node (hairpin to a neighbour) and
     // straight pod to pod.
@@ -402,7 +422,10 @@ fn pods_reach_services_and_each_other_through_the_data_plane() {
     assert!(ok(&o), "pod to pod after SIGKILL: {}", stdout(&o));
     let after = probe_in(&n, 1, &["http", "--url", &url("10.96.0.10"), "--requests", "100", "--concurrency", "2", "--json"]);
     assert_eq!(after["errors"], 0, "after SIGKILL: {after}");
-    println!("{}", json!({"pods": {"event": "daemon_restarted_under_load", "requests": r["requests"], "errors": r["errors"], "restart_s": restart_s}}));
+    println!(
+        "{}",
+        json!({"pods": {"event": "daemon_restarted_under_load", "requests": r["requests"], "errors": r["errors"], "error_kinds": r["error_kinds"], "restart_s": restart_s}})
+    );
 }
 
 /// A pod's address of one family, as the daemon has it.
