@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-two-tier demo-kubernetes bench-kubernetes conformance k8s-bins attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
+.PHONY: all setup build install demo demo-two-tier demo-kubernetes bench-kubernetes bench-pods conformance k8s-bins attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -67,6 +67,17 @@ bench-kubernetes: build k8s-bins
 	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes bench -- --ignored --nocapture 2>&1 | grep '"bench":"kubernetes' | tee bench/results/kubernetes.jsonl; test $${PIPESTATUS[0]} -eq 0
 	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/kubernetes-measured-at.txt
 	@$(PY) bench/report.py --machine > bench/results/kubernetes-machine.txt
+
+# The pod network against kube-proxy (nftables) and the bridge plugin, side by side: connections
+# per second and latency to a ClusterIP, pod-to-pod UDP at 64 and 1,500 bytes, memif against
+# interface pods (bench/results/pods.jsonl; docs/pod-network.md).
+bench-pods: build k8s-bins
+	@bash scripts/setup.sh --bench >/dev/null
+	@bash scripts/cni-bins.sh >/dev/null
+	@mkdir -p bench/results
+	@$(CARGO) test --release -q -p vectorlb-testkit --test pods bench_pods -- --ignored --nocapture 2>&1 | grep '"bench":"pods' | tee bench/results/pods.jsonl; test $${PIPESTATUS[0]} -eq 0
+	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/pods-measured-at.txt
+	@$(PY) bench/report.py --machine > bench/results/pods-machine.txt
 
 # The two tiers of an ingress: the L4 LB (full NAT, Maglev) in front of two TLS-terminating
 # proxies in front of nginx; HTTPS from curl and h2load. Ends with TWO-TIER OK ... (root).

@@ -748,17 +748,57 @@ def kubernetes_section():
         w(line)
 
 
+def pods_section():
+    """`make bench-pods` (bench/results/pods.jsonl): the pod network against kube-proxy
+    (nftables) with the bridge plugin, side by side in one run."""
+    rs = lines("pods.jsonl")
+    if not rs:
+        return
+    w("## Pod network: vectorlb-cni against kube-proxy (nftables) and the bridge plugin\n")
+    w(dated("pods").rstrip("\n") + " `make bench-pods`, raw lines in `bench/results/pods.jsonl`. Two nodes in network "
+      "namespaces on the same machine, measured alternately in one run: vectorlb's (pods on tun interfaces and memifs by "
+      "`vectorlb-cni`, the ClusterIP in the daemon's L4 core, release build) and the reference one (pods on a Linux bridge by "
+      "Debian's bridge plugin with br_netfilter, the ClusterIP by kube-proxy v1.34.0 in nftables mode from a real API "
+      "server). Medians of the rounds; see [pod-network.md](pod-network.md).\n")
+    by = {}
+    for r in rs:
+        by.setdefault(r["bench"], []).append(r)
+    if by.get("pods_service_cps"):
+        w("| pod to ClusterIP (HTTP/1.1, a connection per request) | connections/s | p50 ms | p99 ms | machine CPU per request (µs) | errors |")
+        w("|---|---|---|---|---|---|")
+        for r in by["pods_service_cps"]:
+            w(f"| {r['system']} | **{r['cps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['cpu_us_per_request']:.0f} | {r['errors']} |")
+        w("")
+    if by.get("pods_pod_to_pod_udp"):
+        w("| pod to pod, UDP (iperf3, as fast as it sends) | frame bytes | received packets/s | Gbit/s |")
+        w("|---|---|---|---|")
+        for r in by["pods_pod_to_pod_udp"]:
+            w(f"| {r['system']} | {r['frame_bytes']} | **{r['received_pps']:,.0f}** | {r['gbps']:.3f} |")
+        w("")
+    for r in by.get("pods_memif", []):
+        w(f"- **memif pod vs interface pod**, 64-byte frames through vectorlb: memif {r['memif_pps']:,.0f} packets/s received, "
+          f"interface (iperf3) {r['interface_pps']:,.0f}.")
+    for r in by.get("pods_summary", []):
+        w(f"- **Summary**: cps_vs_kube_proxy **{r['cps_vs_kube_proxy']}** (goal at least 1.0), p99_vs_kube_proxy **{r['p99_vs_kube_proxy']}** "
+          f"(goal below 1.0), CPU per request {r['cpu_per_request_vs_kube_proxy']}x kube-proxy's, memif_vs_interface **{r['memif_vs_interface']}** "
+          f"(goal at least 5.0).")
+    w("")
+    for line in note("pods"):
+        w(line)
+
+
 # Sections written by hand (the dispatch analysis; queue sets from their own result file,
 # bench/results/queue-sets.jsonl), then the analysis of the whole page.
 for name in ("dispatch", "queue-sets"):
     for line in note(name):
         w(line)
 kubernetes_section()
+pods_section()
 for line in note("analysis"):
     w(line)
 w("## JSON lines of this run\n")
 w("```")
-for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls + lines("kubernetes.jsonl"):
+for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls + lines("kubernetes.jsonl") + [{k: v for k, v in r.items() if k != "runs"} for r in lines("pods.jsonl")]:
     w(json.dumps(r, separators=(",", ":")))
 w("```")
 unused = sorted(f[:-3] for f in os.listdir(os.path.join(root, "bench", "notes")) if f.endswith(".md") and f[:-3] not in notes_used)

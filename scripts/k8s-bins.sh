@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane the tests and `make demo-kubernetes` run: kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl and the kubelet from the Kubernetes Go module at the release
+# kube-controller-manager, kube-scheduler, kubectl, the kubelet and kube-proxy (the reference of
+# `make bench-pods`) from the Kubernetes Go module at the release
 # pinned in tools/k8s/go.mod (its staging modules replaced by their matching v0 releases), and
-# the etcd server that release was tested with. One `go build` of all six, so the packages they
+# the etcd server that release was tested with. One `go build` of all seven, so the packages they
 # share compile once. Cached: the binaries go to $VECTORLB_K8S_CACHE/<hash of the pins and this
 # script>/bin and are not built again while that directory exists. Prints that directory.
 #   scripts/k8s-bins.sh            build if needed, print the bin directory
@@ -15,7 +16,7 @@ release=$(grep -oE '^\s*(require )?k8s.io/kubernetes v[0-9.]+' tools/k8s/go.mod 
 [ -n "$release" ] || { echo "k8s-bins: no k8s.io/kubernetes requirement in tools/k8s/go.mod" >&2; exit 1; }
 key=$(cat tools/k8s/go.mod tools/k8s/go.sum "$0" | sha256sum | cut -c1-16)
 dir=$cache/$release-$key/bin
-bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd)
+bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd)
 built() {
     local b
     for b in "${bins[@]}"; do [ -x "$dir/$b" ] || return 1; done
@@ -45,6 +46,7 @@ start=$(date +%s)
         -o "$tmp/" \
         k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
         k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet \
+        k8s.io/kubernetes/cmd/kube-proxy \
         go.etcd.io/etcd/server/v3
 )
 # The etcd server's main package is the module's server/ directory: its binary is named after it.

@@ -3,7 +3,8 @@
 # nothing once everything is present. Run as root (CI and `make demo` call it).
 #   scripts/setup.sh            build, test, demo
 #   scripts/setup.sh --bench    also what `make bench` uses: valgrind (the pipeline's profile),
-#                               perf (the daemon's) and matplotlib (the charts)
+#                               perf (the daemon's), matplotlib (the charts) and iperf3 (the
+#                               pod network's throughput, `make bench-pods`)
 set -euo pipefail
 
 # Build: a C compiler, DPDK 22.11 (its PMDs come with libdpdk-dev's dependencies), libbpf and
@@ -22,7 +23,7 @@ PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpd
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
       nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client memcached bird2 frr
       containerd runc containernetworking-plugins)
-[ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib linux-perf)
+[ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib linux-perf iperf3)
 need_apt=()
 for pkg in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")

@@ -38,6 +38,24 @@ pub struct KubeConfig {
     /// The Gateway API (GatewayClasses naming `controller_name`) on `vectorlb proxy`.
     #[serde(default)]
     pub gateway: Option<GatewayConfig>,
+    /// Every Service's cluster IPs and NodePorts on the daemons (a node's pod network,
+    /// docs/pod-network.md), as kube-proxy serves them.
+    #[serde(default)]
+    pub cluster_ips: Option<ClusterIpConfig>,
+}
+
+/// `[cluster_ips]`: Services east-west. Each of a Service's cluster IPs (inside
+/// `service_cidrs`) becomes a `nat` service of the daemons, Maglev unless annotated; each
+/// NodePort a service on every `node_addresses` address of the Service's families.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterIpConfig {
+    /// The API server's `--service-cluster-ip-range` (a prefix per family): cluster IPs inside
+    /// them are served, and every daemon service on them is the controller's.
+    pub service_cidrs: Vec<String>,
+    /// The node's data-plane addresses that NodePorts are served on (none: no NodePorts).
+    #[serde(default)]
+    pub node_addresses: Vec<IpAddr>,
 }
 
 /// `[gateway]`: Gateways are served by these proxies, reached through the daemons at the
@@ -168,6 +186,22 @@ impl KubeConfig {
                 return Err(format!("daemon '{}' is named twice", d.name));
             }
             d.api.parse::<vectorlb_client::Target>().map_err(|e| format!("daemon '{}': {e}", d.name))?;
+        }
+        if let Some(c) = &self.cluster_ips {
+            if c.service_cidrs.is_empty() {
+                return Err("cluster_ips.service_cidrs: the API server's service ranges (at least one)".into());
+            }
+            for r in &c.service_cidrs {
+                if !r.contains('/') {
+                    return Err(format!("cluster_ips.service_cidrs '{r}': a prefix, ADDRESS/LENGTH"));
+                }
+                crate::ipam::parse_range(r).map_err(|e| format!("cluster_ips.service_cidrs {e}"))?;
+            }
+            for a in &c.node_addresses {
+                if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+                    return Err(format!("cluster_ips.node_addresses {a}: not a unicast address of the node"));
+                }
+            }
         }
         if let Some(g) = &self.gateway {
             if g.controller_name.is_empty() || !g.controller_name.contains('/') {

@@ -146,6 +146,21 @@ impl Controller {
             place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
             statuses.push((s.clone(), ip));
         }
+        // Cluster IPs and NodePorts of every Service ([cluster_ips]).
+        let mut ranges = ranges;
+        if let Some(c) = &self.cfg.cluster_ips {
+            let cidrs: Vec<ipam::Range> = c.service_cidrs.iter().filter_map(|r| ipam::parse_range(r).ok()).collect();
+            for s in self.services.state() {
+                let key = ns_name(s.as_ref());
+                let slices: Vec<SliceIn> = slices_by_svc.get(&key).map(|v| v.iter().map(|sl| slice_in(sl)).collect()).unwrap_or_default();
+                for spec in cluster_specs(&s, &cidrs, &c.node_addresses) {
+                    place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
+                }
+            }
+            // Every daemon service on these is the controller's (a stale one is removed).
+            ranges.extend(cidrs);
+            ranges.extend(c.node_addresses.iter().filter_map(|a| ipam::parse_range(&format!("{a}/{}", if a.is_ipv4() { 32 } else { 128 })).ok()));
+        }
         // The Gateways: the proxies' configuration and conditions, and each one's L4 service.
         let mut all_ok = true;
         if let Some(g) = &mut self.gateway {
@@ -433,6 +448,44 @@ fn svc_spec(s: &Service, ip: Option<IpAddr>) -> SvcSpec {
     }
 }
 
+/// What a Service's cluster IPs (those inside `cidrs`) and NodePorts (on `nodes` of its
+/// families) serve: `nat` (the pods' addresses are kept, as kube-proxy keeps them), the
+/// Service's other annotations as they are. None for ExternalName and headless Services.
+fn cluster_specs(s: &Service, cidrs: &[ipam::Range], nodes: &[IpAddr]) -> Vec<SvcSpec> {
+    let Some(spec) = &s.spec else { return Vec::new() };
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return Vec::new();
+    }
+    let ips: Vec<IpAddr> = spec
+        .cluster_ips
+        .clone()
+        .unwrap_or_else(|| spec.cluster_ip.iter().cloned().collect())
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .filter(|a| cidrs.iter().any(|r| r.contains(a)))
+        .collect();
+    let mut base = svc_spec(s, None);
+    base.annotations.insert(format!("{}mode", crate::desired::ANN), "nat".into());
+    let mut out: Vec<SvcSpec> = ips.iter().map(|ip| SvcSpec { ip: Some(*ip), ..base.clone() }).collect();
+    if matches!(spec.type_.as_deref(), Some("NodePort") | Some("LoadBalancer")) {
+        let ports: Vec<PortIn> = spec
+            .ports
+            .iter()
+            .flatten()
+            .filter_map(|p| {
+                let np = u16::try_from(p.node_port?).ok().filter(|n| *n != 0)?;
+                Some(PortIn { name: p.name.clone().unwrap_or_default(), protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()), port: np })
+            })
+            .collect();
+        if !ports.is_empty() {
+            for n in nodes.iter().filter(|n| ips.iter().any(|ip| ip.is_ipv4() == n.is_ipv4())) {
+                out.push(SvcSpec { ip: Some(*n), ports: ports.clone(), ..base.clone() });
+            }
+        }
+    }
+    out
+}
+
 fn slice_in(sl: &EndpointSlice) -> SliceIn {
     SliceIn {
         address_type: sl.address_type.clone(),
@@ -456,5 +509,41 @@ fn slice_in(sl: &EndpointSlice) -> SliceIn {
                 }
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(v: serde_json::Value) -> Service {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn cluster_ips_and_node_ports_become_nat_services() {
+        let cidrs = vec![ipam::parse_range("10.96.0.0/16").unwrap(), ipam::parse_range("fd00:96::/112").unwrap()];
+        let nodes: Vec<IpAddr> = vec!["10.1.0.1".parse().unwrap(), "2001:db8:1::1".parse().unwrap()];
+        let s = svc(json!({"metadata": {"name": "web", "namespace": "default", "annotations": {"vectorlb.io/mode": "fnat", "vectorlb.io/scheduler": "sh"}},
+            "spec": {"type": "NodePort", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10", "fd00:96::10"],
+                     "ports": [{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}, {"name": "dns", "port": 53, "protocol": "UDP"}]}}));
+        let specs = cluster_specs(&s, &cidrs, &nodes);
+        let ips: Vec<String> = specs.iter().map(|s| s.ip.unwrap().to_string()).collect();
+        assert_eq!(ips, ["10.96.0.10", "fd00:96::10", "10.1.0.1", "2001:db8:1::1"]);
+        // Cluster IPs keep the ports; node addresses get the node ports (only those that have one).
+        assert_eq!(specs[0].ports.iter().map(|p| p.port).collect::<Vec<_>>(), [80, 53]);
+        assert_eq!(specs[2].ports.iter().map(|p| (p.name.as_str(), p.port)).collect::<Vec<_>>(), [("http", 30080)]);
+        // Always nat; the other annotations are the Service's.
+        assert!(specs.iter().all(|s| s.annotations["vectorlb.io/mode"] == "nat" && s.annotations["vectorlb.io/scheduler"] == "sh"));
+        // Outside the ranges, headless, ExternalName, a single-family Service: what applies.
+        let other = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"clusterIP": "172.16.0.1", "ports": [{"port": 80}]}}));
+        assert!(cluster_specs(&other, &cidrs, &nodes).is_empty());
+        let headless = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}));
+        assert!(cluster_specs(&headless, &cidrs, &nodes).is_empty());
+        let ext = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"type": "ExternalName", "externalName": "example.com"}}));
+        assert!(cluster_specs(&ext, &cidrs, &nodes).is_empty());
+        let v4 = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"type": "NodePort", "clusterIP": "10.96.0.11", "ports": [{"port": 80, "nodePort": 30081}]}}));
+        let ips: Vec<String> = cluster_specs(&v4, &cidrs, &nodes).iter().map(|s| s.ip.unwrap().to_string()).collect();
+        assert_eq!(ips, ["10.96.0.11", "10.1.0.1"], "an IPv4 Service's NodePort on the IPv4 node address only");
     }
 }

@@ -7,6 +7,7 @@
 pub mod browser;
 pub mod k8s;
 pub mod node;
+pub mod relay;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

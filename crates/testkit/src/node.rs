@@ -67,6 +67,16 @@ pub fn pause_image() -> PathBuf {
     .clone()
 }
 
+/// vectorlb's own image built here (deploy/kubernetes/image/build.sh) from the test's
+/// binaries, as an OCI tar in `dir`.
+pub fn our_image(dir: &Path, reference: &str) -> PathBuf {
+    let out = dir.join("vectorlb-image.tar");
+    let bins = Path::new(crate::bin()).parent().unwrap();
+    let o = Command::new("bash").arg(repo().join("deploy/kubernetes/image/build.sh")).arg(bins).arg(&out).arg(reference).output().unwrap();
+    assert!(o.status.success(), "build.sh: {}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
 pub struct RealNode {
     pub name: String,
     pub dir: PathBuf,
@@ -88,6 +98,21 @@ impl RealNode {
     /// the not-ready taint the API server put on it at registration (the node lifecycle
     /// controller that would is not run: the fake nodes of other tests have no heartbeat).
     pub fn start(cp: &ControlPlane, name: &str, net: &PodNetwork, images: &[&Path]) -> RealNode {
+        let dir = cp.dir.join(format!("node-{name}"));
+        let ipam = dir.join("ipam");
+        let cni = json!({"cniVersion": "1.0.0", "name": format!("vectorlb-{name}"), "plugins": [
+            {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false, "hairpinMode": true,
+             "ipam": {"type": "host-local", "dataDir": ipam,
+                      "ranges": [[{"subnet": net.subnet, "rangeStart": net.range_start, "rangeEnd": net.range_end, "gateway": net.gateway}]],
+                      "routes": [{"dst": "0.0.0.0/0", "gw": net.gateway}]}},
+            {"type": "loopback"}]});
+        RealNode::start_with(cp, name, &net.netns, Path::new("/usr/lib/cni"), &cni, images)
+    }
+
+    /// [`RealNode::start`] with the node's CNI configuration list `cni` (plugins found in
+    /// `cni_bin`; `dir/ipam` is there for host-local's files), containerd in network namespace
+    /// `netns`.
+    pub fn start_with(cp: &ControlPlane, name: &str, netns: &str, cni_bin: &Path, cni: &Value, images: &[&Path]) -> RealNode {
         if let Some(why) = unavailable() {
             panic!("a real node cannot run: {why}");
         }
@@ -105,25 +130,20 @@ impl RealNode {
                  [plugins.\"io.containerd.grpc.v1.cri\"]\n  restrict_oom_score_adj = true\n  sandbox_image = \"vectorlb.local/pause:1\"\n\
                  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n    runtime_type = \"io.containerd.runc.v2\"\n\
                  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n      SystemdCgroup = false\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\".cni]\n    bin_dir = \"/usr/lib/cni\"\n    conf_dir = \"{}\"\n",
+                 [plugins.\"io.containerd.grpc.v1.cri\".cni]\n    bin_dir = \"{}\"\n    conf_dir = \"{}\"\n",
                 d("root"),
                 d("state"),
                 sock.display(),
+                cni_bin.display(),
                 d("cni")
             ),
         )
         .unwrap();
-        let cni = json!({"cniVersion": "1.0.0", "name": format!("vectorlb-{name}"), "plugins": [
-            {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false, "hairpinMode": true,
-             "ipam": {"type": "host-local", "dataDir": d("ipam"),
-                      "ranges": [[{"subnet": net.subnet, "rangeStart": net.range_start, "rangeEnd": net.range_end, "gateway": net.gateway}]],
-                      "routes": [{"dst": "0.0.0.0/0", "gw": net.gateway}]}},
-            {"type": "loopback"}]});
-        std::fs::write(dir.join("cni/10-vectorlb.conflist"), serde_json::to_string_pretty(&cni).unwrap()).unwrap();
+        std::fs::write(dir.join("cni/10-vectorlb.conflist"), serde_json::to_string_pretty(cni).unwrap()).unwrap();
         let netns_before = netns_names();
         let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
         let containerd = Command::new("nsenter")
-            .arg(format!("--net=/var/run/netns/{}", net.netns))
+            .arg(format!("--net=/var/run/netns/{netns}"))
             .args(["containerd", "--config", &d("containerd.toml")])
             .stdout(log.try_clone().unwrap())
             .stderr(log)

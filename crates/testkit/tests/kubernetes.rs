@@ -837,15 +837,6 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
     );
 }
 
-/// vectorlb's own image built here (deploy/kubernetes/image/build.sh) from the test's binaries.
-fn our_image(dir: &Path, reference: &str) -> PathBuf {
-    let out = dir.join("vectorlb-image.tar");
-    let bins = Path::new(bin()).parent().unwrap();
-    let o = Command::new("bash").arg(repo().join("deploy/kubernetes/image/build.sh")).arg(bins).arg(&out).arg(reference).output().unwrap();
-    assert!(o.status.success(), "build.sh: {}", String::from_utf8_lossy(&o.stderr));
-    out
-}
-
 fn pod_network(topo: &Topo) -> PodNetwork {
     PodNetwork {
         netns: topo.ns("sw"),
@@ -868,7 +859,7 @@ fn a_real_kubelet_runs_pods_of_our_image_behind_a_loadbalancer_service() {
     }
     let mut topo = Topo::new("kr", Shape::TwoArm, 1500);
     let (cp, _) = control_plane(&mut topo);
-    let image = our_image(&cp.dir, "vectorlb.local/vectorlb:test");
+    let image = vectorlb_testkit::node::our_image(&cp.dir, "vectorlb.local/vectorlb:test");
     let t = Instant::now();
     let node = RealNode::start(&cp, "real-1", &pod_network(&topo), &[&image]);
     let node_ready_s = t.elapsed().as_secs_f64();

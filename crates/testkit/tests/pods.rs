@@ -634,3 +634,468 @@ fn a_memif_pod_gets_its_annotated_ports_on_the_memif_and_the_rest_on_its_interfa
         json!({"pods": {"event": "memif_pod", "echoed": e["echoed"], "other": e["other"], "connects": e["connects"], "tx_packets": st["tx_packets"], "tx_dropped": st["tx_dropped"]}})
     );
 }
+
+/// Pods of a real runtime: the kubelet (built with the control plane) on Debian's containerd and
+/// runc, which run `vectorlb-cni` themselves (with host-local and loopback) for every Pod
+/// sandbox and pass the Pod's annotations to it. Pods of vectorlb's own image answer through
+/// the data plane, a ClusterIP over them serves a pod made by cnitool, the annotated Pod's
+/// memif takes its port, and deleting the Pods leaves nothing attached.
+#[test]
+fn pods_of_a_real_runtime_get_their_network_from_the_plugin() {
+    use vectorlb_testkit::k8s::ControlPlane;
+    use vectorlb_testkit::node::{our_image, unavailable, RealNode};
+    if let Some(why) = unavailable() {
+        panic!("{why}");
+    }
+    let mut n = PodNet::new("vcnr");
+    let cp = ControlPlane::start(&n.t.dir.join("k8s"));
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
+    let image = our_image(&cp.dir, "vectorlb.local/vectorlb:test");
+    // containerd finds the plugins in one directory: ours and the reference ones it also runs.
+    let cni_bin = n.t.dir.join("runtime-cni-bin");
+    std::fs::create_dir_all(&cni_bin).unwrap();
+    std::os::unix::fs::symlink(cni_plugin(), cni_bin.join("vectorlb-cni")).unwrap();
+    for p in ["host-local", "loopback"] {
+        std::os::unix::fs::symlink(format!("/usr/lib/cni/{p}"), cni_bin.join(p)).unwrap();
+    }
+    let cni = json!({"cniVersion": "1.0.0", "name": "vectorlb-pods", "plugins": [
+        {"type": "vectorlb-cni", "api": n.t.api(), "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+         "ipam": {"type": "host-local", "dataDir": n.t.dir.join("runtime-ipam").display().to_string(),
+                  "ranges": [[{"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.200", "rangeEnd": "10.244.1.250"}],
+                             [{"subnet": "fd00:244:1::/64", "rangeStart": "fd00:244:1::200", "rangeEnd": "fd00:244:1::250"}]]}},
+        {"type": "loopback"}]});
+    let node = RealNode::start_with(&cp, "real-1", &n.t.ns("lb"), &cni_bin, &cni, &[&image]);
+    let serve = |name: &str, annotations: Value, command: Value| {
+        let app = if name.starts_with("web") { "web" } else { "other" };
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": {"app": app}, "annotations": annotations},
+            "spec": {"nodeName": "real-1", "terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "vectorlb.local/vectorlb:test",
+                "imagePullPolicy": "Never", "command": command}]}})
+    };
+    let http = |name: &str| json!(["/usr/local/bin/vectorlb-tools", "probe", "serve-http", "--listen", "[::]:8080", "--name", name]);
+    let echo = json!(["/usr/local/bin/vectorlb-tools", "pod-memif", "echo", "--duration-s", "600"]);
+    let objects = [serve("web-1", json!({}), http("web-1")), serve("web-2", json!({}), http("web-2")), serve("memif-1", json!({"vectorlb.io/memif-ports": "udp:5000"}), echo)];
+    let t = Instant::now();
+    cp.apply(&objects).unwrap();
+    let running = |cp: &ControlPlane| -> Vec<(String, Vec<String>)> {
+        let v = cp.get(&["-n", "default", "pods"]);
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap().to_string(),
+                    p["status"]["podIPs"].as_array().map(|a| a.iter().map(|i| i["ip"].as_str().unwrap().to_string()).collect()).unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let limit = Duration::from_secs(90);
+    while running(&cp).len() < 3 {
+        assert!(
+            t.elapsed() < limit,
+            "3 Pods not Running in {limit:?}: {}\n{}",
+            cp.k(&["-n", "default", "get", "pods", "-o", "wide"]),
+            vectorlb_testkit::k8s::tail(&node.runtime_log(), 30)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let running_s = t.elapsed().as_secs_f64();
+    let pods: std::collections::BTreeMap<String, Vec<String>> = running(&cp).into_iter().collect();
+    // The daemon has them, named by the runtime's CNI arguments, with the addresses the
+    // kubelet reports (both families).
+    let attached = n.attached();
+    for (name, ips) in &pods {
+        assert_eq!(ips.len(), 2, "{name}: {ips:?}");
+        let a = attached.iter().find(|p| p["pod"] == format!("default/{name}").as_str()).unwrap_or_else(|| panic!("{name} not attached: {attached:?}"));
+        for ip in ips {
+            assert!(a["ips"].as_array().unwrap().iter().any(|x| x == ip.as_str()), "{name}: {a} vs {ips:?}");
+        }
+    }
+    assert_eq!(attached.iter().find(|p| p["pod"] == "default/memif-1").unwrap()["memif"]["socket"], "@vectorlb/memif-eth0");
+    // The host reaches them through vlb0, both families.
+    for name in ["web-1", "web-2"] {
+        for ip in &pods[name] {
+            let url = if ip.contains(':') { format!("http://[{ip}]:8080/") } else { format!("http://{ip}:8080/") };
+            let o = n.t.run("lb", &["curl", "-s", "-m", "3", &url]);
+            assert!(stdout(&o).contains(name), "{url}: {}", stdout(&o));
+        }
+    }
+    // A NodePort Service over the two, fed to the daemon by `vectorlb kube` ([cluster_ips]) from
+    // the Service and the EndpointSlice the control plane made of the Pods: its cluster IP
+    // asked by a pod cnitool made, its NodePort from outside the node.
+    let ns = n.mkpod(1);
+    assert!(ok(&n.cnitool("add", &ns)));
+    let ctl_cfg = n.t.dir.join("controller.toml");
+    std::fs::write(
+        &ctl_cfg,
+        format!(
+            "lease = \"vectorlb-node-real-1\"\nlease_seconds = 6\nresync_seconds = 5\n\n[[daemons]]\nname = \"real-1\"\napi = \"{}\"\n\n\
+             [cluster_ips]\nservice_cidrs = [\"10.96.0.0/16\"]\nnode_addresses = [\"10.1.0.1\", \"2001:db8:1::1\"]\n",
+            n.t.api()
+        ),
+    )
+    .unwrap();
+    let ctl_log = std::fs::File::create(n.t.dir.join("controller.log")).unwrap();
+    let mut ctl = Command::new(bin())
+        .args(["kube", "run", "--config", ctl_cfg.to_str().unwrap(), "--kubeconfig", cp.kubeconfig("controller").to_str().unwrap(), "--identity", "node-real-1"])
+        .env("RUST_LOG", "info")
+        .stdout(ctl_log.try_clone().unwrap())
+        .stderr(ctl_log)
+        .spawn()
+        .unwrap();
+    cp.apply(&[json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"type": "NodePort", "clusterIP": "10.96.0.20", "selector": {"app": "web"},
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30080, "protocol": "TCP"}]}})])
+        .unwrap();
+    let t = Instant::now();
+    wait_for("the Service on the daemon with both Pods", Duration::from_secs(30), || {
+        let v = n.t.get("/v1/services");
+        v.as_array().unwrap().iter().any(|s| s["vip"] == "10.96.0.20" && s["backends"].as_array().is_some_and(|b| b.len() == 2))
+            && v.as_array().unwrap().iter().any(|s| s["vip"] == "10.1.0.1" && s["port"] == 30080)
+    });
+    let programmed_s = t.elapsed().as_secs_f64();
+    let h = probe_in(&n, 1, &["http", "--url", "http://10.96.0.20:80/", "--requests", "100", "--concurrency", "2", "--json"]);
+    assert_eq!(h["errors"], 0, "{h}");
+    assert_eq!(spread(&h).len(), 2, "both real Pods serve the ClusterIP: {h}");
+    let o = n.t.run("cl", &[tools(), "probe", "http", "--url", "http://10.1.0.1:30080/", "--requests", "100", "--concurrency", "2", "--json"]);
+    let h = last_json(&o);
+    assert_eq!(h["errors"], 0, "outside -> NodePort: {h}");
+    assert_eq!(spread(&h).len(), 2, "both real Pods serve the NodePort: {h}");
+    // The annotated Pod's application has its port on the memif.
+    wait_for("the real Pod's memif application connected", Duration::from_secs(20), || pod_status_by_name(&n, "default/memif-1")["memif"]["connected"] == true);
+    let memif_ip = pods["memif-1"].iter().find(|i| !i.contains(':')).unwrap().clone();
+    let u = probe_in(&n, 1, &["udp", "--target", &format!("{memif_ip}:5000"), "--flows", "5", "--per-flow", "3", "--timeout-ms", "500"]);
+    assert_eq!(u["backends"]["flow"], 15, "answered by the memif application in the real Pod: {u}");
+    // Deleted through the API: the kubelet stops them and containerd runs the plugin's DEL.
+    let t = Instant::now();
+    cp.k(&["-n", "default", "delete", "pods", "--all", "--wait=false"]);
+    wait_for("the real Pods detached", Duration::from_secs(60), || n.attached().iter().all(|p| p["pod"].is_null()));
+    let deleted_s = t.elapsed().as_secs_f64();
+    assert_eq!(n.attached().len(), 1, "only the cnitool pod is left: {:?}", n.attached());
+    assert_eq!(n.state_files(), 1);
+    let held = std::fs::read_dir(n.t.dir.join("runtime-ipam/vectorlb-pods"))
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().parse::<std::net::IpAddr>().is_ok()).count())
+        .unwrap_or(0);
+    assert_eq!(held, 0, "host-local holds no address of the deleted Pods");
+    let _ = ctl.kill();
+    let _ = ctl.wait();
+    drop(node);
+    println!(
+        "{}",
+        json!({"pods": {"event": "real_runtime", "pods": 3, "running_after_apply_s": running_s, "service_programmed_by_controller_s": programmed_s, "detached_after_delete_s": deleted_s}})
+    );
+}
+
+fn pod_status_by_name(n: &PodNet, pod: &str) -> Value {
+    n.attached().into_iter().find(|p| p["pod"] == pod).unwrap_or(Value::Null)
+}
+
+// ---- `make bench-pods`: the pod network against kube-proxy (nftables) and the bridge plugin ----
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_default()
+}
+
+/// CPU time the whole machine spent busy (every CPU: user, system, interrupts, steal), seconds.
+fn busy_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = stat.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal
+    let busy: u64 = f.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4 && *i < 8).map(|(_, v)| v).sum();
+    // SAFETY: sysconf has no preconditions.
+    busy as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        0.0
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+fn r3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The reference node: pods on a Linux bridge by Debian's bridge plugin (driven by cnitool, as
+/// the runtime would), Services by kube-proxy in nftables mode (built from the Kubernetes
+/// module, scripts/k8s-bins.sh) against a real API server, br_netfilter on, as such a node runs.
+struct KubeProxyNode {
+    ns: String,
+    pods: Vec<String>,
+    ips: Vec<String>,
+    proxy: Option<std::process::Child>,
+    _relay: Option<vectorlb_testkit::relay::Relay>,
+    cp: Option<vectorlb_testkit::k8s::ControlPlane>,
+}
+
+impl KubeProxyNode {
+    fn start(dir: &Path, cnitool: &str, pods: usize, backends: &[usize]) -> KubeProxyNode {
+        let ns = "vbk-node".to_string();
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        sh(&["ip", "netns", "add", &ns]);
+        let mut node = KubeProxyNode { ns: ns.clone(), pods: Vec::new(), ips: Vec::new(), proxy: None, _relay: None, cp: None };
+        let in_node = |args: &[&str]| {
+            let o = Command::new("ip").args(["netns", "exec", &ns]).args(args).output().unwrap();
+            assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+            o
+        };
+        in_node(&["ip", "link", "set", "lo", "up"]);
+        in_node(&["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"]);
+        let conf = dir.join("kp-net.d");
+        std::fs::create_dir_all(&conf).unwrap();
+        let c = json!({"cniVersion": "1.0.0", "name": "kpnet", "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+            "ipam": {"type": "host-local", "dataDir": dir.join("kp-ipam").display().to_string(), "ranges": [[{"subnet": "10.245.1.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}});
+        std::fs::write(conf.join("10-kpnet.conf"), c.to_string()).unwrap();
+        for i in 1..=pods {
+            let name = format!("vbk-pod{i}");
+            let _ = Command::new("ip").args(["netns", "del", &name]).output();
+            sh(&["ip", "netns", "add", &name]);
+            sh(&["ip", "netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
+            node.pods.push(name.clone());
+            let o = Command::new("ip")
+                .args(["netns", "exec", &ns, cnitool, "add", "kpnet", &format!("/var/run/netns/{name}")])
+                .env("NETCONFPATH", &conf)
+                .env("CNI_PATH", "/usr/lib/cni")
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "bridge plugin: {}", String::from_utf8_lossy(&o.stderr));
+            let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+            node.ips.push(r["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string());
+        }
+        // The control plane on the host's loopback; kube-proxy inside the node reaches it by a relay.
+        let cp = vectorlb_testkit::k8s::ControlPlane::start(&dir.join("kp-k8s"));
+        cp.add_node("bench-node", "10.245.1.1");
+        let eps: Vec<Value> = backends.iter().map(|&i| json!({"addresses": [node.ips[i - 1]], "conditions": {"ready": true}})).collect();
+        cp.apply(&[
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}),
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "web-1", "namespace": "default",
+                "labels": {"kubernetes.io/service-name": "web", "endpointslice.kubernetes.io/managed-by": "bench.vectorlb.io"}},
+                "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}], "endpoints": eps}),
+        ])
+        .unwrap();
+        node._relay = Some(vectorlb_testkit::relay::into_netns(&ns, cp.port).unwrap());
+        let log = std::fs::File::create(dir.join("kube-proxy.log")).unwrap();
+        node.proxy = Some(
+            Command::new("ip")
+                .args(["netns", "exec", &ns])
+                .arg(cp.bin("kube-proxy"))
+                .arg(format!("--kubeconfig={}", cp.kubeconfig("admin").display()))
+                .args(["--proxy-mode=nftables", "--hostname-override=bench-node", "--cluster-cidr=10.245.0.0/16", "--conntrack-max-per-core=0"])
+                .args(["--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256"])
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+        node.cp = Some(cp);
+        let t = Instant::now();
+        loop {
+            let rules = Command::new("ip").args(["netns", "exec", &ns, "nft", "list", "ruleset"]).output().unwrap();
+            if stdout(&rules).contains("10.96.0.10") && backends.iter().all(|&i| stdout(&rules).contains(&node.ips[i - 1])) {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "kube-proxy did not program the Service in 60 s:\n{}",
+                std::fs::read_to_string(dir.join("kube-proxy.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        node
+    }
+
+    fn run(&self, i: usize, args: &[&str]) -> Output {
+        Command::new("ip").args(["netns", "exec", &self.pods[i - 1]]).args(args).output().unwrap()
+    }
+
+    fn spawn(&self, i: usize, args: &[&str]) -> std::process::Child {
+        Command::new("ip").args(["netns", "exec", &self.pods[i - 1]]).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap()
+    }
+}
+
+impl Drop for KubeProxyNode {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.proxy.take() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        for p in self.pods.iter().chain([&self.ns]) {
+            for pid in stdout(&Command::new("ip").args(["netns", "pids", p]).output().unwrap()).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).output();
+            }
+            let _ = Command::new("ip").args(["netns", "del", p]).output();
+        }
+    }
+}
+
+/// One pod's side of a benchmark: what to run in it.
+trait PodRunner {
+    fn run_in(&self, i: usize, args: &[&str]) -> Output;
+    fn spawn_in(&self, i: usize, args: &[&str]) -> std::process::Child;
+}
+
+impl PodRunner for KubeProxyNode {
+    fn run_in(&self, i: usize, args: &[&str]) -> Output {
+        self.run(i, args)
+    }
+    fn spawn_in(&self, i: usize, args: &[&str]) -> std::process::Child {
+        self.spawn(i, args)
+    }
+}
+
+impl PodRunner for PodNet {
+    fn run_in(&self, i: usize, args: &[&str]) -> Output {
+        self.in_pod(i, args)
+    }
+    fn spawn_in(&self, i: usize, args: &[&str]) -> std::process::Child {
+        let name = format!("{}-pod{i}", self.t.p);
+        Command::new("ip").args(["netns", "exec", &name]).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap()
+    }
+}
+
+/// Connections per second to the ClusterIP from pod 1 (one request per connection, HTTP/1.1),
+/// and the machine's CPU per request.
+fn cps(n: &dyn PodRunner, seconds: u32, concurrency: u32) -> Value {
+    let cpu0 = busy_seconds();
+    let o = n.run_in(1, &[tools(), "probe", "http", "--url", "http://10.96.0.10:80/", "--duration-s", &seconds.to_string(), "--concurrency", &concurrency.to_string(), "--json"]);
+    let cpu = busy_seconds() - cpu0;
+    let r = last_json(&o);
+    let req = r["requests"].as_f64().unwrap_or(0.0).max(1.0);
+    json!({"cps": r["requests_per_second"], "p50_ms": r["latency_ms"]["p50"], "p99_ms": r["latency_ms"]["p99"], "errors": r["errors"], "requests": r["requests"],
+           "cpu_us_per_request": r3(cpu * 1e6 / req)})
+}
+
+/// UDP from pod `from` to pod `to` (iperf3, as fast as it sends) with `payload` bytes per
+/// datagram: the packets per second the receiver got.
+fn udp_throughput(n: &dyn PodRunner, from: usize, to: usize, to_ip: &str, payload: usize, seconds: u32) -> Value {
+    let mut server = n.spawn_in(to, &["iperf3", "-s", "-1", "-p", "5201"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let o = n.run_in(from, &["iperf3", "-c", to_ip, "-p", "5201", "-u", "-b", "0", "-l", &payload.to_string(), "-t", &seconds.to_string(), "--json"]);
+    let _ = server.kill();
+    let _ = server.wait();
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    let sum = &r["end"]["sum"];
+    let (packets, lost, secs) = (sum["packets"].as_f64().unwrap_or(0.0), sum["lost_packets"].as_f64().unwrap_or(0.0), sum["seconds"].as_f64().unwrap_or(1.0).max(0.001));
+    let got = (packets - lost).max(0.0);
+    let frame = payload + 42;
+    json!({"received_pps": (got / secs).round(), "sent_pps": (packets / secs).round(), "lost_pct": r3(if packets > 0.0 { 100.0 * lost / packets } else { 0.0 }),
+           "gbps": r3(got * (frame as f64) * 8.0 / secs / 1e9), "frame_bytes": frame, "error": r["error"]})
+}
+
+#[test]
+#[ignore = "a benchmark: make bench-pods (release build)"]
+fn bench_pods_against_kube_proxy() {
+    let cpu = cpu_model();
+    let rounds: usize = std::env::var("VECTORLB_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let (seconds, concurrency) = (5, 8);
+    // vectorlb's node: pod 1 the client, 2 and 3 the Service's backends, 4 and 5 the
+    // throughput pair, 6 and 7 memif pods.
+    let mut v = PodNet::new("vbv");
+    for i in 1..=5 {
+        let ns = v.mkpod(i);
+        assert!(ok(&v.cnitool("add", &ns)));
+    }
+    for i in 6..=7 {
+        let ns = v.mkpod(i);
+        assert!(ok(&v.cnitool_annotated("add", &ns, Some("udp:5000"))));
+    }
+    let vip = |i: usize| pod_ip(&v, i, false);
+    let body = json!({"vip": "10.96.0.10", "port": 80, "proto": "tcp", "mode": "nat", "scheduler": "maglev",
+        "backends": [{"addr": vip(2), "port": 8080}, {"addr": vip(3), "port": 8080}]});
+    let (s, r) = v.t.call("POST", "/v1/services", Some(&body));
+    assert_eq!(s, 201, "{r}");
+    // kube-proxy's node: the same roles, pods 1..5.
+    let cnitool = v.cnitool.clone();
+    let k = KubeProxyNode::start(&v.t.dir, &cnitool, 5, &[2, 3]);
+    let mut servers = Vec::new();
+    for i in [2, 3] {
+        servers.push(v.spawn_in(i, &[tools(), "probe", "serve-http", "--listen", "[::]:8080", "--name", &format!("pod{i}")]));
+        servers.push(k.spawn(i, &[tools(), "probe", "serve-http", "--listen", "[::]:8080", "--name", &format!("pod{i}")]));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // Both answer before anything is measured.
+    for (name, n) in [("vectorlb", &v as &dyn PodRunner), ("kube-proxy", &k as &dyn PodRunner)] {
+        let o = n.run_in(1, &[tools(), "probe", "http", "--url", "http://10.96.0.10:80/", "--requests", "100", "--concurrency", "2", "--json"]);
+        let r = last_json(&o);
+        assert_eq!(r["errors"], 0, "{name}: {r}");
+    }
+
+    // Connections per second, alternating, medians.
+    let mut runs: std::collections::BTreeMap<&str, Vec<Value>> = Default::default();
+    for _ in 0..rounds {
+        for (name, n) in [("vectorlb", &v as &dyn PodRunner), ("kube-proxy", &k as &dyn PodRunner)] {
+            let r = cps(n, seconds, concurrency);
+            eprintln!("{name}: {r}");
+            runs.entry(name).or_default().push(r);
+        }
+    }
+    let med = |name: &str, key: &str| median(runs[name].iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect());
+    for name in ["vectorlb", "kube-proxy"] {
+        println!(
+            "{}",
+            json!({"bench": "pods_service_cps", "system": name, "cpu": cpu, "rounds": rounds, "seconds": seconds, "concurrency": concurrency,
+                   "cps": med(name, "cps").round(), "p50_ms": med(name, "p50_ms"), "p99_ms": med(name, "p99_ms"),
+                   "cpu_us_per_request": med(name, "cpu_us_per_request"), "errors": runs[name].iter().map(|r| r["errors"].as_u64().unwrap_or(0)).sum::<u64>(),
+                   "runs": runs[name]})
+        );
+    }
+
+    // Pod-to-pod UDP throughput, 64-byte frames and 1,500-byte packets.
+    let mut iface64 = 0.0;
+    for payload in [22usize, 1472] {
+        for (name, n, to_ip) in [("vectorlb", &v as &dyn PodRunner, vip(5)), ("kube-proxy", &k as &dyn PodRunner, k.ips[4].clone())] {
+            let mut rs = Vec::new();
+            for _ in 0..rounds {
+                rs.push(udp_throughput(n, 4, 5, &to_ip, payload, 4));
+            }
+            let pps = median(rs.iter().map(|r| r["received_pps"].as_f64().unwrap_or(0.0)).collect());
+            if name == "vectorlb" && payload == 22 {
+                iface64 = pps;
+            }
+            println!(
+                "{}",
+                json!({"bench": "pods_pod_to_pod_udp", "system": name, "cpu": cpu, "frame_bytes": payload + 42, "received_pps": pps,
+                       "gbps": median(rs.iter().map(|r| r["gbps"].as_f64().unwrap_or(0.0)).collect()), "runs": rs})
+            );
+        }
+    }
+
+    // A memif pod against an interface pod, 64-byte frames, both through vectorlb.
+    let mut memif_runs = Vec::new();
+    for _ in 0..rounds {
+        let sink = v.spawn_in(7, &[tools(), "pod-memif", "sink", "--duration-s", "7"]);
+        std::thread::sleep(Duration::from_millis(500));
+        let send = v.run_in(6, &[tools(), "pod-memif", "send", "--src", &vip(6), "--dst", &format!("{}:5000", vip(7)), "--size", "64", "--duration-s", "4"]);
+        let out = sink.wait_with_output().unwrap();
+        let (s, r) = (last_json(&send), last_json(&out));
+        eprintln!("memif: send {s} sink {r}");
+        memif_runs.push(json!({"sent_pps": s["pps"], "received_pps": r["pps"], "received": r["received"], "sent": s["sent"]}));
+    }
+    let memif64 = median(memif_runs.iter().map(|r| r["received_pps"].as_f64().unwrap_or(0.0)).collect());
+    println!("{}", json!({"bench": "pods_memif", "cpu": cpu, "frame_bytes": 64, "memif_pps": memif64, "interface_pps": iface64, "runs": memif_runs}));
+
+    let (vc, kc) = (med("vectorlb", "cps"), med("kube-proxy", "cps"));
+    let (vp, kp) = (med("vectorlb", "p99_ms"), med("kube-proxy", "p99_ms"));
+    println!(
+        "{}",
+        json!({"bench": "pods_summary", "cpu": cpu, "cps_vs_kube_proxy": r3(vc / kc.max(1e-9)), "p99_vs_kube_proxy": r3(vp / kp.max(1e-9)),
+               "cpu_per_request_vs_kube_proxy": r3(med("vectorlb", "cpu_us_per_request") / med("kube-proxy", "cpu_us_per_request").max(1e-9)),
+               "memif_vs_interface": r3(memif64 / iface64.max(1e-9)),
+               "goals": {"cps_vs_kube_proxy": ">= 1.0", "p99_vs_kube_proxy": "< 1.0", "memif_vs_interface": ">= 5.0"}})
+    );
+    for mut s in servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+}

@@ -162,7 +162,8 @@ pub fn run(cmd: &PodMemifCmd) -> Result<Value, ToolError> {
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(common.duration_s);
     let (mut echoed, mut other, mut received, mut sent, mut connects) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut first_packet: Option<Instant> = None;
+    // The active time: from the first packet to the last one received (sink) or sent.
+    let (mut first_packet, mut last_packet): (Option<Instant>, Option<Instant>) = (None, None);
     let mut bufs: Vec<Buf> = Vec::with_capacity(256);
     let mut next = 0usize;
     'outer: while let Some(mut c) = connect(&common.socket, deadline)? {
@@ -208,7 +209,9 @@ pub fn run(cmd: &PodMemifCmd) -> Result<Value, ToolError> {
                         std::hint::spin_loop();
                         continue;
                     }
-                    first_packet.get_or_insert_with(Instant::now);
+                    let now = Instant::now();
+                    first_packet.get_or_insert(now);
+                    last_packet = Some(now);
                     received += bufs.iter().filter(|b| !b.more).count() as u64;
                     q.free(&mut bufs);
                 }
@@ -221,15 +224,21 @@ pub fn run(cmd: &PodMemifCmd) -> Result<Value, ToolError> {
                     }
                     if burst == 0 {
                         std::hint::spin_loop();
+                    } else {
+                        let now = Instant::now();
+                        first_packet.get_or_insert(now);
+                        last_packet = Some(now);
                     }
-                    first_packet.get_or_insert_with(Instant::now);
                 }
             }
         }
         c.disconnect("done");
         break;
     }
-    let busy = first_packet.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let busy = match (first_packet, last_packet) {
+        (Some(a), Some(b)) => (b - a).as_secs_f64(),
+        _ => 0.0,
+    };
     let rate = |n: u64| if busy > 0.0 { (n as f64 / busy).round() } else { 0.0 };
     Ok(match cmd {
         PodMemifCmd::Echo(_) => json!({"pod_memif": "echo", "received": received, "echoed": echoed, "other": other, "connects": connects}),
