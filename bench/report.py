@@ -723,16 +723,21 @@ def dispatch_section():
 dispatch_section()
 
 
+def step_head(title, prefix, text):
+    """A step's section title, then when and where it was measured (`dated`) and `text`."""
+    w(f"## {title}\n")
+    w(dated(prefix).rstrip("\n") + " " + text + "\n")
+
+
 def kubernetes_section():
     """`make bench-kubernetes` (bench/results/kubernetes.jsonl): apply to first request over 100
     Services, 1,000 Services and 20,000 endpoints programmed at once."""
     rs = lines("kubernetes.jsonl")
     if not rs:
         return
-    w("## Kubernetes: `vectorlb kube`\n")
-    w(dated("kubernetes").rstrip("\n") + " `make bench-kubernetes`, raw lines in `bench/results/kubernetes.jsonl`; a real control plane "
-      "(kube-apiserver, kube-controller-manager, kube-scheduler v1.34.0, etcd 3.6.4) on the same 2 vCPUs as the daemon, the controller, "
-      "the test's fake kubelet and its Pods (nginx in network namespaces); see [kubernetes.md](kubernetes.md).\n")
+    step_head("Kubernetes: `vectorlb kube`", "kubernetes", "`make bench-kubernetes`, raw lines in `bench/results/kubernetes.jsonl`; a real control plane "
+              "(kube-apiserver, kube-controller-manager, kube-scheduler v1.34.0, etcd 3.6.4) on the same 2 vCPUs as the daemon, the controller, "
+              "the test's fake kubelet and its Pods (nginx in network namespaces); see [kubernetes.md](kubernetes.md).")
     for r in rs:
         if r["bench"] == "kubernetes_apply_to_first_request":
             w(f"- **Apply to first request**, {r['services']} Services (each with a one-Pod Deployment) applied at once: "
@@ -754,12 +759,12 @@ def pods_section():
     rs = lines("pods.jsonl")
     if not rs:
         return
-    w("## Pod network: vectorlb-cni against kube-proxy (nftables) and the bridge plugin\n")
-    w(dated("pods").rstrip("\n") + " `make bench-pods`, raw lines in `bench/results/pods.jsonl`. Two nodes in network "
-      "namespaces on the same machine, measured alternately in one run: vectorlb's (pods on tun interfaces and memifs by "
-      "`vectorlb-cni`, the ClusterIP in the daemon's L4 core, release build) and the reference one (pods on a Linux bridge by "
-      "Debian's bridge plugin with br_netfilter, the ClusterIP by kube-proxy v1.34.0 in nftables mode from a real API "
-      "server). Medians of the rounds; see [pod-network.md](pod-network.md).\n")
+    step_head("Pod network: vectorlb-cni against kube-proxy (nftables) and the bridge plugin", "pods",
+              "`make bench-pods`, raw lines in `bench/results/pods.jsonl`. Two nodes in network "
+              "namespaces on the same machine, measured alternately in one run: vectorlb's (pods on tun interfaces and memifs by "
+              "`vectorlb-cni`, the ClusterIP in the daemon's L4 core, release build) and the reference one (pods on a Linux bridge by "
+              "Debian's bridge plugin with br_netfilter, the ClusterIP by kube-proxy v1.34.0 in nftables mode from a real API "
+              "server). Medians of the rounds; see [pod-network.md](pod-network.md).")
     by = {}
     for r in rs:
         by.setdefault(r["bench"], []).append(r)

@@ -19,6 +19,7 @@ pub mod control;
 pub mod control_api;
 pub mod error;
 pub mod ha;
+pub mod handoff;
 pub mod health;
 pub mod instance;
 pub mod memif_ports;

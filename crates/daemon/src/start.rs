@@ -164,6 +164,8 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
     };
     let handles = spawn_workers(&eal, cfg, &daemon, &control, queues, worker_rx, &shared, &ev_tx)?;
     drop(shared);
+    // The sessions the previous run wrote when it stopped (a planned restart).
+    crate::handoff::restore(&workers, &rt.run_dir);
     let router = vectorlb_api::router(daemon.clone());
     // One stop signal per listener: Notify::notify_one stores a permit for a task not yet
     // waiting, so no server misses it.
@@ -205,6 +207,11 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         let _ = t.join();
     }
 
+    // The sessions for the next run, while the workers still answer.
+    match crate::handoff::save(&workers, &rt.run_dir) {
+        Ok(n) => tracing::info!("stopping: {n} sessions written for the next start ({})", crate::handoff::path(&rt.run_dir).display()),
+        Err(e) => tracing::warn!("stopping: the sessions could not be written for the next start: {e}"),
+    }
     tracing::info!("stopping: draining workers");
     stop.store(true, Ordering::SeqCst);
     health.stop_all();

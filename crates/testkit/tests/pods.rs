@@ -406,6 +406,7 @@ fn pods_reach_services_and_each_other_through_the_data_plane() {
     n.t.start_lb(&cfg);
     let restart_s = t.elapsed().as_secs_f64();
     assert_eq!(n.attached().len(), 3, "the pods were taken back: {}", n.t.get("/v1/pods"));
+    assert!(n.t.lb_log().contains("session handoff: "), "the previous run's sessions were taken back:\n{}", n.t.lb_log());
     let out = load.wait_with_output().unwrap();
     let r: Value = serde_json::from_str(stdout(&out).lines().rev().find(|l| l.starts_with('{')).unwrap()).unwrap();
     let o = n.in_pod(1, &["ping", "-c", "1", "-W", "2", &ips(3, false)]);
