@@ -127,6 +127,11 @@ impl<P: Packet> WorkerLoop<P> {
         let mut empty_polls = 0u32;
         let mut last_publish = Instant::now();
         let max_sleep = self.shared.idle_sleep_us;
+        // A worker whose queues can wake it (the pods port's interfaces) spins less before it
+        // sleeps: its sleep ends when packets come, so spinning buys little and takes a core
+        // from the pods it serves.
+        let waitable = self.io.ports.iter_mut().any(|p| p.rx.idle_wait(0));
+        let spin_polls = if waitable { SPIN_POLLS / 8 } else { SPIN_POLLS };
         self.worker.flows.table.prefault_index();
         self.worker.track_changes(self.shared.changes.is_some());
         // A group streams only what continuation cannot re-create (full NAT, node-local schedulers).
@@ -142,12 +147,16 @@ impl<P: Packet> WorkerLoop<P> {
                 empty_polls = empty_polls.saturating_add(1);
                 // A queue set's workers busy-poll (unless the set says otherwise).
                 let busy = self.steering.as_ref().is_some_and(Steering::busy_polls);
-                if empty_polls > SPIN_POLLS && max_sleep > 0 && !busy {
+                if empty_polls > spin_polls && max_sleep > 0 && !busy {
                     // Back off: 8, 16, ... microseconds up to the configured bound.
-                    let k = ((empty_polls - SPIN_POLLS) / 64).min(6);
+                    let k = ((empty_polls - spin_polls) / 64).min(6);
                     let us = (8u32 << k).min(max_sleep);
                     self.counters.idle_sleeps += 1;
-                    std::thread::sleep(Duration::from_micros(us as u64));
+                    // A queue that can wait for its packets (the pods port's interfaces) ends
+                    // the sleep when they come; the others' packets wait no longer than before.
+                    if !self.io.ports.iter_mut().any(|p| p.rx.idle_wait(us)) {
+                        std::thread::sleep(Duration::from_micros(us as u64));
+                    }
                 } else {
                     std::hint::spin_loop();
                 }

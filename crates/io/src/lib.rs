@@ -58,6 +58,13 @@ pub trait RxQueue<P: Packet>: Send {
     fn backlog(&mut self) -> Option<usize> {
         None
     }
+
+    /// An idle worker's sleep of up to `us` microseconds, ended early when this queue has
+    /// packets, where the queue can wait for them (descriptors it can poll); false (nothing
+    /// done) where it cannot, and the worker sleeps the whole time.
+    fn idle_wait(&mut self, _us: u32) -> bool {
+        false
+    }
 }
 
 /// A transmit queue, owned by one worker (or, for a hand-off ring, one of its producers).
@@ -81,6 +88,10 @@ impl<P: Packet, R: RxQueue<P> + ?Sized> RxQueue<P> for Box<R> {
     #[inline]
     fn backlog(&mut self) -> Option<usize> {
         (**self).backlog()
+    }
+    #[inline]
+    fn idle_wait(&mut self, us: u32) -> bool {
+        (**self).idle_wait(us)
     }
 }
 

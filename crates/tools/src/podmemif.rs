@@ -60,6 +60,9 @@ pub struct SendArgs {
     /// Source ports used in turn (flows), from 10000.
     #[arg(long, default_value_t = 16)]
     pub flows: u16,
+    /// Packets per second at most (0: as fast as the ring takes them).
+    #[arg(long, default_value_t = 0)]
+    pub pps: u64,
 }
 
 /// Connects, trying again until `deadline` (the daemon may be starting, or restarting).
@@ -215,7 +218,16 @@ pub fn run(cmd: &PodMemifCmd) -> Result<Value, ToolError> {
                     received += bufs.iter().filter(|b| !b.more).count() as u64;
                     q.free(&mut bufs);
                 }
-                PodMemifCmd::Send(_) => {
+                PodMemifCmd::Send(a) => {
+                    // At most --pps: no more sent than the time since the start allows (the
+                    // time in between is given to the other processes).
+                    if a.pps > 0 {
+                        let allowed = (start.elapsed().as_secs_f64() * a.pps as f64) as u64;
+                        if sent >= allowed {
+                            std::thread::sleep(Duration::from_micros(50));
+                            continue;
+                        }
+                    }
                     // Frames already sent come back to the pool as the daemon takes them.
                     let mut burst = 0;
                     while burst < 32 && q.send_copy(&frames[(sent as usize) % frames.len()]) {
