@@ -775,14 +775,14 @@ def pods_section():
             w(f"| {r['system']} | **{r['cps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['cpu_us_per_request']:.0f} | {r['errors']} |")
         w("")
     if by.get("pods_pod_to_pod_udp"):
-        w("| pod to pod, UDP (iperf3, as fast as it sends) | frame bytes | received packets/s | Gbit/s |")
+        w("| pod to pod, UDP (iperf3; the most received over offered loads) | frame bytes | received packets/s | Gbit/s |")
         w("|---|---|---|---|")
         for r in by["pods_pod_to_pod_udp"]:
             w(f"| {r['system']} | {r['frame_bytes']} | **{r['received_pps']:,.0f}** | {r['gbps']:.3f} |")
         w("")
     for r in by.get("pods_memif", []):
-        w(f"- **memif pod vs interface pod**, 64-byte frames through vectorlb: memif {r['memif_pps']:,.0f} packets/s received, "
-          f"interface (iperf3) {r['interface_pps']:,.0f}.")
+        w(f"- **memif pod vs interface pod**, 64-byte frames through vectorlb, the most received over offered loads: memif "
+          f"(`vectorlb-tools pod-memif send` to `sink`) {r['memif_pps']:,.0f} packets/s, interface (iperf3) {r['interface_pps']:,.0f}.")
     for r in by.get("pods_summary", []):
         w(f"- **Summary**: cps_vs_kube_proxy **{r['cps_vs_kube_proxy']}** (goal at least 1.0), p99_vs_kube_proxy **{r['p99_vs_kube_proxy']}** "
           f"(goal below 1.0), CPU per request {r['cpu_per_request_vs_kube_proxy']}x kube-proxy's, memif_vs_interface **{r['memif_vs_interface']}** "
