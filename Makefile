@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-two-tier demo-kubernetes bench-kubernetes bench-pods conformance k8s-bins attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
+.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods conformance k8s-bins attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -25,7 +25,13 @@ demo: build
 	@bash demo/two-tier.sh
 	@python3 demo/queue-sets.py
 	@bash demo/scale-out.sh
+	@bash demo/pods.sh
 	@$(MAKE) --no-print-directory demo-kubernetes
+
+# The pod network: cnitool runs vectorlb-cni for three pods (one with a memif by annotation), a
+# ClusterIP over two of them, asked by the host and a pod. Ends with PODS OK ... (root).
+demo-pods: build
+	@bash demo/pods.sh
 
 # Three active nodes behind an FRR router (BGP through BIRD, ECMP): one killed, one drained
 # while connections run; prints what broke. Ends with SCALE-OUT OK ... (root).
