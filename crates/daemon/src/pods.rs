@@ -514,6 +514,15 @@ fn is_net_or_broadcast(a: IpAddr, len: u8) -> bool {
     }
 }
 
+/// Writes the Ethernet header before the IP packet at `d[14..]` (its source checked, so at
+/// least 20 bytes): to the pods port, from `slot`'s MAC, the type from the IP version.
+fn eth_header(port_mac: &Mac, slot: u32, d: &mut [u8]) {
+    d[..6].copy_from_slice(port_mac);
+    d[6..12].copy_from_slice(&slot_mac(slot));
+    let et: u16 = if d[14] >> 4 == 6 { 0x86dd } else { 0x0800 };
+    d[12..14].copy_from_slice(&et.to_be_bytes());
+}
+
 /// The receive side of the pods port, on the worker that reads it.
 pub struct PodRx {
     set: Arc<PodSet>,
@@ -538,14 +547,10 @@ impl PodRx {
             tap.spoofed.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let et: u16 = if p.data()[0] >> 4 == 6 { 0x86dd } else { 0x0800 };
         if !p.prepend(14) {
             return false;
         }
-        let d = p.data_mut();
-        d[..6].copy_from_slice(&set.mac);
-        d[6..12].copy_from_slice(&slot_mac(tap.rec.slot));
-        d[12..14].copy_from_slice(&et.to_be_bytes());
+        eth_header(&set.mac, tap.rec.slot, p.data_mut());
         p.set_meta(PacketMeta { port: set.port, ..Default::default() });
         tap.rx.fetch_add(1, Ordering::Relaxed);
         true
@@ -621,10 +626,7 @@ impl RxQueue<Mbuf> for PodRx {
                     self.spare = Some(p);
                     continue;
                 }
-                d[..6].copy_from_slice(&self.set.mac);
-                d[6..12].copy_from_slice(&slot_mac(tap.rec.slot));
-                let et: u16 = if d[14] >> 4 == 6 { 0x86dd } else { 0x0800 };
-                d[12..14].copy_from_slice(&et.to_be_bytes());
+                eth_header(&self.set.mac, tap.rec.slot, d);
                 p.set_len(14 + len);
                 p.set_meta(PacketMeta { port: self.set.port, ..Default::default() });
                 tap.rx.fetch_add(1, Ordering::Relaxed);
