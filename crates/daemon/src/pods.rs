@@ -528,6 +528,19 @@ pub struct PodRx {
     set: Arc<PodSet>,
     pool: Arc<dyn PacketPool<Mbuf>>,
     events: Vec<libc::epoll_event>,
+    /// Events the idle wait already took from the epoll set (the next receive reads them
+    /// instead of asking again).
+    ready: usize,
+    /// Whether `epoll_pwait2` exists here (kernel 5.11 or later); `ppoll` otherwise.
+    pwait2: bool,
+    /// Receives that found events (the rounds `visited` counts in).
+    round: u64,
+    /// By slot: the round an interface was last read, and whether it is read until it is
+    /// empty (`hot`) or once a round. Most pods have one packet waiting when they are
+    /// ready (a request, an acknowledgement), and reading on until the read fails costs a
+    /// system call for nothing; an interface ready two rounds in a row has more.
+    visited: Vec<u64>,
+    hot: Vec<bool>,
     /// A buffer a read found nothing for, kept for the next.
     spare: Option<Mbuf>,
     /// What a memif gave, before its checks; and what they refused.
@@ -537,7 +550,19 @@ pub struct PodRx {
 
 impl PodRx {
     pub fn new(set: Arc<PodSet>, pool: Arc<dyn PacketPool<Mbuf>>) -> PodRx {
-        PodRx { set, pool, events: vec![libc::epoll_event { events: 0, u64: 0 }; 64], spare: None, got: Vec::with_capacity(64), refused: Vec::new() }
+        PodRx {
+            set,
+            pool,
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 64],
+            ready: 0,
+            pwait2: true,
+            round: 0,
+            visited: Vec::new(),
+            hot: Vec::new(),
+            spare: None,
+            got: Vec::with_capacity(64),
+            refused: Vec::new(),
+        }
     }
 
     /// Gives a bare IP packet from `tap` its Ethernet header (to the port, from the slot's
@@ -581,11 +606,36 @@ impl PodRx {
 }
 
 impl RxQueue<Mbuf> for PodRx {
-    /// Sleeps in `ppoll` on the interfaces' epoll set: a pod's packet wakes the worker at once
-    /// instead of at the end of its sleep (memifs are polled: they do not wake it).
+    /// Sleeps in `epoll_pwait2` on the interfaces' epoll set: a pod's packet wakes the worker
+    /// at once instead of at the end of its sleep, and the events it returns are the next
+    /// receive's (memifs are polled: they do not wake it). `ppoll` on the set where the kernel
+    /// has no `epoll_pwait2`.
     fn idle_wait(&mut self, us: u32) -> bool {
-        let mut fd = libc::pollfd { fd: self.set.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ts = libc::timespec { tv_sec: (us / 1_000_000) as libc::time_t, tv_nsec: ((us % 1_000_000) * 1000) as libc::c_long };
+        if self.pwait2 && self.ready == 0 {
+            // SAFETY: `events` has room for its length in epoll_events, a valid timespec, no
+            // signal mask; the kernel writes at most `len` events.
+            let n = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    self.set.epoll.as_raw_fd(),
+                    self.events.as_mut_ptr(),
+                    self.events.len() as libc::c_int,
+                    &ts,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            };
+            if n >= 0 {
+                self.ready = n as usize;
+                return true;
+            }
+            if io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                self.pwait2 = false;
+            }
+            return true;
+        }
+        let mut fd = libc::pollfd { fd: self.set.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd, a valid timespec, no signal mask.
         unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
         true
@@ -593,17 +643,31 @@ impl RxQueue<Mbuf> for PodRx {
 
     fn recv(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let mut got = self.recv_memifs(out, max);
-        // SAFETY: `events` has room for its length in epoll_events; timeout 0 never blocks.
-        let n = unsafe { libc::epoll_wait(self.set.epoll.as_raw_fd(), self.events.as_mut_ptr(), self.events.len() as libc::c_int, 0) };
-        if n <= 0 {
-            return got;
-        }
+        let n = match std::mem::take(&mut self.ready) {
+            0 => {
+                // SAFETY: `events` has room for its length in epoll_events; timeout 0 never blocks.
+                let n = unsafe { libc::epoll_wait(self.set.epoll.as_raw_fd(), self.events.as_mut_ptr(), self.events.len() as libc::c_int, 0) };
+                if n <= 0 {
+                    return got;
+                }
+                n as usize
+            }
+            n => n,
+        };
+        self.round += 1;
         let slots = self.set.slots.load();
+        if self.visited.len() < slots.len() {
+            self.visited.resize(slots.len(), 0);
+            self.hot.resize(slots.len(), false);
+        }
         let frame = 14 + self.set.mtu as usize;
-        for ev in &self.events[..n as usize] {
-            let Some(Some(tap)) = slots.get(ev.u64 as usize) else { continue };
+        for ev in &self.events[..n] {
+            let slot = ev.u64 as usize;
+            let Some(Some(tap)) = slots.get(slot) else { continue };
+            let hot = self.hot[slot];
+            let limit = if hot { PER_INTERFACE } else { 1 };
             let mut taken = 0;
-            while got < max && taken < PER_INTERFACE {
+            while got < max && taken < limit {
                 let mut p = match self.spare.take() {
                     Some(p) => p,
                     None => match self.pool.alloc_len(self.set.port, frame) {
@@ -633,6 +697,10 @@ impl RxQueue<Mbuf> for PodRx {
                 out.push(p);
                 got += 1;
             }
+            // Ready again the round after a single read: read it until it is empty from now
+            // on; a hot interface that had at most one packet goes back to one read a round.
+            self.hot[slot] = if hot { taken > 1 } else { taken == 1 && self.visited[slot] + 1 == self.round };
+            self.visited[slot] = self.round;
             if got >= max {
                 break;
             }

@@ -19,6 +19,12 @@ use vectorlb_lb::{neigh, Verdict, Worker};
 pub const BURST: usize = 64;
 /// Empty polls before the worker starts sleeping.
 const SPIN_POLLS: u32 = 256;
+/// A port whose queue was empty this many rounds in a row is polled every
+/// `IDLE_PORT_EVERY`-th round only, until it has packets again: an empty poll of a
+/// software port is a system call (AF_XDP's wake-up, the pods port's `epoll_wait`), and
+/// while another port keeps the worker busy those calls take CPU from the work.
+const IDLE_PORT_ROUNDS: u32 = 64;
+const IDLE_PORT_EVERY: u64 = 4;
 /// How often a worker publishes its counters.
 const PUBLISH: Duration = Duration::from_millis(100);
 
@@ -82,12 +88,20 @@ pub struct WorkerLoop<P: Packet> {
     queues: QueueStats,
     /// When the previous polling round began (while there are queue sets).
     last_round: Option<Instant>,
+    /// Rounds in a row each port's queue was empty (`IDLE_PORT_ROUNDS`).
+    empty_rounds: Vec<u32>,
+    /// The worker clock's millisecond of the last idle sweep (one per millisecond).
+    last_sweep: u32,
+    /// The next round polls every port (after a sleep: what woke the worker, or what came
+    /// while it slept).
+    poll_all: bool,
 }
 
 impl<P: Packet> WorkerLoop<P> {
     pub fn new(id: u16, io: WorkerIo<P>, worker: Worker, shared: WorkerShared, msgs: Receiver<WorkerMsg>, events: Sender<Event>) -> Self {
         let txq = io.ports.iter().map(|_| Vec::with_capacity(BURST * 2)).collect();
         let handoff = io.peers.iter().map(|_| Vec::new()).collect();
+        let empty_rounds = vec![0; io.ports.len()];
         WorkerLoop {
             id,
             io,
@@ -106,6 +120,9 @@ impl<P: Packet> WorkerLoop<P> {
             kept: Vec::with_capacity(BURST),
             queues: QueueStats::default(),
             last_round: None,
+            empty_rounds,
+            last_sweep: u32::MAX,
+            poll_all: true,
         }
     }
 
@@ -142,7 +159,12 @@ impl<P: Packet> WorkerLoop<P> {
             if got > 0 {
                 empty_polls = 0;
             } else {
-                self.worker.idle(now, 256);
+                // The table's expired sessions, a slice a millisecond while idle (each
+                // burst sweeps its own slice too).
+                if now != self.last_sweep {
+                    self.last_sweep = now;
+                    self.worker.idle(now, 256);
+                }
                 self.messages();
                 empty_polls = empty_polls.saturating_add(1);
                 // A queue set's workers busy-poll (unless the set says otherwise).
@@ -157,6 +179,7 @@ impl<P: Packet> WorkerLoop<P> {
                     if !self.io.ports.iter_mut().any(|p| p.rx.idle_wait(us)) {
                         std::thread::sleep(Duration::from_micros(us as u64));
                     }
+                    self.poll_all = true;
                 } else {
                     std::hint::spin_loop();
                 }
@@ -201,8 +224,15 @@ impl<P: Packet> WorkerLoop<P> {
                 self.burst(&mut rx, None, now);
             }
         }
+        let all = std::mem::take(&mut self.poll_all) || self.counters.polls % IDLE_PORT_EVERY == 0;
         for p in 0..self.io.ports.len() {
-            if self.io.ports[p].rx.recv(&mut rx, BURST) > 0 {
+            if !all && self.empty_rounds[p] >= IDLE_PORT_ROUNDS {
+                continue;
+            }
+            if self.io.ports[p].rx.recv(&mut rx, BURST) == 0 {
+                self.empty_rounds[p] = self.empty_rounds[p].saturating_add(1);
+            } else {
+                self.empty_rounds[p] = 0;
                 got += rx.len();
                 if self.steering.is_some() {
                     Self::sample(&mut self.queues, self.io.ports[p].rx.as_mut(), rx.len(), gap);
