@@ -224,7 +224,7 @@ impl<P: Packet> WorkerLoop<P> {
                 self.burst(&mut rx, None, now);
             }
         }
-        let all = std::mem::take(&mut self.poll_all) || self.counters.polls % IDLE_PORT_EVERY == 0;
+        let all = std::mem::take(&mut self.poll_all) || self.counters.polls.is_multiple_of(IDLE_PORT_EVERY);
         for p in 0..self.io.ports.len() {
             if !all && self.empty_rounds[p] >= IDLE_PORT_ROUNDS {
                 continue;
