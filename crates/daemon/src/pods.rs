@@ -611,8 +611,12 @@ impl RxQueue<Mbuf> for PodRx {
     /// receive's (memifs are polled: they do not wake it). `ppoll` on the set where the kernel
     /// has no `epoll_pwait2`.
     fn idle_wait(&mut self, us: u32) -> bool {
+        if self.ready > 0 {
+            // Events taken and not read yet: nothing to wait for.
+            return true;
+        }
         let ts = libc::timespec { tv_sec: (us / 1_000_000) as libc::time_t, tv_nsec: ((us % 1_000_000) * 1000) as libc::c_long };
-        if self.pwait2 && self.ready == 0 {
+        if self.pwait2 {
             // SAFETY: `events` has room for its length in epoll_events, a valid timespec, no
             // signal mask; the kernel writes at most `len` events.
             let n = unsafe {
