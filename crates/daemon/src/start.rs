@@ -153,10 +153,12 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
     }
 
     let (changes_tx, changes_rx) = mpsc::channel();
+    let hold = Arc::new(AtomicBool::new(false));
     let shared = WorkerShared {
         workers: workers.clone(),
         ha: ha.clone(),
         stop: stop.clone(),
+        hold: hold.clone(),
         idle_sleep_us: rt.idle_sleep_us,
         changes: sync.as_ref().map(|_| changes_tx.clone()),
         sync: sync.clone(),
@@ -207,7 +209,10 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         let _ = t.join();
     }
 
-    // The sessions for the next run, while the workers still answer.
+    // The sessions for the next run: the workers stop taking packets first (a connection
+    // opened while they were written would have no session after the restart), and still
+    // answer the export. What the pods send meanwhile their kernels send again.
+    hold.store(true, Ordering::SeqCst);
     match crate::handoff::save(&workers, &rt.run_dir) {
         Ok(n) => tracing::info!("stopping: {n} sessions written for the next start ({})", crate::handoff::path(&rt.run_dir).display()),
         Err(e) => tracing::warn!("stopping: the sessions could not be written for the next start: {e}"),

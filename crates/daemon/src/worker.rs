@@ -55,6 +55,9 @@ pub struct WorkerShared {
     pub workers: Arc<Workers>,
     pub ha: Arc<Ha>,
     pub stop: Arc<AtomicBool>,
+    /// Set: the worker stops taking packets and only answers messages (a planned stop writes
+    /// the sessions while nothing can create more).
+    pub hold: Arc<AtomicBool>,
     /// Longest sleep of an idle worker, microseconds (0: busy-poll).
     pub idle_sleep_us: u32,
     /// Where changed sessions go for synchronisation (HA), when configured.
@@ -154,6 +157,11 @@ impl<P: Packet> WorkerLoop<P> {
         // A group streams only what continuation cannot re-create (full NAT, node-local schedulers).
         self.worker.sync_group(self.shared.sync.as_ref().is_some_and(|s| s.spec.group));
         while !self.shared.stop.load(Ordering::Relaxed) {
+            if self.shared.hold.load(Ordering::Relaxed) {
+                self.messages();
+                std::thread::sleep(Duration::from_micros(100));
+                continue;
+            }
             let now = self.shared.workers.now_ms();
             let got = self.poll(now);
             if got > 0 {

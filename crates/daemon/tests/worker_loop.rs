@@ -123,6 +123,7 @@ fn harness_with(n: u16, tx_room: usize, queue_sets: &[QueueSetSpec]) -> Harness 
             workers: workers.clone(),
             ha: Arc::new(Ha::new(STANDALONE)),
             stop: Arc::new(AtomicBool::new(false)),
+            hold: Arc::new(AtomicBool::new(false)),
             idle_sleep_us: 0,
             changes: None,
             sync: None,
