@@ -22,10 +22,7 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     [ -n "$POD_PID" ] && kill "$POD_PID" 2>/dev/null || true
-    if [ -n "$LB_PID" ] && kill -0 "$LB_PID" 2>/dev/null; then
-        kill -TERM "$LB_PID" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$LB_PID" 2>/dev/null || break; sleep 0.1; done
-    fi
+    stop_lb
     bash scripts/netns.sh down "$P" >/dev/null 2>&1 || true
     if [ $rc -ne 0 ]; then
         echo "demo failed (exit $rc); the LB's log:" >&2

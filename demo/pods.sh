@@ -26,10 +26,7 @@ cleanup() {
     trap - EXIT INT TERM
     for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
     for n in "${PODS[@]}"; do ip netns del "$n" 2>/dev/null || true; done
-    if [ -n "$LB_PID" ] && kill -0 "$LB_PID" 2>/dev/null; then
-        kill -TERM "$LB_PID" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$LB_PID" 2>/dev/null || break; sleep 0.1; done
-    fi
+    stop_lb
     bash scripts/netns.sh down "$P" >/dev/null 2>&1 || true
     if [ $rc -ne 0 ]; then
         echo "pods demo failed (exit $rc); the daemon's log:" >&2

@@ -65,6 +65,15 @@ start_lb() {
     return 1
 }
 
+# Stops the daemon start_lb started (SIGTERM: it withdraws, hands its sessions over and exits),
+# waiting up to 5 s; nothing to do when it is not running.
+stop_lb() {
+    [ -n "${LB_PID:-}" ] && kill -0 "$LB_PID" 2>/dev/null || return 0
+    kill -TERM "$LB_PID" 2>/dev/null || true
+    local _
+    for _ in $(seq 50); do kill -0 "$LB_PID" 2>/dev/null || return 0; sleep 0.1; done
+}
+
 # nginx in backend namespace NS, its files in DIR, with SERVER as the server block's body.
 #   start_nginx NS DIR 'listen 80; location / { return 200 "be1\n"; }'
 start_nginx() {
