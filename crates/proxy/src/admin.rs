@@ -109,11 +109,15 @@ pub struct EndpointOut {
     pub connect_failures: u64,
     pub errors: u64,
     pub queue_timeouts: u64,
+    /// Of those, requests whose own client connection held its `client_share`.
+    pub share_timeouts: u64,
     pub send_timeouts: u64,
     pub read_timeouts: u64,
-    /// Connections open to it now (idle ones included) and requests in flight.
+    /// Connections open to it now (idle ones included) and requests in flight; its cap
+    /// (one per address, whichever clusters and reloads name it).
     pub connections: usize,
     pub in_flight: usize,
+    pub max_connections: usize,
 }
 
 #[derive(Serialize)]
@@ -199,6 +203,9 @@ pub struct StatsOut {
     /// Client connections open now, and their limit over all listeners.
     pub client_connections: usize,
     pub max_client_connections: usize,
+    /// Request bodies buffered now (`request_buffer`), in bytes, and their limit.
+    pub buffered_bytes: usize,
+    pub buffer_memory: usize,
     pub listeners: Vec<ListenerOut>,
     pub clusters: Vec<ClusterOut>,
     /// The dispatch pool (with `static` routes or a `[dispatch]` section).
@@ -239,6 +246,8 @@ pub fn stats(p: &Proxy) -> StatsOut {
         workers: p.config.workers,
         client_connections: 0,
         max_client_connections: 0,
+        buffered_bytes: 0,
+        buffer_memory: p.config.buffer_memory,
         dispatch: p.dispatch.as_deref().map(dispatch_out),
         x25519_keypairs: {
             let (batched, single) = crate::keyshare::counts();
@@ -293,10 +302,12 @@ pub fn stats(p: &Proxy) -> StatsOut {
                         connect_failures: s.connect_failures.load(Ordering::Relaxed),
                         errors: s.errors.load(Ordering::Relaxed),
                         queue_timeouts: s.queue_timeouts.load(Ordering::Relaxed),
+                        share_timeouts: s.share_timeouts.load(Ordering::Relaxed),
                         send_timeouts: s.send_timeouts.load(Ordering::Relaxed),
                         read_timeouts: s.read_timeouts.load(Ordering::Relaxed),
                         connections: slots.connections(),
                         in_flight: slots.in_flight(),
+                        max_connections: slots.max(),
                     })
                     .collect(),
             })
@@ -423,6 +434,9 @@ pub fn metrics(p: &Proxy) -> String {
         ("vectorlb_proxy_upstream_queue_timeouts_total", "Requests answered 503 because every connection to the endpoint stayed busy for queue_timeout.", |s| {
             s.queue_timeouts.load(Ordering::Relaxed)
         }),
+        ("vectorlb_proxy_upstream_share_timeouts_total", "Of those, requests whose own client connection held its client_share of the endpoint's connections.", |s| {
+            s.share_timeouts.load(Ordering::Relaxed)
+        }),
         ("vectorlb_proxy_upstream_send_timeouts_total", "Writes to the endpoint that waited send_timeout.", |s| s.send_timeouts.load(Ordering::Relaxed)),
         ("vectorlb_proxy_upstream_read_timeouts_total", "Response bodies from the endpoint that stalled for read_timeout.", |s| s.read_timeouts.load(Ordering::Relaxed)),
         ("vectorlb_proxy_upstream_healthy", "1 while the endpoint takes requests (its health check passes, or it has none).", |s| s.healthy.load(Ordering::Relaxed) as u64),
@@ -485,6 +499,7 @@ async fn get_stats(State(c): P) -> Json<StatsOut> {
     s.last_reload_error = c.last_reload_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
     s.client_connections = c.admission.open();
     s.max_client_connections = c.admission.max();
+    s.buffered_bytes = c.admission.memory.used();
     Json(s)
 }
 
@@ -494,6 +509,8 @@ async fn get_metrics(State(c): P) -> impl IntoResponse {
     let _ = writeln!(m, "vectorlb_proxy_client_connections {}", c.admission.open());
     let _ = writeln!(m, "# HELP vectorlb_proxy_client_connections_max The limit of client connections over all listeners.\n# TYPE vectorlb_proxy_client_connections_max gauge");
     let _ = writeln!(m, "vectorlb_proxy_client_connections_max {}", c.admission.max());
+    let _ = writeln!(m, "# HELP vectorlb_proxy_buffered_bytes Request bodies buffered now (request_buffer), in bytes, against buffer_memory.\n# TYPE vectorlb_proxy_buffered_bytes gauge");
+    let _ = writeln!(m, "vectorlb_proxy_buffered_bytes {}", c.admission.memory.used());
     let _ = writeln!(m, "# HELP vectorlb_proxy_reloads_total Reloads of the configuration (SIGHUP, POST /v1/reload), by outcome.\n# TYPE vectorlb_proxy_reloads_total counter");
     let _ = writeln!(m, "vectorlb_proxy_reloads_total{{outcome=\"ok\"}} {}", c.reloads.load(Ordering::Relaxed));
     let _ = writeln!(m, "vectorlb_proxy_reloads_total{{outcome=\"refused\"}} {}", c.reload_failures.load(Ordering::Relaxed));

@@ -1,15 +1,19 @@
 //! What a client may take, and what happens past it.
 //!
-//! * [`Admission`]: client connections per listener and in all. At a limit, the connection
-//!   that has waited longest without a request in flight (idle keep-alive, a request head or
-//!   TLS handshake still coming) is closed to make room, as nginx reuses its idle
-//!   connections; with none such, the new one is closed at once.
+//! * [`Admission`]: client connections per listener and in all. At a limit one connection is
+//!   closed to make room: first one that owes the proxy progress (a request head or TLS
+//!   handshake still coming, or a request in flight that has fallen behind `min_rate`: a slow
+//!   body, a slow reader), the one that fell behind longest ago; else the keep-alive connection
+//!   idle longest, as nginx reuses its idle connections. A connection whose requests move at
+//!   `min_rate` or faster, or whose last response is not yet written and acknowledged, is never
+//!   closed for another; with none to close, the new one is closed at once.
 //! * [`Conn`]: one connection's state, shared by its task, its I/O ([`Watched`]) and its
 //!   requests ([`StreamGuard`]). Its task runs a [`Watchdog`] that enforces the deadlines
-//!   (header, idle, send) and carries out orders from elsewhere (evicted, over its reset
-//!   budget).
-//! * [`ClientBody`]: a request body with its deadline, telling a client's framing error or
-//!   silence (the client's fault: 400, 408) from an upstream's.
+//!   (header, idle, send and its minimum rate), ranks it for eviction, and carries out orders
+//!   from elsewhere (evicted, over its reset budget).
+//! * [`ClientBody`]: a request body with its deadline (a gap and a minimum rate), telling a
+//!   client's framing error or silence (the client's fault: 400, 408) from an upstream's;
+//!   [`Budget`]: the memory request bodies may be buffered in, per connection and in all.
 //!
 //! Times here are milliseconds on one process-wide clock ([`now_ms`]), so that connections
 //! compare and atomics hold them.
@@ -20,7 +24,8 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -39,10 +44,23 @@ const RESERVED_FDS: u64 = 64;
 /// The default of `max_connections` (all listeners): half the descriptors left after a
 /// reserve, since every client connection may hold one to an upstream; at least 16.
 pub fn default_max_connections() -> usize {
+    connections_for(nofile_limit())
+}
+
+/// The client connections `nofile` descriptors serve (see [`default_max_connections`]).
+pub fn connections_for(nofile: u64) -> usize {
+    (nofile.saturating_sub(RESERVED_FDS) / 2).clamp(16, 10_000_000) as usize
+}
+
+/// The soft descriptor limit in force (1,024 if it cannot be read).
+pub fn nofile_limit() -> u64 {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the limits into `r`, a valid struct owned by this frame.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 { r.rlim_cur } else { 1024 };
-    (soft.saturating_sub(RESERVED_FDS) / 2).clamp(16, 10_000_000) as usize
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 {
+        r.rlim_cur
+    } else {
+        1024
+    }
 }
 
 /// Raises the soft descriptor limit to the hard one; the limit in force. A proxy with
@@ -97,11 +115,25 @@ const ORDER_CLOSE: u8 = 1;
 /// Send GOAWAY and close soon (over the reset budget).
 const ORDER_GOAWAY: u8 = 2;
 
+/// Eviction ranks ([`Conn::evict_key`]): a class in the top bits, a time (ms) below; the
+/// lowest key is closed first.
+/// A connection that owes progress: no request served yet (handshake, first head), a next head
+/// coming in, or a request in flight behind `min_rate`. The time: since when it owes.
+const OWING: u64 = 0;
+/// An idle keep-alive connection that has served requests. The time: since when it is idle.
+const IDLE: u64 = 1 << 62;
+/// Not to be closed for another: requests moving at `min_rate`, or a response not yet
+/// written and acknowledged.
+const KEEP: u64 = u64::MAX;
+
 /// One client connection.
 pub struct Conn {
     pub accepted_ms: u64,
     stats: Arc<ClientStats>,
     limits: ClientLimits,
+    /// The client's socket, for the bytes it has not yet acknowledged (TIOCOUTQ); -1: none
+    /// (tests). Only the [`Watchdog`] uses it, which lives while the socket is open.
+    fd: std::os::fd::RawFd,
     /// Bytes read from and written to the client (after TLS), by [`Watched`].
     read: AtomicU64,
     written: AtomicU64,
@@ -116,17 +148,24 @@ pub struct Conn {
     order: AtomicU8,
     /// The connection's task, woken by an order (one task polls it: an atomic slot, no lock).
     wake: futures_util::task::AtomicWaker,
-    /// Since when (ms) it has waited with no request in flight; u64::MAX while one is.
-    waiting_since: AtomicU64,
-    /// When (ms) the watchdog last looked.
-    looked: AtomicU64,
+    /// Its rank for eviction (OWING, IDLE, KEEP above), kept by the watchdog and by requests
+    /// starting.
+    evict_key: AtomicU64,
+    /// Request bodies waiting for the client's next bytes now ([`ClientBody`]).
+    bodies_waiting: AtomicU32,
+    /// Request bodies buffered for this connection, in bytes ([`Budget`]).
+    buffered: AtomicUsize,
+    /// The memory of all buffered request bodies.
+    memory: Arc<Budget>,
+    /// Per endpoint: this connection's share of the endpoint's connections.
+    shares: Mutex<Vec<(SocketAddr, Arc<tokio::sync::Semaphore>)>>,
 }
 
 struct Streams {
     live: Vec<Arc<Stream>>,
     /// When the last stream ended (or the connection was accepted), and the bytes read then.
-    /// u64::MAX: it just ended, and the watchdog notes the time at its next look (so that the
-    /// end of a request reads no clock; a deadline may come up to one tick late).
+    /// u64::MAX: it ended, and the watchdog dates it once the response is written and
+    /// acknowledged (so that the end of a request reads no clock and makes no system call).
     idle_since: u64,
     read_at_idle: u64,
 }
@@ -152,13 +191,15 @@ pub struct Stream {
 }
 
 impl Conn {
-    pub fn new(limits: ClientLimits, stats: Arc<ClientStats>) -> Arc<Conn> {
+    /// A connection on socket `fd` (-1: none), its request bodies buffered within `memory`.
+    pub fn new(limits: ClientLimits, stats: Arc<ClientStats>, fd: std::os::fd::RawFd, memory: Arc<Budget>) -> Arc<Conn> {
         let now = now_ms();
         inc(&stats.connections);
         Arc::new(Conn {
             accepted_ms: now,
             stats,
             limits,
+            fd,
             read: AtomicU64::new(0),
             written: AtomicU64::new(0),
             write_blocked: AtomicBool::new(false),
@@ -168,8 +209,11 @@ impl Conn {
             resets: Mutex::new((now, 0)),
             order: AtomicU8::new(ORDER_NONE),
             wake: futures_util::task::AtomicWaker::new(),
-            waiting_since: AtomicU64::new(now),
-            looked: AtomicU64::new(now),
+            evict_key: AtomicU64::new(OWING + now),
+            bodies_waiting: AtomicU32::new(0),
+            buffered: AtomicUsize::new(0),
+            memory,
+            shares: Mutex::new(Vec::new()),
         })
     }
 
@@ -179,7 +223,7 @@ impl Conn {
         let mut st = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         if st.live.is_empty() {
             st.idle_since = now;
-            self.waiting_since.store(now, Ordering::Relaxed);
+            self.evict_key.store(OWING + now, Ordering::Relaxed);
         }
     }
 
@@ -189,6 +233,41 @@ impl Conn {
 
     pub fn limits(&self) -> &ClientLimits {
         &self.limits
+    }
+
+    /// Told to go (evicted, or over its reset budget): nothing more of it goes upstream.
+    pub fn going(&self) -> bool {
+        self.order.load(Ordering::Relaxed) != ORDER_NONE
+    }
+
+    /// This connection's share of the connections of endpoint `addr` (`max` of them):
+    /// `share` of them, at least one. The same semaphore for every request of the connection.
+    pub fn share(&self, addr: SocketAddr, max: usize, share: f64) -> Arc<tokio::sync::Semaphore> {
+        let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, s)) = shares.iter().find(|(a, _)| *a == addr) {
+            return s.clone();
+        }
+        let n = ((max as f64 * share).ceil() as usize).clamp(1, max.max(1));
+        let s = Arc::new(tokio::sync::Semaphore::new(n));
+        shares.push((addr, s.clone()));
+        s
+    }
+
+    /// Memory for `n` more bytes of buffered request body, within this connection's budget
+    /// (`connection_buffer`) and the process's; false (nothing taken) when either is spent.
+    pub fn take_buffer(&self, n: usize) -> bool {
+        let before = self.buffered.fetch_add(n, Ordering::Relaxed);
+        if before + n > self.limits.connection_buffer || !self.memory.take(n) {
+            self.buffered.fetch_sub(n, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back what [`Conn::take_buffer`] took.
+    pub fn give_buffer(&self, n: usize) {
+        self.buffered.fetch_sub(n, Ordering::Relaxed);
+        self.memory.give(n);
     }
 
     /// A request arrived: its stream, in flight until the guard (or the response body it
@@ -210,7 +289,7 @@ impl Conn {
         });
         let mut st = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         st.live.push(s.clone());
-        self.waiting_since.store(u64::MAX, Ordering::Relaxed);
+        self.evict_key.store(KEEP, Ordering::Relaxed);
         StreamGuard { conn: self.clone(), stream: s }
     }
 
@@ -222,11 +301,10 @@ impl Conn {
                 st.live.swap_remove(i);
             }
             if st.live.is_empty() {
+                // Not idle yet: the response may still be on its way to the client (hyper's
+                // buffer, the socket's). The watchdog dates the idle time once it is not.
                 st.idle_since = u64::MAX;
                 st.read_at_idle = self.read.load(Ordering::Relaxed);
-                // For the choice of a connection to close, the watchdog's last look is close
-                // enough.
-                self.waiting_since.store(self.looked.load(Ordering::Relaxed), Ordering::Relaxed);
             }
         }
         if s.forwarded.load(Ordering::Relaxed) && !ended && !s.released.load(Ordering::Relaxed) {
@@ -235,7 +313,8 @@ impl Conn {
     }
 
     /// A stream ended before its response did, after its request went upstream: the client
-    /// reset it (or closed). Past the budget in the window, the connection is told to go.
+    /// reset it (or closed). Past the budget in the window, the connection is told to go, and
+    /// from then on none of its requests goes upstream ([`Conn::going`]).
     fn count_reset(&self) {
         let now = now_ms();
         let over = {
@@ -273,6 +352,43 @@ impl Conn {
             }
         })
         .await
+    }
+}
+
+/// Memory that buffered request bodies may take in all (`buffer_memory`); a body that would
+/// go over it is streamed instead.
+#[derive(Debug)]
+pub struct Budget {
+    limit: AtomicUsize,
+    used: AtomicUsize,
+}
+
+impl Budget {
+    pub fn new(limit: usize) -> Arc<Budget> {
+        Arc::new(Budget { limit: AtomicUsize::new(limit), used: AtomicUsize::new(0) })
+    }
+
+    /// A reload's new limit (what is held stays held).
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn take(&self, n: usize) -> bool {
+        let before = self.used.fetch_add(n, Ordering::Relaxed);
+        if before + n > self.limit.load(Ordering::Relaxed) {
+            self.used.fetch_sub(n, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    fn give(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::Relaxed);
     }
 }
 
@@ -426,27 +542,70 @@ pub enum Verdict {
     GoAway(&'static str),
 }
 
-/// The deadlines of one connection, checked by its task.
+/// The deadlines of one connection, checked by its task, and its rank for eviction.
 pub struct Watchdog {
     conn: Arc<Conn>,
     /// When bytes of a next request head were first seen on an idle HTTP/1.1 connection.
     head_since: Option<u64>,
+    /// When it last looked, and the bytes read and written then.
+    last_look: u64,
+    last_read: u64,
     last_written: u64,
-    blocked_since: Option<u64>,
+    /// Bytes of an ended response the client had not acknowledged at the last look.
+    last_unacked: u64,
+    /// How far (ms) the client is behind `min_rate` in taking responses, and in sending request
+    /// bodies (the second only ranks the connection: a body's deadline is its [`ClientBody`]'s).
+    send_lag: u64,
+    recv_lag: u64,
 }
 
 /// How often a connection with requests in flight looks at them, at most.
 const TICK_MS: u64 = 1000;
 
+/// How soon a connection looks again while a response that ended is still on its way.
+const SETTLE_MS: u64 = 50;
+
+/// Bytes written to socket `fd` that its peer has not acknowledged yet (0 without a socket).
+fn unacked(fd: std::os::fd::RawFd) -> u64 {
+    if fd < 0 {
+        return 0;
+    }
+    let mut n: libc::c_int = 0;
+    // SAFETY: `fd` is the connection's socket, open while its watchdog (the only caller) lives:
+    // the watchdog runs inside the task that owns the socket. TIOCOUTQ writes one c_int.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
+    if r == 0 {
+        n.max(0) as u64
+    } else {
+        0
+    }
+}
+
+/// A minimum-rate account (a leaky bucket): `lag` ms behind, after `elapsed` ms in which the
+/// proxy waited for the client (`waiting`) and `moved` bytes moved; every byte pays back
+/// 1000 / `min_rate` ms (min_rate 0: any byte pays it all, a plain gap deadline).
+fn pay(lag: u64, waiting: bool, elapsed: u64, moved: u64, min_rate: u64) -> u64 {
+    let lag = if waiting { lag + elapsed } else { lag };
+    match (moved, min_rate) {
+        (0, _) => lag,
+        (_, 0) => 0,
+        (m, r) => lag.saturating_sub(m.saturating_mul(1000) / r),
+    }
+}
+
 impl Watchdog {
     pub fn new(conn: Arc<Conn>) -> Watchdog {
-        Watchdog { conn, head_since: None, last_written: 0, blocked_since: None }
+        let (read, written) = (conn.read.load(Ordering::Relaxed), conn.written.load(Ordering::Relaxed));
+        Watchdog { conn, head_since: None, last_look: now_ms(), last_read: read, last_written: written, last_unacked: 0, send_lag: 0, recv_lag: 0 }
     }
 
     /// Looks at the connection at `now` (ms).
     pub fn check(&mut self, now: u64) -> Verdict {
         let c = &self.conn;
         match c.order.load(Ordering::Relaxed) {
+            // An HTTP/2 connection ends its streams' data first (HTTP/2's own buffers hold what
+            // the proxy cannot see).
+            ORDER_CLOSE if c.h2.load(Ordering::Relaxed) => return Verdict::GoAway("evicted"),
             ORDER_CLOSE => return Verdict::Close("evicted"),
             ORDER_GOAWAY => return Verdict::GoAway("over its reset budget"),
             _ => {}
@@ -454,19 +613,41 @@ impl Watchdog {
         let l = &c.limits;
         let ms = |d: Duration| d.as_millis() as u64;
         let tick = ms(l.send_timeout).min(ms(l.body_timeout)).min(ms(l.header_timeout)).div_ceil(2).clamp(50, TICK_MS);
-        c.looked.store(now, Ordering::Relaxed);
+        let elapsed = now.saturating_sub(self.last_look);
+        self.last_look = now;
+        let (read, written) = (c.read.load(Ordering::Relaxed), c.written.load(Ordering::Relaxed));
+        let (got, sent) = (read.saturating_sub(self.last_read), written.saturating_sub(self.last_written));
+        (self.last_read, self.last_written) = (read, written);
+        let blocked = c.write_blocked.load(Ordering::Relaxed);
+        let send = ms(l.send_timeout);
         let mut st = c.streams.lock().unwrap_or_else(|e| e.into_inner());
         if st.live.is_empty() {
+            self.recv_lag = 0;
             if st.idle_since == u64::MAX {
+                // A response ended. The connection is idle once hyper has written it all and
+                // the client has acknowledged it; until then closing it would cut it short.
+                let unacked = if blocked { None } else { Some(unacked(c.fd)) };
+                if unacked != Some(0) {
+                    let acked = unacked.map_or(0, |u| self.last_unacked.saturating_sub(u));
+                    self.last_unacked = unacked.unwrap_or(self.last_unacked);
+                    self.send_lag = pay(self.send_lag, true, elapsed, sent + acked, l.min_rate);
+                    if self.send_lag >= send {
+                        inc(&c.stats.send_timeouts);
+                        return Verdict::Close("the client took its response slower than min_rate for send_timeout");
+                    }
+                    c.evict_key.store(if self.send_lag > 0 { OWING + now.saturating_sub(self.send_lag) } else { KEEP }, Ordering::Relaxed);
+                    return Verdict::Until(now + SETTLE_MS.min(tick));
+                }
+                self.last_unacked = 0;
                 st.idle_since = now;
             }
-            self.blocked_since = None;
+            self.send_lag = 0;
             let h2 = c.h2.load(Ordering::Relaxed);
             let deadline = if c.requests.load(Ordering::Relaxed) == 0 {
                 // The first request: its head within header_timeout of the connection.
                 self.head_since = None;
                 st.idle_since + ms(l.header_timeout)
-            } else if !h2 && c.read.load(Ordering::Relaxed) > st.read_at_idle {
+            } else if !h2 && read > st.read_at_idle {
                 // A next request head is coming in.
                 let since = *self.head_since.get_or_insert(now);
                 since + ms(l.header_timeout)
@@ -474,6 +655,12 @@ impl Watchdog {
                 self.head_since = None;
                 st.idle_since + ms(l.idle_timeout)
             };
+            let rank = match self.head_since {
+                _ if c.requests.load(Ordering::Relaxed) == 0 => OWING + st.idle_since,
+                Some(h) => OWING + h,
+                None => IDLE + st.idle_since,
+            };
+            c.evict_key.store(rank, Ordering::Relaxed);
             if now >= deadline {
                 let header = c.requests.load(Ordering::Relaxed) == 0 || self.head_since.is_some();
                 return if header {
@@ -491,21 +678,21 @@ impl Watchdog {
             return Verdict::Until(deadline.min(now + tick));
         }
         self.head_since = None;
-        let send = ms(l.send_timeout);
-        // A write that has waited for the client for send_timeout.
-        let written = c.written.load(Ordering::Relaxed);
-        if c.write_blocked.load(Ordering::Relaxed) && written == self.last_written {
-            let since = *self.blocked_since.get_or_insert(now);
-            if now.saturating_sub(since) >= send {
-                inc(&c.stats.send_timeouts);
-                return Verdict::Close("the client took nothing for send_timeout");
-            }
-        } else {
-            self.blocked_since = None;
+        self.last_unacked = 0;
+        // Behind min_rate: in taking responses (a write waits for the client), and in sending
+        // request bodies (a body waits for the client's bytes).
+        self.send_lag = pay(self.send_lag, blocked, elapsed, sent, l.min_rate);
+        self.recv_lag = pay(self.recv_lag, c.bodies_waiting.load(Ordering::Relaxed) > 0, elapsed, got, l.min_rate);
+        if self.send_lag >= send {
+            inc(&c.stats.send_timeouts);
+            return Verdict::Close("the client took its responses slower than min_rate for send_timeout");
         }
-        self.last_written = written;
+        let lag = self.send_lag.max(self.recv_lag);
+        let mut rank = if lag > 0 { OWING + now.saturating_sub(lag) } else { KEEP };
         // Responses whose next frame the client has not come back for in send_timeout: their
-        // sources (upstream connections, files) are released.
+        // sources (upstream connections, files) are released. Until then such a stream makes
+        // its connection owe progress (an HTTP/2 client with closed windows writes nothing, so
+        // no write waits).
         let mut released = 0;
         for s in &st.live {
             let frames = s.frames.load(Ordering::Relaxed);
@@ -521,6 +708,9 @@ impl Watchdog {
                 }
                 t => t,
             };
+            if now > since {
+                rank = rank.min(OWING + since);
+            }
             if now.saturating_sub(since) >= send && !s.released.swap(true, Ordering::Relaxed) {
                 s.waiting.store(true, Ordering::Relaxed);
                 drop(s.body.lock().unwrap_or_else(|e| e.into_inner()).take());
@@ -528,6 +718,7 @@ impl Watchdog {
                 released += 1;
             }
         }
+        c.evict_key.store(rank, Ordering::Relaxed);
         if released > 0 {
             tracing::info!("released {released} response(s) a client did not take within send_timeout");
         }
@@ -542,11 +733,14 @@ impl Watchdog {
     }
 }
 
-/// Client connections per listener and in all, with room made by closing the one that has
-/// waited longest without a request in flight.
+/// Client connections per listener and in all, with room made by closing the one that owes
+/// progress longest, else the one idle longest (the module's docs); and the memory their
+/// request bodies may be buffered in.
 pub struct Admission {
     max: std::sync::atomic::AtomicUsize,
     inner: Mutex<Registry>,
+    /// Buffered request bodies of every connection (`buffer_memory`).
+    pub memory: Arc<Budget>,
 }
 
 #[derive(Default)]
@@ -578,8 +772,8 @@ impl Drop for Ticket {
 }
 
 impl Admission {
-    pub fn new(max: usize) -> Arc<Admission> {
-        Arc::new(Admission { max: max.into(), inner: Mutex::new(Registry::default()) })
+    pub fn new(max: usize, memory: usize) -> Arc<Admission> {
+        Arc::new(Admission { max: max.into(), inner: Mutex::new(Registry::default()), memory: Budget::new(memory) })
     }
 
     pub fn max(&self) -> usize {
@@ -650,8 +844,8 @@ impl Admission {
         }
     }
 
-    /// Closes one connection with no request in flight, the longest waiting of a sample (when
-    /// descriptors run short). Whether there was one.
+    /// Closes one connection as a limit would (when descriptors run short). Whether there was
+    /// one to close.
     pub fn evict_one(&self) -> bool {
         let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         match r.pick(None) {
@@ -668,8 +862,8 @@ impl Admission {
 }
 
 impl Registry {
-    /// The connection (of listener `only`, or any) that has waited longest with no request in
-    /// flight among a sample, and its listener.
+    /// The connection (of listener `only`, or any) to close first among a sample (the lowest
+    /// [`Conn::evict_key`]), and its listener.
     fn pick(&mut self, only: Option<usize>) -> Option<(Arc<Conn>, usize)> {
         let n = self.slots.len();
         if n == 0 {
@@ -686,9 +880,9 @@ impl Registry {
             }
             seen += 1;
             if let Some(c) = w.upgrade() {
-                let since = c.waiting_since.load(Ordering::Relaxed);
-                if since != u64::MAX && c.order.load(Ordering::Relaxed) == ORDER_NONE && best.as_ref().is_none_or(|(b, _, _)| since < *b) {
-                    best = Some((since, c, *li));
+                let key = c.evict_key.load(Ordering::Relaxed);
+                if key != KEEP && c.order.load(Ordering::Relaxed) == ORDER_NONE && best.as_ref().is_none_or(|(b, _, _)| key < *b) {
+                    best = Some((key, c, *li));
                 }
             }
             if seen >= SAMPLE {
@@ -712,13 +906,24 @@ pub enum BodyFault {
     Timeout,
 }
 
-/// A request body read from a client, with its deadline; a failure is noted in `fault` so
-/// that the answer blames the client, not the upstream.
+/// A request body read from a client, with its deadline: no wait for its next piece longer
+/// than `body_timeout`, and never further behind `min_rate` than `body_timeout` (a leaky
+/// bucket: each wait for the client adds to the lag, each byte pays back 1000 / `min_rate`
+/// ms). Only the time the proxy waits for the client counts, not an upstream that reads
+/// slowly. A failure is noted in `fault` so that the answer blames the client, not the
+/// upstream.
 pub struct ClientBody {
     inner: hyper::body::Incoming,
     timeout: Duration,
+    /// Bytes a second (0: the gap deadline alone).
+    min_rate: u64,
+    lag: Duration,
+    /// Since when it has waited for the client's next bytes.
+    waiting: Option<tokio::time::Instant>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     fault: Arc<AtomicU8>,
+    /// The connection, which counts the bodies waiting for its client.
+    conn: Option<Arc<Conn>>,
 }
 
 const FAULT_NONE: u8 = 0;
@@ -726,9 +931,24 @@ const FAULT_FRAMING: u8 = 1;
 const FAULT_TIMEOUT: u8 = 2;
 
 impl ClientBody {
-    pub fn new(inner: hyper::body::Incoming, timeout: Duration) -> (ClientBody, FaultCell) {
+    pub fn new(inner: hyper::body::Incoming, timeout: Duration, min_rate: u64, conn: Option<Arc<Conn>>) -> (ClientBody, FaultCell) {
         let fault = Arc::new(AtomicU8::new(FAULT_NONE));
-        (ClientBody { inner, timeout, timer: None, fault: fault.clone() }, FaultCell(fault))
+        (ClientBody { inner, timeout, min_rate, lag: Duration::ZERO, waiting: None, timer: None, fault: fault.clone(), conn }, FaultCell(fault))
+    }
+
+    fn wait_ends(&mut self) {
+        if let Some(since) = self.waiting.take() {
+            self.lag += since.elapsed();
+            if let Some(c) = &self.conn {
+                c.bodies_waiting.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for ClientBody {
+    fn drop(&mut self) {
+        self.wait_ends();
     }
 }
 
@@ -753,20 +973,42 @@ impl Body for ClientBody {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(f))) => {
+                self.wait_ends();
                 self.timer = None;
+                let n = f.data_ref().map_or(0, |d| d.len() as u64);
+                if n > 0 {
+                    self.lag = match self.min_rate {
+                        0 => Duration::ZERO,
+                        r => self.lag.saturating_sub(Duration::from_micros(n.saturating_mul(1_000_000) / r)),
+                    };
+                }
                 Poll::Ready(Some(Ok(f)))
             }
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                self.wait_ends();
+                Poll::Ready(None)
+            }
             Poll::Ready(Some(Err(e))) => {
+                self.wait_ends();
                 self.fault.store(FAULT_FRAMING, Ordering::Relaxed);
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Pending => {
-                let timeout = self.timeout;
-                let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-                if timer.as_mut().poll(cx).is_ready() {
+                if self.waiting.is_none() {
+                    let now = tokio::time::Instant::now();
+                    self.waiting = Some(now);
+                    if let Some(c) = &self.conn {
+                        c.bodies_waiting.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // The lag is below the timeout here: the last wait ended before it.
+                    let left = self.timeout.saturating_sub(self.lag);
+                    self.timer = Some(Box::pin(tokio::time::sleep_until(now + left)));
+                }
+                if self.timer.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready()) {
+                    self.wait_ends();
                     self.fault.store(FAULT_TIMEOUT, Ordering::Relaxed);
-                    return Poll::Ready(Some(Err(format!("no request body data for {timeout:?} (body_timeout)").into())));
+                    let (t, r) = (self.timeout, self.min_rate);
+                    return Poll::Ready(Some(Err(format!("the request body stopped, or came slower than {r} bytes/s (min_rate), for {t:?} (body_timeout)").into())));
                 }
                 Poll::Pending
             }
@@ -799,14 +1041,14 @@ mod tests {
     #[test]
     fn header_idle_and_send_deadlines() {
         let stats = Arc::new(ClientStats::default());
-        let c = Conn::new(limits(), stats.clone());
+        let c = Conn::new(limits(), stats.clone(), -1, Budget::new(1 << 20));
         let t0 = c.accepted_ms;
         let mut w = Watchdog::new(c.clone());
         // The first request head is due header_timeout after the connection.
         assert!(matches!(w.check(t0 + 500), Verdict::Until(t) if t <= t0 + 1000));
         assert_eq!(w.check(t0 + 1000), Verdict::Close("no whole request head within header_timeout"));
         // A request, then idle: idle_timeout after its end.
-        let c = Conn::new(limits(), stats.clone());
+        let c = Conn::new(limits(), stats.clone(), -1, Budget::new(1 << 20));
         let mut w = Watchdog::new(c.clone());
         let g = c.start(hyper::Version::HTTP_11);
         assert!(matches!(w.check(now_ms() + 100_000), Verdict::Until(_)), "in flight: no idle deadline");
@@ -818,7 +1060,7 @@ mod tests {
         assert!(matches!(w.check(idle + 4000), Verdict::Until(_)));
         assert_eq!(w.check(idle + 5000), Verdict::Close("idle for idle_timeout"));
         // Bytes of a next head after the idle start: header_timeout from when they were seen.
-        let c = Conn::new(limits(), stats.clone());
+        let c = Conn::new(limits(), stats.clone(), -1, Budget::new(1 << 20));
         let mut w = Watchdog::new(c.clone());
         drop(c.start(hyper::Version::HTTP_11));
         c.read.fetch_add(3, Ordering::Relaxed);
@@ -827,7 +1069,7 @@ mod tests {
         assert!(matches!(w.check(idle + 100), Verdict::Until(_)));
         assert_eq!(w.check(idle + 1100), Verdict::Close("no whole request head within header_timeout"));
         // HTTP/2 idle: GOAWAY.
-        let c = Conn::new(limits(), stats.clone());
+        let c = Conn::new(limits(), stats.clone(), -1, Budget::new(1 << 20));
         let mut w = Watchdog::new(c.clone());
         drop(c.start(hyper::Version::HTTP_2));
         c.read.fetch_add(9, Ordering::Relaxed); // a PING is not a request head
@@ -836,14 +1078,14 @@ mod tests {
         assert!(matches!(w.check(idle + 4000), Verdict::Until(_)));
         assert_eq!(w.check(idle + 5000), Verdict::GoAway("idle for idle_timeout"));
         // A blocked write that moves nothing for send_timeout.
-        let c = Conn::new(limits(), stats.clone());
+        let c = Conn::new(limits(), stats.clone(), -1, Budget::new(1 << 20));
         let mut w = Watchdog::new(c.clone());
         let _g = c.start(hyper::Version::HTTP_11);
-        c.write_blocked.store(true, Ordering::Relaxed);
         let t = now_ms();
         assert!(matches!(w.check(t), Verdict::Until(_)));
+        c.write_blocked.store(true, Ordering::Relaxed);
         assert!(matches!(w.check(t + 1999), Verdict::Until(_)));
-        assert_eq!(w.check(t + 2000), Verdict::Close("the client took nothing for send_timeout"));
+        assert_eq!(w.check(t + 2000), Verdict::Close("the client took its responses slower than min_rate for send_timeout"));
         assert_eq!(stats.header_timeouts.load(Ordering::Relaxed), 2);
         assert_eq!(stats.idle_closed.load(Ordering::Relaxed), 2);
         assert_eq!(stats.send_timeouts.load(Ordering::Relaxed), 1);
@@ -852,7 +1094,7 @@ mod tests {
     #[test]
     fn a_response_the_client_does_not_take_is_released() {
         use http_body_util::BodyExt;
-        let c = Conn::new(limits(), Arc::new(ClientStats::default()));
+        let c = Conn::new(limits(), Arc::new(ClientStats::default()), -1, Budget::new(1 << 20));
         let mut w = Watchdog::new(c.clone());
         let (g1, g2) = (c.start(hyper::Version::HTTP_2), c.start(hyper::Version::HTTP_2));
         let full = |s: &'static str| http_body_util::Full::new(Bytes::from(s)).map_err(|never| match never {}).boxed();
@@ -897,7 +1139,7 @@ mod tests {
 
     #[test]
     fn resets_after_forwarding_cost_the_budget_and_then_goaway() {
-        let c = Conn::new(limits(), Arc::new(ClientStats::default()));
+        let c = Conn::new(limits(), Arc::new(ClientStats::default()), -1, Budget::new(1 << 20));
         let mut w = Watchdog::new(c.clone());
         // Not forwarded (answered here): free.
         for _ in 0..10 {
@@ -918,33 +1160,149 @@ mod tests {
     }
 
     #[test]
-    fn admission_makes_room_by_closing_the_longest_waiting() {
+    fn a_minimum_rate_is_a_leaky_bucket() {
+        // Waits add, bytes pay back 1000 / min_rate ms each, never below zero.
+        assert_eq!(pay(0, true, 1000, 0, 500), 1000);
+        assert_eq!(pay(1000, true, 1000, 500, 500), 1000, "at min_rate exactly it holds");
+        assert_eq!(pay(1000, true, 1000, 250, 500), 1500, "at half of it, it falls behind");
+        assert_eq!(pay(1000, false, 1000, 0, 500), 1000, "not waiting for the client: nothing added");
+        assert_eq!(pay(1000, true, 1000, 1 << 40, 500), 0);
+        assert_eq!(pay(1000, true, 1000, 1, 0), 0, "min_rate 0: any byte ends the wait (a gap deadline)");
+        assert_eq!(pay(u64::MAX / 2, true, 10, u64::MAX, 1), 0, "no overflow");
+    }
+
+    #[test]
+    fn a_client_slower_than_min_rate_meets_send_timeout_though_it_takes_bytes() {
         let stats = Arc::new(ClientStats::default());
-        let a = Admission::new(3);
-        let conn = || Conn::new(limits(), stats.clone());
+        let c = Conn::new(ClientLimits { min_rate: 1000, ..limits() }, stats.clone(), -1, Budget::new(1 << 20));
+        let mut w = Watchdog::new(c.clone());
+        let _g = c.start(hyper::Version::HTTP_11);
+        let t = now_ms();
+        assert!(matches!(w.check(t), Verdict::Until(_)));
+        c.write_blocked.store(true, Ordering::Relaxed);
+        // 100 bytes a second where 1,000 are due: 0.9 s behind each second.
+        for k in 1..=2 {
+            c.written.fetch_add(100, Ordering::Relaxed);
+            assert!(matches!(w.check(t + k * 1000), Verdict::Until(_)), "second {k}");
+            assert_eq!(c.evict_key.load(Ordering::Relaxed) >> 62, OWING >> 62, "behind: first to close for another");
+        }
+        c.written.fetch_add(100, Ordering::Relaxed);
+        assert_eq!(w.check(t + 3000), Verdict::Close("the client took its responses slower than min_rate for send_timeout"));
+        // At the rate, it never does, and it is not closed for another either.
+        let c = Conn::new(ClientLimits { min_rate: 1000, ..limits() }, stats.clone(), -1, Budget::new(1 << 20));
+        let mut w = Watchdog::new(c.clone());
+        let _g = c.start(hyper::Version::HTTP_11);
+        let t = now_ms();
+        assert!(matches!(w.check(t), Verdict::Until(_)));
+        c.write_blocked.store(true, Ordering::Relaxed);
+        for k in 1..=20 {
+            c.written.fetch_add(1000, Ordering::Relaxed);
+            assert!(matches!(w.check(t + k * 1000), Verdict::Until(_)), "second {k}");
+        }
+        assert_eq!(c.evict_key.load(Ordering::Relaxed), KEEP);
+    }
+
+    #[test]
+    fn a_response_not_yet_acknowledged_keeps_its_connection_in_flight() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        // A socket whose peer reads nothing: once both buffers are full, bytes stay unsent.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_peer, _) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        let chunk = [0u8; 65536];
+        while s.write(&chunk).is_ok() {}
+        let stats = Arc::new(ClientStats::default());
+        let c = Conn::new(limits(), stats.clone(), s.as_raw_fd(), Budget::new(1 << 20));
+        let mut w = Watchdog::new(c.clone());
+        drop(c.start(hyper::Version::HTTP_11));
+        let t = now_ms();
+        assert_eq!(w.check(t), Verdict::Until(t + SETTLE_MS), "the response is on its way: looked at again soon");
+        assert_eq!(c.streams.lock().unwrap().idle_since, u64::MAX, "not idle while the client has not acknowledged it");
+        // It takes nothing: behind (first to close for another), then send_timeout (2 s).
+        assert!(matches!(w.check(t + 1000), Verdict::Until(_)));
+        assert_eq!(c.evict_key.load(Ordering::Relaxed) >> 62, OWING >> 62, "behind while it takes nothing");
+        assert_eq!(w.check(t + 2100), Verdict::Close("the client took its response slower than min_rate for send_timeout"));
+        // Without a socket (or once acknowledged), the end of a response is the start of idle.
+        let c = Conn::new(limits(), stats.clone(), -1, Budget::new(1 << 20));
+        let mut w = Watchdog::new(c.clone());
+        drop(c.start(hyper::Version::HTTP_11));
+        let t = now_ms();
+        assert!(matches!(w.check(t), Verdict::Until(_)));
+        assert_eq!(c.streams.lock().unwrap().idle_since, t);
+        assert_eq!(c.evict_key.load(Ordering::Relaxed), IDLE + t);
+    }
+
+    #[test]
+    fn buffered_bodies_stay_within_the_connection_and_process_budgets() {
+        let memory = Budget::new(3000);
+        let stats = Arc::new(ClientStats::default());
+        let a = Conn::new(ClientLimits { connection_buffer: 2000, ..limits() }, stats.clone(), -1, memory.clone());
+        let b = Conn::new(ClientLimits { connection_buffer: 2000, ..limits() }, stats.clone(), -1, memory.clone());
+        assert!(a.take_buffer(1500));
+        assert!(!a.take_buffer(600), "over the connection's 2,000");
+        assert!(a.take_buffer(500));
+        assert!(!b.take_buffer(1500), "over the process's 3,000");
+        assert!(b.take_buffer(1000));
+        assert_eq!(memory.used(), 3000);
+        a.give_buffer(2000);
+        assert!(b.take_buffer(1000));
+        assert_eq!((memory.used(), a.buffered.load(Ordering::Relaxed), b.buffered.load(Ordering::Relaxed)), (2000, 0, 2000));
+    }
+
+    #[test]
+    fn a_connections_share_of_an_endpoint_is_a_fraction_at_least_one() {
+        let c = Conn::new(limits(), Arc::new(ClientStats::default()), -1, Budget::new(1 << 20));
+        let ep: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(c.share(ep, 512, 0.125).available_permits(), 64);
+        assert!(Arc::ptr_eq(&c.share(ep, 512, 0.125), &c.share(ep, 512, 0.125)), "one per endpoint and connection");
+        assert_eq!(c.share("127.0.0.1:10".parse().unwrap(), 3, 0.1).available_permits(), 1);
+        assert_eq!(c.share("127.0.0.1:11".parse().unwrap(), 10, 1.0).available_permits(), 10);
+    }
+
+    #[test]
+    fn admission_makes_room_by_closing_who_owes_progress_then_the_longest_idle() {
+        let stats = Arc::new(ClientStats::default());
+        let a = Admission::new(3, 1 << 20);
+        let conn = || Conn::new(limits(), stats.clone(), -1, Budget::new(1 << 20));
         let (c1, c2, c3, o1, o2, o3) = (conn(), conn(), conn(), conn(), conn(), conn());
         let _t1 = a.admit("web", Some(2), c1.clone()).unwrap();
         let t2 = a.admit("web", Some(2), c2.clone()).unwrap();
-        // c1 busy: c2 makes room for a third connection of "web" (its limit is 2).
+        // c1 busy: c2 (no request yet) makes room for a third connection of "web" (its limit is 2).
         let _b1 = c1.start(hyper::Version::HTTP_11);
         let _t3 = a.admit("web", Some(2), c3.clone()).unwrap();
         assert_eq!((c1.order.load(Ordering::Relaxed), c2.order.load(Ordering::Relaxed)), (ORDER_NONE, ORDER_CLOSE));
         // A connection being closed does not count against the limit of all (3).
         let _to1 = a.admit("other", None, o1.clone()).unwrap();
         assert_eq!(c3.order.load(Ordering::Relaxed), ORDER_NONE);
-        // Everyone busy or closing: no room.
+        // Everyone busy (and not behind) or closing: no room.
         let (_b3, _bo1) = (c3.start(hyper::Version::HTTP_11), o1.start(hyper::Version::HTTP_11));
         assert!(a.admit("other", None, o2).is_none());
         drop(t2);
         assert_eq!(a.open(), 3);
         assert!(a.admit("other", None, o3).is_none());
         assert_eq!((stats.evicted.load(Ordering::Relaxed), stats.refused.load(Ordering::Relaxed)), (1, 2));
-        // When they are done, the longest waiting goes first.
+        // Done, and dated idle by their watchdogs: the longest idle goes first...
+        let (mut w1, mut w3) = (Watchdog::new(c1.clone()), Watchdog::new(c3.clone()));
         drop(_b1);
+        assert!(matches!(w1.check(now_ms()), Verdict::Until(_)));
         std::thread::sleep(Duration::from_millis(5));
         drop(_b3);
-        let o4 = conn();
-        let _t4 = a.admit("other", None, o4).unwrap();
-        assert_eq!((c1.order.load(Ordering::Relaxed), c3.order.load(Ordering::Relaxed)), (ORDER_CLOSE, ORDER_NONE));
+        assert!(matches!(w3.check(now_ms()), Verdict::Until(_)));
+        // ...but after any connection that owes progress, however young: a busy one fallen
+        // behind (o1, its client not taking its response).
+        let mut wo1 = Watchdog::new(o1.clone());
+        let t = now_ms();
+        assert!(matches!(wo1.check(t), Verdict::Until(_)));
+        o1.write_blocked.store(true, Ordering::Relaxed);
+        assert!(matches!(wo1.check(t + 500), Verdict::Until(_)));
+        let c4 = conn();
+        let _t4 = a.admit("other", None, c4.clone()).unwrap();
+        let _b4 = c4.start(hyper::Version::HTTP_11);
+        assert_eq!(o1.order.load(Ordering::Relaxed), ORDER_CLOSE, "behind its min_rate: closed first");
+        assert_eq!((c1.order.load(Ordering::Relaxed), c3.order.load(Ordering::Relaxed)), (ORDER_NONE, ORDER_NONE));
+        let _t5 = a.admit("other", None, conn()).unwrap();
+        assert_eq!((c1.order.load(Ordering::Relaxed), c3.order.load(Ordering::Relaxed)), (ORDER_CLOSE, ORDER_NONE), "then the longest idle");
     }
 }

@@ -66,6 +66,13 @@ pub struct ClientLimits {
     /// `reset_window`; one more and the connection gets GOAWAY.
     pub reset_budget: u32,
     pub reset_window: Duration,
+    /// Bytes a second a client must keep up, on average, in sending a request body and in
+    /// taking a response, whenever the proxy waits for it; it may fall behind by
+    /// `body_timeout` (sending) and `send_timeout` (taking). 0: the gap deadlines alone.
+    pub min_rate: u64,
+    /// Request bodies one connection may have buffered at once (its HTTP/2 streams together);
+    /// past it, bodies are streamed.
+    pub connection_buffer: usize,
 }
 
 impl Default for ClientLimits {
@@ -79,9 +86,19 @@ impl Default for ClientLimits {
             max_connections: None,
             reset_budget: 100,
             reset_window: Duration::from_secs(10),
+            min_rate: DEFAULT_MIN_RATE,
+            connection_buffer: DEFAULT_CONNECTION_BUFFER,
         }
     }
 }
+
+/// The default of `min_rate`, bytes a second: Apache's `mod_reqtimeout` asks request bodies
+/// for 500 (its `MinRate`).
+pub const DEFAULT_MIN_RATE: u64 = 500;
+/// The default of `connection_buffer`: 16 bodies of the default `request_buffer`.
+pub const DEFAULT_CONNECTION_BUFFER: usize = 1 << 20;
+/// The default of `buffer_memory`: buffered request bodies of every connection together.
+pub const DEFAULT_BUFFER_MEMORY: usize = 256 << 20;
 
 /// Where private-key operations of TLS handshakes run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -406,6 +423,9 @@ pub struct Cluster {
     /// Active health checks of the endpoints; without them every endpoint with a weight takes
     /// requests.
     pub health: Option<Health>,
+    /// The share of an endpoint's `max_connections` one client connection may hold at once
+    /// (its HTTP/2 streams together), in (0, 1]; at least one.
+    pub client_share: f64,
 }
 
 /// An active health check (`[clusters.health]`): every `interval` each endpoint is checked;
@@ -441,6 +461,9 @@ pub struct Config {
     /// Client connections at once over all listeners (none: from the descriptor limit at
     /// start, see [`crate::client::default_max_connections`]).
     pub max_connections: Option<usize>,
+    /// Bytes of request bodies buffered at once over all connections (`request_buffer`); a
+    /// body that would go over it is streamed.
+    pub buffer_memory: usize,
     /// The admin API (stats, Prometheus metrics); none without `[admin]`.
     pub admin: Option<Admin>,
     /// Where one JSON line per request goes ("-": standard output); none without it.
@@ -537,6 +560,7 @@ impl DispatchConfig {
 struct Raw {
     workers: Option<usize>,
     max_connections: Option<usize>,
+    buffer_memory: Option<usize>,
     dispatch: Option<RawDispatch>,
     access_log: Option<String>,
     admin: Option<RawAdmin>,
@@ -572,6 +596,8 @@ struct RawListener {
     max_connections: Option<usize>,
     reset_budget: Option<u32>,
     reset_window: Option<f64>,
+    min_rate: Option<u64>,
+    connection_buffer: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -668,6 +694,61 @@ struct RawSize {
 
 /// A request body of a known length up to this size is read whole before it goes upstream.
 pub const DEFAULT_REQUEST_BUFFER: usize = 64 << 10;
+
+/// The default of `client_share`: an eighth of an endpoint's connections per client connection.
+pub const DEFAULT_CLIENT_SHARE: f64 = 0.125;
+
+/// Whether a connection to `endpoint` would reach a socket listening on `listener`: the same
+/// address, or the port of a listener on every address (0.0.0.0, ::) at an address of this
+/// host.
+fn is_same_socket(listener: SocketAddr, endpoint: SocketAddr) -> bool {
+    if listener.port() != endpoint.port() || listener.port() == 0 {
+        return false;
+    }
+    let (l, e) = (canonical_ip(listener.ip()), canonical_ip(endpoint.ip()));
+    l == e || (l.is_unspecified() && (e.is_loopback() || local_addresses().contains(&e)))
+}
+
+/// An IPv4-mapped IPv6 address as IPv4.
+fn canonical_ip(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The addresses of this host's interfaces (empty if they cannot be read).
+fn local_addresses() -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list this function frees below; every
+    // node and its address are valid until then, and the address is read as the family it says.
+    unsafe {
+        if libc::getifaddrs(&mut list) != 0 {
+            return out;
+        }
+        let mut p = list;
+        while !p.is_null() {
+            let a = (*p).ifa_addr;
+            if !a.is_null() {
+                match i32::from((*a).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*(a as *const libc::sockaddr_in);
+                        out.push(std::net::IpAddr::V4(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*(a as *const libc::sockaddr_in6);
+                        out.push(std::net::IpAddr::V6(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+                    }
+                    _ => {}
+                }
+            }
+            p = (*p).ifa_next;
+        }
+        libc::freeifaddrs(list);
+    }
+    out
+}
 
 /// Largest static object served by default (64 MiB); larger ones get a 500.
 pub const DEFAULT_MAX_OBJECT: u64 = 64 << 20;
@@ -788,6 +869,7 @@ struct RawCluster {
     send_timeout: Option<f64>,
     read_timeout: Option<f64>,
     request_buffer: Option<usize>,
+    client_share: Option<f64>,
     health: Option<RawHealth>,
 }
 
@@ -852,8 +934,9 @@ pub const DEFAULT_POLL_DELAY: f64 = 0.001;
 /// A timeout in seconds: positive, finite, at most an hour.
 fn seconds(field: &str, v: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
     let s = v.unwrap_or(default);
-    if !(s.is_finite() && s > 0.0 && s <= 3600.0) {
-        return Err(bad(field, format!("{s} is not a number of seconds in (0, 3600]")));
+    // Deadlines are kept in milliseconds: a shorter one would pass at once, or never.
+    if !(s.is_finite() && (0.001..=3600.0).contains(&s)) {
+        return Err(bad(field, format!("{s} is not a number of seconds in [0.001, 3600]")));
     }
     Ok(Duration::from_secs_f64(s))
 }
@@ -983,6 +1066,25 @@ fn priority(f: &str, p: &RawPriority, d: &DispatchConfig) -> Result<Priority, Co
 }
 
 impl Config {
+    /// Refuses connection limits the descriptor limit `nofile` cannot serve: each client
+    /// connection may hold an upstream one (see [`crate::client::default_max_connections`]),
+    /// and a limit past the descriptors would make `accept` fail instead of evicting.
+    pub fn check_descriptors(&self, nofile: u64) -> Result<(), ConfigError> {
+        let can = crate::client::connections_for(nofile);
+        let over = |field: String, n: usize| {
+            bad(field, format!("{n} is above the {can} client connections that {nofile} descriptors serve (two each, 64 kept); raise the limit (ulimit -n, systemd's LimitNOFILE) or lower this"))
+        };
+        if let Some(n) = self.max_connections.filter(|n| *n > can) {
+            return Err(over("max_connections".into(), n));
+        }
+        for (i, l) in self.listeners.iter().enumerate() {
+            if let Some(n) = l.limits.max_connections.filter(|n| *n > can) {
+                return Err(over(format!("listeners[{i}].max_connections"), n));
+            }
+        }
+        Ok(())
+    }
+
     pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read { path: path.display().to_string(), msg: e.to_string() })?;
         Config::parse(&text)
@@ -1111,7 +1213,19 @@ impl Config {
                     n @ 1..=1_000_000 => n,
                     n => return Err(bad(format!("{f}.reset_budget"), format!("{n} is not in 1..=1000000"))),
                 },
-                reset_window: secs("reset_window", l.reset_window, d.reset_window)?,
+                reset_window: match secs("reset_window", l.reset_window, d.reset_window)? {
+                // Shorter, a client spreads its resets over windows and the budget never fires.
+                w if w < Duration::from_millis(100) => return Err(bad(format!("{f}.reset_window"), format!("{w:?} is below 0.1 s: a client could reset without end and never meet the budget"))),
+                w => w,
+            },
+                min_rate: match l.min_rate.unwrap_or(d.min_rate) {
+                    n @ 0..=1_000_000_000 => n,
+                    n => return Err(bad(format!("{f}.min_rate"), format!("{n} is not in 0..=1000000000 bytes a second"))),
+                },
+                connection_buffer: match l.connection_buffer.unwrap_or(d.connection_buffer) {
+                    n @ 0..=1_073_741_824 => n,
+                    n => return Err(bad(format!("{f}.connection_buffer"), format!("{n} is above 1 GiB"))),
+                },
             };
             listeners.push(Listener { name: l.name.clone(), address, protocols, tls, reuseport: l.reuseport.unwrap_or(false), limits });
         }
@@ -1172,6 +1286,24 @@ impl Config {
             if request_buffer > 64 << 20 {
                 return Err(bad(format!("{f}.request_buffer"), format!("{request_buffer} is above 64 MiB")));
             }
+            let client_share = c.client_share.unwrap_or(DEFAULT_CLIENT_SHARE);
+            if !(client_share.is_finite() && client_share > 0.0 && client_share <= 1.0) {
+                return Err(bad(format!("{f}.client_share"), format!("{client_share} is not a fraction in (0, 1]")));
+            }
+            // One cap per endpoint (the proxy keeps one set of connections to an address).
+            for e in &endpoints {
+                if let Some(o) = clusters.iter().find(|o: &&Cluster| o.max_connections != max_connections && o.endpoints.iter().any(|x| x.address == e.address)) {
+                    return Err(bad(
+                        format!("{f}.max_connections"),
+                        format!("{max_connections}, but cluster '{}' gives {} its max_connections {}: an endpoint has one cap", o.name, e.address, o.max_connections),
+                    ));
+                }
+                // The proxy's own listener as its endpoint: every request would come back to
+                // it, hop after hop, until the cap.
+                if let Some(l) = listeners.iter().find(|l| is_same_socket(l.address, e.address)) {
+                    return Err(bad(format!("{f}.endpoints"), format!("{} is this proxy's own listener '{}' ({}): requests would loop", e.address, l.name, l.address)));
+                }
+            }
             clusters.push(Cluster {
                 name: c.name.clone(),
                 endpoints,
@@ -1187,6 +1319,7 @@ impl Config {
                 read_timeout: seconds(&format!("{f}.read_timeout"), c.read_timeout, 60.0)?,
                 request_buffer,
                 health: c.health.as_ref().map(|h| health(&format!("{f}.health"), h)).transpose()?,
+                client_share,
             });
         }
         if raw.routes.is_empty() && !raw.listeners.is_empty() {
@@ -1201,6 +1334,10 @@ impl Config {
         let max_connections = match raw.max_connections {
             Some(n) if !(1..=10_000_000).contains(&n) => return Err(bad("max_connections", format!("{n} is not in 1..=10000000"))),
             n => n,
+        };
+        let buffer_memory = match raw.buffer_memory.unwrap_or(DEFAULT_BUFFER_MEMORY) {
+            n @ 0..=68_719_476_736 => n,
+            n => return Err(bad("buffer_memory", format!("{n} is above 64 GiB"))),
         };
         let mut routes = Vec::new();
         for (i, r) in raw.routes.iter().enumerate() {
@@ -1266,7 +1403,9 @@ impl Config {
             };
             let host = match &r.host {
                 Some(h) => {
+                    // Compared with the request's canonical host: lower case, no trailing dot.
                     let h = h.to_ascii_lowercase();
+                    let h = h.strip_suffix('.').unwrap_or(&h).to_string();
                     let name = h.strip_prefix("*.").unwrap_or(&h);
                     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.') {
                         return Err(bad(format!("{f}.host"), format!("'{h}' is not a host name (or *.suffix)")));
@@ -1328,7 +1467,7 @@ impl Config {
             return Err(bad("access_log", "empty: a file path, or \"-\" for standard output"));
         }
         let dispatch = (raw.dispatch.is_some() || routes.iter().any(|r| matches!(r.action, Action::Static { .. }))).then_some(dispatch);
-        Ok(Config { workers, max_connections, admin, access_log: raw.access_log, listeners, routes, clusters, dispatch })
+        Ok(Config { workers, max_connections, buffer_memory, admin, access_log: raw.access_log, listeners, routes, clusters, dispatch })
     }
 }
 
@@ -1581,10 +1720,49 @@ endpoints = ["[::1]:9003"]
             ("", "", "queue_timeout = 0", "clusters[0].queue_timeout"),
             ("", "", "read_timeout = 0", "clusters[0].read_timeout"),
             ("", "", "request_buffer = 100000000", "clusters[0].request_buffer"),
+            // A budget that could never fire, deadlines that pass at once.
+            ("", "reset_window = 1e-9", "", "listeners[0].reset_window: 0.000000001 is not a number of seconds"),
+            ("", "reset_window = 0.05", "", "listeners[0].reset_window: 50ms is below 0.1 s"),
+            ("", "body_timeout = 0.0001", "", "listeners[0].body_timeout"),
+            ("", "min_rate = 2000000000", "", "listeners[0].min_rate"),
+            ("", "connection_buffer = 2000000000", "", "listeners[0].connection_buffer"),
+            ("buffer_memory = 100000000000", "", "", "buffer_memory: 100000000000 is above 64 GiB"),
+            ("", "", "client_share = 0", "clusters[0].client_share: 0 is not a fraction"),
+            ("", "", "client_share = 1.5", "clusters[0].client_share"),
+            ("", "", "client_share = nan", "clusters[0].client_share"),
         ] {
             let e = with(g, l, cl).unwrap_err();
             assert!(e.contains(want), "{g} / {l} / {cl}: {e}");
         }
+        // The new limits' defaults and settings.
+        let c = with("", "", "").unwrap();
+        assert_eq!((c.buffer_memory, c.listeners[0].limits.min_rate, c.listeners[0].limits.connection_buffer, c.clusters[0].client_share), (256 << 20, 500, 1 << 20, 0.125));
+        let c = with("buffer_memory = 1000", "min_rate = 0\nconnection_buffer = 0", "client_share = 1").unwrap();
+        assert_eq!((c.buffer_memory, c.listeners[0].limits.min_rate, c.listeners[0].limits.connection_buffer, c.clusters[0].client_share), (1000, 0, 0, 1.0));
+        // Limits past the descriptors are refused when the proxy is built (start, reload).
+        let c = with("max_connections = 500", "max_connections = 400", "").unwrap();
+        assert!(c.check_descriptors(1024).unwrap_err().to_string().contains("max_connections: 500 is above the 480 client connections that 1024 descriptors serve"));
+        assert!(c.check_descriptors(1088).is_ok());
+        let c = with("", "max_connections = 481", "").unwrap();
+        assert!(c.check_descriptors(1024).unwrap_err().to_string().starts_with("listeners[0].max_connections: 481"));
+    }
+
+    #[test]
+    fn an_endpoint_has_one_cap_and_is_never_the_proxys_own_listener() {
+        let with = |listener: &str, clusters: &str| {
+            Config::parse(&format!("[[listeners]]\nname = \"l\"\naddress = \"{listener}\"\n[[routes]]\ncluster = \"a\"\n{clusters}")).map_err(|e| e.to_string())
+        };
+        let two = |a: &str, b: &str, max_a: usize, max_b: usize| {
+            format!("[[clusters]]\nname = \"a\"\nendpoints = [\"{a}\"]\nmax_connections = {max_a}\n[[clusters]]\nname = \"b\"\nendpoints = [\"{b}\"]\nmax_connections = {max_b}\n")
+        };
+        assert!(with("127.0.0.1:8080", &two("127.0.0.1:9", "127.0.0.1:9", 64, 64)).is_ok(), "the same cap twice");
+        let e = with("127.0.0.1:8080", &two("127.0.0.1:9", "127.0.0.1:9", 64, 32)).unwrap_err();
+        assert!(e.contains("clusters[1].max_connections: 32, but cluster 'a' gives 127.0.0.1:9 its max_connections 64"), "{e}");
+        for (listener, endpoint) in [("127.0.0.1:8080", "127.0.0.1:8080"), ("0.0.0.0:8080", "127.0.0.1:8080"), ("[::]:8080", "[::1]:8080"), ("127.0.0.1:8080", "[::ffff:127.0.0.1]:8080")] {
+            let e = with(listener, &two(endpoint, "127.0.0.1:9", 1, 1)).unwrap_err();
+            assert!(e.contains("clusters[0].endpoints: ") && e.contains("requests would loop"), "{listener} {endpoint}: {e}");
+        }
+        assert!(with("0.0.0.0:8080", &two("127.0.0.1:8081", "192.0.2.1:8080", 1, 1)).is_ok(), "another port, another host");
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub struct EndpointStats {
     pub errors: AtomicU64,
     /// Requests answered 503 because every connection to it stayed busy for `queue_timeout`.
     pub queue_timeouts: AtomicU64,
+    /// Of those, requests whose own client connection held its `client_share` of them.
+    pub share_timeouts: AtomicU64,
     /// Writes to it that waited `send_timeout`, reads of a body that waited `read_timeout`.
     pub send_timeouts: AtomicU64,
     pub read_timeouts: AtomicU64,
@@ -50,6 +52,7 @@ impl Default for EndpointStats {
             connect_failures: z(),
             errors: z(),
             queue_timeouts: z(),
+            share_timeouts: z(),
             send_timeouts: z(),
             read_timeouts: z(),
         }
@@ -57,28 +60,75 @@ impl Default for EndpointStats {
 }
 
 /// What an endpoint may be given at once: `max_connections` requests in flight and as many
-/// connections open (idle ones included).
+/// connections open (idle ones included). One per endpoint address for the life of the
+/// process ([`SlotRegistry`]): every cluster naming the address and every configuration
+/// a reload serves share it, so that reloads never add a cap.
 #[derive(Debug)]
 pub struct Slots {
-    pub max: usize,
+    max: std::sync::atomic::AtomicUsize,
     requests: Arc<Semaphore>,
     connections: Arc<Semaphore>,
 }
 
 impl Slots {
     fn new(max: usize) -> Slots {
-        Slots { max, requests: Arc::new(Semaphore::new(max)), connections: Arc::new(Semaphore::new(max)) }
+        Slots { max: max.into(), requests: Arc::new(Semaphore::new(max)), connections: Arc::new(Semaphore::new(max)) }
+    }
+
+    pub fn max(&self) -> usize {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// A reload's new cap: permits added, or taken away as they come back.
+    fn resize(&self, max: usize) {
+        let old = self.max.swap(max, Ordering::Relaxed);
+        for sem in [&self.requests, &self.connections] {
+            if max > old {
+                sem.add_permits(max - old);
+            } else if max < old {
+                let fewer = old - max;
+                let rest = fewer - sem.forget_permits(fewer);
+                if rest > 0 {
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        let sem = sem.clone();
+                        rt.spawn(async move {
+                            if let Ok(p) = sem.acquire_many_owned(rest as u32).await {
+                                p.forget();
+                            }
+                        });
+                    }
+                }
+            }
+        }
     }
 
     /// Connections open to the endpoint now.
     pub fn connections(&self) -> usize {
-        self.max - self.connections.available_permits()
+        self.max().saturating_sub(self.connections.available_permits())
     }
 
     /// Requests in flight to the endpoint now.
     pub fn in_flight(&self) -> usize {
-        self.max - self.requests.available_permits()
+        self.max().saturating_sub(self.requests.available_permits())
     }
+}
+
+/// The [`Slots`] of every endpoint address, shared by every configuration the process serves.
+pub type SlotRegistry = Arc<Mutex<std::collections::HashMap<SocketAddr, std::sync::Weak<Slots>>>>;
+
+/// The slots of `addr` with cap `max`: the ones in use (resized), or new ones.
+fn slots_for(registry: &SlotRegistry, addr: SocketAddr, max: usize) -> Arc<Slots> {
+    let mut r = registry.lock().unwrap_or_else(|e| e.into_inner());
+    r.retain(|_, w| w.strong_count() > 0);
+    if let Some(s) = r.get(&addr).and_then(std::sync::Weak::upgrade) {
+        if s.max() != max {
+            s.resize(max);
+        }
+        return s;
+    }
+    let s = Arc::new(Slots::new(max));
+    r.insert(addr, Arc::downgrade(&s));
+    s
 }
 
 /// A cluster at run time: its scheduler, its pool of upstream connections, its counters.
@@ -125,7 +175,7 @@ impl tower_service::Service<Uri> for Connector {
                 Ok(p) => p,
                 Err(_) => tokio::time::timeout(queue_timeout, slots.connections.clone().acquire_owned())
                     .await
-                    .map_err(|_| format!("{addr}: all {} connections stayed busy for {queue_timeout:?}", slots.max))?
+                    .map_err(|_| format!("{addr}: all {} connections stayed busy for {queue_timeout:?}", slots.max()))?
                     .map_err(|e| e.to_string())?,
             };
             let io = tower_service::Service::call(&mut http, uri).await?;
@@ -202,6 +252,8 @@ impl hyper_util::client::legacy::connect::Connection for UpstreamIo {
 struct UpstreamBody {
     inner: Incoming,
     _permit: OwnedSemaphorePermit,
+    /// The place among the client connection's share of the endpoint.
+    _share: OwnedSemaphorePermit,
     read_timeout: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     stats: Arc<EndpointStats>,
@@ -243,13 +295,105 @@ impl Body for UpstreamBody {
     }
 }
 
-/// The client side of a request being forwarded: its address, its body's deadline, and its
-/// stream (marked once the request goes upstream).
+/// The client side of a request being forwarded: its address and its stream (marked once the
+/// request goes upstream; its connection has the client's limits, counters and budgets).
 pub struct ClientSide<'a> {
     pub addr: SocketAddr,
-    pub stream: Option<&'a crate::client::StreamGuard>,
-    pub body_timeout: Duration,
-    pub stats: Option<&'a crate::client::ClientStats>,
+    pub stream: &'a crate::client::StreamGuard,
+}
+
+/// A request body read whole before forwarding ([`buffer`]), or as much of it as the memory
+/// budgets allowed, the rest to stream.
+enum Buffered {
+    Whole(Bytes),
+    Part(Vec<Bytes>, crate::client::ClientBody),
+}
+
+/// Memory taken from a connection's budgets for a buffered body; given back when dropped.
+struct Held {
+    conn: Arc<crate::client::Conn>,
+    bytes: usize,
+}
+
+impl Held {
+    fn grow(&mut self, n: usize) -> bool {
+        let ok = self.conn.take_buffer(n);
+        if ok {
+            self.bytes += n;
+        }
+        ok
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.conn.give_buffer(self.bytes);
+    }
+}
+
+/// Reads a body of `len` bytes whole, copying each piece into one allocation (a piece holds
+/// the read buffer it came in, so keeping the pieces of a body sent a byte per segment would
+/// keep a buffer per byte). The allocation grows by doubling, each step charged to `held`
+/// first; when a budget refuses, what came so far is returned with the body, to stream.
+async fn buffer(mut body: crate::client::ClientBody, len: usize, held: &mut Held) -> Result<Buffered, ()> {
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(f) = body.frame().await {
+        // Trailers of a body of a known length are not forwarded (as before buffering).
+        let Ok(data) = f.map_err(|_| ())?.into_data() else { continue };
+        let need = buf.len() + data.len();
+        if need > buf.capacity() {
+            let want = (buf.capacity() * 2).max(4096).min(len).max(need);
+            if !held.grow(want - buf.capacity()) {
+                return Ok(Buffered::Part(vec![Bytes::from(buf), data], body));
+            }
+            buf.reserve_exact(want - buf.len());
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(Buffered::Whole(Bytes::from(buf)))
+}
+
+/// A request body whose first pieces were read ahead.
+struct Prefixed {
+    head: std::collections::VecDeque<Bytes>,
+    rest: crate::client::ClientBody,
+}
+
+impl Body for Prefixed {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<hyper::body::Frame<Bytes>, BodyError>>> {
+        if let Some(b) = self.head.pop_front() {
+            return Poll::Ready(Some(Ok(hyper::body::Frame::data(b))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head.is_empty() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let head: u64 = self.head.iter().map(|b| b.len() as u64).sum();
+        let rest = self.rest.size_hint();
+        let mut h = hyper::body::SizeHint::new();
+        h.set_lower(rest.lower() + head);
+        if let Some(u) = rest.upper() {
+            h.set_upper(u + head);
+        }
+        h
+    }
+}
+
+/// A place among `sem`'s, waited for until `deadline` (set on the first wait, so that the
+/// waits of one request share one `queue_timeout`); None when it passed.
+async fn acquire(sem: &Arc<Semaphore>, deadline: &mut Option<tokio::time::Instant>, wait: Duration) -> Option<OwnedSemaphorePermit> {
+    if let Ok(p) = sem.clone().try_acquire_owned() {
+        return Some(p);
+    }
+    let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+    tokio::time::timeout_at(d, sem.clone().acquire_owned()).await.ok()?.ok()
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
@@ -259,13 +403,18 @@ fn fnv(bytes: &[u8]) -> u64 {
 /// Headers that describe one connection, not the message (RFC 9110 7.6.1); never forwarded.
 const HOP_BY_HOP: [&str; 7] = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "proxy-authenticate", "proxy-authorization"];
 
-fn strip_hop_by_hop(h: &mut HeaderMap) {
+/// Removes the hop-by-hop headers and those `Connection` names, except the names in `keep`
+/// (and Host and Content-Length, always): a peer must not be able to strip the headers a
+/// request was routed on (`Connection: host` would leave the upstream its own address as the
+/// host) or the framing of a message.
+pub fn strip_hop_by_hop(h: &mut HeaderMap, keep: &[HeaderName]) {
     let listed: Vec<HeaderName> = h
         .get_all(hyper::header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .filter(|n| *n != hyper::header::HOST && *n != hyper::header::CONTENT_LENGTH && !keep.contains(n))
         .collect();
     for n in listed {
         h.remove(n);
@@ -280,7 +429,8 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 }
 
 impl ClusterRt {
-    pub fn new(spec: Cluster) -> Result<ClusterRt, vectorlb_sched::SchedError> {
+    /// A cluster's run time; its endpoints' slots from `registry` (one cap per address).
+    pub fn new(spec: Cluster, registry: &SlotRegistry) -> Result<ClusterRt, vectorlb_sched::SchedError> {
         let targets: Vec<Target> = spec.endpoints.iter().map(|e| Target { weight: e.weight, key: fnv(e.address.to_string().as_bytes()) }).collect();
         let sched = Scheduler::new(spec.scheduler, &targets)?;
         let sched = Mutex::new((sched, PickState::default()));
@@ -288,7 +438,7 @@ impl ClusterRt {
         http.set_connect_timeout(Some(spec.connect_timeout));
         http.set_nodelay(true);
         let stats: Vec<Arc<EndpointStats>> = spec.endpoints.iter().map(|_| Arc::default()).collect();
-        let slots: Vec<Arc<Slots>> = spec.endpoints.iter().map(|_| Arc::new(Slots::new(spec.max_connections))).collect();
+        let slots: Vec<Arc<Slots>> = spec.endpoints.iter().map(|e| slots_for(registry, e.address, spec.max_connections)).collect();
         let endpoints = Arc::new(spec.endpoints.iter().enumerate().map(|(i, e)| (e.address, slots[i].clone(), stats[i].clone())).collect());
         let conn = Connector { http, endpoints, queue_timeout: spec.queue_timeout, send_timeout: spec.send_timeout };
         let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(spec.max_idle).http2_only(spec.protocol == Upstream::Http2).build(conn);
@@ -336,18 +486,23 @@ impl ClusterRt {
     }
 
     /// Sends `req` to an endpoint and returns its response, or an answer of the proxy's own:
-    /// 503 when no endpoint could be connected to or every connection to it stayed busy for
-    /// `queue_timeout`, 504 when the response head did not come in time, 502 for an upstream
-    /// that broke the exchange (or framed its answer twice), 400 / 408 when the client's body
-    /// was broken or stalled. A body of a known length up to `request_buffer` is read whole
-    /// first; such a request (or one without a body) is sent to a second endpoint when the
-    /// first refuses the connection.
+    /// 503 when no endpoint could be connected to, every connection to it stayed busy for
+    /// `queue_timeout` (or the client connection's share of them did), or the client
+    /// connection is going away (over its reset budget, evicted); 504 when the response head
+    /// did not come in time, 502 for an upstream that broke the exchange (framed its answer
+    /// twice, switched protocols unasked), 400 / 408 when the client's body was broken or too
+    /// slow. A body of a known length up to `request_buffer` is read whole first, within the
+    /// connection's and the process's memory budgets (else streamed); such a request (or one
+    /// without a body) is sent to a second endpoint when the first refuses the connection.
     pub async fn forward(&self, req: Request<Incoming>, client: ClientSide<'_>) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
+        let conn = client.stream.conn();
+        let going = || answer(StatusCode::SERVICE_UNAVAILABLE, "this connection is closing: none of its requests goes upstream any more");
+        if conn.going() {
+            return going();
+        }
         let client_error = |status: StatusCode, msg: &str| {
-            if let Some(s) = client.stats {
-                s.client_errors.fetch_add(1, Ordering::Relaxed);
-            }
+            conn.stats().client_errors.fetch_add(1, Ordering::Relaxed);
             let mut r = answer(status, msg);
             r.headers_mut().insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
             r
@@ -355,27 +510,28 @@ impl ClusterRt {
         let fault_answer = |f: crate::client::BodyFault| match f {
             crate::client::BodyFault::Framing => client_error(StatusCode::BAD_REQUEST, "the request body is badly framed"),
             crate::client::BodyFault::Timeout => {
-                if let Some(s) = client.stats {
-                    s.body_timeouts.fetch_add(1, Ordering::Relaxed);
-                }
-                client_error(StatusCode::REQUEST_TIMEOUT, "the request body did not come in time (body_timeout)")
+                conn.stats().body_timeouts.fetch_add(1, Ordering::Relaxed);
+                client_error(StatusCode::REQUEST_TIMEOUT, "the request body did not come in time (body_timeout, min_rate)")
             }
         };
-        let (body, fault) = crate::client::ClientBody::new(body, client.body_timeout);
+        // A gRPC body is a stream of messages at the application's pace: the gap deadline only.
+        let grpc = parts.headers.get(hyper::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        let limits = conn.limits();
+        let (body, fault) = crate::client::ClientBody::new(body, limits.body_timeout, if grpc { 0 } else { limits.min_rate }, Some(conn.clone()));
         // A small body of a known length is read whole before any endpoint is involved.
-        let known = body.size_hint().exact();
-        let (buffered, mut streamed) = match known {
+        let mut held = Held { conn: conn.clone(), bytes: 0 };
+        let (buffered, mut streamed) = match body.size_hint().exact() {
             Some(0) => (Some(Bytes::new()), None),
-            Some(n) if n as usize <= self.spec.request_buffer => match body.collect().await {
-                Ok(b) => (Some(b.to_bytes()), None),
-                Err(_) => return fault_answer(fault.get().unwrap_or(crate::client::BodyFault::Framing)),
+            Some(n) if n as usize <= self.spec.request_buffer => match buffer(body, n as usize, &mut held).await {
+                Ok(Buffered::Whole(b)) => (Some(b), None),
+                Ok(Buffered::Part(head, rest)) => (None, Some(Prefixed { head: head.into(), rest }.boxed())),
+                Err(()) => return fault_answer(fault.get().unwrap_or(crate::client::BodyFault::Framing)),
             },
             _ => (None, Some(body.boxed())),
         };
         let Some(first) = self.choose(&parts.headers, client.addr, None) else {
             return answer(StatusCode::SERVICE_UNAVAILABLE, &format!("cluster {}: no endpoint takes requests", self.spec.name));
         };
-        strip_hop_by_hop(&mut parts.headers);
         // An HTTP/2 request names its host in :authority; an HTTP/1.1 upstream needs Host.
         if !parts.headers.contains_key(hyper::header::HOST) {
             if let Some(a) = parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
@@ -393,23 +549,29 @@ impl ClusterRt {
         for attempt in 0..2 {
             let ep = self.spec.endpoints[target].address;
             let stats = &self.stats[target];
-            // A place among the endpoint's requests, waited for no longer than queue_timeout.
             let slots = &self.slots[target];
-            // The wait (and its timer) only when every place is taken.
-            let permit = match slots.requests.clone().try_acquire_owned() {
-                Ok(p) => Ok(p),
-                Err(_) => tokio::time::timeout(self.spec.queue_timeout, slots.requests.clone().acquire_owned()).await.map_err(|_| ()).and_then(|r| r.map_err(|_| ())),
+            // A place among the client connection's share of the endpoint, then among the
+            // endpoint's requests; both waited for no longer than queue_timeout together.
+            let mut deadline = None;
+            let Some(share) = acquire(&conn.share(ep, slots.max(), self.spec.client_share), &mut deadline, self.spec.queue_timeout).await else {
+                stats.queue_timeouts.fetch_add(1, Ordering::Relaxed);
+                stats.share_timeouts.fetch_add(1, Ordering::Relaxed);
+                return answer(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("cluster {}: this client connection held its share ({}) of the connections to {ep} for {:?}", self.spec.name, self.spec.client_share, self.spec.queue_timeout),
+                );
             };
-            let permit = match permit {
-                Ok(p) => p,
-                Err(()) => {
-                    stats.queue_timeouts.fetch_add(1, Ordering::Relaxed);
-                    return answer(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        &format!("cluster {}: all {} connections to {ep} stayed busy for {:?}", self.spec.name, self.slots[target].max, self.spec.queue_timeout),
-                    );
-                }
+            let Some(permit) = acquire(&slots.requests, &mut deadline, self.spec.queue_timeout).await else {
+                stats.queue_timeouts.fetch_add(1, Ordering::Relaxed);
+                return answer(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("cluster {}: all {} connections to {ep} stayed busy for {:?}", self.spec.name, slots.max(), self.spec.queue_timeout),
+                );
             };
+            // Over its reset budget while it waited: refused at once, not sent.
+            if conn.going() {
+                return going();
+            }
             stats.requests.fetch_add(1, Ordering::Relaxed);
             let pq = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
             let Ok(uri) = Uri::try_from(format!("http://{ep}{pq}")) else {
@@ -429,9 +591,7 @@ impl ClusterRt {
                 Upstream::Http1 => Version::HTTP_11,
                 Upstream::Http2 => Version::HTTP_2,
             };
-            if let Some(s) = client.stream {
-                s.forwarded();
-            }
+            client.stream.forwarded();
             // HTTP/1.1 only (HTTP/2 has no Transfer-Encoding): to poison the connection of a
             // double-framed answer (below).
             let captured = (self.spec.protocol == Upstream::Http1).then(|| hyper_util::client::legacy::connect::capture_connection(&mut up));
@@ -440,8 +600,10 @@ impl ClusterRt {
                     let (mut rp, rb) = resp.into_parts();
                     // Both framings (RFC 9112 6.3): which one the endpoint meant cannot be known,
                     // so neither the answer nor its connection is used (dropping the unread body
-                    // closes the connection).
-                    if rp.headers.contains_key(hyper::header::TRANSFER_ENCODING) && rp.headers.contains_key(hyper::header::CONTENT_LENGTH) {
+                    // closes the connection). A 101 answers an upgrade nobody asked for (the
+                    // proxy forwards no Upgrade): what follows is not HTTP, and HTTP/2 has no 101.
+                    let double = rp.headers.contains_key(hyper::header::TRANSFER_ENCODING) && rp.headers.contains_key(hyper::header::CONTENT_LENGTH);
+                    if double || rp.status == StatusCode::SWITCHING_PROTOCOLS {
                         stats.errors.fetch_add(1, Ordering::Relaxed);
                         if let Some(c) = &captured {
                             if let Some(m) = c.connection_metadata().as_ref() {
@@ -449,12 +611,13 @@ impl ClusterRt {
                             }
                         }
                         drop(rb);
-                        tracing::warn!(cluster = %self.spec.name, endpoint = %ep, "answered with both Content-Length and Transfer-Encoding: refused");
-                        return answer(StatusCode::BAD_GATEWAY, &format!("cluster {}: {ep} framed its answer twice", self.spec.name));
+                        let why = if double { "framed its answer twice" } else { "switched protocols unasked (101)" };
+                        tracing::warn!(cluster = %self.spec.name, endpoint = %ep, "{why}: refused");
+                        return answer(StatusCode::BAD_GATEWAY, &format!("cluster {}: {ep} {why}", self.spec.name));
                     }
-                    strip_hop_by_hop(&mut rp.headers);
+                    strip_hop_by_hop(&mut rp.headers, &[]);
                     rp.extensions.insert(AnsweredBy(ep));
-                    let body = UpstreamBody { inner: rb, _permit: permit, read_timeout: self.spec.read_timeout, timer: None, stats: stats.clone() };
+                    let body = UpstreamBody { inner: rb, _permit: permit, _share: share, read_timeout: self.spec.read_timeout, timer: None, stats: stats.clone() };
                     return Response::from_parts(rp, body.boxed());
                 }
                 Ok(Err(_)) if fault.get().is_some() => return fault_answer(fault.get().unwrap_or(crate::client::BodyFault::Framing)),
@@ -498,12 +661,21 @@ mod tests {
         h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
         h.insert("te", HeaderValue::from_static("trailers"));
         h.insert("x-kept", HeaderValue::from_static("1"));
-        strip_hop_by_hop(&mut h);
+        strip_hop_by_hop(&mut h, &[]);
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, ["te", "x-kept"]);
         h.insert("te", HeaderValue::from_static("gzip"));
-        strip_hop_by_hop(&mut h);
+        strip_hop_by_hop(&mut h, &[]);
         assert!(!h.contains_key("te"));
+        // Connection cannot name what a request is routed or framed on.
+        h.insert("connection", HeaderValue::from_static("host, Content-Length, x-route, x-other"));
+        for n in ["host", "content-length", "x-route", "x-other"] {
+            h.insert(n, HeaderValue::from_static("1"));
+        }
+        strip_hop_by_hop(&mut h, &[HeaderName::from_static("x-route")]);
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["content-length", "host", "x-kept", "x-route"]);
     }
 }

@@ -15,7 +15,12 @@ use std::sync::Arc;
 /// Everything a request needs: the routes and the clusters.
 pub struct Proxy {
     pub config: Config,
-    pub clusters: Vec<ClusterRt>,
+    /// Kept across a reload when their configuration is the same (their pools, counters and
+    /// health with them).
+    pub clusters: Vec<Arc<ClusterRt>>,
+    /// The endpoints' connection caps, one per address, shared with every configuration
+    /// before and after this one.
+    pub slots: crate::forward::SlotRegistry,
     /// Per listener: its TLS acceptor and handshake counters (None: plain text).
     pub tls: Vec<Option<(boring::ssl::SslAcceptor, Arc<crate::stats::TlsStats>)>>,
     /// Per listener: requests received.
@@ -28,6 +33,9 @@ pub struct Proxy {
     pub access_log: Option<crate::access_log::AccessLog>,
     /// The pool that reads static objects by priority class (with `static` routes).
     pub dispatch: Option<Arc<crate::dispatch::Dispatcher>>,
+    /// Headers that routes match on and clusters hash on: a client's `Connection` cannot
+    /// strip them before they reach the upstream.
+    pub routing_headers: Vec<hyper::header::HeaderName>,
 }
 
 impl Proxy {
@@ -36,13 +44,19 @@ impl Proxy {
     }
 
     /// As `new`, but keeping `old`'s dispatch pool when the dispatch configuration is the same
-    /// (a reload then starts no threads, and old and new requests share one queue and order).
+    /// (a reload then starts no threads, and old and new requests share one queue and order),
+    /// its clusters whose configuration is the same, and its endpoints' caps.
     pub fn reusing(config: Config, old: Option<&Proxy>) -> Result<Proxy, ServeError> {
+        config.check_descriptors(crate::client::nofile_limit())?;
+        let slots = old.map(|o| o.slots.clone()).unwrap_or_default();
         let clusters = config
             .clusters
             .iter()
             .enumerate()
-            .map(|(index, c)| ClusterRt::new(c.clone()).map_err(|source| ServeError::Scheduler { index, name: c.name.clone(), source }))
+            .map(|(index, c)| match old.and_then(|o| o.clusters.iter().find(|k| k.spec == *c)) {
+                Some(same) => Ok(same.clone()),
+                None => ClusterRt::new(c.clone(), &slots).map(Arc::new).map_err(|source| ServeError::Scheduler { index, name: c.name.clone(), source }),
+            })
             .collect::<Result<_, _>>()?;
         let mut tls = Vec::new();
         for (i, l) in config.listeners.iter().enumerate() {
@@ -62,10 +76,18 @@ impl Proxy {
             (Some(d), _) => Some(Arc::new(crate::dispatch::Dispatcher::start(d.clone()).map_err(ServeError::Dispatch)?)),
             (None, _) => None,
         };
-        Ok(Proxy { config, clusters, tls, requests, clients, started: std::time::Instant::now(), retired: Default::default(), access_log, dispatch })
+        let mut routing_headers: Vec<hyper::header::HeaderName> = Vec::new();
+        for name in config.routes.iter().flat_map(|r| r.matches.headers.iter().map(|(n, _)| n)).chain(config.clusters.iter().filter_map(|c| c.hash_header.as_ref())) {
+            if let Ok(n) = hyper::header::HeaderName::from_bytes(name.as_bytes()) {
+                if !routing_headers.contains(&n) {
+                    routing_headers.push(n);
+                }
+            }
+        }
+        Ok(Proxy { config, clusters, slots, tls, requests, clients, started: std::time::Instant::now(), retired: Default::default(), access_log, dispatch, routing_headers })
     }
 
-    pub(crate) async fn handle(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: Option<&StreamGuard>) -> Response<ProxyBody> {
+    pub(crate) async fn handle(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: &StreamGuard) -> Response<ProxyBody> {
         self.requests[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Some(log) = &self.access_log else { return self.route(index, listener, req, client, stream).await };
         let started = std::time::Instant::now();
@@ -92,7 +114,7 @@ impl Proxy {
         resp
     }
 
-    async fn route(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: Option<&StreamGuard>) -> Response<ProxyBody> {
+    async fn route(&self, index: usize, listener: &str, req: Request<Incoming>, client: SocketAddr, stream: &StreamGuard) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
         let host = match crate::route::one_authority(&mut parts) {
             Ok(h) => h,
@@ -158,8 +180,10 @@ impl Proxy {
         };
         // The client's version, not the upstream's, describes the response on this connection.
         let version = parts.version;
+        // The client's hop-by-hop headers go first, so that the route's own edits stay.
+        crate::forward::strip_hop_by_hop(&mut parts.headers, &self.routing_headers);
         route.request_headers.apply(&mut parts.headers);
-        let side = crate::forward::ClientSide { addr: client, stream, body_timeout: self.config.listeners[index].limits.body_timeout, stats: Some(&self.clients[index]) };
+        let side = crate::forward::ClientSide { addr: client, stream };
         // Boxed: the forwarding state machine is large, and every HTTP/2 stream is a task whose
         // future is moved into place when it is spawned (answers made here need none of it).
         let forward = Box::pin(self.clusters[cluster].forward(Request::from_parts(parts, body), side));

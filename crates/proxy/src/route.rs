@@ -37,20 +37,43 @@ fn host_port(v: &[u8]) -> Option<HostPort> {
             Some(digits.parse::<u16>().ok()?)
         }
     };
-    let reg_name = |b: u8| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&b);
-    if host.is_empty() || !(host.starts_with('[') || host.bytes().all(reg_name)) {
+    let host = if host.starts_with('[') { host.to_ascii_lowercase() } else { canonical_name(host)? };
+    Some(HostPort { host, port })
+}
+
+/// A host name in the one form routing, certificates and upstreams compare (as DNS compares
+/// names): lower case, one trailing dot removed (`Internal.Example.` is `internal.example`).
+/// None for what is not a name of letters, digits, `-` and `_` in non-empty labels: a
+/// percent-encoded or otherwise disguised name could match no route here and still mean a
+/// protected host to an upstream that decodes it.
+pub fn canonical_name(name: &str) -> Option<String> {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name.is_empty() || name.split('.').any(|label| label.is_empty() || !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')) {
         return None;
     }
-    Some(HostPort { host: host.to_ascii_lowercase(), port })
+    Some(name.to_ascii_lowercase())
+}
+
+impl HostPort {
+    /// What the upstream receives as Host: the canonical name, and the port if one was given.
+    fn header(&self) -> Option<hyper::header::HeaderValue> {
+        let v = match self.port {
+            Some(p) => format!("{}:{p}", self.host),
+            None => self.host.clone(),
+        };
+        hyper::header::HeaderValue::from_str(&v).ok()
+    }
 }
 
 /// Gives the request one authority, in its Host header, which routing and the upstream then
 /// see: the request target's authority when it has one (HTTP/2's `:authority`, HTTP/1.1's
-/// absolute form, which wins over Host: RFC 9112 3.2.2), else Host. A request that cannot have
-/// one is refused with the reason (a 400): two Host headers, an HTTP/1.1 request without Host
-/// (RFC 9112 3.2), a Host that names another host than `:authority` (RFC 9113 8.3.1), a Host or
-/// authority that is not host[:port], userinfo in the authority.
-/// On success, the host routing matches (lower case, without port), if the request has one.
+/// absolute form, which wins over Host: RFC 9112 3.2.2), else Host; in canonical form
+/// ([`canonical_name`]), so that `internal.example.` is routed and forwarded as
+/// `internal.example`. A request that cannot have one is refused with the reason (a 400): two
+/// Host headers, an HTTP/1.1 request without Host (RFC 9112 3.2), a Host that names another host
+/// than `:authority` (RFC 9113 8.3.1), a Host or authority that is not host[:port], userinfo in
+/// the authority.
+/// On success, the host routing matches (canonical, without port), if the request has one.
 pub fn one_authority(p: &mut Parts) -> Result<Option<String>, &'static str> {
     let mut all = p.headers.get_all(hyper::header::HOST).iter();
     let host = all.next();
@@ -63,39 +86,21 @@ pub fn one_authority(p: &mut Parts) -> Result<Option<String>, &'static str> {
     };
     let target = match p.uri.authority() {
         Some(a) if a.as_str().contains('@') => return Err("userinfo in the request's authority"),
-        Some(a) => Some((host_port(a.as_str().as_bytes()).ok_or("the request's authority is not host[:port]")?, a.as_str().to_string())),
+        Some(a) => Some(host_port(a.as_str().as_bytes()).ok_or("the request's authority is not host[:port]")?),
         None => None,
     };
     let default_port = if p.uri.scheme_str() == Some("https") { 443 } else { 80 };
-    match (p.version, target, host) {
-        (hyper::Version::HTTP_11, _, None) => Err("an HTTP/1.1 request without Host"),
-        (hyper::Version::HTTP_2 | hyper::Version::HTTP_3, Some((t, _)), Some(h)) if t.host != h.host || t.port.unwrap_or(default_port) != h.port.unwrap_or(default_port) => {
-            Err("the Host header names another host than :authority")
+    let one = match (p.version, target, host) {
+        (hyper::Version::HTTP_11, _, None) => return Err("an HTTP/1.1 request without Host"),
+        (hyper::Version::HTTP_2 | hyper::Version::HTTP_3, Some(t), Some(h)) if t.host != h.host || t.port.unwrap_or(default_port) != h.port.unwrap_or(default_port) => {
+            return Err("the Host header names another host than :authority")
         }
-        (_, Some((t, raw)), _) => {
-            let v = hyper::header::HeaderValue::from_str(&raw).map_err(|_| "the request's authority is not host[:port]")?;
-            p.headers.insert(hyper::header::HOST, v);
-            Ok(Some(t.host))
-        }
-        (_, None, h) => Ok(h.map(|h| h.host)),
-    }
-}
-
-/// The request's host, lower case, without port: the `:authority` of HTTP/2 and absolute
-/// URIs, else the `Host` header.
-pub fn host_of(p: &Parts) -> Option<String> {
-    let raw = match p.uri.authority() {
-        Some(a) => a.host().to_string(),
-        None => {
-            let h = p.headers.get(hyper::header::HOST)?.to_str().ok()?;
-            // "[::1]:8080" -> "[::1]", "example.com:80" -> "example.com"
-            match h.rfind(':') {
-                Some(i) if !h[i..].contains(']') => h[..i].to_string(),
-                _ => h.to_string(),
-            }
-        }
+        (_, Some(t), _) => t,
+        (_, None, Some(h)) => h,
+        (_, None, None) => return Ok(None),
     };
-    Some(raw.to_ascii_lowercase())
+    p.headers.insert(hyper::header::HOST, one.header().ok_or("the request's authority is not host[:port]")?);
+    Ok(Some(one.host))
 }
 
 fn host_matches(want: &str, host: Option<&str>) -> bool {
@@ -118,12 +123,8 @@ pub fn matches(m: &Match, p: &Parts, host: Option<&str>) -> bool {
     m.headers.iter().all(|(name, value)| p.headers.get_all(name.as_str()).iter().any(|v| v.as_bytes() == value.as_bytes()))
 }
 
-/// The index of the route a request on `listener` takes.
-pub fn find(routes: &[Route], listener: &str, p: &Parts) -> Option<usize> {
-    find_for_host(routes, listener, p, host_of(p).as_deref())
-}
-
-/// As [`find`], with the request's host already known (from [`one_authority`]).
+/// The index of the route a request on `listener` takes, its host already known (from
+/// [`one_authority`]).
 pub fn find_for_host(routes: &[Route], listener: &str, p: &Parts, host: Option<&str>) -> Option<usize> {
     routes.iter().position(|r| (r.listeners.is_empty() || r.listeners.iter().any(|l| l == listener)) && matches(&r.matches, p, host))
 }
@@ -132,6 +133,18 @@ pub fn find_for_host(routes: &[Route], listener: &str, p: &Parts, host: Option<&
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    /// The route a request takes, its authority made one first (no route for a request that
+    /// cannot have one).
+    fn find(routes: &[Route], listener: &str, p: &Parts) -> Option<usize> {
+        let mut p = p.clone();
+        // An absolute target without Host: an HTTP/2 request's :authority.
+        if p.uri.authority().is_some() && !p.headers.contains_key("host") {
+            p.version = hyper::Version::HTTP_2;
+        }
+        let host = one_authority(&mut p).ok()?;
+        find_for_host(routes, listener, &p, host.as_deref())
+    }
 
     fn parts(uri: &str, headers: &[(&str, &str)]) -> Parts {
         let mut b = hyper::Request::builder().uri(uri);
@@ -191,7 +204,11 @@ endpoints = ["127.0.0.1:11"]
         assert_eq!(cl(find(r, "a", &parts("/", &[("host", "other"), ("x-canary", "no"), ("x-canary", "yes")]))), Some(1));
         assert_eq!(cl(find(r, "a", &parts("/", &[("host", "other")]))), None);
         assert_eq!(cl(find(r, "a", &parts("/", &[]))), None, "no host at all");
-        assert_eq!(host_of(&parts("/", &[("host", "[::1]:80")])).as_deref(), Some("[::1]"));
+        // One trailing dot is the same name (as DNS has it); two are no name.
+        assert_eq!(cl(find(r, "a", &parts("/api/v1", &[("host", "www.example.com.:8080")]))), Some(1));
+        assert_eq!(cl(find(r, "a", &parts("/", &[("host", "EXAMPLE.COM.")]))), Some(0));
+        assert_eq!(cl(find(r, "a", &parts("http://example.com./", &[]))), Some(0), "HTTP/2 :authority with a trailing dot");
+        assert_eq!(cl(find(r, "a", &parts("/", &[("host", "example.com..")]))), None);
     }
 
     #[test]
@@ -203,16 +220,21 @@ endpoints = ["127.0.0.1:11"]
             }
             let mut p = b.body(()).unwrap().into_parts().0;
             let host = one_authority(&mut p);
-            // The host for routing is what host_of finds in the result.
+            // The host for routing is the one forwarded, without its port.
             if let Ok(h) = &host {
-                assert_eq!(h.as_deref(), host_of(&p).as_deref(), "{uri} {hosts:?}");
+                let sent = p.headers.get("host").map(|v| v.to_str().unwrap().to_string());
+                let name = sent.as_deref().map(|s| if s.starts_with('[') { &s[..s.find(']').unwrap() + 1] } else { s.split(':').next().unwrap() });
+                assert_eq!(h.as_deref(), name, "{uri} {hosts:?}");
             }
             host.map(|_| p.headers.get_all("host").iter().map(|h| h.to_str().unwrap().to_string()).collect::<Vec<_>>())
         };
         use hyper::Version as V;
         // The absolute form wins over Host, and is what follows.
         assert_eq!(req(V::HTTP_11, "http://public.example/a", &["internal.example"]), Ok(vec!["public.example".into()]));
-        assert_eq!(req(V::HTTP_11, "/a", &["Public.Example:8080"]), Ok(vec!["Public.Example:8080".into()]));
+        assert_eq!(req(V::HTTP_11, "/a", &["Public.Example:8080"]), Ok(vec!["public.example:8080".into()]));
+        assert_eq!(req(V::HTTP_11, "/a", &["Internal.Example."]), Ok(vec!["internal.example".into()]));
+        assert_eq!(req(V::HTTP_11, "http://internal.example.:81/a", &["x"]), Ok(vec!["internal.example:81".into()]));
+        assert_eq!(req(V::HTTP_2, "http://internal.example./a", &["internal.example"]), Ok(vec!["internal.example".into()]));
         assert_eq!(req(V::HTTP_11, "/a", &["[::1]:80"]), Ok(vec!["[::1]:80".into()]));
         assert_eq!(req(V::HTTP_10, "/a", &[]), Ok(vec![]));
         assert_eq!(req(V::HTTP_2, "http://public.example/a", &[]), Ok(vec!["public.example".into()]));
@@ -228,6 +250,10 @@ endpoints = ["127.0.0.1:11"]
             (V::HTTP_11, "/a", &["public.example:"][..], "not host[:port]"),
             (V::HTTP_11, "/a", &["pub lic"][..], "not host[:port]"),
             (V::HTTP_11, "/a", &["[zz]"][..], "not host[:port]"),
+            (V::HTTP_11, "/a", &["internal.example.."][..], "not host[:port]"),
+            (V::HTTP_11, "/a", &[".internal.example"][..], "not host[:port]"),
+            (V::HTTP_11, "/a", &["internal%2eexample"][..], "not host[:port]"),
+            (V::HTTP_11, "/a", &["."][..], "not host[:port]"),
             (V::HTTP_11, "http://user@public.example/a", &["public.example"][..], "userinfo"),
             (V::HTTP_2, "http://public.example/a", &["internal.example"][..], "another host than :authority"),
             (V::HTTP_2, "http://public.example:8080/a", &["public.example"][..], "another host than :authority"),

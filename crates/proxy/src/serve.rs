@@ -220,6 +220,7 @@ impl Current {
         }
         self.proxy.store(new.clone());
         self.admission.set_max(max_connections(&new.config));
+        self.admission.memory.set_limit(new.config.buffer_memory);
         old.retired.store(true, std::sync::atomic::Ordering::Relaxed);
         crate::health::spawn(&new);
         let mut running = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
@@ -267,7 +268,7 @@ impl Current {
                 let proxy = me.load();
                 let Some(index) = proxy.config.listeners.iter().position(|x| x.name == name) else { continue };
                 let limits = &proxy.config.listeners[index].limits;
-                let conn = Conn::new(limits.clone(), proxy.clients[index].clone());
+                let conn = Conn::new(limits.clone(), proxy.clients[index].clone(), std::os::fd::AsRawFd::as_raw_fd(&stream), me.admission.memory.clone());
                 let Some(ticket) = me.admission.admit(&name, limits.max_connections, conn) else {
                     // No room and nobody to make it: closed at once (a reset, not a timeout).
                     let _ = stream.set_zero_linger();
@@ -342,7 +343,7 @@ async fn connection_task(
             let name = name.clone();
             let guard = conn.start(req.version());
             async move {
-                let resp = proxy.handle(index, &name, req, peer, Some(&guard)).await;
+                let resp = proxy.handle(index, &name, req, peer, &guard).await;
                 Ok::<_, std::convert::Infallible>(resp.map(|b| guard.body(b)))
             }
         })
@@ -448,7 +449,7 @@ where
 /// Starts serving `bound` with `proxy` (and its health checks); reloads read `path`.
 pub fn start(proxy: Arc<Proxy>, bound: Bound, path: Option<std::path::PathBuf>) -> Arc<Current> {
     crate::health::spawn(&proxy);
-    let admission = Admission::new(max_connections(&proxy.config));
+    let admission = Admission::new(max_connections(&proxy.config), proxy.config.buffer_memory);
     let digest = std::sync::Mutex::new(path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).map(|t| digest(&t)).unwrap_or_default());
     let cur = Arc::new(Current {
         proxy: arc_swap::ArcSwap::new(proxy),

@@ -279,7 +279,8 @@ pub fn acceptor(field: &str, tls: &Tls) -> Result<(SslAcceptor, Arc<TlsStats>), 
     let (mut first, _) = context(field, tls, 0, &runner, &stats)?;
     if !others.is_empty() {
         first.set_servername_callback(move |ssl, _alert| {
-            if let Some(host) = ssl.servername(NameType::HOST_NAME).map(str::to_ascii_lowercase) {
+            // The name as routing compares it: `api.example.` is `api.example`.
+            if let Some(host) = ssl.servername(NameType::HOST_NAME).and_then(crate::route::canonical_name) {
                 if let Some((_, ctx)) = others.iter().find(|(names, _)| names.iter().any(|n| name_matches(n, &host))) {
                     let _ = ssl.set_ssl_context(ctx);
                 }
