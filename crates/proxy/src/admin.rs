@@ -509,7 +509,10 @@ async fn get_metrics(State(c): P) -> impl IntoResponse {
     let _ = writeln!(m, "vectorlb_proxy_client_connections {}", c.admission.open());
     let _ = writeln!(m, "# HELP vectorlb_proxy_client_connections_max The limit of client connections over all listeners.\n# TYPE vectorlb_proxy_client_connections_max gauge");
     let _ = writeln!(m, "vectorlb_proxy_client_connections_max {}", c.admission.max());
-    let _ = writeln!(m, "# HELP vectorlb_proxy_buffered_bytes Request bodies buffered now (request_buffer), in bytes, against buffer_memory.\n# TYPE vectorlb_proxy_buffered_bytes gauge");
+    let _ = writeln!(
+        m,
+        "# HELP vectorlb_proxy_buffered_bytes Request bodies buffered now (request_buffer), in bytes, against buffer_memory.\n# TYPE vectorlb_proxy_buffered_bytes gauge"
+    );
     let _ = writeln!(m, "vectorlb_proxy_buffered_bytes {}", c.admission.memory.used());
     let _ = writeln!(m, "# HELP vectorlb_proxy_reloads_total Reloads of the configuration (SIGHUP, POST /v1/reload), by outcome.\n# TYPE vectorlb_proxy_reloads_total counter");
     let _ = writeln!(m, "vectorlb_proxy_reloads_total{{outcome=\"ok\"}} {}", c.reloads.load(Ordering::Relaxed));

@@ -23,8 +23,8 @@ use crate::config::ClientLimits;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use std::future::Future;
-use std::pin::Pin;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll};
@@ -125,6 +125,13 @@ const IDLE: u64 = 1 << 62;
 /// Not to be closed for another: requests moving at `min_rate`, or a response not yet
 /// written and acknowledged.
 const KEEP: u64 = u64::MAX;
+/// How long a connection that has sent nothing yet is not closed for another (unless nothing
+/// else can be): a client whose request head is there but not yet read must not go before one
+/// that sent half a head.
+const FRESH_MS: u64 = 1000;
+/// The same from its first bytes: a whole request head makes it busy within microseconds, but
+/// the thread reading it may be preempted in between.
+const SPOKE_MS: u64 = 20;
 
 /// One client connection.
 pub struct Conn {
@@ -209,7 +216,7 @@ impl Conn {
             resets: Mutex::new((now, 0)),
             order: AtomicU8::new(ORDER_NONE),
             wake: futures_util::task::AtomicWaker::new(),
-            evict_key: AtomicU64::new(OWING + now),
+            evict_key: AtomicU64::new(OWING + now + FRESH_MS),
             bodies_waiting: AtomicU32::new(0),
             buffered: AtomicUsize::new(0),
             memory,
@@ -223,7 +230,7 @@ impl Conn {
         let mut st = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         if st.live.is_empty() {
             st.idle_since = now;
-            self.evict_key.store(OWING + now, Ordering::Relaxed);
+            self.evict_key.store(OWING + now + FRESH_MS, Ordering::Relaxed);
         }
     }
 
@@ -233,6 +240,15 @@ impl Conn {
 
     pub fn limits(&self) -> &ClientLimits {
         &self.limits
+    }
+
+    /// `n` bytes read from the client.
+    fn got(&self, n: u64) {
+        if self.read.fetch_add(n, Ordering::Relaxed) == 0 && self.requests.load(Ordering::Relaxed) == 0 {
+            // Its first bytes. A whole request head makes it busy at once (Conn::start); half of
+            // one leaves it first in line to be closed for another, SPOKE_MS from now.
+            self.evict_key.store(OWING + now_ms() + SPOKE_MS, Ordering::Relaxed);
+        }
     }
 
     /// Told to go (evicted, or over its reset budget): nothing more of it goes upstream.
@@ -482,7 +498,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         let n = buf.filled().len() - before;
         if n > 0 {
-            self.conn.read.fetch_add(n as u64, Ordering::Relaxed);
+            self.conn.got(n as u64);
         }
         r
     }
@@ -656,7 +672,7 @@ impl Watchdog {
                 st.idle_since + ms(l.idle_timeout)
             };
             let rank = match self.head_since {
-                _ if c.requests.load(Ordering::Relaxed) == 0 => OWING + st.idle_since,
+                _ if c.requests.load(Ordering::Relaxed) == 0 => OWING + st.idle_since + if read == 0 { FRESH_MS } else { SPOKE_MS },
                 Some(h) => OWING + h,
                 None => IDLE + st.idle_since,
             };
@@ -758,6 +774,14 @@ struct Registry {
 /// "the oldest", as Redis's LRU: a sample from a rotating cursor).
 const SAMPLE: usize = 128;
 
+/// What [`Admission::admit`] decided.
+pub enum Admit {
+    In(Ticket),
+    /// No room now; ask again shortly (a connection not read yet may turn out to owe progress).
+    Wait,
+    Refused,
+}
+
 /// A connection counted by [`Admission`]; uncounted when dropped.
 pub struct Ticket {
     admission: Arc<Admission>,
@@ -790,9 +814,12 @@ impl Admission {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).total
     }
 
-    /// Counts a new connection of `listener`, making room if a limit is reached; None when
-    /// there is no room (the caller closes it).
-    pub fn admit(self: &Arc<Self>, listener: &str, listener_max: Option<usize>, conn: Arc<Conn>) -> Option<Ticket> {
+    /// Counts a new connection of `listener`, making room if a limit is reached: by closing a
+    /// connection that owes progress; or, when the only others are connections not read from
+    /// yet, [`Admit::Wait`] (they may soon show what they are), unless this is the `last` try:
+    /// then the oldest of them, or else the keep-alive connection idle longest. No room:
+    /// [`Admit::Refused`] (the caller closes it).
+    pub fn admit(self: &Arc<Self>, listener: &str, listener_max: Option<usize>, conn: Arc<Conn>, last: bool) -> Admit {
         let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let li = match r.per_listener.iter().position(|(n, _, _)| n == listener) {
             Some(i) => i,
@@ -806,16 +833,17 @@ impl Admission {
         let full_total = r.total - r.closing >= self.max();
         if full_listener || full_total {
             let only = full_listener.then_some(li);
-            match r.pick(only) {
-                Some((victim, vl)) => {
+            match r.pick(only, now_ms()).choose(!last) {
+                Ok(Some((victim, vl))) => {
                     r.closing += 1;
                     r.per_listener[vl].2 += 1;
                     inc(&victim.stats.evicted);
                     victim.order(ORDER_CLOSE);
                 }
-                None => {
+                Err(()) => return Admit::Wait,
+                Ok(None) => {
                     inc(&conn.stats.refused);
-                    return None;
+                    return Admit::Refused;
                 }
             }
         }
@@ -829,7 +857,7 @@ impl Admission {
         r.slots[slot] = Some((li, Arc::downgrade(&conn)));
         r.total += 1;
         r.per_listener[li].1 += 1;
-        Some(Ticket { admission: self.clone(), slot, conn })
+        Admit::In(Ticket { admission: self.clone(), slot, conn })
     }
 
     fn release(&self, slot: usize, conn: &Conn) {
@@ -848,7 +876,7 @@ impl Admission {
     /// one to close.
     pub fn evict_one(&self) -> bool {
         let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        match r.pick(None) {
+        match r.pick(None, now_ms()).choose(false).ok().flatten() {
             Some((victim, vl)) => {
                 r.closing += 1;
                 r.per_listener[vl].2 += 1;
@@ -861,15 +889,40 @@ impl Admission {
     }
 }
 
+/// The connections a limit may close, best first within each kind (see [`Registry::pick`]).
+#[derive(Default)]
+struct Candidates {
+    /// Owing progress (half a head, a handshake or a request behind `min_rate`), the one that
+    /// owes longest.
+    owing: Option<(u64, Arc<Conn>, usize)>,
+    /// Not read from yet (for FRESH_MS): what they are is not known; the oldest.
+    fresh: Option<(u64, Arc<Conn>, usize)>,
+    /// Idle keep-alive connections, the longest idle.
+    idle: Option<(u64, Arc<Conn>, usize)>,
+}
+
+impl Candidates {
+    /// The one to close now: one that owes progress; else, while fresh ones may still show
+    /// what they are (`wait`), none; else the oldest fresh one, then the longest idle.
+    fn choose(self, wait: bool) -> Result<Option<(Arc<Conn>, usize)>, ()> {
+        let pick = |c: Option<(u64, Arc<Conn>, usize)>| c.map(|(_, c, l)| (c, l));
+        match (self.owing, self.fresh, self.idle) {
+            (Some(o), _, _) => Ok(pick(Some(o))),
+            (None, Some(_), _) if wait => Err(()),
+            (None, f, i) => Ok(pick(f.or(i))),
+        }
+    }
+}
+
 impl Registry {
-    /// The connection (of listener `only`, or any) to close first among a sample (the lowest
-    /// [`Conn::evict_key`]), and its listener.
-    fn pick(&mut self, only: Option<usize>) -> Option<(Arc<Conn>, usize)> {
+    /// The connections (of listener `only`, or any) a limit may close at `now`, among a sample:
+    /// by their [`Conn::evict_key`], leaving out those not to be closed.
+    fn pick(&mut self, only: Option<usize>, now: u64) -> Candidates {
+        let mut out = Candidates::default();
         let n = self.slots.len();
         if n == 0 {
-            return None;
+            return out;
         }
-        let mut best: Option<(u64, Arc<Conn>, usize)> = None;
         let start = self.cursor % n;
         let mut seen = 0;
         for k in 0..n {
@@ -881,8 +934,15 @@ impl Registry {
             seen += 1;
             if let Some(c) = w.upgrade() {
                 let key = c.evict_key.load(Ordering::Relaxed);
-                if key != KEEP && c.order.load(Ordering::Relaxed) == ORDER_NONE && best.as_ref().is_none_or(|(b, _, _)| key < *b) {
-                    best = Some((key, c, *li));
+                if key != KEEP && c.order.load(Ordering::Relaxed) == ORDER_NONE {
+                    let kind = match key {
+                        k if k >= IDLE => &mut out.idle,
+                        k if k > now => &mut out.fresh,
+                        _ => &mut out.owing,
+                    };
+                    if kind.as_ref().is_none_or(|(b, _, _)| key < *b) {
+                        *kind = Some((key, c, *li));
+                    }
                 }
             }
             if seen >= SAMPLE {
@@ -893,7 +953,7 @@ impl Registry {
         if seen < SAMPLE {
             self.cursor = start;
         }
-        best.map(|(_, c, li)| (c, li))
+        out
     }
 }
 
@@ -1265,23 +1325,33 @@ mod tests {
     fn admission_makes_room_by_closing_who_owes_progress_then_the_longest_idle() {
         let stats = Arc::new(ClientStats::default());
         let a = Admission::new(3, 1 << 20);
+        let admit = |l: &str, max: Option<usize>, c: &Arc<Conn>| match a.admit(l, max, c.clone(), true) {
+            Admit::In(t) => Some(t),
+            _ => None,
+        };
         let conn = || Conn::new(limits(), stats.clone(), -1, Budget::new(1 << 20));
         let (c1, c2, c3, o1, o2, o3) = (conn(), conn(), conn(), conn(), conn(), conn());
-        let _t1 = a.admit("web", Some(2), c1.clone()).unwrap();
-        let t2 = a.admit("web", Some(2), c2.clone()).unwrap();
-        // c1 busy: c2 (no request yet) makes room for a third connection of "web" (its limit is 2).
+        let _t1 = admit("web", Some(2), &c1).unwrap();
+        let t2 = admit("web", Some(2), &c2).unwrap();
+        // c1 busy, c2 not read from yet: nobody to close for a third connection of "web" (its
+        // limit is 2) but wait for c2 to show what it is.
         let _b1 = c1.start(hyper::Version::HTTP_11);
-        let _t3 = a.admit("web", Some(2), c3.clone()).unwrap();
+        assert!(matches!(a.admit("web", Some(2), c3.clone(), false), Admit::Wait));
+        // c2 sends half a request head: it makes room (SPOKE_MS later).
+        c2.got(10);
+        assert!(matches!(a.admit("web", Some(2), c3.clone(), false), Admit::Wait));
+        std::thread::sleep(Duration::from_millis(SPOKE_MS + 1));
+        let _t3 = admit("web", Some(2), &c3).unwrap();
         assert_eq!((c1.order.load(Ordering::Relaxed), c2.order.load(Ordering::Relaxed)), (ORDER_NONE, ORDER_CLOSE));
         // A connection being closed does not count against the limit of all (3).
-        let _to1 = a.admit("other", None, o1.clone()).unwrap();
+        let _to1 = admit("other", None, &o1).unwrap();
         assert_eq!(c3.order.load(Ordering::Relaxed), ORDER_NONE);
-        // Everyone busy (and not behind) or closing: no room.
+        // Everyone busy (and not behind) or closing: no room, no waiting.
         let (_b3, _bo1) = (c3.start(hyper::Version::HTTP_11), o1.start(hyper::Version::HTTP_11));
-        assert!(a.admit("other", None, o2).is_none());
+        assert!(matches!(a.admit("other", None, o2.clone(), false), Admit::Refused));
         drop(t2);
         assert_eq!(a.open(), 3);
-        assert!(a.admit("other", None, o3).is_none());
+        assert!(admit("other", None, &o3).is_none());
         assert_eq!((stats.evicted.load(Ordering::Relaxed), stats.refused.load(Ordering::Relaxed)), (1, 2));
         // Done, and dated idle by their watchdogs: the longest idle goes first...
         let (mut w1, mut w3) = (Watchdog::new(c1.clone()), Watchdog::new(c3.clone()));
@@ -1298,11 +1368,20 @@ mod tests {
         o1.write_blocked.store(true, Ordering::Relaxed);
         assert!(matches!(wo1.check(t + 500), Verdict::Until(_)));
         let c4 = conn();
-        let _t4 = a.admit("other", None, c4.clone()).unwrap();
+        let _t4 = admit("other", None, &c4).unwrap();
         let _b4 = c4.start(hyper::Version::HTTP_11);
         assert_eq!(o1.order.load(Ordering::Relaxed), ORDER_CLOSE, "behind its min_rate: closed first");
         assert_eq!((c1.order.load(Ordering::Relaxed), c3.order.load(Ordering::Relaxed)), (ORDER_NONE, ORDER_NONE));
-        let _t5 = a.admit("other", None, conn()).unwrap();
+        // With none that owes, the longest idle (c1).
+        let c5 = conn();
+        let _t5 = admit("other", None, &c5).unwrap();
         assert_eq!((c1.order.load(Ordering::Relaxed), c3.order.load(Ordering::Relaxed)), (ORDER_CLOSE, ORDER_NONE), "then the longest idle");
+        // c5, not read from yet: waited for while it may still speak; on the last try it goes
+        // before the idle ones.
+        assert!(matches!(a.admit("other", None, conn(), false), Admit::Wait));
+        let c6 = conn();
+        let _t6 = admit("other", None, &c6).unwrap();
+        let _b6 = c6.start(hyper::Version::HTTP_11);
+        assert_eq!((c5.order.load(Ordering::Relaxed), c3.order.load(Ordering::Relaxed)), (ORDER_CLOSE, ORDER_NONE));
     }
 }

@@ -1214,10 +1214,12 @@ impl Config {
                     n => return Err(bad(format!("{f}.reset_budget"), format!("{n} is not in 1..=1000000"))),
                 },
                 reset_window: match secs("reset_window", l.reset_window, d.reset_window)? {
-                // Shorter, a client spreads its resets over windows and the budget never fires.
-                w if w < Duration::from_millis(100) => return Err(bad(format!("{f}.reset_window"), format!("{w:?} is below 0.1 s: a client could reset without end and never meet the budget"))),
-                w => w,
-            },
+                    // Shorter, a client spreads its resets over windows and the budget never fires.
+                    w if w < Duration::from_millis(100) => {
+                        return Err(bad(format!("{f}.reset_window"), format!("{w:?} is below 0.1 s: a client could reset without end and never meet the budget")))
+                    }
+                    w => w,
+                },
                 min_rate: match l.min_rate.unwrap_or(d.min_rate) {
                     n @ 0..=1_000_000_000 => n,
                     n => return Err(bad(format!("{f}.min_rate"), format!("{n} is not in 0..=1000000000 bytes a second"))),
@@ -1758,7 +1760,9 @@ endpoints = ["[::1]:9003"]
         assert!(with("127.0.0.1:8080", &two("127.0.0.1:9", "127.0.0.1:9", 64, 64)).is_ok(), "the same cap twice");
         let e = with("127.0.0.1:8080", &two("127.0.0.1:9", "127.0.0.1:9", 64, 32)).unwrap_err();
         assert!(e.contains("clusters[1].max_connections: 32, but cluster 'a' gives 127.0.0.1:9 its max_connections 64"), "{e}");
-        for (listener, endpoint) in [("127.0.0.1:8080", "127.0.0.1:8080"), ("0.0.0.0:8080", "127.0.0.1:8080"), ("[::]:8080", "[::1]:8080"), ("127.0.0.1:8080", "[::ffff:127.0.0.1]:8080")] {
+        for (listener, endpoint) in
+            [("127.0.0.1:8080", "127.0.0.1:8080"), ("0.0.0.0:8080", "127.0.0.1:8080"), ("[::]:8080", "[::1]:8080"), ("127.0.0.1:8080", "[::ffff:127.0.0.1]:8080")]
+        {
             let e = with(listener, &two(endpoint, "127.0.0.1:9", 1, 1)).unwrap_err();
             assert!(e.contains("clusters[0].endpoints: ") && e.contains("requests would loop"), "{listener} {endpoint}: {e}");
         }

@@ -558,7 +558,10 @@ impl ClusterRt {
                 stats.share_timeouts.fetch_add(1, Ordering::Relaxed);
                 return answer(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    &format!("cluster {}: this client connection held its share ({}) of the connections to {ep} for {:?}", self.spec.name, self.spec.client_share, self.spec.queue_timeout),
+                    &format!(
+                        "cluster {}: this client connection held its share ({}) of the connections to {ep} for {:?}",
+                        self.spec.name, self.spec.client_share, self.spec.queue_timeout
+                    ),
                 );
             };
             let Some(permit) = acquire(&slots.requests, &mut deadline, self.spec.queue_timeout).await else {

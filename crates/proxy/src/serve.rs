@@ -16,6 +16,10 @@ use std::time::Duration;
 pub use crate::error::ServeError;
 pub use crate::proxy::Proxy;
 
+/// How often a new connection asks for room at a limit (2 ms apart) while the connections that
+/// could make it have not been read from yet.
+const ADMIT_TRIES: u32 = 25;
+
 /// How long a connection told to go (GOAWAY) may finish the streams it has.
 const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
@@ -269,7 +273,20 @@ impl Current {
                 let Some(index) = proxy.config.listeners.iter().position(|x| x.name == name) else { continue };
                 let limits = &proxy.config.listeners[index].limits;
                 let conn = Conn::new(limits.clone(), proxy.clients[index].clone(), std::os::fd::AsRawFd::as_raw_fd(&stream), me.admission.memory.clone());
-                let Some(ticket) = me.admission.admit(&name, limits.max_connections, conn) else {
+                // At a limit with only connections not read from yet to close, ask again a few
+                // times before refusing: they are read within milliseconds, and one that sent
+                // half a request head then makes room. Meanwhile new connections wait in the
+                // listen queue.
+                let mut tries = 0;
+                let ticket = loop {
+                    tries += 1;
+                    match me.admission.admit(&name, limits.max_connections, conn.clone(), tries >= ADMIT_TRIES) {
+                        crate::client::Admit::In(t) => break Some(t),
+                        crate::client::Admit::Wait => tokio::time::sleep(Duration::from_millis(2)).await,
+                        crate::client::Admit::Refused => break None,
+                    }
+                };
+                let Some(ticket) = ticket else {
                     // No room and nobody to make it: closed at once (a reset, not a timeout).
                     let _ = stream.set_zero_linger();
                     continue;
