@@ -92,9 +92,10 @@ demo-two-tier: build
 	@bash demo/two-tier.sh
 
 # The proxy (and the daemon's API) attacked as hostile clients, upstreams and careless operators
-# would, through the real binary on loopback (~1 min, root; also part of `make test`).
+# would, through the real binary on loopback, rounds one and two (~2 min, root; also part of
+# `make test`). VECTORLB_BIN=PATH attacks another build.
 attack-proxy: setup
-	$(CARGO) test -p vectorlb --test attack_proxy -- --nocapture
+	$(CARGO) test -p vectorlb --test attack_proxy --test attack_proxy_round2 -- --nocapture
 
 # Full TLS handshakes per second: the proxy's providers against nginx and HAProxy, one core
 # each, h2load on the other; keep-alive requests per second (bench/results/tls.jsonl).

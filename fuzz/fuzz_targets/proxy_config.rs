@@ -32,13 +32,20 @@ fuzz_target!(|data: &[u8]| {
                 assert!(p.class < d.classes.len() && p.sizes.iter().all(|(_, k)| *k < d.classes.len()));
                 assert!(p.sizes.windows(2).all(|w| w[0].0 < w[1].0));
             }
+            Action::Split(split) => assert!(split.iter().all(|(to, _)| match to {
+                vectorlb_proxy::config::SplitTo::Cluster(i) => *i < c.clusters.len(),
+                vectorlb_proxy::config::SplitTo::Status(s) => (400..=599).contains(s),
+            })),
+            Action::Redirect(_) => {}
         }
         assert!(r.listeners.iter().all(|l| c.listeners.iter().any(|x| &x.name == l)));
-        assert!(r.matches.path_prefix.starts_with('/'));
+        assert!(r.matches.path.matched().starts_with('/'));
+        assert!(r.matches.host.as_deref().is_none_or(|h| h == h.to_ascii_lowercase() && !h.ends_with('.')), "a route host in canonical form");
     }
     for cl in &c.clusters {
         assert!(cl.endpoints.iter().any(|e| e.weight > 0));
         assert!(!cl.connect_timeout.is_zero() && !cl.response_timeout.is_zero());
+        assert!(cl.client_share > 0.0 && cl.client_share <= 1.0);
         if let Some(h) = &cl.health {
             assert!(!h.timeout.is_zero() && h.timeout <= h.interval && (1..=100).contains(&h.rise) && (1..=100).contains(&h.fall));
         }

@@ -209,7 +209,7 @@ pub fn run(case: &Case) -> Outcome {
     worker.idle(now1, 1000);
     worker.idle(now1.wrapping_add(20_000), 1000);
     if case.dt < 1 << 30 {
-        assert_eq!(worker.table.len(), 0, "sessions left after idling past every timeout (now0={} dt={})", case.now0, case.dt);
+        assert_eq!(worker.flows.table.len(), 0, "sessions left after idling past every timeout (now0={} dt={})", case.now0, case.dt);
     }
     Outcome { verdicts, bufs, worker }
 }

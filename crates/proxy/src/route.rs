@@ -123,6 +123,14 @@ pub fn matches(m: &Match, p: &Parts, host: Option<&str>) -> bool {
     m.headers.iter().all(|(name, value)| p.headers.get_all(name.as_str()).iter().any(|v| v.as_bytes() == value.as_bytes()))
 }
 
+/// The index of the route a request on `listener` takes (none for a request that cannot have
+/// one authority).
+pub fn find(routes: &[Route], listener: &str, p: &Parts) -> Option<usize> {
+    let mut p = p.clone();
+    let host = one_authority(&mut p).ok()?;
+    find_for_host(routes, listener, &p, host.as_deref())
+}
+
 /// The index of the route a request on `listener` takes, its host already known (from
 /// [`one_authority`]).
 pub fn find_for_host(routes: &[Route], listener: &str, p: &Parts, host: Option<&str>) -> Option<usize> {
@@ -134,16 +142,13 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
-    /// The route a request takes, its authority made one first (no route for a request that
-    /// cannot have one).
+    /// As [`find`], an absolute target without Host taken as HTTP/2's `:authority`.
     fn find(routes: &[Route], listener: &str, p: &Parts) -> Option<usize> {
         let mut p = p.clone();
-        // An absolute target without Host: an HTTP/2 request's :authority.
         if p.uri.authority().is_some() && !p.headers.contains_key("host") {
             p.version = hyper::Version::HTTP_2;
         }
-        let host = one_authority(&mut p).ok()?;
-        find_for_host(routes, listener, &p, host.as_deref())
+        super::find(routes, listener, &p)
     }
 
     fn parts(uri: &str, headers: &[(&str, &str)]) -> Parts {
