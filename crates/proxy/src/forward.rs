@@ -344,7 +344,8 @@ async fn buffer(mut body: crate::client::ClientBody, len: usize, held: &mut Held
         if need > buf.capacity() {
             let want = (buf.capacity() * 2).max(4096).min(len).max(need);
             if !held.grow(want - buf.capacity()) {
-                return Ok(Buffered::Part(vec![Bytes::from(buf), data], body));
+                let head = [Bytes::from(buf), data].into_iter().filter(|b| !b.is_empty()).collect();
+                return Ok(Buffered::Part(head, body));
             }
             buf.reserve_exact(want - buf.len());
         }

@@ -269,26 +269,9 @@ fn slow_bodies_and_slow_readers_past_a_1024_descriptor_limit_do_not_keep_curl_ou
 fn bodies_sent_a_byte_per_segment_cost_their_bytes_within_the_budgets() {
     let _one = one();
     raise_own_nofile();
-    let dir = tmp("segments");
-    let up = upstream();
-    let port = free_port();
-    let admin = dir.join("admin.sock");
     // buffer_memory as shipped.
     let budget = 256 << 20;
-    let mut p = Proc::proxy(
-        &dir,
-        &format!(
-            "workers = 2\n[admin]\naddress = \"unix:{}\"\n\
-             [[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\n\
-             [[routes]]\ncluster = \"up\"\n\
-             [[clusters]]\nname = \"up\"\nendpoints = [\"127.0.0.1:{}\"]\nmax_connections = 1100\nqueue_timeout = 10\n",
-            admin.display(),
-            up.port
-        ),
-        None,
-    );
-    wait_tcp(port);
-    wait_unix(&admin);
+    let Setup { dir, up, port, admin, mut p } = proxy_to_upstream("segments", "", "", "max_connections = 1100\nqueue_timeout = 10");
     let len = 64512;
     let (clients, drip) = (1000, 256);
     let rt = rt(2);
@@ -422,23 +405,7 @@ fn bodies_sent_a_byte_per_segment_cost_their_bytes_within_the_budgets() {
 fn downloads_and_keep_alive_clients_survive_a_flood_of_half_sent_heads_at_the_limit() {
     let _one = one();
     raise_own_nofile();
-    let dir = tmp("flood");
-    let up = upstream();
-    let port = free_port();
-    let admin = dir.join("admin.sock");
-    let mut p = Proc::proxy(
-        &dir,
-        &format!(
-            "workers = 2\nmax_connections = 32\n[admin]\naddress = \"unix:{}\"\n\
-             [[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\n\
-             [[routes]]\ncluster = \"up\"\n[[clusters]]\nname = \"up\"\nendpoints = [\"127.0.0.1:{}\"]\n",
-            admin.display(),
-            up.port
-        ),
-        None,
-    );
-    wait_tcp(port);
-    wait_unix(&admin);
+    let Setup { dir, up: _up, port, admin, mut p } = proxy_to_upstream("flood", "max_connections = 32", "", "");
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let rt = rt(1);
     // The flood: 48 clients that send half a head and wait to be closed, again and again.
@@ -572,23 +539,7 @@ fn downloads_and_keep_alive_clients_survive_a_flood_of_half_sent_heads_at_the_li
 fn zero_window_streams_of_three_connections_leave_the_endpoint_to_the_others() {
     let _one = one();
     raise_own_nofile();
-    let dir = tmp("share");
-    let up = upstream();
-    let port = free_port();
-    let admin = dir.join("admin.sock");
-    let mut p = Proc::proxy(
-        &dir,
-        &format!(
-            "workers = 2\n[admin]\naddress = \"unix:{}\"\n\
-             [[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\n\
-             [[routes]]\ncluster = \"up\"\n[[clusters]]\nname = \"up\"\nendpoints = [\"127.0.0.1:{}\"]\n",
-            admin.display(),
-            up.port
-        ),
-        None,
-    );
-    wait_tcp(port);
-    wait_unix(&admin);
+    let Setup { dir, up, port, admin, mut p } = proxy_to_upstream("share", "", "", "");
     let rt = rt(2);
     let held = rt.block_on(zero_window_clients(port, 3, 200));
     std::thread::sleep(Duration::from_secs(2));
@@ -619,19 +570,7 @@ fn zero_window_streams_of_three_connections_leave_the_endpoint_to_the_others() {
 #[test]
 fn streams_over_the_reset_budget_never_go_upstream() {
     let _one = one();
-    let dir = tmp("rapid");
-    let up = upstream();
-    let port = free_port();
-    let mut p = Proc::proxy(
-        &dir,
-        &format!(
-            "workers = 2\n[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\nreset_budget = 100\n\
-             [[routes]]\ncluster = \"up\"\n[[clusters]]\nname = \"up\"\nendpoints = [\"127.0.0.1:{}\"]\n",
-            up.port
-        ),
-        None,
-    );
-    wait_tcp(port);
+    let Setup { dir, up, port, mut p, .. } = proxy_to_upstream("rapid", "", "reset_budget = 100", "");
     // A hostile client: it ignores GOAWAY and PING, and resets each stream 20 ms after it sent
     // it (its request upstream by then), 100 at a time, a new one every 0.5 ms, for 3 s.
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();

@@ -265,6 +265,37 @@ pub fn upstream() -> Upstream {
     Upstream { port, counts, _rt: rt }
 }
 
+/// A proxy (2 workers, an admin socket) whose listener `web` forwards everything to cluster
+/// `up` on an [`upstream`]: `top`, `listener` and `cluster` are more lines of the file's top,
+/// the listener and the cluster. Started and answering when returned.
+pub struct Setup {
+    pub dir: PathBuf,
+    pub up: Upstream,
+    pub port: u16,
+    pub admin: PathBuf,
+    pub p: Proc,
+}
+
+pub fn proxy_to_upstream(tag: &str, top: &str, listener: &str, cluster: &str) -> Setup {
+    let dir = tmp(tag);
+    let up = upstream();
+    let port = free_port();
+    let admin = dir.join("admin.sock");
+    let p = Proc::proxy(
+        &dir,
+        &format!(
+            "{top}\nworkers = 2\n[admin]\naddress = \"unix:{}\"\n[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:{port}\"\n{listener}\n\
+             [[routes]]\ncluster = \"up\"\n[[clusters]]\nname = \"up\"\nendpoints = [\"127.0.0.1:{}\"]\n{cluster}\n",
+            admin.display(),
+            up.port
+        ),
+        None,
+    );
+    wait_tcp(port);
+    wait_unix(&admin);
+    Setup { dir, up, port, admin, p }
+}
+
 /// h2c: the preface, an empty SETTINGS and one HEADERS frame (GET `path`, end of stream) for
 /// `authority`, with `extra` literal headers.
 pub fn h2c_request(authority: &str, path: &str, extra: &[(&str, &str)]) -> Vec<u8> {
