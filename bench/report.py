@@ -165,6 +165,7 @@ def tls_section():
             o.append(f"| {r['server']} | {r['protocol']} | {r['requests_per_s']:,.0f} | {r['vs_nginx']:.2f} | {r['vs_haproxy']:.2f} |")
         o.append("")
     o.extend(note("tls-deadlines"))
+    o.extend(note("tls-round2"))
     gr = [r for r in tls if r["bench"] == "grpc_unary" and "requests_per_s" in r]
     if gr:
         o.append("### gRPC unary calls per second: vectorlb proxy against nginx `grpc_pass`\n")
