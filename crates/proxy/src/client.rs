@@ -37,19 +37,10 @@ pub fn now_ms() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
-/// Descriptors kept for everything but client and upstream connections: listeners, the
-/// admin API, logs, the runtime, static objects being read, health checks.
-const RESERVED_FDS: u64 = 64;
-
-/// The default of `max_connections` (all listeners): half the descriptors left after a
-/// reserve, since every client connection may hold one to an upstream; at least 16.
+/// The default of `max_connections` (all listeners): what the descriptor limit in force
+/// serves ([`crate::config::connections_for`]).
 pub fn default_max_connections() -> usize {
-    connections_for(nofile_limit())
-}
-
-/// The client connections `nofile` descriptors serve (see [`default_max_connections`]).
-pub fn connections_for(nofile: u64) -> usize {
-    (nofile.saturating_sub(RESERVED_FDS) / 2).clamp(16, 10_000_000) as usize
+    crate::config::connections_for(nofile_limit())
 }
 
 /// The soft descriptor limit in force (1,024 if it cannot be read).

@@ -1065,12 +1065,22 @@ fn priority(f: &str, p: &RawPriority, d: &DispatchConfig) -> Result<Priority, Co
     Ok(Priority { query, header, sizes, class })
 }
 
+/// Descriptors kept for everything but client and upstream connections: listeners, the
+/// admin API, logs, the runtime, static objects being read, health checks.
+const RESERVED_FDS: u64 = 64;
+
+/// The client connections `nofile` descriptors serve: half of those left after a reserve, since
+/// every client connection may hold one to an upstream; at least 16.
+pub fn connections_for(nofile: u64) -> usize {
+    (nofile.saturating_sub(RESERVED_FDS) / 2).clamp(16, 10_000_000) as usize
+}
+
 impl Config {
-    /// Refuses connection limits the descriptor limit `nofile` cannot serve: each client
-    /// connection may hold an upstream one (see [`crate::client::default_max_connections`]),
-    /// and a limit past the descriptors would make `accept` fail instead of evicting.
+    /// Refuses connection limits the descriptor limit `nofile` cannot serve (see
+    /// [`connections_for`]): a limit past the descriptors would make `accept` fail instead of
+    /// evicting.
     pub fn check_descriptors(&self, nofile: u64) -> Result<(), ConfigError> {
-        let can = crate::client::connections_for(nofile);
+        let can = connections_for(nofile);
         let over = |field: String, n: usize| {
             bad(field, format!("{n} is above the {can} client connections that {nofile} descriptors serve (two each, 64 kept); raise the limit (ulimit -n, systemd's LimitNOFILE) or lower this"))
         };

@@ -256,7 +256,13 @@ fn a_syn_flood_against_the_proxy_opens_nothing_and_serves_everyone() {
 fn a_syn_flood_with_the_proxy_off_stays_within_the_half_open_budget() {
     let v = flood("sb", "off");
     let st = &v["stats"];
-    assert!(st["half_open_evicted"].as_u64().unwrap() > 0, "the budget was reached: {st}");
+    // The budget was reached and held: the oldest half-open session evicted for a new SYN while
+    // one still waits for its backend (SYN_SENT), else the SYN dropped. Which of the two depends
+    // on how fast the backends answer the flood (their SYN-ACKs make sessions SYN_RECV, which
+    // are never evicted): on an Intel Xeon at 1.02 Mpps every one had been answered (0
+    // evicted, 907,593 dropped at the limit), in earlier CI runs at 0.4-0.7 Mpps some had not.
+    let (evicted, dropped) = (st["half_open_evicted"].as_u64().unwrap(), st["drops"]["half_open_limit"].as_u64().unwrap());
+    assert!(evicted + dropped > 0, "the half-open budget was never reached: {st}");
 }
 
 /// UDP datagrams of 3,000 bytes through a 1,500-byte MTU: the client's kernel sends each in
