@@ -14,7 +14,12 @@ use vectorlb_proxy::Config;
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let Ok(c) = Config::parse(&text) else { return };
-    assert!(!c.listeners.is_empty() && !c.routes.is_empty());
+    // No listener only for a proxy that waits for its configuration on the admin API.
+    assert!(!c.listeners.is_empty() || c.admin.is_some());
+    assert!(c.listeners.is_empty() || !c.routes.is_empty());
+    for l in &c.listeners {
+        assert!(l.limits.reset_window >= std::time::Duration::from_millis(100) && l.limits.body_timeout >= std::time::Duration::from_millis(1));
+    }
     assert!((1..=1024).contains(&c.workers));
     for l in &c.listeners {
         if let Some(t) = &l.tls {
