@@ -68,8 +68,8 @@ enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
-    /// The L7 proxy (being built): HTTP/1.1 and HTTP/2 listeners, routes, upstream clusters
-    /// balanced per request. SIGTERM drains. See docs/proxy.md.
+    /// The L7 edge proxy: HTTP/1.1, HTTP/2 and gRPC, TLS, routes, upstream clusters balanced
+    /// per request. SIGHUP reloads, SIGTERM drains. See docs/proxy.md.
     Proxy {
         #[arg(long)]
         config: PathBuf,
