@@ -193,10 +193,9 @@ impl Bird {
         self.dir.join("bird.ctl")
     }
 
+    /// BIRD's configuration (it holds the neighbours' passwords: 0600).
     fn write_config(&self) -> io::Result<()> {
-        let tmp = self.dir.join("bird.conf.new");
-        std::fs::write(&tmp, bird_config(&self.spec, &self.announced))?;
-        std::fs::rename(&tmp, self.conf())
+        vectorlb_http::files::write_atomic(&self.conf(), bird_config(&self.spec, &self.announced).as_bytes(), vectorlb_http::files::Mode::Always(0o600))
     }
 
     fn spawn(&mut self) -> io::Result<()> {

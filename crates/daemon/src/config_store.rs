@@ -150,11 +150,12 @@ impl ConfigStore {
         r
     }
 
-    /// Writes the running configuration to its file, atomically (a temporary file renamed).
+    /// Writes the running configuration to its file, atomically, keeping the file's mode and
+    /// owner (it may hold `ha.sync_key` and BGP passwords: a new file is 0600).
     pub fn save(&self) -> Result<(PathBuf, usize), DaemonError> {
         let text = lock(&self.config).to_toml();
-        let tmp = self.path.with_extension("toml.tmp");
-        std::fs::write(&tmp, &text).and_then(|_| std::fs::rename(&tmp, &self.path)).map_err(|source| DaemonError::Save { path: self.path.clone(), source })?;
+        vectorlb_http::files::write_atomic(&self.path, text.as_bytes(), vectorlb_http::files::Mode::Keep(0o600))
+            .map_err(|source| DaemonError::Save { path: self.path.clone(), source })?;
         Ok((self.path.clone(), text.len()))
     }
 

@@ -8,15 +8,18 @@
 //!
 //! The file is the session sync's wire format (messages of up to 16 records, each with its
 //! worker), after a header with the time it was written. It is written atomically with mode
-//! 0600 in the daemon's own directory; a file that is not the daemon user's, that others may
-//! write, that is older than [`MAX_AGE`] or that does not parse is not used (and removed).
+//! 0600 (a temporary file created exclusively, never through a link) in the daemon's own
+//! directory, which must be a directory of the daemon's user or root that nobody else may
+//! write; a file that is not the daemon user's regular file (opened without following a link,
+//! checked on the open descriptor), that others may write, that is older than [`MAX_AGE`] or
+//! that does not parse is not used (and removed).
 //! Records whose time ran out while the daemon was down are skipped; records for services or
 //! backends the new configuration does not have are refused by the workers as sync refuses
 //! them. A daemon killed (SIGKILL) writes nothing: its flows are continued by the L4 core's
 //! stateless continuation where the scheduler allows it.
 
 use crate::workers::Workers;
-use std::io::{self, Read, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vectorlb_lb::sync::{Export, SyncRecord};
@@ -43,10 +46,9 @@ fn now_ms() -> u64 {
 
 /// Writes every worker's sessions; how many.
 pub fn save(workers: &Workers, run_dir: &str) -> io::Result<usize> {
-    use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(run_dir)?;
+    vectorlb_http::files::check_private_dir(Path::new(run_dir))?;
     let file = path(run_dir);
-    let tmp = file.with_extension("tmp");
     let mut out = Vec::with_capacity(1 << 16);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&now_ms().to_be_bytes());
@@ -72,13 +74,7 @@ pub fn save(workers: &Workers, run_dir: &str) -> io::Result<usize> {
             }
         }
     }
-    let w = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).and_then(|mut f| {
-        f.write_all(&out)?;
-        f.sync_all()
-    });
-    w.and_then(|()| std::fs::rename(&tmp, &file)).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })?;
+    vectorlb_http::files::write_atomic(&file, &out, vectorlb_http::files::Mode::Always(0o600))?;
     Ok(n)
 }
 
@@ -125,26 +121,16 @@ pub fn parse(b: &[u8], now_ms: u64) -> Result<Loaded, String> {
 
 /// Reads and removes the file; its records for the workers, or why it was not used.
 pub fn take(run_dir: &str) -> Result<Option<Loaded>, String> {
-    use std::os::unix::fs::MetadataExt;
     let file = path(run_dir);
-    let meta = match std::fs::symlink_metadata(&file) {
-        Ok(m) => m,
+    match std::fs::symlink_metadata(&file) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", file.display())),
-    };
-    let r = (|| {
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        if !meta.is_file() || meta.uid() != me || meta.mode() & 0o022 != 0 {
-            return Err(format!("{}: not a regular file of this user writable by it alone; not used", file.display()));
-        }
-        if meta.len() > MAX_FILE {
-            return Err(format!("{}: {} bytes; not used", file.display(), meta.len()));
-        }
-        let mut b = Vec::with_capacity(meta.len() as usize);
-        std::fs::File::open(&file).and_then(|mut f| f.read_to_end(&mut b)).map_err(|e| format!("{}: {e}", file.display()))?;
-        parse(&b, now_ms()).map_err(|e| format!("{}: {e}; not used", file.display()))
-    })();
+        Ok(_) => {}
+    }
+    let r = vectorlb_http::files::check_private_dir(Path::new(run_dir))
+        .and_then(|()| vectorlb_http::files::read_private(&file, MAX_FILE))
+        .map_err(|e| format!("{e}; not used"))
+        .and_then(|b| parse(&b, now_ms()).map_err(|e| format!("{}: {e}; not used", file.display())));
     let _ = std::fs::remove_file(&file);
     r.map(Some)
 }
@@ -233,6 +219,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vectorlb-handoff-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let d = dir.to_str().unwrap();
         assert_eq!(take(d), Ok(None));
         std::fs::write(path(d), file(now_ms(), &[vec![(0, rec(1, 30_000))]])).unwrap();
@@ -241,8 +228,25 @@ mod tests {
         assert_eq!(take(d), Ok(None), "removed after reading");
         std::fs::write(path(d), file(now_ms(), &[vec![(0, rec(1, 30_000))]])).unwrap();
         std::fs::set_permissions(path(d), std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
-        assert!(take(d).unwrap_err().contains("writable"));
+        assert!(take(d).unwrap_err().contains("others may write"));
         assert!(!path(d).exists(), "a refused file is removed too");
+        // A link to a good file (swapped in after any check by path) is not followed.
+        let good = dir.join("elsewhere");
+        std::fs::write(&good, file(now_ms(), &[vec![(0, rec(1, 30_000))]])).unwrap();
+        std::fs::set_permissions(&good, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&good, path(d)).unwrap();
+        assert!(take(d).unwrap_err().contains("symbolic link"));
+        assert!(good.exists() && std::fs::symlink_metadata(path(d)).is_err(), "the link removed, its target kept");
+        // A FIFO in its place does not hang the start.
+        let c = std::ffi::CString::new(path(d).to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(take(d).unwrap_err().contains("not a regular file"));
+        // A run_dir others may write is not trusted, for reading or writing.
+        std::fs::write(path(d), file(now_ms(), &[vec![(0, rec(1, 30_000))]])).unwrap();
+        std::fs::set_permissions(path(d), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        assert!(take(d).unwrap_err().contains("others may write"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

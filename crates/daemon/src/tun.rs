@@ -16,15 +16,38 @@ const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
 const IFF_TUN: libc::c_short = 0x0001;
 const IFF_NO_PI: libc::c_short = 0x1000;
 
-/// Runs `f` on a thread that entered the network namespace at `netns` (a path such as
-/// `/var/run/netns/NAME` or `/proc/PID/ns/net`). Only that thread changes namespace; it ends
-/// with `f`.
-pub fn in_netns<T: Send>(netns: &Path, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
-    let ns = std::fs::File::open(netns)?;
-    let meta = ns.metadata()?;
-    if meta.is_dir() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a directory, not a network namespace"));
+/// `statfs`'s type of the namespace file system (linux/magic.h).
+const NSFS_MAGIC: i64 = 0x6e73_6673;
+
+/// Opens the network namespace at `netns` (a path such as `/var/run/netns/NAME` or
+/// `/proc/PID/ns/net`) without trusting the path: what is not a regular file there (a FIFO,
+/// a device, a socket, a directory) is refused before it is opened, the open never blocks, and
+/// the descriptor must be a namespace's (nsfs) other than the daemon's own (whose routes a
+/// "pod" would otherwise take over).
+pub fn open_netns(netns: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidInput, why.to_string());
+    if !std::fs::metadata(netns)?.is_file() {
+        return Err(invalid("not a network namespace (not a namespace file)"));
     }
+    let ns = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(netns)?;
+    // SAFETY: a zeroed statfs is a valid out-parameter; the descriptor is open.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstatfs(ns.as_raw_fd(), &mut fs) } != 0 || fs.f_type as i64 != NSFS_MAGIC {
+        return Err(invalid("not a network namespace (not on nsfs)"));
+    }
+    let (m, own) = (ns.metadata()?, std::fs::metadata("/proc/self/ns/net")?);
+    if (m.dev(), m.ino()) == (own.dev(), own.ino()) {
+        return Err(invalid("the daemon's own network namespace, not a pod's"));
+    }
+    Ok(ns)
+}
+
+/// Runs `f` on a thread that entered the network namespace at `netns` ([`open_netns`]). Only
+/// that thread changes namespace; it ends with `f`.
+pub fn in_netns<T: Send>(netns: &Path, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+    let ns = open_netns(netns)?;
     std::thread::scope(|s| {
         s.spawn(|| {
             // SAFETY: setns on a file descriptor we own; it changes only this thread's network

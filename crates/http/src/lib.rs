@@ -4,9 +4,12 @@
 //!   (guarded by its mode), with bounded connections, deadlines and bodies; the socket path
 //!   rules (a live socket is never taken over, a file that is not a socket never removed);
 //! * [`error`]: errors as `{"error": "..."}` with one status per kind;
-//! * [`prom`]: Prometheus's text format, for every `/metrics`.
+//! * [`prom`]: Prometheus's text format, for every `/metrics`;
+//! * [`files`]: the files both keep (configuration, state), written and read without trusting
+//!   their directory.
 
 pub mod error;
+pub mod files;
 pub mod prom;
 pub mod server;
 

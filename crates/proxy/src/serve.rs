@@ -126,8 +126,9 @@ impl Current {
     }
 
     /// `PUT /v1/config`: serves `text` as a reload would serve the file, then keeps it in the
-    /// file (written beside it and renamed over it, mode 0600: it may hold private keys), so
-    /// that a restart serves it too. Refused whole, naming the problem, like a bad file.
+    /// file (written beside it and renamed over it, with the file's mode, or 0600 for a new
+    /// one: it may hold private keys), so that a restart serves it too. Refused whole, naming
+    /// the problem, like a bad file.
     pub async fn put_config(self: &Arc<Self>, text: String) -> Result<(), String> {
         let _one = self.reloading.lock().await;
         let r = self.try_put(&text).await;
@@ -138,21 +139,12 @@ impl Current {
     async fn try_put(self: &Arc<Self>, text: &str) -> Result<(), String> {
         let path = self.path.as_ref().ok_or("this proxy was not started from a file")?;
         let config = Config::parse(text).map_err(|e| e.to_string())?;
-        let tmp = path.with_extension(format!("new.{}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()
-        };
-        write().map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-        if let Err(e) = self.apply(config).await {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
+        // Written beside the file first (a file that cannot be written is refused before
+        // anything is served), renamed over it once served.
+        let staged = vectorlb_http::files::stage(path, text.as_bytes(), vectorlb_http::files::Mode::Always(0o600)).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        self.apply(config).await?;
         *self.digest.lock().unwrap_or_else(|e| e.into_inner()) = digest(text);
-        std::fs::rename(&tmp, path).map_err(|e| format!("served, but not kept: cannot rename {} to {}: {e}", tmp.display(), path.display()))
+        staged.commit().map_err(|e| format!("served, but not kept: {}: {e}", path.display()))
     }
 
     /// The digest of the configuration in force.

@@ -401,9 +401,13 @@ fn pods_reach_services_and_each_other_through_the_data_plane() {
     };
     std::thread::sleep(Duration::from_secs(2));
     // The services given through the API are written to the file first, as an operator (or
-    // the controller's feed) keeps them.
+    // the controller's feed) keeps them; the file keeps its mode (it may hold ha.sync_key and
+    // BGP passwords: a save once made it 0644).
+    std::fs::set_permissions(n.t.config_path(), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let (s, _) = n.t.call("POST", "/v1/save", None);
     assert_eq!(s, 200);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(n.t.config_path()).unwrap().permissions()) & 0o777;
+    assert_eq!(mode, 0o600, "POST /v1/save changed the configuration's mode");
     let cfg = std::fs::read_to_string(n.t.config_path()).unwrap();
     let t = Instant::now();
     n.t.stop_lb();
