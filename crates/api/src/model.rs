@@ -1010,6 +1010,10 @@ pub struct NewPod {
     /// The pod's name and namespace, for people reading `GET /v1/pods`.
     #[serde(default)]
     pub pod: Option<String>,
+    /// The CNI network the attachment belongs to (its configuration's `name`; 1..=253 bytes):
+    /// the plugin's GC removes only its own network's attachments.
+    #[serde(default)]
+    pub network: Option<String>,
     /// Destination ports that go to a memif of the pod's own instead of its interface (the
     /// pod annotation `vectorlb.io/memif-ports`, docs/pod-network.md); at most 16 ranges.
     #[serde(default)]
@@ -1048,6 +1052,9 @@ pub struct PodStatus {
     pub slot: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// The CNI network the attachment belongs to (none: attached without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
     /// Packets read from the pod's interface, and written to it.
     pub rx_packets: u64,
     pub tx_packets: u64,

@@ -139,6 +139,7 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
         "ips": ips,
         "mtu": conf.mtu,
         "pod": pod,
+        "network": conf.name,
         "memif_ports": conf.memif_ports,
     });
     let (status, v) = api.call(Method::POST, "/v1/pods", Some(&body)).map_err(give_back)?;
@@ -214,7 +215,8 @@ fn gc(env: &Env, conf: &NetConf) -> Result<(), CniError> {
         return Err(CniError::new(code::INCOMPATIBLE_VERSION, format!("GC needs cniVersion 1.1.0, not {}", conf.cni_version), ""));
     }
     // Without the list (libcni leaves it out when its caller gave none, as cnitool's gc does)
-    // nothing is valid: every attachment is a leftover.
+    // nothing is valid: every attachment of this network is a leftover. Only this network's:
+    // another network's pods (or attachments made without a network) are never touched.
     let valid = conf.valid_attachments.clone().unwrap_or_default();
     let api = Api::new(conf)?;
     let (status, v) = api.call(Method::GET, "/v1/pods", None)?;
@@ -224,7 +226,7 @@ fn gc(env: &Env, conf: &NetConf) -> Result<(), CniError> {
     let mut failed = Vec::new();
     for p in v.as_array().cloned().unwrap_or_default() {
         let (Some(id), Some(ifname)) = (p["container_id"].as_str(), p["ifname"].as_str()) else { continue };
-        if id == "host" || valid.iter().any(|(i, n)| i == id && n == ifname) {
+        if p["network"].as_str() != Some(conf.name.as_str()) || valid.iter().any(|(i, n)| i == id && n == ifname) {
             continue;
         }
         match api.call(Method::DELETE, &pod_path(id, ifname), None) {

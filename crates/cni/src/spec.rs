@@ -67,6 +67,8 @@ pub fn at_least(a: &str, b: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct NetConf {
     pub cni_version: String,
+    /// The network's name: recorded with each attachment, so that GC touches its own only.
+    pub name: String,
     /// The daemon's API (`unix:PATH` or `ADDRESS:PORT`).
     pub api: String,
     /// A file holding the API's bearer token (TCP APIs).
@@ -148,8 +150,9 @@ impl NetConf {
                 format!("this plugin supports {}", SUPPORTED.join(", ")),
             ));
         }
-        if s("name")?.is_none_or(|n| n.is_empty()) {
-            return Err(CniError::new(code::INVALID_CONFIG, "name: missing (the network's name)", ""));
+        let name = s("name")?.filter(|n| !n.is_empty()).ok_or_else(|| CniError::new(code::INVALID_CONFIG, "name: missing (the network's name)", ""))?;
+        if name.len() > 253 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(CniError::new(code::INVALID_CONFIG, format!("name: '{}' is not a network name (1 to 253 printable characters)", name.escape_debug()), ""));
         }
         let api = s("api")?.unwrap_or_else(|| DEFAULT_API.into());
         if api.parse::<vectorlb_client::Target>().is_err() {
@@ -202,6 +205,7 @@ impl NetConf {
         };
         Ok(NetConf {
             cni_version,
+            name,
             memif_ports,
             api,
             api_token_file: s("api_token_file")?,

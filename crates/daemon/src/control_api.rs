@@ -270,6 +270,7 @@ fn pod_status(t: &crate::pods::PodTap) -> PodStatus {
         mtu: t.rec.mtu,
         slot: t.rec.slot,
         pod: t.rec.pod.clone(),
+        network: t.rec.network.clone(),
         rx_packets: t.rx.load(Relaxed),
         tx_packets: t.tx.load(Relaxed),
         spoofed: t.spoofed.load(Relaxed),
@@ -328,7 +329,22 @@ impl LbControl for Daemon {
             memif_ports.push(PortRange { proto, first: r.first, last: r.last });
         }
         crate::pod_memif::check(&memif_ports).map_err(ApiError::BadRequest)?;
-        let rec = crate::pods::PodRecord { container_id: p.container_id, ifname: p.ifname, netns: p.netns, ips, mtu: p.mtu.unwrap_or(set.mtu), slot: 0, pod: p.pod, memif_ports };
+        if let Some(n) = &p.network {
+            if n.is_empty() || n.len() > 253 || !n.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(ApiError::BadRequest(format!("network: '{}' is not a network name (1 to 253 printable characters)", n.escape_debug())));
+            }
+        }
+        let rec = crate::pods::PodRecord {
+            container_id: p.container_id,
+            ifname: p.ifname,
+            netns: p.netns,
+            ips,
+            mtu: p.mtu.unwrap_or(set.mtu),
+            slot: 0,
+            pod: p.pod,
+            network: p.network,
+            memif_ports,
+        };
         let tap = set.attach(rec, None).map_err(pod_error)?;
         self.config.republish();
         Ok(pod_status(&tap))

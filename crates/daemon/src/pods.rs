@@ -64,6 +64,9 @@ pub struct PodRecord {
     pub slot: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// The CNI network it belongs to (GC is scoped to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
     /// Destination ports that go to the pod's memif (none: no memif).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memif_ports: Vec<PortRange>,
@@ -286,6 +289,7 @@ impl PodSet {
             mtu: self.mtu,
             slot: HOST_SLOT,
             pod: None,
+            network: None,
             memif_ports: Vec::new(),
         };
         let _g = lock(&self.edit);
@@ -339,7 +343,7 @@ impl PodSet {
         let _g = lock(&self.edit);
         let slots = self.slots.load_full();
         if let Some(t) = slots.iter().flatten().find(|t| !t.host && t.rec.container_id == rec.container_id && t.rec.ifname == rec.ifname) {
-            if t.rec.netns == rec.netns && t.rec.ips == rec.ips && t.rec.mtu == rec.mtu && t.rec.memif_ports == rec.memif_ports {
+            if t.rec.netns == rec.netns && t.rec.ips == rec.ips && t.rec.mtu == rec.mtu && t.rec.memif_ports == rec.memif_ports && t.rec.network == rec.network {
                 return Ok(t.clone());
             }
             return Err(PodError::Conflict(format!("{} of {} is attached already, with other addresses or namespace; delete it first", rec.ifname, rec.container_id)));
@@ -850,6 +854,7 @@ mod tests {
             mtu: 1500,
             slot: 0,
             pod: None,
+            network: None,
             memif_ports: Vec::new(),
         };
         assert!(matches!(s.attach(rec, None), Err(PodError::NoNamespace(_))));
@@ -859,7 +864,17 @@ mod tests {
     }
 
     fn rec(id: &str, netns: &str, ip: &str, slot: u32) -> PodRecord {
-        PodRecord { container_id: id.into(), ifname: "eth0".into(), netns: netns.into(), ips: vec![ip.parse().unwrap()], mtu: 1500, slot, pod: None, memif_ports: Vec::new() }
+        PodRecord {
+            container_id: id.into(),
+            ifname: "eth0".into(),
+            netns: netns.into(),
+            ips: vec![ip.parse().unwrap()],
+            mtu: 1500,
+            slot,
+            pod: None,
+            network: None,
+            memif_ports: Vec::new(),
+        }
     }
 
     #[test]

@@ -216,19 +216,35 @@ fn a_hundred_pods_by_cnitool_and_nothing_leaked() {
         assert!(!stdout(&o).contains("eth0"), "pod{i} still has its interface: {}", stdout(&o));
     }
 
-    // GC: leftovers the runtime no longer knows (attached through the API, so not in libcni's
-    // cache; one of them in a namespace that is gone) are removed; none is kept when the
-    // valid set is empty (cnitool's gc).
-    for i in 101..=103 {
+    // GC: this network's leftovers the runtime no longer knows (attached through the API, so
+    // not in libcni's cache; one of them in a namespace that is gone) are removed; none is kept
+    // when the valid set is empty (cnitool's gc). Another network's pod, and one attached
+    // without a network, are not this plugin's to remove (GC once removed every pod).
+    for i in 101..=105 {
         let ns = n.mkpod(i);
-        let (s, _) = n.t.call("POST", "/v1/pods", Some(&json!({"container_id": format!("left{i}"), "ifname": "eth0", "netns": ns, "ips": [format!("10.244.1.{}", 100 + i)]})));
+        let network = match i {
+            104 => json!("another-network"),
+            105 => Value::Null,
+            _ => json!(NET),
+        };
+        let (s, _) = n.t.call(
+            "POST",
+            "/v1/pods",
+            Some(&json!({"container_id": format!("left{i}"), "ifname": "eth0", "netns": ns, "ips": [format!("10.244.1.{}", 100 + i)], "network": network})),
+        );
         assert_eq!(s, 201);
     }
     sh(&["ip", "netns", "del", &format!("{}-pod103", n.t.p)]);
-    assert_eq!(n.attached().len(), 3);
+    assert_eq!(n.attached().len(), 5);
     let o = n.cnitool("gc", &netns[0]);
     assert!(ok(&o), "GC: {}", String::from_utf8_lossy(&o.stderr));
-    assert!(n.attached().is_empty(), "GC left {:?}", n.attached());
+    let mut kept: Vec<String> = n.attached().iter().map(|p| p["container_id"].as_str().unwrap().to_string()).collect();
+    kept.sort();
+    assert_eq!(kept, ["left104", "left105"], "GC removed another network's pods, or left its own");
+    for id in ["left104", "left105"] {
+        let (s, _) = n.t.call("DELETE", &format!("/v1/pods/{id}/eth0"), None);
+        assert_eq!(s, 200);
+    }
     assert_eq!(n.state_files(), 0);
     let o = n.in_pod(101, &["ip", "-br", "link"]);
     assert!(!stdout(&o).contains("eth0"), "{}", stdout(&o));
