@@ -182,6 +182,12 @@ fn services_endpoints_and_pools_program_the_daemon() {
         let o = cp.kubectl(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()]);
         assert!(o.status.success(), "deploy/kubernetes/{f}: {}", String::from_utf8_lossy(&o.stderr));
     }
+    // Without the Gateway API's role the controller reads no Secret (it once read every
+    // Secret of every namespace whatever it served).
+    for verb in ["get", "list", "watch"] {
+        let o = cp.kubectl(&["auth", "can-i", verb, "secrets", "-A", "--as=system:serviceaccount:vectorlb-system:vectorlb-controller"]);
+        assert_eq!(stdout(&o).trim(), "no", "the controller may {verb} Secrets with rbac.yaml alone");
+    }
     let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.100".parse().unwrap()..="10.1.0.199".parse().unwrap(), "10.1.0.1");
     cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
     let cfg = controller_config(&topo, &cp.dir, vectorlb_testkit::k8s::free_port());
@@ -642,6 +648,8 @@ fn gateway_crds(cp: &ControlPlane) {
         assert!(o.status.success(), "{f}: {}", String::from_utf8_lossy(&o.stderr));
     }
     wait_for(Duration::from_secs(15), "the Gateway API's resources", || cp.kubectl(&["get", "gateways,httproutes,gatewayclasses", "-A"]).status.success().then_some(()));
+    // The controller's rights over them (and the Secrets they name): a role of their own.
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac-gateway.yaml")).unwrap()).unwrap();
 }
 
 fn cluster_ip_service(name: &str) -> Value {
