@@ -23,10 +23,21 @@ pub struct BgpSpec {
     /// Standard communities attached to every announcement, (ASN, value).
     pub communities: Vec<(u16, u16)>,
     pub neighbors: Vec<BgpNeighbor>,
-    /// Prefixes taken from the neighbours (each one and every longer prefix inside it) and
-    /// installed in the host's routing table: other nodes' pod networks (docs/pod-network.md).
-    /// Empty: nothing is taken (the default; a load balancer only announces).
+    /// Prefixes inside which routes are taken from the neighbours and installed in the host's
+    /// routing table: other nodes' pod networks (docs/pod-network.md). Empty: nothing is taken
+    /// (the default; a load balancer only announces).
     pub import: Vec<(IpAddr, u8)>,
+    /// The length of a node's pod network (Kubernetes' node CIDR mask size), IPv4 and IPv6:
+    /// only routes of exactly this length are taken (a /32 of a pod, a default route or a
+    /// shorter prefix from a neighbour is refused).
+    pub import_length4: u8,
+    pub import_length6: u8,
+    /// The most routes taken from one neighbour; past it the neighbour's further routes are
+    /// refused (BIRD's `import limit ... action block`).
+    pub import_limit: u32,
+    /// This node's own pod networks (the pods port's, filled in from `[[ports]]`): never taken
+    /// from a neighbour, whatever it announces.
+    pub own_pods: Vec<(IpAddr, u8)>,
     /// The BIRD 2 binaries.
     pub bird: String,
     pub birdc: String,
@@ -45,6 +56,11 @@ impl BgpSpec {
     pub const DEFAULT_BFD_INTERVAL_MS: u32 = 100;
     pub const DEFAULT_BFD_MULTIPLIER: u8 = 3;
     pub const DEFAULT_BIRD: &str = "/usr/sbin/bird";
+    /// Kubernetes' defaults for a node's pod network (`--node-cidr-mask-size-ipv4/ipv6`).
+    pub const DEFAULT_IMPORT_LENGTH4: u8 = 24;
+    pub const DEFAULT_IMPORT_LENGTH6: u8 = 64;
+    /// The most blocks a default `import_limit` counts (a cluster of more nodes sets it).
+    pub const MAX_DEFAULT_IMPORT_LIMIT: u64 = 4096;
     pub const DEFAULT_BIRDC: &str = "/usr/sbin/birdc";
 
     /// A speaker with every optional setting at its default (what `[bgp]` gives without them).
@@ -60,6 +76,10 @@ impl BgpSpec {
             communities: Vec::new(),
             neighbors,
             import: Vec::new(),
+            import_length4: Self::DEFAULT_IMPORT_LENGTH4,
+            import_length6: Self::DEFAULT_IMPORT_LENGTH6,
+            import_limit: 1,
+            own_pods: Vec::new(),
             bird: Self::DEFAULT_BIRD.into(),
             birdc: Self::DEFAULT_BIRDC.into(),
         }
@@ -149,6 +169,27 @@ pub(crate) fn bgp(raw: &Option<RawBgp>) -> Result<Option<BgpSpec>, Error> {
         }
         import.push((a, len));
     }
+    let import_length4 = b.import_length4.unwrap_or(BgpSpec::DEFAULT_IMPORT_LENGTH4);
+    let import_length6 = b.import_length6.unwrap_or(BgpSpec::DEFAULT_IMPORT_LENGTH6);
+    if !(1..=32).contains(&import_length4) {
+        bail!("bgp.import_length4: {import_length4} is not in 1..=32");
+    }
+    if !(1..=128).contains(&import_length6) {
+        bail!("bgp.import_length6: {import_length6} is not in 1..=128");
+    }
+    let mut blocks: u64 = 0;
+    for (i, (a, len)) in import.iter().enumerate() {
+        let (block, name) = if a.is_ipv4() { (import_length4, "import_length4") } else { (import_length6, "import_length6") };
+        if block < *len {
+            bail!("bgp.import[{i}]: {a}/{len} is longer than bgp.{name} ({block}): no node's pod network fits in it");
+        }
+        blocks = blocks.saturating_add(1u64.checked_shl(u32::from(block - len)).unwrap_or(u64::MAX));
+    }
+    let import_limit = match b.import_limit {
+        Some(n @ 1..=1_000_000) => n,
+        Some(n) => bail!("bgp.import_limit: {n} is not in 1..=1000000"),
+        None => blocks.clamp(1, BgpSpec::MAX_DEFAULT_IMPORT_LIMIT) as u32,
+    };
     let bin = |what: &str, v: &Option<String>, default: &str| -> Result<String, Error> {
         let s = v.clone().unwrap_or_else(|| default.to_string());
         if !s.starts_with('/') || s.chars().any(char::is_control) {
@@ -167,6 +208,10 @@ pub(crate) fn bgp(raw: &Option<RawBgp>) -> Result<Option<BgpSpec>, Error> {
         communities,
         neighbors,
         import,
+        import_length4,
+        import_length6,
+        import_limit,
+        own_pods: Vec::new(),
         bird: bin("bird", &b.bird, BgpSpec::DEFAULT_BIRD)?,
         birdc: bin("birdc", &b.birdc, BgpSpec::DEFAULT_BIRDC)?,
     }))
@@ -185,6 +230,9 @@ pub(crate) fn raw(s: &BgpSpec) -> RawBgp {
         communities: s.communities.iter().map(|(a, v)| format!("{a}:{v}")).collect(),
         neighbors: s.neighbors.iter().map(|n| RawBgpNeighbor { address: n.address.to_string(), asn: n.asn as u64, password: n.password.clone() }).collect(),
         import: s.import.iter().map(|(a, l)| format!("{a}/{l}")).collect(),
+        import_length4: (s.import_length4 != BgpSpec::DEFAULT_IMPORT_LENGTH4).then_some(s.import_length4),
+        import_length6: (s.import_length6 != BgpSpec::DEFAULT_IMPORT_LENGTH6).then_some(s.import_length6),
+        import_limit: Some(s.import_limit).filter(|_| !s.import.is_empty()),
         bird: Some(s.bird.clone()),
         birdc: Some(s.birdc.clone()),
     }

@@ -227,6 +227,12 @@ pub(crate) struct RawBgp {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) import: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) import_length4: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) import_length6: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) import_limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) bird: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) birdc: Option<String>,

@@ -122,7 +122,17 @@ impl Config {
         let spec = LbSpec { ports: p.specs, routes, neighbors, services, snat, icmp_rate: g.icmp_rate.unwrap_or(1000), cluster_key };
         let runtime = runtime::runtime(&raw.runtime)?;
         let sync = ha::sync(&raw.ha)?;
-        let bgp = bgp::bgp(&raw.bgp)?;
+        let mut bgp = bgp::bgp(&raw.bgp)?;
+        if let Some(b) = &mut bgp {
+            // This node's pod networks are never taken from a neighbour.
+            b.own_pods = spec
+                .ports
+                .iter()
+                .zip(&p.pods)
+                .filter(|(_, pods)| pods.is_some())
+                .flat_map(|(port, _)| port.addrs.iter().map(|(a, l)| (crate::values::masked(*a, *l), *l)))
+                .collect();
+        }
         // Build once to report semantic errors (families, routes, tables) at load time.
         vectorlb_lb::Control::new(&spec)?;
         let queue_sets = queue_sets::queue_sets(&raw.queue_sets, &spec, runtime.workers)?;

@@ -114,15 +114,20 @@ pub fn bird_config(spec: &BgpSpec, routes: &Routes) -> String {
     c
 }
 
-/// A channel's import: the `[bgp] import` prefixes of its family and everything inside them
-/// (next hops on the shared link: the node-to-node mesh), or nothing.
+/// A channel's import: routes of exactly a node's pod network length (`import_length4/6`)
+/// inside the `[bgp] import` prefixes of its family, never one of this node's own pod networks
+/// (nor anything inside them), at most `import_limit` of them from the neighbour (then its
+/// further routes are blocked); next hops on the shared link (the node-to-node mesh). Or
+/// nothing.
 fn import_clause(spec: &BgpSpec, v4: bool) -> String {
-    let nets: Vec<String> = spec.import.iter().filter(|(a, _)| a.is_ipv4() == v4).map(|(a, l)| format!("{a}/{l}+")).collect();
+    let block = if v4 { spec.import_length4 } else { spec.import_length6 };
+    let nets: Vec<String> = spec.import.iter().filter(|(a, _)| a.is_ipv4() == v4).map(|(a, l)| format!("{a}/{l}{{{block},{block}}}")).collect();
     if nets.is_empty() {
-        "import none".into()
-    } else {
-        format!("import where net ~ [ {} ]; gateway direct", nets.join(", "))
+        return "import none".into();
     }
+    let own: Vec<String> = spec.own_pods.iter().filter(|(a, _)| a.is_ipv4() == v4).map(|(a, l)| format!("{a}/{l}+")).collect();
+    let not_own = if own.is_empty() { String::new() } else { format!(" && !(net ~ [ {} ])", own.join(", ")) };
+    format!("import where net ~ [ {} ]{not_own}; import limit {} action block; gateway direct", nets.join(", "), spec.import_limit)
 }
 
 /// One BGP session as BIRD reports it.
@@ -409,8 +414,14 @@ mod tests {
         assert!(c.contains("\"vips6\" then accept;") && c.contains("reject; }; next hop self; };"), "the other family keeps self: {c}");
         assert!(!c.contains("protocol kernel") && c.matches("import none;").count() == 2, "nothing is taken without [bgp] import: {c}");
         s.import = vec![("10.244.0.0".parse().unwrap(), 16)];
+        (s.import_length4, s.import_limit) = (24, 256);
+        s.own_pods = vec![("10.244.1.0".parse().unwrap(), 24), ("fd00:244:1::".parse().unwrap(), 64)];
         let c = bird_config(&s, &Routes::default());
-        assert!(c.contains("  ipv4 { import where net ~ [ 10.244.0.0/16+ ]; gateway direct; export filter"), "{c}");
+        // Exactly the nodes' /24s inside, never this node's own, 256 at most per neighbour.
+        assert!(
+            c.contains("  ipv4 { import where net ~ [ 10.244.0.0/16{24,24} ] && !(net ~ [ 10.244.1.0/24+ ]); import limit 256 action block; gateway direct; export filter"),
+            "{c}"
+        );
         assert!(c.contains("  ipv6 { import none; export filter"), "{c}");
         assert!(c.contains("protocol kernel kernel4 { ipv4 { import none; export where source = RTS_BGP; }; }") && !c.contains("kernel6"), "{c}");
     }

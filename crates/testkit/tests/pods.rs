@@ -508,7 +508,10 @@ fn pods_on_two_nodes_reach_each_other_through_routes_learned_by_bgp() {
     let mut a = PodNet::on(ta, 1);
     let mut b = PodNet::on(tb, 2);
     let t0 = Instant::now();
-    a.start(&bgp(1, 2));
+    // Node a also peers with a hostile speaker (192.168.77.3, below), and takes at most 100
+    // routes from a neighbour.
+    let hostile = "[[bgp.neighbors]]\naddress = \"192.168.77.3\"\nasn = 65103\n";
+    a.start(&format!("{}{hostile}", bgp(1, 2).replacen("bfd = false\n", "bfd = false\nimport_limit = 100\n", 1)));
     b.start(&bgp(2, 1));
     for n in [&mut a, &mut b] {
         let ns = n.mkpod(1);
@@ -530,6 +533,53 @@ fn pods_on_two_nodes_reach_each_other_through_routes_learned_by_bgp() {
         // Its own networks are not taken back from the other node: the host reaches them through vlb0.
         assert!(kernel_route(n, &format!("10.244.{}.0/24", n.k)).contains("vlb0"), "{}", kernel_route(n, &format!("10.244.{}.0/24", n.k)));
     }
+    // A hostile neighbour of node a (a BIRD of its own beside node b, listening on another port
+    // than node b's BIRD, connecting to node a) announces a /32 of node
+    // a's pod, node a's own pod network and a longer prefix inside it, a default route, 2,000
+    // /28s and 200 /24s of pod networks nobody has. Node a takes none of the first ones, and
+    // at most its import_limit (100) of the /24s.
+    let hostile_dir = b.t.dir.join("hostile-bird");
+    std::fs::create_dir_all(&hostile_dir).unwrap();
+    let mut routes = String::from("  route 10.244.1.5/32 blackhole;\n  route 10.244.1.0/24 blackhole;\n  route 10.244.1.0/25 blackhole;\n  route 0.0.0.0/0 blackhole;\n");
+    for i in 0..2000u32 {
+        routes += &format!("  route 10.244.{}.{}/28 blackhole;\n", 10 + i / 16, (i % 16) * 16);
+    }
+    for i in 0..200u32 {
+        routes += &format!("  route 10.244.{}.0/24 blackhole;\n", 30 + i);
+    }
+    std::fs::write(
+        hostile_dir.join("bird.conf"),
+        format!(
+            "router id 192.168.77.3;\nprotocol device {{}}\nprotocol static evil {{\n  ipv4;\n{routes}}}\n\
+             protocol bgp attack {{ local 192.168.77.3 port 11179 as 65103; neighbor 192.168.77.1 port 179 as 65101; connect retry time 2; ipv4 {{ import none; export all; next hop self; }}; }}\n"
+        ),
+    )
+    .unwrap();
+    let o = b.t.run("lb", &["ip", "addr", "add", "192.168.77.3/24", "dev", "node0"]);
+    assert!(ok(&o), "{}", String::from_utf8_lossy(&o.stderr));
+    let ctl = hostile_dir.join("bird.ctl");
+    let o = b.t.run("lb", &["bird", "-c", hostile_dir.join("bird.conf").to_str().unwrap(), "-s", ctl.to_str().unwrap(), "-P", hostile_dir.join("bird.pid").to_str().unwrap()]);
+    assert!(ok(&o), "the hostile BIRD: {}", String::from_utf8_lossy(&o.stderr));
+    let birdc_a = |args: &[&str]| stdout(&a.t.run("lb", &[&["birdc", "-s", a.t.dir.join("bird/bird.ctl").to_str().unwrap()], args].concat()));
+    // peer2: node a's third neighbour.
+    let t = Instant::now();
+    while !birdc_a(&["show", "protocols", "peer2"]).contains("Established") {
+        let hostile = stdout(&b.t.run("lb", &["birdc", "-s", ctl.to_str().unwrap(), "show", "protocols", "all", "attack"]));
+        assert!(t.elapsed() < Duration::from_secs(30), "the hostile neighbour's session:\n{}\n{hostile}", birdc_a(&["show", "protocols", "all", "peer2"]));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let from_bird = stdout(&a.t.run("lb", &["ip", "-4", "route", "show", "proto", "bird"]));
+    let taken: Vec<&str> = from_bird.lines().collect();
+    let hostile_pid = std::fs::read_to_string(hostile_dir.join("bird.pid")).unwrap_or_default();
+    let _ = Command::new("kill").arg(hostile_pid.trim()).status();
+    println!("a hostile neighbour's 2,205 routes: node a took {} into its kernel ({} from node b)", taken.len(), taken.iter().filter(|l| l.starts_with("10.244.2.0/24")).count());
+    assert!(
+        !from_bird.contains("10.244.1.5") && !from_bird.contains("10.244.1.0/2") && !from_bird.contains("default") && !from_bird.contains("/28"),
+        "node a took a route it must not:\n{from_bird}"
+    );
+    assert!(taken.len() <= 101, "node a took {} routes (import_limit 100 and node b's):\n{from_bird}", taken.len());
+    assert!(kernel_route(&a, "10.244.1.0/24").contains("vlb0"), "node a lost its own pod network: {}", kernel_route(&a, "10.244.1.0/24"));
     let routes_s = t0.elapsed().as_secs_f64();
     let url = |ip: &str| if ip.contains(':') { format!("http://[{ip}]:8080/") } else { format!("http://{ip}:8080/") };
     let mut requests = 0;
