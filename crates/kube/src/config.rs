@@ -75,6 +75,9 @@ pub struct GatewayConfig {
     /// The proxies' ports for Gateway listeners, `FIRST-LAST`.
     #[serde(default = "default_ports")]
     pub ports: String,
+    /// The most of them the Gateways of one namespace hold.
+    #[serde(default = "default_ports_per_namespace")]
+    pub ports_per_namespace: usize,
     #[serde(default)]
     pub proxies: Vec<ProxyRef>,
 }
@@ -116,6 +119,10 @@ fn default_listen() -> IpAddr {
 }
 fn default_ports() -> String {
     "30000-30999".into()
+}
+
+fn default_ports_per_namespace() -> usize {
+    64
 }
 
 /// One vectorlb daemon.

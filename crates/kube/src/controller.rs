@@ -427,7 +427,9 @@ fn svc_in(s: &Service) -> SvcIn {
         requested,
         invalid_request,
         pool: annotation(s, "address-pool").map(str::to_string),
-        sharing: annotation(s, "allow-shared-ip").map(str::to_string),
+        // A sharing key is the namespace's own: another tenant's Services never share with
+        // it, whatever key they give.
+        sharing: annotation(s, "allow-shared-ip").map(|k| format!("{}/{k}", s.namespace().unwrap_or_default())),
         ports: spec.ports.unwrap_or_default().iter().map(|p| (p.protocol.clone().unwrap_or_else(|| "TCP".into()), p.port.clamp(0, 65535) as u16)).collect(),
     }
 }
@@ -518,6 +520,18 @@ mod tests {
 
     fn svc(v: serde_json::Value) -> Service {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_sharing_key_is_its_namespaces_own() {
+        let lb = |ns: &str| {
+            svc(
+                json!({"metadata": {"name": "web", "namespace": ns, "annotations": {"vectorlb.io/allow-shared-ip": "key"}}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+            )
+        };
+        let (a, b) = (svc_in(&lb("tenant-a")), svc_in(&lb("tenant-b")));
+        assert_eq!(a.sharing.as_deref(), Some("tenant-a/key"));
+        assert_ne!(a.sharing, b.sharing, "a guessed key let another namespace's Service onto this address");
     }
 
     #[test]

@@ -51,6 +51,19 @@ pub struct SliceIn {
     pub endpoints: Vec<EndpointIn>,
 }
 
+/// The shortest health-check interval an annotation may ask for, in seconds.
+pub const MIN_HEALTH_INTERVAL: f64 = 1.0;
+
+/// Whether an endpoint address may be a backend: not loopback, link-local (a node's metadata
+/// service, 169.254.169.254, is one), unspecified or multicast. An EndpointSlice is written by
+/// whoever may write it, and every load balancer node would connect to and health-check it.
+pub fn backend_address(a: &IpAddr) -> bool {
+    match a {
+        IpAddr::V4(v) => !(v.is_loopback() || v.is_link_local() || v.is_unspecified() || v.is_multicast() || v.is_broadcast()),
+        IpAddr::V6(v) => !(v.is_loopback() || v.is_unspecified() || v.is_multicast() || v.segments()[0] & 0xffc0 == 0xfe80 || v.to_ipv4_mapped().is_some()),
+    }
+}
+
 /// A problem to report on the Service (an Event); the rest of it is still programmed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Problem {
@@ -69,7 +82,9 @@ pub struct Settings {
 }
 
 /// `vectorlb.io/health-check` (`tcp`, `http`, `https`, optionally `:/path`) and
-/// `vectorlb.io/health-interval` (seconds, default 2): the check with every default written
+/// `vectorlb.io/health-interval` (seconds, default 2, at least [`MIN_HEALTH_INTERVAL`]: every
+/// load balancer node checks every endpoint of every port, so a tenant's interval multiplies
+/// into the cluster's load): the check with every default written
 /// out, as the daemon's `GET /v1/services` shows it (so that an unchanged check is not sent
 /// again).
 fn health_check(kind: &str, interval: Option<&str>) -> Result<HealthCheck, String> {
@@ -92,8 +107,8 @@ fn health_check(kind: &str, interval: Option<&str>) -> Result<HealthCheck, Strin
     let interval_ms = match interval {
         None => 2000,
         Some(v) => match v.trim().parse::<f64>() {
-            Ok(x) if x.is_finite() && (0.05..=3600.0).contains(&x) => (x * 1000.0).round() as u32,
-            _ => return Err(format!("{ANN}health-interval: '{v}' is not a number of seconds in 0.05..=3600; no health check")),
+            Ok(x) if x.is_finite() && (MIN_HEALTH_INTERVAL..=3600.0).contains(&x) => (x * 1000.0).round() as u32,
+            _ => return Err(format!("{ANN}health-interval: '{v}' is not a number of seconds in {MIN_HEALTH_INTERVAL}..=3600; no health check")),
         },
     };
     let http = kind != HealthKind::Tcp;
@@ -210,6 +225,7 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
         };
         // (address, port) → weight; ready first, serving-and-terminating as drained.
         let mut ready: BTreeMap<(IpAddr, u16), bool> = BTreeMap::new();
+        let mut refused: Vec<IpAddr> = Vec::new();
         for sl in slices.iter().filter(|sl| sl.address_type == want_type) {
             let Some((_, _, target)) = sl.ports.iter().find(|(n, pr, _)| n == &p.name && (pr == &p.protocol || (pr.is_empty() && proto == Proto::Tcp))) else { continue };
             for e in &sl.endpoints {
@@ -217,10 +233,22 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
                     continue;
                 }
                 for a in e.addrs.iter().filter(|a| Family::of(a) == family) {
+                    if !backend_address(a) {
+                        refused.push(*a);
+                        continue;
+                    }
                     let r = ready.entry((*a, *target)).or_insert(false);
                     *r |= e.ready;
                 }
             }
+        }
+        if !refused.is_empty() {
+            refused.sort();
+            refused.dedup();
+            problems.push(Problem {
+                reason: "InvalidEndpoint",
+                message: format!("endpoints {refused:?}: loopback, link-local, unspecified or multicast addresses are never backends; left out"),
+            });
         }
         let any_ready = ready.values().any(|r| *r);
         let backends: Vec<NewBackend> = ready.iter().map(|((addr, port), r)| NewBackend { addr: *addr, port: *port, weight: u32::from(*r || !any_ready) }).collect();
@@ -302,6 +330,23 @@ mod tests {
     }
 
     #[test]
+    fn endpoints_that_are_no_backends_are_left_out_with_a_problem() {
+        let s = svc(&[("", "TCP", 80)]);
+        let slices = [SliceIn {
+            address_type: "IPv4".into(),
+            ports: vec![("".into(), "TCP".into(), 80)],
+            endpoints: ["10.1.0.101", "169.254.169.254", "127.0.0.1", "0.0.0.0", "224.0.0.1"].iter().map(|a| ep(a, true, true, false)).collect(),
+        }];
+        let (specs, problems) = build(&s, &slices, &daemon());
+        let addrs: Vec<String> = specs[0].backends.iter().map(|b| b.addr.to_string()).collect();
+        assert_eq!(addrs, ["10.1.0.101"], "a link-local (metadata service), loopback, unspecified or multicast endpoint became a backend");
+        assert!(problems.iter().any(|p| p.reason == "InvalidEndpoint" && p.message.contains("169.254.169.254")), "{problems:?}");
+        for (a, ok) in [("fe80::1", false), ("::1", false), ("::ffff:10.0.0.1", false), ("ff02::1", false), ("2001:db8::5", true), ("10.244.1.5", true)] {
+            assert_eq!(backend_address(&a.parse().unwrap()), ok, "{a}");
+        }
+    }
+
+    #[test]
     fn terminating_endpoints_serve_when_no_endpoint_is_ready_and_none_is_reported() {
         let s = svc(&[("", "TCP", 80)]);
         let slices = [SliceIn { address_type: "IPv4".into(), ports: vec![("".into(), "TCP".into(), 80)], endpoints: vec![ep("10.1.0.102", false, true, true)] }];
@@ -336,13 +381,18 @@ mod tests {
     fn health_check_annotations() {
         let mut s = svc(&[("http", "TCP", 80), ("dns", "UDP", 53)]);
         s.annotations.insert("vectorlb.io/health-check".into(), "HTTP:/Healthz".into());
-        s.annotations.insert("vectorlb.io/health-interval".into(), "0.5".into());
+        s.annotations.insert("vectorlb.io/health-interval".into(), "1.5".into());
         let (specs, problems) = build(&s, &[], &daemon());
         let h = specs.iter().find(|x| x.proto == Proto::Tcp).and_then(|x| x.health.clone()).expect("a check on the TCP port");
-        assert_eq!((h.kind, h.path.as_deref(), h.interval_ms, h.timeout_ms, h.expect_status), (HealthKind::Http, Some("/Healthz"), Some(500), Some(500), Some(200)));
+        assert_eq!((h.kind, h.path.as_deref(), h.interval_ms, h.timeout_ms, h.expect_status), (HealthKind::Http, Some("/Healthz"), Some(1500), Some(1000), Some(200)));
         assert!(specs.iter().find(|x| x.proto == Proto::Udp).is_some_and(|x| x.health.is_none()), "UDP ports are not checked by TCP or HTTP");
         assert!(!problems.iter().any(|p| p.reason == "InvalidAnnotation"), "{problems:?}");
-        for (k, v, want) in [("health-check", "icmp", "is not tcp"), ("health-check", "http:healthz", "must start with /"), ("health-interval", "0", "0.05..=3600")] {
+        for (k, v, want) in [
+            ("health-check", "icmp", "is not tcp"),
+            ("health-check", "http:healthz", "must start with /"),
+            ("health-interval", "0", "1..=3600"),
+            ("health-interval", "0.05", "1..=3600"),
+        ] {
             let mut s = s.clone();
             s.annotations.insert(format!("vectorlb.io/{k}"), v.into());
             let (specs, problems) = build(&s, &[], &daemon());

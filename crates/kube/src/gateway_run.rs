@@ -218,7 +218,8 @@ impl GatewayCtl {
             }
             self.recovered = true;
         }
-        self.assign_ports(&gateways);
+        let addressed: BTreeSet<String> = gateways.iter().map(|g| key(g.as_ref())).filter(|k| matches!(alloc.services.get(&ipam_key(k)), Some(Outcome::Assigned { .. }))).collect();
+        self.assign_ports(&gateways, &addressed);
         let world = self.world(services, slices_by_svc);
         let ins: Vec<GatewayIn> = gateways
             .iter()
@@ -280,24 +281,15 @@ impl GatewayCtl {
         (self.l4(&gateways, &out, alloc), ok)
     }
 
-    /// A proxy port for every served listener port; freed when its Gateway or port goes.
-    fn assign_ports(&mut self, gateways: &[Arc<Gateway>]) {
-        let want: BTreeSet<(String, u16)> = gateways.iter().flat_map(|g| listeners_served(&g.spec.listeners).into_iter().map(move |p| (key(g.as_ref()), p))).collect();
-        self.ports.retain(|k, _| want.contains(k));
-        let (first, last) = self.cfg.port_range().unwrap_or((30000, 30999));
-        let mut used: BTreeSet<u16> = self.ports.values().copied().collect();
-        for k in want {
-            if self.ports.contains_key(&k) {
-                continue;
-            }
-            match (first..=last).find(|p| !used.contains(p)) {
-                Some(p) => {
-                    used.insert(p);
-                    self.ports.insert(k, p);
-                }
-                None => tracing::warn!(gateway = %k.0, port = k.1, "no proxy port left in gateway.ports"),
-            }
-        }
+    /// A proxy port for every served listener port of a Gateway that has an address
+    /// ([`assign_ports`]).
+    fn assign_ports(&mut self, gateways: &[Arc<Gateway>], addressed: &BTreeSet<String>) {
+        let want: BTreeSet<(String, u16)> = gateways
+            .iter()
+            .filter(|g| addressed.contains(&key(g.as_ref())))
+            .flat_map(|g| listeners_served(&g.spec.listeners).into_iter().map(move |p| (key(g.as_ref()), p)))
+            .collect();
+        assign_ports(&mut self.ports, want, self.cfg.port_range().unwrap_or((30000, 30999)), self.cfg.ports_per_namespace);
     }
 
     fn world(&self, services: &[Arc<Service>], slices_by_svc: &BTreeMap<String, Vec<Arc<EndpointSlice>>>) -> World {
@@ -512,4 +504,59 @@ fn tls_pair(s: &Secret) -> Result<(String, String), String> {
     let provider = rustls::crypto::ring::default_provider();
     rustls::sign::CertifiedKey::from_der(chain, k, &provider).map_err(|e| format!("tls.crt and tls.key: {e}"))?;
     Ok((crt, key))
+}
+
+/// Gives each wanted (Gateway `NS/NAME`, listener port) a proxy port from `range` and keeps the
+/// ones it has; frees those no longer wanted (the Gateway, its address or its port went). At
+/// most `per_namespace` per namespace: the range is every tenant's, and one must not take it
+/// all (those past it are left without, with a line in the log).
+fn assign_ports(ports: &mut BTreeMap<(String, u16), u16>, want: BTreeSet<(String, u16)>, (first, last): (u16, u16), per_namespace: usize) {
+    ports.retain(|k, _| want.contains(k));
+    let mut used: BTreeSet<u16> = ports.values().copied().collect();
+    let namespace = |k: &(String, u16)| k.0.split_once('/').map_or(String::new(), |(ns, _)| ns.to_string());
+    let mut per_ns: BTreeMap<String, usize> = BTreeMap::new();
+    for k in ports.keys() {
+        *per_ns.entry(namespace(k)).or_default() += 1;
+    }
+    for k in want {
+        if ports.contains_key(&k) {
+            continue;
+        }
+        let n = per_ns.entry(namespace(&k)).or_default();
+        if *n >= per_namespace {
+            tracing::warn!(gateway = %k.0, port = k.1, "the namespace holds {per_namespace} proxy ports (gateway.ports_per_namespace); not served");
+            continue;
+        }
+        match (first..=last).find(|p| !used.contains(p)) {
+            Some(p) => {
+                *n += 1;
+                used.insert(p);
+                ports.insert(k, p);
+            }
+            None => tracing::warn!(gateway = %k.0, port = k.1, "no proxy port left in gateway.ports"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_namespace_cannot_take_every_proxy_port() {
+        let want = |v: &[(&str, u16)]| v.iter().map(|(g, p)| (g.to_string(), *p)).collect::<BTreeSet<_>>();
+        let mut ports = BTreeMap::new();
+        // A tenant asks for 10 listener ports; its namespace gets 3, another tenant still gets its own.
+        let mut w: Vec<(&str, u16)> = (0..10).map(|i| ("greedy/gw", 8000 + i)).collect();
+        w.push(("other/gw", 80));
+        assign_ports(&mut ports, want(&w), (30000, 30009), 3);
+        assert_eq!(ports.keys().filter(|(g, _)| g == "greedy/gw").count(), 3);
+        assert!(ports.contains_key(&("other/gw".to_string(), 80)), "{ports:?}");
+        // Kept while wanted, freed when not.
+        let before = ports.clone();
+        assign_ports(&mut ports, want(&w), (30000, 30009), 3);
+        assert_eq!(ports, before);
+        assign_ports(&mut ports, want(&[("other/gw", 80)]), (30000, 30009), 3);
+        assert_eq!(ports.len(), 1);
+    }
 }

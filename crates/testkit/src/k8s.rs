@@ -98,6 +98,7 @@ impl ControlPlane {
     /// Certificates, etcd, kube-apiserver (waits for `/readyz`), kube-controller-manager and
     /// kube-scheduler, in `dir` (emptied first).
     pub fn start(dir: &Path) -> ControlPlane {
+        crate::contain_test_traffic();
         let bins = bins();
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).unwrap();

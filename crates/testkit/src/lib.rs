@@ -88,6 +88,40 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The address ranges of the tests' topologies, pools, pod networks and traffic generators.
+pub const TEST_PREFIXES: [&str; 5] = ["10.0.0.0/8", "192.168.77.0/24", "198.18.0.0/15", "2001:db8::/32", "fd00::/8"];
+
+/// The metric of the guard routes: the highest, so that a route the machine has of its own for
+/// the same range wins (only the default route, a shorter prefix, loses to them).
+const GUARD_METRIC: &str = "4294967295";
+
+/// While tests run, a packet that the host's own namespace sends to a test address never leaves
+/// by the default route (a test's client once dialled a pool address from the host, which had
+/// no route to the topology, and its requests went out to the world): an `unreachable` route
+/// for each of [`TEST_PREFIXES`] in the host's namespace, so that such a send fails at once.
+/// Routes the machine has for those ranges (a LAN in 10/8), and the routes tests add to reach
+/// their topologies (longer prefixes), still win. Installed once per process, removed when it
+/// exits. Every topology and control plane calls it.
+pub fn contain_test_traffic() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn remove() {
+        for p in TEST_PREFIXES {
+            let fam = if p.contains(':') { "-6" } else { "-4" };
+            let _ = Command::new("ip").args([fam, "route", "del", "unreachable", p, "metric", GUARD_METRIC]).output();
+        }
+    }
+    ONCE.call_once(|| {
+        for p in TEST_PREFIXES {
+            let fam = if p.contains(':') { "-6" } else { "-4" };
+            // Already there (a run killed before it could remove them): as good.
+            let _ = Command::new("ip").args([fam, "route", "add", "unreachable", p, "metric", GUARD_METRIC]).output();
+        }
+        // SAFETY: `remove` is an extern "C" fn without arguments, as atexit takes; it runs
+        // commands and touches no state of this process that exit has torn down.
+        unsafe { libc::atexit(remove) };
+    });
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Shape {
     TwoArm,
@@ -124,6 +158,7 @@ impl Topo {
 
     fn build(p: &str, shape: Shape, backend_mtu: u16, serial: Option<MutexGuard<'static, ()>>) -> Topo {
         assert!(is_root(), "the end-to-end tests need root (network namespaces, AF_XDP)");
+        contain_test_traffic();
         let dir = std::env::temp_dir().join(format!("vectorlb-e2e-{p}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();

@@ -304,7 +304,7 @@ fn services_endpoints_and_pools_program_the_daemon() {
         let b = s["backends"].as_array().cloned().unwrap_or_default();
         (b.len() == 3 && b.iter().all(|x| x["health"]["state"] == want)).then_some(s)
     };
-    cp.k(&["-n", "default", "annotate", "--overwrite", "service", "web", "vectorlb.io/health-check=https", "vectorlb.io/health-interval=0.2"]);
+    cp.k(&["-n", "default", "annotate", "--overwrite", "service", "web", "vectorlb.io/health-check=https", "vectorlb.io/health-interval=1"]);
     let t_h = Instant::now();
     let s = loop {
         if let Some(s) = states("down") {
@@ -313,7 +313,7 @@ fn services_endpoints_and_pools_program_the_daemon() {
         assert!(t_h.elapsed() < Duration::from_secs(15), "every backend down by its HTTPS check: {}\n{}", on_daemon(&ip), tail(&ctl.log(), 20));
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!((s["health"]["kind"].as_str(), s["health"]["interval_ms"].as_u64()), (Some("https"), Some(200)), "{s}");
+    assert_eq!((s["health"]["kind"].as_str(), s["health"]["interval_ms"].as_u64()), (Some("https"), Some(1000)), "{s}");
     cp.k(&["-n", "default", "annotate", "--overwrite", "service", "web", "vectorlb.io/health-check=http:/"]);
     wait_for(Duration::from_secs(15), "every backend up by its HTTP check", || states("up"));
     let t_up = Instant::now();
