@@ -170,6 +170,17 @@ impl ConfigStore {
                     spec.neighbors.push((ip, mac));
                 }
             }
+            // The cluster's service ranges: an address there that no Service has is
+            // unreachable. Sent on to the host it would come straight back (the host routes
+            // these ranges into the pods port), round and round until its TTL ran out.
+            for c in &pods.spec.service_cidrs {
+                if let Ok((prefix, len)) = vectorlb_config::prefix("pods.service_cidrs", c) {
+                    let via = if prefix.is_ipv4() { std::net::Ipv4Addr::UNSPECIFIED.into() } else { std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED) };
+                    if !spec.routes.iter().any(|r| r.prefix == prefix && r.len == len) {
+                        spec.routes.push(vectorlb_lb::RouteSpec { prefix, len, port: pods.port, via });
+                    }
+                }
+            }
             if pods.has_host() {
                 for a in pods.host_routes() {
                     let (len, via) = if a.is_ipv4() { (32, std::net::IpAddr::V4(crate::pods::HOST_V4)) } else { (128, std::net::IpAddr::V6(crate::pods::HOST_V6)) };

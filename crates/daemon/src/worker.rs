@@ -377,7 +377,7 @@ impl<P: Packet> WorkerLoop<P> {
                 Verdict::Tx(p) if (p as usize) < self.txq.len() => self.txq[p as usize].push(m),
                 Verdict::Handoff(w) if self.io.peers.get(w as usize).is_some_and(Option::is_some) => self.handoff[w as usize].push(m),
                 Verdict::Kernel => match port {
-                    Some(port) if self.io.ports[port as usize].forward => self.route(m),
+                    Some(port) if self.io.ports[port as usize].forward => self.route(m, now),
                     Some(port) => self.neighbour(m, port),
                     None => {
                         self.counters.not_ours += 1;
@@ -397,10 +397,10 @@ impl<P: Packet> WorkerLoop<P> {
         }
     }
 
-    /// A frame from a forwarding port that is not the load balancer's: routed.
-    fn route(&mut self, mut m: P) {
-        let snap = self.worker.snapshot().clone();
-        match vectorlb_lb::route::forward(&snap, &mut m) {
+    /// A frame from a forwarding port that is not the load balancer's: routed (or answered with
+    /// an ICMP error, which also goes out: counted in the core's `icmp_errors_sent`).
+    fn route(&mut self, mut m: P, now: u32) {
+        match self.worker.route(&mut m, now) {
             Verdict::Tx(p) if (p as usize) < self.txq.len() => {
                 self.counters.routed += 1;
                 self.txq[p as usize].push(m);

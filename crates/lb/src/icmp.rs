@@ -19,6 +19,10 @@ pub enum ErrorKind {
     TimeExceeded,
     /// Fragmentation needed (IPv4, DF set) or packet too big (IPv6), with the MTU to report.
     TooBig(u16),
+    /// Destination unreachable, administratively prohibited (IPv4) or reject route (IPv6): an
+    /// unreachable route's destination (the cluster's service ranges: no Service has it). Hard
+    /// errors: the sender's connect or connected socket fails at once.
+    Unreachable,
 }
 
 fn ipv4_header_checksum(d: &mut [u8], l3: usize) {
@@ -93,10 +97,19 @@ impl IcmpLimiter {
     where
         Session<A>: Zeroable,
     {
-        let h = m.hdr();
+        self.error_hdr::<A, B>(flows, snap, b, m.hdr(), kind, reason, now)
+    }
+
+    /// As [`IcmpLimiter::error`], for a packet known by its headers' offsets alone (a routed
+    /// one, which the pipeline did not parse).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn error_hdr<A: Fam, B: PacketBuf>(&mut self, flows: &mut Flows, snap: &Snapshot, b: &mut B, h: Hdr, kind: ErrorKind, reason: DropReason, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
         let d = b.data();
         // Never an error about an ICMP error (RFC 1122 §3.2.2).
-        if m.proto == proto::ICMP || m.proto == proto::ICMPV6 {
+        if h.proto == proto::ICMP || h.proto == proto::ICMPV6 {
             let t = d[h.l4];
             if (A::V6 && icmp::v6::is_error(t)) || (!A::V6 && icmp::v4::is_error(t)) {
                 return Verdict::Drop(reason);
@@ -133,6 +146,8 @@ impl IcmpLimiter {
                 (icmp::v4::DEST_UNREACH, icmp::v4::CODE_FRAG_NEEDED, [0, 0, b[0], b[1]])
             }
             (ErrorKind::TooBig(mtu), true) => (icmp::v6::PACKET_TOO_BIG, 0, (mtu as u32).to_be_bytes()),
+            (ErrorKind::Unreachable, false) => (icmp::v4::DEST_UNREACH, icmp::v4::CODE_ADMIN_PROHIBITED, [0; 4]),
+            (ErrorKind::Unreachable, true) => (icmp::v6::DEST_UNREACH, icmp::v6::CODE_REJECT_ROUTE, [0; 4]),
         };
         let d = b.data_mut();
         let l3 = h.l3;

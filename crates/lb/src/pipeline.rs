@@ -278,6 +278,19 @@ impl Worker {
         &self.snap
     }
 
+    /// Routes a frame that is not the load balancer's (a pods port's: [`crate::route`]): the
+    /// forwarded frame; or, for an expired TTL or an unreachable route's destination, the ICMP
+    /// error to its source that it became (this core's ICMP rate limit applies); or the drop.
+    pub fn route<B: PacketBuf>(&mut self, b: &mut B, now: u32) -> Verdict {
+        let snap = self.snap.clone();
+        match crate::route::route(&snap, b) {
+            Ok(v) => v,
+            Err(crate::route::Unrouted { reason, icmp: Some((kind, h)) }) if h.v6 => self.icmp.error_hdr::<[u8; 16], B>(&mut self.flows, &snap, b, h, kind, reason, now),
+            Err(crate::route::Unrouted { reason, icmp: Some((kind, h)) }) => self.icmp.error_hdr::<[u8; 4], B>(&mut self.flows, &snap, b, h, kind, reason, now),
+            Err(u) => Verdict::Drop(u.reason),
+        }
+    }
+
     /// The flow of a packet from a client to one of the services (the forward direction), as
     /// the runtime's queue-set steering needs it; None for anything else (replies, fragments,
     /// other protocols, bad frames: the pipeline decides those where they arrive).

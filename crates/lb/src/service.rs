@@ -237,6 +237,8 @@ pub struct RouteSpec {
     pub prefix: IpAddr,
     pub len: u8,
     pub port: u16,
+    /// The gateway; the unspecified address of the family makes it an unreachable route
+    /// (what matches it is answered with an ICMP unreachable, never forwarded).
     pub via: IpAddr,
 }
 
@@ -380,6 +382,8 @@ struct Route {
     v4: bool,
     port: u16,
     via: Option<u128>,
+    /// An unreachable route ([`RouteSpec::via`] unspecified).
+    reject: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -621,9 +625,10 @@ impl Snapshot {
         self.snat.iter().find(|r| r.id == id)
     }
 
-    /// Next hop toward `dst`: longest-prefix route, then the neighbour's MAC.
+    /// Next hop toward `dst`: longest-prefix route, then the neighbour's MAC (none through an
+    /// unreachable route).
     pub fn route(&self, dst: u128, v4: bool) -> Option<Hop> {
-        let r = self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net)?;
+        let r = self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).filter(|r| !r.reject)?;
         let nh = r.via.unwrap_or(dst);
         let mac = *self.neighbors.get(&nh)?;
         let p = &self.ports[r.port as usize];
@@ -633,18 +638,23 @@ impl Snapshot {
     /// The next hop toward `dst` (the gateway, or `dst` itself on a connected network) and its
     /// port, whether or not its MAC is known.
     pub fn next_hop(&self, dst: u128, v4: bool) -> Option<(u128, u16)> {
-        let r = self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net)?;
+        let r = self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).filter(|r| !r.reject)?;
         Some((r.via.unwrap_or(dst), r.port))
+    }
+
+    /// Whether the route toward `dst` is an unreachable route.
+    pub fn unreachable(&self, dst: u128, v4: bool) -> bool {
+        self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).is_some_and(|r| r.reject)
     }
 
     /// The port of the route toward `dst`, whether or not its next hop is resolved.
     pub fn route_port(&self, dst: u128, v4: bool) -> Option<u16> {
-        self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).map(|r| r.port)
+        self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).filter(|r| !r.reject).map(|r| r.port)
     }
 
     /// Whether `dst` is on a connected network (no gateway).
     pub fn on_link(&self, dst: u128, v4: bool) -> bool {
-        self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).is_some_and(|r| r.via.is_none())
+        self.routes.iter().find(|r| r.v4 == v4 && dst & r.mask == r.net).is_some_and(|r| r.via.is_none() && !r.reject)
     }
 
     /// The egress port's own address of a family (source of ICMP errors and tunnels).
@@ -792,7 +802,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             }
             dsts.entry(key(a)).or_default();
             let mask = prefix_mask(a.is_ipv4(), len);
-            routes.push((len, Route { net: key(a) & mask, mask, v4: a.is_ipv4(), port: i as u16, via: None }));
+            routes.push((len, Route { net: key(a) & mask, mask, v4: a.is_ipv4(), port: i as u16, via: None, reject: false }));
         }
         ports.push(Port { spec: p.clone(), v4, v6 });
     }
@@ -808,7 +818,8 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             bail!("route {}/{}: prefix length is too long", r.prefix, r.len);
         }
         let mask = prefix_mask(r.prefix.is_ipv4(), r.len);
-        routes.push((r.len, Route { net: key(r.prefix) & mask, mask, v4: r.prefix.is_ipv4(), port: r.port, via: Some(key(r.via)) }));
+        let reject = r.via.is_unspecified();
+        routes.push((r.len, Route { net: key(r.prefix) & mask, mask, v4: r.prefix.is_ipv4(), port: r.port, via: (!reject).then(|| key(r.via)), reject }));
     }
     // Longest prefix first; connected routes before gateways of the same length.
     routes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.via.is_some().cmp(&b.1.via.is_some())));

@@ -14,6 +14,9 @@ pub mod v4 {
     /// Destination unreachable code: fragmentation needed and DF set.
     pub const CODE_FRAG_NEEDED: u8 = 4;
     pub const CODE_PORT_UNREACH: u8 = 3;
+    /// Communication administratively prohibited: what a rejecting route answers (a hard
+    /// error: a connected socket sees EHOSTUNREACH at once, where host unreachable is retried).
+    pub const CODE_ADMIN_PROHIBITED: u8 = 13;
 
     pub fn is_error(t: u8) -> bool {
         matches!(t, DEST_UNREACH | TIME_EXCEEDED | PARAM_PROBLEM)
@@ -22,6 +25,8 @@ pub mod v4 {
 
 pub mod v6 {
     pub const DEST_UNREACH: u8 = 1;
+    /// Destination unreachable: reject route to destination (RFC 4443; a hard error, EACCES).
+    pub const CODE_REJECT_ROUTE: u8 = 6;
     pub const PACKET_TOO_BIG: u8 = 2;
     pub const TIME_EXCEEDED: u8 = 3;
     pub const PARAM_PROBLEM: u8 = 4;

@@ -373,6 +373,28 @@ fn pods_reach_services_and_each_other_through_the_data_plane() {
         let h: Value = serde_json::from_str(stdout(&o).lines().rev().find(|l| l.starts_with('{')).unwrap_or("{}")).unwrap();
         assert_eq!(h["errors"], 0, "host -> {vip}: {h}");
     }
+    // An address of the service ranges that no Service has: unreachable, answered at once
+    // with an ICMP error (a connected socket fails), never sent to the host (whose routes send these ranges back into the
+    // pods port: a datagram with TTL 255 once went round 127 times).
+    let routed = |n: &PodNet| {
+        let s = n.t.stats();
+        (s["io"]["routed"].as_u64().unwrap_or(0), s["icmp_errors_sent"].as_u64().unwrap_or(0))
+    };
+    let (routed0, icmp0) = routed(&n);
+    let send = "import socket, errno\n\
+                for fam, dst, opt in ((socket.AF_INET, '10.96.0.99', (socket.IPPROTO_IP, socket.IP_TTL)), (socket.AF_INET6, 'fd00:96::99', (socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS))):\n\
+                \x20   s = socket.socket(fam, socket.SOCK_DGRAM); s.settimeout(3); s.setsockopt(*opt, 255); s.connect((dst, 9)); s.send(b'x')\n\
+                \x20   try:\n\
+                \x20       s.recv(16); print(dst, 'answered')\n\
+                \x20   except OSError as e:\n\
+                \x20       print(dst, errno.errorcode.get(e.errno, 'timeout') if e.errno else 'timeout')\n";
+    let o = n.in_pod(1, &["python3", "-c", send]);
+    let (routed1, icmp1) = routed(&n);
+    println!("a datagram with TTL 255 to an unused cluster IP of each family: {} routed, {} ICMP errors sent: {}", routed1 - routed0, icmp1 - icmp0, stdout(&o).trim());
+    // Hard errors (administratively prohibited, reject route): the sockets fail at once.
+    assert!(stdout(&o).contains("10.96.0.99 EHOSTUNREACH") && stdout(&o).contains("fd00:96::99 EACCES"), "{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    assert!(routed1 - routed0 <= 2, "{} packets routed for 2 datagrams to unused cluster IPs: a loop through the host", routed1 - routed0);
+    assert!(icmp1 - icmp0 >= 2);
     // NodePort: the node's own data-plane addresses (the int port's, which the data plane
     // owns), reached from outside the node (the client on the node's link), TCP and UDP, both
     // families; the pods answer through the data plane's NAT.
