@@ -726,6 +726,9 @@ pub struct SyncRejected {
 /// Messages dropped unread, by reason.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct SyncRefused {
+    /// From an address that is not a configured peer (`ha.sync_peers`, `ha.sync_sources`):
+    /// dropped before its HMAC is computed.
+    pub foreign: u64,
     pub bad_hmac: u64,
     pub truncated: u64,
     pub malformed: u64,

@@ -252,6 +252,8 @@ pub(crate) struct RawBgpNeighbor {
 pub(crate) struct RawHa {
     pub(crate) sync_listen: String,
     pub(crate) sync_peers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) sync_sources: Vec<String>,
     pub(crate) sync_key: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) group: bool,

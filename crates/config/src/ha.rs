@@ -10,6 +10,9 @@ pub struct SyncSpec {
     pub listen: std::net::SocketAddr,
     /// Where it sends them: the peers, or one multicast group.
     pub peers: Vec<std::net::SocketAddr>,
+    /// The only addresses a message is taken from (checked before its HMAC): the unicast
+    /// peers' addresses, or a multicast group's members (`sync_sources`).
+    pub sources: Vec<std::net::IpAddr>,
     /// The HMAC-SHA256 key every message is signed with.
     pub key: Vec<u8>,
     /// A group of active nodes (scale-out) instead of an active/standby pair: every node sends
@@ -23,6 +26,13 @@ pub struct SyncSpec {
 impl SyncSpec {
     /// `max_rate`'s default: 500,000 records (about 51 MB) a second per peer.
     pub const DEFAULT_MAX_RATE: u32 = 500_000;
+}
+
+/// The unicast peers' addresses: whom messages are taken from when `sync_sources` is not given.
+pub(crate) fn unicast_sources(peers: &[std::net::SocketAddr]) -> Vec<std::net::IpAddr> {
+    let mut v: Vec<std::net::IpAddr> = peers.iter().map(|p| p.ip()).filter(|a| !a.is_multicast()).collect();
+    v.dedup();
+    v
 }
 
 /// `[ha]`, if there is one.
@@ -41,11 +51,26 @@ pub(crate) fn sync(raw: &Option<RawHa>) -> Result<Option<SyncSpec>, Error> {
             if h.sync_key.len() < 16 {
                 bail!("ha.sync_key: at least 16 characters (it signs every sync message)");
             }
+            let mut sources = Vec::new();
+            for (i, s) in h.sync_sources.iter().enumerate() {
+                let a: std::net::IpAddr = s.parse().map_err(|_| Error::invalid(format!("ha.sync_sources[{i}]: '{s}' is not an address")))?;
+                if a.is_multicast() || a.is_unspecified() {
+                    bail!("ha.sync_sources[{i}]: {a} is not a node's address");
+                }
+                sources.push(a);
+            }
+            let multicast = peers.iter().any(|p: &std::net::SocketAddr| p.ip().is_multicast());
+            if sources.is_empty() {
+                if multicast {
+                    bail!("ha.sync_sources: a multicast group needs its members' addresses: only they may send (anyone on the link could otherwise)");
+                }
+                sources = unicast_sources(&peers);
+            }
             let max_rate = h.max_rate.unwrap_or(SyncSpec::DEFAULT_MAX_RATE);
             if !(1_000..=100_000_000).contains(&max_rate) {
                 bail!("ha.max_rate: {max_rate} records a second is out of range 1000..=100000000");
             }
-            Some(SyncSpec { listen, peers, key: h.sync_key.clone().into_bytes(), group: h.group, max_rate })
+            Some(SyncSpec { listen, peers, sources, key: h.sync_key.clone().into_bytes(), group: h.group, max_rate })
         }
     })
 }

@@ -212,6 +212,7 @@ impl Config {
             ha: self.sync.as_ref().map(|h| RawHa {
                 sync_listen: h.listen.to_string(),
                 sync_peers: h.peers.iter().map(|p| p.to_string()).collect(),
+                sync_sources: if h.sources == crate::ha::unicast_sources(&h.peers) { Vec::new() } else { h.sources.iter().map(|a| a.to_string()).collect() },
                 sync_key: String::from_utf8_lossy(&h.key).into_owned(),
                 group: h.group,
                 max_rate: (h.max_rate != SyncSpec::DEFAULT_MAX_RATE).then_some(h.max_rate),

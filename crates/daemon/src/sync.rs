@@ -9,8 +9,10 @@
 //!
 //! Message: a 40-byte header (`VLBS`, version, kind, sender epoch, sequence, record count),
 //! 98-byte records (the last 16: the SYN proxy's sequence translation), and an HMAC-SHA256 over everything before it, under `ha.sync_key`. A
-//! message whose HMAC fails, that is cut short, or whose (epoch, sequence) was already seen
-//! (a 64-message window per sender) changes nothing and is counted. Batching adapts: a
+//! message from an address that is not a configured peer (`ha.sync_peers`, or a multicast
+//! group's `ha.sync_sources`; checked before the HMAC), whose HMAC fails, that is cut short, or
+//! whose (epoch, sequence) was already seen (a 64-message window per sender address, whatever
+//! its port) changes nothing and is counted. Batching adapts: a
 //! datagram leaves when 16 records are waiting or when the period has passed since the
 //! oldest; the period grows while the standby's acknowledgements fall behind and shrinks back
 //! when they catch up. Every 60 s the active node re-sends its whole table (paced), so the
@@ -86,6 +88,7 @@ pub struct Stats {
     pub rejected_stale: AtomicU64,
     pub rejected_port: AtomicU64,
     pub rejected_full: AtomicU64,
+    pub refused_foreign: AtomicU64,
     pub refused_mac: AtomicU64,
     pub refused_truncated: AtomicU64,
     pub refused_malformed: AtomicU64,
@@ -129,6 +132,7 @@ impl Stats {
             installed: g(&self.installed),
             rejected: SyncRejected { unknown: g(&self.rejected_unknown), stale: g(&self.rejected_stale), port_taken: g(&self.rejected_port), table_full: g(&self.rejected_full) },
             refused: SyncRefused {
+                foreign: g(&self.refused_foreign),
                 bad_hmac: g(&self.refused_mac),
                 truncated: g(&self.refused_truncated),
                 malformed: g(&self.refused_malformed),
@@ -169,8 +173,10 @@ pub struct Sync {
     /// A group's node has the group's sessions (always true in a pair).
     ready: AtomicBool,
     started: Instant,
-    /// Peers a bulk transfer is being sent to (one at a time each).
-    bulk_to: Mutex<HashSet<SocketAddr>>,
+    /// Peers a bulk transfer is being sent to (one at a time each), by address, and when the
+    /// last one to each began (at most one a second each).
+    bulk_to: Mutex<HashSet<IpAddr>>,
+    bulk_began: Mutex<HashMap<IpAddr, Instant>>,
     /// The highest sequence number each peer acknowledged (a bulk transfer's flow control).
     acked: Mutex<HashMap<SocketAddr, u64>>,
 }
@@ -226,6 +232,7 @@ impl Sync {
             ready: AtomicBool::new(!spec.group),
             started: Instant::now(),
             bulk_to: Mutex::new(HashSet::new()),
+            bulk_began: Mutex::new(HashMap::new()),
             acked: Mutex::new(HashMap::new()),
         }))
     }
@@ -380,7 +387,9 @@ pub fn sender(shared: SyncCtx, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncR
 /// The receiving side: checks every message, installs records while this node is standby,
 /// answers acknowledgements and bulk requests.
 pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
-    let mut windows: HashMap<SocketAddr, Window> = HashMap::new();
+    // Replay windows by the sender's address, not its socket: a captured message sent again
+    // from another port is the same sender's old message (it once started a window of its own).
+    let mut windows: HashMap<IpAddr, Window> = HashMap::new();
     let mut buf = vec![0u8; 65536];
     let mut last_bulk_request = Instant::now() - Duration::from_secs(3600);
     let mut bulk_done = false;
@@ -416,6 +425,13 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
             sync.send_to(&sync.spec.peers, KIND_BULK_REQUEST, 0, Vec::new());
         }
         let Ok((n, from)) = sync.socket.recv_from(&mut buf) else { continue };
+        // Only the configured peers, checked before anything costs a MAC (anyone who reaches
+        // this address, pods through the host's interface included, could otherwise make the
+        // node hash every datagram).
+        if !sync.spec.sources.contains(&from.ip()) {
+            sync.stats.refused_foreign.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         let msg = match decode(&buf[..n], &sync.spec.key) {
             Ok(m) => m,
             Err(e) => {
@@ -432,7 +448,7 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
         if msg.epoch == sync.epoch {
             continue; // our own (multicast loop)
         }
-        if !windows.entry(from).or_default().accept(msg.epoch, msg.seq) {
+        if !windows.entry(from.ip()).or_default().accept(msg.epoch, msg.seq) {
             sync.stats.refused_replayed.fetch_add(1, Ordering::Relaxed);
             continue;
         }
@@ -458,12 +474,20 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
                 *e = (*e).max(msg.ack);
             }
             // A group's node answers once it has the group's sessions itself; one transfer
-            // at a time to each peer.
-            KIND_BULK_REQUEST if (if group { sync.ready() } else { !backup }) && lock(&sync.bulk_to).insert(from) => {
+            // at a time to each peer, at most one a second, and to the peer's configured
+            // address (a unicast peer's; a group member's own), never to where the request
+            // seemed to come from.
+            KIND_BULK_REQUEST if (if group { sync.ready() } else { !backup }) => {
+                let to = sync.spec.peers.iter().copied().find(|p| p.ip() == from.ip()).unwrap_or(from);
+                let recent = lock(&sync.bulk_began).get(&from.ip()).is_some_and(|t| t.elapsed() < Duration::from_secs(1));
+                if recent || !lock(&sync.bulk_to).insert(from.ip()) {
+                    continue;
+                }
+                lock(&sync.bulk_began).insert(from.ip(), Instant::now());
                 let (shared, sync) = (shared.clone(), sync.clone());
                 std::thread::spawn(move || {
-                    bulk(&shared, &sync, from, Export::All);
-                    lock(&sync.bulk_to).remove(&from);
+                    bulk(&shared, &sync, to, Export::All);
+                    lock(&sync.bulk_to).remove(&to.ip());
                 });
             }
             KIND_BULK_DONE => {

@@ -53,9 +53,11 @@ pub const SYNC_KEY: &str = "test-sync-key-0123456789";
 fn lb_config(t: &Topo, dir: &Path, k: u8, group: Option<&str>) -> String {
     let me = if k == 1 { "10.1.0.251" } else { "10.1.0.252" };
     let peer = group.unwrap_or(if k == 1 { "10.1.0.252" } else { "10.1.0.251" });
+    // A multicast group's members: only they may send.
+    let sources = if group.is_some() { "sync_sources = [\"10.1.0.251\", \"10.1.0.252\"]\n" } else { "" };
     format!(
         "[runtime]\napi = \"unix:{d}/api.sock\"\nrun_dir = \"{d}\"\nmbufs = 16383\nidle_sleep_us = 100\nha_state = \"backup\"\n\n\
-         [ha]\nsync_listen = \"{me}:7788\"\nsync_peers = [\"{peer}:7788\"]\nsync_key = \"{SYNC_KEY}\"\n\n\
+         [ha]\nsync_listen = \"{me}:7788\"\nsync_peers = [\"{peer}:7788\"]\n{sources}sync_key = \"{SYNC_KEY}\"\n\n\
          [[ports]]\nname = \"ext\"\ndevice = \"net_af_xdp0,iface=ext0\"\naddrs = [\"10.0.0.{a}/24\"]\n\n\
          [[ports]]\nname = \"int\"\ndevice = \"net_af_xdp1,iface=int0\"\naddrs = [\"10.1.0.{a}/24\"]\n\n{svc}",
         d = dir.display(),
@@ -275,11 +277,30 @@ fn forged_truncated_and_replayed_sync_messages_change_nothing() {
     let (s2, n2) = inject("truncated", 32000);
     assert_eq!(n2, n0);
     assert_eq!(s2["refused"]["truncated"].as_u64().unwrap(), s1["refused"]["truncated"].as_u64().unwrap() + 1, "{s2}");
-    // A valid message installs its 4 sessions; the same message again is a replay.
+    // A valid message installs its 4 sessions; the same message again is a replay. (The
+    // injected messages come from lb1's address with a newer epoch, as if lb1 had restarted:
+    // lb1's own messages of its older epoch are refused as replays from then on too, so the
+    // replay counter only grows; what was installed is the measure.)
     let (s3, n3) = inject("replay", 33000);
     assert_eq!(n3, n0 + 4, "{s3}");
-    assert_eq!(s3["refused"]["replayed"].as_u64().unwrap(), s2["refused"]["replayed"].as_u64().unwrap() + 1, "{s3}");
+    assert!(s3["refused"]["replayed"].as_u64().unwrap() > s2["refused"]["replayed"].as_u64().unwrap(), "{s3}");
     assert_eq!(s3["installed"].as_u64().unwrap(), s2["installed"].as_u64().unwrap() + 4);
+    // Sent again from another port of the same address: still a replay, installed once (the
+    // window was per socket address: a new port started a new window, and the records came
+    // back).
+    let (s4, n4) = inject("replay-new-port", 34000);
+    assert_eq!(n4, n3 + 4, "{s4}");
+    assert_eq!(s4["installed"].as_u64().unwrap(), s3["installed"].as_u64().unwrap() + 4, "a replay from a new port was taken: {s4}");
+    assert!(s4["refused"]["replayed"].as_u64().unwrap() > s3["refused"]["replayed"].as_u64().unwrap(), "{s4}");
+    // From an address that is not a peer (lb2's own, as a pod or anyone on the sync network
+    // would): dropped before its HMAC is computed, even signed with the key.
+    let o = t.run("lb2", &[tools(), "probe", "sync-inject", "--to", "10.1.0.252:7788", "--key", SYNC_KEY, "--mode", "good", "--first-port", "35000"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::thread::sleep(Duration::from_millis(300));
+    let (s5, n5) = (lb2.sync(), lb2.stats()["sessions"].as_u64().unwrap());
+    assert_eq!(n5, n4, "a stranger's message installed sessions: {s5}");
+    assert_eq!(s5["refused"]["foreign"].as_u64().unwrap(), s4["refused"]["foreign"].as_u64().unwrap() + 1, "{s5}");
+    assert_eq!(s5["refused"]["bad_hmac"], s4["refused"]["bad_hmac"]);
 }
 
 #[test]

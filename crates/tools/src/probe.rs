@@ -71,7 +71,8 @@ pub struct SyncInjectArgs {
     pub to: SocketAddr,
     #[arg(long)]
     pub key: String,
-    /// good, bad-mac, truncated or replay.
+    /// good, bad-mac, truncated, replay (the same message twice), or replay-new-port (again,
+    /// from another socket: another source port).
     #[arg(long)]
     pub mode: String,
     /// Records in the message (sessions of 10.0.0.100:9000 from 10.0.0.2 to 10.1.0.11:9000
@@ -830,13 +831,14 @@ fn sync_inject(a: &SyncInjectArgs) -> Result<(), ToolError> {
         "good" | "bad-mac" => {}
         // Shorter than a header and its HMAC.
         "truncated" => bytes.truncate(30),
-        "replay" => {
+        "replay" | "replay-new-port" => {
             s.send_to(&bytes, a.to).map_err(io("send"))?;
             std::thread::sleep(Duration::from_millis(100));
         }
-        m => return Err(ToolError::Usage(format!("--mode: '{m}' is not good, bad-mac, truncated or replay"))),
+        m => return Err(ToolError::Usage(format!("--mode: '{m}' is not good, bad-mac, truncated, replay or replay-new-port"))),
     }
-    s.send_to(&bytes, a.to).map_err(io("send"))?;
+    let again = if a.mode == "replay-new-port" { UdpSocket::bind(bind).map_err(io("bind"))? } else { s };
+    again.send_to(&bytes, a.to).map_err(io("send"))?;
     println!("{}", json!({ "sent": a.mode, "bytes": bytes.len() }));
     Ok(())
 }
