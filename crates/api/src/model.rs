@@ -729,10 +729,17 @@ pub struct SyncRefused {
     /// From an address that is not a configured peer (`ha.sync_peers`, `ha.sync_sources`):
     /// dropped before its HMAC is computed.
     pub foreign: u64,
+    /// The authentication tag failed (another key, or altered on the way). (Named for the
+    /// HMAC of wire version 2; version 3 seals with AES-256-GCM.)
     pub bad_hmac: u64,
     pub truncated: u64,
     pub malformed: u64,
+    /// Authentic, but its (epoch, sequence) was already seen from that address.
     pub replayed: u64,
+    /// Authentic, but sealed more than 60 s from this node's clock (a captured message
+    /// replayed after a restart emptied the windows, or clocks apart).
+    #[serde(default)]
+    pub outdated: u64,
 }
 
 /// Whole-table transfers.
@@ -745,6 +752,10 @@ pub struct SyncBulk {
     /// Transfers that ended with records missing (asked for again).
     #[serde(default)]
     pub incomplete: u64,
+    /// BULK_DONE messages that answered no request of this node's (an older transfer's, or
+    /// a replay): not taken as the end of a transfer.
+    #[serde(default)]
+    pub unrequested: u64,
 }
 
 /// Global counters. Beside the fields listed, the object holds every pipeline counter by name

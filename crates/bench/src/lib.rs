@@ -29,6 +29,8 @@ pub enum BenchError {
     Fill { filled: u64, wanted: u64, drops: String },
     #[error("a benchmark thread panicked")]
     Panicked,
+    #[error("the system gave no random bytes (a sync key salt)")]
+    Random,
 }
 
 use vectorlb_lb::{HeapBuf, Verdict, Worker};

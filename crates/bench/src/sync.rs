@@ -1,6 +1,6 @@
 //! Session-sync capacity on one core: how many full-NAT sessions a second a node can send to
-//! its peers (export from the table, encode in messages of 16 records, HMAC-SHA256) and how
-//! many it can take in (verify, decode, install in its table). The wire work only: the UDP
+//! its peers (export from the table, encode in messages of 16 records, seal with AES-256-GCM)
+//! and how many it can take in (expand the sender's key, open, decode, install in its table). The wire work only: the UDP
 //! sockets' cost is the kernel's.
 
 use crate::{median, topo, BenchError, Rng};
@@ -10,7 +10,7 @@ use vectorlb_lb::session::state;
 use vectorlb_lb::sync::SyncRecord;
 use vectorlb_lb::{Control, Mode, Timeouts, Worker, WorkerConfig};
 use vectorlb_packet::proto;
-use vectorlb_sync::{decode, encode, Message, KIND_RECORDS, MAX_RECORDS};
+use vectorlb_sync::{decode, encode, Message, Sealer, Secret, KIND_RECORDS, MAX_RECORDS};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -76,18 +76,25 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
         Ok(Worker::new(control, cfg)?)
     };
     let (mut send, mut receive, mut errors, mut bytes) = (Vec::new(), Vec::new(), 0u64, 0usize);
+    let secret = Secret::new(KEY);
     for round in 0..o.rounds.max(1) {
-        // Receive: the messages a peer sent (built untimed), verified, decoded and installed.
+        // Receive: the messages a peer sent (built untimed), opened, decoded and installed.
+        let peer = Sealer::new(&secret).map_err(|_| BenchError::Random)?;
         let wire: Vec<Vec<u8>> = records
             .chunks(MAX_RECORDS)
             .enumerate()
-            .map(|(i, c)| encode(&Message { kind: KIND_RECORDS, epoch: 1 + round as u64, seq: i as u64 + 1, ack: 0, records: c.iter().map(|r| (0u8, *r)).collect() }, KEY))
+            .map(|(i, c)| {
+                encode(
+                    &Message { kind: KIND_RECORDS, epoch: 1 + round as u64, seq: i as u64 + 1, ack: 0, request: 0, time_ms: 0, records: c.iter().map(|r| (0u8, *r)).collect() },
+                    &peer,
+                )
+            })
             .collect();
         bytes = wire.iter().map(Vec::len).sum();
         let mut w = new_worker()?;
         let t = Instant::now();
         for m in &wire {
-            match decode(m, KEY) {
+            match decode(m, &secret) {
                 Ok(msg) => {
                     for (_, r) in &msg.records {
                         errors += w.install(r, 1).is_err() as u64;
@@ -97,7 +104,8 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
             }
         }
         receive.push(n as f64 / t.elapsed().as_secs_f64());
-        // Send: the same sessions exported from the table and encoded.
+        // Send: the same sessions exported from the table, encoded and sealed.
+        let sealer = Sealer::new(&secret).map_err(|_| BenchError::Random)?;
         let t = Instant::now();
         let (mut out, mut start, mut sent, mut seq) = (Vec::with_capacity(MAX_RECORDS), Some(0usize), 0u64, 0u64);
         let mut len = 0usize;
@@ -109,7 +117,7 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
             }
             seq += 1;
             sent += out.len() as u64;
-            len += encode(&Message { kind: KIND_RECORDS, epoch: 1, seq, ack: 0, records: out.iter().map(|r| (0u8, *r)).collect() }, KEY).len();
+            len += encode(&Message { kind: KIND_RECORDS, epoch: 1, seq, ack: 0, request: 0, time_ms: 0, records: out.iter().map(|r| (0u8, *r)).collect() }, &sealer).len();
         }
         send.push(sent as f64 / t.elapsed().as_secs_f64());
         if sent != n as u64 {

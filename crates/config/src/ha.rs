@@ -10,10 +10,11 @@ pub struct SyncSpec {
     pub listen: std::net::SocketAddr,
     /// Where it sends them: the peers, or one multicast group.
     pub peers: Vec<std::net::SocketAddr>,
-    /// The only addresses a message is taken from (checked before its HMAC): the unicast
+    /// The only addresses a message is taken from (checked before its tag): the unicast
     /// peers' addresses, or a multicast group's members (`sync_sources`).
     pub sources: Vec<std::net::IpAddr>,
-    /// The HMAC-SHA256 key every message is signed with.
+    /// The group secret every message is sealed under (AES-256-GCM, a key per sender derived
+    /// from it: vectorlb-sync).
     pub key: Vec<u8>,
     /// A group of active nodes (scale-out) instead of an active/standby pair: every node sends
     /// the sessions it creates to every peer and installs theirs, and a node that starts takes
@@ -49,7 +50,7 @@ pub(crate) fn sync(raw: &Option<RawHa>) -> Result<Option<SyncSpec>, Error> {
                 bail!("ha.sync_peers: give the peer(s), or one multicast group");
             }
             if h.sync_key.len() < 16 {
-                bail!("ha.sync_key: at least 16 characters (it signs every sync message)");
+                bail!("ha.sync_key: at least 16 characters (every sync message is sealed under it)");
             }
             let mut sources = Vec::new();
             for (i, s) in h.sync_sources.iter().enumerate() {

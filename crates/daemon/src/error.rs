@@ -74,4 +74,6 @@ pub enum SyncError {
     Join { group: std::net::IpAddr, source: std::io::Error },
     #[error("ha.sync_listen: sending to {group} from {me}: {source}")]
     MulticastInterface { group: std::net::IpAddr, me: std::net::IpAddr, source: std::io::Error },
+    #[error("session sync: the system gave no random bytes for this node's key salt")]
+    Random,
 }

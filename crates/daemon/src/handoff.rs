@@ -23,11 +23,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vectorlb_lb::sync::{Export, SyncRecord};
-use vectorlb_sync::{decode, encode, Message, KIND_RECORDS, MAX_RECORDS};
+use vectorlb_sync::{decode, encode, Message, Sealer, Secret, KIND_RECORDS, MAX_RECORDS};
 
 pub const FILE: &str = "sessions.handoff";
-const MAGIC: &[u8; 8] = b"VLBHOFF1";
-/// The MAC key: the file's protection is its owner and mode; the MAC finds a damaged file.
+const MAGIC: &[u8; 8] = b"VLBHOFF2";
+/// The sealing secret: the file's protection is its owner and mode; the tag finds a damaged
+/// file.
 const KEY: &[u8] = b"vectorlb session handoff";
 /// A file older than this is not used: its clients have given up or sent their next segments.
 pub const MAX_AGE: Duration = Duration::from_secs(60);
@@ -50,9 +51,11 @@ pub fn save(workers: &Workers, run_dir: &str) -> io::Result<usize> {
     vectorlb_http::files::check_private_dir(Path::new(run_dir))?;
     let file = path(run_dir);
     let mut out = Vec::with_capacity(1 << 16);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&now_ms().to_be_bytes());
     let (t, mut n, mut seq) = (Instant::now(), 0usize, 0u64);
+    let sealer = Sealer::new(&Secret::new(KEY)).map_err(|_| io::Error::other("no random bytes for the file's key salt"))?;
+    let written = now_ms();
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&written.to_be_bytes());
     'all: for w in 0..workers.len() {
         for v6 in [false, true] {
             let mut cursor = Some(0);
@@ -64,8 +67,8 @@ pub fn save(workers: &Workers, run_dir: &str) -> io::Result<usize> {
                 let Ok((records, next)) = workers.export(w, v6, Export::All, c, 4096) else { break };
                 for chunk in records.chunks(MAX_RECORDS) {
                     seq += 1;
-                    let m = Message { kind: KIND_RECORDS, epoch: 0, seq, ack: 0, records: chunk.iter().map(|r| (w as u8, *r)).collect() };
-                    let b = encode(&m, KEY);
+                    let m = Message { kind: KIND_RECORDS, epoch: 0, seq, ack: 0, request: 0, time_ms: written, records: chunk.iter().map(|r| (w as u8, *r)).collect() };
+                    let b = encode(&m, &sealer);
                     out.extend_from_slice(&(b.len() as u32).to_be_bytes());
                     out.extend_from_slice(&b);
                     n += chunk.len();
@@ -101,10 +104,11 @@ pub fn parse(b: &[u8], now_ms: u64) -> Result<Loaded, String> {
     }
     let mut out = Loaded { age_ms, ..Default::default() };
     let mut rest = &b[16..];
+    let secret = Secret::new(KEY);
     while !rest.is_empty() {
         let len = rest.get(..4).map(|l| u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize).ok_or("cut short")?;
         let m = rest.get(4..4 + len).ok_or("cut short")?;
-        let msg = decode(m, KEY).map_err(|e| format!("a damaged message ({e:?})"))?;
+        let msg = decode(m, &secret).map_err(|e| format!("a damaged message ({e:?})"))?;
         for (w, mut r) in msg.records {
             match r.expire_in.checked_sub(age_ms.min(u32::MAX as u64) as u32) {
                 Some(left) if left > 0 => {
@@ -182,8 +186,9 @@ mod tests {
     fn file(at: u64, msgs: &[Vec<(u8, SyncRecord)>]) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
         out.extend_from_slice(&at.to_be_bytes());
+        let sealer = Sealer::new(&Secret::new(KEY)).unwrap();
         for (i, m) in msgs.iter().enumerate() {
-            let b = encode(&Message { kind: KIND_RECORDS, epoch: 0, seq: i as u64, ack: 0, records: m.clone() }, KEY);
+            let b = encode(&Message { kind: KIND_RECORDS, epoch: 0, seq: i as u64, ack: 0, request: 0, time_ms: at, records: m.clone() }, &sealer);
             out.extend_from_slice(&(b.len() as u32).to_be_bytes());
             out.extend_from_slice(&b);
         }

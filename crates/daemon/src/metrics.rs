@@ -130,7 +130,8 @@ pub fn render(d: &Daemon) -> String {
         }
         head(&mut o, "vectorlb_sync_messages_refused_total", "counter", "Sync messages dropped, by reason.");
         let r = &st.refused;
-        for (k, v) in [("foreign", r.foreign), ("bad_hmac", r.bad_hmac), ("truncated", r.truncated), ("malformed", r.malformed), ("replayed", r.replayed)] {
+        for (k, v) in [("foreign", r.foreign), ("bad_hmac", r.bad_hmac), ("truncated", r.truncated), ("malformed", r.malformed), ("replayed", r.replayed), ("outdated", r.outdated)]
+        {
             let _ = writeln!(o, "vectorlb_sync_messages_refused_total{{reason=\"{k}\"}} {v}");
         }
         head(&mut o, "vectorlb_sync_unacked_datagrams", "gauge", "Sync datagrams the standby has not acknowledged (lag).");

@@ -184,8 +184,10 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         let ctx = sync::SyncCtx { workers: workers.clone(), ha: ha.clone(), stop: stop.clone() };
         let (c, s) = (ctx.clone(), sy.clone());
         sync_threads.push(spawn("vlb-sync-tx".into(), move || sync::sender(c, s, changes_rx))?);
-        let (c, s) = (ctx, sy.clone());
+        let (c, s) = (ctx.clone(), sy.clone());
         sync_threads.push(spawn("vlb-sync-rx".into(), move || sync::receiver(c, s))?);
+        let (c, s) = (ctx, sy.clone());
+        sync_threads.push(spawn("vlb-sync-bulk".into(), move || sync::bulk_sender(c, s))?);
         tracing::info!("session sync: listening on {}, peers {:?}", sy.spec.listen, sy.spec.peers);
     } else {
         drop(changes_rx);

@@ -7,12 +7,21 @@
 //! worker that had it on the active node (same RSS on both nodes). A standby that starts asks
 //! for a bulk transfer of the whole table, and asks again until one completes.
 //!
-//! Message: a 40-byte header (`VLBS`, version, kind, sender epoch, sequence, record count),
-//! 98-byte records (the last 16: the SYN proxy's sequence translation), and an HMAC-SHA256 over everything before it, under `ha.sync_key`. A
-//! message from an address that is not a configured peer (`ha.sync_peers`, or a multicast
-//! group's `ha.sync_sources`; checked before the HMAC), whose HMAC fails, that is cut short, or
-//! whose (epoch, sequence) was already seen (a 64-message window per sender address, whatever
-//! its port) changes nothing and is counted. Batching adapts: a
+//! Message (vectorlb-sync): a 64-byte header in the clear (`VLBS`, version, kind, record
+//! count, sender epoch, sequence, ack, request, the sender's clock, its salt) and up to 16
+//! records of 98 bytes, sealed with AES-256-GCM under a key each sender derives from
+//! `ha.sync_key` with a salt of its own (the header authenticated, the records encrypted: a
+//! listener learns no session). A message from an address that is not a configured peer
+//! (`ha.sync_peers`, or a multicast group's `ha.sync_sources`; checked before any
+//! cryptography), whose tag fails, that is cut short or malformed, whose (epoch, sequence) was
+//! already seen (a 64-message window per sender address, whatever its port), or that its
+//! sender sealed more than [`MAX_AGE`] ago by its clock (a captured message replayed to a node
+//! that restarted and has no window yet) changes nothing and is counted. A bulk transfer
+//! answers one request: its records and its BULK_DONE carry the random number of the
+//! BULK_REQUEST, and the asking node counts only those of the request it last sent (a
+//! BULK_DONE captured and replayed cannot make a starting node ready). Bulk transfers and
+//! refreshes are sent by one thread, one at a time, from a queue of at most
+//! [`BULK_QUEUE`]. Batching adapts: a
 //! datagram leaves when 16 records are waiting or when the period has passed since the
 //! oldest; the period grows while the standby's acknowledgements fall behind and shrinks back
 //! when they catch up. Every 60 s the active node re-sends its whole table (paced), so the
@@ -35,13 +44,16 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vectorlb_api::model::{SyncBulk, SyncRefused, SyncRejected, SyncStatus};
 use vectorlb_config::SyncSpec;
 use vectorlb_lb::sync::{Export, InstallError, SyncRecord};
-pub use vectorlb_sync::{decode, encode, Message, Refused, HEADER, KIND_ACK, KIND_BULK_DONE, KIND_BULK_REQUEST, KIND_RECORDS, MAC, MAGIC, MAX_RECORDS, RECORD, VERSION};
+pub use vectorlb_sync::{
+    decode, encode, Message, Refused, Sealer, Secret, HEADER, KIND_ACK, KIND_BULK_DONE, KIND_BULK_REQUEST, KIND_RECORDS, MAGIC, MAX_MESSAGE, MAX_RECORDS, RECORD, TAG, VERSION,
+};
 
 /// Replay protection per sender: its epoch (boot time) and a 64-message window.
 #[derive(Debug, Default, Clone)]
@@ -93,6 +105,7 @@ pub struct Stats {
     pub refused_truncated: AtomicU64,
     pub refused_malformed: AtomicU64,
     pub refused_replayed: AtomicU64,
+    pub refused_outdated: AtomicU64,
     pub acked_seq: AtomicU64,
     pub sent_seq: AtomicU64,
     pub period_us: AtomicU64,
@@ -101,6 +114,9 @@ pub struct Stats {
     pub bulk_requests: AtomicU64,
     pub bulk_completed: AtomicU64,
     pub bulk_incomplete: AtomicU64,
+    /// BULK_DONE messages that answered no request of this node's (an old transfer's, or a
+    /// replay).
+    pub bulk_unrequested: AtomicU64,
     pub last_received: Mutex<Option<Instant>>,
 }
 
@@ -137,6 +153,7 @@ impl Stats {
                 truncated: g(&self.refused_truncated),
                 malformed: g(&self.refused_malformed),
                 replayed: g(&self.refused_replayed),
+                outdated: g(&self.refused_outdated),
             },
             bulk: SyncBulk {
                 records_sent: g(&self.bulk_sent),
@@ -144,6 +161,7 @@ impl Stats {
                 requests: g(&self.bulk_requests),
                 completed: g(&self.bulk_completed),
                 incomplete: g(&self.bulk_incomplete),
+                unrequested: g(&self.bulk_unrequested),
             },
             last_received_seconds_ago: lock(&self.last_received).map(|t| t.elapsed().as_secs_f64()),
         }
@@ -164,18 +182,30 @@ impl SyncCtx {
     }
 }
 
+/// A whole-table transfer or a refresh for one peer: where, what, and the request it answers
+/// (none for a refresh).
+struct BulkJob {
+    to: SocketAddr,
+    which: Export,
+    request: Option<u64>,
+}
+
 pub struct Sync {
     pub spec: SyncSpec,
     pub socket: UdpSocket,
+    secret: Secret,
+    sealer: Sealer,
     pub epoch: u64,
     seq: AtomicU64,
     pub stats: Stats,
     /// A group's node has the group's sessions (always true in a pair).
     ready: AtomicBool,
     started: Instant,
-    /// Peers a bulk transfer is being sent to (one at a time each), by address, and when the
-    /// last one to each began (at most one a second each).
+    /// Peers a bulk transfer or refresh is queued for or being sent to (one at a time each),
+    /// by address, and when the last bulk transfer to each was queued (at most one a second).
     bulk_to: Mutex<HashSet<IpAddr>>,
+    bulk_jobs: SyncSender<BulkJob>,
+    bulk_queue: Mutex<Option<Receiver<BulkJob>>>,
     bulk_began: Mutex<HashMap<IpAddr, Instant>>,
     /// The highest sequence number each peer acknowledged (a bulk transfer's flow control).
     acked: Mutex<HashMap<SocketAddr, u64>>,
@@ -223,9 +253,16 @@ impl Sync {
         socket.set_read_timeout(Some(Duration::from_millis(100))).ok();
         grow_receive_buffer(&socket);
         let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);
+        let secret = Secret::new(&spec.key);
+        let sealer = Sealer::new(&secret).map_err(|_| SyncError::Random)?;
+        let (bulk_jobs, queue) = sync_channel(BULK_QUEUE);
         Ok(Arc::new(Sync {
             spec: spec.clone(),
             socket,
+            secret,
+            sealer,
+            bulk_jobs,
+            bulk_queue: Mutex::new(Some(queue)),
             epoch,
             seq: AtomicU64::new(0),
             stats: Stats::default(),
@@ -255,10 +292,11 @@ impl Sync {
     }
 
     /// Sends one message to each of `to`; its sequence number.
-    fn send_to(&self, to: &[SocketAddr], kind: u8, ack: u64, records: Vec<(u8, SyncRecord)>) -> u64 {
+    fn send_to(&self, to: &[SocketAddr], kind: u8, ack: u64, request: u64, records: Vec<(u8, SyncRecord)>) -> u64 {
+        // Never the same sequence twice under this node's salt: the AEAD's nonce.
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let n = records.len() as u64;
-        let msg = encode(&Message { kind, epoch: self.epoch, seq, ack, records }, &self.spec.key);
+        let msg = encode(&Message { kind, epoch: self.epoch, seq, ack, request, time_ms: now_ms(), records }, &self.sealer);
         for p in to {
             let _ = self.socket.send_to(&msg, p);
         }
@@ -273,7 +311,41 @@ impl Sync {
     fn acked_by(&self, peer: SocketAddr) -> u64 {
         lock(&self.acked).get(&peer).copied().unwrap_or(0)
     }
+
+    /// Queues a transfer to `to` unless one is queued or running for it (or, for a bulk
+    /// transfer, one was queued less than a second ago); whether it was queued.
+    fn queue_bulk(&self, to: SocketAddr, which: Export, request: Option<u64>) -> bool {
+        let bulk = request.is_some();
+        if bulk && lock(&self.bulk_began).get(&to.ip()).is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return false;
+        }
+        if !lock(&self.bulk_to).insert(to.ip()) {
+            return false;
+        }
+        match self.bulk_jobs.try_send(BulkJob { to, which, request }) {
+            Ok(()) => {
+                if bulk {
+                    lock(&self.bulk_began).insert(to.ip(), Instant::now());
+                }
+                true
+            }
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                lock(&self.bulk_to).remove(&to.ip());
+                false
+            }
+        }
+    }
 }
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A message its sender sealed longer ago than this (or this far in the future), by the two
+/// nodes' clocks, is refused as outdated: the nodes' clocks must agree within it (NTP).
+pub const MAX_AGE: Duration = Duration::from_secs(60);
+/// Bulk transfers and refreshes waiting for the one sender thread.
+pub const BULK_QUEUE: usize = 8;
 
 const BASE_PERIOD: Duration = Duration::from_millis(2);
 /// How often the active node re-sends its whole table (expiry refresh on the standby).
@@ -329,13 +401,10 @@ pub fn sender(shared: SyncCtx, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncR
         let active = sync.spec.group || shared.ha.answers_floating();
         if last_refresh.elapsed() >= REFRESH && active {
             last_refresh = Instant::now();
-            let (a, b) = (shared.clone(), sync.clone());
-            let which = if b.spec.group { Export::OwnFullNat } else { Export::All };
-            std::thread::spawn(move || {
-                for p in b.spec.peers.clone() {
-                    bulk(&a, &b, p, which);
-                }
-            });
+            let which = if sync.spec.group { Export::OwnFullNat } else { Export::All };
+            for &p in &sync.spec.peers {
+                sync.queue_bulk(p, which, None);
+            }
         }
         match changes.recv_timeout(period.max(Duration::from_millis(1))) {
             Ok(v) => {
@@ -378,7 +447,7 @@ pub fn sender(shared: SyncCtx, sync: Arc<Sync>, changes: Receiver<Vec<(u8, SyncR
             }
             tokens -= n as f64;
             let batch: Vec<_> = pending.drain(..n).collect();
-            sync.send_to(&sync.spec.peers, KIND_RECORDS, 0, batch);
+            sync.send_to(&sync.spec.peers, KIND_RECORDS, 0, 0, batch);
             oldest = if pending.is_empty() { None } else { Some(Instant::now()) };
         }
     }
@@ -397,8 +466,10 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
     let group = sync.spec.group;
     // A group's node: when the last bulk record arrived.
     let mut last_bulk_record: Option<Instant> = None;
-    // Bulk records received from each peer since its last BULK_DONE.
+    // Bulk records received from each peer for the current request, and that request (a
+    // random number, new each time this node asks; 0 before the first).
     let mut bulk_from: HashMap<SocketAddr, u64> = HashMap::new();
+    let mut request = 0u64;
     while !shared.stopping() {
         let backup = !group && !shared.ha.answers_floating();
         if backup && !was_backup {
@@ -421,18 +492,19 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
             last_bulk_request = Instant::now();
             // What a transfer abandoned before this request delivered does not count.
             bulk_from.clear();
+            request = random_request();
             sync.stats.bulk_requests.fetch_add(1, Ordering::Relaxed);
-            sync.send_to(&sync.spec.peers, KIND_BULK_REQUEST, 0, Vec::new());
+            sync.send_to(&sync.spec.peers, KIND_BULK_REQUEST, 0, request, Vec::new());
         }
         let Ok((n, from)) = sync.socket.recv_from(&mut buf) else { continue };
-        // Only the configured peers, checked before anything costs a MAC (anyone who reaches
-        // this address, pods through the host's interface included, could otherwise make the
-        // node hash every datagram).
+        // Only the configured peers, checked before anything costs a key expansion or a tag
+        // (anyone who reaches this address, pods through the host's interface included, could
+        // otherwise make the node do cryptography for every datagram).
         if !sync.spec.sources.contains(&from.ip()) {
             sync.stats.refused_foreign.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let msg = match decode(&buf[..n], &sync.spec.key) {
+        let msg = match decode(&buf[..n], &sync.secret) {
             Ok(m) => m,
             Err(e) => {
                 let c = match e {
@@ -440,6 +512,7 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
                     Refused::BadMac => &sync.stats.refused_mac,
                     Refused::Malformed => &sync.stats.refused_malformed,
                     Refused::Replayed => &sync.stats.refused_replayed,
+                    Refused::Outdated => &sync.stats.refused_outdated,
                 };
                 c.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -447,6 +520,10 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
         };
         if msg.epoch == sync.epoch {
             continue; // our own (multicast loop)
+        }
+        if now_ms().abs_diff(msg.time_ms) > MAX_AGE.as_millis() as u64 {
+            sync.stats.refused_outdated.fetch_add(1, Ordering::Relaxed);
+            continue;
         }
         if !windows.entry(from.ip()).or_default().accept(msg.epoch, msg.seq) {
             sync.stats.refused_replayed.fetch_add(1, Ordering::Relaxed);
@@ -457,7 +534,9 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
             KIND_RECORDS => {
                 let n = msg.records.len() as u64;
                 sync.stats.records_received.fetch_add(n, Ordering::Relaxed);
-                if msg.ack == ACK_BULK {
+                // Part of the transfer this node asked for last (one for an older request is
+                // still installed, its records being as good, but not counted towards it).
+                if msg.ack == ACK_BULK && msg.request == request && request != 0 {
                     sync.stats.bulk_received.fetch_add(n, Ordering::Relaxed);
                     *bulk_from.entry(from).or_default() += n;
                     last_bulk_record = Some(Instant::now());
@@ -465,7 +544,7 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
                 if backup || group {
                     dispatch(&shared, msg.records);
                 }
-                sync.send_to(&[from], KIND_ACK, msg.seq, Vec::new());
+                sync.send_to(&[from], KIND_ACK, msg.seq, 0, Vec::new());
             }
             KIND_ACK => {
                 sync.stats.acked_seq.fetch_max(msg.ack, Ordering::Relaxed);
@@ -479,16 +558,11 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
             // seemed to come from.
             KIND_BULK_REQUEST if (if group { sync.ready() } else { !backup }) => {
                 let to = sync.spec.peers.iter().copied().find(|p| p.ip() == from.ip()).unwrap_or(from);
-                let recent = lock(&sync.bulk_began).get(&from.ip()).is_some_and(|t| t.elapsed() < Duration::from_secs(1));
-                if recent || !lock(&sync.bulk_to).insert(from.ip()) {
-                    continue;
-                }
-                lock(&sync.bulk_began).insert(from.ip(), Instant::now());
-                let (shared, sync) = (shared.clone(), sync.clone());
-                std::thread::spawn(move || {
-                    bulk(&shared, &sync, to, Export::All);
-                    lock(&sync.bulk_to).remove(&to.ip());
-                });
+                sync.queue_bulk(to, Export::All, Some(msg.request));
+            }
+            // Only the answer to this node's last request.
+            KIND_BULK_DONE if msg.request != request || request == 0 => {
+                sync.stats.bulk_unrequested.fetch_add(1, Ordering::Relaxed);
             }
             KIND_BULK_DONE => {
                 // Complete only if every record it announces arrived (a datagram lost on the
@@ -500,6 +574,7 @@ pub fn receiver(shared: SyncCtx, sync: Arc<Sync>) {
                     continue;
                 }
                 bulk_done = true;
+                request = 0;
                 sync.stats.bulk_completed.fetch_add(1, Ordering::Relaxed);
                 if group {
                     sync.set_ready(&format!("{from} sent the group's sessions ({got} records)"));
@@ -529,11 +604,39 @@ fn dispatch(shared: &SyncCtx, records: Vec<(u8, SyncRecord)>) {
     }
 }
 
-/// Sends every session of every worker (`Export::All`; then BULK_DONE with the number of
-/// records) or a group's refresh (`Export::OwnFullNat`) to `to`, at the pace of its
-/// acknowledgements ([`BULK_WINDOW`]).
-fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr, which: Export) {
-    let mark = if which == Export::All { ACK_BULK } else { ACK_REFRESH };
+/// A random bulk request number (never 0); from the clock if the system has no randomness
+/// (a number only has to differ from the last one: the messages themselves are sealed).
+fn random_request() -> u64 {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 8];
+    let r = match ring::rand::SystemRandom::new().fill(&mut b) {
+        Ok(()) => u64::from_ne_bytes(b),
+        Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
+    };
+    r.max(1)
+}
+
+/// The one thread that sends bulk transfers and refreshes, one at a time, from the queue.
+pub fn bulk_sender(shared: SyncCtx, sync: Arc<Sync>) {
+    let Some(queue) = lock(&sync.bulk_queue).take() else { return };
+    while !shared.stopping() {
+        let job = match queue.recv_timeout(Duration::from_millis(100)) {
+            Ok(j) => j,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        bulk(&shared, &sync, job.to, job.which, job.request);
+        lock(&sync.bulk_to).remove(&job.to.ip());
+    }
+}
+
+/// Sends sessions to `to` at the pace of its acknowledgements ([`BULK_WINDOW`]): for a
+/// request, every session of every worker and then BULK_DONE with their number, each message
+/// carrying the request's number; without one, a refresh (`Export::All` for a standby, a
+/// group's `Export::OwnFullNat`).
+fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr, which: Export, request: Option<u64>) {
+    let mark = if request.is_some() { ACK_BULK } else { ACK_REFRESH };
+    let number = request.unwrap_or(0);
     let mut sent = 0u64;
     for w in 0..shared.workers.len() {
         for v6 in [false, true] {
@@ -543,7 +646,7 @@ fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr, which: Export) {
                 for chunk in records.chunks(MAX_RECORDS) {
                     sync.stats.bulk_sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
                     sent += chunk.len() as u64;
-                    let seq = sync.send_to(&[to], KIND_RECORDS, mark, chunk.iter().map(|r| (w as u8, *r)).collect());
+                    let seq = sync.send_to(&[to], KIND_RECORDS, mark, number, chunk.iter().map(|r| (w as u8, *r)).collect());
                     // Wait for the receiver; give up on one that stopped answering. (A
                     // multicast group's members answer each for itself: paced only.)
                     let (mut acked, mut since) = (sync.acked_by(to), Instant::now());
@@ -564,8 +667,8 @@ fn bulk(shared: &SyncCtx, sync: &Sync, to: SocketAddr, which: Export) {
             }
         }
     }
-    if which == Export::All {
-        sync.send_to(&[to], KIND_BULK_DONE, sent, Vec::new());
+    if let Some(r) = request {
+        sync.send_to(&[to], KIND_BULK_DONE, sent, r, Vec::new());
     }
 }
 

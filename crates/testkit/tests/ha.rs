@@ -301,6 +301,16 @@ fn forged_truncated_and_replayed_sync_messages_change_nothing() {
     assert_eq!(n5, n4, "a stranger's message installed sessions: {s5}");
     assert_eq!(s5["refused"]["foreign"].as_u64().unwrap(), s4["refused"]["foreign"].as_u64().unwrap() + 1, "{s5}");
     assert_eq!(s5["refused"]["bad_hmac"], s4["refused"]["bad_hmac"]);
+    // Sealed under the key but two minutes old by its sender's clock (a captured message
+    // replayed to a node whose windows a restart emptied): refused.
+    let (s6, n6) = inject("outdated", 36000);
+    assert_eq!(n6, n5, "an outdated message installed sessions: {s6}");
+    assert_eq!(s6["refused"]["outdated"].as_u64().unwrap(), s5["refused"]["outdated"].as_u64().unwrap() + 1, "{s6}");
+    // The end of a bulk transfer this node did not ask for (a replayed BULK_DONE once made a
+    // starting group node ready without the group's sessions): not taken.
+    let (s7, _) = inject("bulk-done", 37000);
+    assert_eq!(s7["bulk"]["unrequested"].as_u64().unwrap(), s6["bulk"]["unrequested"].as_u64().unwrap() + 1, "{s7}");
+    assert_eq!(s7["bulk"]["completed"], s6["bulk"]["completed"], "{s7}");
 }
 
 #[test]
@@ -311,12 +321,33 @@ fn a_standby_that_joins_late_gets_the_table_in_bulk() {
     wait_state(&lb1, "master", Duration::from_secs(15));
     // The connections open while lb1 is alone; lb2 joins afterwards and must ask for them.
     let hold = hold_connections(&t);
+    // What a listener on the sync network sees of the transfer.
+    let pcap = t.dir.join("sync.pcap");
+    let mut capture = Command::new("ip")
+        .args(["netns", "exec", &t.ns("lb2"), "tcpdump", "-i", "int0", "-n", "-p", "-U", "-w"])
+        .arg(&pcap)
+        .args(["udp", "port", "7788"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tcpdump (scripts/setup.sh)");
+    std::thread::sleep(Duration::from_millis(500));
     let lb2 = start_node(&t, 2);
     wait_state(&lb2, "backup", Duration::from_secs(10));
     let t0 = Instant::now();
     while lb2.sync()["bulk"]["records_received"].as_u64().unwrap_or(0) < 100 {
         assert!(t0.elapsed() < Duration::from_secs(5), "no bulk transfer: {}", lb2.sync());
         std::thread::sleep(Duration::from_millis(50));
+    }
+    // The records are sealed: neither the client's address nor the VIP's appears in the
+    // datagrams (in wire version 2 every record carried both in the clear).
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(capture.id() as i32, libc::SIGINT) };
+    capture.wait().unwrap();
+    let wire = std::fs::read(&pcap).unwrap();
+    assert!(wire.len() > 100 * 98, "the capture holds the transfer ({} bytes)", wire.len());
+    for (what, a) in [("the client", [10u8, 0, 0, 2]), ("the VIP", [10, 0, 0, 100])] {
+        assert!(!wire.windows(4).any(|w| w == a), "{what}'s address is readable in the sync traffic ({} bytes captured)", wire.len());
     }
     let mut c = lb1.lb.take().unwrap();
     c.kill().unwrap();

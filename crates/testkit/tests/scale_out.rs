@@ -384,7 +384,7 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
         let sy = c.node(k).get("/v1/sync");
         assert!(sy["installed"].as_u64() > Some(0), "lb{k}: {sy}");
         assert_eq!(sy["rejected"], json!({ "unknown": 0, "stale": 0, "port_taken": 0, "table_full": 0 }), "lb{k}: {sy}");
-        assert_eq!(sy["refused"], json!({ "bad_hmac": 0, "truncated": 0, "malformed": 0, "replayed": 0, "foreign": 0 }), "lb{k}: {sy}");
+        assert_eq!(sy["refused"], json!({ "bad_hmac": 0, "truncated": 0, "malformed": 0, "replayed": 0, "foreign": 0, "outdated": 0 }), "lb{k}: {sy}");
     }
     eprintln!("sessions per node: {:?}", c.spread());
     // The TUN connections came through the backends' decapsulators.

@@ -60,8 +60,8 @@ pub enum ProbeCmd {
     /// Long-lived TCP connections to a serve-tcp service: some stream (a message every
     /// interval), the rest stay idle until the end; reports how many survive.
     Hold(HoldArgs),
-    /// Sends session-sync messages to a node: valid, signed with a wrong key, cut short, or
-    /// a valid one twice (a replay). For testing the standby's checks.
+    /// Sends session-sync messages to a node: valid, sealed under a wrong key, cut short,
+    /// outdated, or a valid one twice (a replay). For testing the standby's checks.
     SyncInject(SyncInjectArgs),
 }
 
@@ -71,8 +71,9 @@ pub struct SyncInjectArgs {
     pub to: SocketAddr,
     #[arg(long)]
     pub key: String,
-    /// good, bad-mac, truncated, replay (the same message twice), or replay-new-port (again,
-    /// from another socket: another source port).
+    /// good, bad-mac (sealed under another key), truncated, outdated (sealed two minutes ago
+    /// by its clock), bulk-done (the end of a bulk transfer nobody asked for), replay (the same
+    /// message twice), or replay-new-port (again, from another socket: another source port).
     #[arg(long)]
     pub mode: String,
     /// Records in the message (sessions of 10.0.0.100:9000 from 10.0.0.2 to 10.1.0.11:9000
@@ -798,7 +799,7 @@ fn hold(a: &HoldArgs) -> Result<(), ToolError> {
 
 fn sync_inject(a: &SyncInjectArgs) -> Result<(), ToolError> {
     use vectorlb_lb::sync::SyncRecord;
-    use vectorlb_sync::{encode, Message, KIND_RECORDS};
+    use vectorlb_sync::{encode, Message, Sealer, Secret, KIND_BULK_DONE, KIND_RECORDS};
     let records = (0..a.records.min(16))
         .map(|i| {
             let p = a.first_port.wrapping_add(i);
@@ -821,21 +822,30 @@ fn sync_inject(a: &SyncInjectArgs) -> Result<(), ToolError> {
             )
         })
         .collect();
-    let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1);
-    let msg = Message { kind: KIND_RECORDS, epoch, seq: 1, ack: 0, records };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let epoch = now.as_micros() as u64;
+    // An outdated message: sealed (by the sender's clock) two minutes ago.
+    let time_ms = now.as_millis() as u64 - if a.mode == "outdated" { 120_000 } else { 0 };
+    // A BULK_DONE answering a request nobody made (what a replayed one is to its receiver).
+    let msg = if a.mode == "bulk-done" {
+        Message { kind: KIND_BULK_DONE, epoch, seq: 1, ack: 0, request: 0x5eed, time_ms, records: Vec::new() }
+    } else {
+        Message { kind: KIND_RECORDS, epoch, seq: 1, ack: 0, request: 0, time_ms, records }
+    };
     let key = if a.mode == "bad-mac" { format!("{}-wrong", a.key) } else { a.key.clone() };
-    let mut bytes = encode(&msg, key.as_bytes());
+    let sealer = Sealer::new(&Secret::new(key.as_bytes())).map_err(|_| ToolError::Usage("no random bytes for a key salt".into()))?;
+    let mut bytes = encode(&msg, &sealer);
     let bind: SocketAddr = if a.to.is_ipv6() { "[::]:0".parse().unwrap() } else { "0.0.0.0:0".parse().unwrap() };
     let s = UdpSocket::bind(bind).map_err(io("bind"))?;
     match a.mode.as_str() {
-        "good" | "bad-mac" => {}
-        // Shorter than a header and its HMAC.
+        "good" | "bad-mac" | "outdated" | "bulk-done" => {}
+        // Shorter than a header and its tag.
         "truncated" => bytes.truncate(30),
         "replay" | "replay-new-port" => {
             s.send_to(&bytes, a.to).map_err(io("send"))?;
             std::thread::sleep(Duration::from_millis(100));
         }
-        m => return Err(ToolError::Usage(format!("--mode: '{m}' is not good, bad-mac, truncated, replay or replay-new-port"))),
+        m => return Err(ToolError::Usage(format!("--mode: '{m}' is not good, bad-mac, truncated, outdated, bulk-done, replay or replay-new-port"))),
     }
     let again = if a.mode == "replay-new-port" { UdpSocket::bind(bind).map_err(io("bind"))? } else { s };
     again.send_to(&bytes, a.to).map_err(io("send"))?;
