@@ -727,7 +727,7 @@ pub struct SyncRejected {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct SyncRefused {
     /// From an address that is not a configured peer (`ha.sync_peers`, `ha.sync_sources`):
-    /// dropped before its HMAC is computed.
+    /// dropped before any cryptography.
     pub foreign: u64,
     /// The authentication tag failed (another key, or altered on the way). (Named for the
     /// HMAC of wire version 2; version 3 seals with AES-256-GCM.)
@@ -1032,6 +1032,41 @@ pub struct NewPod {
     /// pod annotation `vectorlb.io/memif-ports`, docs/pod-network.md); at most 16 ranges.
     #[serde(default)]
     pub memif_ports: Vec<MemifPorts>,
+}
+
+impl NewPod {
+    /// What can be checked without the node: the addresses (each `ADDR` or `ADDR/LEN` with a
+    /// length of its family), the memif ports' protocols, the network's name (1..=253
+    /// printable bytes). (The daemon checks the rest: names, ranges, its pod networks.) The parsed addresses, or a message
+    /// for a 400 naming the field.
+    pub fn addresses(&self) -> Result<Vec<IpAddr>, String> {
+        let mut ips = Vec::with_capacity(self.ips.len());
+        for a in &self.ips {
+            let (addr, len) = match a.split_once('/') {
+                Some((a, l)) => (a, Some(l)),
+                None => (a.as_str(), None),
+            };
+            let ip: IpAddr = addr.parse().map_err(|_| format!("ips: '{}' is not an IP address", a.escape_debug()))?;
+            if let Some(len) = len {
+                let max = if ip.is_ipv4() { 32 } else { 128 };
+                if len.parse::<u8>().ok().is_none_or(|l| l > max) {
+                    return Err(format!("ips: '{}' has no valid prefix length", a.escape_debug()));
+                }
+            }
+            ips.push(ip);
+        }
+        for (i, r) in self.memif_ports.iter().enumerate() {
+            if r.proto != "tcp" && r.proto != "udp" {
+                return Err(format!("memif_ports[{i}].proto: '{}' is not tcp or udp", r.proto.escape_debug()));
+            }
+        }
+        if let Some(n) = &self.network {
+            if n.is_empty() || n.len() > 253 || !n.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(format!("network: '{}' is not a network name (1 to 253 printable characters)", n.escape_debug()));
+            }
+        }
+        Ok(ips)
+    }
 }
 
 /// Destination ports of one protocol (`first..=last`).

@@ -3,11 +3,11 @@
 //! newest version both plugins speak (Debian's host-local speaks up to 1.0.0); and the check
 //! of the pod's interface from inside its namespace.
 
-use crate::spec::{self, code, CniError, Env, NetConf};
 use serde_json::{Map, Value};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use vectorlb_cni::spec::{self, code, CniError, Env, NetConf};
 
 fn find(env: &Env, kind: &str) -> Result<PathBuf, CniError> {
     for dir in env.path.split(':').filter(|d| !d.is_empty()) {

@@ -6,7 +6,7 @@
 //! specification's JSON with its codes; an ADD that fails gives its addresses back.
 
 mod ipam;
-mod spec;
+use vectorlb_cni::spec;
 
 use serde_json::{json, Value};
 use spec::{code, CniError, Env, NetConf};

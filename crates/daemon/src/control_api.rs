@@ -306,18 +306,7 @@ impl LbControl for Daemon {
 
     fn add_pod(&self, p: NewPod) -> Result<PodStatus, ApiError> {
         let set = self.pod_set()?;
-        let mut ips = Vec::new();
-        for a in &p.ips {
-            let addr = a.split_once('/').map_or(a.as_str(), |(a, _)| a);
-            let ip: std::net::IpAddr = addr.parse().map_err(|_| ApiError::BadRequest(format!("ips: '{}' is not an IP address", a.escape_debug())))?;
-            if let Some((_, len)) = a.split_once('/') {
-                let max = if ip.is_ipv4() { 32 } else { 128 };
-                if len.parse::<u8>().ok().is_none_or(|l| l > max) {
-                    return Err(ApiError::BadRequest(format!("ips: '{}' has no valid prefix length", a.escape_debug())));
-                }
-            }
-            ips.push(ip);
-        }
+        let ips = p.addresses().map_err(ApiError::BadRequest)?;
         let mut memif_ports = Vec::new();
         for (i, r) in p.memif_ports.iter().enumerate() {
             use crate::pod_memif::{PortRange, Proto};
@@ -329,11 +318,6 @@ impl LbControl for Daemon {
             memif_ports.push(PortRange { proto, first: r.first, last: r.last });
         }
         crate::pod_memif::check(&memif_ports).map_err(ApiError::BadRequest)?;
-        if let Some(n) = &p.network {
-            if n.is_empty() || n.len() > 253 || !n.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(ApiError::BadRequest(format!("network: '{}' is not a network name (1 to 253 printable characters)", n.escape_debug())));
-            }
-        }
         let rec = crate::pods::PodRecord {
             container_id: p.container_id,
             ifname: p.ifname,

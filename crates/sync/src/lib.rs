@@ -33,6 +33,8 @@
 //! sixth holds flags: [`HAS_LOCAL`], and [`BACKEND_OTHER_FAMILY`] for a tunnel to a backend of
 //! the other family (IPv4-in-IPv6 and the reverse).
 
+pub mod handoff;
+
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 use ring::hkdf::{Prk, Salt, HKDF_SHA256};
 use ring::rand::{SecureRandom, SystemRandom};

@@ -272,7 +272,7 @@ fn forged_truncated_and_replayed_sync_messages_change_nothing() {
     };
     let (s0, n0) = (lb2.sync(), lb2.stats()["sessions"].as_u64().unwrap());
     let (s1, n1) = inject("bad-mac", 31000);
-    assert_eq!(n1, n0, "a wrong HMAC installs nothing");
+    assert_eq!(n1, n0, "a message sealed under another key installs nothing");
     assert_eq!(s1["refused"]["bad_hmac"].as_u64().unwrap(), s0["refused"]["bad_hmac"].as_u64().unwrap() + 1);
     let (s2, n2) = inject("truncated", 32000);
     assert_eq!(n2, n0);
@@ -293,7 +293,7 @@ fn forged_truncated_and_replayed_sync_messages_change_nothing() {
     assert_eq!(s4["installed"].as_u64().unwrap(), s3["installed"].as_u64().unwrap() + 4, "a replay from a new port was taken: {s4}");
     assert!(s4["refused"]["replayed"].as_u64().unwrap() > s3["refused"]["replayed"].as_u64().unwrap(), "{s4}");
     // From an address that is not a peer (lb2's own, as a pod or anyone on the sync network
-    // would): dropped before its HMAC is computed, even signed with the key.
+    // would): dropped before any cryptography, even sealed under the key.
     let o = t.run("lb2", &[tools(), "probe", "sync-inject", "--to", "10.1.0.252:7788", "--key", SYNC_KEY, "--mode", "good", "--first-port", "35000"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::thread::sleep(Duration::from_millis(300));

@@ -244,7 +244,7 @@ enum BenchCmd {
         common: Common,
     },
     /// Session-sync capacity on one core: full-NAT sessions a second sent (export, encode,
-    /// HMAC) and received (verify, decode, install).
+    /// seal with AES-256-GCM) and received (open, decode, install).
     Sync {
         #[arg(long, default_value_t = 200_000)]
         sessions: u32,
