@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods conformance k8s-bins attack-proxy bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
+.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods conformance k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -96,6 +96,13 @@ demo-two-tier: build
 # `make test`). VECTORLB_BIN=PATH attacks another build.
 attack-proxy: setup
 	$(CARGO) test -p vectorlb --test attack_proxy --test attack_proxy_round2 -- --nocapture
+
+# The controller against kube-apiserver restarted 20 times at random moments under load, 10
+# runs in a row (~25 min, root; one run is part of `make test`). One JSON line per run.
+kube-restarts: setup
+	$(CARGO) build --bins
+	bash scripts/k8s-bins.sh >/dev/null
+	VECTORLB_APISERVER_RUNS=10 $(CARGO) test -p vectorlb-testkit --test kubernetes the_controller_converges -- --nocapture
 
 # Full TLS handshakes per second: the proxy's providers against nginx and HAProxy, one core
 # each, h2load on the other; keep-alive requests per second (bench/results/tls.jsonl).

@@ -20,7 +20,7 @@ pub mod program;
 pub mod watch;
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,7 +56,7 @@ async fn client(path: &Option<PathBuf>) -> Result<kube::Client, KubeError> {
     // leave a connection that never answers. Watches end on the server's side before the read
     // deadline (watch::WATCH_SECONDS) and start again.
     config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(u64::from(watch::WATCH_SECONDS) + 15));
+    config.read_timeout = Some(watch::READ_DEADLINE);
     config.write_timeout = Some(Duration::from_secs(15));
     kube::Client::try_from(config).map_err(|e| KubeError::Kubeconfig(e.to_string()))
 }
@@ -102,15 +102,35 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
     let elector = Arc::new(tokio::sync::Mutex::new(leader::Elector::new(client.clone(), &cfg.namespace, &cfg.lease, &id, cfg.lease_seconds)));
     let period = elector.lock().await.period();
     let resync = Duration::from_secs(cfg.resync_seconds.into());
+    // Whether the last step of the Lease failed (kube-apiserver away): when one succeeds again,
+    // every watch lists again rather than trust a connection to the process that went away.
+    let away = Arc::new(AtomicBool::new(false));
+    let came_back = |away: &AtomicBool, metrics: &metrics::Metrics| {
+        if away.swap(false, Ordering::Relaxed) {
+            metrics.watches.restart("kube-apiserver answers again");
+        }
+    };
     loop {
         tracing::info!(identity = %id, lease = %format!("{}/{}", cfg.namespace, cfg.lease), "waiting for the lease");
         loop {
             let step = { tokio::time::timeout(period, elector.lock().await.step()).await };
             match step {
-                Ok(Ok(leader::State::Leader)) => break,
-                Ok(Ok(leader::State::Follower(h))) => tracing::debug!(holder = ?h, "another replica leads"),
-                Ok(Err(e)) => tracing::warn!(error = %e, "cannot read or take the lease"),
-                Err(_) => tracing::warn!("cannot read or take the lease: no answer within {period:?}"),
+                Ok(Ok(leader::State::Leader)) => {
+                    came_back(&away, &metrics);
+                    break;
+                }
+                Ok(Ok(leader::State::Follower(h))) => {
+                    came_back(&away, &metrics);
+                    tracing::debug!(holder = ?h, "another replica leads");
+                }
+                Ok(Err(e)) => {
+                    away.store(true, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "cannot read or take the lease");
+                }
+                Err(_) => {
+                    away.store(true, Ordering::Relaxed);
+                    tracing::warn!("cannot read or take the lease: no answer within {period:?}");
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(period) => {}
@@ -127,6 +147,7 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
         // away), this replica stops programming at once and goes back to waiting for it.
         let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<String>(1);
         let renewer = elector.clone();
+        let (away2, metrics2) = (away.clone(), metrics.clone());
         let renew = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(period).await;
@@ -135,8 +156,11 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
                     Ok(r) => r.map_err(|err| err.to_string()),
                     Err(_) => Err(format!("no answer within {period:?}")),
                 };
+                if step.is_err() {
+                    away2.store(true, Ordering::Relaxed);
+                }
                 match step {
-                    Ok(leader::State::Leader) => {}
+                    Ok(leader::State::Leader) => came_back(&away2, &metrics2),
                     Ok(leader::State::Follower(h)) => {
                         let _ = lost_tx.send(format!("lost the lease to {}", h.unwrap_or_default())).await;
                         return;

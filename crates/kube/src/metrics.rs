@@ -17,6 +17,8 @@ pub struct Metrics {
     max_backends: AtomicU64,
     status_writes: AtomicU64,
     watch_errors: AtomicU64,
+    /// Every watch, started again when kube-apiserver seems to have come back.
+    pub watches: crate::watch::Restarts,
     /// daemon → (ok rounds, failed rounds, services put, services deleted)
     daemons: Mutex<BTreeMap<String, [u64; 4]>>,
 }
@@ -68,6 +70,8 @@ impl Metrics {
         let _ = writeln!(o, "vectorlb_kube_status_writes_total {}", self.status_writes.load(Ordering::Relaxed));
         head(&mut o, "vectorlb_kube_watch_errors_total", "counter", "Watch failures (each is retried with backoff).");
         let _ = writeln!(o, "vectorlb_kube_watch_errors_total {}", self.watch_errors.load(Ordering::Relaxed));
+        head(&mut o, "vectorlb_kube_watch_restarts_total", "counter", "Times every watch was started again (listed anew) because kube-apiserver went away and came back.");
+        let _ = writeln!(o, "vectorlb_kube_watch_restarts_total {}", self.watches.count());
         let d = self.daemons.lock().unwrap();
         for (i, (name, help)) in [
             ("vectorlb_kube_daemon_rounds_total", "Rounds that converged a daemon."),

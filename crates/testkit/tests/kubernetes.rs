@@ -51,7 +51,13 @@ impl Controller {
 
     fn spawn(&mut self) {
         let f = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let child = Command::new(bin()).args(&self.args).env("RUST_LOG", "info").stdout(f.try_clone().unwrap()).stderr(f).spawn().unwrap();
+        let child = Command::new(bin())
+            .args(&self.args)
+            .env("RUST_LOG", std::env::var("VECTORLB_TEST_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()))
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .unwrap();
         self.child = Some(child);
     }
 
@@ -68,6 +74,29 @@ impl Controller {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the process ignores SIGPIPE (its `SigIgn` mask in /proc).
+    fn ignores_sigpipe(&self) -> bool {
+        let Some(c) = &self.child else { return false };
+        let status = std::fs::read_to_string(format!("/proc/{}/status", c.id())).unwrap_or_default();
+        let mask = status.lines().find_map(|l| l.strip_prefix("SigIgn:")).and_then(|m| u64::from_str_radix(m.trim(), 16).ok()).unwrap_or(0);
+        mask & (1 << (libc::SIGPIPE - 1)) != 0
+    }
+
+    /// Each thread's name, state and wait channel (what a stuck controller waits on).
+    fn threads(&self) -> String {
+        let Some(c) = &self.child else { return String::new() };
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/task", c.id())) else { return String::new() };
+        dir.flatten()
+            .map(|t| {
+                let r = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default().trim().to_string();
+                let stat = r("stat");
+                let state = stat.rsplit_once(") ").map_or("", |(_, rest)| &rest[..1]).to_string();
+                format!("{}:{}:{}", r("comm"), state, r("wchan"))
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -337,6 +366,203 @@ fn services_endpoints_and_pools_program_the_daemon() {
 }
 
 /// The controller's metrics, or None when it does not answer.
+/// Seconds within which every change is programmed once kube-apiserver answers again.
+const CONVERGE_BOUND: Duration = Duration::from_secs(15);
+
+/// `kubectl apply` (or `delete`) until kube-apiserver takes it: what an operator's pipeline does
+/// while a control-plane upgrade restarts it.
+fn kubectl_until(kubectl: &Path, kubeconfig: &Path, args: &[&str], input: Option<&Value>) {
+    let t = Instant::now();
+    loop {
+        let mut c = Command::new(kubectl)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(v) = input {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(v.to_string().as_bytes()).unwrap();
+        }
+        drop(c.stdin.take());
+        let o = c.wait_with_output().unwrap();
+        if o.status.success() {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(90), "kubectl {args:?} never went through: {}", String::from_utf8_lossy(&o.stderr));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The test's own random numbers (xorshift; the seed is printed).
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Whether the cluster's Services and the daemon agree with `want` (name → scheduler): every
+/// Service has an address, the daemon has exactly those addresses (and `keep`'s), each with
+/// its scheduler. What is still missing, or None.
+fn disagreement(cp: &ControlPlane, topo: &Topo, want: &std::collections::BTreeMap<String, &'static str>, keep: &str) -> Option<String> {
+    let o = cp.kubectl(&["-n", "default", "get", "services", "-o", "json"]);
+    if !o.status.success() {
+        return Some("kube-apiserver does not answer".into());
+    }
+    let list: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut ips = std::collections::BTreeMap::new();
+    for s in list["items"].as_array().unwrap() {
+        let name = s["metadata"]["name"].as_str().unwrap().to_string();
+        if s["spec"]["type"] != "LoadBalancer" || name == keep {
+            continue;
+        }
+        ips.insert(name, s["status"]["loadBalancer"]["ingress"][0]["ip"].as_str().map(str::to_string));
+    }
+    let names: Vec<&String> = ips.keys().collect();
+    if names != want.keys().collect::<Vec<_>>() {
+        return Some(format!("the cluster has {names:?}, the test made {:?}", want.keys().collect::<Vec<_>>()));
+    }
+    let daemon = topo.get("/v1/services");
+    let on_daemon: std::collections::BTreeMap<String, String> =
+        daemon.as_array().unwrap().iter().map(|s| (s["vip"].as_str().unwrap_or("").to_string(), s["scheduler"].as_str().unwrap_or("").to_string())).collect();
+    let mut vips = Vec::new();
+    for (name, sched) in want {
+        let Some(ip) = &ips[name] else { return Some(format!("{name} has no address")) };
+        match on_daemon.get(ip) {
+            Some(s) if s == sched => vips.push(ip.clone()),
+            Some(s) => return Some(format!("{name} ({ip}) has scheduler {s} on the daemon, not {sched}")),
+            None => return Some(format!("{name} ({ip}) is not on the daemon")),
+        }
+    }
+    let extra: Vec<&String> = on_daemon.keys().filter(|v| !vips.contains(v) && address(cp, keep).as_deref() != Some(v.as_str())).collect();
+    if !extra.is_empty() {
+        return Some(format!("the daemon still has {extra:?}"));
+    }
+    None
+}
+
+#[test]
+fn the_controller_converges_after_kube_apiserver_restarts() {
+    // 20 restarts at random moments (VECTORLB_APISERVER_RESTARTS), the whole run repeated
+    // VECTORLB_APISERVER_RUNS times in a row (1 in `make test`; `make kube-restarts`: 10).
+    let restarts: usize = std::env::var("VECTORLB_APISERVER_RESTARTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let runs: usize = std::env::var("VECTORLB_APISERVER_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let mut topo = Topo::new("kr", Shape::TwoArm, 1500);
+    let (mut cp, _) = cluster(&mut topo);
+    let _kubelet = FakeKubelet::start(&cp, &topo.p, "10.1.0.100".parse().unwrap()..="10.1.0.199".parse().unwrap(), "10.1.0.1");
+    cp.apply(&[json!({"apiVersion": "vectorlb.io/v1alpha1", "kind": "AddressPool", "metadata": {"name": "default"}, "spec": {"addresses": [POOL]}})]).unwrap();
+    let metrics_port = vectorlb_testkit::k8s::free_port();
+    let cfg = controller_config(&topo, &cp.dir, metrics_port);
+    let mut ctl = Controller::start(&cp, &cfg, "a");
+    // A server: kube-apiserver closing a connection while the controller writes is an error on
+    // that connection. (It was SIGPIPE's default: the controller died, silently, in some of the
+    // restarts, and in CI after the one restart of the Services test.)
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(ctl.ignores_sigpipe(), "vectorlb kube run does not ignore SIGPIPE");
+    // The load: a Service with two Pods, served throughout.
+    cp.apply(&[deployment("web", 2), lb_service("web", json!({}))]).unwrap();
+    let ip = wait_for(Duration::from_secs(10), "an address for web", || address(&cp, "web"));
+    wait_for(Duration::from_secs(30), "2 Pods answering through the VIP", || (backends_seen(&topo, &ip, 40).0.len() == 2).then_some(()));
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    eprintln!("== {runs} run(s) of {restarts} kube-apiserver restarts; seed {seed}");
+    let mut dice = Dice(seed);
+    let (kubectl, kubeconfig) = (cp.bin("kubectl"), cp.kubeconfig("admin"));
+    let mut want: std::collections::BTreeMap<String, &'static str> = Default::default();
+    let mut next = 0usize;
+    for run in 0..runs {
+        let (mut worst, mut times, mut requests, mut errors) = (Duration::ZERO, Vec::new(), 0u64, 0u64);
+        let started = Instant::now();
+        for k in 0..restarts {
+            // Requests through the VIP while kube-apiserver goes away and comes back.
+            let load = topo
+                .cmd(
+                    "cl",
+                    &[tools(), "probe", "http", "--url", &format!("http://{ip}/"), "--duration-s", "6", "--concurrency", "4", "--rate", "100", "--timeout-ms", "3000", "--json"],
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            // The changes of this step: a Service made, one changed (its scheduler), one
+            // deleted (past four), each at a random moment around the restart.
+            let mut ops: Vec<(Vec<String>, Option<Value>)> = Vec::new();
+            let name = format!("s{next:03}");
+            next += 1;
+            ops.push((vec!["apply".into(), "-f".into(), "-".into()], Some(lb_service(&name, json!({"vectorlb.io/scheduler": "maglev"})))));
+            want.insert(name, "maglev");
+            let names: Vec<String> = want.keys().cloned().collect();
+            let changed = names[dice.below(names.len() as u64) as usize].clone();
+            let sched = if want[&changed] == "maglev" { "rr" } else { "maglev" };
+            ops.push((vec!["apply".into(), "-f".into(), "-".into()], Some(lb_service(&changed, json!({"vectorlb.io/scheduler": sched})))));
+            want.insert(changed, sched);
+            if want.len() > 4 {
+                let gone = want.keys().next().unwrap().clone();
+                want.remove(&gone);
+                // (A delete whose answer was lost to the restart is done: --ignore-not-found.)
+                ops.push((vec!["-n".into(), "default".into(), "delete".into(), "--ignore-not-found".into(), "service".into(), gone], None));
+            }
+            let delays: Vec<u64> = ops.iter().map(|_| dice.below(3000)).collect();
+            let (k1, k2) = (kubectl.clone(), kubeconfig.clone());
+            let changes = std::thread::spawn(move || {
+                let t = Instant::now();
+                for ((args, input), d) in ops.into_iter().zip(delays) {
+                    let at = Duration::from_millis(d);
+                    if let Some(w) = at.checked_sub(t.elapsed()) {
+                        std::thread::sleep(w);
+                    }
+                    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                    kubectl_until(&k1, &k2, &a, input.as_ref());
+                }
+            });
+            std::thread::sleep(Duration::from_millis(dice.below(2000)));
+            cp.restart("kube-apiserver");
+            let back = Instant::now();
+            changes.join().unwrap();
+            // Every change programmed within the bound of kube-apiserver answering again.
+            loop {
+                match disagreement(&cp, &topo, &want, "web") {
+                    None => break,
+                    Some(why) => {
+                        assert!(
+                            back.elapsed() < std::env::var("VECTORLB_CONVERGE_BOUND_S").ok().and_then(|v| v.parse().ok()).map_or(CONVERGE_BOUND, Duration::from_secs),
+                            "run {run}, restart {k}: not converged {:?} after kube-apiserver answered again: {why}\ncontroller alive: {}, threads: {}\n{}",
+                            back.elapsed(),
+                            ctl.alive(),
+                            ctl.threads(),
+                            tail(&ctl.log(), 40)
+                        );
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+            }
+            let took = back.elapsed();
+            worst = worst.max(took);
+            times.push(took.as_secs_f64());
+            assert!(ctl.alive(), "the controller exited:\n{}", tail(&ctl.log(), 40));
+            let r = finish(load);
+            assert_eq!(r["errors"], 0, "run {run}, restart {k}: requests through the VIP failed while kube-apiserver restarted: {r}");
+            requests += r["requests"].as_u64().unwrap_or(0);
+            errors += r["errors"].as_u64().unwrap_or(0);
+        }
+        times.sort_by(f64::total_cmp);
+        let restarts_seen = metrics(metrics_port).and_then(|m| m.lines().find_map(|l| l.strip_prefix("vectorlb_kube_watch_restarts_total ").map(str::to_string)));
+        println!(
+            "{}",
+            json!({"kubernetes": {"event": "apiserver_restarts", "run": run, "restarts": restarts, "seconds": started.elapsed().as_secs_f64().round(),
+                "converged_after_s_p50": times[times.len() / 2], "converged_after_s_max": worst.as_secs_f64(), "bound_s": CONVERGE_BOUND.as_secs(),
+                "services_made": next, "watch_restarts": restarts_seen, "requests": requests, "errors": errors}})
+        );
+    }
+    ctl.kill();
+}
+
 fn metrics(port: u16) -> Option<String> {
     let o = Command::new("curl").args(["-sf", "--max-time", "2", &format!("http://127.0.0.1:{port}/metrics")]).output().ok()?;
     o.status.success().then(|| stdout(&o))

@@ -310,9 +310,10 @@ fn init_logs(level: &str, format: LogFormat) -> Result<(), CliError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.cmd, Cmd::Run { .. } | Cmd::Proxy { .. }) {
+    if matches!(cli.cmd, Cmd::Run { .. } | Cmd::Proxy { .. } | Cmd::Kube(KubeCmd::Run { .. })) {
         // A server: a peer that closes while we write is an error on that connection (EPIPE),
-        // never a signal that ends the process; and as many descriptors as the host allows.
+        // never a signal that ends the process (the controller died of one when kube-apiserver
+        // restarted while it wrote); and as many descriptors as the host allows.
         // SAFETY: setting a signal disposition before any thread starts.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
         vectorlb_proxy::client::raise_nofile_limit();
