@@ -427,6 +427,9 @@ if synflood:
 for line in note("sync"):
     w(line)
 
+for line in note("table-full"):
+    w(line)
+
 if scaling:
     w("### Core scaling\n")
     w("`vectorlb bench pipeline --mode fnat --sessions 4000000 --threads T`: T worker threads, "

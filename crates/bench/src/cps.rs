@@ -26,11 +26,40 @@ pub struct Options {
     pub seconds: f64,
     pub rounds: usize,
     pub concurrency: usize,
+    pub fill: Fill,
 }
+
+/// What the session table holds before the measurement ([`FILL_TABLE`] sessions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// A table just large enough; TIME_WAIT 0 (sessions end at the last ACK, as HDSLB's test).
+    None,
+    /// Half full of established sessions.
+    Half,
+    /// Full of TIME_WAIT sessions, and the measured connections keep theirs (2 s): each new
+    /// connection evicts the oldest closed one.
+    Closed,
+    /// Full of established sessions: each new connection is refused.
+    Established,
+}
+
+impl Fill {
+    fn name(self) -> &'static str {
+        match self {
+            Fill::None => "none",
+            Fill::Half => "half",
+            Fill::Closed => "closed",
+            Fill::Established => "established",
+        }
+    }
+}
+
+/// The table's size when it is filled first.
+pub const FILL_TABLE: u32 = 1 << 18;
 
 impl Default for Options {
     fn default() -> Self {
-        Options { mode: Mode::Fnat, v6: false, seconds: 5.0, rounds: 5, concurrency: 256 }
+        Options { mode: Mode::Fnat, v6: false, seconds: 5.0, rounds: 5, concurrency: 256, fill: Fill::None }
     }
 }
 
@@ -50,7 +79,17 @@ pub struct Report {
     pub sessions_created: u64,
     pub sessions_removed: u64,
     pub sessions_left: u32,
+    /// Connections that did not complete: SYNs refused by a full table (`fill` established).
     pub errors: u64,
+    pub fill: &'static str,
+    /// The table's size and the sessions put in it before measuring.
+    pub table_sessions: u32,
+    pub filled: u32,
+    pub closed_evicted: u64,
+    pub refused_table_full: u64,
+    /// Time in the pipeline per SYN of a new connection (the first packet of each), whether it
+    /// opened a session, evicted one or was refused.
+    pub ns_per_syn: f64,
 }
 
 const STEPS: usize = 9;
@@ -122,13 +161,20 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
     }
     let v6 = o.v6;
     let conc = o.concurrency.clamp(1, 4096);
-    let timeouts = Timeouts { time_wait: 0, close: 0, ..Timeouts::default() };
-    let spec = topo::spec(o.mode, v6, proto::TCP, conc as u64 * 64, timeouts);
+    let filling = o.fill != Fill::None;
+    // Sessions end at the last ACK (TIME_WAIT 0), but with a table full of closed sessions:
+    // there every connection keeps its TIME_WAIT (2 s), so that the table stays full and every
+    // new connection evicts one.
+    let timeouts = if o.fill == Fill::Closed { Timeouts::default() } else { Timeouts { time_wait: 0, close: 0, ..Timeouts::default() } };
+    let table = if filling { FILL_TABLE } else { (conc * 4) as u32 };
+    // Local ports for the filled sessions and as many again for the measured ones.
+    let spec = topo::spec(o.mode, v6, proto::TCP, conc as u64 * 64 + if filling { 2 * table as u64 } else { 0 }, timeouts);
     let control = Control::new(&spec)?;
-    let mut cfg = WorkerConfig::new((conc * 4) as u32);
+    let mut cfg = WorkerConfig::new(table);
     cfg.batch = conc;
-    cfg.table.index_entries = (conc * 8) as u32;
+    cfg.table.index_entries = table * 2;
     let mut w = Worker::new(control, cfg)?;
+    let filled = fill(&mut w, o, &spec, table)?;
 
     // Templates: client packets from client 0 to the VIP; server packets from backend 0.
     let (c0, p0) = topo::client(v6, 0);
@@ -167,6 +213,8 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
     let mut cps = Vec::new();
     let mut wall_cps = Vec::new();
     let mut pipe_total = Duration::ZERO;
+    // The time of batches of SYNs only (every slot at its first step), and their number.
+    let (mut syn_time, mut syns) = (Duration::ZERO, 0u64);
     for _ in 0..rounds {
         let start = Instant::now();
         let mut pipe = Duration::ZERO;
@@ -185,9 +233,15 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
                     patch(f, v6, false, &s.peer, s.pport);
                 }
             }
+            let all_syns = slots.iter().all(|s| s.step == 0);
             let t = Instant::now();
             crate::timed_process(&mut w, &mut bufs, &mut verdicts, now);
-            pipe += t.elapsed();
+            let took = t.elapsed();
+            pipe += took;
+            if all_syns {
+                syn_time += took;
+                syns += conc as u64;
+            }
             now = now.wrapping_add(1);
             for ((s, b), v) in slots.iter_mut().zip(bufs.iter()).zip(verdicts.iter()) {
                 if !matches!(v, Verdict::Tx(_)) {
@@ -236,5 +290,49 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
         sessions_removed: w.flows.table.stats.removed,
         sessions_left: w.flows.table.len(),
         errors,
+        fill: o.fill.name(),
+        table_sessions: table,
+        filled,
+        closed_evicted: w.flows.counters.events.closed_evicted,
+        refused_table_full: w.flows.counters.dropped(vectorlb_lb::DropReason::TableFull),
+        ns_per_syn: if syns > 0 { round3(syn_time.as_secs_f64() * 1e9 / syns as f64) } else { 0.0 },
     })
+}
+
+/// Fills the table as `o.fill` says (full-NAT sessions of clients the measurement never
+/// uses, each with its own local port); how many went in.
+fn fill(w: &mut Worker, o: &Options, spec: &vectorlb_lb::LbSpec, table: u32) -> Result<u32, BenchError> {
+    use vectorlb_lb::session::state;
+    let (n, st) = match o.fill {
+        Fill::None => return Ok(0),
+        Fill::Half => (table / 2, state::ESTABLISHED),
+        Fill::Closed => (table, state::TIME_WAIT),
+        Fill::Established => (table, state::ESTABLISHED),
+    };
+    let laddrs = &spec.services[0].local_addrs;
+    let mut put = 0;
+    for i in 0..n as u64 {
+        // Clients from host 8,192 on: the measured slots use hosts below 4,096.
+        let (client, cport) = topo::client(o.v6, (8192 * 50_000) + i);
+        let local = (o.mode == Mode::Fnat).then(|| (laddrs[(i / topo::PORTS_PER_LADDR) as usize], 1024 + (i % topo::PORTS_PER_LADDR) as u16));
+        let r = vectorlb_lb::sync::SyncRecord {
+            proto: proto::TCP,
+            vip: topo::vip(o.v6),
+            vport: 80,
+            client,
+            cport,
+            backend: topo::backend(o.v6, (i % topo::BACKENDS as u64) as u32),
+            bport: 8080,
+            local,
+            state: st,
+            flags: 0,
+            expire_in: 600_000,
+            adj: Default::default(),
+        };
+        put += w.install(&r, 1).is_ok() as u32;
+    }
+    if put < n {
+        return Err(BenchError::Fill { filled: put as u64, wanted: n as u64, drops: "the table refused sessions".into() });
+    }
+    Ok(put)
 }

@@ -161,6 +161,8 @@ pub const DEFAULT_HALF_OPEN_PERMILLE: u16 = 250;
 pub const DEFAULT_CONTINUED_PERMILLE: u16 = 100;
 /// Records examined for a half-open session to evict when the budget is spent.
 const EVICT_SCAN: u32 = 64;
+/// The most closed sessions remembered in the order they closed (8 bytes each).
+const CLOSED_ORDER: usize = 1 << 20;
 /// The shortest a half-open session's timeout becomes under pressure (ms).
 const MIN_SYN_TIMEOUT: u32 = 1_000;
 
@@ -229,6 +231,11 @@ pub struct Worker {
     /// table and never an established session.
     continued_limit: u32,
     continued_fifo: std::collections::VecDeque<(u32, u32)>,
+    /// Sessions in the order they closed (TIME_WAIT or CLOSE, with a timeout still to run), at
+    /// most [`CLOSED_ORDER`]: when the table is full, the oldest closed one makes room for a
+    /// new connection before anything is refused. Closed sessions installed by sync or the
+    /// hand-off join it in the order they arrive.
+    closed_fifo: std::collections::VecDeque<(u32, u32)>,
     /// [`Worker::sync_group`].
     sync_group: bool,
     /// Whether packets of existing flows may take [`Worker::forward_fast`] (on by default; the
@@ -268,6 +275,7 @@ impl Worker {
             half_open_fifo: std::collections::VecDeque::new(),
             continued_limit,
             continued_fifo: std::collections::VecDeque::new(),
+            closed_fifo: std::collections::VecDeque::new(),
             sync_group: false,
             in_fragment: false,
             fast_path: true,
@@ -376,7 +384,20 @@ impl Worker {
     pub fn install(&mut self, rec: &SyncRecord, now: u32) -> Result<(), InstallError> {
         self.refresh();
         let snap = self.snap.clone();
-        crate::sync::install(&mut self.flows, &snap, rec, now, self.sync_group)
+        let r = crate::sync::install(&mut self.flows, &snap, rec, now, self.sync_group)?;
+        if rec.state == state::TIME_WAIT || rec.state == state::CLOSE {
+            self.closed(r);
+        }
+        Ok(())
+    }
+
+    /// Remembers a session that closed, in order ([`Worker::evict_closed`]).
+    fn closed(&mut self, r: Ref) {
+        if self.closed_fifo.len() >= CLOSED_ORDER {
+            self.closed_fifo.pop_front();
+        }
+        let stamp = if r.is_v6() { fifo_stamp(self.flows.table.get::<[u8; 16]>(r)) } else { fifo_stamp(self.flows.table.get::<[u8; 4]>(r)) };
+        self.closed_fifo.push_back((r.raw_key(), stamp));
     }
 
     /// Picks up a newly published configuration; a service's scheduler state restarts only if
@@ -696,6 +717,9 @@ impl Worker {
         if st != old {
             self.flows.table.set_state::<A>(r, st);
             self.flows.changed(r);
+            if to != 0 && (st == state::TIME_WAIT || st == state::CLOSE) && old != state::TIME_WAIT && old != state::CLOSE {
+                self.closed(r);
+            }
         }
         (old, to == 0)
     }
@@ -843,7 +867,14 @@ impl Worker {
         if self.cursors.len() <= cursor {
             self.cursors.resize(cursor + 1, 0);
         }
-        match self.flows.table.insert(s, laddrs, &mut self.cursors[cursor]) {
+        let mut placed = self.flows.table.insert(s, laddrs, &mut self.cursors[cursor]);
+        // A full table: the oldest closed session makes room (a connection that is over, kept
+        // only for its TIME_WAIT), once; then the new one is refused, at the cost of a few
+        // looks into the order of closing.
+        if matches!(placed, Err(InsertError::Full)) && self.evict_closed() {
+            placed = self.flows.table.insert(s, laddrs, &mut self.cursors[cursor]);
+        }
+        match placed {
             Ok(r) => {
                 if st == state::SYN_SENT && self.half_open_limit != u32::MAX {
                     if self.half_open_fifo.len() >= self.half_open_limit as usize {
@@ -887,6 +918,35 @@ impl Worker {
         }
         self.flows.counters.events.half_open_evicted += 1;
         true
+    }
+
+    /// Makes room in a full table: ends the oldest session that closed (TIME_WAIT or CLOSE),
+    /// looking at most [`EVICT_SCAN`] entries into the order of closing (and never into the
+    /// table itself: a refusal costs the same however full it is).
+    #[cold]
+    fn evict_closed(&mut self) -> bool {
+        let table = &mut self.flows.table;
+        for _ in 0..EVICT_SCAN {
+            let Some((k, stamp)) = self.closed_fifo.pop_front() else { return false };
+            let Some(r) = Ref::from_key(k) else { continue };
+            let (st, now_stamp) = if r.is_v6() {
+                let s = table.get::<[u8; 16]>(r);
+                (s.state, fifo_stamp(s))
+            } else {
+                let s = table.get::<[u8; 4]>(r);
+                (s.state, fifo_stamp(s))
+            };
+            if (st == state::TIME_WAIT || st == state::CLOSE) && now_stamp == stamp {
+                if r.is_v6() {
+                    table.remove::<[u8; 16]>(r);
+                } else {
+                    table.remove::<[u8; 4]>(r);
+                }
+                self.flows.counters.events.closed_evicted += 1;
+                return true;
+            }
+        }
+        false
     }
 
     /// Makes room in a spent continuation budget: ends the oldest session still in state

@@ -24,8 +24,10 @@
 //! and a sweep walks a bounded number of records per batch (and when idle), so the packet path
 //! never stalls on a timer storm.
 //!
-//! When the table is full, new sessions are refused (counted as `session_table_full`) and
-//! established ones keep forwarding; expired records met in a full bucket are reclaimed first.
+//! When the table is full, the worker ends the oldest closed session (TIME_WAIT or CLOSE) to
+//! make room (`closed_evicted`); with none, new sessions are refused (counted as
+//! `session_table_full`) and established ones keep forwarding; expired records met in a full
+//! bucket are reclaimed first.
 
 use crate::mem::{MmapArray, Zeroable};
 use std::io;

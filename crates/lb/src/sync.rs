@@ -11,7 +11,7 @@
 use crate::flows::Flows;
 use crate::mem::Zeroable;
 use crate::service::{key, Snapshot};
-use crate::session::{expired, flag, state, Addr, InsertError, SeqAdj, Session, NO_LADDR};
+use crate::session::{expired, flag, state, Addr, InsertError, Ref, SeqAdj, Session, NO_LADDR};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// One session, by value.
@@ -158,14 +158,15 @@ pub(crate) fn export(flows: &Flows, snap: &Snapshot, v6: bool, which: Export, st
 
 /// Installs (or updates) a session received from the active node (a peer of a group, `group`:
 /// then a session of ours on one of our own local addresses is never replaced).
-pub(crate) fn install(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord, now: u32, group: bool) -> Result<(), InstallError> {
+/// The session's record.
+pub(crate) fn install(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord, now: u32, group: bool) -> Result<Ref, InstallError> {
     match rec.client {
         IpAddr::V4(_) => install_as::<[u8; 4]>(flows, snap, rec, now, group),
         IpAddr::V6(_) => install_as::<[u8; 16]>(flows, snap, rec, now, group),
     }
 }
 
-fn install_as<A: SyncAddr>(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord, now: u32, group: bool) -> Result<(), InstallError>
+fn install_as<A: SyncAddr>(flows: &mut Flows, snap: &Snapshot, rec: &SyncRecord, now: u32, group: bool) -> Result<Ref, InstallError>
 where
     Session<A>: Zeroable,
 {
@@ -191,7 +192,7 @@ where
             s.expire = expire;
             s.flags = (s.flags & (flag::PORT | flag::REVERSE)) | (flags & !flag::REVERSE);
             *flows.table.adj_mut::<A>(r) = rec.adj;
-            return Ok(());
+            return Ok(r);
         }
         if group && s.laddr != NO_LADDR && !snap.is_peer_laddr(s.laddr) {
             return Err(InstallError::Stale);
@@ -205,7 +206,7 @@ where
     match flows.table.insert_bound(s) {
         Ok(r) => {
             *flows.table.adj_mut::<A>(r) = rec.adj;
-            Ok(())
+            Ok(r)
         }
         Err(InsertError::NoPort) => Err(InstallError::PortTaken),
         Err(InsertError::Full) => Err(InstallError::Full),

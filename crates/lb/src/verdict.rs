@@ -219,6 +219,9 @@ counter_set! {
         /// Continued sessions ended to make room (the continuation budget was
         /// spent: a flood of segments without sessions, or many flows moving at once).
         continued_evicted,
+        /// Closed sessions (TIME_WAIT, CLOSE) ended to make room for a new connection in a
+        /// full table, oldest first.
+        closed_evicted,
         /// Later fragments forwarded as their datagram's first fragment was.
         fragments_forwarded,
         /// First fragments forwarded while the fragment table was full, or into a tunnel of

@@ -275,6 +275,62 @@ fn the_valid_flag_table_is_conntracks() {
 }
 
 #[test]
+fn a_full_table_makes_room_from_closed_sessions_oldest_first_and_then_refuses() {
+    for v6 in [false, true] {
+        let f = Fam { v6 };
+        let mut spec = topology();
+        spec.services.push(service(&f, Mode::Fnat, proto::TCP, 80, &[(1, 8080, 1)]));
+        // 20 sessions (a full-NAT one takes two index entries of the 40).
+        let mut lb = Lb::with_capacity(spec, 20);
+        let v = f.sock(f.vip(), 80);
+        let l4 = if v6 { 14 + 40 } else { 14 + 20 };
+        let from = |p: u16, fl: u8| Builder::tcp(&f.sock(f.client(), p), &v, fl).macs(ROUTER_MAC, EXT_MAC).build();
+        let open = |lb: &mut Lb, p: u16| -> Option<u16> {
+            let (verdict, syn) = lb.run(&from(p, SYN));
+            if verdict != Verdict::Tx(1) {
+                assert_eq!(verdict, Verdict::Drop(DropReason::TableFull), "SYN {p}");
+                return None;
+            }
+            let lport = u16::from_be_bytes([syn[l4], syn[l4 + 1]]);
+            let back = Builder::tcp(&f.sock(&f.backend(1), 8080), &f.sock(f.laddr(), lport), SYN | ACK).macs(be_mac(1), INT_MAC).build();
+            assert_eq!(lb.run(&back).0, Verdict::Tx(0));
+            assert_eq!(lb.run(&from(p, ACK)).0, Verdict::Tx(1));
+            Some(lport)
+        };
+        // Ten connections open and close (both FINs and the last ACK: TIME_WAIT, 2 s), one
+        // a millisecond apart.
+        let lports: Vec<(u16, u16)> = (0..10u16).map(|p| (30000 + p, open(&mut lb, 30000 + p).expect("room"))).collect();
+        for (p, lport) in lports {
+            let back = |fl: u8| Builder::tcp(&f.sock(&f.backend(1), 8080), &f.sock(f.laddr(), lport), fl).macs(be_mac(1), INT_MAC).build();
+            assert_eq!(lb.run(&from(p, FIN | ACK)).0, Verdict::Tx(1));
+            assert_eq!(lb.run(&back(FIN | ACK)).0, Verdict::Tx(0));
+            assert_eq!(lb.run(&from(p, ACK)).0, Verdict::Tx(1));
+            lb.now += 1;
+        }
+        assert_eq!(lb.worker.flows.table.len(), 10);
+        // Ten established ones fill the table.
+        for p in 0..10u16 {
+            assert!(open(&mut lb, 31000 + p).is_some(), "connection {p} while the table has room");
+        }
+        assert_eq!(lb.worker.flows.table.len(), 20);
+        // Each new connection takes the place of the oldest closed session...
+        for p in 0..10u16 {
+            assert!(open(&mut lb, 32000 + p).is_some(), "connection {p} into a full table with closed sessions");
+            assert_eq!(lb.worker.flows.counters.events.closed_evicted, p as u64 + 1);
+            assert_eq!(lb.worker.flows.table.len(), 20);
+        }
+        // ...and once none is left, a new connection is refused and counted; the established
+        // ones keep forwarding.
+        let full = lb.worker.flows.counters.dropped(DropReason::TableFull);
+        assert!(open(&mut lb, 33000).is_none());
+        assert_eq!(lb.worker.flows.counters.dropped(DropReason::TableFull), full + 1);
+        for p in (0..10u16).map(|p| 31000 + p).chain((0..10u16).map(|p| 32000 + p)) {
+            assert_eq!(lb.run(&from(p, ACK | PSH)).0, Verdict::Tx(1), "established flow {p} still forwarded");
+        }
+    }
+}
+
+#[test]
 fn the_half_open_budget_bounds_a_syn_flood_and_never_touches_established_sessions() {
     for v6 in [false, true] {
         let f = Fam { v6 };

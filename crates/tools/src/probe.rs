@@ -127,6 +127,12 @@ pub struct HttpArgs {
     /// backend within its TIME_WAIT above about 1,000 new connections a second.
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Close each connection only after the server has (read until its FIN), as HTTP/1.0
+    /// clients that read a body to the end do: the TIME_WAIT stays with the server. Also
+    /// reports how long after the body's last byte the FIN came (`close_after_body_ms`).
+    /// (Without it the client closes as soon as it has the body, racing the server's close.)
+    #[arg(long)]
+    pub wait_close: bool,
     /// Draw a progress bar on stderr.
     #[arg(long)]
     pub progress: bool,
@@ -246,13 +252,56 @@ async fn get(addr: SocketAddr, host: &str, path: &str, timeout: Duration) -> Res
     Ok(String::from_utf8_lossy(&r.body).lines().next().unwrap_or("").trim().to_string())
 }
 
+/// One HTTP/1.0 GET on a new connection, read to the server's close: the first line of the
+/// body, and the time from the body's last byte to the FIN.
+async fn get_until_close(addr: SocketAddr, host: &str, path: &str, timeout: Duration) -> Result<(String, Duration), ToolError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let failed = |what: &str, e: std::io::Error| ToolError::Failed(format!("{what}: {e}"));
+    let work = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| failed("connect", e))?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: vectorlb-probe\r\n\r\n").as_bytes()).await.map_err(|e| failed("write", e))?;
+        let (mut buf, mut chunk, mut body_at) = (Vec::with_capacity(1024), [0u8; 4096], None);
+        loop {
+            let n = s.read(&mut chunk).await.map_err(|e| failed("read", e))?;
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.len() > 1 << 20 {
+                return Err(ToolError::Failed("a response above 1 MiB".into()));
+            }
+            if body_at.is_none() && response_complete(&buf) {
+                body_at = Some(Instant::now());
+            }
+        }
+        let fin = Instant::now();
+        let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| ToolError::Failed("closed before the response's head ended".into()))?;
+        let status = std::str::from_utf8(&buf[..head_end]).ok().and_then(|h| h.split(' ').nth(1)).unwrap_or("");
+        if status != "200" {
+            return Err(ToolError::Failed(format!("status {status}")));
+        }
+        let body = String::from_utf8_lossy(&buf[head_end + 4..]).lines().next().unwrap_or("").trim().to_string();
+        Ok((body, fin.duration_since(body_at.unwrap_or(fin))))
+    };
+    tokio::time::timeout(timeout, work).await.map_err(|_| ToolError::Failed(format!("no close within {timeout:?}")))?
+}
+
+/// Whether `buf` holds a whole response by its Content-Length (without one: not until the
+/// close).
+fn response_complete(buf: &[u8]) -> bool {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
+    let head = String::from_utf8_lossy(&buf[..end]);
+    let len = head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.trim().eq_ignore_ascii_case("content-length")).and_then(|(_, v)| v.trim().parse::<usize>().ok()));
+    len.is_some_and(|l| buf.len() >= end + 4 + l)
+}
+
 fn http(a: &HttpArgs) -> Result<(), ToolError> {
     let (addr, host, path) = parse_url(&a.url)?;
     let timeout = Duration::from_millis(a.timeout_ms);
     let next = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
     let errs = Arc::new(AtomicUsize::new(0));
-    let results = Arc::new(Mutex::new((BTreeMap::<String, usize>::new(), Vec::<u64>::with_capacity(a.requests), BTreeMap::<String, usize>::new())));
+    let results = Arc::new(Mutex::new((BTreeMap::<String, usize>::new(), Vec::<u64>::with_capacity(a.requests), BTreeMap::<String, usize>::new(), Vec::<u64>::new())));
     let start = Instant::now();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(io("async runtime"))?;
     let mut tasks = Vec::new();
@@ -261,7 +310,7 @@ fn http(a: &HttpArgs) -> Result<(), ToolError> {
         let (host, path) = (host.clone(), path.clone());
         let total = if a.duration_s.is_some() { usize::MAX } else { a.requests };
         let until = a.duration_s.map(|d| start + Duration::from_secs_f64(d));
-        let rate = a.rate;
+        let (rate, wait_close) = (a.rate, a.wait_close);
         tasks.push(rt.spawn(async move {
             loop {
                 let n = next.fetch_add(1, Ordering::SeqCst);
@@ -272,13 +321,20 @@ fn http(a: &HttpArgs) -> Result<(), ToolError> {
                     tokio::time::sleep_until((start + Duration::from_secs_f64(n as f64 / r)).into()).await;
                 }
                 let t = Instant::now();
-                let r = get(addr, &host, &path, timeout).await;
+                let r = if wait_close {
+                    get_until_close(addr, &host, &path, timeout).await.map(|(n, c)| (n, Some(c)))
+                } else {
+                    get(addr, &host, &path, timeout).await.map(|n| (n, None))
+                };
                 let us = t.elapsed().as_micros() as u64;
                 let mut g = results.lock().unwrap_or_else(|e| e.into_inner());
                 match r {
-                    Ok(name) => {
+                    Ok((name, close)) => {
                         *g.0.entry(name).or_default() += 1;
                         g.1.push(us);
+                        if let Some(c) = close {
+                            g.3.push(c.as_micros() as u64);
+                        }
                     }
                     Err(e) => {
                         errs.fetch_add(1, Ordering::SeqCst);
@@ -306,14 +362,19 @@ fn http(a: &HttpArgs) -> Result<(), ToolError> {
     }
     let mut g = results.lock().unwrap_or_else(|e| e.into_inner());
     g.1.sort_unstable();
+    g.3.sort_unstable();
     let lat = &g.1;
     let errors = errs.load(Ordering::SeqCst);
-    let out = json!({
+    let mut out = json!({
         "requests": requests, "ok": lat.len(), "errors": errors, "seconds": elapsed,
         "requests_per_second": requests as f64 / elapsed.max(1e-9),
         "backends": g.0, "error_kinds": g.2,
         "latency_ms": { "p50": pct(lat, 50.0), "p90": pct(lat, 90.0), "p99": pct(lat, 99.0), "p99_9": pct(lat, 99.9), "max": pct(lat, 100.0) },
     });
+    if a.wait_close {
+        let c = &g.3;
+        out["close_after_body_ms"] = json!({ "p50": pct(c, 50.0), "p90": pct(c, 90.0), "p99": pct(c, 99.0), "max": pct(c, 100.0) });
+    }
     if a.json {
         println!("{out}");
     } else {

@@ -258,9 +258,23 @@ enum BenchCmd {
         /// Connections in flight (one packet each per batch).
         #[arg(long, default_value_t = 256)]
         concurrency: usize,
+        /// A table of 262,144 sessions filled before measuring: `half` (established
+        /// sessions), `closed` (full, of TIME_WAIT sessions, and the connections keep their
+        /// TIME_WAIT of 2 s: each new connection evicts the oldest closed one), `established`
+        /// (full: each new connection is refused). Default: none (a table just large enough).
+        #[arg(long, value_enum, default_value = "none")]
+        fill: FillArg,
         #[command(flatten)]
         common: Common,
     },
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum FillArg {
+    None,
+    Half,
+    Closed,
+    Established,
 }
 
 /// Why a command failed.
@@ -477,8 +491,15 @@ fn run(cli: Cli) -> Result<(), CliError> {
             let o = vectorlb_bench::sync::Options { v6: common.family == 6, sessions, rounds: common.rounds };
             print(&vectorlb_bench::sync::run(&o)?, common.json)
         }
-        Cmd::Bench(BenchCmd::Cps { mode, concurrency, common }) => {
-            let o = vectorlb_bench::cps::Options { mode: mode.into(), v6: common.family == 6, seconds: common.seconds, rounds: common.rounds, concurrency };
+        Cmd::Bench(BenchCmd::Cps { mode, concurrency, fill, common }) => {
+            use vectorlb_bench::cps::Fill;
+            let fill = match fill {
+                FillArg::None => Fill::None,
+                FillArg::Half => Fill::Half,
+                FillArg::Closed => Fill::Closed,
+                FillArg::Established => Fill::Established,
+            };
+            let o = vectorlb_bench::cps::Options { mode: mode.into(), v6: common.family == 6, seconds: common.seconds, rounds: common.rounds, concurrency, fill };
             print(&vectorlb_bench::cps::run(&o)?, common.json)
         }
     }
