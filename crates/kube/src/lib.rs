@@ -113,6 +113,7 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
     loop {
         tracing::info!(identity = %id, lease = %format!("{}/{}", cfg.namespace, cfg.lease), "waiting for the lease");
         loop {
+            metrics.tick();
             let step = { tokio::time::timeout(period, elector.lock().await.step()).await };
             match step {
                 Ok(Ok(leader::State::Leader)) => {
@@ -178,6 +179,7 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
         let mut check = tokio::time::interval(Duration::from_secs(1));
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let stop = loop {
+            metrics.tick();
             tokio::select! {
                 _ = notify.notified() => {
                     // Let a burst of changes arrive: one round takes them all.
@@ -228,7 +230,16 @@ async fn serve_metrics(addr: &str, metrics: Arc<metrics::Metrics>) -> Result<(),
                 async move { m.render() }
             }),
         )
-        .route("/healthz", get(|| async { "ok\n" }));
+        .route(
+            "/healthz",
+            get(move || {
+                let m = metrics.clone();
+                async move {
+                    let (code, text) = m.health();
+                    (axum::http::StatusCode::from_u16(code).unwrap_or(axum::http::StatusCode::SERVICE_UNAVAILABLE), text)
+                }
+            }),
+        );
     tokio::spawn(vectorlb_http::server::serve(vectorlb_http::server::Listener::Tcp(l), router, None, std::future::pending()));
     Ok(())
 }

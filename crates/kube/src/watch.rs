@@ -6,7 +6,6 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::utils::Backoff;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -22,35 +21,6 @@ pub const WATCH_SECONDS: u32 = 20;
 /// The client's deadline for any read (a watch's next bytes included): a connection that
 /// stopped answering is closed and the watch listed again.
 pub const READ_DEADLINE: std::time::Duration = std::time::Duration::from_secs(WATCH_SECONDS as u64 + 10);
-
-/// Every watch of the controller, started again (listed anew) at once when the controller
-/// has reason to think kube-apiserver went away and came back (its Lease could not be
-/// renewed and then could, or was taken again): a watch's connection to the old process may
-/// otherwise stall silently until the read deadline.
-pub struct Restarts {
-    generation: tokio::sync::watch::Sender<u64>,
-    count: AtomicU64,
-}
-
-impl Default for Restarts {
-    fn default() -> Restarts {
-        Restarts { generation: tokio::sync::watch::Sender::new(0), count: AtomicU64::new(0) }
-    }
-}
-
-impl Restarts {
-    /// Starts every watch again.
-    pub fn restart(&self, why: &str) {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(reason = why, "every watch starts again (a new list)");
-        self.generation.send_modify(|g| *g += 1);
-    }
-
-    /// How many times [`Restarts::restart`] was called.
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-}
 
 /// A watch's retries after an error: 250 ms doubling to at most 2 s, from the start again
 /// after any event. (kube's default grows to 30 s and starts again only after 120 s without an
@@ -87,7 +57,7 @@ pub fn spawn_reflector<K>(mut w: reflector::store::Writer<K>, api: Api<K>, wc: w
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    let mut restart = metrics.watches.generation.subscribe();
+    let mut restart = metrics.watches.subscribe();
     tokio::spawn(async move {
         loop {
             let stream = watcher(api.clone(), wc.clone()).backoff(Retry::default());

@@ -546,6 +546,12 @@ fn the_controller_converges_after_kube_apiserver_restarts() {
             worst = worst.max(took);
             times.push(took.as_secs_f64());
             assert!(ctl.alive(), "the controller exited:\n{}", tail(&ctl.log(), 40));
+            // Its liveness: the loop goes round.
+            let o = Command::new("curl")
+                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2", &format!("http://127.0.0.1:{metrics_port}/healthz")])
+                .output()
+                .unwrap();
+            assert_eq!(stdout(&o).trim(), "200", "the controller's /healthz after restart {k}");
             let r = finish(load);
             assert_eq!(r["errors"], 0, "run {run}, restart {k}: requests through the VIP failed while kube-apiserver restarted: {r}");
             requests += r["requests"].as_u64().unwrap_or(0);
