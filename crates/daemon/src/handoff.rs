@@ -35,7 +35,8 @@ pub fn path(run_dir: &str) -> PathBuf {
     Path::new(run_dir).join(FILE)
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds since 1970 (0 if the clock is before it).
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 

@@ -38,6 +38,7 @@
 
 use crate::error::SyncError;
 use crate::ha::Ha;
+use crate::handoff::now_ms;
 use crate::lock;
 use crate::workers::Workers;
 use std::collections::{HashMap, HashSet};
@@ -335,10 +336,6 @@ impl Sync {
             }
         }
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A message its sender sealed longer ago than this (or this far in the future), by the two

@@ -74,11 +74,21 @@ fn fifo_stamp<A>(s: &Session<A>) -> u32 {
     (s.cport as u32) << 16 | s.lport as u32
 }
 
-/// Ends the oldest session of `fifo` (the order sessions were opened in) whose state and flags
-/// still pass `ok`, looking at most [`EVICT_SCAN`] entries into it, then as many records of
-/// the sweep (sessions the order does not hold: synchronised ones). An entry whose record
-/// ended and was reused since (another stamp) is skipped. Whether one was ended.
-fn evict_oldest(fifo: &mut std::collections::VecDeque<(u32, u32)>, table: &mut SessionTable, ok: impl Fn(u8, u8) -> bool) -> bool {
+/// Appends session `r` to `fifo`, dropping the oldest entry past `limit`.
+fn remember(fifo: &mut std::collections::VecDeque<(u32, u32)>, limit: usize, table: &SessionTable, r: Ref) {
+    if fifo.len() >= limit {
+        fifo.pop_front();
+    }
+    let stamp = if r.is_v6() { fifo_stamp(table.get::<[u8; 16]>(r)) } else { fifo_stamp(table.get::<[u8; 4]>(r)) };
+    fifo.push_back((r.raw_key(), stamp));
+}
+
+/// Ends the oldest session of `fifo` (the order sessions were opened or closed in) whose state
+/// and flags still pass `ok`, looking at most [`EVICT_SCAN`] entries into it, then, with
+/// `sweep`, as many records of the sweep (sessions the order does not hold: synchronised ones).
+/// An entry whose record ended and was reused since (another stamp) is skipped. Whether one
+/// was ended.
+fn evict_oldest(fifo: &mut std::collections::VecDeque<(u32, u32)>, table: &mut SessionTable, sweep: bool, ok: impl Fn(u8, u8) -> bool) -> bool {
     let mut found = None;
     for _ in 0..EVICT_SCAN {
         let Some((k, stamp)) = fifo.pop_front() else { break };
@@ -95,7 +105,7 @@ fn evict_oldest(fifo: &mut std::collections::VecDeque<(u32, u32)>, table: &mut S
             break;
         }
     }
-    let Some(r) = found.or_else(|| table.find_state(EVICT_SCAN, &ok)) else { return false };
+    let Some(r) = found.or_else(|| if sweep { table.find_state(EVICT_SCAN, &ok) } else { None }) else { return false };
     if r.is_v6() {
         table.remove::<[u8; 16]>(r);
     } else {
@@ -393,11 +403,7 @@ impl Worker {
 
     /// Remembers a session that closed, in order ([`Worker::evict_closed`]).
     fn closed(&mut self, r: Ref) {
-        if self.closed_fifo.len() >= CLOSED_ORDER {
-            self.closed_fifo.pop_front();
-        }
-        let stamp = if r.is_v6() { fifo_stamp(self.flows.table.get::<[u8; 16]>(r)) } else { fifo_stamp(self.flows.table.get::<[u8; 4]>(r)) };
-        self.closed_fifo.push_back((r.raw_key(), stamp));
+        remember(&mut self.closed_fifo, CLOSED_ORDER, &self.flows.table, r);
     }
 
     /// Picks up a newly published configuration; a service's scheduler state restarts only if
@@ -877,18 +883,10 @@ impl Worker {
         match placed {
             Ok(r) => {
                 if st == state::SYN_SENT && self.half_open_limit != u32::MAX {
-                    if self.half_open_fifo.len() >= self.half_open_limit as usize {
-                        self.half_open_fifo.pop_front();
-                    }
-                    let stamp = fifo_stamp(self.flows.table.get::<A>(r));
-                    self.half_open_fifo.push_back((r.raw_key(), stamp));
+                    remember(&mut self.half_open_fifo, self.half_open_limit as usize, &self.flows.table, r);
                 }
                 if st == state::CONTINUED {
-                    if self.continued_fifo.len() >= self.continued_limit as usize {
-                        self.continued_fifo.pop_front();
-                    }
-                    let stamp = fifo_stamp(self.flows.table.get::<A>(r));
-                    self.continued_fifo.push_back((r.raw_key(), stamp));
+                    remember(&mut self.continued_fifo, self.continued_limit as usize, &self.flows.table, r);
                 }
                 self.flows.counters.events.sessions_created += 1;
                 // A continued session is not streamed to the sync peers: any node re-creates
@@ -913,7 +911,7 @@ impl Worker {
     #[cold]
     fn evict_half_open(&mut self) -> bool {
         let ok = |st: u8, fl: u8| st == state::SYN_SENT && fl & flag::SYNPROXY == 0;
-        if !evict_oldest(&mut self.half_open_fifo, &mut self.flows.table, ok) {
+        if !evict_oldest(&mut self.half_open_fifo, &mut self.flows.table, true, ok) {
             return false;
         }
         self.flows.counters.events.half_open_evicted += 1;
@@ -925,35 +923,18 @@ impl Worker {
     /// table itself: a refusal costs the same however full it is).
     #[cold]
     fn evict_closed(&mut self) -> bool {
-        let table = &mut self.flows.table;
-        for _ in 0..EVICT_SCAN {
-            let Some((k, stamp)) = self.closed_fifo.pop_front() else { return false };
-            let Some(r) = Ref::from_key(k) else { continue };
-            let (st, now_stamp) = if r.is_v6() {
-                let s = table.get::<[u8; 16]>(r);
-                (s.state, fifo_stamp(s))
-            } else {
-                let s = table.get::<[u8; 4]>(r);
-                (s.state, fifo_stamp(s))
-            };
-            if (st == state::TIME_WAIT || st == state::CLOSE) && now_stamp == stamp {
-                if r.is_v6() {
-                    table.remove::<[u8; 16]>(r);
-                } else {
-                    table.remove::<[u8; 4]>(r);
-                }
-                self.flows.counters.events.closed_evicted += 1;
-                return true;
-            }
+        if !evict_oldest(&mut self.closed_fifo, &mut self.flows.table, false, |st, _| st == state::TIME_WAIT || st == state::CLOSE) {
+            return false;
         }
-        false
+        self.flows.counters.events.closed_evicted += 1;
+        true
     }
 
     /// Makes room in a spent continuation budget: ends the oldest session still in state
     /// CONTINUED. A real flow's next segment opens it again, to the same backend.
     #[cold]
     fn evict_continued(&mut self) -> bool {
-        if !evict_oldest(&mut self.continued_fifo, &mut self.flows.table, |st, _| st == state::CONTINUED) {
+        if !evict_oldest(&mut self.continued_fifo, &mut self.flows.table, true, |st, _| st == state::CONTINUED) {
             return false;
         }
         self.flows.counters.events.continued_evicted += 1;
