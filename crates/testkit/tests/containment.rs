@@ -75,7 +75,12 @@ fn nothing_sent_to_a_test_address_from_the_host_leaves_the_machine() {
             if captures.iter().any(|(d, _)| *d == dev) {
                 continue;
             }
-            let c = Command::new("tcpdump").args(["-i", &dev, "-n", "-l", "-p", &filter]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("tcpdump (scripts/setup.sh)");
+            let c = Command::new("tcpdump")
+                .args(["-i", &dev, "-n", "-l", "-p", "--immediate-mode", &filter])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("tcpdump (scripts/setup.sh)");
             captures.push((dev, c));
         }
     }

@@ -157,7 +157,7 @@ fn tun_encapsulates_v4_v6_by_capture() {
     t.start_lb(&c);
     let cap = t.dir.join("be1.pcap");
     let mut dump = t
-        .cmd("be1", &["tcpdump", "-i", "eth0", "-U", "-w", cap.to_str().unwrap(), "ip proto 4 or ip6 proto 41"])
+        .cmd("be1", &["tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-w", cap.to_str().unwrap(), "ip proto 4 or ip6 proto 41"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

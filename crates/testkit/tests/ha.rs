@@ -324,13 +324,19 @@ fn a_standby_that_joins_late_gets_the_table_in_bulk() {
     // What a listener on the sync network sees of the transfer.
     let pcap = t.dir.join("sync.pcap");
     let mut capture = Command::new("ip")
-        .args(["netns", "exec", &t.ns("lb2"), "tcpdump", "-i", "int0", "-n", "-p", "-U", "-w"])
+        .args(["netns", "exec", &t.ns("lb2"), "tcpdump", "-i", "int0", "-n", "-p", "-U", "--immediate-mode", "-w"])
         .arg(&pcap)
         .args(["udp", "port", "7788"])
         .stderr(Stdio::null())
         .spawn()
         .expect("tcpdump (scripts/setup.sh)");
-    std::thread::sleep(Duration::from_millis(500));
+    // tcpdump writes the file's 24-byte header once it captures: a fixed pause was not always
+    // long enough on a loaded machine.
+    let t0 = Instant::now();
+    while std::fs::metadata(&pcap).map(|m| m.len()).unwrap_or(0) < 24 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "tcpdump did not start capturing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let lb2 = start_node(&t, 2);
     wait_state(&lb2, "backup", Duration::from_secs(10));
     let t0 = Instant::now();
@@ -339,8 +345,13 @@ fn a_standby_that_joins_late_gets_the_table_in_bulk() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // The records are sealed: neither the client's address nor the VIP's appears in the
-    // datagrams (in wire version 2 every record carried both in the clear).
-    std::thread::sleep(Duration::from_millis(300));
+    // datagrams (in wire version 2 every record carried both in the clear). Without
+    // --immediate-mode the kernel hands tcpdump its packets a block at a time, up to a second
+    // late, and those still in the ring when it is stopped are never written.
+    let t0 = Instant::now();
+    while std::fs::metadata(&pcap).map(|m| m.len()).unwrap_or(0) <= 100 * 98 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(capture.id() as i32, libc::SIGINT) };
     capture.wait().unwrap();
