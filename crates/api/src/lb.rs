@@ -282,7 +282,7 @@ async fn delete_service(State(lb): Lb, Path((p, vip, port)): Path<(String, Strin
 #[utoipa::path(post, path = "/v1/batch", request_body = Batch, responses(
     (status = 200, body = BatchDone),
     (status = 400, body = ErrorBody, description = "The request does not match this document, or has more than 100,000 operations"),
-    (status = 422, body = ErrorBody, description = "An operation the configuration cannot take; the message begins with ops[i]"),
+    (status = 422, body = ErrorBody, description = "An operation the configuration cannot take; the body's `op` names it (its index and why), and the message begins with ops[i]"),
 ))]
 async fn batch(State(lb): Lb, JsonBody(b): JsonBody<Batch>) -> Result<Json<BatchDone>, ApiError> {
     if b.ops.len() > MAX_BATCH {
@@ -290,9 +290,10 @@ async fn batch(State(lb): Lb, JsonBody(b): JsonBody<Batch>) -> Result<Json<Batch
     }
     for (i, op) in b.ops.iter().enumerate() {
         if let BatchOp::Put(s) = op {
-            check_table(s.table_size).map_err(|e| ApiError::BadRequest(format!("ops[{i}].put.{e}")))?;
+            let at = |e: ApiError| ApiError::Op { index: i, error: Box::new(e) };
+            check_table(s.table_size).map_err(|e| at(ApiError::BadRequest(format!("put.{e}"))))?;
             for (j, be) in s.backends.iter().enumerate() {
-                check_weight(&format!("ops[{i}].put.backends[{j}].weight"), be.weight)?;
+                check_weight(&format!("put.backends[{j}].weight"), be.weight).map_err(at)?;
             }
         }
     }

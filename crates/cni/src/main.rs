@@ -11,8 +11,9 @@ use vectorlb_cni::spec;
 use serde_json::{json, Value};
 use spec::{code, CniError, Env, NetConf};
 use std::io::{Read, Write};
-use std::time::Duration;
-use vectorlb_client::{Method, Request, Target};
+use vectorlb_wire::call::{Ignored, Method};
+use vectorlb_wire::model::{pod_path, NewPod, PodStatus};
+use vectorlb_wire::{Api, CallError, ErrorKind};
 
 fn main() {
     let env = Env::from_env();
@@ -65,54 +66,34 @@ fn run(env: &Env, input: &[u8]) -> (String, Result<Option<Value>, CniError>) {
 }
 
 /// The daemon's API as this configuration names it.
-struct Api {
-    target: Target,
-    token: Option<String>,
+fn daemon(conf: &NetConf) -> Result<Api, CniError> {
+    let token = match &conf.api_token_file {
+        Some(f) => Some(std::fs::read_to_string(f).map_err(|e| CniError::new(code::IO_FAILURE, format!("api_token_file {f}"), e.to_string()))?.trim().to_string()),
+        None => None,
+    };
+    let mut api = Api::new(&conf.api, token).map_err(|e| CniError::new(code::INVALID_CONFIG, format!("api: {e}"), ""))?;
+    api.options.max_body = 64 << 20;
+    Ok(api)
 }
 
-impl Api {
-    fn new(conf: &NetConf) -> Result<Api, CniError> {
-        let target = conf.api.parse().map_err(|_| CniError::new(code::INVALID_CONFIG, format!("api: '{}' is not unix:PATH or ADDRESS:PORT", conf.api), ""))?;
-        let token = match &conf.api_token_file {
-            Some(f) => Some(std::fs::read_to_string(f).map_err(|e| CniError::new(code::IO_FAILURE, format!("api_token_file {f}"), e.to_string()))?.trim().to_string()),
-            None => None,
-        };
-        Ok(Api { target, token })
-    }
-
-    /// One request; connection failures are "try again later" (the daemon is starting or
-    /// restarting).
-    fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<(u16, Value), CniError> {
-        let r = Request {
-            method,
-            path: path.to_string(),
-            host: "vectorlb".into(),
-            body: body.map(|b| b.to_string().into_bytes()),
-            content_type: "application/json",
-            bearer: self.token.clone(),
-        };
-        let o = vectorlb_client::Options { timeout: Duration::from_secs(30), max_body: 64 << 20, ..Default::default() };
-        let res = vectorlb_client::request_blocking(&self.target, &r, &o)
-            .map_err(|e| CniError::new(code::TRY_AGAIN_LATER, format!("the vectorlb daemon at {} does not answer", self.target), e.to_string()))?;
-        let v = serde_json::from_slice(&res.body).unwrap_or(Value::Null);
-        Ok((res.status.as_u16(), v))
+/// A failed call as the specification's error: no answer is "try again later" (the daemon is
+/// starting or restarting); a refusal keeps the daemon's message as the details.
+fn failed(e: CallError) -> CniError {
+    match &e {
+        CallError::Unreachable { target, .. } => CniError::new(code::TRY_AGAIN_LATER, format!("the vectorlb daemon at {target} does not answer"), e.to_string()),
+        CallError::Refused { status, body, .. } => CniError::new(code::IO_FAILURE, format!("the vectorlb daemon answered {status}"), body.error.clone()),
+        CallError::BadTarget(_) | CallError::Answer { .. } => CniError::new(code::IO_FAILURE, "the vectorlb daemon's answer", e.to_string()),
     }
 }
 
-fn api_message(v: &Value) -> String {
-    v.get("error").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| v.to_string())
-}
-
-fn pod_path(id: &str, ifname: &str) -> String {
-    // Both are checked by the daemon; anything outside its alphabet is refused there (and
-    // percent-encoded here so that the path stays one segment each).
-    let enc = |s: &str| s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect::<String>();
-    format!("/v1/pods/{}/{}", enc(id), enc(ifname))
+/// The attached interfaces (`GET /v1/pods`).
+fn pods(api: &Api) -> Result<Vec<PodStatus>, CallError> {
+    api.get_blocking("/v1/pods")
 }
 
 fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
     env.require(true)?;
-    let api = Api::new(conf)?;
+    let api = daemon(conf)?;
     if !std::path::Path::new(&env.netns).exists() {
         return Err(CniError::new(code::UNKNOWN_CONTAINER, format!("CNI_NETNS {}: no such network namespace (the sandbox is gone)", env.netns), ""));
     }
@@ -129,26 +110,29 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
         return Err(give_back(CniError::new(code::IO_FAILURE, "the IPAM plugin gave no address", result.to_string())));
     }
     let pod = match (env.arg("K8S_POD_NAMESPACE"), env.arg("K8S_POD_NAME")) {
-        (Some(ns), Some(n)) => Value::String(format!("{ns}/{n}")),
-        _ => Value::Null,
+        (Some(ns), Some(n)) => Some(format!("{ns}/{n}")),
+        _ => None,
     };
-    let body = json!({
-        "container_id": env.container_id,
-        "ifname": env.ifname,
-        "netns": env.netns,
-        "ips": ips,
-        "mtu": conf.mtu,
-        "pod": pod,
-        "network": conf.name,
-        "memif_ports": conf.memif_ports,
-    });
-    let (status, v) = api.call(Method::POST, "/v1/pods", Some(&body)).map_err(give_back)?;
-    match status {
-        200 | 201 => Ok(spec::add_result(&conf.cni_version, &env.ifname, &env.netns, &ips, result.get("dns"))),
-        404 if api_message(&v).starts_with("netns") => Err(give_back(CniError::new(code::UNKNOWN_CONTAINER, api_message(&v), ""))),
-        400 | 404 | 409 | 422 => Err(give_back(CniError::new(code::INVALID_CONFIG, "the vectorlb daemon refused the pod", api_message(&v)))),
-        503 => Err(give_back(CniError::new(code::TRY_AGAIN_LATER, "the vectorlb daemon is busy", api_message(&v)))),
-        _ => Err(give_back(CniError::new(code::IO_FAILURE, format!("the vectorlb daemon answered {status}"), api_message(&v)))),
+    let body = NewPod {
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        netns: env.netns.clone(),
+        ips: ips.clone(),
+        mtu: conf.mtu,
+        pod,
+        network: Some(conf.name.clone()),
+        memif_ports: conf.memif_ports.clone(),
+    };
+    match api.call_blocking::<_, PodStatus>(Method::POST, "/v1/pods", Some(&body)) {
+        Ok(_) => Ok(spec::add_result(&conf.cni_version, &env.ifname, &env.netns, &ips, result.get("dns"))),
+        Err(e) => Err(give_back(match e.kind() {
+            Some(ErrorKind::NoNamespace) => CniError::new(code::UNKNOWN_CONTAINER, e.refusal().map(|b| b.error.clone()).unwrap_or_default(), ""),
+            Some(ErrorKind::BadRequest | ErrorKind::NotFound | ErrorKind::Conflict | ErrorKind::Unprocessable) => {
+                CniError::new(code::INVALID_CONFIG, "the vectorlb daemon refused the pod", e.refusal().map(|b| b.error.clone()).unwrap_or_default())
+            }
+            Some(ErrorKind::Unavailable) => CniError::new(code::TRY_AGAIN_LATER, "the vectorlb daemon is busy", e.refusal().map(|b| b.error.clone()).unwrap_or_default()),
+            _ => failed(e),
+        })),
     }
 }
 
@@ -160,14 +144,13 @@ fn del(env: &Env, conf: &NetConf) -> Result<(), CniError> {
     if env.ifname.is_empty() {
         return Err(CniError::new(code::INVALID_ENV, "CNI_IFNAME: missing", ""));
     }
-    let api = Api::new(conf)?;
-    let (status, v) = api.call(Method::DELETE, &pod_path(&env.container_id, &env.ifname), None)?;
-    match status {
-        200 => {}
+    let api = daemon(conf)?;
+    match api.call_blocking::<(), Ignored>(Method::DELETE, &pod_path(&env.container_id, &env.ifname), None) {
+        Ok(_) => {}
         // Not attached (DEL twice, or after an ADD that failed) is not an error; but a
         // daemon without a pods port cannot have this pod either.
-        404 => {}
-        _ => return Err(CniError::new(code::IO_FAILURE, format!("the vectorlb daemon answered {status}"), api_message(&v))),
+        Err(e) if e.kind() == Some(ErrorKind::NotFound) => {}
+        Err(e) => return Err(failed(e)),
     }
     if let Some(ipam_conf) = &conf.ipam {
         ipam::exec(env, conf, ipam_conf, "DEL")?;
@@ -183,21 +166,17 @@ fn check(env: &Env, conf: &NetConf) -> Result<(), CniError> {
     let Some(prev) = &conf.prev_result else {
         return Err(CniError::new(code::INVALID_CONFIG, "prevResult: missing (CHECK compares the pod against ADD's result)", ""));
     };
-    let api = Api::new(conf)?;
-    let (status, v) = api.call(Method::GET, "/v1/pods", None)?;
-    if status != 200 {
-        return Err(CniError::new(code::IO_FAILURE, format!("the vectorlb daemon answered {status}"), api_message(&v)));
-    }
-    let pods = v.as_array().cloned().unwrap_or_default();
-    let Some(p) = pods.iter().find(|p| p["container_id"] == env.container_id.as_str() && p["ifname"] == env.ifname.as_str()) else {
+    let api = daemon(conf)?;
+    let pods = pods(&api).map_err(failed)?;
+    let Some(p) = pods.iter().find(|p| p.container_id == env.container_id && p.ifname == env.ifname) else {
         return Err(CniError::new(code::UNKNOWN_CONTAINER, format!("{} of {} is not attached", env.ifname, env.container_id), ""));
     };
-    if p["netns"] != env.netns.as_str() {
-        return Err(CniError::new(code::INVALID_CONFIG, format!("{} of {} is attached in {}, not {}", env.ifname, env.container_id, p["netns"], env.netns), ""));
+    if p.netns != env.netns {
+        return Err(CniError::new(code::INVALID_CONFIG, format!("{} of {} is attached in {}, not {}", env.ifname, env.container_id, p.netns, env.netns), ""));
     }
     let host = |a: &str| a.split_once('/').map_or(a, |(a, _)| a).to_string();
     let mut want: Vec<String> = spec::result_ips(prev).iter().map(|a| host(a)).collect();
-    let mut have: Vec<String> = p["ips"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(host)).collect()).unwrap_or_default();
+    let mut have: Vec<String> = p.ips.iter().map(|a| host(a)).collect();
     want.sort();
     have.sort();
     if want != have {
@@ -218,21 +197,17 @@ fn gc(env: &Env, conf: &NetConf) -> Result<(), CniError> {
     // nothing is valid: every attachment of this network is a leftover. Only this network's:
     // another network's pods (or attachments made without a network) are never touched.
     let valid = conf.valid_attachments.clone().unwrap_or_default();
-    let api = Api::new(conf)?;
-    let (status, v) = api.call(Method::GET, "/v1/pods", None)?;
-    if status != 200 {
-        return Err(CniError::new(code::IO_FAILURE, format!("the vectorlb daemon answered {status}"), api_message(&v)));
-    }
-    let mut failed = Vec::new();
-    for p in v.as_array().cloned().unwrap_or_default() {
-        let (Some(id), Some(ifname)) = (p["container_id"].as_str(), p["ifname"].as_str()) else { continue };
-        if p["network"].as_str() != Some(conf.name.as_str()) || valid.iter().any(|(i, n)| i == id && n == ifname) {
+    let api = daemon(conf)?;
+    let mut left = Vec::new();
+    for p in pods(&api).map_err(failed)? {
+        let (id, ifname) = (p.container_id.as_str(), p.ifname.as_str());
+        if p.network.as_deref() != Some(conf.name.as_str()) || valid.iter().any(|(i, n)| i == id && n == ifname) {
             continue;
         }
-        match api.call(Method::DELETE, &pod_path(id, ifname), None) {
-            Ok((200 | 404, _)) => {}
-            Ok((s, v)) => failed.push(format!("{ifname} of {id}: {s} {}", api_message(&v))),
-            Err(e) => failed.push(format!("{ifname} of {id}: {}", e.msg)),
+        match api.call_blocking::<(), Ignored>(Method::DELETE, &pod_path(id, ifname), None) {
+            Ok(_) => {}
+            Err(e) if e.kind() == Some(ErrorKind::NotFound) => {}
+            Err(e) => left.push(format!("{ifname} of {id}: {e}")),
         }
     }
     if let Some(ipam_conf) = &conf.ipam {
@@ -241,8 +216,8 @@ fn gc(env: &Env, conf: &NetConf) -> Result<(), CniError> {
             ipam::exec(env, conf, ipam_conf, "GC")?;
         }
     }
-    if !failed.is_empty() {
-        return Err(CniError::new(code::IO_FAILURE, "some leftover pod interfaces could not be removed", failed.join("; ")));
+    if !left.is_empty() {
+        return Err(CniError::new(code::IO_FAILURE, "some leftover pod interfaces could not be removed", left.join("; ")));
     }
     Ok(())
 }
@@ -251,10 +226,14 @@ fn status(env: &Env, conf: &NetConf) -> Result<(), CniError> {
     if !spec::at_least(&conf.cni_version, "1.1.0") {
         return Err(CniError::new(code::INCOMPATIBLE_VERSION, format!("STATUS needs cniVersion 1.1.0, not {}", conf.cni_version), ""));
     }
-    let api = Api::new(conf)?;
-    let (s, v) = api.call(Method::GET, "/v1/pods", None).map_err(|e| CniError::new(code::NOT_AVAILABLE, e.msg, e.details))?;
-    if s != 200 {
-        return Err(CniError::new(code::NOT_AVAILABLE, "the vectorlb daemon has no pods port", api_message(&v)));
+    let api = daemon(conf)?;
+    match pods(&api) {
+        Ok(_) => {}
+        Err(e @ CallError::Refused { .. }) => return Err(CniError::new(code::NOT_AVAILABLE, "the vectorlb daemon has no pods port", e.to_string())),
+        Err(e) => {
+            let e = failed(e);
+            return Err(CniError::new(code::NOT_AVAILABLE, e.msg, e.details));
+        }
     }
     if let Some(ipam_conf) = &conf.ipam {
         if ipam::speaks(env, ipam_conf, "1.1.0") {

@@ -82,8 +82,8 @@ pub struct NetConf {
     pub valid_attachments: Option<Vec<(String, String)>>,
     /// The pod's memif ports (its annotation [`MEMIF_ANNOTATION`], which the runtime passes
     /// in `runtimeConfig` when the configuration asks for the capability [`ANNOTATIONS_CAP`]):
-    /// `{"proto", "first", "last"}` objects for the daemon.
-    pub memif_ports: Vec<Value>,
+    /// For the daemon's `NewPod`.
+    pub memif_ports: Vec<MemifPorts>,
     /// The whole configuration, as given (passed on to the IPAM plugin).
     pub raw: Value,
 }
@@ -93,7 +93,8 @@ pub const ANNOTATIONS_CAP: &str = "io.kubernetes.cri.pod-annotations";
 /// The pod annotation that asks for a memif: `tcp:4444-20000,udp:5353` (ranges or single
 /// ports, at most [`MAX_MEMIF_RANGES`]).
 pub const MEMIF_ANNOTATION: &str = "vectorlb.io/memif-ports";
-pub const MAX_MEMIF_RANGES: usize = 16;
+use vectorlb_wire::model::MemifPorts;
+pub use vectorlb_wire::model::MAX_MEMIF_RANGES;
 
 /// Parses the memif annotation's value into (protocol, first, last) ranges.
 pub fn memif_ports(v: &str) -> Result<Vec<(&'static str, u16, u16)>, String> {
@@ -155,7 +156,7 @@ impl NetConf {
             return Err(CniError::new(code::INVALID_CONFIG, format!("name: '{}' is not a network name (1 to 253 printable characters)", name.escape_debug()), ""));
         }
         let api = s("api")?.unwrap_or_else(|| DEFAULT_API.into());
-        if api.parse::<vectorlb_client::Target>().is_err() {
+        if api.parse::<vectorlb_wire::call::Target>().is_err() {
             return Err(CniError::new(code::INVALID_CONFIG, format!("api: '{api}' is not unix:PATH or ADDRESS:PORT"), ""));
         }
         let mtu = match o.get("mtu") {
@@ -199,7 +200,7 @@ impl NetConf {
             Some(Value::String(v)) => memif_ports(v)
                 .map_err(|e| CniError::new(code::INVALID_CONFIG, "the pod's memif annotation is invalid", e))?
                 .into_iter()
-                .map(|(proto, first, last)| serde_json::json!({"proto": proto, "first": first, "last": last}))
+                .map(|(proto, first, last)| MemifPorts { proto: proto.into(), first, last })
                 .collect(),
             Some(_) => return Err(CniError::new(code::INVALID_CONFIG, format!("{MEMIF_ANNOTATION}: not a string"), "")),
         };
@@ -339,7 +340,7 @@ mod tests {
         assert!(memif_ports(&many).unwrap_err().contains("more than"));
         let conf = |v: &str| format!(r#"{{"cniVersion":"1.1.0","name":"p","runtimeConfig":{{"{ANNOTATIONS_CAP}":{{"{MEMIF_ANNOTATION}":{v}}}}}}}"#);
         let c = NetConf::parse(conf("\"udp:5000-5001\"").as_bytes()).unwrap();
-        assert_eq!(c.memif_ports, vec![serde_json::json!({"proto": "udp", "first": 5000, "last": 5001})]);
+        assert_eq!(c.memif_ports, vec![MemifPorts { proto: "udp".into(), first: 5000, last: 5001 }]);
         for bad in ["\"tcp:9-1\"", "5", "\"tcp:1-99999\""] {
             assert_eq!(NetConf::parse(conf(bad).as_bytes()).unwrap_err().code, code::INVALID_CONFIG, "{bad}");
         }

@@ -292,7 +292,7 @@ fn pod_error(e: crate::pods::PodError) -> ApiError {
     let m = e.to_string();
     match e {
         P::Invalid(_) => ApiError::BadRequest(m),
-        P::NoNamespace(_) => ApiError::NotFound(m),
+        P::NoNamespace(_) => ApiError::NoNamespace(m),
         P::Conflict(_) => ApiError::Conflict(m),
         P::Unprocessable(_) => ApiError::Unprocessable(m),
         P::Io(_) => ApiError::Internal(m),
@@ -468,7 +468,7 @@ impl LbControl for Daemon {
     fn batch(&self, ops: Vec<BatchOp>) -> Result<u64, ApiError> {
         let ((), generation) = self.config.edit_generation(|c| {
             for (i, op) in ops.iter().enumerate() {
-                let at = |e: ApiError| ApiError::Unprocessable(format!("ops[{i}]: {e}"));
+                let at = |e: ApiError| ApiError::Op { index: i, error: Box::new(ApiError::Unprocessable(e.to_string())) };
                 match op {
                     BatchOp::Put(s) => {
                         let spec = new_service_spec(c, s).map_err(at)?;

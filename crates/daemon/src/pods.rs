@@ -28,6 +28,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use vectorlb_api::model::{is_container_id, is_ifname, MAX_CONTAINER_ID, MAX_IFNAME};
 use vectorlb_config::PodsSpec;
 use vectorlb_dpdk::Mbuf;
 use vectorlb_io::{Packet, PacketBuf, PacketMeta, PacketPool, RxQueue, TxQueue};
@@ -299,11 +300,11 @@ impl PodSet {
     /// Checks a request against the port: names, addresses inside the pod networks (one per
     /// family, not the network's own or the port's address), the MTU.
     pub fn check(&self, id: &str, ifname: &str, ips: &[IpAddr], mtu: u16) -> Result<(), PodError> {
-        if id.is_empty() || id.len() > 200 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) || id.starts_with('.') {
-            return Err(PodError::Invalid(format!("container_id: '{}' is not a container id (1..=200 bytes: letters, digits, '-', '_', '.')", id.escape_debug())));
+        if !is_container_id(id) {
+            return Err(PodError::Invalid(format!("container_id: '{}' is not a container id (1..={MAX_CONTAINER_ID} bytes: letters, digits, '-', '_', '.')", id.escape_debug())));
         }
-        if ifname.is_empty() || ifname.len() > 15 || !ifname.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) || ifname == "." || ifname == ".." {
-            return Err(PodError::Invalid(format!("ifname: '{}' is not an interface name (1..=15 bytes: letters, digits, '-', '_', '.')", ifname.escape_debug())));
+        if !is_ifname(ifname) {
+            return Err(PodError::Invalid(format!("ifname: '{}' is not an interface name (1..={MAX_IFNAME} bytes: letters, digits, '-', '_', '.')", ifname.escape_debug())));
         }
         if ips.is_empty() {
             return Err(PodError::Invalid("ips: a pod needs an address".into()));

@@ -1,9 +1,11 @@
-//! Errors as the APIs answer them: a status and `{"error": "..."}` whose message names the
-//! field at fault and says what would be accepted.
+//! Errors as the APIs answer them: a status and an [`ErrorBody`]: a message that names the
+//! field at fault and says what would be accepted, the kind of refusal for programs, and the
+//! failing operation of a batch.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+pub use vectorlb_wire::error::{ErrorBody, ErrorKind, OpError};
 
 /// Largest request body the API reads.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -35,6 +37,12 @@ pub enum ApiError {
     /// No token, or the wrong one, on an API that needs one (401).
     #[error("{0}")]
     Unauthorized(String),
+    /// A pod's network namespace that does not exist (404, its own kind: the sandbox is gone).
+    #[error("{0}")]
+    NoNamespace(String),
+    /// The operation `index` of a batch was refused for `error` (its status); nothing changed.
+    #[error("ops[{index}]: {error}")]
+    Op { index: usize, error: Box<ApiError> },
 }
 
 impl ApiError {
@@ -48,14 +56,41 @@ impl ApiError {
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::NoNamespace(_) => StatusCode::NOT_FOUND,
+            ApiError::Op { error, .. } => error.status(),
         }
+    }
+
+    /// What a program calling the API matches on.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ApiError::BadRequest(_) => ErrorKind::BadRequest,
+            ApiError::NotFound(_) => ErrorKind::NotFound,
+            ApiError::Conflict(_) => ErrorKind::Conflict,
+            ApiError::Unprocessable(_) => ErrorKind::Unprocessable,
+            ApiError::Unavailable(_) => ErrorKind::Unavailable,
+            ApiError::Internal(_) => ErrorKind::Internal,
+            ApiError::TooLarge => ErrorKind::TooLarge,
+            ApiError::Unauthorized(_) => ErrorKind::Unauthorized,
+            ApiError::NoNamespace(_) => ErrorKind::NoNamespace,
+            ApiError::Op { error, .. } => error.kind(),
+        }
+    }
+
+    /// The body sent.
+    pub fn body(&self) -> ErrorBody {
+        let op = match self {
+            ApiError::Op { index, error } => Some(OpError { index: *index, error: error.to_string() }),
+            _ => None,
+        };
+        ErrorBody { error: self.to_string(), kind: self.kind(), op }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let challenge = matches!(self, ApiError::Unauthorized(_));
-        let mut r = (self.status(), Json(serde_json::json!({ "error": self.to_string() }))).into_response();
+        let mut r = (self.status(), Json(self.body())).into_response();
         if challenge {
             r.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer realm=\"vectorlb\""));
             // A browser asks for the token as a password (any user name): the status page's

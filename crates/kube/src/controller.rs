@@ -10,6 +10,7 @@ use crate::desired::{self, DaemonSide, EndpointIn, PortIn, Problem, SliceIn, Svc
 use crate::ipam::{self, Family, Outcome, PoolIn, SvcIn};
 use crate::metrics::Metrics;
 use crate::program::{key_of, Daemon, Key};
+use crate::reason::Reason;
 use crate::watch::{spawn_reflector, WATCH_SECONDS};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
@@ -54,7 +55,7 @@ fn ns_name(o: &impl ResourceExt) -> String {
 impl Controller {
     /// Starts the reflectors; returns once each has listed its objects.
     pub async fn start(cfg: KubeConfig, client: Client, identity: &str, metrics: Arc<Metrics>, notify: Arc<Notify>) -> Result<Controller, String> {
-        let daemons = cfg.daemons.iter().cloned().map(Daemon::new).collect::<Result<Vec<_>, _>>()?;
+        let daemons = cfg.daemons.iter().cloned().map(Daemon::new).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
         let (services, w1) = reflector::store();
         let (slices, w2) = reflector::store();
         let (pools, w3) = reflector::store();
@@ -136,7 +137,7 @@ impl Controller {
             let ip = match alloc.services.get(&key) {
                 Some(Outcome::Assigned { ip, .. }) => Some(*ip),
                 Some(Outcome::Failed { reason, message }) => {
-                    problems.entry(key.clone()).or_default().push(Problem { reason: leak(reason), message: message.clone() });
+                    problems.entry(key.clone()).or_default().push(Problem { reason: *reason, message: message.clone() });
                     None
                 }
                 None => None,
@@ -209,7 +210,7 @@ impl Controller {
                             problems
                                 .entry(svc.clone())
                                 .or_default()
-                                .push(Problem { reason: "ProgramFailed", message: format!("daemon {} refused {} port {}: {why}", d.cfg.name, k.0.name(), k.2) });
+                                .push(Problem { reason: Reason::ProgramFailed, message: format!("daemon {} refused {} port {}: {why}", d.cfg.name, k.0.name(), k.2) });
                         }
                     }
                 }
@@ -277,7 +278,8 @@ impl Controller {
             Ok(_) => {
                 self.metrics.status_written();
                 if let Some(a) = ip {
-                    let ev = Event { type_: EventType::Normal, reason: "AddressAssigned".into(), note: Some(format!("{a}")), action: "Allocate".into(), secondary: None };
+                    let ev =
+                        Event { type_: EventType::Normal, reason: Reason::AddressAssigned.to_string(), note: Some(format!("{a}")), action: "Allocate".into(), secondary: None };
                     let _ = self.recorder.publish(&ev, &s.object_ref(&())).await;
                 }
             }
@@ -288,9 +290,15 @@ impl Controller {
     async fn write_pool_status(&mut self, p: &AddressPool, r: Option<&ipam::PoolReport>) {
         let Some(r) = r else { return };
         let cond = match &r.problem {
-            None => PoolCondition { type_: "Valid".into(), status: "True".into(), reason: "Valid".into(), message: String::new(), observed_generation: p.metadata.generation },
+            None => PoolCondition {
+                type_: "Valid".into(),
+                status: "True".into(),
+                reason: Reason::Valid.to_string(),
+                message: String::new(),
+                observed_generation: p.metadata.generation,
+            },
             Some((reason, message)) => {
-                PoolCondition { type_: "Valid".into(), status: "False".into(), reason: reason.clone(), message: message.clone(), observed_generation: p.metadata.generation }
+                PoolCondition { type_: "Valid".into(), status: "False".into(), reason: reason.to_string(), message: message.clone(), observed_generation: p.metadata.generation }
             }
         };
         let want = AddressPoolStatus { assigned: r.assigned, available: r.available, conditions: vec![cond] };
@@ -300,7 +308,7 @@ impl Controller {
                 tracing::warn!(pool = %p.name_any(), error = %e, "cannot write the status");
             }
         }
-        let problems: BTreeSet<(String, String)> = r.problem.iter().cloned().collect();
+        let problems: BTreeSet<(String, String)> = r.problem.iter().map(|(r, m)| (r.to_string(), m.clone())).collect();
         self.report(&format!("pool/{}", p.name_any()), &p.object_ref(&()), problems, "Validate").await;
     }
 
@@ -352,28 +360,12 @@ fn place(
                 problems
                     .entry(key.to_string())
                     .or_default()
-                    .push(Problem { reason: "PortClash", message: format!("{} port {} on {} is {other}'s", n.proto.name(), n.port, n.vip) });
+                    .push(Problem { reason: Reason::PortClash, message: format!("{} port {} on {} is {other}'s", n.proto.name(), n.port, n.vip) });
                 continue;
             }
             owner.insert(k, key.to_string());
             desired[i].insert(k, n);
         }
-    }
-}
-
-/// Event reasons are static in [`Problem`]; ipam's are owned strings of a small fixed set.
-fn leak(s: &str) -> &'static str {
-    match s {
-        "AddressNotInPool" => "AddressNotInPool",
-        "AddressInUse" => "AddressInUse",
-        "PortClash" => "PortClash",
-        "NoSuchPool" => "NoSuchPool",
-        "PoolNotValid" => "PoolNotValid",
-        "PoolNotAllowed" => "PoolNotAllowed",
-        "NoPool" => "NoPool",
-        "PoolExhausted" => "PoolExhausted",
-        "InvalidAddress" => "InvalidAddress",
-        _ => "AllocationFailed",
     }
 }
 

@@ -6,6 +6,7 @@
 //! connections (as kube-proxy does); anything else is left out.
 
 use crate::ipam::Family;
+use crate::reason::Reason;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use vectorlb_api::model::{HealthCheck, HealthKind, ModeName, NewBackend, NewService, OnDownName, Proto, SchedulerName, SynProxyName};
@@ -67,7 +68,7 @@ pub fn backend_address(a: &IpAddr) -> bool {
 /// A problem to report on the Service (an Event); the rest of it is still programmed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Problem {
-    pub reason: &'static str,
+    pub reason: Reason,
     pub message: String,
 }
 
@@ -130,7 +131,7 @@ fn health_check(kind: &str, interval: Option<&str>) -> Result<HealthCheck, Strin
 
 fn parse_settings(s: &SvcSpec, problems: &mut Vec<Problem>) -> Settings {
     let bad = |problems: &mut Vec<Problem>, k: &str, v: &str, allowed: &str| {
-        problems.push(Problem { reason: "InvalidAnnotation", message: format!("{ANN}{k}: '{v}' is not one of {allowed}; the default is used") })
+        problems.push(Problem { reason: Reason::InvalidAnnotation, message: format!("{ANN}{k}: '{v}' is not one of {allowed}; the default is used") })
     };
     let get = |k: &str| s.annotations.get(&format!("{ANN}{k}")).map(|v| v.trim().to_ascii_lowercase());
     let mode = match get("mode").as_deref() {
@@ -157,7 +158,8 @@ fn parse_settings(s: &SvcSpec, problems: &mut Vec<Problem>) -> Settings {
     };
     let scheduler = match (s.client_ip_affinity, named) {
         (true, Some(n)) if n != SchedulerName::Sh => {
-            problems.push(Problem { reason: "InvalidAnnotation", message: format!("sessionAffinity ClientIP needs source hashing; {ANN}scheduler '{}' is not used", n.name()) });
+            problems
+                .push(Problem { reason: Reason::InvalidAnnotation, message: format!("sessionAffinity ClientIP needs source hashing; {ANN}scheduler '{}' is not used", n.name()) });
             SchedulerName::Sh
         }
         (true, _) => SchedulerName::Sh,
@@ -177,7 +179,7 @@ fn parse_settings(s: &SvcSpec, problems: &mut Vec<Problem>) -> Settings {
         Some(k) => match health_check(&k, s.annotations.get(&format!("{ANN}health-interval")).map(String::as_str)) {
             Ok(h) => Some(h),
             Err(message) => {
-                problems.push(Problem { reason: "InvalidAnnotation", message });
+                problems.push(Problem { reason: Reason::InvalidAnnotation, message });
                 None
             }
         },
@@ -206,7 +208,7 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
     };
     if set.mode == ModeName::Fnat && laddrs.is_empty() {
         problems.push(Problem {
-            reason: "NoLocalAddress",
+            reason: Reason::NoLocalAddress,
             message: format!("full NAT needs a local address of the {} family on every daemon; one has none", if family == Family::V4 { "IPv4" } else { "IPv6" }),
         });
         return (out, problems);
@@ -218,8 +220,10 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
             "TCP" | "" => Proto::Tcp,
             "UDP" => Proto::Udp,
             other => {
-                problems
-                    .push(Problem { reason: "UnsupportedProtocol", message: format!("port {} ({other}): only TCP and UDP are load-balanced; this port is not served", p.port) });
+                problems.push(Problem {
+                    reason: Reason::UnsupportedProtocol,
+                    message: format!("port {} ({other}): only TCP and UDP are load-balanced; this port is not served", p.port),
+                });
                 continue;
             }
         };
@@ -246,7 +250,7 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
             refused.sort();
             refused.dedup();
             problems.push(Problem {
-                reason: "InvalidEndpoint",
+                reason: Reason::InvalidEndpoint,
                 message: format!("endpoints {refused:?}: loopback, link-local, unspecified or multicast addresses are never backends; left out"),
             });
         }
@@ -258,7 +262,7 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
         let synproxy = if proto == Proto::Tcp && matches!(set.mode, ModeName::Fnat | ModeName::Nat) { set.synproxy } else { SynProxyName::Off };
         if synproxy != set.synproxy {
             problems.push(Problem {
-                reason: "InvalidAnnotation",
+                reason: Reason::InvalidAnnotation,
                 message: format!("{ANN}synproxy: only TCP ports in fnat or nat mode use the SYN proxy; port {} goes without", p.port),
             });
         }
@@ -278,7 +282,7 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
         });
     }
     if !no_endpoints.is_empty() {
-        problems.push(Problem { reason: "NoEndpoints", message: format!("no serving endpoint for port {}: new connections are refused", no_endpoints.join(", ")) });
+        problems.push(Problem { reason: Reason::NoEndpoints, message: format!("no serving endpoint for port {}: new connections are refused", no_endpoints.join(", ")) });
     }
     problems.sort();
     problems.dedup();
@@ -326,7 +330,7 @@ mod tests {
         assert_eq!(w, vec![("10.1.0.101".into(), 8080, 1), ("10.1.0.102".into(), 8080, 0)]);
         assert_eq!(specs[1].backends.len(), 2);
         assert_eq!(specs[1].proto, Proto::Udp);
-        assert_eq!(problems.iter().map(|p| p.reason).collect::<Vec<_>>(), vec!["UnsupportedProtocol"]);
+        assert_eq!(problems.iter().map(|p| p.reason).collect::<Vec<_>>(), vec![Reason::UnsupportedProtocol]);
     }
 
     #[test]
@@ -340,7 +344,7 @@ mod tests {
         let (specs, problems) = build(&s, &slices, &daemon());
         let addrs: Vec<String> = specs[0].backends.iter().map(|b| b.addr.to_string()).collect();
         assert_eq!(addrs, ["10.1.0.101"], "a link-local (metadata service), loopback, unspecified or multicast endpoint became a backend");
-        assert!(problems.iter().any(|p| p.reason == "InvalidEndpoint" && p.message.contains("169.254.169.254")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.reason == Reason::InvalidEndpoint && p.message.contains("169.254.169.254")), "{problems:?}");
         for (a, ok) in [("fe80::1", false), ("::1", false), ("::ffff:10.0.0.1", false), ("ff02::1", false), ("2001:db8::5", true), ("10.244.1.5", true)] {
             assert_eq!(backend_address(&a.parse().unwrap()), ok, "{a}");
         }
@@ -355,7 +359,7 @@ mod tests {
         assert!(problems.is_empty());
         let (specs, problems) = build(&s, &[], &daemon());
         assert!(specs[0].backends.is_empty());
-        assert_eq!(problems[0].reason, "NoEndpoints");
+        assert_eq!(problems[0].reason, Reason::NoEndpoints);
     }
 
     #[test]
@@ -368,12 +372,12 @@ mod tests {
         let (specs, problems) = build(&s, &[], &daemon());
         assert_eq!((specs[0].mode, specs[0].scheduler, specs[0].synproxy), (ModeName::Nat, Some(SchedulerName::Sh), Some(SynProxyName::Off)));
         assert!(specs[0].local_addrs.is_empty());
-        let reasons: Vec<&str> = problems.iter().map(|p| p.reason).collect();
+        let reasons: Vec<&str> = problems.iter().map(|p| p.reason.as_str()).collect();
         assert!(reasons.contains(&"InvalidAnnotation") && reasons.contains(&"NoEndpoints"), "{problems:?}");
         s.annotations.insert("vectorlb.io/mode".into(), "bogus".into());
         let (specs, problems) = build(&s, &[], &DaemonSide::default());
         assert!(specs.is_empty(), "full NAT without a local address programs nothing");
-        assert!(problems.iter().any(|p| p.reason == "NoLocalAddress"));
+        assert!(problems.iter().any(|p| p.reason == Reason::NoLocalAddress));
         assert!(problems.iter().any(|p| p.message.contains("'bogus'")));
     }
 
@@ -386,7 +390,7 @@ mod tests {
         let h = specs.iter().find(|x| x.proto == Proto::Tcp).and_then(|x| x.health.clone()).expect("a check on the TCP port");
         assert_eq!((h.kind, h.path.as_deref(), h.interval_ms, h.timeout_ms, h.expect_status), (HealthKind::Http, Some("/Healthz"), Some(1500), Some(1000), Some(200)));
         assert!(specs.iter().find(|x| x.proto == Proto::Udp).is_some_and(|x| x.health.is_none()), "UDP ports are not checked by TCP or HTTP");
-        assert!(!problems.iter().any(|p| p.reason == "InvalidAnnotation"), "{problems:?}");
+        assert!(!problems.iter().any(|p| p.reason == Reason::InvalidAnnotation), "{problems:?}");
         for (k, v, want) in [
             ("health-check", "icmp", "is not tcp"),
             ("health-check", "http:healthz", "must start with /"),
@@ -397,7 +401,7 @@ mod tests {
             s.annotations.insert(format!("vectorlb.io/{k}"), v.into());
             let (specs, problems) = build(&s, &[], &daemon());
             assert!(specs.iter().all(|x| x.health.is_none()), "{k}={v}");
-            assert!(problems.iter().any(|p| p.reason == "InvalidAnnotation" && p.message.contains(want)), "{k}={v}: {problems:?}");
+            assert!(problems.iter().any(|p| p.reason == Reason::InvalidAnnotation && p.message.contains(want)), "{k}={v}: {problems:?}");
         }
     }
 }

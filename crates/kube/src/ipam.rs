@@ -2,6 +2,7 @@
 //! cluster. Every round allocates the whole cluster again from what the objects say, keeping
 //! each Service's address from its status, so a restarted controller changes no address.
 
+use crate::reason::Reason;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -130,7 +131,7 @@ pub struct SvcIn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolReport {
     /// None: valid; else (reason, message).
-    pub problem: Option<(String, String)>,
+    pub problem: Option<(Reason, String)>,
     pub assigned: u64,
     pub available: u64,
 }
@@ -144,7 +145,7 @@ pub enum Outcome {
     },
     /// (reason, message), for an Event.
     Failed {
-        reason: String,
+        reason: Reason,
         message: String,
     },
 }
@@ -174,15 +175,15 @@ impl Pool<'_> {
 /// Who uses an address: (sharing key, ports, service).
 type Users = Vec<(Option<String>, BTreeSet<(String, u16)>, String)>;
 
-fn fits(users: Option<&Users>, s: &SvcIn) -> Result<(), (String, String)> {
+fn fits(users: Option<&Users>, s: &SvcIn) -> Result<(), (Reason, String)> {
     let Some(users) = users else { return Ok(()) };
     let mine: BTreeSet<(String, u16)> = s.ports.iter().cloned().collect();
     for (key, ports, other) in users {
         if s.sharing.is_none() || key != &s.sharing {
-            return Err(("AddressInUse".into(), format!("the address is used by {other} (share it by giving both the same vectorlb.io/allow-shared-ip)")));
+            return Err((Reason::AddressInUse, format!("the address is used by {other} (share it by giving both the same vectorlb.io/allow-shared-ip)")));
         }
         if let Some((p, n)) = ports.intersection(&mine).next() {
-            return Err(("PortClash".into(), format!("{p} port {n} on this address is already {other}'s")));
+            return Err((Reason::PortClash, format!("{p} port {n} on this address is already {other}'s")));
         }
     }
     Ok(())
@@ -203,21 +204,21 @@ pub fn allocate(pools_in: &[PoolIn], svcs: &[SvcIn]) -> Allocation {
         for a in &p.addresses {
             match parse_range(a) {
                 Ok(r) => ranges.push(r),
-                Err(e) => problem = Some(("InvalidAddresses".to_string(), e)),
+                Err(e) => problem = Some((Reason::InvalidAddresses, e)),
             }
         }
         if problem.is_none() && ranges.is_empty() {
-            problem = Some(("InvalidAddresses".into(), "the pool has no addresses".into()));
+            problem = Some((Reason::InvalidAddresses, "the pool has no addresses".into()));
         }
         if problem.is_none() {
             'outer: for (i, r) in ranges.iter().enumerate() {
                 if ranges[..i].iter().any(|o| o.overlaps(r)) {
-                    problem = Some(("InvalidAddresses".into(), format!("'{}' overlaps another range of the pool", p.addresses[i])));
+                    problem = Some((Reason::InvalidAddresses, format!("'{}' overlaps another range of the pool", p.addresses[i])));
                     break;
                 }
                 for other in pools.iter().filter(|o| o.valid) {
                     if other.ranges.iter().any(|o| o.overlaps(r)) {
-                        problem = Some(("Overlap".into(), format!("'{}' overlaps pool {}, which is older; this pool is not used", p.addresses[i], other.input.name)));
+                        problem = Some((Reason::Overlap, format!("'{}' overlaps pool {}, which is older; this pool is not used", p.addresses[i], other.input.name)));
                         break 'outer;
                     }
                 }
@@ -277,9 +278,9 @@ fn pool_of(pools: &[Pool], s: &SvcIn, ip: &IpAddr) -> Option<String> {
 }
 
 fn assign(pools: &[Pool], used: &mut BTreeMap<IpAddr, Users>, s: &SvcIn) -> Outcome {
-    let fail = |reason: &str, message: String| Outcome::Failed { reason: reason.into(), message };
+    let fail = |reason: Reason, message: String| Outcome::Failed { reason, message };
     if let Some(v) = &s.invalid_request {
-        return fail("InvalidAddress", format!("requested address '{v}' is not an IP address"));
+        return fail(Reason::InvalidAddress, format!("requested address '{v}' is not an IP address"));
     }
     if let Some(ip) = s.requested {
         let Some(pool) = pool_of(pools, s, &ip) else {
@@ -288,18 +289,18 @@ fn assign(pools: &[Pool], used: &mut BTreeMap<IpAddr, Users>, s: &SvcIn) -> Outc
                 Some(p) if !p.valid => format!("pool {} holds it but is not valid", p.input.name),
                 Some(p) => format!("pool {} holds it but does not allow this Service (its namespaces, labels or the vectorlb.io/address-pool annotation)", p.input.name),
             };
-            return fail("AddressNotInPool", format!("requested address {ip}: {why}"));
+            return fail(Reason::AddressNotInPool, format!("requested address {ip}: {why}"));
         };
         return match fits(used.get(&ip), s) {
             Ok(()) => Outcome::Assigned { ip, pool },
-            Err((reason, m)) => fail(&reason, format!("requested address {ip}: {m}")),
+            Err((reason, m)) => fail(reason, format!("requested address {ip}: {m}")),
         };
     }
     if let Some(name) = &s.pool {
         match pools.iter().find(|p| &p.input.name == name) {
-            None => return fail("NoSuchPool", format!("address pool {name} (vectorlb.io/address-pool) does not exist")),
-            Some(p) if !p.valid => return fail("PoolNotValid", format!("address pool {name} is not valid")),
-            Some(p) if !p.allows(s) => return fail("PoolNotAllowed", format!("address pool {name} does not allow this Service (its namespaces or labels)")),
+            None => return fail(Reason::NoSuchPool, format!("address pool {name} (vectorlb.io/address-pool) does not exist")),
+            Some(p) if !p.valid => return fail(Reason::PoolNotValid, format!("address pool {name} is not valid")),
+            Some(p) if !p.allows(s) => return fail(Reason::PoolNotAllowed, format!("address pool {name} does not allow this Service (its namespaces or labels)")),
             _ => {}
         }
     }
@@ -335,9 +336,9 @@ fn assign(pools: &[Pool], used: &mut BTreeMap<IpAddr, Users>, s: &SvcIn) -> Outc
         }
     }
     if candidates.is_empty() {
-        fail("NoPool", "no valid address pool allows this Service (auto-assign pools, their namespaces and labels)".into())
+        fail(Reason::NoPool, "no valid address pool allows this Service (auto-assign pools, their namespaces and labels)".into())
     } else {
-        fail("PoolExhausted", format!("no free address in {}", candidates.iter().map(|p| p.input.name.as_str()).collect::<Vec<_>>().join(", ")))
+        fail(Reason::PoolExhausted, format!("no free address in {}", candidates.iter().map(|p| p.input.name.as_str()).collect::<Vec<_>>().join(", ")))
     }
 }
 
@@ -357,7 +358,7 @@ mod tests {
     fn ip(o: &Outcome) -> String {
         match o {
             Outcome::Assigned { ip, .. } => ip.to_string(),
-            Outcome::Failed { reason, .. } => reason.clone(),
+            Outcome::Failed { reason, .. } => reason.to_string(),
         }
     }
 
@@ -426,9 +427,9 @@ mod tests {
     fn the_younger_of_two_overlapping_pools_is_not_used() {
         let pools = [pool("new", "5", &["10.0.0.0/30"]), pool("old", "1", &["10.0.0.2-10.0.0.9"]), pool("bad", "1", &["10.0.0.300/32"])];
         let a = allocate(&pools, &[svc("x/s", "1", &[80])]);
-        assert_eq!(a.pools["new"].problem.as_ref().unwrap().0, "Overlap");
+        assert_eq!(a.pools["new"].problem.as_ref().unwrap().0, Reason::Overlap);
         assert!(a.pools["old"].problem.is_none());
-        assert_eq!(a.pools["bad"].problem.as_ref().unwrap().0, "InvalidAddresses");
+        assert_eq!(a.pools["bad"].problem.as_ref().unwrap().0, Reason::InvalidAddresses);
         assert_eq!(ip(&a.services["x/s"]), "10.0.0.2");
     }
 

@@ -17,6 +17,7 @@ pub mod ipam;
 pub mod leader;
 pub mod metrics;
 pub mod program;
+pub mod reason;
 pub mod watch;
 
 use std::path::PathBuf;

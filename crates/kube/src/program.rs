@@ -4,10 +4,12 @@
 
 use crate::config::DaemonRef;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::IpAddr;
 use std::time::Duration;
-use vectorlb_api::model::{Batch, BatchOp, NewBackend, NewService, Proto, SchedulerName, ServiceRef, ServiceStatus, SynProxyName};
-use vectorlb_client::{Method, Options, Request, Target};
+use vectorlb_api::model::{Batch, BatchDone, BatchOp, Health, NewBackend, NewService, Proto, SchedulerName, ServiceRef, ServiceStatus, SynProxyName};
+use vectorlb_wire::call::Method;
+use vectorlb_wire::{Api, CallError, ErrorKind};
 
 /// A service's key on a daemon.
 pub type Key = (Proto, IpAddr, u16);
@@ -18,11 +20,47 @@ pub fn key_of(s: &NewService) -> Key {
 
 /// Batches stay under the API's 1 MiB body limit.
 const MAX_BATCH_BYTES: usize = 768 * 1024;
+/// Batches sent in one round before the daemon is given up on (each refusal takes one
+/// operation out and sends the rest again).
+pub const MAX_ATTEMPTS: usize = 64;
 
-pub struct Daemon {
+/// What the controller needs of a daemon's API: the three calls it programs with. The daemon's
+/// HTTP API ([`Api`]) in production; a fake in the tests.
+pub trait Endpoint: Send + Sync {
+    /// `GET /v1/health` (its report also when it answers 503).
+    fn health(&self) -> impl Future<Output = Result<Health, CallError>> + Send;
+    /// `GET /v1/services`.
+    fn services(&self) -> impl Future<Output = Result<Vec<ServiceStatus>, CallError>> + Send;
+    /// `POST /v1/batch`: all or nothing.
+    fn batch(&self, b: &Batch) -> impl Future<Output = Result<BatchDone, CallError>> + Send;
+}
+
+impl Endpoint for Api {
+    async fn health(&self) -> Result<Health, CallError> {
+        self.get_also("/v1/health", &[503]).await
+    }
+    async fn services(&self) -> Result<Vec<ServiceStatus>, CallError> {
+        self.get("/v1/services").await
+    }
+    async fn batch(&self, b: &Batch) -> Result<BatchDone, CallError> {
+        self.call(Method::POST, "/v1/batch", Some(b)).await
+    }
+}
+
+/// Why a daemon could not be brought to what it should serve this round.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramError {
+    #[error("daemon {daemon}: {error}")]
+    Call { daemon: String, error: CallError },
+    #[error("daemon {daemon}: token_file {path}: {error}")]
+    Token { daemon: String, path: String, error: std::io::Error },
+    #[error("daemon {0}: more than {MAX_ATTEMPTS} batches refused in one round")]
+    TooManyRefused(String),
+}
+
+pub struct Daemon<E: Endpoint = Api> {
     pub cfg: DaemonRef,
-    target: Target,
-    token: Option<String>,
+    api: E,
     /// What the daemon serves, as last read or written; None: read it again.
     known: Option<BTreeMap<Key, NewService>>,
     /// The daemon's configuration generation that `known` is of.
@@ -34,18 +72,27 @@ pub struct Daemon {
 pub struct Report {
     pub put: usize,
     pub deleted: usize,
+    /// Batches sent.
+    pub batches: usize,
     /// Services the daemon refused: key → its message.
     pub refused: BTreeMap<Key, String>,
 }
 
-impl Daemon {
-    pub fn new(cfg: DaemonRef) -> Result<Daemon, String> {
-        let target: Target = cfg.api.parse().map_err(|e| format!("daemon {}: {e}", cfg.name))?;
+impl Daemon<Api> {
+    pub fn new(cfg: DaemonRef) -> Result<Daemon<Api>, ProgramError> {
         let token = match &cfg.token_file {
-            Some(p) => Some(std::fs::read_to_string(p).map_err(|e| format!("daemon {}: token_file {}: {e}", cfg.name, p.display()))?.trim().to_string()),
+            Some(p) => Some(std::fs::read_to_string(p).map_err(|error| ProgramError::Token { daemon: cfg.name.clone(), path: p.display().to_string(), error })?.trim().to_string()),
             None => None,
         };
-        Ok(Daemon { cfg, target, token, known: None, generation: None })
+        let mut api = Api::new(&cfg.api, token).map_err(|error| ProgramError::Call { daemon: cfg.name.clone(), error })?;
+        api.options.connect_timeout = Duration::from_secs(2);
+        Ok(Daemon::with(cfg, api))
+    }
+}
+
+impl<E: Endpoint> Daemon<E> {
+    pub fn with(cfg: DaemonRef, api: E) -> Daemon<E> {
+        Daemon { cfg, api, known: None, generation: None }
     }
 
     /// Forget what the daemon serves: the next round reads it again.
@@ -53,19 +100,13 @@ impl Daemon {
         self.known = None;
     }
 
-    async fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Result<(u16, Vec<u8>), String> {
-        let r = Request { method, path: path.into(), host: "vectorlb".into(), body, content_type: "application/json", bearer: self.token.clone() };
-        let o = Options { connect_timeout: Duration::from_secs(2), timeout: Duration::from_secs(30), max_body: 256 * 1024 * 1024, ..Options::default() };
-        let res = vectorlb_client::request(&self.target, &r, &o).await.map_err(|e| format!("daemon {} ({}): {e}", self.cfg.name, self.target))?;
-        Ok((res.status.as_u16(), res.body.to_vec()))
+    fn failed(&self, error: CallError) -> ProgramError {
+        ProgramError::Call { daemon: self.cfg.name.clone(), error }
     }
 
-    /// The daemon's configuration generation (from `/v1/health`, which answers 503 with the
-    /// same body when the daemon is unwell).
-    async fn generation_now(&self) -> Result<u64, String> {
-        let (_, body) = self.call(Method::GET, "/v1/health", None).await?;
-        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| format!("daemon {}: GET /v1/health: {e}", self.cfg.name))?;
-        v["generation"].as_u64().ok_or_else(|| format!("daemon {}: GET /v1/health: no generation", self.cfg.name))
+    /// The daemon's configuration generation.
+    async fn generation_now(&self) -> Result<u64, ProgramError> {
+        self.api.health().await.map(|h| h.generation).map_err(|e| self.failed(e))
     }
 
     /// Whether the daemon's configuration changed since it was last read or written here (the
@@ -86,33 +127,14 @@ impl Daemon {
 
     /// What the daemon serves, and the generation it is of (read first: a change in between
     /// makes the next check read again).
-    pub async fn fetch(&mut self) -> Result<BTreeMap<Key, NewService>, String> {
+    pub async fn fetch(&mut self) -> Result<BTreeMap<Key, NewService>, ProgramError> {
         self.generation = Some(self.generation_now().await?);
-        let (st, body) = self.call(Method::GET, "/v1/services", None).await?;
-        if st != 200 {
-            return Err(format!("daemon {}: GET /v1/services: {st} {}", self.cfg.name, String::from_utf8_lossy(&body)));
-        }
-        let list: Vec<ServiceStatus> = serde_json::from_slice(&body).map_err(|e| format!("daemon {}: GET /v1/services: {e}", self.cfg.name))?;
+        let list = self.api.services().await.map_err(|e| self.failed(e))?;
         let mut m = BTreeMap::new();
-        for s in list {
-            let Ok(vip) = s.vip.parse::<IpAddr>() else { continue };
-            let mut backends: Vec<NewBackend> = s.backends.iter().filter_map(|b| Some(NewBackend { addr: b.addr.parse().ok()?, port: b.port, weight: b.weight })).collect();
-            backends.sort_by_key(|b| (b.addr, b.port));
-            let n = NewService {
-                vip,
-                port: s.port,
-                proto: s.proto,
-                mode: s.mode,
-                scheduler: Some(s.scheduler),
-                table_size: s.table_size,
-                local_addrs: s.local_addrs.iter().filter_map(|a| a.parse().ok()).collect(),
-                peer_local_addrs: s.peer_local_addrs.iter().filter_map(|a| a.parse().ok()).collect(),
-                toa: s.toa,
-                synproxy: Some(s.synproxy),
-                health: s.health.clone(),
-                backends,
-            };
-            m.insert(key_of(&n), n);
+        for s in &list {
+            if let Some(n) = desired_of(s) {
+                m.insert(key_of(&n), n);
+            }
         }
         Ok(m)
     }
@@ -120,7 +142,7 @@ impl Daemon {
     /// Brings the daemon to `desired` for the services `owned` says are the controller's (its
     /// pools' addresses); others are left alone. `refresh`: read the daemon first even if
     /// nothing is known to have changed.
-    pub async fn converge(&mut self, desired: &BTreeMap<Key, NewService>, owned: &(dyn Fn(&IpAddr) -> bool + Sync), refresh: bool) -> Result<Report, String> {
+    pub async fn converge(&mut self, desired: &BTreeMap<Key, NewService>, owned: &(dyn Fn(&IpAddr) -> bool + Sync), refresh: bool) -> Result<Report, ProgramError> {
         if refresh || self.known.is_none() {
             self.known = None;
             self.known = Some(self.fetch().await?);
@@ -142,9 +164,9 @@ impl Daemon {
         let mut attempts = 0;
         while !ops.is_empty() {
             attempts += 1;
-            if attempts > 64 {
+            if attempts > MAX_ATTEMPTS {
                 self.known = None;
-                return Err(format!("daemon {}: too many refused operations", self.cfg.name));
+                return Err(ProgramError::TooManyRefused(self.cfg.name.clone()));
             }
             let mut chunk = Vec::new();
             let mut bytes = 0;
@@ -156,49 +178,41 @@ impl Daemon {
                 bytes += n;
                 chunk.push(ops.remove(0));
             }
-            let body = serde_json::to_vec(&Batch { ops: chunk.clone() }).expect("a batch serializes");
-            let (st, resp) = match self.call(Method::POST, "/v1/batch", Some(body)).await {
-                Ok(r) => r,
-                Err(e) => {
-                    self.known = None;
-                    return Err(e);
-                }
-            };
-            if st == 200 {
-                let done: Option<u64> = serde_json::from_slice::<serde_json::Value>(&resp).ok().and_then(|v| v["generation"].as_u64());
-                // Our own change: the generation to compare with next (a change by someone
-                // else in between is missed only until the next periodic read).
-                self.generation = done;
-                let known = self.known.as_mut().expect("read above");
-                for op in chunk {
-                    match op {
-                        BatchOp::Put(s) => {
-                            report.put += 1;
-                            known.insert(key_of(&s), s);
-                        }
-                        BatchOp::Delete(r) => {
-                            report.deleted += 1;
-                            known.remove(&(r.proto, r.vip, r.port));
+            report.batches += 1;
+            let batch = Batch { ops: chunk };
+            let refused = match self.api.batch(&batch).await {
+                Ok(done) => {
+                    // Our own change: the generation to compare with next (a change by someone
+                    // else in between is missed only until the next periodic read).
+                    self.generation = Some(done.generation);
+                    let known = self.known.as_mut().expect("read above");
+                    for op in batch.ops {
+                        match op {
+                            BatchOp::Put(s) => {
+                                report.put += 1;
+                                known.insert(key_of(&s), s);
+                            }
+                            BatchOp::Delete(r) => {
+                                report.deleted += 1;
+                                known.remove(&(r.proto, r.vip, r.port));
+                            }
                         }
                     }
+                    continue;
                 }
-                continue;
-            }
-            let msg = serde_json::from_slice::<serde_json::Value>(&resp)
-                .ok()
-                .and_then(|v| v["error"].as_str().map(str::to_string))
-                .unwrap_or_else(|| String::from_utf8_lossy(&resp).into_owned());
-            // "ops[i]: why" names the refused one.
-            let bad = msg.strip_prefix("ops[").and_then(|r| r.split_once(']')).and_then(|(i, _)| i.parse::<usize>().ok()).filter(|i| *i < chunk.len());
-            match (st, bad) {
-                (422 | 400 | 409, Some(i)) => {
-                    let op = chunk.remove(i);
-                    let k = match &op {
-                        BatchOp::Put(s) => key_of(s),
+                Err(e) => e,
+            };
+            // The body names the refused operation; one the daemon could not take is left out
+            // and the rest sent again.
+            let op = refused.refusal().and_then(|b| b.op.clone()).filter(|o| o.index < batch.ops.len());
+            match (refused.kind(), op) {
+                (Some(ErrorKind::Unprocessable | ErrorKind::BadRequest | ErrorKind::Conflict), Some(op)) => {
+                    let mut chunk = batch.ops;
+                    let k = match chunk.remove(op.index) {
+                        BatchOp::Put(s) => key_of(&s),
                         BatchOp::Delete(r) => (r.proto, r.vip, r.port),
                     };
-                    let why = msg.split_once("]: ").map(|(_, w)| w.to_string()).unwrap_or(msg);
-                    report.refused.insert(k, why);
+                    report.refused.insert(k, op.error);
                     // The rest goes again, first.
                     for op in chunk.into_iter().rev() {
                         ops.insert(0, op);
@@ -206,12 +220,34 @@ impl Daemon {
                 }
                 _ => {
                     self.known = None;
-                    return Err(format!("daemon {}: POST /v1/batch: {st} {msg}", self.cfg.name));
+                    return Err(self.failed(refused));
                 }
             }
         }
         Ok(report)
     }
+}
+
+/// A service as the daemon serves it, in the form the controller asks for it (`None`: a VIP
+/// that is no address, which the daemon never answers).
+pub fn desired_of(s: &ServiceStatus) -> Option<NewService> {
+    let vip = s.vip.parse::<IpAddr>().ok()?;
+    let mut backends: Vec<NewBackend> = s.backends.iter().filter_map(|b| Some(NewBackend { addr: b.addr.parse().ok()?, port: b.port, weight: b.weight })).collect();
+    backends.sort_by_key(|b| (b.addr, b.port));
+    Some(NewService {
+        vip,
+        port: s.port,
+        proto: s.proto,
+        mode: s.mode,
+        scheduler: Some(s.scheduler),
+        table_size: s.table_size,
+        local_addrs: s.local_addrs.iter().filter_map(|a| a.parse().ok()).collect(),
+        peer_local_addrs: s.peer_local_addrs.iter().filter_map(|a| a.parse().ok()).collect(),
+        toa: s.toa,
+        synproxy: Some(s.synproxy),
+        health: s.health.clone(),
+        backends,
+    })
 }
 
 /// Whether the daemon's service `h` is what `d` asks for (an unset table size is the daemon's
@@ -233,4 +269,248 @@ pub fn same(d: &NewService, h: &NewService) -> bool {
         && d.synproxy.unwrap_or(SynProxyName::Off) == h.synproxy.unwrap_or(SynProxyName::Off)
         && d.health == h.health
         && a == h.backends
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    use vectorlb_api::model::{BackendStatus, ModeName, Rates, ServiceStats, ServiceTimeouts};
+    use vectorlb_wire::{ErrorBody, OpError};
+
+    /// A daemon's API in memory: batches all or nothing, refusals that name the operation.
+    #[derive(Default)]
+    pub struct FakeDaemon {
+        pub state: Mutex<FakeState>,
+    }
+
+    #[derive(Default)]
+    pub struct FakeState {
+        pub services: BTreeMap<Key, NewService>,
+        pub generation: u64,
+        /// Puts of these are refused (422, the operation named).
+        pub refuse: BTreeSet<Key>,
+        /// The size of each batch's body, in bytes.
+        pub batches: Vec<usize>,
+        /// Answer nothing (a daemon that is restarting).
+        pub down: bool,
+    }
+
+    fn down() -> CallError {
+        CallError::Unreachable { target: "unix:/fake".into(), error: vectorlb_client::Error::Timeout(Duration::from_secs(2)) }
+    }
+
+    pub fn status_of(n: &NewService) -> ServiceStatus {
+        ServiceStatus {
+            vip: n.vip.to_string(),
+            port: n.port,
+            proto: n.proto,
+            mode: n.mode,
+            scheduler: n.scheduler.unwrap_or(SchedulerName::Wrr),
+            table_size: n.table_size,
+            local_addrs: n.local_addrs.iter().map(|a| a.to_string()).collect(),
+            peer_local_addrs: n.peer_local_addrs.iter().map(|a| a.to_string()).collect(),
+            toa: n.toa,
+            synproxy: n.synproxy.unwrap_or(SynProxyName::Off),
+            timeouts: ServiceTimeouts { syn: 5.0, established: 900.0, fin: 120.0, time_wait: 120.0, close: 10.0, udp: 300.0 },
+            health: n.health.clone(),
+            backends: n
+                .backends
+                .iter()
+                .map(|b| BackendStatus {
+                    addr: b.addr.to_string(),
+                    port: b.port,
+                    weight: b.weight,
+                    resolved: true,
+                    active_sessions: 0,
+                    packets: 0,
+                    bytes: 0,
+                    new_sessions: 0,
+                    rates: Rates::default(),
+                    health: None,
+                })
+                .collect(),
+            stats: ServiceStats::default(),
+        }
+    }
+
+    impl Endpoint for FakeDaemon {
+        async fn health(&self) -> Result<Health, CallError> {
+            let s = self.state.lock().unwrap();
+            if s.down {
+                return Err(down());
+            }
+            Ok(Health { status: "ok".into(), generation: s.generation, problems: Vec::new(), bgp: None })
+        }
+        async fn services(&self) -> Result<Vec<ServiceStatus>, CallError> {
+            let s = self.state.lock().unwrap();
+            if s.down {
+                return Err(down());
+            }
+            Ok(s.services.values().map(status_of).collect())
+        }
+        async fn batch(&self, b: &Batch) -> Result<BatchDone, CallError> {
+            let mut s = self.state.lock().unwrap();
+            if s.down {
+                return Err(down());
+            }
+            s.batches.push(serde_json::to_vec(b).unwrap().len());
+            for (i, op) in b.ops.iter().enumerate() {
+                if let BatchOp::Put(n) = op {
+                    if s.refuse.contains(&key_of(n)) {
+                        let error = format!("local_addrs: none of family {}", if n.vip.is_ipv4() { 4 } else { 6 });
+                        let body = ErrorBody { error: format!("ops[{i}]: {error}"), kind: ErrorKind::Unprocessable, op: Some(OpError { index: i, error }) };
+                        return Err(CallError::Refused { method: Method::POST, path: "/v1/batch".into(), status: 422, body });
+                    }
+                }
+            }
+            for op in &b.ops {
+                match op {
+                    BatchOp::Put(n) => {
+                        s.services.insert(key_of(n), n.clone());
+                    }
+                    BatchOp::Delete(r) => {
+                        s.services.remove(&(r.proto, r.vip, r.port));
+                    }
+                }
+            }
+            s.generation += 1;
+            Ok(BatchDone { applied: b.ops.len(), generation: s.generation })
+        }
+    }
+
+    pub fn service(vip: &str, port: u16, backends: usize) -> NewService {
+        NewService {
+            vip: vip.parse().unwrap(),
+            port,
+            proto: Proto::Tcp,
+            mode: ModeName::Fnat,
+            scheduler: Some(SchedulerName::Maglev),
+            table_size: None,
+            local_addrs: vec!["10.1.0.200".parse().unwrap()],
+            peer_local_addrs: Vec::new(),
+            toa: false,
+            synproxy: None,
+            health: None,
+            backends: (0..backends).map(|i| NewBackend { addr: format!("10.244.{}.{}", i / 250, i % 250 + 1).parse().unwrap(), port: 8080, weight: 1 }).collect(),
+        }
+    }
+
+    fn daemon() -> Daemon<FakeDaemon> {
+        let cfg = DaemonRef { name: "node-a".into(), api: "unix:/fake".into(), token_file: None, local_addrs: Vec::new(), peer_local_addrs: Vec::new() };
+        Daemon::with(cfg, FakeDaemon::default())
+    }
+
+    fn want(list: &[NewService]) -> BTreeMap<Key, NewService> {
+        list.iter().map(|n| (key_of(n), n.clone())).collect()
+    }
+
+    /// The controller's pool: 10.0.0.0/24.
+    fn pool(a: &IpAddr) -> bool {
+        matches!(a, IpAddr::V4(v) if v.octets()[..3] == [10, 0, 0])
+    }
+
+    #[tokio::test]
+    async fn converging_puts_what_is_missing_removes_its_own_leftovers_and_leaves_the_rest() {
+        let mut d = daemon();
+        {
+            let mut s = d.api.state.lock().unwrap();
+            for n in [service("10.0.0.1", 80, 2), service("10.0.0.2", 80, 2), service("192.0.2.9", 53, 1)] {
+                s.services.insert(key_of(&n), n);
+            }
+        }
+        let mut changed = service("10.0.0.2", 80, 3);
+        changed.scheduler = Some(SchedulerName::Wrr);
+        let desired = want(&[service("10.0.0.1", 80, 2), changed.clone(), service("10.0.0.3", 443, 1)]);
+        let r = d.converge(&desired, &pool, false).await.unwrap();
+        // 10.0.0.1 is right already; 10.0.0.2 changed and 10.0.0.3 is new; nothing is the
+        // pool's to remove, and 192.0.2.9 (the daemon's own file's) is not the controller's.
+        assert_eq!((r.put, r.deleted, r.batches), (2, 0, 1), "{r:?}");
+        let held: Vec<Key> = d.api.state.lock().unwrap().services.keys().copied().collect();
+        assert_eq!(held.len(), 4);
+        // The same again: nothing to send, and the daemon is not read again.
+        let r = d.converge(&desired, &pool, false).await.unwrap();
+        assert_eq!((r.put, r.deleted, r.batches), (0, 0, 0));
+        assert!(!d.changed().await, "our own batch's generation was kept");
+        // A Service gone: its leftover on the daemon goes, the foreign one stays.
+        let desired = want(&[service("10.0.0.1", 80, 2), changed]);
+        let r = d.converge(&desired, &pool, false).await.unwrap();
+        assert_eq!((r.put, r.deleted), (0, 1));
+        let held: BTreeSet<IpAddr> = d.api.state.lock().unwrap().services.keys().map(|k| k.1).collect();
+        assert_eq!(held, ["10.0.0.1", "10.0.0.2", "192.0.2.9"].iter().map(|a| a.parse().unwrap()).collect());
+    }
+
+    #[tokio::test]
+    async fn a_change_by_someone_else_is_read_again() {
+        let mut d = daemon();
+        let desired = want(&[service("10.0.0.1", 80, 2)]);
+        d.converge(&desired, &pool, false).await.unwrap();
+        // Someone removes it by hand (or the daemon restarts with its file): a new generation.
+        {
+            let mut s = d.api.state.lock().unwrap();
+            s.services.clear();
+            s.generation += 1;
+        }
+        assert!(d.changed().await);
+        let r = d.converge(&desired, &pool, false).await.unwrap();
+        assert_eq!(r.put, 1, "put back after the daemon was read again");
+    }
+
+    #[tokio::test]
+    async fn batches_are_split_under_the_body_limit() {
+        let mut d = daemon();
+        let list: Vec<NewService> = (0..600).map(|i| service(&format!("10.0.0.{}", i % 250 + 1), 1000 + i as u16, 60)).collect();
+        let r = d.converge(&want(&list), &pool, false).await.unwrap();
+        let batches = d.api.state.lock().unwrap().batches.clone();
+        assert_eq!(r.put, 600);
+        assert!(batches.len() >= 2, "600 services of 60 backends in one batch: {batches:?}");
+        assert!(batches.iter().all(|b| *b <= MAX_BATCH_BYTES + 64), "a batch over the limit: {batches:?}");
+        assert_eq!(d.api.state.lock().unwrap().services.len(), 600);
+    }
+
+    #[tokio::test]
+    async fn a_refused_operation_is_left_out_and_the_rest_applied() {
+        let mut d = daemon();
+        let bad = service("10.0.0.7", 80, 1);
+        d.api.state.lock().unwrap().refuse.insert(key_of(&bad));
+        let desired = want(&[service("10.0.0.1", 80, 1), bad.clone(), service("10.0.0.9", 80, 1)]);
+        let r = d.converge(&desired, &pool, false).await.unwrap();
+        assert_eq!((r.put, r.batches), (2, 2), "{r:?}");
+        assert_eq!(r.refused.get(&key_of(&bad)).map(String::as_str), Some("local_addrs: none of family 4"), "why, without the ops[i]");
+        assert!(!d.api.state.lock().unwrap().services.contains_key(&key_of(&bad)));
+        // Next round it is tried again (the daemon may take it by then), alone.
+        let r = d.converge(&desired, &pool, false).await.unwrap();
+        assert_eq!((r.put, r.batches, r.refused.len()), (0, 1, 1));
+    }
+
+    #[tokio::test]
+    async fn too_many_refusals_give_the_round_up_and_the_daemon_is_read_again() {
+        let mut d = daemon();
+        let list: Vec<NewService> = (0..(MAX_ATTEMPTS as u16 + 5)).map(|i| service("10.0.0.1", 1000 + i, 1)).collect();
+        d.api.state.lock().unwrap().refuse = list.iter().map(key_of).collect();
+        let e = d.converge(&want(&list), &pool, false).await.unwrap_err();
+        assert!(matches!(e, ProgramError::TooManyRefused(_)), "{e}");
+        assert_eq!(d.api.state.lock().unwrap().batches.len(), MAX_ATTEMPTS);
+        assert!(d.changed().await, "after giving up, what the daemon serves is read again");
+    }
+
+    #[tokio::test]
+    async fn a_daemon_that_does_not_answer_is_an_error_and_read_again_when_it_does() {
+        let mut d = daemon();
+        d.api.state.lock().unwrap().down = true;
+        let desired = want(&[service("10.0.0.1", 80, 1)]);
+        assert!(matches!(d.converge(&desired, &pool, false).await, Err(ProgramError::Call { .. })));
+        assert!(d.changed().await);
+        d.api.state.lock().unwrap().down = false;
+        assert_eq!(d.converge(&desired, &pool, false).await.unwrap().put, 1);
+    }
+
+    #[test]
+    fn what_the_daemon_serves_reads_back_as_what_was_asked() {
+        let mut n = service("2001:db8::1", 443, 3);
+        n.backends.reverse();
+        let back = desired_of(&status_of(&n)).unwrap();
+        assert!(same(&n, &back), "{n:?} / {back:?}");
+    }
 }

@@ -420,11 +420,14 @@ fn survives_garbage_packets_api_abuse_and_dead_backend() {
     let (s, v) = t.call("POST", "/v1/batch", Some(&batch));
     assert_eq!(s, 422, "{v}");
     assert!(v["error"].as_str().unwrap().starts_with("ops[1]: local_addrs"), "{v}");
+    // What a program matches on: the kind and the operation, not the message.
+    assert_eq!((v["kind"].as_str(), v["op"]["index"].as_u64()), (Some("unprocessable"), Some(1)), "{v}");
+    assert!(v["op"]["error"].as_str().unwrap().starts_with("local_addrs"), "{v}");
     assert_eq!(config_text(&t), before, "a refused batch changed nothing");
     let (s, v) =
         t.call("POST", "/v1/batch", Some(&json!({"ops": [{"put": {"vip": "10.0.0.201", "port": 80, "backends": [{"addr": "10.1.0.11", "port": 80, "weight": 7000000}]}}]})));
     assert_eq!(s, 400);
-    assert!(v["error"].as_str().unwrap().starts_with("ops[0].put.backends[0].weight"), "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("ops[0]: put.backends[0].weight"), "{v}");
     // Health checks through the API: no commands for callers, and the file's bounds.
     let put_health =
         |h: serde_json::Value| t.call("POST", "/v1/batch", Some(&json!({"ops": [{"put": {"vip": "10.0.0.201", "port": 80, "local_addrs": ["10.1.0.200"], "health": h}}]})));

@@ -1,5 +1,7 @@
-//! The API's request and response bodies. Every type here is part of the generated OpenAPI
-//! document (`crate::doc`), so the document cannot drift from what the server reads and writes.
+//! The control API's request and response bodies, and their limits. Every type here is part
+//! of the generated OpenAPI document (`vectorlb-api`), so the document cannot drift from what
+//! the server reads and writes; the CLI, the controller and the CNI plugin read and write the
+//! same types.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -83,11 +85,7 @@ pub mod int {
     }
 }
 
-/// A problem with a request: what was wrong, naming the field.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: String,
-}
+pub use crate::error::{ErrorBody, ErrorKind, OpError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -1004,14 +1002,42 @@ impl IntoParams for SessionQuery {
     }
 }
 
+/// Longest container id a pod's interface is attached for (the daemon names its state file
+/// after it and the interface name, within a file name's 255 bytes).
+pub const MAX_CONTAINER_ID: usize = 200;
+/// Longest interface name (the kernel's `IFNAMSIZ` less its terminating zero).
+pub const MAX_IFNAME: usize = 15;
+/// Most port ranges a pod's memif takes.
+pub const MAX_MEMIF_RANGES: usize = 16;
+
+/// Whether `id` is a container id the daemon attaches for.
+pub fn is_container_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_CONTAINER_ID && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) && !id.starts_with('.')
+}
+
+/// The path of one attached interface (`DELETE /v1/pods/{container_id}/{ifname}`). Bytes
+/// outside the names' alphabet are percent-encoded, so each stays one segment (and the daemon
+/// refuses the name).
+pub fn pod_path(container_id: &str, ifname: &str) -> String {
+    let enc = |s: &str| s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect::<String>();
+    format!("/v1/pods/{}/{}", enc(container_id), enc(ifname))
+}
+
+/// Whether `name` is an interface name the daemon creates.
+pub fn is_ifname(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_IFNAME && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) && name != "." && name != ".."
+}
+
 /// A pod's interface to attach (`POST /v1/pods`, the CNI plugin's ADD): a tun interface named
 /// `ifname` in the network namespace `netns`, with the addresses the IPAM plugin gave.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewPod {
-    /// The container runtime's id of the sandbox (1..=255 bytes: letters, digits, `-_.`).
+    /// The container runtime's id of the sandbox (1..=[`MAX_CONTAINER_ID`] bytes: letters,
+    /// digits, `-_.`, not starting with `.`).
     pub container_id: String,
-    /// The interface name inside the pod (1..=15 bytes).
+    /// The interface name inside the pod (1..=[`MAX_IFNAME`] bytes: letters, digits, `-_.`,
+    /// not `.` or `..`).
     pub ifname: String,
     /// The pod's network namespace (a path such as `/var/run/netns/NAME`).
     pub netns: String,
