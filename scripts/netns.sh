@@ -44,12 +44,13 @@ mkns() {
 }
 
 down() {
-    for n in cl rt lb lb1 lb2 lb3 sx sw be1 be2 be3; do
-        if ip netns list | grep -qw "$P-$n"; then
-            # Kill what runs inside (servers, the LB) before removing the namespace.
-            for pid in $(ip netns pids "$P-$n" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-            ip netns del "$P-$n" 2>/dev/null || true
-        fi
+    # Every namespace of this topology, those a test added (pods: $P-pod1, ...) too.
+    local n
+    for n in $(ip netns list | awk '{print $1}' | grep "^$P-"); do
+        # Kill what runs inside (servers, the LB) before removing the namespace: a process in
+        # a deleted namespace runs on, unreachable.
+        for pid in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+        ip netns del "$n" 2>/dev/null || true
     done
     rm -rf "/tmp/vectorlb-frr-$P"
 }

@@ -192,7 +192,7 @@ impl KubeConfig {
             if !names.insert(d.name.as_str()) {
                 return Err(format!("daemon '{}' is named twice", d.name));
             }
-            d.api.parse::<vectorlb_client::Target>().map_err(|e| format!("daemon '{}': {e}", d.name))?;
+            d.api.parse::<vectorlb_wire::call::Target>().map_err(|e| format!("daemon '{}': {e}", d.name))?;
         }
         if let Some(c) = &self.cluster_ips {
             if c.service_cidrs.is_empty() {
@@ -220,7 +220,7 @@ impl KubeConfig {
                 if !names.insert(p.name.as_str()) {
                     return Err(format!("gateway proxy '{}' is named twice", p.name));
                 }
-                p.admin.parse::<vectorlb_client::Target>().map_err(|e| format!("gateway proxy '{}': {e}", p.name))?;
+                p.admin.parse::<vectorlb_wire::call::Target>().map_err(|e| format!("gateway proxy '{}': {e}", p.name))?;
             }
         }
         if let Some(m) = &self.metrics {

@@ -24,7 +24,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
-use vectorlb_client::{Method, Options, Request, Target};
+use vectorlb_wire::call::Method;
+use vectorlb_wire::proxy::{ConfigApplied, ConfigDigest, StatsOut};
+use vectorlb_wire::{Api as WireApi, CallError};
 
 /// The address allocator's key of a Gateway (Services are `namespace/name`).
 pub fn ipam_key(ns_name: &str) -> String {
@@ -33,45 +35,33 @@ pub fn ipam_key(ns_name: &str) -> String {
 
 struct Proxy {
     cfg: ProxyRef,
-    target: Target,
-    token: Option<String>,
+    api: WireApi,
 }
 
 impl Proxy {
-    async fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Result<(u16, Vec<u8>), String> {
-        let r = Request { method, path: path.into(), host: "vectorlb-proxy".into(), body, content_type: "application/toml", bearer: self.token.clone() };
-        let o = Options { connect_timeout: Duration::from_secs(2), timeout: Duration::from_secs(30), max_body: 64 * 1024 * 1024, ..Options::default() };
-        let res = vectorlb_client::request(&self.target, &r, &o).await.map_err(|e| format!("proxy {} ({}): {e}", self.cfg.name, self.target))?;
-        Ok((res.status.as_u16(), res.body.to_vec()))
+    fn failed(&self, e: CallError) -> String {
+        format!("proxy {}: {e}", self.cfg.name)
     }
 
     /// Makes it serve `text` unless it already does. Its digest is asked every round (a small
     /// request): a proxy replaced or restarted without its file is programmed again at once.
     async fn converge(&self, text: &str) -> Result<bool, String> {
         let want = vectorlb_http::text_digest(text);
-        let (st, body) = self.call(Method::GET, "/v1/config", None).await?;
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-        if st == 200 && v["digest"].as_str() == Some(want.as_str()) {
+        let have: ConfigDigest = self.api.get("/v1/config").await.map_err(|e| self.failed(e))?;
+        if have.digest == want {
             return Ok(false);
         }
-        let (st, body) = self.call(Method::PUT, "/v1/config", Some(text.as_bytes().to_vec())).await?;
-        if st != 200 {
-            return Err(format!("proxy {} refused the configuration ({st}): {}", self.cfg.name, String::from_utf8_lossy(&body)));
-        }
+        let _: ConfigApplied = self.api.send_text(Method::PUT, "/v1/config", text.as_bytes().to_vec(), "application/toml").await.map_err(|e| self.failed(e))?;
         Ok(true)
     }
 
     /// Its Gateway listeners' proxy ports: (Gateway, listener port) → port.
     async fn ports(&self) -> Result<BTreeMap<(String, u16), u16>, String> {
-        let (st, body) = self.call(Method::GET, "/v1/stats", None).await?;
-        if st != 200 {
-            return Err(format!("proxy {}: GET /v1/stats: {st}", self.cfg.name));
-        }
-        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| format!("proxy {}: GET /v1/stats: {e}", self.cfg.name))?;
+        let stats: StatsOut = self.api.get("/v1/stats").await.map_err(|e| self.failed(e))?;
         let mut out = BTreeMap::new();
-        for l in v["listeners"].as_array().into_iter().flatten() {
-            let (Some(name), Some(addr)) = (l["name"].as_str(), l["address"].as_str().and_then(|a| a.parse::<SocketAddr>().ok())) else { continue };
-            if let Some((gw, port)) = name.strip_prefix("gw:").and_then(|n| n.rsplit_once(':')) {
+        for l in &stats.listeners {
+            let Ok(addr) = l.address.parse::<SocketAddr>() else { continue };
+            if let Some((gw, port)) = l.name.strip_prefix("gw:").and_then(|n| n.rsplit_once(':')) {
                 if let Ok(p) = port.parse::<u16>() {
                     out.insert((gw.to_string(), p), addr.port());
                 }
@@ -104,12 +94,14 @@ impl GatewayCtl {
         let base = std::fs::read_to_string(&cfg.base_file).map_err(|e| format!("gateway.base_file {}: {e}", cfg.base_file.display()))?;
         let mut proxies = Vec::new();
         for p in &cfg.proxies {
-            let target: Target = p.admin.parse().map_err(|e| format!("gateway proxy {}: {e}", p.name))?;
             let token = match &p.token_file {
                 Some(f) => Some(std::fs::read_to_string(f).map_err(|e| format!("gateway proxy {}: token_file {}: {e}", p.name, f.display()))?.trim().to_string()),
                 None => None,
             };
-            proxies.push(Proxy { cfg: p.clone(), target, token });
+            let mut api = WireApi::new(&p.admin, token).map_err(|e| format!("gateway proxy {}: {e}", p.name))?;
+            api.options.connect_timeout = Duration::from_secs(2);
+            api.options.max_body = 64 << 20;
+            proxies.push(Proxy { cfg: p.clone(), api });
         }
         let wc = watcher::Config::default().timeout(WATCH_SECONDS);
         let (classes, w1) = reflector::store();

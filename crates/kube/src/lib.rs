@@ -333,10 +333,12 @@ mod tests {
     use std::sync::Mutex;
     use tokio::time::Instant;
 
-    /// Records each round: when, and who held the Lease then.
+    /// Each round: when, and who held the Lease then.
+    type Rounds = Arc<Mutex<Vec<(Instant, Option<String>)>>>;
+
     struct FakeCtl {
         store: Arc<MemLease>,
-        rounds: Arc<Mutex<Vec<(Instant, Option<String>)>>>,
+        rounds: Rounds,
         invalidated: usize,
         /// As the controller's daemons: unknown after `invalidate`, until a round reads them.
         stale: bool,
@@ -357,7 +359,7 @@ mod tests {
         }
     }
 
-    fn setup() -> (Arc<MemLease>, FakeCtl, Arc<Mutex<Vec<(Instant, Option<String>)>>>) {
+    fn setup() -> (Arc<MemLease>, FakeCtl, Rounds) {
         let store = Arc::new(MemLease::default());
         let rounds = Arc::new(Mutex::new(Vec::new()));
         (store.clone(), FakeCtl { store, rounds: rounds.clone(), invalidated: 0, stale: false }, rounds)

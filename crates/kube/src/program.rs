@@ -298,7 +298,7 @@ pub(crate) mod tests {
     }
 
     fn down() -> CallError {
-        CallError::Unreachable { target: "unix:/fake".into(), error: vectorlb_client::Error::Timeout(Duration::from_secs(2)) }
+        CallError::Unreachable { target: "unix:/fake".into(), error: vectorlb_wire::call::ClientError::Timeout(Duration::from_secs(2)) }
     }
 
     pub fn status_of(n: &NewService) -> ServiceStatus {
@@ -361,7 +361,7 @@ pub(crate) mod tests {
                     if s.refuse.contains(&key_of(n)) {
                         let error = format!("local_addrs: none of family {}", if n.vip.is_ipv4() { 4 } else { 6 });
                         let body = ErrorBody { error: format!("ops[{i}]: {error}"), kind: ErrorKind::Unprocessable, op: Some(OpError { index: i, error }) };
-                        return Err(CallError::Refused { method: Method::POST, path: "/v1/batch".into(), status: 422, body });
+                        return Err(CallError::Refused { method: Method::POST, path: "/v1/batch".into(), status: 422, body: Box::new(body) });
                     }
                 }
             }

@@ -14,21 +14,10 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Serialize;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-#[derive(Serialize)]
-pub struct HistogramOut {
-    pub count: u64,
-    pub sum: f64,
-    pub p50: Option<f64>,
-    pub p90: Option<f64>,
-    pub p99: Option<f64>,
-    /// (upper bound, cumulative count); the last bound is +Inf, written as null.
-    pub buckets: Vec<(Option<f64>, u64)>,
-}
+pub use vectorlb_wire::proxy::*;
 
 impl From<&Histogram> for HistogramOut {
     fn from(h: &Histogram) -> HistogramOut {
@@ -41,22 +30,6 @@ impl From<&Histogram> for HistogramOut {
             buckets: h.buckets().into_iter().map(|(b, c)| (b.is_finite().then_some(b), c)).collect(),
         }
     }
-}
-
-#[derive(Serialize)]
-pub struct TlsOut {
-    pub provider: String,
-    pub fallback_reason: Option<String>,
-    pub handshakes: u64,
-    pub handshake_failures: u64,
-    pub handshake_timeouts: u64,
-    pub handshake_seconds: HistogramOut,
-    pub offloaded: u64,
-    pub offload_failures: u64,
-    pub rsa_queue_sizes: HistogramOut,
-    pub ecdsa_queue_sizes: HistogramOut,
-    pub key_op_fallbacks: u64,
-    pub failed_checks: u64,
 }
 
 impl From<&TlsStats> for TlsOut {
@@ -79,92 +52,12 @@ impl From<&TlsStats> for TlsOut {
     }
 }
 
-#[derive(Serialize)]
-pub struct ListenerOut {
-    pub name: String,
-    pub address: String,
-    pub requests: u64,
-    /// Connections accepted; closed by a limit or a deadline, by cause.
-    pub connections: u64,
-    pub refused: u64,
-    pub evicted: u64,
-    pub header_timeouts: u64,
-    pub idle_closed: u64,
-    pub body_timeouts: u64,
-    pub send_timeouts: u64,
-    pub reset_budget_exceeded: u64,
-    /// Requests answered 400 or 408 for the client's own fault.
-    pub client_errors: u64,
-    pub tls: Option<TlsOut>,
-}
-
-#[derive(Serialize)]
-pub struct EndpointOut {
-    pub address: String,
-    pub weight: u32,
-    pub healthy: bool,
-    pub health_checks: u64,
-    pub health_failures: u64,
-    pub requests: u64,
-    pub connect_failures: u64,
-    pub errors: u64,
-    pub queue_timeouts: u64,
-    /// Of those, requests whose own client connection held its `client_share`.
-    pub share_timeouts: u64,
-    pub send_timeouts: u64,
-    pub read_timeouts: u64,
-    /// Connections open to it now (idle ones included) and requests in flight; its cap
-    /// (one per address, whichever clusters and reloads name it).
-    pub connections: usize,
-    pub in_flight: usize,
-    pub max_connections: usize,
-}
-
-#[derive(Serialize)]
-pub struct ClusterOut {
-    pub name: String,
-    pub endpoints: Vec<EndpointOut>,
-}
-
-#[derive(Serialize)]
-pub struct DispatchClassOut {
-    pub name: String,
-    pub share: u32,
-    pub depth: usize,
-    pub submitted: u64,
-    pub served: u64,
-    pub rejected_full: u64,
-    pub expired: u64,
-    pub panicked: u64,
-    pub wait_seconds: HistogramOut,
-    pub run_seconds: HistogramOut,
-}
-
-#[derive(Serialize)]
-pub struct DispatchWorkerOut {
-    pub items: u64,
-    pub busy_seconds: f64,
-}
-
-#[derive(Serialize)]
-pub struct DispatchOut {
-    pub mode: &'static str,
-    /// `software`, or `eventdev` (then `eventdev` names the device).
-    pub backend: &'static str,
-    pub eventdev: Option<String>,
-    pub classes: Vec<DispatchClassOut>,
-    pub workers: Vec<DispatchWorkerOut>,
-    /// Items the eventdev backend handed to an idle thread without the device (nothing else
-    /// was pending); 0 with the software queue.
-    pub handoffs: u64,
-}
-
 fn dispatch_out(d: &crate::dispatch::Dispatcher) -> DispatchOut {
     let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let depths = d.depths();
     DispatchOut {
-        mode: d.config().mode.name(),
-        backend: d.config().backend.name(),
+        mode: d.config().mode.name().into(),
+        backend: d.config().backend.name().into(),
         eventdev: match &d.config().backend {
             crate::dispatch::Backend::Eventdev(dev) => Some(dev.clone()),
             crate::dispatch::Backend::Software => None,
@@ -191,50 +84,6 @@ fn dispatch_out(d: &crate::dispatch::Dispatcher) -> DispatchOut {
         workers: d.worker_stats().iter().map(|w| DispatchWorkerOut { items: n(&w.items), busy_seconds: n(&w.busy_ns) as f64 / 1e9 }).collect(),
         handoffs: d.handoffs(),
     }
-}
-
-#[derive(Serialize)]
-pub struct StatsOut {
-    pub uptime_seconds: f64,
-    pub reloads: u64,
-    pub reload_failures: u64,
-    pub last_reload_error: Option<String>,
-    pub workers: usize,
-    /// Client connections open now, and their limit over all listeners.
-    pub client_connections: usize,
-    pub max_client_connections: usize,
-    /// Request bodies buffered now (`request_buffer`), in bytes, and their limit.
-    pub buffered_bytes: usize,
-    pub buffer_memory: usize,
-    pub listeners: Vec<ListenerOut>,
-    pub clusters: Vec<ClusterOut>,
-    /// The dispatch pool (with `static` routes or a `[dispatch]` section).
-    pub dispatch: Option<DispatchOut>,
-    /// Ephemeral X25519 key pairs of the process's TLS key exchanges.
-    pub x25519_keypairs: KeyPairsOut,
-    /// Their shared secrets.
-    pub x25519_secrets: SecretsOut,
-}
-
-#[derive(Serialize)]
-pub struct SecretsOut {
-    /// Computed ahead, up to eight in one crypto_mb call (crate::kexstream).
-    pub batched: u64,
-    /// Computed by BoringSSL.
-    pub single: u64,
-    /// crypto_mb calls that computed the batched ones.
-    pub batches: u64,
-}
-
-#[derive(Serialize)]
-pub struct KeyPairsOut {
-    /// Made eight at a time with crypto_mb (`cryptomb` provider; crate::keyshare).
-    pub batches_on: bool,
-    /// Why they are off where the `cryptomb` provider asked for them.
-    pub batches_off_reason: Option<String>,
-    pub batched: u64,
-    /// Made one at a time (BoringSSL's way).
-    pub single: u64,
 }
 
 pub fn stats(p: &Proxy) -> StatsOut {
@@ -522,29 +371,29 @@ async fn get_metrics(State(c): P) -> impl IntoResponse {
 
 /// `POST /v1/reload`: as SIGHUP; 200 when the new file is served, 400 naming the problem
 /// when it is refused (the running configuration stays).
-async fn post_reload(State(c): P) -> Result<Json<serde_json::Value>, vectorlb_http::ApiError> {
+async fn post_reload(State(c): P) -> Result<Json<Reloaded>, vectorlb_http::ApiError> {
     match c.reload().await {
-        Ok(()) => Ok(Json(serde_json::json!({ "reloaded": true }))),
+        Ok(()) => Ok(Json(Reloaded { reloaded: true })),
         Err(e) => Err(vectorlb_http::ApiError::BadRequest(e)),
     }
 }
 
 /// `PUT /v1/config`: the whole configuration (TOML) in the body, served as a reload serves
 /// the file and kept in the file; 400 naming the problem when refused (nothing changes).
-async fn put_config(State(c): P, body: String) -> Result<Json<serde_json::Value>, vectorlb_http::ApiError> {
+async fn put_config(State(c): P, body: String) -> Result<Json<ConfigApplied>, vectorlb_http::ApiError> {
     match c.put_config(body).await {
-        Ok(()) => Ok(Json(serde_json::json!({ "applied": true, "digest": c.config_digest() }))),
+        Ok(()) => Ok(Json(ConfigApplied { applied: true, digest: c.config_digest() })),
         Err(e) => Err(vectorlb_http::ApiError::BadRequest(e)),
     }
 }
 
 /// `GET /v1/config`: the digest of the configuration in force (not its text: it may hold keys).
-async fn get_config(State(c): P) -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "digest": c.config_digest() }))
+async fn get_config(State(c): P) -> Json<ConfigDigest> {
+    Json(ConfigDigest { digest: c.config_digest() })
 }
 
-async fn get_health() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+async fn get_health() -> Json<ProxyHealth> {
+    Json(ProxyHealth { status: "ok".into() })
 }
 
 /// The largest configuration `PUT /v1/config` takes (inline certificates included).

@@ -137,7 +137,8 @@ pub struct Topo {
     pub p: String,
     pub dir: PathBuf,
     pub shape: Shape,
-    children: Vec<Child>,
+    /// Processes the test started; killed with the topology.
+    pub children: Vec<Child>,
     lb: Option<Child>,
     /// Held while the topology exists (tests that build topologies run one at a time); the
     /// second node of a test that holds it already ([`Topo::another`]) has none.
@@ -429,6 +430,18 @@ impl Drop for Topo {
         let script = repo().join("scripts/netns.sh");
         let _ = Command::new(script).args(["down", &self.p]).status();
     }
+}
+
+/// Removes a network namespace a test made, after killing every process inside it (a process
+/// in a deleted namespace runs on, unreachable, after the test).
+pub fn remove_netns(name: &str) {
+    if let Ok(o) = Command::new("ip").args(["netns", "pids", name]).output() {
+        for pid in String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            // SAFETY: kill(2) on a pid read just now from the namespace; at worst it is gone.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    let _ = Command::new("ip").args(["netns", "del", name]).output();
 }
 
 /// Counts per backend name from a probe's "backends" object.

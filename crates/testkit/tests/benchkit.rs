@@ -92,7 +92,7 @@ fn generator_sends_and_receives_jumbo_frames_on_af_packet() {
     struct Del(&'static str);
     impl Drop for Del {
         fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", self.0]).output();
+            vectorlb_testkit::remove_netns(self.0);
         }
     }
     let _del = Del(ns);

@@ -369,3 +369,134 @@ fn the_benchmark_page_is_what_the_report_writes() {
     }
     assert_eq!(page.lines().count(), written.lines().count(), "docs/benchmarks.md and the report's page differ in length");
 }
+
+/// Files of the product (not the tools, the test kit or the benchmarks) that may call the HTTP
+/// client directly, and why. Every other call between our binaries goes through
+/// `vectorlb_wire::Api`, which takes and returns only wire types.
+const DIRECT_CLIENT: &[(&str, &str)] = &[
+    ("crates/wire/src/call.rs", "the typed call itself"),
+    ("crates/daemon/src/health.rs", "health checks of backends, which are not ours"),
+    ("crates/vectorlb/src/ctl.rs", "`ctl --raw`: the operator's own request, passed through as given"),
+];
+
+/// The servers of our APIs: their bodies are wire types, never JSON built by hand.
+const API_SERVERS: &[&str] = &["crates/api/src", "crates/http/src/error.rs", "crates/daemon/src/control_api.rs", "crates/proxy/src/admin.rs"];
+
+fn product_sources() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(root().join("crates")).unwrap() {
+        let dir = dir.unwrap().path();
+        let krate = dir.file_name().unwrap().to_string_lossy().to_string();
+        if ["tools", "testkit", "bench", "client"].contains(&krate.as_str()) {
+            continue;
+        }
+        let Ok(files) = std::fs::read_dir(dir.join("src")) else { continue };
+        for f in files {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|e| e == "rs") {
+                let rel = f.strip_prefix(root()).unwrap().to_string_lossy().to_string();
+                out.push((rel, code_of(&std::fs::read_to_string(&f).unwrap())));
+            }
+        }
+    }
+    out
+}
+
+/// What breaks the contract in `code` (a file of `path`), if anything.
+fn contract_problems(path: &str, code: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let direct = ["vectorlb_client::request(", "vectorlb_client::request_blocking(", "request_blocking(&", "vectorlb_client::Request {", "vectorlb_client::{"];
+    if !DIRECT_CLIENT.iter().any(|(p, _)| *p == path) {
+        for d in direct {
+            if code.contains(d) {
+                problems.push(format!("{path}: calls the HTTP client directly (`{d}`); call through vectorlb_wire::Api with wire types"));
+            }
+        }
+    }
+    if API_SERVERS.iter().any(|s| path.starts_with(s)) {
+        for u in ["json!(", "serde_json::Value", "Json<Value>"] {
+            if code.contains(u) {
+                problems.push(format!("{path}: an API server builds or reads untyped JSON (`{u}`); answer with a wire type"));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn no_body_between_our_binaries_is_untyped_json() {
+    let sources = product_sources();
+    assert!(sources.len() > 100, "the product's sources were not found ({})", sources.len());
+    let mut problems = Vec::new();
+    for (path, code) in &sources {
+        problems.extend(contract_problems(path, code));
+    }
+    for (p, _) in DIRECT_CLIENT {
+        assert!(
+            sources.iter().any(|(s, c)| s == p && (c.contains("request(") || c.contains("request_blocking("))),
+            "DIRECT_CLIENT lists {p}, which no longer calls the client: remove it"
+        );
+    }
+    assert!(problems.is_empty(), "the contract between our binaries:\n  {}", problems.join("\n  "));
+}
+
+#[test]
+fn the_contract_check_sees_what_it_forbids() {
+    assert_eq!(contract_problems("crates/kube/src/x.rs", "let r = vectorlb_client::request(&t, &r, &o).await;").len(), 1);
+    assert!(contract_problems(
+        "crates/kube/src/x.rs",
+        &code_of("// vectorlb_client::request(&t)\n#[cfg(test)]\nmod t {\n    fn f() { vectorlb_client::request(&t, &r, &o); }\n}\n")
+    )
+    .is_empty());
+    assert_eq!(contract_problems("crates/proxy/src/admin.rs", "Json(serde_json::json!({\"ok\": true}))").len(), 1);
+    assert!(contract_problems("crates/kube/src/controller.rs", "Patch::Merge(&json!({\"status\": s}))").is_empty(), "kube-apiserver's objects are not our contract");
+}
+
+/// The layer diagram of docs/architecture.md: rows from the binaries down to the leaves.
+fn layers() -> Vec<(String, Vec<String>)> {
+    let doc = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    let start = doc.find("<!-- layers -->").expect("docs/architecture.md: the layer diagram is marked <!-- layers -->");
+    let block = &doc[start..];
+    let body = block.split("```").nth(1).expect("the layer diagram's code block");
+    body.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let l = l.trim();
+            let (row, rest) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
+            let crates = rest.split('·').map(|c| c.split_whitespace().next().unwrap_or("").to_string()).filter(|c| !c.is_empty()).collect();
+            (row.to_string(), crates)
+        })
+        .collect()
+}
+
+#[test]
+fn the_layer_diagram_holds_every_crate_and_every_edge_points_down() {
+    let graph = metadata();
+    let rows = layers();
+    let short = |c: &str| c.strip_prefix("vectorlb-").unwrap_or(c).to_string();
+    let mut row_of = BTreeMap::new();
+    let mut problems = Vec::new();
+    // Rows are listed from the top: a higher row has a lower index.
+    for (i, (row, crates)) in rows.iter().enumerate() {
+        for c in crates {
+            if row_of.insert(short(c), (i, row.clone())).is_some() {
+                problems.push(format!("{c} is in two rows"));
+            }
+        }
+    }
+    for name in graph.keys() {
+        if !row_of.contains_key(name) {
+            problems.push(format!("vectorlb-{name} is in no row of the layer diagram"));
+        }
+    }
+    for (name, deps) in &graph {
+        let Some((i, row)) = row_of.get(name) else { continue };
+        for d in deps {
+            let Some((j, drow)) = row_of.get(d) else { continue };
+            if j <= i {
+                problems.push(format!("vectorlb-{name} ({row}) uses vectorlb-{d} ({drow}): dependencies only point to lower rows"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "docs/architecture.md's layer diagram against cargo metadata:\n  {}", problems.join("\n  "));
+}

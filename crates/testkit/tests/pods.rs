@@ -147,7 +147,7 @@ impl PodNet {
 impl Drop for PodNet {
     fn drop(&mut self) {
         for p in &self.pods {
-            let _ = Command::new("ip").args(["netns", "del", p]).output();
+            vectorlb_testkit::remove_netns(p);
         }
     }
 }
@@ -320,7 +320,7 @@ fn serve(n: &mut PodNet, i: usize) {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::mem::forget(c);
+        n.t.children.push(c);
     }
 }
 

@@ -1,8 +1,15 @@
 //! `vectorlb ctl`: the API's command line, with verbs and a listing that feel like ipvsadm.
 
 use clap::Args;
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::net::{IpAddr, SocketAddr};
+use vectorlb_wire::call::Method;
+use vectorlb_wire::model::{
+    BackendPatch, BgpStatus, Created, Deleted, DrainChange, HaChange, HaChanged, HaStatus, Health, ModeName, Neighbor, NewBackend, NewService, PortStatus, Rates, Reloaded, Saved,
+    ServicePatch, ServiceStatus, SessionPage, Stats, SynProxyName, Updated,
+};
+use vectorlb_wire::{Api as WireApi, CallError, Wire};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -120,12 +127,12 @@ pub struct CtlArgs {
 pub enum CtlError {
     #[error("{0}")]
     Usage(String),
-    #[error("--api: {0}")]
-    Target(vectorlb_client::Error),
+    #[error("--api: '{0}' is not unix:PATH or ADDRESS:PORT")]
+    Target(String),
     #[error("cannot reach the API at {api}: {source} (is `vectorlb run` up?)")]
     Unreachable { api: String, source: vectorlb_client::Error },
-    #[error("the API at {api} did not answer properly: {source}")]
-    BadAnswer { api: String, source: vectorlb_client::Error },
+    #[error("the API at {api} did not answer properly: {why}")]
+    BadAnswer { api: String, why: String },
     /// The API refused: its status and message.
     #[error("{status}: {message}")]
     Refused { status: u16, message: String },
@@ -149,47 +156,51 @@ fn usage(m: impl Into<String>) -> CtlError {
     CtlError::Usage(m.into())
 }
 
-/// One API call: returns (status, body).
-pub fn call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), CtlError> {
-    call_with(api, None, method, path, body)
-}
-
-/// One API call with a bearer token: returns (status, body).
-pub fn call_with(api: &str, bearer: Option<&str>, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), CtlError> {
-    let target: vectorlb_client::Target = api.parse().map_err(CtlError::Target)?;
-    let method = vectorlb_client::Method::from_bytes(method.as_bytes()).map_err(|_| usage(format!("'{method}' is not an HTTP method")))?;
-    let req = vectorlb_client::Request {
-        method,
-        path: path.to_string(),
-        host: "vectorlb".into(),
-        body: body.map(|b| b.to_string().into_bytes()),
-        content_type: "application/json",
-        bearer: bearer.map(str::to_string),
-    };
-    let r = vectorlb_client::request_blocking(&target, &req, &vectorlb_client::Options::default()).map_err(|source| {
-        let api = api.to_string();
-        match source {
-            vectorlb_client::Error::Connect(_) | vectorlb_client::Error::ConnectTimeout(_) => CtlError::Unreachable { api, source },
-            _ => CtlError::BadAnswer { api, source },
-        }
-    })?;
-    Ok((r.status.as_u16(), r.body.to_vec()))
-}
-
 /// Where the API is, and the token it needs.
 struct Api {
     target: String,
-    token: Option<String>,
+    wire: WireApi,
 }
 
-fn ok(api: &Api, method: &str, path: &str, body: Option<&Value>) -> Result<Value, CtlError> {
-    let (status, b) = call_with(&api.target, api.token.as_deref(), method, path, body)?;
-    let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
-    if status >= 300 {
-        let message = v.get("error").and_then(|e| e.as_str()).map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(&b).into_owned());
-        return Err(CtlError::Refused { status, message });
+impl Api {
+    fn new(target: &str, token: Option<String>) -> Result<Api, CtlError> {
+        let mut wire = WireApi::new(target, token).map_err(|_| CtlError::Target(target.to_string()))?;
+        wire.options = vectorlb_client::Options::default();
+        Ok(Api { target: target.to_string(), wire })
     }
-    Ok(v)
+
+    fn failed(&self, e: CallError) -> CtlError {
+        let api = self.target.clone();
+        match e {
+            CallError::Unreachable { error: source @ (vectorlb_client::Error::Connect(_) | vectorlb_client::Error::ConnectTimeout(_)), .. } => {
+                CtlError::Unreachable { api, source }
+            }
+            CallError::Unreachable { error: source, .. } => CtlError::BadAnswer { api, why: source.to_string() },
+            CallError::Refused { status, body, .. } => CtlError::Refused { status, message: body.error },
+            CallError::Answer { error, .. } => CtlError::BadAnswer { api, why: error },
+            CallError::BadTarget(t) => CtlError::Target(t),
+        }
+    }
+
+    /// A call whose answer is of type `R`.
+    fn call<B: Serialize + Wire, R: DeserializeOwned + Wire>(&self, method: Method, path: &str, body: Option<&B>) -> Result<R, CtlError> {
+        self.wire.call_blocking(method, path, body).map_err(|e| self.failed(e))
+    }
+
+    fn get<R: DeserializeOwned + Wire>(&self, path: &str) -> Result<R, CtlError> {
+        self.call::<(), R>(Method::GET, path, None)
+    }
+
+    /// `GET /v1/health`: its report whether the data plane is well (200) or not (503).
+    fn health(&self) -> Result<Health, CtlError> {
+        self.wire.get_also_blocking("/v1/health", &[503]).map_err(|e| self.failed(e))
+    }
+}
+
+/// A word of the API (a mode, a scheduler) read as the API reads it.
+fn word<T: DeserializeOwned>(what: &str, s: &str) -> Result<T, CtlError> {
+    use serde::de::IntoDeserializer;
+    T::deserialize(s.into_deserializer()).map_err(|e: serde::de::value::Error| usage(format!("{what}: {e}")))
 }
 
 fn parse_sock(what: &str, s: &str) -> Result<(IpAddr, u16), CtlError> {
@@ -218,7 +229,7 @@ fn real(a: &CtlArgs) -> Result<(IpAddr, u16), CtlError> {
 }
 
 pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
-    let api = &Api { target: a.api.clone(), token: token(a)? };
+    let api = &Api::new(&a.api, token(a)?)?;
     let verbs = [
         a.add_service,
         a.edit_service,
@@ -246,50 +257,47 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
         return bgp(api, verb, a.deadline, a.wait);
     }
     if !a.raw.is_empty() {
-        let body = match a.raw.get(2) {
-            Some(b) => Some(serde_json::from_str::<Value>(b).map_err(CtlError::Body)?),
-            None => None,
-        };
-        let (status, b) = call_with(&api.target, api.token.as_deref(), &a.raw[0], &a.raw[1], body.as_ref())?;
-        print!("{}", String::from_utf8_lossy(&b));
-        return if status < 300 { Ok(()) } else { Err(CtlError::Refused { status, message: "see the answer above".into() }) };
+        return raw(a);
     }
     if a.add_service {
-        let (_, ip, port, p) = svc_path(a)?;
-        let mut body = json!({ "vip": ip.to_string(), "port": port, "proto": p, "mode": a.mode.as_deref().unwrap_or("fnat") });
-        if let Some(s) = &a.scheduler {
-            body["scheduler"] = json!(s);
-        }
-        if !a.laddrs.is_empty() {
-            body["local_addrs"] = json!(a.laddrs);
-        }
-        if a.toa {
-            body["toa"] = json!(true);
-        }
-        if let Some(p) = &a.synproxy {
-            body["synproxy"] = json!(p);
-        }
-        ok(api, "POST", "/v1/services", Some(&body))?;
+        let (_, vip, port, p) = svc_path(a)?;
+        let local_addrs = a.laddrs.iter().map(|l| l.parse::<IpAddr>().map_err(|_| usage(format!("--laddr: '{l}' is not an IP address")))).collect::<Result<Vec<_>, _>>()?;
+        let body = NewService {
+            vip,
+            port,
+            proto: word("-t/-u", p)?,
+            mode: word("--mode", a.mode.as_deref().unwrap_or("fnat"))?,
+            scheduler: a.scheduler.as_deref().map(|s| word("-s", s)).transpose()?,
+            table_size: None,
+            local_addrs,
+            peer_local_addrs: Vec::new(),
+            toa: a.toa,
+            synproxy: a.synproxy.as_deref().map(|s| word("--synproxy", s)).transpose()?,
+            health: None,
+            backends: Vec::new(),
+        };
+        let _: Created = api.call(Method::POST, "/v1/services", Some(&body))?;
     } else if a.edit_service {
         let (path, ..) = svc_path(a)?;
         let s = a.scheduler.as_deref().ok_or_else(|| usage("-E needs -s SCHEDULER"))?;
-        ok(api, "PATCH", &path, Some(&json!({ "scheduler": s })))?;
+        let body = ServicePatch { scheduler: Some(word("-s", s)?), table_size: None, toa: None, synproxy: None };
+        let _: Updated = api.call(Method::PATCH, &path, Some(&body))?;
     } else if a.delete_service {
         let (path, ..) = svc_path(a)?;
-        ok(api, "DELETE", &path, None)?;
+        let _: Deleted = api.call::<(), _>(Method::DELETE, &path, None)?;
     } else if a.add_server {
         let (path, ..) = svc_path(a)?;
-        let (ip, port) = real(a)?;
-        ok(api, "POST", &format!("{path}/backends"), Some(&json!({ "addr": ip.to_string(), "port": port, "weight": a.weight.unwrap_or(1) })))?;
+        let (addr, port) = real(a)?;
+        let _: Created = api.call(Method::POST, &format!("{path}/backends"), Some(&NewBackend { addr, port, weight: a.weight.unwrap_or(1) }))?;
     } else if a.edit_server {
         let (path, ..) = svc_path(a)?;
         let (ip, port) = real(a)?;
-        let w = a.weight.ok_or_else(|| usage("-e needs -w WEIGHT"))?;
-        ok(api, "PATCH", &format!("{path}/backends/{ip}/{port}"), Some(&json!({ "weight": w })))?;
+        let weight = a.weight.ok_or_else(|| usage("-e needs -w WEIGHT"))?;
+        let _: Updated = api.call(Method::PATCH, &format!("{path}/backends/{ip}/{port}"), Some(&BackendPatch { weight }))?;
     } else if a.delete_server {
         let (path, ..) = svc_path(a)?;
         let (ip, port) = real(a)?;
-        ok(api, "DELETE", &format!("{path}/backends/{ip}/{port}"), None)?;
+        let _: Deleted = api.call::<(), _>(Method::DELETE, &format!("{path}/backends/{ip}/{port}"), None)?;
     } else if a.list && a.connection {
         list_sessions(api)?;
     } else if a.list {
@@ -304,33 +312,28 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
             },
         )?;
     } else if a.reload {
-        let v = ok(api, "POST", "/v1/reload", None)?;
-        println!("reloaded (generation {})", v["generation"]);
+        let r: Reloaded = api.call::<(), _>(Method::POST, "/v1/reload", None)?;
+        println!("reloaded (generation {})", r.generation);
     } else if let Some(st) = &a.ha_state {
-        let v = ok(api, "POST", "/v1/ha", Some(&json!({ "state": st })))?;
-        println!("ha state {} (was {})", st, v["previous"].as_str().unwrap_or("?"));
+        let r: HaChanged = api.call(Method::POST, "/v1/ha", Some(&HaChange { state: word("--ha-state", st)? }))?;
+        println!("ha state {} (was {})", r.state.name(), r.previous.name());
     } else if a.ha {
         // keepalived's track script: a data plane that does not work fails it, whatever the
         // HA state, so that the VIPs move to the other node.
-        let (status, b) = call_with(&api.target, api.token.as_deref(), "GET", "/v1/health", None)?;
-        if status == 503 {
-            let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
-            let problems: Vec<String> = v["problems"].as_array().into_iter().flatten().filter_map(|p| p.as_str().map(str::to_string)).collect();
-            return Err(CtlError::Degraded(problems.join("; ")));
+        let h = api.health()?;
+        if !h.problems.is_empty() {
+            return Err(CtlError::Degraded(h.problems.join("; ")));
         }
-        println!("{}", serde_json::to_string_pretty(&ok(api, "GET", "/v1/ha", None)?).unwrap_or_default());
+        pretty(&api.get::<HaStatus>("/v1/ha")?);
     } else if a.save {
-        let v = ok(api, "POST", "/v1/save", None)?;
-        println!("saved to {}", v["saved"].as_str().unwrap_or("?"));
+        let r: Saved = api.call::<(), _>(Method::POST, "/v1/save", None)?;
+        println!("saved to {}", r.saved);
+    } else if a.global_stats {
+        pretty(&api.get::<Stats>("/v1/stats")?);
+    } else if a.ports {
+        pretty(&api.get::<Vec<PortStatus>>("/v1/ports")?);
     } else {
-        let path = if a.global_stats {
-            "/v1/stats"
-        } else if a.ports {
-            "/v1/ports"
-        } else {
-            "/v1/neighbors"
-        };
-        println!("{}", serde_json::to_string_pretty(&ok(api, "GET", path, None)?).unwrap_or_default());
+        pretty(&api.get::<Vec<Neighbor>>("/v1/neighbors")?);
     }
     Ok(())
 }
@@ -340,81 +343,89 @@ fn bgp(api: &Api, verb: &str, deadline: Option<u32>, wait: bool) -> Result<(), C
     if verb != "drain" && (deadline.is_some() || wait) {
         return Err(usage("--deadline and --wait go with drain"));
     }
-    let mut v = match verb {
-        "bgp" => ok(api, "GET", "/v1/bgp", None)?,
-        "drain" => {
-            let mut body = json!({ "drain": true });
-            if let Some(d) = deadline {
-                body["deadline_seconds"] = json!(d);
-            }
-            ok(api, "POST", "/v1/drain", Some(&body))?
-        }
-        _ => ok(api, "POST", "/v1/drain", Some(&json!({ "drain": false })))?,
+    let mut v: BgpStatus = match verb {
+        "bgp" => api.get("/v1/bgp")?,
+        "drain" => api.call(Method::POST, "/v1/drain", Some(&DrainChange { drain: true, deadline_seconds: deadline }))?,
+        _ => api.call(Method::POST, "/v1/drain", Some(&DrainChange { drain: false, deadline_seconds: None }))?,
     };
     if wait {
         let mut last = None;
-        while v["state"] == "draining" {
-            let left = v["drain"]["sessions"].as_u64();
+        while v.state == "draining" {
+            let left = v.drain.as_ref().map(|d| d.sessions);
             if left != last {
-                println!("draining: {} sessions left, deadline in {:.0} s", left.unwrap_or(0), v["drain"]["deadline_in_seconds"].as_f64().unwrap_or(0.0));
+                println!("draining: {} sessions left, deadline in {:.0} s", left.unwrap_or(0), v.drain.as_ref().map_or(0.0, |d| d.deadline_in_seconds));
                 last = left;
             }
             std::thread::sleep(std::time::Duration::from_millis(500));
-            v = ok(api, "GET", "/v1/bgp", None)?;
+            v = api.get("/v1/bgp")?;
         }
     }
     print_bgp(&v);
     Ok(())
 }
 
-fn print_bgp(v: &Value) {
-    let words = |k: &str| v[k].as_array().into_iter().flatten().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ");
-    println!(
-        "bgp {}: BIRD {} (started again {} times), {} changes announced",
-        v["state"].as_str().unwrap_or("?"),
-        if v["bird_running"] == true { "up" } else { "DOWN" },
-        v["bird_restarts"],
-        v["changes"]
-    );
-    println!("  announced: {}", words("announced"));
-    if !words("announced_backup").is_empty() {
-        println!("  backup:    {} (the peers' local addresses, longer AS path)", words("announced_backup"));
+fn print_bgp(v: &BgpStatus) {
+    println!("bgp {}: BIRD {} (started again {} times), {} changes announced", v.state, if v.bird_running { "up" } else { "DOWN" }, v.bird_restarts, v.changes);
+    println!("  announced: {}", v.announced.join(", "));
+    if !v.announced_backup.is_empty() {
+        println!("  backup:    {} (the peers' local addresses, longer AS path)", v.announced_backup.join(", "));
     }
-    if !words("withheld").is_empty() {
-        println!("  withheld:  {}", words("withheld"));
+    if !v.withheld.is_empty() {
+        println!("  withheld:  {}", v.withheld.join(", "));
     }
-    for r in v["reasons"].as_array().into_iter().flatten() {
-        println!("  why: {}", r.as_str().unwrap_or(""));
+    for r in &v.reasons {
+        println!("  why: {r}");
     }
-    if let Some(e) = v["error"].as_str() {
+    if let Some(e) = &v.error {
         println!("  error: {e}");
     }
-    if let Some(d) = v.get("drain").filter(|d| d.is_object()) {
-        println!(
-            "  drain: {} sessions left, {:.0} s since, deadline in {:.0} s{}",
-            d["sessions"],
-            d["since_seconds"].as_f64().unwrap_or(0.0),
-            d["deadline_in_seconds"].as_f64().unwrap_or(0.0),
-            if d["done"] == true { " (done)" } else { "" }
-        );
+    if let Some(d) = &v.drain {
+        println!("  drain: {} sessions left, {:.0} s since, deadline in {:.0} s{}", d.sessions, d.since_seconds, d.deadline_in_seconds, if d.done { " (done)" } else { "" });
     }
-    for n in v["neighbors"].as_array().into_iter().flatten() {
-        println!("  neighbor {} AS {}: {} {}", n["address"].as_str().unwrap_or("?"), n["asn"], n["state"].as_str().unwrap_or("?"), n["info"].as_str().unwrap_or(""));
+    for n in &v.neighbors {
+        println!("  neighbor {} AS {}: {} {}", n.address, n.asn, n.state, n.info);
     }
 }
 
-fn sock(ip: &Value, port: &Value) -> String {
-    let ip: IpAddr = ip.as_str().and_then(|s| s.parse().ok()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
-    SocketAddr::new(ip, port.as_u64().unwrap_or(0) as u16).to_string()
+fn pretty<T: Serialize>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
-fn mode_word(m: &str) -> &'static str {
+/// `--raw METHOD PATH [BODY]`: the body goes as given (checked to be JSON), the answer is
+/// printed as it came.
+fn raw(a: &CtlArgs) -> Result<(), CtlError> {
+    let target: vectorlb_client::Target = a.api.parse().map_err(|_| CtlError::Target(a.api.clone()))?;
+    let method = Method::from_bytes(a.raw[0].as_bytes()).map_err(|_| usage(format!("'{}' is not an HTTP method", a.raw[0])))?;
+    let body = match a.raw.get(2) {
+        Some(b) => {
+            serde_json::from_str::<serde::de::IgnoredAny>(b).map_err(CtlError::Body)?;
+            Some(b.clone().into_bytes())
+        }
+        None => None,
+    };
+    let req = vectorlb_client::Request { method, path: a.raw[1].clone(), host: "vectorlb".into(), body, content_type: "application/json", bearer: token(a)? };
+    let r = vectorlb_client::request_blocking(&target, &req, &vectorlb_client::Options::default()).map_err(|source| {
+        let api = a.api.clone();
+        match source {
+            vectorlb_client::Error::Connect(_) | vectorlb_client::Error::ConnectTimeout(_) => CtlError::Unreachable { api, source },
+            _ => CtlError::BadAnswer { api, why: source.to_string() },
+        }
+    })?;
+    print!("{}", String::from_utf8_lossy(&r.body));
+    let status = r.status.as_u16();
+    if status < 300 {
+        Ok(())
+    } else {
+        Err(CtlError::Refused { status, message: "see the answer above".into() })
+    }
+}
+
+fn mode_word(m: ModeName) -> &'static str {
     match m {
-        "nat" => "Masq",
-        "fnat" => "FullNat",
-        "dr" => "Route",
-        "tun" => "Tunnel",
-        _ => "?",
+        ModeName::Nat => "Masq",
+        ModeName::Fnat => "FullNat",
+        ModeName::Dr => "Route",
+        ModeName::Tun => "Tunnel",
     }
 }
 
@@ -426,14 +437,13 @@ enum Columns {
 }
 
 fn list(api: &Api, cols: Columns) -> Result<(), CtlError> {
-    let v = ok(api, "GET", "/v1/services", None)?;
+    let services: Vec<ServiceStatus> = api.get("/v1/services")?;
     // A degraded data plane still lists (and says so).
-    let (_, hb) = call_with(&api.target, api.token.as_deref(), "GET", "/v1/health", None)?;
-    let h: Value = serde_json::from_slice(&hb).unwrap_or(Value::Null);
-    for p in h["problems"].as_array().into_iter().flatten() {
-        eprintln!("vectorlb: degraded: {}", p.as_str().unwrap_or(""));
+    let h = api.health()?;
+    for p in &h.problems {
+        eprintln!("vectorlb: degraded: {p}");
     }
-    println!("vectorlb {} (configuration generation {})", env!("CARGO_PKG_VERSION"), h["generation"]);
+    println!("vectorlb {} (configuration generation {})", env!("CARGO_PKG_VERSION"), h.generation);
     match cols {
         Columns::Stats => println!("Prot LocalAddress:Port               Conns/s    Packets      Bytes\n  -> RemoteAddress:Port             ActiveConn Packets      Bytes"),
         Columns::Rate => println!(
@@ -441,39 +451,31 @@ fn list(api: &Api, cols: Columns) -> Result<(), CtlError> {
         ),
         Columns::Plain => println!("Prot LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn"),
     }
-    let rates = |r: &Value| {
-        let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
-        format!("{:<10.1} {:<12.1} {:.1}", f("new_sessions_per_second"), f("packets_per_second"), f("bytes_per_second"))
-    };
-    for s in v.as_array().into_iter().flatten() {
-        let proto = s["proto"].as_str().unwrap_or("?").to_uppercase();
-        let vip = sock(&s["vip"], &s["port"]);
+    let rates = |r: &Rates| format!("{:<10.1} {:<12.1} {:.1}", r.new_sessions_per_second, r.packets_per_second, r.bytes_per_second);
+    let sock = |ip: &str, port: u16| SocketAddr::new(ip.parse().unwrap_or(IpAddr::from([0, 0, 0, 0])), port).to_string();
+    for s in &services {
+        let proto = s.proto.name().to_uppercase();
+        let vip = sock(&s.vip, s.port);
         match cols {
-            Columns::Stats => {
-                let st = &s["stats"];
-                println!("{proto:<4} {vip:<32} {:<10.1} {:<12} {}", st["new_sessions_per_second"].as_f64().unwrap_or(0.0), st["packets"], st["bytes"]);
-            }
-            Columns::Rate => println!("{proto:<4} {vip:<32} {}", rates(&s["stats"]["rates"])),
+            Columns::Stats => println!("{proto:<4} {vip:<32} {:<10.1} {:<12} {}", s.stats.new_sessions_per_second, s.stats.packets, s.stats.bytes),
+            Columns::Rate => println!("{proto:<4} {vip:<32} {}", rates(&s.stats.rates)),
             Columns::Plain => {
-                let mut flags = s["mode"].as_str().unwrap_or("").to_string();
-                if s["toa"].as_bool() == Some(true) {
+                let mut flags = s.mode.name().to_string();
+                if s.toa {
                     flags.push_str(",toa");
                 }
-                if let Some(p) = s["synproxy"].as_str().filter(|p| *p != "off") {
-                    flags.push_str(&format!(",synproxy={p}"));
+                if s.synproxy != SynProxyName::Off {
+                    flags.push_str(&format!(",synproxy={}", s.synproxy.name()));
                 }
-                println!("{proto:<4} {vip} {} {flags}", s["scheduler"].as_str().unwrap_or("?"));
+                println!("{proto:<4} {vip} {} {flags}", s.scheduler.name());
             }
         }
-        for b in s["backends"].as_array().into_iter().flatten() {
-            let rs = sock(&b["addr"], &b["port"]);
+        for b in &s.backends {
+            let rs = sock(&b.addr, b.port);
             match cols {
-                Columns::Stats => println!("  -> {rs:<30} {:<10} {:<12} {}", b["active_sessions"], b["packets"], b["bytes"]),
-                Columns::Rate => println!("  -> {rs:<30} {}", rates(&b["rates"])),
-                Columns::Plain => {
-                    let fwd = mode_word(s["mode"].as_str().unwrap_or(""));
-                    println!("  -> {rs:<28} {fwd:<7} {:<6} {}", b["weight"], b["active_sessions"]);
-                }
+                Columns::Stats => println!("  -> {rs:<30} {:<10} {:<12} {}", b.active_sessions, b.packets, b.bytes),
+                Columns::Rate => println!("  -> {rs:<30} {}", rates(&b.rates)),
+                Columns::Plain => println!("  -> {rs:<28} {:<7} {:<6} {}", mode_word(s.mode), b.weight, b.active_sessions),
             }
         }
     }
@@ -481,26 +483,17 @@ fn list(api: &Api, cols: Columns) -> Result<(), CtlError> {
 }
 
 fn list_sessions(api: &Api) -> Result<(), CtlError> {
-    let st = ok(api, "GET", "/v1/stats", None)?;
-    let workers = st["workers"].as_u64().unwrap_or(1);
+    let st: Stats = api.get("/v1/stats")?;
     println!("{:<5} {:<10} {:<44} {:<44} {:<30} Expires", "Pro", "State", "Source", "Virtual", "Destination");
-    for w in 0..workers {
+    for w in 0..st.workers.max(1) {
         for fam in [4, 6] {
             let mut cursor = Some(0u64);
             while let Some(c) = cursor {
-                let v = ok(api, "GET", &format!("/v1/sessions?worker={w}&family={fam}&cursor={c}&limit=1000"), None)?;
-                for s in v["sessions"].as_array().into_iter().flatten() {
-                    println!(
-                        "{:<5} {:<10} {:<44} {:<44} {:<30} {:.1}s",
-                        s["proto"].as_str().unwrap_or(""),
-                        s["state"].as_str().unwrap_or(""),
-                        s["client"].as_str().unwrap_or(""),
-                        s["vip"].as_str().unwrap_or(""),
-                        s["backend"].as_str().unwrap_or(""),
-                        s["expires_ms"].as_i64().unwrap_or(0) as f64 / 1000.0
-                    );
+                let page: SessionPage = api.get(&format!("/v1/sessions?worker={w}&family={fam}&cursor={c}&limit=1000"))?;
+                for s in &page.sessions {
+                    println!("{:<5} {:<10} {:<44} {:<44} {:<30} {:.1}s", s.proto.name(), s.state, s.client, s.vip, s.backend, s.expires_ms as f64 / 1000.0);
                 }
-                cursor = v["next_cursor"].as_u64();
+                cursor = page.next_cursor;
             }
         }
     }

@@ -3,10 +3,11 @@
 //! matches on.
 
 use crate::error::{ErrorBody, ErrorKind};
+use crate::Wire;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::time::Duration;
-pub use vectorlb_client::{Method, Options, Target};
+pub use vectorlb_client::{Error as ClientError, Method, Options, Target};
 use vectorlb_client::{Request, Response};
 
 /// An API to call: where, with which token, within which limits.
@@ -29,7 +30,7 @@ pub enum CallError {
     Unreachable { target: String, error: vectorlb_client::Error },
     /// The API refused the request.
     #[error("{method} {path}: {status} {}", body.error)]
-    Refused { method: Method, path: String, status: u16, body: ErrorBody },
+    Refused { method: Method, path: String, status: u16, body: Box<ErrorBody> },
     /// A success whose body is not the type the API documents.
     #[error("{method} {path}: the answer is not what the API documents: {error}")]
     Answer { method: Method, path: String, error: String },
@@ -60,7 +61,7 @@ impl Api {
         Ok(Api { target, token, options: Options { timeout: Duration::from_secs(30), max_body: 256 << 20, ..Options::default() } })
     }
 
-    fn request<B: Serialize + ?Sized>(&self, method: &Method, path: &str, body: Option<&B>) -> Request {
+    fn request<B: Serialize + Wire>(&self, method: &Method, path: &str, body: Option<&B>) -> Request {
         Request {
             method: method.clone(),
             path: path.to_string(),
@@ -73,43 +74,59 @@ impl Api {
         }
     }
 
-    fn answer<R: DeserializeOwned>(method: Method, path: &str, res: Response, also: &[u16]) -> Result<R, CallError> {
+    fn answer<R: DeserializeOwned + Wire>(method: Method, path: &str, res: Response, also: &[u16]) -> Result<R, CallError> {
         let status = res.status.as_u16();
         if !(200..300).contains(&status) && !also.contains(&status) {
-            return Err(CallError::Refused { method, path: path.to_string(), status, body: ErrorBody::read(status, &res.body) });
+            return Err(CallError::Refused { method, path: path.to_string(), status, body: Box::new(ErrorBody::read(status, &res.body)) });
         }
         serde_json::from_slice(&res.body).map_err(|e| CallError::Answer { method, path: path.to_string(), error: e.to_string() })
     }
 
     /// One request on a new connection.
-    pub async fn call<B: Serialize + ?Sized, R: DeserializeOwned>(&self, method: Method, path: &str, body: Option<&B>) -> Result<R, CallError> {
+    pub async fn call<B: Serialize + Wire, R: DeserializeOwned + Wire>(&self, method: Method, path: &str, body: Option<&B>) -> Result<R, CallError> {
         let r = self.request(&method, path, body);
+        let res = vectorlb_client::request(&self.target, &r, &self.options).await.map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })?;
+        Self::answer(method, path, res, &[])
+    }
+
+    /// `method path` with a body that is not JSON (the proxy's configuration, TOML).
+    pub async fn send_text<R: DeserializeOwned + Wire>(&self, method: Method, path: &str, body: Vec<u8>, content_type: &'static str) -> Result<R, CallError> {
+        let mut r = self.request::<()>(&method, path, None);
+        r.body = Some(body);
+        r.content_type = content_type;
         let res = vectorlb_client::request(&self.target, &r, &self.options).await.map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })?;
         Self::answer(method, path, res, &[])
     }
 
     /// `GET path` where the statuses `also` carry the documented body too (`/v1/health`
     /// answers 503 with its report when the daemon is unwell).
-    pub async fn get_also<R: DeserializeOwned>(&self, path: &str, also: &[u16]) -> Result<R, CallError> {
+    pub async fn get_also<R: DeserializeOwned + Wire>(&self, path: &str, also: &[u16]) -> Result<R, CallError> {
         let r = self.request::<()>(&Method::GET, path, None);
         let res = vectorlb_client::request(&self.target, &r, &self.options).await.map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })?;
         Self::answer(Method::GET, path, res, also)
     }
 
     /// [`Api::call`] for a caller without a runtime (the CNI plugin, the CLI).
-    pub fn call_blocking<B: Serialize + ?Sized, R: DeserializeOwned>(&self, method: Method, path: &str, body: Option<&B>) -> Result<R, CallError> {
+    pub fn call_blocking<B: Serialize + Wire, R: DeserializeOwned + Wire>(&self, method: Method, path: &str, body: Option<&B>) -> Result<R, CallError> {
         let r = self.request(&method, path, body);
         let res = vectorlb_client::request_blocking(&self.target, &r, &self.options).map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })?;
         Self::answer(method, path, res, &[])
     }
 
     /// `GET path`.
-    pub async fn get<R: DeserializeOwned>(&self, path: &str) -> Result<R, CallError> {
+    pub async fn get<R: DeserializeOwned + Wire>(&self, path: &str) -> Result<R, CallError> {
         self.call::<(), R>(Method::GET, path, None).await
     }
 
+    /// [`Api::get_also`], blocking.
+    pub fn get_also_blocking<R: DeserializeOwned + Wire>(&self, path: &str, also: &[u16]) -> Result<R, CallError> {
+        let r = self.request::<()>(&Method::GET, path, None);
+        let res = vectorlb_client::request_blocking(&self.target, &r, &self.options).map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })?;
+        Self::answer(Method::GET, path, res, also)
+    }
+
     /// `GET path`, blocking.
-    pub fn get_blocking<R: DeserializeOwned>(&self, path: &str) -> Result<R, CallError> {
+    pub fn get_blocking<R: DeserializeOwned + Wire>(&self, path: &str) -> Result<R, CallError> {
         self.call_blocking::<(), R>(Method::GET, path, None)
     }
 }

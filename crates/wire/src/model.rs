@@ -138,6 +138,18 @@ pub enum ModeName {
     Tun,
 }
 
+impl ModeName {
+    /// As the API and the file write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModeName::Nat => "nat",
+            ModeName::Fnat => "fnat",
+            ModeName::Dr => "dr",
+            ModeName::Tun => "tun",
+        }
+    }
+}
+
 /// Scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -361,6 +373,17 @@ pub enum SynProxyName {
     Off,
     On,
     Auto,
+}
+
+impl SynProxyName {
+    /// As the API and the file write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SynProxyName::Off => "off",
+            SynProxyName::On => "on",
+            SynProxyName::Auto => "auto",
+        }
+    }
 }
 
 /// A backend's new weight (0 drains it).
@@ -1033,10 +1056,10 @@ pub fn is_ifname(name: &str) -> bool {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewPod {
-    /// The container runtime's id of the sandbox (1..=[`MAX_CONTAINER_ID`] bytes: letters,
+    /// The container runtime's id of the sandbox (1..=200 bytes, `MAX_CONTAINER_ID`: letters,
     /// digits, `-_.`, not starting with `.`).
     pub container_id: String,
-    /// The interface name inside the pod (1..=[`MAX_IFNAME`] bytes: letters, digits, `-_.`,
+    /// The interface name inside the pod (1..=15 bytes, `MAX_IFNAME`: letters, digits, `-_.`,
     /// not `.` or `..`).
     pub ifname: String,
     /// The pod's network namespace (a path such as `/var/run/netns/NAME`).
@@ -1140,4 +1163,32 @@ pub struct PodStatus {
     pub tx_dropped: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memif: Option<PodMemif>,
+}
+
+#[cfg(test)]
+mod names {
+    use super::*;
+
+    #[test]
+    fn the_documented_limits_are_the_checked_ones() {
+        let src = include_str!("model.rs");
+        assert!(src.contains(&format!("(1..={MAX_CONTAINER_ID} bytes, `MAX_CONTAINER_ID`")));
+        assert!(src.contains(&format!("(1..={MAX_IFNAME} bytes, `MAX_IFNAME`")));
+        assert!(src.contains(&format!("at most {MAX_MEMIF_RANGES} ranges")));
+        assert!(is_container_id(&"a".repeat(MAX_CONTAINER_ID)) && !is_container_id(&"a".repeat(MAX_CONTAINER_ID + 1)));
+        assert!(!is_container_id(".x") && !is_container_id("") && !is_container_id("a/b"));
+        assert!(is_ifname("eth0") && !is_ifname(&"e".repeat(MAX_IFNAME + 1)) && !is_ifname("..") && !is_ifname("a b"));
+        assert_eq!(pod_path("c1", "eth0"), "/v1/pods/c1/eth0");
+        assert_eq!(pod_path("../x", "e/0"), "/v1/pods/..%2Fx/e%2F0", "each stays one segment");
+    }
+
+    #[test]
+    fn names_are_the_wire_words() {
+        for m in [ModeName::Nat, ModeName::Fnat, ModeName::Dr, ModeName::Tun] {
+            assert_eq!(serde_json::to_string(&m).unwrap(), format!("\"{}\"", m.name()));
+        }
+        for p in [SynProxyName::Off, SynProxyName::On, SynProxyName::Auto] {
+            assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{}\"", p.name()));
+        }
+    }
 }
