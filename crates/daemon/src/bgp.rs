@@ -426,6 +426,56 @@ mod tests {
         assert!(c.contains("protocol kernel kernel4 { ipv4 { import none; export where source = RTS_BGP; }; }") && !c.contains("kernel6"), "{c}");
     }
 
+    /// Compares `got` with `crates/daemon/tests/golden/NAME` (`VECTORLB_UPDATE_GOLDEN=1`
+    /// writes it instead), and has BIRD itself parse it (`bird -p`).
+    fn golden(name: &str, got: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+        if std::env::var_os("VECTORLB_UPDATE_GOLDEN").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, got).unwrap();
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (VECTORLB_UPDATE_GOLDEN=1 writes it)", path.display()));
+        if let Some((i, (w, g))) = want.lines().zip(got.lines()).enumerate().find(|(_, (w, g))| w != g) {
+            panic!("{name} differs from the golden file at line {}:\n  golden: {w}\n  now:    {g}\n(if the change is meant, VECTORLB_UPDATE_GOLDEN=1 writes it)", i + 1);
+        }
+        assert_eq!(want.lines().count(), got.lines().count(), "{name}: the golden file and the output differ in length");
+        // BIRD's own parser: the file is what BIRD takes, not only what we expect.
+        let bird = ["/usr/sbin/bird", "/usr/bin/bird"].into_iter().find(|b| std::path::Path::new(b).exists()).expect("bird (scripts/setup.sh installs bird2)");
+        let tmp = std::env::temp_dir().join(format!("vectorlb-golden-{}-{name}", std::process::id()));
+        std::fs::write(&tmp, got).unwrap();
+        let o = std::process::Command::new(bird).arg("-p").arg("-c").arg(&tmp).output().unwrap();
+        let _ = std::fs::remove_file(&tmp);
+        assert!(o.status.success(), "bird -p refuses {name}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    }
+
+    #[test]
+    fn the_bird_configuration_is_the_golden_one_for_every_option() {
+        let routes = Routes {
+            primary: [("10.0.0.100".parse().unwrap(), 32), ("10.0.0.101".parse().unwrap(), 32), ("2001:db8::100".parse().unwrap(), 128)].into(),
+            backup: [("10.200.0.2".parse().unwrap(), 32), ("2001:db8:200::2".parse().unwrap(), 128)].into(),
+        };
+        // Every option on: BFD, communities, a password, both families, backup routes.
+        golden("bird-full.conf", &bird_config(&spec(), &routes));
+        // Every option off: no BFD, no community, a fixed next hop, nothing announced.
+        let mut s = spec();
+        s.bfd = false;
+        s.communities.clear();
+        s.next_hop = Some("10.0.0.9".parse().unwrap());
+        s.neighbors.truncate(1);
+        s.neighbors[0].password = None;
+        golden("bird-minimal.conf", &bird_config(&s, &Routes::default()));
+        // Importing the other nodes' pod routes (both families), this node's own left out.
+        let mut s = spec();
+        s.hold_time = 30;
+        s.bfd_interval_ms = 300;
+        s.bfd_multiplier = 5;
+        s.communities.push((65001, 200));
+        s.import = vec![("10.244.0.0".parse().unwrap(), 16), ("fd00:244::".parse().unwrap(), 48)];
+        (s.import_length4, s.import_length6, s.import_limit) = (24, 64, 256);
+        s.own_pods = vec![("10.244.1.0".parse().unwrap(), 24), ("fd00:244:0:1::".parse().unwrap(), 64)];
+        golden("bird-import.conf", &bird_config(&s, &routes));
+    }
+
     #[test]
     fn a_bird_that_does_not_answer_is_given_up_on() {
         // A BIRD that hangs: its birdc never returns. The daemon's call ends at the deadline.

@@ -47,6 +47,11 @@ fn self_signed() -> (String, String) {
 }
 
 fn world() -> World {
+    world_with(self_signed())
+}
+
+/// The test world with this certificate and key for `shop/tls`.
+fn world_with(tls: (String, String)) -> World {
     let mut w = World::default();
     w.services.insert("shop/web-v1".into(), vec![80]);
     w.services.insert("shop/web-v2".into(), vec![80]);
@@ -56,7 +61,7 @@ fn world() -> World {
     w.endpoints.insert(("shop/web-v1".into(), 80), ep("10.2.0.1:8080"));
     w.endpoints.insert(("shop/web-v2".into(), 80), ep("10.2.0.2:8080"));
     w.endpoints.insert(("shop/grpc".into(), 50051), ep("10.2.0.3:50051"));
-    w.secrets.insert("shop/tls".into(), Ok(self_signed()));
+    w.secrets.insert("shop/tls".into(), Ok(tls));
     w.secrets.insert("shop/broken".into(), Err("tls.crt: not a PEM certificate".into()));
     for p in [80u16, 443, 8443] {
         w.proxy_ports.insert(("shop/gw".into(), p), 30000 + p);
@@ -76,8 +81,16 @@ fn http_in(r: &HttpRoute) -> RouteIn<'_> {
     }
 }
 
-#[test]
-fn a_gateway_and_its_routes_become_a_proxy_configuration_with_the_right_conditions() {
+/// The shop: a Gateway with HTTP, HTTPS, a broken certificate and a TCP listener; a split
+/// route with a header modifier and a timeout, an exact match on a header, a gRPC route, and
+/// routes that are refused (another namespace, a mirror, a port the Gateway has not).
+struct Shop {
+    gw: Gateway,
+    http: Vec<HttpRoute>,
+    grpc: GrpcRoute,
+}
+
+fn shop() -> Shop {
     let gw = gateway(json!({
         "metadata": {"name": "gw", "namespace": "shop"},
         "spec": {"gatewayClassName": "vectorlb", "listeners": [
@@ -88,7 +101,6 @@ fn a_gateway_and_its_routes_become_a_proxy_configuration_with_the_right_conditio
             {"name": "tcp", "port": 9000, "protocol": "TCP"},
         ]}
     }));
-    let gws = [GatewayIn { gw: &gw, key: "shop/gw".into(), address: Ok("10.100.0.50".parse().unwrap()) }];
     let split: HttpRoute = serde_json::from_value(json!({
         "metadata": {"name": "split", "namespace": "shop", "creationTimestamp": "2026-01-01T00:00:00Z"},
         "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["shop.example", "other.example"], "rules": [
@@ -115,23 +127,29 @@ fn a_gateway_and_its_routes_become_a_proxy_configuration_with_the_right_conditio
     )
     .unwrap();
     let no_port: HttpRoute = serde_json::from_value(json!({"metadata": {"name": "np", "namespace": "shop"}, "spec": {"parentRefs": [{"name": "gw", "port": 81}]}})).unwrap();
-    let w = world();
-    let routes = vec![
-        http_in(&split),
-        http_in(&other_ns),
-        http_in(&mirror),
-        http_in(&no_port),
-        RouteIn {
+    Shop { gw, http: vec![split, other_ns, mirror, no_port], grpc }
+}
+
+impl Shop {
+    fn translate(&self, w: &World) -> translate::Out {
+        let gws = [GatewayIn { gw: &self.gw, key: "shop/gw".into(), address: Ok("10.100.0.50".parse().unwrap()) }];
+        let mut routes: Vec<RouteIn> = self.http.iter().map(http_in).collect();
+        routes.push(RouteIn {
             kind: translate::GRPC_ROUTE,
             namespace: "shop".into(),
             name: "rpc".into(),
             created: "2026-01-02T00:00:00Z".into(),
-            parent_refs: &grpc.spec.parent_refs,
-            hostnames: &grpc.spec.hostnames,
-            rules: translate::grpc_rules(&grpc.spec.rules),
-        },
-    ];
-    let out = translate::translate(&gws, &routes, &w);
+            parent_refs: &self.grpc.spec.parent_refs,
+            hostnames: &self.grpc.spec.hostnames,
+            rules: translate::grpc_rules(&self.grpc.spec.rules),
+        });
+        translate::translate(&gws, &routes, w)
+    }
+}
+
+#[test]
+fn a_gateway_and_its_routes_become_a_proxy_configuration_with_the_right_conditions() {
+    let out = shop().translate(&world());
 
     // The Gateway and its listeners.
     let g = &out.gateways["shop/gw"];
@@ -333,4 +351,44 @@ fn request_redirects_take_the_listener_scheme_and_port_unless_given() {
         let e = translate::http_rules(&rules).unwrap_err();
         assert!(e.contains(why), "{e}");
     }
+}
+
+/// The proxy configuration the shop translates to, whole, against
+/// `crates/kube/tests/golden/gateway-proxy.toml` (`VECTORLB_UPDATE_GOLDEN=1` writes it): a
+/// change to any listener, route, match, filter, split, timeout or cluster shows.
+#[test]
+fn the_proxy_configuration_is_the_golden_one() {
+    let cert = ("-----BEGIN CERTIFICATE-----\ngolden\n-----END CERTIFICATE-----\n".to_string(), "-----BEGIN PRIVATE KEY-----\ngolden\n-----END PRIVATE KEY-----\n".to_string());
+    let mut w = world_with(cert);
+    w.proxy_ports.insert(("shop/gw".into(), 8080), 38080);
+    let mut shop = shop();
+    // Redirects too, with every setting.
+    shop.http.push(
+        serde_json::from_value(json!({"metadata": {"name": "moved", "namespace": "shop"}, "spec": {"parentRefs": [{"name": "gw", "sectionName": "http"}], "hostnames": ["old.example"], "rules": [
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/host"}}], "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "new.example", "statusCode": 301}}]},
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/secure"}}], "filters": [{"type": "RequestRedirect", "requestRedirect": {"scheme": "https"}}]},
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/old"}}], "filters": [
+                {"type": "RequestRedirect", "requestRedirect": {"port": 9090, "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/new"}}}]},
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/page"}}], "filters": [
+                {"type": "RequestRedirect", "requestRedirect": {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/index.html"}}}]},
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/api"}}], "filters": [
+                {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"add": [{"name": "x-served-by", "value": "vectorlb"}], "remove": ["server"]}}],
+             "backendRefs": [{"name": "web-v1", "port": 80}], "timeouts": {"request": "1m"}}]}}))
+        .unwrap(),
+    );
+    let base = "workers = 1\n[admin]\naddress = \"unix:/run/vectorlb/gw-proxy.sock\"\n";
+    let got = shop.translate(&w).proxy_toml(base, IpAddr::from([0, 0, 0, 0]));
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/gateway-proxy.toml");
+    if std::env::var_os("VECTORLB_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &got).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (VECTORLB_UPDATE_GOLDEN=1 writes it)", path.display()));
+    if let Some((i, (w, g))) = want.lines().zip(got.lines()).enumerate().find(|(_, (w, g))| w != g) {
+        panic!(
+            "the proxy configuration differs from the golden file at line {}:\n  golden: {w}\n  now:    {g}\n(if the change is meant, VECTORLB_UPDATE_GOLDEN=1 writes it)",
+            i + 1
+        );
+    }
+    assert_eq!(want.lines().count(), got.lines().count(), "the golden file and the output differ in length");
 }
