@@ -2,7 +2,9 @@
 //! configuration from `[bgp]` and the prefixes it wants announced, runs BIRD as its child,
 //! reconfigures it when the set changes, restarts it when it dies, and reads its sessions'
 //! states. BIRD speaks BGP and BFD over the host's kernel sockets (the data plane hands the
-//! node's own traffic to the kernel); it installs no routes here (no kernel protocol).
+//! node's own traffic to the kernel). The VIPs' blackholes never reach the host's routing
+//! table; only with `[bgp] import` is a kernel protocol added, which exports the BGP routes it
+//! took (the other nodes' pod networks) and nothing else.
 //!
 //! The prefixes live in static protocols as blackhole routes that only the BGP channels export:
 //! IPv4 prefixes to IPv4 neighbours, IPv6 to IPv6 ones. `vips4` and `vips6` hold the primary

@@ -260,7 +260,7 @@ impl Daemon {
     }
 }
 
-fn pod_status(t: &crate::pods::PodTap) -> PodStatus {
+fn pod_status(t: &crate::pods::PodTun) -> PodStatus {
     use std::sync::atomic::Ordering::Relaxed;
     PodStatus {
         container_id: t.rec.container_id.clone(),

@@ -88,8 +88,9 @@ pub enum PodError {
     Io(String),
 }
 
-/// One attached interface.
-pub struct PodTap {
+/// One attached pod interface: a tun device (layer 3, no Ethernet header) in the pod's network
+/// namespace, read and written by the data plane through `fd`.
+pub struct PodTun {
     pub rec: PodRecord,
     fd: OwnedFd,
     v4: Option<[u8; 4]>,
@@ -102,8 +103,8 @@ pub struct PodTap {
     pub tx_dropped: AtomicU64,
 }
 
-impl PodTap {
-    fn new(rec: PodRecord, fd: OwnedFd, host: bool, memif: Option<PodMemif>) -> PodTap {
+impl PodTun {
+    fn new(rec: PodRecord, fd: OwnedFd, host: bool, memif: Option<PodMemif>) -> PodTun {
         let v4 = rec.ips.iter().find_map(|a| match a {
             IpAddr::V4(a) => Some(a.octets()),
             _ => None,
@@ -112,7 +113,7 @@ impl PodTap {
             IpAddr::V6(a) => Some(a.octets()),
             _ => None,
         });
-        PodTap { rec, fd, v4, v6, host, memif, rx: AtomicU64::new(0), tx: AtomicU64::new(0), spoofed: AtomicU64::new(0), tx_dropped: AtomicU64::new(0) }
+        PodTun { rec, fd, v4, v6, host, memif, rx: AtomicU64::new(0), tx: AtomicU64::new(0), spoofed: AtomicU64::new(0), tx_dropped: AtomicU64::new(0) }
     }
 
     /// Whether the IP packet `p` comes from one of the pod's addresses. A link-local IPv6
@@ -145,7 +146,7 @@ pub struct PodSet {
     pub spec: PodsSpec,
     /// The node's pod networks (the port's addresses and prefixes).
     nets: Vec<(IpAddr, u8)>,
-    slots: ArcSwap<Vec<Option<Arc<PodTap>>>>,
+    slots: ArcSwap<Vec<Option<Arc<PodTun>>>>,
     /// Serialises attach and detach (readers only load `slots`).
     edit: Mutex<()>,
     epoll: OwnedFd,
@@ -157,7 +158,7 @@ pub struct PodSet {
     /// CPU's: copies end within each burst, so the queues have nothing to finish later.
     memif_io: OnceLock<MemifIo>,
     /// The attached interfaces that have a memif.
-    memifs: ArcSwap<Vec<Arc<PodTap>>>,
+    memifs: ArcSwap<Vec<Arc<PodTun>>>,
 }
 
 fn os_err(what: &str) -> PodError {
@@ -214,7 +215,7 @@ impl PodSet {
     }
 
     /// Every attached interface (the host's included).
-    pub fn all(&self) -> Vec<Arc<PodTap>> {
+    pub fn all(&self) -> Vec<Arc<PodTun>> {
         self.slots.load().iter().flatten().cloned().collect()
     }
 
@@ -294,7 +295,7 @@ impl PodSet {
             memif_ports: Vec::new(),
         };
         let _g = lock(&self.edit);
-        self.insert(Arc::new(PodTap::new(rec, fd, true, None)))
+        self.insert(Arc::new(PodTun::new(rec, fd, true, None)))
     }
 
     /// Checks a request against the port: names, addresses inside the pod networks (one per
@@ -335,7 +336,7 @@ impl PodSet {
     /// Attaches a pod's interface: creates it in the pod's namespace (or takes back the one of
     /// an earlier run), configures it, records it, and starts reading it. `slot` keeps a
     /// restored interface's slot. The same attachment again returns the one there is.
-    pub fn attach(&self, mut rec: PodRecord, slot: Option<u32>) -> Result<Arc<PodTap>, PodError> {
+    pub fn attach(&self, mut rec: PodRecord, slot: Option<u32>) -> Result<Arc<PodTun>, PodError> {
         self.check(&rec.container_id, &rec.ifname, &rec.ips, rec.mtu)?;
         crate::pod_memif::check(&rec.memif_ports).map_err(PodError::Invalid)?;
         if !rec.memif_ports.is_empty() && self.memif_io.get().is_none() {
@@ -398,7 +399,7 @@ impl PodSet {
             (Some((server, link)), Some(mio)) => Some(PodMemif::new(rec.memif_ports.clone(), &rec.ifname, self.port, server, link, mio)),
             _ => None,
         };
-        let tap = Arc::new(PodTap::new(rec, fd, false, memif));
+        let tap = Arc::new(PodTun::new(rec, fd, false, memif));
         if let Err(e) = self.insert(tap.clone()) {
             tun::unpersist(&tap.fd);
             let _ = std::fs::remove_file(self.state_file(&tap.rec.container_id, &tap.rec.ifname));
@@ -416,7 +417,7 @@ impl PodSet {
     }
 
     /// Puts `tap` in its slot and into the epoll set. The caller holds `edit`.
-    fn insert(&self, tap: Arc<PodTap>) -> Result<(), PodError> {
+    fn insert(&self, tap: Arc<PodTun>) -> Result<(), PodError> {
         let slot = tap.rec.slot as usize;
         let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: slot as u64 };
         // SAFETY: both descriptors are open; `ev` is a valid epoll_event.
@@ -435,7 +436,7 @@ impl PodSet {
 
     /// Refreshes the list of interfaces with a memif. The caller holds `edit`.
     fn store_memifs(&self) {
-        let m: Vec<Arc<PodTap>> = self.slots.load().iter().flatten().filter(|t| t.memif.is_some()).cloned().collect();
+        let m: Vec<Arc<PodTun>> = self.slots.load().iter().flatten().filter(|t| t.memif.is_some()).cloned().collect();
         self.memifs.store(Arc::new(m));
     }
 
@@ -589,7 +590,7 @@ impl PodRx {
 
     /// Gives a bare IP packet from `tap` its Ethernet header (to the port, from the slot's
     /// MAC), or refuses it (counted): not from the pod's address, not IP, no headroom.
-    fn frame(set: &PodSet, tap: &PodTap, p: &mut Mbuf) -> bool {
+    fn frame(set: &PodSet, tap: &PodTun, p: &mut Mbuf) -> bool {
         if !tap.source_ok(p.data()) {
             tap.spoofed.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -747,7 +748,7 @@ pub struct PodTx {
     /// Frames written to interfaces (or for no pod), freed after the burst.
     done: Vec<Mbuf>,
     /// Frames for memifs this burst, by slot.
-    memif: Vec<(Arc<PodTap>, Vec<Mbuf>)>,
+    memif: Vec<(Arc<PodTun>, Vec<Mbuf>)>,
 }
 
 impl PodTx {
@@ -951,7 +952,7 @@ mod tests {
     #[test]
     fn a_pod_sends_from_its_own_addresses_and_link_local_only_on_its_link() {
         let fd: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
-        let tap = PodTap::new(PodRecord { ips: vec!["10.244.1.5".parse().unwrap(), "fd00:244:1::5".parse().unwrap()], ..rec("p", "/x", "10.244.1.5", 1) }, fd, false, None);
+        let tap = PodTun::new(PodRecord { ips: vec!["10.244.1.5".parse().unwrap(), "fd00:244:1::5".parse().unwrap()], ..rec("p", "/x", "10.244.1.5", 1) }, fd, false, None);
         let v4 = |src: &str| {
             let mut p = vec![0u8; 20];
             p[0] = 0x45;

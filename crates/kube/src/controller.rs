@@ -4,9 +4,10 @@
 //! A round is level-triggered and idempotent: it works from what the objects say, never from
 //! what happened, so a restart of anything converges.
 
+use crate::annotation as ann;
 use crate::config::KubeConfig;
 use crate::crd::{AddressPool, AddressPoolStatus, PoolCondition};
-use crate::desired::{self, DaemonSide, EndpointIn, PortIn, Problem, SliceIn, SvcSpec, ANN};
+use crate::desired::{self, DaemonSide, EndpointIn, PortIn, Problem, SliceIn, SvcSpec};
 use crate::ipam::{self, Family, Outcome, PoolIn, SvcIn};
 use crate::metrics::Metrics;
 use crate::program::{key_of, Daemon, Key};
@@ -370,7 +371,7 @@ fn place(
 }
 
 fn annotation<'a>(o: &'a impl ResourceExt, k: &str) -> Option<&'a str> {
-    o.annotations().get(&format!("{ANN}{k}")).map(|s| s.trim()).filter(|s| !s.is_empty())
+    o.annotations().get(k).map(|s| s.trim()).filter(|s| !s.is_empty())
 }
 
 fn created(o: &impl ResourceExt) -> String {
@@ -400,7 +401,7 @@ fn svc_in(s: &Service) -> SvcIn {
         .and_then(|i| i.ip.as_ref())
         .and_then(|a| a.parse().ok());
     // The annotation first (a list; its first address is used), then the deprecated field.
-    let requested = annotation(s, "load-balancer-ips").map(|v| v.split(',').next().unwrap_or("").trim().to_string()).or(spec.load_balancer_ip.clone()).filter(|v| !v.is_empty());
+    let requested = annotation(s, ann::LOAD_BALANCER_IPS).map(|v| v.split(',').next().unwrap_or("").trim().to_string()).or(spec.load_balancer_ip.clone()).filter(|v| !v.is_empty());
     let (requested, invalid_request) = match requested {
         Some(v) => match v.parse::<IpAddr>() {
             Ok(a) => (Some(a), None),
@@ -418,10 +419,10 @@ fn svc_in(s: &Service) -> SvcIn {
         current,
         requested,
         invalid_request,
-        pool: annotation(s, "address-pool").map(str::to_string),
+        pool: annotation(s, ann::ADDRESS_POOL).map(str::to_string),
         // A sharing key is the namespace's own: another tenant's Services never share with
         // it, whatever key they give.
-        sharing: annotation(s, "allow-shared-ip").map(|k| format!("{}/{k}", s.namespace().unwrap_or_default())),
+        sharing: annotation(s, ann::ALLOW_SHARED_IP).map(|k| format!("{}/{k}", s.namespace().unwrap_or_default())),
         ports: spec.ports.unwrap_or_default().iter().map(|p| (p.protocol.clone().unwrap_or_else(|| "TCP".into()), p.port.clamp(0, 65535) as u16)).collect(),
     }
 }
@@ -459,7 +460,7 @@ fn cluster_specs(s: &Service, cidrs: &[ipam::Range], nodes: &[IpAddr]) -> Vec<Sv
         .filter(|a| cidrs.iter().any(|r| r.contains(a)))
         .collect();
     let mut base = svc_spec(s, None);
-    base.annotations.insert(format!("{}mode", crate::desired::ANN), "nat".into());
+    base.annotations.insert(ann::MODE.into(), "nat".into());
     let mut out: Vec<SvcSpec> = ips.iter().map(|ip| SvcSpec { ip: Some(*ip), ..base.clone() }).collect();
     if matches!(spec.type_.as_deref(), Some("NodePort") | Some("LoadBalancer")) {
         let ports: Vec<PortIn> = spec

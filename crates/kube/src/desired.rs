@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use vectorlb_api::model::{HealthCheck, HealthKind, ModeName, NewBackend, NewService, OnDownName, Proto, SchedulerName, SynProxyName};
 
 /// Annotation prefix of the controller's Service annotations.
-pub const ANN: &str = "vectorlb.io/";
+use crate::annotation as ann;
 
 /// One port of a Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,19 +97,19 @@ fn health_check(kind: &str, interval: Option<&str>) -> Result<HealthCheck, Strin
         "tcp" if path.is_none() => HealthKind::Tcp,
         "http" => HealthKind::Http,
         "https" => HealthKind::Https,
-        _ => return Err(format!("{ANN}health-check: '{kind}' is not tcp, http[:/PATH] or https[:/PATH]; no health check")),
+        _ => return Err(format!("{}: '{kind}' is not tcp, http[:/PATH] or https[:/PATH]; no health check", ann::HEALTH_CHECK)),
     };
     let path = match (kind, path) {
         (HealthKind::Tcp, _) => None,
         (_, None) => Some("/".to_string()),
         (_, Some(p)) if p.starts_with('/') && !p.contains(char::is_whitespace) && p.len() <= 1024 => Some(p.to_string()),
-        (_, Some(p)) => return Err(format!("{ANN}health-check: path '{p}' must start with / and hold no spaces; no health check")),
+        (_, Some(p)) => return Err(format!("{}: path '{p}' must start with / and hold no spaces; no health check", ann::HEALTH_CHECK)),
     };
     let interval_ms = match interval {
         None => 2000,
         Some(v) => match v.trim().parse::<f64>() {
             Ok(x) if x.is_finite() && (MIN_HEALTH_INTERVAL..=3600.0).contains(&x) => (x * 1000.0).round() as u32,
-            _ => return Err(format!("{ANN}health-interval: '{v}' is not a number of seconds in {MIN_HEALTH_INTERVAL}..=3600; no health check")),
+            _ => return Err(format!("{}: '{v}' is not a number of seconds in {MIN_HEALTH_INTERVAL}..=3600; no health check", ann::HEALTH_INTERVAL)),
         },
     };
     let http = kind != HealthKind::Tcp;
@@ -131,20 +131,20 @@ fn health_check(kind: &str, interval: Option<&str>) -> Result<HealthCheck, Strin
 
 fn parse_settings(s: &SvcSpec, problems: &mut Vec<Problem>) -> Settings {
     let bad = |problems: &mut Vec<Problem>, k: &str, v: &str, allowed: &str| {
-        problems.push(Problem { reason: Reason::InvalidAnnotation, message: format!("{ANN}{k}: '{v}' is not one of {allowed}; the default is used") })
+        problems.push(Problem { reason: Reason::InvalidAnnotation, message: format!("{k}: '{v}' is not one of {allowed}; the default is used") })
     };
-    let get = |k: &str| s.annotations.get(&format!("{ANN}{k}")).map(|v| v.trim().to_ascii_lowercase());
-    let mode = match get("mode").as_deref() {
+    let get = |k: &str| s.annotations.get(k).map(|v| v.trim().to_ascii_lowercase());
+    let mode = match get(ann::MODE).as_deref() {
         None | Some("fnat") => ModeName::Fnat,
         Some("nat") => ModeName::Nat,
         Some("dr") => ModeName::Dr,
         Some("tun") => ModeName::Tun,
         Some(v) => {
-            bad(problems, "mode", v, "fnat, nat, dr, tun");
+            bad(problems, ann::MODE, v, "fnat, nat, dr, tun");
             ModeName::Fnat
         }
     };
-    let named = match get("scheduler").as_deref() {
+    let named = match get(ann::SCHEDULER).as_deref() {
         None => None,
         Some("rr") => Some(SchedulerName::Rr),
         Some("wrr") => Some(SchedulerName::Wrr),
@@ -152,31 +152,33 @@ fn parse_settings(s: &SvcSpec, problems: &mut Vec<Problem>) -> Settings {
         Some("sh") => Some(SchedulerName::Sh),
         Some("maglev") => Some(SchedulerName::Maglev),
         Some(v) => {
-            bad(problems, "scheduler", v, "rr, wrr, wlc, sh, maglev");
+            bad(problems, ann::SCHEDULER, v, "rr, wrr, wlc, sh, maglev");
             None
         }
     };
     let scheduler = match (s.client_ip_affinity, named) {
         (true, Some(n)) if n != SchedulerName::Sh => {
-            problems
-                .push(Problem { reason: Reason::InvalidAnnotation, message: format!("sessionAffinity ClientIP needs source hashing; {ANN}scheduler '{}' is not used", n.name()) });
+            problems.push(Problem {
+                reason: Reason::InvalidAnnotation,
+                message: format!("sessionAffinity ClientIP needs source hashing; {} '{}' is not used", ann::SCHEDULER, n.name()),
+            });
             SchedulerName::Sh
         }
         (true, _) => SchedulerName::Sh,
         (false, n) => n.unwrap_or(SchedulerName::Maglev),
     };
-    let synproxy = match get("synproxy").as_deref() {
+    let synproxy = match get(ann::SYNPROXY).as_deref() {
         None | Some("off") => SynProxyName::Off,
         Some("on") => SynProxyName::On,
         Some("auto") => SynProxyName::Auto,
         Some(v) => {
-            bad(problems, "synproxy", v, "on, off, auto");
+            bad(problems, ann::SYNPROXY, v, "on, off, auto");
             SynProxyName::Off
         }
     };
-    let health = match s.annotations.get(&format!("{ANN}health-check")).map(|v| v.trim().to_string()) {
+    let health = match s.annotations.get(ann::HEALTH_CHECK).map(|v| v.trim().to_string()) {
         None => None,
-        Some(k) => match health_check(&k, s.annotations.get(&format!("{ANN}health-interval")).map(String::as_str)) {
+        Some(k) => match health_check(&k, s.annotations.get(ann::HEALTH_INTERVAL).map(String::as_str)) {
             Ok(h) => Some(h),
             Err(message) => {
                 problems.push(Problem { reason: Reason::InvalidAnnotation, message });
@@ -263,7 +265,7 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
         if synproxy != set.synproxy {
             problems.push(Problem {
                 reason: Reason::InvalidAnnotation,
-                message: format!("{ANN}synproxy: only TCP ports in fnat or nat mode use the SYN proxy; port {} goes without", p.port),
+                message: format!("{}: only TCP ports in fnat or nat mode use the SYN proxy; port {} goes without", ann::SYNPROXY, p.port),
             });
         }
         out.push(NewService {

@@ -177,7 +177,7 @@ impl GatewayCtl {
                     current,
                     requested,
                     invalid_request,
-                    pool: g.annotations().get("vectorlb.io/address-pool").cloned(),
+                    pool: g.annotations().get(crate::annotation::ADDRESS_POOL).cloned(),
                     sharing: None,
                     ports: listeners_served(&g.spec.listeners).into_iter().map(|p| ("TCP".to_string(), p)).collect(),
                 }

@@ -6,6 +6,7 @@
 //! The pure parts (address allocation, what a daemon should serve) are kept free of the
 //! Kubernetes types and tested alone; `controller` and `leader` do the talking.
 
+pub mod annotation;
 pub mod config;
 pub mod controller;
 pub mod crd;
