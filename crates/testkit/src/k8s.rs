@@ -8,10 +8,11 @@
 //! with the Pod's name. A Pod being deleted runs its `preStop` sleep, then nginx stops
 //! gracefully, and only then is the Pod removed, as a kubelet does.
 
+use crate::openssl;
 use crate::{repo, sh, stdout};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufReader, Write};
+use std::io::BufReader;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -33,11 +34,6 @@ pub fn bins() -> PathBuf {
 /// A free TCP port on loopback (bound and released; good enough for one test at a time).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn openssl(args: &[&str]) {
-    let o = Command::new("openssl").args(args).output().expect("openssl");
-    assert!(o.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// A P-256 key and a certificate signed by the test CA in `dir` (`ca.crt`, `ca.key`).
@@ -94,6 +90,30 @@ pub struct ControlPlane {
     procs: Vec<Proc>,
 }
 
+/// kubectl with a kubeconfig: the one way the tests run it.
+#[derive(Debug, Clone)]
+pub struct Kubectl {
+    pub bin: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.arg(format!("--kubeconfig={}", self.kubeconfig.display()));
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().unwrap()
+    }
+
+    /// With `input` on its standard input (`apply -f -`).
+    pub fn run_with(&self, args: &[&str], input: &[u8]) -> Output {
+        crate::output_with_input(self.command().args(args), input)
+    }
+}
+
 impl ControlPlane {
     /// Certificates, etcd, kube-apiserver (waits for `/readyz`), kube-controller-manager and
     /// kube-scheduler, in `dir` (emptied first).
@@ -103,23 +123,7 @@ impl ControlPlane {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).unwrap();
         let d = |f: &str| dir.join(f).to_str().unwrap().to_string();
-        openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            "/CN=vectorlb-test-ca",
-            "-days",
-            "3",
-            "-keyout",
-            &d("ca.key"),
-            "-out",
-            &d("ca.crt"),
-        ]);
+        crate::self_signed(&dir.join("ca.crt"), &dir.join("ca.key"), "vectorlb-test-ca", &[]);
         issue(dir, "apiserver", "/CN=kube-apiserver", "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n");
         for (name, subject) in USERS {
             issue(dir, name, subject, "extendedKeyUsage=clientAuth\n");
@@ -258,8 +262,13 @@ impl ControlPlane {
         self.kubectl_as("admin", args)
     }
 
+    /// kubectl as `user`, to run later or from another thread.
+    pub fn kubectl_for(&self, user: &str) -> Kubectl {
+        Kubectl { bin: self.bins.join("kubectl"), kubeconfig: self.kubeconfig(user) }
+    }
+
     pub fn kubectl_as(&self, user: &str, args: &[&str]) -> Output {
-        Command::new(self.bins.join("kubectl")).arg(format!("--kubeconfig={}", self.kubeconfig(user).display())).args(args).output().unwrap()
+        self.kubectl_for(user).run(args)
     }
 
     /// kubectl that must succeed; its stdout.
@@ -276,16 +285,7 @@ impl ControlPlane {
     }
 
     pub fn apply_text(&self, text: &str) -> Result<String, String> {
-        let mut c = Command::new(self.bins.join("kubectl"))
-            .arg(format!("--kubeconfig={}", self.kubeconfig("admin").display()))
-            .args(["apply", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-        let o = c.wait_with_output().unwrap();
+        let o = self.kubectl_for("admin").run_with(&["apply", "-f", "-"], text.as_bytes());
         if o.status.success() {
             Ok(stdout(&o))
         } else {
@@ -365,8 +365,7 @@ pub struct FakeKubelet {
 
 #[derive(Clone)]
 struct KubeletCfg {
-    kubectl: PathBuf,
-    kubeconfig: PathBuf,
+    kubectl: Kubectl,
     prefix: String,
     dir: PathBuf,
     gateway: String,
@@ -376,7 +375,7 @@ struct KubeletCfg {
 
 impl KubeletCfg {
     fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new(&self.kubectl).arg(format!("--kubeconfig={}", self.kubeconfig.display())).args(args).output().unwrap()
+        self.kubectl.run(args)
     }
 
     /// A merge patch of a Pod's status, by curl (a kubelet's one request; kubectl would cost a
@@ -403,8 +402,7 @@ impl FakeKubelet {
         let free = (a..=b).map(Ipv4Addr::from).collect();
         let state = Arc::new(Mutex::new(KubeletState { pods: HashMap::new(), free }));
         let cfg = KubeletCfg {
-            kubectl: cp.bins.join("kubectl"),
-            kubeconfig: cp.kubeconfig("admin"),
+            kubectl: cp.kubectl_for("admin"),
             prefix: prefix.to_string(),
             dir: cp.dir.join("pods"),
             gateway: gateway.to_string(),
@@ -420,12 +418,8 @@ impl FakeKubelet {
                 while !stop.load(Ordering::Relaxed) {
                     // A watch ends when kube-apiserver restarts: watch again (a new watch
                     // lists every Pod first; handling is idempotent).
-                    let child = Command::new(&cfg.kubectl)
-                        .arg(format!("--kubeconfig={}", cfg.kubeconfig.display()))
-                        .args(["get", "pods", "-A", "--watch", "--output-watch-events", "-o", "json"])
-                        .stdout(Stdio::piped())
-                        .stderr(Stdio::null())
-                        .spawn();
+                    let child =
+                        cfg.kubectl.command().args(["get", "pods", "-A", "--watch", "--output-watch-events", "-o", "json"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn();
                     let Ok(mut child) = child else {
                         std::thread::sleep(Duration::from_millis(500));
                         continue;
@@ -636,18 +630,6 @@ fn stop_pod(p: &PodRt, graceful: bool) {
         let _ = Command::new("kill").args(["-9", pid]).status();
     }
     let _ = Command::new("ip").args(["netns", "del", &p.ns]).status();
-}
-
-/// Waits until `f` gives `Some`, polling every 50 ms, for at most `limit`.
-pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let t = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The endpoints of a Service's EndpointSlices: address → (ready, serving, terminating).

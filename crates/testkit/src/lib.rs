@@ -75,6 +75,55 @@ pub fn api_call(api: &str, method: &str, path: &str, body: Option<&Value>) -> Re
     Ok((r.status.as_u16(), r.body.to_vec()))
 }
 
+/// Waits until `f` gives `Some`, polling every 50 ms, for at most `limit`: the one wait of the
+/// tests.
+pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// [`wait_for`] a condition; how long it took.
+pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let t = Instant::now();
+    wait_for(limit, what, || f().then_some(()));
+    t.elapsed()
+}
+
+/// Runs `c` with `input` on its standard input; its output (stdout and stderr piped).
+pub fn output_with_input(c: &mut Command, input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    // A command that exits before reading all of it closes the pipe: its status says why.
+    let _ = child.stdin.take().unwrap().write_all(input);
+    child.wait_with_output().unwrap()
+}
+
+/// Runs openssl; panics with its message if it fails.
+pub fn openssl(args: &[&str]) {
+    let o = Command::new("openssl").args(args).output().expect("openssl (scripts/setup.sh)");
+    assert!(o.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A self-signed P-256 certificate for `cn` (and `sans`, as `DNS:name` or `IP:addr`) and its
+/// key, written to `cert` and `key`, valid for three days: the one recipe the tests use.
+pub fn self_signed(cert: &Path, key: &Path, cn: &str, sans: &[&str]) {
+    let subj = format!("/CN={cn}");
+    let san = format!("subjectAltName={}", sans.join(","));
+    let mut args = vec!["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", &subj, "-days", "3"];
+    if !sans.is_empty() {
+        args.extend(["-addext", &san]);
+    }
+    let (k, c) = (key.to_str().unwrap(), cert.to_str().unwrap());
+    args.extend(["-keyout", k, "-out", c]);
+    openssl(&args);
+}
+
 /// Runs a command; panics with its output if it fails.
 pub fn sh(args: &[&str]) -> Output {
     let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
@@ -226,24 +275,7 @@ impl Topo {
         let cert = self.dir.join("cert.pem");
         let key = self.dir.join("key.pem");
         if !cert.exists() {
-            sh(&[
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-subj",
-                "/CN=backend",
-                "-days",
-                "2",
-                "-keyout",
-                key.to_str().unwrap(),
-                "-out",
-                cert.to_str().unwrap(),
-            ]);
+            self_signed(&cert, &key, "backend", &[]);
         }
         (cert.display().to_string(), key.display().to_string())
     }

@@ -18,8 +18,9 @@
 //!   segment as the daemon's backends. The kubelet stays in the host's namespace, next to the
 //!   API server on loopback.
 
-use crate::k8s::{tail, wait_for, ControlPlane};
+use crate::k8s::{tail, ControlPlane};
 use crate::repo;
+use crate::wait_for;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -83,8 +84,7 @@ pub struct RealNode {
     sock: PathBuf,
     containerd: Option<Child>,
     kubelet: Option<Child>,
-    kubectl: PathBuf,
-    kubeconfig: PathBuf,
+    kubectl: crate::k8s::Kubectl,
     netns_before: Vec<String>,
 }
 
@@ -149,16 +149,8 @@ impl RealNode {
             .stderr(log)
             .spawn()
             .unwrap();
-        let mut node = RealNode {
-            name: name.to_string(),
-            dir: dir.clone(),
-            sock: sock.clone(),
-            containerd: Some(containerd),
-            kubelet: None,
-            kubectl: cp.bin("kubectl"),
-            kubeconfig: cp.kubeconfig("admin"),
-            netns_before,
-        };
+        let mut node =
+            RealNode { name: name.to_string(), dir: dir.clone(), sock: sock.clone(), containerd: Some(containerd), kubelet: None, kubectl: cp.kubectl_for("admin"), netns_before };
         wait_for(Duration::from_secs(20), "containerd's socket", || sock.exists().then_some(()));
         node.import(&pause_image());
         for i in images {
@@ -238,7 +230,7 @@ impl Drop for RealNode {
     /// torn down by the CNI plugins), then the kubelet and containerd stopped, then whatever is
     /// left killed and unmounted: no container, mount or network namespace outlives the test.
     fn drop(&mut self) {
-        let kubectl = |args: &[&str]| Command::new(&self.kubectl).arg(format!("--kubeconfig={}", self.kubeconfig.display())).args(args).stderr(Stdio::null()).output();
+        let kubectl = |args: &[&str]| self.kubectl.command().args(args).stderr(Stdio::null()).output();
         let selector = format!("spec.nodeName={}", self.name);
         let _ = kubectl(&["delete", "pods", "-A", "--field-selector", &selector, "--grace-period=1", "--wait=false"]);
         let t = Instant::now();

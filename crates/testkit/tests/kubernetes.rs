@@ -8,9 +8,10 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use vectorlb_testkit::k8s::{endpoints, tail, wait_for, ControlPlane, FakeKubelet};
+use vectorlb_testkit::k8s::{endpoints, tail, ControlPlane, FakeKubelet, Kubectl};
 use vectorlb_testkit::node::{PodNetwork, RealNode};
-use vectorlb_testkit::{bin, repo, stdout, tools, Shape, Topo};
+use vectorlb_testkit::wait_for;
+use vectorlb_testkit::{bin, repo, self_signed, stdout, tools, Shape, Topo};
 
 const POOL: &str = "10.0.0.100-10.0.0.149";
 
@@ -371,23 +372,10 @@ const CONVERGE_BOUND: Duration = Duration::from_secs(15);
 
 /// `kubectl apply` (or `delete`) until kube-apiserver takes it: what an operator's pipeline does
 /// while a control-plane upgrade restarts it.
-fn kubectl_until(kubectl: &Path, kubeconfig: &Path, args: &[&str], input: Option<&Value>) {
+fn kubectl_until(kubectl: &Kubectl, args: &[&str], input: Option<&Value>) {
     let t = Instant::now();
     loop {
-        let mut c = Command::new(kubectl)
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        if let Some(v) = input {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(v.to_string().as_bytes()).unwrap();
-        }
-        drop(c.stdin.take());
-        let o = c.wait_with_output().unwrap();
+        let o = kubectl.run_with(args, input.map(|v| v.to_string()).unwrap_or_default().as_bytes());
         if o.status.success() {
             return;
         }
@@ -473,7 +461,7 @@ fn the_controller_converges_after_kube_apiserver_restarts() {
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
     eprintln!("== {runs} run(s) of {restarts} kube-apiserver restarts; seed {seed}");
     let mut dice = Dice(seed);
-    let (kubectl, kubeconfig) = (cp.bin("kubectl"), cp.kubeconfig("admin"));
+    let kubectl = cp.kubectl_for("admin");
     let mut want: std::collections::BTreeMap<String, &'static str> = Default::default();
     let mut next = 0usize;
     for run in 0..runs {
@@ -509,7 +497,7 @@ fn the_controller_converges_after_kube_apiserver_restarts() {
                 ops.push((vec!["-n".into(), "default".into(), "delete".into(), "--ignore-not-found".into(), "service".into(), gone], None));
             }
             let delays: Vec<u64> = ops.iter().map(|_| dice.below(3000)).collect();
-            let (k1, k2) = (kubectl.clone(), kubeconfig.clone());
+            let kc = kubectl.clone();
             let changes = std::thread::spawn(move || {
                 let t = Instant::now();
                 for ((args, input), d) in ops.into_iter().zip(delays) {
@@ -518,7 +506,7 @@ fn the_controller_converges_after_kube_apiserver_restarts() {
                         std::thread::sleep(w);
                     }
                     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-                    kubectl_until(&k1, &k2, &a, input.as_ref());
+                    kubectl_until(&kc, &a, input.as_ref());
                 }
             });
             std::thread::sleep(Duration::from_millis(dice.below(2000)));
@@ -921,26 +909,7 @@ fn gateway_api_routes_are_served_by_the_proxy_behind_the_daemon() {
     // a Secret that holds no certificate.
     cp.apply(&[deployment("v1", 2), deployment("v2", 1), cluster_ip_service("v1"), cluster_ip_service("v2")]).unwrap();
     let (crt, key) = (dir.join("shop.crt"), dir.join("shop.key"));
-    let o = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=shop.example",
-            "-addext",
-            "subjectAltName=DNS:shop.example",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args(["-keyout", key.to_str().unwrap(), "-out", crt.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    self_signed(&crt, &key, "shop.example", &["DNS:shop.example"]);
     cp.k(&["-n", "default", "create", "secret", "tls", "shop-tls", "--cert", crt.to_str().unwrap(), "--key", key.to_str().unwrap()]);
     cp.k(&["-n", "default", "create", "secret", "generic", "broken-tls", "--type=kubernetes.io/tls", "--from-literal=tls.crt=not a certificate", "--from-literal=tls.key=no key"]);
 

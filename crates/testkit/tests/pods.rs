@@ -100,20 +100,16 @@ impl PodNet {
 
     /// The plugin alone, as a runtime runs it: the environment and the configuration on stdin.
     fn plugin(&self, command: &str, netns: &str, id: &str, conf: &str) -> (bool, Value) {
-        let mut c = Command::new(cni_plugin())
-            .env_clear()
-            .env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", id)
-            .env("CNI_NETNS", netns)
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", format!("{}:/usr/lib/cni", self.bin.display()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        c.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
-        let o = c.wait_with_output().unwrap();
+        let o = vectorlb_testkit::output_with_input(
+            Command::new(cni_plugin())
+                .env_clear()
+                .env("CNI_COMMAND", command)
+                .env("CNI_CONTAINERID", id)
+                .env("CNI_NETNS", netns)
+                .env("CNI_IFNAME", "eth0")
+                .env("CNI_PATH", format!("{}:/usr/lib/cni", self.bin.display())),
+            conf.as_bytes(),
+        );
         (o.status.success(), serde_json::from_slice(&o.stdout).unwrap_or(Value::Null))
     }
 
@@ -489,13 +485,8 @@ fn kernel_route(n: &PodNet, prefix: &str) -> String {
     stdout(&n.t.run("lb", &["ip", fam, "route", "show", prefix]))
 }
 
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> f64 {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    t.elapsed().as_secs_f64()
+fn wait_for(what: &str, limit: Duration, f: impl FnMut() -> bool) -> f64 {
+    vectorlb_testkit::wait_until(limit, what, f).as_secs_f64()
 }
 
 #[test]
