@@ -53,10 +53,21 @@ fn ns_name(o: &impl ResourceExt) -> String {
     format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
 }
 
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Daemon(#[from] crate::program::ProgramError),
+    #[error("the {0} watch ended before its first list")]
+    Watch(&'static str),
+    #[error(transparent)]
+    Gateway(#[from] crate::gateway_run::GatewayError),
+}
+
 impl Controller {
     /// Starts the reflectors; returns once each has listed its objects.
-    pub async fn start(cfg: KubeConfig, client: Client, identity: &str, metrics: Arc<Metrics>, notify: Arc<Notify>) -> Result<Controller, String> {
-        let daemons = cfg.daemons.iter().cloned().map(Daemon::new).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
+    pub async fn start(cfg: KubeConfig, client: Client, identity: &str, metrics: Arc<Metrics>, notify: Arc<Notify>) -> Result<Controller, StartError> {
+        let daemons = cfg.daemons.iter().cloned().map(Daemon::new).collect::<Result<Vec<_>, _>>()?;
         let (services, w1) = reflector::store();
         let (slices, w2) = reflector::store();
         let (pools, w3) = reflector::store();
@@ -70,7 +81,7 @@ impl Controller {
             ("addresspools", pools.wait_until_ready().await.is_ok()),
         ] {
             if !ready {
-                return Err(format!("the {what} watch ended before its first list"));
+                return Err(StartError::Watch(what));
             }
         }
         let gateway = match cfg.gateway.clone() {

@@ -33,19 +33,32 @@ pub fn ipam_key(ns_name: &str) -> String {
     format!("gateway:{ns_name}")
 }
 
+/// Why the Gateway programming could not start, or a proxy could not be programmed.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("gateway.base_file {path}: {error}")]
+    BaseFile { path: String, error: std::io::Error },
+    #[error("gateway proxy {proxy}: token_file {path}: {error}")]
+    Token { proxy: String, path: String, error: std::io::Error },
+    #[error("gateway proxy {proxy}: {error}")]
+    Proxy { proxy: String, error: CallError },
+    #[error("the {0} watch ended before its first list (are the Gateway API's resource definitions installed?)")]
+    Watch(&'static str),
+}
+
 struct Proxy {
     cfg: ProxyRef,
     api: WireApi,
 }
 
 impl Proxy {
-    fn failed(&self, e: CallError) -> String {
-        format!("proxy {}: {e}", self.cfg.name)
+    fn failed(&self, error: CallError) -> GatewayError {
+        GatewayError::Proxy { proxy: self.cfg.name.clone(), error }
     }
 
     /// Makes it serve `text` unless it already does. Its digest is asked every round (a small
     /// request): a proxy replaced or restarted without its file is programmed again at once.
-    async fn converge(&self, text: &str) -> Result<bool, String> {
+    async fn converge(&self, text: &str) -> Result<bool, GatewayError> {
         let want = vectorlb_http::text_digest(text);
         let have: ConfigDigest = self.api.get("/v1/config").await.map_err(|e| self.failed(e))?;
         if have.digest == want {
@@ -56,7 +69,7 @@ impl Proxy {
     }
 
     /// Its Gateway listeners' proxy ports: (Gateway, listener port) → port.
-    async fn ports(&self) -> Result<BTreeMap<(String, u16), u16>, String> {
+    async fn ports(&self) -> Result<BTreeMap<(String, u16), u16>, GatewayError> {
         let stats: StatsOut = self.api.get("/v1/stats").await.map_err(|e| self.failed(e))?;
         let mut out = BTreeMap::new();
         for l in &stats.listeners {
@@ -90,15 +103,17 @@ pub struct GatewayCtl {
 }
 
 impl GatewayCtl {
-    pub async fn start(cfg: GatewayConfig, client: Client, notify: Arc<Notify>, metrics: Arc<Metrics>) -> Result<GatewayCtl, String> {
-        let base = std::fs::read_to_string(&cfg.base_file).map_err(|e| format!("gateway.base_file {}: {e}", cfg.base_file.display()))?;
+    pub async fn start(cfg: GatewayConfig, client: Client, notify: Arc<Notify>, metrics: Arc<Metrics>) -> Result<GatewayCtl, GatewayError> {
+        let base = std::fs::read_to_string(&cfg.base_file).map_err(|error| GatewayError::BaseFile { path: cfg.base_file.display().to_string(), error })?;
         let mut proxies = Vec::new();
         for p in &cfg.proxies {
             let token = match &p.token_file {
-                Some(f) => Some(std::fs::read_to_string(f).map_err(|e| format!("gateway proxy {}: token_file {}: {e}", p.name, f.display()))?.trim().to_string()),
+                Some(f) => {
+                    Some(std::fs::read_to_string(f).map_err(|error| GatewayError::Token { proxy: p.name.clone(), path: f.display().to_string(), error })?.trim().to_string())
+                }
                 None => None,
             };
-            let mut api = WireApi::new(&p.admin, token).map_err(|e| format!("gateway proxy {}: {e}", p.name))?;
+            let mut api = WireApi::new(&p.admin, token).map_err(|error| GatewayError::Proxy { proxy: p.name.clone(), error })?;
             api.options.connect_timeout = Duration::from_secs(2);
             api.options.max_body = 64 << 20;
             proxies.push(Proxy { cfg: p.clone(), api });
@@ -136,7 +151,7 @@ impl GatewayCtl {
             ("referencegrants", grants.wait_until_ready().await.is_ok()),
         ] {
             if !ready {
-                return Err(format!("the {what} watch ended before its first list (are the Gateway API's resource definitions installed?)"));
+                return Err(GatewayError::Watch(what));
             }
         }
         Ok(GatewayCtl { cfg, client, base, classes, gateways, http, grpc, secrets, namespaces, grants, proxies, ports: BTreeMap::new(), recovered: false })

@@ -42,8 +42,17 @@ pub enum KubeError {
     Config(#[from] config::ConfigError),
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
-    #[error("{0}")]
-    Run(String),
+    #[error(transparent)]
+    Start(#[from] controller::StartError),
+    #[error("{what}: {error}")]
+    Io { what: String, error: std::io::Error },
+    #[error("metrics '{0}': ADDRESS:PORT")]
+    MetricsAddress(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> KubeError {
+    let what = what.into();
+    move |error| KubeError::Io { what, error }
 }
 
 async fn client(path: &Option<PathBuf>) -> Result<kube::Client, KubeError> {
@@ -82,7 +91,7 @@ fn identity(o: &Opts) -> String {
 pub fn run(o: Opts) -> Result<(), KubeError> {
     let cfg = config::KubeConfig::load(&o.config)?;
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| KubeError::Run(format!("cannot start the runtime: {e}")))?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(io("cannot start the runtime"))?;
     rt.block_on(run_async(o, cfg))
 }
 
@@ -95,7 +104,7 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
     }
     // SIGTERM or SIGINT: `stop` turns true.
     let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| KubeError::Run(e.to_string()))?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(io("SIGTERM"))?;
     tokio::spawn(async move {
         tokio::select! {
             _ = term.recv() => {}
@@ -106,7 +115,7 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
     // The caches are filled before the election: a follower that takes over starts warm.
     let notify = Arc::new(tokio::sync::Notify::new());
     let mut ctl = tokio::select! {
-        c = controller::Controller::start(cfg.clone(), client.clone(), &id, metrics.clone(), notify.clone()) => c.map_err(KubeError::Run)?,
+        c = controller::Controller::start(cfg.clone(), client.clone(), &id, metrics.clone(), notify.clone()) => c?,
         _ = stop.wait_for(|s| *s) => return Ok(()),
     };
     let elector = leader::Elector::new(client.clone(), &cfg.namespace, &cfg.lease, &id, cfg.lease_seconds);
@@ -301,8 +310,8 @@ async fn lead<S: leader::LeaseStore + 'static, P: Programmer>(
 
 async fn serve_metrics(addr: &str, metrics: Arc<metrics::Metrics>) -> Result<(), KubeError> {
     use axum::routing::get;
-    let a: std::net::SocketAddr = addr.parse().map_err(|_| KubeError::Run(format!("metrics '{addr}': ADDRESS:PORT")))?;
-    let l = tokio::net::TcpListener::bind(a).await.map_err(|e| KubeError::Run(format!("metrics {a}: {e}")))?;
+    let a: std::net::SocketAddr = addr.parse().map_err(|_| KubeError::MetricsAddress(addr.to_string()))?;
+    let l = tokio::net::TcpListener::bind(a).await.map_err(io(format!("metrics {a}")))?;
     let m2 = metrics.clone();
     let router = axum::Router::new()
         .route(

@@ -104,6 +104,127 @@ pub fn output_with_input(c: &mut Command, input: &[u8]) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// A `vectorlb run` a test started, with its API at `unix:DIR/api.sock` and its output in
+/// `DIR/lb.log`: the one daemon handle of the tests. Killed when dropped, whatever way the test
+/// ends; its log printed when the test failed.
+pub struct Daemon {
+    /// For messages: `lb`, `lb1`, ...
+    pub name: String,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    /// Starts `cmd` (`vectorlb run ...`, in its namespace), its output to `DIR/lb.log`.
+    pub fn spawn(name: &str, dir: &Path, cmd: &mut Command) -> Daemon {
+        std::fs::create_dir_all(dir).unwrap();
+        let log = std::fs::File::create(dir.join("lb.log")).unwrap();
+        let child = cmd.stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap_or_else(|e| panic!("{name}: {e}"));
+        Daemon { name: name.to_string(), dir: dir.to_path_buf(), child: Some(child) }
+    }
+
+    pub fn api(&self) -> String {
+        format!("unix:{}/api.sock", self.dir.display())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("lb.log")).unwrap_or_default()
+    }
+
+    /// One request: (status, body), or why there was no answer.
+    pub fn try_call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Value), vectorlb_client::Error> {
+        api_call(&self.api(), method, path, body).map(|(s, b)| (s, serde_json::from_slice(&b).unwrap_or(Value::Null)))
+    }
+
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.try_call(method, path, body).unwrap_or_else(|e| panic!("{}: {method} {path}: {e}\n{}", self.name, self.log()))
+    }
+
+    /// `GET path`, which must answer 200.
+    pub fn get(&self, path: &str) -> Value {
+        let (s, v) = self.call("GET", path, None);
+        assert_eq!(s, 200, "{}: GET {path}: {v}", self.name);
+        v
+    }
+
+    /// Global counters, after the workers' next publication (every 100 ms).
+    pub fn stats(&self) -> Value {
+        std::thread::sleep(Duration::from_millis(250));
+        self.get("/v1/stats")
+    }
+
+    /// Waits until `GET /v1/health` answers 200; panics with the log if the daemon exits or
+    /// `limit` passes.
+    pub fn wait_healthy(&mut self, limit: Duration) {
+        let t = Instant::now();
+        while !matches!(self.try_call("GET", "/v1/health", None), Ok((200, _))) {
+            if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!("{} exited ({st}):\n{}", self.name, self.log());
+            }
+            assert!(t.elapsed() < limit, "{} did not come up in {limit:?}:\n{}", self.name, self.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("a running daemon").id()
+    }
+
+    /// SIGKILL, and reaped.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Reaps a daemon the test killed itself.
+    pub fn forget(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM; the daemon must exit cleanly within 10 s.
+    pub fn term(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // `ip netns exec` execs the daemon, so the child's pid is the daemon's.
+            sh(&["kill", "-TERM", &c.id().to_string()]);
+            let t = Instant::now();
+            loop {
+                if let Some(st) = c.try_wait().unwrap() {
+                    assert!(st.success(), "{} exited with {st} after SIGTERM:\n{}", self.name, self.log());
+                    return;
+                }
+                assert!(t.elapsed() < Duration::from_secs(10), "{} did not stop on SIGTERM", self.name);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() && std::thread::panicking() {
+            eprintln!("--- {} log ({}) ---\n{}", self.name, self.dir.display(), self.log());
+        }
+        self.kill();
+    }
+}
+
+/// `vectorlb-tools gen` from the client's `cl0` to `dst`:`port` through the next hop `mac`,
+/// printing its JSON line; `more` says what to send (`--syn-flood`, `--count N`, ...).
+pub fn gen_from_client(mac: &str, dst: &str, port: u16, more: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> =
+        [tools(), "gen", "--tx", "net_af_packet0,iface=cl0", "--dst-mac", mac, "--dst-ip", dst, "--dst-port", &port.to_string(), "--json"].iter().map(|s| s.to_string()).collect();
+    a.extend(more.iter().map(|s| s.to_string()));
+    a
+}
+
 /// Runs openssl; panics with its message if it fails.
 pub fn openssl(args: &[&str]) {
     let o = Command::new("openssl").args(args).output().expect("openssl (scripts/setup.sh)");
@@ -188,7 +309,7 @@ pub struct Topo {
     pub shape: Shape,
     /// Processes the test started; killed with the topology.
     pub children: Vec<Child>,
-    lb: Option<Child>,
+    lb: Option<Daemon>,
     /// Held while the topology exists (tests that build topologies run one at a time); the
     /// second node of a test that holds it already ([`Topo::another`]) has none.
     _serial: Option<MutexGuard<'static, ()>>,
@@ -346,21 +467,10 @@ impl Topo {
     /// backends are resolved.
     pub fn start_lb(&mut self, config: &str) {
         std::fs::write(self.config_path(), config).unwrap();
-        let log = std::fs::File::create(self.dir.join("lb.log")).unwrap();
         let cfg = self.config_path();
-        let child = self.cmd("lb", &[bin(), "run", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
-        self.lb = Some(child);
-        let t = Instant::now();
-        loop {
-            if let Ok((200, _)) = api_call(&self.api(), "GET", "/v1/health", None) {
-                break;
-            }
-            if let Some(st) = self.lb.as_mut().unwrap().try_wait().unwrap() {
-                panic!("vectorlb run exited ({st}):\n{}", self.lb_log());
-            }
-            assert!(t.elapsed() < Duration::from_secs(20), "vectorlb run did not come up:\n{}", self.lb_log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let mut d = Daemon::spawn("vectorlb run", &self.dir.clone(), &mut self.cmd("lb", &[bin(), "run", "--config", cfg.to_str().unwrap()]));
+        d.wait_healthy(Duration::from_secs(20));
+        self.lb = Some(d);
         // Next hops resolve within a second or two (ARP / ND from the LB).
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(10) {
@@ -379,37 +489,28 @@ impl Topo {
     }
 
     pub fn lb_alive(&mut self) -> bool {
-        self.lb.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+        self.lb.as_mut().is_some_and(Daemon::alive)
     }
 
     /// Forgets a daemon the test killed itself (reaps it), so that another can start.
     pub fn forget_lb(&mut self) {
-        if let Some(mut c) = self.lb.take() {
-            let _ = c.wait();
+        if let Some(mut d) = self.lb.take() {
+            d.forget();
         }
     }
 
     pub fn lb_pid(&self) -> u32 {
-        self.lb.as_ref().unwrap().id()
+        self.lb.as_ref().unwrap().pid()
     }
 
     /// Stops the daemon with SIGTERM and checks it exits cleanly.
     pub fn stop_lb(&mut self) {
-        if let Some(mut c) = self.lb.take() {
-            // `ip netns exec` execs the daemon, so the child's pid is the daemon's.
-            sh(&["kill", "-TERM", &c.id().to_string()]);
-            let t = Instant::now();
-            loop {
-                if let Some(st) = c.try_wait().unwrap() {
-                    assert!(st.success(), "vectorlb exited with {st} after SIGTERM:\n{}", self.lb_log());
-                    return;
-                }
-                assert!(t.elapsed() < Duration::from_secs(10), "vectorlb did not stop on SIGTERM");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+        if let Some(mut d) = self.lb.take() {
+            d.term();
         }
     }
 
+    /// A request to the daemon's API (whether or not one runs now).
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let (s, b) = api_call(&self.api(), method, path, body).unwrap();
         (s, serde_json::from_slice(&b).unwrap_or(Value::Null))
@@ -448,16 +549,14 @@ impl Topo {
 
 impl Drop for Topo {
     fn drop(&mut self) {
-        if let Some(mut c) = self.lb.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        // The daemon's log is printed as it is dropped, when the test failed.
+        if std::thread::panicking() && self.lb.is_none() {
+            eprintln!("--- LB log ({}) ---\n{}", self.p, self.lb_log());
         }
+        drop(self.lb.take());
         for c in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!("--- LB log ({}) ---\n{}", self.p, self.lb_log());
         }
         let script = repo().join("scripts/netns.sh");
         let _ = Command::new(script).args(["down", &self.p]).status();

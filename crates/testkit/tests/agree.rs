@@ -8,38 +8,19 @@
 
 use serde_json::Value;
 use std::collections::HashMap;
-use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vectorlb_testkit::*;
 
 const FLOWS: u64 = 100_000;
 /// (VIP, scheduler).
 const SERVICES: [(&str, &str); 2] = [("10.100.0.1", "maglev"), ("10.100.0.2", "sh")];
 
-struct Daemon(Child, std::path::PathBuf);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        if std::thread::panicking() {
-            eprintln!("--- {} ---\n{}", self.1.display(), std::fs::read_to_string(self.1.join("lb.log")).unwrap_or_default());
-        }
-    }
-}
-
-fn api(dir: &std::path::Path) -> String {
-    format!("unix:{}/api.sock", dir.display())
-}
-
-/// Every session of the daemon at `dir` on `vip`: client (address:port) -> backend.
-fn sessions(dir: &std::path::Path, vip: &str) -> HashMap<String, String> {
+/// Every session of daemon `d` on `vip`: client (address:port) -> backend.
+fn sessions(d: &Daemon, vip: &str) -> HashMap<String, String> {
     let mut out = HashMap::new();
     let mut cursor = 0u64;
     loop {
-        let (s, b) = api_call(&api(dir), "GET", &format!("/v1/sessions?worker=0&family=4&limit=10000&cursor={cursor}"), None).unwrap();
-        assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
-        let page: Value = serde_json::from_slice(&b).unwrap();
+        let page = d.get(&format!("/v1/sessions?worker=0&family=4&limit=10000&cursor={cursor}"));
         for x in page["sessions"].as_array().unwrap() {
             if x["vip"].as_str().unwrap().starts_with(&format!("{vip}:")) {
                 out.insert(x["client"].as_str().unwrap().to_string(), x["backend"].as_str().unwrap().to_string());
@@ -77,17 +58,11 @@ fn two_daemons_from_one_file_choose_the_same_backend_for_every_flow() {
     for k in 1..=2 {
         let dir = t.dir.join(format!("lb{k}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let log = std::fs::File::create(dir.join("lb.log")).unwrap();
-        let child = t.cmd(&format!("lb{k}"), &[bin(), "run", "--config", file.to_str().unwrap()]).current_dir(&dir).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
-        daemons.push(Daemon(child, dir));
+        let name = format!("lb{k}");
+        daemons.push(Daemon::spawn(&name, &dir, t.cmd(&name, &[bin(), "run", "--config", file.to_str().unwrap()]).current_dir(&dir)));
     }
     for d in &mut daemons {
-        let t0 = Instant::now();
-        while !matches!(api_call(&api(&d.1), "GET", "/v1/health", None), Ok((200, _))) {
-            assert!(d.0.try_wait().unwrap().is_none(), "a daemon exited");
-            assert!(t0.elapsed() < Duration::from_secs(20), "a daemon did not come up");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        d.wait_healthy(Duration::from_secs(20));
     }
     // The same segments to each daemon's port, from the router's side of the bridge.
     for (k, d) in daemons.iter().enumerate() {
@@ -118,12 +93,12 @@ fn two_daemons_from_one_file_choose_the_same_backend_for_every_flow() {
                 stdout(&g).lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("gen: {}{}", stdout(&g), String::from_utf8_lossy(&g.stderr)));
             assert_eq!(j["sent"].as_u64(), Some(FLOWS), "{j}");
         }
-        let st: Value = serde_json::from_slice(&api_call(&api(&d.1), "GET", "/v1/stats", None).unwrap().1).unwrap();
+        let st = d.get("/v1/stats");
         eprintln!("lb{}: {} sessions, {} continued", k + 1, st["sessions"], st["continued"]);
     }
     std::thread::sleep(Duration::from_millis(300));
     for (vip, sched) in SERVICES {
-        let (a, b) = (sessions(&daemons[0].1, vip), sessions(&daemons[1].1, vip));
+        let (a, b) = (sessions(&daemons[0], vip), sessions(&daemons[1], vip));
         // (The flood's few repeated sources make one session each: fewer flows than segments.)
         assert!(a.len() as u64 > FLOWS * 9 / 10, "{sched}: lb1 has {} of {FLOWS} flows", a.len());
         let both: Vec<&String> = a.keys().filter(|c| b.contains_key(*c)).collect();

@@ -79,14 +79,21 @@ fn traffic_checks(t: &Topo) {
     }
 }
 
-#[test]
-fn fnat_tcp_udp_v4_v6() {
-    let mut t = Topo::new("vf", Shape::TwoArm, 1500);
+/// A two-arm topology with nginx and UDP echo servers behind the LB in `mode`, maglev, after
+/// the traffic checks passed.
+fn two_arm_serving(prefix: &str, mode: &str) -> Topo {
+    let mut t = Topo::new(prefix, Shape::TwoArm, 1500);
     t.nginx();
     t.echo(5353);
-    let c = mode_config(&t, "fnat", "maglev");
+    let c = mode_config(&t, mode, "maglev");
     t.start_lb(&c);
     traffic_checks(&t);
+    t
+}
+
+#[test]
+fn fnat_tcp_udp_v4_v6() {
+    let mut t = two_arm_serving("vf", "fnat");
     // The XDP flow director passes what is not the LB's to the kernel: an address the host
     // itself holds on the same interface answers ping.
     sh(&["ip", "netns", "exec", &t.ns("lb"), "ip", "addr", "add", "10.0.0.50/24", "dev", "ext0"]);
@@ -115,13 +122,7 @@ fn fnat_tcp_udp_v4_v6() {
 
 #[test]
 fn nat_tcp_udp_v4_v6() {
-    let mut t = Topo::new("vn", Shape::TwoArm, 1500);
-    t.nginx();
-    t.echo(5353);
-    let c = mode_config(&t, "nat", "maglev");
-    t.start_lb(&c);
-    traffic_checks(&t);
-    t.stop_lb();
+    two_arm_serving("vn", "nat").stop_lb();
 }
 
 fn dr_backends(t: &Topo) {

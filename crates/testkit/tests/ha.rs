@@ -7,40 +7,49 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vectorlb_testkit::*;
 
+/// An LB node: its daemon and the keepalived that tracks it.
 struct Node {
     name: &'static str,
     dir: PathBuf,
-    lb: Option<Child>,
+    lb: Option<Daemon>,
     keepalived: Option<Child>,
 }
 
 impl Node {
+    fn lb(&self) -> &Daemon {
+        self.lb.as_ref().expect("the node's daemon runs")
+    }
+
     fn api(&self) -> String {
-        format!("unix:{}/api.sock", self.dir.display())
+        self.lb().api()
     }
 
     fn ha_state(&self) -> String {
-        match api_call(&self.api(), "GET", "/v1/ha", None) {
-            Ok((200, b)) => serde_json::from_slice::<serde_json::Value>(&b).unwrap()["state"].as_str().unwrap_or("").to_string(),
+        match self.lb().try_call("GET", "/v1/ha", None) {
+            Ok((200, v)) => v["state"].as_str().unwrap_or("").to_string(),
             _ => "unreachable".into(),
         }
     }
 
     fn sync(&self) -> serde_json::Value {
-        let (_, b) = api_call(&self.api(), "GET", "/v1/sync", None).unwrap();
-        serde_json::from_slice(&b).unwrap()
+        self.lb().get("/v1/sync")
     }
 
     fn stats(&self) -> serde_json::Value {
-        std::thread::sleep(Duration::from_millis(250));
-        let (_, b) = api_call(&self.api(), "GET", "/v1/stats", None).unwrap();
-        serde_json::from_slice(&b).unwrap()
+        self.lb().stats()
+    }
+
+    /// SIGKILL to the daemon.
+    fn kill_lb(&mut self) {
+        if let Some(mut d) = self.lb.take() {
+            d.kill();
+        }
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
-        for c in [self.keepalived.as_mut(), self.lb.as_mut()].into_iter().flatten() {
+        if let Some(c) = self.keepalived.as_mut() {
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -92,14 +101,9 @@ fn start_node_with(t: &Topo, k: u8, group: Option<&str>) -> Node {
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("lb.toml");
     std::fs::write(&cfg, lb_config(t, &dir, k, group)).unwrap();
-    let log = std::fs::File::create(dir.join("lb.log")).unwrap();
-    let lb = t.cmd(name, &[bin(), "run", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+    let lb = Daemon::spawn(name, &dir, &mut t.cmd(name, &[bin(), "run", "--config", cfg.to_str().unwrap()]));
     let mut node = Node { name, dir: dir.clone(), lb: Some(lb), keepalived: None };
-    let t0 = Instant::now();
-    while node.ha_state() == "unreachable" {
-        assert!(t0.elapsed() < Duration::from_secs(20), "{name} did not start: {}", std::fs::read_to_string(dir.join("lb.log")).unwrap_or_default());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(Duration::from_secs(20), &format!("{name}'s API"), || node.ha_state() != "unreachable");
     let kc = dir.join("keepalived.conf");
     std::fs::write(&kc, keepalived_config(&dir, k, &node.api())).unwrap();
     let klog = std::fs::File::create(dir.join("keepalived.log")).unwrap();
@@ -112,6 +116,15 @@ fn start_node_with(t: &Topo, k: u8, group: Option<&str>) -> Node {
         .unwrap();
     node.keepalived = Some(ka);
     node
+}
+
+/// Both nodes started, lb1 the master and lb2 the backup.
+fn pair(t: &Topo) -> (Node, Node) {
+    let lb1 = start_node(t, 1);
+    let lb2 = start_node(t, 2);
+    wait_state(&lb1, "master", Duration::from_secs(15));
+    wait_state(&lb2, "backup", Duration::from_secs(5));
+    (lb1, lb2)
 }
 
 fn wait_state(n: &Node, want: &str, limit: Duration) -> Duration {
@@ -135,10 +148,7 @@ fn wait_state(n: &Node, want: &str, limit: Duration) -> Duration {
 fn vrrp_moves_the_vip_to_the_standby_when_the_active_lb_dies() {
     let mut t = Topo::new("va", Shape::Ha, 1500);
     t.nginx();
-    let mut lb1 = start_node(&t, 1);
-    let lb2 = start_node(&t, 2);
-    wait_state(&lb1, "master", Duration::from_secs(15));
-    wait_state(&lb2, "backup", Duration::from_secs(5));
+    let (mut lb1, lb2) = pair(&t);
     std::thread::sleep(Duration::from_millis(300));
     let r = t.http("http://10.0.0.100/", 200, 4);
     assert_eq!(r["errors"], 0, "{r}");
@@ -149,9 +159,7 @@ fn vrrp_moves_the_vip_to_the_standby_when_the_active_lb_dies() {
     // SIGKILL the active LB: keepalived's track script fails, lb1 resigns, lb2 becomes
     // MASTER and announces the VIP; new connections go to it.
     let killed = Instant::now();
-    let mut c = lb1.lb.take().unwrap();
-    c.kill().unwrap();
-    c.wait().unwrap();
+    lb1.kill_lb();
     loop {
         let r = t.probe(&["http", "--url", "http://10.0.0.100/", "--requests", "1", "--concurrency", "1", "--timeout-ms", "200", "--json"]);
         if r["errors"] == 0 {
@@ -200,10 +208,7 @@ fn hold_connections(t: &Topo) -> std::thread::JoinHandle<serde_json::Value> {
 fn a_graceful_switchover_keeps_every_connection() {
     let mut t = Topo::new("vg2", Shape::Ha, 1500);
     t.echo(9000);
-    let lb1 = start_node(&t, 1);
-    let lb2 = start_node(&t, 2);
-    wait_state(&lb1, "master", Duration::from_secs(15));
-    wait_state(&lb2, "backup", Duration::from_secs(5));
+    let (lb1, lb2) = pair(&t);
     let hold = hold_connections(&t);
     std::thread::sleep(Duration::from_millis(1500));
     // Lower lb1's priority and make keepalived re-read its configuration: lb2 preempts.
@@ -225,10 +230,7 @@ fn a_graceful_switchover_keeps_every_connection() {
 fn connections_survive_the_active_lb_being_killed() {
     let mut t = Topo::new("vs", Shape::Ha, 1500);
     t.echo(9000);
-    let mut lb1 = start_node(&t, 1);
-    let lb2 = start_node(&t, 2);
-    wait_state(&lb1, "master", Duration::from_secs(15));
-    wait_state(&lb2, "backup", Duration::from_secs(5));
+    let (mut lb1, lb2) = pair(&t);
     // The standby asked for the table and got it (empty so far).
     let t0 = Instant::now();
     while lb2.sync()["bulk"]["completed"].as_u64().unwrap_or(0) == 0 {
@@ -241,9 +243,7 @@ fn connections_survive_the_active_lb_being_killed() {
     std::thread::sleep(Duration::from_millis(1500));
     let installed = lb2.sync()["installed"].as_u64().unwrap();
     assert!(installed >= 100, "the standby holds the sessions before the failover: {}", lb2.sync());
-    let mut c = lb1.lb.take().unwrap();
-    c.kill().unwrap();
-    c.wait().unwrap();
+    lb1.kill_lb();
     let r = hold.join().unwrap();
     let survived = r["survived"].as_u64().unwrap();
     let failover_ms = r["max_stall_ms"].as_u64().unwrap();
@@ -259,10 +259,7 @@ fn connections_survive_the_active_lb_being_killed() {
 fn forged_truncated_and_replayed_sync_messages_change_nothing() {
     let mut t = Topo::new("vf2", Shape::Ha, 1500);
     t.echo(9000);
-    let lb1 = start_node(&t, 1);
-    let lb2 = start_node(&t, 2);
-    wait_state(&lb1, "master", Duration::from_secs(15));
-    wait_state(&lb2, "backup", Duration::from_secs(5));
+    let (_lb1, lb2) = pair(&t);
     // The client namespace cannot reach the sync network: send from lb1's host address.
     let inject = |mode: &str, first: u16| {
         let o = t.run("lb1", &[tools(), "probe", "sync-inject", "--to", "10.1.0.252:7788", "--key", SYNC_KEY, "--mode", mode, "--first-port", &first.to_string()]);
@@ -360,9 +357,7 @@ fn a_standby_that_joins_late_gets_the_table_in_bulk() {
     for (what, a) in [("the client", [10u8, 0, 0, 2]), ("the VIP", [10, 0, 0, 100])] {
         assert!(!wire.windows(4).any(|w| w == a), "{what}'s address is readable in the sync traffic ({} bytes captured)", wire.len());
     }
-    let mut c = lb1.lb.take().unwrap();
-    c.kill().unwrap();
-    c.wait().unwrap();
+    lb1.kill_lb();
     let r = hold.join().unwrap();
     eprintln!("late standby: {}", lb2.sync());
     assert!(r["survived"].as_u64().unwrap() >= 99, "{r}");
@@ -379,9 +374,7 @@ fn sessions_sync_over_a_multicast_group_too() {
     let hold = hold_connections(&t);
     std::thread::sleep(Duration::from_millis(1500));
     assert!(lb2.sync()["installed"].as_u64().unwrap() >= 100, "{}", lb2.sync());
-    let mut c = lb1.lb.take().unwrap();
-    c.kill().unwrap();
-    c.wait().unwrap();
+    lb1.kill_lb();
     let r = hold.join().unwrap();
     assert!(r["survived"].as_u64().unwrap() >= 99, "{r}");
 }

@@ -155,32 +155,8 @@ fn flood(prefix: &str, synproxy: &str) -> serde_json::Value {
     // Keep-alive connections open before the flood and through it.
     let wrk = t.cmd("cl", &["wrk", "-t1", "-c4", "-d8s", &u]).stdout(std::process::Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let gen = t
-        .cmd(
-            "cl",
-            &[
-                tools(),
-                "gen",
-                "--tx",
-                "net_af_packet0,iface=cl0",
-                "--dst-mac",
-                &mac,
-                "--dst-ip",
-                VIP4,
-                "--dst-port",
-                "80",
-                "--syn-flood",
-                "--count",
-                &FLOOD.to_string(),
-                "--seconds",
-                "30",
-                "--json",
-            ],
-        )
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let flood = gen_from_client(&mac, VIP4, 80, &["--syn-flood", "--count", &FLOOD.to_string(), "--seconds", "30"]);
+    let gen = t.cmd("cl", &flood.iter().map(String::as_str).collect::<Vec<_>>()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     // On two shared cores the ports' rings overflow during the flood (with the proxy off all
     // the more: the LB forwards the flood to the backends and their answers back): a
     // legitimate SYN may be lost there and retransmitted by its client (1 s, 3 s later), so the

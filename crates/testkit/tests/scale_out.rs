@@ -12,8 +12,7 @@
 //! quote them.
 
 use serde_json::{json, Value};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use vectorlb_testkit::*;
 
@@ -36,63 +35,41 @@ const NEW_PER_SECOND: f64 = 20.0;
 const MAX_SESSIONS: u64 = 200_000;
 const FLOOD: u64 = 1_000_000;
 
+/// Node `k` of the cluster: its daemon while it runs.
 struct Node {
     k: u8,
-    dir: PathBuf,
-    child: Option<Child>,
+    daemon: Option<Daemon>,
 }
 
 impl Node {
+    fn daemon(&self) -> &Daemon {
+        self.daemon.as_ref().unwrap_or_else(|| panic!("lb{} is not running", self.k))
+    }
+
     fn api(&self) -> String {
-        format!("unix:{}/api.sock", self.dir.display())
+        self.daemon().api()
     }
 
     fn get(&self, path: &str) -> Value {
-        let (s, b) = api_call(&self.api(), "GET", path, None).unwrap_or_else(|e| panic!("lb{}: GET {path}: {e}", self.k));
-        assert_eq!(s, 200, "lb{}: GET {path}: {}", self.k, String::from_utf8_lossy(&b));
-        serde_json::from_slice(&b).unwrap()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("lb.log")).unwrap_or_default()
+        self.daemon().get(path)
     }
 
     /// Counters after the workers' next publication.
     fn stats(&self) -> Value {
-        std::thread::sleep(Duration::from_millis(250));
-        self.get("/v1/stats")
+        self.daemon().stats()
     }
 
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(mut d) = self.daemon.take() {
+            d.kill();
         }
     }
 
     /// SIGTERM; the daemon must exit cleanly.
     fn term(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            sh(&["kill", "-TERM", &c.id().to_string()]);
-            let t = Instant::now();
-            loop {
-                if let Some(st) = c.try_wait().unwrap() {
-                    assert!(st.success(), "lb{} exited with {st} after SIGTERM:\n{}", self.k, self.log());
-                    return;
-                }
-                assert!(t.elapsed() < Duration::from_secs(10), "lb{} did not stop on SIGTERM", self.k);
-                std::thread::sleep(Duration::from_millis(50));
-            }
+        if let Some(mut d) = self.daemon.take() {
+            d.term();
         }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- lb{} log ---\n{}", self.k, self.log());
-        }
-        self.kill();
     }
 }
 
@@ -170,18 +147,10 @@ impl Cluster {
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = dir.join("lb.toml");
         std::fs::write(&cfg, config(&dir, k, continuation)).unwrap();
-        let log = std::fs::File::create(dir.join("lb.log")).unwrap();
-        let child = self.t.cmd(&format!("lb{k}"), &[bin(), "run", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
-        let n = self.node(k);
-        n.child = Some(child);
-        let t = Instant::now();
-        while !matches!(api_call(&n.api(), "GET", "/v1/health", None), Ok((200, _))) {
-            if let Some(st) = n.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("lb{k} exited ({st}):\n{}", n.log());
-            }
-            assert!(t.elapsed() < Duration::from_secs(20), "lb{k} did not come up:\n{}", n.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let name = format!("lb{k}");
+        let mut d = Daemon::spawn(&name, &dir, &mut self.t.cmd(&name, &[bin(), "run", "--config", cfg.to_str().unwrap()]));
+        d.wait_healthy(Duration::from_secs(20));
+        self.node(k).daemon = Some(d);
     }
 
     /// The router's next hops for a VIP (IPv6 ones are the nodes' link-local addresses).
@@ -272,7 +241,7 @@ impl Cluster {
 
     /// Live sessions per running node.
     fn spread(&self) -> Vec<(u8, u64)> {
-        self.nodes.iter().filter(|n| n.child.is_some()).map(|n| (n.k, n.get("/v1/stats")["sessions"].as_u64().unwrap())).collect()
+        self.nodes.iter().filter(|n| n.daemon.is_some()).map(|n| (n.k, n.get("/v1/stats")["sessions"].as_u64().unwrap())).collect()
     }
 }
 
@@ -323,8 +292,7 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
         let o = t.run(&format!("be{i}"), &[bin(), "decap", "attach", "eth0", "--from", "10.1.0.0/24", "--from", "2001:db8:1::/64"]);
         assert!(o.status.success(), "decap attach: {}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
     }
-    let dir = t.dir.clone();
-    let mut c = Cluster { nodes: (1..=3).map(|k| Node { k, dir: dir.join(format!("lb{k}")), child: None }).collect(), t };
+    let mut c = Cluster { nodes: (1..=3).map(|k| Node { k, daemon: None }).collect(), t };
 
     // Two nodes first; both announce both VIPs.
     c.start(1, true);
@@ -421,31 +389,8 @@ fn nodes_join_die_come_back_drain_and_stop_and_no_connection_breaks() {
     let watch = watch_paths(c.t.ns("rt"), VIP4, stop.clone());
     let mac = stdout(&c.t.run("rt", &["cat", "/sys/class/net/rc0/address"])).trim().to_string();
     let before: Vec<u64> = (1..=3).map(|k| c.node(k).stats()["continued_evicted"].as_u64().unwrap()).collect();
-    let g = c.t.run(
-        "cl",
-        &[
-            tools(),
-            "gen",
-            "--tx",
-            "net_af_packet0,iface=cl0",
-            "--dst-mac",
-            &mac,
-            "--src-ip",
-            "10.9.0.2",
-            "--dst-ip",
-            VIP4,
-            "--dst-port",
-            "9000",
-            "--ack-flood",
-            "--count",
-            &FLOOD.to_string(),
-            "--rate",
-            "50000",
-            "--seconds",
-            "55",
-            "--json",
-        ],
-    );
+    let flood = gen_from_client(&mac, VIP4, 9000, &["--src-ip", "10.9.0.2", "--ack-flood", "--count", &FLOOD.to_string(), "--rate", "50000", "--seconds", "55"]);
+    let g = c.t.run("cl", &flood.iter().map(String::as_str).collect::<Vec<_>>());
     let gj: Value = stdout(&g).lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("gen: {}{}", stdout(&g), String::from_utf8_lossy(&g.stderr)));
     let r = hold.join().unwrap();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
