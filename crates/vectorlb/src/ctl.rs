@@ -177,7 +177,7 @@ impl Api {
             }
             CallError::Unreachable { error: source, .. } => CtlError::BadAnswer { api, why: source.to_string() },
             CallError::Refused { status, body, .. } => CtlError::Refused { status, message: body.error },
-            CallError::Answer { error, .. } => CtlError::BadAnswer { api, why: error },
+            e @ CallError::Answer { .. } => CtlError::BadAnswer { api, why: e.to_string() },
             CallError::BadTarget(t) => CtlError::Target(t),
         }
     }
