@@ -369,10 +369,32 @@ mod tests {
         }
     }
 
-    fn setup() -> (Arc<MemLease>, FakeCtl, Rounds) {
+    /// A replica `a` on an in-memory Lease of 15 s, its fake controller, and what drives it.
+    struct Fixture {
+        store: Arc<MemLease>,
+        ctl: FakeCtl,
+        rounds: Rounds,
+        elector: Elector<Arc<MemLease>>,
+        stop_tx: tokio::sync::watch::Sender<bool>,
+        stop: tokio::sync::watch::Receiver<bool>,
+        notify: tokio::sync::Notify,
+        metrics: Arc<metrics::Metrics>,
+    }
+
+    fn setup() -> Fixture {
         let store = Arc::new(MemLease::default());
-        let rounds = Arc::new(Mutex::new(Vec::new()));
-        (store.clone(), FakeCtl { store, rounds: rounds.clone(), invalidated: 0, stale: false }, rounds)
+        let rounds = Rounds::default();
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        Fixture {
+            elector: Elector::with(store.clone(), "vectorlb", "a", 15),
+            ctl: FakeCtl { store: store.clone(), rounds: rounds.clone(), invalidated: 0, stale: false },
+            store,
+            rounds,
+            stop_tx,
+            stop,
+            notify: tokio::sync::Notify::new(),
+            metrics: Arc::new(metrics::Metrics::default()),
+        }
     }
 
     /// Another replica writes the Lease as its own (a new version each time).
@@ -386,11 +408,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_leader_programs_on_changes_and_every_resync_and_stops_at_once_when_the_lease_is_lost() {
-        let (store, mut ctl, rounds) = setup();
-        let (stop_tx, stop) = tokio::sync::watch::channel(false);
-        let notify = tokio::sync::Notify::new();
-        let metrics = Arc::new(metrics::Metrics::default());
-        let elector = Elector::with(store.clone(), "vectorlb", "a", 15);
+        let Fixture { store, mut ctl, rounds, elector, stop_tx, stop, notify, metrics } = setup();
         let t0 = Instant::now();
         let driver = async {
             tokio::time::sleep(Duration::from_secs(61)).await;
@@ -416,16 +434,12 @@ mod tests {
         assert_eq!(at, [0, 30, 60, 61], "{at:?}");
         assert!(rounds.iter().all(|(t, h)| *t < taken && h.as_deref() == Some("a")), "a round without the Lease: {rounds:?}");
         assert_eq!(ctl.invalidated, 1, "the daemons are read again on leading");
-        assert_eq!(store.holder().as_deref(), Some("b"), "b's Lease was released by a");
+        assert_eq!(store.holder().as_deref(), Some("b"), "a's stop gave up b's Lease");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_leader_cut_off_from_kube_apiserver_stops_programming_and_leads_again_when_it_returns() {
-        let (store, mut ctl, rounds) = setup();
-        let (stop_tx, stop) = tokio::sync::watch::channel(false);
-        let notify = tokio::sync::Notify::new();
-        let metrics = Arc::new(metrics::Metrics::default());
-        let elector = Elector::with(store.clone(), "vectorlb", "a", 15);
+        let Fixture { store, mut ctl, rounds, elector, stop_tx, stop, notify, metrics } = setup();
         let t0 = Instant::now();
         let driver = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
