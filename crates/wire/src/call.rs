@@ -74,6 +74,14 @@ impl Api {
         }
     }
 
+    async fn send(&self, r: &Request) -> Result<Response, CallError> {
+        vectorlb_client::request(&self.target, r, &self.options).await.map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })
+    }
+
+    fn send_blocking(&self, r: &Request) -> Result<Response, CallError> {
+        vectorlb_client::request_blocking(&self.target, r, &self.options).map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })
+    }
+
     fn answer<R: DeserializeOwned + Wire>(method: Method, path: &str, res: Response, also: &[u16]) -> Result<R, CallError> {
         let status = res.status.as_u16();
         if !(200..300).contains(&status) && !also.contains(&status) {
@@ -85,7 +93,7 @@ impl Api {
     /// One request on a new connection.
     pub async fn call<B: Serialize + Wire, R: DeserializeOwned + Wire>(&self, method: Method, path: &str, body: Option<&B>) -> Result<R, CallError> {
         let r = self.request(&method, path, body);
-        let res = vectorlb_client::request(&self.target, &r, &self.options).await.map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })?;
+        let res = self.send(&r).await?;
         Self::answer(method, path, res, &[])
     }
 
@@ -94,7 +102,7 @@ impl Api {
         let mut r = self.request::<()>(&method, path, None);
         r.body = Some(body);
         r.content_type = content_type;
-        let res = vectorlb_client::request(&self.target, &r, &self.options).await.map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })?;
+        let res = self.send(&r).await?;
         Self::answer(method, path, res, &[])
     }
 
@@ -102,14 +110,14 @@ impl Api {
     /// answers 503 with its report when the daemon is unwell).
     pub async fn get_also<R: DeserializeOwned + Wire>(&self, path: &str, also: &[u16]) -> Result<R, CallError> {
         let r = self.request::<()>(&Method::GET, path, None);
-        let res = vectorlb_client::request(&self.target, &r, &self.options).await.map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })?;
+        let res = self.send(&r).await?;
         Self::answer(Method::GET, path, res, also)
     }
 
     /// [`Api::call`] for a caller without a runtime (the CNI plugin, the CLI).
     pub fn call_blocking<B: Serialize + Wire, R: DeserializeOwned + Wire>(&self, method: Method, path: &str, body: Option<&B>) -> Result<R, CallError> {
         let r = self.request(&method, path, body);
-        let res = vectorlb_client::request_blocking(&self.target, &r, &self.options).map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })?;
+        let res = self.send_blocking(&r)?;
         Self::answer(method, path, res, &[])
     }
 
@@ -121,7 +129,7 @@ impl Api {
     /// [`Api::get_also`], blocking.
     pub fn get_also_blocking<R: DeserializeOwned + Wire>(&self, path: &str, also: &[u16]) -> Result<R, CallError> {
         let r = self.request::<()>(&Method::GET, path, None);
-        let res = vectorlb_client::request_blocking(&self.target, &r, &self.options).map_err(|error| CallError::Unreachable { target: self.target.to_string(), error })?;
+        let res = self.send_blocking(&r)?;
         Self::answer(Method::GET, path, res, also)
     }
 
