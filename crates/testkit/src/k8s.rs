@@ -85,9 +85,30 @@ struct Proc {
 pub struct ControlPlane {
     pub dir: PathBuf,
     bins: PathBuf,
-    /// kube-apiserver's secure port on 127.0.0.1.
+    /// kube-apiserver's secure port on [`ControlPlane::address`].
     pub port: u16,
+    /// The address kube-apiserver listens on and advertises: 127.0.0.1, or the one given in
+    /// [`Options::netns`].
+    pub address: String,
+    /// The network namespace the control plane runs in (none: the test's own).
+    pub netns: Option<String>,
     procs: Vec<Proc>,
+}
+
+/// How [`ControlPlane::start_with`] runs the control plane.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// A network namespace (its name under /var/run/netns) and an address of it: every process
+    /// of the control plane (and kubectl) runs there, kube-apiserver on that address. None: the
+    /// test's own namespace, on 127.0.0.1.
+    pub netns: Option<(String, String)>,
+    /// A cluster of real kubelets for the Kubernetes e2e suite: the ServiceAccount admission
+    /// plugin (Pods get tokens), kube-controller-manager's default controllers (token, root CA
+    /// publisher, Endpoints, EndpointSlice mirroring, node lifecycle, ...), dual-stack service
+    /// ranges (10.96.0.0/16, fd00:96::/112), and kube-apiserver reaching the kubelets with a
+    /// client certificate (exec, logs, port-forward). The other tests' fake nodes have no
+    /// heartbeat, so they run without it.
+    pub full: bool,
 }
 
 /// kubectl with a kubeconfig: the one way the tests run it.
@@ -95,11 +116,25 @@ pub struct ControlPlane {
 pub struct Kubectl {
     pub bin: PathBuf,
     pub kubeconfig: PathBuf,
+    /// Run in this network namespace (the control plane's).
+    pub netns: Option<String>,
+}
+
+/// `program` run in network namespace `netns` (by nsenter, which execs it: same process).
+pub fn command_in(netns: Option<&str>, program: &Path) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net=/var/run/netns/{ns}")).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
 }
 
 impl Kubectl {
     pub fn command(&self) -> Command {
-        let mut c = Command::new(&self.bin);
+        let mut c = command_in(self.netns.as_deref(), &self.bin);
         c.arg(format!("--kubeconfig={}", self.kubeconfig.display()));
         c
     }
@@ -118,13 +153,30 @@ impl ControlPlane {
     /// Certificates, etcd, kube-apiserver (waits for `/readyz`), kube-controller-manager and
     /// kube-scheduler, in `dir` (emptied first).
     pub fn start(dir: &Path) -> ControlPlane {
+        ControlPlane::start_with(dir, &Options::default())
+    }
+
+    /// [`ControlPlane::start`] as `opts` say.
+    pub fn start_with(dir: &Path, opts: &Options) -> ControlPlane {
         crate::contain_test_traffic();
         let bins = bins();
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).unwrap();
         let d = |f: &str| dir.join(f).to_str().unwrap().to_string();
         crate::self_signed(&dir.join("ca.crt"), &dir.join("ca.key"), "vectorlb-test-ca", &[]);
-        issue(dir, "apiserver", "/CN=kube-apiserver", "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n");
+        let (netns, address) = match &opts.netns {
+            Some((ns, a)) => (Some(ns.clone()), a.clone()),
+            None => (None, "127.0.0.1".to_string()),
+        };
+        // Pods reach kube-apiserver at the `kubernetes` Service's cluster IPs too.
+        issue(
+            dir,
+            "apiserver",
+            "/CN=kube-apiserver",
+            &format!(
+                "subjectAltName=IP:127.0.0.1,IP:{address},IP:10.96.0.1,IP:fd00:96::1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n"
+            ),
+        );
         for (name, subject) in USERS {
             issue(dir, name, subject, "extendedKeyUsage=clientAuth\n");
         }
@@ -132,7 +184,7 @@ impl ControlPlane {
         openssl(&["ec", "-in", &d("sa.key"), "-pubout", "-out", &d("sa.pub")]);
         let port = free_port();
         let (etcd_client, etcd_peer) = (free_port(), free_port());
-        let mut cp = ControlPlane { dir: dir.to_path_buf(), bins, port, procs: Vec::new() };
+        let mut cp = ControlPlane { dir: dir.to_path_buf(), bins, port, address: address.clone(), netns, procs: Vec::new() };
         for (name, _) in USERS {
             cp.write_kubeconfig(name);
         }
@@ -152,40 +204,53 @@ impl ControlPlane {
                 "--log-level=warn",
             ],
         );
-        cp.add(
-            "kube-apiserver",
-            &[
-                &format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                &format!("--secure-port={port}"),
-                &format!("--tls-cert-file={}", d("apiserver.crt")),
-                &format!("--tls-private-key-file={}", d("apiserver.key")),
-                &format!("--client-ca-file={}", d("ca.crt")),
-                "--authorization-mode=RBAC",
-                &format!("--service-account-issuer=https://127.0.0.1:{port}"),
-                &format!("--service-account-key-file={}", d("sa.pub")),
-                &format!("--service-account-signing-key-file={}", d("sa.key")),
-                "--service-cluster-ip-range=10.96.0.0/16",
-                "--allow-privileged=true",
+        let mut apiserver: Vec<String> = [
+            &format!("--etcd-servers={etcd_url}"),
+            &format!("--bind-address={address}"),
+            &format!("--advertise-address={address}"),
+            &format!("--secure-port={port}"),
+            &format!("--tls-cert-file={}", d("apiserver.crt")),
+            &format!("--tls-private-key-file={}", d("apiserver.key")),
+            &format!("--client-ca-file={}", d("ca.crt")),
+            "--authorization-mode=RBAC",
+            &format!("--service-account-issuer=https://127.0.0.1:{port}"),
+            &format!("--service-account-key-file={}", d("sa.pub")),
+            &format!("--service-account-signing-key-file={}", d("sa.key")),
+            "--allow-privileged=true",
+            "--profiling=false",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if opts.full {
+            apiserver.extend([
+                "--service-cluster-ip-range=10.96.0.0/16,fd00:96::/112".to_string(),
+                format!("--kubelet-client-certificate={}", d("admin.crt")),
+                format!("--kubelet-client-key={}", d("admin.key")),
+                // The kubelets by their addresses: their names are in no DNS here.
+                "--kubelet-preferred-address-types=InternalIP,Hostname".to_string(),
+            ]);
+        } else {
+            apiserver.extend([
+                "--service-cluster-ip-range=10.96.0.0/16".to_string(),
                 // No token controller runs and Pods need no tokens: no kubelet mounts them.
-                "--disable-admission-plugins=ServiceAccount",
-                "--profiling=false",
-            ],
-        );
+                "--disable-admission-plugins=ServiceAccount".to_string(),
+            ]);
+        }
+        cp.add("kube-apiserver", &apiserver.iter().map(String::as_str).collect::<Vec<_>>());
         cp.wait_ready(Duration::from_secs(90));
-        cp.add(
-            "kube-controller-manager",
-            &[
-                &format!("--kubeconfig={}", d("kcm.kubeconfig")),
-                "--leader-elect=false",
-                "--use-service-account-credentials=false",
-                // Without a kubelet, the node lifecycle controller would mark every node
-                // NotReady and evict its Pods: only what the tests need runs.
-                "--controllers=endpointslice-controller,deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller",
-                "--secure-port=0",
-            ],
-        );
+        let kcm = format!("--kubeconfig={}", d("kcm.kubeconfig"));
+        let (sa_key, root_ca) = (format!("--service-account-private-key-file={}", d("sa.key")), format!("--root-ca-file={}", d("ca.crt")));
+        let controllers = if opts.full {
+            vec!["--controllers=*", sa_key.as_str(), root_ca.as_str()]
+        } else {
+            // Without a kubelet, the node lifecycle controller would mark every node NotReady
+            // and evict its Pods: only what the tests need runs.
+            vec!["--controllers=endpointslice-controller,deployment-controller,replicaset-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller"]
+        };
+        let mut args = vec![kcm.as_str(), "--leader-elect=false", "--use-service-account-credentials=false", "--secure-port=0"];
+        args.extend(controllers);
+        cp.add("kube-controller-manager", &args);
         cp.add("kube-scheduler", &[&format!("--kubeconfig={}", d("scheduler.kubeconfig")), "--leader-elect=false", "--secure-port=0"]);
         cp
     }
@@ -200,7 +265,13 @@ impl ControlPlane {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{name}.log"))).unwrap();
         let p = self.procs.iter_mut().find(|p| p.name == name).expect("known process");
         assert!(p.child.is_none(), "{name} is running");
-        let c = Command::new(bin).args(&p.args).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap_or_else(|e| panic!("start {name}: {e}"));
+        let c = command_in(self.netns.as_deref(), &bin)
+            .args(&p.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
         p.child = Some(c);
     }
 
@@ -232,7 +303,7 @@ impl ControlPlane {
         // JSON is YAML: kubectl, the Go components and kube-rs all read this.
         let kc = json!({
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {"server": format!("https://127.0.0.1:{}", self.port), "certificate-authority": d("ca.crt")}}],
+            "clusters": [{"name": "test", "cluster": {"server": format!("https://{}:{}", self.address, self.port), "certificate-authority": d("ca.crt")}}],
             "users": [{"name": user, "user": {"client-certificate": d(&format!("{user}.crt")), "client-key": d(&format!("{user}.key"))}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
         });
@@ -264,7 +335,7 @@ impl ControlPlane {
 
     /// kubectl as `user`, to run later or from another thread.
     pub fn kubectl_for(&self, user: &str) -> Kubectl {
-        Kubectl { bin: self.bins.join("kubectl"), kubeconfig: self.kubeconfig(user) }
+        Kubectl { bin: self.bins.join("kubectl"), kubeconfig: self.kubeconfig(user), netns: self.netns.clone() }
     }
 
     pub fn kubectl_as(&self, user: &str, args: &[&str]) -> Output {

@@ -86,6 +86,20 @@ pub struct RealNode {
     kubelet: Option<Child>,
     kubectl: crate::k8s::Kubectl,
     netns_before: Vec<String>,
+    /// The cgroup tree of a cluster node's kubelet (one directory per v1 hierarchy).
+    cgroups: Vec<PathBuf>,
+}
+
+/// A kubelet that is one node of a cluster of several (the Kubernetes e2e run): it runs in the
+/// node's network namespace, serves on the node's address (kube-apiserver reaches it there
+/// with its client certificate: exec, logs, port-forward), points Pods at the cluster's DNS,
+/// and keeps its Pods' cgroups in a tree of its own (`/vectorlb-NAME`): a kubelet kills the
+/// processes of Pod cgroups it does not know, so two kubelets must never share `kubepods`.
+pub struct ClusterKubelet {
+    /// The node's addresses (InternalIP, one per family), the first the one it serves on.
+    pub node_ips: Vec<String>,
+    /// The `kube-dns` Service's cluster IP.
+    pub cluster_dns: String,
 }
 
 fn netns_names() -> Vec<String> {
@@ -113,6 +127,12 @@ impl RealNode {
     /// `cni_bin`; `dir/ipam` is there for host-local's files), containerd in network namespace
     /// `netns`.
     pub fn start_with(cp: &ControlPlane, name: &str, netns: &str, cni_bin: &Path, cni: &Value, images: &[&Path]) -> RealNode {
+        RealNode::start_node(cp, name, netns, cni_bin, cni, images, None)
+    }
+
+    /// [`RealNode::start_with`], the kubelet as `cluster` says when given (else in the test's
+    /// own namespace on 127.0.0.1 and a free port).
+    pub fn start_node(cp: &ControlPlane, name: &str, netns: &str, cni_bin: &Path, cni: &Value, images: &[&Path], cluster: Option<&ClusterKubelet>) -> RealNode {
         if let Some(why) = unavailable() {
             panic!("a real node cannot run: {why}");
         }
@@ -149,22 +169,64 @@ impl RealNode {
             .stderr(log)
             .spawn()
             .unwrap();
-        let mut node =
-            RealNode { name: name.to_string(), dir: dir.clone(), sock: sock.clone(), containerd: Some(containerd), kubelet: None, kubectl: cp.kubectl_for("admin"), netns_before };
+        let mut node = RealNode {
+            name: name.to_string(),
+            dir: dir.clone(),
+            sock: sock.clone(),
+            containerd: Some(containerd),
+            kubelet: None,
+            kubectl: cp.kubectl_for("admin"),
+            netns_before,
+            cgroups: Vec::new(),
+        };
         wait_for(Duration::from_secs(20), "containerd's socket", || sock.exists().then_some(()));
         node.import(&pause_image());
         for i in images {
             node.import(i);
         }
-        let port = crate::k8s::free_port();
+        let (address, port) = match cluster {
+            Some(c) => (c.node_ips[0].clone(), 10250),
+            None => ("127.0.0.1".to_string(), crate::k8s::free_port()),
+        };
+        let mut extra = String::new();
+        let mut resolv = "/etc/resolv.conf".to_string();
+        if let Some(c) = cluster {
+            // The node's own cgroup tree, in every v1 hierarchy (cpuset's first values copied
+            // from the root: a new cpuset cgroup has none).
+            let root = format!("vectorlb-{name}");
+            for h in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+                let p = h.path();
+                if p.join("cgroup.procs").exists() && !p.ends_with("unified") {
+                    let d = p.join(&root);
+                    let _ = std::fs::create_dir(&d);
+                    if p.ends_with("cpuset") {
+                        for f in ["cpuset.cpus", "cpuset.mems"] {
+                            let _ = std::fs::write(d.join(f), std::fs::read_to_string(p.join(f)).unwrap_or_default().trim());
+                        }
+                    }
+                    node.cgroups.push(d);
+                }
+            }
+            // Pods of `dnsPolicy: Default` get no upstream resolver: nothing here reaches one.
+            resolv = d("resolv.conf");
+            std::fs::write(&resolv, "options ndots:1\n").unwrap();
+            extra = format!(
+                "cgroupRoot: /{root}\nclusterDNS: [\"{}\"]\nclusterDomain: cluster.local\n\
+                 authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n  x509:\n    clientCAFile: {}\n",
+                c.cluster_dns,
+                cp.dir.join("ca.crt").display()
+            );
+        } else {
+            extra += "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n";
+        }
         let cfg = dir.join("kubelet.yaml");
         std::fs::write(
             &cfg,
             format!(
                 "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: cgroupfs\nfailCgroupV1: false\nfailSwapOn: false\n\
-                 containerRuntimeEndpoint: unix://{}\naddress: 127.0.0.1\nport: {port}\nreadOnlyPort: 0\nhealthzPort: 0\n\
-                 authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\nauthorization:\n  mode: AlwaysAllow\n\
-                 resolvConf: /etc/resolv.conf\nenforceNodeAllocatable: []\ncgroupsPerQOS: true\npodLogsDir: {}\n\
+                 containerRuntimeEndpoint: unix://{}\naddress: {address}\nport: {port}\nreadOnlyPort: 0\nhealthzPort: 0\n\
+                 {extra}authorization:\n  mode: AlwaysAllow\n\
+                 resolvConf: {resolv}\nenforceNodeAllocatable: []\ncgroupsPerQOS: true\npodLogsDir: {}\n\
                  imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
                  evictionHard:\n  memory.available: \"1Mi\"\n  nodefs.available: \"1%\"\n  imagefs.available: \"1%\"\n\
                  serializeImagePulls: false\nnodeStatusUpdateFrequency: 2s\n",
@@ -174,8 +236,16 @@ impl RealNode {
         )
         .unwrap();
         let log = std::fs::File::create(dir.join("kubelet.log")).unwrap();
+        let mut kubelet = match cluster {
+            Some(c) => {
+                let mut k = crate::k8s::command_in(Some(netns), &cp.bin("kubelet"));
+                k.arg(format!("--node-ip={}", c.node_ips.join(",")));
+                k
+            }
+            None => Command::new(cp.bin("kubelet")),
+        };
         node.kubelet = Some(
-            Command::new(cp.bin("kubelet"))
+            kubelet
                 .args(["--config", cfg.to_str().unwrap(), "--kubeconfig", cp.kubeconfig("admin").to_str().unwrap(), "--hostname-override", name])
                 .arg(format!("--root-dir={}", d("kubelet")))
                 .stdout(log.try_clone().unwrap())
@@ -265,6 +335,23 @@ impl Drop for RealNode {
         points.sort_by_key(|p| std::cmp::Reverse(p.len()));
         for p in points {
             let _ = Command::new("umount").args(["-l", p]).status();
+        }
+        // The kubelet's cgroup tree, deepest first (a cgroup goes only once empty).
+        for root in &self.cgroups {
+            let mut dirs = Vec::new();
+            let mut stack = vec![root.clone()];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        stack.push(e.path());
+                    }
+                }
+                dirs.push(d);
+            }
+            dirs.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+            for d in dirs {
+                let _ = std::fs::remove_dir(d);
+            }
         }
         // Sandbox network namespaces containerd made (cni-...) and did not remove.
         for n in netns_names() {

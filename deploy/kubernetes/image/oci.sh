@@ -5,6 +5,7 @@
 #   deploy/kubernetes/image/oci.sh ROOTFS OUT_TAR NAME:TAG ENTRYPOINT_JSON [ENV_ITEMS]
 #   ENTRYPOINT_JSON: a JSON array, e.g. '["/pause"]'; ENV_ITEMS: JSON strings joined by commas,
 #   e.g. '"PATH=/usr/bin","A=b"' (PATH=/usr/local/bin:/usr/bin:/bin when left out).
+#   OCI_CMD (environment): the image's default arguments, a JSON array (none when unset).
 set -euo pipefail
 root=${1:?usage: oci.sh ROOTFS OUT_TAR NAME:TAG ENTRYPOINT_JSON [ENV_ITEMS]}
 out=${2:?missing OUT_TAR}
@@ -13,6 +14,10 @@ entry=${4:?missing ENTRYPOINT_JSON}
 env=${5:-'"PATH=/usr/local/bin:/usr/bin:/bin"'}
 [ -d "$root" ] || { echo "oci: $root is not a directory" >&2; exit 1; }
 case $entry in \[*\]) ;; *) echo "oci: the entrypoint must be a JSON array: $entry" >&2; exit 1 ;; esac
+cmd=
+if [ -n "${OCI_CMD:-}" ]; then
+    case $OCI_CMD in \[*\]) cmd="\"Cmd\":$OCI_CMD," ;; *) echo "oci: OCI_CMD must be a JSON array: $OCI_CMD" >&2; exit 1 ;; esac
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 blobs=$work/layout/blobs/sha256
@@ -29,8 +34,8 @@ blob() { # file -> digest (moved into the blobs)
     mv "$1" "$blobs/$d"
     echo "$d"
 }
-printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":%s,"Env":[%s],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"deploy/kubernetes/image/oci.sh"}]}' \
-    "$entry" "$env" "$diff_id" > "$work/config.json"
+printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":%s,%s"Env":[%s],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"deploy/kubernetes/image/oci.sh"}]}' \
+    "$entry" "$cmd" "$env" "$diff_id" > "$work/config.json"
 config_size=$(stat -c %s "$work/config.json")
 config=$(blob "$work/config.json")
 printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' \

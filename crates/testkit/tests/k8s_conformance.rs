@@ -1,0 +1,323 @@
+//! Kubernetes' own network conformance (docs/kubernetes.md, "Kubernetes' own network tests"):
+//! the e2e suite's `[sig-network]` tests, built here from the Kubernetes module
+//! (scripts/k8s-e2e.sh), against a cluster of two real nodes whose pod network and Services
+//! are vectorlb's alone (no kube-proxy, no other CNI).
+//!
+//! The cluster, all in network namespaces this test creates:
+//!
+//! ```text
+//!   kca-cp: the control plane (etcd, kube-apiserver on 192.168.77.10, controllers, scheduler)
+//!           and the suite; bridge br0 = the nodes' link, routes to each node's pod network
+//!     |                                    |
+//!   kca-lb: node-1 (192.168.77.1)        kcb-lb: node-2 (192.168.77.2)
+//!     vectorlb run: pods port 10.244.1.0/24, fd00:244:1::/64; BIRD (BGP with node-2)
+//!     containerd + kubelet (Pods by vectorlb-cni), vectorlb kube with [cluster_ips]
+//! ```
+//!
+//! NodePorts are served on the nodes' own addresses: each node's kernel hands the NodePort
+//! range of its address to the data plane (a routing rule into `vlb0`), as docs/pod-network.md
+//! describes. The suite runs in the control plane's namespace: every address it dials is one of
+//! the cluster's, and nothing it sends can leave the machine.
+//!
+//! `make conformance-kubernetes` runs it; the selection and its skips are the suite's own
+//! (tools/k8s-e2e/skips.txt). Prints the failing tests' names and one summary line:
+//! `{"kubernetes_e2e": {...}}`.
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vectorlb_testkit::k8s::{command_in, ControlPlane, Options};
+use vectorlb_testkit::node::{unavailable, ClusterKubelet, RealNode};
+use vectorlb_testkit::*;
+
+const CP_ADDR: &str = "192.168.77.10";
+const CP_ADDR6: &str = "fd00:77::10";
+const DNS_IP: &str = "10.96.0.10";
+const DNS_IP6: &str = "fd00:96::a";
+
+/// The suite's build (scripts/k8s-e2e.sh): e2e.test and the images.
+fn suite() -> PathBuf {
+    let o = Command::new("bash").arg(repo().join("scripts/k8s-e2e.sh")).stderr(Stdio::inherit()).output().unwrap();
+    assert!(o.status.success(), "scripts/k8s-e2e.sh failed (see above)");
+    PathBuf::from(stdout(&o).trim())
+}
+
+fn ok(o: &std::process::Output) -> bool {
+    o.status.success()
+}
+
+fn must(t: &Topo, n: &str, args: &[&str]) {
+    let o = t.run(n, args);
+    assert!(ok(&o), "{args:?} in {n}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn in_ns(ns: &str, args: &[&str]) {
+    let o = Command::new("ip").args(["netns", "exec", ns]).args(args).output().unwrap();
+    assert!(ok(&o), "{args:?} in {ns}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A node's daemon: the topology's data-plane port, the pods port and BGP with the other node.
+fn node_config(t: &Topo, k: u8, other: u8) -> String {
+    t.base_config(None)
+        + &format!(
+            "[[ports]]\nname = \"pods\"\naddrs = [\"10.244.{k}.1/24\", \"fd00:244:{k}::1/64\"]\n[ports.pods]\nstate_dir = \"{dir}/pods\"\n\
+             service_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\n\n\
+             [bgp]\nasn = 6510{k}\nrouter_id = \"192.168.77.{k}\"\nbfd = false\nimport = [\"10.244.0.0/16\", \"fd00:244::/32\"]\n\
+             [[bgp.neighbors]]\naddress = \"192.168.77.{other}\"\nasn = 6510{other}\n[[bgp.neighbors]]\naddress = \"fd00:77::{other}\"\nasn = 6510{other}\n",
+            dir = t.dir.display()
+        )
+}
+
+/// The node's kernel hands TCP and UDP to the NodePort range of its own addresses to the data
+/// plane (`vlb0`) instead of its own sockets: rules ahead of the local table. Replies come back
+/// from `vlb0` with the node's address as their source (`accept_local`).
+fn steer_node_ports(t: &Topo, k: u8) {
+    for (fam, addr) in [("-4", format!("192.168.77.{k}")), ("-6", format!("fd00:77::{k}"))] {
+        must(t, "lb", &["ip", fam, "route", "add", "default", "dev", "vlb0", "table", "77"]);
+        for proto in ["tcp", "udp"] {
+            must(t, "lb", &["ip", fam, "rule", "add", "pref", "10", "to", &addr, "ipproto", proto, "dport", "30000-32767", "lookup", "77"]);
+        }
+        must(t, "lb", &["ip", fam, "rule", "add", "pref", "100", "lookup", "local"]);
+        must(t, "lb", &["ip", fam, "rule", "del", "pref", "0", "lookup", "local"]);
+    }
+    must(t, "lb", &["sysctl", "-qw", "net.ipv4.conf.vlb0.accept_local=1", "net.ipv4.conf.vlb0.rp_filter=0", "net.ipv4.conf.all.rp_filter=0"]);
+}
+
+/// `vectorlb kube` for node `k`, in the node's namespace: its daemon's cluster IPs and
+/// NodePorts (on the node's addresses).
+fn controller(cp: &ControlPlane, t: &Topo, k: u8) -> Child {
+    let cfg = t.dir.join("kube.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "lease = \"vectorlb-node-{k}\"\nlease_seconds = 6\nresync_seconds = 5\n\n[[daemons]]\nname = \"node-{k}\"\napi = \"{}\"\n\n\
+             [cluster_ips]\nservice_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\nnode_addresses = [\"192.168.77.{k}\", \"fd00:77::{k}\"]\n",
+            t.api()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(t.dir.join("kube.log")).unwrap();
+    command_in(Some(&t.ns("lb")), Path::new(bin()))
+        .args(["kube", "run", "--config", cfg.to_str().unwrap(), "--kubeconfig", cp.kubeconfig("controller").to_str().unwrap(), "--identity", &format!("node-{k}")])
+        .env("RUST_LOG", "info")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// The cluster's DNS: CoreDNS (built by scripts/k8s-e2e.sh) as a Deployment behind the
+/// `kube-dns` Service, served by vectorlb like any other Service.
+fn coredns(cp: &ControlPlane, image: &str) {
+    let corefile = ".:53 {\n    errors\n    health :8080\n    ready :8181\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n       ttl 30\n    }\n    cache 30\n    loop\n    reload\n    loadbalance\n}\n";
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "coredns", "namespace": "kube-system"}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "vectorlb-test:coredns"},
+            "rules": [{"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+                      {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "vectorlb-test:coredns"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vectorlb-test:coredns"},
+            "subjects": [{"kind": "ServiceAccount", "name": "coredns", "namespace": "kube-system"}]}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "coredns", "namespace": "kube-system"}, "data": {"Corefile": corefile}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "coredns", "namespace": "kube-system", "labels": {"k8s-app": "kube-dns"}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                "template": {"metadata": {"labels": {"k8s-app": "kube-dns"}}, "spec": {
+                    "serviceAccountName": "coredns", "dnsPolicy": "Default", "priorityClassName": "system-cluster-critical",
+                    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                    "containers": [{"name": "coredns", "image": image, "imagePullPolicy": "Never", "args": ["-conf", "/etc/coredns/Corefile"],
+                        "ports": [{"containerPort": 53, "name": "dns", "protocol": "UDP"}, {"containerPort": 53, "name": "dns-tcp", "protocol": "TCP"}],
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181}, "periodSeconds": 2},
+                        "livenessProbe": {"httpGet": {"path": "/health", "port": 8080}, "initialDelaySeconds": 10},
+                        "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns", "readOnly": true}]}],
+                    "volumes": [{"name": "config", "configMap": {"name": "coredns"}}]}}}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": {"k8s-app": "kube-dns"}},
+            "spec": {"selector": {"k8s-app": "kube-dns"}, "clusterIP": DNS_IP, "clusterIPs": [DNS_IP, DNS_IP6], "ipFamilyPolicy": "PreferDualStack",
+                "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}, {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}}),
+    ];
+    cp.apply(&objects).unwrap();
+}
+
+/// One `--ginkgo.skip` expression of tools/k8s-e2e/skips.txt and why.
+struct Skip {
+    regex: String,
+    reason: String,
+}
+
+/// tools/k8s-e2e/skips.txt: each expression on a line of its own, its reason the comment lines
+/// just above it.
+fn skips() -> Vec<Skip> {
+    let text = std::fs::read_to_string(repo().join("tools/k8s-e2e/skips.txt")).unwrap();
+    let mut out = Vec::new();
+    let mut reason = String::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(c) = l.strip_prefix('#') {
+            if !reason.is_empty() {
+                reason.push(' ');
+            }
+            reason.push_str(c.trim());
+        } else if l.is_empty() {
+            reason.clear();
+        } else {
+            assert!(!reason.is_empty(), "tools/k8s-e2e/skips.txt: '{l}' has no reason above it");
+            out.push(Skip { regex: l.to_string(), reason: std::mem::take(&mut reason) });
+        }
+    }
+    out
+}
+
+/// What the run selects: every `[sig-network]` conformance test, and the groups the issue names.
+const FOCUS: &str = r"\[sig-network\] (Services|EndpointSlice|Networking|Conntrack|DNS)|\[sig-network\].*\[Conformance\]";
+
+#[test]
+#[ignore = "the Kubernetes network conformance run (make conformance-kubernetes): two real nodes, about an hour"]
+fn kubernetes_network_conformance() {
+    if let Some(why) = unavailable() {
+        panic!("{why}");
+    }
+    let suite_dir = suite();
+    let started = Instant::now();
+    let ta = Topo::new("kca", Shape::OneArm, 1500);
+    let tb = ta.another("kcb", Shape::OneArm, 1500);
+    // The control plane's namespace (named under the first topology's prefix: its teardown
+    // removes it) and the nodes' link, a bridge in it.
+    let cp_ns = ta.ns("cp");
+    sh(&["ip", "netns", "add", &cp_ns]);
+    in_ns(&cp_ns, &["ip", "link", "set", "lo", "up"]);
+    in_ns(&cp_ns, &["sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"]);
+    in_ns(&cp_ns, &["ip", "link", "add", "br0", "type", "bridge"]);
+    in_ns(&cp_ns, &["ip", "addr", "add", &format!("{CP_ADDR}/24"), "dev", "br0"]);
+    in_ns(&cp_ns, &["ip", "addr", "add", &format!("{CP_ADDR6}/64"), "dev", "br0", "nodad"]);
+    in_ns(&cp_ns, &["ip", "link", "set", "br0", "up"]);
+    for (t, k) in [(&ta, 1u8), (&tb, 2u8)] {
+        let (dev, peer) = (format!("{}-n0", t.p), format!("{}-c0", t.p));
+        sh(&["ip", "link", "add", &dev, "type", "veth", "peer", "name", &peer]);
+        sh(&["ip", "link", "set", &dev, "netns", &t.ns("lb"), "name", "node0"]);
+        sh(&["ip", "link", "set", &peer, "netns", &cp_ns]);
+        in_ns(&cp_ns, &["ip", "link", "set", &peer, "master", "br0", "up"]);
+        must(t, "lb", &["ip", "addr", "add", &format!("192.168.77.{k}/24"), "dev", "node0"]);
+        must(t, "lb", &["ip", "addr", "add", &format!("fd00:77::{k}/64"), "dev", "node0", "nodad"]);
+        must(t, "lb", &["ip", "link", "set", "node0", "up"]);
+        must(t, "lb", &["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]);
+        // The control plane reaches the Pods (kube-apiserver's proxy, the suite's checks).
+        in_ns(&cp_ns, &["ip", "route", "add", &format!("10.244.{k}.0/24"), "via", &format!("192.168.77.{k}")]);
+        in_ns(&cp_ns, &["ip", "-6", "route", "add", &format!("fd00:244:{k}::/64"), "via", &format!("fd00:77::{k}")]);
+    }
+    let (mut ta, mut tb) = (ta, tb);
+    ta.start_lb(&node_config(&ta, 1, 2));
+    tb.start_lb(&node_config(&tb, 2, 1));
+    for (t, k) in [(&ta, 1u8), (&tb, 2u8)] {
+        steer_node_ports(t, k);
+        let other = 3 - k;
+        wait_until(Duration::from_secs(30), &format!("node-{k} learns node-{other}'s pod network by BGP"), || {
+            stdout(&t.run("lb", &["ip", "route", "show", &format!("10.244.{other}.0/24")])).contains("proto bird")
+        });
+    }
+    let dir = ta.dir.join("k8s");
+    let cp = ControlPlane::start_with(&dir, &Options { netns: Some((cp_ns.clone(), CP_ADDR.to_string())), full: true });
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
+
+    let images: Vec<PathBuf> = std::fs::read_dir(suite_dir.join("images")).unwrap().flatten().map(|e| e.path()).collect();
+    let image_refs: Vec<&Path> = images.iter().map(PathBuf::as_path).collect();
+    let coredns_ref = std::fs::read_to_string(suite_dir.join("images.txt")).unwrap().lines().find(|l| l.contains("/coredns:")).unwrap().to_string();
+    let mut nodes = Vec::new();
+    for (t, k) in [(&ta, 1u8), (&tb, 2u8)] {
+        let cni_bin = t.dir.join("runtime-cni-bin");
+        std::fs::create_dir_all(&cni_bin).unwrap();
+        std::os::unix::fs::symlink(cni_plugin(), cni_bin.join("vectorlb-cni")).unwrap();
+        for p in ["host-local", "loopback"] {
+            std::os::unix::fs::symlink(format!("/usr/lib/cni/{p}"), cni_bin.join(p)).unwrap();
+        }
+        let cni = json!({"cniVersion": "1.0.0", "name": "vectorlb-pods", "plugins": [
+            {"type": "vectorlb-cni", "api": t.api(), "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+             "ipam": {"type": "host-local", "dataDir": t.dir.join("runtime-ipam").display().to_string(),
+                      "ranges": [[{"subnet": format!("10.244.{k}.0/24"), "rangeStart": format!("10.244.{k}.10")}],
+                                 [{"subnet": format!("fd00:244:{k}::/64"), "rangeStart": format!("fd00:244:{k}::10")}]]}},
+            {"type": "loopback"}]});
+        let kubelet = ClusterKubelet { node_ips: vec![format!("192.168.77.{k}"), format!("fd00:77::{k}")], cluster_dns: DNS_IP.to_string() };
+        nodes.push(RealNode::start_node(&cp, &format!("node-{k}"), &t.ns("lb"), &cni_bin, &cni, &image_refs, Some(&kubelet)));
+    }
+    let mut controllers = vec![controller(&cp, &ta, 1), controller(&cp, &tb, 2)];
+    coredns(&cp, &coredns_ref);
+    wait_until(Duration::from_secs(120), "CoreDNS ready on both nodes", || {
+        let d = cp.get(&["-n", "kube-system", "deployment", "coredns"]);
+        d["status"]["readyReplicas"].as_u64() == Some(2)
+    });
+    let ready_s = started.elapsed().as_secs_f64();
+    eprintln!("== two nodes Ready, CoreDNS answering, {ready_s:.0} s after the start");
+
+    // The suite, in the control plane's namespace.
+    let skips = skips();
+    for s in &skips {
+        eprintln!("== skipped: {} ({})", s.regex, s.reason);
+    }
+    let skip = skips.iter().map(|s| s.regex.as_str()).collect::<Vec<_>>().join("|");
+    let focus = std::env::var("VECTORLB_E2E_FOCUS").unwrap_or_else(|_| FOCUS.to_string());
+    let report = dir.join("report");
+    std::fs::create_dir_all(&report).unwrap();
+    let json_report = report.join("ginkgo.json");
+    let log = std::fs::File::create(report.join("e2e.log")).unwrap();
+    let t = Instant::now();
+    let status = command_in(Some(&cp_ns), &suite_dir.join("e2e.test"))
+        .args([
+            &format!("--kubeconfig={}", cp.kubeconfig("admin").display()),
+            &format!("--kubectl-path={}", cp.bin("kubectl").display()),
+            "--provider=skeleton",
+            "--num-nodes=2",
+            "--dns-domain=cluster.local",
+            &format!("--report-dir={}", report.display()),
+            &format!("--ginkgo.focus={focus}"),
+            &format!("--ginkgo.skip={skip}"),
+            &format!("--ginkgo.json-report={}", json_report.display()),
+            "--ginkgo.timeout=3h",
+            "--ginkgo.no-color",
+        ])
+        .current_dir(&report)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .status()
+        .unwrap();
+    let minutes = t.elapsed().as_secs_f64() / 60.0;
+    let specs = results(&json_report);
+    let count = |state: &str, conformance: bool| specs.iter().filter(|(n, s)| s == state && (!conformance || n.contains("[Conformance]"))).count();
+    let failed: Vec<&String> = specs.iter().filter(|(_, s)| s != "passed" && s != "skipped" && s != "pending").map(|(n, _)| n).collect();
+    for f in &failed {
+        println!("FAILED: {f}");
+    }
+    let conformance_total = specs.iter().filter(|(n, s)| n.contains("[sig-network]") && n.contains("[Conformance]") && s != "skipped").count();
+    let summary = json!({"kubernetes_e2e": {
+        "passed": count("passed", false), "failed": failed.len(), "skipped": count("skipped", false),
+        "conformance_passed": count("passed", true), "conformance_total": conformance_total,
+        "version": "v1.34.0", "nodes": nodes.len(), "minutes": (minutes * 10.0).round() / 10.0,
+    }});
+    println!("{summary}");
+    for c in &mut controllers {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    drop(nodes);
+    drop(cp);
+    assert!(!specs.is_empty(), "the suite ran no test (exit {status}): {}", vectorlb_testkit::k8s::tail(&std::fs::read_to_string(report.join("e2e.log")).unwrap_or_default(), 40));
+    assert!(failed.is_empty() && status.success(), "{} failed (exit {status}): {failed:#?}", failed.len());
+    assert_eq!(conformance_total, 45, "every [sig-network] [Conformance] test of v1.34 selected");
+}
+
+/// (full name, state) of every spec in ginkgo's JSON report.
+fn results(path: &Path) -> Vec<(String, String)> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
+    let suites: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let mut out = Vec::new();
+    for s in suites.as_array().into_iter().flatten() {
+        for r in s["SpecReports"].as_array().into_iter().flatten() {
+            if r["LeafNodeType"] != "It" {
+                continue;
+            }
+            let mut name: Vec<String> = r["ContainerHierarchyTexts"].as_array().into_iter().flatten().filter_map(|t| t.as_str().map(str::to_string)).collect();
+            name.push(r["LeafNodeText"].as_str().unwrap_or_default().to_string());
+            out.push((name.join(" "), r["State"].as_str().unwrap_or_default().to_string()));
+        }
+    }
+    out
+}
