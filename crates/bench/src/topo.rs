@@ -69,6 +69,7 @@ pub fn spec(mode: Mode, v6: bool, protocol: u8, sessions: u64, timeouts: Timeout
         timeouts,
         continuation: false,
         quic: false,
+        affinity_ms: 0,
     });
     spec
 }

@@ -197,6 +197,8 @@ pub(crate) struct RawService {
     pub(crate) continuation: Option<bool>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) quic: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) affinity_timeout_s: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) timeouts: Option<RawTimeouts>,
     #[serde(default)]

@@ -260,6 +260,7 @@ impl Config {
                     synproxy_half_open: s.synproxy.half_open(),
                     continuation: Some(s.continuation),
                     quic: s.quic,
+                    affinity_timeout_s: (s.affinity_ms > 0).then_some(s.affinity_ms / 1000),
                     timeouts: Some(raw_timeouts(&s.timeouts)),
                     backends: s.backends.iter().map(|b| RawBackend { addr: b.addr.to_string(), port: b.port, weight: Some(b.weight), quic_id: b.quic_id }).collect(),
                     health: self.health.get(i).cloned().flatten().map(|h| raw_health(&h)),

@@ -122,6 +122,11 @@ pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<Servi
             timeouts: t,
             continuation,
             quic: s.quic,
+            affinity_ms: match s.affinity_timeout_s.map(vectorlb_lb::affinity::timeout_ms) {
+                Some(Ok(ms)) => ms,
+                Some(Err(e)) => bail!("{f}.affinity_timeout_s: {e}"),
+                None => 0,
+            },
         });
         health.push(match &s.health {
             Some(h) => Some(health_spec(&format!("{f}.health"), h, protocol)?),

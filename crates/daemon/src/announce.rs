@@ -371,6 +371,7 @@ mod tests {
                 timeouts: Default::default(),
                 continuation: true,
                 quic: false,
+                affinity_ms: 0,
             };
             spec.services.push(s);
         }
@@ -417,6 +418,7 @@ mod tests {
             timeouts: Default::default(),
             continuation: false,
             quic: false,
+            affinity_ms: 0,
         });
         let s = Control::new(&spec).unwrap().snapshot();
         let names = |v: &BTreeSet<Prefix>| v.iter().map(show).collect::<Vec<_>>();

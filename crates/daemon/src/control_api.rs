@@ -173,6 +173,11 @@ fn new_service_spec(c: &Config, s: &NewService) -> Result<ServiceSpec, ApiError>
         timeouts: c.timeouts,
         continuation: ServiceSpec::continuation_default(p, mode, sched, synproxy),
         quic: false,
+        affinity_ms: match s.affinity_timeout_s.map(vectorlb_lb::affinity::timeout_ms) {
+            Some(Ok(ms)) => ms,
+            Some(Err(e)) => return Err(ApiError::Unprocessable(format!("affinity_timeout_s: {e}"))),
+            None => 0,
+        },
     })
 }
 
@@ -425,6 +430,7 @@ impl LbControl for Daemon {
                         SynProxy::On => SynProxyName::On,
                         SynProxy::Auto { .. } => SynProxyName::Auto,
                     },
+                    affinity_timeout_s: (s.affinity_ms > 0).then_some(s.affinity_ms / 1000),
                     timeouts: {
                         let t = &s.timeouts;
                         let secs = |ms: u32| ms as f64 / 1000.0;

@@ -44,6 +44,7 @@ fn spec() -> LbSpec {
         timeouts: Timeouts::default(),
         continuation: false,
         quic: false,
+        affinity_ms: 0,
     };
     LbSpec {
         ports: vec![port("ext", EXT, "10.0.0.1", 24), port("int", INT, "10.1.0.1", 24)],

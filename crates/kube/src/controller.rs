@@ -450,7 +450,10 @@ fn svc_spec(s: &Service, ip: Option<IpAddr>) -> SvcSpec {
             .map(|p| PortIn { name: p.name.clone().unwrap_or_default(), protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()), port: p.port.clamp(0, 65535) as u16 })
             .collect(),
         annotations: s.annotations().clone(),
-        client_ip_affinity: spec.session_affinity.as_deref() == Some("ClientIP"),
+        affinity_timeout_s: (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+            let t = spec.session_affinity_config.as_ref().and_then(|c| c.client_ip.as_ref()).and_then(|c| c.timeout_seconds).unwrap_or(10_800);
+            t.clamp(1, 86_400) as u32
+        }),
     }
 }
 

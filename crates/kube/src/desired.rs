@@ -30,7 +30,9 @@ pub struct SvcSpec {
     pub ip: Option<IpAddr>,
     pub ports: Vec<PortIn>,
     pub annotations: BTreeMap<String, String>,
-    pub client_ip_affinity: bool,
+    /// `sessionAffinity: ClientIP`: its timeout in seconds (`sessionAffinityConfig`, 10800 by
+    /// default as in Kubernetes); none: no affinity.
+    pub affinity_timeout_s: Option<u32>,
 }
 
 /// One endpoint of a slice.
@@ -156,17 +158,9 @@ fn parse_settings(s: &SvcSpec, problems: &mut Vec<Problem>) -> Settings {
             None
         }
     };
-    let scheduler = match (s.client_ip_affinity, named) {
-        (true, Some(n)) if n != SchedulerName::Sh => {
-            problems.push(Problem {
-                reason: Reason::InvalidAnnotation,
-                message: format!("sessionAffinity ClientIP needs source hashing; {} '{}' is not used", ann::SCHEDULER, n.name()),
-            });
-            SchedulerName::Sh
-        }
-        (true, _) => SchedulerName::Sh,
-        (false, n) => n.unwrap_or(SchedulerName::Maglev),
-    };
+    // sessionAffinity ClientIP is kept by the daemon's affinity entries, whatever picks a
+    // client's first backend.
+    let scheduler = named.unwrap_or(SchedulerName::Maglev);
     let synproxy = match get(ann::SYNPROXY).as_deref() {
         None | Some("off") => SynProxyName::Off,
         Some("on") => SynProxyName::On,
@@ -279,6 +273,7 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
             peer_local_addrs: peer_laddrs.clone(),
             toa: false,
             synproxy: Some(synproxy),
+            affinity_timeout_s: s.affinity_timeout_s,
             health: if proto == Proto::Tcp { set.health.clone() } else { None },
             backends,
         });
@@ -370,9 +365,10 @@ mod tests {
         s.annotations.insert("vectorlb.io/mode".into(), "NAT".into());
         s.annotations.insert("vectorlb.io/scheduler".into(), "wrr".into());
         s.annotations.insert("vectorlb.io/synproxy".into(), "on".into());
-        s.client_ip_affinity = true;
+        s.affinity_timeout_s = Some(10_800);
         let (specs, problems) = build(&s, &[], &daemon());
-        assert_eq!((specs[0].mode, specs[0].scheduler, specs[0].synproxy), (ModeName::Nat, Some(SchedulerName::Sh), Some(SynProxyName::Off)));
+        assert_eq!((specs[0].mode, specs[0].scheduler, specs[0].synproxy), (ModeName::Nat, Some(SchedulerName::Wrr), Some(SynProxyName::Off)));
+        assert_eq!(specs[0].affinity_timeout_s, Some(10_800), "affinity by entries, beside any scheduler");
         assert!(specs[0].local_addrs.is_empty());
         let reasons: Vec<&str> = problems.iter().map(|p| p.reason.as_str()).collect();
         assert!(reasons.contains(&"InvalidAnnotation") && reasons.contains(&"NoEndpoints"), "{problems:?}");

@@ -348,7 +348,7 @@ impl GatewayCtl {
                 ip: Some(*ip),
                 ports: ports.iter().map(|(lp, _)| PortIn { name: lp.to_string(), protocol: "TCP".into(), port: *lp }).collect(),
                 annotations: g.annotations().clone(),
-                client_ip_affinity: false,
+                affinity_timeout_s: None,
             };
             let fam = if ip.is_ipv4() { "IPv4" } else { "IPv6" };
             let slice = SliceIn {

@@ -245,6 +245,7 @@ pub fn desired_of(s: &ServiceStatus) -> Option<NewService> {
         peer_local_addrs: s.peer_local_addrs.iter().filter_map(|a| a.parse().ok()).collect(),
         toa: s.toa,
         synproxy: Some(s.synproxy),
+        affinity_timeout_s: s.affinity_timeout_s,
         health: s.health.clone(),
         backends,
     })
@@ -267,6 +268,7 @@ pub fn same(d: &NewService, h: &NewService) -> bool {
         && sorted(&d.peer_local_addrs) == sorted(&h.peer_local_addrs)
         && d.toa == h.toa
         && d.synproxy.unwrap_or(SynProxyName::Off) == h.synproxy.unwrap_or(SynProxyName::Off)
+        && d.affinity_timeout_s == h.affinity_timeout_s
         && d.health == h.health
         && a == h.backends
 }
@@ -313,6 +315,7 @@ pub(crate) mod tests {
             peer_local_addrs: n.peer_local_addrs.iter().map(|a| a.to_string()).collect(),
             toa: n.toa,
             synproxy: n.synproxy.unwrap_or(SynProxyName::Off),
+            affinity_timeout_s: n.affinity_timeout_s,
             timeouts: ServiceTimeouts { syn: 5.0, established: 900.0, fin: 120.0, time_wait: 120.0, close: 10.0, udp: 300.0 },
             health: n.health.clone(),
             backends: n
@@ -392,6 +395,7 @@ pub(crate) mod tests {
             peer_local_addrs: Vec::new(),
             toa: false,
             synproxy: None,
+            affinity_timeout_s: None,
             health: None,
             backends: (0..backends).map(|i| NewBackend { addr: format!("10.244.{}.{}", i / 250, i % 250 + 1).parse().unwrap(), port: 8080, weight: 1 }).collect(),
         }

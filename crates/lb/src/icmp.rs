@@ -23,6 +23,10 @@ pub enum ErrorKind {
     /// unreachable route's destination (the cluster's service ranges: no Service has it). Hard
     /// errors: the sender's connect or connected socket fails at once.
     Unreachable,
+    /// Destination unreachable, port unreachable, from the packet's own destination: a
+    /// Service with no backend refusing a UDP datagram, as kube-proxy's reject rule does (the
+    /// sender's connected socket sees ECONNREFUSED).
+    PortUnreachable,
 }
 
 fn ipv4_header_checksum(d: &mut [u8], l3: usize) {
@@ -120,7 +124,7 @@ impl IcmpLimiter {
         let Some(hop) = flows.route_to(snap, orig_src.key(), !A::V6) else {
             return Verdict::Drop(reason);
         };
-        let from = if snap.is_own(orig_dst.key()) {
+        let from = if snap.is_own(orig_dst.key()) || kind == ErrorKind::PortUnreachable {
             orig_dst
         } else {
             match snap.port_addr(hop.port, !A::V6).and_then(A::from_ip) {
@@ -148,6 +152,8 @@ impl IcmpLimiter {
             (ErrorKind::TooBig(mtu), true) => (icmp::v6::PACKET_TOO_BIG, 0, (mtu as u32).to_be_bytes()),
             (ErrorKind::Unreachable, false) => (icmp::v4::DEST_UNREACH, icmp::v4::CODE_ADMIN_PROHIBITED, [0; 4]),
             (ErrorKind::Unreachable, true) => (icmp::v6::DEST_UNREACH, icmp::v6::CODE_REJECT_ROUTE, [0; 4]),
+            (ErrorKind::PortUnreachable, false) => (icmp::v4::DEST_UNREACH, icmp::v4::CODE_PORT_UNREACH, [0; 4]),
+            (ErrorKind::PortUnreachable, true) => (icmp::v6::DEST_UNREACH, icmp::v6::CODE_PORT_UNREACH, [0; 4]),
         };
         let d = b.data_mut();
         let l3 = h.l3;

@@ -9,11 +9,13 @@
 //!   counters, changed sessions, next hops to resolve); each feature's own state is its own
 //!   struct: [`frag::FragTable`], [`icmp::IcmpLimiter`], [`synproxy::SynProxyState`].
 //! * [`icmp`]: echo, generated errors, and error translation for sessions.
+//! * [`affinity`]: client affinity entries (`sessionAffinity: ClientIP`), shared by the workers.
 //!
 //! Ownership: a `Worker` and its `SessionTable` belong to one core; the `Control` and its
 //! snapshots are shared read-only. The DPDK runtime, `vectorlb replay` and the benchmarks all
 //! drive `Worker::process`.
 
+pub mod affinity;
 pub mod flows;
 pub mod frag;
 pub mod hash;

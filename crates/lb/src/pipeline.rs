@@ -766,8 +766,10 @@ impl Worker {
 
     /// The session for the first packet `m` of a flow (`opening`: the packet the session is
     /// created for, the SYN a cookie ACK becomes), or the verdict when there can be none. No
-    /// backend takes new connections (all weights 0, or all down): a TCP client is told at once
-    /// with a reset answering `m`, rather than left to retry into silence.
+    /// backend takes new connections (all weights 0, or all down, or none: a Kubernetes Service
+    /// without endpoints): the client is told at once, rather than left to retry into silence:
+    /// a TCP client with a reset answering `m`, a UDP one with an ICMP port unreachable from the
+    /// service's address (rate-limited with the other ICMP errors).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(crate) fn open<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, svc: &Service, b: &mut B, m: &Meta, opening: &Meta, src: A, now: u32) -> Result<Ref, Verdict>
@@ -778,6 +780,9 @@ impl Worker {
         match self.create::<A>(svc, src, opening, quic, now) {
             Ok(r) => Ok(r),
             Err(DropReason::NoBackend) if m.proto == proto::TCP => Err(self.tcp_reset::<A, B>(snap, b, m)),
+            Err(DropReason::NoBackend) if m.proto == proto::UDP => {
+                Err(self.icmp.error::<A, B>(&mut self.flows, snap, b, m, crate::icmp::ErrorKind::PortUnreachable, DropReason::NoBackend, now))
+            }
             Err(e) => Err(Verdict::Drop(e)),
         }
     }
@@ -828,10 +833,24 @@ impl Worker {
             }
             quic::Route::Hash => None,
         };
-        let pick = by_id.or_else(|| svc.sched.pick(&mut self.picks[id], fh, addr_hash(svc.hash_key, client.key()), &self.wlc_scratch));
+        // A client with an affinity entry goes back to its backend while that backend takes
+        // new flows; otherwise the scheduler picks, and the choice is remembered.
+        let kept = match (&svc.affinity, by_id) {
+            (Some(a), None) => a.lookup(client.key(), now).and_then(|b| svc.backends.iter().position(|&x| x == b)).map(|i| i as u32).filter(|&i| svc.sched.is_eligible(i)),
+            _ => None,
+        };
+        let pick = by_id.or(kept).or_else(|| svc.sched.pick(&mut self.picks[id], fh, addr_hash(svc.hash_key, client.key()), &self.wlc_scratch));
         let Some(bi) = pick else {
             return Err(DropReason::NoBackend);
         };
+        if let Some(a) = &svc.affinity {
+            if kept.is_some() {
+                self.flows.counters.events.affinity_kept += 1;
+            }
+            if !a.record(client.key(), svc.backends[bi as usize], now) {
+                self.flows.counters.events.affinity_full += 1;
+            }
+        }
         let flags = if svc.spec.mode == Mode::Nat { flag::REVERSE } else { 0 } | if st == state::CONTINUED { flag::UNSEEN } else { 0 };
         let laddrs: &[u16] = if svc.spec.mode == Mode::Fnat { &svc.laddrs } else { &[] };
         let backend = svc.backends[bi as usize];

@@ -141,6 +141,9 @@ pub struct ServiceSpec {
     /// QUIC connection-id routing (UDP): a new flow whose packet carries a backend's server id
     /// goes to that backend, whatever its 5-tuple ([`crate::quic`]).
     pub quic: bool,
+    /// Client affinity ([`crate::affinity`]): milliseconds a client keeps its backend after its
+    /// last new flow; 0 for none.
+    pub affinity_ms: u32,
 }
 
 impl ServiceSpec {
@@ -402,6 +405,9 @@ pub struct Service {
     pub laddrs: Vec<u16>,
     /// QUIC server id -> index in `backends` (services with `quic`).
     pub quic_ids: FxHashMap<u32, u32>,
+    /// Client affinity entries, kept across snapshots while the service keeps the same
+    /// timeout (services with `affinity_ms`).
+    pub affinity: Option<Arc<crate::affinity::Affinity>>,
 }
 
 #[derive(Debug, Clone)]
@@ -679,6 +685,8 @@ struct Registry {
     laddrs: HashMap<u128, u16>,
     /// Each service's scheduler with what it was built from.
     scheds: HashMap<(u128, u16, u8), SchedEntry>,
+    /// Each affinity service's entries.
+    affinities: HashMap<(u128, u16, u8), Arc<crate::affinity::Affinity>>,
 }
 
 type SchedEntry = (Algorithm, Vec<Target>, Arc<Scheduler>);
@@ -743,6 +751,7 @@ impl Registry {
     /// for the process lifetime: port maps are indexed by them.
     fn retain(&mut self, svcs: &FxHashSet<(u128, u16, u8)>, backends: &FxHashSet<(u16, u128, u16)>) {
         self.scheds.retain(|k, _| svcs.contains(k));
+        self.affinities.retain(|k, _| svcs.contains(k));
         let gone: Vec<_> = self.services.keys().filter(|k| !svcs.contains(k)).copied().collect();
         for k in gone {
             let id = self.services.remove(&k).unwrap();
@@ -1004,8 +1013,20 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         if snap.services.len() <= id as usize {
             snap.services.resize(id as usize + 1, None);
         }
+        // Entries survive changes of the backends (a client keeps a backend that stays); a
+        // new timeout, or affinity switched off and on, starts afresh.
+        let affinity = if s.affinity_ms == 0 {
+            reg.affinities.remove(&k);
+            None
+        } else {
+            let a = reg.affinities.entry(k).or_insert_with(|| Arc::new(crate::affinity::Affinity::new(s.affinity_ms)));
+            if a.timeout_ms != s.affinity_ms {
+                *a = Arc::new(crate::affinity::Affinity::new(s.affinity_ms));
+            }
+            Some(a.clone())
+        };
         snap.services[id as usize] =
-            Some(Service { id, spec: s.clone(), vip_key: key(s.vip), vip_bytes: bytes16(s.vip), sched, hash_key: spec.cluster_key, backends: ids, laddrs, quic_ids });
+            Some(Service { id, spec: s.clone(), vip_key: key(s.vip), vip_bytes: bytes16(s.vip), sched, hash_key: spec.cluster_key, backends: ids, laddrs, quic_ids, affinity });
     }
     for svc in snap.services.iter().flatten() {
         if let Some(&l) = svc.laddrs.iter().find(|l| snap.peer_laddrs.contains(l)) {
@@ -1069,6 +1090,7 @@ impl Control {
             free_slots: reg.free_slots.clone(),
             laddrs: reg.laddrs.clone(),
             scheds: reg.scheds.clone(),
+            affinities: reg.affinities.clone(),
         };
         let generation = self.generation.load(Ordering::Relaxed) + 1;
         let snap = build(spec, &mut trial, generation)?;

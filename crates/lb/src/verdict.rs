@@ -235,6 +235,11 @@ counter_set! {
         /// New flows of `quic` services without a usable server id (Initial and 0-RTT
         /// packets, version-0 or short ids, non-QUIC datagrams): by the hash.
         quic_by_hash,
+        /// New flows of client-affinity services sent to the backend their client had.
+        affinity_kept,
+        /// New flows of client-affinity services whose client could not be remembered: the
+        /// service's table was full of live entries.
+        affinity_full,
     }
 }
 

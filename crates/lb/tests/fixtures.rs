@@ -203,7 +203,7 @@ fn a_flow_created_earlier_in_the_same_batch_is_found() {
 }
 
 #[test]
-fn a_service_without_a_usable_backend_resets_new_tcp_connections() {
+fn a_service_without_a_usable_backend_refuses_new_tcp_connections_and_udp_datagrams() {
     let f = Fam { v6: false };
     let mut spec = topology();
     spec.services.push(service(&f, Mode::Fnat, proto::TCP, 80, &[(1, 8080, 0), (2, 8080, 0)]));
@@ -217,9 +217,22 @@ fn a_service_without_a_usable_backend_resets_new_tcp_connections() {
     assert_eq!(t[13], RST | ACK, "RST+ACK to a SYN");
     assert_eq!(u32::from_be_bytes(t[8..12].try_into().unwrap()), 78, "acknowledges the SYN");
     assert_eq!((lb.worker.flows.counters.events.tcp_resets_sent, lb.worker.flows.table.len()), (1, 0), "counted, no session");
-    // UDP has no reset: the datagram is dropped and counted.
-    let q = Builder::udp(&f.sock(f.client(), 4000), &f.sock(f.vip(), 53)).payload(b"q").build();
-    lb.expect_drop(&q, DropReason::NoBackend);
+    // UDP: an ICMP port unreachable from the VIP, quoting the datagram (the client's
+    // connected socket sees ECONNREFUSED), counted; no session.
+    let q = Builder::udp(&f.sock(f.client(), 4000), &f.sock(f.vip(), 53)).macs(ROUTER_MAC, EXT_MAC).payload(b"q").build();
+    let drops = lb.worker.flows.counters.dropped(DropReason::NoBackend);
+    let (verdict, out) = lb.run(&q);
+    assert_eq!(verdict, Verdict::Tx(0), "the error goes back to the client");
+    let (l3, l4) = (14, 34);
+    assert_eq!(out[l3 + 9], vectorlb_packet::proto::ICMP);
+    assert_eq!(&out[l3 + 12..l3 + 16], &q[l3 + 16..l3 + 20], "from the VIP");
+    assert_eq!(&out[l3 + 16..l3 + 20], &q[l3 + 12..l3 + 16], "to the client");
+    assert_eq!((out[l4], out[l4 + 1]), (3, 3), "destination unreachable, port unreachable");
+    assert_eq!(&out[l4 + 8..l4 + 8 + q.len() - 14], &q[14..], "quotes the datagram");
+    assert_eq!(vectorlb_packet::checksum::checksum(&out[l4..]), 0, "ICMP checksum");
+    assert_eq!(lb.worker.flows.counters.events.icmp_errors_sent, 1);
+    assert_eq!(lb.worker.flows.counters.dropped(DropReason::NoBackend), drops + 1, "the datagram counts as dropped");
+    assert_eq!(lb.worker.flows.table.len(), 0);
 }
 
 #[test]

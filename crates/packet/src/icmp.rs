@@ -27,6 +27,8 @@ pub mod v6 {
     pub const DEST_UNREACH: u8 = 1;
     /// Destination unreachable: reject route to destination (RFC 4443; a hard error, EACCES).
     pub const CODE_REJECT_ROUTE: u8 = 6;
+    /// Destination unreachable: port unreachable (RFC 4443; ECONNREFUSED on a connected socket).
+    pub const CODE_PORT_UNREACH: u8 = 4;
     pub const PACKET_TOO_BIG: u8 = 2;
     pub const TIME_EXCEEDED: u8 = 3;
     pub const PARAM_PROBLEM: u8 = 4;

@@ -729,3 +729,80 @@ fn config_text(t: &Topo) -> String {
     assert_eq!(s, 200);
     String::from_utf8(body).unwrap()
 }
+
+/// Client affinity (`affinity_timeout_s`, Kubernetes' `sessionAffinity: ClientIP`): a client's
+/// connections keep the backend it had until the timeout passes without a new one, then the
+/// scheduler picks again; switched off and on by a reload. A service whose backends are gone
+/// refuses at once: a TCP reset and, for UDP, an ICMP port unreachable (ECONNREFUSED), as
+/// kube-proxy's reject rule does for a Service without endpoints.
+#[test]
+fn client_affinity_keeps_a_backend_until_its_timeout_and_a_service_without_backends_refuses() {
+    let mut t = Topo::new("vaf", Shape::TwoArm, 1500);
+    t.nginx();
+    t.echo(5353);
+    let affine = |c: String, s: u32| c.replace("backends = [", &format!("affinity_timeout_s = {s}\nbackends = ["));
+    // rr: without affinity, consecutive connections go round the backends.
+    let base = t.base_config(None);
+    let config = |affinity: Option<u32>| {
+        let mut c = base.clone();
+        for (vip, v6) in [("10.0.0.100", false), ("2001:db8::100", true)] {
+            let laddr = if v6 { "2001:db8:1::200" } else { "10.1.0.200" };
+            let tcp = service(vip, 80, "tcp", "fnat", "rr", Some(laddr), &backends(v6, 80));
+            let udp = service(vip, 5353, "udp", "fnat", "rr", Some(laddr), &backends(v6, 5353));
+            c += &affinity.map_or(tcp.clone(), |s| affine(tcp, s));
+            c += &affinity.map_or(udp.clone(), |s| affine(udp, s));
+        }
+        // Services that have no backend at all (a Kubernetes Service without endpoints).
+        c += &service("10.0.0.101", 80, "tcp", "fnat", "rr", Some("10.1.0.200"), &[]);
+        c += &service("10.0.0.101", 5353, "udp", "fnat", "rr", Some("10.1.0.200"), &[]);
+        c += &service("2001:db8::101", 5353, "udp", "fnat", "rr", Some("2001:db8:1::200"), &[]);
+        c
+    };
+    t.start_lb(&config(Some(2)));
+    let svc = t.get("/v1/services/tcp/10.0.0.100/80");
+    assert_eq!(svc["affinity_timeout_s"], 2, "{svc}");
+    for vip in ["10.0.0.100", "2001:db8::100"] {
+        let first = t.http(&url(vip), 30, 1);
+        let s = spread(&first);
+        assert_eq!(s.len(), 1, "{vip}: 30 connections of one client, one backend: {first}");
+        let u = t.probe(&["udp", "--target", &sock(vip, 5353), "--flows", "20", "--per-flow", "2"]);
+        assert_eq!((u["lost"].as_u64(), spread(&u).len()), (Some(0), 1), "{vip}: 20 UDP flows of one client, one backend: {u}");
+        // 2.5 s without a new connection: the entry is gone and rr picks the next backend.
+        std::thread::sleep(Duration::from_millis(2500));
+        let again = t.http(&url(vip), 30, 1);
+        let s2 = spread(&again);
+        assert_eq!(s2.len(), 1, "{vip}: {again}");
+        assert_ne!(s2[0].0, s[0].0, "{vip}: after the timeout the scheduler picks again (rr: the next backend)");
+    }
+    let kept = t.stats()["affinity_kept"].as_u64().unwrap_or(0);
+    assert!(kept >= 4 * 29, "affinity_kept counts the flows sent back to their client's backend: {kept}");
+    // Switched off by a reload: the client's connections go round again.
+    std::fs::write(t.config_path(), config(None)).unwrap();
+    let (s, v) = t.call("POST", "/v1/reload", None);
+    assert_eq!(s, 200, "{v}");
+    let r = t.http(&url("10.0.0.100"), 30, 1);
+    assert_eq!(spread(&r).len(), 3, "no affinity: round robin: {r}");
+    // And on again: one backend.
+    std::fs::write(t.config_path(), config(Some(30))).unwrap();
+    let (s, v) = t.call("POST", "/v1/reload", None);
+    assert_eq!(s, 200, "{v}");
+    let r = t.http(&url("10.0.0.100"), 30, 1);
+    assert_eq!(spread(&r).len(), 1, "affinity again: {r}");
+    // Absurd timeouts are refused by name.
+    let (s, v) = t.call("POST", "/v1/services", Some(&json!({"vip": "10.0.0.102", "port": 80, "mode": "fnat", "local_addrs": ["10.1.0.200"], "affinity_timeout_s": 0})));
+    assert_eq!(s, 422, "{v}");
+    assert!(v.to_string().contains("affinity_timeout_s"), "{v}");
+    let (s, v) = t.call("POST", "/v1/services", Some(&json!({"vip": "10.0.0.102", "port": 80, "mode": "fnat", "local_addrs": ["10.1.0.200"], "affinity_timeout_s": 86401})));
+    assert_eq!(s, 422, "{v}");
+
+    // No backend: refused at once, not left to time out.
+    let o = t.run("cl", &["curl", "-s", "-m", "3", "-o", "/dev/null", "-w", "%{time_total}", "http://10.0.0.101/"]);
+    assert_eq!(o.status.code(), Some(7), "curl: connection refused (exit 7): {}", String::from_utf8_lossy(&o.stderr));
+    let secs: f64 = stdout(&o).trim().parse().unwrap_or(9.0);
+    assert!(secs < 1.0, "refused in {secs} s");
+    for vip in ["10.0.0.101", "2001:db8::101"] {
+        let u = t.probe(&["udp", "--target", &sock(vip, 5353), "--flows", "3", "--per-flow", "1", "--timeout-ms", "1000"]);
+        assert_eq!(u["refused"], 3, "{vip}: each datagram answered by port unreachable (ECONNREFUSED): {u}");
+    }
+    t.stop_lb();
+}

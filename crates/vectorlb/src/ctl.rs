@@ -86,6 +86,10 @@ pub struct CtlArgs {
     /// SYN proxy of a new service: on, off, auto (tcp nat and fnat).
     #[arg(long, value_parser = ["on", "off", "auto"])]
     pub synproxy: Option<String>,
+    /// Client affinity of a new service: a client keeps its backend while it opens a new
+    /// connection within SECONDS of its last (1 to 86400; ipvsadm's persistence).
+    #[arg(short = 'p', long = "persistent", value_name = "SECONDS")]
+    pub persistent: Option<u32>,
     /// Re-read the configuration file.
     #[arg(long)]
     pub reload: bool,
@@ -273,6 +277,7 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
             peer_local_addrs: Vec::new(),
             toa: a.toa,
             synproxy: a.synproxy.as_deref().map(|s| word("--synproxy", s)).transpose()?,
+            affinity_timeout_s: a.persistent,
             health: None,
             backends: Vec::new(),
         };

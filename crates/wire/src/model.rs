@@ -243,6 +243,11 @@ pub struct NewService {
     /// SYN proxy: off (default), on, auto (tcp nat and fnat only).
     #[serde(default)]
     pub synproxy: Option<SynProxyName>,
+    /// Client affinity: a client's new flows go to the backend it had while it opened one
+    /// within this many seconds (1 to 86400; none: no affinity).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "int::opt")]
+    #[schema(minimum = 1, maximum = 86400)]
+    pub affinity_timeout_s: Option<u32>,
     /// The backends' health check (none: every backend is taken as up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthCheck>,
@@ -544,6 +549,9 @@ pub struct ServiceStatus {
     pub peer_local_addrs: Vec<String>,
     pub toa: bool,
     pub synproxy: SynProxyName,
+    /// Client affinity's timeout in seconds (none: no affinity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity_timeout_s: Option<u32>,
     pub timeouts: ServiceTimeouts,
     /// Its health check (an `exec` check from the file is not shown).
     #[serde(default, skip_serializing_if = "Option::is_none")]

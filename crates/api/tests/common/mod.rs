@@ -31,6 +31,7 @@ impl LbControl for Fake {
                 peer_local_addrs: vec![],
                 toa: s.toa,
                 synproxy: s.synproxy.unwrap_or(SynProxyName::Off),
+                affinity_timeout_s: s.affinity_timeout_s,
                 timeouts: ServiceTimeouts { syn: 30.0, established: 900.0, fin: 30.0, time_wait: 2.0, close: 2.0, udp: 300.0 },
                 health: s.health.clone(),
                 backends: vec![],

@@ -106,6 +106,7 @@ pub fn service(f: &Fam, mode: Mode, protocol: u8, port: u16, backends: &[(u8, u1
         timeouts: Timeouts::default(),
         continuation: false,
         quic: false,
+        affinity_ms: 0,
     }
 }
 
