@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods conformance k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
+.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods conformance conformance-kubernetes k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -60,6 +60,19 @@ demo-kubernetes: build k8s-bins
 conformance: build k8s-bins
 	@mkdir -p bench/results
 	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes gateway_conformance -- --nocapture 2>&1 | grep '"conformance"' | tee bench/results/conformance.jsonl; test $${PIPESTATUS[0]} -eq 0
+
+# Kubernetes' own network conformance: the e2e suite's [sig-network] tests (every [Conformance]
+# one, then Services, EndpointSlice, Networking, Conntrack and DNS without what
+# tools/k8s-e2e/skips.txt leaves out) against two real nodes whose pod network and Services are
+# vectorlb's alone, no kube-proxy. Prints the failing tests and one summary line, kept in
+# bench/results/kubernetes-e2e.jsonl (root; ~6 min to build the suite once; the conformance
+# tests take ~10 min, the whole selection longer). docs/kubernetes.md.
+#   make conformance-kubernetes                  the whole selection
+#   E2E_FOCUS='\[Conformance\]' make conformance-kubernetes   a part of it (a regular expression)
+conformance-kubernetes: build k8s-bins
+	@mkdir -p bench/results
+	@bash scripts/k8s-e2e.sh >/dev/null
+	@VECTORLB_E2E_FOCUS="$(E2E_FOCUS)" $(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance -- --ignored --nocapture 2>&1 | grep -E '^(==|FAILED:|\{"kubernetes_e2e")' | tee /tmp/vectorlb-k8s-e2e.out; test $${PIPESTATUS[0]} -eq 0; rc=$$?; grep '"kubernetes_e2e"' /tmp/vectorlb-k8s-e2e.out >> bench/results/kubernetes-e2e.jsonl; exit $$rc
 
 # vectorlb's container image from the release binaries, without a base image: an OCI layout
 # in target/vectorlb-image.tar (ctr images import, podman load). See docs/kubernetes.md.

@@ -41,9 +41,10 @@ export GOFLAGS="-buildvcs=false -modcacherw"
     cd "$root/$mod"
     go test -c -trimpath -o "$tmp/e2e.test" .
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/agnhost" k8s.io/kubernetes/test/images/agnhost
-    kdir=$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)
-    cat "$kdir/test/images/agnhost/VERSION" > "$tmp/agnhost.version"
+    go list -m -f '{{.Dir}}' k8s.io/kubernetes > "$tmp/kdir"
+    cat "$(cat "$tmp/kdir")/test/images/agnhost/VERSION" > "$tmp/agnhost.version"
 )
+kdir=$(cat "$tmp/kdir")
 (
     cd "$root/tools/coredns"
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/coredns" .
@@ -78,29 +79,44 @@ userland() {
         [ -e "$lib" ] && mkdir -p "$r$(dirname "$lib")" && cp -L "$lib" "$r$lib"
     done
     printf 'hosts: files dns\n' > "$r/etc/nsswitch.conf"
+    printf 'passwd: files\ngroup: files\n' >> "$r/etc/nsswitch.conf"
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$r/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' > "$r/etc/group"
-    find "$r" -exec touch -h -d @0 {} +
 }
-image() { # NAME REF ENTRYPOINT CMD [extra file: SRC DEST]
+image() { # NAME REF ENTRYPOINT CMD [SRC DEST]...: files added to the root file system
     local name=$1 ref=$2 entry=$3 cmd=$4 r=$tmp/rootfs-$1
+    shift 4
     userland "$r"
-    if [ $# -ge 6 ]; then
-        cp "$5" "$r$6"
-        touch -d @0 "$r$6"
-    fi
+    while [ $# -ge 2 ]; do
+        mkdir -p "$r$(dirname "$2")"
+        cp "$1" "$r$2"
+        touch -d @0 "$r$2"
+        shift 2
+    done
+    find "$r" -exec touch -h -d @0 {} +
     OCI_CMD=$cmd bash deploy/kubernetes/image/oci.sh "$r" "$tmp/images/$name.tar" "$ref" "$entry" '"PATH=/usr/local/bin:/usr/bin:/bin"'
     echo "$ref" >> "$tmp/images.txt"
     rm -rf "$r"
 }
 e2e=registry.k8s.io/e2e-test-images
-image agnhost "$e2e/agnhost:$(cat "$tmp/agnhost.version")" '["/agnhost"]' '["pause"]' "$tmp/bin/agnhost" /agnhost
+# agnhost as the suite's image has it: the porter's TLS certificate and key at the root, CoreDNS
+# at /coredns (its dns tests run it), /uploads, the agnhost-2 name, and user 1000.
+agnhost_extra=$tmp/agnhost-extra
+mkdir -p "$agnhost_extra"
+printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$agnhost_extra/passwd"
+printf 'root:x:0:\nuser-defined-in-image:x:1000:\nnogroup:x:65534:\n' > "$agnhost_extra/group"
+: > "$agnhost_extra/keep"
+image agnhost "$e2e/agnhost:$(cat "$tmp/agnhost.version")" '["/agnhost"]' '["pause"]' \
+    "$tmp/bin/agnhost" /agnhost "$tmp/bin/agnhost" /agnhost-2 "$tmp/bin/coredns" /coredns \
+    "$kdir/test/images/agnhost/porter/localhost.crt" /localhost.crt "$kdir/test/images/agnhost/porter/localhost.key" /localhost.key \
+    "$agnhost_extra/passwd" /etc/passwd "$agnhost_extra/group" /etc/group "$agnhost_extra/keep" /uploads/.keep \
+    "$agnhost_extra/keep" /home/user-defined-in-image/.keep
 image busybox "$e2e/busybox:1.37.0-1" '[]' '["sh"]'
 image jessie-dnsutils "$e2e/jessie-dnsutils:1.7" '[]' '["sh"]'
 image coredns "vectorlb.local/coredns:$coredns_version" '["/coredns"]' '[]' "$tmp/bin/coredns" /coredns
 bash deploy/kubernetes/image/pause.sh "$tmp/images/pause.tar" registry.k8s.io/pause:3.10.1
 echo registry.k8s.io/pause:3.10.1 >> "$tmp/images.txt"
-rm -rf "$tmp/.gocache" "$tmp/bin"
+rm -rf "$tmp/.gocache" "$tmp/bin" "$tmp/kdir" "$agnhost_extra"
 mkdir -p "$cache"
 rm -rf "$dir"
 mv "$tmp" "$dir"

@@ -56,6 +56,13 @@ pub struct ClusterIpConfig {
     /// The node's data-plane addresses that NodePorts are served on (none: no NodePorts).
     #[serde(default)]
     pub node_addresses: Vec<IpAddr>,
+    /// The source address (one per family) that NodePort traffic of `externalTrafficPolicy:
+    /// Cluster` Services is translated to, as kube-proxy masquerades it: an address of this
+    /// node's data plane that the other nodes route here (its pods port's own address), so
+    /// that an endpoint on another node answers through this node. None: NodePorts keep the
+    /// client's address and should have their endpoints on this node.
+    #[serde(default)]
+    pub masquerade: Vec<IpAddr>,
 }
 
 /// `[gateway]`: Gateways are served by these proxies, reached through the daemons at the
@@ -207,6 +214,14 @@ impl KubeConfig {
             for a in &c.node_addresses {
                 if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
                     return Err(format!("cluster_ips.node_addresses {a}: not a unicast address of the node"));
+                }
+            }
+            for a in &c.masquerade {
+                if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+                    return Err(format!("cluster_ips.masquerade {a}: not a unicast address of the node"));
+                }
+                if c.masquerade.iter().filter(|b| b.is_ipv4() == a.is_ipv4()).count() > 1 {
+                    return Err(format!("cluster_ips.masquerade: one address per family ({a} has another of its family)"));
                 }
             }
         }

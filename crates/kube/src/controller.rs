@@ -166,7 +166,7 @@ impl Controller {
             for s in self.services.state() {
                 let key = ns_name(s.as_ref());
                 let slices: Vec<SliceIn> = slices_by_svc.get(&key).map(|v| v.iter().map(|sl| slice_in(sl)).collect()).unwrap_or_default();
-                for spec in cluster_specs(&s, &cidrs, &c.node_addresses) {
+                for spec in cluster_specs(&s, &cidrs, &c.node_addresses, &c.masquerade) {
                     place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
                 }
             }
@@ -454,13 +454,17 @@ fn svc_spec(s: &Service, ip: Option<IpAddr>) -> SvcSpec {
             let t = spec.session_affinity_config.as_ref().and_then(|c| c.client_ip.as_ref()).and_then(|c| c.timeout_seconds).unwrap_or(10_800);
             t.clamp(1, 86_400) as u32
         }),
+        local_addrs: Vec::new(),
     }
 }
 
 /// What a Service's cluster IPs (those inside `cidrs`) and NodePorts (on `nodes` of its
 /// families) serve: `nat` (the pods' addresses are kept, as kube-proxy keeps them), the
-/// Service's other annotations as they are. None for ExternalName and headless Services.
-fn cluster_specs(s: &Service, cidrs: &[ipam::Range], nodes: &[IpAddr]) -> Vec<SvcSpec> {
+/// Service's other annotations as they are; NodePorts of `externalTrafficPolicy: Cluster`
+/// with full NAT to the `masquerade` address of their family when there is one (an endpoint
+/// on another node then answers through this one, as kube-proxy's masquerade makes it). None
+/// for ExternalName and headless Services.
+fn cluster_specs(s: &Service, cidrs: &[ipam::Range], nodes: &[IpAddr], masquerade: &[IpAddr]) -> Vec<SvcSpec> {
     let Some(spec) = &s.spec else { return Vec::new() };
     if spec.type_.as_deref() == Some("ExternalName") {
         return Vec::new();
@@ -487,8 +491,14 @@ fn cluster_specs(s: &Service, cidrs: &[ipam::Range], nodes: &[IpAddr]) -> Vec<Sv
             })
             .collect();
         if !ports.is_empty() {
+            let local = spec.external_traffic_policy.as_deref() == Some("Local");
             for n in nodes.iter().filter(|n| ips.iter().any(|ip| ip.is_ipv4() == n.is_ipv4())) {
-                out.push(SvcSpec { ip: Some(*n), ports: ports.clone(), ..base.clone() });
+                let mut np = SvcSpec { ip: Some(*n), ports: ports.clone(), ..base.clone() };
+                if let Some(m) = masquerade.iter().find(|m| m.is_ipv4() == n.is_ipv4()).filter(|_| !local) {
+                    np.annotations.insert(ann::MODE.into(), "fnat".into());
+                    np.local_addrs = vec![*m];
+                }
+                out.push(np);
             }
         }
     }
@@ -548,7 +558,7 @@ mod tests {
         let s = svc(json!({"metadata": {"name": "web", "namespace": "default", "annotations": {"vectorlb.io/mode": "fnat", "vectorlb.io/scheduler": "sh"}},
             "spec": {"type": "NodePort", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10", "fd00:96::10"],
                      "ports": [{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}, {"name": "dns", "port": 53, "protocol": "UDP"}]}}));
-        let specs = cluster_specs(&s, &cidrs, &nodes);
+        let specs = cluster_specs(&s, &cidrs, &nodes, &[]);
         let ips: Vec<String> = specs.iter().map(|s| s.ip.unwrap().to_string()).collect();
         assert_eq!(ips, ["10.96.0.10", "fd00:96::10", "10.1.0.1", "2001:db8:1::1"]);
         // Cluster IPs keep the ports; node addresses get the node ports (only those that have one).
@@ -556,15 +566,24 @@ mod tests {
         assert_eq!(specs[2].ports.iter().map(|p| (p.name.as_str(), p.port)).collect::<Vec<_>>(), [("http", 30080)]);
         // Always nat; the other annotations are the Service's.
         assert!(specs.iter().all(|s| s.annotations["vectorlb.io/mode"] == "nat" && s.annotations["vectorlb.io/scheduler"] == "sh"));
+        // With masquerade addresses, NodePorts (externalTrafficPolicy Cluster) are full NAT to
+        // the address of their family; cluster IPs stay nat, and so do Local NodePorts.
+        let masq: Vec<IpAddr> = vec!["10.244.1.1".parse().unwrap(), "fd00:244:1::1".parse().unwrap()];
+        let specs = cluster_specs(&s, &cidrs, &nodes, &masq);
+        let modes: Vec<(&str, Vec<IpAddr>)> = specs.iter().map(|s| (s.annotations["vectorlb.io/mode"].as_str(), s.local_addrs.clone())).collect();
+        assert_eq!(modes, [("nat", vec![]), ("nat", vec![]), ("fnat", vec![masq[0]]), ("fnat", vec![masq[1]])]);
+        let mut local = s.clone();
+        local.spec.as_mut().unwrap().external_traffic_policy = Some("Local".into());
+        assert!(cluster_specs(&local, &cidrs, &nodes, &masq).iter().all(|s| s.annotations["vectorlb.io/mode"] == "nat" && s.local_addrs.is_empty()));
         // Outside the ranges, headless, ExternalName, a single-family Service: what applies.
         let other = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"clusterIP": "172.16.0.1", "ports": [{"port": 80}]}}));
-        assert!(cluster_specs(&other, &cidrs, &nodes).is_empty());
+        assert!(cluster_specs(&other, &cidrs, &nodes, &[]).is_empty());
         let headless = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}));
-        assert!(cluster_specs(&headless, &cidrs, &nodes).is_empty());
+        assert!(cluster_specs(&headless, &cidrs, &nodes, &[]).is_empty());
         let ext = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"type": "ExternalName", "externalName": "example.com"}}));
-        assert!(cluster_specs(&ext, &cidrs, &nodes).is_empty());
+        assert!(cluster_specs(&ext, &cidrs, &nodes, &[]).is_empty());
         let v4 = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"type": "NodePort", "clusterIP": "10.96.0.11", "ports": [{"port": 80, "nodePort": 30081}]}}));
-        let ips: Vec<String> = cluster_specs(&v4, &cidrs, &nodes).iter().map(|s| s.ip.unwrap().to_string()).collect();
+        let ips: Vec<String> = cluster_specs(&v4, &cidrs, &nodes, &[]).iter().map(|s| s.ip.unwrap().to_string()).collect();
         assert_eq!(ips, ["10.96.0.11", "10.1.0.1"], "an IPv4 Service's NodePort on the IPv4 node address only");
     }
 }

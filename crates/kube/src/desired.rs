@@ -33,6 +33,9 @@ pub struct SvcSpec {
     /// `sessionAffinity: ClientIP`: its timeout in seconds (`sessionAffinityConfig`, 10800 by
     /// default as in Kubernetes); none: no affinity.
     pub affinity_timeout_s: Option<u32>,
+    /// Full NAT's source addresses for this Service alone (NodePorts masqueraded to the
+    /// node's address, `[cluster_ips] masquerade`); empty: the daemon's `local_addrs`.
+    pub local_addrs: Vec<IpAddr>,
 }
 
 /// One endpoint of a slice.
@@ -197,7 +200,9 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
     let family = Family::of(&ip);
     let set = parse_settings(s, &mut problems);
     let mut out = Vec::new();
-    let (laddrs, peer_laddrs): (Vec<IpAddr>, Vec<IpAddr>) = if set.mode == ModeName::Fnat {
+    let (laddrs, peer_laddrs): (Vec<IpAddr>, Vec<IpAddr>) = if set.mode == ModeName::Fnat && !s.local_addrs.is_empty() {
+        (s.local_addrs.iter().filter(|a| Family::of(a) == family).copied().collect(), Vec::new())
+    } else if set.mode == ModeName::Fnat {
         (d.local_addrs.iter().filter(|a| Family::of(a) == family).copied().collect(), d.peer_local_addrs.iter().filter(|a| Family::of(a) == family).copied().collect())
     } else {
         (Vec::new(), Vec::new())

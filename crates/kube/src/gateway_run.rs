@@ -349,6 +349,7 @@ impl GatewayCtl {
                 ports: ports.iter().map(|(lp, _)| PortIn { name: lp.to_string(), protocol: "TCP".into(), port: *lp }).collect(),
                 annotations: g.annotations().clone(),
                 affinity_timeout_s: None,
+                local_addrs: Vec::new(),
             };
             let fam = if ip.is_ipv4() { "IPv4" } else { "IPv6" };
             let slice = SliceIn {
