@@ -47,11 +47,16 @@ k8s-bins:
 # `vectorlb kube` against that control plane: a Deployment and a LoadBalancer Service through
 # the daemon, scaling, a Pod deleted and the controller restarted under load, bad input; then a
 # Gateway with HTTPRoutes and a GRPCRoute on vectorlb proxy behind the daemon; then Pods of
-# vectorlb's image run by a real kubelet (containerd, runc) behind a LoadBalancer Service.
-# Ends with KUBERNETES OK (root; ~3 min once built).
+# vectorlb's image run by a real kubelet (containerd, runc) behind a LoadBalancer Service; then
+# two real nodes whose pod network and Services are vectorlb's alone (no kube-proxy): a
+# NodePort answered from the other node, externalTrafficPolicy Local, dual stack, a Service
+# without endpoints refusing, client affinity. Ends with KUBERNETES OK (root; ~5 min once
+# built, ~6 more to build the e2e images once).
 demo-kubernetes: build k8s-bins
 	@bash scripts/gateway-crds.sh >/dev/null
-	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes -- services_endpoints gateway_api a_real_kubelet --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
+	@bash scripts/k8s-e2e.sh >/dev/null
+	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes -- services_endpoints gateway_api a_real_kubelet --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0
+	@$(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance services_on_two_nodes -- --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
 
 # The Gateway API conformance suite (its Go module; GATEWAY-HTTP and GATEWAY-GRPC) against the
 # GatewayClass `vectorlb`, its echo servers in Pods run by a real kubelet: passed, failed and
@@ -154,6 +159,7 @@ test: setup
 	bash scripts/gateway-crds.sh >/dev/null
 	bash scripts/gateway-conformance.sh >/dev/null
 	bash scripts/cni-bins.sh >/dev/null
+	bash scripts/k8s-e2e.sh >/dev/null
 	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	bash scripts/asan-memif.sh 2>&1 | tee -a $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	bash scripts/leftovers.sh

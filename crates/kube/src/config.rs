@@ -63,6 +63,11 @@ pub struct ClusterIpConfig {
     /// client's address and should have their endpoints on this node.
     #[serde(default)]
     pub masquerade: Vec<IpAddr>,
+    /// This node's name (its Node object): with it, Services of `internalTrafficPolicy: Local`
+    /// (cluster IPs) and `externalTrafficPolicy: Local` (NodePorts, which then keep the
+    /// client's address) get only the endpoints on this node. Without it, every endpoint.
+    #[serde(default)]
+    pub node_name: Option<String>,
 }
 
 /// `[gateway]`: Gateways are served by these proxies, reached through the daemons at the

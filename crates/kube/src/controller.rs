@@ -5,7 +5,7 @@
 //! what happened, so a restart of anything converges.
 
 use crate::annotation as ann;
-use crate::config::KubeConfig;
+use crate::config::{ClusterIpConfig, KubeConfig};
 use crate::crd::{AddressPool, AddressPoolStatus, PoolCondition};
 use crate::desired::{self, DaemonSide, EndpointIn, PortIn, Problem, SliceIn, SvcSpec};
 use crate::ipam::{self, Family, Outcome, PoolIn, SvcIn};
@@ -166,7 +166,7 @@ impl Controller {
             for s in self.services.state() {
                 let key = ns_name(s.as_ref());
                 let slices: Vec<SliceIn> = slices_by_svc.get(&key).map(|v| v.iter().map(|sl| slice_in(sl)).collect()).unwrap_or_default();
-                for spec in cluster_specs(&s, &cidrs, &c.node_addresses, &c.masquerade) {
+                for spec in cluster_specs(&s, c, &cidrs) {
                     place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
                 }
             }
@@ -455,6 +455,7 @@ fn svc_spec(s: &Service, ip: Option<IpAddr>) -> SvcSpec {
             t.clamp(1, 86_400) as u32
         }),
         local_addrs: Vec::new(),
+        local_node: None,
     }
 }
 
@@ -464,7 +465,8 @@ fn svc_spec(s: &Service, ip: Option<IpAddr>) -> SvcSpec {
 /// with full NAT to the `masquerade` address of their family when there is one (an endpoint
 /// on another node then answers through this one, as kube-proxy's masquerade makes it). None
 /// for ExternalName and headless Services.
-fn cluster_specs(s: &Service, cidrs: &[ipam::Range], nodes: &[IpAddr], masquerade: &[IpAddr]) -> Vec<SvcSpec> {
+fn cluster_specs(s: &Service, c: &ClusterIpConfig, cidrs: &[ipam::Range]) -> Vec<SvcSpec> {
+    let (nodes, masquerade) = (&c.node_addresses, &c.masquerade);
     let Some(spec) = &s.spec else { return Vec::new() };
     if spec.type_.as_deref() == Some("ExternalName") {
         return Vec::new();
@@ -479,7 +481,9 @@ fn cluster_specs(s: &Service, cidrs: &[ipam::Range], nodes: &[IpAddr], masquerad
         .collect();
     let mut base = svc_spec(s, None);
     base.annotations.insert(ann::MODE.into(), "nat".into());
-    let mut out: Vec<SvcSpec> = ips.iter().map(|ip| SvcSpec { ip: Some(*ip), ..base.clone() }).collect();
+    // Traffic policies Local: only this node's endpoints (when the node's name is known).
+    let internal_local = spec.internal_traffic_policy.as_deref() == Some("Local");
+    let mut out: Vec<SvcSpec> = ips.iter().map(|ip| SvcSpec { ip: Some(*ip), local_node: c.node_name.clone().filter(|_| internal_local), ..base.clone() }).collect();
     if matches!(spec.type_.as_deref(), Some("NodePort") | Some("LoadBalancer")) {
         let ports: Vec<PortIn> = spec
             .ports
@@ -493,7 +497,7 @@ fn cluster_specs(s: &Service, cidrs: &[ipam::Range], nodes: &[IpAddr], masquerad
         if !ports.is_empty() {
             let local = spec.external_traffic_policy.as_deref() == Some("Local");
             for n in nodes.iter().filter(|n| ips.iter().any(|ip| ip.is_ipv4() == n.is_ipv4())) {
-                let mut np = SvcSpec { ip: Some(*n), ports: ports.clone(), ..base.clone() };
+                let mut np = SvcSpec { ip: Some(*n), ports: ports.clone(), local_node: c.node_name.clone().filter(|_| local), ..base.clone() };
                 if let Some(m) = masquerade.iter().find(|m| m.is_ipv4() == n.is_ipv4()).filter(|_| !local) {
                     np.annotations.insert(ann::MODE.into(), "fnat".into());
                     np.local_addrs = vec![*m];
@@ -522,6 +526,7 @@ fn slice_in(sl: &EndpointSlice) -> SliceIn {
                 let c = e.conditions.clone().unwrap_or_default();
                 EndpointIn {
                     addrs: e.addresses.iter().filter_map(|a| a.parse().ok()).collect(),
+                    node: e.node_name.clone(),
                     ready: c.ready.unwrap_or(true),
                     serving: c.serving.unwrap_or(c.ready.unwrap_or(true)),
                     terminating: c.terminating.unwrap_or(false),
@@ -555,10 +560,17 @@ mod tests {
     fn cluster_ips_and_node_ports_become_nat_services() {
         let cidrs = vec![ipam::parse_range("10.96.0.0/16").unwrap(), ipam::parse_range("fd00:96::/112").unwrap()];
         let nodes: Vec<IpAddr> = vec!["10.1.0.1".parse().unwrap(), "2001:db8:1::1".parse().unwrap()];
+        let cfg = |masquerade: &[IpAddr], node_name: Option<&str>| ClusterIpConfig {
+            service_cidrs: vec!["10.96.0.0/16".into(), "fd00:96::/112".into()],
+            node_addresses: nodes.clone(),
+            masquerade: masquerade.to_vec(),
+            node_name: node_name.map(str::to_string),
+        };
+        let plain = cfg(&[], None);
         let s = svc(json!({"metadata": {"name": "web", "namespace": "default", "annotations": {"vectorlb.io/mode": "fnat", "vectorlb.io/scheduler": "sh"}},
             "spec": {"type": "NodePort", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10", "fd00:96::10"],
                      "ports": [{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}, {"name": "dns", "port": 53, "protocol": "UDP"}]}}));
-        let specs = cluster_specs(&s, &cidrs, &nodes, &[]);
+        let specs = cluster_specs(&s, &plain, &cidrs);
         let ips: Vec<String> = specs.iter().map(|s| s.ip.unwrap().to_string()).collect();
         assert_eq!(ips, ["10.96.0.10", "fd00:96::10", "10.1.0.1", "2001:db8:1::1"]);
         // Cluster IPs keep the ports; node addresses get the node ports (only those that have one).
@@ -569,21 +581,29 @@ mod tests {
         // With masquerade addresses, NodePorts (externalTrafficPolicy Cluster) are full NAT to
         // the address of their family; cluster IPs stay nat, and so do Local NodePorts.
         let masq: Vec<IpAddr> = vec!["10.244.1.1".parse().unwrap(), "fd00:244:1::1".parse().unwrap()];
-        let specs = cluster_specs(&s, &cidrs, &nodes, &masq);
+        let specs = cluster_specs(&s, &cfg(&masq, None), &cidrs);
         let modes: Vec<(&str, Vec<IpAddr>)> = specs.iter().map(|s| (s.annotations["vectorlb.io/mode"].as_str(), s.local_addrs.clone())).collect();
         assert_eq!(modes, [("nat", vec![]), ("nat", vec![]), ("fnat", vec![masq[0]]), ("fnat", vec![masq[1]])]);
         let mut local = s.clone();
         local.spec.as_mut().unwrap().external_traffic_policy = Some("Local".into());
-        assert!(cluster_specs(&local, &cidrs, &nodes, &masq).iter().all(|s| s.annotations["vectorlb.io/mode"] == "nat" && s.local_addrs.is_empty()));
+        assert!(cluster_specs(&local, &cfg(&masq, None), &cidrs).iter().all(|s| s.annotations["vectorlb.io/mode"] == "nat" && s.local_addrs.is_empty()));
+        // Traffic policies Local with the node's name: the NodePorts (external) or the cluster
+        // IPs (internal) take only this node's endpoints; without the name, every endpoint.
+        let on = |specs: &[SvcSpec]| specs.iter().map(|s| s.local_node.as_deref() == Some("node-1")).collect::<Vec<_>>();
+        assert_eq!(on(&cluster_specs(&local, &cfg(&masq, Some("node-1")), &cidrs)), [false, false, true, true]);
+        assert_eq!(on(&cluster_specs(&local, &cfg(&masq, None), &cidrs)), [false; 4]);
+        let mut internal = s.clone();
+        internal.spec.as_mut().unwrap().internal_traffic_policy = Some("Local".into());
+        assert_eq!(on(&cluster_specs(&internal, &cfg(&masq, Some("node-1")), &cidrs)), [true, true, false, false]);
         // Outside the ranges, headless, ExternalName, a single-family Service: what applies.
         let other = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"clusterIP": "172.16.0.1", "ports": [{"port": 80}]}}));
-        assert!(cluster_specs(&other, &cidrs, &nodes, &[]).is_empty());
+        assert!(cluster_specs(&other, &plain, &cidrs).is_empty());
         let headless = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}));
-        assert!(cluster_specs(&headless, &cidrs, &nodes, &[]).is_empty());
+        assert!(cluster_specs(&headless, &plain, &cidrs).is_empty());
         let ext = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"type": "ExternalName", "externalName": "example.com"}}));
-        assert!(cluster_specs(&ext, &cidrs, &nodes, &[]).is_empty());
+        assert!(cluster_specs(&ext, &plain, &cidrs).is_empty());
         let v4 = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"type": "NodePort", "clusterIP": "10.96.0.11", "ports": [{"port": 80, "nodePort": 30081}]}}));
-        let ips: Vec<String> = cluster_specs(&v4, &cidrs, &nodes, &[]).iter().map(|s| s.ip.unwrap().to_string()).collect();
+        let ips: Vec<String> = cluster_specs(&v4, &plain, &cidrs).iter().map(|s| s.ip.unwrap().to_string()).collect();
         assert_eq!(ips, ["10.96.0.11", "10.1.0.1"], "an IPv4 Service's NodePort on the IPv4 node address only");
     }
 }

@@ -36,12 +36,17 @@ pub struct SvcSpec {
     /// Full NAT's source addresses for this Service alone (NodePorts masqueraded to the
     /// node's address, `[cluster_ips] masquerade`); empty: the daemon's `local_addrs`.
     pub local_addrs: Vec<IpAddr>,
+    /// Only the endpoints on this node are backends (`internalTrafficPolicy: Local` for the
+    /// cluster IPs, `externalTrafficPolicy: Local` for the NodePorts).
+    pub local_node: Option<String>,
 }
 
 /// One endpoint of a slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointIn {
     pub addrs: Vec<IpAddr>,
+    /// The node it runs on (`nodeName`), when the slice says.
+    pub node: Option<String>,
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
@@ -237,6 +242,9 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
                 if !(e.ready || e.serving) {
                     continue;
                 }
+                if s.local_node.is_some() && e.node != s.local_node {
+                    continue;
+                }
                 for a in e.addrs.iter().filter(|a| Family::of(a) == family) {
                     if !backend_address(a) {
                         refused.push(*a);
@@ -296,7 +304,7 @@ mod tests {
     use super::*;
 
     fn ep(a: &str, ready: bool, serving: bool, terminating: bool) -> EndpointIn {
-        EndpointIn { addrs: vec![a.parse().unwrap()], ready, serving, terminating }
+        EndpointIn { addrs: vec![a.parse().unwrap()], node: None, ready, serving, terminating }
     }
 
     fn svc(ports: &[(&str, &str, u16)]) -> SvcSpec {
@@ -362,6 +370,25 @@ mod tests {
         let (specs, problems) = build(&s, &[], &daemon());
         assert!(specs[0].backends.is_empty());
         assert_eq!(problems[0].reason, Reason::NoEndpoints);
+    }
+
+    #[test]
+    fn a_local_policy_takes_only_the_nodes_endpoints() {
+        let mut s = svc(&[("", "TCP", 80)]);
+        let mut here = ep("10.244.1.5", true, true, false);
+        here.node = Some("node-1".into());
+        let mut there = ep("10.244.2.5", true, true, false);
+        there.node = Some("node-2".into());
+        let slices = [SliceIn { address_type: "IPv4".into(), ports: vec![("".into(), "TCP".into(), 8080)], endpoints: vec![here, there] }];
+        let addrs = |s: &SvcSpec| build(s, &slices, &daemon()).0[0].backends.iter().map(|b| b.addr.to_string()).collect::<Vec<_>>();
+        s.annotations.insert("vectorlb.io/mode".into(), "nat".into());
+        assert_eq!(addrs(&s), ["10.244.1.5", "10.244.2.5"]);
+        s.local_node = Some("node-1".into());
+        assert_eq!(addrs(&s), ["10.244.1.5"]);
+        s.local_node = Some("node-3".into());
+        let (specs, problems) = build(&s, &slices, &daemon());
+        assert!(specs[0].backends.is_empty(), "no endpoint on the node: refused");
+        assert!(problems.iter().any(|p| p.reason == Reason::NoEndpoints));
     }
 
     #[test]

@@ -350,6 +350,7 @@ impl GatewayCtl {
                 annotations: g.annotations().clone(),
                 affinity_timeout_s: None,
                 local_addrs: Vec::new(),
+                local_node: None,
             };
             let fam = if ip.is_ipv4() { "IPv4" } else { "IPv6" };
             let slice = SliceIn {
@@ -359,7 +360,7 @@ impl GatewayCtl {
                     .proxies
                     .iter()
                     .filter(|p| p.cfg.address.is_ipv4() == ip.is_ipv4())
-                    .map(|p| EndpointIn { addrs: vec![p.cfg.address], ready: true, serving: true, terminating: false })
+                    .map(|p| EndpointIn { addrs: vec![p.cfg.address], node: None, ready: true, serving: true, terminating: false })
                     .collect(),
             };
             v.push((spec, vec![slice]));
