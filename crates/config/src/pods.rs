@@ -30,6 +30,15 @@ pub struct PodsSpec {
     /// At most this many pod interfaces.
     #[serde(default = "PodsSpec::default_max_pods")]
     pub max_pods: u32,
+    /// The host's own addresses (a Kubernetes node's InternalIPs) whose NodePorts the data
+    /// plane serves: the daemon has the host's kernel hand TCP and UDP to `node_port_range` of
+    /// these addresses to it through the host's interface (routing rules ahead of the local
+    /// table); every other port stays the host's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_port_addresses: Vec<String>,
+    /// The NodePort range, `FIRST-LAST` (the API server's `--service-node-port-range`).
+    #[serde(default = "PodsSpec::default_node_port_range")]
+    pub node_port_range: String,
 }
 
 /// The pods port's MAC when the file gives none (locally administered; pods' interfaces get
@@ -49,6 +58,20 @@ impl PodsSpec {
     fn default_max_pods() -> u32 {
         1024
     }
+    fn default_node_port_range() -> String {
+        "30000-32767".into()
+    }
+
+    /// `node_port_range` as (first, last).
+    pub fn node_ports(&self) -> Result<(u16, u16), String> {
+        let bad = || format!("'{}' is not FIRST-LAST with 1 <= FIRST <= LAST <= 65535", self.node_port_range);
+        let (a, b) = self.node_port_range.split_once('-').ok_or_else(bad)?;
+        let (a, b): (u16, u16) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+        if a == 0 || a > b {
+            return Err(bad());
+        }
+        Ok((a, b))
+    }
 
     pub(crate) fn check(&self, f: &str, workers: u16) -> Result<(), Error> {
         if self.state_dir.is_empty() || !self.state_dir.starts_with('/') {
@@ -63,6 +86,18 @@ impl PodsSpec {
         }
         if !self.service_cidrs.is_empty() && self.host_interface.is_empty() {
             bail!("{f}.service_cidrs: routed through the host's interface, but host_interface is \"\"");
+        }
+        if let Err(e) = self.node_ports() {
+            bail!("{f}.node_port_range: {e}");
+        }
+        for (j, a) in self.node_port_addresses.iter().enumerate() {
+            match a.parse::<std::net::IpAddr>() {
+                Ok(ip) if !(ip.is_unspecified() || ip.is_loopback() || ip.is_multicast()) => {}
+                _ => bail!("{f}.node_port_addresses[{j}]: '{a}' is not a unicast address of the host"),
+            }
+        }
+        if !self.node_port_addresses.is_empty() && self.host_interface.is_empty() {
+            bail!("{f}.node_port_addresses: handed to the data plane through the host's interface, but host_interface is \"\"");
         }
         if !(1..=MAX_PODS).contains(&self.max_pods) {
             bail!("{f}.max_pods: {} is out of range 1..={MAX_PODS}", self.max_pods);

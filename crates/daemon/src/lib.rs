@@ -31,6 +31,7 @@ pub mod queue_sets;
 pub mod rates;
 pub mod sessions;
 pub mod start;
+pub mod steer;
 pub mod sync;
 pub mod tun;
 pub mod worker;

@@ -283,6 +283,9 @@ impl PodSet {
             let (a, len) = vectorlb_config::prefix("pods.service_cidrs", c).map_err(|e| PodError::Invalid(e.to_string()))?;
             tun::add_route(name, a, len).map_err(|e| PodError::Io(format!("pods.host_interface {name}: {e}")))?;
         }
+        let addrs: Vec<IpAddr> = self.spec.node_port_addresses.iter().filter_map(|a| a.parse().ok()).collect();
+        let range = self.spec.node_ports().map_err(PodError::Invalid)?;
+        crate::steer::node_ports(name, &addrs, range).map_err(|e| PodError::Io(format!("pods.node_port_addresses: {e}")))?;
         let rec = PodRecord {
             container_id: "host".into(),
             ifname: name.clone(),
@@ -812,8 +815,21 @@ impl RxQueue<Mbuf> for NoRx {
 mod tests {
     use super::*;
 
+    /// A pods port's settings for the tests: state in `state_dir`, no host interface, 4 pods.
+    fn spec(state_dir: &str) -> PodsSpec {
+        PodsSpec {
+            state_dir: state_dir.into(),
+            host_interface: String::new(),
+            worker: 0,
+            max_pods: 4,
+            service_cidrs: Vec::new(),
+            node_port_addresses: Vec::new(),
+            node_port_range: "30000-32767".into(),
+        }
+    }
+
     fn set() -> PodSet {
-        let spec = PodsSpec { state_dir: "/nonexistent/vectorlb-pods".into(), host_interface: String::new(), worker: 0, max_pods: 4, service_cidrs: Vec::new() };
+        let spec = spec("/nonexistent/vectorlb-pods");
         PodSet::new(1, [2, 0x76, 0xff, 0xff, 0xff, 0xfe], 1500, vec![("10.244.1.1".parse().unwrap(), 24), ("fd00:244:1::1".parse().unwrap(), 64)], spec).unwrap()
     }
 
@@ -913,7 +929,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let spec = PodsSpec { state_dir: dir.to_str().unwrap().into(), host_interface: String::new(), worker: 0, max_pods: 4, service_cidrs: Vec::new() };
+        let spec = spec(dir.to_str().unwrap());
         let s = PodSet::new(1, [2, 0x76, 0xff, 0xff, 0xff, 0xfe], 1500, vec![("10.244.1.1".parse().unwrap(), 24)], spec).unwrap();
         let write = |name: &str, body: &[u8]| {
             let p = dir.join(name);

@@ -14,9 +14,9 @@
 //!     containerd + kubelet (Pods by vectorlb-cni), vectorlb kube with [cluster_ips]
 //! ```
 //!
-//! NodePorts are served on the nodes' own addresses: each node's kernel hands the NodePort
-//! range of its address to the data plane (a routing rule into `vlb0`), as docs/pod-network.md
-//! describes. The suite runs in the control plane's namespace: every address it dials is one of
+//! NodePorts are served on the nodes' own addresses: each daemon has its node's kernel hand the
+//! NodePort range of the node's addresses to the data plane (`[ports.pods]
+//! node_port_addresses`, docs/pod-network.md). The suite runs in the control plane's namespace: every address it dials is one of
 //! the cluster's, and nothing it sends can leave the machine.
 //!
 //! `make conformance-kubernetes` runs it; the selection and its skips are the suite's own
@@ -62,26 +62,11 @@ fn node_config(t: &Topo, k: u8, other: u8) -> String {
     t.base_config(None)
         + &format!(
             "[[ports]]\nname = \"pods\"\naddrs = [\"10.244.{k}.1/24\", \"fd00:244:{k}::1/64\"]\n[ports.pods]\nstate_dir = \"{dir}/pods\"\n\
-             service_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\n\n\
+             service_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\nnode_port_addresses = [\"192.168.77.{k}\", \"fd00:77::{k}\"]\n\n\
              [bgp]\nasn = 6510{k}\nrouter_id = \"192.168.77.{k}\"\nbfd = false\nimport = [\"10.244.0.0/16\", \"fd00:244::/32\"]\n\
              [[bgp.neighbors]]\naddress = \"192.168.77.{other}\"\nasn = 6510{other}\n[[bgp.neighbors]]\naddress = \"fd00:77::{other}\"\nasn = 6510{other}\n",
             dir = t.dir.display()
         )
-}
-
-/// The node's kernel hands TCP and UDP to the NodePort range of its own addresses to the data
-/// plane (`vlb0`) instead of its own sockets: rules ahead of the local table. Replies come back
-/// from `vlb0` with the node's address as their source (`accept_local`).
-fn steer_node_ports(t: &Topo, k: u8) {
-    for (fam, addr) in [("-4", format!("192.168.77.{k}")), ("-6", format!("fd00:77::{k}"))] {
-        must(t, "lb", &["ip", fam, "route", "add", "default", "dev", "vlb0", "table", "77"]);
-        for proto in ["tcp", "udp"] {
-            must(t, "lb", &["ip", fam, "rule", "add", "pref", "10", "to", &addr, "ipproto", proto, "dport", "30000-32767", "lookup", "77"]);
-        }
-        must(t, "lb", &["ip", fam, "rule", "add", "pref", "100", "lookup", "local"]);
-        must(t, "lb", &["ip", fam, "rule", "del", "pref", "0", "lookup", "local"]);
-    }
-    must(t, "lb", &["sysctl", "-qw", "net.ipv4.conf.vlb0.accept_local=1", "net.ipv4.conf.vlb0.rp_filter=0", "net.ipv4.conf.all.rp_filter=0"]);
 }
 
 /// `vectorlb kube` for node `k`, in the node's namespace: its daemon's cluster IPs and
@@ -229,7 +214,6 @@ impl Cluster {
         ta.start_lb(&node_config(&ta, 1, 2));
         tb.start_lb(&node_config(&tb, 2, 1));
         for (t, k) in [(&ta, 1u8), (&tb, 2u8)] {
-            steer_node_ports(t, k);
             let other = 3 - k;
             wait_until(Duration::from_secs(30), &format!("node-{k} learns node-{other}'s pod network by BGP"), || {
                 stdout(&t.run("lb", &["ip", "route", "show", &format!("10.244.{other}.0/24")])).contains("proto bird")

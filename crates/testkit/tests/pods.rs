@@ -1251,3 +1251,104 @@ fn bench_pods_against_kube_proxy() {
                "goals": {"cps_vs_kube_proxy": ">= 1.0", "p99_vs_kube_proxy": "< 1.0", "memif_vs_interface": ">= 5.0", "lowest_round_vs_first": ">= 0.8"}})
     );
 }
+
+/// `node_port_addresses`: the daemon has the host's kernel hand NodePorts of the host's own
+/// address to the data plane, and only those; its rules are made once however often it starts
+/// (a restart, a kill -9); a bad address or range is refused at start.
+#[test]
+fn node_ports_on_the_hosts_own_address_reach_the_data_plane_and_the_rest_stays_the_hosts() {
+    let mut n = PodNet::on(Topo::new("vcnp", Shape::OneArm, 1500), 1);
+    // The host's own link to the outside: 192.168.77.1 here, a client at 192.168.77.9.
+    let out = format!("{}-out", n.t.p);
+    sh(&["ip", "netns", "add", &out]);
+    n.pods.push(out.clone());
+    sh(&["ip", "link", "add", "vcnp-h0", "type", "veth", "peer", "name", "vcnp-o0"]);
+    sh(&["ip", "link", "set", "vcnp-h0", "netns", &n.t.ns("lb"), "name", "host0"]);
+    sh(&["ip", "link", "set", "vcnp-o0", "netns", &out, "name", "eth0"]);
+    for args in [
+        vec!["ip", "addr", "add", "192.168.77.1/24", "dev", "host0"],
+        vec!["ip", "addr", "add", "fd00:77::1/64", "dev", "host0", "nodad"],
+        vec!["ip", "link", "set", "host0", "up"],
+        // The operator's part (docs/pod-network.md): the host forwards (a NodePort's packet
+        // arriving on host0 leaves through vlb0).
+        vec!["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
+    ] {
+        assert!(ok(&n.t.run("lb", &args)), "{args:?}");
+    }
+    for args in [
+        vec!["ip", "link", "set", "lo", "up"],
+        vec!["ip", "addr", "add", "192.168.77.9/24", "dev", "eth0"],
+        vec!["ip", "addr", "add", "fd00:77::9/64", "dev", "eth0", "nodad"],
+        vec!["ip", "link", "set", "eth0", "up"],
+        vec!["ip", "route", "add", "10.244.1.0/24", "via", "192.168.77.1"],
+    ] {
+        let o = Command::new("ip").args(["netns", "exec", &out]).args(&args).output().unwrap();
+        assert!(ok(&o), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    // Refused by `vectorlb check` (and at start), by name.
+    for (bad, what) in [("node_port_addresses = [\"127.0.0.1\"]", "node_port_addresses[0]"), ("node_port_range = \"32767-30000\"", "node_port_range")] {
+        let mut c = n.t.base_config(None);
+        c += &format!("[[ports]]\nname = \"pods\"\naddrs = [\"10.244.1.1/24\"]\n[ports.pods]\nstate_dir = \"{}/pods\"\n{bad}\n", n.t.dir.display());
+        std::fs::write(n.t.dir.join("bad.toml"), &c).unwrap();
+        let o = n.t.run("lb", &[bin(), "check", "--config", n.t.dir.join("bad.toml").to_str().unwrap()]);
+        assert!(!ok(&o) && String::from_utf8_lossy(&o.stderr).contains(what), "{bad}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    n.start("node_port_addresses = [\"192.168.77.1\", \"fd00:77::1\"]\n");
+    let ns = n.mkpod(1);
+    assert!(ok(&n.cnitool("add", &ns)));
+    serve(&mut n, 1);
+    // The host's own server on the same address, a port outside the range.
+    n.t.spawn("lb", &[tools(), "probe", "serve-http", "--listen", "[::]:8088", "--name", "host"]);
+    std::thread::sleep(Duration::from_millis(500));
+    for (vip, v6) in [("192.168.77.1", false), ("fd00:77::1", true)] {
+        let body = json!({"vip": vip, "port": 30080, "proto": "tcp", "mode": "nat", "scheduler": "maglev", "backends": [{"addr": pod_ip(&n, 1, v6), "port": 8080}]});
+        let (s, r) = n.t.call("POST", "/v1/services", Some(&body));
+        assert_eq!(s, 201, "{r}");
+    }
+    let curl = |u: &str| {
+        let o = Command::new("ip").args(["netns", "exec", &out, "curl", "-sS", "-g", "-m", "3", u]).output().unwrap();
+        (ok(&o), stdout(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    for host in ["192.168.77.1", "[fd00:77::1]"] {
+        let (good, body, err) = curl(&format!("http://{host}:30080/"));
+        assert!(good && body.contains("pod1"), "{host}:30080 answered by the pod through the data plane: {body} {err}\n{}", n.t.lb_log());
+        let (good, body, err) = curl(&format!("http://{host}:8088/"));
+        assert!(good && body.contains("host"), "{host}:8088 stays the host's: {body} {err}");
+    }
+    let lb_ns = n.t.ns("lb");
+    let rules = |fam: &str| stdout(&sh(&["ip", "netns", "exec", &lb_ns, "ip", fam, "rule", "show"]));
+    let count = |fam: &str| rules(fam).lines().filter(|l| l.contains("lookup 30316") || l.starts_with("9:")).count();
+    assert_eq!((count("-4"), count("-6")), (3, 3), "a rule per address and protocol, and the host interface's:\n{}{}", rules("-4"), rules("-6"));
+    assert!(!rules("-4").lines().any(|l| l.starts_with("0:")), "the local table's rule moved after them:\n{}", rules("-4"));
+    // Started again, planned or killed: the rules are made once (the services saved to the
+    // file first).
+    let (s, r) = n.t.call("POST", "/v1/save", None);
+    assert_eq!(s, 200, "{r}");
+    let cfg = std::fs::read_to_string(n.t.config_path()).unwrap();
+    n.t.stop_lb();
+    n.t.start_lb(&cfg);
+    sh(&["kill", "-9", &n.t.lb_pid().to_string()]);
+    std::thread::sleep(Duration::from_millis(300));
+    n.t.forget_lb();
+    n.t.start_lb(&cfg);
+    assert_eq!((count("-4"), count("-6")), (3, 3), "after a restart and a kill:\n{}{}", rules("-4"), rules("-6"));
+    let (good, body, err) = curl("http://192.168.77.1:30080/");
+    assert!(good && body.contains("pod1"), "after the restarts: {body} {err}");
+    // A NodePort of the range that no service has, on an address that has services: dropped
+    // and counted by the data plane (no_session, as for any VIP's unserved port), never sent
+    // back and forth between the host and the data plane (a few packets, not a TTL's worth).
+    let before = n.t.stats();
+    let (good, _, _) = curl("http://192.168.77.1:30099/");
+    let after = n.t.stats();
+    let d = |k: &str| {
+        let v = |s: &Value| s["drops"][k].as_u64().or(s[k].as_u64()).unwrap_or(0);
+        v(&after) - v(&before)
+    };
+    assert!(!good && d("no_session") >= 1 && d("rx") < 20, "no service on 30099: dropped once per SYN, no loop: no_session +{}, rx +{}", d("no_session"), d("rx"));
+    // Without the addresses, the next start removes the rules: the host answers (refuses).
+    n.t.stop_lb();
+    n.t.start_lb(&cfg.replace("node_port_addresses = [\"192.168.77.1\", \"fd00:77::1\"]\n", ""));
+    assert_eq!((count("-4"), count("-6")), (0, 0), "{}{}", rules("-4"), rules("-6"));
+    let (good, _, err) = curl("http://192.168.77.1:30080/");
+    assert!(!good && err.contains("(7)"), "the host's kernel refuses: {err}");
+}
