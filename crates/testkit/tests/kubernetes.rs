@@ -305,7 +305,11 @@ fn services_endpoints_and_pools_program_the_daemon() {
     assert!(m.contains("80"), "{m}");
     let ip3 = address(&cp, "empty").expect("a Service without endpoints still gets its address");
     let s3 = wait_for(Duration::from_secs(10), "the empty Service on the daemon", || Some(on_daemon(&ip3)).filter(|v| !v.is_null()));
-    assert_eq!((s3["scheduler"].as_str(), s3["backends"].as_array().map(Vec::len)), (Some("sh"), Some(0)), "sessionAffinity ClientIP is source hashing: {s3}");
+    assert_eq!(
+        (s3["scheduler"].as_str(), s3["affinity_timeout_s"].as_u64(), s3["backends"].as_array().map(Vec::len)),
+        (Some("maglev"), Some(10_800), Some(0)),
+        "sessionAffinity ClientIP is client affinity with Kubernetes' default timeout: {s3}"
+    );
     cp.apply(&[json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "clash", "namespace": "default", "annotations": {"vectorlb.io/load-balancer-ips": ip, "vectorlb.io/allow-shared-ip": "k"}},
         "spec": {"type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}})])
     .unwrap();
