@@ -635,6 +635,18 @@ impl Worker {
                 self.flows.table.prefetch_port(l, m.dport);
                 return None;
             }
+            // A hairpin reply: a NAT backend answering its own connection, whose source the
+            // forward path made the VIP; its session is keyed by the client, which is the
+            // backend's own address.
+            if own.vip {
+                if let Some(ids) = snap.nat_backends(src.key(), m.sport, m.proto) {
+                    m.kind = Kind::NatReply;
+                    m.id = ids[0];
+                    m.hash = self.flows.table.hash_rev(ids[0], &src, m.dport);
+                    self.flows.table.prefetch_bucket(m.hash);
+                    return None;
+                }
+            }
             return Some(if own.vip { Verdict::Drop(DropReason::NoSession) } else { Verdict::Kernel });
         }
         let skey = src.key();
@@ -1031,7 +1043,7 @@ impl Worker {
         }
         let be = snap.backend(s.backend)?;
         let hop = be.hop.as_ref()?;
-        if hop.vlan.is_some() || end - l3 > hop.mtu as usize {
+        if hop.vlan.is_some() || end - l3 > hop.mtu as usize || (!fnat && src == A::from16(&be.bytes)) {
             return None;
         }
         let new_src = if fnat { Some((A::from16(snap.laddr_bytes(s.laddr)?), s.lport)) } else { None };
@@ -1213,6 +1225,12 @@ impl Worker {
                         return Verdict::Drop(DropReason::NoRoute);
                     };
                     Some((A::from16(laddr), s.lport))
+                } else if s.client == baddr {
+                    // Hairpin: a client that is its own backend (a pod through its own
+                    // Service). Its kernel would take a packet from its own address for a
+                    // stranger's, so the source becomes the VIP (the client's port kept); the
+                    // reply, to the VIP, is matched by its source ([`Worker::nat_reply`]).
+                    Some((A::from_ip(svc.spec.vip).expect("family checked at config"), s.cport))
                 } else {
                     None
                 };
@@ -1372,7 +1390,10 @@ impl Worker {
         Session<A>: Zeroable,
     {
         let h = m.hdr();
-        let client = A::read(b.data(), h.l3 + A::DST);
+        let dst = A::read(b.data(), h.l3 + A::DST);
+        // To a VIP: a hairpin reply, whose client is the backend itself.
+        let hairpin = snap.is_vip(dst.key());
+        let client = if hairpin { A::read(b.data(), h.l3 + A::SRC) } else { dst };
         let mut found = None;
         if let Some(r) = m.cand {
             if r.is_reverse() && r.is_v6() == A::V6 {
@@ -1395,6 +1416,8 @@ impl Worker {
         }
         let r = match found.and_then(|r| self.flows.live::<A>(r, now)) {
             Some(r) => r,
+            // To a VIP's port that no service has, as from anyone else.
+            None if hairpin => return Verdict::Drop(DropReason::NoSession),
             None => {
                 // Not a reply: the backend's own outbound traffic may be source-NATed.
                 let src = A::read(b.data(), h.l3 + A::SRC);

@@ -382,3 +382,47 @@ fn the_half_open_budget_bounds_a_syn_flood_and_never_touches_established_session
         assert_eq!((lb.worker.flows.table.half_open(), lb.worker.flows.table.len()), (0, 10));
     }
 }
+
+/// Hairpin: a NAT service's backend connecting to the service itself and picked as its own
+/// backend (a pod through its own Service). The forward packet's source becomes the VIP (the
+/// client's port kept), since the backend's kernel would take a packet from its own address
+/// for a stranger's; its reply, to the VIP, finds the session and goes back as the VIP's.
+#[test]
+fn a_nat_backend_reaches_itself_through_its_service() {
+    for v6 in [false, true] {
+        let f = Fam { v6 };
+        let mut spec = topology();
+        spec.services.push(service(&f, Mode::Nat, proto::TCP, 80, &[(1, 8080, 1)]));
+        spec.services.push(service(&f, Mode::Nat, proto::UDP, 53, &[(1, 5353, 1)]));
+        let mut lb = Lb::new(spec);
+        let me = f.backend(1);
+        for (udp, vport, bport) in [(false, 80, 8080), (true, 53, 5353)] {
+            let (from, to) = (f.sock(&me, 40000), f.sock(f.vip(), vport));
+            let out = if udp { Builder::udp(&from, &to).payload(b"q") } else { Builder::tcp(&from, &to, SYN).seq(7) };
+            let (v, fwd) = lb.run(&out.macs(be_mac(1), INT_MAC).build());
+            assert_eq!(v, Verdict::Tx(1), "v6 {v6} udp {udp}: to the backend");
+            let i = vectorlb_packet::parse_frame(&fwd).unwrap();
+            let (n, src_at, dst_at) = if v6 { (16, 8, 24) } else { (4, 12, 16) };
+            let vip: std::net::IpAddr = f.vip().parse().unwrap();
+            let me_ip: std::net::IpAddr = me.parse().unwrap();
+            let bytes = |a: std::net::IpAddr| match a {
+                std::net::IpAddr::V4(a) => a.octets().to_vec(),
+                std::net::IpAddr::V6(a) => a.octets().to_vec(),
+            };
+            assert_eq!(fwd[i.l3 + src_at..i.l3 + src_at + n], bytes(vip)[..], "v6 {v6} udp {udp}: from the VIP");
+            assert_eq!(fwd[i.l3 + dst_at..i.l3 + dst_at + n], bytes(me_ip)[..], "to the backend, itself");
+            assert_eq!(u16::from_be_bytes([fwd[i.l4], fwd[i.l4 + 1]]), 40000, "the client's port kept");
+            assert_eq!(u16::from_be_bytes([fwd[i.l4 + 2], fwd[i.l4 + 3]]), bport);
+            // The reply, to the VIP and the client's port.
+            let (rf, rt) = (f.sock(&me, bport), f.sock(f.vip(), 40000));
+            let back = if udp { Builder::udp(&rf, &rt).payload(b"a") } else { Builder::tcp(&rf, &rt, SYN | ACK).seq(100).ack(8) };
+            let (v, rep) = lb.run(&back.macs(be_mac(1), INT_MAC).build());
+            assert_eq!(v, Verdict::Tx(1), "v6 {v6} udp {udp}: the reply goes back to the client");
+            let i = vectorlb_packet::parse_frame(&rep).unwrap();
+            assert_eq!(rep[i.l3 + src_at..i.l3 + src_at + n], bytes(vip)[..], "the reply comes from the VIP");
+            assert_eq!(rep[i.l3 + dst_at..i.l3 + dst_at + n], bytes(me_ip)[..]);
+            assert_eq!(u16::from_be_bytes([rep[i.l4], rep[i.l4 + 1]]), vport, "from the service's port");
+            assert_eq!(u16::from_be_bytes([rep[i.l4 + 2], rep[i.l4 + 3]]), 40000, "to the client's port");
+        }
+    }
+}

@@ -364,6 +364,12 @@ fn pods_reach_services_and_each_other_through_the_data_plane() {
         let target = if vip.contains(':') { format!("[{vip}]:53") } else { format!("{vip}:53") };
         let u = probe_in(&n, 1, &["udp", "--target", &target, "--flows", "20", "--per-flow", "3"]);
         assert_eq!(u["lost"], 0, "pod1 -> {vip} udp: {u}");
+        // Hairpin: pod 2 through the Service it serves reaches itself as well as pod 3.
+        let r = probe_in(&n, 2, &["http", "--url", &url(vip), "--requests", "100", "--concurrency", "2", "--json"]);
+        assert_eq!(r["errors"], 0, "pod2 -> {vip}: {r}");
+        assert!(spread(&r).iter().any(|(name, k)| name == "pod2" && *k > 0), "pod2 answered itself through {vip}: {r}");
+        let u = probe_in(&n, 2, &["udp", "--target", &target, "--flows", "20", "--per-flow", "3"]);
+        assert_eq!(u["lost"], 0, "pod2 -> {vip} udp (itself among the backends): {u}");
         // The host reaches the same cluster IPs through the data plane.
         let o = n.t.run("lb", &[tools(), "probe", "http", "--url", &url(vip), "--requests", "50", "--concurrency", "2", "--json"]);
         let h: Value = serde_json::from_str(stdout(&o).lines().rev().find(|l| l.starts_with('{')).unwrap_or("{}")).unwrap();
