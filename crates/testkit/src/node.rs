@@ -196,9 +196,13 @@ impl RealNode {
             let root = format!("vectorlb-{name}");
             for h in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
                 let p = h.path();
-                if p.join("cgroup.procs").exists() && !p.ends_with("unified") {
+                if p.join("cgroup.procs").exists() {
                     let d = p.join(&root);
-                    let _ = std::fs::create_dir(&d);
+                    // The kubelet makes its tree in the unified hierarchy itself; it is
+                    // removed with the others.
+                    if !p.ends_with("unified") {
+                        let _ = std::fs::create_dir(&d);
+                    }
                     if p.ends_with("cpuset") {
                         for f in ["cpuset.cpus", "cpuset.mems"] {
                             let _ = std::fs::write(d.join(f), std::fs::read_to_string(p.join(f)).unwrap_or_default().trim());
