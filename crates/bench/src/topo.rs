@@ -70,6 +70,7 @@ pub fn spec(mode: Mode, v6: bool, protocol: u8, sessions: u64, timeouts: Timeout
         continuation: false,
         quic: false,
         affinity_ms: 0,
+        keep_source: Vec::new(),
     });
     spec
 }

@@ -186,6 +186,8 @@ pub(crate) struct RawService {
     #[serde(default)]
     pub(crate) local_addrs: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) keep_source: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) peer_local_addrs: Vec<String>,
     #[serde(default)]
     pub(crate) toa: bool,

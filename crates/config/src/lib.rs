@@ -254,6 +254,7 @@ impl Config {
                         _ => None,
                     },
                     local_addrs: s.local_addrs.iter().map(|a| a.to_string()).collect(),
+                    keep_source: s.keep_source.iter().map(|(a, l)| format!("{a}/{l}")).collect(),
                     peer_local_addrs: s.peer_local_addrs.iter().map(|a| a.to_string()).collect(),
                     toa: s.toa,
                     synproxy: (s.synproxy != SynProxy::Off).then(|| s.synproxy.name().into()),

@@ -46,8 +46,20 @@ pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<Servi
             }
             local_addrs.push(a);
         }
-        if mode != Mode::Fnat && !local_addrs.is_empty() {
-            bail!("{f}.local_addrs: only fnat services use local addresses");
+        if !matches!(mode, Mode::Fnat | Mode::Nat) && !local_addrs.is_empty() {
+            bail!("{f}.local_addrs: only fnat services (and nat services masquerading clients outside keep_source) use local addresses");
+        }
+        let mut keep_source = Vec::new();
+        for (k, p) in s.keep_source.iter().enumerate() {
+            let kf = format!("{f}.keep_source[{k}]");
+            let (a, len) = prefix(&kf, p)?;
+            if a.is_ipv4() != vip.is_ipv4() {
+                bail!("{kf}: '{p}' is not of the VIP's family");
+            }
+            keep_source.push((a, len));
+        }
+        if !keep_source.is_empty() && (mode != Mode::Nat || local_addrs.is_empty()) {
+            bail!("{f}.keep_source: only nat services with local_addrs (the clients outside it are masqueraded to them)");
         }
         let mut peer_local_addrs: Vec<IpAddr> = Vec::new();
         for (k, a) in s.peer_local_addrs.iter().enumerate() {
@@ -116,6 +128,7 @@ pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<Servi
             scheduler,
             backends,
             local_addrs,
+            keep_source,
             peer_local_addrs,
             toa: s.toa,
             synproxy,

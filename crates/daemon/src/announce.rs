@@ -372,6 +372,7 @@ mod tests {
                 continuation: true,
                 quic: false,
                 affinity_ms: 0,
+                keep_source: Vec::new(),
             };
             spec.services.push(s);
         }
@@ -419,6 +420,7 @@ mod tests {
             continuation: false,
             quic: false,
             affinity_ms: 0,
+            keep_source: Vec::new(),
         });
         let s = Control::new(&spec).unwrap().snapshot();
         let names = |v: &BTreeSet<Prefix>| v.iter().map(show).collect::<Vec<_>>();

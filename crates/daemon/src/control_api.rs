@@ -155,8 +155,22 @@ fn new_service_spec(c: &Config, s: &NewService) -> Result<ServiceSpec, ApiError>
     let sched = scheduler(s.scheduler, s.table_size, None)?.unwrap_or(Algorithm::Wrr);
     check_toa(s.toa, mode, p)?;
     let synproxy = synproxy_of(s.synproxy, None, mode, p)?;
-    if mode != Mode::Fnat && !(s.local_addrs.is_empty() && s.peer_local_addrs.is_empty()) {
-        return Err(ApiError::Unprocessable("local_addrs, peer_local_addrs: only fnat services use local addresses".into()));
+    if mode != Mode::Fnat && !s.peer_local_addrs.is_empty() {
+        return Err(ApiError::Unprocessable("peer_local_addrs: only fnat services use peers' local addresses".into()));
+    }
+    if !matches!(mode, Mode::Fnat | Mode::Nat) && !s.local_addrs.is_empty() {
+        return Err(ApiError::Unprocessable("local_addrs: only fnat services (and nat services masquerading clients outside keep_source) use local addresses".into()));
+    }
+    let mut keep_source = Vec::with_capacity(s.keep_source.len());
+    for (i, p) in s.keep_source.iter().enumerate() {
+        let (a, len) = vectorlb_config::prefix(&format!("keep_source[{i}]"), p).map_err(|e| ApiError::Unprocessable(e.to_string()))?;
+        if a.is_ipv4() != s.vip.is_ipv4() {
+            return Err(ApiError::Unprocessable(format!("keep_source[{i}]: '{p}' is not of the VIP's family")));
+        }
+        keep_source.push((a, len));
+    }
+    if !keep_source.is_empty() && (mode != Mode::Nat || s.local_addrs.is_empty()) {
+        return Err(ApiError::Unprocessable("keep_source: only nat services with local_addrs (the clients outside it are masqueraded to them)".into()));
     }
     Ok(ServiceSpec {
         vip: s.vip,
@@ -166,6 +180,7 @@ fn new_service_spec(c: &Config, s: &NewService) -> Result<ServiceSpec, ApiError>
         scheduler: sched,
         backends: s.backends.iter().map(|b| BackendSpec { addr: b.addr, port: b.port, weight: b.weight, quic_id: None }).collect(),
         local_addrs: s.local_addrs.clone(),
+        keep_source,
         peer_local_addrs: s.peer_local_addrs.clone(),
         toa: s.toa,
         synproxy,
@@ -423,6 +438,7 @@ impl LbControl for Daemon {
                         _ => None,
                     },
                     local_addrs: s.local_addrs.iter().map(IpAddr::to_string).collect(),
+                    keep_source: s.keep_source.iter().map(|(a, l)| format!("{a}/{l}")).collect(),
                     peer_local_addrs: s.peer_local_addrs.iter().map(IpAddr::to_string).collect(),
                     toa: s.toa,
                     synproxy: match s.synproxy {

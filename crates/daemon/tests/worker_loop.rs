@@ -45,6 +45,7 @@ fn spec() -> LbSpec {
         continuation: false,
         quic: false,
         affinity_ms: 0,
+        keep_source: Vec::new(),
     };
     LbSpec {
         ports: vec![port("ext", EXT, "10.0.0.1", 24), port("int", INT, "10.1.0.1", 24)],

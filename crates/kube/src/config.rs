@@ -63,6 +63,12 @@ pub struct ClusterIpConfig {
     /// client's address and should have their endpoints on this node.
     #[serde(default)]
     pub masquerade: Vec<IpAddr>,
+    /// The cluster's pod networks (kube-proxy's `--cluster-cidr`, a prefix per family): with
+    /// `masquerade`, a client of a cluster IP from outside them (the node itself, a
+    /// `hostNetwork` Pod) is translated to the masquerade address of its family, so that an
+    /// endpoint on another node answers through this node; Pods keep their address.
+    #[serde(default)]
+    pub cluster_cidrs: Vec<String>,
     /// This node's name (its Node object): with it, Services of `internalTrafficPolicy: Local`
     /// (cluster IPs) and `externalTrafficPolicy: Local` (NodePorts, which then keep the
     /// client's address) get only the endpoints on this node. Without it, every endpoint.
@@ -220,6 +226,12 @@ impl KubeConfig {
                 if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
                     return Err(format!("cluster_ips.node_addresses {a}: not a unicast address of the node"));
                 }
+            }
+            for r in &c.cluster_cidrs {
+                if !r.contains('/') {
+                    return Err(format!("cluster_ips.cluster_cidrs '{r}': a prefix, ADDRESS/LENGTH"));
+                }
+                crate::ipam::parse_range(r).map_err(|e| format!("cluster_ips.cluster_cidrs {e}"))?;
             }
             for a in &c.masquerade {
                 if a.is_unspecified() || a.is_multicast() || a.is_loopback() {

@@ -455,6 +455,7 @@ fn svc_spec(s: &Service, ip: Option<IpAddr>) -> SvcSpec {
             t.clamp(1, 86_400) as u32
         }),
         local_addrs: Vec::new(),
+        keep_source: Vec::new(),
         local_node: None,
     }
 }
@@ -464,11 +465,17 @@ fn svc_spec(s: &Service, ip: Option<IpAddr>) -> SvcSpec {
 /// Service's other annotations as they are; NodePorts of `externalTrafficPolicy: Cluster`
 /// with full NAT to the `masquerade` address of their family when there is one (an endpoint
 /// on another node then answers through this one, as kube-proxy's masquerade makes it). None
-/// for ExternalName and headless Services.
+/// for ExternalName and headless Services, and for those labelled as another proxy's
+/// (`service.kubernetes.io/service-proxy-name`) or headless (`service.kubernetes.io/headless`),
+/// which kube-proxy leaves alone too.
 fn cluster_specs(s: &Service, c: &ClusterIpConfig, cidrs: &[ipam::Range]) -> Vec<SvcSpec> {
     let (nodes, masquerade) = (&c.node_addresses, &c.masquerade);
     let Some(spec) = &s.spec else { return Vec::new() };
     if spec.type_.as_deref() == Some("ExternalName") {
+        return Vec::new();
+    }
+    let labels = s.labels();
+    if labels.contains_key("service.kubernetes.io/service-proxy-name") || labels.contains_key("service.kubernetes.io/headless") {
         return Vec::new();
     }
     let ips: Vec<IpAddr> = spec
@@ -483,7 +490,16 @@ fn cluster_specs(s: &Service, c: &ClusterIpConfig, cidrs: &[ipam::Range]) -> Vec
     base.annotations.insert(ann::MODE.into(), "nat".into());
     // Traffic policies Local: only this node's endpoints (when the node's name is known).
     let internal_local = spec.internal_traffic_policy.as_deref() == Some("Local");
-    let mut out: Vec<SvcSpec> = ips.iter().map(|ip| SvcSpec { ip: Some(*ip), local_node: c.node_name.clone().filter(|_| internal_local), ..base.clone() }).collect();
+    // Clients outside the pod networks masqueraded (with both the addresses and the networks).
+    let (masq, keep) = if masquerade.is_empty() || c.cluster_cidrs.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        (masquerade.clone(), c.cluster_cidrs.iter().filter_map(|p| normal_prefix(p)).collect())
+    };
+    let mut out: Vec<SvcSpec> = ips
+        .iter()
+        .map(|ip| SvcSpec { ip: Some(*ip), local_node: c.node_name.clone().filter(|_| internal_local), local_addrs: masq.clone(), keep_source: keep.clone(), ..base.clone() })
+        .collect();
     if matches!(spec.type_.as_deref(), Some("NodePort") | Some("LoadBalancer")) {
         let ports: Vec<PortIn> = spec
             .ports
@@ -507,6 +523,13 @@ fn cluster_specs(s: &Service, c: &ClusterIpConfig, cidrs: &[ipam::Range]) -> Vec
         }
     }
     out
+}
+
+/// A prefix as the daemon writes it back ("fd00:244::/32", not "fd00:244:0::/32"), so that
+/// what is asked and what is served compare equal.
+fn normal_prefix(p: &str) -> Option<String> {
+    let (a, len) = p.trim().split_once('/')?;
+    Some(format!("{}/{}", a.parse::<IpAddr>().ok()?, len.parse::<u8>().ok()?))
 }
 
 fn slice_in(sl: &EndpointSlice) -> SliceIn {
@@ -564,6 +587,7 @@ mod tests {
             service_cidrs: vec!["10.96.0.0/16".into(), "fd00:96::/112".into()],
             node_addresses: nodes.clone(),
             masquerade: masquerade.to_vec(),
+            cluster_cidrs: Vec::new(),
             node_name: node_name.map(str::to_string),
         };
         let plain = cfg(&[], None);
@@ -584,6 +608,13 @@ mod tests {
         let specs = cluster_specs(&s, &cfg(&masq, None), &cidrs);
         let modes: Vec<(&str, Vec<IpAddr>)> = specs.iter().map(|s| (s.annotations["vectorlb.io/mode"].as_str(), s.local_addrs.clone())).collect();
         assert_eq!(modes, [("nat", vec![]), ("nat", vec![]), ("fnat", vec![masq[0]]), ("fnat", vec![masq[1]])]);
+        // With the pod networks too, the cluster IPs masquerade clients from outside them (the
+        // networks written as the daemon writes them back).
+        let pods = ClusterIpConfig { cluster_cidrs: vec!["10.244.0.0/16".into(), "fd00:244:0::/32".into()], ..cfg(&masq, None) };
+        let specs = cluster_specs(&s, &pods, &cidrs);
+        assert_eq!(specs[0].local_addrs, masq);
+        assert_eq!(specs[0].keep_source, ["10.244.0.0/16", "fd00:244::/32"]);
+        assert!(specs[2].keep_source.is_empty() && specs[2].local_addrs == [masq[0]], "NodePorts stay full NAT");
         let mut local = s.clone();
         local.spec.as_mut().unwrap().external_traffic_policy = Some("Local".into());
         assert!(cluster_specs(&local, &cfg(&masq, None), &cidrs).iter().all(|s| s.annotations["vectorlb.io/mode"] == "nat" && s.local_addrs.is_empty()));
@@ -602,6 +633,11 @@ mod tests {
         assert!(cluster_specs(&headless, &plain, &cidrs).is_empty());
         let ext = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"type": "ExternalName", "externalName": "example.com"}}));
         assert!(cluster_specs(&ext, &plain, &cidrs).is_empty());
+        for label in ["service.kubernetes.io/service-proxy-name", "service.kubernetes.io/headless"] {
+            let mut other_proxy = s.clone();
+            other_proxy.metadata.labels = Some([(label.to_string(), String::new())].into());
+            assert!(cluster_specs(&other_proxy, &plain, &cidrs).is_empty(), "{label}: another proxy's Service was programmed");
+        }
         let v4 = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"type": "NodePort", "clusterIP": "10.96.0.11", "ports": [{"port": 80, "nodePort": 30081}]}}));
         let ips: Vec<String> = cluster_specs(&v4, &plain, &cidrs).iter().map(|s| s.ip.unwrap().to_string()).collect();
         assert_eq!(ips, ["10.96.0.11", "10.1.0.1"], "an IPv4 Service's NodePort on the IPv4 node address only");

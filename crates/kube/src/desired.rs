@@ -36,6 +36,9 @@ pub struct SvcSpec {
     /// Full NAT's source addresses for this Service alone (NodePorts masqueraded to the
     /// node's address, `[cluster_ips] masquerade`); empty: the daemon's `local_addrs`.
     pub local_addrs: Vec<IpAddr>,
+    /// A cluster IP's clients that keep their address (the pod networks, `[cluster_ips]
+    /// cluster_cidrs`, as ADDRESS/LENGTH): the others are masqueraded to `local_addrs`.
+    pub keep_source: Vec<String>,
     /// Only the endpoints on this node are backends (`internalTrafficPolicy: Local` for the
     /// cluster IPs, `externalTrafficPolicy: Local` for the NodePorts).
     pub local_node: Option<String>,
@@ -212,6 +215,19 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
     } else {
         (Vec::new(), Vec::new())
     };
+    // A NAT cluster IP masquerades the clients outside the pod networks to this node's
+    // address of its family (when it has one).
+    let (laddrs, keep_source): (Vec<IpAddr>, Vec<String>) = if set.mode == ModeName::Nat {
+        let keep: Vec<String> = s.keep_source.iter().filter(|p| p.contains(':') == (family == Family::V6)).cloned().collect();
+        let masq: Vec<IpAddr> = s.local_addrs.iter().filter(|a| Family::of(a) == family).copied().collect();
+        if keep.is_empty() || masq.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            (masq, keep)
+        }
+    } else {
+        (laddrs, Vec::new())
+    };
     if set.mode == ModeName::Fnat && laddrs.is_empty() {
         problems.push(Problem {
             reason: Reason::NoLocalAddress,
@@ -283,6 +299,7 @@ pub fn build(s: &SvcSpec, slices: &[SliceIn], d: &DaemonSide) -> (Vec<NewService
             scheduler: Some(set.scheduler),
             table_size: None,
             local_addrs: laddrs.clone(),
+            keep_source: keep_source.clone(),
             peer_local_addrs: peer_laddrs.clone(),
             toa: false,
             synproxy: Some(synproxy),

@@ -350,6 +350,7 @@ impl GatewayCtl {
                 annotations: g.annotations().clone(),
                 affinity_timeout_s: None,
                 local_addrs: Vec::new(),
+                keep_source: Vec::new(),
                 local_node: None,
             };
             let fam = if ip.is_ipv4() { "IPv4" } else { "IPv6" };

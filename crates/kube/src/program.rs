@@ -242,6 +242,7 @@ pub fn desired_of(s: &ServiceStatus) -> Option<NewService> {
         scheduler: Some(s.scheduler),
         table_size: s.table_size,
         local_addrs: s.local_addrs.iter().filter_map(|a| a.parse().ok()).collect(),
+        keep_source: s.keep_source.clone(),
         peer_local_addrs: s.peer_local_addrs.iter().filter_map(|a| a.parse().ok()).collect(),
         toa: s.toa,
         synproxy: Some(s.synproxy),
@@ -266,6 +267,12 @@ pub fn same(d: &NewService, h: &NewService) -> bool {
         && (d.table_size.is_none() || d.table_size == h.table_size)
         && sorted(&d.local_addrs) == sorted(&h.local_addrs)
         && sorted(&d.peer_local_addrs) == sorted(&h.peer_local_addrs)
+        && {
+            let (mut a, mut b) = (d.keep_source.clone(), h.keep_source.clone());
+            a.sort();
+            b.sort();
+            a == b
+        }
         && d.toa == h.toa
         && d.synproxy.unwrap_or(SynProxyName::Off) == h.synproxy.unwrap_or(SynProxyName::Off)
         && d.affinity_timeout_s == h.affinity_timeout_s
@@ -312,6 +319,7 @@ pub(crate) mod tests {
             scheduler: n.scheduler.unwrap_or(SchedulerName::Wrr),
             table_size: n.table_size,
             local_addrs: n.local_addrs.iter().map(|a| a.to_string()).collect(),
+            keep_source: n.keep_source.clone(),
             peer_local_addrs: n.peer_local_addrs.iter().map(|a| a.to_string()).collect(),
             toa: n.toa,
             synproxy: n.synproxy.unwrap_or(SynProxyName::Off),
@@ -392,6 +400,7 @@ pub(crate) mod tests {
             scheduler: Some(SchedulerName::Maglev),
             table_size: None,
             local_addrs: vec!["10.1.0.200".parse().unwrap()],
+            keep_source: Vec::new(),
             peer_local_addrs: Vec::new(),
             toa: false,
             synproxy: None,

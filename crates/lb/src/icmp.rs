@@ -290,8 +290,8 @@ where
         let baddr = A::from_ip(be.addr).ok_or(Verdict::Drop(DropReason::NoRoute))?;
         let bport = if be.port != 0 { be.port } else { esport };
         return Ok(Some(match svc.spec.mode {
-            Mode::Nat => Translation { outer_src: None, outer_dst: baddr, emb_src: Some((baddr, bport)), emb_dst: None, hop, tunnel: None },
-            Mode::Fnat => {
+            Mode::Nat if s.laddr == crate::session::NO_LADDR => Translation { outer_src: None, outer_dst: baddr, emb_src: Some((baddr, bport)), emb_dst: None, hop, tunnel: None },
+            Mode::Nat | Mode::Fnat => {
                 let laddr = snap.laddr_addr(s.laddr).and_then(A::from_ip).ok_or(Verdict::Drop(DropReason::NoRoute))?;
                 Translation { outer_src: Some(laddr), outer_dst: baddr, emb_src: Some((baddr, bport)), emb_dst: Some((laddr, s.lport)), hop, tunnel: None }
             }

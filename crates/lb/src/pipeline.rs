@@ -863,8 +863,12 @@ impl Worker {
                 self.flows.counters.events.affinity_full += 1;
             }
         }
-        let flags = if svc.spec.mode == Mode::Nat { flag::REVERSE } else { 0 } | if st == state::CONTINUED { flag::UNSEEN } else { 0 };
-        let laddrs: &[u16] = if svc.spec.mode == Mode::Fnat { &svc.laddrs } else { &[] };
+        // A NAT session keeps the client's address and is found again by the backend's reply
+        // (a reverse entry); one with a local address (full NAT, or a NAT service's
+        // masquerade) by the local port.
+        let local = svc.translates_client(client.key());
+        let flags = if svc.spec.mode == Mode::Nat && !local { flag::REVERSE } else { 0 } | if st == state::CONTINUED { flag::UNSEEN } else { 0 };
+        let laddrs: &[u16] = if local { &svc.laddrs } else { &[] };
         let backend = svc.backends[bi as usize];
         let r = match self.insert::<A>(m, st, client, svc.id, backend, flags, &svc.spec.timeouts, laddrs, id, now) {
             // Half-open sessions hold the ports the search met: the oldest makes room.
@@ -1007,11 +1011,9 @@ impl Worker {
     {
         let svc = snap.service(m.id as u16)?;
         let spec = &svc.spec;
-        let fnat = match spec.mode {
-            Mode::Fnat => true,
-            Mode::Nat => false,
-            _ => return None,
-        };
+        if !matches!(spec.mode, Mode::Fnat | Mode::Nat) {
+            return None;
+        }
         if m.l3 != 14 {
             return None;
         }
@@ -1039,6 +1041,11 @@ impl Worker {
             (state::UDP, spec.timeouts.udp)
         };
         if to == 0 || s.state != st || s.svc != svc.id || s.cport != m.sport || s.client != src || expired(now, s.expire) {
+            return None;
+        }
+        // Full NAT's sessions and a NAT service's masqueraded ones have a local address.
+        let fnat = s.laddr != NO_LADDR;
+        if spec.mode == Mode::Fnat && !fnat {
             return None;
         }
         let be = snap.backend(s.backend)?;
@@ -1217,7 +1224,7 @@ impl Worker {
         let v = match mode {
             Mode::Nat | Mode::Fnat => {
                 let baddr = A::from16(&be.bytes);
-                let new_src = if mode == Mode::Fnat {
+                let new_src = if mode == Mode::Fnat || s.laddr != NO_LADDR {
                     let Some(laddr) = snap.laddr_bytes(s.laddr) else {
                         // The local address left the configuration: end the session so the
                         // flow's next packet starts a new one on a current address.

@@ -123,8 +123,14 @@ pub struct ServiceSpec {
     pub mode: Mode,
     pub scheduler: Algorithm,
     pub backends: Vec<BackendSpec>,
-    /// Full-NAT source addresses.
+    /// Full-NAT source addresses; on a NAT service, the masquerade addresses of clients
+    /// outside `keep_source`.
     pub local_addrs: Vec<IpAddr>,
+    /// NAT services with `local_addrs`: the clients (prefixes of the VIP's family) that keep
+    /// their address; any other client is translated to a local address, as full NAT would
+    /// (kube-proxy's masquerade of traffic to a cluster IP from outside the cluster's pod
+    /// networks: a node's own processes, whose replies would otherwise bypass this node).
+    pub keep_source: Vec<(IpAddr, u8)>,
     /// The local addresses of this service on the other nodes of a sync group: never
     /// allocated here, but sessions synchronised from those nodes may hold them, and after a
     /// peer's loss the backends' replies to them arrive here (docs/scale-out.md).
@@ -403,6 +409,8 @@ pub struct Service {
     /// Backend ids, in spec order (the scheduler's indices).
     pub backends: Vec<u32>,
     pub laddrs: Vec<u16>,
+    /// `keep_source` as (network, mask) keys.
+    pub keep: Vec<(u128, u128)>,
     /// QUIC server id -> index in `backends` (services with `quic`).
     pub quic_ids: FxHashMap<u32, u32>,
     /// Client affinity entries, kept across snapshots while the service keeps the same
@@ -446,6 +454,19 @@ pub struct Dst {
     pub peer: bool,
     /// (port, protocol, service id): exact ports first, then any-port services (port 0).
     services: Vec<(u16, u8, u16)>,
+}
+
+impl Service {
+    /// Whether a new session of `client` takes a local address: always on full NAT; on NAT
+    /// with local addresses, for a client outside `keep_source` (masquerade).
+    #[inline]
+    pub fn translates_client(&self, client: u128) -> bool {
+        match self.spec.mode {
+            Mode::Fnat => true,
+            Mode::Nat => !self.laddrs.is_empty() && !self.keep.iter().any(|&(net, mask)| client & mask == net),
+            _ => false,
+        }
+    }
 }
 
 impl Dst {
@@ -888,6 +909,20 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         if s.mode == Mode::Fnat && s.local_addrs.is_empty() {
             bail!("{name}: fnat needs at least one local address");
         }
+        if !matches!(s.mode, Mode::Fnat | Mode::Nat) && !s.local_addrs.is_empty() {
+            bail!("{name}: local addresses: only fnat and nat services use them");
+        }
+        if !s.keep_source.is_empty() && (s.mode != Mode::Nat || s.local_addrs.is_empty()) {
+            bail!("{name}: keep_source: only nat services with local addresses (the others' clients all keep their address, or none does)");
+        }
+        for &(a, len) in &s.keep_source {
+            if !same_family(a, s.vip) {
+                bail!("{name}: keep_source {a}/{len} is not of the VIP's family");
+            }
+            if len > if a.is_ipv4() { 32 } else { 128 } {
+                bail!("{name}: keep_source {a}/{len}: the prefix length is too long");
+            }
+        }
         if s.synproxy != SynProxy::Off && (s.proto != proto::TCP || !matches!(s.mode, Mode::Nat | Mode::Fnat)) {
             bail!("{name}: synproxy: only tcp nat and fnat services (the proxy must see both directions)");
         }
@@ -993,7 +1028,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             }
         }
         let mut laddrs = Vec::new();
-        if s.mode == Mode::Fnat {
+        if matches!(s.mode, Mode::Fnat | Mode::Nat) {
             for &l in &s.local_addrs {
                 laddrs.push(add_laddr(&mut snap, reg, l)?);
             }
@@ -1003,6 +1038,7 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
                 snap.dsts.entry(key(l)).or_default().peer = true;
             }
         }
+        let keep = s.keep_source.iter().map(|&(a, len)| (prefix_mask(a.is_ipv4(), len), key(a))).map(|(m, k)| (k & m, m)).collect();
         let d = snap.dsts.entry(key(s.vip)).or_default();
         if d.laddr.is_some() {
             bail!("{name}: the VIP is also a local address");
@@ -1025,8 +1061,19 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             }
             Some(a.clone())
         };
-        snap.services[id as usize] =
-            Some(Service { id, spec: s.clone(), vip_key: key(s.vip), vip_bytes: bytes16(s.vip), sched, hash_key: spec.cluster_key, backends: ids, laddrs, quic_ids, affinity });
+        snap.services[id as usize] = Some(Service {
+            id,
+            spec: s.clone(),
+            vip_key: key(s.vip),
+            vip_bytes: bytes16(s.vip),
+            sched,
+            hash_key: spec.cluster_key,
+            backends: ids,
+            laddrs,
+            keep,
+            quic_ids,
+            affinity,
+        });
     }
     for svc in snap.services.iter().flatten() {
         if let Some(&l) = svc.laddrs.iter().find(|l| snap.peer_laddrs.contains(l)) {

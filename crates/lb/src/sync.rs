@@ -182,7 +182,8 @@ where
     };
     let expire = now.wrapping_add(rec.expire_in);
     // Flags that describe the record's index entries are ours to set.
-    let flags = rec.flags & !(flag::PORT | flag::REVERSE | flag::SNAT) | if snap.service(svc).is_some_and(|s| s.spec.mode == crate::Mode::Nat) { flag::REVERSE } else { 0 };
+    let flags = rec.flags & !(flag::PORT | flag::REVERSE | flag::SNAT)
+        | if laddr == NO_LADDR && snap.service(svc).is_some_and(|s| s.spec.mode == crate::Mode::Nat) { flag::REVERSE } else { 0 };
     let h = flows.table.hash_fwd(svc, &client, rec.cport);
     if let Some(r) = flows.table.find_fwd(h, svc, &client, rec.cport) {
         let s = *flows.table.get::<A>(r);

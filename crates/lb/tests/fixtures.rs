@@ -426,3 +426,99 @@ fn a_nat_backend_reaches_itself_through_its_service() {
         }
     }
 }
+
+/// A NAT service with local addresses masquerades the clients outside `keep_source` (a node's
+/// own processes reaching a cluster IP: their replies would otherwise bypass this node) and
+/// keeps the address of those inside (the pods): the masqueraded flow leaves from a local
+/// port, its reply to that port goes back as the VIP's, and its later packets take the fast
+/// path with the same result; the kept flow is as plain NAT's.
+#[test]
+fn a_nat_service_masquerades_clients_outside_the_kept_networks() {
+    for v6 in [false, true] {
+        for udp in [false, true] {
+            let f = Fam { v6 };
+            let mut spec = topology();
+            let mut s = service(&f, Mode::Nat, if udp { proto::UDP } else { proto::TCP }, 80, &[(1, 8080, 1)]);
+            s.local_addrs = vec![ip(f.laddr())];
+            s.keep_source = vec![if v6 { (ip("2001:db8:ff::"), 48) } else { (ip("198.51.100.0"), 24) }];
+            spec.services.push(s);
+            let mut lb = Lb::new(spec);
+            let (n, src_at, dst_at) = if v6 { (16, 8, 24) } else { (4, 12, 16) };
+            let bytes = |a: &str| match ip(a) {
+                std::net::IpAddr::V4(a) => a.octets().to_vec(),
+                std::net::IpAddr::V6(a) => a.octets().to_vec(),
+            };
+            let pkt = |from: &str, to: &str, fl: u8| if udp { Builder::udp(from, to).payload(b"q") } else { Builder::tcp(from, to, fl).seq(7) };
+            let outsider = if v6 { "2001:db8:ee::9" } else { "192.0.2.9" };
+            let what = format!("v6 {v6} udp {udp}");
+            // The outsider's first packet: from a local address and port.
+            let (v, fwd) = lb.run(&pkt(&f.sock(outsider, 41000), &f.sock(f.vip(), 80), SYN).macs(ROUTER_MAC, EXT_MAC).build());
+            assert!(matches!(v, Verdict::Tx(_)), "{what}: {v:?}");
+            let i = vectorlb_packet::parse_frame(&fwd).unwrap();
+            assert_eq!(fwd[i.l3 + src_at..i.l3 + src_at + n], bytes(f.laddr())[..], "{what}: masqueraded to the local address");
+            assert_eq!(fwd[i.l3 + dst_at..i.l3 + dst_at + n], bytes(&f.backend(1))[..]);
+            let lport = u16::from_be_bytes([fwd[i.l4], fwd[i.l4 + 1]]);
+            // The backend's reply to that port goes back to the outsider from the VIP.
+            let (v, rep) = lb.run(&pkt(&f.sock(&f.backend(1), 8080), &f.sock(f.laddr(), lport), SYN | ACK).macs(be_mac(1), INT_MAC).build());
+            assert!(matches!(v, Verdict::Tx(_)), "{what}: the reply: {v:?}");
+            let i = vectorlb_packet::parse_frame(&rep).unwrap();
+            assert_eq!(rep[i.l3 + src_at..i.l3 + src_at + n], bytes(f.vip())[..], "{what}: the reply comes from the VIP");
+            assert_eq!(rep[i.l3 + dst_at..i.l3 + dst_at + n], bytes(outsider)[..]);
+            assert_eq!(u16::from_be_bytes([rep[i.l4], rep[i.l4 + 1]]), 80);
+            assert_eq!(u16::from_be_bytes([rep[i.l4 + 2], rep[i.l4 + 3]]), 41000);
+            // Its next packets (established: the fast path) keep the same local port.
+            let fast_before = lb.worker.flows.counters.events.fast_path;
+            for fl in [ACK, ACK | PSH] {
+                let (v, fwd) = lb.run(&pkt(&f.sock(outsider, 41000), &f.sock(f.vip(), 80), fl).macs(ROUTER_MAC, EXT_MAC).build());
+                assert!(matches!(v, Verdict::Tx(_)), "{what}: {v:?}");
+                let i = vectorlb_packet::parse_frame(&fwd).unwrap();
+                assert_eq!(fwd[i.l3 + src_at..i.l3 + src_at + n], bytes(f.laddr())[..]);
+                assert_eq!(u16::from_be_bytes([fwd[i.l4], fwd[i.l4 + 1]]), lport, "{what}: the same local port");
+            }
+            assert!(lb.worker.flows.counters.events.fast_path > fast_before, "{what}: the established packets took the fast path");
+            // A client inside the kept networks keeps its address and port.
+            let (v, fwd) = lb.run(&pkt(&f.sock(f.client(), 40000), &f.sock(f.vip(), 80), SYN).macs(ROUTER_MAC, EXT_MAC).build());
+            assert!(matches!(v, Verdict::Tx(_)), "{what}: {v:?}");
+            let i = vectorlb_packet::parse_frame(&fwd).unwrap();
+            assert_eq!(fwd[i.l3 + src_at..i.l3 + src_at + n], bytes(f.client())[..], "{what}: a kept client's address");
+            assert_eq!(u16::from_be_bytes([fwd[i.l4], fwd[i.l4 + 1]]), 40000);
+            let (v, rep) = lb.run(&pkt(&f.sock(&f.backend(1), 8080), &f.sock(f.client(), 40000), SYN | ACK).macs(be_mac(1), INT_MAC).build());
+            assert!(matches!(v, Verdict::Tx(_)), "{what}: the kept client's reply: {v:?}");
+            let i = vectorlb_packet::parse_frame(&rep).unwrap();
+            assert_eq!(rep[i.l3 + src_at..i.l3 + src_at + n], bytes(f.vip())[..]);
+        }
+    }
+}
+
+/// Local addresses and `keep_source` are checked: nat without local addresses takes no
+/// `keep_source`, a prefix of the other family is refused, dr takes no local addresses.
+#[test]
+fn keep_source_is_checked() {
+    let f = Fam { v6: false };
+    let bad = |edit: &dyn Fn(&mut ServiceSpec)| {
+        let mut spec = topology();
+        let mut s = service(&f, Mode::Nat, proto::TCP, 80, &[(1, 8080, 1)]);
+        edit(&mut s);
+        spec.services.push(s);
+        Control::new(&spec).err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    assert!(bad(&|s| s.keep_source = vec![(ip("10.244.0.0"), 16)]).contains("keep_source: only nat services with local addresses"));
+    assert!(bad(&|s| {
+        s.local_addrs = vec![ip(f.laddr())];
+        s.keep_source = vec![(ip("fd00::"), 8)];
+    })
+    .contains("not of the VIP's family"));
+    assert!(bad(&|s| {
+        s.mode = Mode::Dr;
+        s.backends[0].port = 0;
+        s.local_addrs = vec![ip(f.laddr())];
+    })
+    .contains("only fnat and nat services"));
+    assert_eq!(
+        bad(&|s| {
+            s.local_addrs = vec![ip(f.laddr())];
+            s.keep_source = vec![(ip("10.244.0.0"), 16)];
+        }),
+        ""
+    );
+}

@@ -79,7 +79,7 @@ fn controller(cp: &ControlPlane, t: &Topo, k: u8) -> Child {
         format!(
             "lease = \"vectorlb-node-{k}\"\nlease_seconds = 6\nresync_seconds = 5\n\n[[daemons]]\nname = \"node-{k}\"\napi = \"{}\"\n\n\
              [cluster_ips]\nservice_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\nnode_addresses = [\"192.168.77.{k}\", \"fd00:77::{k}\"]\n\
-             masquerade = [\"10.244.{k}.1\", \"fd00:244:{k}::1\"]\nnode_name = \"node-{k}\"\n",
+             masquerade = [\"10.244.{k}.1\", \"fd00:244:{k}::1\"]\ncluster_cidrs = [\"10.244.0.0/16\", \"fd00:244::/32\"]\nnode_name = \"node-{k}\"\n",
             t.api()
         ),
     )
@@ -353,8 +353,9 @@ fn node_port(cp: &ControlPlane, svc: &str) -> u64 {
 /// test`; the e2e suite checks the same and more in `make conformance-kubernetes`): a NodePort
 /// answered by an endpoint on the other node (masqueraded), `externalTrafficPolicy: Local`
 /// keeping the client's address (and refusing on a node without an endpoint), a dual-stack
-/// Service answering on both its addresses, a Service without endpoints refusing TCP and UDP
-/// at once, and `sessionAffinity: ClientIP` with its timeout reaching the data plane.
+/// Service answering on both its addresses, the node itself reaching a cluster IP whose
+/// endpoints are on the other node (masqueraded), a Service without endpoints refusing TCP and
+/// UDP at once, and `sessionAffinity: ClientIP` with its timeout reaching the data plane.
 #[test]
 fn services_on_two_nodes_behave_as_kubernetes_expects() {
     let suite_dir = suite();
@@ -423,6 +424,15 @@ fn services_on_two_nodes_behave_as_kubernetes_expects() {
             r.0.then_some(r)
         });
         assert!(ok && body.starts_with("web-"), "{ip}: {body}");
+    }
+
+    // node-1 itself (a hostNetwork Pod's view) to the cluster IPs, whose endpoints are on
+    // node-2: masqueraded to node-1's address, so the replies come back through node-1.
+    for ip in &both {
+        let o = c.ta.run("lb", &["curl", "-sS", "-g", "-m", "3", &url(ip, 80, "/clientip")]);
+        let seen = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+        let masq = if ip.contains(':') { "[fd00:244:1::1]:" } else { "10.244.1.1:" };
+        assert!(o.status.success() && seen.starts_with(masq), "node-1 to {ip}: the endpoint sees the masquerade address: {seen}");
     }
 
     // No endpoints: refused at once, TCP and UDP (agnhost connect says REFUSED for

@@ -274,6 +274,7 @@ pub fn run(a: &CtlArgs) -> Result<(), CtlError> {
             scheduler: a.scheduler.as_deref().map(|s| word("-s", s)).transpose()?,
             table_size: None,
             local_addrs,
+            keep_source: Vec::new(),
             peer_local_addrs: Vec::new(),
             toa: a.toa,
             synproxy: a.synproxy.as_deref().map(|s| word("--synproxy", s)).transpose()?,

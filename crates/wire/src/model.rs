@@ -232,6 +232,10 @@ pub struct NewService {
     #[serde(default)]
     #[schema(schema_with = ip_list_schema)]
     pub local_addrs: Vec<IpAddr>,
+    /// nat services with `local_addrs`: the client prefixes ("10.244.0.0/16") that keep
+    /// their address; other clients are masqueraded to a local address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_source: Vec<String>,
     /// The local addresses of this service on the sync group's other nodes (fnat only):
     /// sessions synchronised from them may hold these; never allocated here.
     #[serde(default)]
@@ -544,6 +548,10 @@ pub struct ServiceStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table_size: Option<u32>,
     pub local_addrs: Vec<String>,
+    /// nat services: the client prefixes that keep their address (the others are
+    /// masqueraded to `local_addrs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_source: Vec<String>,
     /// The sync group's other nodes' local addresses for this service.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peer_local_addrs: Vec<String>,

@@ -28,6 +28,7 @@ impl LbControl for Fake {
                 scheduler: s.scheduler.unwrap_or(SchedulerName::Wrr),
                 table_size: s.table_size,
                 local_addrs: vec![],
+                keep_source: vec![],
                 peer_local_addrs: vec![],
                 toa: s.toa,
                 synproxy: s.synproxy.unwrap_or(SynProxyName::Off),

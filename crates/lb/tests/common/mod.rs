@@ -107,6 +107,7 @@ pub fn service(f: &Fam, mode: Mode, protocol: u8, port: u16, backends: &[(u8, u1
         continuation: false,
         quic: false,
         affinity_ms: 0,
+        keep_source: Vec::new(),
     }
 }
 
