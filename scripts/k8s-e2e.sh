@@ -27,8 +27,8 @@ if [ -x "$dir/e2e.test" ] && [ -s "$dir/images.txt" ]; then
 fi
 [ "${1:-}" = --check ] && exit 1
 command -v go >/dev/null 2>&1 || { echo "k8s-e2e: no Go toolchain on PATH" >&2; exit 1; }
-for tool in busybox curl dig getent nc.openbsd ip bash; do
-    command -v $tool >/dev/null 2>&1 || { echo "k8s-e2e: no $tool (scripts/setup.sh installs busybox-static, curl, bind9-dnsutils, netcat-openbsd, iproute2)" >&2; exit 1; }
+for tool in busybox curl wget dig getent nc.openbsd ip bash; do
+    command -v $tool >/dev/null 2>&1 || { echo "k8s-e2e: no $tool (scripts/setup.sh installs busybox-static, curl, wget, bind9-dnsutils, netcat-openbsd, iproute2)" >&2; exit 1; }
 done
 tmp=$cache/.building-e2e-$$
 trap 'rm -rf "$tmp"' EXIT
@@ -51,16 +51,17 @@ kdir=$(cat "$tmp/kdir")
 )
 coredns_version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' tools/coredns/go.mod)
 
-# The tools the suite's commands run inside its containers: busybox's applets (sh, wget,
-# nslookup, seq, ...) and Debian's curl, dig, getent, OpenBSD's nc (the suite's `nc -v -t -w`
-# and `-u`), ip and bash with the shared libraries they load; those in /usr/bin come first in
-# PATH, before busybox's applets of the same name in /bin.
+# The tools the suite's commands run inside its containers: busybox's applets (nslookup, seq,
+# ...) and Debian's curl, GNU wget (static busybox's wget dies of SIGSEGV when given `-T`, the
+# suite's timeout), dig, getent, OpenBSD's nc (the suite's `nc -v -t -w` and `-u`), ip and
+# bash with the shared libraries they load; those in /usr/bin come first in PATH, before
+# busybox's applets of the same name in /bin.
 userland() {
     local r=$1 b lib
     mkdir -p "$r/bin" "$r/usr/bin" "$r/etc" "$r/tmp" "$r/root"
     chmod 1777 "$r/tmp"
     cp "$(command -v busybox)" "$r/bin/busybox"
-    for b in curl dig getent nc.openbsd:nc ip bash; do
+    for b in curl wget dig getent nc.openbsd:nc ip bash; do
         local src=${b%%:*} dst=${b##*:}
         cp "$(command -v "$src")" "$r/usr/bin/$dst"
         for lib in $(ldd "$(command -v "$src")" | grep -oE '/[^ ]+\.so[^ ]*' | sort -u); do

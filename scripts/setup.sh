@@ -18,13 +18,13 @@ set -euo pipefail
 # implementation than the nodes', with BFD and multipath); containerd, runc and
 # containernetworking-plugins (the real kubelet's runtime and its Pods' CNI bridge and host-local
 # IPAM in the Kubernetes tests; the tests start their own containerd, none is left running);
-# busybox-static, bind9-dnsutils (dig) and netcat-openbsd: the tools inside the images the
+# busybox-static, wget, bind9-dnsutils (dig) and netcat-openbsd: the tools inside the images the
 # Kubernetes e2e suite runs (scripts/k8s-e2e.sh builds them from these binaries);
 # python3-pip where Python has no pip (crypto_mb below).
 PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
       nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client memcached bird2 frr
-      containerd runc containernetworking-plugins busybox-static bind9-dnsutils netcat-openbsd)
+      containerd runc containernetworking-plugins busybox-static wget bind9-dnsutils netcat-openbsd)
 [ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib linux-perf iperf3)
 need_apt=()
 for pkg in "${PKGS[@]}"; do

@@ -122,6 +122,7 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
         pod,
         network: Some(conf.name.clone()),
         memif_ports: conf.memif_ports.clone(),
+        host_ports: conf.host_ports.clone(),
     };
     match api.call_blocking::<_, PodStatus>(Method::POST, "/v1/pods", Some(&body)) {
         Ok(_) => Ok(spec::add_result(&conf.cni_version, &env.ifname, &env.netns, &ips, result.get("dns"))),

@@ -84,8 +84,43 @@ pub struct NetConf {
     /// in `runtimeConfig` when the configuration asks for the capability [`ANNOTATIONS_CAP`]):
     /// For the daemon's `NewPod`.
     pub memif_ports: Vec<MemifPorts>,
+    /// The pod's host ports (`runtimeConfig.portMappings`, passed when the configuration asks
+    /// for the capability [`PORT_MAPPINGS_CAP`]).
+    pub host_ports: Vec<HostPort>,
     /// The whole configuration, as given (passed on to the IPAM plugin).
     pub raw: Value,
+}
+
+/// The capability under which runtimes pass a pod's host ports.
+pub const PORT_MAPPINGS_CAP: &str = "portMappings";
+
+/// `runtimeConfig.portMappings`: `[{"hostPort", "containerPort", "protocol", "hostIP"}]`
+/// (protocol `tcp` by default, in any case; hostIP optional, empty for none).
+pub fn port_mappings(v: &Value) -> Result<Vec<HostPort>, String> {
+    let Some(a) = v.as_array() else { return Err("not an array".into()) };
+    if a.len() > MAX_HOST_PORTS {
+        return Err(format!("{} of them; at most {MAX_HOST_PORTS}", a.len()));
+    }
+    let mut out = Vec::with_capacity(a.len());
+    for (i, m) in a.iter().enumerate() {
+        let port = |k: &str| m.get(k).and_then(Value::as_u64).filter(|p| (1..=65535).contains(p)).map(|p| p as u16).ok_or_else(|| format!("[{i}].{k}: not a port (1..=65535)"));
+        let proto = match m.get("protocol") {
+            None | Some(Value::Null) => "tcp".to_string(),
+            Some(Value::String(p)) => p.to_ascii_lowercase(),
+            Some(_) => return Err(format!("[{i}].protocol: not a string")),
+        };
+        if proto != "tcp" && proto != "udp" {
+            return Err(format!("[{i}].protocol: '{}': only tcp and udp host ports", proto.escape_debug()));
+        }
+        let host_ip = match m.get("hostIP") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(Value::String(s)) => Some(s.parse().map_err(|_| format!("[{i}].hostIP: '{}' is not an IP address", s.escape_debug()))?),
+            Some(_) => return Err(format!("[{i}].hostIP: not a string")),
+        };
+        out.push(HostPort { proto, host_port: port("hostPort")?, container_port: port("containerPort")?, host_ip });
+    }
+    Ok(out)
 }
 
 /// The capability under which containerd and CRI-O pass a pod's annotations.
@@ -93,8 +128,8 @@ pub const ANNOTATIONS_CAP: &str = "io.kubernetes.cri.pod-annotations";
 /// The pod annotation that asks for a memif: `tcp:4444-20000,udp:5353` (ranges or single
 /// ports, at most [`MAX_MEMIF_RANGES`]).
 pub const MEMIF_ANNOTATION: &str = "vectorlb.io/memif-ports";
-use vectorlb_wire::model::MemifPorts;
 pub use vectorlb_wire::model::MAX_MEMIF_RANGES;
+use vectorlb_wire::model::{HostPort, MemifPorts, MAX_HOST_PORTS};
 
 /// Parses the memif annotation's value into (protocol, first, last) ranges.
 pub fn memif_ports(v: &str) -> Result<Vec<(&'static str, u16, u16)>, String> {
@@ -204,10 +239,15 @@ impl NetConf {
                 .collect(),
             Some(_) => return Err(CniError::new(code::INVALID_CONFIG, format!("{MEMIF_ANNOTATION}: not a string"), "")),
         };
+        let host_ports = match o.get("runtimeConfig").and_then(|r| r.get(PORT_MAPPINGS_CAP)) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(v) => port_mappings(v).map_err(|e| CniError::new(code::INVALID_CONFIG, "runtimeConfig.portMappings is invalid", e))?,
+        };
         Ok(NetConf {
             cni_version,
             name,
             memif_ports,
+            host_ports,
             api,
             api_token_file: s("api_token_file")?,
             mtu,
@@ -358,6 +398,28 @@ mod tests {
         let r = add_result("1.1.0", "eth0", "/ns", &["10.1.0.5/24".into()], None);
         assert!(r["ips"][0].get("version").is_none());
         assert_eq!(r["routes"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn port_mappings_are_read_and_checked() {
+        let conf = |v: &str| NetConf::parse(format!(r#"{{"cniVersion":"1.1.0","name":"p","runtimeConfig":{{"portMappings":{v}}}}}"#).as_bytes());
+        let c = conf(r#"[{"hostPort":54323,"containerPort":8080,"protocol":"tcp","hostIP":"127.0.0.1"},{"hostPort":53,"containerPort":5353,"protocol":"UDP","hostIP":""},{"hostPort":80,"containerPort":80}]"#).unwrap();
+        let got: Vec<(String, u16, u16, Option<std::net::IpAddr>)> = c.host_ports.iter().map(|h| (h.proto.clone(), h.host_port, h.container_port, h.host_ip)).collect();
+        assert_eq!(got, [("tcp".into(), 54323, 8080, Some("127.0.0.1".parse().unwrap())), ("udp".into(), 53, 5353, None), ("tcp".into(), 80, 80, None)]);
+        assert!(NetConf::parse(br#"{"cniVersion":"1.1.0","name":"p"}"#).unwrap().host_ports.is_empty());
+        for bad in [
+            r#"{}"#,
+            r#"[{"hostPort":0,"containerPort":80}]"#,
+            r#"[{"hostPort":70000,"containerPort":80}]"#,
+            r#"[{"hostPort":80,"containerPort":80,"protocol":"sctp"}]"#,
+            r#"[{"hostPort":80,"containerPort":80,"hostIP":"nope"}]"#,
+            r#"[{"hostPort":80}]"#,
+        ] {
+            let e = conf(bad).unwrap_err();
+            assert_eq!(e.code, code::INVALID_CONFIG, "{bad}");
+        }
+        let many = format!("[{}]", vec![r#"{"hostPort":80,"containerPort":80}"#; MAX_HOST_PORTS + 1].join(","));
+        assert!(conf(&many).unwrap_err().details.contains("at most"));
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl Config {
         let snat = services::snat(&raw.snat, &base)?;
         let engine = runtime::engine(g, services.iter().any(|s| s.mode == Mode::Nat))?;
         let cluster_key = engine.cluster_key.as_deref().map_or(0, vectorlb_lb::hash::cluster_key);
-        let spec = LbSpec { ports: p.specs, routes, neighbors, services, snat, icmp_rate: g.icmp_rate.unwrap_or(1000), cluster_key };
+        let spec = LbSpec { ports: p.specs, routes, neighbors, services, snat, icmp_rate: g.icmp_rate.unwrap_or(1000), cluster_key, host_addrs: Vec::new() };
         let runtime = runtime::runtime(&raw.runtime)?;
         let sync = ha::sync(&raw.ha)?;
         let mut bgp = bgp::bgp(&raw.bgp)?;
@@ -685,8 +685,11 @@ ingress = {{ pps = 20000, burst_ms = 5 }}
             let e = err(&v6.replace("vip = \"10.0.0.100\"", &format!("vip = \"{vip}\"")));
             assert!(e.starts_with("services[0].vip:"), "{vip}: {e}");
         }
-        let e = err(&GOOD.replace("{ addr = \"10.0.0.11\"", "{ addr = \"10.0.0.100\""));
-        assert!(e.starts_with("services[0].backends[0].addr:") && e.contains("VIP or local address"), "{e}");
+        // A VIP's port a service has: refused (it would forward to itself); another port of
+        // a VIP: a backend like any (a hostNetwork endpoint on a node address with NodePorts).
+        let e = err(&GOOD.replace("{ addr = \"10.0.0.11\", port = 8080", "{ addr = \"10.0.0.100\", port = 80"));
+        assert!(e.starts_with("services[0].backends[0].addr:") && e.contains("a VIP with a service on that port"), "{e}");
+        Config::parse(&GOOD.replace("{ addr = \"10.0.0.11\"", "{ addr = \"10.0.0.100\"")).expect("another port of a VIP");
         let e = err(&GOOD.replace("{ addr = \"10.0.0.11\"", "{ addr = \"10.0.0.200\""));
         assert!(e.starts_with("services[0].backends[0].addr:"), "{e}");
         let e = err(&GOOD.replace("local_addrs = [\"10.0.0.200\"]", "local_addrs = [\"10.0.0.200\", \"10.0.0.200\"]"));

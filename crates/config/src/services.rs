@@ -146,12 +146,16 @@ pub(crate) fn services(raw: &[RawService], base: &Timeouts) -> Result<(Vec<Servi
             None => None,
         });
     }
-    // No backend is one of the load balancer's own addresses (it would forward to itself).
-    let ours: Vec<IpAddr> = services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied()).chain(s.peer_local_addrs.iter().copied())).collect();
+    // No backend is a local address of the load balancer, or a VIP's port a service has (it
+    // would forward to itself); another port of a VIP may be (hostNetwork endpoints listen on
+    // a node's address that has NodePorts).
+    let laddrs: Vec<IpAddr> = services.iter().flat_map(|s| s.local_addrs.iter().chain(s.peer_local_addrs.iter()).copied()).collect();
     for (i, s) in services.iter().enumerate() {
         for (j, b) in s.backends.iter().enumerate() {
-            if ours.contains(&b.addr) {
-                bail!("services[{i}].backends[{j}].addr: '{}' is a VIP or local address of this load balancer", b.addr);
+            let port = if b.port == 0 { s.port } else { b.port };
+            let on_vip = services.iter().any(|o| o.vip == b.addr && o.proto == s.proto && (port == 0 || o.port == 0 || o.port == port));
+            if laddrs.contains(&b.addr) || on_vip {
+                bail!("services[{i}].backends[{j}].addr: '{}' is a local address of this load balancer, or a VIP with a service on that port", b.addr);
             }
         }
     }

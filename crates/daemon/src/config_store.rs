@@ -181,6 +181,36 @@ impl ConfigStore {
                     }
                 }
             }
+            // The node's addresses with NodePorts are the host's too: what no service has
+            // there goes back to the host (which listens on some: health-check node ports).
+            if pods.has_host() {
+                spec.host_addrs.extend(pods.spec.node_port_addresses.iter().filter_map(|a| a.parse::<std::net::IpAddr>().ok()));
+            }
+            // The pods' host ports: NAT services of the data plane, never in the file (a
+            // service of the configuration on the same address and port wins).
+            for (vip, proto, port, addr, bport) in pods.host_port_bindings() {
+                if spec.services.iter().any(|s| s.vip == vip && s.port == port && s.proto == proto) {
+                    tracing::warn!("host port {vip}:{port}: a configured service has it; the pod's host port is not served");
+                    continue;
+                }
+                spec.services.push(vectorlb_lb::ServiceSpec {
+                    vip,
+                    port,
+                    proto,
+                    mode: Mode::Nat,
+                    scheduler: vectorlb_sched::Algorithm::Rr,
+                    backends: vec![vectorlb_lb::BackendSpec { addr, port: bport, weight: 1, quic_id: None }],
+                    local_addrs: Vec::new(),
+                    keep_source: Vec::new(),
+                    peer_local_addrs: Vec::new(),
+                    toa: false,
+                    synproxy: vectorlb_lb::SynProxy::Off,
+                    timeouts: c.timeouts,
+                    continuation: false,
+                    quic: false,
+                    affinity_ms: 0,
+                });
+            }
             if pods.has_host() {
                 for a in pods.host_routes() {
                     let (len, via) = if a.is_ipv4() { (32, std::net::IpAddr::V4(crate::pods::HOST_V4)) } else { (128, std::net::IpAddr::V6(crate::pods::HOST_V6)) };

@@ -304,6 +304,7 @@ fn pod_status(t: &crate::pods::PodTun) -> PodStatus {
                 .collect(),
             connected: m.connected(),
         }),
+        host_ports: t.rec.host_ports.clone(),
     }
 }
 
@@ -348,6 +349,7 @@ impl LbControl for Daemon {
             pod: p.pod,
             network: p.network,
             memif_ports,
+            host_ports: p.host_ports,
         };
         let tap = set.attach(rec, None).map_err(pod_error)?;
         self.config.republish();

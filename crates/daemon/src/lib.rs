@@ -21,6 +21,7 @@ pub mod error;
 pub mod ha;
 pub mod handoff;
 pub mod health;
+pub mod host_ports;
 pub mod instance;
 pub mod memif_ports;
 pub mod metrics;

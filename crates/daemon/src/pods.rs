@@ -21,14 +21,14 @@ use crate::pod_memif::{MemifIo, PodMemif, PortRange};
 use crate::tun;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use vectorlb_api::model::{is_container_id, is_ifname, MAX_CONTAINER_ID, MAX_IFNAME};
+use vectorlb_api::model::{is_container_id, is_ifname, HostPort, MAX_CONTAINER_ID, MAX_IFNAME};
 use vectorlb_config::PodsSpec;
 use vectorlb_dpdk::Mbuf;
 use vectorlb_io::{Packet, PacketBuf, PacketMeta, PacketPool, RxQueue, TxQueue};
@@ -71,6 +71,9 @@ pub struct PodRecord {
     /// Destination ports that go to the pod's memif (none: no memif).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memif_ports: Vec<PortRange>,
+    /// Its host ports ([`crate::host_ports`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<HostPort>,
 }
 
 /// Why an attachment was refused.
@@ -159,6 +162,8 @@ pub struct PodSet {
     memif_io: OnceLock<MemifIo>,
     /// The attached interfaces that have a memif.
     memifs: ArcSwap<Vec<Arc<PodTun>>>,
+    /// The loopback host ports' relays, by (container id, interface).
+    relays: Mutex<HashMap<(String, String), Vec<crate::host_ports::Relay>>>,
 }
 
 fn os_err(what: &str) -> PodError {
@@ -187,6 +192,7 @@ impl PodSet {
             host_addrs: Mutex::new(Vec::new()),
             memif_io: OnceLock::new(),
             memifs: ArcSwap::from_pointee(Vec::new()),
+            relays: Mutex::new(HashMap::new()),
         })
     }
 
@@ -296,6 +302,7 @@ impl PodSet {
             pod: None,
             network: None,
             memif_ports: Vec::new(),
+            host_ports: Vec::new(),
         };
         let _g = lock(&self.edit);
         self.insert(Arc::new(PodTun::new(rec, fd, true, None)))
@@ -345,10 +352,18 @@ impl PodSet {
         if !rec.memif_ports.is_empty() && self.memif_io.get().is_none() {
             return Err(PodError::Unprocessable("memif_ports: this pods port has no memif support".into()));
         }
+        let node = self.node_addresses();
+        crate::host_ports::check(&rec.host_ports, &rec.ips, &node).map_err(PodError::Unprocessable)?;
         let _g = lock(&self.edit);
         let slots = self.slots.load_full();
         if let Some(t) = slots.iter().flatten().find(|t| !t.host && t.rec.container_id == rec.container_id && t.rec.ifname == rec.ifname) {
-            if t.rec.netns == rec.netns && t.rec.ips == rec.ips && t.rec.mtu == rec.mtu && t.rec.memif_ports == rec.memif_ports && t.rec.network == rec.network {
+            if t.rec.netns == rec.netns
+                && t.rec.ips == rec.ips
+                && t.rec.mtu == rec.mtu
+                && t.rec.memif_ports == rec.memif_ports
+                && t.rec.network == rec.network
+                && t.rec.host_ports == rec.host_ports
+            {
                 return Ok(t.clone());
             }
             return Err(PodError::Conflict(format!("{} of {} is attached already, with other addresses or namespace; delete it first", rec.ifname, rec.container_id)));
@@ -358,6 +373,17 @@ impl PodSet {
         }
         if let Some(t) = slots.iter().flatten().find(|t| !t.host && t.rec.netns == rec.netns && t.rec.ifname == rec.ifname) {
             return Err(PodError::Conflict(format!("ifname: {} in {} is {}'s already", rec.ifname, rec.netns, t.rec.container_id)));
+        }
+        for h in &rec.host_ports {
+            if let Some(t) = slots.iter().flatten().find(|t| t.rec.host_ports.iter().any(|o| crate::host_ports::overlaps(o, &t.rec.ips, h, &rec.ips, &node))) {
+                return Err(PodError::Conflict(format!(
+                    "host_ports: {}/{} is {}'s ({}) already",
+                    h.host_port,
+                    h.proto,
+                    t.rec.pod.as_deref().unwrap_or(&t.rec.container_id),
+                    t.rec.ifname
+                )));
+            }
         }
         let used = slots.iter().flatten().filter(|t| !t.host).count();
         if used >= self.spec.max_pods as usize {
@@ -403,12 +429,56 @@ impl PodSet {
             _ => None,
         };
         let tap = Arc::new(PodTun::new(rec, fd, false, memif));
-        if let Err(e) = self.insert(tap.clone()) {
+        let placed = self.host_ports_on(&tap.rec, &node).and_then(|()| self.insert(tap.clone()));
+        if let Err(e) = placed {
+            self.host_ports_off(&tap.rec, &node);
             tun::unpersist(&tap.fd);
             let _ = std::fs::remove_file(self.state_file(&tap.rec.container_id, &tap.rec.ifname));
             return Err(e);
         }
         Ok(tap)
+    }
+
+    /// The node's addresses that NodePorts and host ports are on (`node_port_addresses`).
+    fn node_addresses(&self) -> Vec<IpAddr> {
+        self.spec.node_port_addresses.iter().filter_map(|a| a.parse().ok()).collect()
+    }
+
+    /// The data plane's services for the pods' host ports on the node's addresses.
+    pub fn host_port_bindings(&self) -> Vec<crate::host_ports::Binding> {
+        let node = self.node_addresses();
+        self.slots.load().iter().flatten().flat_map(|t| crate::host_ports::bindings(&t.rec.host_ports, &t.rec.ips, &node)).collect()
+    }
+
+    /// Hands a pod's host ports to the data plane (routing rules) and starts its relays.
+    fn host_ports_on(&self, rec: &PodRecord, node: &[IpAddr]) -> Result<(), PodError> {
+        if rec.host_ports.is_empty() {
+            return Ok(());
+        }
+        let range = self.spec.node_ports().map_err(PodError::Invalid)?;
+        for (addr, proto, port, _, _) in crate::host_ports::bindings(&rec.host_ports, &rec.ips, node) {
+            let p = if proto == vectorlb_packet::proto::UDP { "udp" } else { "tcp" };
+            crate::steer::host_port(addr, p, port, range, true).map_err(|e| PodError::Io(format!("host_ports {addr}:{port}/{p}: {e}")))?;
+        }
+        let mut relays = Vec::new();
+        for (listen, to) in crate::host_ports::relayed(&rec.host_ports, &rec.ips) {
+            let r = crate::host_ports::Relay::start(listen, to).map_err(|e| PodError::Conflict(format!("host_ports {listen}/tcp: {e} (the host uses it)")))?;
+            relays.push(r);
+        }
+        lock(&self.relays).insert((rec.container_id.clone(), rec.ifname.clone()), relays);
+        Ok(())
+    }
+
+    /// Undoes [`PodSet::host_ports_on`] (what of it there is).
+    fn host_ports_off(&self, rec: &PodRecord, node: &[IpAddr]) {
+        lock(&self.relays).remove(&(rec.container_id.clone(), rec.ifname.clone()));
+        let Ok(range) = self.spec.node_ports() else { return };
+        for (addr, proto, port, _, _) in crate::host_ports::bindings(&rec.host_ports, &rec.ips, node) {
+            let p = if proto == vectorlb_packet::proto::UDP { "udp" } else { "tcp" };
+            if let Err(e) = crate::steer::host_port(addr, p, port, range, false) {
+                tracing::warn!("host port {addr}:{port}/{p} of {}: {e}", rec.container_id);
+            }
+        }
     }
 
     fn write_state(&self, rec: &PodRecord) -> Result<(), PodError> {
@@ -458,6 +528,7 @@ impl PodSet {
         }
         self.slots.store(Arc::new(v));
         self.store_memifs();
+        self.host_ports_off(&tap.rec, &self.node_addresses());
         // The interface goes when its last descriptor closes (a worker may still hold it for
         // a burst); its namespace may be gone already, and the interface with it.
         tun::unpersist(&tap.fd);
@@ -874,6 +945,7 @@ mod tests {
             pod: None,
             network: None,
             memif_ports: Vec::new(),
+            host_ports: Vec::new(),
         };
         assert!(matches!(s.attach(rec, None), Err(PodError::NoNamespace(_))));
         assert!(s.all().is_empty());
@@ -892,6 +964,7 @@ mod tests {
             pod: None,
             network: None,
             memif_ports: Vec::new(),
+            host_ports: Vec::new(),
         }
     }
 

@@ -90,3 +90,22 @@ pub fn node_ports(ifname: &str, addrs: &[IpAddr], range: (u16, u16)) -> Result<(
     }
     Ok(())
 }
+
+/// Hands one host port of one address to the data plane (`add`), or stops (a pod's
+/// `hostPort`, [`crate::host_ports`]); a port inside the NodePort range `range` already is.
+/// Needs the table and rules [`node_ports`] made for the address's family.
+pub fn host_port(addr: IpAddr, proto: &str, port: u16, range: (u16, u16), add: bool) -> Result<(), String> {
+    if (range.0..=range.1).contains(&port) {
+        return Ok(());
+    }
+    let fam = if addr.is_ipv4() { "-4" } else { "-6" };
+    let (to, port, pref, table) = (addr.to_string(), port.to_string(), PREF.to_string(), TABLE.to_string());
+    let args = [if add { "add" } else { "del" }, "pref", &pref, "to", &to, "ipproto", proto, "dport", &port, "table", &table];
+    let mut a = vec!["rule"];
+    a.extend(args);
+    match ip(fam, &a) {
+        // Removing what is not there (a start that flushed it) is done already.
+        Err(e) if !add && (e.contains("No such file") || e.contains("not exist")) => Ok(()),
+        r => r.map(|_| ()),
+    }
+}

@@ -55,6 +55,7 @@ fn spec() -> LbSpec {
         snat: vec![],
         icmp_rate: 1000,
         cluster_key: 0,
+        host_addrs: Vec::new(),
     }
 }
 

@@ -47,6 +47,8 @@ pub struct Controller {
     last_resync: Instant,
     /// The Gateway API, when `[gateway]` is configured.
     gateway: Option<crate::gateway_run::GatewayCtl>,
+    /// The health-check node ports, with `[cluster_ips] node_name` and node addresses.
+    health_ports: Option<crate::health_port::HealthPorts>,
 }
 
 fn ns_name(o: &impl ResourceExt) -> String {
@@ -90,7 +92,6 @@ impl Controller {
         };
         let recorder = Recorder::new(client.clone(), Reporter { controller: "vectorlb-controller".into(), instance: Some(identity.to_string()) });
         Ok(Controller {
-            cfg,
             client,
             recorder,
             daemons,
@@ -101,6 +102,12 @@ impl Controller {
             programmed: BTreeSet::new(),
             metrics,
             last_resync: Instant::now(),
+            health_ports: cfg
+                .cluster_ips
+                .as_ref()
+                .filter(|c| c.node_name.is_some() && !c.node_addresses.is_empty())
+                .map(|c| crate::health_port::HealthPorts::new(c.node_addresses.clone())),
+            cfg,
             gateway,
         })
     }
@@ -169,6 +176,17 @@ impl Controller {
                 for spec in cluster_specs(&s, c, &cidrs) {
                     place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
                 }
+            }
+            // The health-check node ports of this node.
+            if let (Some(h), Some(node)) = (&mut self.health_ports, &c.node_name) {
+                let mut want = BTreeMap::new();
+                for s in self.services.state() {
+                    let Some(spec) = &s.spec else { continue };
+                    let Some(port) = spec.health_check_node_port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) else { continue };
+                    let slices: Vec<SliceIn> = slices_by_svc.get(&ns_name(s.as_ref())).map(|v| v.iter().map(|sl| slice_in(sl)).collect()).unwrap_or_default();
+                    want.insert(port, crate::health_port::Entry { namespace: s.namespace().unwrap_or_default(), name: s.name_any(), local: local_ready(&slices, node) });
+                }
+                h.update(want);
             }
             // Every daemon service on these is the controller's (a stale one is removed).
             ranges.extend(cidrs);
@@ -500,6 +518,21 @@ fn cluster_specs(s: &Service, c: &ClusterIpConfig, cidrs: &[ipam::Range]) -> Vec
         .iter()
         .map(|ip| SvcSpec { ip: Some(*ip), local_node: c.node_name.clone().filter(|_| internal_local), local_addrs: masq.clone(), keep_source: keep.clone(), ..base.clone() })
         .collect();
+    // External IPs (`spec.externalIPs`): served as the cluster IPs are, for whoever routes
+    // them here (this node's Pods, at least); `externalTrafficPolicy: Local` applies to them
+    // (this node's endpoints, the client's address kept).
+    let external_local = spec.external_traffic_policy.as_deref() == Some("Local");
+    for a in spec.external_ips.iter().flatten().filter_map(|a| a.parse::<IpAddr>().ok()) {
+        let usable = !(a.is_unspecified() || a.is_loopback() || a.is_multicast() || cidrs.iter().any(|r| r.contains(&a))) && ips.iter().any(|ip| ip.is_ipv4() == a.is_ipv4());
+        if !usable || out.iter().any(|o| o.ip == Some(a)) {
+            continue;
+        }
+        out.push(if external_local {
+            SvcSpec { ip: Some(a), local_node: c.node_name.clone(), ..base.clone() }
+        } else {
+            SvcSpec { ip: Some(a), local_addrs: masq.clone(), keep_source: keep.clone(), ..base.clone() }
+        });
+    }
     if matches!(spec.type_.as_deref(), Some("NodePort") | Some("LoadBalancer")) {
         let ports: Vec<PortIn> = spec
             .ports
@@ -523,6 +556,19 @@ fn cluster_specs(s: &Service, c: &ClusterIpConfig, cidrs: &[ipam::Range]) -> Vec
         }
     }
     out
+}
+
+/// The ready endpoints of a Service on node `node` (of the family that has most; a
+/// terminating endpoint is not ready).
+fn local_ready(slices: &[SliceIn], node: &str) -> usize {
+    let mut by_family: BTreeMap<&str, BTreeSet<IpAddr>> = BTreeMap::new();
+    for sl in slices {
+        let set = by_family.entry(sl.address_type.as_str()).or_default();
+        for e in sl.endpoints.iter().filter(|e| e.ready && !e.terminating && e.node.as_deref() == Some(node)) {
+            set.extend(e.addrs.first());
+        }
+    }
+    by_family.values().map(BTreeSet::len).max().unwrap_or(0)
 }
 
 /// A prefix as the daemon writes it back ("fd00:244::/32", not "fd00:244:0::/32"), so that
@@ -627,6 +673,14 @@ mod tests {
         internal.spec.as_mut().unwrap().internal_traffic_policy = Some("Local".into());
         assert_eq!(on(&cluster_specs(&internal, &cfg(&masq, Some("node-1")), &cidrs)), [true, true, false, false]);
         // Outside the ranges, headless, ExternalName, a single-family Service: what applies.
+        // External IPs: as the cluster IPs (the family's own, never a loopback or a cluster IP).
+        let ext = svc(json!({"metadata": {"name": "x", "namespace": "d"},
+            "spec": {"clusterIP": "10.96.0.12", "externalIPs": ["203.0.113.250", "127.0.0.1", "10.96.0.99", "2001:db8::1", "nope"], "ports": [{"port": 80}]}}));
+        let specs = cluster_specs(&ext, &pods, &cidrs);
+        let ips: Vec<String> = specs.iter().map(|s| s.ip.unwrap().to_string()).collect();
+        assert_eq!(ips, ["10.96.0.12", "203.0.113.250"]);
+        assert_eq!(specs[1].ports.iter().map(|p| p.port).collect::<Vec<_>>(), [80]);
+        assert_eq!((specs[1].annotations["vectorlb.io/mode"].as_str(), &specs[1].local_addrs), ("nat", &masq));
         let other = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"clusterIP": "172.16.0.1", "ports": [{"port": 80}]}}));
         assert!(cluster_specs(&other, &plain, &cidrs).is_empty());
         let headless = svc(json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}));

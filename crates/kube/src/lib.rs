@@ -14,6 +14,7 @@ pub mod desired;
 pub mod gateway;
 pub mod gateway_run;
 pub mod gateway_types;
+pub mod health_port;
 pub mod ipam;
 pub mod leader;
 pub mod metrics;

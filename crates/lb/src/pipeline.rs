@@ -647,7 +647,9 @@ impl Worker {
                     return None;
                 }
             }
-            return Some(if own.vip { Verdict::Drop(DropReason::NoSession) } else { Verdict::Kernel });
+            // A VIP's port no service has is dropped, unless the address is also the host's
+            // (a node's address with NodePorts), whose sockets may listen there.
+            return Some(if own.vip && !own.host { Verdict::Drop(DropReason::NoSession) } else { Verdict::Kernel });
         }
         let skey = src.key();
         if let Some(ids) = snap.nat_backends(skey, m.sport, m.proto) {

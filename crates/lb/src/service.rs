@@ -304,6 +304,7 @@ pub mod two_arm {
             snat: vec![],
             icmp_rate: 1000,
             cluster_key: 0,
+            host_addrs: Vec::new(),
         }
     }
 }
@@ -321,6 +322,10 @@ pub struct LbSpec {
     /// `global.cluster_key`; 0 without one): nodes with the same configuration pick the same
     /// backend for a flow.
     pub cluster_key: u64,
+    /// The host's own addresses that VIPs may share (a node's addresses with NodePorts): a
+    /// port of one that no service has goes to the host (whose sockets may listen there)
+    /// instead of being dropped as a VIP's unserved port.
+    pub host_addrs: Vec<IpAddr>,
 }
 
 /// Why a service model cannot be built. Messages name the port, route, service or SNAT rule.
@@ -452,6 +457,8 @@ pub struct Dst {
     /// A peer's local address (`peer_local_addrs`): reached by routing, never answered for by
     /// ARP or neighbour discovery.
     pub peer: bool,
+    /// Also the host's ([`LbSpec::host_addrs`]): its unserved ports go to the host.
+    pub host: bool,
     /// (port, protocol, service id): exact ports first, then any-port services (port 0).
     services: Vec<(u16, u8, u16)>,
 }
@@ -859,9 +866,17 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         }
     }
     let neighbors: FxHashMap<u128, Mac> = spec.neighbors.iter().map(|(ip, mac)| (key(*ip), *mac)).collect();
-    // Addresses the load balancer answers for, which no backend can be.
-    let ours: FxHashSet<u128> =
-        spec.services.iter().flat_map(|s| std::iter::once(s.vip).chain(s.local_addrs.iter().copied()).chain(s.peer_local_addrs.iter().copied())).map(key).collect();
+    // What no backend can be: a local address (its replies are the load balancer's), or a
+    // VIP's port that a service has (the load balancer would forward to itself, round and
+    // round). Another port of a VIP can: a node's address with NodePorts is also where
+    // hostNetwork endpoints listen.
+    let laddrs_all: FxHashSet<u128> = spec.services.iter().flat_map(|s| s.local_addrs.iter().chain(s.peer_local_addrs.iter())).map(|a| key(*a)).collect();
+    let vip_ports: FxHashSet<(u128, u16, u8)> = spec.services.iter().map(|s| (key(s.vip), s.port, s.proto)).collect();
+    let vips: FxHashSet<u128> = spec.services.iter().map(|s| key(s.vip)).collect();
+    let served = |a: IpAddr, port: u16, proto: u8| {
+        let k = key(a);
+        laddrs_all.contains(&k) || (vips.contains(&k) && (port == 0 || vip_ports.contains(&(k, port, proto)) || vip_ports.contains(&(k, 0, proto))))
+    };
 
     let mut snap = Snapshot {
         generation,
@@ -984,8 +999,8 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             if let Some(why) = not_unicast(b.addr) {
                 bail!("{name}: backend {} is {why}", b.addr);
             }
-            if ours.contains(&key(b.addr)) {
-                bail!("{name}: backend {} is a VIP or local address of this load balancer", b.addr);
+            if served(b.addr, if b.port == 0 { s.port } else { b.port }, s.proto) {
+                bail!("{name}: backend {} is a local address of this load balancer, or a VIP with a service on that port", b.addr);
             }
             if matches!(s.mode, Mode::Dr) && !snap.on_link(key(b.addr), b.addr.is_ipv4()) {
                 bail!("{name}: dr backend {} is not on a connected network of any port", b.addr);
@@ -1079,6 +1094,11 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
         if let Some(&l) = svc.laddrs.iter().find(|l| snap.peer_laddrs.contains(l)) {
             let a = snap.laddr_addr(l).map_or_else(|| l.to_string(), |a| a.to_string());
             bail!("local address {a}: this node's on one service, a peer's (peer_local_addrs) on another");
+        }
+    }
+    for a in &spec.host_addrs {
+        if let Some(d) = snap.dsts.get_mut(&key(*a)) {
+            d.host = true;
         }
     }
     for (i, r) in spec.snat.iter().enumerate() {

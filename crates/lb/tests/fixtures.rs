@@ -522,3 +522,39 @@ fn keep_source_is_checked() {
         ""
     );
 }
+
+/// A VIP's port no service has is dropped, unless the address is also the host's
+/// (`host_addrs`: a node's address with NodePorts), whose sockets may listen there.
+#[test]
+fn an_unserved_port_of_a_vip_that_is_the_hosts_goes_to_the_host() {
+    for host in [false, true] {
+        let f = Fam { v6: false };
+        let mut spec = topology();
+        spec.services.push(service(&f, Mode::Nat, proto::TCP, 80, &[(1, 8080, 1)]));
+        if host {
+            spec.host_addrs.push(ip(f.vip()));
+        }
+        let mut lb = Lb::new(spec);
+        let (v, _) = lb.run(&client_packet(&f, proto::TCP, 81).build());
+        assert_eq!(v, if host { Verdict::Kernel } else { Verdict::Drop(DropReason::NoSession) }, "host {host}");
+        let (v, _) = lb.run(&client_packet(&f, proto::TCP, 80).build());
+        assert_eq!(v, Verdict::Tx(1), "the served port is the service's either way");
+    }
+}
+
+/// A backend may be a VIP's address on a port no service of it has (a hostNetwork endpoint on
+/// a node's address that has NodePorts), not on one that has (it would forward to itself).
+#[test]
+fn a_backend_on_a_vips_other_port_is_accepted_and_on_a_served_one_refused() {
+    let f = Fam { v6: false };
+    let build = |bport: u16| {
+        let mut spec = topology();
+        spec.services.push(service(&f, Mode::Nat, proto::TCP, 80, &[(1, 8080, 1)]));
+        let mut other = service(&f, Mode::Nat, proto::TCP, 30080, &[]);
+        other.backends = vec![BackendSpec { addr: ip(f.vip()), port: bport, weight: 1, quic_id: None }];
+        spec.services.push(other);
+        Control::new(&spec).err().map(|e| e.to_string())
+    };
+    assert_eq!(build(8083), None);
+    assert!(build(80).is_some_and(|e| e.contains("a VIP with a service on that port")));
+}

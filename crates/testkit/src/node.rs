@@ -162,13 +162,16 @@ impl RealNode {
         std::fs::write(dir.join("cni/10-vectorlb.conflist"), serde_json::to_string_pretty(cni).unwrap()).unwrap();
         let netns_before = netns_names();
         let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
-        let containerd = Command::new("nsenter")
-            .arg(format!("--net=/var/run/netns/{netns}"))
-            .args(["containerd", "--config", &d("containerd.toml")])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let mut containerd = Command::new("nsenter");
+        containerd.arg(format!("--net=/var/run/netns/{netns}"));
+        if cluster.is_some() {
+            // A node of a cluster has its own host name (its node's name), which hostNetwork
+            // Pods share: containerd in a UTS namespace of its own, named so.
+            containerd.args(["unshare", "--uts", "sh", "-c", "hostname \"$0\" && exec containerd --config \"$1\"", name, &d("containerd.toml")]);
+        } else {
+            containerd.args(["containerd", "--config", &d("containerd.toml")]);
+        }
+        let containerd = containerd.stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
         let mut node = RealNode {
             name: name.to_string(),
             dir: dir.clone(),

@@ -236,7 +236,7 @@ impl Cluster {
                 std::os::unix::fs::symlink(format!("/usr/lib/cni/{p}"), cni_bin.join(p)).unwrap();
             }
             let cni = json!({"cniVersion": "1.0.0", "name": "vectorlb-pods", "plugins": [
-                {"type": "vectorlb-cni", "api": t.api(), "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+                {"type": "vectorlb-cni", "api": t.api(), "capabilities": {"io.kubernetes.cri.pod-annotations": true, "portMappings": true},
                  "ipam": {"type": "host-local", "dataDir": t.dir.join("runtime-ipam").display().to_string(),
                           "ranges": [[{"subnet": format!("10.244.{k}.0/24"), "rangeStart": format!("10.244.{k}.10")}],
                                      [{"subnet": format!("fd00:244:{k}::/64"), "rangeStart": format!("fd00:244:{k}::10")}]]}},
@@ -355,7 +355,9 @@ fn node_port(cp: &ControlPlane, svc: &str) -> u64 {
 /// keeping the client's address (and refusing on a node without an endpoint), a dual-stack
 /// Service answering on both its addresses, the node itself reaching a cluster IP whose
 /// endpoints are on the other node (masqueraded), a Service without endpoints refusing TCP and
-/// UDP at once, and `sessionAffinity: ClientIP` with its timeout reaching the data plane.
+/// UDP at once, a hostPort, an external IP, the health-check node port of a Local
+/// LoadBalancer Service, and `sessionAffinity: ClientIP` with its timeout reaching the data
+/// plane.
 #[test]
 fn services_on_two_nodes_behave_as_kubernetes_expects() {
     let suite_dir = suite();
@@ -374,14 +376,21 @@ fn services_on_two_nodes_behave_as_kubernetes_expects() {
         pod("web-1", "node-2", json!({"app": "web"}), netexec.clone()),
         pod("web-2", "node-2", json!({"app": "web"}), netexec.clone()),
         pod("client", "node-1", json!({"app": "client"}), json!(["pause"])),
+        {
+            let mut hp = pod("hostport", "node-1", json!({"app": "hostport"}), json!(["netexec", "--http-port=8080", "--udp-port=-1"]));
+            hp["spec"]["containers"][0]["ports"] = json!([{"containerPort": 8080, "hostPort": 54323, "protocol": "TCP"}]);
+            hp
+        },
+        svc("external", json!({"selector": {"app": "web"}, "ports": ports, "externalIPs": ["203.0.113.250"]})),
+        svc("lb-local", json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "selector": {"app": "web"}, "ports": ports})),
         svc("cluster", json!({"type": "NodePort", "selector": {"app": "web"}, "ports": ports, "ipFamilyPolicy": "RequireDualStack"})),
         svc("local", json!({"type": "NodePort", "externalTrafficPolicy": "Local", "selector": {"app": "web"}, "ports": ports})),
         svc("empty", json!({"selector": {"app": "nobody"}, "ports": ports})),
         svc("sticky", json!({"selector": {"app": "web"}, "ports": ports, "sessionAffinity": "ClientIP", "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 30}}})),
     ])
     .unwrap();
-    wait_until(Duration::from_secs(90), "the three Pods Running", || {
-        cp.get(&["-n", "default", "pods"])["items"].as_array().is_some_and(|a| a.len() == 3 && a.iter().all(|p| p["status"]["phase"] == "Running"))
+    wait_until(Duration::from_secs(90), "the four Pods Running", || {
+        cp.get(&["-n", "default", "pods"])["items"].as_array().is_some_and(|a| a.len() == 4 && a.iter().all(|p| p["status"]["phase"] == "Running"))
     });
     let ips =
         |s: &str| -> Vec<String> { cp.get(&["-n", "default", "service", s])["spec"]["clusterIPs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect() };
@@ -434,6 +443,33 @@ fn services_on_two_nodes_behave_as_kubernetes_expects() {
         let masq = if ip.contains(':') { "[fd00:244:1::1]:" } else { "10.244.1.1:" };
         assert!(o.status.success() && seen.starts_with(masq), "node-1 to {ip}: the endpoint sees the masquerade address: {seen}");
     }
+
+    // A hostPort (the runtime's portMappings, passed on by the plugin): node-1's address and
+    // port answered by the Pod, from outside the node.
+    let (ok, body) = wait_for(Duration::from_secs(30), "the hostPort answering", || {
+        let r = outside(&url("192.168.77.1", 54323, "/hostname"));
+        r.0.then_some(r)
+    });
+    assert!(ok && body == "hostport", "{body}");
+
+    // An external IP (spec.externalIPs): served to the cluster's Pods as the cluster IP is.
+    let (ok, body) = wait_for(Duration::from_secs(30), "the external IP answering", || {
+        let r = exec(cp, "client", &format!("curl -sS -m 3 {}", url("203.0.113.250", 80, "/hostname")));
+        r.0.then_some(r)
+    });
+    assert!(ok && body.starts_with("web-"), "{body}");
+
+    // The health-check node port of a Local LoadBalancer Service: 200 on node-2 (its two
+    // endpoints), 503 on node-1 (none), kube-proxy's JSON body.
+    let hc = cp.get(&["-n", "default", "service", "lb-local"])["spec"]["healthCheckNodePort"].as_u64().unwrap();
+    let probe = |node: &str| {
+        let o = c.outside(&["curl", "-sS", "-m", "3", "-w", " %{http_code}", &url(node, hc, "/healthz")]);
+        stdout(&o)
+    };
+    let on2 = wait_for(Duration::from_secs(30), "node-2's health-check node port", || Some(probe("192.168.77.2")).filter(|r| r.ends_with(" 200")));
+    assert!(on2.contains(r#""localEndpoints":2"#) && on2.contains(r#""name":"lb-local""#), "{on2}");
+    let on1 = probe("192.168.77.1");
+    assert!(on1.ends_with(" 503") && on1.contains(r#""localEndpoints":0"#), "{on1}");
 
     // No endpoints: refused at once, TCP and UDP (agnhost connect says REFUSED for
     // ECONNREFUSED; TIMEOUT would mean dropped).

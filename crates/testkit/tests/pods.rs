@@ -60,7 +60,7 @@ impl PodNet {
         let k = self.k;
         let c = json!({
             "cniVersion": version, "name": NET, "type": "vectorlb-cni", "api": self.t.api(),
-            "capabilities": { "io.kubernetes.cri.pod-annotations": true },
+            "capabilities": { "io.kubernetes.cri.pod-annotations": true, "portMappings": true },
             "ipam": { "type": ipam, "dataDir": self.t.dir.join("ipam").display().to_string(),
                       "ranges": [[{ "subnet": format!("10.244.{k}.0/24") }], [{ "subnet": format!("fd00:244:{k}::/64") }]] },
         });
@@ -88,6 +88,11 @@ impl PodNet {
     /// pod annotations: a capability argument).
     fn cnitool_annotated(&self, cmd: &str, netns: &str, memif: Option<&str>) -> Output {
         let caps = memif.map(|m| json!({"io.kubernetes.cri.pod-annotations": {"vectorlb.io/memif-ports": m}}).to_string()).unwrap_or_default();
+        self.cnitool_caps(cmd, netns, &caps)
+    }
+
+    /// `cnitool` with capability arguments (`CAP_ARGS`, JSON), as a runtime passes them.
+    fn cnitool_caps(&self, cmd: &str, netns: &str, caps: &str) -> Output {
         Command::new(&self.cnitool)
             .args([cmd, NET, netns])
             .env("CAP_ARGS", caps)
@@ -305,6 +310,18 @@ fn bad_input_gets_the_specifications_errors_and_leaks_nothing() {
     let (s, _) = n.plugin("ADD", &ns, "c2", &good.replace("host-local", "no-such-ipam"));
     assert!(!s);
     assert!(!stdout(&n.in_pod(1, &["ip", "-br", "link"])).contains("eth0"));
+}
+
+/// Tries `f` for up to 10 s until its first value is true; the last result.
+fn wait_for_ok<T>(mut f: impl FnMut() -> (bool, T, T)) -> (bool, T, T) {
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = f();
+        if r.0 || std::time::Instant::now() > end {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn serve(n: &mut PodNet, i: usize) {
@@ -1340,17 +1357,96 @@ fn node_ports_on_the_hosts_own_address_reach_the_data_plane_and_the_rest_stays_t
     assert_eq!((count("-4"), count("-6")), (3, 3), "after a restart and a kill:\n{}{}", rules("-4"), rules("-6"));
     let (good, body, err) = curl("http://192.168.77.1:30080/");
     assert!(good && body.contains("pod1"), "after the restarts: {body} {err}");
-    // A NodePort of the range that no service has, on an address that has services: dropped
-    // and counted by the data plane (no_session, as for any VIP's unserved port), never sent
-    // back and forth between the host and the data plane (a few packets, not a TTL's worth).
+    // A NodePort of the range that no service has, on an address that has services: handed
+    // back to the host (whose sockets may listen there: health-check node ports), which
+    // refuses it here; never sent back and forth between the host and the data plane (a few
+    // packets, not a TTL's worth).
     let before = n.t.stats();
-    let (good, _, _) = curl("http://192.168.77.1:30099/");
+    let (good, _, err) = curl("http://192.168.77.1:30099/");
     let after = n.t.stats();
     let d = |k: &str| {
         let v = |s: &Value| s["drops"][k].as_u64().or(s[k].as_u64()).unwrap_or(0);
         v(&after) - v(&before)
     };
-    assert!(!good && d("no_session") >= 1 && d("rx") < 20, "no service on 30099: dropped once per SYN, no loop: no_session +{}, rx +{}", d("no_session"), d("rx"));
+    assert!(!good && err.contains("(7)") && d("rx") < 20, "no service on 30099: the host refuses, no loop: rx +{}: {err}", d("rx"));
+    // A host's socket on such a port answers (what no service has is the host's).
+    n.t.spawn("lb", &[tools(), "probe", "serve-http", "--listen", "192.168.77.1:30098", "--name", "host-30098"]);
+    let (good, body, err) = wait_for_ok(|| curl("http://192.168.77.1:30098/"));
+    assert!(good && body.contains("host-30098"), "the host's own listener in the NodePort range: {body} {err}");
+    // Host ports (a container's hostPort, the runtime's portMappings): pod2 takes 8090 on the
+    // node's addresses in TCP and UDP, and on the host's loopback (relayed); a third request
+    // for the same port is refused; all of it survives a kill -9 and goes with the pod.
+    let ns2 = n.mkpod(2);
+    let caps = |maps: Value| json!({ "portMappings": maps }).to_string();
+    let maps = json!([{"hostPort": 8090, "containerPort": 8080, "protocol": "tcp"}, {"hostPort": 8090, "containerPort": 5353, "protocol": "udp"},
+                      {"hostPort": 8090, "containerPort": 8080, "protocol": "tcp", "hostIP": "127.0.0.1"}]);
+    let o = n.cnitool_caps("add", &ns2, &caps(maps.clone()));
+    assert!(ok(&o), "{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    serve(&mut n, 2);
+    let ns3 = n.mkpod(3);
+    let o = n.cnitool_caps("add", &ns3, &caps(json!([{"hostPort": 8090, "containerPort": 80, "protocol": "tcp", "hostIP": "192.168.77.1"}])));
+    assert!(!ok(&o) && stdout(&o).contains("host_ports: 8090/tcp is"), "the same host port again is refused: {}", stdout(&o));
+    let o = n.cnitool_caps("add", &ns3, &caps(json!([{"hostPort": 8091, "containerPort": 80, "hostIP": "192.168.77.99"}])));
+    assert!(!ok(&o) && stdout(&o).contains("not one of this node's addresses"), "{}", stdout(&o));
+    let host_ports_answer = |n: &PodNet, when: &str| {
+        for host in ["192.168.77.1", "[fd00:77::1]"] {
+            let (good, body, err) = wait_for_ok(|| curl(&format!("http://{host}:8090/")));
+            assert!(
+                good && body.contains("pod2"),
+                "{when}: {host}:8090 from outside, answered by the pod: {body} {err}
+{}",
+                n.t.lb_log()
+            );
+        }
+        let o = n.t.run("lb", &["curl", "-sS", "-m", "3", "--interface", "192.168.77.1", "http://127.0.0.1:8090/"]);
+        assert!(ok(&o) && stdout(&o).contains("pod2"), "{when}: the host's loopback, relayed: {}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+        let o = Command::new("ip").args(["netns", "exec", &out, "sh", "-c", "echo ping | nc -u -w 2 192.168.77.1 8090"]).output().unwrap();
+        assert!(stdout(&o).starts_with("pod2 ping"), "{when}: UDP host port: {}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    };
+    host_ports_answer(&n, "attached");
+    let hp_rules = |fam: &str| rules(fam).lines().filter(|l| l.contains("dport 8090")).count();
+    assert_eq!(
+        (hp_rules("-4"), hp_rules("-6")),
+        (2, 2),
+        "a rule per address and protocol:
+{}{}",
+        rules("-4"),
+        rules("-6")
+    );
+    let (s, r) = n.t.call("POST", "/v1/save", None);
+    assert_eq!(s, 200, "{r}");
+    assert!(!std::fs::read_to_string(n.t.config_path()).unwrap().contains("8090"), "host ports are the pod's, never written to the file");
+    let pods = n.attached();
+    let p2 = pods.iter().find(|p| p["netns"] == ns2).unwrap();
+    assert_eq!(p2["host_ports"].as_array().map(Vec::len), Some(3), "{p2}");
+    sh(&["kill", "-9", &n.t.lb_pid().to_string()]);
+    std::thread::sleep(Duration::from_millis(300));
+    n.t.forget_lb();
+    n.t.start_lb(&cfg);
+    assert_eq!(
+        (hp_rules("-4"), hp_rules("-6")),
+        (2, 2),
+        "once after a kill -9:
+{}{}",
+        rules("-4"),
+        rules("-6")
+    );
+    host_ports_answer(&n, "after a kill -9");
+    let o = n.cnitool_caps("del", &ns2, &caps(maps));
+    assert!(ok(&o), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        (hp_rules("-4"), hp_rules("-6")),
+        (0, 0),
+        "removed with the pod:
+{}{}",
+        rules("-4"),
+        rules("-6")
+    );
+    let (good, _, _) = curl("http://192.168.77.1:8090/");
+    assert!(!good, "the host port went with the pod");
+    let o = n.t.run("lb", &["curl", "-sS", "-m", "3", "http://127.0.0.1:8090/"]);
+    assert!(!ok(&o), "the relay went with the pod");
+
     // Without the addresses, the next start removes the rules: the host answers (refuses).
     n.t.stop_lb();
     n.t.start_lb(&cfg.replace("node_port_addresses = [\"192.168.77.1\", \"fd00:77::1\"]\n", ""));

@@ -139,7 +139,10 @@ fn check_refuses_nonsense_naming_the_field() {
         (base.replace("vip = \"10.0.0.100\"", "vip = \"0.0.0.0\""), "services[0].vip: '0.0.0.0' is the unspecified address"),
         (base.replace("vip = \"10.0.0.100\"", "vip = \"255.255.255.255\""), "services[0].vip: '255.255.255.255' is the broadcast address"),
         (base.replace("vip = \"10.0.0.100\"", "vip = \"::ffff:10.0.0.100\""), "services[0].vip: '::ffff:10.0.0.100' is an IPv4-mapped"),
-        (base.replace("{ addr = \"10.1.0.11\"", "{ addr = \"10.0.0.100\""), "services[0].backends[0].addr: '10.0.0.100' is a VIP or local address"),
+        (
+            base.replace("{ addr = \"10.1.0.11\", port = 8080", "{ addr = \"10.0.0.100\", port = 80"),
+            "services[0].backends[0].addr: '10.0.0.100' is a local address of this load balancer, or a VIP with a service on that port",
+        ),
         (base.replace("mac = \"02:00:00:00:01:11\"", "mac = \"ff:ff:ff:ff:ff:ff\""), "neighbors[2].mac: 'ff:ff:ff:ff:ff:ff' is a group"),
         (base.replace("local_addrs = [\"10.1.0.200\"]", "local_addrs = [\"10.1.0.200\", \"10.1.0.200\"]"), "services[0].local_addrs[1]: '10.1.0.200' is listed twice"),
         (base.replace("max_sessions = 100000", "max_sessions = 100000\nbatch = 99999"), "global.batch"),

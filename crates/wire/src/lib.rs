@@ -39,7 +39,7 @@ wire! {
     BatchDone, SynProxyName, BackendPatch, BackendHealth, BackendStatus, Rates, History, ServiceHistory, BackendHistory, RateSeries, GlobalRates,
     PortRates, ServiceStats, ServiceTimeouts, ServiceStatus, Health, BgpStatus, BgpNeighborStatus, DrainStatus, DrainChange, Created, Updated,
     Deleted, model::Reloaded, Saved, HaState, HaStatus, HaChange, HaChanged, SyncStatus, SyncRejected, SyncRefused, SyncBulk, Stats, QueueSetStatus,
-    QueueSetXdp, QueueSetQueues, Quantiles, PortStatus, MemifStatus, MemifQueue, Neighbor, Session, SessionPage, NewPod, MemifPorts, PodMemif,
+    QueueSetXdp, QueueSetQueues, Quantiles, PortStatus, MemifStatus, MemifQueue, Neighbor, Session, SessionPage, NewPod, HostPort, MemifPorts, PodMemif,
     PodStatus, HistogramOut, TlsOut, ListenerOut, EndpointOut, ClusterOut, DispatchClassOut, DispatchWorkerOut, DispatchOut, StatsOut, SecretsOut,
     KeyPairsOut, ConfigDigest, ConfigApplied, proxy::Reloaded, ProxyHealth, ErrorKind, OpError, ErrorBody,
 }

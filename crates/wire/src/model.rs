@@ -1097,6 +1097,31 @@ pub struct NewPod {
     /// pod annotation `vectorlb.io/memif-ports`, docs/pod-network.md); at most 16 ranges.
     #[serde(default)]
     pub memif_ports: Vec<MemifPorts>,
+    /// The pod's host ports (its containers' `hostPort`s, the CNI `portMappings` capability):
+    /// at most 64 (`MAX_HOST_PORTS`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<HostPort>,
+}
+
+/// The most host ports one pod may have.
+pub const MAX_HOST_PORTS: usize = 64;
+
+/// A port of the node forwarded to a port of the pod (a container's `hostPort`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HostPort {
+    /// `tcp` or `udp`.
+    pub proto: String,
+    /// The node's port (1..=65535).
+    pub host_port: u16,
+    /// The pod's port (1..=65535).
+    pub container_port: u16,
+    /// The node address it is on: none (or the unspecified address) for each of the node's
+    /// addresses (`[ports.pods] node_port_addresses`) of the pod's families, one of them, or
+    /// the loopback address of a family (TCP only: relayed by the daemon on the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub host_ip: Option<IpAddr>,
 }
 
 impl NewPod {
@@ -1123,6 +1148,20 @@ impl NewPod {
         for (i, r) in self.memif_ports.iter().enumerate() {
             if r.proto != "tcp" && r.proto != "udp" {
                 return Err(format!("memif_ports[{i}].proto: '{}' is not tcp or udp", r.proto.escape_debug()));
+            }
+        }
+        if self.host_ports.len() > MAX_HOST_PORTS {
+            return Err(format!("host_ports: {} of them; at most {MAX_HOST_PORTS}", self.host_ports.len()));
+        }
+        for (i, h) in self.host_ports.iter().enumerate() {
+            if h.proto != "tcp" && h.proto != "udp" {
+                return Err(format!("host_ports[{i}].proto: '{}' is not tcp or udp", h.proto.escape_debug()));
+            }
+            if h.host_port == 0 || h.container_port == 0 {
+                return Err(format!("host_ports[{i}]: ports are 1..=65535"));
+            }
+            if h.host_ip.is_some_and(|a| a.is_multicast()) {
+                return Err(format!("host_ports[{i}].host_ip: {} is a multicast address", h.host_ip.unwrap()));
             }
         }
         if let Some(n) = &self.network {
@@ -1179,6 +1218,9 @@ pub struct PodStatus {
     pub tx_dropped: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memif: Option<PodMemif>,
+    /// Its host ports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<HostPort>,
 }
 
 #[cfg(test)]
