@@ -7,7 +7,8 @@
 #   e2e.test          the suite's network packages (tools/k8s-e2e/e2e_test.go)
 #   images/*.tar      OCI images named as the suite names them (ctr -n k8s.io images import):
 #                     agnhost (the suite's test server and client, with busybox's shell and
-#                     tools, curl, dig and getent), busybox, jessie-dnsutils (dig), pause, and
+#                     tools, curl, wget, dig and getent), busybox, jessie-dnsutils (dig), pause,
+#                     regression-issue-74839 (the Conntrack test's server), and
 #                     CoreDNS (the cluster's DNS, vectorlb.local/coredns)
 #   images.txt        the images' names, one per line
 #   scripts/k8s-e2e.sh [--check]
@@ -41,6 +42,7 @@ export GOFLAGS="-buildvcs=false -modcacherw"
     cd "$root/$mod"
     go test -c -trimpath -o "$tmp/e2e.test" .
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/agnhost" k8s.io/kubernetes/test/images/agnhost
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/regression-issue-74839" k8s.io/kubernetes/test/images/regression-issue-74839
     go list -m -f '{{.Dir}}' k8s.io/kubernetes > "$tmp/kdir"
     cat "$(cat "$tmp/kdir")/test/images/agnhost/VERSION" > "$tmp/agnhost.version"
 )
@@ -113,6 +115,12 @@ image agnhost "$e2e/agnhost:$(cat "$tmp/agnhost.version")" '["/agnhost"]' '["pau
     "$agnhost_extra/passwd" /etc/passwd "$agnhost_extra/group" /etc/group "$agnhost_extra/keep" /uploads/.keep \
     "$agnhost_extra/keep" /home/user-defined-in-image/.keep
 image busybox "$e2e/busybox:1.37.0-1" '[]' '["sh"]'
+# The Conntrack test's server that sends an out-of-window segment (its tag as the suite's
+# image manifest names it).
+boom_tag=$(grep -o '"regression-issue-74839", "[^"]*"' "$kdir/test/utils/image/manifest.go" | cut -d'"' -f4)
+[ -n "$boom_tag" ] || { echo "k8s-e2e: no regression-issue-74839 tag in the suite's image manifest" >&2; exit 1; }
+image regression-issue-74839 "$e2e/regression-issue-74839:$boom_tag" '["/regression-issue-74839"]' '[]' \
+    "$tmp/bin/regression-issue-74839" /regression-issue-74839
 image jessie-dnsutils "$e2e/jessie-dnsutils:1.7" '[]' '["sh"]'
 image coredns "vectorlb.local/coredns:$coredns_version" '["/coredns"]' '[]' "$tmp/bin/coredns" /coredns
 bash deploy/kubernetes/image/pause.sh "$tmp/images/pause.tar" registry.k8s.io/pause:3.10.1

@@ -301,6 +301,10 @@ pub struct RawHealth {
 pub(crate) struct RawSnat {
     pub(crate) source: String,
     pub(crate) addrs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) except: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) outbound_only: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) timeouts: Option<RawTimeouts>,
 }

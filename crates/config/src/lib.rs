@@ -274,6 +274,8 @@ impl Config {
                 .map(|r| RawSnat {
                     source: format!("{}/{}", r.source, r.prefix_len),
                     addrs: r.addrs.iter().map(|a| a.to_string()).collect(),
+                    except: r.except.iter().map(|(a, l)| format!("{a}/{l}")).collect(),
+                    outbound_only: r.outbound_only,
                     timeouts: Some(raw_timeouts(&r.timeouts)),
                 })
                 .collect(),

@@ -39,6 +39,16 @@ pub struct PodsSpec {
     /// The NodePort range, `FIRST-LAST` (the API server's `--service-node-port-range`).
     #[serde(default = "PodsSpec::default_node_port_range")]
     pub node_port_range: String,
+    /// The host's addresses (one per family) that pods' traffic leaving the cluster is
+    /// source-NATed to by the data plane (Calico's `natOutgoing`): addresses of the host set
+    /// aside for it, which its kernel hands to the data plane whole (routing rules). None: the
+    /// pods' own addresses leave as they are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_addresses: Vec<String>,
+    /// The cluster's pod networks (prefixes): with `egress_addresses`, traffic to these, to the
+    /// node's own pod networks and to `service_cidrs` keeps the pod's address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_cidrs: Vec<String>,
 }
 
 /// The pods port's MAC when the file gives none (locally administered; pods' interfaces get
@@ -98,6 +108,25 @@ impl PodsSpec {
         }
         if !self.node_port_addresses.is_empty() && self.host_interface.is_empty() {
             bail!("{f}.node_port_addresses: handed to the data plane through the host's interface, but host_interface is \"\"");
+        }
+        for (j, a) in self.egress_addresses.iter().enumerate() {
+            match a.parse::<std::net::IpAddr>() {
+                Ok(ip) if !(ip.is_unspecified() || ip.is_loopback() || ip.is_multicast()) => {
+                    if self.egress_addresses.iter().filter_map(|b| b.parse::<std::net::IpAddr>().ok()).filter(|b| b.is_ipv4() == ip.is_ipv4()).count() > 1 {
+                        bail!("{f}.egress_addresses: one address per family ({a} has another of its family)");
+                    }
+                    if self.node_port_addresses.contains(a) {
+                        bail!("{f}.egress_addresses[{j}]: '{a}' is also in node_port_addresses (an egress address is the data plane's whole)");
+                    }
+                }
+                _ => bail!("{f}.egress_addresses[{j}]: '{a}' is not a unicast address of the host"),
+            }
+        }
+        if !self.egress_addresses.is_empty() && self.host_interface.is_empty() {
+            bail!("{f}.egress_addresses: handed to the data plane through the host's interface, but host_interface is \"\"");
+        }
+        for (j, c) in self.cluster_cidrs.iter().enumerate() {
+            crate::values::prefix(&format!("{f}.cluster_cidrs[{j}]"), c)?;
         }
         if !(1..=MAX_PODS).contains(&self.max_pods) {
             bail!("{f}.max_pods: {} is out of range 1..={MAX_PODS}", self.max_pods);

@@ -172,7 +172,15 @@ pub(crate) fn snat(raw: &[RawSnat], base: &Timeouts) -> Result<Vec<SnatSpec>, Er
             Some(x) => timeouts(&format!("{f}.timeouts"), x, base)?,
             None => *base,
         };
-        snat.push(SnatSpec { source, prefix_len, addrs, timeouts: t });
+        let mut except = Vec::with_capacity(r.except.len());
+        for (k, p) in r.except.iter().enumerate() {
+            let (a, len) = prefix(&format!("{f}.except[{k}]"), p)?;
+            if a.is_ipv4() != source.is_ipv4() {
+                bail!("{f}.except[{k}]: '{p}' is not of the source's family");
+            }
+            except.push((a, len));
+        }
+        snat.push(SnatSpec { source, prefix_len, addrs, timeouts: t, except, outbound_only: r.outbound_only });
     }
     Ok(snat)
 }

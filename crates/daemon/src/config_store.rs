@@ -211,6 +211,25 @@ impl ConfigStore {
                     affinity_ms: 0,
                 });
             }
+            // The pods' traffic leaving the cluster: source NAT to the egress address of its
+            // family, except to the cluster's own networks (after any [[snat]] of the file).
+            if pods.has_host() {
+                let egress: Vec<std::net::IpAddr> = pods.spec.egress_addresses.iter().filter_map(|a| a.parse().ok()).collect();
+                let mut except: Vec<(std::net::IpAddr, u8)> = pods.networks();
+                except.extend(pods.spec.cluster_cidrs.iter().chain(&pods.spec.service_cidrs).filter_map(|p| vectorlb_config::prefix("pods", p).ok()));
+                for (net, len) in pods.networks() {
+                    if let Some(e) = egress.iter().find(|e| e.is_ipv4() == net.is_ipv4()) {
+                        spec.snat.push(vectorlb_lb::SnatSpec {
+                            source: net,
+                            prefix_len: len,
+                            addrs: vec![*e],
+                            timeouts: c.timeouts,
+                            except: except.iter().filter(|(a, _)| a.is_ipv4() == net.is_ipv4()).copied().collect(),
+                            outbound_only: true,
+                        });
+                    }
+                }
+            }
             if pods.has_host() {
                 for a in pods.host_routes() {
                     let (len, via) = if a.is_ipv4() { (32, std::net::IpAddr::V4(crate::pods::HOST_V4)) } else { (128, std::net::IpAddr::V6(crate::pods::HOST_V6)) };

@@ -291,7 +291,8 @@ impl PodSet {
         }
         let addrs: Vec<IpAddr> = self.spec.node_port_addresses.iter().filter_map(|a| a.parse().ok()).collect();
         let range = self.spec.node_ports().map_err(PodError::Invalid)?;
-        crate::steer::node_ports(name, &addrs, range).map_err(|e| PodError::Io(format!("pods.node_port_addresses: {e}")))?;
+        let egress: Vec<IpAddr> = self.spec.egress_addresses.iter().filter_map(|a| a.parse().ok()).collect();
+        crate::steer::node_ports(name, &addrs, range, &egress).map_err(|e| PodError::Io(format!("pods.node_port_addresses, egress_addresses: {e}")))?;
         let rec = PodRecord {
             container_id: "host".into(),
             ifname: name.clone(),
@@ -896,6 +897,8 @@ mod tests {
             service_cidrs: Vec::new(),
             node_port_addresses: Vec::new(),
             node_port_range: "30000-32767".into(),
+            egress_addresses: Vec::new(),
+            cluster_cidrs: Vec::new(),
         }
     }
 

@@ -5,7 +5,9 @@
 //!
 //! - a routing table of the daemon's ([`TABLE`]) whose default route is the host's interface;
 //! - rules at preference [`PREF`] selecting that table for TCP and UDP to each address and the
-//!   range, one per address and protocol; before them (at [`PREF`] - 1), what comes in through
+//!   range, one per address and protocol, and for everything to the pods' egress addresses
+//!   (`[ports.pods] egress_addresses`, what the data plane source-NATs pods' traffic leaving
+//!   the cluster to: their replies are the data plane's); before them (at [`PREF`] - 1), what comes in through
 //!   the host's interface goes to the local table: a NodePort packet the data plane hands back
 //!   (no service has it) reaches the host's sockets, which refuse it, instead of being sent
 //!   back to the data plane round and round until its TTL runs out;
@@ -13,7 +15,9 @@
 //!   consults rules in order, and the local table would deliver to the host's sockets first);
 //! - on the host's interface, `accept_local` (the replies come back through it with the host's
 //!   address as their source) and no reverse-path filter (nor on `all`: the kernel applies the
-//!   larger of the two).
+//!   larger of the two); no TCP or UDP early demux (it attaches a host's socket to a packet as it
+//!   arrives, and the kernel never forwards one that has it: the client's ACK to a host's
+//!   listener in the range could not take its way through the data plane).
 //!
 //! Made at every start (the rules of a previous start, or a killed daemon's, removed first by
 //! their table: never twice), by iproute2's `ip`. When the daemon is gone, its interface is too
@@ -42,9 +46,10 @@ fn sysctl(path: &str, value: &str) -> Result<(), String> {
     std::fs::write(path, value).map_err(|e| format!("{path}: {e}"))
 }
 
-/// Hands TCP and UDP to ports `range` of `addrs` to interface `ifname` (module doc). With no
-/// address, only removes what an earlier start made.
-pub fn node_ports(ifname: &str, addrs: &[IpAddr], range: (u16, u16)) -> Result<(), String> {
+/// Hands TCP and UDP to ports `range` of `addrs`, and everything to `egress` (the pods'
+/// egress addresses, the data plane's whole), to interface `ifname` (module doc). With neither,
+/// only removes what an earlier start made.
+pub fn node_ports(ifname: &str, addrs: &[IpAddr], range: (u16, u16), egress: &[IpAddr]) -> Result<(), String> {
     let table = TABLE.to_string();
     let ports = format!("{}-{}", range.0, range.1);
     for (fam, v4) in [("-4", true), ("-6", false)] {
@@ -59,7 +64,8 @@ pub fn node_ports(ifname: &str, addrs: &[IpAddr], range: (u16, u16)) -> Result<(
             }
         }
         let mine: Vec<&IpAddr> = addrs.iter().filter(|a| a.is_ipv4() == v4).collect();
-        if mine.is_empty() {
+        let out: Vec<&IpAddr> = egress.iter().filter(|a| a.is_ipv4() == v4).collect();
+        if mine.is_empty() && out.is_empty() {
             continue;
         }
         ip(fam, &["route", "replace", "default", "dev", ifname, "table", &table])?;
@@ -69,6 +75,9 @@ pub fn node_ports(ifname: &str, addrs: &[IpAddr], range: (u16, u16)) -> Result<(
             for proto in ["tcp", "udp"] {
                 ip(fam, &["rule", "add", "pref", &PREF.to_string(), "to", &to, "ipproto", proto, "dport", &ports, "table", &table])?;
             }
+        }
+        for a in &out {
+            ip(fam, &["rule", "add", "pref", &PREF.to_string(), "to", &a.to_string(), "table", &table])?;
         }
         // The local table after the NodePort rules: added at LOCAL_PREF first, then removed
         // from 0, so that no moment lacks it.
@@ -80,13 +89,24 @@ pub fn node_ports(ifname: &str, addrs: &[IpAddr], range: (u16, u16)) -> Result<(
             ip(fam, &["rule", "del", "pref", "0", "lookup", "local"])?;
         }
     }
-    if addrs.iter().any(IpAddr::is_ipv4) {
+    if addrs.iter().chain(egress).any(IpAddr::is_ipv4) {
         sysctl(&format!("/proc/sys/net/ipv4/conf/{ifname}/accept_local"), "1")?;
         sysctl(&format!("/proc/sys/net/ipv4/conf/{ifname}/rp_filter"), "0")?;
         sysctl("/proc/sys/net/ipv4/conf/all/rp_filter", "0")?;
     }
     if !addrs.is_empty() {
+        // A host's socket on a NodePort of these addresses (what no service has goes back to
+        // the host: a health-check node port) would lose its handshake: early demux attaches
+        // the socket to the client's ACK as it arrives, and the kernel never forwards a packet
+        // that has one, so the ACK could not take its way through the data plane.
+        sysctl("/proc/sys/net/ipv4/tcp_early_demux", "0")?;
+        sysctl("/proc/sys/net/ipv4/udp_early_demux", "0")?;
+    }
+    if !addrs.is_empty() {
         tracing::info!("NodePorts {ports} of {addrs:?}: handed to the data plane through {ifname} (table {TABLE}, rules at {PREF}, the local table at {LOCAL_PREF})");
+    }
+    if !egress.is_empty() {
+        tracing::info!("the pods' egress addresses {egress:?}: handed to the data plane through {ifname} (table {TABLE}, rules at {PREF})");
     }
     Ok(())
 }

@@ -18,6 +18,8 @@ pub(crate) enum Kind {
     Snat,
     /// To a local address and port (full-NAT reply or SNAT return).
     PortReply,
+    /// UDP from the outside to the inside of an `outbound_only` SNAT rule: marks the flow.
+    SnatIn,
     /// ICMP / ICMPv6 (echo, errors): the slow path.
     Icmp,
     /// A first IP fragment (it has the ports): the slow path (`frag.rs`).

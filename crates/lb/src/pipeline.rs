@@ -659,12 +659,21 @@ impl Worker {
             self.flows.table.prefetch_bucket(m.hash);
             return None;
         }
-        if let Some(rule) = snap.snat_rule(skey, !m.v6) {
+        if let Some(rule) = snap.snat_rule(skey, dkey, !m.v6) {
             m.kind = Kind::Snat;
             m.id = rule.id as u32;
             m.hash = self.flows.table.hash_fwd(rule.id, &src, m.sport);
             self.flows.table.prefetch_bucket(m.hash);
             return None;
+        }
+        if m.proto == proto::UDP {
+            if let Some(rule) = snap.snat_inbound(skey, dkey, !m.v6) {
+                m.kind = Kind::SnatIn;
+                m.id = rule.id as u32;
+                m.hash = self.flows.table.hash_fwd(rule.id, &dst, m.dport);
+                m.deep = true;
+                return None;
+            }
         }
         Some(Verdict::Kernel)
     }
@@ -679,6 +688,7 @@ impl Worker {
             Kind::PortReply => self.port_reply::<A, B>(snap, b, m, now),
             Kind::NatReply => self.nat_reply::<A, B>(snap, b, m, now),
             Kind::Snat => self.snat_out::<A, B>(snap, b, m, now),
+            Kind::SnatIn => self.snat_in::<A, B>(snap, b, m, now),
             Kind::Icmp => self.icmp.packet::<A, B>(&mut self.flows, snap, b, m, now),
             Kind::Frag | Kind::FragLater => self.fragment::<A, B>(snap, b, m, now),
             Kind::Done => Verdict::Kernel,
@@ -1430,7 +1440,7 @@ impl Worker {
             None => {
                 // Not a reply: the backend's own outbound traffic may be source-NATed.
                 let src = A::read(b.data(), h.l3 + A::SRC);
-                if let Some(rule) = snap.snat_rule(src.key(), !A::V6) {
+                if let Some(rule) = snap.snat_rule(src.key(), client.key(), !A::V6) {
                     let mut m2 = *m;
                     m2.kind = Kind::Snat;
                     m2.id = rule.id as u32;
@@ -1457,6 +1467,37 @@ impl Worker {
         v
     }
 
+    /// UDP from the outside to the inside of an `outbound_only` SNAT rule: marks the inside's
+    /// address and port (a session without a local address, refreshed by both directions), so
+    /// that its replies keep their address; the datagram goes on as it is. A mapping the inside
+    /// opened from that port already is left alone (endpoint-independent: the replies leave
+    /// through it).
+    fn snat_in<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
+    where
+        Session<A>: Zeroable,
+    {
+        let Some(rule) = snap.snat_by_id(m.id as u16) else {
+            return Verdict::Kernel;
+        };
+        let t = rule.timeouts;
+        let dst = A::read(b.data(), m.hdr().l3 + A::DST);
+        match self.lookup_fwd::<A>(m, rule.id, &dst, m.dport, now) {
+            Some(r) => {
+                let s = self.flows.table.get_mut::<A>(r);
+                if s.laddr == NO_LADDR {
+                    s.expire = now.wrapping_add(t.udp);
+                }
+            }
+            None => {
+                let mut inside = *m;
+                inside.sport = m.dport;
+                // A full table leaves the flow unmarked: its replies are then translated.
+                let _ = self.insert::<A>(&inside, state::UDP, dst, rule.id, 0, flag::SNAT, &t, &[], 0, now);
+            }
+        }
+        Verdict::Kernel
+    }
+
     /// Inside host to the outside through an SNAT rule (endpoint-independent mapping).
     fn snat_out<A: Fam, B: PacketBuf>(&mut self, snap: &Snapshot, b: &mut B, m: &Meta, now: u32) -> Verdict
     where
@@ -1478,8 +1519,18 @@ impl Worker {
             return self.icmp.too_big::<A, B>(&mut self.flows, snap, b, m, hop.mtu as usize, now);
         }
         let r = match self.lookup_fwd::<A>(m, rule.id, &src, m.sport, now) {
+            // A mark of a UDP flow from the outside: the inside's reply keeps its address.
+            Some(r) if self.flows.table.get::<A>(r).laddr == NO_LADDR => {
+                let s = self.flows.table.get_mut::<A>(r);
+                s.expire = now.wrapping_add(rule.timeouts.udp);
+                return Verdict::Kernel;
+            }
             Some(r) => r,
             None => {
+                // A segment of a connection the outside opened: as it is (outbound_only).
+                if !opens_flow(m) && rule.outbound_only {
+                    return Verdict::Kernel;
+                }
                 if !opens_flow(m) {
                     return Verdict::Drop(DropReason::NoSession);
                 }

@@ -229,6 +229,14 @@ pub struct SnatSpec {
     pub prefix_len: u8,
     pub addrs: Vec<IpAddr>,
     pub timeouts: Timeouts,
+    /// Destinations (prefixes of the source's family) whose traffic keeps its source: a
+    /// cluster's own networks, when the rule masquerades only what leaves it.
+    pub except: Vec<(IpAddr, u8)>,
+    /// Only what the inside opens is translated, as conntrack's masquerade does: a TCP
+    /// segment of a connection opened from outside passes as it is (instead of being dropped
+    /// for want of a session), and a UDP flow from outside to an inside address and port marks
+    /// it, so that the inside's replies keep their address.
+    pub outbound_only: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -447,6 +455,9 @@ pub struct SnatRule {
     pub v4: bool,
     pub laddrs: Vec<u16>,
     pub timeouts: Timeouts,
+    /// `except` as (network, mask) keys.
+    pub except: Vec<(u128, u128)>,
+    pub outbound_only: bool,
 }
 
 /// What the LB knows of one of its own addresses.
@@ -650,9 +661,19 @@ impl Snapshot {
         self.dst(a).is_some_and(|d| d.vip)
     }
 
+    /// The SNAT rule for a packet from `src` to `dst`, if one applies.
     #[inline]
-    pub fn snat_rule(&self, src: u128, v4: bool) -> Option<&SnatRule> {
-        self.snat.iter().find(|r| r.v4 == v4 && src & r.mask == r.net)
+    pub fn snat_rule(&self, src: u128, dst: u128, v4: bool) -> Option<&SnatRule> {
+        self.snat.iter().find(|r| r.v4 == v4 && src & r.mask == r.net && !r.except.iter().any(|&(net, mask)| dst & mask == net))
+    }
+
+    /// The `outbound_only` SNAT rule whose inside a packet from the outside (`src`) to `dst`
+    /// enters, if one does.
+    #[inline]
+    pub fn snat_inbound(&self, src: u128, dst: u128, v4: bool) -> Option<&SnatRule> {
+        self.snat
+            .iter()
+            .find(|r| r.outbound_only && r.v4 == v4 && dst & r.mask == r.net && src & r.mask != r.net && !r.except.iter().any(|&(net, mask)| src & mask == net))
     }
 
     pub fn snat_by_id(&self, id: u16) -> Option<&SnatRule> {
@@ -1116,8 +1137,16 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             }
             laddrs.push(add_laddr(&mut snap, reg, a)?);
         }
+        let mut except = Vec::with_capacity(r.except.len());
+        for &(a, len) in &r.except {
+            if !same_family(a, r.source) || len > if a.is_ipv4() { 32 } else { 128 } {
+                bail!("snat rule {}/{}: except {a}/{len} is not a prefix of the source's family", r.source, r.prefix_len);
+            }
+            let m = prefix_mask(a.is_ipv4(), len);
+            except.push((key(a) & m, m));
+        }
         let mask = prefix_mask(r.source.is_ipv4(), r.prefix_len);
-        snap.snat.push(SnatRule { id: SNAT_ID_BIT | i as u16, net: key(r.source) & mask, mask, v4: r.source.is_ipv4(), laddrs, timeouts: r.timeouts });
+        snap.snat.push(SnatRule { id: SNAT_ID_BIT | i as u16, net: key(r.source) & mask, mask, v4: r.source.is_ipv4(), laddrs, timeouts: r.timeouts, except, outbound_only: r.outbound_only });
     }
     reg.retain(&used_svcs, &used_backends);
     Ok(snap)

@@ -110,7 +110,7 @@ fn sessions_on_a_removed_local_address_end() {
     let f = Fam { v6: false };
     let mut spec = topology();
     spec.services.push(service(&f, Mode::Fnat, proto::UDP, 53, &[(1, 53, 1)]));
-    spec.snat.push(SnatSpec { source: ip("10.1.0.0"), prefix_len: 24, addrs: vec![ip("10.0.0.200")], timeouts: Timeouts::default() });
+    spec.snat.push(SnatSpec { source: ip("10.1.0.0"), prefix_len: 24, addrs: vec![ip("10.0.0.200")], timeouts: Timeouts::default(), except: Vec::new(), outbound_only: false });
     let mut lb = Lb::new(spec.clone());
     let q = Builder::udp(&f.sock(f.client(), 1000), &f.sock(f.vip(), 53)).payload(b"q").build();
     let out = Builder::udp("10.1.0.12:7000", "203.0.113.1:9").payload(b"o").build();

@@ -558,3 +558,49 @@ fn a_backend_on_a_vips_other_port_is_accepted_and_on_a_served_one_refused() {
     assert_eq!(build(8083), None);
     assert!(build(80).is_some_and(|e| e.contains("a VIP with a service on that port")));
 }
+
+/// An SNAT rule with `except` and `outbound_only` (the pods' masquerade of what leaves the
+/// cluster): what the inside opens toward the outside is translated; toward an excepted
+/// network it keeps its address; a TCP segment of a connection the outside opened, and the
+/// reply to a UDP flow from the outside, pass as they are. Without `outbound_only` the
+/// segment is dropped and the UDP reply translated, as before.
+#[test]
+fn an_outbound_only_snat_rule_translates_what_the_inside_opens_and_nothing_else() {
+    for outbound_only in [true, false] {
+        let f = Fam { v6: false };
+        let mut spec = topology();
+        spec.snat.push(SnatSpec {
+            source: ip("10.1.0.0"),
+            prefix_len: 24,
+            addrs: vec![ip("10.0.0.200")],
+            timeouts: Timeouts::default(),
+            except: vec![(ip("10.2.0.0"), 16)],
+            outbound_only,
+        });
+        let mut lb = Lb::new(spec);
+        let src_of = |frame: &[u8]| {
+            let i = vectorlb_packet::parse_frame(frame).unwrap();
+            std::net::Ipv4Addr::new(frame[i.l3 + 12], frame[i.l3 + 13], frame[i.l3 + 14], frame[i.l3 + 15]).to_string()
+        };
+        let inside = f.backend(1);
+        // Opened by the inside, to the outside: translated.
+        let (v, out) = lb.run(&Builder::udp(&f.sock(&inside, 5000), "198.51.100.7:53").payload(b"q").macs(be_mac(1), INT_MAC).build());
+        assert!(matches!(v, Verdict::Tx(_)), "{outbound_only}: {v:?}");
+        assert_eq!(src_of(&out), "10.0.0.200");
+        // To an excepted network: as it is.
+        let (v, _) = lb.run(&Builder::udp(&f.sock(&inside, 5001), "10.2.0.5:53").payload(b"q").macs(be_mac(1), INT_MAC).build());
+        assert_eq!(v, Verdict::Kernel, "{outbound_only}: the cluster's own network keeps the source");
+        // A SYN-ACK of a connection the outside opened.
+        let (v, _) = lb.run(&Builder::tcp(&f.sock(&inside, 8080), "198.51.100.9:40000", SYN | ACK).seq(1).ack(2).macs(be_mac(1), INT_MAC).build());
+        assert_eq!(v, if outbound_only { Verdict::Kernel } else { Verdict::Drop(DropReason::NoSession) }, "{outbound_only}");
+        // A UDP flow from the outside, then the inside's reply.
+        let (v, _) = lb.run(&Builder::udp("198.51.100.9:7000", &f.sock(&f.backend(2), 6000)).payload(b"hi").macs(ROUTER_MAC, EXT_MAC).build());
+        assert_eq!(v, Verdict::Kernel, "{outbound_only}: the datagram goes on as it is");
+        let (v, out) = lb.run(&Builder::udp(&f.sock(&f.backend(2), 6000), "198.51.100.9:7000").payload(b"re").macs(be_mac(2), INT_MAC).build());
+        if outbound_only {
+            assert_eq!(v, Verdict::Kernel, "the reply keeps the inside's address");
+        } else {
+            assert!(matches!(v, Verdict::Tx(_)) && src_of(&out) == "10.0.0.200", "translated as a flow the inside opened: {v:?}");
+        }
+    }
+}

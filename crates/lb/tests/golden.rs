@@ -152,7 +152,7 @@ fn spec_for(s: &Setup) -> LbSpec {
     }
     if s.snat {
         let (net, len, addr) = if f.v6 { ("2001:db8:1::", 64, "2001:db8::200") } else { ("10.1.0.0", 24, "10.0.0.200") };
-        spec.snat.push(SnatSpec { source: ip(net), prefix_len: len, addrs: vec![ip(addr)], timeouts: Timeouts::default() });
+        spec.snat.push(SnatSpec { source: ip(net), prefix_len: len, addrs: vec![ip(addr)], timeouts: Timeouts::default(), except: Vec::new(), outbound_only: false });
     }
     spec
 }

@@ -25,7 +25,7 @@ fn lb_with_every_mode() -> Lb {
     tun.vip = ip("2001:db8::101");
     spec.services.push(tun);
     spec.services.push(service(&f6, Mode::Fnat, proto::TCP, 80, &[(1, 8080, 1)]));
-    spec.snat.push(SnatSpec { source: ip("10.1.0.0"), prefix_len: 24, addrs: vec![ip("10.0.0.200")], timeouts: Timeouts::default() });
+    spec.snat.push(SnatSpec { source: ip("10.1.0.0"), prefix_len: 24, addrs: vec![ip("10.0.0.200")], timeouts: Timeouts::default(), except: Vec::new(), outbound_only: false });
     Lb::with_capacity(spec, 16)
 }
 

@@ -62,7 +62,8 @@ fn node_config(t: &Topo, k: u8, other: u8) -> String {
     t.base_config(None)
         + &format!(
             "[[ports]]\nname = \"pods\"\naddrs = [\"10.244.{k}.1/24\", \"fd00:244:{k}::1/64\"]\n[ports.pods]\nstate_dir = \"{dir}/pods\"\n\
-             service_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\nnode_port_addresses = [\"192.168.77.{k}\", \"fd00:77::{k}\"]\n\n\
+             service_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\nnode_port_addresses = [\"192.168.77.{k}\", \"fd00:77::{k}\"]\n\
+             egress_addresses = [\"192.168.77.20{k}\", \"fd00:77::20{k}\"]\ncluster_cidrs = [\"10.244.0.0/16\", \"fd00:244::/32\"]\n\n\
              [bgp]\nasn = 6510{k}\nrouter_id = \"192.168.77.{k}\"\nbfd = false\nimport = [\"10.244.0.0/16\", \"fd00:244::/32\"]\n\
              [[bgp.neighbors]]\naddress = \"192.168.77.{other}\"\nasn = 6510{other}\n[[bgp.neighbors]]\naddress = \"fd00:77::{other}\"\nasn = 6510{other}\n",
             dir = t.dir.display()
@@ -204,6 +205,10 @@ impl Cluster {
             in_ns(&cp_ns, &["ip", "link", "set", &peer, "master", "br0", "up"]);
             must(t, "lb", &["ip", "addr", "add", &format!("192.168.77.{k}/24"), "dev", "node0"]);
             must(t, "lb", &["ip", "addr", "add", &format!("fd00:77::{k}/64"), "dev", "node0", "nodad"]);
+            // The node's egress addresses (its Pods' traffic leaving the cluster is the data
+            // plane's masquerade to these).
+            must(t, "lb", &["ip", "addr", "add", &format!("192.168.77.20{k}/32"), "dev", "node0"]);
+            must(t, "lb", &["ip", "addr", "add", &format!("fd00:77::20{k}/128"), "dev", "node0", "nodad"]);
             must(t, "lb", &["ip", "link", "set", "node0", "up"]);
             must(t, "lb", &["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]);
             // The control plane reaches the Pods (kube-apiserver's proxy, the suite's checks).
@@ -257,6 +262,11 @@ impl Cluster {
     /// A command in the control plane's namespace (outside the nodes: a client of the cluster).
     fn outside(&self, args: &[&str]) -> std::process::Output {
         Command::new("ip").args(["netns", "exec", &self.cp_ns]).args(args).output().unwrap()
+    }
+
+    /// A server in the control plane's namespace, killed when the guard goes.
+    fn outside_spawn(&self, args: &[&str]) -> KillOnDrop {
+        KillOnDrop(Command::new("ip").args(["netns", "exec", &self.cp_ns]).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
     }
 }
 
@@ -349,13 +359,23 @@ fn node_port(cp: &ControlPlane, svc: &str) -> u64 {
     cp.get(&["-n", "default", "service", svc])["spec"]["ports"][0]["nodePort"].as_u64().unwrap()
 }
 
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// What Kubernetes expects of Services on a cluster of two nodes, checked directly (in `make
 /// test`; the e2e suite checks the same and more in `make conformance-kubernetes`): a NodePort
 /// answered by an endpoint on the other node (masqueraded), `externalTrafficPolicy: Local`
 /// keeping the client's address (and refusing on a node without an endpoint), a dual-stack
 /// Service answering on both its addresses, the node itself reaching a cluster IP whose
 /// endpoints are on the other node (masqueraded), a Service without endpoints refusing TCP and
-/// UDP at once, a hostPort, an external IP, the health-check node port of a Local
+/// UDP at once, a hostPort, an external IP, a Pod's traffic leaving the cluster masqueraded by
+/// the data plane, the health-check node port of a Local
 /// LoadBalancer Service, and `sessionAffinity: ClientIP` with its timeout reaching the data
 /// plane.
 #[test]
@@ -470,6 +490,28 @@ fn services_on_two_nodes_behave_as_kubernetes_expects() {
     assert!(on2.contains(r#""localEndpoints":2"#) && on2.contains(r#""name":"lb-local""#), "{on2}");
     let on1 = probe("192.168.77.1");
     assert!(on1.ends_with(" 503") && on1.contains(r#""localEndpoints":0"#), "{on1}");
+
+    // A Pod reaching an address outside the cluster (the control plane's namespace, which
+    // routes the pod networks back, so that only the masquerade can explain what it sees):
+    // from node-1's egress address, TCP and UDP, both families.
+    let echo = c.outside_spawn(&[
+        "python3",
+        "-c",
+        "import socket, threading\n\
+         def udp(fam, a):\n s = socket.socket(fam, socket.SOCK_DGRAM); s.bind((a, 7777))\n while True:\n  d, p = s.recvfrom(100); s.sendto(p[0].encode(), p)\n\
+         def tcp(fam, a):\n s = socket.socket(fam, socket.SOCK_STREAM); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((a, 7777)); s.listen(16)\n while True:\n  c, p = s.accept(); c.sendall(p[0].encode()); c.close()\n\
+         for f, a in ((socket.AF_INET, '192.168.77.10'), (socket.AF_INET6, 'fd00:77::10')):\n threading.Thread(target=udp, args=(f, a)).start(); threading.Thread(target=tcp, args=(f, a)).start()\n",
+    ]);
+    for (server, egress) in [("192.168.77.10", "192.168.77.201"), ("fd00:77::10", "fd00:77::201")] {
+        let seen = wait_for(Duration::from_secs(20), "the outside server answering", || {
+            let (ok, out) = exec(cp, "client", &format!("nc -w 2 {server} 7777 </dev/null"));
+            (ok && !out.is_empty()).then_some(out)
+        });
+        assert_eq!(seen.trim(), egress, "TCP to {server}: seen from node-1's egress address");
+        let (_, out) = exec(cp, "client", &format!("echo x | nc -u -w 2 {server} 7777"));
+        assert_eq!(out.trim(), egress, "UDP to {server}");
+    }
+    drop(echo);
 
     // No endpoints: refused at once, TCP and UDP (agnhost connect says REFUSED for
     // ECONNREFUSED; TIMEOUT would mean dropped).
