@@ -93,6 +93,9 @@ fn pods(api: &Api) -> Result<Vec<PodStatus>, CallError> {
 
 fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
     env.require(true)?;
+    if let Some(e) = &conf.host_ports_error {
+        return Err(CniError::new(code::INVALID_CONFIG, "runtimeConfig.portMappings is invalid", e.clone()));
+    }
     let api = daemon(conf)?;
     if !std::path::Path::new(&env.netns).exists() {
         return Err(CniError::new(code::UNKNOWN_CONTAINER, format!("CNI_NETNS {}: no such network namespace (the sandbox is gone)", env.netns), ""));

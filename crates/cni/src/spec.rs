@@ -87,6 +87,9 @@ pub struct NetConf {
     /// The pod's host ports (`runtimeConfig.portMappings`, passed when the configuration asks
     /// for the capability [`PORT_MAPPINGS_CAP`]).
     pub host_ports: Vec<HostPort>,
+    /// Why `runtimeConfig.portMappings` could not be read: refused by ADD (CHECK), ignored by
+    /// DEL and GC, which must clean up whatever the runtime passes.
+    pub host_ports_error: Option<String>,
     /// The whole configuration, as given (passed on to the IPAM plugin).
     pub raw: Value,
 }
@@ -95,7 +98,8 @@ pub struct NetConf {
 pub const PORT_MAPPINGS_CAP: &str = "portMappings";
 
 /// `runtimeConfig.portMappings`: `[{"hostPort", "containerPort", "protocol", "hostIP"}]`
-/// (protocol `tcp` by default, in any case; hostIP optional, empty for none).
+/// (protocol `tcp` by default, in any case; hostIP optional, empty for none). Keys in any case,
+/// as Go's JSON decoding takes them: containerd passes `HostPort`, `ContainerPort`, ...
 pub fn port_mappings(v: &Value) -> Result<Vec<HostPort>, String> {
     let Some(a) = v.as_array() else { return Err("not an array".into()) };
     if a.len() > MAX_HOST_PORTS {
@@ -103,8 +107,10 @@ pub fn port_mappings(v: &Value) -> Result<Vec<HostPort>, String> {
     }
     let mut out = Vec::with_capacity(a.len());
     for (i, m) in a.iter().enumerate() {
-        let port = |k: &str| m.get(k).and_then(Value::as_u64).filter(|p| (1..=65535).contains(p)).map(|p| p as u16).ok_or_else(|| format!("[{i}].{k}: not a port (1..=65535)"));
-        let proto = match m.get("protocol") {
+        let Some(o) = m.as_object() else { return Err(format!("[{i}]: not an object")) };
+        let get = |k: &str| o.iter().find(|(key, _)| key.eq_ignore_ascii_case(k)).map(|(_, v)| v);
+        let port = |k: &str| get(k).and_then(Value::as_u64).filter(|p| (1..=65535).contains(p)).map(|p| p as u16).ok_or_else(|| format!("[{i}].{k}: not a port (1..=65535)"));
+        let proto = match get("protocol") {
             None | Some(Value::Null) => "tcp".to_string(),
             Some(Value::String(p)) => p.to_ascii_lowercase(),
             Some(_) => return Err(format!("[{i}].protocol: not a string")),
@@ -112,7 +118,7 @@ pub fn port_mappings(v: &Value) -> Result<Vec<HostPort>, String> {
         if proto != "tcp" && proto != "udp" {
             return Err(format!("[{i}].protocol: '{}': only tcp and udp host ports", proto.escape_debug()));
         }
-        let host_ip = match m.get("hostIP") {
+        let host_ip = match get("hostIP") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if s.is_empty() => None,
             Some(Value::String(s)) => Some(s.parse().map_err(|_| format!("[{i}].hostIP: '{}' is not an IP address", s.escape_debug()))?),
@@ -239,15 +245,19 @@ impl NetConf {
                 .collect(),
             Some(_) => return Err(CniError::new(code::INVALID_CONFIG, format!("{MEMIF_ANNOTATION}: not a string"), "")),
         };
-        let host_ports = match o.get("runtimeConfig").and_then(|r| r.get(PORT_MAPPINGS_CAP)) {
-            None | Some(Value::Null) => Vec::new(),
-            Some(v) => port_mappings(v).map_err(|e| CniError::new(code::INVALID_CONFIG, "runtimeConfig.portMappings is invalid", e))?,
+        let (host_ports, host_ports_error) = match o.get("runtimeConfig").and_then(|r| r.get(PORT_MAPPINGS_CAP)) {
+            None | Some(Value::Null) => (Vec::new(), None),
+            Some(v) => match port_mappings(v) {
+                Ok(h) => (h, None),
+                Err(e) => (Vec::new(), Some(e)),
+            },
         };
         Ok(NetConf {
             cni_version,
             name,
             memif_ports,
             host_ports,
+            host_ports_error,
             api,
             api_token_file: s("api_token_file")?,
             mtu,
@@ -403,7 +413,8 @@ mod tests {
     #[test]
     fn port_mappings_are_read_and_checked() {
         let conf = |v: &str| NetConf::parse(format!(r#"{{"cniVersion":"1.1.0","name":"p","runtimeConfig":{{"portMappings":{v}}}}}"#).as_bytes());
-        let c = conf(r#"[{"hostPort":54323,"containerPort":8080,"protocol":"tcp","hostIP":"127.0.0.1"},{"hostPort":53,"containerPort":5353,"protocol":"UDP","hostIP":""},{"hostPort":80,"containerPort":80}]"#).unwrap();
+        // containerd's keys are Go's field names (HostPort, ...): any case is taken.
+        let c = conf(r#"[{"hostPort":54323,"containerPort":8080,"protocol":"tcp","hostIP":"127.0.0.1"},{"HostPort":53,"ContainerPort":5353,"Protocol":"UDP","HostIP":""},{"hostPort":80,"containerPort":80}]"#).unwrap();
         let got: Vec<(String, u16, u16, Option<std::net::IpAddr>)> = c.host_ports.iter().map(|h| (h.proto.clone(), h.host_port, h.container_port, h.host_ip)).collect();
         assert_eq!(got, [("tcp".into(), 54323, 8080, Some("127.0.0.1".parse().unwrap())), ("udp".into(), 53, 5353, None), ("tcp".into(), 80, 80, None)]);
         assert!(NetConf::parse(br#"{"cniVersion":"1.1.0","name":"p"}"#).unwrap().host_ports.is_empty());
@@ -415,11 +426,12 @@ mod tests {
             r#"[{"hostPort":80,"containerPort":80,"hostIP":"nope"}]"#,
             r#"[{"hostPort":80}]"#,
         ] {
-            let e = conf(bad).unwrap_err();
-            assert_eq!(e.code, code::INVALID_CONFIG, "{bad}");
+            // Read (DEL must clean up whatever it is given), refused by ADD.
+            let c = conf(bad).unwrap();
+            assert!(c.host_ports.is_empty() && c.host_ports_error.is_some(), "{bad}");
         }
         let many = format!("[{}]", vec![r#"{"hostPort":80,"containerPort":80}"#; MAX_HOST_PORTS + 1].join(","));
-        assert!(conf(&many).unwrap_err().details.contains("at most"));
+        assert!(conf(&many).unwrap().host_ports_error.unwrap().contains("at most"));
     }
 
     #[test]

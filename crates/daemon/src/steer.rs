@@ -5,9 +5,11 @@
 //!
 //! - a routing table of the daemon's ([`TABLE`]) whose default route is the host's interface;
 //! - rules at preference [`PREF`] selecting that table for TCP and UDP to each address and the
-//!   range, one per address and protocol, and for everything to the pods' egress addresses
-//!   (`[ports.pods] egress_addresses`, what the data plane source-NATs pods' traffic leaving
-//!   the cluster to: their replies are the data plane's); before them (at [`PREF`] - 1), what comes in through
+//!   range, one per address and protocol, and for TCP, UDP and ICMP (not ICMPv6: neighbour
+//!   discovery) to the pods' egress addresses (`[ports.pods] egress_addresses`, what the data
+//!   plane source-NATs pods' traffic leaving the cluster to: their replies are the data
+//!   plane's); a rule for every protocol would take ARP's route lookup too, and the host would
+//!   not answer ARP for the address; before them (at [`PREF`] - 1), what comes in through
 //!   the host's interface goes to the local table: a NodePort packet the data plane hands back
 //!   (no service has it) reaches the host's sockets, which refuse it, instead of being sent
 //!   back to the data plane round and round until its TTL runs out;
@@ -76,8 +78,14 @@ pub fn node_ports(ifname: &str, addrs: &[IpAddr], range: (u16, u16), egress: &[I
                 ip(fam, &["rule", "add", "pref", &PREF.to_string(), "to", &to, "ipproto", proto, "dport", &ports, "table", &table])?;
             }
         }
+        // TCP, UDP and ICMP only (ICMPv6 stays the host's: its neighbour discovery). A rule
+        // for every protocol would take ARP's lookup too, and the host would never answer
+        // ARP for the address: the replies could not find it.
+        let protos: &[&str] = if v4 { &["tcp", "udp", "icmp"] } else { &["tcp", "udp"] };
         for a in &out {
-            ip(fam, &["rule", "add", "pref", &PREF.to_string(), "to", &a.to_string(), "table", &table])?;
+            for proto in protos {
+                ip(fam, &["rule", "add", "pref", &PREF.to_string(), "to", &a.to_string(), "ipproto", proto, "table", &table])?;
+            }
         }
         // The local table after the NodePort rules: added at LOCAL_PREF first, then removed
         // from 0, so that no moment lacks it.

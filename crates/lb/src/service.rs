@@ -671,9 +671,7 @@ impl Snapshot {
     /// enters, if one does.
     #[inline]
     pub fn snat_inbound(&self, src: u128, dst: u128, v4: bool) -> Option<&SnatRule> {
-        self.snat
-            .iter()
-            .find(|r| r.outbound_only && r.v4 == v4 && dst & r.mask == r.net && src & r.mask != r.net && !r.except.iter().any(|&(net, mask)| src & mask == net))
+        self.snat.iter().find(|r| r.outbound_only && r.v4 == v4 && dst & r.mask == r.net && src & r.mask != r.net && !r.except.iter().any(|&(net, mask)| src & mask == net))
     }
 
     pub fn snat_by_id(&self, id: u16) -> Option<&SnatRule> {
@@ -1146,7 +1144,16 @@ fn build(spec: &LbSpec, reg: &mut Registry, generation: u64) -> Result<Snapshot,
             except.push((key(a) & m, m));
         }
         let mask = prefix_mask(r.source.is_ipv4(), r.prefix_len);
-        snap.snat.push(SnatRule { id: SNAT_ID_BIT | i as u16, net: key(r.source) & mask, mask, v4: r.source.is_ipv4(), laddrs, timeouts: r.timeouts, except, outbound_only: r.outbound_only });
+        snap.snat.push(SnatRule {
+            id: SNAT_ID_BIT | i as u16,
+            net: key(r.source) & mask,
+            mask,
+            v4: r.source.is_ipv4(),
+            laddrs,
+            timeouts: r.timeouts,
+            except,
+            outbound_only: r.outbound_only,
+        });
     }
     reg.retain(&used_svcs, &used_backends);
     Ok(snap)

@@ -486,8 +486,10 @@ fn services_on_two_nodes_behave_as_kubernetes_expects() {
         let o = c.outside(&["curl", "-sS", "-m", "3", "-w", " %{http_code}", &url(node, hc, "/healthz")]);
         stdout(&o)
     };
-    let on2 = wait_for(Duration::from_secs(30), "node-2's health-check node port", || Some(probe("192.168.77.2")).filter(|r| r.ends_with(" 200")));
-    assert!(on2.contains(r#""localEndpoints":2"#) && on2.contains(r#""name":"lb-local""#), "{on2}");
+    let on2 = wait_for(Duration::from_secs(30), "node-2's health-check node port with both endpoints", || {
+        Some(probe("192.168.77.2")).filter(|r| r.ends_with(" 200") && r.contains(r#""localEndpoints":2"#))
+    });
+    assert!(on2.contains(r#""name":"lb-local""#), "{on2}");
     let on1 = probe("192.168.77.1");
     assert!(on1.ends_with(" 503") && on1.contains(r#""localEndpoints":0"#), "{on1}");
 
@@ -532,6 +534,7 @@ fn services_on_two_nodes_behave_as_kubernetes_expects() {
     assert!(ok && names.len() == 1, "one endpoint for all 20: {out}");
     println!(
         "{}",
-        json!({"kubernetes_two_nodes": {"node_port_other_node": answered, "local_keeps_client": true, "dual_stack": both, "refused": ["tcp", "udp"], "affinity": names.into_iter().next()}})
+        json!({"kubernetes_two_nodes": {"node_port_other_node": answered, "local_keeps_client": true, "dual_stack": both, "refused": ["tcp", "udp"], "affinity": names.into_iter().next(),
+            "host_port": true, "external_ip": true, "egress_masquerade": ["192.168.77.201", "fd00:77::201"], "health_check_node_port": [200, 503]}})
     );
 }

@@ -1372,12 +1372,7 @@ fn node_ports_on_the_hosts_own_address_reach_the_data_plane_and_the_rest_stays_t
     // A host's socket on such a port answers (what no service has is the host's).
     n.t.spawn("lb", &[tools(), "probe", "serve-http", "--listen", "192.168.77.1:30098", "--name", "host-30098"]);
     let (good, body, err) = wait_for_ok(|| curl("http://192.168.77.1:30098/"));
-    assert!(
-        good && body.contains("host-30098"),
-        "the host's own listener in the NodePort range: {body} {err}\n{}\n{}",
-        stdout(&n.t.run("lb", &["ss", "-tan"])),
-        n.t.lb_log()
-    );
+    assert!(good && body.contains("host-30098"), "the host's own listener in the NodePort range: {body} {err}\n{}\n{}", stdout(&n.t.run("lb", &["ss", "-tan"])), n.t.lb_log());
     // Host ports (a container's hostPort, the runtime's portMappings): pod2 takes 8090 on the
     // node's addresses in TCP and UDP, and on the host's loopback (relayed); a third request
     // for the same port is refused; all of it survives a kill -9 and goes with the pod.
@@ -1394,6 +1389,12 @@ fn node_ports_on_the_hosts_own_address_reach_the_data_plane_and_the_rest_stays_t
     assert!(!ok(&o) && said(&o).contains("host_ports: 8090/tcp is"), "the same host port again is refused: {}", said(&o));
     let o = n.cnitool_caps("add", &ns3, &caps(json!([{"hostPort": 8091, "containerPort": 80, "hostIP": "192.168.77.99"}])));
     assert!(!ok(&o) && said(&o).contains("not one of this node's addresses"), "{}", said(&o));
+    // Nonsense from the runtime: ADD refused, DEL (which must clean up) done all the same.
+    let bad = caps(json!([{"HostPort": 0, "ContainerPort": 80}]));
+    let o = n.cnitool_caps("add", &ns3, &bad);
+    assert!(!ok(&o) && said(&o).contains("portMappings is invalid"), "{}", said(&o));
+    let o = n.cnitool_caps("del", &ns3, &bad);
+    assert!(ok(&o), "DEL with unreadable portMappings: {}", said(&o));
     let host_ports_answer = |n: &PodNet, when: &str| {
         for host in ["192.168.77.1", "[fd00:77::1]"] {
             let (good, body, err) = wait_for_ok(|| curl(&format!("http://{host}:8090/")));
