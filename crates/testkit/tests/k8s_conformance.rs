@@ -270,9 +270,29 @@ impl Cluster {
     }
 }
 
-#[test]
-#[ignore = "the Kubernetes network conformance run (make conformance-kubernetes): two real nodes, about an hour"]
-fn kubernetes_network_conformance() {
+/// The tests of this file share the topologies' prefixes (kca, kcb): one cluster at a time.
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_cluster() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The suite's `[Conformance]` tests of sig-network (in `make test`).
+const CONFORMANCE: &str = r"\[sig-network\].*\[Conformance\]";
+
+/// What one run of the suite gave.
+struct Run {
+    summary: Value,
+    failed: Vec<String>,
+    conformance_total: usize,
+    ran: usize,
+    exit: std::process::ExitStatus,
+    log_tail: String,
+}
+
+/// Runs the suite's tests that `focus` selects, less the skips, on a new two-node cluster;
+/// prints `FAILED:` lines and the summary.
+fn run_suite(focus: &str) -> Run {
     let suite_dir = suite();
     let c = Cluster::start(&suite_dir);
     let (cp, cp_ns) = (&c.cp, c.cp_ns.clone());
@@ -283,14 +303,12 @@ fn kubernetes_network_conformance() {
         eprintln!("== skipped: {} ({})", s.regex, s.reason);
     }
     let skip = skips.iter().map(|s| s.regex.as_str()).collect::<Vec<_>>().join("|");
-    // VECTORLB_E2E_FOCUS: a part of the selection (a regular expression the suite's focus takes).
-    let focus = std::env::var("VECTORLB_E2E_FOCUS").ok().filter(|f| !f.is_empty()).unwrap_or_else(|| FOCUS.to_string());
     let report = dir.join("report");
     std::fs::create_dir_all(&report).unwrap();
     let json_report = report.join("ginkgo.json");
     let log = std::fs::File::create(report.join("e2e.log")).unwrap();
     let t = Instant::now();
-    let status = command_in(Some(&cp_ns), &suite_dir.join("e2e.test"))
+    let exit = command_in(Some(&cp_ns), &suite_dir.join("e2e.test"))
         .args([
             &format!("--kubeconfig={}", cp.kubeconfig("admin").display()),
             &format!("--kubectl-path={}", cp.bin("kubectl").display()),
@@ -312,7 +330,7 @@ fn kubernetes_network_conformance() {
     let minutes = t.elapsed().as_secs_f64() / 60.0;
     let specs = results(&json_report);
     let count = |state: &str, conformance: bool| specs.iter().filter(|(n, s)| s == state && (!conformance || n.contains("[Conformance]"))).count();
-    let failed: Vec<&String> = specs.iter().filter(|(_, s)| s != "passed" && s != "skipped" && s != "pending").map(|(n, _)| n).collect();
+    let failed: Vec<String> = specs.iter().filter(|(_, s)| s != "passed" && s != "skipped" && s != "pending").map(|(n, _)| n.clone()).collect();
     for f in &failed {
         println!("FAILED: {f}");
     }
@@ -324,11 +342,33 @@ fn kubernetes_network_conformance() {
     }});
     println!("{summary}");
     drop(c);
-    assert!(!specs.is_empty(), "the suite ran no test (exit {status}): {}", vectorlb_testkit::k8s::tail(&std::fs::read_to_string(report.join("e2e.log")).unwrap_or_default(), 40));
-    assert!(failed.is_empty() && status.success(), "{} failed (exit {status}): {failed:#?}", failed.len());
+    let log_tail = vectorlb_testkit::k8s::tail(&std::fs::read_to_string(report.join("e2e.log")).unwrap_or_default(), 40);
+    Run { summary, failed, conformance_total, ran: specs.iter().filter(|(_, s)| s != "skipped").count(), exit, log_tail }
+}
+
+#[test]
+#[ignore = "the Kubernetes network conformance run (make conformance-kubernetes): two real nodes, about an hour"]
+fn kubernetes_network_conformance() {
+    let _one = one_cluster();
+    // VECTORLB_E2E_FOCUS: a part of the selection (a regular expression the suite's focus takes).
+    let focus = std::env::var("VECTORLB_E2E_FOCUS").ok().filter(|f| !f.is_empty()).unwrap_or_else(|| FOCUS.to_string());
+    let r = run_suite(&focus);
+    assert!(r.ran > 0, "the suite ran no test (exit {}): {}", r.exit, r.log_tail);
+    assert!(r.failed.is_empty() && r.exit.success(), "{} failed (exit {}): {:#?}", r.failed.len(), r.exit, r.failed);
     if focus == FOCUS {
-        assert_eq!(conformance_total, 45, "every [sig-network] [Conformance] test of v1.34 selected");
+        assert_eq!(r.conformance_total, 45, "every [sig-network] [Conformance] test of v1.34 selected");
     }
+}
+
+/// Every `[sig-network] [Conformance]` test of the suite passes (in `make test`; the whole
+/// selection is `make conformance-kubernetes`).
+#[test]
+fn the_suites_network_conformance_tests_pass_on_two_nodes() {
+    let _one = one_cluster();
+    let r = run_suite(CONFORMANCE);
+    assert!(r.ran > 0, "the suite ran no test (exit {}): {}", r.exit, r.log_tail);
+    assert_eq!(r.conformance_total, 45, "every [sig-network] [Conformance] test of v1.34 selected: {}", r.summary);
+    assert!(r.failed.is_empty() && r.exit.success(), "{} failed (exit {}): {:#?}", r.failed.len(), r.exit, r.failed);
 }
 
 /// (full name, state) of every spec in ginkgo's JSON report.
@@ -380,6 +420,7 @@ impl Drop for KillOnDrop {
 /// plane.
 #[test]
 fn services_on_two_nodes_behave_as_kubernetes_expects() {
+    let _one = one_cluster();
     let suite_dir = suite();
     let c = Cluster::start(&suite_dir);
     let cp = &c.cp;
