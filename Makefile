@@ -71,7 +71,8 @@ conformance: build k8s-bins
 # tools/k8s-e2e/skips.txt leaves out) against two real nodes whose pod network and Services are
 # vectorlb's alone, no kube-proxy. Prints the failing tests and one summary line, kept in
 # bench/results/kubernetes-e2e.jsonl (root; ~6 min to build the suite once; the conformance
-# tests take ~10 min, the whole selection longer). docs/kubernetes.md.
+# tests take ~10 min and are also part of `make test`, the whole selection about an hour).
+# docs/kubernetes.md.
 #   make conformance-kubernetes                  the whole selection
 #   E2E_FOCUS='\[Conformance\]' make conformance-kubernetes   a part of it (a regular expression)
 conformance-kubernetes: build k8s-bins
