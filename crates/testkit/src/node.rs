@@ -217,8 +217,12 @@ impl RealNode {
             // Pods of `dnsPolicy: Default` get no upstream resolver: nothing here reaches one.
             resolv = d("resolv.conf");
             std::fs::write(&resolv, "options ndots:1\n").unwrap();
+            // No kubelet iptables chains: their KUBE-FIREWALL drops connections to 127/8 from
+            // the node's other addresses unless conntrack DNAT'd them (a guard for kube-proxy's
+            // route_localnet, which vectorlb does not set); a loopback host port is the daemon's
+            // relay, which such a client reaches only without that chain.
             extra = format!(
-                "cgroupRoot: /{root}\nclusterDNS: [\"{}\"]\nclusterDomain: cluster.local\n\
+                "makeIPTablesUtilChains: false\ncgroupRoot: /{root}\nclusterDNS: [\"{}\"]\nclusterDomain: cluster.local\n\
                  authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n  x509:\n    clientCAFile: {}\n",
                 c.cluster_dns,
                 cp.dir.join("ca.crt").display()
