@@ -126,11 +126,36 @@ impl PodsSpec {
             bail!("{f}.egress_addresses: handed to the data plane through the host's interface, but host_interface is \"\"");
         }
         for (j, c) in self.cluster_cidrs.iter().enumerate() {
-            crate::values::prefix(&format!("{f}.cluster_cidrs[{j}]"), c)?;
+            let ok = c.split_once('/').is_some_and(|(a, l)| match a.parse::<std::net::IpAddr>() {
+                Ok(ip) => l.parse::<u8>().is_ok_and(|l| l <= if ip.is_ipv4() { 32 } else { 128 }),
+                Err(_) => false,
+            });
+            if !ok {
+                bail!("{f}.cluster_cidrs[{j}]: '{c}' is not a prefix (ADDRESS/LENGTH)");
+            }
         }
         if !(1..=MAX_PODS).contains(&self.max_pods) {
             bail!("{f}.max_pods: {} is out of range 1..={MAX_PODS}", self.max_pods);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn egress_addresses_and_cluster_cidrs_are_checked() {
+        let spec = |extra: &str| -> PodsSpec { toml::from_str(&format!("node_port_addresses = [\"192.168.77.1\"]\n{extra}")).unwrap() };
+        let err = |extra: &str| spec(extra).check("ports[0].pods", 1).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(err("egress_addresses = [\"192.168.77.201\", \"fd00:77::201\"]\ncluster_cidrs = [\"10.244.0.0/16\", \"fd00:244::/32\"]"), "");
+        assert!(err("egress_addresses = [\"192.168.77.1\"]").contains("also in node_port_addresses"));
+        assert!(err("egress_addresses = [\"192.168.77.201\", \"192.168.77.202\"]").contains("one address per family"));
+        assert!(err("egress_addresses = [\"127.0.0.1\"]").contains("egress_addresses[0]"));
+        assert!(err("egress_addresses = [\"192.168.77.201\"]\nhost_interface = \"\"").contains("host_interface"));
+        for bad in ["10.244.0.0", "10.244.0.0/33", "nope/16"] {
+            assert!(err(&format!("cluster_cidrs = [\"{bad}\"]")).contains("cluster_cidrs[0]"), "{bad}");
+        }
     }
 }
