@@ -37,6 +37,15 @@ fn proto_num(p: &str) -> u8 {
     }
 }
 
+/// A protocol number's name as `ip rule` takes it.
+pub fn proto_name(p: u8) -> &'static str {
+    if p == vectorlb_packet::proto::UDP {
+        "udp"
+    } else {
+        "tcp"
+    }
+}
+
 /// The node addresses a host port is on (none for a loopback one): its `host_ip`, or every
 /// node address of a family the pod has an address of.
 fn addresses(h: &HostPort, pod_ips: &[IpAddr], node: &[IpAddr]) -> Vec<IpAddr> {

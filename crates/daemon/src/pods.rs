@@ -458,7 +458,7 @@ impl PodSet {
         }
         let range = self.spec.node_ports().map_err(PodError::Invalid)?;
         for (addr, proto, port, _, _) in crate::host_ports::bindings(&rec.host_ports, &rec.ips, node) {
-            let p = if proto == vectorlb_packet::proto::UDP { "udp" } else { "tcp" };
+            let p = crate::host_ports::proto_name(proto);
             crate::steer::host_port(addr, p, port, range, true).map_err(|e| PodError::Io(format!("host_ports {addr}:{port}/{p}: {e}")))?;
         }
         let mut relays = Vec::new();
@@ -475,7 +475,7 @@ impl PodSet {
         lock(&self.relays).remove(&(rec.container_id.clone(), rec.ifname.clone()));
         let Ok(range) = self.spec.node_ports() else { return };
         for (addr, proto, port, _, _) in crate::host_ports::bindings(&rec.host_ports, &rec.ips, node) {
-            let p = if proto == vectorlb_packet::proto::UDP { "udp" } else { "tcp" };
+            let p = crate::host_ports::proto_name(proto);
             if let Err(e) = crate::steer::host_port(addr, p, port, range, false) {
                 tracing::warn!("host port {addr}:{port}/{p} of {}: {e}", rec.container_id);
             }
