@@ -24,6 +24,7 @@ pub mod mem;
 pub mod meta;
 pub mod neigh;
 pub mod pipeline;
+pub mod policy;
 pub mod quic;
 pub mod rewrite;
 pub mod route;

@@ -216,6 +216,8 @@ impl WorkerConfig {
 pub struct Worker {
     control: Arc<Control>,
     pub(crate) snap: Arc<Snapshot>,
+    /// The network policies ([`crate::policy`]), refreshed with the snapshot.
+    pol: Arc<crate::policy::PolicySet>,
     /// The session table, the counters and what the features share ([`Flows`]).
     pub flows: Flows,
     /// Each feature's own state.
@@ -272,6 +274,7 @@ impl Worker {
         let continued_limit = cfg.continued_limit();
         Ok(Worker {
             snap,
+            pol: control.policy(),
             syn: SynProxyState::new(control.cookie_key),
             control,
             flows: Flows::new(SessionTable::new(cfg.table)?),
@@ -300,6 +303,12 @@ impl Worker {
     /// forwarded frame; or, for an expired TTL or an unreachable route's destination, the ICMP
     /// error to its source that it became (this core's ICMP rate limit applies); or the drop.
     pub fn route<B: PacketBuf>(&mut self, b: &mut B, now: u32) -> Verdict {
+        self.refresh_policy();
+        if self.pol.active {
+            if let Err(r) = crate::policy::check_frame(&self.pol, &self.control.policy_flows, b.data(), now) {
+                return Verdict::Drop(r);
+            }
+        }
         let snap = self.snap.clone();
         match crate::route::route(&snap, b) {
             Ok(v) => v,
@@ -409,7 +418,14 @@ impl Worker {
     /// Picks up a newly published configuration; a service's scheduler state restarts only if
     /// that service changed.
     #[inline]
+    fn refresh_policy(&mut self) {
+        if self.control.policy_generation() != self.pol.generation {
+            self.pol = self.control.policy();
+        }
+    }
+
     fn refresh(&mut self) {
+        self.refresh_policy();
         if self.control.generation() != self.snap.generation {
             let new = self.control.snapshot();
             // Scheduler state (rr / wrr positions) survives snapshots that leave the service
@@ -867,6 +883,12 @@ impl Worker {
         let Some(bi) = pick else {
             return Err(DropReason::NoBackend);
         };
+        // A NAT service's client and backend may be pods under network policy: the flow is
+        // decided once, here, and the session remembers it.
+        let local = svc.translates_client(client.key());
+        if self.pol.active {
+            self.check_policy(svc, client.key(), local, svc.backends[bi as usize], m)?;
+        }
         if let Some(a) = &svc.affinity {
             if kept.is_some() {
                 self.flows.counters.events.affinity_kept += 1;
@@ -878,7 +900,6 @@ impl Worker {
         // A NAT session keeps the client's address and is found again by the backend's reply
         // (a reverse entry); one with a local address (full NAT, or a NAT service's
         // masquerade) by the local port.
-        let local = svc.translates_client(client.key());
         let flags = if svc.spec.mode == Mode::Nat && !local { flag::REVERSE } else { 0 } | if st == state::CONTINUED { flag::UNSEEN } else { 0 };
         let laddrs: &[u16] = if local { &svc.laddrs } else { &[] };
         let backend = svc.backends[bi as usize];
@@ -897,6 +918,25 @@ impl Worker {
             c.new_sessions += 1;
         }
         Ok(r)
+    }
+
+    /// The network policies' decision on a new session's flow: from the client to the backend,
+    /// the backend's ingress seeing the client, or the service's local address when it
+    /// masquerades the client.
+    #[cold]
+    fn check_policy(&mut self, svc: &Service, client: u128, local: bool, backend: u32, m: &Meta) -> Result<(), DropReason> {
+        let Some(b) = self.snap.backend(backend) else {
+            return Ok(());
+        };
+        let seen = if local { svc.laddrs.first().and_then(|&l| self.snap.laddr_key(l)).unwrap_or(client) } else { client };
+        let port = if b.port == 0 { m.dport } else { b.port };
+        match self.pol.decide_as(client, seen, b.key, m.proto, port) {
+            crate::policy::Decision::Denied { dir, policy } => {
+                self.pol.count_denied(client, b.key, dir, policy);
+                Err(DropReason::PolicyDenied)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Inserts a session in state `st` (SYN_SENT, UDP or CONTINUED) for the flow of `m`,

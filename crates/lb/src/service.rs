@@ -624,6 +624,11 @@ impl Snapshot {
     }
 
     #[inline(always)]
+    /// The address of local address `id`, as a key.
+    pub fn laddr_key(&self, id: u16) -> Option<u128> {
+        self.laddrs.get(id as usize)?.as_ref().map(|(a, _)| key(*a))
+    }
+
     pub fn laddr(&self, a: u128) -> Option<u16> {
         self.dst(a)?.laddr
     }
@@ -1167,6 +1172,14 @@ pub struct Control {
     current: ArcSwap<Snapshot>,
     generation: AtomicU64,
     registry: Mutex<Registry>,
+    /// The network policies ([`crate::policy`]), published apart from the snapshot: a policy
+    /// change rebuilds no service.
+    policy: ArcSwap<crate::policy::PolicySet>,
+    policy_generation: AtomicU64,
+    /// Flows allowed by policy, shared by every worker.
+    pub policy_flows: crate::policy::Flows,
+    /// Denied flows by policy and by endpoint, kept across policy sets.
+    pub policy_counters: crate::policy::Counters,
 }
 
 impl Control {
@@ -1178,6 +1191,10 @@ impl Control {
             current: ArcSwap::from_pointee(snap),
             generation: AtomicU64::new(1),
             registry: Mutex::new(reg),
+            policy: ArcSwap::from_pointee(crate::policy::PolicySet::default()),
+            policy_generation: AtomicU64::new(0),
+            policy_flows: crate::policy::Flows::new(crate::policy::FLOWS),
+            policy_counters: crate::policy::Counters::default(),
         }))
     }
 
@@ -1211,5 +1228,26 @@ impl Control {
     #[inline(always)]
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// Compiles and publishes a policy set. On error nothing changes. Flows allowed before
+    /// stay allowed (they are remembered, or have sessions).
+    pub fn apply_policy(&self, spec: &crate::policy::PolicySpec) -> Result<u64, crate::policy::PolicyError> {
+        // One publisher at a time (the registry's lock), so generations only grow.
+        let _reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = self.policy_generation.load(Ordering::Relaxed) + 1;
+        let set = crate::policy::PolicySet::build(spec, &self.policy_counters, generation)?;
+        self.policy.store(Arc::new(set));
+        self.policy_generation.store(generation, Ordering::Release);
+        Ok(generation)
+    }
+
+    pub fn policy(&self) -> Arc<crate::policy::PolicySet> {
+        self.policy.load_full()
+    }
+
+    #[inline(always)]
+    pub fn policy_generation(&self) -> u64 {
+        self.policy_generation.load(Ordering::Acquire)
     }
 }

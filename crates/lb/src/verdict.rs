@@ -134,6 +134,11 @@ drop_reasons! {
     /// not lost, its copy goes to the backend with the ACK that completes the handshake (only
     /// the buffer is freed; `synproxy_held` counts them too).
     SynproxyHeld = "synproxy_held",
+    /// A new flow a network policy does not allow (counted per endpoint and per policy too).
+    PolicyDenied = "policy_denied",
+    /// A new flow a network policy allows, while the table of allowed flows is full of live
+    /// ones.
+    PolicyFlowsFull = "policy_flows_full",
 }
 
 impl From<vectorlb_packet::Error> for DropReason {
