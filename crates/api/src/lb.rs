@@ -59,6 +59,10 @@ pub trait LbControl: Send + Sync + 'static {
     fn add_pod(&self, p: NewPod) -> Result<PodStatus, ApiError>;
     /// Detaches a pod's interface and removes it; false when there was none.
     fn delete_pod(&self, container_id: &str, ifname: &str) -> Result<bool, ApiError>;
+    /// The node's network policy set and what it denied.
+    fn policy(&self) -> PolicyStatus;
+    /// Applies network policy changes as one edit.
+    fn change_policy(&self, c: PolicyChanges) -> Result<PolicyStatus, ApiError>;
     /// The Prometheus text exposition.
     fn metrics(&self) -> String;
 }
@@ -95,6 +99,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
         .route("/v1/history", get(history))
         .route("/v1/pods", get(pods).post(add_pod))
         .route("/v1/pods/{container_id}/{ifname}", delete(delete_pod))
+        .route("/v1/policy", get(policy).post(change_policy))
         .merge(crate::page::routes())
         .with_state(lb)
 }
@@ -111,7 +116,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
     modifiers(&BearerAuth),
     paths(
         health, list_services, add_service, get_service, edit_service, delete_service, add_backend, edit_backend,
-        delete_backend, batch, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, pods, add_pod, delete_pod, metrics, openapi
+        delete_backend, batch, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, pods, add_pod, delete_pod, policy, change_policy, metrics, openapi
     )
 )]
 pub struct LbApiDoc;
@@ -429,6 +434,24 @@ async fn delete_pod(State(lb): Lb, Path((id, ifname)): Path<(String, String)>) -
     } else {
         Err(ApiError::NotFound(format!("no pod interface {ifname} of {id}")))
     }
+}
+
+/// The node's network policy set (what `vectorlb kube` compiled from NetworkPolicy and the
+/// admin policies) and the flows it denied, by policy and by endpoint.
+#[utoipa::path(get, path = "/v1/policy", responses((status = 200, body = PolicyStatus)))]
+async fn policy(State(lb): Lb) -> Result<Json<PolicyStatus>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.policy()).await?))
+}
+
+/// Changes the node's network policy set by difference (identities, prefixes and endpoints
+/// added, replaced or removed), as one edit: applied whole to new flows, or refused. Flows
+/// allowed before go on.
+#[utoipa::path(post, path = "/v1/policy", request_body = PolicyChanges, responses(
+    (status = 200, body = PolicyStatus),
+    (status = 400, body = ErrorBody, description = "A malformed body, prefix, port range, action or name; a set above the limits"),
+))]
+async fn change_policy(State(lb): Lb, JsonBody(c): JsonBody<PolicyChanges>) -> Result<Json<PolicyStatus>, ApiError> {
+    Ok(Json(call(lb, move |lb| lb.change_policy(c)).await??))
 }
 
 /// Static and learned neighbours.

@@ -711,6 +711,14 @@ impl LbControl for Daemon {
         Ok(a.status())
     }
 
+    fn policy(&self) -> PolicyStatus {
+        self.policy.status()
+    }
+
+    fn change_policy(&self, c: PolicyChanges) -> Result<PolicyStatus, ApiError> {
+        self.policy.apply(c).map_err(ApiError::BadRequest)
+    }
+
     fn metrics(&self) -> String {
         crate::metrics::render(self)
     }

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod neighbours;
 pub mod pod_memif;
 pub mod pods;
+pub mod policy;
 pub mod queue_sets;
 pub mod rates;
 pub mod sessions;
@@ -128,6 +129,8 @@ pub struct Daemon {
     pub pool: Arc<Mempool>,
     /// Per-second rates over the last ten seconds (sampled by the control thread).
     pub rates: rates::Rates,
+    /// The network policy set (`POST /v1/policy`).
+    pub policy: Arc<policy::Store>,
 }
 
 impl Daemon {

@@ -45,6 +45,24 @@ pub fn render(d: &Daemon) -> String {
     for (name, _, v) in t.io.iter().filter(|(n, _, _)| IO_DROPS.contains(n)) {
         let _ = writeln!(o, "vectorlb_drops_total{{reason=\"{name}\"}} {v}");
     }
+    // Network policy: only once a set was pushed.
+    let pol = d.policy.status();
+    if pol.generation > 0 {
+        head(&mut o, "vectorlb_policy_endpoints", "gauge", "This node's pods with a direction under network policy.");
+        let _ = writeln!(o, "vectorlb_policy_endpoints {}", pol.enforced);
+        head(&mut o, "vectorlb_policy_flows", "gauge", "Flows remembered as allowed by network policy.");
+        let _ = writeln!(o, "vectorlb_policy_flows {}", pol.flows);
+        head(&mut o, "vectorlb_policy_denied_total", "counter", "New flows denied, by the policy that decided.");
+        for (p, v) in &pol.denied_by_policy {
+            let _ = writeln!(o, "vectorlb_policy_denied_total{{policy=\"{}\"}} {v}", esc(p));
+        }
+        head(&mut o, "vectorlb_policy_endpoint_denied_total", "counter", "New flows denied, by pod and direction.");
+        for (e, [i, out]) in &pol.denied_by_endpoint {
+            let e = esc(e);
+            let _ = writeln!(o, "vectorlb_policy_endpoint_denied_total{{endpoint=\"{e}\",direction=\"ingress\"}} {i}");
+            let _ = writeln!(o, "vectorlb_policy_endpoint_denied_total{{endpoint=\"{e}\",direction=\"egress\"}} {out}");
+        }
+    }
     // Queue sets: each set's workers (and the default set's), summed.
     let sets = d.config.queue_sets.load();
     if !sets.is_empty() || d.config.with(|c| c.default_ingress.is_some()) {

@@ -145,6 +145,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         ports,
         pool: pool.clone(),
         rates: Default::default(),
+        policy: Arc::new(crate::policy::Store::new(config.control.clone())),
     });
     config.start();
     if config.pods.is_some() {

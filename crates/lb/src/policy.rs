@@ -379,6 +379,8 @@ pub struct PolicySet {
     pub generation: u64,
     /// Whether any endpoint has a direction under policy (when not, packets pay nothing).
     pub active: bool,
+    /// How many endpoints have a direction under policy.
+    enforced: usize,
     exact: FxHashMap<u128, Identity>,
     /// Prefix lengths (as bits of the 128-bit key) longest first, each with its prefixes.
     prefixes: Vec<(u32, FxHashMap<u128, Identity>)>,
@@ -500,8 +502,13 @@ impl PolicySet {
         }
         let keep: std::collections::HashSet<&str> = spec.endpoints.iter().map(|e| e.name.as_str()).collect();
         reg.retain(|k, _| keep.contains(&**k));
-        let active = endpoints.values().any(|e| e.ingress.is_some() || e.egress.is_some());
-        Ok(PolicySet { generation, active, exact, prefixes, endpoints, policy_denied, names })
+        let enforced = spec.endpoints.iter().filter(|e| e.ingress.enforced() || e.egress.enforced()).count();
+        Ok(PolicySet { generation, active: enforced > 0, enforced, exact, prefixes, endpoints, policy_denied, names })
+    }
+
+    /// How many endpoints have a direction under policy.
+    pub fn enforced(&self) -> usize {
+        self.enforced
     }
 
     /// The identity of an address.

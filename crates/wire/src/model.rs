@@ -1250,3 +1250,130 @@ mod names {
         }
     }
 }
+
+/// Network policy as the controller compiles it (`POST /v1/policy`): changes to the node's
+/// policy set, applied as one edit (all or none). The data plane sees no labels or selectors:
+/// peers are identities (numbers the controller gives each distinct set of labels), and each
+/// of this node's pods has what policies say about its two directions. docs/network-policy.md.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyChanges {
+    /// Start from an empty set (the controller's first push, or a resync); then the rest.
+    #[serde(default)]
+    pub reset: bool,
+    /// Addresses (the cluster's pods, on every node) and their identities, added or replaced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identities: Vec<PolicyIdentity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<String>)]
+    pub identities_removed: Vec<IpAddr>,
+    /// Prefixes (`ADDR/LEN`) and their identities, for addresses `identities` does not hold:
+    /// the longest prefix holding an address gives its identity.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefixes: Vec<PolicyPrefix>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefixes_removed: Vec<String>,
+    /// This node's pods under policy, added or replaced by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<PolicyEndpoint>,
+    /// Names of endpoints that go.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints_removed: Vec<String>,
+}
+
+/// The most policy names, identities, prefixes, endpoints, or rules, peers and ports together,
+/// one policy set holds.
+pub const MAX_POLICY_ITEMS: usize = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyIdentity {
+    #[schema(value_type = String)]
+    pub addr: IpAddr,
+    pub identity: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyPrefix {
+    /// `ADDR/LEN`, no host bits set.
+    pub prefix: String,
+    pub identity: u32,
+}
+
+/// A pod of this node and what policies say about its traffic.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyEndpoint {
+    /// `namespace/name` (1..=253 bytes): what counters and the denied-flow log name it by.
+    pub name: String,
+    /// Its addresses (one or two: a family each).
+    #[schema(value_type = Vec<String>)]
+    pub addrs: Vec<IpAddr>,
+    #[serde(default)]
+    pub ingress: PolicyDirection,
+    #[serde(default)]
+    pub egress: PolicyDirection,
+}
+
+/// One direction of an endpoint, by tier: the admin policies in priority order (the first
+/// rule that matches decides; `pass` hands over), then NetworkPolicy (an isolated endpoint
+/// takes what an `allow` rule names and nothing else), then, for an endpoint no NetworkPolicy
+/// isolates, the baseline (first match); then allowed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyDirection {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin: Vec<PolicyRule>,
+    /// The NetworkPolicy that isolates the endpoint in this direction (what is denied is
+    /// counted against it); none: not isolated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolated_by: Option<String>,
+    /// NetworkPolicy rules (action `allow`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<PolicyRule>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline: Vec<PolicyRule>,
+}
+
+/// A rule: peers (none: every peer, outside the cluster included), ports (none: every
+/// protocol and port), what it does, and the policy it comes from (`Kind/namespace/name`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyRule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers: Option<Vec<u32>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PolicyPorts>,
+    /// `allow`, `deny` or `pass` (admin rules only).
+    pub action: String,
+    pub policy: String,
+}
+
+/// Ports `port..=end_port` (`end_port` absent: `port` alone) of `tcp`, `udp` or `sctp`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyPorts {
+    pub protocol: String,
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_port: Option<u16>,
+}
+
+/// The node's policy set and what it has denied.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PolicyStatus {
+    /// Grows with every edit applied (0: none yet).
+    pub generation: u64,
+    pub identities: usize,
+    pub prefixes: usize,
+    pub endpoints: usize,
+    /// Endpoints with at least one direction under policy.
+    pub enforced: usize,
+    /// Flows remembered as allowed (live or not yet swept).
+    pub flows: usize,
+    /// Denied flows by policy (`Kind/namespace/name`), policies that denied nothing included.
+    pub denied_by_policy: BTreeMap<String, u64>,
+    /// Denied flows by endpoint: `[coming in, going out]`.
+    pub denied_by_endpoint: BTreeMap<String, [u64; 2]>,
+}

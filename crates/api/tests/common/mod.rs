@@ -148,4 +148,13 @@ impl LbControl for Fake {
     fn delete_pod(&self, _id: &str, _ifname: &str) -> Result<bool, ApiError> {
         Err(ApiError::NotFound("no pods port in the configuration ([ports.pods])".into()))
     }
+    fn policy(&self) -> PolicyStatus {
+        PolicyStatus::default()
+    }
+    fn change_policy(&self, c: PolicyChanges) -> Result<PolicyStatus, ApiError> {
+        if c.endpoints.iter().any(|e| e.name.is_empty()) {
+            return Err(ApiError::BadRequest("endpoints: name: '' is not a name".into()));
+        }
+        Ok(PolicyStatus { generation: 1, endpoints: c.endpoints.len(), ..Default::default() })
+    }
 }
