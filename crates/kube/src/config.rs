@@ -42,6 +42,34 @@ pub struct KubeConfig {
     /// docs/pod-network.md), as kube-proxy serves them.
     #[serde(default)]
     pub cluster_ips: Option<ClusterIpConfig>,
+    /// NetworkPolicy enforced by the daemons for this node's Pods (docs/network-policy.md).
+    #[serde(default)]
+    pub network_policy: Option<NetworkPolicyConfig>,
+}
+
+/// `[network_policy]`: the cluster's NetworkPolicies compiled for this node's Pods and pushed
+/// to the daemons (`POST /v1/policy`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPolicyConfig {
+    /// This node's name (its Pods are the daemons' endpoints); default: `cluster_ips.node_name`.
+    #[serde(default)]
+    pub node_name: Option<String>,
+    /// The node's own addresses, whose traffic to its Pods is allowed whatever the policies say
+    /// (the kubelet's probes); default: `cluster_ips.node_addresses` and `masquerade`.
+    #[serde(default)]
+    pub node_addresses: Option<Vec<IpAddr>>,
+}
+
+impl KubeConfig {
+    /// `[network_policy]`'s node and node addresses, with their defaults; None without it.
+    pub fn policy_node(&self) -> Option<(String, Vec<IpAddr>)> {
+        let n = self.network_policy.as_ref()?;
+        let c = self.cluster_ips.as_ref();
+        let node = n.node_name.clone().or_else(|| c.and_then(|c| c.node_name.clone()))?;
+        let addrs = n.node_addresses.clone().unwrap_or_else(|| c.map(|c| c.node_addresses.iter().chain(&c.masquerade).copied().collect()).unwrap_or_default());
+        Some((node, addrs))
+    }
 }
 
 /// `[cluster_ips]`: Services east-west. Each of a Service's cluster IPs (inside
@@ -241,6 +269,9 @@ impl KubeConfig {
                     return Err(format!("cluster_ips.masquerade: one address per family ({a} has another of its family)"));
                 }
             }
+        }
+        if self.network_policy.is_some() && self.policy_node().is_none() {
+            return Err("network_policy: node_name (or cluster_ips.node_name): the node whose Pods the daemons hold".into());
         }
         if let Some(g) = &self.gateway {
             if g.controller_name.is_empty() || !g.controller_name.contains('/') {

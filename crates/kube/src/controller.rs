@@ -14,7 +14,8 @@ use crate::program::{key_of, Daemon, Key};
 use crate::reason::Reason;
 use crate::watch::{spawn_reflector, WATCH_SECONDS};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -49,6 +50,52 @@ pub struct Controller {
     gateway: Option<crate::gateway_run::GatewayCtl>,
     /// The health-check node ports, with `[cluster_ips] node_name` and node addresses.
     health_ports: Option<crate::health_port::HealthPorts>,
+    /// NetworkPolicy for this node's Pods, with `[network_policy]`.
+    netpol: Option<PolicyCtl>,
+}
+
+/// What NetworkPolicy needs watched, and the compiler's identities.
+struct PolicyCtl {
+    node: String,
+    node_addrs: Vec<IpAddr>,
+    pods: reflector::Store<Pod>,
+    namespaces: reflector::Store<Namespace>,
+    policies: reflector::Store<NetworkPolicy>,
+    compiler: crate::netpol::Compiler,
+    /// Problems logged, so each is logged once while it lasts.
+    logged: Vec<(String, String)>,
+}
+
+impl PolicyCtl {
+    async fn start(node: String, node_addrs: Vec<IpAddr>, client: &Client, notify: &Arc<Notify>, metrics: &Arc<Metrics>) -> Result<PolicyCtl, StartError> {
+        let (pods, w1) = reflector::store();
+        let (namespaces, w2) = reflector::store();
+        let (policies, w3) = reflector::store();
+        let wc = watcher::Config::default().timeout(WATCH_SECONDS);
+        spawn_reflector(w1, Api::<Pod>::all(client.clone()), wc.clone(), notify.clone(), metrics.clone());
+        spawn_reflector(w2, Api::<Namespace>::all(client.clone()), wc.clone(), notify.clone(), metrics.clone());
+        spawn_reflector(w3, Api::<NetworkPolicy>::all(client.clone()), wc, notify.clone(), metrics.clone());
+        for (what, ready) in [("pods", pods.wait_until_ready().await.is_ok()), ("namespaces", namespaces.wait_until_ready().await.is_ok()), ("networkpolicies", policies.wait_until_ready().await.is_ok())] {
+            if !ready {
+                return Err(StartError::Watch(what));
+            }
+        }
+        Ok(PolicyCtl { node, node_addrs, pods, namespaces, policies, compiler: Default::default(), logged: Vec::new() })
+    }
+
+    fn compile(&mut self) -> crate::netpol::Compiled {
+        let pods: Vec<crate::netpol::PodIn> = self.pods.state().iter().filter_map(|p| crate::netpol::PodIn::from_pod(p)).collect();
+        let namespaces = self.namespaces.state().iter().map(|n| crate::netpol::namespace_labels(n)).collect();
+        let policies: Vec<NetworkPolicy> = self.policies.state().iter().map(|p| (**p).clone()).collect();
+        let out = self.compiler.compile(&self.node, &self.node_addrs, &pods, &namespaces, &policies);
+        for (p, why) in &out.problems {
+            if !self.logged.iter().any(|(q, w)| q == p && w == why) {
+                tracing::warn!(policy = %p, problem = %why, "NetworkPolicy not compiled whole");
+            }
+        }
+        self.logged = out.problems.clone();
+        out
+    }
 }
 
 fn ns_name(o: &impl ResourceExt) -> String {
@@ -90,6 +137,10 @@ impl Controller {
             Some(g) => Some(crate::gateway_run::GatewayCtl::start(g, client.clone(), notify.clone(), metrics.clone()).await?),
             None => None,
         };
+        let netpol = match cfg.policy_node() {
+            Some((node, addrs)) => Some(PolicyCtl::start(node, addrs, &client, &notify, &metrics).await?),
+            None => None,
+        };
         let recorder = Recorder::new(client.clone(), Reporter { controller: "vectorlb-controller".into(), instance: Some(identity.to_string()) });
         Ok(Controller {
             client,
@@ -109,6 +160,7 @@ impl Controller {
                 .map(|c| crate::health_port::HealthPorts::new(c.node_addresses.clone())),
             cfg,
             gateway,
+            netpol,
         })
     }
 
@@ -200,6 +252,16 @@ impl Controller {
             for (spec, slices) in l4 {
                 let key = spec.key.clone();
                 place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
+            }
+        }
+        // NetworkPolicy: this node's Pods on every daemon, by difference.
+        if let Some(p) = &mut self.netpol {
+            let want = p.compile();
+            for d in &mut self.daemons {
+                if let Err(e) = d.push_policy(&want).await {
+                    all_ok = false;
+                    tracing::warn!(daemon = %d.cfg.name, error = %e, "network policy not pushed; retrying");
+                }
             }
         }
         for d in &desired {

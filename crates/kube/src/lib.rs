@@ -18,6 +18,7 @@ pub mod health_port;
 pub mod ipam;
 pub mod leader;
 pub mod metrics;
+pub mod netpol;
 pub mod program;
 pub mod reason;
 pub mod watch;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::time::Duration;
-use vectorlb_api::model::{Batch, BatchDone, BatchOp, Health, NewBackend, NewService, Proto, SchedulerName, ServiceRef, ServiceStatus, SynProxyName};
+use vectorlb_api::model::{Batch, BatchDone, BatchOp, Health, NewBackend, NewService, PolicyChanges, PolicyStatus, Proto, SchedulerName, ServiceRef, ServiceStatus, SynProxyName};
 use vectorlb_wire::call::Method;
 use vectorlb_wire::{Api, CallError, ErrorKind};
 
@@ -33,6 +33,10 @@ pub trait Endpoint: Send + Sync {
     fn services(&self) -> impl Future<Output = Result<Vec<ServiceStatus>, CallError>> + Send;
     /// `POST /v1/batch`: all or nothing.
     fn batch(&self, b: &Batch) -> impl Future<Output = Result<BatchDone, CallError>> + Send;
+    /// `GET /v1/policy`.
+    fn policy(&self) -> impl Future<Output = Result<PolicyStatus, CallError>> + Send;
+    /// `POST /v1/policy`: all or nothing.
+    fn change_policy(&self, c: &PolicyChanges) -> impl Future<Output = Result<PolicyStatus, CallError>> + Send;
 }
 
 impl Endpoint for Api {
@@ -44,6 +48,12 @@ impl Endpoint for Api {
     }
     async fn batch(&self, b: &Batch) -> Result<BatchDone, CallError> {
         self.call(Method::POST, "/v1/batch", Some(b)).await
+    }
+    async fn policy(&self) -> Result<PolicyStatus, CallError> {
+        self.get("/v1/policy").await
+    }
+    async fn change_policy(&self, c: &PolicyChanges) -> Result<PolicyStatus, CallError> {
+        self.call(Method::POST, "/v1/policy", Some(c)).await
     }
 }
 
@@ -58,6 +68,9 @@ pub enum ProgramError {
     TooManyRefused(String),
 }
 
+/// The most bytes of one `POST /v1/policy` body (the API takes up to 1 MiB).
+pub const POLICY_PART_BYTES: usize = 512 * 1024;
+
 pub struct Daemon<E: Endpoint = Api> {
     pub cfg: DaemonRef,
     api: E,
@@ -65,6 +78,8 @@ pub struct Daemon<E: Endpoint = Api> {
     known: Option<BTreeMap<Key, NewService>>,
     /// The daemon's configuration generation that `known` is of.
     generation: Option<u64>,
+    /// The policy set the daemon holds, as last pushed, and its policy generation then.
+    policy_known: Option<(crate::netpol::Compiled, u64)>,
 }
 
 /// What one round did on one daemon.
@@ -92,12 +107,47 @@ impl Daemon<Api> {
 
 impl<E: Endpoint> Daemon<E> {
     pub fn with(cfg: DaemonRef, api: E) -> Daemon<E> {
-        Daemon { cfg, api, known: None, generation: None }
+        Daemon { cfg, api, known: None, generation: None, policy_known: None }
     }
 
     /// Forget what the daemon serves: the next round reads it again.
     pub fn invalidate(&mut self) {
         self.known = None;
+        self.policy_known = None;
+    }
+
+    /// Brings the daemon's policy set to `want` by difference (from empty when the daemon's
+    /// policy generation is not the one last pushed: it restarted, or another writer). Large
+    /// changes go in parts under the API's body limit, removals of endpoints first and of
+    /// identities last, so no part leaves a Pod less protected than the whole. Returns whether
+    /// anything was sent.
+    pub async fn push_policy(&mut self, want: &crate::netpol::Compiled) -> Result<bool, ProgramError> {
+        if let Some((_, g)) = &self.policy_known {
+            match self.api.policy().await {
+                Ok(st) if st.generation == *g => {}
+                Ok(_) => self.policy_known = None,
+                Err(e) => {
+                    self.policy_known = None;
+                    return Err(self.failed(e));
+                }
+            }
+        }
+        let changes = crate::netpol::diff(self.policy_known.as_ref().map(|(c, _)| c), want);
+        if crate::netpol::is_empty(&changes) {
+            return Ok(false);
+        }
+        let mut generation = 0;
+        for part in crate::netpol::parts(changes, POLICY_PART_BYTES) {
+            match self.api.change_policy(&part).await {
+                Ok(st) => generation = st.generation,
+                Err(e) => {
+                    self.policy_known = None;
+                    return Err(self.failed(e));
+                }
+            }
+        }
+        self.policy_known = Some((want.clone(), generation));
+        Ok(true)
     }
 
     fn failed(&self, error: CallError) -> ProgramError {
@@ -304,6 +354,11 @@ pub(crate) mod tests {
         pub batches: Vec<usize>,
         /// Answer nothing (a daemon that is restarting).
         pub down: bool,
+        /// The policy set: endpoints and identities by key, its generation, the bodies' sizes.
+        pub policy_endpoints: BTreeMap<String, vectorlb_api::model::PolicyEndpoint>,
+        pub policy_identities: BTreeMap<IpAddr, u32>,
+        pub policy_generation: u64,
+        pub policy_posts: Vec<usize>,
     }
 
     fn down() -> CallError {
@@ -388,6 +443,38 @@ pub(crate) mod tests {
             }
             s.generation += 1;
             Ok(BatchDone { applied: b.ops.len(), generation: s.generation })
+        }
+        async fn policy(&self) -> Result<PolicyStatus, CallError> {
+            let s = self.state.lock().unwrap();
+            if s.down {
+                return Err(down());
+            }
+            Ok(PolicyStatus { generation: s.policy_generation, endpoints: s.policy_endpoints.len(), identities: s.policy_identities.len(), ..Default::default() })
+        }
+        async fn change_policy(&self, c: &PolicyChanges) -> Result<PolicyStatus, CallError> {
+            let mut s = self.state.lock().unwrap();
+            if s.down {
+                return Err(down());
+            }
+            s.policy_posts.push(serde_json::to_vec(c).unwrap().len());
+            if c.reset {
+                s.policy_endpoints.clear();
+                s.policy_identities.clear();
+            }
+            for n in &c.endpoints_removed {
+                s.policy_endpoints.remove(n);
+            }
+            for a in &c.identities_removed {
+                s.policy_identities.remove(a);
+            }
+            for e in &c.endpoints {
+                s.policy_endpoints.insert(e.name.clone(), e.clone());
+            }
+            for i in &c.identities {
+                s.policy_identities.insert(i.addr, i.identity);
+            }
+            s.policy_generation += 1;
+            Ok(PolicyStatus { generation: s.policy_generation, ..Default::default() })
         }
     }
 
@@ -525,5 +612,49 @@ pub(crate) mod tests {
         n.backends.reverse();
         let back = desired_of(&status_of(&n)).unwrap();
         assert!(same(&n, &back), "{n:?} / {back:?}");
+    }
+
+    fn compiled(n: usize) -> crate::netpol::Compiled {
+        let mut c = crate::netpol::Compiled::default();
+        for i in 0..n {
+            let name = format!("ns/p{i}");
+            c.identities.insert(format!("10.7.{}.{}", i / 250, i % 250 + 1).parse().unwrap(), i as u32 + 1);
+            let padding = vectorlb_api::model::PolicyRule { peers: Some((0..40).collect()), ports: vec![], action: "allow".into(), policy: format!("NetworkPolicy/ns/{i}") };
+            let ingress = vectorlb_api::model::PolicyDirection { isolated_by: Some(format!("NetworkPolicy/ns/{i}")), allow: vec![padding], ..Default::default() };
+            c.endpoints.insert(name.clone(), vectorlb_api::model::PolicyEndpoint { name, addrs: vec![format!("10.7.{}.{}", i / 250, i % 250 + 1).parse().unwrap()], ingress, ..Default::default() });
+        }
+        c
+    }
+
+    #[tokio::test]
+    async fn policy_goes_by_difference_in_parts_and_again_whole_after_a_restart() {
+        let mut d = daemon();
+        let want = compiled(3000);
+        assert!(d.push_policy(&want).await.unwrap());
+        {
+            let s = d.api.state.lock().unwrap();
+            assert!(s.policy_posts.len() > 1 && s.policy_posts.iter().all(|&n| n <= POLICY_PART_BYTES + 4096), "{:?}", s.policy_posts);
+            assert_eq!((s.policy_endpoints.len(), s.policy_identities.len()), (3000, 3000));
+        }
+        assert!(!d.push_policy(&want).await.unwrap(), "nothing to send");
+        let mut less = want.clone();
+        less.endpoints.remove("ns/p7");
+        assert!(d.push_policy(&less).await.unwrap());
+        assert_eq!(d.api.state.lock().unwrap().policy_endpoints.len(), 2999);
+        // The daemon restarts: empty, generation 0. The next push starts from empty.
+        {
+            let mut s = d.api.state.lock().unwrap();
+            s.policy_endpoints.clear();
+            s.policy_identities.clear();
+            s.policy_generation = 0;
+        }
+        assert!(d.push_policy(&less).await.unwrap());
+        assert_eq!(d.api.state.lock().unwrap().policy_endpoints.len(), 2999);
+        // A daemon that does not answer: an error, and a push from empty once it is back.
+        d.api.state.lock().unwrap().down = true;
+        assert!(d.push_policy(&want).await.is_err());
+        d.api.state.lock().unwrap().down = false;
+        assert!(d.push_policy(&want).await.unwrap());
+        assert_eq!(d.api.state.lock().unwrap().policy_endpoints.len(), 3000);
     }
 }

@@ -1,0 +1,663 @@
+//! NetworkPolicy compiled for one node's data plane ([`vectorlb_wire::model::PolicyChanges`]):
+//! the only place that reads selectors. Kept free of the controller's talking, tested alone.
+//!
+//! - **Identities**: every address of a Pod gets the identity of (its namespace, its labels,
+//!   the longest of the policies' CIDRs holding it); every CIDR a policy names gets one of its
+//!   own, for addresses that are no Pod's; the node's own addresses get one. Numbers are kept
+//!   while the controller runs, so a change moves only what it touches.
+//! - **Endpoints**: each Pod of this node (not `hostNetwork`) with, per direction, the policy
+//!   that isolates it (the first by namespace and name) and the rules of every policy that
+//!   selects it, their peers resolved to identities and their named ports to numbers.
+//! - **The node**: traffic from the node's own addresses to its Pods is allowed whatever the
+//!   policies say (the kubelet's probes), as Calico and Cilium do by default.
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use vectorlb_wire::model::{PolicyChanges, PolicyEndpoint, PolicyIdentity, PolicyPorts, PolicyPrefix, PolicyRule};
+
+type Labels = BTreeMap<String, String>;
+
+/// What the compiler needs of a Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodIn {
+    pub namespace: String,
+    pub name: String,
+    pub labels: Labels,
+    pub ips: Vec<IpAddr>,
+    pub node: String,
+    pub host_network: bool,
+    /// Named container ports: (name, protocol, port).
+    pub ports: Vec<(String, String, u16)>,
+}
+
+impl PodIn {
+    /// None for a Pod without addresses yet, or one that is over.
+    pub fn from_pod(p: &Pod) -> Option<PodIn> {
+        let spec = p.spec.as_ref()?;
+        let status = p.status.as_ref()?;
+        if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+            return None;
+        }
+        let mut ips: Vec<IpAddr> = status.pod_ips.iter().flatten().filter_map(|i| i.ip.parse().ok()).collect();
+        if ips.is_empty() {
+            ips.extend(status.pod_ip.as_deref().and_then(|i| i.parse::<IpAddr>().ok()));
+        }
+        if ips.is_empty() {
+            return None;
+        }
+        let ports = spec
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter_map(|cp| Some((cp.name.clone()?, cp.protocol.clone().unwrap_or_else(|| "TCP".into()), u16::try_from(cp.container_port).ok()?)))
+            .collect();
+        Some(PodIn {
+            namespace: p.metadata.namespace.clone().unwrap_or_default(),
+            name: p.metadata.name.clone().unwrap_or_default(),
+            labels: p.metadata.labels.clone().unwrap_or_default(),
+            ips,
+            node: spec.node_name.clone().unwrap_or_default(),
+            host_network: spec.host_network.unwrap_or(false),
+            ports,
+        })
+    }
+}
+
+/// A namespace's labels, with the name label the API server sets (in case it is missing).
+pub fn namespace_labels(n: &Namespace) -> (String, Labels) {
+    let name = n.metadata.name.clone().unwrap_or_default();
+    let mut l = n.metadata.labels.clone().unwrap_or_default();
+    l.entry("kubernetes.io/metadata.name".into()).or_insert_with(|| name.clone());
+    (name, l)
+}
+
+/// Whether `sel` selects `labels` (None for a selector with an operator Kubernetes does not
+/// know: it selects nothing, and the policy is reported).
+pub fn selects(sel: &LabelSelector, labels: &Labels) -> Option<bool> {
+    for (k, v) in sel.match_labels.iter().flatten() {
+        if labels.get(k) != Some(v) {
+            return Some(false);
+        }
+    }
+    for e in sel.match_expressions.iter().flatten() {
+        let has = labels.get(&e.key);
+        let values = e.values.as_deref().unwrap_or_default();
+        let ok = match e.operator.as_str() {
+            "In" => has.is_some_and(|v| values.contains(v)),
+            "NotIn" => has.is_none_or(|v| !values.contains(v)),
+            "Exists" => has.is_some(),
+            "DoesNotExist" => has.is_none(),
+            _ => return None,
+        };
+        if !ok {
+            return Some(false);
+        }
+    }
+    Some(true)
+}
+
+/// A CIDR of a policy: the network address and its length.
+type Prefix = (IpAddr, u8);
+
+/// `ADDR/LEN`, its host bits cleared (NetworkPolicy's validation allows none, but be lenient on
+/// what the API server let through before it checked).
+pub fn parse_cidr(s: &str) -> Option<Prefix> {
+    let (a, l) = s.split_once('/')?;
+    let addr: IpAddr = a.parse().ok()?;
+    let len: u8 = l.parse().ok()?;
+    match addr {
+        IpAddr::V4(v) if len <= 32 => Some((IpAddr::V4((u32::from(v) & if len == 0 { 0 } else { u32::MAX << (32 - len) }).into()), len)),
+        IpAddr::V6(v) if len <= 128 => Some((IpAddr::V6((u128::from(v) & if len == 0 { 0 } else { u128::MAX << (128 - len) }).into()), len)),
+        _ => None,
+    }
+}
+
+fn bits(a: IpAddr) -> (bool, u128) {
+    match a {
+        IpAddr::V4(v) => (true, u32::from(v) as u128),
+        IpAddr::V6(v) => (false, u128::from(v)),
+    }
+}
+
+/// Whether `a` lies in `p`.
+fn holds(p: Prefix, a: IpAddr) -> bool {
+    let ((v4p, x), (v4a, y)) = (bits(p.0), bits(a));
+    let width = if v4p { 32 } else { 128 };
+    v4p == v4a && (p.1 == 0 || (x ^ y) >> (width - p.1 as u32) == 0)
+}
+
+/// Whether prefix `inner` lies within `outer`.
+fn within(inner: Prefix, outer: Prefix) -> bool {
+    inner.1 >= outer.1 && holds(outer, inner.0)
+}
+
+fn prefix_text(p: Prefix) -> String {
+    format!("{}/{}", p.0, p.1)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum IdKey {
+    Pod { namespace: String, labels: Vec<(String, String)>, prefix: Option<Prefix> },
+    Prefix(Prefix),
+    Node,
+}
+
+/// The compiled set for one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Compiled {
+    pub identities: BTreeMap<IpAddr, u32>,
+    pub prefixes: BTreeMap<String, u32>,
+    pub endpoints: BTreeMap<String, PolicyEndpoint>,
+    /// Policies that could not be compiled whole: (`namespace/name`, what is wrong).
+    pub problems: Vec<(String, String)>,
+}
+
+/// Identity numbers, kept across compilations.
+#[derive(Debug, Default)]
+pub struct Compiler {
+    ids: HashMap<IdKey, u32>,
+    next: u32,
+}
+
+/// The identity of the node's own addresses, which may reach its Pods whatever the policies.
+const NODE_POLICY: &str = "vectorlb/node";
+
+fn policy_name(p: &NetworkPolicy) -> String {
+    format!("NetworkPolicy/{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default())
+}
+
+fn ns_name(p: &NetworkPolicy) -> String {
+    format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default())
+}
+
+/// An identity's peers as a selector sees them.
+struct PeerId {
+    id: u32,
+    namespace: Option<String>,
+    labels: Labels,
+    prefix: Option<Prefix>,
+    /// Named ports of the Pods of this identity (the first Pod's number for a name).
+    ports: BTreeMap<(String, String), u16>,
+}
+
+impl Compiler {
+    fn id(&mut self, k: IdKey) -> u32 {
+        let next = &mut self.next;
+        *self.ids.entry(k).or_insert_with(|| {
+            // 0 is the data plane's identity of nothing.
+            *next += 1;
+            *next
+        })
+    }
+
+    /// Compiles the policies for the Pods of `node`.
+    pub fn compile(&mut self, node: &str, node_addrs: &[IpAddr], pods: &[PodIn], namespaces: &BTreeMap<String, Labels>, policies: &[NetworkPolicy]) -> Compiled {
+        let mut out = Compiled::default();
+        let mut policies: Vec<&NetworkPolicy> = policies.iter().collect();
+        policies.sort_by_key(|p| ns_name(p));
+        // Every CIDR a policy names, excepts included.
+        let mut cidrs: BTreeSet<Prefix> = BTreeSet::new();
+        for p in &policies {
+            let spec = p.spec.as_ref();
+            let peers = spec.iter().flat_map(|s| s.ingress.iter().flatten().flat_map(|r| r.from.iter().flatten()).chain(s.egress.iter().flatten().flat_map(|r| r.to.iter().flatten())));
+            for peer in peers {
+                if let Some(b) = &peer.ip_block {
+                    for c in std::iter::once(&b.cidr).chain(b.except.iter().flatten()) {
+                        match parse_cidr(c) {
+                            Some(x) => {
+                                cidrs.insert(x);
+                            }
+                            None => out.problems.push((ns_name(p), format!("ipBlock '{}' is not a CIDR", c.escape_debug()))),
+                        }
+                    }
+                }
+            }
+        }
+        let lpm = |a: IpAddr| cidrs.iter().filter(|c| holds(**c, a)).max_by_key(|c| c.1).copied();
+        // Identities: the Pods' addresses, the CIDRs, the node.
+        let mut peers: Vec<PeerId> = Vec::new();
+        let mut by_id: HashMap<u32, usize> = HashMap::new();
+        for p in pods.iter().filter(|p| !p.host_network) {
+            for &ip in &p.ips {
+                let prefix = lpm(ip);
+                let id = self.id(IdKey::Pod { namespace: p.namespace.clone(), labels: p.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), prefix });
+                out.identities.insert(ip, id);
+                let i = *by_id.entry(id).or_insert_with(|| {
+                    peers.push(PeerId { id, namespace: Some(p.namespace.clone()), labels: p.labels.clone(), prefix, ports: BTreeMap::new() });
+                    peers.len() - 1
+                });
+                for (name, proto, port) in &p.ports {
+                    peers[i].ports.entry((name.clone(), proto.clone())).or_insert(*port);
+                }
+            }
+        }
+        for &c in &cidrs {
+            let id = self.id(IdKey::Prefix(c));
+            out.prefixes.insert(prefix_text(c), id);
+            peers.push(PeerId { id, namespace: None, labels: Labels::new(), prefix: Some(c), ports: BTreeMap::new() });
+        }
+        let node_id = self.id(IdKey::Node);
+        for &a in node_addrs {
+            out.identities.insert(a, node_id);
+        }
+        // The node's Pods.
+        for pod in pods.iter().filter(|p| p.node == node && !p.host_network) {
+            let mut e = PolicyEndpoint { name: format!("{}/{}", pod.namespace, pod.name), addrs: Vec::new(), ..Default::default() };
+            for ip in &pod.ips {
+                if !e.addrs.iter().any(|a: &IpAddr| a.is_ipv4() == ip.is_ipv4()) {
+                    e.addrs.push(*ip);
+                }
+            }
+            for p in &policies {
+                let Some(spec) = &p.spec else { continue };
+                if p.metadata.namespace.as_deref() != Some(pod.namespace.as_str()) {
+                    continue;
+                }
+                match spec.pod_selector.as_ref().map_or(Some(true), |s| selects(s, &pod.labels)) {
+                    Some(true) => {}
+                    Some(false) => continue,
+                    None => {
+                        out.problems.push((ns_name(p), "podSelector: an unknown operator".into()));
+                        continue;
+                    }
+                }
+                let types = spec.policy_types.clone().unwrap_or_else(|| {
+                    let mut t = vec!["Ingress".to_string()];
+                    if spec.egress.as_ref().is_some_and(|e| !e.is_empty()) {
+                        t.push("Egress".into());
+                    }
+                    t
+                });
+                let name = policy_name(p);
+                if types.iter().any(|t| t == "Ingress") {
+                    e.ingress.isolated_by.get_or_insert_with(|| name.clone());
+                    for r in spec.ingress.iter().flatten() {
+                        let ids = self.peer_ids(&r.from, p, namespaces, &peers, &mut out.problems);
+                        let ports = ports_of(&r.ports, |n, proto| pod.ports.iter().find(|(pn, pp, _)| pn == n && pp == proto).map(|x| x.2));
+                        if let Some(ports) = ports {
+                            e.ingress.allow.push(PolicyRule { peers: ids, ports, action: "allow".into(), policy: name.clone() });
+                        }
+                    }
+                }
+                if types.iter().any(|t| t == "Egress") {
+                    e.egress.isolated_by.get_or_insert_with(|| name.clone());
+                    for r in spec.egress.iter().flatten() {
+                        let ids = self.peer_ids(&r.to, p, namespaces, &peers, &mut out.problems);
+                        let named = r.ports.iter().flatten().any(|x| matches!(x.port, Some(IntOrString::String(_))));
+                        if !named {
+                            if let Some(ports) = ports_of(&r.ports, |_, _| None) {
+                                e.egress.allow.push(PolicyRule { peers: ids, ports, action: "allow".into(), policy: name.clone() });
+                            }
+                            continue;
+                        }
+                        // A named port is the destination's: one rule per peer identity that
+                        // has it, with its number there.
+                        for peer in peers.iter().filter(|x| ids.as_ref().is_none_or(|ids| ids.contains(&x.id))) {
+                            if let Some(ports) = ports_of(&r.ports, |n, proto| peer.ports.get(&(n.to_string(), proto.to_string())).copied()) {
+                                if !ports.is_empty() {
+                                    e.egress.allow.push(PolicyRule { peers: Some(vec![peer.id]), ports, action: "allow".into(), policy: name.clone() });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if e.ingress.isolated_by.is_some() {
+                e.ingress.admin.push(PolicyRule { peers: Some(vec![node_id]), ports: Vec::new(), action: "allow".into(), policy: NODE_POLICY.into() });
+            }
+            out.endpoints.insert(e.name.clone(), e);
+        }
+        out.problems.sort();
+        out.problems.dedup();
+        out
+    }
+
+    /// The identities a rule's peers select (None: the rule names no peer, so every peer).
+    fn peer_ids(&self, from: &Option<Vec<NetworkPolicyPeer>>, p: &NetworkPolicy, namespaces: &BTreeMap<String, Labels>, peers: &[PeerId], problems: &mut Vec<(String, String)>) -> Option<Vec<u32>> {
+        let from = from.as_ref().filter(|f| !f.is_empty())?;
+        let own_ns = p.metadata.namespace.clone().unwrap_or_default();
+        let mut ids = BTreeSet::new();
+        for peer in from {
+            if let Some(b) = &peer.ip_block {
+                let Some(c) = parse_cidr(&b.cidr) else { continue };
+                let except: Vec<Prefix> = b.except.iter().flatten().filter_map(|x| parse_cidr(x)).collect();
+                for x in peers {
+                    if x.prefix.is_some_and(|q| within(q, c) && !except.iter().any(|e| within(q, *e))) {
+                        ids.insert(x.id);
+                    }
+                }
+                continue;
+            }
+            for x in peers {
+                let Some(ns) = &x.namespace else { continue };
+                let ns_ok = match &peer.namespace_selector {
+                    None => *ns == own_ns,
+                    Some(sel) => match namespaces.get(ns).map(|l| selects(sel, l)) {
+                        Some(Some(ok)) => ok,
+                        Some(None) => {
+                            problems.push((ns_name(p), "namespaceSelector: an unknown operator".into()));
+                            false
+                        }
+                        None => false,
+                    },
+                };
+                let pod_ok = ns_ok
+                    && match &peer.pod_selector {
+                        None => true,
+                        Some(sel) => selects(sel, &x.labels).unwrap_or_else(|| {
+                            problems.push((ns_name(p), "podSelector: an unknown operator".into()));
+                            false
+                        }),
+                    };
+                if pod_ok {
+                    ids.insert(x.id);
+                }
+            }
+        }
+        Some(ids.into_iter().collect())
+    }
+}
+
+/// A rule's ports as the data plane takes them; `named` resolves a port name for a protocol.
+/// None when the rule names ports and none of them resolves (it then allows nothing).
+fn ports_of(ports: &Option<Vec<NetworkPolicyPort>>, named: impl Fn(&str, &str) -> Option<u16>) -> Option<Vec<PolicyPorts>> {
+    let Some(ports) = ports.as_ref().filter(|p| !p.is_empty()) else {
+        return Some(Vec::new());
+    };
+    let mut out = Vec::new();
+    for p in ports {
+        let proto = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+        let protocol = proto.to_ascii_lowercase();
+        match &p.port {
+            None => out.push(PolicyPorts { protocol, port: 0, end_port: Some(65535) }),
+            Some(IntOrString::Int(n)) => {
+                let Ok(lo) = u16::try_from(*n) else { continue };
+                let hi = p.end_port.and_then(|e| u16::try_from(e).ok()).filter(|&e| e >= lo);
+                out.push(PolicyPorts { protocol, port: lo, end_port: hi });
+            }
+            Some(IntOrString::String(name)) => {
+                if let Some(n) = named(name, &proto) {
+                    out.push(PolicyPorts { protocol, port: n, end_port: None });
+                }
+            }
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// What to send a daemon that holds `old` (None: nothing known, start from empty) for it to
+/// hold `new`.
+pub fn diff(old: Option<&Compiled>, new: &Compiled) -> PolicyChanges {
+    let empty = Compiled::default();
+    let o = old.unwrap_or(&empty);
+    let mut c = PolicyChanges { reset: old.is_none(), ..Default::default() };
+    c.identities_removed = o.identities.keys().filter(|a| !new.identities.contains_key(a)).copied().collect();
+    c.identities = new.identities.iter().filter(|(a, id)| o.identities.get(a) != Some(id)).map(|(a, id)| PolicyIdentity { addr: *a, identity: *id }).collect();
+    c.prefixes_removed = o.prefixes.keys().filter(|p| !new.prefixes.contains_key(*p)).cloned().collect();
+    c.prefixes = new.prefixes.iter().filter(|(p, id)| o.prefixes.get(*p) != Some(id)).map(|(p, id)| PolicyPrefix { prefix: p.clone(), identity: *id }).collect();
+    c.endpoints_removed = o.endpoints.keys().filter(|n| !new.endpoints.contains_key(*n)).cloned().collect();
+    c.endpoints = new.endpoints.iter().filter(|(n, e)| o.endpoints.get(*n) != Some(e)).map(|(_, e)| e.clone()).collect();
+    c
+}
+
+/// Splits changes into parts of at most about `max` bytes of JSON each, in an order where no
+/// part leaves a Pod less protected than the whole: endpoints removed, identities and prefixes
+/// added or replaced, endpoints added or replaced, then identities and prefixes removed. The
+/// first part carries `reset`. One endpoint larger than `max` goes alone (and the daemon says
+/// whether it takes it).
+pub fn parts(c: PolicyChanges, max: usize) -> Vec<PolicyChanges> {
+    if size(&c) <= max {
+        return vec![c];
+    }
+    let mut out = vec![PolicyChanges { reset: c.reset, ..Default::default() }];
+    let mut used = size(&out[0]);
+    let mut add = |n: usize, f: &mut dyn FnMut(&mut PolicyChanges)| {
+        if used + n > max && !is_empty(out.last().expect("one part at least")) {
+            out.push(PolicyChanges::default());
+            used = size(out.last().expect("just pushed"));
+        }
+        used += n + 1;
+        f(out.last_mut().expect("one part at least"));
+    };
+    for n in c.endpoints_removed {
+        add(size(&n), &mut |p| p.endpoints_removed.push(n.clone()));
+    }
+    for x in c.prefixes {
+        add(size(&x), &mut |p| p.prefixes.push(x.clone()));
+    }
+    for x in c.identities {
+        add(size(&x), &mut |p| p.identities.push(x.clone()));
+    }
+    for x in c.endpoints {
+        add(size(&x), &mut |p| p.endpoints.push(x.clone()));
+    }
+    for x in c.identities_removed {
+        add(size(&x), &mut |p| p.identities_removed.push(x));
+    }
+    for x in c.prefixes_removed {
+        add(size(&x), &mut |p| p.prefixes_removed.push(x.clone()));
+    }
+    out
+}
+
+/// A value's length in JSON.
+fn size<T: serde::Serialize>(v: &T) -> usize {
+    serde_json::to_vec(v).map_or(0, |v| v.len())
+}
+
+/// Whether a set of changes changes nothing.
+pub fn is_empty(c: &PolicyChanges) -> bool {
+    !c.reset && c.identities.is_empty() && c.identities_removed.is_empty() && c.prefixes.is_empty() && c.prefixes_removed.is_empty() && c.endpoints.is_empty() && c.endpoints_removed.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(ns: &str, name: &str, labels: &[(&str, &str)], ip: &str, node: &str) -> PodIn {
+        PodIn { namespace: ns.into(), name: name.into(), labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ips: vec![ip.parse().unwrap()], node: node.into(), host_network: false, ports: vec![] }
+    }
+
+    fn np(v: serde_json::Value) -> NetworkPolicy {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn namespaces() -> BTreeMap<String, Labels> {
+        [("x", "team-a"), ("y", "team-b"), ("z", "team-b")].iter().map(|(n, t)| (n.to_string(), [("kubernetes.io/metadata.name".to_string(), n.to_string()), ("team".to_string(), t.to_string())].into())).collect()
+    }
+
+    /// Pods a, b, c in each of x, y and z (x's on node n1, the rest on n2), as the upstream
+    /// tests lay them out.
+    fn cluster() -> Vec<PodIn> {
+        let mut v = Vec::new();
+        for (i, ns) in ["x", "y", "z"].iter().enumerate() {
+            for (j, p) in ["a", "b", "c"].iter().enumerate() {
+                let mut pi = pod(ns, p, &[("pod", p)], &format!("10.244.{i}.{}", j + 10), if *ns == "x" { "n1" } else { "n2" });
+                pi.ports = vec![("serve-80-tcp".into(), "TCP".into(), 80), ("serve-81-udp".into(), "UDP".into(), 81)];
+                v.push(pi);
+            }
+        }
+        v
+    }
+
+    fn ids_of(c: &Compiled, ips: &[&str]) -> Vec<u32> {
+        let mut v: Vec<u32> = ips.iter().map(|i| c.identities[&i.parse::<IpAddr>().unwrap()]).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    #[test]
+    fn selectors_follow_kubernetes() {
+        let l: Labels = [("a".to_string(), "1".to_string()), ("b".to_string(), "2".to_string())].into();
+        let sel = |v: serde_json::Value| serde_json::from_value::<LabelSelector>(v).unwrap();
+        assert_eq!(selects(&sel(json!({})), &l), Some(true));
+        assert_eq!(selects(&sel(json!({"matchLabels": {"a": "1"}})), &l), Some(true));
+        assert_eq!(selects(&sel(json!({"matchLabels": {"a": "2"}})), &l), Some(false));
+        assert_eq!(selects(&sel(json!({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "3"]}]})), &l), Some(true));
+        assert_eq!(selects(&sel(json!({"matchExpressions": [{"key": "c", "operator": "NotIn", "values": ["1"]}]})), &l), Some(true));
+        assert_eq!(selects(&sel(json!({"matchExpressions": [{"key": "b", "operator": "DoesNotExist"}]})), &l), Some(false));
+        assert_eq!(selects(&sel(json!({"matchExpressions": [{"key": "b", "operator": "Exists"}]})), &l), Some(true));
+        assert_eq!(selects(&sel(json!({"matchExpressions": [{"key": "b", "operator": "Near"}]})), &l), None);
+    }
+
+    #[test]
+    fn cidrs_parse_and_nest() {
+        assert_eq!(parse_cidr("10.1.2.3/8"), Some(("10.0.0.0".parse().unwrap(), 8)));
+        assert_eq!(parse_cidr("0.0.0.0/0"), Some(("0.0.0.0".parse().unwrap(), 0)));
+        assert_eq!(parse_cidr("fd00::1/128"), Some(("fd00::1".parse().unwrap(), 128)));
+        assert_eq!(parse_cidr("10.0.0.0/33"), None);
+        assert_eq!(parse_cidr("10.0.0.0"), None);
+        assert!(within(parse_cidr("10.1.0.0/16").unwrap(), parse_cidr("10.0.0.0/8").unwrap()));
+        assert!(!within(parse_cidr("10.0.0.0/8").unwrap(), parse_cidr("10.1.0.0/16").unwrap()));
+        assert!(!within(parse_cidr("::/0").unwrap(), parse_cidr("0.0.0.0/0").unwrap()));
+    }
+
+    #[test]
+    fn default_deny_isolates_and_the_node_still_reaches_its_pods() {
+        let mut c = Compiler::default();
+        let deny = np(json!({"metadata": {"namespace": "x", "name": "deny-all"}, "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}));
+        let out = c.compile("n1", &["192.168.1.1".parse().unwrap()], &cluster(), &namespaces(), &[deny]);
+        assert!(out.problems.is_empty(), "{:?}", out.problems);
+        assert_eq!(out.endpoints.len(), 3, "x's pods are n1's");
+        let a = &out.endpoints["x/a"];
+        assert_eq!(a.ingress.isolated_by.as_deref(), Some("NetworkPolicy/x/deny-all"));
+        assert_eq!(a.egress.isolated_by.as_deref(), Some("NetworkPolicy/x/deny-all"));
+        assert!(a.ingress.allow.is_empty() && a.egress.allow.is_empty());
+        let node = ids_of(&out, &["192.168.1.1"]);
+        assert_eq!(a.ingress.admin, vec![PolicyRule { peers: Some(node), ports: vec![], action: "allow".into(), policy: "vectorlb/node".into() }]);
+        // A policy in another namespace, or one selecting no pod, isolates nothing here.
+        let other = np(json!({"metadata": {"namespace": "y", "name": "deny"}, "spec": {"podSelector": {}}}));
+        let none = np(json!({"metadata": {"namespace": "x", "name": "nobody"}, "spec": {"podSelector": {"matchLabels": {"pod": "zzz"}}}}));
+        let out = c.compile("n1", &[], &cluster(), &namespaces(), &[other, none]);
+        assert!(out.endpoints.values().all(|e| e.ingress == Default::default() && e.egress == Default::default()));
+    }
+
+    #[test]
+    fn peers_by_pod_namespace_and_both() {
+        let mut c = Compiler::default();
+        let pods = cluster();
+        let p = np(json!({"metadata": {"namespace": "x", "name": "allow"}, "spec": {
+            "podSelector": {"matchLabels": {"pod": "a"}},
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]},
+                {"from": [{"namespaceSelector": {"matchLabels": {"team": "team-b"}}}], "ports": [{"port": 80}, {"protocol": "UDP", "port": "serve-81-udp"}]},
+                {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}, "podSelector": {"matchLabels": {"pod": "c"}}}], "ports": [{"port": 8000, "endPort": 8080}]}
+            ]}}));
+        let out = c.compile("n1", &[], &pods, &namespaces(), &[p]);
+        let a = &out.endpoints["x/a"];
+        assert!(out.endpoints["x/b"].ingress.isolated_by.is_none());
+        assert_eq!(a.ingress.allow.len(), 3);
+        assert_eq!(a.ingress.allow[0].peers, Some(ids_of(&out, &["10.244.0.11"])), "b of x only");
+        assert_eq!(a.ingress.allow[0].ports, vec![]);
+        assert_eq!(a.ingress.allow[1].peers, Some(ids_of(&out, &["10.244.1.10", "10.244.1.11", "10.244.1.12", "10.244.2.10", "10.244.2.11", "10.244.2.12"])));
+        assert_eq!(a.ingress.allow[1].ports, vec![PolicyPorts { protocol: "tcp".into(), port: 80, end_port: None }, PolicyPorts { protocol: "udp".into(), port: 81, end_port: None }]);
+        assert_eq!(a.ingress.allow[2].peers, Some(ids_of(&out, &["10.244.1.12"])), "c of y");
+        assert_eq!(a.ingress.allow[2].ports, vec![PolicyPorts { protocol: "tcp".into(), port: 8000, end_port: Some(8080) }]);
+        // Pods with the same labels in one namespace share an identity; another namespace's do not.
+        let mut more = pods.clone();
+        more.push(pod("x", "b2", &[("pod", "b")], "10.244.0.99", "n2"));
+        let out = c.compile("n1", &[], &more, &namespaces(), &[]);
+        assert_eq!(out.identities[&"10.244.0.99".parse().unwrap()], out.identities[&"10.244.0.11".parse().unwrap()]);
+        assert_ne!(out.identities[&"10.244.1.11".parse().unwrap()], out.identities[&"10.244.0.11".parse().unwrap()]);
+    }
+
+    #[test]
+    fn ip_blocks_with_except_select_pods_and_the_outside() {
+        let mut c = Compiler::default();
+        let p = np(json!({"metadata": {"namespace": "x", "name": "cidr"}, "spec": {
+            "podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": "10.244.0.0/16", "except": ["10.244.1.0/24"]}}]}]}}));
+        let out = c.compile("n1", &[], &cluster(), &namespaces(), &[p]);
+        let a = &out.endpoints["x/a"];
+        assert!(a.ingress.isolated_by.is_none());
+        let peers = a.egress.allow[0].peers.clone().unwrap();
+        let inside = ids_of(&out, &["10.244.0.10", "10.244.0.11", "10.244.2.12"]);
+        let excepted = ids_of(&out, &["10.244.1.10", "10.244.1.12"]);
+        assert!(inside.iter().all(|i| peers.contains(i)), "{peers:?} {inside:?}");
+        assert!(excepted.iter().all(|i| !peers.contains(i)));
+        assert!(peers.contains(&out.prefixes["10.244.0.0/16"]), "addresses of the block that are no pod's");
+        assert!(!peers.contains(&out.prefixes["10.244.1.0/24"]));
+    }
+
+    #[test]
+    fn egress_named_ports_are_the_destinations() {
+        let mut c = Compiler::default();
+        let mut pods = cluster();
+        pods[4].ports = vec![("serve-80-tcp".into(), "TCP".into(), 8080)]; // y/b
+        let p = np(json!({"metadata": {"namespace": "x", "name": "named"}, "spec": {
+            "podSelector": {}, "policyTypes": ["Egress"],
+            "egress": [{"ports": [{"port": "serve-80-tcp"}]}]}}));
+        let out = c.compile("n1", &[], &pods, &namespaces(), &[p]);
+        let rules = &out.endpoints["x/a"].egress.allow;
+        let yb = ids_of(&out, &["10.244.1.11"])[0];
+        let r = rules.iter().find(|r| r.peers == Some(vec![yb])).unwrap();
+        assert_eq!(r.ports, vec![PolicyPorts { protocol: "tcp".into(), port: 8080, end_port: None }]);
+        let ya = ids_of(&out, &["10.244.1.10"])[0];
+        assert_eq!(rules.iter().find(|r| r.peers == Some(vec![ya])).unwrap().ports[0].port, 80);
+    }
+
+    #[test]
+    fn large_changes_go_in_parts_in_a_safe_order() {
+        let mut c = Compiler::default();
+        let pods: Vec<PodIn> = (0..2000u32).map(|i| pod("x", &format!("p{i}"), &[("i", &i.to_string())], &format!("10.{}.{}.{}", i / 62500, (i / 250) % 250, i % 250 + 1), "n1")).collect();
+        let p = np(json!({"metadata": {"namespace": "x", "name": "allow"}, "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}}));
+        let want = c.compile("n1", &[], &pods, &namespaces(), &[p]);
+        let all = diff(None, &want);
+        let whole = size(&all);
+        let ps = parts(all.clone(), 64 * 1024);
+        assert!(ps.len() > 1 && whole > 64 * 1024);
+        assert!(ps[0].reset && ps[1..].iter().all(|p| !p.reset));
+        assert!(ps.iter().all(|p| size(p) <= 64 * 1024 + 1024), "{:?}", ps.iter().map(size).collect::<Vec<_>>());
+        // Nothing lost, nothing twice, identities before the endpoints that name them.
+        let ids: usize = ps.iter().map(|p| p.identities.len()).sum();
+        let eps: usize = ps.iter().map(|p| p.endpoints.len()).sum();
+        assert_eq!((ids, eps), (all.identities.len(), all.endpoints.len()));
+        let last_identity = ps.iter().rposition(|p| !p.identities.is_empty()).unwrap();
+        let first_endpoint = ps.iter().position(|p| !p.endpoints.is_empty()).unwrap();
+        assert!(last_identity <= first_endpoint);
+        // Small changes stay whole.
+        assert_eq!(parts(PolicyChanges::default(), 100).len(), 1);
+    }
+
+    #[test]
+    fn changes_go_by_difference() {
+        let mut c = Compiler::default();
+        let p = np(json!({"metadata": {"namespace": "x", "name": "allow"}, "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}}));
+        let first = c.compile("n1", &[], &cluster(), &namespaces(), std::slice::from_ref(&p));
+        let d = diff(None, &first);
+        assert!(d.reset && d.endpoints.len() == 3 && d.identities.len() == 9);
+        assert!(is_empty(&diff(Some(&first), &first)));
+        // c of x takes label pod=b: its identity changes and the endpoints whose rules name b.
+        let mut pods = cluster();
+        pods[2].labels.insert("pod".into(), "b".into());
+        let second = c.compile("n1", &[], &pods, &namespaces(), &[p]);
+        let d = diff(Some(&first), &second);
+        assert!(!d.reset);
+        assert_eq!(d.identities.len(), 1);
+        assert_eq!(d.identities[0].addr, "10.244.0.12".parse::<IpAddr>().unwrap());
+        assert_eq!(d.identities[0].identity, second.identities[&"10.244.0.11".parse().unwrap()], "c now has b's identity");
+        assert!(d.endpoints.is_empty(), "the rules name b's identity already: no endpoint changes");
+        assert!(d.identities_removed.is_empty() && d.endpoints_removed.is_empty());
+        let third = c.compile("n1", &[], &pods[1..], &namespaces(), &[]);
+        let d = diff(Some(&second), &third);
+        assert_eq!(d.endpoints_removed, vec!["x/a".to_string()]);
+        assert_eq!(d.identities_removed, vec!["10.244.0.10".parse::<IpAddr>().unwrap()]);
+    }
+
+    #[test]
+    fn broken_policies_are_reported_not_fatal() {
+        let mut c = Compiler::default();
+        let p = np(json!({"metadata": {"namespace": "x", "name": "bad"}, "spec": {
+            "podSelector": {"matchExpressions": [{"key": "pod", "operator": "Sideways"}]},
+            "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/99"}}]}]}}));
+        let out = c.compile("n1", &[], &cluster(), &namespaces(), &[p]);
+        assert_eq!(out.problems.len(), 2, "{:?}", out.problems);
+        assert!(out.endpoints.values().all(|e| e.ingress.isolated_by.is_none()), "a selector that cannot be read selects nothing");
+    }
+}
