@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods conformance conformance-kubernetes k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
+.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods conformance conformance-kubernetes conformance-network-policy k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -78,7 +78,15 @@ conformance: build k8s-bins
 conformance-kubernetes: build k8s-bins
 	@mkdir -p bench/results
 	@bash scripts/k8s-e2e.sh >/dev/null
-	@VECTORLB_E2E_FOCUS="$(E2E_FOCUS)" $(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance -- --ignored --nocapture 2>&1 | grep -E '^(==|FAILED:|\{"kubernetes_e2e")' | tee /tmp/vectorlb-k8s-e2e.out; test $${PIPESTATUS[0]} -eq 0; rc=$$?; grep '"kubernetes_e2e"' /tmp/vectorlb-k8s-e2e.out >> bench/results/kubernetes-e2e.jsonl; exit $$rc
+	@VECTORLB_E2E_FOCUS="$(E2E_FOCUS)" $(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance kubernetes_network_conformance -- --ignored --nocapture 2>&1 | grep -E '^(==|FAILED:|\{"kubernetes_e2e")' | tee /tmp/vectorlb-k8s-e2e.out; test $${PIPESTATUS[0]} -eq 0; rc=$$?; grep '"kubernetes_e2e"' /tmp/vectorlb-k8s-e2e.out >> bench/results/kubernetes-e2e.jsonl; exit $$rc
+
+# Kubernetes' NetworkPolicy e2e tests ([sig-network] Netpol) on the same two real nodes, the
+# policies enforced by the data plane (docs/network-policy.md). One summary line per suite:
+# {"network_policy_e2e": {...}}.
+conformance-network-policy: build k8s-bins
+	@mkdir -p bench/results
+	@bash scripts/k8s-e2e.sh >/dev/null
+	@VECTORLB_E2E_FOCUS="$(E2E_FOCUS)" $(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance network_policy_e2e -- --ignored --nocapture 2>&1 | grep -E '^(==|FAILED:|\{"network_policy_e2e")' | tee /tmp/vectorlb-netpol-e2e.out; test $${PIPESTATUS[0]} -eq 0; rc=$$?; grep '"network_policy_e2e"' /tmp/vectorlb-netpol-e2e.out >> bench/results/network-policy-e2e.jsonl; exit $$rc
 
 # vectorlb's container image from the release binaries, without a base image: an OCI layout
 # in target/vectorlb-image.tar (ctr images import, podman load). See docs/kubernetes.md.

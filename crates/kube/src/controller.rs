@@ -15,8 +15,8 @@ use crate::reason::Reason;
 use crate::watch::{spawn_reflector, WATCH_SECONDS};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod, Service};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{reflector, watcher};
@@ -75,7 +75,11 @@ impl PolicyCtl {
         spawn_reflector(w1, Api::<Pod>::all(client.clone()), wc.clone(), notify.clone(), metrics.clone());
         spawn_reflector(w2, Api::<Namespace>::all(client.clone()), wc.clone(), notify.clone(), metrics.clone());
         spawn_reflector(w3, Api::<NetworkPolicy>::all(client.clone()), wc, notify.clone(), metrics.clone());
-        for (what, ready) in [("pods", pods.wait_until_ready().await.is_ok()), ("namespaces", namespaces.wait_until_ready().await.is_ok()), ("networkpolicies", policies.wait_until_ready().await.is_ok())] {
+        for (what, ready) in [
+            ("pods", pods.wait_until_ready().await.is_ok()),
+            ("namespaces", namespaces.wait_until_ready().await.is_ok()),
+            ("networkpolicies", policies.wait_until_ready().await.is_ok()),
+        ] {
             if !ready {
                 return Err(StartError::Watch(what));
             }

@@ -203,7 +203,8 @@ impl Compiler {
         let mut cidrs: BTreeSet<Prefix> = BTreeSet::new();
         for p in &policies {
             let spec = p.spec.as_ref();
-            let peers = spec.iter().flat_map(|s| s.ingress.iter().flatten().flat_map(|r| r.from.iter().flatten()).chain(s.egress.iter().flatten().flat_map(|r| r.to.iter().flatten())));
+            let peers =
+                spec.iter().flat_map(|s| s.ingress.iter().flatten().flat_map(|r| r.from.iter().flatten()).chain(s.egress.iter().flatten().flat_map(|r| r.to.iter().flatten())));
             for peer in peers {
                 if let Some(b) = &peer.ip_block {
                     for c in std::iter::once(&b.cidr).chain(b.except.iter().flatten()) {
@@ -317,7 +318,14 @@ impl Compiler {
     }
 
     /// The identities a rule's peers select (None: the rule names no peer, so every peer).
-    fn peer_ids(&self, from: &Option<Vec<NetworkPolicyPeer>>, p: &NetworkPolicy, namespaces: &BTreeMap<String, Labels>, peers: &[PeerId], problems: &mut Vec<(String, String)>) -> Option<Vec<u32>> {
+    fn peer_ids(
+        &self,
+        from: &Option<Vec<NetworkPolicyPeer>>,
+        p: &NetworkPolicy,
+        namespaces: &BTreeMap<String, Labels>,
+        peers: &[PeerId],
+        problems: &mut Vec<(String, String)>,
+    ) -> Option<Vec<u32>> {
         let from = from.as_ref().filter(|f| !f.is_empty())?;
         let own_ns = p.metadata.namespace.clone().unwrap_or_default();
         let mut ids = BTreeSet::new();
@@ -451,7 +459,13 @@ fn size<T: serde::Serialize>(v: &T) -> usize {
 
 /// Whether a set of changes changes nothing.
 pub fn is_empty(c: &PolicyChanges) -> bool {
-    !c.reset && c.identities.is_empty() && c.identities_removed.is_empty() && c.prefixes.is_empty() && c.prefixes_removed.is_empty() && c.endpoints.is_empty() && c.endpoints_removed.is_empty()
+    !c.reset
+        && c.identities.is_empty()
+        && c.identities_removed.is_empty()
+        && c.prefixes.is_empty()
+        && c.prefixes_removed.is_empty()
+        && c.endpoints.is_empty()
+        && c.endpoints_removed.is_empty()
 }
 
 #[cfg(test)]
@@ -460,7 +474,15 @@ mod tests {
     use serde_json::json;
 
     fn pod(ns: &str, name: &str, labels: &[(&str, &str)], ip: &str, node: &str) -> PodIn {
-        PodIn { namespace: ns.into(), name: name.into(), labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ips: vec![ip.parse().unwrap()], node: node.into(), host_network: false, ports: vec![] }
+        PodIn {
+            namespace: ns.into(),
+            name: name.into(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ips: vec![ip.parse().unwrap()],
+            node: node.into(),
+            host_network: false,
+            ports: vec![],
+        }
     }
 
     fn np(v: serde_json::Value) -> NetworkPolicy {
@@ -468,7 +490,10 @@ mod tests {
     }
 
     fn namespaces() -> BTreeMap<String, Labels> {
-        [("x", "team-a"), ("y", "team-b"), ("z", "team-b")].iter().map(|(n, t)| (n.to_string(), [("kubernetes.io/metadata.name".to_string(), n.to_string()), ("team".to_string(), t.to_string())].into())).collect()
+        [("x", "team-a"), ("y", "team-b"), ("z", "team-b")]
+            .iter()
+            .map(|(n, t)| (n.to_string(), [("kubernetes.io/metadata.name".to_string(), n.to_string()), ("team".to_string(), t.to_string())].into()))
+            .collect()
     }
 
     /// Pods a, b, c in each of x, y and z (x's on node n1, the rest on n2), as the upstream
@@ -543,12 +568,12 @@ mod tests {
         let mut c = Compiler::default();
         let pods = cluster();
         let p = np(json!({"metadata": {"namespace": "x", "name": "allow"}, "spec": {
-            "podSelector": {"matchLabels": {"pod": "a"}},
-            "ingress": [
-                {"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]},
-                {"from": [{"namespaceSelector": {"matchLabels": {"team": "team-b"}}}], "ports": [{"port": 80}, {"protocol": "UDP", "port": "serve-81-udp"}]},
-                {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}, "podSelector": {"matchLabels": {"pod": "c"}}}], "ports": [{"port": 8000, "endPort": 8080}]}
-            ]}}));
+        "podSelector": {"matchLabels": {"pod": "a"}},
+        "ingress": [
+            {"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]},
+            {"from": [{"namespaceSelector": {"matchLabels": {"team": "team-b"}}}], "ports": [{"port": 80}, {"protocol": "UDP", "port": "serve-81-udp"}]},
+            {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}, "podSelector": {"matchLabels": {"pod": "c"}}}], "ports": [{"port": 8000, "endPort": 8080}]}
+        ]}}));
         let out = c.compile("n1", &[], &pods, &namespaces(), &[p]);
         let a = &out.endpoints["x/a"];
         assert!(out.endpoints["x/b"].ingress.isolated_by.is_none());
@@ -556,7 +581,10 @@ mod tests {
         assert_eq!(a.ingress.allow[0].peers, Some(ids_of(&out, &["10.244.0.11"])), "b of x only");
         assert_eq!(a.ingress.allow[0].ports, vec![]);
         assert_eq!(a.ingress.allow[1].peers, Some(ids_of(&out, &["10.244.1.10", "10.244.1.11", "10.244.1.12", "10.244.2.10", "10.244.2.11", "10.244.2.12"])));
-        assert_eq!(a.ingress.allow[1].ports, vec![PolicyPorts { protocol: "tcp".into(), port: 80, end_port: None }, PolicyPorts { protocol: "udp".into(), port: 81, end_port: None }]);
+        assert_eq!(
+            a.ingress.allow[1].ports,
+            vec![PolicyPorts { protocol: "tcp".into(), port: 80, end_port: None }, PolicyPorts { protocol: "udp".into(), port: 81, end_port: None }]
+        );
         assert_eq!(a.ingress.allow[2].peers, Some(ids_of(&out, &["10.244.1.12"])), "c of y");
         assert_eq!(a.ingress.allow[2].ports, vec![PolicyPorts { protocol: "tcp".into(), port: 8000, end_port: Some(8080) }]);
         // Pods with the same labels in one namespace share an identity; another namespace's do not.
@@ -605,7 +633,8 @@ mod tests {
     #[test]
     fn large_changes_go_in_parts_in_a_safe_order() {
         let mut c = Compiler::default();
-        let pods: Vec<PodIn> = (0..2000u32).map(|i| pod("x", &format!("p{i}"), &[("i", &i.to_string())], &format!("10.{}.{}.{}", i / 62500, (i / 250) % 250, i % 250 + 1), "n1")).collect();
+        let pods: Vec<PodIn> =
+            (0..2000u32).map(|i| pod("x", &format!("p{i}"), &[("i", &i.to_string())], &format!("10.{}.{}.{}", i / 62500, (i / 250) % 250, i % 250 + 1), "n1")).collect();
         let p = np(json!({"metadata": {"namespace": "x", "name": "allow"}, "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}}));
         let want = c.compile("n1", &[], &pods, &namespaces(), &[p]);
         let all = diff(None, &want);

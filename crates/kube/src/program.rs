@@ -621,7 +621,10 @@ pub(crate) mod tests {
             c.identities.insert(format!("10.7.{}.{}", i / 250, i % 250 + 1).parse().unwrap(), i as u32 + 1);
             let padding = vectorlb_api::model::PolicyRule { peers: Some((0..40).collect()), ports: vec![], action: "allow".into(), policy: format!("NetworkPolicy/ns/{i}") };
             let ingress = vectorlb_api::model::PolicyDirection { isolated_by: Some(format!("NetworkPolicy/ns/{i}")), allow: vec![padding], ..Default::default() };
-            c.endpoints.insert(name.clone(), vectorlb_api::model::PolicyEndpoint { name, addrs: vec![format!("10.7.{}.{}", i / 250, i % 250 + 1).parse().unwrap()], ingress, ..Default::default() });
+            c.endpoints.insert(
+                name.clone(),
+                vectorlb_api::model::PolicyEndpoint { name, addrs: vec![format!("10.7.{}.{}", i / 250, i % 250 + 1).parse().unwrap()], ingress, ..Default::default() },
+            );
         }
         c
     }

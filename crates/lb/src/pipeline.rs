@@ -1389,6 +1389,14 @@ impl Worker {
                 self.flows.table.remove::<A>(r);
                 return Verdict::Drop(DropReason::NoSession);
             };
+            // Into a pod under policy: the mapping is its source port's, open to any remote,
+            // so the remote's flow must be one the pod opened or one its policy allows.
+            if self.pol.active && self.pol.enforces(s.client.key(), 0) {
+                let remote = A::read(b.data(), h.l3 + A::SRC).key();
+                if let Err(e) = crate::policy::check_flow(&self.pol, &self.control.policy_flows, m.proto, remote, m.sport, s.client.key(), s.cport, now) {
+                    return Verdict::Drop(e);
+                }
+            }
             let t = rule.timeouts;
             return self.reply_to_client::<A, B>(snap, b, m, r, &t, None, now);
         }
@@ -1557,6 +1565,13 @@ impl Worker {
         };
         if h.ip_len() > hop.mtu as usize {
             return self.icmp.too_big::<A, B>(&mut self.flows, snap, b, m, hop.mtu as usize, now);
+        }
+        // A pod under policy leaving the cluster: its session is its source port's, whatever
+        // the destination, so each flow is decided and remembered here.
+        if self.pol.active && self.pol.enforces(src.key(), dst.key()) {
+            if let Err(e) = crate::policy::check_flow(&self.pol, &self.control.policy_flows, m.proto, src.key(), m.sport, dst.key(), m.dport, now) {
+                return Verdict::Drop(e);
+            }
         }
         let r = match self.lookup_fwd::<A>(m, rule.id, &src, m.sport, now) {
             // A mark of a UDP flow from the outside: the inside's reply keeps its address.

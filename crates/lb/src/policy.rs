@@ -774,14 +774,22 @@ pub fn check_frame(set: &PolicySet, flows: &Flows, d: &[u8], now: u32) -> Result
             return Ok(());
         }
     }
-    let k = FlowKey::new(f.proto, f.src, f.sport, f.dst, f.dport);
+    check_flow(set, flows, f.proto, f.src, f.sport, f.dst, f.dport, now)
+}
+
+/// Decides a flow's packet as [`check_frame`] does, for a path that has parsed it already (a
+/// pod's traffic leaving through SNAT, and its replies: the SNAT session is the source's, not
+/// the flow's, so the flow is remembered here too).
+#[allow(clippy::too_many_arguments)]
+pub fn check_flow(set: &PolicySet, flows: &Flows, proto: u8, src: u128, sport: u16, dst: u128, dport: u16, now: u32) -> Result<(), DropReason> {
+    let k = FlowKey::new(proto, src, sport, dst, dport);
     if flows.hit(&k, now) {
         return Ok(());
     }
-    let port = if matches!(f.proto, proto::TCP | proto::UDP | SCTP) { f.dport } else { 0 };
-    match set.decide(f.src, f.dst, f.proto, port) {
+    let port = if matches!(proto, proto::TCP | proto::UDP | SCTP) { dport } else { 0 };
+    match set.decide(src, dst, proto, port) {
         Decision::Denied { dir, policy } => {
-            set.count_denied(f.src, f.dst, dir, policy);
+            set.count_denied(src, dst, dir, policy);
             Err(DropReason::PolicyDenied)
         }
         Decision::Allowed | Decision::Open => {

@@ -140,3 +140,36 @@ fn a_services_flow_is_decided_when_its_session_opens() {
     assert_eq!(lb.run(&vip(A, 5001, SYN)).0, Verdict::Drop(DropReason::PolicyDenied));
     assert!(lb.worker.flows.counters.drops[DropReason::PolicyDenied as usize] >= 2);
 }
+
+#[test]
+fn a_pods_flow_leaving_through_snat_is_decided_when_its_session_opens() {
+    let mut spec = topology();
+    // Pods of 10.1.0.0/24 leave masqueraded to the ext port's address.
+    spec.snat.push(SnatSpec { source: ip("10.1.0.0"), prefix_len: 24, addrs: vec![ip("10.0.0.1")], timeouts: Timeouts::default(), except: Vec::new(), outbound_only: false });
+    let mut lb = Lb::new(spec);
+    let mut p = b_from_a();
+    // a may leave for 203.0.113.0/24 on TCP 443 only.
+    p.prefixes.push((ip("203.0.113.0"), 24, 50));
+    p.endpoints[0].egress = DirectionSpec {
+        isolated_by: Some(0),
+        allow: vec![Rule { peers: Some(vec![50]), ports: vec![Ports { proto: proto::TCP, lo: 443, hi: 443 }], action: Action::Allow, policy: 0 }],
+        ..Default::default()
+    };
+    // and takes nothing in.
+    p.endpoints[0].ingress = DirectionSpec { isolated_by: Some(0), ..Default::default() };
+    lb.control.apply_policy(&p).unwrap();
+    let out = |dst: &str| frame(Builder::tcp(&format!("{A}:4000"), dst, SYN));
+    let (v, sent) = lb.run(&out("203.0.113.9:443"));
+    assert_eq!(v, Verdict::Tx(0));
+    // The same source port to a destination the policy denies: the SNAT session is the
+    // source port's, the policy's decision the flow's.
+    assert_eq!(lb.run(&out("203.0.113.9:80")).0, Verdict::Drop(DropReason::PolicyDenied));
+    assert_eq!(lb.run(&out("198.51.100.1:443")).0, Verdict::Drop(DropReason::PolicyDenied));
+    // The reply comes back; another remote using the mapping does not get in (a's ingress).
+    let mapped = u16::from_be_bytes([sent[14 + 20], sent[14 + 21]]);
+    let back = |src: &str| Builder::tcp(src, &format!("10.0.0.1:{mapped}"), SYN | ACK).macs(ROUTER_MAC, EXT_MAC).build();
+    assert_eq!(lb.run(&back("203.0.113.9:443")).0, Verdict::Tx(1));
+    assert_eq!(lb.run(&back("198.51.100.66:443")).0, Verdict::Drop(DropReason::PolicyDenied));
+    // c, under no policy, leaves freely.
+    assert_eq!(lb.run(&frame(Builder::tcp(&format!("{C}:4000"), "198.51.100.1:80", SYN))).0, Verdict::Tx(0));
+}

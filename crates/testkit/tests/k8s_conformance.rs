@@ -80,7 +80,8 @@ fn controller(cp: &ControlPlane, t: &Topo, k: u8) -> Child {
         format!(
             "lease = \"vectorlb-node-{k}\"\nlease_seconds = 6\nresync_seconds = 5\n\n[[daemons]]\nname = \"node-{k}\"\napi = \"{}\"\n\n\
              [cluster_ips]\nservice_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\nnode_addresses = [\"192.168.77.{k}\", \"fd00:77::{k}\"]\n\
-             masquerade = [\"10.244.{k}.1\", \"fd00:244:{k}::1\"]\ncluster_cidrs = [\"10.244.0.0/16\", \"fd00:244::/32\"]\nnode_name = \"node-{k}\"\n",
+             masquerade = [\"10.244.{k}.1\", \"fd00:244:{k}::1\"]\ncluster_cidrs = [\"10.244.0.0/16\", \"fd00:244::/32\"]\nnode_name = \"node-{k}\"\n\n\
+             [network_policy]\n",
             t.api()
         ),
     )
@@ -228,6 +229,7 @@ impl Cluster {
         let cp = ControlPlane::start_with(&dir, &Options { netns: Some((cp_ns.clone(), CP_ADDR.to_string())), full: true });
         cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
         cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
+        cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac-network-policy.yaml")).unwrap()).unwrap();
 
         let images: Vec<PathBuf> = std::fs::read_dir(suite_dir.join("images")).unwrap().flatten().map(|e| e.path()).collect();
         let image_refs: Vec<&Path> = images.iter().map(PathBuf::as_path).collect();
@@ -358,6 +360,25 @@ fn kubernetes_network_conformance() {
     if focus == FOCUS {
         assert_eq!(r.conformance_total, 45, "every [sig-network] [Conformance] test of v1.34 selected");
     }
+}
+
+/// The suite's NetworkPolicy tests (`[sig-network] Netpol`): policies compiled by each node's
+/// controller and enforced by its daemon.
+const NETPOL: &str = r"\[sig-network\] Netpol";
+
+#[test]
+#[ignore = "the NetworkPolicy e2e run (make conformance-network-policy): two real nodes, about an hour"]
+fn network_policy_e2e() {
+    let _one = one_cluster();
+    let focus = std::env::var("VECTORLB_E2E_FOCUS").ok().filter(|f| !f.is_empty()).unwrap_or_else(|| NETPOL.to_string());
+    let r = run_suite(&focus);
+    let s = &r.summary["kubernetes_e2e"];
+    println!(
+        "{}",
+        json!({"network_policy_e2e": {"passed": s["passed"], "failed": s["failed"], "skipped": s["skipped"], "suite": "kubernetes v1.34.0 [sig-network] Netpol", "minutes": s["minutes"]}})
+    );
+    assert!(r.ran > 0, "the suite ran no test (exit {}): {}", r.exit, r.log_tail);
+    assert!(r.failed.is_empty() && r.exit.success(), "{} failed (exit {}): {:#?}", r.failed.len(), r.exit, r.failed);
 }
 
 /// Every `[sig-network] [Conformance]` test of the suite passes (in `make test`; the whole
