@@ -274,13 +274,36 @@ const GUARD_METRIC: &str = "4294967295";
 /// exits. Every topology and control plane calls it.
 pub fn contain_test_traffic() {
     static ONCE: std::sync::Once = std::sync::Once::new();
+    static KEPT: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     extern "C" fn remove() {
         for p in TEST_PREFIXES {
             let fam = if p.contains(':') { "-6" } else { "-4" };
             let _ = Command::new("ip").args([fam, "route", "del", "unreachable", p, "metric", GUARD_METRIC]).output();
         }
+        for a in KEPT.get().into_iter().flatten() {
+            let _ = Command::new("ip").args(["route", "del", a, "metric", GUARD_METRIC]).output();
+        }
     }
     ONCE.call_once(|| {
+        // The machine's own resolvers inside a guarded range (one in 10/8, reached by the
+        // default route) keep their way out: a route of their own, as the kernel routes them now.
+        let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+        let mut kept = Vec::new();
+        for a in resolver_addrs(&resolv).into_iter().filter(|a| in_test_prefixes(*a)) {
+            // As the kernel routes it now, or (the guard left by a run that was killed) by the
+            // default route of its family.
+            let fam = if a.is_ipv4() { "-4" } else { "-6" };
+            let now = Command::new("ip").args(["-o", "route", "get", &a.to_string()]).output().ok().and_then(|o| route_via(&stdout(&o)));
+            let via = now.or_else(|| Command::new("ip").args([fam, "-o", "route", "show", "default"]).output().ok().and_then(|o| route_via(stdout(&o).lines().next()?)));
+            let Some(via) = via else { continue };
+            let mut args = vec!["route".to_string(), "replace".into(), a.to_string()];
+            args.extend(via);
+            args.extend(["metric".into(), GUARD_METRIC.into()]);
+            if Command::new("ip").args(&args).output().is_ok_and(|o| o.status.success()) {
+                kept.push(a.to_string());
+            }
+        }
+        let _ = KEPT.set(kept);
         for p in TEST_PREFIXES {
             let fam = if p.contains(':') { "-6" } else { "-4" };
             // Already there (a run killed before it could remove them): as good.
@@ -290,6 +313,39 @@ pub fn contain_test_traffic() {
         // commands and touches no state of this process that exit has torn down.
         unsafe { libc::atexit(remove) };
     });
+}
+
+/// The `nameserver` addresses of a resolv.conf.
+pub fn resolver_addrs(text: &str) -> Vec<std::net::IpAddr> {
+    text.lines().filter_map(|l| l.trim().strip_prefix("nameserver")).filter_map(|a| a.trim().split('%').next()?.parse().ok()).collect()
+}
+
+/// Whether `a` falls in one of [`TEST_PREFIXES`].
+pub fn in_test_prefixes(a: std::net::IpAddr) -> bool {
+    TEST_PREFIXES.iter().any(|p| {
+        let (net, len) = p.split_once('/').expect("prefix");
+        let (net, len): (std::net::IpAddr, u32) = (net.parse().expect("address"), len.parse().expect("length"));
+        match (net, a) {
+            (std::net::IpAddr::V4(n), std::net::IpAddr::V4(x)) => (u32::from(n) ^ u32::from(x)).checked_shr(32 - len).unwrap_or(0) == 0,
+            (std::net::IpAddr::V6(n), std::net::IpAddr::V6(x)) => (u128::from(n) ^ u128::from(x)).checked_shr(128 - len).unwrap_or(0) == 0,
+            _ => false,
+        }
+    })
+}
+
+/// `via GW dev DEV` (or `dev DEV`) of an `ip -o route get` line; None for a route that is not
+/// out of the machine (unreachable, local).
+pub fn route_via(line: &str) -> Option<Vec<String>> {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    if w.first().is_some_and(|f| ["unreachable", "local", "blackhole", "prohibit"].contains(f)) {
+        return None;
+    }
+    let after = |k: &str| w.iter().position(|x| *x == k).and_then(|i| w.get(i + 1)).map(|s| s.to_string());
+    let dev = after("dev")?;
+    Some(match after("via") {
+        Some(gw) => vec!["via".into(), gw, "dev".into(), dev],
+        None => vec!["dev".into(), dev],
+    })
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -597,4 +653,23 @@ pub const BE6: [&str; 3] = ["2001:db8:1::11", "2001:db8:1::12", "2001:db8:1::13"
 
 pub fn backends(v6: bool, port: u16) -> Vec<(&'static str, u16, u32)> {
     (if v6 { BE6 } else { BE4 }).iter().map(|a| (*a, port, 1)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guard_keeps_the_machines_resolvers() {
+        let r = resolver_addrs("# comment\nnameserver 10.255.255.53\nsearch x\nnameserver fe80::1%eth0\nnameserver  8.8.8.8 \n");
+        assert_eq!(r, vec!["10.255.255.53".parse::<std::net::IpAddr>().unwrap(), "fe80::1".parse().unwrap(), "8.8.8.8".parse().unwrap()]);
+        assert!(in_test_prefixes("10.255.255.53".parse().unwrap()));
+        assert!(in_test_prefixes("fd00:244:1::5".parse().unwrap()));
+        assert!(!in_test_prefixes("8.8.8.8".parse().unwrap()));
+        assert!(!in_test_prefixes("192.168.78.1".parse().unwrap()));
+        assert_eq!(route_via("10.255.255.53 via 192.0.2.1 dev eth0 src 192.0.2.2 uid 0 \\    cache "), Some(vec!["via".into(), "192.0.2.1".into(), "dev".into(), "eth0".into()]));
+        assert_eq!(route_via("10.1.2.3 dev eth1 src 10.1.2.1 uid 0"), Some(vec!["dev".into(), "eth1".into()]));
+        assert_eq!(route_via("unreachable 10.255.255.53 table main"), None);
+        assert_eq!(route_via("local 127.0.0.1 dev lo"), None);
+    }
 }

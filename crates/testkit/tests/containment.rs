@@ -108,3 +108,20 @@ fn nothing_sent_to_a_test_address_from_the_host_leaves_the_machine() {
     println!("{refused} test addresses probed from the host's namespace, all refused at once");
     assert!(seen.trim().is_empty(), "test traffic left by the default route:\n{seen}");
 }
+
+/// The guard leaves the machine's own resolvers reachable (a resolver in 10/8, reached by the
+/// default route, was cut off while tests ran: the Go module proxy with it).
+#[test]
+fn the_machines_resolvers_stay_reachable_under_the_guard() {
+    if !vectorlb_testkit::is_root() {
+        panic!("needs root (routes in the host's namespace)");
+    }
+    contain_test_traffic();
+    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    for a in vectorlb_testkit::resolver_addrs(&resolv) {
+        let o = Command::new("ip").args(["route", "get", &a.to_string()]).output().unwrap();
+        let route = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+        println!("resolver {a}: {}", route.trim());
+        assert!(o.status.success() && !route.contains("unreachable"), "resolver {a} is cut off by the guard: {route}");
+    }
+}
