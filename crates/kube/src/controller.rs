@@ -5,6 +5,7 @@
 //! what happened, so a restart of anything converges.
 
 use crate::annotation as ann;
+use crate::cnp::ClusterNetworkPolicy;
 use crate::config::{ClusterIpConfig, KubeConfig};
 use crate::crd::{AddressPool, AddressPoolStatus, PoolCondition};
 use crate::desired::{self, DaemonSide, EndpointIn, PortIn, Problem, SliceIn, SvcSpec};
@@ -14,7 +15,7 @@ use crate::program::{key_of, Daemon, Key};
 use crate::reason::Reason;
 use crate::watch::{spawn_reflector, WATCH_SECONDS};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, Patch, PatchParams};
@@ -61,6 +62,9 @@ struct PolicyCtl {
     pods: reflector::Store<Pod>,
     namespaces: reflector::Store<Namespace>,
     policies: reflector::Store<NetworkPolicy>,
+    nodes: reflector::Store<Node>,
+    /// None when the ClusterNetworkPolicy CRD was not installed when the controller started.
+    cluster_policies: Option<reflector::Store<ClusterNetworkPolicy>>,
     compiler: crate::netpol::Compiler,
     /// Problems logged, so each is logged once while it lasts.
     logged: Vec<(String, String)>,
@@ -71,27 +75,61 @@ impl PolicyCtl {
         let (pods, w1) = reflector::store();
         let (namespaces, w2) = reflector::store();
         let (policies, w3) = reflector::store();
+        let (nodes, w4) = reflector::store();
         let wc = watcher::Config::default().timeout(WATCH_SECONDS);
         spawn_reflector(w1, Api::<Pod>::all(client.clone()), wc.clone(), notify.clone(), metrics.clone());
         spawn_reflector(w2, Api::<Namespace>::all(client.clone()), wc.clone(), notify.clone(), metrics.clone());
-        spawn_reflector(w3, Api::<NetworkPolicy>::all(client.clone()), wc, notify.clone(), metrics.clone());
+        spawn_reflector(w3, Api::<NetworkPolicy>::all(client.clone()), wc.clone(), notify.clone(), metrics.clone());
+        spawn_reflector(w4, Api::<Node>::all(client.clone()), wc.clone(), notify.clone(), metrics.clone());
+        // ClusterNetworkPolicy when its CRD is there (the SIG's network-policy-api).
+        let cnp_api = Api::<ClusterNetworkPolicy>::all(client.clone());
+        let cluster_policies = match cnp_api.list(&kube::api::ListParams::default().limit(1)).await {
+            Ok(_) => {
+                let (store, w5) = reflector::store();
+                spawn_reflector(w5, cnp_api, wc, notify.clone(), metrics.clone());
+                Some(store)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "ClusterNetworkPolicy not served (its CRD is not installed?): only NetworkPolicy is enforced until the controller restarts");
+                None
+            }
+        };
         for (what, ready) in [
             ("pods", pods.wait_until_ready().await.is_ok()),
             ("namespaces", namespaces.wait_until_ready().await.is_ok()),
             ("networkpolicies", policies.wait_until_ready().await.is_ok()),
+            ("nodes", nodes.wait_until_ready().await.is_ok()),
+            (
+                "clusternetworkpolicies",
+                match &cluster_policies {
+                    Some(s) => s.wait_until_ready().await.is_ok(),
+                    None => true,
+                },
+            ),
         ] {
             if !ready {
                 return Err(StartError::Watch(what));
             }
         }
-        Ok(PolicyCtl { node, node_addrs, pods, namespaces, policies, compiler: Default::default(), logged: Vec::new() })
+        Ok(PolicyCtl { node, node_addrs, pods, namespaces, policies, nodes, cluster_policies, compiler: Default::default(), logged: Vec::new() })
     }
 
     fn compile(&mut self) -> crate::netpol::Compiled {
         let pods: Vec<crate::netpol::PodIn> = self.pods.state().iter().filter_map(|p| crate::netpol::PodIn::from_pod(p)).collect();
         let namespaces = self.namespaces.state().iter().map(|n| crate::netpol::namespace_labels(n)).collect();
         let policies: Vec<NetworkPolicy> = self.policies.state().iter().map(|p| (**p).clone()).collect();
-        let out = self.compiler.compile(&self.node, &self.node_addrs, &pods, &namespaces, &policies);
+        let cluster_policies: Vec<ClusterNetworkPolicy> = self.cluster_policies.iter().flat_map(|s| s.state()).map(|p| (*p).clone()).collect();
+        let nodes: Vec<crate::netpol::NodeIn> = self.nodes.state().iter().map(|n| crate::netpol::NodeIn::from_node(n)).collect();
+        let inputs = crate::netpol::Inputs {
+            node: &self.node,
+            node_addrs: &self.node_addrs,
+            pods: &pods,
+            namespaces: &namespaces,
+            policies: &policies,
+            cluster_policies: &cluster_policies,
+            nodes: &nodes,
+        };
+        let out = self.compiler.compile_all(&inputs);
         for (p, why) in &out.problems {
             if !self.logged.iter().any(|(q, w)| q == p && w == why) {
                 tracing::warn!(policy = %p, problem = %why, "NetworkPolicy not compiled whole");

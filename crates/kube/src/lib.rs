@@ -7,6 +7,7 @@
 //! Kubernetes types and tested alone; `controller` and `leader` do the talking.
 
 pub mod annotation;
+pub mod cnp;
 pub mod config;
 pub mod controller;
 pub mod crd;

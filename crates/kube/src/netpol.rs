@@ -11,7 +11,8 @@
 //! - **The node**: traffic from the node's own addresses to its Pods is allowed whatever the
 //!   policies say (the kubelet's probes), as Calico and Cilium do by default.
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use crate::cnp::ClusterNetworkPolicy;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -141,9 +142,17 @@ fn prefix_text(p: Prefix) -> String {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum IdKey {
-    Pod { namespace: String, labels: Vec<(String, String)>, prefix: Option<Prefix> },
+    Pod {
+        namespace: String,
+        labels: Vec<(String, String)>,
+        prefix: Option<Prefix>,
+    },
     Prefix(Prefix),
-    Node,
+    /// A node's address (its Node's, or this node's own).
+    Host {
+        node: String,
+        prefix: Option<Prefix>,
+    },
 }
 
 /// The compiled set for one node.
@@ -170,6 +179,83 @@ fn policy_name(p: &NetworkPolicy) -> String {
     format!("NetworkPolicy/{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default())
 }
 
+fn cnp_name(c: &ClusterNetworkPolicy) -> String {
+    c.metadata.name.clone().unwrap_or_default()
+}
+
+/// A ClusterNetworkPolicy rule's protocols as the data plane's ports (empty: every protocol
+/// and port); `named` gives a named port's protocol and number. None when the rule names
+/// protocols and none of them resolves (it then matches nothing).
+fn cnp_ports(protocols: &[crate::cnp::Protocol], named: impl Fn(&str) -> Option<(String, u16)>) -> Option<Vec<PolicyPorts>> {
+    if protocols.is_empty() {
+        return Some(Vec::new());
+    }
+    let mut out = Vec::new();
+    for p in protocols {
+        for (name, ports) in [("tcp", &p.tcp), ("udp", &p.udp), ("sctp", &p.sctp)] {
+            let Some(ports) = ports else { continue };
+            match &ports.destination_port {
+                None => out.push(PolicyPorts { protocol: name.into(), port: 0, end_port: Some(65535) }),
+                Some(crate::cnp::Port { number: Some(n), .. }) => {
+                    if let Ok(n) = u16::try_from(*n) {
+                        out.push(PolicyPorts { protocol: name.into(), port: n, end_port: None });
+                    }
+                }
+                Some(crate::cnp::Port { range: Some(r), .. }) => {
+                    if let (Ok(a), Ok(b)) = (u16::try_from(r.start), u16::try_from(r.end)) {
+                        if a <= b {
+                            out.push(PolicyPorts { protocol: name.into(), port: a, end_port: Some(b) });
+                        }
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some((proto, port)) = p.destination_named_port.as_deref().and_then(&named) {
+            out.push(PolicyPorts { protocol: proto, port, end_port: None });
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// A Node: its name, labels and addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeIn {
+    pub name: String,
+    pub labels: Labels,
+    pub addrs: Vec<IpAddr>,
+}
+
+impl NodeIn {
+    pub fn from_node(n: &Node) -> NodeIn {
+        NodeIn {
+            name: n.metadata.name.clone().unwrap_or_default(),
+            labels: n.metadata.labels.clone().unwrap_or_default(),
+            addrs: n
+                .status
+                .iter()
+                .flat_map(|s| s.addresses.iter().flatten())
+                .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+                .filter_map(|a| a.address.parse().ok())
+                .collect(),
+        }
+    }
+}
+
+/// What one compilation reads.
+#[derive(Clone, Copy)]
+pub struct Inputs<'a> {
+    /// This node's name: its Pods are the endpoints.
+    pub node: &'a str,
+    /// This node's own addresses (they always reach its Pods).
+    pub node_addrs: &'a [IpAddr],
+    pub pods: &'a [PodIn],
+    pub namespaces: &'a BTreeMap<String, Labels>,
+    pub policies: &'a [NetworkPolicy],
+    pub cluster_policies: &'a [ClusterNetworkPolicy],
+    pub nodes: &'a [NodeIn],
+}
+
 fn ns_name(p: &NetworkPolicy) -> String {
     format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default())
 }
@@ -180,6 +266,8 @@ struct PeerId {
     namespace: Option<String>,
     labels: Labels,
     prefix: Option<Prefix>,
+    /// The node whose address this is (an identity of [`IdKey::Host`]).
+    node: Option<String>,
     /// Named ports of the Pods of this identity (the first Pod's number for a name).
     ports: BTreeMap<(String, String), u16>,
 }
@@ -194,9 +282,19 @@ impl Compiler {
         })
     }
 
-    /// Compiles the policies for the Pods of `node`.
+    /// Compiles NetworkPolicies alone for the Pods of `node`.
     pub fn compile(&mut self, node: &str, node_addrs: &[IpAddr], pods: &[PodIn], namespaces: &BTreeMap<String, Labels>, policies: &[NetworkPolicy]) -> Compiled {
+        self.compile_all(&Inputs { node, node_addrs, pods, namespaces, policies, cluster_policies: &[], nodes: &[] })
+    }
+
+    /// Compiles every policy for the Pods of `inp.node`.
+    pub fn compile_all(&mut self, inp: &Inputs) -> Compiled {
+        let Inputs { node, node_addrs, pods, namespaces, policies, cluster_policies, nodes } = *inp;
         let mut out = Compiled::default();
+        let mut cnps: Vec<&ClusterNetworkPolicy> = cluster_policies.iter().collect();
+        // Admin before Baseline, then by priority, then by name (the API leaves equal
+        // priorities unordered; this order is at least the same on every node).
+        cnps.sort_by_key(|c| (c.spec.tier != "Admin", c.spec.priority, c.metadata.name.clone()));
         let mut policies: Vec<&NetworkPolicy> = policies.iter().collect();
         policies.sort_by_key(|p| ns_name(p));
         // Every CIDR a policy names, excepts included.
@@ -218,6 +316,16 @@ impl Compiler {
                 }
             }
         }
+        for c in &cnps {
+            for n in c.spec.egress.iter().flat_map(|r| &r.to).flat_map(|p| &p.networks) {
+                match parse_cidr(n) {
+                    Some(x) => {
+                        cidrs.insert(x);
+                    }
+                    None => out.problems.push((cnp_name(c), format!("networks '{}' is not a CIDR", n.escape_debug()))),
+                }
+            }
+        }
         let lpm = |a: IpAddr| cidrs.iter().filter(|c| holds(**c, a)).max_by_key(|c| c.1).copied();
         // Identities: the Pods' addresses, the CIDRs, the node.
         let mut peers: Vec<PeerId> = Vec::new();
@@ -228,7 +336,7 @@ impl Compiler {
                 let id = self.id(IdKey::Pod { namespace: p.namespace.clone(), labels: p.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), prefix });
                 out.identities.insert(ip, id);
                 let i = *by_id.entry(id).or_insert_with(|| {
-                    peers.push(PeerId { id, namespace: Some(p.namespace.clone()), labels: p.labels.clone(), prefix, ports: BTreeMap::new() });
+                    peers.push(PeerId { id, namespace: Some(p.namespace.clone()), labels: p.labels.clone(), prefix, node: None, ports: BTreeMap::new() });
                     peers.len() - 1
                 });
                 for (name, proto, port) in &p.ports {
@@ -239,12 +347,27 @@ impl Compiler {
         for &c in &cidrs {
             let id = self.id(IdKey::Prefix(c));
             out.prefixes.insert(prefix_text(c), id);
-            peers.push(PeerId { id, namespace: None, labels: Labels::new(), prefix: Some(c), ports: BTreeMap::new() });
+            peers.push(PeerId { id, namespace: None, labels: Labels::new(), prefix: Some(c), node: None, ports: BTreeMap::new() });
         }
-        let node_id = self.id(IdKey::Node);
-        for &a in node_addrs {
-            out.identities.insert(a, node_id);
+        // The nodes' addresses, this node's own last (they may add to its Node's).
+        let own = nodes.iter().filter(|n| n.name != node).map(|n| (n.name.as_str(), &n.labels, n.addrs.clone()));
+        let this_labels = nodes.iter().find(|n| n.name == node).map(|n| n.labels.clone()).unwrap_or_default();
+        let this_addrs: Vec<IpAddr> = nodes.iter().filter(|n| n.name == node).flat_map(|n| n.addrs.iter().copied()).chain(node_addrs.iter().copied()).collect();
+        let mut node_ids = BTreeSet::new();
+        for (name, labels, addrs) in own.chain(std::iter::once((node, &this_labels, this_addrs))) {
+            for a in addrs {
+                let prefix = lpm(a);
+                let id = self.id(IdKey::Host { node: name.to_string(), prefix });
+                out.identities.insert(a, id);
+                if name == node {
+                    node_ids.insert(id);
+                }
+                if by_id.insert(id, peers.len()).is_none() {
+                    peers.push(PeerId { id, namespace: None, labels: labels.clone(), prefix, node: Some(name.to_string()), ports: BTreeMap::new() });
+                }
+            }
         }
+        let node_ids: Vec<u32> = node_ids.into_iter().collect();
         // The node's Pods.
         for pod in pods.iter().filter(|p| p.node == node && !p.host_network) {
             let mut e = PolicyEndpoint { name: format!("{}/{}", pod.namespace, pod.name), addrs: Vec::new(), ..Default::default() };
@@ -307,14 +430,112 @@ impl Compiler {
                     }
                 }
             }
-            if e.ingress.isolated_by.is_some() {
-                e.ingress.admin.push(PolicyRule { peers: Some(vec![node_id]), ports: Vec::new(), action: "allow".into(), policy: NODE_POLICY.into() });
+            let ns_labels = namespaces.get(&pod.namespace).cloned().unwrap_or_default();
+            for c in &cnps {
+                self.cluster_policy(c, pod, &ns_labels, namespaces, &peers, &mut e, &mut out.problems);
+            }
+            let d = &e.ingress;
+            if d.isolated_by.is_some() || !d.admin.is_empty() || !d.baseline.is_empty() {
+                e.ingress.admin.insert(0, PolicyRule { peers: Some(node_ids.clone()), ports: Vec::new(), action: "allow".into(), policy: NODE_POLICY.into() });
             }
             out.endpoints.insert(e.name.clone(), e);
         }
         out.problems.sort();
         out.problems.dedup();
         out
+    }
+
+    /// A ClusterNetworkPolicy's rules for `pod`, if it is the policy's subject: into the admin
+    /// or the baseline tier of its directions, in order.
+    #[allow(clippy::too_many_arguments)]
+    fn cluster_policy(
+        &self,
+        c: &ClusterNetworkPolicy,
+        pod: &PodIn,
+        ns_labels: &Labels,
+        namespaces: &BTreeMap<String, Labels>,
+        peers: &[PeerId],
+        e: &mut PolicyEndpoint,
+        problems: &mut Vec<(String, String)>,
+    ) {
+        let name = cnp_name(c);
+        let mut bad = |why: String| problems.push((name.clone(), why));
+        let admin = match c.spec.tier.as_str() {
+            "Admin" => true,
+            "Baseline" => false,
+            t => return bad(format!("tier '{}' is not Admin or Baseline", t.escape_debug())),
+        };
+        let subject = match (&c.spec.subject.namespaces, &c.spec.subject.pods) {
+            (Some(n), None) => selects(n, ns_labels),
+            (None, Some(p)) => selects(&p.namespace_selector, ns_labels).and_then(|ok| if ok { selects(&p.pod_selector, &pod.labels) } else { Some(false) }),
+            _ => return bad("subject: one of namespaces and pods".into()),
+        };
+        match subject {
+            Some(true) => {}
+            Some(false) => return,
+            None => return bad("subject: an unknown operator".into()),
+        }
+        let action = |a: &str| match a {
+            "Accept" => Some("allow"),
+            "Deny" => Some("deny"),
+            "Pass" if admin => Some("pass"),
+            _ => None,
+        };
+        let policy = format!("ClusterNetworkPolicy/{}", c.metadata.name.as_deref().unwrap_or_default());
+        let rules = c.spec.ingress.iter().map(|r| (true, &r.action, &r.from, &r.protocols)).chain(c.spec.egress.iter().map(|r| (false, &r.action, &r.to, &r.protocols)));
+        for (ingress, act, from, protocols) in rules {
+            let Some(act) = action(act) else {
+                bad(format!("action '{}' in the {} tier", act.escape_debug(), c.spec.tier));
+                continue;
+            };
+            let ids = self.cnp_peers(from, namespaces, peers, &mut bad);
+            let dir = if ingress { &mut e.ingress } else { &mut e.egress };
+            let tier = if admin { &mut dir.admin } else { &mut dir.baseline };
+            let named = protocols.iter().any(|p| p.destination_named_port.is_some());
+            if ingress || !named {
+                if let Some(ports) = cnp_ports(protocols, |n| pod.ports.iter().find(|(pn, _, _)| pn == n).map(|(_, proto, port)| (proto.to_ascii_lowercase(), *port))) {
+                    tier.push(PolicyRule { peers: Some(ids), ports, action: act.into(), policy: policy.clone() });
+                }
+                continue;
+            }
+            // Egress to a named port: the destination's number, per peer identity.
+            for peer in peers.iter().filter(|x| ids.contains(&x.id)) {
+                let named = |n: &str| peer.ports.iter().find(|((pn, _), _)| pn == n).map(|((_, proto), port)| (proto.to_ascii_lowercase(), *port));
+                if let Some(ports) = cnp_ports(protocols, named) {
+                    tier.push(PolicyRule { peers: Some(vec![peer.id]), ports, action: act.into(), policy: policy.clone() });
+                }
+            }
+        }
+    }
+
+    /// The identities a ClusterNetworkPolicy rule's peers select.
+    fn cnp_peers(&self, list: &[crate::cnp::Peer], namespaces: &BTreeMap<String, Labels>, peers: &[PeerId], bad: &mut impl FnMut(String)) -> Vec<u32> {
+        let mut ids = BTreeSet::new();
+        let sel = |s: &LabelSelector, l: &Labels, bad: &mut dyn FnMut(String)| {
+            selects(s, l).unwrap_or_else(|| {
+                bad("a selector with an unknown operator".into());
+                false
+            })
+        };
+        for p in list {
+            let nets: Vec<Prefix> = p.networks.iter().filter_map(|n| parse_cidr(n)).collect();
+            for x in peers {
+                let hit = match (&x.namespace, &x.node) {
+                    (Some(ns), _) => {
+                        let nl = namespaces.get(ns).cloned().unwrap_or_default();
+                        p.namespaces.as_ref().is_some_and(|s| sel(s, &nl, bad))
+                            || p.pods.as_ref().is_some_and(|pp| sel(&pp.namespace_selector, &nl, bad) && sel(&pp.pod_selector, &x.labels, bad))
+                    }
+                    (None, Some(_)) => p.nodes.as_ref().is_some_and(|s| sel(s, &x.labels, bad)),
+                    (None, None) => false,
+                };
+                let in_nets = x.prefix.is_some_and(|q| nets.iter().any(|n| within(q, *n)));
+                if hit || in_nets {
+                    ids.insert(x.id);
+                }
+            }
+        }
+        ids.into_iter().collect()
     }
 
     /// The identities a rule's peers select (None: the rule names no peer, so every peer).
@@ -688,5 +909,60 @@ mod tests {
         let out = c.compile("n1", &[], &cluster(), &namespaces(), &[p]);
         assert_eq!(out.problems.len(), 2, "{:?}", out.problems);
         assert!(out.endpoints.values().all(|e| e.ingress.isolated_by.is_none()), "a selector that cannot be read selects nothing");
+    }
+
+    fn cnp(v: serde_json::Value) -> ClusterNetworkPolicy {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn cluster_policies_fill_the_admin_and_baseline_tiers_in_order() {
+        let mut c = Compiler::default();
+        let pods = cluster();
+        let nodes = vec![
+            NodeIn { name: "n1".into(), labels: [("zone".to_string(), "a".to_string())].into(), addrs: vec!["192.168.1.1".parse().unwrap()] },
+            NodeIn { name: "n2".into(), labels: [("zone".to_string(), "b".to_string())].into(), addrs: vec!["192.168.1.2".parse().unwrap()] },
+        ];
+        let cnps = vec![
+            cnp(json!({"metadata": {"name": "late"}, "spec": {"tier": "Admin", "priority": 20, "subject": {"namespaces": {"matchLabels": {"team": "team-a"}}},
+                "ingress": [{"action": "Deny", "from": [{"namespaces": {}}]}]}})),
+            cnp(
+                json!({"metadata": {"name": "early"}, "spec": {"tier": "Admin", "priority": 10, "subject": {"pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"pod": "a"}}}},
+                "ingress": [{"action": "Pass", "from": [{"pods": {"namespaceSelector": {"matchLabels": {"team": "team-b"}}, "podSelector": {"matchLabels": {"pod": "b"}}}}], "protocols": [{"tcp": {"destinationPort": {"range": {"start": 80, "end": 90}}}}, {"destinationNamedPort": "serve-81-udp"}]}],
+                "egress": [{"action": "Accept", "to": [{"nodes": {"matchLabels": {"zone": "b"}}}, {"networks": ["203.0.113.0/24"]}]}]}}),
+            ),
+            cnp(json!({"metadata": {"name": "base"}, "spec": {"tier": "Baseline", "priority": 0, "subject": {"namespaces": {}},
+                "egress": [{"action": "Deny", "to": [{"networks": ["0.0.0.0/0"]}]}, {"action": "Pass", "to": [{"namespaces": {}}]}]}})),
+        ];
+        let out = c.compile_all(&Inputs {
+            node: "n1",
+            node_addrs: &["10.244.0.1".parse().unwrap()],
+            pods: &pods,
+            namespaces: &namespaces(),
+            policies: &[],
+            cluster_policies: &cnps,
+            nodes: &nodes,
+        });
+        assert_eq!(out.problems, vec![("base".to_string(), "action 'Pass' in the Baseline tier".to_string())]);
+        let a = &out.endpoints["x/a"];
+        // The node's own rule first, then "early" (priority 10), then "late".
+        let names: Vec<&str> = a.ingress.admin.iter().map(|r| r.policy.as_str()).collect();
+        assert_eq!(names, vec!["vectorlb/node", "ClusterNetworkPolicy/early", "ClusterNetworkPolicy/late"]);
+        assert_eq!(a.ingress.admin[0].peers, Some(ids_of(&out, &["192.168.1.1", "10.244.0.1"])), "the node's Node address and its own");
+        let early = &a.ingress.admin[1];
+        assert_eq!(early.action, "pass");
+        assert_eq!(early.peers, Some(ids_of(&out, &["10.244.1.11", "10.244.2.11"])));
+        assert_eq!(early.ports, vec![PolicyPorts { protocol: "tcp".into(), port: 80, end_port: Some(90) }, PolicyPorts { protocol: "udp".into(), port: 81, end_port: None }]);
+        let eg = &a.egress.admin[0];
+        let peers = eg.peers.clone().unwrap();
+        assert!(peers.contains(&ids_of(&out, &["192.168.1.2"])[0]) && peers.contains(&out.prefixes["203.0.113.0/24"]));
+        assert!(!peers.contains(&ids_of(&out, &["192.168.1.1"])[0]), "n1 is zone a");
+        // x/b is "late"'s subject, not "early"'s; every Pod gets the baseline's deny.
+        let b = &out.endpoints["x/b"];
+        assert_eq!(b.ingress.admin.iter().map(|r| r.policy.as_str()).collect::<Vec<_>>(), vec!["vectorlb/node", "ClusterNetworkPolicy/late"]);
+        assert_eq!(b.egress.baseline.len(), 1);
+        assert_eq!(b.egress.baseline[0].action, "deny");
+        let everything = b.egress.baseline[0].peers.clone().unwrap();
+        assert!(everything.contains(&ids_of(&out, &["10.244.1.10"])[0]), "0.0.0.0/0 holds the Pods too");
     }
 }
