@@ -80,13 +80,15 @@ conformance-kubernetes: build k8s-bins
 	@bash scripts/k8s-e2e.sh >/dev/null
 	@VECTORLB_E2E_FOCUS="$(E2E_FOCUS)" $(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance kubernetes_network_conformance -- --ignored --nocapture 2>&1 | grep -E '^(==|FAILED:|\{"kubernetes_e2e")' | tee /tmp/vectorlb-k8s-e2e.out; test $${PIPESTATUS[0]} -eq 0; rc=$$?; grep '"kubernetes_e2e"' /tmp/vectorlb-k8s-e2e.out >> bench/results/kubernetes-e2e.jsonl; exit $$rc
 
-# Kubernetes' NetworkPolicy e2e tests ([sig-network] Netpol) on the same two real nodes, the
-# policies enforced by the data plane (docs/network-policy.md). One summary line per suite:
-# {"network_policy_e2e": {...}}.
+# Kubernetes' NetworkPolicy e2e tests ([sig-network] Netpol), then the SIG's admin-policy
+# conformance suite (network-policy-api v0.3.0, ClusterNetworkPolicy), on the same two real
+# nodes, the policies enforced by the data plane (docs/network-policy.md). One summary line
+# per suite: {"network_policy_e2e": {...}}; the admin suite's report in bench/results.
 conformance-network-policy: build k8s-bins
 	@mkdir -p bench/results
 	@bash scripts/k8s-e2e.sh >/dev/null
-	@VECTORLB_E2E_FOCUS="$(E2E_FOCUS)" $(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance network_policy_e2e -- --ignored --nocapture 2>&1 | grep -E '^(==|FAILED:|\{"network_policy_e2e")' | tee /tmp/vectorlb-netpol-e2e.out; test $${PIPESTATUS[0]} -eq 0; rc=$$?; grep '"network_policy_e2e"' /tmp/vectorlb-netpol-e2e.out >> bench/results/network-policy-e2e.jsonl; exit $$rc
+	@bash scripts/network-policy-api.sh >/dev/null
+	@VECTORLB_E2E_FOCUS="$(E2E_FOCUS)" $(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance -- --ignored --nocapture --test-threads=1 network_policy_e2e cluster_network_policy_conformance 2>&1 | grep -E '^(==|FAILED:|\{"network_policy_e2e")' | tee /tmp/vectorlb-netpol-e2e.out; test $${PIPESTATUS[0]} -eq 0; rc=$$?; grep '"network_policy_e2e"' /tmp/vectorlb-netpol-e2e.out >> bench/results/network-policy-e2e.jsonl; exit $$rc
 
 # vectorlb's container image from the release binaries, without a base image: an OCI layout
 # in target/vectorlb-image.tar (ctr images import, podman load). See docs/kubernetes.md.
