@@ -559,6 +559,13 @@ impl Topo {
         self.lb.as_ref().unwrap().pid()
     }
 
+    /// Kills the daemon (SIGKILL) without letting it clean up.
+    pub fn kill_lb(&mut self) {
+        if let Some(mut d) = self.lb.take() {
+            d.kill();
+        }
+    }
+
     /// Stops the daemon with SIGTERM and checks it exits cleanly.
     pub fn stop_lb(&mut self) {
         if let Some(mut d) = self.lb.take() {
