@@ -63,6 +63,8 @@ pub trait LbControl: Send + Sync + 'static {
     fn policy(&self) -> PolicyStatus;
     /// Applies network policy changes as one edit.
     fn change_policy(&self, c: PolicyChanges) -> Result<PolicyStatus, ApiError>;
+    /// Denied flows logged after sequence number `after`.
+    fn policy_denied(&self, after: u64) -> PolicyDeniedLog;
     /// The Prometheus text exposition.
     fn metrics(&self) -> String;
 }
@@ -100,6 +102,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
         .route("/v1/pods", get(pods).post(add_pod))
         .route("/v1/pods/{container_id}/{ifname}", delete(delete_pod))
         .route("/v1/policy", get(policy).post(change_policy))
+        .route("/v1/policy/denied", get(policy_denied))
         .merge(crate::page::routes())
         .with_state(lb)
 }
@@ -116,7 +119,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
     modifiers(&BearerAuth),
     paths(
         health, list_services, add_service, get_service, edit_service, delete_service, add_backend, edit_backend,
-        delete_backend, batch, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, pods, add_pod, delete_pod, policy, change_policy, metrics, openapi
+        delete_backend, batch, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, pods, add_pod, delete_pod, policy, change_policy, policy_denied, metrics, openapi
     )
 )]
 pub struct LbApiDoc;
@@ -452,6 +455,20 @@ async fn policy(State(lb): Lb) -> Result<Json<PolicyStatus>, ApiError> {
 ))]
 async fn change_policy(State(lb): Lb, JsonBody(c): JsonBody<PolicyChanges>) -> Result<Json<PolicyStatus>, ApiError> {
     Ok(Json(call(lb, move |lb| lb.change_policy(c)).await??))
+}
+
+/// Denied flows logged after `after` (a sequence number; 0 or none: all kept), oldest first. Ask
+/// again with `after` = `next` to follow them.
+#[utoipa::path(get, path = "/v1/policy/denied", params(("after" = Option<u64>, Query, description = "Entries after this sequence number")), responses(
+    (status = 200, body = PolicyDeniedLog),
+    (status = 400, body = ErrorBody, description = "after: not a number"),
+))]
+async fn policy_denied(State(lb): Lb, Query(q): Query<HashMap<String, String>>) -> Result<Json<PolicyDeniedLog>, ApiError> {
+    let after = match q.get("after") {
+        None => 0,
+        Some(v) => v.parse::<u64>().map_err(|_| ApiError::BadRequest(format!("after: '{}' is not a sequence number", v.escape_debug())))?,
+    };
+    Ok(Json(call(lb, move |lb| lb.policy_denied(after)).await?))
 }
 
 /// Static and learned neighbours.

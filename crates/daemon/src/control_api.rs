@@ -719,6 +719,10 @@ impl LbControl for Daemon {
         self.policy.apply(c).map_err(ApiError::BadRequest)
     }
 
+    fn policy_denied(&self, after: u64) -> PolicyDeniedLog {
+        self.policy.denied(after)
+    }
+
     fn metrics(&self) -> String {
         crate::metrics::render(self)
     }

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use vectorlb_api::model::{PolicyChanges, PolicyDirection, PolicyEndpoint, PolicyStatus, MAX_POLICY_ITEMS};
+use vectorlb_api::model::{PolicyChanges, PolicyDeniedFlow, PolicyDeniedLog, PolicyDirection, PolicyEndpoint, PolicyStatus, MAX_POLICY_ITEMS};
 use vectorlb_lb::policy::{Action, DirectionSpec, EndpointSpec, PolicySpec, Ports, Rule};
 use vectorlb_lb::Control;
 use vectorlb_packet::proto;
@@ -157,6 +157,38 @@ impl Store {
         *cur = st;
         drop(cur);
         Ok(self.status())
+    }
+
+    /// The denied flows logged after `after`.
+    pub fn denied(&self, after: u64) -> PolicyDeniedLog {
+        let (entries, suppressed) = self.control.policy_counters.log.since(after);
+        let next = entries.last().map_or(after, |e| e.seq);
+        let protocol = |p: u8| match p {
+            proto::TCP => "tcp".to_string(),
+            proto::UDP => "udp".into(),
+            132 => "sctp".into(),
+            proto::ICMP => "icmp".into(),
+            proto::ICMPV6 => "icmpv6".into(),
+            n => n.to_string(),
+        };
+        PolicyDeniedLog {
+            entries: entries
+                .into_iter()
+                .map(|e| PolicyDeniedFlow {
+                    seq: e.seq,
+                    unix_ms: e.unix_ms,
+                    src: e.src,
+                    dst: e.dst,
+                    protocol: protocol(e.proto),
+                    port: e.port,
+                    direction: e.direction.into(),
+                    endpoint: e.endpoint.map(|n| n.to_string()),
+                    policy: e.policy.map(|n| n.to_string()),
+                })
+                .collect(),
+            next,
+            suppressed,
+        }
     }
 
     pub fn status(&self) -> PolicyStatus {

@@ -932,7 +932,7 @@ impl Worker {
         let port = if b.port == 0 { m.dport } else { b.port };
         match self.pol.decide_as(client, seen, b.key, m.proto, port) {
             crate::policy::Decision::Denied { dir, policy } => {
-                self.pol.count_denied(client, b.key, dir, policy);
+                self.pol.count_denied(crate::policy::Denial { src: client, dst: b.key, proto: m.proto, port, dir, policy });
                 Err(DropReason::PolicyDenied)
             }
             _ => Ok(()),

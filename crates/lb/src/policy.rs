@@ -352,6 +352,8 @@ pub struct Endpoint {
 pub struct Counters {
     policies: Mutex<HashMap<Arc<str>, Arc<AtomicU64>>>,
     endpoints: Mutex<HashMap<Arc<str>, Arc<[AtomicU64; 2]>>>,
+    /// The denied-flow log.
+    pub log: Arc<DeniedLog>,
 }
 
 impl Counters {
@@ -388,6 +390,8 @@ pub struct PolicySet {
     /// Denied-flow counters of the policies, indexed by `Rule::policy`.
     policy_denied: Vec<Arc<AtomicU64>>,
     pub names: Vec<Arc<str>>,
+    /// Where denied flows are logged (the [`Counters`]' log).
+    log: Option<Arc<DeniedLog>>,
 }
 
 fn mask(bits: u32) -> u128 {
@@ -503,7 +507,7 @@ impl PolicySet {
         let keep: std::collections::HashSet<&str> = spec.endpoints.iter().map(|e| e.name.as_str()).collect();
         reg.retain(|k, _| keep.contains(&**k));
         let enforced = spec.endpoints.iter().filter(|e| e.ingress.enforced() || e.egress.enforced()).count();
-        Ok(PolicySet { generation, active: enforced > 0, enforced, exact, prefixes, endpoints, policy_denied, names })
+        Ok(PolicySet { generation, active: enforced > 0, enforced, exact, prefixes, endpoints, policy_denied, names, log: Some(counters.log.clone()) })
     }
 
     /// How many endpoints have a direction under policy.
@@ -569,19 +573,116 @@ impl PolicySet {
         self.endpoints.get(&src).is_some_and(|e| e.egress.is_some() || e.ingress.is_some()) || self.endpoints.get(&dst).is_some_and(|e| e.egress.is_some() || e.ingress.is_some())
     }
 
-    /// Counts a denied flow against its endpoint and its policy (cold: once per denied packet).
+    /// Counts a denied flow against its endpoint and its policy, and logs it (rate-limited;
+    /// cold: once per denied packet).
     #[cold]
-    pub fn count_denied(&self, src: u128, dst: u128, dir: Direction, policy: u32) {
-        let (a, i) = match dir {
-            Direction::Ingress => (dst, 0),
-            Direction::Egress => (src, 1),
+    pub fn count_denied(&self, d: Denial) {
+        let (a, i) = match d.dir {
+            Direction::Ingress => (d.dst, 0),
+            Direction::Egress => (d.src, 1),
         };
-        if let Some(e) = self.endpoints.get(&a) {
+        let ep = self.endpoints.get(&a);
+        if let Some(e) = ep {
             e.denied[i].fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(c) = self.policy_denied.get(policy as usize) {
+        if let Some(c) = self.policy_denied.get(d.policy as usize) {
             c.fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(log) = &self.log {
+            let addr = |k: u128| std::net::Ipv6Addr::from(k).to_canonical();
+            log.record(DeniedFlow {
+                seq: 0,
+                unix_ms: 0,
+                src: addr(d.src),
+                dst: addr(d.dst),
+                proto: d.proto,
+                port: d.port,
+                direction: if d.dir == Direction::Ingress { "ingress" } else { "egress" },
+                endpoint: ep.map(|e| e.name.clone()),
+                policy: self.names.get(d.policy as usize).cloned(),
+            });
+        }
+    }
+}
+
+/// A denied flow, as the decision saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Denial {
+    pub src: u128,
+    pub dst: u128,
+    pub proto: u8,
+    pub port: u16,
+    pub dir: Direction,
+    pub policy: u32,
+}
+
+/// One entry of the denied-flow log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeniedFlow {
+    /// Grows by one per entry logged (gaps: entries the rate limit left out).
+    pub seq: u64,
+    pub unix_ms: u64,
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub proto: u8,
+    /// The destination port (0: a protocol without ports).
+    pub port: u16,
+    pub direction: &'static str,
+    /// The endpoint (`namespace/name`) whose direction denied it.
+    pub endpoint: Option<Arc<str>>,
+    /// The policy that decided (`Kind/namespace/name`).
+    pub policy: Option<Arc<str>>,
+}
+
+/// The last [`LOG_ENTRIES`] denied flows, at most [`LOG_RATE`] a second (the rest counted as
+/// suppressed): what an operator follows (`GET /v1/policy/denied?after=SEQ`).
+#[derive(Debug, Default)]
+pub struct DeniedLog {
+    inner: Mutex<LogInner>,
+}
+
+#[derive(Debug, Default)]
+struct LogInner {
+    entries: std::collections::VecDeque<DeniedFlow>,
+    next: u64,
+    /// The second the rate counts, and how many were logged in it.
+    second: u64,
+    in_second: u32,
+    suppressed: u64,
+}
+
+/// Entries kept.
+pub const LOG_ENTRIES: usize = 1024;
+/// Entries logged per second at most.
+pub const LOG_RATE: u32 = 100;
+
+impl DeniedLog {
+    fn record(&self, mut f: DeniedFlow) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let mut l = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if now / 1000 != l.second {
+            l.second = now / 1000;
+            l.in_second = 0;
+        }
+        if l.in_second >= LOG_RATE {
+            l.suppressed += 1;
+            return;
+        }
+        l.in_second += 1;
+        l.next += 1;
+        f.seq = l.next;
+        f.unix_ms = now;
+        if l.entries.len() == LOG_ENTRIES {
+            l.entries.pop_front();
+        }
+        l.entries.push_back(f);
+    }
+
+    /// Entries after `after` (0: all kept), oldest first, and how many the rate limit left out
+    /// since the start.
+    pub fn since(&self, after: u64) -> (Vec<DeniedFlow>, u64) {
+        let l = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (l.entries.iter().filter(|e| e.seq > after).cloned().collect(), l.suppressed)
     }
 }
 
@@ -789,7 +890,7 @@ pub fn check_flow(set: &PolicySet, flows: &Flows, proto: u8, src: u128, sport: u
     let port = if matches!(proto, proto::TCP | proto::UDP | SCTP) { dport } else { 0 };
     match set.decide(src, dst, proto, port) {
         Decision::Denied { dir, policy } => {
-            set.count_denied(src, dst, dir, policy);
+            set.count_denied(Denial { src, dst, proto, port, dir, policy });
             Err(DropReason::PolicyDenied)
         }
         Decision::Allowed | Decision::Open => {
@@ -999,14 +1100,26 @@ mod tests {
         assert_eq!(s.decide(k("10.0.0.9"), k("10.0.1.3"), proto::UDP, 1), Decision::Open);
         assert!(!s.enforces(k("10.0.0.9"), k("10.0.1.3")));
         assert!(s.enforces(k("10.0.1.3"), k("10.0.0.2")));
-        s.count_denied(k("10.0.1.3"), k("10.0.0.2"), Direction::Ingress, 0);
+        s.count_denied(Denial { src: k("10.0.1.3"), dst: k("10.0.0.2"), proto: proto::TCP, port: 80, dir: Direction::Ingress, policy: 0 });
         let d = c.snapshot();
         assert_eq!(d.policies[0], ("NetworkPolicy/ns/deny".to_string(), 1));
         assert!(d.endpoints.contains(&("ns/b".to_string(), 1, 0)));
         // Counts survive a new set that keeps the names, and go with names that leave.
         let s2 = PolicySet::build(&spec, &c, 2).unwrap();
-        s2.count_denied(k("10.0.0.1"), k("10.0.0.2"), Direction::Egress, 0);
-        assert_eq!(c.snapshot().policies[0].1, 2);
+        s2.count_denied(Denial { src: k("10.0.0.1"), dst: k("10.0.0.2"), proto: proto::UDP, port: 53, dir: Direction::Egress, policy: 0 });
+        // Both in the log, with their endpoints and policy, in order.
+        let (log, suppressed) = c.log.since(0);
+        assert_eq!((log.len(), suppressed), (2, 0));
+        assert_eq!((log[0].src, log[0].dst, log[0].port, log[0].direction), (ip("10.0.1.3"), ip("10.0.0.2"), 80, "ingress"));
+        assert_eq!((log[1].endpoint.as_deref(), log[1].policy.as_deref(), log[1].seq), (Some("ns/a"), Some("NetworkPolicy/ns/deny"), log[0].seq + 1));
+        assert!(c.log.since(log[1].seq).0.is_empty());
+        // A flood is logged at most LOG_RATE a second; the rest are counted.
+        for _ in 0..3 * LOG_RATE {
+            s2.count_denied(Denial { src: k("10.0.0.1"), dst: k("10.0.0.2"), proto: proto::UDP, port: 53, dir: Direction::Egress, policy: 0 });
+        }
+        let (log, suppressed) = c.log.since(0);
+        assert!(log.len() <= 2 * LOG_RATE as usize + 2 && suppressed >= LOG_RATE as u64, "{} logged, {suppressed} suppressed", log.len());
+        assert!(c.snapshot().policies[0].1 >= 2);
         PolicySet::build(&PolicySpec::default(), &c, 3).unwrap();
         assert_eq!(c.snapshot(), Denied::default());
     }

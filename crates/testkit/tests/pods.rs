@@ -1461,3 +1461,87 @@ fn node_ports_on_the_hosts_own_address_reach_the_data_plane_and_the_rest_stays_t
     let (good, _, err) = curl("http://192.168.77.1:30080/");
     assert!(!good && err.contains("(7)"), "the host's kernel refuses: {err}");
 }
+
+/// Network policy on one node, pushed as the controller would (`POST /v1/policy`): a memif pod
+/// and a tun pod under ingress policy, another pod allowed and a third denied, the host's own
+/// traffic (allowed only by the node's rule), a label change (the third pod takes the allowed
+/// pod's identity) letting new flows in, counters per endpoint and policy, and a kill -9 of the
+/// daemon (it starts with no policy; the controller pushes again).
+#[test]
+fn network_policy_holds_for_tun_and_memif_pods_the_host_and_label_changes() {
+    let mut n = PodNet::new("vcnp");
+    let ns1 = n.mkpod(1);
+    assert!(ok(&n.cnitool_annotated("add", &ns1, Some("udp:5000"))));
+    for i in [2, 3] {
+        let ns = n.mkpod(i);
+        assert!(ok(&n.cnitool("add", &ns)));
+    }
+    serve(&mut n, 1);
+    let echo = spawn_in_pod(&n, 1, &[tools(), "pod-memif", "echo", "--duration-s", "60"]);
+    n.t.children.push(echo);
+    wait_for("the memif application connected", Duration::from_secs(10), || pod_status(&n, 1)["memif"]["connected"] == true);
+    let ip = |i: usize| pod_ip(&n, i, false);
+    let (p1, p2, p3) = (ip(1), ip(2), ip(3));
+    // The host's source toward the pods (what the kubelet's probes come from).
+    let route = stdout(&n.t.run("lb", &["ip", "-o", "route", "get", &p1]));
+    let host = route.split_whitespace().skip_while(|w| *w != "src").nth(1).unwrap_or_else(|| panic!("no source in {route}")).to_string();
+    let http = |n: &PodNet, from: usize| probe_in(n, from, &["http", "--url", &format!("http://{p1}:8080/"), "--requests", "5", "--timeout-ms", "500", "--json"]);
+    let memif = |n: &PodNet, from: usize| probe_in(n, from, &["udp", "--target", &format!("{p1}:5000"), "--flows", "2", "--per-flow", "2", "--timeout-ms", "300"]);
+    let host_http = |n: &PodNet| ok(&n.t.run("lb", &["curl", "-s", "-m", "1", "-o", "/dev/null", &format!("http://{p1}:8080/")]));
+    // Before any policy everyone reaches pod 1.
+    assert_eq!(http(&n, 3)["errors"], 0);
+    assert!(host_http(&n));
+    // Pod 1 takes TCP 8080 and the memif's UDP 5000 from pod 2's identity (2), and anything
+    // from the node's (9) when `node` is set; pods 3 has identity 3.
+    let push = |n: &PodNet, node: bool, p3_identity: u32| {
+        let mut admin = vec![];
+        if node {
+            admin.push(json!({"peers": [9], "action": "allow", "policy": "vectorlb/node"}));
+        }
+        let body = json!({"reset": true,
+            "identities": [{"addr": p1, "identity": 1}, {"addr": p2, "identity": 2}, {"addr": p3, "identity": p3_identity}, {"addr": host, "identity": 9}],
+            "endpoints": [{"name": "ns/pod1", "addrs": [p1], "ingress": {"admin": admin, "isolated_by": "NetworkPolicy/ns/web",
+                "allow": [{"peers": [2], "ports": [{"protocol": "tcp", "port": 8080}, {"protocol": "udp", "port": 5000}], "action": "allow", "policy": "NetworkPolicy/ns/web"}]}}]});
+        let (s, r) = n.t.call("POST", "/v1/policy", Some(&body));
+        assert_eq!(s, 200, "{r}");
+        r
+    };
+    push(&n, true, 3);
+    assert_eq!(http(&n, 2)["errors"], 0, "pod 2 is allowed on the tun interface");
+    let denied = http(&n, 3);
+    assert_eq!(denied["ok"], 0, "pod 3 is not: {denied}");
+    assert_eq!(memif(&n, 2)["lost"], 0, "pod 2 reaches the memif application");
+    let r = memif(&n, 3);
+    assert_eq!(r["received"], 0, "pod 3 does not reach the memif: {r}");
+    assert!(host_http(&n), "the node's own traffic, by its rule");
+    push(&n, false, 3);
+    assert!(!host_http(&n), "without the node's rule the host is a peer like any other");
+    // A label change: pod 3 now has pod 2's identity; new flows follow at once.
+    push(&n, true, 2);
+    assert_eq!(http(&n, 3)["errors"], 0, "pod 3 with pod 2's labels");
+    let (s, st) = n.t.call("GET", "/v1/policy", None);
+    assert_eq!(s, 200);
+    let d = &st["denied_by_endpoint"]["ns/pod1"];
+    assert!(d[0].as_u64().unwrap() >= 5 && d[1] == 0, "{st}");
+    assert!(st["denied_by_policy"]["NetworkPolicy/ns/web"].as_u64().unwrap() >= 5, "{st}");
+    // The denied-flow log names pod 3's flows, the endpoint and the policy.
+    let (s, log) = n.t.call("GET", "/v1/policy/denied", None);
+    assert_eq!(s, 200);
+    let e = log["entries"].as_array().unwrap().iter().find(|e| e["src"] == p3.as_str()).unwrap_or_else(|| panic!("{log}"));
+    assert_eq!((e["dst"].as_str(), e["port"].as_u64(), e["direction"].as_str(), e["endpoint"].as_str(), e["policy"].as_str()), (Some(p1.as_str()), Some(8080), Some("ingress"), Some("ns/pod1"), Some("NetworkPolicy/ns/web")), "{e}");
+    let (_, later) = n.t.call("GET", &format!("/v1/policy/denied?after={}", log["next"]), None);
+    assert!(later["entries"].as_array().unwrap().is_empty(), "nothing new: {later}");
+    assert_eq!(n.t.call("GET", "/v1/policy/denied?after=x", None).0, 400);
+    let (_, m) = api_call(&n.t.api(), "GET", "/metrics", None).unwrap();
+    let m = String::from_utf8_lossy(&m);
+    assert!(m.contains("vectorlb_policy_endpoint_denied_total{endpoint=\"ns/pod1\",direction=\"ingress\"}"), "{m}");
+    // Killed and started again: no policy until pushed again (the controller's next round).
+    let cfg = std::fs::read_to_string(n.t.config_path()).unwrap();
+    n.t.kill_lb();
+    n.t.start_lb(&cfg);
+    let (_, st) = n.t.call("GET", "/v1/policy", None);
+    assert_eq!((st["generation"].as_u64(), st["endpoints"].as_u64()), (Some(0), Some(0)), "{st}");
+    push(&n, true, 3);
+    assert_eq!(http(&n, 3)["ok"], 0, "denied again once pushed");
+    println!("{}", json!({"pods": {"event": "network_policy", "denied": st["denied_by_policy"], "host_source": host}}));
+}

@@ -1377,3 +1377,36 @@ pub struct PolicyStatus {
     /// Denied flows by endpoint: `[coming in, going out]`.
     pub denied_by_endpoint: BTreeMap<String, [u64; 2]>,
 }
+
+/// Denied flows logged since a sequence number (`GET /v1/policy/denied?after=SEQ`): the daemon
+/// keeps the last 1,024, at most 100 a second.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PolicyDeniedLog {
+    /// Oldest first.
+    pub entries: Vec<PolicyDeniedFlow>,
+    /// Ask again with `after` = this to follow (the last entry's sequence number, or `after`).
+    pub next: u64,
+    /// Denied flows the rate limit left out of the log since the daemon started (all are counted).
+    pub suppressed: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PolicyDeniedFlow {
+    pub seq: u64,
+    /// When, in milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    #[schema(value_type = String)]
+    pub src: IpAddr,
+    #[schema(value_type = String)]
+    pub dst: IpAddr,
+    /// `tcp`, `udp`, `sctp`, `icmp`, `icmpv6`, or the protocol number.
+    pub protocol: String,
+    /// The destination port (0: a protocol without ports).
+    pub port: u16,
+    /// `ingress` (the destination's policy denied it) or `egress` (the source's).
+    pub direction: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+}

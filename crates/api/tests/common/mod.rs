@@ -151,6 +151,9 @@ impl LbControl for Fake {
     fn policy(&self) -> PolicyStatus {
         PolicyStatus::default()
     }
+    fn policy_denied(&self, after: u64) -> PolicyDeniedLog {
+        PolicyDeniedLog { next: after, ..Default::default() }
+    }
     fn change_policy(&self, c: PolicyChanges) -> Result<PolicyStatus, ApiError> {
         if c.endpoints.iter().any(|e| e.name.is_empty()) {
             return Err(ApiError::BadRequest("endpoints: name: '' is not a name".into()));
