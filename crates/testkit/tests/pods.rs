@@ -1535,6 +1535,7 @@ fn network_policy_holds_for_tun_and_memif_pods_the_host_and_label_changes() {
     let (_, m) = api_call(&n.t.api(), "GET", "/metrics", None).unwrap();
     let m = String::from_utf8_lossy(&m);
     assert!(m.contains("vectorlb_policy_endpoint_denied_total{endpoint=\"ns/pod1\",direction=\"ingress\"}"), "{m}");
+    let denied = st["denied_by_policy"].clone();
     // Killed and started again: no policy until pushed again (the controller's next round).
     let cfg = std::fs::read_to_string(n.t.config_path()).unwrap();
     n.t.kill_lb();
@@ -1543,5 +1544,5 @@ fn network_policy_holds_for_tun_and_memif_pods_the_host_and_label_changes() {
     assert_eq!((st["generation"].as_u64(), st["endpoints"].as_u64()), (Some(0), Some(0)), "{st}");
     push(&n, true, 3);
     assert_eq!(http(&n, 3)["ok"], 0, "denied again once pushed");
-    println!("{}", json!({"pods": {"event": "network_policy", "denied": st["denied_by_policy"], "host_source": host}}));
+    println!("{}", json!({"pods": {"event": "network_policy", "denied": denied, "host_source": host}}));
 }
