@@ -74,6 +74,9 @@ userland() {
     # /bin/sh is bash: busybox's shell runs its own applets before anything in PATH (its nc
     # has none of the options the suite gives).
     ln -s /usr/bin/bash "$r/bin/sh"
+    # and /bin/bash, where the upstream images have it (the network-policy-api suite's Pods
+    # run `/bin/bash -c ...`).
+    ln -s /usr/bin/bash "$r/bin/bash"
     for b in $("$r/bin/busybox" --list); do
         [ -e "$r/bin/$b" ] || [ -e "$r/usr/bin/$b" ] || ln -s busybox "$r/bin/$b"
     done

@@ -15,6 +15,7 @@
 //! snapshots are shared read-only. The DPDK runtime, `vectorlb replay` and the benchmarks all
 //! drive `Worker::process`.
 
+pub mod addr;
 pub mod affinity;
 pub mod flows;
 pub mod frag;

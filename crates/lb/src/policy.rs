@@ -20,8 +20,8 @@
 //!   is created and the session is the memory. A flow allowed at its start is not cut when a
 //!   policy changes.
 
+use crate::addr::{key, key4, key6};
 use crate::hash::FxHashMap;
-use crate::service::{key, key4, key6};
 use crate::verdict::DropReason;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;

@@ -29,23 +29,7 @@ pub fn backend_slot(id: u32) -> u32 {
     id & ((1 << BACKEND_SLOT_BITS) - 1)
 }
 
-/// An address as a map key: IPv4 as IPv4-mapped IPv6.
-#[inline(always)]
-pub fn key4(a: [u8; 4]) -> u128 {
-    0xffff_0000_0000u128 | u32::from_be_bytes(a) as u128
-}
-
-#[inline(always)]
-pub fn key6(a: [u8; 16]) -> u128 {
-    u128::from_be_bytes(a)
-}
-
-pub fn key(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(a) => key4(a.octets()),
-        IpAddr::V6(a) => key6(a.octets()),
-    }
-}
+pub use crate::addr::{key, key4, key6};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

@@ -426,6 +426,7 @@ fn cluster_network_policy_conformance() {
             "--url=https://vectorlb.invalid/",
             &format!("--version={version}"),
             "--contact=vectorlb maintainers",
+            "--additional-info=make conformance-network-policy (crates/testkit/tests/k8s_conformance.rs)",
             &format!("--report-output={}", report.display()),
         ])
         .current_dir(&c.cp.dir)

@@ -1528,7 +1528,11 @@ fn network_policy_holds_for_tun_and_memif_pods_the_host_and_label_changes() {
     let (s, log) = n.t.call("GET", "/v1/policy/denied", None);
     assert_eq!(s, 200);
     let e = log["entries"].as_array().unwrap().iter().find(|e| e["src"] == p3.as_str()).unwrap_or_else(|| panic!("{log}"));
-    assert_eq!((e["dst"].as_str(), e["port"].as_u64(), e["direction"].as_str(), e["endpoint"].as_str(), e["policy"].as_str()), (Some(p1.as_str()), Some(8080), Some("ingress"), Some("ns/pod1"), Some("NetworkPolicy/ns/web")), "{e}");
+    assert_eq!(
+        (e["dst"].as_str(), e["port"].as_u64(), e["direction"].as_str(), e["endpoint"].as_str(), e["policy"].as_str()),
+        (Some(p1.as_str()), Some(8080), Some("ingress"), Some("ns/pod1"), Some("NetworkPolicy/ns/web")),
+        "{e}"
+    );
     let (_, later) = n.t.call("GET", &format!("/v1/policy/denied?after={}", log["next"]), None);
     assert!(later["entries"].as_array().unwrap().is_empty(), "nothing new: {later}");
     assert_eq!(n.t.call("GET", "/v1/policy/denied?after=x", None).0, 400);
