@@ -33,10 +33,13 @@ pub struct Subject {
     pub pods: Option<NamespacedPod>,
 }
 
+/// Pods by the labels of their namespace and their own; a selector left out selects all.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespacedPod {
+    #[serde(default)]
     pub namespace_selector: LabelSelector,
+    #[serde(default)]
     pub pod_selector: LabelSelector,
 }
 

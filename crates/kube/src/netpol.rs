@@ -916,6 +916,16 @@ mod tests {
     }
 
     #[test]
+    fn a_pods_peer_without_a_namespace_selector_selects_every_namespace() {
+        let p = cnp(json!({"metadata": {"name": "by-label"}, "spec": {"tier": "Admin", "priority": 1,
+            "subject": {"pods": {"podSelector": {"matchLabels": {"pod": "a"}}}},
+            "egress": [{"action": "Deny", "to": [{"pods": {"podSelector": {"matchLabels": {"pod": "b"}}}}]}]}}));
+        let mut c = Compiler::default();
+        let out = c.compile_all(&Inputs { node: "n1", node_addrs: &[], pods: &cluster(), namespaces: &namespaces(), policies: &[], cluster_policies: &[p], nodes: &[] });
+        assert_eq!(out.endpoints["x/a"].egress.admin[0].peers, Some(ids_of(&out, &["10.244.0.11", "10.244.1.11", "10.244.2.11"])));
+    }
+
+    #[test]
     fn cluster_policies_fill_the_admin_and_baseline_tiers_in_order() {
         let mut c = Compiler::default();
         let pods = cluster();

@@ -290,13 +290,6 @@ impl RealNode {
     }
 
     /// Imports an OCI image tar into the node's containerd.
-    /// Gives an imported image a second name (a suite that names the same tool at another
-    /// version).
-    pub fn tag(&self, from: &str, to: &str) {
-        let o = self.ctr(&["images", "tag", "--force", from, to]);
-        assert!(o.status.success(), "ctr images tag {from} {to}: {}", String::from_utf8_lossy(&o.stderr));
-    }
-
     pub fn import(&self, tar: &Path) {
         let o = self.ctr(&["images", "import", tar.to_str().unwrap()]);
         assert!(o.status.success(), "ctr images import {}: {}", tar.display(), String::from_utf8_lossy(&o.stderr));
