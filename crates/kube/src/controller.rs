@@ -117,8 +117,11 @@ impl PolicyCtl {
     fn compile(&mut self) -> crate::netpol::Compiled {
         let pods: Vec<crate::netpol::PodIn> = self.pods.state().iter().filter_map(|p| crate::netpol::PodIn::from_pod(p)).collect();
         let namespaces = self.namespaces.state().iter().map(|n| crate::netpol::namespace_labels(n)).collect();
-        let policies: Vec<NetworkPolicy> = self.policies.state().iter().map(|p| (**p).clone()).collect();
-        let cluster_policies: Vec<ClusterNetworkPolicy> = self.cluster_policies.iter().flat_map(|s| s.state()).map(|p| (*p).clone()).collect();
+        // The stores' objects, borrowed (a round copies no policy).
+        let policies = self.policies.state();
+        let policies: Vec<&NetworkPolicy> = policies.iter().map(|p| p.as_ref()).collect();
+        let cluster_policies = self.cluster_policies.as_ref().map(|s| s.state()).unwrap_or_default();
+        let cluster_policies: Vec<&ClusterNetworkPolicy> = cluster_policies.iter().map(|p| p.as_ref()).collect();
         let nodes: Vec<crate::netpol::NodeIn> = self.nodes.state().iter().map(|n| crate::netpol::NodeIn::from_node(n)).collect();
         let inputs = crate::netpol::Inputs {
             node: &self.node,

@@ -251,8 +251,8 @@ pub struct Inputs<'a> {
     pub node_addrs: &'a [IpAddr],
     pub pods: &'a [PodIn],
     pub namespaces: &'a BTreeMap<String, Labels>,
-    pub policies: &'a [NetworkPolicy],
-    pub cluster_policies: &'a [ClusterNetworkPolicy],
+    pub policies: &'a [&'a NetworkPolicy],
+    pub cluster_policies: &'a [&'a ClusterNetworkPolicy],
     pub nodes: &'a [NodeIn],
 }
 
@@ -284,18 +284,19 @@ impl Compiler {
 
     /// Compiles NetworkPolicies alone for the Pods of `node`.
     pub fn compile(&mut self, node: &str, node_addrs: &[IpAddr], pods: &[PodIn], namespaces: &BTreeMap<String, Labels>, policies: &[NetworkPolicy]) -> Compiled {
-        self.compile_all(&Inputs { node, node_addrs, pods, namespaces, policies, cluster_policies: &[], nodes: &[] })
+        let policies: Vec<&NetworkPolicy> = policies.iter().collect();
+        self.compile_all(&Inputs { node, node_addrs, pods, namespaces, policies: &policies, cluster_policies: &[], nodes: &[] })
     }
 
     /// Compiles every policy for the Pods of `inp.node`.
     pub fn compile_all(&mut self, inp: &Inputs) -> Compiled {
         let Inputs { node, node_addrs, pods, namespaces, policies, cluster_policies, nodes } = *inp;
         let mut out = Compiled::default();
-        let mut cnps: Vec<&ClusterNetworkPolicy> = cluster_policies.iter().collect();
+        let mut cnps: Vec<&ClusterNetworkPolicy> = cluster_policies.to_vec();
         // Admin before Baseline, then by priority, then by name (the API leaves equal
         // priorities unordered; this order is at least the same on every node).
         cnps.sort_by_key(|c| (c.spec.tier != "Admin", c.spec.priority, c.metadata.name.clone()));
-        let mut policies: Vec<&NetworkPolicy> = policies.iter().collect();
+        let mut policies: Vec<&NetworkPolicy> = policies.to_vec();
         policies.sort_by_key(|p| ns_name(p));
         // Every CIDR a policy names, excepts included.
         let mut cidrs: BTreeSet<Prefix> = BTreeSet::new();
@@ -350,11 +351,11 @@ impl Compiler {
             peers.push(PeerId { id, namespace: None, labels: Labels::new(), prefix: Some(c), node: None, ports: BTreeMap::new() });
         }
         // The nodes' addresses, this node's own last (they may add to its Node's).
-        let own = nodes.iter().filter(|n| n.name != node).map(|n| (n.name.as_str(), &n.labels, n.addrs.clone()));
+        let others = nodes.iter().filter(|n| n.name != node).map(|n| (n.name.as_str(), &n.labels, n.addrs.clone()));
         let this_labels = nodes.iter().find(|n| n.name == node).map(|n| n.labels.clone()).unwrap_or_default();
         let this_addrs: Vec<IpAddr> = nodes.iter().filter(|n| n.name == node).flat_map(|n| n.addrs.iter().copied()).chain(node_addrs.iter().copied()).collect();
         let mut node_ids = BTreeSet::new();
-        for (name, labels, addrs) in own.chain(std::iter::once((node, &this_labels, this_addrs))) {
+        for (name, labels, addrs) in others.chain(std::iter::once((node, &this_labels, this_addrs))) {
             for a in addrs {
                 let prefix = lpm(a);
                 let id = self.id(IdKey::Host { node: name.to_string(), prefix });
@@ -921,7 +922,7 @@ mod tests {
             "subject": {"pods": {"podSelector": {"matchLabels": {"pod": "a"}}}},
             "egress": [{"action": "Deny", "to": [{"pods": {"podSelector": {"matchLabels": {"pod": "b"}}}}]}]}}));
         let mut c = Compiler::default();
-        let out = c.compile_all(&Inputs { node: "n1", node_addrs: &[], pods: &cluster(), namespaces: &namespaces(), policies: &[], cluster_policies: &[p], nodes: &[] });
+        let out = c.compile_all(&Inputs { node: "n1", node_addrs: &[], pods: &cluster(), namespaces: &namespaces(), policies: &[], cluster_policies: &[&p], nodes: &[] });
         assert_eq!(out.endpoints["x/a"].egress.admin[0].peers, Some(ids_of(&out, &["10.244.0.11", "10.244.1.11", "10.244.2.11"])));
     }
 
@@ -933,7 +934,7 @@ mod tests {
             NodeIn { name: "n1".into(), labels: [("zone".to_string(), "a".to_string())].into(), addrs: vec!["192.168.1.1".parse().unwrap()] },
             NodeIn { name: "n2".into(), labels: [("zone".to_string(), "b".to_string())].into(), addrs: vec!["192.168.1.2".parse().unwrap()] },
         ];
-        let cnps = vec![
+        let cnps = [
             cnp(json!({"metadata": {"name": "late"}, "spec": {"tier": "Admin", "priority": 20, "subject": {"namespaces": {"matchLabels": {"team": "team-a"}}},
                 "ingress": [{"action": "Deny", "from": [{"namespaces": {}}]}]}})),
             cnp(
@@ -950,7 +951,7 @@ mod tests {
             pods: &pods,
             namespaces: &namespaces(),
             policies: &[],
-            cluster_policies: &cnps,
+            cluster_policies: &cnps.iter().collect::<Vec<_>>(),
             nodes: &nodes,
         });
         assert_eq!(out.problems, vec![("base".to_string(), "action 'Pass' in the Baseline tier".to_string())]);

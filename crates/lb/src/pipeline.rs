@@ -1391,7 +1391,7 @@ impl Worker {
             };
             // Into a pod under policy: the mapping is its source port's, open to any remote,
             // so the remote's flow must be one the pod opened or one its policy allows.
-            if self.pol.active && self.pol.enforces(s.client.key(), 0) {
+            if self.pol.active && self.pol.is_enforced(s.client.key()) {
                 let remote = A::read(b.data(), h.l3 + A::SRC).key();
                 if let Err(e) = crate::policy::check_flow(&self.pol, &self.control.policy_flows, m.proto, remote, m.sport, s.client.key(), s.cport, now) {
                     return Verdict::Drop(e);

@@ -570,7 +570,13 @@ impl PolicySet {
     /// them is decided and remembered).
     #[inline]
     pub fn enforces(&self, src: u128, dst: u128) -> bool {
-        self.endpoints.get(&src).is_some_and(|e| e.egress.is_some() || e.ingress.is_some()) || self.endpoints.get(&dst).is_some_and(|e| e.egress.is_some() || e.ingress.is_some())
+        self.is_enforced(src) || self.is_enforced(dst)
+    }
+
+    /// Whether `a` is an endpoint with a direction under policy.
+    #[inline]
+    pub fn is_enforced(&self, a: u128) -> bool {
+        self.endpoints.get(&a).is_some_and(|e| e.egress.is_some() || e.ingress.is_some())
     }
 
     /// Counts a denied flow against its endpoint and its policy, and logs it (rate-limited;
