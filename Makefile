@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods conformance conformance-kubernetes conformance-network-policy k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
+.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods bench-policy conformance conformance-kubernetes conformance-network-policy k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -114,6 +114,20 @@ bench-pods: build k8s-bins
 	@VECTORLB_BENCH_IDLE_US=200 $(CARGO) test --release -q -p vectorlb-testkit --test pods bench_pods -- --ignored --nocapture 2>&1 | grep '"bench":"pods' | tee bench/results/pods.jsonl; test $${PIPESTATUS[0]} -eq 0
 	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/pods-measured-at.txt
 	@$(PY) bench/report.py --machine > bench/results/pods-machine.txt
+
+# NetworkPolicy at 0, 100 and 10,000 policies selecting the pods: connections per second to a
+# ClusterIP and pod-to-pod UDP packets per second, vectorlb against kube-network-policies (built
+# from its Go module, scripts/kube-network-policies.sh) on the bridge plugin and kube-proxy,
+# side by side; then instructions per packet of an established session by callgrind
+# (bench/results/policy.jsonl; docs/network-policy.md).
+bench-policy: build k8s-bins
+	@bash scripts/setup.sh --bench >/dev/null
+	@bash scripts/cni-bins.sh >/dev/null
+	@bash scripts/kube-network-policies.sh >/dev/null
+	@mkdir -p bench/results
+	@VECTORLB_BENCH_IDLE_US=200 $(CARGO) test --release -q -p vectorlb-testkit --test pods bench_policy -- --ignored --nocapture 2>&1 | grep '"bench":"policy' | tee bench/results/policy.jsonl; test $${PIPESTATUS[0]} -eq 0
+	@bash bench/policy-profile.sh | tee -a bench/results/policy.jsonl
+	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/policy-measured-at.txt
 
 # The two tiers of an ingress: the L4 LB (full NAT, Maglev) in front of two TLS-terminating
 # proxies in front of nginx; HTTPS from curl and h2load. Ends with TWO-TIER OK ... (root).

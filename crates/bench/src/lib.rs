@@ -42,6 +42,14 @@ pub fn timed_process(w: &mut Worker, bufs: &mut [HeapBuf], verdicts: &mut [Verdi
     w.process(bufs, verdicts, now);
 }
 
+/// The timed work of routed flows (`pipeline --routed`), out of line for the same reason.
+#[inline(never)]
+pub fn timed_route(w: &mut Worker, bufs: &mut [HeapBuf], verdicts: &mut [Verdict], now: u32) {
+    for (b, v) in bufs.iter_mut().zip(verdicts.iter_mut()) {
+        *v = w.route(b, now);
+    }
+}
+
 /// Tests that allocate or free megabytes, or read the process's resident memory, take this lock:
 /// resident memory is per process, and the test harness runs tests on parallel threads, so a
 /// test freeing a large buffer would otherwise show up as a dip in another test's memory curve.

@@ -30,11 +30,32 @@ pub struct Options {
     pub threads: usize,
     /// Points of the resident-memory curve sampled while the table fills (one thread only).
     pub memory_points: usize,
+    /// NetworkPolicies isolating every backend for ingress (0: none): one lets the clients in,
+    /// the others each allow another /32 on another port. Sessions are decided when they are
+    /// created (the fill); the timed packets are those of established sessions.
+    pub policies: usize,
+    /// Flows routed to a backend's address (pod to pod: `Worker::route`, no service, no
+    /// session) instead of sent to the VIP; under policy their verdict is remembered in the
+    /// shared flow table (at most 262,144 flows).
+    pub routed: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { mode: Mode::Fnat, v6: false, protocol: proto::UDP, sessions: 1_000_000, seconds: 5.0, rounds: 5, batch: 256, pool: 1 << 20, threads: 1, memory_points: 10 }
+        Options {
+            mode: Mode::Fnat,
+            v6: false,
+            protocol: proto::UDP,
+            sessions: 1_000_000,
+            seconds: 5.0,
+            rounds: 5,
+            batch: 256,
+            pool: 1 << 20,
+            threads: 1,
+            memory_points: 10,
+            policies: 0,
+            routed: false,
+        }
     }
 }
 
@@ -65,6 +86,8 @@ pub struct Report {
     pub mpps_per_thread: Vec<f64>,
     /// (live sessions, resident bytes above the empty process) while the table fills.
     pub memory_curve: Vec<(u64, u64)>,
+    /// Policies selecting the backends (`--policies`).
+    pub policies: usize,
 }
 
 /// Frame size (without FCS): 60 bytes (64 on the wire) for IPv4, 76 (80 on the wire) for
@@ -126,6 +149,9 @@ pub fn run(o: &Options) -> Result<Report, BenchError> {
     if n == 0 || n > 256 || o.sessions < n as u64 {
         return Err(BenchError::Option(format!("--threads must be in 1..=256 and at most --sessions ({})", o.sessions)));
     }
+    if o.routed {
+        return run_routed(o);
+    }
     if n == 1 {
         return run_one(o, None);
     }
@@ -180,6 +206,9 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
 
     let spec = topo::spec(o.mode, o.v6, o.protocol, o.sessions, long_timeouts());
     let control = Control::new(&spec)?;
+    if o.policies > 0 {
+        control.apply_policy(&policy_spec(o.v6, o.policies)).map_err(|e| BenchError::Option(format!("--policies: {e}")))?;
+    }
     if let Some(b) = barrier {
         b.wait();
     }
@@ -282,7 +311,143 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
         threads: 1,
         mpps_per_thread: vec![round3(m)],
         memory_curve: if points > 0 { curve } else { Vec::new() },
+        policies: o.policies,
     })
+}
+
+/// Routed flows (`--routed`): each flow's first packet routed once (decided and, under
+/// policy, remembered), then packets drawn at random from the flows, timed.
+fn run_routed(o: &Options) -> Result<Report, BenchError> {
+    let cap = vectorlb_lb::policy::FLOWS as u64;
+    if o.threads != 1 || o.sessions > cap {
+        return Err(BenchError::Option(format!("--routed runs one thread and at most {cap} flows")));
+    }
+    let (a0, p0) = topo::client(o.v6, 0);
+    let dst = sock(topo::backend(o.v6, 0), 8080);
+    let tpl = |f: u8| {
+        let hdr = 14 + if o.v6 { 40 } else { 20 } + if o.protocol == proto::TCP { 20 } else { 8 };
+        let payload = vec![0x42u8; if o.v6 { 76 } else { 60 } - hdr];
+        let b = if o.protocol == proto::TCP { Builder::tcp(&sock(a0, p0), &dst, f).seq(1).ack(1) } else { Builder::udp(&sock(a0, p0), &dst) };
+        b.payload(&payload).macs(topo::ROUTER_MAC, topo::EXT_MAC).build()
+    };
+    let (fill_tpl, run_tpl) = (tpl(flags::SYN), tpl(flags::ACK | flags::PSH));
+    let flen = run_tpl.len();
+    let pool_n = o.pool.clamp(1, 1 << 24);
+    let mut pool = vec![0u8; pool_n * flen];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for k in 0..pool_n {
+        let (a, p) = topo::client(o.v6, rng.below(o.sessions));
+        let f = &mut pool[k * flen..(k + 1) * flen];
+        f.copy_from_slice(&run_tpl);
+        patch_client(f, o.v6, o.protocol, a, p);
+    }
+    let batch = o.batch.clamp(1, 4096);
+    let mut bufs: Vec<HeapBuf> = (0..batch).map(|_| HeapBuf::new(128, 2048)).collect();
+    let mut verdicts = vec![Verdict::Kernel; batch];
+    let control = Control::new(&topo::spec(o.mode, o.v6, o.protocol, 1, long_timeouts()))?;
+    if o.policies > 0 {
+        control.apply_policy(&policy_spec(o.v6, o.policies)).map_err(|e| BenchError::Option(format!("--policies: {e}")))?;
+    }
+    let mut cfg = WorkerConfig::new(1024);
+    cfg.batch = batch;
+    let mut w = Worker::new(control, cfg)?;
+    let clock = Instant::now();
+    let now = || 1 + clock.elapsed().as_millis() as u32;
+    let t0 = Instant::now();
+    let mut routed = 0u64;
+    for i in 0..o.sessions {
+        let b = &mut bufs[0];
+        b.load(&fill_tpl);
+        let (a, p) = topo::client(o.v6, i);
+        patch_client(b.data_mut(), o.v6, o.protocol, a, p);
+        routed += matches!(w.route(b, now()), Verdict::Tx(_)) as u64;
+    }
+    let fill = t0.elapsed().as_secs_f64();
+    if routed != o.sessions {
+        return Err(BenchError::Fill { filled: routed, wanted: o.sessions, drops: "first packets not routed".into() });
+    }
+    let rounds = o.rounds.max(1);
+    let per_round = Duration::from_secs_f64((o.seconds / rounds as f64).max(0.05));
+    let (mut mpps, mut with_copy, mut packets, mut forwarded, mut k) = (Vec::new(), Vec::new(), 0u64, 0u64, 0usize);
+    for _ in 0..rounds {
+        let (mut pipe, start, mut n) = (Duration::ZERO, Instant::now(), 0u64);
+        loop {
+            for b in bufs.iter_mut() {
+                b.load(&pool[k * flen..(k + 1) * flen]);
+                k = if k + 1 == pool_n { 0 } else { k + 1 };
+            }
+            let ms = now();
+            let t = Instant::now();
+            crate::timed_route(&mut w, &mut bufs, &mut verdicts, ms);
+            pipe += t.elapsed();
+            forwarded += verdicts.iter().filter(|v| matches!(v, Verdict::Tx(_))).count() as u64;
+            n += batch as u64;
+            if n.is_multiple_of(batch as u64 * 64) && start.elapsed() >= per_round {
+                break;
+            }
+        }
+        packets += n;
+        mpps.push(n as f64 / pipe.as_secs_f64() / 1e6);
+        with_copy.push(n as f64 / start.elapsed().as_secs_f64() / 1e6);
+    }
+    let m = median(&mpps);
+    Ok(Report {
+        bench: "pipeline_routed",
+        mode: "routed",
+        family: if o.v6 { 6 } else { 4 },
+        proto: if o.protocol == proto::TCP { "tcp" } else { "udp" },
+        sessions: o.sessions,
+        frame_bytes: flen + 4,
+        batch,
+        mpps: round3(m),
+        ns_per_packet: round3(1e3 / m),
+        mpps_rounds: mpps.iter().map(|x| round3(*x)).collect(),
+        mpps_with_copy: round3(median(&with_copy)),
+        packets,
+        not_forwarded: packets - forwarded,
+        bytes_per_session: 0.0,
+        resident_bytes: resident_bytes().unwrap_or(0),
+        fill_seconds: round3(fill),
+        fill_sessions_per_second: (o.sessions as f64 / fill).round(),
+        threads: 1,
+        mpps_per_thread: vec![round3(m)],
+        memory_curve: Vec::new(),
+        policies: o.policies,
+    })
+}
+
+/// `n` NetworkPolicies over the backends, as the controller would compile them: the clients'
+/// range (and the full-NAT local addresses) is identity 1 and policy 0 lets it in on every port; policy k (1..n) lets identity
+/// 1 + k (one /32 of 172.16.0.0/12, or of fd00:172::/32) in on port 10,000 + k % 50,000.
+pub fn policy_spec(v6: bool, n: usize) -> vectorlb_lb::policy::PolicySpec {
+    use vectorlb_lb::policy::{Action, DirectionSpec, EndpointSpec, PolicySpec, Ports, Rule};
+    // The clients, and the full-NAT local addresses (what a backend sees of them in fnat).
+    let clients: [(IpAddr, u8); 2] =
+        if v6 { [("2001:db8:c::".parse().unwrap(), 48), ("2001:db8:2::".parse().unwrap(), 48)] } else { [("100.64.0.0".parse().unwrap(), 10), ("10.2.0.0".parse().unwrap(), 16)] };
+    let filler = |k: usize| -> IpAddr {
+        let k = k as u32;
+        if v6 {
+            IpAddr::from(std::net::Ipv6Addr::new(0xfd00, 0x172, 0, 0, 0, 0, (k >> 16) as u16, k as u16))
+        } else {
+            IpAddr::from((0xac10_0000u32 + k).to_be_bytes())
+        }
+    };
+    let mut prefixes = vec![(clients[0].0, clients[0].1, 1), (clients[1].0, clients[1].1, 1)];
+    let mut allow = vec![Rule { peers: Some(vec![1]), ports: Vec::new(), action: Action::Allow, policy: 0 }];
+    for k in 1..n {
+        prefixes.push((filler(k), if v6 { 128 } else { 32 }, 1 + k as u32));
+        let port = 10_000 + (k % 50_000) as u16;
+        allow.push(Rule { peers: Some(vec![1 + k as u32]), ports: vec![Ports { proto: proto::TCP, lo: port, hi: port }], action: Action::Allow, policy: k as u32 });
+    }
+    let ingress = DirectionSpec { isolated_by: Some(0), allow, ..Default::default() };
+    PolicySpec {
+        policies: (0..n).map(|k| format!("NetworkPolicy/bench/p{k}")).collect(),
+        identities: Vec::new(),
+        prefixes,
+        endpoints: (0..topo::BACKENDS)
+            .map(|i| EndpointSpec { name: format!("bench/backend-{i}"), addrs: vec![topo::backend(v6, i)], ingress: ingress.clone(), egress: DirectionSpec::default() })
+            .collect(),
+    }
 }
 
 pub fn round3(x: f64) -> f64 {
@@ -322,5 +487,39 @@ mod tests {
         assert!(r.memory_curve.is_empty());
         assert!(run(&Options { threads: 0, ..small(1) }).is_err());
         assert!(run(&Options { threads: 3, sessions: 2, ..small(1) }).is_err());
+    }
+
+    #[test]
+    fn sessions_under_policy_are_allowed_once_and_forward_like_the_rest() {
+        let _serial = crate::MEMORY_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        for v6 in [false, true] {
+            let r = run(&Options { policies: 1000, v6, protocol: proto::TCP, mode: Mode::Nat, ..small(1) }).unwrap();
+            assert_eq!((r.sessions, r.not_forwarded, r.policies), (20_000, 0, 1000));
+        }
+        // The set is what it says: the clients reach every backend on any port, a filler's /32
+        // only its port, and without the clients' rule a client is denied.
+        let key = vectorlb_lb::addr::key;
+        let spec = policy_spec(false, 10);
+        assert_eq!(spec.prefixes.len(), 11);
+        let control = Control::new(&topo::spec(Mode::Fnat, false, proto::UDP, 10, long_timeouts())).unwrap();
+        control.apply_policy(&spec).unwrap();
+        let (client, backend) = (key(topo::client(false, 7).0), key(topo::backend(false, 3)));
+        let filler = key("172.16.0.4".parse().unwrap());
+        let set = control.policy();
+        assert_eq!(set.enforced(), 16);
+        assert_eq!(set.decide(client, backend, proto::UDP, 8080), vectorlb_lb::policy::Decision::Allowed);
+        assert_eq!(set.decide(filler, backend, proto::TCP, 10_004), vectorlb_lb::policy::Decision::Allowed);
+        assert!(matches!(set.decide(filler, backend, proto::TCP, 10_005), vectorlb_lb::policy::Decision::Denied { .. }));
+        // Routed flows (pod to pod) too, remembered once under policy.
+        for policies in [0, 100] {
+            let r = run(&Options { routed: true, policies, sessions: 5_000, protocol: proto::TCP, ..small(1) }).unwrap();
+            assert_eq!((r.bench, r.sessions, r.not_forwarded), ("pipeline_routed", 5_000, 0));
+            assert!(r.packets > 0);
+        }
+        assert!(run(&Options { routed: true, sessions: 1 << 20, ..small(1) }).is_err());
+        let mut denying = spec.clone();
+        denying.endpoints[3].ingress.allow.remove(0);
+        control.apply_policy(&denying).unwrap();
+        assert!(matches!(control.policy().decide(client, backend, proto::UDP, 8080), vectorlb_lb::policy::Decision::Denied { .. }));
     }
 }

@@ -65,6 +65,36 @@ pub type FxBuild = BuildHasherDefault<FxHasher>;
 pub type FxHashMap<K, V> = HashMap<K, V, FxBuild>;
 pub type FxHashSet<K> = HashSet<K, FxBuild>;
 
+/// The folded multiply of the keyed table hashes (the session table's, the policy's flows):
+/// the 128-bit product's halves xored.
+#[inline(always)]
+pub fn fold_mul(a: u64, b: u64) -> u64 {
+    let r = (a as u128) * (b as u128);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// A hasher for keys that carry their own keyed hash (they write it, and only it, with
+/// `write_u64`): the map does not hash a second time.
+#[derive(Default, Clone, Copy)]
+pub struct PreHashed(u64);
+
+impl Hasher for PreHashed {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is meant; anything else still spreads (never used by the keys here).
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ *b as u64).wrapping_mul(K);
+        }
+    }
+    #[inline(always)]
+    fn write_u64(&mut self, i: u64) {
+        self.0 = i;
+    }
+    #[inline(always)]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Flow hash over a 5-tuple (for Maglev), keyed by the cluster key (`global.cluster_key`; 0
 /// without one): every node of a cluster agrees on it, and without the key nobody can aim
 /// flows at a backend. Never keyed by anything of the node's or the run's.

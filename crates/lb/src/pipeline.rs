@@ -304,13 +304,18 @@ impl Worker {
     /// error to its source that it became (this core's ICMP rate limit applies); or the drop.
     pub fn route<B: PacketBuf>(&mut self, b: &mut B, now: u32) -> Verdict {
         self.refresh_policy();
+        // Parsed once, for the policy and the route.
+        let info = match vectorlb_packet::parse_frame(b.data()) {
+            Ok(i) => i,
+            Err(e) => return Verdict::Drop(e.into()),
+        };
         if self.pol.active {
-            if let Err(r) = crate::policy::check_frame(&self.pol, &self.control.policy_flows, b.data(), now) {
+            if let Err(r) = crate::policy::check_parsed(&self.pol, &self.control.policy_flows, b.data(), &info, now) {
                 return Verdict::Drop(r);
             }
         }
         let snap = self.snap.clone();
-        match crate::route::route(&snap, b) {
+        match crate::route::route_parsed(&snap, b, &info) {
             Ok(v) => v,
             Err(crate::route::Unrouted { reason, icmp: Some((kind, h)) }) if h.v6 => self.icmp.error_hdr::<[u8; 16], B>(&mut self.flows, &snap, b, h, kind, reason, now),
             Err(crate::route::Unrouted { reason, icmp: Some((kind, h)) }) => self.icmp.error_hdr::<[u8; 4], B>(&mut self.flows, &snap, b, h, kind, reason, now),

@@ -22,9 +22,10 @@
 
 use crate::addr::{key, key4, key6};
 use crate::hash::FxHashMap;
+use crate::hash::{fold_mul, PreHashed};
 use crate::verdict::DropReason;
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,7 +45,7 @@ pub const NO_POLICY: u32 = u32::MAX;
 pub const MAX_ITEMS: usize = 1 << 20;
 
 /// What a rule does with what it matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
     Allow,
     Deny,
@@ -53,7 +54,7 @@ pub enum Action {
 }
 
 /// Ports of one protocol, `lo..=hi`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ports {
     pub proto: u8,
     pub lo: u16,
@@ -63,7 +64,7 @@ pub struct Ports {
 /// One rule of one direction: the peers it matches (None: every peer, addresses outside the
 /// cluster included), the ports (empty: every protocol and port), what it does and the policy
 /// it comes from (an index into [`PolicySpec::policies`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Rule {
     pub peers: Option<Vec<Identity>>,
     pub ports: Vec<Ports>,
@@ -72,7 +73,7 @@ pub struct Rule {
 }
 
 /// One direction of one endpoint, by tier.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct DirectionSpec {
     /// AdminNetworkPolicy rules, highest priority first: the first that matches decides (a
     /// Pass hands over to the next tiers).
@@ -175,19 +176,55 @@ impl Table {
         self.spans.len()
     }
 
-    /// Compiles a direction (None when no policy has a say in it).
+    /// Compiles a direction (None when no policy has a say in it). Each (peer, protocol) key
+    /// is decided over the rules that can match it only (those naming the peer and those for
+    /// every peer, in their order), so N rules for N peers cost O(N), not O(N^2).
     pub fn compile(d: &DirectionSpec) -> Option<Table> {
         if !d.enforced() {
             return None;
         }
-        let rules = || d.admin.iter().chain(&d.allow).chain(&d.baseline);
-        let mut named: Vec<Identity> = rules().filter_map(|r| r.peers.as_ref()).flatten().copied().collect();
-        named.sort_unstable();
-        named.dedup();
-        let protos_of = |r: &Rule| r.ports.iter().map(|p| p.proto as u64).collect::<Vec<_>>();
-        let mut wild_protos: Vec<u64> = rules().filter(|r| r.peers.is_none()).flat_map(protos_of).collect();
-        wild_protos.sort_unstable();
-        wild_protos.dedup();
+        let tiers: [&[Rule]; 3] = [&d.admin, &d.allow, &d.baseline];
+        // Per tier: the rules for every peer, and those naming each peer (indices, in order).
+        let mut wild: [Vec<u32>; 3] = Default::default();
+        let mut by_peer: FxHashMap<Identity, [Vec<u32>; 3]> = FxHashMap::default();
+        for (t, rules) in tiers.iter().enumerate() {
+            for (i, r) in rules.iter().enumerate() {
+                match &r.peers {
+                    None => wild[t].push(i as u32),
+                    Some(ps) => {
+                        for &id in ps {
+                            let v = &mut by_peer.entry(id).or_default()[t];
+                            if v.last() != Some(&(i as u32)) {
+                                v.push(i as u32);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let select = |named: Option<&[Vec<u32>; 3]>| -> [Vec<&Rule>; 3] {
+            std::array::from_fn(|t| {
+                let (w, n) = (&wild[t], named.map_or(&[][..], |x| &x[t][..]));
+                let (mut a, mut b, mut out) = (0, 0, Vec::with_capacity(w.len() + n.len()));
+                while a < w.len() || b < n.len() {
+                    let i = if b == n.len() || (a < w.len() && w[a] < n[b]) {
+                        a += 1;
+                        w[a - 1]
+                    } else {
+                        b += 1;
+                        n[b - 1]
+                    };
+                    out.push(&tiers[t][i as usize]);
+                }
+                out
+            })
+        };
+        let protos_of = |sel: &[Vec<&Rule>; 3]| {
+            let mut v: Vec<u64> = sel.iter().flatten().flat_map(|r| r.ports.iter().map(|p| p.proto as u64)).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
         let mut spans = FxHashMap::default();
         // Tables repeat themselves (every peer of a rule gets the same spans): one copy each.
         let mut seen: HashMap<Vec<Span>, Arc<[Span]>> = HashMap::new();
@@ -195,36 +232,27 @@ impl Table {
             let b = seen.entry(v).or_insert_with_key(|v| Arc::from(v.as_slice())).clone();
             spans.insert(k, b);
         };
-        put(table_key(ANY_PEER, ANY_PROTO), decide_spans(d, None, None));
-        for &p in &wild_protos {
-            put(table_key(ANY_PEER, p), decide_spans(d, None, Some(p as u8)));
+        let any = select(None);
+        put(table_key(ANY_PEER, ANY_PROTO), decide_spans(d.isolated_by, &any, None));
+        for p in protos_of(&any) {
+            put(table_key(ANY_PEER, p), decide_spans(d.isolated_by, &any, Some(p as u8)));
         }
-        for &id in &named {
-            let mut protos: Vec<u64> = rules().filter(|r| r.peers.as_ref().is_some_and(|ps| ps.contains(&id))).flat_map(protos_of).collect();
-            protos.extend(&wild_protos);
-            protos.sort_unstable();
-            protos.dedup();
-            put(table_key(id as u64, ANY_PROTO), decide_spans(d, Some(id), None));
-            for &p in &protos {
-                put(table_key(id as u64, p), decide_spans(d, Some(id), Some(p as u8)));
+        let mut peers: Vec<_> = by_peer.iter().collect();
+        peers.sort_unstable_by_key(|(id, _)| **id);
+        for (&id, named) in peers {
+            let sel = select(Some(named));
+            put(table_key(id as u64, ANY_PROTO), decide_spans(d.isolated_by, &sel, None));
+            for p in protos_of(&sel) {
+                put(table_key(id as u64, p), decide_spans(d.isolated_by, &sel, Some(p as u8)));
             }
         }
         Some(Table { spans })
     }
 }
 
-/// Port ranges of a rule for a peer (None: a peer no rule names) and a protocol (None: one no
-/// rule names): empty when the rule does not match.
-fn ranges(r: &Rule, peer: Option<Identity>, proto: Option<u8>, out: &mut Vec<(u32, u32)>) {
+/// Port ranges of a rule that matches the peer, for a protocol (None: one no rule names).
+fn ranges(r: &Rule, proto: Option<u8>, out: &mut Vec<(u32, u32)>) {
     out.clear();
-    let peer_ok = match (&r.peers, peer) {
-        (None, _) => true,
-        (Some(ps), Some(id)) => ps.contains(&id),
-        (Some(_), None) => false,
-    };
-    if !peer_ok {
-        return;
-    }
     if r.ports.is_empty() {
         out.push((0, 65535));
         return;
@@ -269,13 +297,15 @@ impl Painter {
     }
 }
 
-/// The spans of one (peer, protocol) key: the tiers evaluated on each elementary interval of
-/// the ports the matching rules name.
-fn decide_spans(d: &DirectionSpec, peer: Option<Identity>, proto: Option<u8>) -> Vec<Span> {
+/// The spans of one (peer, protocol) key: the tiers (`sel`: admin, NetworkPolicy, baseline;
+/// only rules that match the peer, in order) evaluated on each elementary interval of the
+/// ports they name.
+fn decide_spans(isolated_by: Option<u32>, sel: &[Vec<&Rule>; 3], proto: Option<u8>) -> Vec<Span> {
+    let [admin_rules, allow_rules, baseline_rules] = sel;
     let mut buf = Vec::new();
     let mut bounds: Vec<u32> = vec![0, 65536];
-    for r in d.admin.iter().chain(&d.allow).chain(&d.baseline) {
-        ranges(r, peer, proto, &mut buf);
+    for r in sel.iter().flatten() {
+        ranges(r, proto, &mut buf);
         for &(lo, hi) in &buf {
             bounds.push(lo);
             bounds.push(hi + 1);
@@ -289,8 +319,8 @@ fn decide_spans(d: &DirectionSpec, peer: Option<Identity>, proto: Option<u8>) ->
     let mut verdict: Vec<Option<(bool, u32)>> = vec![None; n];
     // Tier 1: the admin policies, first match (a Pass leaves the interval to the next tiers).
     let mut admin = Painter::new(n);
-    for r in &d.admin {
-        ranges(r, peer, proto, &mut buf);
+    for r in admin_rules {
+        ranges(r, proto, &mut buf);
         for &(lo, hi) in &buf {
             admin.take(idx(lo) as u32, idx(hi) as u32, |i| {
                 if r.action != Action::Pass {
@@ -299,11 +329,11 @@ fn decide_spans(d: &DirectionSpec, peer: Option<Identity>, proto: Option<u8>) ->
             });
         }
     }
-    if let Some(by) = d.isolated_by {
+    if let Some(by) = isolated_by {
         // Tier 2: an isolated endpoint takes what a NetworkPolicy rule allows, nothing else.
         let mut np = Painter::new(n);
-        for r in &d.allow {
-            ranges(r, peer, proto, &mut buf);
+        for r in allow_rules {
+            ranges(r, proto, &mut buf);
             for &(lo, hi) in &buf {
                 np.take(idx(lo) as u32, idx(hi) as u32, |i| {
                     verdict[i].get_or_insert((true, r.policy));
@@ -316,8 +346,8 @@ fn decide_spans(d: &DirectionSpec, peer: Option<Identity>, proto: Option<u8>) ->
     } else {
         // Tier 3: the baseline, first match; then allowed.
         let mut base = Painter::new(n);
-        for r in &d.baseline {
-            ranges(r, peer, proto, &mut buf);
+        for r in baseline_rules {
+            ranges(r, proto, &mut buf);
             for &(lo, hi) in &buf {
                 base.take(idx(lo) as u32, idx(hi) as u32, |i| {
                     verdict[i].get_or_insert((r.action == Action::Allow, r.policy));
@@ -341,8 +371,10 @@ fn decide_spans(d: &DirectionSpec, peer: Option<Identity>, proto: Option<u8>) ->
 #[derive(Debug)]
 pub struct Endpoint {
     pub name: Arc<str>,
-    pub ingress: Option<Table>,
-    pub egress: Option<Table>,
+    /// Shared by the endpoints whose direction has the same rules (pods selected by the same
+    /// policies): compiled once.
+    pub ingress: Option<Arc<Table>>,
+    pub egress: Option<Arc<Table>>,
     /// Flows denied coming in and going out (kept across policy sets).
     pub denied: Arc<[AtomicU64; 2]>,
 }
@@ -424,7 +456,7 @@ pub enum Decision {
 
 impl PolicySet {
     /// Compiles a spec, checking it; `counters` keeps the counts of names seen before.
-    pub fn build(spec: &PolicySpec, counters: &Counters, generation: u64) -> Result<PolicySet, PolicyError> {
+    pub fn build<'a>(spec: &'a PolicySpec, counters: &Counters, generation: u64) -> Result<PolicySet, PolicyError> {
         if spec.policies.len() > MAX_ITEMS || spec.identities.len() > MAX_ITEMS || spec.prefixes.len() > MAX_ITEMS || spec.endpoints.len() > MAX_ITEMS {
             return invalid(format!("a policy set holds at most {MAX_ITEMS} policies, identities, prefixes and endpoints each"));
         }
@@ -467,6 +499,7 @@ impl PolicySet {
             reg.retain(|k, _| keep.contains(&**k));
         }
         let mut endpoints = FxHashMap::default();
+        let mut compiled: HashMap<&DirectionSpec, Option<Arc<Table>>> = HashMap::new();
         let mut reg = counters.endpoints.lock().unwrap_or_else(|e| e.into_inner());
         let mut items = 0usize;
         for e in &spec.endpoints {
@@ -497,7 +530,8 @@ impl PolicySet {
             }
             let name: Arc<str> = Arc::from(e.name.as_str());
             let denied = reg.entry(name.clone()).or_default().clone();
-            let ep = Arc::new(Endpoint { name, ingress: Table::compile(&e.ingress), egress: Table::compile(&e.egress), denied });
+            let mut table = |d: &'a DirectionSpec| compiled.entry(d).or_insert_with(|| Table::compile(d).map(Arc::new)).clone();
+            let ep = Arc::new(Endpoint { name, ingress: table(&e.ingress), egress: table(&e.egress), denied });
             for a in &e.addrs {
                 if endpoints.insert(key(*a), ep.clone()).is_some() {
                     return invalid(format!("address {a} belongs to two endpoints"));
@@ -728,38 +762,68 @@ fn idle(proto: u8) -> u32 {
     }
 }
 
-/// Flows allowed by policy, shared by the workers (in shards, each behind its own lock, keyed
-/// by a keyed hash: the keys are packet contents). Bounded: when a shard is full, its expired
-/// flows go; if none has, the new flow is refused (a counted drop, `policy_flows_full`).
+/// Flows allowed by policy, shared by the workers (in shards, each behind its own lock). Keyed
+/// by a keyed hash (the keys are packet contents: the session table's folded multiply with
+/// seeds of the kernel's random source), computed once per packet: it picks the shard and is
+/// the shard map's hash. Bounded: when a shard is full, its expired flows go; if none has, the
+/// new flow is refused (a counted drop, `policy_flows_full`).
 #[derive(Debug)]
 pub struct Flows {
-    shards: Box<[Mutex<HashMap<FlowKey, u32, RandomState>>]>,
-    hasher: RandomState,
+    shards: Box<[Mutex<Shard>]>,
+    seeds: [u64; 4],
     per_shard: usize,
+}
+
+/// One shard of [`Flows`]: flows with the time they expire.
+type Shard = HashMap<Hashed, u32, BuildHasherDefault<PreHashed>>;
+
+/// A flow with its keyed hash: hashed as the hash alone, equal when the flows are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hashed {
+    h: u64,
+    k: FlowKey,
+}
+
+impl std::hash::Hash for Hashed {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.h);
+    }
 }
 
 impl Flows {
     pub fn new(capacity: usize) -> Flows {
         let per_shard = capacity.div_ceil(SHARDS).max(16);
-        Flows { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::with_hasher(RandomState::new()))).collect(), hasher: RandomState::new(), per_shard }
+        let seeds = [0u64; 4].map(|_| crate::hash::random_seed() | 1);
+        Flows { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect(), seeds, per_shard }
     }
 
-    fn shard(&self, k: &FlowKey) -> std::sync::MutexGuard<'_, HashMap<FlowKey, u32, RandomState>> {
-        use std::hash::BuildHasher;
-        let h = self.hasher.hash_one(k) as usize;
-        self.shards[h % SHARDS].lock().unwrap_or_else(|e| e.into_inner())
+    #[inline]
+    fn hashed(&self, k: &FlowKey) -> Hashed {
+        let s = &self.seeds;
+        let a = fold_mul(k.a as u64 ^ s[0], (k.a >> 64) as u64 ^ s[1]);
+        let b = fold_mul(k.b as u64 ^ s[2], (k.b >> 64) as u64 ^ s[3]);
+        let p = ((k.ap as u64) << 24 | (k.bp as u64) << 8 | k.proto as u64) ^ s[1];
+        let h = fold_mul(a ^ b.rotate_left(29) ^ s[2], p | 1 << 63);
+        Hashed { h: fold_mul(h ^ s[0], 0x9e37_79b9_7f4a_7c15), k: *k }
+    }
+
+    /// The shard of a hash: bits the shard map uses for neither its bucket (the low ones) nor
+    /// its tags (the top seven).
+    fn shard(&self, h: &Hashed) -> std::sync::MutexGuard<'_, Shard> {
+        self.shards[(h.h >> 40) as usize % SHARDS].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the flow is remembered and live (and, if so, keeps it alive).
     pub fn hit(&self, k: &FlowKey, now: u32) -> bool {
-        let mut s = self.shard(k);
-        match s.get_mut(k) {
+        let h = self.hashed(k);
+        let mut s = self.shard(&h);
+        match s.get_mut(&h) {
             Some(exp) if (exp.wrapping_sub(now) as i32) > 0 => {
                 *exp = now.wrapping_add(idle(k.proto));
                 true
             }
             Some(_) => {
-                s.remove(k);
+                s.remove(&h);
                 false
             }
             None => false,
@@ -769,14 +833,15 @@ impl Flows {
     /// Remembers an allowed flow; false when its shard is full of live flows.
     pub fn insert(&self, k: FlowKey, now: u32) -> bool {
         let per_shard = self.per_shard;
-        let mut s = self.shard(&k);
-        if s.len() >= per_shard && !s.contains_key(&k) {
+        let h = self.hashed(&k);
+        let mut s = self.shard(&h);
+        if s.len() >= per_shard && !s.contains_key(&h) {
             s.retain(|_, exp| (exp.wrapping_sub(now) as i32) > 0);
             if s.len() >= per_shard {
                 return false;
             }
         }
-        s.insert(k, now.wrapping_add(idle(k.proto)));
+        s.insert(h, now.wrapping_add(idle(k.proto)));
         true
     }
 
@@ -865,6 +930,11 @@ fn flow_of(d: &[u8], v6: bool, l3: usize, l4: usize, end: usize, p: u8, later_fr
 /// quotes a remembered flow (its reply direction), otherwise it is decided as ICMP.
 pub fn check_frame(set: &PolicySet, flows: &Flows, d: &[u8], now: u32) -> Result<(), DropReason> {
     let info = parse_frame(d).map_err(DropReason::from)?;
+    check_parsed(set, flows, d, &info, now)
+}
+
+/// As [`check_frame`] for a frame parsed already (`info` is `parse_frame(d)`).
+pub fn check_parsed(set: &PolicySet, flows: &Flows, d: &[u8], info: &vectorlb_packet::FrameInfo, now: u32) -> Result<(), DropReason> {
     let Some(family) = info.family else {
         return Ok(());
     };

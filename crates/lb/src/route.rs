@@ -45,8 +45,13 @@ impl From<DropReason> for Unrouted {
 
 /// As [`forward`], telling what did not go and whether it deserves an ICMP error.
 pub fn route<B: PacketBuf>(snap: &Snapshot, b: &mut B) -> Result<Verdict, Unrouted> {
+    let info = parse_frame(b.data())?;
+    route_parsed(snap, b, &info)
+}
+
+/// As [`route`] for a frame parsed already (`info` is `parse_frame` of `b`'s data).
+pub fn route_parsed<B: PacketBuf>(snap: &Snapshot, b: &mut B, info: &vectorlb_packet::FrameInfo) -> Result<Verdict, Unrouted> {
     let d = b.data();
-    let info = parse_frame(d)?;
     let family = info.family.ok_or(Unrouted::from(DropReason::UnsupportedProtocol))?;
     let l3 = info.l3;
     let v6 = family == Family::V6;

@@ -174,11 +174,7 @@ pub fn expired(now: u32, expire: u32) -> bool {
     (now.wrapping_sub(expire) as i32) >= 0
 }
 
-#[inline(always)]
-fn fold_mul(a: u64, b: u64) -> u64 {
-    let r = (a as u128) * (b as u128);
-    (r as u64) ^ ((r >> 64) as u64)
-}
+use crate::hash::fold_mul;
 
 /// An address family's record type and key hashing.
 pub trait Addr: Copy + Eq + std::fmt::Debug + 'static

@@ -1550,3 +1550,289 @@ fn network_policy_holds_for_tun_and_memif_pods_the_host_and_label_changes() {
     assert_eq!(http(&n, 3)["ok"], 0, "denied again once pushed");
     println!("{}", json!({"pods": {"event": "network_policy", "denied": denied, "host_source": host}}));
 }
+
+// ---- `make bench-policy`: NetworkPolicy at 0, 100 and 10,000 policies against kube-network-policies ----
+
+/// `n` NetworkPolicies in `default` selecting every bench pod (`bench: "yes"`) for ingress and
+/// egress, from `from` on: each lets one other (absent) pod label in on one TCP port and lets
+/// the pods out to one /32 on one UDP port. None of them allows the benchmark's own traffic.
+fn filler_policies(from: usize, to: usize) -> Value {
+    let items: Vec<Value> = (from..to)
+        .map(|k| {
+            let port = 10_000 + (k % 50_000);
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": format!("filler-{k}"), "namespace": "default"},
+                "spec": {"podSelector": {"matchLabels": {"bench": "yes"}}, "policyTypes": ["Ingress", "Egress"],
+                    "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": format!("r{k}")}}}], "ports": [{"protocol": "TCP", "port": port}]}],
+                    "egress": [{"to": [{"ipBlock": {"cidr": format!("172.16.{}.{}/32", k / 256, k % 256)}}], "ports": [{"protocol": "UDP", "port": port}]}]}})
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+/// The one policy that lets the bench pods reach each other (and so the Service's backends).
+fn allow_policy() -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "bench-allow", "namespace": "default"},
+        "spec": {"podSelector": {"matchLabels": {"bench": "yes"}}, "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"bench": "yes"}}}]}], "egress": [{"to": [{"podSelector": {"matchLabels": {"bench": "yes"}}}]}]}})
+}
+
+/// The bench's Pods as a control plane sees them: `pod1` the client, `pod2` and `pod3` the
+/// Service's backends, `pod4` and `pod5` the throughput pair, on `node`, Running at `ips`.
+fn register_pods(cp: &vectorlb_testkit::k8s::ControlPlane, prefix: &str, node: &str, ips: &[String]) {
+    for (i, ip) in ips.iter().enumerate() {
+        let name = format!("{prefix}-pod{}", i + 1);
+        let app = ["client", "web", "web", "pair", "pair", "memif", "memif"][i.min(6)];
+        cp.apply(&[json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": {"bench": "yes", "app": app}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "bench.vectorlb.io/none", "ports": [{"name": "http", "containerPort": 8080}]}]}})])
+            .unwrap();
+        let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True"}]}});
+        cp.k(&["patch", "pod", &name, "-n", "default", "--subresource=status", "--type=merge", "-p", &status.to_string()]);
+    }
+}
+
+/// Whether pod 1 reaches the ClusterIP (`expect` true) or does not, within `limit`.
+fn reaches_service(n: &dyn PodRunner, expect: bool, limit: Duration) -> bool {
+    let t = Instant::now();
+    loop {
+        let o = n.run_in(1, &[tools(), "probe", "http", "--url", "http://10.96.0.10:80/", "--requests", "2", "--concurrency", "1", "--timeout-ms", "1500", "--json"]);
+        let r = last_json(&o);
+        let passes = r["ok"].as_u64() == Some(2);
+        let fails = r["ok"].as_u64() == Some(0);
+        if (expect && passes) || (!expect && fails) {
+            return true;
+        }
+        if t.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+#[ignore = "a benchmark: make bench-policy (release build)"]
+fn bench_policy_against_kube_network_policies() {
+    let cpu = cpu_model();
+    let set_rounds: Option<usize> = std::env::var("VECTORLB_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok());
+    let (cps_rounds, rounds) = (set_rounds.unwrap_or(5), set_rounds.unwrap_or(3).min(3));
+    let levels: Vec<usize> = std::env::var("VECTORLB_BENCH_POLICIES").ok().map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect()).unwrap_or(vec![0, 100, 10_000]);
+    let knp = stdout(&sh(&["bash", repo().join("scripts/kube-network-policies.sh").to_str().unwrap()])).trim().to_string();
+    assert!(Path::new(&knp).exists(), "kube-network-policies not built: {knp}");
+    let (seconds, concurrency) = (5, 8);
+    // vectorlb's node: its pods as bench-pods has them.
+    let mut v = PodNet::new("vbq");
+    for i in 1..=5 {
+        let ns = v.mkpod(i);
+        assert!(ok(&v.cnitool("add", &ns)));
+    }
+    // 6 and 7: memif pods (their UDP 5000 on the memif), under the same policies.
+    for i in 6..=7 {
+        let ns = v.mkpod(i);
+        assert!(ok(&v.cnitool_annotated("add", &ns, Some("udp:5000"))));
+    }
+    let vip = |i: usize| pod_ip(&v, i, false);
+    let body = json!({"vip": "10.96.0.10", "port": 80, "proto": "tcp", "mode": "nat", "scheduler": "maglev",
+        "backends": [{"addr": vip(2), "port": 8080}, {"addr": vip(3), "port": 8080}]});
+    let (s, r) = v.t.call("POST", "/v1/services", Some(&body));
+    assert_eq!(s, 201, "{r}");
+    // The peer's node: the bridge plugin, kube-proxy (nftables), and its control plane, which
+    // holds both nodes' Pods and the policies both systems enforce.
+    let cnitool = v.cnitool.clone();
+    let k = KubeProxyNode::start(&v.t.dir, &cnitool, 5, &[2, 3]);
+    let cp = k.cp.as_ref().unwrap();
+    cp.add_node("vbq-node", &format!("10.244.{}.1", v.k));
+    register_pods(cp, "v", "vbq-node", &(1..=7).map(vip).collect::<Vec<_>>());
+    register_pods(cp, "k", "bench-node", &k.ips);
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/crds.yaml")).unwrap()).unwrap();
+    cp.apply(&[json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vectorlb-system"}})]).unwrap();
+    // vectorlb's controller, policy only (the Service is the daemon's own).
+    let ctl_cfg = v.t.dir.join("policy-controller.toml");
+    std::fs::write(
+        &ctl_cfg,
+        format!(
+            "lease = \"vectorlb-bench-policy\"\nlease_seconds = 6\nresync_seconds = 5\n\n[[daemons]]\nname = \"vbq\"\napi = \"{}\"\n\n\
+             [network_policy]\nnode_name = \"vbq-node\"\nnode_addresses = [\"10.244.{}.1\"]\n",
+            v.t.api(),
+            v.k
+        ),
+    )
+    .unwrap();
+    let ctl_log = std::fs::File::create(v.t.dir.join("policy-controller.log")).unwrap();
+    let mut ctl = Command::new(bin())
+        .args(["kube", "run", "--config", ctl_cfg.to_str().unwrap(), "--kubeconfig", cp.kubeconfig("admin").to_str().unwrap(), "--identity", "bench-policy"])
+        .env("RUST_LOG", "info")
+        .stdout(ctl_log.try_clone().unwrap())
+        .stderr(ctl_log)
+        .spawn()
+        .unwrap();
+    // kube-network-policies in the peer's node, as its DaemonSet runs it (no NRI here: Pod
+    // addresses come from the API server). It knows only the in-cluster configuration: a
+    // ServiceAccount's token and the cluster's CA where a Pod has them, in a /run of its own
+    // (`ip netns exec` gives it a mount namespace; nothing shows on the host), and the API
+    // server's address in the environment (the relay in the node's namespace).
+    cp.apply(&[
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kube-network-policies", "namespace": "kube-system"}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "bench:kube-network-policies"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "kube-network-policies", "namespace": "kube-system"}]}),
+    ])
+    .unwrap();
+    let secrets = v.t.dir.join("knp-secrets");
+    std::fs::create_dir_all(&secrets).unwrap();
+    std::fs::write(secrets.join("token"), cp.k(&["create", "token", "kube-network-policies", "-n", "kube-system", "--duration=24h"]).trim()).unwrap();
+    std::fs::copy(cp.dir.join("ca.crt"), secrets.join("ca.crt")).unwrap();
+    std::fs::write(secrets.join("namespace"), "kube-system").unwrap();
+    let knp_log = std::fs::File::create(v.t.dir.join("kube-network-policies.log")).unwrap();
+    let sa = "/run/secrets/kubernetes.io/serviceaccount";
+    let mut peer = Command::new("ip")
+        .args(["netns", "exec", &k.ns, "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs tmpfs /run && mkdir -p {sa} && cp {src}/token {src}/ca.crt {src}/namespace {sa}/ && exec {knp} \
+             --hostname-override=bench-node --disable-nri --netfilter-bug-1766-fix=false --metrics-bind-address=127.0.0.1:9080 -v=0",
+            src = secrets.display()
+        ))
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", cp.port.to_string())
+        .stdout(knp_log.try_clone().unwrap())
+        .stderr(knp_log)
+        .spawn()
+        .unwrap();
+    let mut servers = Vec::new();
+    let both: Vec<(&str, &dyn PodRunner)> = vec![("vectorlb", &v), ("kube-network-policies", &k)];
+    for i in [2, 3] {
+        for (_, n) in &both {
+            servers.push(n.spawn_in(i, &[tools(), "probe", "serve-http", "--listen", "[::]:8080", "--name", &format!("pod{i}")]));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let logs = |v: &PodNet| {
+        format!(
+            "controller:\n{}\nkube-network-policies:\n{}",
+            vectorlb_testkit::k8s::tail(&std::fs::read_to_string(v.t.dir.join("policy-controller.log")).unwrap_or_default(), 20),
+            vectorlb_testkit::k8s::tail(&std::fs::read_to_string(v.t.dir.join("kube-network-policies.log")).unwrap_or_default(), 20)
+        )
+    };
+    for &(name, n) in &both {
+        assert!(reaches_service(n, true, Duration::from_secs(20)), "{name} serves the ClusterIP before any policy\n{}", logs(&v));
+    }
+
+    let mut have = 0usize; // filler policies in the API server
+    let mut cps_med: std::collections::BTreeMap<(String, usize), f64> = Default::default();
+    let mut pps_med: std::collections::BTreeMap<(String, usize), f64> = Default::default();
+    for &level in &levels {
+        // To `level` policies: the allow policy out (both deny, so both have seen policies),
+        // fillers in, then the allow policy last: once both let pod 1 through again, both
+        // have seen every policy before it (a watch delivers in order).
+        let t = Instant::now();
+        let _ = cp.kubectl(&["delete", "networkpolicy", "bench-allow", "-n", "default", "--ignore-not-found"]);
+        if level == 0 {
+            let _ = cp.kubectl(&["delete", "networkpolicies", "--all", "-n", "default"]);
+            have = 0;
+            for &(name, n) in &both {
+                assert!(reaches_service(n, true, Duration::from_secs(120)), "{name}: open again with no policy\n{}", logs(&v));
+            }
+        } else {
+            let want = level - 1;
+            if want < have {
+                let _ = cp.kubectl(&["delete", "networkpolicies", "--all", "-n", "default"]);
+                have = 0;
+            }
+            let mut from = have;
+            while from < want {
+                let to = (from + 2_000).min(want);
+                let o = cp.kubectl_for("admin").run_with(&["create", "-f", "-", "-o", "name"], filler_policies(from, to).to_string().as_bytes());
+                assert!(o.status.success(), "creating policies {from}..{to}: {}", String::from_utf8_lossy(&o.stderr));
+                from = to;
+            }
+            have = want;
+            for &(name, n) in &both {
+                assert!(reaches_service(n, false, Duration::from_secs(300)), "{name}: isolated by the fillers\n{}", logs(&v));
+            }
+            cp.apply(&[allow_policy()]).unwrap();
+            for &(name, n) in &both {
+                assert!(reaches_service(n, true, Duration::from_secs(300)), "{name}: the allow policy after {want} fillers\n{}", logs(&v));
+            }
+        }
+        eprintln!("{level} policies in place in {:.1} s", t.elapsed().as_secs_f64());
+        let (_, st) = v.t.call("GET", "/v1/policy", None);
+        eprintln!("vectorlb policy status: identities {} prefixes {} endpoints {} enforced {}", st["identities"], st["prefixes"], st["endpoints"], st["enforced"]);
+
+        // Connections per second to the ClusterIP, alternating, after a round of each not counted.
+        for &(_, n) in &both {
+            cps(n, 2, concurrency);
+        }
+        let mut runs: std::collections::BTreeMap<&str, Vec<Value>> = Default::default();
+        for _ in 0..cps_rounds {
+            for &(name, n) in &both {
+                let r = cps(n, seconds, concurrency);
+                eprintln!("{level} {name}: {r}");
+                runs.entry(name).or_default().push(r);
+            }
+        }
+        for &(name, _) in &both {
+            let rs = &runs[name];
+            let med = |key: &str| median(rs.iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect());
+            cps_med.insert((name.to_string(), level), med("cps"));
+            println!(
+                "{}",
+                json!({"bench": "policy_service_cps", "system": name, "policies": level, "cpu": cpu, "rounds": cps_rounds, "seconds": seconds, "concurrency": concurrency,
+                       "cps": med("cps").round(), "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"), "cpu_us_per_request": med("cpu_us_per_request"),
+                       "errors": rs.iter().map(|r| r["errors"].as_u64().unwrap_or(0)).sum::<u64>(), "runs": rs})
+            );
+        }
+        // Pod-to-pod UDP, 64-byte frames, pods 4 to 5: the most received over offered loads.
+        for &(name, n) in &both {
+            let to_ip = if name == "vectorlb" { vip(5) } else { k.ips[4].clone() };
+            let rs: Vec<Value> = (0..rounds).map(|_| best_of(&[100_000, 200_000, 300_000, 0], |pps| udp_throughput(n, 4, 5, &to_ip, 22, 3, pps))).collect();
+            let pps = median(rs.iter().map(|r| r["received_pps"].as_f64().unwrap_or(0.0)).collect());
+            pps_med.insert((name.to_string(), level), pps);
+            println!("{}", json!({"bench": "policy_pod_to_pod_udp", "system": name, "policies": level, "cpu": cpu, "frame_bytes": 64, "received_pps": pps, "runs": rs}));
+        }
+        // vectorlb's memif pods, 6 to 7, 64-byte frames (the peer has no such interface).
+        let rs: Vec<Value> = (0..rounds)
+            .map(|_| {
+                best_of(&[500_000, 1_000_000, 2_000_000, 0], |pps| {
+                    let sink = v.spawn_in(7, &[tools(), "pod-memif", "sink", "--duration-s", "4.5"]);
+                    std::thread::sleep(Duration::from_millis(500));
+                    let send = v.run_in(
+                        6,
+                        &[tools(), "pod-memif", "send", "--src", &vip(6), "--dst", &format!("{}:5000", vip(7)), "--size", "64", "--duration-s", "3", "--pps", &pps.to_string()],
+                    );
+                    let out = sink.wait_with_output().unwrap();
+                    let (s, r) = (last_json(&send), last_json(&out));
+                    json!({"offered_pps": pps, "sent_pps": s["pps"], "received_pps": r["pps"], "received": r["received"], "sent": s["sent"]})
+                })
+            })
+            .collect();
+        let pps = median(rs.iter().map(|r| r["received_pps"].as_f64().unwrap_or(0.0)).collect());
+        pps_med.insert(("vectorlb-memif".to_string(), level), pps);
+        println!("{}", json!({"bench": "policy_pod_to_pod_memif", "system": "vectorlb", "policies": level, "cpu": cpu, "frame_bytes": 64, "received_pps": pps, "runs": rs}));
+    }
+    let (_, st) = v.t.call("GET", "/v1/policy", None);
+    for mut s in servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    for c in [&mut ctl, &mut peer] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let (lo, hi) = (*levels.iter().min().unwrap_or(&0), *levels.iter().max().unwrap_or(&0));
+    let get = |m: &std::collections::BTreeMap<(String, usize), f64>, s: &str, l: usize| m.get(&(s.to_string(), l)).copied().unwrap_or(0.0);
+    let ratio = |a: f64, b: f64| r3(a / b.max(1e-9));
+    let cps_vs_none = ratio(get(&cps_med, "vectorlb", hi), get(&cps_med, "vectorlb", lo));
+    let pps_vs_none = ratio(get(&pps_med, "vectorlb", hi), get(&pps_med, "vectorlb", lo));
+    let cps_vs_peer = ratio(get(&cps_med, "vectorlb", hi), get(&cps_med, "kube-network-policies", hi));
+    let pps_vs_peer = ratio(get(&pps_med, "vectorlb", hi), get(&pps_med, "kube-network-policies", hi));
+    let memif_vs_none = ratio(get(&pps_med, "vectorlb-memif", hi), get(&pps_med, "vectorlb-memif", lo));
+    println!(
+        "{}",
+        json!({"bench": "policy_summary", "cpu": cpu, "policies": levels,
+               "policy10k_vs_none": cps_vs_none.min(pps_vs_none).min(memif_vs_none), "policy10k_vs_peer": cps_vs_peer.min(pps_vs_peer),
+               "cps_10k_vs_none": cps_vs_none, "pps_10k_vs_none": pps_vs_none, "memif_pps_10k_vs_none": memif_vs_none, "cps_10k_vs_peer": cps_vs_peer, "pps_10k_vs_peer": pps_vs_peer,
+               "memif_pps_10k_vs_peer_interface": ratio(get(&pps_med, "vectorlb-memif", hi), get(&pps_med, "kube-network-policies", hi)),
+               "peer_cps_10k_vs_none": ratio(get(&cps_med, "kube-network-policies", hi), get(&cps_med, "kube-network-policies", lo)),
+               "vectorlb_policy_status": {"identities": st["identities"], "prefixes": st["prefixes"], "endpoints": st["endpoints"], "flows": st["flows"]},
+               "goals": {"policy10k_vs_none": ">= 0.95", "policy10k_vs_peer": ">= 1.5"}})
+    );
+}

@@ -225,6 +225,13 @@ enum BenchCmd {
         /// than the sessions keeps the touched part of the table in cache.
         #[arg(long, default_value_t = 1 << 20)]
         pool: usize,
+        /// NetworkPolicies isolating the backends (one lets the clients in, the others each
+        /// another /32 on another port): sessions are decided as they are created.
+        #[arg(long, default_value_t = 0)]
+        policies: usize,
+        /// Flows routed to a backend's address (pod to pod, no service) instead of the VIP.
+        #[arg(long)]
+        routed: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -456,7 +463,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Cmd::Bench(BenchCmd::Pipeline { mode, proto: p, sessions, batch, threads, memory_points, pool, common }) => {
+        Cmd::Bench(BenchCmd::Pipeline { mode, proto: p, sessions, batch, threads, memory_points, pool, policies, routed, common }) => {
             let o = vectorlb_bench::pipeline::Options {
                 mode: mode.into(),
                 v6: common.family == 6,
@@ -471,6 +478,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 threads,
                 memory_points,
                 pool,
+                policies,
+                routed,
             };
             print(&vectorlb_bench::pipeline::run(&o)?, common.json)
         }
