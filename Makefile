@@ -128,6 +128,7 @@ bench-policy: build k8s-bins
 	@VECTORLB_BENCH_IDLE_US=200 $(CARGO) test --release -q -p vectorlb-testkit --test pods bench_policy -- --ignored --nocapture 2>&1 | grep '"bench":"policy' | tee bench/results/policy.jsonl; test $${PIPESTATUS[0]} -eq 0
 	@bash bench/policy-profile.sh | tee -a bench/results/policy.jsonl
 	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/policy-measured-at.txt
+	@$(PY) bench/report.py --machine > bench/results/policy-machine.txt
 
 # The two tiers of an ingress: the L4 LB (full NAT, Maglev) in front of two TLS-terminating
 # proxies in front of nginx; HTTPS from curl and h2load. Ends with TWO-TIER OK ... (root).

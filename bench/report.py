@@ -799,6 +799,49 @@ def pods_section():
         w(line)
 
 
+def policy_section():
+    """`make bench-policy` (bench/results/policy.jsonl): NetworkPolicy at 0, 100 and 10,000
+    policies, vectorlb against kube-network-policies, side by side in one run; callgrind."""
+    rs = lines("policy.jsonl")
+    if not rs:
+        return
+    step_head("Network policy: vectorlb against kube-network-policies", "policy",
+              "`make bench-policy`, raw lines in `bench/results/policy.jsonl`. The two nodes of the pod network benchmark (vectorlb's; "
+              "the bridge plugin with kube-proxy in nftables mode), one control plane holding both nodes' Pods, and on it N "
+              "NetworkPolicies in the Pods' namespace, every one selecting every bench Pod for ingress and egress (N - 1 that each let "
+              "in one absent label on one TCP port and out to one /32 on one UDP port, and one that lets the bench Pods reach each "
+              "other), enforced by vectorlb's controller and daemon and by kube-network-policies v0.8.0 (built from its Go module; "
+              "its queue rule as the xtables NFQUEUE target, scripts/kube-network-policies.sh). Measured alternately, medians of the "
+              "rounds; see [network-policy.md](network-policy.md).")
+    by = {}
+    for r in rs:
+        by.setdefault(r["bench"], []).append(r)
+    if by.get("policy_service_cps"):
+        w("| pod to ClusterIP (a connection per request) | policies | connections/s | p50 ms | p99 ms | machine CPU per request (µs) | errors |")
+        w("|---|---|---|---|---|---|---|")
+        for r in by["policy_service_cps"]:
+            w(f"| {r['system']} | {r['policies']:,} | **{r['cps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['cpu_us_per_request']:.0f} | {r['errors']} |")
+        w("")
+    pps = by.get("policy_pod_to_pod_udp", []) + by.get("policy_pod_to_pod_memif", [])
+    if pps:
+        w("| pod to pod, 64-byte UDP (the most received over offered loads) | policies | received packets/s |")
+        w("|---|---|---|")
+        for r in pps:
+            name = r["system"] + (" (memif pods)" if r["bench"] == "policy_pod_to_pod_memif" else " (interface pods)")
+            w(f"| {name} | {r['policies']:,} | **{r['received_pps']:,.0f}** |")
+        w("")
+    for r in by.get("policy_profile", []):
+        w(f"- **callgrind**, {r['mode']} {r['proto']}, established {r['path']}, {r['policies']:,} policies: {r['instructions_per_packet']:,} instructions per packet.")
+    for r in by.get("policy_summary", []):
+        w(f"- **Summary**: policy10k_vs_none **{r['policy10k_vs_none']}** (goal at least 0.95; connections {r['cps_10k_vs_none']}, interface pods' packets "
+          f"{r['pps_10k_vs_none']}, memif pods' packets {r.get('memif_pps_10k_vs_none')}), policy10k_vs_peer **{r['policy10k_vs_peer']}** (goal at least 1.5; "
+          f"connections {r['cps_10k_vs_peer']}, interface pods' packets {r['pps_10k_vs_peer']}); the peer's own connections at 10,000 against none: "
+          f"{r['peer_cps_10k_vs_none']}.")
+    w("")
+    for line in note("policy"):
+        w(line)
+
+
 # Sections written by hand (the dispatch analysis; queue sets from their own result file,
 # bench/results/queue-sets.jsonl), then the analysis of the whole page.
 for name in ("dispatch", "queue-sets"):
@@ -806,11 +849,12 @@ for name in ("dispatch", "queue-sets"):
         w(line)
 kubernetes_section()
 pods_section()
+policy_section()
 for line in note("analysis"):
     w(line)
 w("## JSON lines of this run\n")
 w("```")
-for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls + lines("kubernetes.jsonl") + [{k: v for k, v in r.items() if k != "runs"} for r in lines("pods.jsonl")]:
+for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls + lines("kubernetes.jsonl") + [{k: v for k, v in r.items() if k != "runs"} for r in lines("pods.jsonl") + lines("policy.jsonl")]:
     w(json.dumps(r, separators=(",", ":")))
 w("```")
 unused = sorted(f[:-3] for f in os.listdir(os.path.join(root, "bench", "notes")) if f.endswith(".md") and f[:-3] not in notes_used)

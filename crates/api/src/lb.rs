@@ -101,7 +101,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
         .route("/v1/history", get(history))
         .route("/v1/pods", get(pods).post(add_pod))
         .route("/v1/pods/{container_id}/{ifname}", delete(delete_pod))
-        .route("/v1/policy", get(policy).post(change_policy))
+        .route("/v1/policy", get(policy).post(change_policy).layer(axum::extract::DefaultBodyLimit::max(vectorlb_http::error::MAX_POLICY_BODY)))
         .route("/v1/policy/denied", get(policy_denied))
         .merge(crate::page::routes())
         .with_state(lb)

@@ -79,6 +79,12 @@ async fn statuses_and_field_named_errors() {
     let big = format!("{{\"vip\": \"10.0.0.1\", \"x\": \"{}\"}}", "a".repeat(2 << 20));
     let (s, _, _) = call(&a, "POST", "/v1/services", &big).await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "bodies are bounded");
+    // The policy set takes more (one endpoint's rules can pass a mebibyte), and is bounded too.
+    let (s, _, b) = call(&a, "POST", "/v1/policy", &format!("{{\"reset\": true, \"x\": \"{}\"}}", "a".repeat(2 << 20))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "read whole, then refused for its unknown field: {}", &b[..b.len().min(200)]);
+    let huge = format!("{{\"x\": \"{}\"}}", "a".repeat(vectorlb_http::error::MAX_POLICY_BODY));
+    let (s, _, _) = call(&a, "POST", "/v1/policy", &huge).await;
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
 }
 
 #[tokio::test]

@@ -9,6 +9,10 @@ pub use vectorlb_wire::error::{ErrorBody, ErrorKind, OpError};
 
 /// Largest request body the API reads.
 pub const MAX_BODY: usize = 1024 * 1024;
+/// The body `POST /v1/policy` reads: a node's policy set can be large (an endpoint selected
+/// by 10,000 policies carries 10,000 rules in each direction), and an endpoint is replaced
+/// whole, so the controller's parts cannot always be smaller.
+pub const MAX_POLICY_BODY: usize = 64 * 1024 * 1024;
 
 /// Why a request was refused. Each variant is one status code; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,8 +35,8 @@ pub enum ApiError {
     /// The daemon failed (500): writing a file, for instance.
     #[error("{0}")]
     Internal(String),
-    /// A body above [`MAX_BODY`] (413).
-    #[error("body: larger than {MAX_BODY} bytes")]
+    /// A body above [`MAX_BODY`] ([`MAX_POLICY_BODY`] for the policy set) (413).
+    #[error("body: larger than {MAX_BODY} bytes ({MAX_POLICY_BODY} for POST /v1/policy)")]
     TooLarge,
     /// No token, or the wrong one, on an API that needs one (401).
     #[error("{0}")]

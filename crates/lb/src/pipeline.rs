@@ -218,6 +218,8 @@ pub struct Worker {
     pub(crate) snap: Arc<Snapshot>,
     /// The network policies ([`crate::policy`]), refreshed with the snapshot.
     pol: Arc<crate::policy::PolicySet>,
+    /// This worker's recent routed flows under policy, in front of the shared table.
+    pol_cache: crate::policy::FlowCache,
     /// The session table, the counters and what the features share ([`Flows`]).
     pub flows: Flows,
     /// Each feature's own state.
@@ -275,6 +277,7 @@ impl Worker {
         Ok(Worker {
             snap,
             pol: control.policy(),
+            pol_cache: Default::default(),
             syn: SynProxyState::new(control.cookie_key),
             control,
             flows: Flows::new(SessionTable::new(cfg.table)?),
@@ -310,7 +313,7 @@ impl Worker {
             Err(e) => return Verdict::Drop(e.into()),
         };
         if self.pol.active {
-            if let Err(r) = crate::policy::check_parsed(&self.pol, &self.control.policy_flows, b.data(), &info, now) {
+            if let Err(r) = crate::policy::check_parsed(&self.pol, &self.control.policy_flows, Some(&mut self.pol_cache), b.data(), &info, now) {
                 return Verdict::Drop(r);
             }
         }

@@ -727,7 +727,7 @@ impl DeniedLog {
 }
 
 /// A flow as both directions name it: the lower (address, port) first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct FlowKey {
     a: u128,
     b: u128,
@@ -772,6 +772,9 @@ pub struct Flows {
     shards: Box<[Mutex<Shard>]>,
     seeds: [u64; 4],
     per_shard: usize,
+    /// Bumped when flows are forgotten other than by expiring (`clear`): the workers' caches
+    /// of flows seen lately ([`FlowCache`]) hold nothing from before.
+    epoch: AtomicU64,
 }
 
 /// One shard of [`Flows`]: flows with the time they expire.
@@ -794,7 +797,7 @@ impl Flows {
     pub fn new(capacity: usize) -> Flows {
         let per_shard = capacity.div_ceil(SHARDS).max(16);
         let seeds = [0u64; 4].map(|_| crate::hash::random_seed() | 1);
-        Flows { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect(), seeds, per_shard }
+        Flows { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect(), seeds, per_shard, epoch: AtomicU64::new(1) }
     }
 
     #[inline]
@@ -856,9 +859,61 @@ impl Flows {
 
     /// Forgets every flow (a test's reset, or an operator's after tightening policy).
     pub fn clear(&self) {
+        self.epoch.fetch_add(1, Ordering::Relaxed);
         for s in self.shards.iter() {
             s.lock().unwrap_or_else(|e| e.into_inner()).clear();
         }
+    }
+}
+
+/// A worker's memory of the flows it forwarded lately, in front of the shared [`Flows`]: a
+/// direct-mapped array by the flow's keyed hash. A hit spares the shared table's lock and
+/// probe; the shared entry is kept alive by a pass through it at least every
+/// [`CACHE_REFRESH_MS`] (idle timeouts are a minute and more), and `Flows::clear` empties
+/// every cache by its epoch. Only allowed flows are cached.
+pub struct FlowCache {
+    slots: Box<[CacheSlot]>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct CacheSlot {
+    k: FlowKey,
+    epoch: u64,
+    at: u32,
+}
+
+/// Slots of a worker's [`FlowCache`].
+pub const CACHE_SLOTS: usize = 4096;
+/// How long a cached flow is trusted before the shared table is passed through again.
+pub const CACHE_REFRESH_MS: u32 = 1000;
+
+impl Default for FlowCache {
+    fn default() -> Self {
+        FlowCache { slots: vec![CacheSlot::default(); CACHE_SLOTS].into_boxed_slice() }
+    }
+}
+
+impl std::fmt::Debug for FlowCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlowCache").field("slots", &self.slots.len()).finish()
+    }
+}
+
+impl FlowCache {
+    /// Decides a flow's packet as [`check_flow`] does, through this cache.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn check(&mut self, set: &PolicySet, flows: &Flows, proto: u8, src: u128, sport: u16, dst: u128, dport: u16, now: u32) -> Result<(), DropReason> {
+        let k = FlowKey::new(proto, src, sport, dst, dport);
+        let h = flows.hashed(&k).h;
+        let epoch = flows.epoch.load(Ordering::Relaxed);
+        let slot = &mut self.slots[h as usize % CACHE_SLOTS];
+        if slot.epoch == epoch && slot.k == k && now.wrapping_sub(slot.at) < CACHE_REFRESH_MS {
+            return Ok(());
+        }
+        check_flow(set, flows, proto, src, sport, dst, dport, now)?;
+        *slot = CacheSlot { k, epoch, at: now };
+        Ok(())
     }
 }
 
@@ -930,11 +985,12 @@ fn flow_of(d: &[u8], v6: bool, l3: usize, l4: usize, end: usize, p: u8, later_fr
 /// quotes a remembered flow (its reply direction), otherwise it is decided as ICMP.
 pub fn check_frame(set: &PolicySet, flows: &Flows, d: &[u8], now: u32) -> Result<(), DropReason> {
     let info = parse_frame(d).map_err(DropReason::from)?;
-    check_parsed(set, flows, d, &info, now)
+    check_parsed(set, flows, None, d, &info, now)
 }
 
-/// As [`check_frame`] for a frame parsed already (`info` is `parse_frame(d)`).
-pub fn check_parsed(set: &PolicySet, flows: &Flows, d: &[u8], info: &vectorlb_packet::FrameInfo, now: u32) -> Result<(), DropReason> {
+/// As [`check_frame`] for a frame parsed already (`info` is `parse_frame(d)`), through a
+/// worker's cache of its recent flows if it has one.
+pub fn check_parsed(set: &PolicySet, flows: &Flows, cache: Option<&mut FlowCache>, d: &[u8], info: &vectorlb_packet::FrameInfo, now: u32) -> Result<(), DropReason> {
     let Some(family) = info.family else {
         return Ok(());
     };
@@ -951,7 +1007,10 @@ pub fn check_parsed(set: &PolicySet, flows: &Flows, d: &[u8], info: &vectorlb_pa
             return Ok(());
         }
     }
-    check_flow(set, flows, f.proto, f.src, f.sport, f.dst, f.dport, now)
+    match cache {
+        Some(c) => c.check(set, flows, f.proto, f.src, f.sport, f.dst, f.dport, now),
+        None => check_flow(set, flows, f.proto, f.src, f.sport, f.dst, f.dport, now),
+    }
 }
 
 /// Decides a flow's packet as [`check_frame`] does, for a path that has parsed it already (a
@@ -1220,5 +1279,45 @@ mod tests {
         }
         assert!(refused > 0 && f.len() <= 16 * SHARDS);
         assert!(f.insert(FlowKey::new(proto::TCP, 1 << 90, 1, 1 << 100, 2), TCP_IDLE_MS + 1), "expired flows make room");
+    }
+
+    #[test]
+    fn a_workers_cache_answers_for_the_shared_table_until_it_is_cleared() {
+        let c = Counters::default();
+        let b_from = |peer: u32| PolicySpec {
+            policies: vec!["NetworkPolicy/ns/b".into()],
+            identities: vec![(ip("10.0.0.1"), 1), (ip("10.0.0.3"), 3)],
+            endpoints: vec![EndpointSpec {
+                name: "ns/b".into(),
+                addrs: vec![ip("10.0.0.2")],
+                ingress: DirectionSpec { isolated_by: Some(0), allow: vec![rule(Some(vec![peer]), vec![], Action::Allow, 0)], ..Default::default() },
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let (a, b, d) = (key(ip("10.0.0.1")), key(ip("10.0.0.2")), key(ip("10.0.0.3")));
+        let flows = Flows::new(FLOWS);
+        let mut cache = FlowCache::default();
+        let allow_a = PolicySet::build(&b_from(1), &c, 1).unwrap();
+        assert_eq!(cache.check(&allow_a, &flows, proto::UDP, a, 1000, b, 53, 10), Ok(()));
+        assert_eq!(cache.check(&allow_a, &flows, proto::UDP, d, 1000, b, 53, 10), Err(DropReason::PolicyDenied), "denials are never cached");
+        assert_eq!(flows.len(), 1);
+        // A policy that no longer allows a: the flow goes on (cached, and remembered behind
+        // the cache), its reply too; a new flow of a's does not.
+        let allow_d = PolicySet::build(&b_from(3), &c, 2).unwrap();
+        assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1000, b, 53, 20), Ok(()));
+        assert_eq!(cache.check(&allow_d, &flows, proto::UDP, b, 53, a, 1000, 20), Ok(()));
+        assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1001, b, 53, 20), Err(DropReason::PolicyDenied));
+        // Past the refresh the shared table is asked again, and keeps the flow alive.
+        let t = 10 + CACHE_REFRESH_MS;
+        assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1000, b, 53, t), Ok(()));
+        assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1000, b, 53, t + UDP_IDLE_MS - 1), Ok(()));
+        // Idle past its timeout: gone behind the cache too.
+        let t = t + 3 * UDP_IDLE_MS;
+        assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1000, b, 53, t), Err(DropReason::PolicyDenied));
+        // Flows forgotten: the cache forgets them too.
+        assert_eq!(cache.check(&allow_a, &flows, proto::UDP, a, 1000, b, 53, t), Ok(()));
+        flows.clear();
+        assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1000, b, 53, t + 1), Err(DropReason::PolicyDenied));
     }
 }

@@ -1630,7 +1630,8 @@ fn bench_policy_against_kube_network_policies() {
         let ns = v.mkpod(i);
         assert!(ok(&v.cnitool_annotated("add", &ns, Some("udp:5000"))));
     }
-    let vip = |i: usize| pod_ip(&v, i, false);
+    let vips: Vec<String> = (1..=7).map(|i| pod_ip(&v, i, false)).collect();
+    let vip = |i: usize| vips[i - 1].clone();
     let body = json!({"vip": "10.96.0.10", "port": 80, "proto": "tcp", "mode": "nat", "scheduler": "maglev",
         "backends": [{"addr": vip(2), "port": 8080}, {"addr": vip(3), "port": 8080}]});
     let (s, r) = v.t.call("POST", "/v1/services", Some(&body));
@@ -1658,7 +1659,7 @@ fn bench_policy_against_kube_network_policies() {
     )
     .unwrap();
     let ctl_log = std::fs::File::create(v.t.dir.join("policy-controller.log")).unwrap();
-    let mut ctl = Command::new(bin())
+    let ctl = Command::new(bin())
         .args(["kube", "run", "--config", ctl_cfg.to_str().unwrap(), "--kubeconfig", cp.kubeconfig("admin").to_str().unwrap(), "--identity", "bench-policy"])
         .env("RUST_LOG", "info")
         .stdout(ctl_log.try_clone().unwrap())
@@ -1684,7 +1685,7 @@ fn bench_policy_against_kube_network_policies() {
     std::fs::write(secrets.join("namespace"), "kube-system").unwrap();
     let knp_log = std::fs::File::create(v.t.dir.join("kube-network-policies.log")).unwrap();
     let sa = "/run/secrets/kubernetes.io/serviceaccount";
-    let mut peer = Command::new("ip")
+    let peer = Command::new("ip")
         .args(["netns", "exec", &k.ns, "sh", "-c"])
         .arg(format!(
             "mount -t tmpfs tmpfs /run && mkdir -p {sa} && cp {src}/token {src}/ca.crt {src}/namespace {sa}/ && exec {knp} \
@@ -1697,6 +1698,9 @@ fn bench_policy_against_kube_network_policies() {
         .stderr(knp_log)
         .spawn()
         .unwrap();
+    // Killed with the topology, whatever happens.
+    v.t.children.push(ctl);
+    v.t.children.push(peer);
     let mut servers = Vec::new();
     let both: Vec<(&str, &dyn PodRunner)> = vec![("vectorlb", &v), ("kube-network-policies", &k)];
     for i in [2, 3] {
@@ -1812,10 +1816,6 @@ fn bench_policy_against_kube_network_policies() {
     for mut s in servers {
         let _ = s.kill();
         let _ = s.wait();
-    }
-    for c in [&mut ctl, &mut peer] {
-        let _ = c.kill();
-        let _ = c.wait();
     }
     let (lo, hi) = (*levels.iter().min().unwrap_or(&0), *levels.iter().max().unwrap_or(&0));
     let get = |m: &std::collections::BTreeMap<(String, usize), f64>, s: &str, l: usize| m.get(&(s.to_string(), l)).copied().unwrap_or(0.0);
