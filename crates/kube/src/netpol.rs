@@ -369,6 +369,10 @@ impl Compiler {
             }
         }
         let node_ids: Vec<u32> = node_ids.into_iter().collect();
+        let index = PeerIndex::new(&peers);
+        // A rule's peers are the same for every Pod its policy selects: resolved once a round
+        // (by policy, direction and rule).
+        let mut resolved: HashMap<(usize, bool, usize), Option<Vec<u32>>> = HashMap::new();
         // The node's Pods.
         for pod in pods.iter().filter(|p| p.node == node && !p.host_network) {
             let mut e = PolicyEndpoint { name: format!("{}/{}", pod.namespace, pod.name), addrs: Vec::new(), ..Default::default() };
@@ -377,7 +381,7 @@ impl Compiler {
                     e.addrs.push(*ip);
                 }
             }
-            for p in &policies {
+            for (pi, p) in policies.iter().enumerate() {
                 let Some(spec) = &p.spec else { continue };
                 if p.metadata.namespace.as_deref() != Some(pod.namespace.as_str()) {
                     continue;
@@ -400,8 +404,8 @@ impl Compiler {
                 let name = policy_name(p);
                 if types.iter().any(|t| t == "Ingress") {
                     e.ingress.isolated_by.get_or_insert_with(|| name.clone());
-                    for r in spec.ingress.iter().flatten() {
-                        let ids = self.peer_ids(&r.from, p, namespaces, &peers, &mut out.problems);
+                    for (ri, r) in spec.ingress.iter().flatten().enumerate() {
+                        let ids = resolved.entry((pi, true, ri)).or_insert_with(|| Self::peer_ids(&r.from, p, namespaces, &index, &mut out.problems)).clone();
                         let ports = ports_of(&r.ports, |n, proto| pod.ports.iter().find(|(pn, pp, _)| pn == n && pp == proto).map(|x| x.2));
                         if let Some(ports) = ports {
                             e.ingress.allow.push(PolicyRule { peers: ids, ports, action: "allow".into(), policy: name.clone() });
@@ -410,8 +414,8 @@ impl Compiler {
                 }
                 if types.iter().any(|t| t == "Egress") {
                     e.egress.isolated_by.get_or_insert_with(|| name.clone());
-                    for r in spec.egress.iter().flatten() {
-                        let ids = self.peer_ids(&r.to, p, namespaces, &peers, &mut out.problems);
+                    for (ri, r) in spec.egress.iter().flatten().enumerate() {
+                        let ids = resolved.entry((pi, false, ri)).or_insert_with(|| Self::peer_ids(&r.to, p, namespaces, &index, &mut out.problems)).clone();
                         let named = r.ports.iter().flatten().any(|x| matches!(x.port, Some(IntOrString::String(_))));
                         if !named {
                             if let Some(ports) = ports_of(&r.ports, |_, _| None) {
@@ -541,11 +545,10 @@ impl Compiler {
 
     /// The identities a rule's peers select (None: the rule names no peer, so every peer).
     fn peer_ids(
-        &self,
         from: &Option<Vec<NetworkPolicyPeer>>,
         p: &NetworkPolicy,
         namespaces: &BTreeMap<String, Labels>,
-        peers: &[PeerId],
+        index: &PeerIndex,
         problems: &mut Vec<(String, String)>,
     ) -> Option<Vec<u32>> {
         let from = from.as_ref().filter(|f| !f.is_empty())?;
@@ -555,14 +558,14 @@ impl Compiler {
             if let Some(b) = &peer.ip_block {
                 let Some(c) = parse_cidr(&b.cidr) else { continue };
                 let except: Vec<Prefix> = b.except.iter().flatten().filter_map(|x| parse_cidr(x)).collect();
-                for x in peers {
-                    if x.prefix.is_some_and(|q| within(q, c) && !except.iter().any(|e| within(q, *e))) {
+                for x in index.within(c) {
+                    if x.prefix.is_some_and(|q| !except.iter().any(|e| within(q, *e))) {
                         ids.insert(x.id);
                     }
                 }
                 continue;
             }
-            for x in peers {
+            for x in index.pods() {
                 let Some(ns) = &x.namespace else { continue };
                 let ns_ok = match &peer.namespace_selector {
                     None => *ns == own_ns,
@@ -589,6 +592,39 @@ impl Compiler {
             }
         }
         Some(ids.into_iter().collect())
+    }
+}
+
+/// The identities of a round, indexed for the rules' peers: the Pods' (a selector's), and
+/// those with a prefix by its address (an ipBlock's: a range, not a scan of every CIDR).
+struct PeerIndex<'a> {
+    pods: Vec<&'a PeerId>,
+    by_prefix: Vec<((bool, u128), &'a PeerId)>,
+}
+
+impl<'a> PeerIndex<'a> {
+    fn new(peers: &'a [PeerId]) -> PeerIndex<'a> {
+        let pods = peers.iter().filter(|x| x.namespace.is_some()).collect();
+        let mut by_prefix: Vec<_> = peers.iter().filter_map(|x| x.prefix.map(|q| (bits(q.0), x))).collect();
+        by_prefix.sort_by_key(|(k, _)| *k);
+        PeerIndex { pods, by_prefix }
+    }
+
+    fn pods(&self) -> impl Iterator<Item = &'a PeerId> + '_ {
+        self.pods.iter().copied()
+    }
+
+    /// The identities whose prefix lies within `c`.
+    fn within(&self, c: Prefix) -> impl Iterator<Item = &'a PeerId> + '_ {
+        let (v4, lo) = bits(c.0);
+        let host = if v4 { 32 } else { 128 } - c.1.min(if v4 { 32 } else { 128 }) as u32;
+        let hi = match host {
+            0 => lo,
+            128 => u128::MAX,
+            h => lo | ((1u128 << h) - 1),
+        };
+        let start = self.by_prefix.partition_point(|(k, _)| *k < (v4, lo));
+        self.by_prefix[start..].iter().take_while(move |(k, _)| *k <= (v4, hi)).map(|(_, x)| *x).filter(move |x| x.prefix.is_some_and(|q| within(q, c)))
     }
 }
 
@@ -975,5 +1011,58 @@ mod tests {
         assert_eq!(b.egress.baseline[0].action, "deny");
         let everything = b.egress.baseline[0].peers.clone().unwrap();
         assert!(everything.contains(&ids_of(&out, &["10.244.1.10"])[0]), "0.0.0.0/0 holds the Pods too");
+    }
+
+    #[test]
+    fn the_peer_index_finds_the_prefixes_within_a_cidr_as_a_scan_would() {
+        let pfx = |t: &str| parse_cidr(t).unwrap();
+        let texts = ["10.0.0.0/8", "10.1.2.3/32", "10.1.2.0/24", "10.255.255.255/32", "11.0.0.0/32", "0.0.0.0/0", "fd00::/8", "fd00::1/128", "::/0", "9.255.255.255/32"];
+        let peers: Vec<PeerId> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| PeerId { id: i as u32, namespace: None, labels: Labels::new(), prefix: Some(pfx(t)), node: None, ports: BTreeMap::new() })
+            .chain(std::iter::once(PeerId { id: 99, namespace: Some("ns".into()), labels: Labels::new(), prefix: None, node: None, ports: BTreeMap::new() }))
+            .collect();
+        let index = PeerIndex::new(&peers);
+        assert_eq!(index.pods().map(|x| x.id).collect::<Vec<_>>(), vec![99]);
+        for c in ["10.0.0.0/8", "10.1.2.0/24", "10.1.2.3/32", "0.0.0.0/0", "::/0", "fd00::/16", "fd00::1/128", "11.0.0.0/8", "12.0.0.0/8"] {
+            let c = pfx(c);
+            let mut got: Vec<u32> = index.within(c).map(|x| x.id).collect();
+            got.sort();
+            let want: Vec<u32> = peers.iter().filter(|x| x.prefix.is_some_and(|q| within(q, c))).map(|x| x.id).collect();
+            assert_eq!(got, want, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn ten_thousand_policies_over_the_same_pods_compile_each_rule_to_its_own_peers() {
+        let pods: Vec<PodIn> = (0..7).map(|i| pod("default", &format!("p{i}"), &[("bench", "yes")], &format!("10.244.1.{}", i + 10), "n1")).collect();
+        let mut policies: Vec<NetworkPolicy> = (0..10_000)
+            .map(|k| {
+                np(json!({"metadata": {"name": format!("filler-{k}"), "namespace": "default"},
+                    "spec": {"podSelector": {"matchLabels": {"bench": "yes"}}, "policyTypes": ["Ingress", "Egress"],
+                        "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": format!("r{k}")}}}], "ports": [{"protocol": "TCP", "port": 10_000 + k}]}],
+                        "egress": [{"to": [{"ipBlock": {"cidr": format!("172.16.{}.{}/32", k / 256, k % 256)}}], "ports": [{"protocol": "UDP", "port": 10_000 + k}]}]}}))
+            })
+            .collect();
+        policies.push(np(json!({"metadata": {"name": "wide", "namespace": "default"},
+            "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "172.16.0.0/16", "except": ["172.16.1.0/24"]}}]}]}})));
+        let refs: Vec<&NetworkPolicy> = policies.iter().collect();
+        let ns = namespaces();
+        let out = Compiler::default().compile_all(&Inputs { node: "n1", node_addrs: &[], pods: &pods, namespaces: &ns, policies: &refs, cluster_policies: &[], nodes: &[] });
+        assert!(out.problems.is_empty(), "{:?}", out.problems);
+        assert_eq!((out.endpoints.len(), out.prefixes.len()), (7, 10_002));
+        let e = &out.endpoints["default/p3"];
+        assert_eq!((e.ingress.allow.len(), e.egress.allow.len()), (10_000, 10_001));
+        // Policies sort by name: filler-k's rule is wherever its name falls; find it by port.
+        let egress_of = |k: usize| e.egress.allow.iter().find(|r| r.ports.first().is_some_and(|p| p.port == 10_000 + k as u16)).unwrap();
+        for k in [0, 1, 255, 256, 9_999] {
+            let want = out.prefixes[&format!("172.16.{}.{}/32", k / 256, k % 256)];
+            assert_eq!(egress_of(k).peers, Some(vec![want]), "filler-{k}");
+        }
+        // A role no Pod has: no peer. The wide rule: every /32 in 172.16/16 but 172.16.1/24's.
+        assert!(e.ingress.allow.iter().all(|r| r.peers.as_ref().is_some_and(|p| p.is_empty())));
+        let wide = e.egress.allow.iter().find(|r| r.policy.ends_with("/wide")).unwrap().peers.clone().unwrap();
+        assert_eq!(wide.len(), 10_000 - 256 + 1, "the /32s outside the except, and the /16 itself");
     }
 }
