@@ -93,14 +93,33 @@ pub struct Report {
 /// Frame size (without FCS): 60 bytes (64 on the wire) for IPv4, 76 (80 on the wire) for
 /// IPv6, as in seed 003's UDP64 / UDP80 tests.
 pub fn template(v6: bool, protocol: u8, tcp_flags: u8) -> Vec<u8> {
+    template_to(v6, protocol, tcp_flags, &sock(topo::vip(v6), if protocol == proto::TCP { 80 } else { 53 }))
+}
+
+/// As [`template`], to `dst` (`ADDR:PORT`).
+fn template_to(v6: bool, protocol: u8, tcp_flags: u8, dst: &str) -> Vec<u8> {
     let (a, p) = topo::client(v6, 0);
     let src = sock(a, p);
-    let dst = sock(topo::vip(v6), if protocol == proto::TCP { 80 } else { 53 });
     let hdr = 14 + if v6 { 40 } else { 20 } + if protocol == proto::TCP { 20 } else { 8 };
     let want = if v6 { 76 } else { 60 };
     let payload = vec![0x42u8; want - hdr];
-    let b = if protocol == proto::TCP { Builder::tcp(&src, &dst, tcp_flags).seq(1).ack(1) } else { Builder::udp(&src, &dst) };
+    let b = if protocol == proto::TCP { Builder::tcp(&src, dst, tcp_flags).seq(1).ack(1) } else { Builder::udp(&src, dst) };
     b.payload(&payload).macs(topo::ROUTER_MAC, topo::EXT_MAC).build()
+}
+
+/// The frames the timed loop replays: `o.pool` copies of `tpl`, each from a flow drawn at
+/// random; (how many, the frames back to back).
+fn frame_pool(o: &Options, tpl: &[u8]) -> (usize, Vec<u8>) {
+    let (n, flen) = (o.pool.clamp(1, 1 << 24), tpl.len());
+    let mut pool = vec![0u8; n * flen];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for k in 0..n {
+        let (a, p) = topo::client(o.v6, rng.below(o.sessions));
+        let f = &mut pool[k * flen..(k + 1) * flen];
+        f.copy_from_slice(tpl);
+        patch_client(f, o.v6, o.protocol, a, p);
+    }
+    (n, pool)
 }
 
 pub fn sock(a: IpAddr, p: u16) -> String {
@@ -190,16 +209,7 @@ fn run_one(o: &Options, barrier: Option<&Barrier>) -> Result<Report, BenchError>
     let run_tpl = template(o.v6, o.protocol, flags::ACK | flags::PSH);
     let flen = run_tpl.len();
     // The pool of frames the timed loop replays: built before the memory baseline.
-    let pool_n = o.pool.clamp(1, 1 << 24);
-    let mut pool = vec![0u8; pool_n * flen];
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for k in 0..pool_n {
-        let i = rng.below(o.sessions);
-        let (a, p) = topo::client(o.v6, i);
-        let f = &mut pool[k * flen..(k + 1) * flen];
-        f.copy_from_slice(&run_tpl);
-        patch_client(f, o.v6, o.protocol, a, p);
-    }
+    let (pool_n, pool) = frame_pool(o, &run_tpl);
     let batch = o.batch.clamp(1, 4096);
     let mut bufs: Vec<HeapBuf> = (0..batch).map(|_| HeapBuf::new(128, 2048)).collect();
     let mut verdicts = vec![Verdict::Kernel; batch];
@@ -322,25 +332,10 @@ fn run_routed(o: &Options) -> Result<Report, BenchError> {
     if o.threads != 1 || o.sessions > cap {
         return Err(BenchError::Option(format!("--routed runs one thread and at most {cap} flows")));
     }
-    let (a0, p0) = topo::client(o.v6, 0);
     let dst = sock(topo::backend(o.v6, 0), 8080);
-    let tpl = |f: u8| {
-        let hdr = 14 + if o.v6 { 40 } else { 20 } + if o.protocol == proto::TCP { 20 } else { 8 };
-        let payload = vec![0x42u8; if o.v6 { 76 } else { 60 } - hdr];
-        let b = if o.protocol == proto::TCP { Builder::tcp(&sock(a0, p0), &dst, f).seq(1).ack(1) } else { Builder::udp(&sock(a0, p0), &dst) };
-        b.payload(&payload).macs(topo::ROUTER_MAC, topo::EXT_MAC).build()
-    };
-    let (fill_tpl, run_tpl) = (tpl(flags::SYN), tpl(flags::ACK | flags::PSH));
+    let (fill_tpl, run_tpl) = (template_to(o.v6, o.protocol, flags::SYN, &dst), template_to(o.v6, o.protocol, flags::ACK | flags::PSH, &dst));
     let flen = run_tpl.len();
-    let pool_n = o.pool.clamp(1, 1 << 24);
-    let mut pool = vec![0u8; pool_n * flen];
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for k in 0..pool_n {
-        let (a, p) = topo::client(o.v6, rng.below(o.sessions));
-        let f = &mut pool[k * flen..(k + 1) * flen];
-        f.copy_from_slice(&run_tpl);
-        patch_client(f, o.v6, o.protocol, a, p);
-    }
+    let (pool_n, pool) = frame_pool(o, &run_tpl);
     let batch = o.batch.clamp(1, 4096);
     let mut bufs: Vec<HeapBuf> = (0..batch).map(|_| HeapBuf::new(128, 2048)).collect();
     let mut verdicts = vec![Verdict::Kernel; batch];
