@@ -866,30 +866,47 @@ impl Flows {
     }
 }
 
-/// A worker's memory of the flows it forwarded lately, in front of the shared [`Flows`]: a
-/// direct-mapped array by the flow's keyed hash. A hit spares the shared table's lock and
-/// probe; the shared entry is kept alive by a pass through it at least every
-/// [`CACHE_REFRESH_MS`] (idle timeouts are a minute and more), and `Flows::clear` empties
-/// every cache by its epoch. Only allowed flows are cached.
+/// A worker's memory of the flows it forwarded lately, in front of the policy set and the
+/// shared [`Flows`]: a direct-mapped array by a keyed hash of the packet's own (directional)
+/// addresses, ports and protocol, asked first. A hit costs one hash and one slot's compare:
+/// no endpoint lookups, no lock. It holds flows neither end of which is under policy (valid
+/// while the policy set's generation is the one they were decided under) and flows allowed
+/// and remembered in the shared table (whose entry a pass through it at least every
+/// [`CACHE_REFRESH_MS`] keeps alive: idle timeouts are a minute and more). A new policy set
+/// or `Flows::clear` (its epoch) empties it. Denied flows are never cached: each of their
+/// packets is decided and counted.
 pub struct FlowCache {
     slots: Box<[CacheSlot]>,
+    seeds: [u64; 2],
+    /// The policy set's generation and the shared table's epoch the slots were filled under.
+    generation: u64,
+    epoch: u64,
+    /// Slots whose stamp is not this are empty (it moves when the generation or epoch does).
+    stamp: u32,
 }
 
 #[derive(Clone, Copy, Default)]
 struct CacheSlot {
-    k: FlowKey,
-    epoch: u64,
+    src: u128,
+    dst: u128,
+    /// Source port above, destination port below.
+    ports: u32,
+    proto: u8,
+    /// Whether the flow is under policy (remembered in the shared table, refreshed through it).
+    enforced: bool,
+    stamp: u32,
     at: u32,
 }
 
-/// Slots of a worker's [`FlowCache`].
-pub const CACHE_SLOTS: usize = 4096;
-/// How long a cached flow is trusted before the shared table is passed through again.
+/// Slots of a worker's [`FlowCache`] (a power of two; 48 bytes each).
+pub const CACHE_SLOTS: usize = 1 << 14;
+/// How long a cached flow under policy is trusted before the shared table is passed through
+/// again.
 pub const CACHE_REFRESH_MS: u32 = 1000;
 
 impl Default for FlowCache {
     fn default() -> Self {
-        FlowCache { slots: vec![CacheSlot::default(); CACHE_SLOTS].into_boxed_slice() }
+        FlowCache { slots: vec![CacheSlot::default(); CACHE_SLOTS].into_boxed_slice(), seeds: [0u64; 2].map(|_| crate::hash::random_seed() | 1), generation: 0, epoch: 0, stamp: 1 }
     }
 }
 
@@ -900,20 +917,55 @@ impl std::fmt::Debug for FlowCache {
 }
 
 impl FlowCache {
-    /// Decides a flow's packet as [`check_flow`] does, through this cache.
+    /// Decides a flow's packet as [`check_parsed`] does without a cache, through this cache.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn check(&mut self, set: &PolicySet, flows: &Flows, proto: u8, src: u128, sport: u16, dst: u128, dport: u16, now: u32) -> Result<(), DropReason> {
-        let k = FlowKey::new(proto, src, sport, dst, dport);
-        let h = flows.hashed(&k).h;
         let epoch = flows.epoch.load(Ordering::Relaxed);
-        let slot = &mut self.slots[h as usize % CACHE_SLOTS];
-        if slot.epoch == epoch && slot.k == k && now.wrapping_sub(slot.at) < CACHE_REFRESH_MS {
+        if epoch != self.epoch || set.generation != self.generation {
+            self.forget(set.generation, epoch);
+        }
+        let ports = (sport as u32) << 16 | dport as u32;
+        let s = &self.seeds;
+        let h = fold_mul(src as u64 ^ ((src >> 64) as u64).rotate_left(23) ^ s[0], dst as u64 ^ ((dst >> 64) as u64).rotate_left(41) ^ ((ports as u64) << 8 | proto as u64) ^ s[1]);
+        let stamp = self.stamp;
+        let i = h as usize & (CACHE_SLOTS - 1);
+        let slot = &self.slots[i];
+        if slot.stamp == stamp
+            && slot.src == src
+            && slot.dst == dst
+            && slot.ports == ports
+            && slot.proto == proto
+            && (!slot.enforced || now.wrapping_sub(slot.at) < CACHE_REFRESH_MS)
+        {
             return Ok(());
         }
-        check_flow(set, flows, proto, src, sport, dst, dport, now)?;
-        *slot = CacheSlot { k, epoch, at: now };
+        self.miss(i, set, flows, proto, src, sport, dst, dport, now)
+    }
+
+    /// Decides a flow the cache does not answer for, and caches it unless it is denied.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn miss(&mut self, i: usize, set: &PolicySet, flows: &Flows, proto: u8, src: u128, sport: u16, dst: u128, dport: u16, now: u32) -> Result<(), DropReason> {
+        let enforced = set.enforces(src, dst);
+        if enforced {
+            check_flow(set, flows, proto, src, sport, dst, dport, now)?;
+        }
+        let ports = (sport as u32) << 16 | dport as u32;
+        self.slots[i] = CacheSlot { src, dst, ports, proto, enforced, stamp: self.stamp, at: now };
         Ok(())
+    }
+
+    /// Empties the cache for a new policy set or shared-table epoch.
+    #[cold]
+    fn forget(&mut self, generation: u64, epoch: u64) {
+        (self.generation, self.epoch) = (generation, epoch);
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            // Every stamp was used: old slots could match again, so clear them.
+            self.slots.fill(CacheSlot::default());
+            self.stamp = 1;
+        }
     }
 }
 
@@ -979,6 +1031,21 @@ fn flow_of(d: &[u8], v6: bool, l3: usize, l4: usize, end: usize, p: u8, later_fr
     }
 }
 
+/// The addresses and ports of a packet whose ports sit where TCP's do (None when it is cut
+/// short: [`flow_of`] then says why).
+#[inline]
+fn ports_tuple(d: &[u8], v6: bool, l3: usize, l4: usize, end: usize) -> Option<(u128, u128, u16, u16)> {
+    let p: [u8; 4] = d.get(l4..end)?.get(..4)?.try_into().ok()?;
+    let (src, dst) = if v6 {
+        let a: &[u8; 32] = d.get(l3 + 8..l3 + 40)?.try_into().ok()?;
+        (key6(a[..16].try_into().ok()?), key6(a[16..].try_into().ok()?))
+    } else {
+        let a: [u8; 8] = d.get(l3 + 12..l3 + 20)?.try_into().ok()?;
+        (key4(a[..4].try_into().ok()?), key4(a[4..].try_into().ok()?))
+    };
+    Some((src, dst, u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])))
+}
+
 /// Decides a routed frame for the policies of `set`, remembering allowed flows in `flows`:
 /// Ok to forward it, or why it is dropped. A frame of a flow neither end of which is under
 /// policy costs two lookups; one of a remembered flow, one more. An ICMP error passes when it
@@ -989,16 +1056,27 @@ pub fn check_frame(set: &PolicySet, flows: &Flows, d: &[u8], now: u32) -> Result
 }
 
 /// As [`check_frame`] for a frame parsed already (`info` is `parse_frame(d)`), through a
-/// worker's cache of its recent flows if it has one.
-pub fn check_parsed(set: &PolicySet, flows: &Flows, cache: Option<&mut FlowCache>, d: &[u8], info: &vectorlb_packet::FrameInfo, now: u32) -> Result<(), DropReason> {
+/// worker's cache of its recent flows if it has one (asked first: a packet of a cached flow
+/// costs a hash and a compare; ICMP errors go past it).
+pub fn check_parsed(set: &PolicySet, flows: &Flows, mut cache: Option<&mut FlowCache>, d: &[u8], info: &vectorlb_packet::FrameInfo, now: u32) -> Result<(), DropReason> {
     let Some(family) = info.family else {
         return Ok(());
     };
     let v6 = family == Family::V6;
     let later = matches!(info.frag, Frag::Later);
+    // The common case first: a whole or first-fragment TCP, UDP or SCTP packet through the
+    // cache, its addresses and ports read where they are.
+    if let (Some(c), false, proto::TCP | proto::UDP | SCTP) = (cache.as_deref_mut(), later, info.proto) {
+        if let Some((src, dst, sport, dport)) = ports_tuple(d, v6, info.l3, info.l4, info.end) {
+            return c.check(set, flows, info.proto, src, sport, dst, dport, now);
+        }
+    }
     let Some((f, inner)) = flow_of(d, v6, info.l3, info.l4, info.end, info.proto, later) else {
         return Err(DropReason::Truncated);
     };
+    if let (Some(c), None) = (cache, inner) {
+        return c.check(set, flows, f.proto, f.src, f.sport, f.dst, f.dport, now);
+    }
     if !set.enforces(f.src, f.dst) {
         return Ok(());
     }
@@ -1007,10 +1085,7 @@ pub fn check_parsed(set: &PolicySet, flows: &Flows, cache: Option<&mut FlowCache
             return Ok(());
         }
     }
-    match cache {
-        Some(c) => c.check(set, flows, f.proto, f.src, f.sport, f.dst, f.dport, now),
-        None => check_flow(set, flows, f.proto, f.src, f.sport, f.dst, f.dport, now),
-    }
+    check_flow(set, flows, f.proto, f.src, f.sport, f.dst, f.dport, now)
 }
 
 /// Decides a flow's packet as [`check_frame`] does, for a path that has parsed it already (a
@@ -1308,8 +1383,9 @@ mod tests {
         assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1000, b, 53, 20), Ok(()));
         assert_eq!(cache.check(&allow_d, &flows, proto::UDP, b, 53, a, 1000, 20), Ok(()));
         assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1001, b, 53, 20), Err(DropReason::PolicyDenied));
-        // Past the refresh the shared table is asked again, and keeps the flow alive.
-        let t = 10 + CACHE_REFRESH_MS;
+        // Past the refresh (from 20: a new policy set empties the cache) the shared table is
+        // asked again, and keeps the flow alive.
+        let t = 20 + CACHE_REFRESH_MS;
         assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1000, b, 53, t), Ok(()));
         assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1000, b, 53, t + UDP_IDLE_MS - 1), Ok(()));
         // Idle past its timeout: gone behind the cache too.
@@ -1319,5 +1395,47 @@ mod tests {
         assert_eq!(cache.check(&allow_a, &flows, proto::UDP, a, 1000, b, 53, t), Ok(()));
         flows.clear();
         assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1000, b, 53, t + 1), Err(DropReason::PolicyDenied));
+        // A flow neither end of which is under policy is cached as open while the policy set
+        // is the one that left it open, and decided again under a new one.
+        let (e, g) = (key(ip("10.0.0.5")), key(ip("10.0.0.6")));
+        assert_eq!(cache.check(&allow_d, &flows, proto::TCP, e, 40000, g, 80, t + 2), Ok(()));
+        assert_eq!(cache.check(&allow_d, &flows, proto::TCP, e, 40000, g, 80, t + 3), Ok(()));
+        assert_eq!(flows.len(), 0, "open flows are not remembered in the shared table");
+        let mut isolate_g = b_from(1);
+        isolate_g.endpoints[0].addrs = vec![ip("10.0.0.6")];
+        let isolate_g = PolicySet::build(&isolate_g, &c, 3).unwrap();
+        assert_eq!(cache.check(&isolate_g, &flows, proto::TCP, e, 40000, g, 80, t + 4), Err(DropReason::PolicyDenied));
+    }
+
+    #[test]
+    fn a_full_cache_of_colliding_flows_stays_exact() {
+        // More flows than slots: every answer is still the shared table's and the policy's.
+        let c = Counters::default();
+        let spec = PolicySpec {
+            policies: vec!["NetworkPolicy/ns/b".into()],
+            identities: vec![(ip("10.0.0.1"), 1)],
+            endpoints: vec![EndpointSpec {
+                name: "ns/b".into(),
+                addrs: vec![ip("10.0.0.2")],
+                ingress: DirectionSpec { isolated_by: Some(0), allow: vec![rule(Some(vec![1]), vec![tcp(80, 80)], Action::Allow, 0)], ..Default::default() },
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let set = PolicySet::build(&spec, &c, 1).unwrap();
+        let flows = Flows::new(FLOWS);
+        let mut cache = FlowCache::default();
+        let (a, b) = (key(ip("10.0.0.1")), key(ip("10.0.0.2")));
+        for round in 0..2 {
+            for i in 0..2 * CACHE_SLOTS as u16 {
+                let (sport, dport) = (1024 + i, if i % 3 == 0 { 81 } else { 80 });
+                let want = if dport == 80 { Ok(()) } else { Err(DropReason::PolicyDenied) };
+                assert_eq!(cache.check(&set, &flows, proto::TCP, a, sport, b, dport, 5), want, "flow {i} round {round}");
+                if round == 1 {
+                    // b's egress is not under policy: its packets to a pass (replies or not).
+                    assert_eq!(cache.check(&set, &flows, proto::TCP, b, dport, a, sport, 5), Ok(()), "reply {i}");
+                }
+            }
+        }
     }
 }
