@@ -831,7 +831,7 @@ def policy_section():
             w(f"| {name} | {r['policies']:,} | **{r['received_pps']:,.0f}** |")
         w("")
     for r in by.get("policy_profile", []):
-        w(f"- **callgrind**, {r['mode']} {r['proto']}, established {r['path']}, {r['policies']:,} policies: {r['instructions_per_packet']:,} instructions per packet.")
+        w(f"- **callgrind**, {r['mode']} {r['proto']}, established {r['path']} ({r['flows']:,} flows), {r['policies']:,} policies: {r['instructions_per_packet']:,} instructions per packet.")
     for r in by.get("policy_summary", []):
         w(f"- **Summary**: policy10k_vs_none **{r['policy10k_vs_none']}** (goal at least 0.95; connections {r['cps_10k_vs_none']}, interface pods' packets "
           f"{r['pps_10k_vs_none']}, memif pods' packets {r.get('memif_pps_10k_vs_none')}), policy10k_vs_peer **{r['policy10k_vs_peer']}** (goal at least 1.5; "
