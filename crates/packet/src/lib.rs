@@ -18,6 +18,7 @@ pub mod ipv6;
 pub mod parse;
 pub mod tcp;
 pub mod udp;
+pub mod vnet;
 
 pub use parse::{parse_frame, Family, Frag, FrameInfo};
 
