@@ -906,7 +906,10 @@ pub const CACHE_REFRESH_MS: u32 = 1000;
 
 impl Default for FlowCache {
     fn default() -> Self {
-        FlowCache { slots: vec![CacheSlot::default(); CACHE_SLOTS].into_boxed_slice(), seeds: [0u64; 2].map(|_| crate::hash::random_seed() | 1), generation: 0, epoch: 0, stamp: 1 }
+        // The slots are allocated on the first check (a worker on a node without policy
+        // never makes one): epoch 0 is never the shared table's (it starts at 1 and only
+        // grows), so that check forgets, which allocates.
+        FlowCache { slots: Box::default(), seeds: [0u64; 2].map(|_| crate::hash::random_seed() | 1), generation: 0, epoch: 0, stamp: 1 }
     }
 }
 
@@ -961,7 +964,9 @@ impl FlowCache {
     fn forget(&mut self, generation: u64, epoch: u64) {
         (self.generation, self.epoch) = (generation, epoch);
         self.stamp = self.stamp.wrapping_add(1);
-        if self.stamp == 0 {
+        if self.slots.is_empty() {
+            self.slots = vec![CacheSlot::default(); CACHE_SLOTS].into_boxed_slice();
+        } else if self.stamp == 0 {
             // Every stamp was used: old slots could match again, so clear them.
             self.slots.fill(CacheSlot::default());
             self.stamp = 1;
