@@ -763,7 +763,7 @@ def kubernetes_section():
 def pods_section():
     """`make bench-pods` (bench/results/pods.jsonl): the pod network against kube-proxy
     (nftables) with the bridge plugin, side by side in one run."""
-    rs = lines("pods.jsonl")
+    rs = lines("pods.jsonl") + lines("pods-tcp-bulk.jsonl")
     if not rs:
         return
     step_head("Pod network: vectorlb-cni against kube-proxy (nftables) and the bridge plugin", "pods",
@@ -786,6 +786,12 @@ def pods_section():
         w("|---|---|---|---|")
         for r in by["pods_pod_to_pod_udp"]:
             w(f"| {r['system']} | {r['frame_bytes']} | **{r['received_pps']:,.0f}** | {r['gbps']:.3f} |")
+        w("")
+    if by.get("pods_tcp_bulk"):
+        w("| pod to pod on one node, TCP bulk (iperf3, `bench/results/pods-tcp-bulk.jsonl`) | streams | Gbit/s | machine CPU s per Gbit | retransmits |")
+        w("|---|---|---|---|---|")
+        for r in sorted(by["pods_tcp_bulk"], key=lambda r: (r["streams"], r["system"])):
+            w(f"| {r['system']} | {r['streams']} | **{r['gbps']:.3f}** | {r['cpu_s_per_gbit']:.3f} | {r['retransmits']:,} |")
         w("")
     for r in by.get("pods_memif", []):
         w(f"- **memif pod vs interface pod**, 64-byte frames through vectorlb, the most received over offered loads: memif "
@@ -854,7 +860,7 @@ for line in note("analysis"):
     w(line)
 w("## JSON lines of this run\n")
 w("```")
-for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls + lines("kubernetes.jsonl") + [{k: v for k, v in r.items() if k != "runs"} for r in lines("pods.jsonl") + lines("policy.jsonl")]:
+for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls + lines("kubernetes.jsonl") + [{k: v for k, v in r.items() if k != "runs"} for r in lines("pods.jsonl") + lines("pods-tcp-bulk.jsonl") + lines("policy.jsonl")]:
     w(json.dumps(r, separators=(",", ":")))
 w("```")
 unused = sorted(f[:-3] for f in os.listdir(os.path.join(root, "bench", "notes")) if f.endswith(".md") and f[:-3] not in notes_used)

@@ -1120,6 +1120,24 @@ fn udp_throughput(n: &dyn PodRunner, from: usize, to: usize, to_ip: &str, payloa
            "gbps": r3(got * (frame as f64) * 8.0 / secs / 1e9), "frame_bytes": frame, "error": r["error"]})
 }
 
+/// TCP bulk from pod `from` to pod `to` (iperf3, `streams` parallel streams for `seconds`):
+/// what the receiver got, and the whole machine's CPU seconds per gigabit carried (sender,
+/// receiver and the path between them share the machine).
+fn tcp_bulk(n: &dyn PodRunner, from: usize, to: usize, to_ip: &str, streams: u32, seconds: u32) -> Value {
+    let mut server = n.spawn_in(to, &["iperf3", "-s", "-1", "-p", "5202"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let busy0 = busy_seconds();
+    let o = n.run_in(from, &["iperf3", "-c", to_ip, "-p", "5202", "-P", &streams.to_string(), "-t", &seconds.to_string(), "--json"]);
+    let busy = busy_seconds() - busy0;
+    let _ = server.kill();
+    let _ = server.wait();
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    let got = &r["end"]["sum_received"];
+    let gbits = got["bytes"].as_f64().unwrap_or(0.0) * 8.0 / 1e9;
+    json!({"streams": streams, "gbps": r3(got["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9), "retransmits": r["end"]["sum_sent"]["retransmits"],
+           "cpu_s_per_gbit": r3(busy / gbits.max(1e-9)), "error": r["error"]})
+}
+
 /// The best of `f` over offered loads: two processes that both spin (a sender and a receiver)
 /// share the machine's cores with the data path, so the most a path carries is found by
 /// offering less as well as everything (0: unlimited); the trial that received the most.
@@ -1138,8 +1156,8 @@ fn bench_pods_against_kube_proxy() {
     // collapse: the fifth round once fell to 5 % of the first), 3 of the others.
     let set_rounds: Option<usize> = std::env::var("VECTORLB_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok());
     let (cps_rounds, rounds) = (set_rounds.unwrap_or(10), set_rounds.unwrap_or(3));
-    // Which parts run (a comma-separated subset of cps, udp, memif; all by default).
-    let parts = std::env::var("VECTORLB_BENCH_PARTS").unwrap_or_else(|_| "cps,udp,memif".into());
+    // Which parts run (a comma-separated subset of cps, udp, tcp, memif; all by default).
+    let parts = std::env::var("VECTORLB_BENCH_PARTS").unwrap_or_else(|_| "cps,udp,tcp,memif".into());
     let part = |p: &str| parts.split(',').any(|x| x.trim() == p);
     // Which systems run (vectorlb, kube-proxy; both by default: the ratios need both).
     let systems = std::env::var("VECTORLB_BENCH_SYSTEMS").unwrap_or_else(|_| "vectorlb,kube-proxy".into());
@@ -1237,6 +1255,31 @@ fn bench_pods_against_kube_proxy() {
         }
     }
 
+    // Pod-to-pod TCP bulk on the node, one stream and 8, alternating, medians of the rounds.
+    let mut bulk: std::collections::BTreeMap<(&str, u32), Vec<Value>> = Default::default();
+    for _ in 0..if part("tcp") { rounds } else { 0 } {
+        for streams in [1, 8] {
+            for (name, n) in both.iter().copied() {
+                let to_ip = match &k {
+                    Some(k) if name == "kube-proxy" => k.ips[4].clone(),
+                    _ => vip(5),
+                };
+                let r = tcp_bulk(n, 4, 5, &to_ip, streams, 5);
+                eprintln!("{name} tcp x{streams}: {r}");
+                bulk.entry((name, streams)).or_default().push(r);
+            }
+        }
+    }
+    let bulk_med = |name: &str, streams: u32, key: &str| median(bulk.get(&(name, streams)).map(|v| v.iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect()).unwrap_or_default());
+    for (name, streams) in bulk.keys().copied().collect::<Vec<_>>() {
+        println!(
+            "{}",
+            json!({"bench": "pods_tcp_bulk", "path": "pod to pod, one node", "system": name, "cpu": cpu, "streams": streams, "seconds": 5, "rounds": rounds,
+                   "gbps": bulk_med(name, streams, "gbps"), "cpu_s_per_gbit": bulk_med(name, streams, "cpu_s_per_gbit"),
+                   "retransmits": bulk[&(name, streams)].iter().map(|r| r["retransmits"].as_u64().unwrap_or(0)).sum::<u64>(), "runs": bulk[&(name, streams)]})
+        );
+    }
+
     // A memif pod against an interface pod, 64-byte frames, both through vectorlb.
     let mut memif_runs = Vec::new();
     for _ in 0..if part("memif") { rounds } else { 0 } {
@@ -1269,6 +1312,9 @@ fn bench_pods_against_kube_proxy() {
         json!({"bench": "pods_summary", "cpu": cpu, "cps_vs_kube_proxy": r3(vc / kc.max(1e-9)), "p99_vs_kube_proxy": r3(vp / kp.max(1e-9)),
                "cpu_per_request_vs_kube_proxy": r3(med("vectorlb", "cpu_us_per_request") / med("kube-proxy", "cpu_us_per_request").max(1e-9)),
                "memif_vs_interface": r3(memif64 / iface64.max(1e-9)),
+               "tcp_bulk_vs_bridge": bulk.contains_key(&("vectorlb", 1)).then(|| json!({
+                   "streams_1": r3(bulk_med("vectorlb", 1, "gbps") / bulk_med("kube-proxy", 1, "gbps").max(1e-9)),
+                   "streams_8": r3(bulk_med("vectorlb", 8, "gbps") / bulk_med("kube-proxy", 8, "gbps").max(1e-9))})),
                "lowest_round_vs_first": {"vectorlb": lowest("vectorlb"), "kube-proxy": lowest("kube-proxy")},
                "fin_after_body_ms_p50": {"vectorlb": med("vectorlb", "fin_after_body_ms_p50"), "kube-proxy": med("kube-proxy", "fin_after_body_ms_p50")},
                "goals": {"cps_vs_kube_proxy": ">= 1.0", "p99_vs_kube_proxy": "< 1.0", "memif_vs_interface": ">= 5.0", "lowest_round_vs_first": ">= 0.8"}})
