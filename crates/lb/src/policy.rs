@@ -18,7 +18,8 @@
 //!   workers: the two directions of a flow between nodes arrive on different cores), so its
 //!   later packets and its replies are one lookup; a service's flow is decided when its session
 //!   is created and the session is the memory. A flow allowed at its start is not cut when a
-//!   policy changes.
+//!   policy changes, except a routed flow neither end of which was enforced when it started
+//!   (nothing was decided, nothing is remembered: docs/network-policy.md).
 
 use crate::addr::{key, key4, key6};
 use crate::hash::FxHashMap;
