@@ -992,11 +992,7 @@ const SCTP: u8 = 132;
 /// The flow of an IP packet at `l3` (its upper header at `l4`, its end at `end`), and for an
 /// ICMP error the flow of the packet it quotes.
 fn flow_of(d: &[u8], v6: bool, l3: usize, l4: usize, end: usize, p: u8, later_fragment: bool) -> Option<(Flow, Option<Flow>)> {
-    let (src, dst) = if v6 {
-        (key6(d.get(l3 + 8..l3 + 24)?.try_into().ok()?), key6(d.get(l3 + 24..l3 + 40)?.try_into().ok()?))
-    } else {
-        (key4(d.get(l3 + 12..l3 + 16)?.try_into().ok()?), key4(d.get(l3 + 16..l3 + 20)?.try_into().ok()?))
-    };
+    let (src, dst) = addrs(d, v6, l3)?;
     let mut f = Flow { src, dst, proto: p, sport: 0, dport: 0 };
     if later_fragment {
         return Some((f, None));
@@ -1042,14 +1038,20 @@ fn flow_of(d: &[u8], v6: bool, l3: usize, l4: usize, end: usize, p: u8, later_fr
 #[inline]
 fn ports_tuple(d: &[u8], v6: bool, l3: usize, l4: usize, end: usize) -> Option<(u128, u128, u16, u16)> {
     let p: [u8; 4] = d.get(l4..end)?.get(..4)?.try_into().ok()?;
-    let (src, dst) = if v6 {
+    let (src, dst) = addrs(d, v6, l3)?;
+    Some((src, dst, u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])))
+}
+
+/// The source and destination addresses of the IP header at `l3`.
+#[inline(always)]
+fn addrs(d: &[u8], v6: bool, l3: usize) -> Option<(u128, u128)> {
+    if v6 {
         let a: &[u8; 32] = d.get(l3 + 8..l3 + 40)?.try_into().ok()?;
-        (key6(a[..16].try_into().ok()?), key6(a[16..].try_into().ok()?))
+        Some((key6(a[..16].try_into().ok()?), key6(a[16..].try_into().ok()?)))
     } else {
         let a: [u8; 8] = d.get(l3 + 12..l3 + 20)?.try_into().ok()?;
-        (key4(a[..4].try_into().ok()?), key4(a[4..].try_into().ok()?))
-    };
-    Some((src, dst, u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])))
+        Some((key4(a[..4].try_into().ok()?), key4(a[4..].try_into().ok()?)))
+    }
 }
 
 /// Decides a routed frame for the policies of `set`, remembering allowed flows in `flows`:

@@ -11,6 +11,7 @@
 //! what does not agree is an [`Error`], never a read outside the buffer.
 
 use crate::checksum::{accumulate, fold, pseudo_v4, pseudo_v6};
+use crate::ipv4::Ipv4Packet;
 use crate::ipv6::Ipv6Packet;
 use crate::{be16, be32, proto, Error, Result};
 
@@ -90,22 +91,12 @@ struct Upper {
 fn upper(ip: &[u8]) -> Result<Upper> {
     match ip.first().map(|b| b >> 4) {
         Some(4) => {
-            if ip.len() < 20 {
-                return Err(Error::Truncated);
-            }
-            let ihl = (ip[0] & 0x0f) as usize * 4;
-            let total = be16(ip, 2) as usize;
-            if ihl < 20 || total < ihl {
-                return Err(Error::Malformed);
-            }
-            if total > ip.len() {
-                return Err(Error::Truncated);
-            }
-            if be16(ip, 6) & 0x3fff != 0 {
+            let p = Ipv4Packet::new_checked(ip)?;
+            if p.is_fragment() {
                 // A fragment: no whole upper layer to complete or cut.
                 return Err(Error::Malformed);
             }
-            Ok(Upper { v6: false, proto: ip[9], l4: ihl, end: total })
+            Ok(Upper { v6: false, proto: p.protocol(), l4: p.header_len(), end: p.total_len() as usize })
         }
         Some(6) => {
             let p = Ipv6Packet::new_checked(ip)?;
@@ -222,11 +213,10 @@ pub fn segment(ip: &[u8], h: &VnetHdr, scratch: &mut Vec<u8>, mut out: impl FnMu
         if u.v6 {
             s[4..6].copy_from_slice(&((n - 40) as u16).to_be_bytes());
         } else {
-            s[2..4].copy_from_slice(&(n as u16).to_be_bytes());
             s[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
-            s[10..12].copy_from_slice(&[0, 0]);
-            let c = !fold(accumulate(0, &s[..u.l4]));
-            s[10..12].copy_from_slice(&c.to_be_bytes());
+            let mut v4 = Ipv4Packet::new_unchecked(&mut s[..]);
+            v4.set_total_len(n as u16);
+            v4.fill_checksum();
         }
         let l4 = u.l4;
         let at = if tcp {
