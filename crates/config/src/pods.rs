@@ -49,6 +49,13 @@ pub struct PodsSpec {
     /// node's own pod networks and to `service_cidrs` keeps the pod's address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cluster_cidrs: Vec<String>,
+    /// Offloads on the pods' interfaces (docs/pod-network.md): each packet after a virtio-net
+    /// header, the pods' kernels leaving TCP and UDP checksums to the data plane and handing
+    /// TCP over up to 64 KB at once, kept whole from pod to pod on the node and cut into
+    /// packets for anywhere else. Where the kernel has no such interfaces, plain ones. False:
+    /// plain interfaces (one packet of at most the MTU per read or write).
+    #[serde(default = "PodsSpec::default_offloads")]
+    pub offloads: bool,
 }
 
 /// The pods port's MAC when the file gives none (locally administered; pods' interfaces get
@@ -64,6 +71,9 @@ impl PodsSpec {
     }
     fn default_host_interface() -> String {
         "vlb0".into()
+    }
+    fn default_offloads() -> bool {
+        true
     }
     fn default_max_pods() -> u32 {
         1024

@@ -295,6 +295,9 @@ fn pod_status(t: &crate::pods::PodTun) -> PodStatus {
         tx_packets: t.tx.load(Relaxed),
         spoofed: t.spoofed.load(Relaxed),
         tx_dropped: t.tx_dropped.load(Relaxed),
+        offloads: t.vnet,
+        rx_super: t.rx_super.load(Relaxed),
+        rx_bad_offload: t.bad_offload.load(Relaxed),
         memif: t.memif.as_ref().map(|m| vectorlb_api::model::PodMemif {
             socket: m.socket.clone(),
             ports: m

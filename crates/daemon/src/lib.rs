@@ -80,7 +80,7 @@ impl PortRt {
                 for t in s.all() {
                     st.ipackets += t.rx.load(std::sync::atomic::Ordering::Relaxed);
                     st.opackets += t.tx.load(std::sync::atomic::Ordering::Relaxed);
-                    st.ierrors += t.spoofed.load(std::sync::atomic::Ordering::Relaxed);
+                    st.ierrors += t.spoofed.load(std::sync::atomic::Ordering::Relaxed) + t.bad_offload.load(std::sync::atomic::Ordering::Relaxed);
                     st.oerrors += t.tx_dropped.load(std::sync::atomic::Ordering::Relaxed);
                 }
                 st.oerrors += s.no_pod.load(std::sync::atomic::Ordering::Relaxed);

@@ -46,6 +46,13 @@ pub const HOST_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
 pub const HOST_V6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0x76, 1);
 /// Packets read from one interface before the next one's turn.
 const PER_INTERFACE: usize = 32;
+/// A super-packet buffer's frame: the Ethernet header and the longest IP packet a pod's TCP
+/// hands over with segmentation offload (its kernel caps them near 64 KB, below the mbuf's
+/// 65,535-byte room and its headroom).
+pub const BIG_FRAME: usize = 65_535 - 128;
+/// Super-packet buffers (of [`BIG_FRAME`]) in the pods port's pool: a burst in flight per
+/// worker and more; about 17 MB of huge pages.
+pub const BIG_BUFFERS: u32 = 256;
 
 /// The MAC that stands for the interface in `slot`.
 pub fn slot_mac(slot: u32) -> Mac {
@@ -96,6 +103,8 @@ pub enum PodError {
 pub struct PodTun {
     pub rec: PodRecord,
     fd: OwnedFd,
+    /// Whether every packet read and written has a virtio-net header before it (offloads).
+    pub vnet: bool,
     v4: Option<[u8; 4]>,
     v6: Option<[u8; 16]>,
     host: bool,
@@ -104,10 +113,13 @@ pub struct PodTun {
     pub tx: AtomicU64,
     pub spoofed: AtomicU64,
     pub tx_dropped: AtomicU64,
+    /// Super-packets read; packets whose virtio-net header did not agree with them (dropped).
+    pub rx_super: AtomicU64,
+    pub bad_offload: AtomicU64,
 }
 
 impl PodTun {
-    fn new(rec: PodRecord, fd: OwnedFd, host: bool, memif: Option<PodMemif>) -> PodTun {
+    fn new(rec: PodRecord, fd: OwnedFd, vnet: bool, host: bool, memif: Option<PodMemif>) -> PodTun {
         let v4 = rec.ips.iter().find_map(|a| match a {
             IpAddr::V4(a) => Some(a.octets()),
             _ => None,
@@ -116,7 +128,8 @@ impl PodTun {
             IpAddr::V6(a) => Some(a.octets()),
             _ => None,
         });
-        PodTun { rec, fd, v4, v6, host, memif, rx: AtomicU64::new(0), tx: AtomicU64::new(0), spoofed: AtomicU64::new(0), tx_dropped: AtomicU64::new(0) }
+        let z = || AtomicU64::new(0);
+        PodTun { rec, fd, vnet, v4, v6, host, memif, rx: z(), tx: z(), spoofed: z(), tx_dropped: z(), rx_super: z(), bad_offload: z() }
     }
 
     /// Whether the IP packet `p` comes from one of the pod's addresses. A link-local IPv6
@@ -155,6 +168,8 @@ pub struct PodSet {
     epoll: OwnedFd,
     /// Frames for a slot with no interface, or not addressed to a pod, dropped.
     pub no_pod: AtomicU64,
+    /// Segments of a pod's super-packet lost for want of a buffer.
+    pub rx_no_buffer: AtomicU64,
     /// The host's own addresses (routed to the host's interface), as last read.
     host_addrs: Mutex<Vec<IpAddr>>,
     /// The pods' memifs' buffers and copier (none: memifs are refused). The copier is the
@@ -164,6 +179,9 @@ pub struct PodSet {
     memifs: ArcSwap<Vec<Arc<PodTun>>>,
     /// The loopback host ports' relays, by (container id, interface).
     relays: Mutex<HashMap<(String, String), Vec<crate::host_ports::Relay>>>,
+    /// Buffers for super-packets (64 KB each), when interfaces get offloads
+    /// (`pods.offloads`, and the pool could be made).
+    big: OnceLock<Arc<dyn PacketPool<Mbuf>>>,
 }
 
 fn os_err(what: &str) -> PodError {
@@ -189,11 +207,36 @@ impl PodSet {
             edit: Mutex::new(()),
             epoll,
             no_pod: AtomicU64::new(0),
+            rx_no_buffer: AtomicU64::new(0),
             host_addrs: Mutex::new(Vec::new()),
             memif_io: OnceLock::new(),
             memifs: ArcSwap::from_pointee(Vec::new()),
             relays: Mutex::new(HashMap::new()),
+            big: OnceLock::new(),
         })
+    }
+
+    /// Gives interfaces attached from now on offloads: their super-packets are read into
+    /// `big`'s buffers (each room for a 64 KB IP packet after the Ethernet header).
+    pub fn enable_offloads(&self, big: Arc<dyn PacketPool<Mbuf>>) {
+        let _ = self.big.set(big);
+    }
+
+    /// Whether interfaces get offloads.
+    pub fn offloads(&self) -> bool {
+        self.big.get().is_some()
+    }
+
+    /// The interface of the pod on this node that has `dst` (an IP packet's destination
+    /// address, 4 or 16 bytes), if it has offloads and no memif: the one a packet kept whole
+    /// can be written to. A scan of the slots: asked once per super-packet or long packet
+    /// whose checksum was left to us.
+    fn offload_peer(&self, dst: &[u8]) -> bool {
+        self.slots
+            .load()
+            .iter()
+            .flatten()
+            .any(|t| t.vnet && t.memif.is_none() && !t.host && (t.v4.as_ref().map(|a| &a[..]) == Some(dst) || t.v6.as_ref().map(|a| &a[..]) == Some(dst)))
     }
 
     /// Lets pods have memifs: their buffers come from `io`. Then one thread (the returned
@@ -280,7 +323,7 @@ impl PodSet {
         if name.is_empty() {
             return Ok(());
         }
-        let fd = tun::open(name).map_err(|e| PodError::Io(format!("pods.host_interface {name}: {e}")))?;
+        let (fd, vnet) = tun::open(name, self.offloads()).map_err(|e| PodError::Io(format!("pods.host_interface {name}: {e}")))?;
         tun::configure(name, self.mtu, &[]).map_err(|e| PodError::Io(format!("pods.host_interface {name}: {e}")))?;
         for (a, len) in &self.nets {
             tun::add_route(name, *a, *len).map_err(|e| PodError::Io(format!("pods.host_interface {name}: {e}")))?;
@@ -306,7 +349,7 @@ impl PodSet {
             host_ports: Vec::new(),
         };
         let _g = lock(&self.edit);
-        self.insert(Arc::new(PodTun::new(rec, fd, true, None)))
+        self.insert(Arc::new(PodTun::new(rec, fd, vnet, true, None)))
     }
 
     /// Checks a request against the port: names, addresses inside the pod networks (one per
@@ -400,8 +443,9 @@ impl PodSet {
             return Err(PodError::NoNamespace(format!("netns: '{}' does not exist (the sandbox is gone)", rec.netns.escape_debug())));
         }
         let (name, mtu, ips, memif) = (rec.ifname.clone(), rec.mtu, rec.ips.clone(), !rec.memif_ports.is_empty());
-        let (fd, server) = tun::in_netns(ns, move || {
-            let fd = tun::open(&name)?;
+        let offloads = self.offloads();
+        let (fd, vnet, server) = tun::in_netns(ns, move || {
+            let (fd, vnet) = tun::open(&name, offloads)?;
             if let Err(e) = tun::configure(&name, mtu, &ips) {
                 tun::unpersist(&fd);
                 return Err(e);
@@ -414,7 +458,7 @@ impl PodSet {
                     return Err(io::Error::new(e.kind(), format!("memif socket {}: {e}", crate::pod_memif::socket_name(&name))));
                 }
             };
-            Ok((fd, server))
+            Ok((fd, vnet, server))
         })
         .map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => PodError::NoNamespace(format!("netns {}: {e}", rec.netns)),
@@ -429,7 +473,7 @@ impl PodSet {
             (Some((server, link)), Some(mio)) => Some(PodMemif::new(rec.memif_ports.clone(), &rec.ifname, self.port, server, link, mio)),
             _ => None,
         };
-        let tap = Arc::new(PodTun::new(rec, fd, false, memif));
+        let tap = Arc::new(PodTun::new(rec, fd, vnet, false, memif));
         let placed = self.host_ports_on(&tap.rec, &node).and_then(|()| self.insert(tap.clone()));
         if let Err(e) = placed {
             self.host_ports_off(&tap.rec, &node);
@@ -644,7 +688,27 @@ pub struct PodRx {
     /// What a memif gave, before its checks; and what they refused.
     got: Vec<Mbuf>,
     refused: Vec<Mbuf>,
+    /// A super-packet buffer kept for the next read of an interface with offloads.
+    big_spare: Option<Mbuf>,
+    /// Segments of super-packets cut here that the last receive had no room for.
+    pending: std::collections::VecDeque<Mbuf>,
+    /// Where a super-packet's segments are built.
+    scratch: Vec<u8>,
 }
+
+/// What became of a packet read with a virtio-net header.
+enum Offloaded {
+    /// Forwarded as it is: whole (for a pod with offloads), or with its checksum completed.
+    Kept,
+    /// Cut into segments, queued to be received; the super-packet itself goes.
+    Cut,
+    /// Its header did not agree with it.
+    Bad,
+}
+
+/// Packets shorter than this whose checksum a pod left to us get it completed at once (a
+/// sum over a few bytes) instead of a lookup of their destination.
+const KEEP_PARTIAL_FROM: usize = 512;
 
 impl PodRx {
     pub fn new(set: Arc<PodSet>, pool: Arc<dyn PacketPool<Mbuf>>) -> PodRx {
@@ -660,6 +724,89 @@ impl PodRx {
             spare: None,
             got: Vec::with_capacity(64),
             refused: Vec::new(),
+            big_spare: None,
+            pending: std::collections::VecDeque::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Reads one packet of an interface with offloads into `p` (its buffer `frame` bytes
+    /// long): the virtio-net header at `d[4..14]` (the Ethernet header goes there after), the
+    /// packet from `d[14..]`; a packet longer than `p` holds goes on into a big buffer and
+    /// `p` becomes that buffer (the small one is handed back through `small`). The bytes read
+    /// (header included), 0 when nothing was, or the error.
+    fn read_vnet(&mut self, fd: libc::c_int, p: &mut Mbuf, small: &mut Option<Mbuf>, frame: usize) -> io::Result<usize> {
+        if self.big_spare.is_none() {
+            self.big_spare = self.set.big.get().and_then(|b| b.alloc_len(self.set.port, BIG_FRAME));
+        }
+        let d = p.data_mut();
+        let mut iov = [libc::iovec { iov_base: d[4..].as_mut_ptr().cast(), iov_len: d.len() - 4 }, libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }];
+        let mut n = 1;
+        if let Some(b) = &mut self.big_spare {
+            let bd = b.data_mut();
+            if bd.len() > frame {
+                iov[1] = libc::iovec { iov_base: bd[frame..].as_mut_ptr().cast(), iov_len: bd.len() - frame };
+                n = 2;
+            }
+        }
+        // SAFETY: each iovec is a range of a buffer this reader owns (the packet's, then the
+        // big spare's), lengths within them; the descriptor is open (the tap).
+        let r = unsafe { libc::readv(fd, iov.as_ptr(), n) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
+        }
+        let r = r as usize;
+        if r > frame - 4 {
+            // Longer than the small buffer: its head moves to the big one, which it continues.
+            let mut b = self.big_spare.take().expect("read into two buffers");
+            b.data_mut()[4..frame].copy_from_slice(&p.data()[4..frame]);
+            *small = Some(std::mem::replace(p, b));
+        }
+        Ok(r)
+    }
+
+    /// Deals with what a packet's virtio-net header left to us (`p` framed, its IP packet at
+    /// `[14..]`): kept whole for a pod on this node with offloads (the super-packet or partial
+    /// checksum marked on it), its checksum completed, or cut into segments (queued in
+    /// `pending`) for anywhere else.
+    fn offloaded(&mut self, tap: &PodTun, p: &mut Mbuf, h: &vectorlb_packet::vnet::VnetHdr) -> Offloaded {
+        use vectorlb_packet::vnet;
+        let ip = &mut p.data_mut()[14..];
+        let dst = if ip[0] >> 4 == 6 { ip.get(24..40) } else { ip.get(16..20) };
+        match vnet::keepable(ip, h) {
+            Ok(seg) if (seg > 0 || ip.len() >= KEEP_PARTIAL_FROM) && dst.is_some_and(|d| self.set.offload_peer(d)) => {
+                if seg > 0 {
+                    tap.rx_super.fetch_add(1, Ordering::Relaxed);
+                }
+                p.set_offload(vectorlb_io::Offload { gso_size: seg, partial: true });
+                return Offloaded::Kept;
+            }
+            _ if h.gso_kind() == vnet::gso::NONE => {
+                return if vnet::complete_checksum(ip, h).is_ok() { Offloaded::Kept } else { Offloaded::Bad };
+            }
+            _ => {}
+        }
+        let (set, pool, pending) = (&self.set, &self.pool, &mut self.pending);
+        let mut lost = 0u64;
+        let cut = vnet::segment(ip, h, &mut self.scratch, |s| match pool.alloc_len(set.port, 14 + s.len()) {
+            Some(mut m) => {
+                let d = m.data_mut();
+                d[14..].copy_from_slice(s);
+                eth_header(&set.mac, tap.rec.slot, d);
+                m.set_meta(PacketMeta { port: set.port, ..Default::default() });
+                pending.push_back(m);
+            }
+            None => lost += 1,
+        });
+        set.rx_no_buffer.fetch_add(lost, Ordering::Relaxed);
+        match cut {
+            Ok(s) => {
+                tap.rx_super.fetch_add(1, Ordering::Relaxed);
+                tap.rx.fetch_add(s.count as u64 - lost, Ordering::Relaxed);
+                Offloaded::Cut
+            }
+            Err(_) => Offloaded::Bad,
         }
     }
 
@@ -744,7 +891,13 @@ impl RxQueue<Mbuf> for PodRx {
     }
 
     fn recv(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
-        let mut got = self.recv_memifs(out, max);
+        let mut got = 0;
+        while got < max {
+            let Some(p) = self.pending.pop_front() else { break };
+            out.push(p);
+            got += 1;
+        }
+        got += self.recv_memifs(out, max - got);
         let n = match std::mem::take(&mut self.ready) {
             0 => {
                 // SAFETY: `events` has room for its length in epoll_events; timeout 0 never blocks.
@@ -763,8 +916,8 @@ impl RxQueue<Mbuf> for PodRx {
             self.hot.resize(slots.len(), false);
         }
         let frame = 14 + self.set.mtu as usize;
-        for ev in &self.events[..n] {
-            let slot = ev.u64 as usize;
+        for i in 0..n {
+            let slot = self.events[i].u64 as usize;
             let Some(Some(tap)) = slots.get(slot) else { continue };
             let hot = self.hot[slot];
             let limit = if hot { PER_INTERFACE } else { 1 };
@@ -777,24 +930,73 @@ impl RxQueue<Mbuf> for PodRx {
                         None => return got,
                     },
                 };
-                let d = p.data_mut();
-                // SAFETY: reads at most d.len() - 14 bytes into the packet's own buffer, after
-                // the 14 bytes kept for the Ethernet header; the descriptor is open (tap).
-                let r = unsafe { libc::read(tap.fd.as_raw_fd(), d[14..].as_mut_ptr().cast(), d.len() - 14) };
-                if r <= 0 {
-                    self.spare = Some(p);
-                    break;
-                }
-                let len = r as usize;
+                let (len, hdr) = if tap.vnet {
+                    let mut small = None;
+                    let r = self.read_vnet(tap.fd.as_raw_fd(), &mut p, &mut small, frame);
+                    if let Some(s) = small {
+                        self.spare = Some(s);
+                    }
+                    match r {
+                        Ok(n) if n > vectorlb_packet::vnet::HDR_LEN => match vectorlb_packet::vnet::VnetHdr::parse(&p.data()[4..14]) {
+                            Ok(h) => (n - vectorlb_packet::vnet::HDR_LEN, Some(h)),
+                            Err(_) => (0, None),
+                        },
+                        // Nothing (or a read error: counted as a bad packet below).
+                        Ok(0) => {
+                            self.spare_back(p, frame);
+                            break;
+                        }
+                        r => {
+                            tap.bad_offload.fetch_add(1, Ordering::Relaxed);
+                            self.spare_back(p, frame);
+                            if r.is_err() {
+                                break;
+                            }
+                            taken += 1;
+                            continue;
+                        }
+                    }
+                } else {
+                    let d = p.data_mut();
+                    // SAFETY: reads at most d.len() - 14 bytes into the packet's own buffer,
+                    // after the 14 bytes kept for the Ethernet header; the descriptor is open
+                    // (tap).
+                    let r = unsafe { libc::read(tap.fd.as_raw_fd(), d[14..].as_mut_ptr().cast(), d.len() - 14) };
+                    if r <= 0 {
+                        self.spare = Some(p);
+                        break;
+                    }
+                    (r as usize, None)
+                };
                 taken += 1;
-                if !tap.source_ok(&d[14..14 + len]) {
+                let d = p.data_mut();
+                if len < 20 || !tap.source_ok(&d[14..14 + len]) {
                     tap.spoofed.fetch_add(1, Ordering::Relaxed);
-                    self.spare = Some(p);
+                    self.spare_back(p, frame);
                     continue;
                 }
                 eth_header(&self.set.mac, tap.rec.slot, d);
                 p.set_len(14 + len);
                 p.set_meta(PacketMeta { port: self.set.port, ..Default::default() });
+                if let Some(h) = hdr.filter(|h| h.flags & vectorlb_packet::vnet::NEEDS_CSUM != 0 || h.gso_type != 0) {
+                    match self.offloaded(tap, &mut p, &h) {
+                        Offloaded::Kept => {}
+                        Offloaded::Cut => {
+                            self.spare_back(p, frame);
+                            while got < max {
+                                let Some(s) = self.pending.pop_front() else { break };
+                                out.push(s);
+                                got += 1;
+                            }
+                            continue;
+                        }
+                        Offloaded::Bad => {
+                            tap.bad_offload.fetch_add(1, Ordering::Relaxed);
+                            self.spare_back(p, frame);
+                            continue;
+                        }
+                    }
+                }
                 tap.rx.fetch_add(1, Ordering::Relaxed);
                 out.push(p);
                 got += 1;
@@ -815,6 +1017,19 @@ impl RxQueue<Mbuf> for PodRx {
     }
 }
 
+impl PodRx {
+    /// Keeps a buffer a read did not use for the next: a small one as the spare, a big one as
+    /// the big spare (each at its full length), any other freed.
+    fn spare_back(&mut self, mut p: Mbuf, frame: usize) {
+        p.set_offload(vectorlb_io::Offload::NONE);
+        if p.set_len(BIG_FRAME) && p.data().len() == BIG_FRAME && self.big_spare.is_none() {
+            self.big_spare = Some(p);
+        } else if self.spare.is_none() && p.set_len(frame) {
+            self.spare = Some(p);
+        }
+    }
+}
+
 /// The transmit side of the pods port: each frame goes to the interface its destination MAC
 /// names, without its Ethernet header, or to that pod's memif when its destination port is
 /// one of the memif's.
@@ -824,11 +1039,42 @@ pub struct PodTx {
     done: Vec<Mbuf>,
     /// Frames for memifs this burst, by slot.
     memif: Vec<(Arc<PodTun>, Vec<Mbuf>)>,
+    /// Where a super-packet is cut for an interface without offloads.
+    scratch: Vec<u8>,
 }
 
 impl PodTx {
     pub fn new(set: Arc<PodSet>) -> PodTx {
-        PodTx { set, done: Vec::with_capacity(64), memif: Vec::new() }
+        PodTx { set, done: Vec::with_capacity(64), memif: Vec::new(), scratch: Vec::new() }
+    }
+
+    /// Writes a frame's IP packet to `tap`: after a virtio-net header on an interface with
+    /// offloads (what the packet left to its receiver, its checksum and segmentation, said
+    /// there), completed and cut here on one without. Whether the interface took it.
+    fn write(tap: &PodTun, p: &mut Mbuf, scratch: &mut Vec<u8>) -> bool {
+        use vectorlb_packet::vnet::{self, VnetHdr};
+        let o = p.offload();
+        let fd = tap.fd.as_raw_fd();
+        let d = p.data_mut();
+        if tap.vnet {
+            // The Ethernet header's last ten bytes become the virtio-net header.
+            let h = if o.partial { vnet::offload_hdr(&mut d[14..], o.gso_size).unwrap_or_default() } else { VnetHdr::default() };
+            h.emit(&mut d[4..14]).expect("ten bytes");
+            // SAFETY: writes bytes of the packet's own buffer; the descriptor is open (tap).
+            return unsafe { libc::write(fd, d[4..].as_ptr().cast(), d.len() - 4) } >= 0;
+        }
+        if o.partial {
+            // Kept whole for an interface that has since lost its offloads (a pod attached
+            // again without them): what its kernel would have done, done here.
+            if let Ok(h) = vnet::offload_hdr(&mut d[14..], o.gso_size) {
+                let mut ok = true;
+                // SAFETY: writes bytes of the scratch buffer; the descriptor is open (tap).
+                let cut = vnet::segment(&d[14..], &h, scratch, |s| ok &= unsafe { libc::write(fd, s.as_ptr().cast(), s.len()) } >= 0);
+                return cut.is_ok() && ok;
+            }
+        }
+        // SAFETY: writes bytes of the packet's own buffer; the descriptor is open (tap).
+        unsafe { libc::write(fd, d[14..].as_ptr().cast(), d.len() - 14) >= 0 }
     }
 }
 
@@ -836,7 +1082,7 @@ impl TxQueue<Mbuf> for PodTx {
     fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
         let slots = self.set.slots.load();
         let n = pkts.len();
-        for p in pkts.drain(..) {
+        for mut p in pkts.drain(..) {
             let d = p.data();
             let tap = (d.len() > 14 && d[..2] == MAC_PREFIX).then(|| u32::from_be_bytes([d[2], d[3], d[4], d[5]])).and_then(|s| slots.get(s as usize)?.as_ref());
             let Some(tap) = tap else {
@@ -851,10 +1097,7 @@ impl TxQueue<Mbuf> for PodTx {
                 }
                 continue;
             }
-            // SAFETY: writes d.len() - 14 bytes from the packet's own buffer; the descriptor
-            // is open (tap).
-            let r = unsafe { libc::write(tap.fd.as_raw_fd(), d[14..].as_ptr().cast(), d.len() - 14) };
-            if r < 0 {
+            if !Self::write(tap, &mut p, &mut self.scratch) {
                 tap.tx_dropped.fetch_add(1, Ordering::Relaxed);
             } else {
                 tap.tx.fetch_add(1, Ordering::Relaxed);
@@ -899,6 +1142,7 @@ mod tests {
             node_port_range: "30000-32767".into(),
             egress_addresses: Vec::new(),
             cluster_cidrs: Vec::new(),
+            offloads: false,
         }
     }
 
@@ -1044,7 +1288,7 @@ mod tests {
     #[test]
     fn a_pod_sends_from_its_own_addresses_and_link_local_only_on_its_link() {
         let fd: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
-        let tap = PodTun::new(PodRecord { ips: vec!["10.244.1.5".parse().unwrap(), "fd00:244:1::5".parse().unwrap()], ..rec("p", "/x", "10.244.1.5", 1) }, fd, false, None);
+        let tap = PodTun::new(PodRecord { ips: vec!["10.244.1.5".parse().unwrap(), "fd00:244:1::5".parse().unwrap()], ..rec("p", "/x", "10.244.1.5", 1) }, fd, false, false, None);
         let v4 = |src: &str| {
             let mut p = vec![0u8; 20];
             p[0] = 0x45;

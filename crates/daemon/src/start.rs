@@ -289,6 +289,13 @@ fn open_ports(
             // that runs their handshakes ends when the set goes.
             let io = crate::pod_memif::MemifIo { pool: pool.clone(), copier: Arc::new(std::sync::Mutex::new(vectorlb_io::Copier::cpu())) };
             set.enable_memif(io).map_err(|source| DaemonError::Spawn { what: "the pods' memif thread".into(), source })?;
+            if set.spec.offloads {
+                // Buffers for the pods' super-packets; without them, plain interfaces.
+                match Mempool::new(eal, &format!("vectorlb-pods{i}"), crate::pods::BIG_BUFFERS, 16, u16::MAX) {
+                    Ok(big) => set.enable_offloads(Arc::new(big)),
+                    Err(e) => tracing::warn!("ports[{i}] ({name}): no buffers for super-packets ({e}): the pods' interfaces get no offloads"),
+                }
+            }
             set.attach_host().map_err(|e| DaemonError::Pods(e.to_string()))?;
             set.refresh_host_addrs(crate::instance::host_addresses());
             let (ok, gone) = set.restore();

@@ -15,6 +15,14 @@ const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
 const IFF_TUN: libc::c_short = 0x0001;
 const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+const TUNGETFEATURES: libc::c_ulong = 0x8004_54cf;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+/// TUNSETOFFLOAD's flags (linux/if_tun.h): what the interface lets its kernel leave to us.
+const TUN_F_CSUM: libc::c_ulong = 0x01;
+const TUN_F_TSO4: libc::c_ulong = 0x02;
+const TUN_F_TSO6: libc::c_ulong = 0x04;
 
 /// `statfs`'s type of the namespace file system (linux/magic.h).
 const NSFS_MAGIC: i64 = 0x6e73_6673;
@@ -124,20 +132,46 @@ fn check(r: libc::c_int, what: &str) -> io::Result<()> {
 }
 
 /// Opens (creating it if needed) the persistent tun interface `name` in the calling thread's
-/// network namespace: IP packets without a header, non-blocking.
-pub fn open(name: &str) -> io::Result<OwnedFd> {
+/// network namespace, non-blocking: IP packets without a header, or, with `offloads` where
+/// the kernel has them, each after a virtio-net header (`IFF_VNET_HDR`), the interface
+/// offering its kernel checksum offload and TCP segmentation for both families (its TCP then
+/// hands over up to 64 KB at once, with the checksum left to us). Whether it has offloads is
+/// returned; an interface taken back from an earlier run gets this run's choice.
+pub fn open(name: &str, offloads: bool) -> io::Result<(OwnedFd, bool)> {
     let n = name_bytes(name)?;
     // SAFETY: a NUL-terminated path; the returned descriptor is checked and then owned.
     let fd = unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) };
     check(fd, "open /dev/net/tun")?;
     // SAFETY: `fd` was just opened and is owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut req = IfReqFlags { name: n, flags: IFF_TUN | IFF_NO_PI, _pad: [0; 22] };
+    let mut features: libc::c_uint = 0;
+    // SAFETY: TUNGETFEATURES writes an unsigned int.
+    let vnet = offloads && unsafe { libc::ioctl(fd.as_raw_fd(), TUNGETFEATURES, &mut features) } == 0 && features & IFF_VNET_HDR as libc::c_uint != 0;
+    let flags = IFF_TUN | IFF_NO_PI | if vnet { IFF_VNET_HDR } else { 0 };
+    let mut req = IfReqFlags { name: n, flags, _pad: [0; 22] };
     // SAFETY: TUNSETIFF reads and writes a struct ifreq, which IfReqFlags lays out (40 bytes).
     check(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) }, "TUNSETIFF")?;
     // SAFETY: TUNSETPERSIST takes its argument by value.
     check(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETPERSIST, 1 as libc::c_ulong) }, "TUNSETPERSIST")?;
-    Ok(fd)
+    let vnet = vnet && {
+        let size: libc::c_int = vectorlb_packet::vnet::HDR_LEN as libc::c_int;
+        // SAFETY: TUNSETVNETHDRSZ reads an int; TUNSETOFFLOAD takes its flags by value.
+        unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &size) == 0 && libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6) == 0 }
+    };
+    if !vnet {
+        // No offloads: none may stay on from an earlier run (the kernel would hand over
+        // packets longer than the MTU, with no header to say so).
+        // SAFETY: TUNSETOFFLOAD takes its flags by value.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, 0 as libc::c_ulong) } != 0 && offloads {
+            tracing::debug!("{name}: TUNSETOFFLOAD 0: {}", io::Error::last_os_error());
+        }
+        if flags & IFF_VNET_HDR != 0 {
+            // Asked for and refused: open it again without the header.
+            drop(fd);
+            return open(name, false);
+        }
+    }
+    Ok((fd, vnet))
 }
 
 /// Makes the interface behind `fd` go away when its last descriptor closes.

@@ -44,6 +44,9 @@ _Static_assert(offsetof(struct rte_mbuf, ol_flags) == 24, "ol_flags");
 _Static_assert(offsetof(struct rte_mbuf, pkt_len) == 36, "pkt_len");
 _Static_assert(offsetof(struct rte_mbuf, data_len) == 40, "data_len");
 _Static_assert(offsetof(struct rte_mbuf, buf_len) == 54, "buf_len");
+/* tx_offload holds a pod frame's offload (mbuf.rs); rte_pktmbuf_reset clears it. */
+_Static_assert(offsetof(struct rte_mbuf, tx_offload) == 72, "tx_offload");
+_Static_assert(sizeof(((struct rte_mbuf *)0)->tx_offload) == 8, "tx_offload size");
 /* The receive hash (RSS) at 44; the 4 bytes after it (hash.fdir.hi, hash.sched's class and
  * colour) hold vectorlb's receive queue (u16 at 48) and class (u8 at 50). */
 _Static_assert(offsetof(struct rte_mbuf, hash) == 44, "hash");

@@ -5,7 +5,7 @@
 
 use crate::ffi;
 use std::ptr::NonNull;
-use vectorlb_io::{Packet, PacketBuf, PacketMeta};
+use vectorlb_io::{Offload, Packet, PacketBuf, PacketMeta};
 
 const OFF_DATA_OFF: usize = 16;
 const OFF_NB_SEGS: usize = 20;
@@ -18,6 +18,10 @@ const OFF_HASH: usize = 44;
 const OFF_QUEUE: usize = 48;
 const OFF_CLASS: usize = 50;
 const OFF_BUF_LEN: usize = 54;
+/// `tx_offload`, which holds a frame's [`Offload`] (segment size in the low 16 bits, the
+/// partial checksum in bit 16): DPDK reads it only for offloads requested in `ol_flags`, which
+/// vectorlb never sets. Cleared when an mbuf is allocated (DPDK's reset) and on every receive.
+const OFF_TX_OFFLOAD: usize = 72;
 
 /// An owned mbuf. Dropping it frees it (the whole chain) back to its pool.
 ///
@@ -95,6 +99,9 @@ impl Mbuf {
     #[inline(always)]
     pub(crate) fn stamp_queue(&mut self, queue: u16) {
         self.set(OFF_QUEUE, queue as u32);
+        // A driver that refills its ring without DPDK's reset may hand back an mbuf with an
+        // earlier frame's offload.
+        self.set(OFF_TX_OFFLOAD, 0u64);
     }
 
     /// Replaces the contents with `frame` from the default headroom. False if it does not fit.
@@ -155,6 +162,17 @@ impl PacketBuf for Mbuf {
     #[inline(always)]
     fn prefetch(&self) {
         vectorlb_io::prefetch(self.base().wrapping_add(self.headroom()));
+    }
+
+    #[inline(always)]
+    fn offload(&self) -> Offload {
+        let v: u64 = self.field(OFF_TX_OFFLOAD);
+        Offload { gso_size: v as u16, partial: v & 1 << 16 != 0 }
+    }
+
+    #[inline(always)]
+    fn set_offload(&mut self, o: Offload) {
+        self.set(OFF_TX_OFFLOAD, o.gso_size as u64 | (o.partial as u64) << 16);
     }
 }
 

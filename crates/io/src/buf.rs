@@ -20,6 +20,31 @@ pub trait PacketBuf {
     /// Hints that the frame's first cache line will be read soon.
     #[inline(always)]
     fn prefetch(&self) {}
+    /// What the frame's IP packet leaves to its receiver ([`Offload`]): nothing unless a
+    /// port that reads super-packets (the pods port) said so.
+    #[inline(always)]
+    fn offload(&self) -> Offload {
+        Offload::NONE
+    }
+    /// Records what the frame leaves to its receiver; buffers that cannot carry it ignore it
+    /// (their ports never read super-packets).
+    #[inline(always)]
+    fn set_offload(&mut self, _o: Offload) {}
+}
+
+/// What a frame read from an interface with offloads (a pod's tun with a virtio-net header)
+/// leaves to whoever receives it: its TCP or UDP checksum (`partial`: the field is to be
+/// completed, or recomputed, before it leaves for a port without offloads), and, when
+/// `gso_size` is not 0, its segmentation into packets of at most that many payload bytes (a
+/// super-packet, longer than the MTU).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offload {
+    pub gso_size: u16,
+    pub partial: bool,
+}
+
+impl Offload {
+    pub const NONE: Offload = Offload { gso_size: 0, partial: false };
 }
 
 /// A heap-allocated buffer.
@@ -29,11 +54,12 @@ pub struct HeapBuf {
     headroom: usize,
     start: usize,
     len: usize,
+    offload: Offload,
 }
 
 impl HeapBuf {
     pub fn new(headroom: usize, room: usize) -> Self {
-        HeapBuf { mem: vec![0u8; headroom + room].into_boxed_slice(), headroom, start: headroom, len: 0 }
+        HeapBuf { mem: vec![0u8; headroom + room].into_boxed_slice(), headroom, start: headroom, len: 0, offload: Offload::NONE }
     }
 
     /// A buffer holding `frame`, with the default headroom and at least the default room.
@@ -98,6 +124,14 @@ impl PacketBuf for HeapBuf {
     #[inline(always)]
     fn prefetch(&self) {
         crate::prefetch(self.mem.as_ptr().wrapping_add(self.start));
+    }
+
+    fn offload(&self) -> Offload {
+        self.offload
+    }
+
+    fn set_offload(&mut self, o: Offload) {
+        self.offload = o;
     }
 }
 

@@ -18,7 +18,7 @@ pub mod buf;
 pub mod copy;
 pub mod mem;
 
-pub use buf::{HeapBuf, PacketBuf, DEFAULT_HEADROOM, DEFAULT_ROOM};
+pub use buf::{HeapBuf, Offload, PacketBuf, DEFAULT_HEADROOM, DEFAULT_ROOM};
 pub use copy::{Copier, CopyEngine, CopyOp, CpuEngine};
 
 /// What a packet knows about where it came from.

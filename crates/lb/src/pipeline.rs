@@ -312,10 +312,10 @@ impl Worker {
             Ok(i) => i,
             Err(e) => return Verdict::Drop(e.into()),
         };
-        if self.pol.active {
-            if let Err(r) = crate::policy::check_parsed(&self.pol, &self.control.policy_flows, Some(&mut self.pol_cache), b.data(), &info, now) {
-                return Verdict::Drop(r);
-            }
+        // Every routed flow is remembered, policy or not (a policy that later selects an end
+        // must not cut it): the worker's cache makes that a hash and a compare a packet.
+        if let Err(r) = crate::policy::check_parsed(&self.pol, &self.control.policy_flows, Some(&mut self.pol_cache), b.data(), &info, now) {
+            return Verdict::Drop(r);
         }
         let snap = self.snap.clone();
         match crate::route::route_parsed(&snap, b, &info) {

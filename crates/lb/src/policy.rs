@@ -14,12 +14,12 @@
 //!   isolated; then BaselineAdminNetworkPolicy) are folded into the table when it is built, so
 //!   a decision costs at most four hash probes and a binary search over the port spans of one
 //!   key, whatever the number of policies.
-//! - **Flows**: an allowed flow of an enforced endpoint is remembered ([`Flows`], shared by the
-//!   workers: the two directions of a flow between nodes arrive on different cores), so its
-//!   later packets and its replies are one lookup; a service's flow is decided when its session
-//!   is created and the session is the memory. A flow allowed at its start is not cut when a
-//!   policy changes, except a routed flow neither end of which was enforced when it started
-//!   (nothing was decided, nothing is remembered: docs/network-policy.md).
+//! - **Flows**: a routed flow is remembered ([`Flows`], shared by the workers: the two
+//!   directions of a flow between nodes arrive on different cores), allowed by policy or open
+//!   (neither end under policy), so its later packets and its replies are one lookup; a
+//!   service's flow is decided when its session is created and the session is the memory. A
+//!   flow allowed at its start is not cut when a policy changes (docs/network-policy.md says
+//!   where the bounded table makes an exception).
 
 use crate::addr::{key, key4, key6};
 use crate::hash::FxHashMap;
@@ -849,6 +849,23 @@ impl Flows {
         true
     }
 
+    /// Remembers a flow no policy decided (neither end under policy when it started), so a
+    /// policy that later selects an end does not cut it; best effort: it takes at most three
+    /// quarters of a shard, the rest is kept for flows policy allowed. False when not kept.
+    pub fn remember(&self, k: FlowKey, now: u32) -> bool {
+        let limit = self.per_shard - self.per_shard / 4;
+        let h = self.hashed(&k);
+        let mut s = self.shard(&h);
+        if s.len() >= limit && !s.contains_key(&h) {
+            s.retain(|_, exp| (exp.wrapping_sub(now) as i32) > 0);
+            if s.len() >= limit {
+                return false;
+            }
+        }
+        s.insert(h, now.wrapping_add(idle(k.proto)));
+        true
+    }
+
     /// Flows remembered (expired ones not yet removed included).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len()).sum()
@@ -870,10 +887,10 @@ impl Flows {
 /// A worker's memory of the flows it forwarded lately, in front of the policy set and the
 /// shared [`Flows`]: a direct-mapped array by a keyed hash of the packet's own (directional)
 /// addresses, ports and protocol, asked first. A hit costs one hash and one slot's compare:
-/// no endpoint lookups, no lock. It holds flows neither end of which is under policy (valid
-/// while the policy set's generation is the one they were decided under) and flows allowed
-/// and remembered in the shared table (whose entry a pass through it at least every
-/// [`CACHE_REFRESH_MS`] keeps alive: idle timeouts are a minute and more). A new policy set
+/// no endpoint lookups, no lock. It holds flows remembered in the shared table, allowed or
+/// open (whose entry a pass through it at least every [`CACHE_REFRESH_MS`] keeps alive: idle
+/// timeouts are a minute and more), and open flows the shared table had no room for (valid
+/// while the policy set's generation is the one they were decided under). A new policy set
 /// or `Flows::clear` (its epoch) empties it. Denied flows are never cached: each of their
 /// packets is decided and counted.
 pub struct FlowCache {
@@ -893,8 +910,9 @@ struct CacheSlot {
     /// Source port above, destination port below.
     ports: u32,
     proto: u8,
-    /// Whether the flow is under policy (remembered in the shared table, refreshed through it).
-    enforced: bool,
+    /// Whether the flow is remembered in the shared table (refreshed through it; the others,
+    /// open flows the full table did not take, are valid for their policy set only).
+    shared: bool,
     stamp: u32,
     at: u32,
 }
@@ -935,12 +953,7 @@ impl FlowCache {
         let stamp = self.stamp;
         let i = h as usize & (CACHE_SLOTS - 1);
         let slot = &self.slots[i];
-        if slot.stamp == stamp
-            && slot.src == src
-            && slot.dst == dst
-            && slot.ports == ports
-            && slot.proto == proto
-            && (!slot.enforced || now.wrapping_sub(slot.at) < CACHE_REFRESH_MS)
+        if slot.stamp == stamp && slot.src == src && slot.dst == dst && slot.ports == ports && slot.proto == proto && (!slot.shared || now.wrapping_sub(slot.at) < CACHE_REFRESH_MS)
         {
             return Ok(());
         }
@@ -951,12 +964,14 @@ impl FlowCache {
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn miss(&mut self, i: usize, set: &PolicySet, flows: &Flows, proto: u8, src: u128, sport: u16, dst: u128, dport: u16, now: u32) -> Result<(), DropReason> {
-        let enforced = set.enforces(src, dst);
-        if enforced {
+        let shared = if set.enforces(src, dst) {
             check_flow(set, flows, proto, src, sport, dst, dport, now)?;
-        }
+            true
+        } else {
+            flows.remember(FlowKey::new(proto, src, sport, dst, dport), now)
+        };
         let ports = (sport as u32) << 16 | dport as u32;
-        self.slots[i] = CacheSlot { src, dst, ports, proto, enforced, stamp: self.stamp, at: now };
+        self.slots[i] = CacheSlot { src, dst, ports, proto, shared, stamp: self.stamp, at: now };
         Ok(())
     }
 
@@ -1055,8 +1070,9 @@ fn addrs(d: &[u8], v6: bool, l3: usize) -> Option<(u128, u128)> {
 }
 
 /// Decides a routed frame for the policies of `set`, remembering allowed flows in `flows`:
-/// Ok to forward it, or why it is dropped. A frame of a flow neither end of which is under
-/// policy costs two lookups; one of a remembered flow, one more. An ICMP error passes when it
+/// Ok to forward it, or why it is dropped. A flow neither end of which is under policy is
+/// remembered as open (best effort), so a policy that later selects an end does not cut it;
+/// one under policy is decided unless remembered. An ICMP error passes when it
 /// quotes a remembered flow (its reply direction), otherwise it is decided as ICMP.
 pub fn check_frame(set: &PolicySet, flows: &Flows, d: &[u8], now: u32) -> Result<(), DropReason> {
     let info = parse_frame(d).map_err(DropReason::from)?;
@@ -1086,6 +1102,9 @@ pub fn check_parsed(set: &PolicySet, flows: &Flows, mut cache: Option<&mut FlowC
         return c.check(set, flows, f.proto, f.src, f.sport, f.dst, f.dport, now);
     }
     if !set.enforces(f.src, f.dst) {
+        if inner.is_none() {
+            flows.remember(FlowKey::new(f.proto, f.src, f.sport, f.dst, f.dport), now);
+        }
         return Ok(());
     }
     if let Some(i) = inner {
@@ -1403,16 +1422,40 @@ mod tests {
         assert_eq!(cache.check(&allow_a, &flows, proto::UDP, a, 1000, b, 53, t), Ok(()));
         flows.clear();
         assert_eq!(cache.check(&allow_d, &flows, proto::UDP, a, 1000, b, 53, t + 1), Err(DropReason::PolicyDenied));
-        // A flow neither end of which is under policy is cached as open while the policy set
-        // is the one that left it open, and decided again under a new one.
+        // A flow neither end of which is under policy is remembered as open: a policy that
+        // then isolates one of its ends does not cut it (either direction); a new flow is
+        // decided by that policy.
         let (e, g) = (key(ip("10.0.0.5")), key(ip("10.0.0.6")));
+        let before = flows.len();
         assert_eq!(cache.check(&allow_d, &flows, proto::TCP, e, 40000, g, 80, t + 2), Ok(()));
         assert_eq!(cache.check(&allow_d, &flows, proto::TCP, e, 40000, g, 80, t + 3), Ok(()));
-        assert_eq!(flows.len(), 0, "open flows are not remembered in the shared table");
+        assert_eq!(flows.len(), before + 1, "an open flow is remembered in the shared table");
         let mut isolate_g = b_from(1);
         isolate_g.endpoints[0].addrs = vec![ip("10.0.0.6")];
         let isolate_g = PolicySet::build(&isolate_g, &c, 3).unwrap();
-        assert_eq!(cache.check(&isolate_g, &flows, proto::TCP, e, 40000, g, 80, t + 4), Err(DropReason::PolicyDenied));
+        assert_eq!(cache.check(&isolate_g, &flows, proto::TCP, e, 40000, g, 80, t + 4), Ok(()));
+        assert_eq!(cache.check(&isolate_g, &flows, proto::TCP, g, 80, e, 40000, t + 4), Ok(()));
+        assert_eq!(cache.check(&isolate_g, &flows, proto::TCP, e, 40001, g, 80, t + 5), Err(DropReason::PolicyDenied));
+        // Without a cache (check_frame's path) the same.
+        assert_eq!(check_flow(&isolate_g, &flows, proto::TCP, e, 40000, g, 80, t + 6), Ok(()));
+    }
+
+    #[test]
+    fn open_flows_take_at_most_three_quarters_of_the_shared_table() {
+        let flows = Flows::new(16 * SHARDS);
+        let mut kept = 0;
+        for i in 0..64 * SHARDS as u32 {
+            kept += flows.remember(FlowKey::new(proto::UDP, 1 << 90 | i as u128, 1, 1 << 100, 2), 5) as usize;
+        }
+        assert!(kept <= 12 * SHARDS && kept > 8 * SHARDS, "kept {kept}");
+        // Room is left for flows policy allows.
+        let mut allowed = 0;
+        for i in 0..64 * SHARDS as u32 {
+            allowed += flows.insert(FlowKey::new(proto::TCP, 1 << 91 | i as u128, 1, 1 << 100, 2), 5) as usize;
+        }
+        assert!(allowed >= 4 * SHARDS, "allowed {allowed}");
+        // Expired open flows make room again.
+        assert!(flows.remember(FlowKey::new(proto::UDP, 1 << 92, 1, 1 << 100, 2), 5 + UDP_IDLE_MS + 1) || flows.len() == 16 * SHARDS);
     }
 
     #[test]

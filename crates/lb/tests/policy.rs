@@ -62,6 +62,10 @@ fn routed_flows_are_decided_once_and_their_replies_pass() {
     // Without policies everything is routed.
     assert_eq!(route(&mut lb, &frame(Builder::tcp(&format!("{C}:1000"), &format!("{B}:8080"), SYN))), Verdict::Tx(1));
     lb.control.apply_policy(&b_from_a()).unwrap();
+    // c's flow to b started before any policy: remembered as open, it is not cut (nor its
+    // reply); a new one from c is decided by b's ingress.
+    assert_eq!(route(&mut lb, &frame(Builder::tcp(&format!("{C}:1000"), &format!("{B}:8080"), ACK))), Verdict::Tx(1));
+    assert_eq!(route(&mut lb, &frame(Builder::tcp(&format!("{B}:8080"), &format!("{C}:1000"), ACK))), Verdict::Tx(1));
     assert_eq!(route(&mut lb, &frame(Builder::tcp(&format!("{C}:1001"), &format!("{B}:8080"), SYN))), Verdict::Drop(DropReason::PolicyDenied));
     assert_eq!(route(&mut lb, &frame(Builder::tcp(&format!("{A}:1001"), &format!("{B}:8081"), SYN))), Verdict::Drop(DropReason::PolicyDenied), "a port no rule names");
     assert_eq!(route(&mut lb, &frame(Builder::udp(&format!("{A}:1001"), &format!("{B}:8080")))), Verdict::Drop(DropReason::PolicyDenied), "UDP where TCP is allowed");
@@ -73,10 +77,11 @@ fn routed_flows_are_decided_once_and_their_replies_pass() {
     assert_eq!(route(&mut lb, &frame(Builder::tcp(&format!("{B}:2000"), &format!("{C}:22"), SYN))), Verdict::Tx(1));
     assert_eq!(route(&mut lb, &frame(Builder::tcp(&format!("{C}:22"), &format!("{B}:2000"), SYN | ACK))), Verdict::Tx(1));
     assert_eq!(route(&mut lb, &frame(Builder::tcp(&format!("{C}:22"), &format!("{B}:2001"), SYN | ACK))), Verdict::Drop(DropReason::PolicyDenied), "not a reply of any flow");
-    // Flows between endpoints no policy selects are not remembered.
+    // Flows between endpoints no policy selects are remembered too (as open), once.
     let before = lb.control.policy_flows.len();
     assert_eq!(route(&mut lb, &frame(Builder::tcp(&format!("{A}:3000"), &format!("{C}:80"), SYN))), Verdict::Tx(1));
-    assert_eq!(lb.control.policy_flows.len(), before);
+    assert_eq!(route(&mut lb, &frame(Builder::tcp(&format!("{C}:80"), &format!("{A}:3000"), SYN | ACK))), Verdict::Tx(1));
+    assert_eq!(lb.control.policy_flows.len(), before + 1);
     let d = lb.control.policy_counters.snapshot();
     assert_eq!(d.policies, vec![("NetworkPolicy/ns/b-from-a".to_string(), 4)]);
     assert!(d.endpoints.contains(&("ns/b".to_string(), 4, 0)), "{d:?}");

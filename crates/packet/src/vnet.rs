@@ -150,6 +150,73 @@ pub fn complete_checksum(ip: &mut [u8], h: &VnetHdr) -> Result<()> {
     Ok(())
 }
 
+/// Whether a packet read with header `h` can cross the data plane whole, to be written to
+/// another interface with offloads (a TCP or UDP packet, not a fragment, whose segmentation
+/// agrees with its family and protocol): the segment size to carry with it (0 for a packet
+/// that is not a super-packet). Its checksum offsets are not trusted: [`offload_hdr`]
+/// measures them again when the packet is written.
+pub fn keepable(ip: &[u8], h: &VnetHdr) -> Result<u16> {
+    let u = upper(ip)?;
+    let tcp = match u.proto {
+        proto::TCP => true,
+        proto::UDP => false,
+        _ => return Err(Error::Malformed),
+    };
+    let l4len = l4_len(ip, &u, tcp)?;
+    match (h.gso_kind(), u.v6, tcp) {
+        (gso::NONE, ..) => Ok(0),
+        (gso::TCPV4, false, true) | (gso::TCPV6, true, true) | (gso::UDP_L4, _, false) if h.gso_size >= MIN_GSO_SIZE => {
+            // Only what is longer than one segment is a super-packet.
+            Ok(if u.end - u.l4 - l4len > h.gso_size as usize { h.gso_size } else { 0 })
+        }
+        _ => Err(Error::Malformed),
+    }
+}
+
+/// The upper-layer header's length (TCP's from its data offset).
+fn l4_len(ip: &[u8], u: &Upper, tcp: bool) -> Result<usize> {
+    let n = if tcp {
+        let b = ip.get(u.l4 + 12).ok_or(Error::Truncated)?;
+        let n = (b >> 4) as usize * 4;
+        if n < 20 {
+            return Err(Error::Malformed);
+        }
+        n
+    } else {
+        8
+    };
+    if u.l4 + n > u.end {
+        return Err(Error::Truncated);
+    }
+    Ok(n)
+}
+
+/// The header to write before a TCP or UDP packet kept whole ([`keepable`]) to a tun
+/// interface with offloads: its checksum left to the receiver (`NEEDS_CSUM`, the field given
+/// the pseudo-header sum of the packet as it is now: its addresses or ports may have been
+/// translated since it was read) and, when it is longer than one `gso_size` segment, its
+/// segmentation. Anything else (a packet no longer TCP or UDP) is an error: write it plain.
+pub fn offload_hdr(ip: &mut [u8], gso_size: u16) -> Result<VnetHdr> {
+    let u = upper(ip)?;
+    let (tcp, at) = match u.proto {
+        proto::TCP => (true, 16),
+        proto::UDP => (false, 6),
+        _ => return Err(Error::Malformed),
+    };
+    let l4len = l4_len(ip, &u, tcp)?;
+    let seed = fold(pseudo(ip, &u, u.end - u.l4));
+    ip[u.l4 + at..u.l4 + at + 2].copy_from_slice(&seed.to_be_bytes());
+    let big = gso_size >= MIN_GSO_SIZE && u.end - u.l4 - l4len > gso_size as usize;
+    let gso_type = match (big, tcp, u.v6) {
+        (false, ..) => gso::NONE,
+        (true, true, false) => gso::TCPV4,
+        (true, true, true) => gso::TCPV6,
+        (true, false, _) => gso::UDP_L4,
+    };
+    let gso_size = if big { gso_size } else { 0 };
+    Ok(VnetHdr { flags: NEEDS_CSUM, gso_type, hdr_len: (u.l4 + l4len) as u16, gso_size, csum_start: u.l4 as u16, csum_offset: at as u16 })
+}
+
 /// How many packets [`segment`] makes of a super-packet, and how long the longest is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Segments {
@@ -184,20 +251,7 @@ pub fn segment(ip: &[u8], h: &VnetHdr, scratch: &mut Vec<u8>, mut out: impl FnMu
     if h.gso_size < MIN_GSO_SIZE {
         return Err(Error::Malformed);
     }
-    let l4len = if tcp {
-        let b = ip.get(u.l4 + 12).ok_or(Error::Truncated)?;
-        let n = (b >> 4) as usize * 4;
-        if n < 20 {
-            return Err(Error::Malformed);
-        }
-        n
-    } else {
-        8
-    };
-    let hdr = u.l4 + l4len;
-    if hdr > u.end {
-        return Err(Error::Truncated);
-    }
+    let hdr = u.l4 + l4_len(ip, &u, tcp)?;
     let payload = &ip[hdr..u.end];
     let chunks = payload.len().div_ceil(mss).max(1);
     let seq = if tcp { be32(ip, u.l4 + 4) } else { 0 };
@@ -430,6 +484,60 @@ mod tests {
         let mut got = Vec::new();
         assert_eq!(segment(&ip, &h, &mut Vec::new(), |s| got = s.to_vec()), Ok(Segments { count: 1, largest: ip.len() }));
         assert!(verifies(&got));
+    }
+
+    #[test]
+    fn a_kept_packet_translated_on_its_way_is_completed_right_by_the_receiver() {
+        // A super-packet kept whole, its destination rewritten (a Service's translation), then
+        // written with offload_hdr: what the receiving kernel would do (segment, or complete
+        // the checksum) gives packets that verify, for both families, TCP and UDP.
+        for v6 in [false, true] {
+            for tcp in [true, false] {
+                let (mut ip, h) = if tcp { tcp_super(v6, false, &payload(2500), 0x18) } else { udp_super(v6, &payload(2500)) };
+                let keep = keepable(&ip, &h).unwrap();
+                assert_eq!(keep, h.gso_size);
+                let dst = if v6 { 24..40 } else { 16..20 };
+                ip[dst.start] ^= 0x5a;
+                if !v6 {
+                    Ipv4Packet::new_unchecked(&mut ip[..]).fill_checksum();
+                }
+                let out = offload_hdr(&mut ip, keep).unwrap();
+                assert_eq!((out.flags, out.gso_size), (NEEDS_CSUM, h.gso_size));
+                assert_eq!(out.gso_type, h.gso_type, "v6 {v6} tcp {tcp}");
+                assert_eq!((out.csum_start, out.csum_offset), (h.csum_start, h.csum_offset));
+                let mut n = 0;
+                segment(&ip, &out, &mut Vec::new(), |s| {
+                    assert!(verifies(s));
+                    n += 1;
+                })
+                .unwrap();
+                assert_eq!(n, 3);
+                // One segment's worth or less: a plain packet with its checksum left to the
+                // receiver.
+                let (mut small, h) = if tcp { tcp_super(v6, false, &payload(900), 0x18) } else { udp_super(v6, &payload(900)) };
+                assert_eq!(keepable(&small, &h), Ok(0));
+                let out = offload_hdr(&mut small, 0).unwrap();
+                assert_eq!((out.gso_type, out.gso_size), (gso::NONE, 0));
+                complete_checksum(&mut small, &out).unwrap();
+                assert!(verifies(&small));
+            }
+        }
+        // Not TCP or UDP, a type that disagrees, a fragment: not kept.
+        let (ip, h) = tcp_super(false, false, &payload(2500), 0x18);
+        assert_eq!(keepable(&ip, &VnetHdr { gso_type: gso::TCPV6, ..h }), Err(Error::Malformed));
+        assert_eq!(keepable(&ip, &VnetHdr { gso_size: 10, ..h }), Err(Error::Malformed));
+        assert_eq!(keepable(&ip, &VnetHdr { gso_type: gso::UDP, ..h }), Err(Error::Malformed));
+        let mut icmp = ip.clone();
+        icmp[9] = proto::ICMP;
+        assert_eq!(keepable(&icmp, &VnetHdr { gso_type: gso::NONE, ..h }), Err(Error::Malformed));
+        assert_eq!(offload_hdr(&mut icmp, 1000), Err(Error::Malformed));
+        let mut frag = ip.clone();
+        frag[6] = 0x20;
+        assert_eq!(keepable(&frag, &h), Err(Error::Malformed));
+        for n in 0..ip.len().min(200) {
+            let _ = keepable(&ip[..n], &h);
+            let _ = offload_hdr(&mut ip[..n].to_vec(), 1000);
+        }
     }
 
     #[test]

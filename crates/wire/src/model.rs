@@ -1216,6 +1216,16 @@ pub struct PodStatus {
     /// Packets for the pod its interface did not take (its queue was full), or for its memif
     /// while no application was connected, dropped.
     pub tx_dropped: u64,
+    /// Whether its interface has offloads (a virtio-net header: checksums left to the data
+    /// plane, TCP handed over up to 64 KB at once; docs/pod-network.md).
+    #[serde(default)]
+    pub offloads: bool,
+    /// Super-packets read from it (TCP segmentation offload), and packets whose offload
+    /// header did not agree with the packet (dropped).
+    #[serde(default)]
+    pub rx_super: u64,
+    #[serde(default)]
+    pub rx_bad_offload: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memif: Option<PodMemif>,
     /// Its host ports.
