@@ -1574,12 +1574,11 @@ impl Worker {
         if h.ip_len() > hop.mtu as usize {
             return self.icmp.too_big::<A, B>(&mut self.flows, snap, b, m, hop.mtu as usize, now);
         }
-        // A pod under policy leaving the cluster: its session is its source port's, whatever
-        // the destination, so each flow is decided and remembered here.
-        if self.pol.active && self.pol.enforces(src.key(), dst.key()) {
-            if let Err(e) = crate::policy::check_flow(&self.pol, &self.control.policy_flows, m.proto, src.key(), m.sport, dst.key(), m.dport, now) {
-                return Verdict::Drop(e);
-            }
+        // A pod leaving the cluster: its session is its source port's, whatever the
+        // destination, so each flow is decided (under policy) and remembered here (open ones
+        // too: a policy that later selects the pod does not cut them), through the cache.
+        if let Err(e) = self.pol_cache.check(&self.pol, &self.control.policy_flows, m.proto, src.key(), m.sport, dst.key(), m.dport, now) {
+            return Verdict::Drop(e);
         }
         let r = match self.lookup_fwd::<A>(m, rule.id, &src, m.sport, now) {
             // A mark of a UDP flow from the outside: the inside's reply keeps its address.

@@ -836,24 +836,18 @@ impl Flows {
 
     /// Remembers an allowed flow; false when its shard is full of live flows.
     pub fn insert(&self, k: FlowKey, now: u32) -> bool {
-        let per_shard = self.per_shard;
-        let h = self.hashed(&k);
-        let mut s = self.shard(&h);
-        if s.len() >= per_shard && !s.contains_key(&h) {
-            s.retain(|_, exp| (exp.wrapping_sub(now) as i32) > 0);
-            if s.len() >= per_shard {
-                return false;
-            }
-        }
-        s.insert(h, now.wrapping_add(idle(k.proto)));
-        true
+        self.insert_below(k, now, self.per_shard)
     }
 
     /// Remembers a flow no policy decided (neither end under policy when it started), so a
     /// policy that later selects an end does not cut it; best effort: it takes at most three
     /// quarters of a shard, the rest is kept for flows policy allowed. False when not kept.
     pub fn remember(&self, k: FlowKey, now: u32) -> bool {
-        let limit = self.per_shard - self.per_shard / 4;
+        self.insert_below(k, now, self.per_shard - self.per_shard / 4)
+    }
+
+    /// Inserts (or refreshes) a flow unless its shard holds `limit` live flows.
+    fn insert_below(&self, k: FlowKey, now: u32, limit: usize) -> bool {
         let h = self.hashed(&k);
         let mut s = self.shard(&h);
         if s.len() >= limit && !s.contains_key(&h) {

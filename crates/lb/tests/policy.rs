@@ -152,6 +152,10 @@ fn a_pods_flow_leaving_through_snat_is_decided_when_its_session_opens() {
     // Pods of 10.1.0.0/24 leave masqueraded to the ext port's address.
     spec.snat.push(SnatSpec { source: ip("10.1.0.0"), prefix_len: 24, addrs: vec![ip("10.0.0.1")], timeouts: Timeouts::default(), except: Vec::new(), outbound_only: false });
     let mut lb = Lb::new(spec);
+    // Before any policy: a's flow to 198.51.100.1:443 opens (and is remembered as open).
+    let (v, early) = lb.run(&frame(Builder::tcp(&format!("{A}:4100"), "198.51.100.1:443", SYN)));
+    assert_eq!(v, Verdict::Tx(0));
+    let early_port = u16::from_be_bytes([early[14 + 20], early[14 + 21]]);
     let mut p = b_from_a();
     // a may leave for 203.0.113.0/24 on TCP 443 only.
     p.prefixes.push((ip("203.0.113.0"), 24, 50));
@@ -175,6 +179,12 @@ fn a_pods_flow_leaving_through_snat_is_decided_when_its_session_opens() {
     let back = |src: &str| Builder::tcp(src, &format!("10.0.0.1:{mapped}"), SYN | ACK).macs(ROUTER_MAC, EXT_MAC).build();
     assert_eq!(lb.run(&back("203.0.113.9:443")).0, Verdict::Tx(1));
     assert_eq!(lb.run(&back("198.51.100.66:443")).0, Verdict::Drop(DropReason::PolicyDenied));
+    // The flow a opened before the policy goes on, both ways; a new one to the same remote
+    // does not.
+    assert_eq!(lb.run(&frame(Builder::tcp(&format!("{A}:4100"), "198.51.100.1:443", ACK))).0, Verdict::Tx(0));
+    let early_back = Builder::tcp("198.51.100.1:443", &format!("10.0.0.1:{early_port}"), ACK).macs(ROUTER_MAC, EXT_MAC).build();
+    assert_eq!(lb.run(&early_back).0, Verdict::Tx(1));
+    assert_eq!(lb.run(&frame(Builder::tcp(&format!("{A}:4101"), "198.51.100.1:443", SYN))).0, Verdict::Drop(DropReason::PolicyDenied));
     // c, under no policy, leaves freely.
     assert_eq!(lb.run(&frame(Builder::tcp(&format!("{C}:4000"), "198.51.100.1:80", SYN))).0, Verdict::Tx(0));
 }
