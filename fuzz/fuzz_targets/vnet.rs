@@ -26,4 +26,16 @@ fuzz_target!(|data: &[u8]| {
             assert!(count <= ip.len() / MIN_GSO_SIZE as usize + 1, "{count} segments of {} bytes", ip.len());
         }
     }
+    // A packet kept whole and written on: the header made for it agrees with it, and what
+    // the receiver would do with that header (complete, or cut) is refused never.
+    if let Ok(seg) = vnet::keepable(ip, &h) {
+        let mut k = ip.to_vec();
+        let out = vnet::offload_hdr(&mut k, seg).expect("a keepable packet gets a header");
+        assert_eq!(out.gso_size == 0, seg == 0);
+        let mut c = k.clone();
+        vnet::complete_checksum(&mut c, &VnetHdr { gso_type: 0, gso_size: 0, ..out }).expect("its checksum completes");
+        if seg > 0 {
+            vnet::segment(&k, &out, &mut Vec::new(), |_| {}).expect("it cuts");
+        }
+    }
 });
