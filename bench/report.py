@@ -788,10 +788,10 @@ def pods_section():
             w(f"| {r['system']} | {r['frame_bytes']} | **{r['received_pps']:,.0f}** | {r['gbps']:.3f} |")
         w("")
     if by.get("pods_tcp_bulk"):
-        w("| pod to pod on one node, TCP bulk (iperf3, `bench/results/pods-tcp-bulk.jsonl`) | streams | Gbit/s | machine CPU s per Gbit | retransmits |")
-        w("|---|---|---|---|---|")
-        for r in sorted(by["pods_tcp_bulk"], key=lambda r: (r["streams"], r["system"])):
-            w(f"| {r['system']} | {r['streams']} | **{r['gbps']:.3f}** | {r['cpu_s_per_gbit']:.3f} | {r['retransmits']:,} |")
+        w("| TCP bulk (iperf3) | path | streams | Gbit/s | machine CPU s per Gbit | retransmits |")
+        w("|---|---|---|---|---|---|")
+        for r in sorted(by["pods_tcp_bulk"], key=lambda r: (r.get("path", ""), r["streams"], r["system"])):
+            w(f"| {r['system']} | {r.get('path', 'pod to pod, one node')} | {r['streams']} | **{r['gbps']:.3f}** | {r['cpu_s_per_gbit']:.3f} | {r['retransmits']:,} |")
         w("")
     for r in by.get("pods_memif", []):
         w(f"- **memif pod vs interface pod**, 64-byte frames through vectorlb, the most received over offered loads: memif "
@@ -799,7 +799,11 @@ def pods_section():
     for r in by.get("pods_summary", []):
         w(f"- **Summary**: cps_vs_kube_proxy **{r['cps_vs_kube_proxy']}** (goal at least 1.0), p99_vs_kube_proxy **{r['p99_vs_kube_proxy']}** "
           f"(goal below 1.0), CPU per request {r['cpu_per_request_vs_kube_proxy']}x kube-proxy's, memif_vs_interface **{r['memif_vs_interface']}** "
-          f"(goal at least 5.0).")
+          f"(goal at least 5.0)"
+          + (f", tcp_bulk_vs_bridge {json.dumps(r['tcp_bulk_vs_bridge'])}" if r.get("tcp_bulk_vs_bridge") else "")
+          + (f", udp64_vs_bridge **{r['udp64_vs_bridge']}**, udp1500_vs_bridge **{r['udp1500_vs_bridge']}**" if r.get("udp1500_vs_bridge") is not None else "")
+          + (f", cps_lowest_round_vs_kube_proxy **{r['cps_lowest_round_vs_kube_proxy']}**" if r.get("cps_lowest_round_vs_kube_proxy") is not None else "")
+          + ".")
     w("")
     for line in note("pods"):
         w(line)

@@ -26,6 +26,7 @@ pub mod instance;
 pub mod memif_ports;
 pub mod metrics;
 pub mod neighbours;
+pub mod offload;
 pub mod pod_memif;
 pub mod pods;
 pub mod policy;

@@ -10,7 +10,7 @@ use vectorlb_lb::verdict::Events;
 use vectorlb_lb::DropReason;
 
 /// The worker loops' counters that are drops (they join `vectorlb_drops_total`).
-pub const IO_DROPS: &[&str] = &["tx_full", "multi_segment", "handoff_full", "rate_limited"];
+pub const IO_DROPS: &[&str] = &["tx_full", "multi_segment", "handoff_full", "rate_limited", "offload_failed"];
 
 use vectorlb_http::prom::{esc, head};
 

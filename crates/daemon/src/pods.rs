@@ -227,18 +227,6 @@ impl PodSet {
         self.big.get().is_some()
     }
 
-    /// The interface of the pod on this node that has `dst` (an IP packet's destination
-    /// address, 4 or 16 bytes), if it has offloads and no memif: the one a packet kept whole
-    /// can be written to. A scan of the slots: asked once per super-packet or long packet
-    /// whose checksum was left to us.
-    fn offload_peer(&self, dst: &[u8]) -> bool {
-        self.slots
-            .load()
-            .iter()
-            .flatten()
-            .any(|t| t.vnet && t.memif.is_none() && !t.host && (t.v4.as_ref().map(|a| &a[..]) == Some(dst) || t.v6.as_ref().map(|a| &a[..]) == Some(dst)))
-    }
-
     /// Lets pods have memifs: their buffers come from `io`. Then one thread (the returned
     /// handle) runs their handshakes until the set is dropped.
     pub fn enable_memif(self: &Arc<Self>, io: MemifIo) -> io::Result<std::thread::JoinHandle<()>> {
@@ -690,20 +678,6 @@ pub struct PodRx {
     refused: Vec<Mbuf>,
     /// A super-packet buffer kept for the next read of an interface with offloads.
     big_spare: Option<Mbuf>,
-    /// Segments of super-packets cut here that the last receive had no room for.
-    pending: std::collections::VecDeque<Mbuf>,
-    /// Where a super-packet's segments are built.
-    scratch: Vec<u8>,
-}
-
-/// What became of a packet read with a virtio-net header.
-enum Offloaded {
-    /// Forwarded as it is: whole (for a pod with offloads), or with its checksum completed.
-    Kept,
-    /// Cut into segments, queued to be received; the super-packet itself goes.
-    Cut,
-    /// Its header did not agree with it.
-    Bad,
 }
 
 /// Packets shorter than this whose checksum a pod left to us get it completed at once (a
@@ -725,8 +699,6 @@ impl PodRx {
             got: Vec::with_capacity(64),
             refused: Vec::new(),
             big_spare: None,
-            pending: std::collections::VecDeque::new(),
-            scratch: Vec::new(),
         }
     }
 
@@ -766,50 +738,6 @@ impl PodRx {
         Ok(r)
     }
 
-    /// Deals with what a packet's virtio-net header left to us (`p` framed, its IP packet at
-    /// `[14..]`): kept whole for a pod on this node with offloads (the super-packet or partial
-    /// checksum marked on it), its checksum completed, or cut into segments (queued in
-    /// `pending`) for anywhere else.
-    fn offloaded(&mut self, tap: &PodTun, p: &mut Mbuf, h: &vectorlb_packet::vnet::VnetHdr) -> Offloaded {
-        use vectorlb_packet::vnet;
-        let ip = &mut p.data_mut()[14..];
-        let dst = if ip[0] >> 4 == 6 { ip.get(24..40) } else { ip.get(16..20) };
-        match vnet::keepable(ip, h) {
-            Ok(seg) if (seg > 0 || ip.len() >= KEEP_PARTIAL_FROM) && dst.is_some_and(|d| self.set.offload_peer(d)) => {
-                if seg > 0 {
-                    tap.rx_super.fetch_add(1, Ordering::Relaxed);
-                }
-                p.set_offload(vectorlb_io::Offload { gso_size: seg, partial: true });
-                return Offloaded::Kept;
-            }
-            _ if h.gso_kind() == vnet::gso::NONE => {
-                return if vnet::complete_checksum(ip, h).is_ok() { Offloaded::Kept } else { Offloaded::Bad };
-            }
-            _ => {}
-        }
-        let (set, pool, pending) = (&self.set, &self.pool, &mut self.pending);
-        let mut lost = 0u64;
-        let cut = vnet::segment(ip, h, &mut self.scratch, |s| match pool.alloc_len(set.port, 14 + s.len()) {
-            Some(mut m) => {
-                let d = m.data_mut();
-                d[14..].copy_from_slice(s);
-                eth_header(&set.mac, tap.rec.slot, d);
-                m.set_meta(PacketMeta { port: set.port, ..Default::default() });
-                pending.push_back(m);
-            }
-            None => lost += 1,
-        });
-        set.rx_no_buffer.fetch_add(lost, Ordering::Relaxed);
-        match cut {
-            Ok(s) => {
-                tap.rx_super.fetch_add(1, Ordering::Relaxed);
-                tap.rx.fetch_add(s.count as u64 - lost, Ordering::Relaxed);
-                Offloaded::Cut
-            }
-            Err(_) => Offloaded::Bad,
-        }
-    }
-
     /// Gives a bare IP packet from `tap` its Ethernet header (to the port, from the slot's
     /// MAC), or refuses it (counted): not from the pod's address, not IP, no headroom.
     fn frame(set: &PodSet, tap: &PodTun, p: &mut Mbuf) -> bool {
@@ -847,6 +775,27 @@ impl PodRx {
         }
         Mbuf::free_all(&mut self.refused);
         got
+    }
+
+    /// Deals with what a packet's virtio-net header left to us (`p` framed, its IP packet at
+    /// `[14..]`): a super-packet, or a packet of [`KEEP_PARTIAL_FROM`] bytes or more whose
+    /// checksum was left, crosses the data plane whole (marked on it: a pods port's interface
+    /// takes it so, and the worker finishes it for any other port, `crate::offload`); a
+    /// shorter one gets its checksum now. False when the header does not agree with it.
+    fn offloaded(tap: &PodTun, p: &mut Mbuf, h: &vectorlb_packet::vnet::VnetHdr) -> bool {
+        use vectorlb_packet::vnet;
+        let ip = &mut p.data_mut()[14..];
+        match vnet::keepable(ip, h) {
+            Ok(seg) if seg > 0 || ip.len() >= KEEP_PARTIAL_FROM => {
+                if seg > 0 {
+                    tap.rx_super.fetch_add(1, Ordering::Relaxed);
+                }
+                p.set_offload(vectorlb_io::Offload { gso_size: seg, partial: true });
+                true
+            }
+            _ if h.gso_kind() == vnet::gso::NONE => vnet::complete_checksum(ip, h).is_ok(),
+            _ => false,
+        }
     }
 }
 
@@ -891,13 +840,7 @@ impl RxQueue<Mbuf> for PodRx {
     }
 
     fn recv(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
-        let mut got = 0;
-        while got < max {
-            let Some(p) = self.pending.pop_front() else { break };
-            out.push(p);
-            got += 1;
-        }
-        got += self.recv_memifs(out, max - got);
+        let mut got = self.recv_memifs(out, max);
         let n = match std::mem::take(&mut self.ready) {
             0 => {
                 // SAFETY: `events` has room for its length in epoll_events; timeout 0 never blocks.
@@ -978,23 +921,12 @@ impl RxQueue<Mbuf> for PodRx {
                 eth_header(&self.set.mac, tap.rec.slot, d);
                 p.set_len(14 + len);
                 p.set_meta(PacketMeta { port: self.set.port, ..Default::default() });
+                p.set_offload(vectorlb_io::Offload::NONE);
                 if let Some(h) = hdr.filter(|h| h.flags & vectorlb_packet::vnet::NEEDS_CSUM != 0 || h.gso_type != 0) {
-                    match self.offloaded(tap, &mut p, &h) {
-                        Offloaded::Kept => {}
-                        Offloaded::Cut => {
-                            self.spare_back(p, frame);
-                            while got < max {
-                                let Some(s) = self.pending.pop_front() else { break };
-                                out.push(s);
-                                got += 1;
-                            }
-                            continue;
-                        }
-                        Offloaded::Bad => {
-                            tap.bad_offload.fetch_add(1, Ordering::Relaxed);
-                            self.spare_back(p, frame);
-                            continue;
-                        }
+                    if !Self::offloaded(tap, &mut p, &h) {
+                        tap.bad_offload.fetch_add(1, Ordering::Relaxed);
+                        self.spare_back(p, frame);
+                        continue;
                     }
                 }
                 tap.rx.fetch_add(1, Ordering::Relaxed);
@@ -1039,13 +971,16 @@ pub struct PodTx {
     done: Vec<Mbuf>,
     /// Frames for memifs this burst, by slot.
     memif: Vec<(Arc<PodTun>, Vec<Mbuf>)>,
-    /// Where a super-packet is cut for an interface without offloads.
+    /// Where a super-packet is cut for an interface without offloads, or a memif.
     scratch: Vec<u8>,
+    /// Buffers for a super-packet's segments bound for a memif.
+    pool: Arc<dyn PacketPool<Mbuf>>,
+    cut: Vec<Mbuf>,
 }
 
 impl PodTx {
-    pub fn new(set: Arc<PodSet>) -> PodTx {
-        PodTx { set, done: Vec::with_capacity(64), memif: Vec::new(), scratch: Vec::new() }
+    pub fn new(set: Arc<PodSet>, pool: Arc<dyn PacketPool<Mbuf>>) -> PodTx {
+        PodTx { set, done: Vec::with_capacity(64), memif: Vec::new(), scratch: Vec::new(), pool, cut: Vec::new() }
     }
 
     /// Writes a frame's IP packet to `tap`: after a virtio-net header on an interface with
@@ -1091,10 +1026,22 @@ impl TxQueue<Mbuf> for PodTx {
                 continue;
             };
             if tap.memif.as_ref().is_some_and(|m| crate::pod_memif::steered(&m.ranges, &d[14..])) {
-                match self.memif.iter_mut().find(|(t, _)| Arc::ptr_eq(t, tap)) {
-                    Some((_, v)) => v.push(p),
-                    None => self.memif.push((tap.clone(), vec![p])),
+                // A memif takes whole packets with their checksums: what a pod left is done.
+                let tap = tap.clone();
+                let mut frames = std::mem::take(&mut self.cut);
+                match crate::offload::finish(&mut p, &*self.pool, &mut self.scratch, &mut frames) {
+                    crate::offload::Finished::Whole => frames.push(p),
+                    crate::offload::Finished::Cut(_) => self.done.push(p),
+                    crate::offload::Finished::Failed => {
+                        tap.tx_dropped.fetch_add(1, Ordering::Relaxed);
+                        self.done.push(p);
+                    }
                 }
+                match self.memif.iter_mut().find(|(t, _)| Arc::ptr_eq(t, &tap)) {
+                    Some((_, v)) => v.append(&mut frames),
+                    None => self.memif.push((tap, std::mem::take(&mut frames))),
+                }
+                self.cut = frames;
                 continue;
             }
             if !Self::write(tap, &mut p, &mut self.scratch) {

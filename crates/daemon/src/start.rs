@@ -392,7 +392,7 @@ fn spawn_workers(
                         } else {
                             Box::new(crate::pods::NoRx)
                         };
-                        PortQueues { rx, tx: Box::new(crate::pods::PodTx::new(set.clone())), forward: true }
+                        PortQueues { rx, tx: Box::new(crate::pods::PodTx::new(set.clone(), daemon.pool.clone() as Arc<dyn PacketPool<Mbuf>>)), forward: true }
                     }
                 })
                 .collect(),

@@ -98,6 +98,8 @@ pub struct WorkerLoop<P: Packet> {
     /// The next round polls every port (after a sleep: what woke the worker, or what came
     /// while it slept).
     poll_all: bool,
+    /// Where a pod's super-packets are cut for a port without offloads.
+    scratch: Vec<u8>,
 }
 
 impl<P: Packet> WorkerLoop<P> {
@@ -126,6 +128,7 @@ impl<P: Packet> WorkerLoop<P> {
             empty_rounds,
             last_sweep: u32::MAX,
             poll_all: true,
+            scratch: Vec::new(),
         }
     }
 
@@ -368,13 +371,18 @@ impl<P: Packet> WorkerLoop<P> {
         if let Some(b) = &mut bucket {
             b.refill(Instant::now());
         }
+        // A pods port's frames may carry what a pod's kernel left to its receiver: finished
+        // here for any port but a pods port (whose interfaces take it as it is).
+        let from_pods = port.is_some_and(|p| self.io.ports[p as usize].forward);
         for (i, m) in rx.drain(..).enumerate() {
             match self.verdicts[i] {
                 Verdict::Tx(_) if bucket.as_mut().is_some_and(|b| !b.take(m.data().len())) => {
                     self.counters.rate_limited += 1;
                     self.free.push(m);
                 }
+                Verdict::Tx(p) if from_pods && (p as usize) < self.txq.len() && !self.io.ports[p as usize].forward => self.finish_to(m, p as usize, false),
                 Verdict::Tx(p) if (p as usize) < self.txq.len() => self.txq[p as usize].push(m),
+                Verdict::Handoff(w) if from_pods && self.io.peers.get(w as usize).is_some_and(Option::is_some) => self.finish_to(m, w as usize, true),
                 Verdict::Handoff(w) if self.io.peers.get(w as usize).is_some_and(Option::is_some) => self.handoff[w as usize].push(m),
                 Verdict::Kernel => match port {
                     Some(port) if self.io.ports[port as usize].forward => self.route(m, now),
@@ -403,10 +411,32 @@ impl<P: Packet> WorkerLoop<P> {
         match self.worker.route(&mut m, now) {
             Verdict::Tx(p) if (p as usize) < self.txq.len() => {
                 self.counters.routed += 1;
-                self.txq[p as usize].push(m);
+                if self.io.ports[p as usize].forward {
+                    self.txq[p as usize].push(m);
+                } else {
+                    self.finish_to(m, p as usize, false);
+                }
             }
             _ => {
                 self.counters.not_routed += 1;
+                self.free.push(m);
+            }
+        }
+    }
+
+    /// Queues a pods port's frame for transmit queue `to` (or, with `handoff`, worker `to`'s
+    /// ring) after finishing what its pod's kernel left to the receiver ([`crate::offload`]).
+    fn finish_to(&mut self, mut m: P, to: usize, handoff: bool) {
+        let list = if handoff { &mut self.handoff[to] } else { &mut self.txq[to] };
+        match crate::offload::finish(&mut m, &*self.io.pool, &mut self.scratch, list) {
+            crate::offload::Finished::Whole => list.push(m),
+            crate::offload::Finished::Cut(n) => {
+                self.counters.super_cut += 1;
+                self.counters.super_segments += n as u64;
+                self.free.push(m);
+            }
+            crate::offload::Finished::Failed => {
+                self.counters.offload_failed += 1;
                 self.free.push(m);
             }
         }

@@ -72,6 +72,14 @@ counter_set! {
         kept_for_session,
         /// Packets a queue set's egress limit dropped.
         rate_limited,
+        /// A pod's super-packets cut into packets for a port without offloads (the uplink,
+        /// another worker's port).
+        super_cut,
+        /// The packets those super-packets became.
+        super_segments,
+        /// A pod's packets whose offload could not be finished for such a port (no longer TCP
+        /// or UDP, no buffers), dropped.
+        offload_failed,
     }
 }
 
@@ -105,7 +113,7 @@ impl Published {
     /// A queue set's packet counters, from its [`Workers::group_totals`].
     pub fn group_packets(&self) -> [(&'static str, u64); 6] {
         let p = self;
-        let drops: u64 = p.counters.drop_counts().map(|(_, v)| v).sum::<u64>() + p.io.tx_full + p.io.multi_segment + p.io.handoff_full + p.io.rate_limited;
+        let drops: u64 = p.counters.drop_counts().map(|(_, v)| v).sum::<u64>() + p.io.tx_full + p.io.multi_segment + p.io.handoff_full + p.io.rate_limited + p.io.offload_failed;
         [
             ("rx", p.counters.events.rx),
             ("tx", p.counters.events.tx),

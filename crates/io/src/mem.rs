@@ -59,6 +59,12 @@ impl PacketBuf for MemPacket {
     fn prefetch(&self) {
         self.buf.prefetch()
     }
+    fn offload(&self) -> crate::Offload {
+        self.buf.offload()
+    }
+    fn set_offload(&mut self, o: crate::Offload) {
+        self.buf.set_offload(o)
+    }
 }
 
 impl Packet for MemPacket {

@@ -1276,7 +1276,7 @@ impl Worker {
             (Mode::Tun, IpAddr::V6(_)) => 40,
             _ => 0,
         };
-        if h.ip_len() + overhead > hop.mtu as usize {
+        if h.ip_len() + overhead > hop.mtu as usize && !crate::rewrite::segments_fit(b, h.l3, h.l4, h.proto, hop.mtu as usize - overhead) {
             let mtu = hop.mtu as usize - overhead;
             return self.icmp.too_big::<A, B>(&mut self.flows, snap, b, m, mtu, now);
         }
@@ -1447,7 +1447,7 @@ impl Worker {
         let Some(hop) = self.flows.route_to(snap, s.client.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        if h.ip_len() > hop.mtu as usize {
+        if h.ip_len() > hop.mtu as usize && !crate::rewrite::segments_fit(b, h.l3, h.l4, h.proto, hop.mtu as usize) {
             return self.icmp.too_big::<A, B>(&mut self.flows, snap, b, m, hop.mtu as usize, now);
         }
         let (_, remove) = self.advance::<A>(r, m, false, false, t, now);
@@ -1571,7 +1571,7 @@ impl Worker {
         let Some(hop) = self.flows.route_to(snap, dst.key(), !A::V6) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        if h.ip_len() > hop.mtu as usize {
+        if h.ip_len() > hop.mtu as usize && !crate::rewrite::segments_fit(b, h.l3, h.l4, h.proto, hop.mtu as usize) {
             return self.icmp.too_big::<A, B>(&mut self.flows, snap, b, m, hop.mtu as usize, now);
         }
         // A pod leaving the cluster: its session is its source port's, whatever the

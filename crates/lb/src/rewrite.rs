@@ -109,6 +109,19 @@ impl Fam for [u8; 16] {
     }
 }
 
+/// Whether a packet longer than `mtu` is a pod's super-packet (kept whole, its segment size in
+/// [`PacketBuf::offload`]) whose packets fit: its headers and one segment. Asked only of
+/// packets longer than the MTU (the offload is in the buffer's second cache line).
+#[cold]
+pub fn segments_fit<B: PacketBuf>(b: &B, l3: usize, l4: usize, proto: u8, mtu: usize) -> bool {
+    let seg = b.offload().gso_size as usize;
+    if seg == 0 {
+        return false;
+    }
+    let l4h = if proto == proto::TCP { (b.data().get(l4 + 12).copied().unwrap_or(0xf0) >> 4) as usize * 4 } else { 8 };
+    l4.saturating_sub(l3) + l4h + seg <= mtu
+}
+
 /// Where the layers of the packet being edited are.
 #[derive(Debug, Clone, Copy)]
 pub struct Hdr {

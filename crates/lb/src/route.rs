@@ -84,16 +84,8 @@ pub fn route_parsed<B: PacketBuf>(snap: &Snapshot, b: &mut B, info: &vectorlb_pa
     let Some(hop) = snap.route(dst, !v6) else {
         return Err(if snap.next_hop(dst, !v6).is_some() { DropReason::NoNeighbor } else { DropReason::NoRoute }.into());
     };
-    // A super-packet (a pod's TSO or USO, kept whole for a pod on this node) is measured by
-    // the packets it stands for: its headers and one segment.
-    let seg = b.offload().gso_size as usize;
-    let len = if seg == 0 {
-        info.end - l3
-    } else {
-        let l4h = if info.proto == vectorlb_packet::proto::TCP { (d.get(info.l4 + 12).copied().unwrap_or(0) >> 4) as usize * 4 } else { 8 };
-        info.l4 - l3 + l4h + seg
-    };
-    if len > hop.mtu as usize {
+    // A pod's super-packet (kept whole) is measured by the packets it stands for.
+    if info.end - l3 > hop.mtu as usize && !crate::rewrite::segments_fit(b, l3, info.l4, info.proto, hop.mtu as usize) {
         return Err(DropReason::MtuExceeded.into());
     }
     // Ethernet padding goes; the IP packet is what is forwarded.

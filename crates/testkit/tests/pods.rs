@@ -630,6 +630,17 @@ fn pods_on_two_nodes_reach_each_other_through_routes_learned_by_bgp() {
             assert_eq!(u["lost"], 0, "{} pod -> {} pod udp {ip}: {u}", from.t.p, to.t.p);
         }
     }
+    // A large transfer each way across the nodes, both families, verified by its hash: pod a
+    // to pod b crosses node a's data plane, its host's kernel and the link, node b's host
+    // and data plane (the super-packets whole through both hosts' interfaces).
+    for (from, to) in [(&a, &b), (&b, &a)] {
+        for v6 in [false, true] {
+            let ip = pod_ip(to, 1, v6);
+            let (listen, target) = if v6 { ("[::]:7300".to_string(), format!("[{ip}]:7300")) } else { ("0.0.0.0:7300".to_string(), format!("{ip}:7300")) };
+            let (sent, got) = hashed_transfer(from, 1, to, 1, &listen, &target, 32);
+            assert!(sent.starts_with("33554432 ") && sent == got, "{} pod -> {} pod {ip}: sent {sent}, received {got}", from.t.p, to.t.p);
+        }
+    }
     // Node b's daemon stops: it withdraws its pod networks and node a's kernel forgets them.
     let cfg_b = std::fs::read_to_string(b.t.config_path()).unwrap();
     b.t.stop_lb();
@@ -1001,6 +1012,13 @@ impl KubeProxyNode {
             json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "web-1", "namespace": "default",
                 "labels": {"kubernetes.io/service-name": "web", "endpointslice.kubernetes.io/managed-by": "bench.vectorlb.io"}},
                 "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}], "endpoints": eps}),
+            // The bulk pair's: pod 5's iperf3.
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bulk", "namespace": "default"},
+                "spec": {"clusterIP": BULK_VIP, "ports": [{"name": "iperf", "port": 5202, "targetPort": 5202, "protocol": "TCP"}]}}),
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "bulk-1", "namespace": "default",
+                "labels": {"kubernetes.io/service-name": "bulk", "endpointslice.kubernetes.io/managed-by": "bench.vectorlb.io"}},
+                "addressType": "IPv4", "ports": [{"name": "iperf", "port": 5202, "protocol": "TCP"}],
+                "endpoints": [{"addresses": [node.ips[pods.min(5) - 1]], "conditions": {"ready": true}}]}),
         ])
         .unwrap();
         node._relay = Some(vectorlb_testkit::relay::into_netns(&ns, cp.port).unwrap());
@@ -1021,7 +1039,7 @@ impl KubeProxyNode {
         let t = Instant::now();
         loop {
             let rules = Command::new("ip").args(["netns", "exec", &ns, "nft", "list", "ruleset"]).output().unwrap();
-            if stdout(&rules).contains("10.96.0.10") && backends.iter().all(|&i| stdout(&rules).contains(&node.ips[i - 1])) {
+            if stdout(&rules).contains("10.96.0.10") && stdout(&rules).contains(BULK_VIP) && backends.iter().all(|&i| stdout(&rules).contains(&node.ips[i - 1])) {
                 break;
             }
             assert!(
@@ -1123,6 +1141,9 @@ fn udp_throughput(n: &dyn PodRunner, from: usize, to: usize, to_ip: &str, payloa
 /// TCP bulk from pod `from` to pod `to` (iperf3, `streams` parallel streams for `seconds`):
 /// what the receiver got, and the whole machine's CPU seconds per gigabit carried (sender,
 /// receiver and the path between them share the machine).
+/// The ClusterIP of the TCP bulk pair's Service (pod 5's iperf3, port 5202) on both nodes.
+const BULK_VIP: &str = "10.96.0.11";
+
 fn tcp_bulk(n: &dyn PodRunner, from: usize, to: usize, to_ip: &str, streams: u32, seconds: u32) -> Value {
     let mut server = n.spawn_in(to, &["iperf3", "-s", "-1", "-p", "5202"]);
     std::thread::sleep(Duration::from_millis(400));
@@ -1150,6 +1171,8 @@ fn best_of(loads: &[u64], mut f: impl FnMut(u64) -> Value) -> Value {
 #[test]
 #[ignore = "a benchmark: make bench-pods (release build)"]
 fn bench_pods_against_kube_proxy() {
+    const POD_TO_POD: &str = "pod to pod, one node";
+    const TO_CLUSTER_IP: &str = "pod to a ClusterIP, one node";
     let cpu = cpu_model();
     // Rounds of each part (VECTORLB_BENCH_ROUNDS): 10 of connections per second (the closest
     // comparison, on a shared machine whose rounds move by 10 %; and long enough to show a
@@ -1177,6 +1200,10 @@ fn bench_pods_against_kube_proxy() {
     let vip = |i: usize| pod_ip(&v, i, false);
     let body = json!({"vip": "10.96.0.10", "port": 80, "proto": "tcp", "mode": "nat", "scheduler": "maglev",
         "backends": [{"addr": vip(2), "port": 8080}, {"addr": vip(3), "port": 8080}]});
+    let (s, r) = v.t.call("POST", "/v1/services", Some(&body));
+    assert_eq!(s, 201, "{r}");
+    // The bulk pair's Service: pod 5's iperf3 behind a ClusterIP.
+    let body = json!({"vip": BULK_VIP, "port": 5202, "proto": "tcp", "mode": "nat", "scheduler": "maglev", "backends": [{"addr": vip(5), "port": 5202}]});
     let (s, r) = v.t.call("POST", "/v1/services", Some(&body));
     assert_eq!(s, 201, "{r}");
     // kube-proxy's node: the same roles, pods 1..5.
@@ -1257,30 +1284,35 @@ fn bench_pods_against_kube_proxy() {
         }
     }
 
-    // Pod-to-pod TCP bulk on the node, one stream and 8, alternating, medians of the rounds.
-    let mut bulk: std::collections::BTreeMap<(&str, u32), Vec<Value>> = Default::default();
+    // TCP bulk on the node, pod to pod and pod to a ClusterIP, one stream and 8, alternating,
+    // medians of the rounds.
+    let mut bulk: std::collections::BTreeMap<(&str, &str, u32), Vec<Value>> = Default::default();
     for _ in 0..if part("tcp") { rounds } else { 0 } {
-        for streams in [1, 8] {
+        for (path, streams) in [(POD_TO_POD, 1), (POD_TO_POD, 8), (TO_CLUSTER_IP, 1), (TO_CLUSTER_IP, 8)] {
             for (name, n) in both.iter().copied() {
                 let to_ip = match &k {
+                    _ if path == TO_CLUSTER_IP => BULK_VIP.to_string(),
                     Some(k) if name == "kube-proxy" => k.ips[4].clone(),
                     _ => vip(5),
                 };
                 let r = tcp_bulk(n, 4, 5, &to_ip, streams, 5);
-                eprintln!("{name} tcp x{streams}: {r}");
-                bulk.entry((name, streams)).or_default().push(r);
+                eprintln!("{name} tcp {path} x{streams}: {r}");
+                bulk.entry((name, path, streams)).or_default().push(r);
             }
         }
     }
-    let bulk_med = |name: &str, streams: u32, key: &str| median(bulk.get(&(name, streams)).map(|v| v.iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect()).unwrap_or_default());
-    for (name, streams) in bulk.keys().copied().collect::<Vec<_>>() {
+    let bulk_med = |name: &str, path: &str, streams: u32, key: &str| {
+        median(bulk.get(&(name, path, streams)).map(|v| v.iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect()).unwrap_or_default())
+    };
+    for (name, path, streams) in bulk.keys().copied().collect::<Vec<_>>() {
         println!(
             "{}",
-            json!({"bench": "pods_tcp_bulk", "path": "pod to pod, one node", "system": name, "cpu": cpu, "streams": streams, "seconds": 5, "rounds": rounds,
-                   "gbps": bulk_med(name, streams, "gbps"), "cpu_s_per_gbit": bulk_med(name, streams, "cpu_s_per_gbit"),
-                   "retransmits": bulk[&(name, streams)].iter().map(|r| r["retransmits"].as_u64().unwrap_or(0)).sum::<u64>(), "runs": bulk[&(name, streams)]})
+            json!({"bench": "pods_tcp_bulk", "path": path, "system": name, "cpu": cpu, "streams": streams, "seconds": 5, "rounds": rounds,
+                   "gbps": bulk_med(name, path, streams, "gbps"), "cpu_s_per_gbit": bulk_med(name, path, streams, "cpu_s_per_gbit"),
+                   "retransmits": bulk[&(name, path, streams)].iter().map(|r| r["retransmits"].as_u64().unwrap_or(0)).sum::<u64>(), "runs": bulk[&(name, path, streams)]})
         );
     }
+    let bulk_vs = |path: &str, streams: u32| r3(bulk_med("vectorlb", path, streams, "gbps") / bulk_med("kube-proxy", path, streams, "gbps").max(1e-9));
 
     // A memif pod against an interface pod, 64-byte frames, both through vectorlb.
     let mut memif_runs = Vec::new();
@@ -1325,9 +1357,9 @@ fn bench_pods_against_kube_proxy() {
                "cps_lowest_round_vs_kube_proxy": r3(cps_lowest_round),
                "udp64_vs_bridge": udp_vs(22), "udp1500_vs_bridge": udp_vs(1472),
                "memif_vs_interface": r3(memif64 / iface64.max(1e-9)),
-               "tcp_bulk_vs_bridge": bulk.contains_key(&("vectorlb", 1)).then(|| json!({
-                   "streams_1": r3(bulk_med("vectorlb", 1, "gbps") / bulk_med("kube-proxy", 1, "gbps").max(1e-9)),
-                   "streams_8": r3(bulk_med("vectorlb", 8, "gbps") / bulk_med("kube-proxy", 8, "gbps").max(1e-9))})),
+               "tcp_bulk_vs_bridge": bulk.contains_key(&("vectorlb", POD_TO_POD, 1)).then(|| json!({
+                   "streams_1": bulk_vs(POD_TO_POD, 1), "streams_8": bulk_vs(POD_TO_POD, 8),
+                   "cluster_ip_streams_1": bulk_vs(TO_CLUSTER_IP, 1), "cluster_ip_streams_8": bulk_vs(TO_CLUSTER_IP, 8)})),
                "lowest_round_vs_first": {"vectorlb": lowest("vectorlb"), "kube-proxy": lowest("kube-proxy")},
                "fin_after_body_ms_p50": {"vectorlb": med("vectorlb", "fin_after_body_ms_p50"), "kube-proxy": med("kube-proxy", "fin_after_body_ms_p50")},
                "goals": {"cps_vs_kube_proxy": ">= 1.2 in every round (cps_lowest_round_vs_kube_proxy)", "p99_vs_kube_proxy": "< 1.0", "memif_vs_interface": ">= 5.0",
@@ -1900,7 +1932,12 @@ fn bench_policy_against_kube_network_policies() {
 /// A server in pod `to` that reads one connection to its end and prints the bytes and their
 /// SHA-256; a client in pod `from` that sends `mb` MiB of random bytes to `target` and prints
 /// the same of what it sent. Both lines, (sent, received).
-fn hashed_transfer(n: &PodNet, from: usize, to: usize, listen: &str, target: &str, mb: usize) -> (String, String) {
+fn hashed_transfer(src: &PodNet, from: usize, dst: &PodNet, to: usize, listen: &str, target: &str, mb: usize) -> (String, String) {
+    hashed_transfer_to_ns(src, from, &format!("{}-pod{to}", dst.t.p), listen, target, mb)
+}
+
+/// As [`hashed_transfer`], the server in network namespace `ns`.
+fn hashed_transfer_to_ns(src: &PodNet, from: usize, ns: &str, listen: &str, target: &str, mb: usize) -> (String, String) {
     let fam = |a: &str| if a.starts_with('[') || a.contains("::") { "socket.AF_INET6" } else { "socket.AF_INET" };
     let host_port = |a: &str| {
         let (h, p) = a.rsplit_once(':').unwrap();
@@ -1915,9 +1952,9 @@ fn hashed_transfer(n: &PodNet, from: usize, to: usize, listen: &str, target: &st
         "import socket, hashlib, os\nd = os.urandom({mb} << 20)\ns = socket.create_connection({a}, timeout=60)\ns.sendall(d)\ns.shutdown(socket.SHUT_WR)\ns.recv(1)\nprint(len(d), hashlib.sha256(d).hexdigest())\n",
         a = host_port(target)
     );
-    let srv = spawn_in_pod(n, to, &["python3", "-c", &server]);
+    let srv = Command::new("ip").args(["netns", "exec", ns, "python3", "-c", &server]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let c = n.in_pod(from, &["timeout", "90", "python3", "-c", &client]);
+    let c = src.in_pod(from, &["timeout", "90", "python3", "-c", &client]);
     let s = srv.wait_with_output().unwrap();
     (stdout(&c).trim().to_string() + &String::from_utf8_lossy(&c.stderr), stdout(&s).trim().to_string() + &String::from_utf8_lossy(&s.stderr))
 }
@@ -1943,20 +1980,20 @@ fn offloads_carry_super_packets_whole_between_pods_and_cut_them_for_everything_e
         let (a, b) = (ip(&n, 2, v6), ip(&n, 1, v6));
         let (listen, target) = if v6 { ("[::]:7100".to_string(), format!("[{a}]:7100")) } else { ("0.0.0.0:7100".to_string(), format!("{a}:7100")) };
         let before = status(&n, 1)["rx_super"].as_u64().unwrap();
-        let (sent, got) = hashed_transfer(&n, 1, 2, &listen, &target, 64);
+        let (sent, got) = hashed_transfer(&n, 1, &n, 2, &listen, &target, 64);
         assert!(sent.starts_with("67108864 ") && sent == got, "pod {b} -> {a}: sent {sent}, received {got}\n{}", n.t.lb_log());
         let after = status(&n, 1)["rx_super"].as_u64().unwrap();
         assert!(after > before + 100, "super-packets read from pod 1: {before} -> {after}");
         assert_eq!(status(&n, 1)["rx_bad_offload"], 0);
     }
-    // Through a ClusterIP (the super-packets are cut before the translation), both families.
+    // Through a ClusterIP (the super-packets whole through the translation), both families.
     for (vip, v6) in [("10.96.0.20", false), ("fd00:96::20", true)] {
         let body = json!({"vip": vip, "port": 80, "proto": "tcp", "mode": "nat", "scheduler": "maglev", "backends": [{"addr": ip(&n, 3, v6), "port": 7200}]});
         let (s, r) = n.t.call("POST", "/v1/services", Some(&body));
         assert_eq!(s, 201, "{r}");
         let target = if v6 { format!("[{vip}]:80") } else { format!("{vip}:80") };
         let listen = if v6 { "[::]:7200" } else { "0.0.0.0:7200" };
-        let (sent, got) = hashed_transfer(&n, 1, 3, listen, &target, 32);
+        let (sent, got) = hashed_transfer(&n, 1, &n, 3, listen, &target, 32);
         assert!(sent.starts_with("33554432 ") && sent == got, "pod 1 -> {vip}: sent {sent}, received {got}\n{}", n.t.lb_log());
     }
     // Killed and started again without offloads: the pods are taken back on plain interfaces
@@ -1968,7 +2005,7 @@ fn offloads_carry_super_packets_whole_between_pods_and_cut_them_for_everything_e
     let k = n.in_pod(1, &["ethtool", "-k", "eth0"]);
     assert!(stdout(&k).contains("tcp-segmentation-offload: off"), "{}", stdout(&k));
     let a = ip(&n, 2, false);
-    let (sent, got) = hashed_transfer(&n, 1, 2, "0.0.0.0:7101", &format!("{a}:7101"), 16);
+    let (sent, got) = hashed_transfer(&n, 1, &n, 2, "0.0.0.0:7101", &format!("{a}:7101"), 16);
     assert!(sent.starts_with("16777216 ") && sent == got, "without offloads: sent {sent}, received {got}");
     assert_eq!(status(&n, 1)["rx_super"], 0);
 }
