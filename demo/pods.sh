@@ -9,7 +9,7 @@
 #   host (vlb0) --+-- vectorlb (pods port: router, L4 core) --+-- pod1, pod2 (HTTP), pod3 (memif)
 #
 # Everything it creates is removed on exit. Last line:
-#   PODS OK pods=3 requests=<n> errors=0 backends=2 memif_answered=<n>
+#   PODS OK pods=3 requests=<n> errors=0 backends=2 memif_answered=<n> bulk_same=1 super_packets=<n>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -115,17 +115,41 @@ say "pod1 sends UDP to pod3:5000: its memif takes the port, the example applicat
 udp=$(ip netns exec "$P-pod1" "$TOOLS" probe udp --target "${IP[3]}:5000" --flows 10 --per-flow 5 | tail -1)
 echo "$udp"
 
+say "pod1 sends 64 MiB over TCP to pod2: its kernel hands over 64 KB super-packets (offloads), checked by hash"
+ip netns exec "$P-pod2" python3 -c '
+import socket, hashlib
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 7100)); s.listen(1); s.settimeout(30)
+c, _ = s.accept(); h = hashlib.sha256()
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    h.update(b)
+print(h.hexdigest())' > "$DIR/bulk-recv.txt" 2>&1 &
+recv=$!
+sleep 0.5
+sent=$(ip netns exec "$P-pod1" python3 -c '
+import socket, hashlib, os, sys, time
+d = os.urandom(64 << 20); t = time.time()
+s = socket.create_connection((sys.argv[1], 7100), timeout=30); s.sendall(d); s.shutdown(socket.SHUT_WR); s.recv(1)
+print(hashlib.sha256(d).hexdigest(), "%.2f" % (len(d) * 8 / (time.time() - t) / 1e9))' "${IP[2]%%,*}")
+wait $recv || true
+bulk_ok=0
+[ "${sent%% *}" = "$(cat "$DIR/bulk-recv.txt")" ] && bulk_ok=1
+echo "sent sha256 ${sent%% *}, received $(cat "$DIR/bulk-recv.txt"): $([ $bulk_ok = 1 ] && echo same || echo DIFFERENT), ${sent##* } Gbit/s"
+
 say "GET /v1/pods"
 api http://vectorlb/v1/pods > "$DIR/pods.json"
 python3 - "$DIR/pods.json" <<'PY'
 import json, sys
 for p in json.load(open(sys.argv[1])):
     m = p.get("memif")
-    line = "%-6s slot %3d %-34s rx %6d tx %6d" % (p["ifname"], p["slot"], ",".join(p["ips"]), p["rx_packets"], p["tx_packets"])
+    line = "%-6s slot %3d %-34s rx %6d tx %6d offloads=%s super-packets read %d" % (p["ifname"], p["slot"], ",".join(p["ips"]), p["rx_packets"], p["tx_packets"], p.get("offloads"), p.get("rx_super", 0))
     if m:
         line += "  memif %s connected=%s" % (m["socket"], m["connected"])
     print(line)
 PY
+
+supers=$(python3 -c 'import json,sys; print(sum(p.get("rx_super", 0) for p in json.load(open(sys.argv[1]))))' "$DIR/pods.json")
 
 say "cnitool del: every pod"
 for i in 1 2 3; do CAPS= cni del pods "/var/run/netns/$P-pod$i"; done
@@ -137,8 +161,8 @@ import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 print(a["requests"] + b["requests"], a["errors"] + b["errors"], len(set(a["backends"]) | set(b["backends"])))' "$host" "$pod")
 answered=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["backends"].get("flow", 0))' "$udp")
-if [ "$errors" != 0 ] || [ "$backends" != 2 ] || [ "$answered" = 0 ] || [ "$left" != 0 ]; then
-    echo "PODS FAILED requests=$requests errors=$errors backends=$backends memif_answered=$answered left=$left"
+if [ "$errors" != 0 ] || [ "$backends" != 2 ] || [ "$answered" = 0 ] || [ "$left" != 0 ] || [ "$bulk_ok" != 1 ] || [ "$supers" = 0 ]; then
+    echo "PODS FAILED requests=$requests errors=$errors backends=$backends memif_answered=$answered left=$left bulk_same=$bulk_ok super_packets=$supers"
     exit 1
 fi
-echo "PODS OK pods=3 requests=$requests errors=0 backends=2 memif_answered=$answered"
+echo "PODS OK pods=3 requests=$requests errors=0 backends=2 memif_answered=$answered bulk_same=1 super_packets=$supers"
