@@ -954,7 +954,7 @@ impl PodRx {
     /// the big spare (each at its full length), any other freed.
     fn spare_back(&mut self, mut p: Mbuf, frame: usize) {
         p.set_offload(vectorlb_io::Offload::NONE);
-        if p.set_len(BIG_FRAME) && p.data().len() == BIG_FRAME && self.big_spare.is_none() {
+        if self.big_spare.is_none() && p.set_len(BIG_FRAME) {
             self.big_spare = Some(p);
         } else if self.spare.is_none() && p.set_len(frame) {
             self.spare = Some(p);

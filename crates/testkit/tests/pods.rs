@@ -1960,7 +1960,7 @@ fn hashed_transfer_to_ns(src: &PodNet, from: usize, ns: &str, listen: &str, targ
 }
 
 #[test]
-fn offloads_carry_super_packets_whole_between_pods_and_cut_them_for_everything_else() {
+fn offloads_carry_super_packets_whole_between_pods_through_a_cluster_ip_and_off_again() {
     let mut n = PodNet::new("vcno");
     for i in 1..=3 {
         let ns = n.mkpod(i);
