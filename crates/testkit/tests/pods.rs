@@ -512,6 +512,33 @@ fn wait_for(what: &str, limit: Duration, f: impl FnMut() -> bool) -> f64 {
     vectorlb_testkit::wait_until(limit, what, f).as_secs_f64()
 }
 
+/// Joins two nodes' own namespaces `a` and `b` as two machines' uplinks: a veth pair, `node0`
+/// in each, 192.168.`net`.1/24 and fd00:`net`::1/64 on `a` (.2 and ::2 on `b`), each node
+/// forwarding its pods' traffic (the operator's part, docs/pod-network.md).
+fn link_nodes(a: &str, b: &str, net: u8) {
+    let (da, db) = (format!("{a}-n0"), format!("{b}-n0"));
+    sh(&["ip", "link", "add", &da, "type", "veth", "peer", "name", &db]);
+    for (ns, dev, k) in [(a, &da, 1), (b, &db, 2)] {
+        sh(&["ip", "link", "set", dev, "netns", ns, "name", "node0"]);
+        let (v4, v6) = (format!("192.168.{net}.{k}/24"), format!("fd00:{net}::{k}/64"));
+        for args in [
+            vec!["ip", "addr", "add", v4.as_str(), "dev", "node0"],
+            vec!["ip", "addr", "add", v6.as_str(), "dev", "node0", "nodad"],
+            vec!["ip", "link", "set", "node0", "up"],
+            vec!["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
+        ] {
+            let o = Command::new("ip").args(["netns", "exec", ns]).args(&args).output().unwrap();
+            assert!(ok(&o), "{ns}: {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+}
+
+/// A static route in network namespace `ns`: `prefix` via `gateway`.
+fn route_in(ns: &str, prefix: &str, gateway: &str) {
+    let o = Command::new("ip").args(["netns", "exec", ns, "ip", "route", "replace", prefix, "via", gateway]).output().unwrap();
+    assert!(ok(&o), "{ns}: route {prefix} via {gateway}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
 #[test]
 fn pods_on_two_nodes_reach_each_other_through_routes_learned_by_bgp() {
     // Two nodes, each a one-arm topology with its daemon in its own namespace, joined by a
@@ -519,22 +546,7 @@ fn pods_on_two_nodes_reach_each_other_through_routes_learned_by_bgp() {
     // nodes' pods cross it, as between two machines.
     let ta = Topo::new("vcna", Shape::OneArm, 1500);
     let tb = ta.another("vcnb", Shape::OneArm, 1500);
-    sh(&["ip", "link", "add", "vcna-n0", "type", "veth", "peer", "name", "vcnb-n0"]);
-    for (t, dev, k) in [(&ta, "vcna-n0", 1), (&tb, "vcnb-n0", 2)] {
-        sh(&["ip", "link", "set", dev, "netns", &t.ns("lb"), "name", "node0"]);
-        let v4 = format!("192.168.77.{k}/24");
-        let v6 = format!("fd00:77::{k}/64");
-        for args in [
-            vec!["ip", "addr", "add", v4.as_str(), "dev", "node0"],
-            vec!["ip", "addr", "add", v6.as_str(), "dev", "node0", "nodad"],
-            vec!["ip", "link", "set", "node0", "up"],
-            // The operator's part (docs/pod-network.md): the host forwards the pods' traffic.
-            vec!["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
-        ] {
-            let o = t.run("lb", &args);
-            assert!(ok(&o), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-        }
-    }
+    link_nodes(&ta.ns("lb"), &tb.ns("lb"), 77);
     let bgp = |k: u8, o: u8| {
         format!(
             "[bgp]\nasn = 6510{k}\nrouter_id = \"192.168.77.{k}\"\nbfd = false\nimport = [\"10.244.0.0/16\", \"fd00:244::/32\"]\n\
@@ -970,38 +982,7 @@ struct KubeProxyNode {
 
 impl KubeProxyNode {
     fn start(dir: &Path, cnitool: &str, pods: usize, backends: &[usize]) -> KubeProxyNode {
-        let ns = "vbk-node".to_string();
-        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
-        sh(&["ip", "netns", "add", &ns]);
-        let mut node = KubeProxyNode { ns: ns.clone(), pods: Vec::new(), ips: Vec::new(), proxy: None, _relay: None, cp: None };
-        let in_node = |args: &[&str]| {
-            let o = Command::new("ip").args(["netns", "exec", &ns]).args(args).output().unwrap();
-            assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-            o
-        };
-        in_node(&["ip", "link", "set", "lo", "up"]);
-        in_node(&["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"]);
-        let conf = dir.join("kp-net.d");
-        std::fs::create_dir_all(&conf).unwrap();
-        let c = json!({"cniVersion": "1.0.0", "name": "kpnet", "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-            "ipam": {"type": "host-local", "dataDir": dir.join("kp-ipam").display().to_string(), "ranges": [[{"subnet": "10.245.1.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}});
-        std::fs::write(conf.join("10-kpnet.conf"), c.to_string()).unwrap();
-        for i in 1..=pods {
-            let name = format!("vbk-pod{i}");
-            let _ = Command::new("ip").args(["netns", "del", &name]).output();
-            sh(&["ip", "netns", "add", &name]);
-            sh(&["ip", "netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
-            node.pods.push(name.clone());
-            let o = Command::new("ip")
-                .args(["netns", "exec", &ns, cnitool, "add", "kpnet", &format!("/var/run/netns/{name}")])
-                .env("NETCONFPATH", &conf)
-                .env("CNI_PATH", "/usr/lib/cni")
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "bridge plugin: {}", String::from_utf8_lossy(&o.stderr));
-            let r: Value = serde_json::from_slice(&o.stdout).unwrap();
-            node.ips.push(r["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string());
-        }
+        let mut node = KubeProxyNode::bridged(dir, cnitool, "vbk-node", "vbk-pod", 1, pods);
         // The control plane on the host's loopback; kube-proxy inside the node reaches it by a relay.
         let cp = vectorlb_testkit::k8s::ControlPlane::start(&dir.join("kp-k8s"));
         cp.add_node("bench-node", "10.245.1.1");
@@ -1021,35 +1002,83 @@ impl KubeProxyNode {
                 "endpoints": [{"addresses": [node.ips[pods.min(5) - 1]], "conditions": {"ready": true}}]}),
         ])
         .unwrap();
-        node._relay = Some(vectorlb_testkit::relay::into_netns(&ns, cp.port).unwrap());
-        let log = std::fs::File::create(dir.join("kube-proxy.log")).unwrap();
-        node.proxy = Some(
+        node.kube_proxy(dir, &cp, "bench-node");
+        node.cp = Some(cp);
+        node.wait_programmed(dir, &backends.iter().map(|&i| node.ips[i - 1].clone()).collect::<Vec<_>>());
+        node
+    }
+
+    /// A node of `pods` pods (`<prefix>N`) on a Linux bridge by the bridge plugin (driven by
+    /// cnitool), 10.245.`k`.0/24, in network namespace `ns`; br_netfilter on, no kube-proxy yet.
+    fn bridged(dir: &Path, cnitool: &str, ns: &str, prefix: &str, k: u8, pods: usize) -> KubeProxyNode {
+        let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        sh(&["ip", "netns", "add", ns]);
+        let mut node = KubeProxyNode { ns: ns.to_string(), pods: Vec::new(), ips: Vec::new(), proxy: None, _relay: None, cp: None };
+        let in_node = |args: &[&str]| {
+            let o = Command::new("ip").args(["netns", "exec", ns]).args(args).output().unwrap();
+            assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+            o
+        };
+        in_node(&["ip", "link", "set", "lo", "up"]);
+        in_node(&["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"]);
+        let conf = dir.join(format!("kp{k}-net.d"));
+        std::fs::create_dir_all(&conf).unwrap();
+        let c = json!({"cniVersion": "1.0.0", "name": "kpnet", "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+            "ipam": {"type": "host-local", "dataDir": dir.join(format!("kp{k}-ipam")).display().to_string(), "ranges": [[{"subnet": format!("10.245.{k}.0/24")}]], "routes": [{"dst": "0.0.0.0/0"}]}});
+        std::fs::write(conf.join("10-kpnet.conf"), c.to_string()).unwrap();
+        for i in 1..=pods {
+            let name = format!("{prefix}{i}");
+            let _ = Command::new("ip").args(["netns", "del", &name]).output();
+            sh(&["ip", "netns", "add", &name]);
+            sh(&["ip", "netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
+            node.pods.push(name.clone());
+            let o = Command::new("ip")
+                .args(["netns", "exec", ns, cnitool, "add", "kpnet", &format!("/var/run/netns/{name}")])
+                .env("NETCONFPATH", &conf)
+                .env("CNI_PATH", "/usr/lib/cni")
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "bridge plugin: {}", String::from_utf8_lossy(&o.stderr));
+            let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+            node.ips.push(r["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string());
+        }
+        node
+    }
+
+    /// kube-proxy (nftables mode) in the node as Node `name` of control plane `cp`.
+    fn kube_proxy(&mut self, dir: &Path, cp: &vectorlb_testkit::k8s::ControlPlane, name: &str) {
+        self._relay = Some(vectorlb_testkit::relay::into_netns(&self.ns, cp.port).unwrap());
+        let log = std::fs::File::create(dir.join(format!("kube-proxy-{}.log", self.ns))).unwrap();
+        self.proxy = Some(
             Command::new("ip")
-                .args(["netns", "exec", &ns])
+                .args(["netns", "exec", &self.ns])
                 .arg(cp.bin("kube-proxy"))
                 .arg(format!("--kubeconfig={}", cp.kubeconfig("admin").display()))
-                .args(["--proxy-mode=nftables", "--hostname-override=bench-node", "--cluster-cidr=10.245.0.0/16", "--conntrack-max-per-core=0"])
+                .args(["--proxy-mode=nftables", &format!("--hostname-override={name}"), "--cluster-cidr=10.245.0.0/16", "--conntrack-max-per-core=0"])
                 .args(["--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256"])
                 .stdout(log.try_clone().unwrap())
                 .stderr(log)
                 .spawn()
                 .unwrap(),
         );
-        node.cp = Some(cp);
+    }
+
+    /// Waits (60 s at most) for kube-proxy to program both Services and the `backends`.
+    fn wait_programmed(&self, dir: &Path, backends: &[String]) {
         let t = Instant::now();
         loop {
-            let rules = Command::new("ip").args(["netns", "exec", &ns, "nft", "list", "ruleset"]).output().unwrap();
-            if stdout(&rules).contains("10.96.0.10") && stdout(&rules).contains(BULK_VIP) && backends.iter().all(|&i| stdout(&rules).contains(&node.ips[i - 1])) {
-                break;
+            let rules = stdout(&Command::new("ip").args(["netns", "exec", &self.ns, "nft", "list", "ruleset"]).output().unwrap());
+            if rules.contains("10.96.0.10") && rules.contains(BULK_VIP) && backends.iter().all(|b| rules.contains(b.as_str())) {
+                return;
             }
             assert!(
                 t.elapsed() < Duration::from_secs(60),
-                "kube-proxy did not program the Service in 60 s:\n{}",
-                std::fs::read_to_string(dir.join("kube-proxy.log")).unwrap_or_default()
+                "kube-proxy in {} did not program the Services in 60 s:\n{}",
+                self.ns,
+                std::fs::read_to_string(dir.join(format!("kube-proxy-{}.log", self.ns))).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        node
     }
 
     fn run(&self, i: usize, args: &[&str]) -> Output {
@@ -1138,17 +1167,22 @@ fn udp_throughput(n: &dyn PodRunner, from: usize, to: usize, to_ip: &str, payloa
            "gbps": r3(got * (frame as f64) * 8.0 / secs / 1e9), "frame_bytes": frame, "error": r["error"]})
 }
 
-/// TCP bulk from pod `from` to pod `to` (iperf3, `streams` parallel streams for `seconds`):
-/// what the receiver got, and the whole machine's CPU seconds per gigabit carried (sender,
-/// receiver and the path between them share the machine).
 /// The ClusterIP of the TCP bulk pair's Service (pod 5's iperf3, port 5202) on both nodes.
 const BULK_VIP: &str = "10.96.0.11";
 
+/// TCP bulk from pod `from` to pod `to` (iperf3, `streams` parallel streams for `seconds`):
+/// what the receiver got, and the whole machine's CPU seconds per gigabit carried (sender,
+/// receiver and the path between them share the machine).
 fn tcp_bulk(n: &dyn PodRunner, from: usize, to: usize, to_ip: &str, streams: u32, seconds: u32) -> Value {
-    let mut server = n.spawn_in(to, &["iperf3", "-s", "-1", "-p", "5202"]);
+    tcp_bulk_across(n, from, n, to, to_ip, streams, seconds)
+}
+
+/// As [`tcp_bulk`], from pod `from` of `a` to pod `to` of `b` (another node, or the same).
+fn tcp_bulk_across(a: &dyn PodRunner, from: usize, b: &dyn PodRunner, to: usize, to_ip: &str, streams: u32, seconds: u32) -> Value {
+    let mut server = b.spawn_in(to, &["iperf3", "-s", "-1", "-p", "5202"]);
     std::thread::sleep(Duration::from_millis(400));
     let busy0 = busy_seconds();
-    let o = n.run_in(from, &["iperf3", "-c", to_ip, "-p", "5202", "-P", &streams.to_string(), "-t", &seconds.to_string(), "--json"]);
+    let o = a.run_in(from, &["iperf3", "-c", to_ip, "-p", "5202", "-P", &streams.to_string(), "-t", &seconds.to_string(), "--json"]);
     let busy = busy_seconds() - busy0;
     let _ = server.kill();
     let _ = server.wait();
@@ -1173,6 +1207,10 @@ fn best_of(loads: &[u64], mut f: impl FnMut(u64) -> Value) -> Value {
 fn bench_pods_against_kube_proxy() {
     const POD_TO_POD: &str = "pod to pod, one node";
     const TO_CLUSTER_IP: &str = "pod to a ClusterIP, one node";
+    const ACROSS: &str = "pod to pod, two nodes";
+    // Two processes in one namespace over its loopback: no device, bridge or data plane
+    // between them, the most TCP a sender and a receiver carry on this machine.
+    const LOOPBACK: &str = "loopback, one namespace (the machine's ceiling)";
     let cpu = cpu_model();
     // Rounds of each part (VECTORLB_BENCH_ROUNDS): 10 of connections per second (the closest
     // comparison, on a shared machine whose rounds move by 10 %; and long enough to show a
@@ -1209,6 +1247,33 @@ fn bench_pods_against_kube_proxy() {
     // kube-proxy's node: the same roles, pods 1..5.
     let cnitool = v.cnitool.clone();
     let k = with_kube_proxy.then(|| KubeProxyNode::start(&v.t.dir, &cnitool, 5, &[2, 3]));
+    // TCP bulk across two nodes: a second node of each kind, its pod 1 the receiver, joined
+    // to the first by a veth link of the nodes' own namespaces (192.168.79.0/24 and
+    // 192.168.80.0/24) with a route to each other's pod network, as two machines' uplinks.
+    let w = part("tcp").then(|| {
+        let mut w = PodNet::on(v.t.another("vbw", Shape::OneArm, 1500), 2);
+        w.start("");
+        let ns = w.mkpod(1);
+        assert!(ok(&w.cnitool("add", &ns)));
+        link_nodes(&v.t.ns("lb"), &w.t.ns("lb"), 79);
+        route_in(&v.t.ns("lb"), "10.244.2.0/24", "192.168.79.2");
+        route_in(&w.t.ns("lb"), "10.244.1.0/24", "192.168.79.1");
+        w
+    });
+    let k2 = match &k {
+        Some(k) if part("tcp") => {
+            let mut k2 = KubeProxyNode::bridged(&v.t.dir, &cnitool, "vbk-node2", "vbk-n2-pod", 2, 1);
+            let cp = k.cp.as_ref().unwrap();
+            cp.add_node("bench-node2", "10.245.2.1");
+            k2.kube_proxy(&v.t.dir, cp, "bench-node2");
+            k2.wait_programmed(&v.t.dir, &k.ips[1..3]);
+            link_nodes("vbk-node", "vbk-node2", 80);
+            route_in("vbk-node", "10.245.2.0/24", "192.168.80.2");
+            route_in("vbk-node2", "10.245.1.0/24", "192.168.80.1");
+            Some(k2)
+        }
+        _ => None,
+    };
     let mut both: Vec<(&str, &dyn PodRunner)> = vec![("vectorlb", &v)];
     if let Some(k) = &k {
         both.push(("kube-proxy", k));
@@ -1288,16 +1353,24 @@ fn bench_pods_against_kube_proxy() {
     // medians of the rounds.
     let mut bulk: std::collections::BTreeMap<(&str, &str, u32), Vec<Value>> = Default::default();
     for _ in 0..if part("tcp") { rounds } else { 0 } {
-        for (path, streams) in [(POD_TO_POD, 1), (POD_TO_POD, 8), (TO_CLUSTER_IP, 1), (TO_CLUSTER_IP, 8)] {
-            for (name, n) in both.iter().copied() {
-                let to_ip = match &k {
-                    _ if path == TO_CLUSTER_IP => BULK_VIP.to_string(),
-                    Some(k) if name == "kube-proxy" => k.ips[4].clone(),
-                    _ => vip(5),
-                };
-                let r = tcp_bulk(n, 4, 5, &to_ip, streams, 5);
-                eprintln!("{name} tcp {path} x{streams}: {r}");
-                bulk.entry((name, path, streams)).or_default().push(r);
+        for path in [POD_TO_POD, TO_CLUSTER_IP, ACROSS, LOOPBACK] {
+            for streams in [1, 8] {
+                for (name, n) in both.iter().copied() {
+                    let (name, r) = match (path, name, &k2) {
+                        (LOOPBACK, "vectorlb", _) => ("loopback", tcp_bulk(n, 4, 4, "127.0.0.1", streams, 5)),
+                        (LOOPBACK, ..) => continue,
+                        (ACROSS, "vectorlb", _) => {
+                            let w = w.as_ref().unwrap();
+                            (name, tcp_bulk_across(n, 4, w, 1, &pod_ip(w, 1, false), streams, 5))
+                        }
+                        (ACROSS, _, Some(k2)) => (name, tcp_bulk_across(n, 4, k2, 1, &k2.ips[0], streams, 5)),
+                        (TO_CLUSTER_IP, ..) => (name, tcp_bulk(n, 4, 5, BULK_VIP, streams, 5)),
+                        (_, "kube-proxy", _) => (name, tcp_bulk(n, 4, 5, &k.as_ref().unwrap().ips[4], streams, 5)),
+                        _ => (name, tcp_bulk(n, 4, 5, &vip(5), streams, 5)),
+                    };
+                    eprintln!("{name} tcp {path} x{streams}: {r}");
+                    bulk.entry((name, path, streams)).or_default().push(r);
+                }
             }
         }
     }
@@ -1312,7 +1385,10 @@ fn bench_pods_against_kube_proxy() {
                    "retransmits": bulk[&(name, path, streams)].iter().map(|r| r["retransmits"].as_u64().unwrap_or(0)).sum::<u64>(), "runs": bulk[&(name, path, streams)]})
         );
     }
-    let bulk_vs = |path: &str, streams: u32| r3(bulk_med("vectorlb", path, streams, "gbps") / bulk_med("kube-proxy", path, streams, "gbps").max(1e-9));
+    // `name` on `path` against kube-proxy's node on `against`.
+    let bulk_vs = |name: &str, path: &str, against: &str, streams: u32| {
+        bulk.contains_key(&(name, path, streams)).then(|| r3(bulk_med(name, path, streams, "gbps") / bulk_med("kube-proxy", against, streams, "gbps").max(1e-9)))
+    };
 
     // A memif pod against an interface pod, 64-byte frames, both through vectorlb.
     let mut memif_runs = Vec::new();
@@ -1358,12 +1434,17 @@ fn bench_pods_against_kube_proxy() {
                "udp64_vs_bridge": udp_vs(22), "udp1500_vs_bridge": udp_vs(1472),
                "memif_vs_interface": (iface64 > 0.0 && memif64 > 0.0).then(|| r3(memif64 / iface64)),
                "tcp_bulk_vs_bridge": bulk.contains_key(&("vectorlb", POD_TO_POD, 1)).then(|| json!({
-                   "streams_1": bulk_vs(POD_TO_POD, 1), "streams_8": bulk_vs(POD_TO_POD, 8),
-                   "cluster_ip_streams_1": bulk_vs(TO_CLUSTER_IP, 1), "cluster_ip_streams_8": bulk_vs(TO_CLUSTER_IP, 8)})),
+                   "streams_1": bulk_vs("vectorlb", POD_TO_POD, POD_TO_POD, 1), "streams_8": bulk_vs("vectorlb", POD_TO_POD, POD_TO_POD, 8),
+                   "cluster_ip_streams_1": bulk_vs("vectorlb", TO_CLUSTER_IP, TO_CLUSTER_IP, 1), "cluster_ip_streams_8": bulk_vs("vectorlb", TO_CLUSTER_IP, TO_CLUSTER_IP, 8),
+                   "across_nodes_streams_1": bulk_vs("vectorlb", ACROSS, ACROSS, 1), "across_nodes_streams_8": bulk_vs("vectorlb", ACROSS, ACROSS, 8)})),
+               // The loopback's TCP against the bridge's pod to pod: above this no path between
+               // two pods on this machine carries more (the on-node goal needs 1.5).
+               "tcp_ceiling_vs_bridge": bulk.contains_key(&("loopback", LOOPBACK, 1)).then(|| json!({
+                   "streams_1": bulk_vs("loopback", LOOPBACK, POD_TO_POD, 1), "streams_8": bulk_vs("loopback", LOOPBACK, POD_TO_POD, 8)})),
                "lowest_round_vs_first": {"vectorlb": lowest("vectorlb"), "kube-proxy": lowest("kube-proxy")},
                "fin_after_body_ms_p50": {"vectorlb": med("vectorlb", "fin_after_body_ms_p50"), "kube-proxy": med("kube-proxy", "fin_after_body_ms_p50")},
                "goals": {"cps_vs_kube_proxy": ">= 1.2 in every round (cps_lowest_round_vs_kube_proxy)", "p99_vs_kube_proxy": "< 1.0", "memif_vs_interface": ">= 5.0",
-                         "lowest_round_vs_first": ">= 0.8", "tcp_bulk_vs_bridge": ">= 1.5", "udp1500_vs_bridge": ">= 1.0", "udp64_vs_bridge": ">= 1.0"}})
+                         "lowest_round_vs_first": ">= 0.8", "tcp_bulk_vs_bridge": ">= 1.5 on a node, >= 1.0 across nodes", "udp1500_vs_bridge": ">= 1.0", "udp64_vs_bridge": ">= 1.0"}})
     );
 }
 
