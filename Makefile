@@ -112,7 +112,6 @@ bench-pods: build k8s-bins
 	@bash scripts/cni-bins.sh >/dev/null
 	@mkdir -p bench/results
 	@VECTORLB_BENCH_IDLE_US=200 $(CARGO) test --release -q -p vectorlb-testkit --test pods bench_pods -- --ignored --nocapture 2>&1 | grep '"bench":"pods' | tee bench/results/pods.jsonl; test $${PIPESTATUS[0]} -eq 0
-	@rm -f bench/results/pods-tcp-bulk.jsonl # a TCP-only run's lines, superseded by the whole run's
 	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/pods-measured-at.txt
 	@$(PY) bench/report.py --machine > bench/results/pods-machine.txt
 
