@@ -1130,6 +1130,66 @@ impl PodRunner for PodNet {
     }
 }
 
+/// Two pods whose interfaces `vectorlb-tools tun-forward` joins (made in the node's namespace
+/// `node`): a read and a write per packet and nothing else, the ceiling of any data plane on
+/// tun interfaces on this machine. Pod 1 is 10.246.0.1, pod 2 10.246.0.2.
+struct TunPair {
+    pods: Vec<String>,
+    fwd: std::process::Child,
+}
+
+impl TunPair {
+    fn start(node: &str) -> TunPair {
+        use std::io::BufRead;
+        let mut fwd = Command::new("ip")
+            .args(["netns", "exec", node, tools(), "tun-forward", "--a", "vbt-a", "--b", "vbt-b", "--duration-s", "3600"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(fwd.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.contains("ready"), "tun-forward: {line}");
+        let pair = TunPair { pods: vec!["vbt-pod1".into(), "vbt-pod2".into()], fwd };
+        for (i, (dev, me, peer)) in [("vbt-a", "10.246.0.1", "10.246.0.2"), ("vbt-b", "10.246.0.2", "10.246.0.1")].into_iter().enumerate() {
+            let ns = &pair.pods[i];
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+            sh(&["ip", "netns", "add", ns]);
+            sh(&["ip", "-n", node, "link", "set", dev, "netns", ns]);
+            for args in [
+                vec!["ip", "link", "set", "lo", "up"],
+                vec!["ip", "link", "set", dev, "name", "eth0"],
+                vec!["ip", "addr", "add", &format!("{me}/32"), "dev", "eth0"],
+                vec!["ip", "link", "set", "eth0", "up"],
+                vec!["ip", "route", "add", &format!("{peer}/32"), "dev", "eth0"],
+            ] {
+                let o = Command::new("ip").args(["netns", "exec", ns]).args(&args).output().unwrap();
+                assert!(ok(&o), "{ns}: {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+            }
+        }
+        pair
+    }
+}
+
+impl PodRunner for TunPair {
+    fn run_in(&self, i: usize, args: &[&str]) -> Output {
+        Command::new("ip").args(["netns", "exec", &self.pods[i - 1]]).args(args).output().unwrap()
+    }
+    fn spawn_in(&self, i: usize, args: &[&str]) -> std::process::Child {
+        Command::new("ip").args(["netns", "exec", &self.pods[i - 1]]).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap()
+    }
+}
+
+impl Drop for TunPair {
+    fn drop(&mut self) {
+        let _ = self.fwd.kill();
+        let _ = self.fwd.wait();
+        for p in &self.pods {
+            let _ = Command::new("ip").args(["netns", "del", p]).output();
+        }
+    }
+}
+
 /// Connections per second to the ClusterIP from pod 1 (one HTTP/1.0 request per connection,
 /// the client closing after the server, as HTTP/1.0 clients that read to the close do), the
 /// machine's CPU per request, how long after the body the server's FIN reached the client,
@@ -1326,15 +1386,24 @@ fn bench_pods_against_kube_proxy() {
     // offered loads, medians of the rounds.
     let mut iface64 = 0.0;
     let mut udp_pps: std::collections::HashMap<(&str, usize), f64> = Default::default();
+    // Beside them, two pods joined by nothing but a tun forwarder (a read and a write per
+    // packet): the most any data plane on tun interfaces carries here.
+    let tun_pair = (part("udp") && k.is_some()).then(|| TunPair::start(&v.t.ns("lb")));
+    let mut udp_systems: Vec<(&str, &dyn PodRunner, usize, usize, String)> = both
+        .iter()
+        .map(|&(name, n)| match &k {
+            Some(k) if name == "kube-proxy" => (name, n, 4, 5, k.ips[4].clone()),
+            _ => (name, n, 4, 5, vip(5)),
+        })
+        .collect();
+    if let Some(t) = &tun_pair {
+        udp_systems.push(("tun-forward", t, 1, 2, "10.246.0.2".to_string()));
+    }
     for payload in if part("udp") { vec![22usize, 1472] } else { Vec::new() } {
-        for (name, n) in both.iter().copied() {
-            let to_ip = match &k {
-                Some(k) if name == "kube-proxy" => k.ips[4].clone(),
-                _ => vip(5),
-            };
+        for &(name, n, from, to, ref to_ip) in &udp_systems {
             let mut rs = Vec::new();
             for _ in 0..rounds {
-                rs.push(best_of(&[50_000, 100_000, 150_000, 200_000, 300_000, 0], |pps| udp_throughput(n, 4, 5, &to_ip, payload, 3, pps)));
+                rs.push(best_of(&[50_000, 100_000, 150_000, 200_000, 300_000, 400_000, 0], |pps| udp_throughput(n, from, to, to_ip, payload, 3, pps)));
             }
             let pps = median(rs.iter().map(|r| r["received_pps"].as_f64().unwrap_or(0.0)).collect());
             if name == "vectorlb" && payload == 22 {
@@ -1422,16 +1491,20 @@ fn bench_pods_against_kube_proxy() {
         (Some(v), Some(k)) => v.iter().zip(k).map(|(a, b)| a["cps"].as_f64().unwrap_or(0.0) / b["cps"].as_f64().unwrap_or(1.0).max(1e-9)).fold(f64::MAX, f64::min),
         _ => 0.0,
     };
-    let udp_vs = |payload: usize| match (udp_pps.get(&("vectorlb", payload)), udp_pps.get(&("kube-proxy", payload))) {
-        (Some(v), Some(k)) => json!(r3(v / k.max(1e-9))),
+    let udp_ratio = |a: &str, b: &str, payload: usize| match (udp_pps.get(&(a, payload)), udp_pps.get(&(b, payload))) {
+        (Some(x), Some(y)) => json!(r3(x / y.max(1e-9))),
         _ => Value::Null,
     };
+    let udp_vs = |payload: usize| udp_ratio("vectorlb", "kube-proxy", payload);
     println!(
         "{}",
         json!({"bench": "pods_summary", "cpu": cpu, "cps_vs_kube_proxy": (kc > 0.0).then(|| r3(vc / kc)), "p99_vs_kube_proxy": (kp > 0.0).then(|| r3(vp / kp)),
                "cpu_per_request_vs_kube_proxy": r3(med("vectorlb", "cpu_us_per_request") / med("kube-proxy", "cpu_us_per_request").max(1e-9)),
                "cps_lowest_round_vs_kube_proxy": (kc > 0.0).then(|| r3(cps_lowest_round)),
                "udp64_vs_bridge": udp_vs(22), "udp1500_vs_bridge": udp_vs(1472),
+               // The tun forwarder's UDP against the bridge's, and vectorlb's against it.
+               "udp_tun_ceiling_vs_bridge": {"udp64": udp_ratio("tun-forward", "kube-proxy", 22), "udp1500": udp_ratio("tun-forward", "kube-proxy", 1472)},
+               "udp_vs_tun_ceiling": {"udp64": udp_ratio("vectorlb", "tun-forward", 22), "udp1500": udp_ratio("vectorlb", "tun-forward", 1472)},
                "memif_vs_interface": (iface64 > 0.0 && memif64 > 0.0).then(|| r3(memif64 / iface64)),
                "tcp_bulk_vs_bridge": bulk.contains_key(&("vectorlb", POD_TO_POD, 1)).then(|| json!({
                    "streams_1": bulk_vs("vectorlb", POD_TO_POD, POD_TO_POD, 1), "streams_8": bulk_vs("vectorlb", POD_TO_POD, POD_TO_POD, 8),

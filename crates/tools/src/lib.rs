@@ -13,6 +13,7 @@ pub mod memcload;
 pub mod memif;
 pub mod podmemif;
 pub mod probe;
+pub mod tunfwd;
 
 /// Why a tool failed.
 #[derive(Debug, thiserror::Error)]

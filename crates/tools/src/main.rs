@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use vectorlb_tools::{gen, httpload, memcload, memif, podmemif, probe};
+use vectorlb_tools::{gen, httpload, memcload, memif, podmemif, probe, tunfwd};
 
 #[derive(Parser)]
 #[command(name = "vectorlb-tools", version, about = "vectorlb's test and benchmark tools (not for production hosts)")]
@@ -36,6 +36,9 @@ enum Cmd {
     /// Open-loop memcached load (fixed arrival rate, pipelined requests, latency from the
     /// intended send time; gets and sets); percentiles to P99.99, one JSON line.
     MemcacheLoad(memcload::MemcacheLoadArgs),
+    /// Two tun interfaces and every packet of one written to the other, untouched (a read and a
+    /// write each): the ceiling of a data plane on tun interfaces, for `make bench-pods`.
+    TunForward(tunfwd::TunForwardArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Cmd::MemifFwd(a) => memif::fwd(&a).map(|r| println!("{r}")),
         Cmd::BenchMemif(a) => memif::bench(&a),
         Cmd::PodMemif(c) => podmemif::run(&c).map(|r| println!("{r}")),
+        Cmd::TunForward(a) => tunfwd::run(&a).map(|r| println!("{r}")),
         Cmd::HttpLoad(a) => httpload::run(&a).map_err(vectorlb_tools::ToolError::Usage).map(|r| {
             if a.json {
                 println!("{r}");

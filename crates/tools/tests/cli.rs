@@ -23,3 +23,17 @@ fn lists_its_tools_and_refuses_nonsense() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--dst-mac"), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn tun_forward_refuses_bad_names_and_durations_before_it_opens_anything() {
+    for (args, says) in [
+        (vec!["tun-forward", "--a", "", "--b", "x"], "interface name \"\""),
+        (vec!["tun-forward", "--a", "a-name-far-too-long", "--b", "x"], "1 to 15 bytes"),
+        (vec!["tun-forward", "--a", "x", "--b", "y", "--duration-s", "0"], "--duration-s 0"),
+        (vec!["tun-forward", "--a", "x", "--b", "y", "--duration-s", "NaN"], "--duration-s NaN"),
+    ] {
+        let o = tools(&args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
