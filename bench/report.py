@@ -803,6 +803,8 @@ def pods_section():
           + (f", tcp_bulk_vs_bridge {json.dumps(r['tcp_bulk_vs_bridge'])} (goal at least 1.5 on a node, 1.0 across nodes)" if r.get("tcp_bulk_vs_bridge") else "")
           + (f", tcp_ceiling_vs_bridge {json.dumps(r['tcp_ceiling_vs_bridge'])} (loopback in one namespace against the bridge's pod to pod)" if r.get("tcp_ceiling_vs_bridge") else "")
           + (f", udp64_vs_bridge **{r['udp64_vs_bridge']}**, udp1500_vs_bridge **{r['udp1500_vs_bridge']}**" if r.get("udp1500_vs_bridge") is not None else "")
+          + (f", udp_tun_ceiling_vs_bridge {json.dumps(r['udp_tun_ceiling_vs_bridge'])} (a bare tun forwarder against the bridge), "
+             f"udp_vs_tun_ceiling {json.dumps(r['udp_vs_tun_ceiling'])}" if r.get("udp_tun_ceiling_vs_bridge") else "")
           + (f", cps_lowest_round_vs_kube_proxy **{r['cps_lowest_round_vs_kube_proxy']}**" if r.get("cps_lowest_round_vs_kube_proxy") is not None else "")
           + ".")
     w("")

@@ -1080,14 +1080,6 @@ impl KubeProxyNode {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-
-    fn run(&self, i: usize, args: &[&str]) -> Output {
-        Command::new("ip").args(["netns", "exec", &self.pods[i - 1]]).args(args).output().unwrap()
-    }
-
-    fn spawn(&self, i: usize, args: &[&str]) -> std::process::Child {
-        Command::new("ip").args(["netns", "exec", &self.pods[i - 1]]).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap()
-    }
 }
 
 impl Drop for KubeProxyNode {
@@ -1107,26 +1099,25 @@ impl Drop for KubeProxyNode {
 
 /// One pod's side of a benchmark: what to run in it.
 trait PodRunner {
-    fn run_in(&self, i: usize, args: &[&str]) -> Output;
-    fn spawn_in(&self, i: usize, args: &[&str]) -> std::process::Child;
+    /// Pod `i`'s network namespace.
+    fn pod_ns(&self, i: usize) -> String;
+    fn run_in(&self, i: usize, args: &[&str]) -> Output {
+        Command::new("ip").args(["netns", "exec", &self.pod_ns(i)]).args(args).output().unwrap()
+    }
+    fn spawn_in(&self, i: usize, args: &[&str]) -> std::process::Child {
+        Command::new("ip").args(["netns", "exec", &self.pod_ns(i)]).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap()
+    }
 }
 
 impl PodRunner for KubeProxyNode {
-    fn run_in(&self, i: usize, args: &[&str]) -> Output {
-        self.run(i, args)
-    }
-    fn spawn_in(&self, i: usize, args: &[&str]) -> std::process::Child {
-        self.spawn(i, args)
+    fn pod_ns(&self, i: usize) -> String {
+        self.pods[i - 1].clone()
     }
 }
 
 impl PodRunner for PodNet {
-    fn run_in(&self, i: usize, args: &[&str]) -> Output {
-        self.in_pod(i, args)
-    }
-    fn spawn_in(&self, i: usize, args: &[&str]) -> std::process::Child {
-        let name = format!("{}-pod{i}", self.t.p);
-        Command::new("ip").args(["netns", "exec", &name]).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap()
+    fn pod_ns(&self, i: usize) -> String {
+        format!("{}-pod{i}", self.t.p)
     }
 }
 
@@ -1172,11 +1163,8 @@ impl TunPair {
 }
 
 impl PodRunner for TunPair {
-    fn run_in(&self, i: usize, args: &[&str]) -> Output {
-        Command::new("ip").args(["netns", "exec", &self.pods[i - 1]]).args(args).output().unwrap()
-    }
-    fn spawn_in(&self, i: usize, args: &[&str]) -> std::process::Child {
-        Command::new("ip").args(["netns", "exec", &self.pods[i - 1]]).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap()
+    fn pod_ns(&self, i: usize) -> String {
+        self.pods[i - 1].clone()
     }
 }
 
