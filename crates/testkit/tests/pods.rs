@@ -527,16 +527,14 @@ fn link_nodes(a: &str, b: &str, net: u8) {
             vec!["ip", "link", "set", "node0", "up"],
             vec!["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
         ] {
-            let o = Command::new("ip").args(["netns", "exec", ns]).args(&args).output().unwrap();
-            assert!(ok(&o), "{ns}: {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+            sh(&[&["ip", "netns", "exec", ns][..], &args].concat());
         }
     }
 }
 
 /// A static route in network namespace `ns`: `prefix` via `gateway`.
 fn route_in(ns: &str, prefix: &str, gateway: &str) {
-    let o = Command::new("ip").args(["netns", "exec", ns, "ip", "route", "replace", prefix, "via", gateway]).output().unwrap();
-    assert!(ok(&o), "{ns}: route {prefix} via {gateway}: {}", String::from_utf8_lossy(&o.stderr));
+    sh(&["ip", "netns", "exec", ns, "ip", "route", "replace", prefix, "via", gateway]);
 }
 
 #[test]
@@ -1154,8 +1152,7 @@ impl TunPair {
                 vec!["ip", "link", "set", "eth0", "up"],
                 vec!["ip", "route", "add", &format!("{peer}/32"), "dev", "eth0"],
             ] {
-                let o = Command::new("ip").args(["netns", "exec", ns]).args(&args).output().unwrap();
-                assert!(ok(&o), "{ns}: {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+                sh(&[&["ip", "netns", "exec", ns.as_str()][..], &args].concat());
             }
         }
         pair
