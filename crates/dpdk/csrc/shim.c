@@ -665,11 +665,15 @@ static void evdev_release_service(int dev)
 }
 
 /* The event device the EAL probed on PCI device `pci` (its name, 0000:6d:00.0), or -ENODEV. */
-static int evdev_by_pci(const char *pci)
+/* The id of the attached event device named `name` (a vdev's or a PCI device's name), or
+ * -ENODEV. Every id is scanned: DPDK's own rte_event_dev_get_dev_id and rte_event_dev_count
+ * stop at the number of attached devices, which misses a device in a higher slot once a lower
+ * one was released (devices come and go as proxies reload and tests run side by side). */
+static int evdev_by_name(const char *name)
 {
-	for (int d = 0; d < rte_event_dev_count(); d++) {
+	for (int d = 0; d < RTE_EVENT_MAX_DEVS; d++) {
 		struct rte_event_dev_info info;
-		if (rte_event_dev_info_get(d, &info) == 0 && info.dev && strcmp(rte_dev_name(info.dev), pci) == 0)
+		if (rte_event_dev_info_get(d, &info) == 0 && info.dev && strcmp(rte_dev_name(info.dev), name) == 0)
 			return d;
 	}
 	return -ENODEV;
@@ -688,9 +692,9 @@ int vl_evdev_setup(const char *vdev, const char *vdev_args, const char *pci, uin
 		r = rte_vdev_init(vdev, vdev_args ? vdev_args : "");
 		if (r < 0)
 			return r;
-		dev = rte_event_dev_get_dev_id(vdev);
+		dev = evdev_by_name(vdev);
 	} else if (pci) {
-		dev = evdev_by_pci(pci);
+		dev = evdev_by_name(pci);
 	}
 	if (dev < 0) {
 		r = -ENODEV;

@@ -88,6 +88,10 @@ pub fn helper_eal(pci: Option<&str>) -> Result<Arc<Eal>, Error> {
 
 static NEXT_VDEV: AtomicU32 = AtomicU32::new(0);
 
+/// Held while a device is created, configured or removed: DPDK's table of event devices has no
+/// lock of its own, and proxies (or tests) open and close devices from several threads.
+static DEVICES: Mutex<()> = Mutex::new(());
+
 /// A PCI address in DPDK's spelling (`0000:6d:00.0`, lower case), from that or `6d:00.0`;
 /// None for anything else.
 pub fn pci_address(s: &str) -> Option<String> {
@@ -145,8 +149,10 @@ impl EventDev {
         let mut service = u32::MAX;
         let vdev_ptr = vdev.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());
         let pci_ptr = pci_c.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());
+        let table = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the strings and the priorities outlive the call; `service` is a valid out
-        // pointer. On failure the call removed the vdev it created.
+        // pointer; the device table is ours alone while `table` is held. On failure the call
+        // removed the vdev it created.
         let r = unsafe { ffi::vl_evdev_setup(vdev_ptr, args.as_ptr(), pci_ptr, priorities.len() as u8, priorities.as_ptr(), consumers, events, &mut service) };
         if r < 0 {
             let reason = match -r {
@@ -156,6 +162,7 @@ impl EventDev {
             };
             return Err(Error::Dpdk { what: what(), reason });
         }
+        drop(table);
         Ok(Arc::new(EventDev {
             dev: r as u8,
             vdev,
@@ -189,7 +196,9 @@ impl EventDev {
 
 impl Drop for EventDev {
     fn drop(&mut self) {
-        // SAFETY: the consumers hold an Arc of the device, so none is left using a port.
+        let _table = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the consumers hold an Arc of the device, so none is left using a port; the
+        // device table is ours alone while `_table` is held.
         unsafe { ffi::vl_evdev_close(self.dev, self.vdev.as_ref().map_or(std::ptr::null(), |v| v.as_ptr())) };
     }
 }
@@ -280,6 +289,26 @@ impl Consumer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn devices_opened_and_closed_from_many_threads_at_once_are_all_found() {
+        // DPDK finds a device by name among as many slots as devices are attached: one created
+        // while another in a lower slot closes was lost ("No such device") before opening and
+        // closing were serialized.
+        let threads: Vec<_> = (0..6)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..40u64 {
+                        let d = EventDev::open("event_sw", &[0, 255], 1, 64).unwrap_or_else(|e| panic!("thread {t}, device {i}: {e}"));
+                        assert!(d.enqueue(1, i));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
 
     #[test]
     fn event_sw_serves_the_more_urgent_queue_first() {
