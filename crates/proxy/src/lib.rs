@@ -34,6 +34,7 @@ pub mod health;
 pub mod ippcp;
 pub mod kexstream;
 pub mod keyshare;
+pub mod mesh;
 pub mod objects;
 pub mod proxy;
 pub mod route;
