@@ -163,6 +163,17 @@ fn context(field: &str, tls: &Tls, i: usize, runner: &Runner, stats: &Arc<TlsSta
     for extra in chain.into_iter().skip(1) {
         b.add_extra_chain_cert(extra).map_err(setup(&fc))?;
     }
+    install_key(&mut b, runner, stats, key, &fc)?;
+    if !tls.resumption {
+        b.set_session_cache_mode(SslSessionCacheMode::OFF);
+        b.set_options(SslOptions::NO_TICKET);
+    }
+    b.set_alpn_select_callback(|_, client| boring::ssl::select_next_proto(b"\x02h2\x08http/1.1", client).ok_or(AlpnError::NOACK));
+    Ok((b, names(&leaf)))
+}
+
+/// Puts `key` behind `runner`: signed inline, on the crypto pool, or in crypto_mb's batches.
+fn install_key(b: &mut boring::ssl::SslContextBuilder, runner: &Runner, stats: &Arc<TlsStats>, key: PKey<Private>, fc: &str) -> Result<(), TlsError> {
     match runner {
         Runner::Pool(jobs) => {
             b.set_async_private_key_method(PoolMethod { key: Arc::new(key), jobs: Mutex::new(jobs.clone()), stats: stats.clone() });
@@ -172,18 +183,39 @@ fn context(field: &str, tls: &Tls, i: usize, runner: &Runner, stats: &Arc<TlsSta
             // The inline provider's IPP backend signs RSA only: any other key is BoringSSL's.
             Err(msg) if engine.is_immediate() => {
                 tracing::info!("{fc}.key: {} cannot hold {msg}; BoringSSL signs for this certificate", engine.backend());
-                b.set_private_key(&key).map_err(setup(&fc))?
+                b.set_private_key(&key).map_err(setup(fc))?
             }
             Err(msg) => return Err(TlsError::Setup { field: format!("{fc}.key"), msg: format!("the cryptomb provider cannot hold {msg}") }),
         },
-        Runner::Inline => b.set_private_key(&key).map_err(setup(&fc))?,
+        Runner::Inline => b.set_private_key(&key).map_err(setup(fc))?,
     }
-    if !tls.resumption {
-        b.set_session_cache_mode(SslSessionCacheMode::OFF);
-        b.set_options(SslOptions::NO_TICKET);
+    Ok(())
+}
+
+/// A private-key provider on its own, for contexts built elsewhere (the mesh's workload
+/// certificates, which change as they rotate): one engine whose batches every key shares.
+pub struct KeySigner {
+    runner: Runner,
+    stats: Arc<TlsStats>,
+    field: String,
+}
+
+impl KeySigner {
+    pub fn new(field: &str, provider: &Provider) -> Result<KeySigner, TlsError> {
+        crate::sslmem::link();
+        let tls = Tls { certificates: Vec::new(), provider: *provider, resumption: false, min_version: "1.3".into(), max_version: "1.3".into() };
+        let (runner, stats) = runner(field, &tls)?;
+        Ok(KeySigner { runner, stats, field: field.into() })
     }
-    b.set_alpn_select_callback(|_, client| boring::ssl::select_next_proto(b"\x02h2\x08http/1.1", client).ok_or(AlpnError::NOACK));
-    Ok((b, names(&leaf)))
+
+    /// Signs for `key` in `b`'s handshakes (server or client) through the provider.
+    pub fn install(&self, b: &mut boring::ssl::SslContextBuilder, key: PKey<Private>) -> Result<(), TlsError> {
+        install_key(b, &self.runner, &self.stats, key, &self.field)
+    }
+
+    pub fn stats(&self) -> &Arc<TlsStats> {
+        &self.stats
+    }
 }
 
 /// Whether the CPU has AVX-512 IFMA (the 52-bit multiply-add the fast RSA code needs).

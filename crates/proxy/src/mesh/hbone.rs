@@ -22,7 +22,7 @@ use boring::ssl::{AlpnError, SslAcceptor, SslConnector, SslMethod, SslVerifyMode
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -152,6 +152,8 @@ pub struct Node {
     pool: Mutex<HashMap<PoolKey, Sender>>,
     /// Connect to a pod from its client's address (else from the proxy's own).
     original_source: bool,
+    /// Where the handshakes' signatures run (None: BoringSSL, inline).
+    signer: Option<crate::tls::KeySigner>,
     pub stats: Arc<Stats>,
 }
 
@@ -159,14 +161,17 @@ fn tls_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-fn contexts(svid: &Svid, bundle: &Bundle) -> io::Result<(SslAcceptor, SslConnector)> {
+fn contexts(svid: &Svid, bundle: &Bundle, signer: Option<&crate::tls::KeySigner>) -> io::Result<(SslAcceptor, SslConnector)> {
     let mut a = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
     a.set_min_proto_version(Some(SslVersion::TLS1_3)).map_err(tls_err)?;
     a.set_certificate(&svid.chain[0]).map_err(tls_err)?;
     for c in &svid.chain[1..] {
         a.add_extra_chain_cert(c.clone()).map_err(tls_err)?;
     }
-    a.set_private_key(&svid.key).map_err(tls_err)?;
+    match signer {
+        Some(k) => k.install(&mut a, svid.key.clone()).map_err(tls_err)?,
+        None => a.set_private_key(&svid.key).map_err(tls_err)?,
+    }
     a.set_cert_store(bundle.store().map_err(tls_err)?);
     a.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
     a.set_alpn_select_callback(|_, client| boring::ssl::select_next_proto(b"\x02h2", client).ok_or(AlpnError::ALERT_FATAL));
@@ -177,7 +182,10 @@ fn contexts(svid: &Svid, bundle: &Bundle) -> io::Result<(SslAcceptor, SslConnect
     for x in &svid.chain[1..] {
         c.add_extra_chain_cert(x.clone()).map_err(tls_err)?;
     }
-    c.set_private_key(&svid.key).map_err(tls_err)?;
+    match signer {
+        Some(k) => k.install(&mut c, svid.key.clone()).map_err(tls_err)?,
+        None => c.set_private_key(&svid.key).map_err(tls_err)?,
+    }
     c.set_cert_store(bundle.store().map_err(tls_err)?);
     c.set_verify(SslVerifyMode::PEER);
     c.set_alpn_protos(b"\x02h2").map_err(tls_err)?;
@@ -219,7 +227,14 @@ where
 
 impl Node {
     pub fn new(state: State, original_source: bool) -> Arc<Node> {
+        Node::with_signer(state, original_source, None)
+    }
+
+    /// A node whose handshakes sign through `signer` (the proxy's providers: crypto_mb's
+    /// batches of eight, a thread pool, or inline).
+    pub fn with_signer(state: State, original_source: bool, signer: Option<crate::tls::KeySigner>) -> Arc<Node> {
         Arc::new(Node {
+            signer,
             state: ArcSwap::from_pointee(state),
             ids: ArcSwap::from_pointee(HashMap::new()),
             bundle: ArcSwap::from_pointee(None),
@@ -249,13 +264,18 @@ impl Node {
                 return Err(tls_err(format!("{} is not in the trust domain {}", svid.id, bundle.trust_domain())));
             }
             bundle.verify(&svid.chain[0], &svid.chain[1..]).map_err(tls_err)?;
-            let (acceptor, connector) = contexts(&svid, &bundle)?;
+            let (acceptor, connector) = contexts(&svid, &bundle, self.signer.as_ref())?;
             map.insert(svid.id.clone(), Arc::new(Loaded { svid, acceptor, connector, generation }));
         }
         self.ids.store(Arc::new(map));
         self.bundle.store(Arc::new(Some(bundle)));
         self.pool.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.generation == generation);
         Ok(())
+    }
+
+    /// The handshake signer's statistics (None when BoringSSL signs inline).
+    pub fn signer_stats(&self) -> Option<&Arc<crate::stats::TlsStats>> {
+        self.signer.as_ref().map(|s| s.stats())
     }
 
     /// The identities this node holds certificates for, with their serial numbers.
@@ -311,7 +331,7 @@ impl Node {
             async move { Ok::<_, std::convert::Infallible>(node.tunnel_request(req, client, served, peer).await) }
         });
         let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-        h2.max_concurrent_streams(200).max_header_list_size(64 << 10).keep_alive_interval(Some(Duration::from_secs(30)));
+        h2.timer(TokioTimer::new()).max_concurrent_streams(200).max_header_list_size(64 << 10).keep_alive_interval(Some(Duration::from_secs(30)));
         let _ = h2.serve_connection(TokioIo::new(tls), service).await;
     }
 
@@ -466,7 +486,7 @@ impl Node {
         self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
         self.stats.tunnels_opened.fetch_add(1, Ordering::Relaxed);
         let mut b = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
-        b.max_header_list_size(16 << 10).keep_alive_interval(Some(Duration::from_secs(30)));
+        b.timer(TokioTimer::new()).max_header_list_size(16 << 10).keep_alive_interval(Some(Duration::from_secs(30)));
         let (sender, conn) = b.handshake(TokioIo::new(tls)).await.map_err(tls_err)?;
         tokio::spawn(async move {
             let _ = conn.await;
