@@ -202,8 +202,9 @@ fn peer_id<S>(tls: &tokio_boring::SslStream<S>, trust_domain: &str) -> io::Resul
     Ok(id)
 }
 
-/// `for="10.0.0.1:4000"` (or unquoted) out of a `Forwarded` header.
-fn forwarded_for(v: &str) -> Option<SocketAddr> {
+/// `for="10.0.0.1:4000"` (or unquoted) out of a `Forwarded` header: the first `for=`, if it
+/// is an address with a port.
+pub fn forwarded_for(v: &str) -> Option<SocketAddr> {
     v.split([';', ',']).find_map(|p| p.trim().strip_prefix("for=")).map(|f| f.trim_matches('"')).and_then(|f| f.parse().ok())
 }
 
