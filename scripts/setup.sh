@@ -20,10 +20,11 @@ set -euo pipefail
 # IPAM in the Kubernetes tests; the tests start their own containerd, none is left running);
 # busybox-static, wget, bind9-dnsutils (dig) and netcat-openbsd: the tools inside the images the
 # Kubernetes e2e suite runs (scripts/k8s-e2e.sh builds them from these binaries);
-# python3-pip where Python has no pip (crypto_mb below).
+# python3-h2 (another HTTP/2 implementation, the mesh tunnels' interop test); python3-pip where
+# Python has no pip (crypto_mb below).
 PKGS=(build-essential pkg-config ca-certificates openssl python3 libdpdk-dev dpdk libbpf-dev clang
       iproute2 ethtool nginx-light wrk curl tcpdump iputils-ping procps keepalived
-      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client memcached bird2 frr
+      nftables haproxy libnginx-mod-stream dpdk-dev chromium fonts-dejavu-core nghttp2-client python3-h2 memcached bird2 frr
       containerd runc containernetworking-plugins busybox-static wget bind9-dnsutils netcat-openbsd)
 [ "${1:-}" = --bench ] && PKGS+=(valgrind python3-matplotlib linux-perf iperf3)
 need_apt=()

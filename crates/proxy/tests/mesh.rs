@@ -416,6 +416,48 @@ async fn malformed_tunnel_requests_get_clear_answers() {
     assert!(!String::from_utf8_lossy(&buf).contains("HTTP/1.1 200"));
 }
 
+/// Runs tests/hbone_peer.py (Debian's Python, which has the `h2` package: scripts/setup.sh) as
+/// the pod `sa` of namespace `ns` on node A, against node B.
+fn python_peer(m: &Mesh, ns: &str, sa: &str, forwarded: &str) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("vectorlb-hbone-peer-{}-{sa}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svid = issue(&m.ca, &m.placement, "node-a", &[id(ns, sa)], Duration::from_secs(3600)).remove(0);
+    std::fs::write(dir.join("cert.pem"), svid.chain[0].to_pem().unwrap()).unwrap();
+    std::fs::write(dir.join("key.pem"), svid.key.private_key_to_pem_pkcs8().unwrap()).unwrap();
+    std::fs::write(dir.join("ca.pem"), m.ca.cert_pem().unwrap()).unwrap();
+    let path = |f: &str| dir.join(f).display().to_string();
+    let script = format!("{}/tests/hbone_peer.py", env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args([script, m.workloads[&ip(DB)].hbone.to_string(), path("cert.pem"), path("key.pem"), path("ca.pem"), m.echo.to_string(), forwarded.into(), "interop".into()])
+        .output()
+        .expect("/usr/bin/python3");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "hbone_peer.py: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_independent_http2_and_tls_client_opens_tunnels_as_ours_do() {
+    let only_web =
+        Policy::compile("shop", "db-from-web", &serde_json::json!({"rules": [{"from": [{"source": {"principals": ["cluster.local/ns/shop/sa/web"]}}]}]})).unwrap().unwrap();
+    let (m, _) = mesh(vec![only_web], false).await;
+    let m = Arc::new(m);
+    let run = |ns: &'static str, sa: &'static str, fwd: &'static str| {
+        let m = m.clone();
+        tokio::task::spawn_blocking(move || python_peer(&m, ns, sa, fwd))
+    };
+    let ok = run("shop", "web", "127.0.0.11:5555").await.unwrap();
+    assert_eq!(ok["alpn"], "h2");
+    assert_eq!(ok["server_uris"], serde_json::json!(["spiffe://cluster.local/ns/shop/sa/db"]), "OpenSSL verified db's certificate as a server's");
+    assert_eq!(ok["status"], 200, "{ok}");
+    let data = ok["data"].as_str().unwrap();
+    assert!(data.starts_with("peer=127.0.0.11:") && data.ends_with("interop\n"), "{data:?}");
+    let denied = run("jobs", "batch", "127.0.0.12:5555").await.unwrap();
+    assert_eq!(denied["status"], 401, "{denied}");
+    let lying = run("shop", "web", "127.0.0.12:5555").await.unwrap();
+    assert_eq!(lying["status"], 400, "web may not speak for batch's address: {lying}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_meshed_pods_connection_outside_the_mesh_passes_as_it_came() {
     let (m, _) = mesh(vec![], false).await;
