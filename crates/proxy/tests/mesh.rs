@@ -459,6 +459,28 @@ async fn an_independent_http2_and_tls_client_opens_tunnels_as_ours_do() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_past_the_limit_are_closed_at_once_and_counted() {
+    let (m, _) = mesh(vec![], false).await;
+    let capped = Node::with_limit(state("node-b", &m.workloads, vec![]), false, None, 2);
+    capped
+        .set_identities(issue(&m.ca, &m.placement, "node-b", &[id("shop", "db")], Duration::from_secs(3600)), Bundle::new(TD, vec![m.ca.certificate().clone()]).unwrap())
+        .unwrap();
+    let l = TcpListener::bind((ip(DB), 0)).await.unwrap();
+    let at = l.local_addr().unwrap();
+    tokio::spawn(capped.clone().serve_inbound(l));
+    // Two connections that never start a handshake hold both slots; a third is closed at once.
+    let _held: Vec<TcpStream> = vec![TcpStream::connect(at).await.unwrap(), TcpStream::connect(at).await.unwrap()];
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut third = TcpStream::connect(at).await.unwrap();
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), third.read(&mut buf)).await.expect("closed at once, not held");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    assert_eq!(capped.stats.over_limit.load(Ordering::Relaxed), 1);
+    assert_eq!(capped.stats.handshake_failures.load(Ordering::Relaxed), 0, "the two held are still waiting for their handshakes");
+    assert_eq!(metric(&capped.stats.render(), "vectorlb_mesh_over_limit_total"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_meshed_pods_connection_outside_the_mesh_passes_as_it_came() {
     let (m, _) = mesh(vec![], false).await;
     let outside = echo("127.0.0.51").await;

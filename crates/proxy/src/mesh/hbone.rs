@@ -36,6 +36,8 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 pub const HBONE_PORT: u16 = 15008;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections a node proxy holds at once, inbound and outbound together, unless told otherwise.
+pub const MAX_CONNECTIONS: usize = 65_536;
 
 /// A meshed pod as every node knows it.
 #[derive(Clone, Debug)]
@@ -91,6 +93,7 @@ pub struct Stats {
     pub bad_requests: AtomicU64,
     pub unknown_destination: AtomicU64,
     pub passthrough: AtomicU64,
+    pub over_limit: AtomicU64,
     pub inbound: Mutex<BTreeMap<(String, String), Arc<Pair>>>,
     pub outbound: Mutex<BTreeMap<(String, String), Arc<Pair>>>,
 }
@@ -110,6 +113,7 @@ impl Stats {
             ("vectorlb_mesh_bad_requests_total", "Tunnel requests refused as malformed (400).", &self.bad_requests),
             ("vectorlb_mesh_unknown_destination_total", "Connections for an address that is no meshed pod of this node.", &self.unknown_destination),
             ("vectorlb_mesh_passthrough_total", "Meshed pods' connections to peers outside the mesh, forwarded as they came.", &self.passthrough),
+            ("vectorlb_mesh_over_limit_total", "Connections closed at once because the node proxy held its maximum.", &self.over_limit),
         ] {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n", v.load(Ordering::Relaxed)));
         }
@@ -154,6 +158,8 @@ pub struct Node {
     original_source: bool,
     /// Where the handshakes' signatures run (None: BoringSSL, inline).
     signer: Option<crate::tls::KeySigner>,
+    /// One permit per connection held (accepted inbound or outbound).
+    slots: Arc<tokio::sync::Semaphore>,
     pub stats: Arc<Stats>,
 }
 
@@ -234,7 +240,14 @@ impl Node {
     /// A node whose handshakes sign through `signer` (the proxy's providers: crypto_mb's
     /// batches of eight, a thread pool, or inline).
     pub fn with_signer(state: State, original_source: bool, signer: Option<crate::tls::KeySigner>) -> Arc<Node> {
+        Node::with_limit(state, original_source, signer, MAX_CONNECTIONS)
+    }
+
+    /// As [`Node::with_signer`], holding at most `max_connections` connections at once; past
+    /// that a new one is closed at once and counted (`over_limit`).
+    pub fn with_limit(state: State, original_source: bool, signer: Option<crate::tls::KeySigner>, max_connections: usize) -> Arc<Node> {
         Arc::new(Node {
+            slots: Arc::new(tokio::sync::Semaphore::new(max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS))),
             signer,
             state: ArcSwap::from_pointee(state),
             ids: ArcSwap::from_pointee(HashMap::new()),
@@ -286,12 +299,25 @@ impl Node {
         v
     }
 
+    /// A connection's permit, or None (counted) when the node holds its maximum.
+    fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let s = self.slots.clone().try_acquire_owned().ok();
+        if s.is_none() {
+            self.stats.over_limit.fetch_add(1, Ordering::Relaxed);
+        }
+        s
+    }
+
     /// Accepts tunnels (port 15008 on the pods' addresses) until the listener fails.
     pub async fn serve_inbound(self: Arc<Self>, listener: TcpListener) -> io::Result<()> {
         loop {
             let (tcp, _) = listener.accept().await?;
+            let Some(slot) = self.slot() else { continue };
             let node = self.clone();
-            tokio::spawn(async move { node.inbound(tcp).await });
+            tokio::spawn(async move {
+                node.inbound(tcp).await;
+                drop(slot);
+            });
         }
     }
 
@@ -510,8 +536,12 @@ impl Node {
         loop {
             let (tcp, src) = listener.accept().await?;
             let Ok(to) = dst(&tcp) else { continue };
+            let Some(slot) = self.slot() else { continue };
             let node = self.clone();
-            tokio::spawn(async move { node.outbound(tcp, src, to).await });
+            tokio::spawn(async move {
+                node.outbound(tcp, src, to).await;
+                drop(slot);
+            });
         }
     }
 
