@@ -22,6 +22,7 @@ pub mod frag;
 pub mod hash;
 pub mod icmp;
 pub mod mem;
+pub mod mesh;
 pub mod meta;
 pub mod neigh;
 pub mod pipeline;

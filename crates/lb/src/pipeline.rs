@@ -220,6 +220,8 @@ pub struct Worker {
     pol: Arc<crate::policy::PolicySet>,
     /// This worker's recent routed flows under policy, in front of the shared table.
     pol_cache: crate::policy::FlowCache,
+    /// What the mesh steers to the node's proxy ([`crate::mesh`]).
+    mesh: Arc<crate::mesh::Mesh>,
     /// The session table, the counters and what the features share ([`Flows`]).
     pub flows: Flows,
     /// Each feature's own state.
@@ -278,6 +280,7 @@ impl Worker {
             snap,
             pol: control.policy(),
             pol_cache: Default::default(),
+            mesh: control.mesh(),
             syn: SynProxyState::new(control.cookie_key),
             control,
             flows: Flows::new(SessionTable::new(cfg.table)?),
@@ -317,8 +320,12 @@ impl Worker {
         if let Err(r) = crate::policy::check_parsed(&self.pol, &self.control.policy_flows, Some(&mut self.pol_cache), b.data(), &info, now) {
             return Verdict::Drop(r);
         }
+        if self.control.mesh_generation() != self.mesh.generation {
+            self.mesh = self.control.mesh();
+        }
+        let via = self.mesh.steer(b.data(), &info);
         let snap = self.snap.clone();
-        match crate::route::route_parsed(&snap, b, &info) {
+        match crate::route::route_via(&snap, b, &info, via) {
             Ok(v) => v,
             Err(crate::route::Unrouted { reason, icmp: Some((kind, h)) }) if h.v6 => self.icmp.error_hdr::<[u8; 16], B>(&mut self.flows, &snap, b, h, kind, reason, now),
             Err(crate::route::Unrouted { reason, icmp: Some((kind, h)) }) => self.icmp.error_hdr::<[u8; 4], B>(&mut self.flows, &snap, b, h, kind, reason, now),

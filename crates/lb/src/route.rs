@@ -51,6 +51,12 @@ pub fn route<B: PacketBuf>(snap: &Snapshot, b: &mut B) -> Result<Verdict, Unrout
 
 /// As [`route`] for a frame parsed already (`info` is `parse_frame` of `b`'s data).
 pub fn route_parsed<B: PacketBuf>(snap: &Snapshot, b: &mut B, info: &vectorlb_packet::FrameInfo) -> Result<Verdict, Unrouted> {
+    route_via(snap, b, info, None)
+}
+
+/// As [`route_parsed`], sent the way to `via` (an address key) instead of the way to its
+/// destination when given: the mesh's steering, the packet itself unchanged.
+pub fn route_via<B: PacketBuf>(snap: &Snapshot, b: &mut B, info: &vectorlb_packet::FrameInfo, via: Option<u128>) -> Result<Verdict, Unrouted> {
     let d = b.data();
     let family = info.family.ok_or(Unrouted::from(DropReason::UnsupportedProtocol))?;
     let l3 = info.l3;
@@ -78,11 +84,12 @@ pub fn route_parsed<B: PacketBuf>(snap: &Snapshot, b: &mut B, info: &vectorlb_pa
     if d[ttl_at] <= 1 {
         return Err(Unrouted { reason: DropReason::TtlExceeded, icmp: Some((crate::icmp::ErrorKind::TimeExceeded, hdr())) });
     }
-    if snap.unreachable(dst, !v6) {
+    if via.is_none() && snap.unreachable(dst, !v6) {
         return Err(Unrouted { reason: DropReason::NoRoute, icmp: Some((crate::icmp::ErrorKind::Unreachable, hdr())) });
     }
-    let Some(hop) = snap.route(dst, !v6) else {
-        return Err(if snap.next_hop(dst, !v6).is_some() { DropReason::NoNeighbor } else { DropReason::NoRoute }.into());
+    let to = via.unwrap_or(dst);
+    let Some(hop) = snap.route(to, !v6) else {
+        return Err(if snap.next_hop(to, !v6).is_some() { DropReason::NoNeighbor } else { DropReason::NoRoute }.into());
     };
     // A pod's super-packet (kept whole) is measured by the packets it stands for.
     if info.end - l3 > hop.mtu as usize && !crate::rewrite::segments_fit(b, l3, info.l4, info.proto, hop.mtu as usize) {

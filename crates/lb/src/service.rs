@@ -1164,6 +1164,9 @@ pub struct Control {
     pub policy_flows: crate::policy::Flows,
     /// Denied flows by policy and by endpoint, kept across policy sets.
     pub policy_counters: crate::policy::Counters,
+    /// What the mesh steers to the node's proxy ([`crate::mesh`]), published apart too.
+    mesh: ArcSwap<crate::mesh::Mesh>,
+    mesh_generation: AtomicU64,
 }
 
 impl Control {
@@ -1179,6 +1182,8 @@ impl Control {
             policy_generation: AtomicU64::new(0),
             policy_flows: crate::policy::Flows::new(crate::policy::FLOWS),
             policy_counters: crate::policy::Counters::default(),
+            mesh: ArcSwap::from_pointee(crate::mesh::Mesh::default()),
+            mesh_generation: AtomicU64::new(0),
         }))
     }
 
@@ -1233,5 +1238,32 @@ impl Control {
     #[inline(always)]
     pub fn policy_generation(&self) -> u64 {
         self.policy_generation.load(Ordering::Acquire)
+    }
+
+    /// Publishes what the mesh steers (an empty member list steers nothing). On error nothing
+    /// changes.
+    pub fn apply_mesh(&self, spec: &crate::mesh::MeshSpec) -> Result<u64, String> {
+        let _reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = self.mesh_generation.load(Ordering::Relaxed) + 1;
+        self.mesh.store(Arc::new(crate::mesh::Mesh::build(spec, generation)?));
+        self.mesh_generation.store(generation, Ordering::Release);
+        Ok(generation)
+    }
+
+    /// Stops steering (the mesh is off).
+    pub fn clear_mesh(&self) {
+        let _reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = self.mesh_generation.load(Ordering::Relaxed) + 1;
+        self.mesh.store(Arc::new(crate::mesh::Mesh::off(generation)));
+        self.mesh_generation.store(generation, Ordering::Release);
+    }
+
+    pub fn mesh(&self) -> Arc<crate::mesh::Mesh> {
+        self.mesh.load_full()
+    }
+
+    #[inline(always)]
+    pub fn mesh_generation(&self) -> u64 {
+        self.mesh_generation.load(Ordering::Acquire)
     }
 }
