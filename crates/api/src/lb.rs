@@ -65,6 +65,12 @@ pub trait LbControl: Send + Sync + 'static {
     fn change_policy(&self, c: PolicyChanges) -> Result<PolicyStatus, ApiError>;
     /// Denied flows logged after sequence number `after`.
     fn policy_denied(&self, after: u64) -> PolicyDeniedLog;
+    /// The mesh's steering (docs/mesh.md).
+    fn mesh(&self) -> MeshStatus;
+    /// Replaces the mesh's steering.
+    fn set_mesh(&self, m: MeshSteering) -> Result<MeshStatus, ApiError>;
+    /// Stops the mesh's steering.
+    fn clear_mesh(&self) -> MeshStatus;
     /// The Prometheus text exposition.
     fn metrics(&self) -> String;
 }
@@ -103,6 +109,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
         .route("/v1/pods/{container_id}/{ifname}", delete(delete_pod))
         .route("/v1/policy", get(policy).post(change_policy).layer(axum::extract::DefaultBodyLimit::max(vectorlb_http::error::MAX_POLICY_BODY)))
         .route("/v1/policy/denied", get(policy_denied))
+        .route("/v1/mesh", get(mesh).put(set_mesh).delete(clear_mesh).layer(axum::extract::DefaultBodyLimit::max(vectorlb_http::error::MAX_POLICY_BODY)))
         .merge(crate::page::routes())
         .with_state(lb)
 }
@@ -119,7 +126,7 @@ pub fn router(lb: Arc<dyn LbControl>) -> Router {
     modifiers(&BearerAuth),
     paths(
         health, list_services, add_service, get_service, edit_service, delete_service, add_backend, edit_backend,
-        delete_backend, batch, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, pods, add_pod, delete_pod, policy, change_policy, policy_denied, metrics, openapi
+        delete_backend, batch, sessions, stats, ports, neighbors, config, reload, save, ha, set_ha, sync, bgp, drain, history, pods, add_pod, delete_pod, policy, change_policy, policy_denied, mesh, set_mesh, clear_mesh, metrics, openapi
     )
 )]
 pub struct LbApiDoc;
@@ -437,6 +444,29 @@ async fn delete_pod(State(lb): Lb, Path((id, ifname)): Path<(String, String)>) -
     } else {
         Err(ApiError::NotFound(format!("no pod interface {ifname} of {id}")))
     }
+}
+
+/// The mesh's steering on this node: whether TCP between meshed pods goes to the node proxy.
+#[utoipa::path(get, path = "/v1/mesh", responses((status = 200, body = MeshStatus)))]
+async fn mesh(State(lb): Lb) -> Result<Json<MeshStatus>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.mesh()).await?))
+}
+
+/// Replaces the mesh's steering: the node proxy's pod attachment and every meshed pod's
+/// address (docs/mesh.md). All or nothing.
+#[utoipa::path(put, path = "/v1/mesh", request_body = MeshSteering, responses(
+    (status = 200, body = MeshStatus),
+    (status = 400, description = "A bad address or port, too many members", body = ErrorBody),
+    (status = 404, description = "No pods port, or no such proxy attachment", body = ErrorBody)
+))]
+async fn set_mesh(State(lb): Lb, JsonBody(m): JsonBody<MeshSteering>) -> Result<Json<MeshStatus>, ApiError> {
+    Ok(Json(call(lb, move |lb| lb.set_mesh(m)).await??))
+}
+
+/// Stops the mesh's steering (meshed pods' traffic goes where it is addressed again).
+#[utoipa::path(delete, path = "/v1/mesh", responses((status = 200, body = MeshStatus)))]
+async fn clear_mesh(State(lb): Lb) -> Result<Json<MeshStatus>, ApiError> {
+    Ok(Json(call(lb, |lb| lb.clear_mesh()).await?))
 }
 
 /// The node's network policy set (what `vectorlb kube` compiled from NetworkPolicy and the

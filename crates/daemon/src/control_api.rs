@@ -281,7 +281,7 @@ impl Daemon {
 }
 
 fn pod_status(t: &crate::pods::PodTun) -> PodStatus {
-    use std::sync::atomic::Ordering::Relaxed;
+    use Ordering::Relaxed;
     PodStatus {
         container_id: t.rec.container_id.clone(),
         ifname: t.rec.ifname.clone(),
@@ -726,7 +726,72 @@ impl LbControl for Daemon {
         self.policy.denied(after)
     }
 
+    fn mesh(&self) -> MeshStatus {
+        let cur = self.mesh.lock().unwrap_or_else(|e| e.into_inner());
+        mesh_status(cur.as_ref(), self.pod_set().ok().map(|s| s.all()).unwrap_or_default())
+    }
+
+    fn set_mesh(&self, m: MeshSteering) -> Result<MeshStatus, ApiError> {
+        if m.members.len() > MAX_MESH_MEMBERS {
+            return Err(ApiError::BadRequest(format!("members: {} addresses, at most {MAX_MESH_MEMBERS}", m.members.len())));
+        }
+        if m.tunnel_port == Some(0) {
+            return Err(ApiError::BadRequest("tunnel_port: 1 to 65535".into()));
+        }
+        let set = self.pod_set()?;
+        let pods = set.all();
+        let proxy = pods.iter().find(|t| t.rec.container_id == m.proxy_container_id && t.rec.ifname == m.proxy_ifname).ok_or_else(|| {
+            ApiError::NotFound(format!("proxy_container_id, proxy_ifname: no pod attachment {}/{}", m.proxy_container_id.escape_debug(), m.proxy_ifname.escape_debug()))
+        })?;
+        let spec = vectorlb_lb::mesh::MeshSpec {
+            proxy: proxy.rec.ips.clone(),
+            proxy_mac: crate::pods::slot_mac(proxy.rec.slot),
+            members: m.members.clone(),
+            tunnel_port: m.tunnel_port.unwrap_or(15008),
+        };
+        let mut cur = self.mesh.lock().unwrap_or_else(|e| e.into_inner());
+        // The proxy may send from any address before its packets are steered to it.
+        proxy.mesh_proxy.store(true, Ordering::Relaxed);
+        if let Err(e) = self.config.control.apply_mesh(&spec) {
+            if !cur.as_ref().is_some_and(|c| c.proxy_container_id == m.proxy_container_id && c.proxy_ifname == m.proxy_ifname) {
+                proxy.mesh_proxy.store(false, Ordering::Relaxed);
+            }
+            return Err(ApiError::BadRequest(e));
+        }
+        for t in &pods {
+            if !std::ptr::eq(t.as_ref(), proxy.as_ref()) {
+                t.mesh_proxy.store(false, Ordering::Relaxed);
+            }
+        }
+        *cur = Some(m);
+        Ok(mesh_status(cur.as_ref(), pods))
+    }
+
+    fn clear_mesh(&self) -> MeshStatus {
+        let mut cur = self.mesh.lock().unwrap_or_else(|e| e.into_inner());
+        self.config.control.clear_mesh();
+        let pods = self.pod_set().ok().map(|s| s.all()).unwrap_or_default();
+        for t in &pods {
+            t.mesh_proxy.store(false, Ordering::Relaxed);
+        }
+        *cur = None;
+        mesh_status(None, pods)
+    }
+
     fn metrics(&self) -> String {
         crate::metrics::render(self)
+    }
+}
+
+fn mesh_status(m: Option<&MeshSteering>, pods: Vec<Arc<crate::pods::PodTun>>) -> MeshStatus {
+    let Some(m) = m else { return MeshStatus::default() };
+    let proxy = pods.iter().find(|t| t.rec.container_id == m.proxy_container_id && t.rec.ifname == m.proxy_ifname);
+    let members: std::collections::HashSet<&IpAddr> = m.members.iter().collect();
+    MeshStatus {
+        enabled: !members.is_empty(),
+        proxy: Some(format!("{}/{}", m.proxy_container_id, m.proxy_ifname)),
+        proxy_ips: proxy.map(|t| t.rec.ips.iter().map(|a| a.to_string()).collect()).unwrap_or_default(),
+        members: members.len() as u64,
+        tunnel_port: m.tunnel_port.unwrap_or(15008),
     }
 }

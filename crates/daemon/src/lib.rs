@@ -132,6 +132,8 @@ pub struct Daemon {
     pub rates: rates::Rates,
     /// The network policy set (`POST /v1/policy`).
     pub policy: Arc<policy::Store>,
+    /// The mesh's steering (`PUT /v1/mesh`), as last set.
+    pub mesh: std::sync::Mutex<Option<vectorlb_api::model::MeshSteering>>,
 }
 
 impl Daemon {

@@ -112,6 +112,9 @@ pub struct PodTun {
     pub rx: AtomicU64,
     pub tx: AtomicU64,
     pub spoofed: AtomicU64,
+    /// The mesh's node proxy (`PUT /v1/mesh`): it sends from the addresses of the pods whose
+    /// connections it carries, so its sources are not checked.
+    pub mesh_proxy: std::sync::atomic::AtomicBool,
     pub tx_dropped: AtomicU64,
     /// Super-packets read; packets whose virtio-net header did not agree with them (dropped).
     pub rx_super: AtomicU64,
@@ -129,7 +132,22 @@ impl PodTun {
             _ => None,
         });
         let z = || AtomicU64::new(0);
-        PodTun { rec, fd, vnet, v4, v6, host, memif, rx: z(), tx: z(), spoofed: z(), tx_dropped: z(), rx_super: z(), bad_offload: z() }
+        PodTun {
+            rec,
+            fd,
+            vnet,
+            v4,
+            v6,
+            host,
+            memif,
+            rx: z(),
+            tx: z(),
+            spoofed: z(),
+            mesh_proxy: std::sync::atomic::AtomicBool::new(false),
+            tx_dropped: z(),
+            rx_super: z(),
+            bad_offload: z(),
+        }
     }
 
     /// Whether the IP packet `p` comes from one of the pod's addresses. A link-local IPv6
@@ -138,8 +156,8 @@ impl PodTun {
     /// never routes; to anything else it is a spoofed source (`fe80::dead` once reached another
     /// pod).
     fn source_ok(&self, p: &[u8]) -> bool {
-        if self.host {
-            return true;
+        if self.host || self.mesh_proxy.load(Ordering::Relaxed) {
+            return matches!(p.first().map(|b| b >> 4), Some(4 | 6));
         }
         match p.first().map(|b| b >> 4) {
             Some(4) if p.len() >= 20 => self.v4.is_some_and(|a| p[12..16] == a),

@@ -146,6 +146,7 @@ fn start(path: &Path, cfg: &mut Config, devices: &[Option<String>], token: Optio
         pool: pool.clone(),
         rates: Default::default(),
         policy: Arc::new(crate::policy::Store::new(config.control.clone())),
+        mesh: std::sync::Mutex::new(None),
     });
     config.start();
     if config.pods.is_some() {

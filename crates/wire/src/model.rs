@@ -1420,3 +1420,40 @@ pub struct PolicyDeniedFlow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
 }
+
+/// Meshed pods at most in `PUT /v1/mesh` (every node's).
+pub const MAX_MESH_MEMBERS: usize = 1 << 20;
+
+/// The mesh's steering on a node (`PUT /v1/mesh`, docs/mesh.md): TCP between meshed pods,
+/// and to a meshed pod's tunnel port, goes to the node proxy's pod interface, unchanged.
+/// Replaced whole by each PUT; not kept across daemon restarts (the controller sets it again).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MeshSteering {
+    /// The node proxy's attachment on the pods port (as `POST /v1/pods` made it): it may send
+    /// from any address (it answers for the pods it carries connections of).
+    pub proxy_container_id: String,
+    pub proxy_ifname: String,
+    /// Every meshed pod's address, on this node and the others (at most `MAX_MESH_MEMBERS`).
+    #[schema(value_type = Vec<String>)]
+    pub members: Vec<IpAddr>,
+    /// The port tunnels between node proxies arrive on (default 15008).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel_port: Option<u16>,
+}
+
+/// The mesh's steering as the node runs it (`GET /v1/mesh`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MeshStatus {
+    /// Whether anything is steered.
+    pub enabled: bool,
+    /// The proxy's attachment (`CONTAINER_ID/IFNAME`) and addresses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proxy_ips: Vec<String>,
+    /// Meshed pods (distinct addresses).
+    pub members: u64,
+    pub tunnel_port: u16,
+}

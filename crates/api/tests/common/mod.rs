@@ -151,6 +151,21 @@ impl LbControl for Fake {
     fn policy(&self) -> PolicyStatus {
         PolicyStatus::default()
     }
+    fn mesh(&self) -> MeshStatus {
+        MeshStatus::default()
+    }
+    fn set_mesh(&self, m: MeshSteering) -> Result<MeshStatus, ApiError> {
+        Ok(MeshStatus {
+            enabled: !m.members.is_empty(),
+            proxy: Some(format!("{}/{}", m.proxy_container_id, m.proxy_ifname)),
+            members: m.members.len() as u64,
+            tunnel_port: m.tunnel_port.unwrap_or(15008),
+            ..Default::default()
+        })
+    }
+    fn clear_mesh(&self) -> MeshStatus {
+        MeshStatus::default()
+    }
     fn policy_denied(&self, after: u64) -> PolicyDeniedLog {
         PolicyDeniedLog { next: after, ..Default::default() }
     }
