@@ -54,7 +54,7 @@ fn main() {
     // The multiarch include directory has asm/types.h.
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let include = [format!("/usr/include/{arch}-linux-gnu"), "/usr/include/x86_64-linux-gnu".to_string()].into_iter().find(|d| std::path::Path::new(d).exists());
-    for name in ["vectorlb_xdp", "vectorlb_decap"] {
+    for name in ["vectorlb_xdp", "vectorlb_decap", "vectorlb_mesh"] {
         let mut clang = Command::new(env::var("BPF_CLANG").unwrap_or_else(|_| "clang".into()));
         clang.args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-c", &format!("csrc/{name}.c"), "-o"]).arg(out.join(format!("{name}.o")));
         if let Some(dir) = &include {

@@ -834,3 +834,64 @@ int vl_evdev_dequeue(uint8_t dev, uint8_t port, uint64_t *u64, uint8_t *queue)
 /* One pass of a software event device's scheduler; callable from several threads at once
  * (the service is MT-unsafe and DPDK serialises the calls). */
 int vl_evdev_schedule(uint32_t service) { return rte_service_run_iter_on_app_lcore(service, 1); }
+
+/* The mesh's socket lookup program (csrc/vectorlb_mesh.c) loaded from `obj`, its listeners
+ * set (`outbound_fd`, `inbound_fd`: listening TCP sockets), and attached to the network
+ * namespace `netns_fd`. Returns the loaded object (to vl_sklookup_detach), or NULL with *err
+ * a negative errno. The program stays attached while the returned object lives (its link is
+ * not pinned: the process's end detaches it). */
+struct vl_sklookup {
+	struct bpf_object *obj;
+	struct bpf_link *link;
+};
+
+void *vl_sklookup_attach(const void *obj, size_t len, int netns_fd, int outbound_fd, int inbound_fd, uint32_t tunnel_port, int *err)
+{
+	struct vl_sklookup *h = calloc(1, sizeof(*h));
+	if (!h) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	h->obj = bpf_object__open_mem(obj, len, NULL);
+	if (!h->obj) {
+		*err = -errno;
+		free(h);
+		return NULL;
+	}
+	int r = bpf_object__load(h->obj);
+	struct bpf_map *socks = r ? NULL : bpf_object__find_map_by_name(h->obj, "vl_mesh_socks");
+	struct bpf_map *conf = r ? NULL : bpf_object__find_map_by_name(h->obj, "vl_mesh_conf");
+	struct bpf_program *prog = r ? NULL : bpf_object__find_program_by_name(h->obj, "vectorlb_mesh");
+	if (!r && (!socks || !conf || !prog))
+		r = -ENOENT;
+	uint32_t k0 = 0, k1 = 1;
+	uint64_t out = (uint64_t)outbound_fd, in = (uint64_t)inbound_fd;
+	if (!r && bpf_map_update_elem(bpf_map__fd(conf), &k0, &tunnel_port, BPF_ANY))
+		r = -errno;
+	if (!r && bpf_map_update_elem(bpf_map__fd(socks), &k0, &out, BPF_ANY))
+		r = -errno;
+	if (!r && bpf_map_update_elem(bpf_map__fd(socks), &k1, &in, BPF_ANY))
+		r = -errno;
+	if (!r) {
+		h->link = bpf_program__attach_netns(prog, netns_fd);
+		if (!h->link)
+			r = -errno;
+	}
+	if (r) {
+		*err = r;
+		bpf_object__close(h->obj);
+		free(h);
+		return NULL;
+	}
+	return h;
+}
+
+void vl_sklookup_detach(void *p)
+{
+	struct vl_sklookup *h = p;
+	if (!h)
+		return;
+	bpf_link__destroy(h->link);
+	bpf_object__close(h->obj);
+	free(h);
+}

@@ -14,6 +14,7 @@ pub mod dma;
 pub mod eventdev;
 mod ffi;
 pub mod mbuf;
+pub mod sklookup;
 pub mod xdp;
 
 pub use mbuf::Mbuf;
