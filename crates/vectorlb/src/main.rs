@@ -74,6 +74,9 @@ enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
+    /// A node's mesh proxy (docs/mesh.md): run inside its own network namespace, a pod
+    /// interface of the daemon's pods port; carries meshed pods' TCP in mutual-TLS tunnels.
+    Mesh(MeshArgs),
     /// Control a running daemon (ipvsadm-like; see `vectorlb ctl --help`).
     Ctl(vectorlb::ctl::CtlArgs),
     /// Application queue sets on an Intel E810 port (ADQ): plan (dry run), apply, reset.
@@ -90,6 +93,39 @@ enum Cmd {
     /// load balancer's IPv4/IPv6 tunnels on a host without the kernel's tunnel modules.
     #[command(subcommand)]
     Decap(DecapCmd),
+}
+
+#[derive(clap::Args)]
+struct MeshArgs {
+    /// This node's name (as the state file's workloads name theirs).
+    #[arg(long)]
+    node: String,
+    #[arg(long, default_value = "cluster.local")]
+    trust_domain: String,
+    /// The meshed pods and the authorization policies (JSON; re-read when it changes).
+    #[arg(long)]
+    state: PathBuf,
+    /// bundle.pem and each identity's <namespace>.<account>.pem and .key (re-read on change).
+    #[arg(long)]
+    certs: PathBuf,
+    #[arg(long, default_value = "0.0.0.0:15001")]
+    outbound: std::net::SocketAddr,
+    #[arg(long, default_value = "0.0.0.0:15008")]
+    inbound: std::net::SocketAddr,
+    /// Serve GET /metrics here.
+    #[arg(long)]
+    metrics: Option<std::net::SocketAddr>,
+    /// The pod interface steered connections arrive on: sets up the routing rule and the socket
+    /// lookup program in this namespace. Without it nothing is steered here.
+    #[arg(long, value_name = "INTERFACE")]
+    steer: Option<String>,
+    /// Connect to the pods from the proxy's own address instead of their clients'.
+    #[arg(long)]
+    no_original_source: bool,
+    /// Sign handshakes on the cryptomb provider (crypto_mb where the CPU has AVX-512 IFMA,
+    /// else inline).
+    #[arg(long)]
+    cryptomb: bool,
 }
 
 #[derive(Subcommand)]
@@ -311,6 +347,8 @@ enum CliError {
     Usage(String),
     #[error(transparent)]
     Xdp(#[from] vectorlb_dpdk::Error),
+    #[error("mesh: {0}")]
+    Mesh(std::io::Error),
 }
 
 /// Logs to stderr through `tracing`: the level from RUST_LOG or --log-level, text or JSON lines.
@@ -331,7 +369,7 @@ fn init_logs(level: &str, format: LogFormat) -> Result<(), CliError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.cmd, Cmd::Run { .. } | Cmd::Proxy { .. } | Cmd::Kube(KubeCmd::Run { .. })) {
+    if matches!(cli.cmd, Cmd::Run { .. } | Cmd::Proxy { .. } | Cmd::Mesh(_) | Cmd::Kube(KubeCmd::Run { .. })) {
         // A server: a peer that closes while we write is an error on that connection (EPIPE),
         // never a signal that ends the process (the controller died of one when kube-apiserver
         // restarted while it wrote); and as many descriptors as the host allows.
@@ -367,6 +405,27 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
         Cmd::Run { config } => Ok(vectorlb_daemon::run(&config)?),
         Cmd::Proxy { config } => Ok(vectorlb_proxy::run::run(&config)?),
+        Cmd::Mesh(a) => {
+            use vectorlb_proxy::config::{CryptoMbBackend, CryptoMbFallback, Provider};
+            let provider = a.cryptomb.then_some(Provider::CryptoMb {
+                poll_delay: std::time::Duration::from_micros(200),
+                backend: CryptoMbBackend::CryptoMb,
+                fallback: CryptoMbFallback::Inline,
+            });
+            let opts = vectorlb_proxy::mesh::run::Options {
+                node: a.node,
+                trust_domain: a.trust_domain,
+                state: a.state,
+                certs: a.certs,
+                outbound: a.outbound,
+                inbound: a.inbound,
+                metrics: a.metrics,
+                steer: a.steer,
+                original_source: !a.no_original_source,
+                provider,
+            };
+            vectorlb_proxy::mesh::run::run(opts).map_err(CliError::Mesh)
+        }
         Cmd::Ctl(a) => Ok(vectorlb::ctl::run(&a)?),
         Cmd::Kube(KubeCmd::Run { config, kubeconfig, identity }) => Ok(vectorlb_kube::run(vectorlb_kube::Opts { config, kubeconfig, identity })?),
         Cmd::Kube(KubeCmd::Crds) => {

@@ -6,3 +6,4 @@ pub mod authz;
 pub mod ca;
 pub mod hbone;
 pub mod identity;
+pub mod run;

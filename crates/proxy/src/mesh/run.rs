@@ -1,0 +1,250 @@
+//! `vectorlb mesh`: a node's mesh proxy as a process, run inside its own network namespace (a
+//! pod interface on the daemon's pods port, docs/mesh.md).
+//!
+//! * **Steering** (`steer`): the namespace delivers every address that arrives on the pod
+//!   interface locally (a routing rule, `iif <interface> lookup 15008`, and that table's
+//!   `local default` routes: routes, not iptables), and a socket lookup program hands each new TCP
+//!   connection to the outbound listener, or to the inbound one for the tunnel port.
+//! * **What it knows** (`state`, JSON, [`StateFile`]): the meshed pods (every node's), their
+//!   identities and labels, and the authorization policies; re-read when the file changes.
+//! * **Its certificates** (`certs`, a directory): `bundle.pem` (the trust anchors) and, per
+//!   identity it holds, `<namespace>.<account>.pem` (the chain, leaf first) and
+//!   `<namespace>.<account>.key`; re-read when a file changes (a rotation).
+//! * **Metrics**: `GET /metrics` on `metrics` (Prometheus text).
+
+use super::authz::{Authz, Policy};
+use super::ca::{Bundle, Svid};
+use super::hbone::{Node, State, Workload, HBONE_PORT};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// The routing table the steering rule looks up (any free number; this one is easy to find).
+pub const TABLE: u32 = 15008;
+
+/// The node proxy's options (the command line's).
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub node: String,
+    pub trust_domain: String,
+    pub state: PathBuf,
+    pub certs: PathBuf,
+    /// Where the outbound and inbound listeners bind (any port for the outbound one: the
+    /// steering hands connections to it whatever they were for).
+    pub outbound: SocketAddr,
+    pub inbound: SocketAddr,
+    pub metrics: Option<SocketAddr>,
+    /// The pod interface meshed connections arrive on; None: no steering set up here.
+    pub steer: Option<String>,
+    pub original_source: bool,
+    /// Where handshakes sign (the proxy's providers).
+    pub provider: Option<crate::config::Provider>,
+}
+
+/// A meshed pod, as the state file lists it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadEntry {
+    pub ip: IpAddr,
+    pub namespace: String,
+    pub account: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub node: String,
+    /// Where tunnels to it go (default: its address, port 15008).
+    #[serde(default)]
+    pub hbone: Option<SocketAddr>,
+}
+
+/// An AuthorizationPolicy as the state file carries it (its `spec` as the API server has it).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyEntry {
+    pub namespace: String,
+    pub name: String,
+    pub spec: serde_json::Value,
+}
+
+/// What a node proxy knows of the mesh.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StateFile {
+    #[serde(default)]
+    pub workloads: Vec<WorkloadEntry>,
+    #[serde(default)]
+    pub policies: Vec<PolicyEntry>,
+    /// Policies here apply in every namespace (default `istio-system`, Istio's).
+    #[serde(default)]
+    pub root_namespace: Option<String>,
+}
+
+/// The largest state file read (a cluster's meshed pods and policies).
+pub const MAX_STATE: u64 = 256 << 20;
+
+fn bad(what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+/// Reads and checks a state file into a node's state.
+pub fn load_state(path: &Path, node: &str, trust_domain: &str) -> io::Result<State> {
+    let meta = std::fs::metadata(path)?;
+    if meta.len() > MAX_STATE {
+        return Err(bad(format!("{}: {} bytes, at most {MAX_STATE}", path.display(), meta.len())));
+    }
+    let f: StateFile = serde_json::from_slice(&std::fs::read(path)?).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    let mut workloads = HashMap::new();
+    for (i, w) in f.workloads.into_iter().enumerate() {
+        super::identity::SpiffeId::new(trust_domain, &w.namespace, &w.account).map_err(|e| bad(format!("{}: workloads[{i}]: {e}", path.display())))?;
+        let hbone = w.hbone.unwrap_or(SocketAddr::new(w.ip, HBONE_PORT));
+        if workloads.insert(w.ip, Workload { ip: w.ip, namespace: w.namespace, account: w.account, labels: w.labels, node: w.node, hbone }).is_some() {
+            return Err(bad(format!("{}: workloads[{i}]: {} is listed twice", path.display(), w.ip)));
+        }
+    }
+    let mut policies = Vec::new();
+    for p in &f.policies {
+        match Policy::compile(&p.namespace, &p.name, &p.spec).map_err(|e| bad(format!("{}: {e}", path.display())))? {
+            Ok(p) => {
+                for w in &p.warnings {
+                    tracing::warn!("mesh: policy {}/{}: {w}", p.namespace, p.name);
+                }
+                policies.push(p)
+            }
+            Err(why) => tracing::warn!("mesh: {why}"),
+        }
+    }
+    let root = f.root_namespace.unwrap_or_else(|| "istio-system".into());
+    Ok(State { node: node.into(), trust_domain: trust_domain.into(), workloads, authz: Authz::new(&root, policies) })
+}
+
+/// Reads the certificates directory: the bundle and every identity's key and chain.
+pub fn load_certs(dir: &Path, trust_domain: &str) -> io::Result<(Vec<Svid>, Bundle)> {
+    let bundle = Bundle::from_pem(trust_domain, &std::fs::read(dir.join("bundle.pem"))?).map_err(|e| bad(format!("{}/bundle.pem: {e}", dir.display())))?;
+    let mut svids = Vec::new();
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "key")).collect();
+    names.sort();
+    for key in names {
+        let chain = key.with_extension("pem");
+        let k = boring::pkey::PKey::private_key_from_pem(&std::fs::read(&key)?).map_err(|e| bad(format!("{}: {e}", key.display())))?;
+        let c = boring::x509::X509::stack_from_pem(&std::fs::read(&chain)?).map_err(|e| bad(format!("{}: {e}", chain.display())))?;
+        svids.push(Svid::new(k, c).map_err(|e| bad(format!("{}: {e}", chain.display())))?);
+    }
+    Ok((svids, bundle))
+}
+
+/// The files' names, sizes and times: what changes when one is rewritten.
+fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    let mut out = Vec::new();
+    for p in paths {
+        let entries: Vec<PathBuf> =
+            if p.is_dir() { std::fs::read_dir(p).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default() } else { vec![p.clone()] };
+        for e in entries {
+            let m = std::fs::metadata(&e).ok();
+            out.push((e, m.as_ref().map_or(0, |m| m.len()), m.and_then(|m| m.modified().ok())));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Runs `cmd`, failing with its output.
+fn sh(cmd: &[&str]) -> io::Result<String> {
+    let out = std::process::Command::new(cmd[0]).args(&cmd[1..]).output().map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", cmd[0])))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!("{}: {}", cmd.join(" "), String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The routing that makes every address arriving on `iface` local (idempotent).
+pub fn setup_routing(iface: &str) -> io::Result<()> {
+    let table = TABLE.to_string();
+    for fam in ["-4", "-6"] {
+        let rules = sh(&["ip", fam, "rule", "show"])?;
+        if !rules.lines().any(|l| l.contains(&format!("iif {iface} lookup {table}"))) {
+            sh(&["ip", fam, "rule", "add", "iif", iface, "lookup", &table, "pref", &table])?;
+        }
+        let default = if fam == "-4" { "0.0.0.0/0" } else { "::/0" };
+        sh(&["ip", fam, "route", "replace", "local", default, "dev", "lo", "table", &table])?;
+    }
+    Ok(())
+}
+
+/// Runs the node proxy until the process is stopped.
+pub fn run(opts: Options) -> io::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(serve(opts))
+}
+
+pub async fn serve(opts: Options) -> io::Result<()> {
+    let state = load_state(&opts.state, &opts.node, &opts.trust_domain)?;
+    let signer = opts.provider.as_ref().map(|p| crate::tls::KeySigner::new("mesh", p)).transpose().map_err(bad)?;
+    let node = Node::with_signer(state, opts.original_source, signer);
+    let (svids, bundle) = load_certs(&opts.certs, &opts.trust_domain)?;
+    node.set_identities(svids, bundle)?;
+    let outbound = tokio::net::TcpListener::bind(opts.outbound).await?;
+    let inbound = tokio::net::TcpListener::bind(opts.inbound).await?;
+    let _steer = match &opts.steer {
+        Some(iface) => {
+            setup_routing(iface)?;
+            use std::os::fd::AsRawFd;
+            let netns = std::fs::File::open("/proc/thread-self/ns/net")?;
+            Some(vectorlb_dpdk::sklookup::SkLookup::attach(&netns, outbound.as_raw_fd(), inbound.as_raw_fd(), opts.inbound.port())?)
+        }
+        None => None,
+    };
+    tracing::info!("mesh: node {} proxy: outbound {}, inbound {}, {} identities", opts.node, outbound.local_addr()?, inbound.local_addr()?, node.identities().len());
+    if let Some(addr) = opts.metrics {
+        let n = node.clone();
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let n = n.clone();
+                async move { n.stats.render() }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind(addr).await?;
+        tokio::spawn(async move { axum::serve(l, app).await });
+    }
+    // Re-read the state and the certificates when their files change.
+    let watch = node.clone();
+    let o = opts.clone();
+    tokio::spawn(async move {
+        let mut last_state = fingerprint(std::slice::from_ref(&o.state));
+        let mut last_certs = fingerprint(std::slice::from_ref(&o.certs));
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let s = fingerprint(std::slice::from_ref(&o.state));
+            if s != last_state {
+                match load_state(&o.state, &o.node, &o.trust_domain) {
+                    Ok(st) => {
+                        watch.set_state(st);
+                        last_state = s;
+                    }
+                    Err(e) => tracing::warn!("mesh: state not changed: {e}"),
+                }
+            }
+            let c = fingerprint(std::slice::from_ref(&o.certs));
+            if c != last_certs {
+                match load_certs(&o.certs, &o.trust_domain).and_then(|(v, b)| watch.set_identities(v, b)) {
+                    Ok(()) => {
+                        tracing::info!("mesh: certificates reloaded: {:?}", watch.identities());
+                        last_certs = c;
+                    }
+                    Err(e) => tracing::warn!("mesh: certificates not changed: {e}"),
+                }
+            }
+        }
+    });
+    let i = tokio::spawn(node.clone().serve_inbound(inbound));
+    let o = tokio::spawn(node.clone().serve_outbound(outbound));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = i => r.map_err(io::Error::other)?,
+        r = o => r.map_err(io::Error::other)?,
+        _ = term.recv() => Ok(()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
