@@ -437,11 +437,12 @@ fn serve_tcp(listen: SocketAddr, name: &str, idle_timeout_s: u64) -> Result<(), 
 
 fn serve_http(listen: SocketAddr, name: &str) -> Result<(), ToolError> {
     let l = TcpListener::bind(listen).map_err(io(format!("--listen {listen}")))?;
-    let body = format!("{name}\n");
-    let answer = Arc::new(format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()));
+    let body = Arc::new(format!("{name}\n"));
     for c in l.incoming() {
         let Ok(mut c) = c else { continue };
-        let answer = answer.clone();
+        // The client's address as this server sees it (`x-client`), for tests of who connects.
+        let peer = c.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        let answer = format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-client: {peer}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
         std::thread::spawn(move || {
             c.set_read_timeout(Some(Duration::from_secs(10))).ok();
             let mut head = Vec::with_capacity(1024);

@@ -77,6 +77,10 @@ enum Cmd {
     /// A node's mesh proxy (docs/mesh.md): run inside its own network namespace, a pod
     /// interface of the daemon's pods port; carries meshed pods' TCP in mutual-TLS tunnels.
     Mesh(MeshArgs),
+    /// The mesh's certificate authority by hand (without `vectorlb kube`): create one, issue
+    /// workload certificates into a node proxy's directory.
+    #[command(subcommand)]
+    MeshCa(MeshCaCmd),
     /// Control a running daemon (ipvsadm-like; see `vectorlb ctl --help`).
     Ctl(vectorlb::ctl::CtlArgs),
     /// Application queue sets on an Intel E810 port (ADQ): plan (dry run), apply, reset.
@@ -126,6 +130,39 @@ struct MeshArgs {
     /// else inline).
     #[arg(long)]
     cryptomb: bool,
+}
+
+#[derive(Subcommand)]
+enum MeshCaCmd {
+    /// A new authority (ECDSA P-256): DIR/ca.pem and DIR/ca.key (mode 0600).
+    Init {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value = "cluster.local")]
+        trust_domain: String,
+        /// How long the authority's certificate is valid, in days.
+        #[arg(long, default_value_t = 365)]
+        days: u64,
+    },
+    /// Certificates for identities (NAMESPACE/ACCOUNT) into a node proxy's directory.
+    Issue {
+        /// The authority's directory (from `init`).
+        #[arg(long)]
+        ca: PathBuf,
+        #[arg(long, default_value = "cluster.local")]
+        trust_domain: String,
+        #[arg(long)]
+        out: PathBuf,
+        /// NAMESPACE/ACCOUNT, repeatable.
+        #[arg(long = "identity", required = true)]
+        identities: Vec<String>,
+        /// Lifetime in seconds (renew at half of it).
+        #[arg(long, default_value_t = 86_400)]
+        ttl_s: u64,
+        /// More trust anchors for bundle.pem (another authority's ca.pem while keys change).
+        #[arg(long)]
+        also_trust: Vec<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -401,6 +438,41 @@ fn print<T: serde::Serialize + std::fmt::Debug>(r: &T, json: bool) -> Result<(),
     Ok(())
 }
 
+fn mesh_ca(c: MeshCaCmd) -> Result<(), String> {
+    use vectorlb_proxy::mesh::ca::{Authority, Bundle};
+    use vectorlb_proxy::mesh::identity::SpiffeId;
+    match c {
+        MeshCaCmd::Init { dir, trust_domain, days } => {
+            if dir.join("ca.key").exists() {
+                return Err(format!("{}/ca.key exists: an authority is there already (remove it to make another)", dir.display()));
+            }
+            let ca = Authority::generate(&trust_domain, std::time::Duration::from_secs(days.clamp(1, 36_500) * 86_400)).map_err(|e| e.to_string())?;
+            ca.save(&dir).map_err(|e| e.to_string())?;
+            println!("{}", serde_json::json!({"ca": dir.join("ca.pem"), "trust_domain": trust_domain}));
+            Ok(())
+        }
+        MeshCaCmd::Issue { ca, trust_domain, out, identities, ttl_s, also_trust } => {
+            let authority = Authority::open(&trust_domain, &ca).map_err(|e| e.to_string())?;
+            let mut roots = vec![authority.certificate().clone()];
+            for p in &also_trust {
+                let pem = std::fs::read(p).map_err(|e| format!("--also-trust {}: {e}", p.display()))?;
+                roots.extend(Bundle::from_pem(&trust_domain, &pem).map_err(|e| format!("--also-trust {}: {e}", p.display()))?.roots().iter().cloned());
+            }
+            let bundle = Bundle::new(&trust_domain, roots).map_err(|e| e.to_string())?;
+            let ids = identities
+                .iter()
+                .map(|i| match i.split_once('/') {
+                    Some((ns, sa)) => SpiffeId::new(&trust_domain, ns, sa).map_err(|e| format!("--identity {i}: {e}")),
+                    None => Err(format!("--identity {i}: not NAMESPACE/ACCOUNT")),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            authority.issue_to_dir(&ids, &bundle, std::time::Duration::from_secs(ttl_s), &out).map_err(|e| e.to_string())?;
+            println!("{}", serde_json::json!({"issued": ids.iter().map(|i| i.to_string()).collect::<Vec<_>>(), "dir": out}));
+            Ok(())
+        }
+    }
+}
+
 fn run(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
         Cmd::Run { config } => Ok(vectorlb_daemon::run(&config)?),
@@ -426,6 +498,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             };
             vectorlb_proxy::mesh::run::run(opts).map_err(CliError::Mesh)
         }
+        Cmd::MeshCa(c) => mesh_ca(c).map_err(|e| CliError::Usage(format!("mesh-ca: {e}"))),
         Cmd::Ctl(a) => Ok(vectorlb::ctl::run(&a)?),
         Cmd::Kube(KubeCmd::Run { config, kubeconfig, identity }) => Ok(vectorlb_kube::run(vectorlb_kube::Opts { config, kubeconfig, identity })?),
         Cmd::Kube(KubeCmd::Crds) => {

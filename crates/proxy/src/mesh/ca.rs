@@ -211,6 +211,50 @@ impl Authority {
     }
 }
 
+/// Writes `text` to `path` readable by its owner only (keys), replacing it whole.
+fn write_private(path: &std::path::Path, text: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    f.write_all(text)?;
+    f.sync_all()?;
+    std::fs::rename(tmp, path)
+}
+
+impl Authority {
+    /// Writes the authority to `dir` (`ca.pem`; `ca.key`, mode 0600).
+    pub fn save(&self, dir: &std::path::Path) -> Result<(), CaError> {
+        std::fs::create_dir_all(dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
+        let io = |e: std::io::Error| bad(format!("{}: {e}", dir.display()));
+        write_private(&dir.join("ca.key"), self.key_pem()?.as_bytes()).map_err(io)?;
+        std::fs::write(dir.join("ca.pem"), self.cert_pem()?).map_err(io)
+    }
+
+    /// The authority `save` wrote to `dir`.
+    pub fn open(trust_domain: &str, dir: &std::path::Path) -> Result<Authority, CaError> {
+        let read = |f: &str| std::fs::read(dir.join(f)).map_err(|e| bad(format!("{}/{f}: {e}", dir.display())));
+        Authority::load(trust_domain, &read("ca.pem")?, &read("ca.key")?)
+    }
+
+    /// Issues certificates for `ids` with fresh keys into `dir` as a node proxy reads them
+    /// (`<namespace>.<account>.pem` and `.key`, and `bundle.pem` with `bundle`'s anchors);
+    /// each file is replaced whole, the key before its certificate.
+    pub fn issue_to_dir(&self, ids: &[SpiffeId], bundle: &Bundle, ttl: Duration, dir: &std::path::Path) -> Result<(), CaError> {
+        std::fs::create_dir_all(dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
+        let io = |e: std::io::Error| bad(format!("{}: {e}", dir.display()));
+        write_private(&dir.join("bundle.pem"), bundle.to_pem()?.as_bytes()).map_err(io)?;
+        for id in ids {
+            let key = new_key()?;
+            let cert = self.issue(id, &key, ttl, SystemTime::now())?;
+            let base = format!("{}.{}", id.namespace(), id.account());
+            write_private(&dir.join(format!("{base}.key")), &key.private_key_to_pem_pkcs8()?).map_err(io)?;
+            write_private(&dir.join(format!("{base}.pem")), &cert.to_pem()?).map_err(io)?;
+        }
+        Ok(())
+    }
+}
+
 /// A certificate signing request (PEM) for `id` with `key`.
 pub fn request(id: &SpiffeId, key: &PKey<Private>) -> Result<String, CaError> {
     let mut b = X509ReqBuilder::new()?;
