@@ -845,7 +845,7 @@ struct vl_sklookup {
 	struct bpf_link *link;
 };
 
-void *vl_sklookup_attach(const void *obj, size_t len, int netns_fd, int outbound_fd, int inbound_fd, uint32_t tunnel_port, int *err)
+void *vl_sklookup_attach(const void *obj, size_t len, int netns_fd, int outbound_fd, int inbound_fd, uint32_t tunnel_port, uint32_t ifindex, int *err)
 {
 	struct vl_sklookup *h = calloc(1, sizeof(*h));
 	if (!h) {
@@ -867,6 +867,8 @@ void *vl_sklookup_attach(const void *obj, size_t len, int netns_fd, int outbound
 	uint32_t k0 = 0, k1 = 1;
 	uint64_t out = (uint64_t)outbound_fd, in = (uint64_t)inbound_fd;
 	if (!r && bpf_map_update_elem(bpf_map__fd(conf), &k0, &tunnel_port, BPF_ANY))
+		r = -errno;
+	if (!r && bpf_map_update_elem(bpf_map__fd(conf), &k1, &ifindex, BPF_ANY))
 		r = -errno;
 	if (!r && bpf_map_update_elem(bpf_map__fd(socks), &k0, &out, BPF_ANY))
 		r = -errno;

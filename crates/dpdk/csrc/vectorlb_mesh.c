@@ -16,10 +16,13 @@ struct {
 	__type(value, __u64);
 } vl_mesh_socks SEC(".maps");
 
-/* Key 0: the tunnel port (host byte order). */
+/* Key 0: the tunnel port (host byte order); key 1: the pod interface's index (0: any). Only
+ * connections arriving on that interface are steered: the namespace's own (its loopback, the
+ * proxy's metrics) go where they are addressed, and the proxy's connections never come back to
+ * it (one that did went round until the descriptors ran out). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u32);
 } vl_mesh_conf SEC(".maps");
@@ -29,9 +32,12 @@ int vectorlb_mesh(struct bpf_sk_lookup *ctx)
 {
 	if (ctx->protocol != IPPROTO_TCP)
 		return SK_PASS;
-	__u32 zero = 0;
+	__u32 zero = 0, one = 1;
 	__u32 *tunnel = bpf_map_lookup_elem(&vl_mesh_conf, &zero);
-	if (!tunnel)
+	__u32 *ifindex = bpf_map_lookup_elem(&vl_mesh_conf, &one);
+	if (!tunnel || !ifindex)
+		return SK_PASS;
+	if (*ifindex && ctx->ingress_ifindex != *ifindex)
 		return SK_PASS;
 	__u32 key = ctx->local_port == *tunnel ? 1 : 0;
 	struct bpf_sock *sk = bpf_map_lookup_elem(&vl_mesh_socks, &key);

@@ -139,7 +139,16 @@ extern "C" {
     pub fn vl_map_put(fd: c_int, key: *const c_void, value: *const c_void) -> c_int;
     pub fn vl_map_percpu_sum(fd: c_int, key: u32, out: *mut u64, words: c_int) -> c_int;
     pub fn vl_bpf_load(obj: *const c_void, len: usize, err: *mut c_int) -> *mut c_void;
-    pub fn vl_sklookup_attach(obj: *const c_void, len: usize, netns_fd: c_int, outbound_fd: c_int, inbound_fd: c_int, tunnel_port: u32, err: *mut c_int) -> *mut c_void;
+    pub fn vl_sklookup_attach(
+        obj: *const c_void,
+        len: usize,
+        netns_fd: c_int,
+        outbound_fd: c_int,
+        inbound_fd: c_int,
+        tunnel_port: u32,
+        ifindex: u32,
+        err: *mut c_int,
+    ) -> *mut c_void;
     pub fn vl_sklookup_detach(h: *mut c_void);
     pub fn vl_bpf_fd(obj: *mut c_void, name: *const c_char, is_map: c_int) -> c_int;
     pub fn vl_bpf_test_run(prog_fd: c_int, data: *const c_void, len: u32, retval: *mut u32) -> c_int;

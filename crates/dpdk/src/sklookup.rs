@@ -20,13 +20,14 @@ unsafe impl Sync for SkLookup {}
 
 impl SkLookup {
     /// Attaches the program to the network namespace `netns` (a descriptor of `/proc/self/ns/net`
-    /// or `/var/run/netns/NAME`), handing TCP connections for `tunnel_port` to `inbound` and all
-    /// others to `outbound` (both listening TCP sockets).
-    pub fn attach(netns: &impl AsRawFd, outbound: RawFd, inbound: RawFd, tunnel_port: u16) -> io::Result<SkLookup> {
+    /// or `/var/run/netns/NAME`), handing TCP connections that arrive on interface `ifindex`
+    /// (0: any) for `tunnel_port` to `inbound` and all others to `outbound` (both listening TCP
+    /// sockets).
+    pub fn attach(netns: &impl AsRawFd, outbound: RawFd, inbound: RawFd, tunnel_port: u16, ifindex: u32) -> io::Result<SkLookup> {
         let mut err = 0;
         // SAFETY: OBJECT is a valid buffer for its length; the descriptors are the caller's and
         // only read (the kernel takes its own references); `err` is a valid out pointer.
-        let handle = unsafe { ffi::vl_sklookup_attach(OBJECT.as_ptr().cast(), OBJECT.len(), netns.as_raw_fd(), outbound, inbound, tunnel_port as u32, &mut err) };
+        let handle = unsafe { ffi::vl_sklookup_attach(OBJECT.as_ptr().cast(), OBJECT.len(), netns.as_raw_fd(), outbound, inbound, tunnel_port as u32, ifindex, &mut err) };
         if handle.is_null() {
             return Err(io::Error::from_raw_os_error(-err));
         }
@@ -76,7 +77,12 @@ mod tests {
             let netns = std::fs::File::open("/proc/thread-self/ns/net").unwrap();
             let outbound = TcpListener::bind("127.0.0.1:0").unwrap();
             let inbound = TcpListener::bind("127.0.0.1:0").unwrap();
-            let steer = SkLookup::attach(&netns, outbound.as_raw_fd(), inbound.as_raw_fd(), 15008).unwrap();
+            // Restricted to another interface than lo: a connection over lo goes where it is
+            // addressed (nowhere here).
+            let other = SkLookup::attach(&netns, outbound.as_raw_fd(), inbound.as_raw_fd(), 15008, 999).unwrap();
+            assert!(TcpStream::connect("127.0.0.9:8080").is_err());
+            drop(other);
+            let steer = SkLookup::attach(&netns, outbound.as_raw_fd(), inbound.as_raw_fd(), 15008, 1).unwrap();
             for (to, via) in [("127.0.0.9:8080", &outbound), ("127.0.0.1:443", &outbound), ("127.0.0.5:15008", &inbound)] {
                 let mut c = TcpStream::connect(to).unwrap();
                 let (mut s, _) = via.accept().unwrap();
@@ -89,7 +95,7 @@ mod tests {
             drop(steer);
             assert!(TcpStream::connect("127.0.0.9:8080").is_err());
             // A listener that closed is not a lookup result either.
-            let steer = SkLookup::attach(&netns, outbound.as_raw_fd(), inbound.as_raw_fd(), 15008).unwrap();
+            let steer = SkLookup::attach(&netns, outbound.as_raw_fd(), inbound.as_raw_fd(), 15008, 0).unwrap();
             drop(outbound);
             assert!(TcpStream::connect("127.0.0.9:8080").is_err());
             drop(steer);

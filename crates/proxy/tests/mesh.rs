@@ -481,6 +481,34 @@ async fn silent_connections_past_the_limit_are_closed_at_once_and_counted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_on_one_node_talk_without_a_tunnel_under_the_same_policy() {
+    let no_batch = Policy::compile("shop", "no-batch", &serde_json::json!({"action": "DENY", "rules": [{"from": [{"source": {"namespaces": ["jobs"]}}]}]})).unwrap().unwrap();
+    let (m, _) = mesh(vec![], false).await;
+    // cache (127.0.0.22) runs on node a beside web and batch.
+    let cache = echo("127.0.0.22").await;
+    let mut w = m.workloads.clone();
+    w.insert(ip("127.0.0.22"), workload("127.0.0.22", "shop", "cache", "node-a", "127.0.0.1:9".parse().unwrap(), "cache"));
+    m.a.set_state(state("node-a", &w, vec![no_batch]));
+    let l = TcpListener::bind("127.0.0.33:0").await.unwrap();
+    let at = l.local_addr().unwrap();
+    tokio::spawn(m.a.clone().serve_outbound_with(l, move |_| Ok(cache)));
+    let call_at = |from: &'static str| async move {
+        let s = TcpSocket::new_v4().unwrap();
+        s.bind((ip(from), 0).into()).unwrap();
+        let mut c = BufReader::new(s.connect(at).await.unwrap());
+        let mut line = String::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), c.read_line(&mut line)).await;
+        line
+    };
+    assert!(call_at(WEB).await.starts_with(&format!("peer={WEB}:")));
+    assert_eq!(call_at(BATCH).await, "", "batch is denied on its own node too");
+    assert_eq!(m.a.stats.tunnels_opened.load(Ordering::Relaxed), 0, "no tunnel inside a node");
+    let text = m.a.stats.render();
+    assert_eq!(metric(&text, "vectorlb_mesh_inbound_streams_total{source=\"cluster.local/ns/shop/sa/web\",destination=\"cluster.local/ns/shop/sa/cache\"}"), 1);
+    assert_eq!(metric(&text, "vectorlb_mesh_inbound_denied_total{source=\"cluster.local/ns/jobs/sa/batch\",destination=\"cluster.local/ns/shop/sa/cache\"}"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_meshed_pods_connection_outside_the_mesh_passes_as_it_came() {
     let (m, _) = mesh(vec![], false).await;
     let outside = echo("127.0.0.51").await;

@@ -2148,3 +2148,176 @@ fn offloads_carry_super_packets_whole_between_pods_through_a_cluster_ip_and_off_
     assert!(sent.starts_with("16777216 ") && sent == got, "without offloads: sent {sent}, received {got}");
     assert_eq!(status(&n, 1)["rx_super"], 0);
 }
+
+/// `curl` from pod `i`: the status line's code and the `x-client` header (who the server saw),
+/// or the error.
+fn curl_in(n: &PodNet, i: usize, url: &str) -> Result<(u16, String), String> {
+    let o = n.in_pod(i, &["curl", "-s", "-i", "--max-time", "5", url]);
+    let text = stdout(&o);
+    if !o.status.success() {
+        return Err(format!("curl {url}: exit {:?} {text}{}", o.status.code(), String::from_utf8_lossy(&o.stderr)));
+    }
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let client = text.lines().find_map(|l| l.strip_prefix("x-client: ")).unwrap_or("").trim().to_string();
+    // An IPv4 client of a server listening on [::] is [::ffff:A]:P.
+    let client = match client.strip_prefix("[::ffff:").and_then(|r| r.split_once("]:")) {
+        Some((a, p)) => format!("{a}:{p}"),
+        None => client,
+    };
+    Ok((code, client))
+}
+
+fn container_of(n: &PodNet, i: usize) -> String {
+    let ns = n.netns(i);
+    n.attached().iter().find(|p| p["netns"] == ns.as_str()).unwrap_or_else(|| panic!("pod {i} is not attached"))["container_id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn meshed_pods_on_two_nodes_talk_over_mutual_tls_steered_by_the_data_plane() {
+    // Two nodes (one-arm topologies joined by a link, static routes to each other's pod
+    // network); on each a mesh proxy pod (pod9) running `vectorlb mesh`, the daemon steering
+    // meshed pods' TCP to it (PUT /v1/mesh). Node a: web (pod1) and batch (pod2), meshed, and
+    // pod3, not meshed. Node b: db (pod1), meshed, serving HTTP on 8080.
+    let ta = Topo::new("vmsa", Shape::OneArm, 1500);
+    let tb = ta.another("vmsb", Shape::OneArm, 1500);
+    link_nodes(&ta.ns("lb"), &tb.ns("lb"), 78);
+    route_in(&ta.ns("lb"), "10.244.2.0/24", "192.168.78.2");
+    route_in(&tb.ns("lb"), "10.244.1.0/24", "192.168.78.1");
+    let mut a = PodNet::on(ta, 1);
+    let mut b = PodNet::on(tb, 2);
+    a.start("");
+    b.start("");
+    for (n, pods) in [(&mut a, vec![1, 2, 3, 9]), (&mut b, vec![1, 9])] {
+        for i in pods {
+            let ns = n.mkpod(i);
+            let o = n.cnitool("add", &ns);
+            assert!(ok(&o), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    serve(&mut b, 1);
+    let (web, batch, plain, db) = (pod_ip(&a, 1, false), pod_ip(&a, 2, false), pod_ip(&a, 3, false), pod_ip(&b, 1, false));
+    let url = format!("http://{db}:8080/");
+    // Before the mesh: plain text, straight through, from the client's own address.
+    let (_, code, seen) = wait_for_ok(|| match curl_in(&a, 1, &url) {
+        Ok((c, s)) => (c == 200, c.to_string(), s),
+        Err(e) => (false, e, String::new()),
+    });
+    assert_eq!(code, "200", "{seen}");
+    assert!(seen.starts_with(&format!("{web}:")), "{seen}");
+
+    // The authority (by hand: `vectorlb mesh-ca`), each node's certificates for the pods it
+    // runs, and what both proxies know: the meshed pods and one policy (db takes web only).
+    let ca = a.t.dir.join("mesh-ca");
+    let run = |args: &[&str]| {
+        let o = Command::new(bin()).args(args).output().unwrap();
+        assert!(ok(&o), "vectorlb {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    run(&["mesh-ca", "init", "--dir", ca.to_str().unwrap()]);
+    let certs_a = a.t.dir.join("mesh-certs");
+    let certs_b = b.t.dir.join("mesh-certs");
+    run(&["mesh-ca", "issue", "--ca", ca.to_str().unwrap(), "--out", certs_a.to_str().unwrap(), "--identity", "shop/web", "--identity", "jobs/batch"]);
+    run(&["mesh-ca", "issue", "--ca", ca.to_str().unwrap(), "--out", certs_b.to_str().unwrap(), "--identity", "shop/db"]);
+    let state = json!({
+        "workloads": [
+            {"ip": web, "namespace": "shop", "account": "web", "node": "node-a"},
+            {"ip": batch, "namespace": "jobs", "account": "batch", "node": "node-a"},
+            {"ip": db, "namespace": "shop", "account": "db", "node": "node-b", "labels": {"app": "db"}},
+        ],
+        "policies": [{"namespace": "shop", "name": "db-from-web", "spec": {"selector": {"matchLabels": {"app": "db"}}, "rules": [{"from": [{"source": {"principals": ["cluster.local/ns/shop/sa/web"]}}]}]}}],
+    });
+    for (n, node, certs) in [(&mut a, "node-a", &certs_a), (&mut b, "node-b", &certs_b)] {
+        let file = n.t.dir.join("mesh-state.json");
+        std::fs::write(&file, state.to_string()).unwrap();
+        let pod = format!("{}-pod9", n.t.p);
+        let c = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &pod,
+                bin(),
+                "mesh",
+                "--node",
+                node,
+                "--state",
+                file.to_str().unwrap(),
+                "--certs",
+                certs.to_str().unwrap(),
+                "--steer",
+                "eth0",
+                "--metrics",
+                "127.0.0.1:15020",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(n.t.dir.join("mesh.log")).unwrap())
+            .spawn()
+            .unwrap();
+        n.t.children.push(c);
+        let members = json!([web, batch, db]);
+        let (code, body) = n.t.call("PUT", "/v1/mesh", Some(&json!({"proxy_container_id": container_of(n, 9), "proxy_ifname": "eth0", "members": members})));
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["members"], 3, "{body}");
+        assert_eq!(body["enabled"], true, "{body}");
+    }
+    let metrics = |n: &PodNet| stdout(&n.in_pod(9, &["curl", "-s", "--max-time", "2", "http://127.0.0.1:15020/metrics"]));
+    wait_for("both proxies serve", Duration::from_secs(10), || metrics(&a).contains("vectorlb_mesh_handshakes_total") && metrics(&b).contains("vectorlb_mesh_handshakes_total"));
+
+    // Meshed: web's requests go through both proxies; db still sees web's own address. A capture
+    // on the link between the nodes holds TLS on the tunnel port and no HTTP.
+    let cap = a.t.dir.join("link.pcap");
+    let mut dump = a.t.cmd("lb", &["tcpdump", "-i", "node0", "-w", cap.to_str().unwrap(), "-U", "tcp"]).stderr(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..5 {
+        let (code, seen) = curl_in(&a, 1, &url).unwrap_or_else(|e| {
+            panic!(
+                "{e}\nproxy a: {}\nproxy b: {}",
+                std::fs::read_to_string(a.t.dir.join("mesh.log")).unwrap_or_default(),
+                std::fs::read_to_string(b.t.dir.join("mesh.log")).unwrap_or_default()
+            )
+        });
+        assert_eq!(code, 200);
+        assert!(seen.starts_with(&format!("{web}:")), "db saw {seen}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = Command::new("kill").arg(dump.id().to_string()).status();
+    let _ = dump.wait();
+    let wire = std::fs::read(&cap).unwrap();
+    assert!(!wire.windows(14).any(|w| w == b"GET / HTTP/1.1"), "HTTP in the clear between the nodes");
+    assert!(!wire.windows(9).any(|w| w == b"x-client:"), "HTTP in the clear between the nodes");
+    let summary = stdout(&a.t.run("lb", &["tcpdump", "-nr", cap.to_str().unwrap()]));
+    assert!(summary.lines().any(|l| l.contains(".15008")), "no tunnel on the link:\n{summary}");
+    assert!(!summary.lines().any(|l| l.contains(".8080")), "a connection to db's port crossed the link outside a tunnel:\n{summary}");
+    let ma = metrics(&a);
+    let mb = metrics(&b);
+    let pair = "source=\"cluster.local/ns/shop/sa/web\",destination=\"cluster.local/ns/shop/sa/db\"";
+    assert!(mb.contains(&format!("vectorlb_mesh_inbound_streams_total{{{pair}}} 5")), "{mb}");
+    assert!(ma.contains(&format!("vectorlb_mesh_outbound_streams_total{{{pair}}} 5")), "{ma}");
+
+    // batch is refused by db's policy at node b; pod3 (not meshed) still goes straight, in
+    // plain text; UDP is not steered.
+    assert!(curl_in(&a, 2, &url).is_err(), "batch reached db");
+    assert!(metrics(&b).contains("vectorlb_mesh_inbound_denied_total{source=\"cluster.local/ns/jobs/sa/batch\",destination=\"cluster.local/ns/shop/sa/db\"} 1"), "{}", metrics(&b));
+    let (code, seen) = curl_in(&a, 3, &url).unwrap();
+    assert_eq!(code, 200);
+    assert!(seen.starts_with(&format!("{plain}:")), "{seen}");
+    let u = probe_in(&a, 1, &["udp", "--target", &format!("{db}:5353"), "--flows", "4", "--per-flow", "3"]);
+    assert_eq!(u["lost"], 0, "{u}");
+
+    // No rule of the mesh in any rule set: the nodes' own namespaces and the proxies'.
+    for n in [&a, &b] {
+        for ns in [n.t.ns("lb"), format!("{}-pod9", n.t.p)] {
+            let rules = stdout(&Command::new("ip").args(["netns", "exec", &ns, "nft", "list", "ruleset"]).output().unwrap());
+            assert!(rules.trim().is_empty(), "{ns}: nftables rules:\n{rules}");
+        }
+    }
+
+    // Turned off: web's requests go straight again.
+    for n in [&a, &b] {
+        let (code, body) = n.t.call("DELETE", "/v1/mesh", None);
+        assert_eq!((code, body["enabled"].clone()), (200, json!(false)), "{body}");
+    }
+    let (code, _) = curl_in(&a, 1, &url).unwrap();
+    assert_eq!(code, 200);
+    let after = metrics(&b);
+    assert!(after.contains(&format!("vectorlb_mesh_inbound_streams_total{{{pair}}} 5")), "a request went through the mesh after it was off:\n{after}");
+    println!("{}", json!({"mesh": {"event": "two_nodes", "tunnel_requests": 5, "denied": 1}}));
+}

@@ -547,8 +547,33 @@ impl Node {
 
     async fn outbound(self: Arc<Self>, tcp: TcpStream, src: SocketAddr, dst: SocketAddr) {
         let _ = tcp.set_nodelay(true);
-        let meshed = self.state().workloads.contains_key(&dst.ip());
-        if !meshed {
+        let state = self.state();
+        let meshed = state.workloads.get(&dst.ip());
+        if let Some(dw) = meshed.filter(|w| w.node == state.node) {
+            // Both ends on this node: the connection never leaves it, so no tunnel; the
+            // receiving side's checks are made here.
+            let Some(sw) = state.workloads.get(&src.ip()).filter(|w| w.node == state.node) else {
+                self.stats.unknown_destination.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            let (Some(client), Some(server)) = (state.id_of(sw), state.id_of(dw)) else { return };
+            let pair = Stats::pair(&self.stats.inbound, &client.principal(), &server.principal());
+            pair.streams.fetch_add(1, Ordering::Relaxed);
+            let r = AuthzRequest { source: Some(&client), source_ip: src.ip(), dest_ip: dst.ip(), dest_port: dst.port(), dest_namespace: &dw.namespace, dest_labels: &dw.labels };
+            if let Decision::Deny(why) = state.authz.check(&r) {
+                pair.denied.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("mesh: {client} to {dst} refused: {why}");
+                return;
+            }
+            match tokio::time::timeout(CONNECT_TIMEOUT, self.dial(dst, self.original_source.then_some(src.ip()))).await {
+                Ok(Ok(up)) => splice(tcp, up, &pair).await,
+                _ => {
+                    pair.failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
+        if meshed.is_none() {
             // Outside the mesh: as it came (from the pod's own address).
             self.stats.passthrough.fetch_add(1, Ordering::Relaxed);
             if let Ok(Ok(up)) = tokio::time::timeout(CONNECT_TIMEOUT, self.dial(dst, self.original_source.then_some(src.ip()))).await {

@@ -191,7 +191,13 @@ pub async fn serve(opts: Options) -> io::Result<()> {
             setup_routing(iface)?;
             use std::os::fd::AsRawFd;
             let netns = std::fs::File::open("/proc/thread-self/ns/net")?;
-            Some(vectorlb_dpdk::sklookup::SkLookup::attach(&netns, outbound.as_raw_fd(), inbound.as_raw_fd(), opts.inbound.port())?)
+            let name = std::ffi::CString::new(iface.as_str()).map_err(|_| bad("--steer: an interface name"))?;
+            // SAFETY: a NUL-terminated name.
+            let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+            if ifindex == 0 {
+                return Err(bad(format!("--steer {iface}: no such interface in this namespace")));
+            }
+            Some(vectorlb_dpdk::sklookup::SkLookup::attach(&netns, outbound.as_raw_fd(), inbound.as_raw_fd(), opts.inbound.port(), ifindex)?)
         }
         None => None,
     };
