@@ -208,6 +208,41 @@ fn peer_id<S>(tls: &tokio_boring::SslStream<S>, trust_domain: &str) -> io::Resul
     Ok(id)
 }
 
+fn setopt(fd: std::os::fd::RawFd, level: libc::c_int, opt: libc::c_int) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor and a c_int option value of its size.
+    let r = unsafe { libc::setsockopt(fd, level, opt, &one as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// IP_TRANSPARENT (or IPV6_TRANSPARENT) on a socket: it may accept connections for, and send
+/// from, addresses that are not the host's (CAP_NET_ADMIN). The node proxy's listeners take
+/// connections for any pod's address, and it connects to a pod from its client's address.
+pub fn transparent(fd: std::os::fd::RawFd, v4: bool) -> io::Result<()> {
+    if v4 {
+        setopt(fd, libc::IPPROTO_IP, libc::IP_TRANSPARENT)
+    } else {
+        setopt(fd, libc::IPPROTO_IPV6, libc::IPV6_TRANSPARENT)
+    }
+}
+
+/// A listener for the node proxy: transparent when `transparent_too` (it takes connections
+/// for any address the steering hands it).
+pub fn listener(addr: SocketAddr, transparent_too: bool) -> io::Result<TcpListener> {
+    use std::os::fd::AsRawFd;
+    let sock = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    sock.set_reuseaddr(true)?;
+    if transparent_too {
+        transparent(sock.as_raw_fd(), addr.is_ipv4())?;
+    }
+    sock.bind(addr)?;
+    sock.listen(4096)
+}
+
 /// `for="10.0.0.1:4000"` (or unquoted) out of a `Forwarded` header: the first `for=`, if it
 /// is an address with a port.
 pub fn forwarded_for(v: &str) -> Option<SocketAddr> {
@@ -419,25 +454,16 @@ impl Node {
         status(StatusCode::OK)
     }
 
-    /// Connects to `to`, from `from` when given (the pods' addresses are local in the proxy's
-    /// namespace; IP_FREEBIND lets the bind succeed while routes are still being set up).
+    /// Connects to `to`, from `from` when given: an address that is not the proxy's own (its
+    /// client's), which needs IP_TRANSPARENT (CAP_NET_ADMIN, as the node proxy has) for the
+    /// route from it; without the capability, IP_FREEBIND (enough where the address is local,
+    /// as in tests on loopback).
     async fn dial(&self, to: SocketAddr, from: Option<IpAddr>) -> io::Result<TcpStream> {
         let sock = if to.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
         if let Some(ip) = from.filter(|ip| ip.is_ipv4() == to.is_ipv4()) {
-            let one: libc::c_int = 1;
-            // SAFETY: a valid socket descriptor and a c_int option value of its size.
-            let r = unsafe {
-                use std::os::fd::AsRawFd;
-                libc::setsockopt(
-                    sock.as_raw_fd(),
-                    libc::IPPROTO_IP,
-                    libc::IP_FREEBIND,
-                    &one as *const _ as *const libc::c_void,
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
+            use std::os::fd::AsRawFd;
+            if transparent(sock.as_raw_fd(), ip.is_ipv4()).is_err() {
+                setopt(sock.as_raw_fd(), libc::IPPROTO_IP, libc::IP_FREEBIND)?;
             }
             sock.bind(SocketAddr::new(ip, 0))?;
         }

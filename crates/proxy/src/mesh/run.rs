@@ -184,8 +184,9 @@ pub async fn serve(opts: Options) -> io::Result<()> {
     let node = Node::with_signer(state, opts.original_source, signer);
     let (svids, bundle) = load_certs(&opts.certs, &opts.trust_domain)?;
     node.set_identities(svids, bundle)?;
-    let outbound = tokio::net::TcpListener::bind(opts.outbound).await?;
-    let inbound = tokio::net::TcpListener::bind(opts.inbound).await?;
+    let steering = opts.steer.is_some();
+    let outbound = super::hbone::listener(opts.outbound, steering).map_err(|e| io::Error::new(e.kind(), format!("--outbound {}: {e}", opts.outbound)))?;
+    let inbound = super::hbone::listener(opts.inbound, steering).map_err(|e| io::Error::new(e.kind(), format!("--inbound {}: {e}", opts.inbound)))?;
     let _steer = match &opts.steer {
         Some(iface) => {
             setup_routing(iface)?;
