@@ -44,8 +44,8 @@ pub struct Mesh {
 
 fn key(a: IpAddr) -> (u128, bool) {
     match a {
-        IpAddr::V4(a) => (crate::service::key4(a.octets()), true),
-        IpAddr::V6(a) => (crate::service::key6(a.octets()), false),
+        IpAddr::V4(a) => (crate::addr::key4(a.octets()), true),
+        IpAddr::V6(a) => (crate::addr::key6(a.octets()), false),
     }
 }
 
@@ -89,8 +89,8 @@ impl Mesh {
         }
         let l3 = info.l3;
         let (src, dst, proxy) = match info.family? {
-            Family::V4 => (crate::service::key4(d.get(l3 + 12..l3 + 16)?.try_into().ok()?), crate::service::key4(d.get(l3 + 16..l3 + 20)?.try_into().ok()?), self.proxy4?),
-            Family::V6 => (crate::service::key6(d.get(l3 + 8..l3 + 24)?.try_into().ok()?), crate::service::key6(d.get(l3 + 24..l3 + 40)?.try_into().ok()?), self.proxy6?),
+            Family::V4 => (crate::addr::key4(d.get(l3 + 12..l3 + 16)?.try_into().ok()?), crate::addr::key4(d.get(l3 + 16..l3 + 20)?.try_into().ok()?), self.proxy4?),
+            Family::V6 => (crate::addr::key6(d.get(l3 + 8..l3 + 24)?.try_into().ok()?), crate::addr::key6(d.get(l3 + 24..l3 + 40)?.try_into().ok()?), self.proxy6?),
         };
         if !self.members.contains(&dst) {
             return None;
@@ -130,7 +130,7 @@ mod tests {
     fn meshed_tcp_goes_to_the_proxy_and_nothing_else_does() {
         let m = mesh();
         let pod = [2, 0x76, 0, 0, 0, 1];
-        let p4 = crate::service::key4([10, 244, 1, 250]);
+        let p4 = crate::addr::key4([10, 244, 1, 250]);
         assert_eq!(steer(&m, &tcp("10.244.1.5", "10.244.2.7", 8080, pod)), Some(p4), "meshed to meshed, other node");
         assert_eq!(steer(&m, &tcp("10.244.1.5", "10.244.1.6", 80, pod)), Some(p4), "meshed to meshed, same node");
         assert!(steer(&m, &tcp("fd00:244:1::5", "fd00:244:2::7", 80, pod)).is_some(), "IPv6");
