@@ -16,6 +16,7 @@ pub struct SkLookup {
 
 // SAFETY: the handle is only passed back to libbpf's destroy call, once, on drop.
 unsafe impl Send for SkLookup {}
+// SAFETY: nothing reads or writes through the handle while it is shared (only drop uses it).
 unsafe impl Sync for SkLookup {}
 
 impl SkLookup {
@@ -65,6 +66,7 @@ mod tests {
 
     #[test]
     fn every_new_tcp_connection_reaches_the_proxys_listeners_with_its_destination() {
+        // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             eprintln!("skipped: needs root (a network namespace and a BPF program)");
             return;
