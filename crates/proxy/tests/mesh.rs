@@ -233,6 +233,22 @@ async fn handshakes_sign_through_the_cryptomb_provider_on_both_sides() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_pooling_each_connection_has_a_tunnel_and_a_full_handshake() {
+    let (m, _) = mesh(vec![], false).await;
+    m.a.set_pooling(false);
+    for i in 0..3 {
+        call(&m, WEB, &format!("x{i}")).await.unwrap();
+    }
+    assert_eq!(m.a.stats.tunnels_opened.load(Ordering::Relaxed), 3);
+    assert_eq!(m.b.stats.handshakes.load(Ordering::Relaxed), 3);
+    m.a.set_pooling(true);
+    for i in 0..3 {
+        call(&m, WEB, &format!("y{i}")).await.unwrap();
+    }
+    assert_eq!(m.a.stats.tunnels_opened.load(Ordering::Relaxed), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_identity_is_refused_and_counted() {
     let only_web = Policy::compile(
         "shop",

@@ -2172,17 +2172,34 @@ fn container_of(n: &PodNet, i: usize) -> String {
     n.attached().iter().find(|p| p["netns"] == ns.as_str()).unwrap_or_else(|| panic!("pod {i} is not attached"))["container_id"].as_str().unwrap().to_string()
 }
 
-#[test]
-fn meshed_pods_on_two_nodes_talk_over_mutual_tls_steered_by_the_data_plane() {
-    // Two nodes (one-arm topologies joined by a link, static routes to each other's pod
-    // network); on each a mesh proxy pod (pod9) running `vectorlb mesh`, the daemon steering
-    // meshed pods' TCP to it (PUT /v1/mesh). Node a: web (pod1) and batch (pod2), meshed, and
-    // pod3, not meshed. Node b: db (pod1), meshed, serving HTTP on 8080.
-    let ta = Topo::new("vmsa", Shape::OneArm, 1500);
-    let tb = ta.another("vmsb", Shape::OneArm, 1500);
-    link_nodes(&ta.ns("lb"), &tb.ns("lb"), 78);
-    route_in(&ta.ns("lb"), "10.244.2.0/24", "192.168.78.2");
-    route_in(&tb.ns("lb"), "10.244.1.0/24", "192.168.78.1");
+/// Two nodes for the mesh (one-arm topologies `pa` and `pb` joined by a link on
+/// 192.168.`net`.0/24, static routes to each other's pod network); on each a mesh proxy pod
+/// (pod9) running `vectorlb mesh` with `proxy_args`. Node a: web (pod1) and batch (pod2),
+/// meshed, and pod3, not meshed. Node b: db (pod1), meshed, serving HTTP on 8080. The daemons
+/// steer nothing yet ([`mesh_on`]).
+struct MeshNodes {
+    a: PodNet,
+    b: PodNet,
+    web: String,
+    batch: String,
+    plain: String,
+    db: String,
+    ca: PathBuf,
+    certs_a: PathBuf,
+    certs_b: PathBuf,
+}
+
+fn vectorlb_ok(args: &[&str]) {
+    let o = Command::new(bin()).args(args).output().unwrap();
+    assert!(ok(&o), "vectorlb {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn mesh_nodes(pa: &str, pb: &str, net: u8, proxy_args: &[&str]) -> MeshNodes {
+    let ta = Topo::new(pa, Shape::OneArm, 1500);
+    let tb = ta.another(pb, Shape::OneArm, 1500);
+    link_nodes(&ta.ns("lb"), &tb.ns("lb"), net);
+    route_in(&ta.ns("lb"), "10.244.2.0/24", &format!("192.168.{net}.2"));
+    route_in(&tb.ns("lb"), "10.244.1.0/24", &format!("192.168.{net}.1"));
     let mut a = PodNet::on(ta, 1);
     let mut b = PodNet::on(tb, 2);
     a.start("");
@@ -2196,27 +2213,14 @@ fn meshed_pods_on_two_nodes_talk_over_mutual_tls_steered_by_the_data_plane() {
     }
     serve(&mut b, 1);
     let (web, batch, plain, db) = (pod_ip(&a, 1, false), pod_ip(&a, 2, false), pod_ip(&a, 3, false), pod_ip(&b, 1, false));
-    let url = format!("http://{db}:8080/");
-    // Before the mesh: plain text, straight through, from the client's own address.
-    let (_, code, seen) = wait_for_ok(|| match curl_in(&a, 1, &url) {
-        Ok((c, s)) => (c == 200, c.to_string(), s),
-        Err(e) => (false, e, String::new()),
-    });
-    assert_eq!(code, "200", "{seen}");
-    assert!(seen.starts_with(&format!("{web}:")), "{seen}");
-
     // The authority (by hand: `vectorlb mesh-ca`), each node's certificates for the pods it
     // runs, and what both proxies know: the meshed pods and one policy (db takes web only).
     let ca = a.t.dir.join("mesh-ca");
-    let run = |args: &[&str]| {
-        let o = Command::new(bin()).args(args).output().unwrap();
-        assert!(ok(&o), "vectorlb {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    };
-    run(&["mesh-ca", "init", "--dir", ca.to_str().unwrap()]);
+    vectorlb_ok(&["mesh-ca", "init", "--dir", ca.to_str().unwrap()]);
     let certs_a = a.t.dir.join("mesh-certs");
     let certs_b = b.t.dir.join("mesh-certs");
-    run(&["mesh-ca", "issue", "--ca", ca.to_str().unwrap(), "--out", certs_a.to_str().unwrap(), "--identity", "shop/web", "--identity", "jobs/batch"]);
-    run(&["mesh-ca", "issue", "--ca", ca.to_str().unwrap(), "--out", certs_b.to_str().unwrap(), "--identity", "shop/db"]);
+    vectorlb_ok(&["mesh-ca", "issue", "--ca", ca.to_str().unwrap(), "--out", certs_a.to_str().unwrap(), "--identity", "shop/web", "--identity", "jobs/batch"]);
+    vectorlb_ok(&["mesh-ca", "issue", "--ca", ca.to_str().unwrap(), "--out", certs_b.to_str().unwrap(), "--identity", "shop/db"]);
     let state = json!({
         "workloads": [
             {"ip": web, "namespace": "shop", "account": "web", "node": "node-a"},
@@ -2229,37 +2233,60 @@ fn meshed_pods_on_two_nodes_talk_over_mutual_tls_steered_by_the_data_plane() {
         let file = n.t.dir.join("mesh-state.json");
         std::fs::write(&file, state.to_string()).unwrap();
         let pod = format!("{}-pod9", n.t.p);
-        let c = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &pod,
-                bin(),
-                "mesh",
-                "--node",
-                node,
-                "--state",
-                file.to_str().unwrap(),
-                "--certs",
-                certs.to_str().unwrap(),
-                "--steer",
-                "eth0",
-                "--metrics",
-                "127.0.0.1:15020",
-            ])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(n.t.dir.join("mesh.log")).unwrap())
-            .spawn()
-            .unwrap();
+        let mut args = vec![
+            "netns",
+            "exec",
+            &pod,
+            bin(),
+            "mesh",
+            "--node",
+            node,
+            "--state",
+            file.to_str().unwrap(),
+            "--certs",
+            certs.to_str().unwrap(),
+            "--steer",
+            "eth0",
+            "--metrics",
+            "127.0.0.1:15020",
+        ];
+        args.extend_from_slice(proxy_args);
+        let c = Command::new("ip").args(&args).stdout(Stdio::null()).stderr(std::fs::File::create(n.t.dir.join("mesh.log")).unwrap()).spawn().unwrap();
         n.t.children.push(c);
-        let members = json!([web, batch, db]);
-        let (code, body) = n.t.call("PUT", "/v1/mesh", Some(&json!({"proxy_container_id": container_of(n, 9), "proxy_ifname": "eth0", "members": members})));
-        assert_eq!(code, 200, "{body}");
-        assert_eq!(body["members"], 3, "{body}");
-        assert_eq!(body["enabled"], true, "{body}");
     }
     let metrics = |n: &PodNet| stdout(&n.in_pod(9, &["curl", "-s", "--max-time", "2", "http://127.0.0.1:15020/metrics"]));
     wait_for("both proxies serve", Duration::from_secs(10), || metrics(&a).contains("vectorlb_mesh_handshakes_total") && metrics(&b).contains("vectorlb_mesh_handshakes_total"));
+    MeshNodes { a, b, web, batch, plain, db, ca, certs_a, certs_b }
+}
+
+/// The daemon of `n` steers the meshed pods (`members`) to its proxy pod (pod9).
+fn mesh_on(n: &PodNet, members: &[&str]) {
+    let (code, body) = n.t.call("PUT", "/v1/mesh", Some(&json!({"proxy_container_id": container_of(n, 9), "proxy_ifname": "eth0", "members": members})));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["members"], members.len(), "{body}");
+    assert_eq!(body["enabled"], true, "{body}");
+}
+
+#[test]
+fn meshed_pods_on_two_nodes_talk_over_mutual_tls_steered_by_the_data_plane() {
+    // Two nodes (one-arm topologies joined by a link, static routes to each other's pod
+    // network); on each a mesh proxy pod (pod9) running `vectorlb mesh`, the daemon steering
+    // meshed pods' TCP to it (PUT /v1/mesh). Node a: web (pod1) and batch (pod2), meshed, and
+    // pod3, not meshed. Node b: db (pod1), meshed, serving HTTP on 8080.
+    let MeshNodes { a, b, web, batch, plain, db, ca, certs_a, certs_b } = mesh_nodes("vmsa", "vmsb", 78, &[]);
+    let url = format!("http://{db}:8080/");
+    // Before the mesh: plain text, straight through, from the client's own address.
+    let (_, code, seen) = wait_for_ok(|| match curl_in(&a, 1, &url) {
+        Ok((c, s)) => (c == 200, c.to_string(), s),
+        Err(e) => (false, e, String::new()),
+    });
+    assert_eq!(code, "200", "{seen}");
+    assert!(seen.starts_with(&format!("{web}:")), "{seen}");
+    let run = vectorlb_ok;
+    for n in [&a, &b] {
+        mesh_on(n, &[&web, &batch, &db]);
+    }
+    let metrics = |n: &PodNet| stdout(&n.in_pod(9, &["curl", "-s", "--max-time", "2", "http://127.0.0.1:15020/metrics"]));
 
     // Meshed: web's requests go through both proxies; db still sees web's own address. A capture
     // on the link between the nodes holds TLS on the tunnel port and no HTTP.

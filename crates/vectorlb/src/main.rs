@@ -130,6 +130,10 @@ struct MeshArgs {
     /// else inline).
     #[arg(long)]
     cryptomb: bool,
+    /// A tunnel per connection, each with a full handshake (for measuring handshakes; the
+    /// default shares tunnels between two identities).
+    #[arg(long)]
+    no_pool: bool,
 }
 
 #[derive(Subcommand)]
@@ -495,6 +499,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 steer: a.steer,
                 original_source: !a.no_original_source,
                 provider,
+                no_pool: a.no_pool,
             };
             vectorlb_proxy::mesh::run::run(opts).map_err(CliError::Mesh)
         }

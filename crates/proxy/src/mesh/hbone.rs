@@ -160,6 +160,9 @@ pub struct Node {
     signer: Option<crate::tls::KeySigner>,
     /// One permit per connection held (accepted inbound or outbound).
     slots: Arc<tokio::sync::Semaphore>,
+    /// Tunnels are shared by the connections between two identities (else: one each, with a
+    /// full handshake; a benchmark's knob).
+    pooling: std::sync::atomic::AtomicBool,
     pub stats: Arc<Stats>,
 }
 
@@ -283,6 +286,7 @@ impl Node {
     pub fn with_limit(state: State, original_source: bool, signer: Option<crate::tls::KeySigner>, max_connections: usize) -> Arc<Node> {
         Arc::new(Node {
             slots: Arc::new(tokio::sync::Semaphore::new(max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS))),
+            pooling: std::sync::atomic::AtomicBool::new(true),
             signer,
             state: ArcSwap::from_pointee(state),
             ids: ArcSwap::from_pointee(HashMap::new()),
@@ -320,6 +324,12 @@ impl Node {
         self.bundle.store(Arc::new(Some(bundle)));
         self.pool.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.generation == generation);
         Ok(())
+    }
+
+    /// Whether tunnels are shared (the default) or opened one per connection, each with a full
+    /// handshake (to measure handshakes).
+    pub fn set_pooling(&self, on: bool) {
+        self.pooling.store(on, Ordering::Relaxed);
     }
 
     /// The handshake signer's statistics (None when BoringSSL signs inline).
@@ -494,12 +504,15 @@ impl Node {
     async fn open_stream(self: &Arc<Self>, src_id: &SpiffeId, dst_id: &SpiffeId, at: SocketAddr, src: SocketAddr, dst: SocketAddr) -> io::Result<hyper::upgrade::Upgraded> {
         let loaded = self.ids.load().get(src_id).cloned().ok_or_else(|| io::Error::new(io::ErrorKind::PermissionDenied, format!("this node holds no certificate for {src_id}")))?;
         let key = PoolKey { src: src_id.clone(), dst: dst_id.clone(), at, generation: loaded.generation };
-        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).get(&key).filter(|s| !s.is_closed()).cloned();
+        let pooling = self.pooling.load(Ordering::Relaxed);
+        let pooled = if pooling { self.pool.lock().unwrap_or_else(|e| e.into_inner()).get(&key).filter(|s| !s.is_closed()).cloned() } else { None };
         let mut sender = match pooled {
             Some(s) => s,
             None => {
                 let s = self.open_tunnel(&loaded, dst_id, at).await?;
-                self.pool.lock().unwrap_or_else(|e| e.into_inner()).insert(key, s.clone());
+                if pooling {
+                    self.pool.lock().unwrap_or_else(|e| e.into_inner()).insert(key, s.clone());
+                }
                 s
             }
         };

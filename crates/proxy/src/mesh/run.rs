@@ -42,6 +42,8 @@ pub struct Options {
     pub original_source: bool,
     /// Where handshakes sign (the proxy's providers).
     pub provider: Option<crate::config::Provider>,
+    /// A tunnel per connection, each with a full handshake (a benchmark's knob).
+    pub no_pool: bool,
 }
 
 /// A meshed pod, as the state file lists it.
@@ -182,6 +184,7 @@ pub async fn serve(opts: Options) -> io::Result<()> {
     let state = load_state(&opts.state, &opts.node, &opts.trust_domain)?;
     let signer = opts.provider.as_ref().map(|p| crate::tls::KeySigner::new("mesh", p)).transpose().map_err(bad)?;
     let node = Node::with_signer(state, opts.original_source, signer);
+    node.set_pooling(!opts.no_pool);
     let (svids, bundle) = load_certs(&opts.certs, &opts.trust_domain)?;
     node.set_identities(svids, bundle)?;
     let steering = opts.steer.is_some();
