@@ -2230,33 +2230,49 @@ fn mesh_nodes(pa: &str, pb: &str, net: u8, proxy_args: &[&str]) -> MeshNodes {
         "policies": [{"namespace": "shop", "name": "db-from-web", "spec": {"selector": {"matchLabels": {"app": "db"}}, "rules": [{"from": [{"source": {"principals": ["cluster.local/ns/shop/sa/web"]}}]}]}}],
     });
     for (n, node, certs) in [(&mut a, "node-a", &certs_a), (&mut b, "node-b", &certs_b)] {
-        let file = n.t.dir.join("mesh-state.json");
-        std::fs::write(&file, state.to_string()).unwrap();
-        let pod = format!("{}-pod9", n.t.p);
-        let mut args = vec![
-            "netns",
-            "exec",
-            &pod,
-            bin(),
-            "mesh",
-            "--node",
-            node,
-            "--state",
-            file.to_str().unwrap(),
-            "--certs",
-            certs.to_str().unwrap(),
-            "--steer",
-            "eth0",
-            "--metrics",
-            "127.0.0.1:15020",
-        ];
-        args.extend_from_slice(proxy_args);
-        let c = Command::new("ip").args(&args).stdout(Stdio::null()).stderr(std::fs::File::create(n.t.dir.join("mesh.log")).unwrap()).spawn().unwrap();
-        n.t.children.push(c);
+        std::fs::write(n.t.dir.join("mesh-state.json"), state.to_string()).unwrap();
+        start_proxy(n, node, certs, proxy_args);
     }
-    let metrics = |n: &PodNet| stdout(&n.in_pod(9, &["curl", "-s", "--max-time", "2", "http://127.0.0.1:15020/metrics"]));
-    wait_for("both proxies serve", Duration::from_secs(10), || metrics(&a).contains("vectorlb_mesh_handshakes_total") && metrics(&b).contains("vectorlb_mesh_handshakes_total"));
     MeshNodes { a, b, web, batch, plain, db, ca, certs_a, certs_b }
+}
+
+/// `vectorlb mesh` in node `n`'s proxy pod (pod9), logging to mesh.log; waits until it serves.
+fn start_proxy(n: &mut PodNet, node: &str, certs: &Path, extra: &[&str]) {
+    let file = n.t.dir.join("mesh-state.json");
+    let pod = format!("{}-pod9", n.t.p);
+    let mut args = vec![
+        "netns",
+        "exec",
+        &pod,
+        bin(),
+        "mesh",
+        "--node",
+        node,
+        "--state",
+        file.to_str().unwrap(),
+        "--certs",
+        certs.to_str().unwrap(),
+        "--steer",
+        "eth0",
+        "--metrics",
+        "127.0.0.1:15020",
+    ];
+    args.extend_from_slice(extra);
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(n.t.dir.join("mesh.log")).unwrap();
+    let c = Command::new("ip").args(&args).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+    n.t.children.push(c);
+    wait_for("the proxy serves", Duration::from_secs(10), || proxy_metrics(n).contains("vectorlb_mesh_handshakes_total"));
+}
+
+/// Stops node `n`'s proxy.
+fn stop_proxy(n: &PodNet) {
+    let pattern = format!("mesh --node .* --state {}", n.t.dir.join("mesh-state.json").display());
+    let _ = Command::new("pkill").args(["-f", &pattern]).status();
+    wait_for("the proxy stops", Duration::from_secs(10), || !ok(&Command::new("pgrep").args(["-f", &pattern]).output().unwrap()));
+}
+
+fn proxy_metrics(n: &PodNet) -> String {
+    stdout(&n.in_pod(9, &["curl", "-s", "--max-time", "2", "http://127.0.0.1:15020/metrics"]))
 }
 
 /// The daemon of `n` steers the meshed pods (`members`) to its proxy pod (pod9).
@@ -2382,4 +2398,159 @@ fn meshed_pods_on_two_nodes_talk_over_mutual_tls_steered_by_the_data_plane() {
     assert!(seen.starts_with(&format!("{web}:")), "{seen}");
     assert_eq!(streams(&metrics(&b)), carried, "a request went through the mesh after it was off");
     println!("{}", json!({"mesh": {"event": "two_nodes", "requests_through_tunnels": carried, "rotation_requests": r["requests"], "rotation_errors": 0, "denied": 1}}));
+}
+
+/// CPU seconds (user and system) the processes whose command line matches `pattern` have
+/// used so far.
+fn cpu_seconds_of(pattern: &str) -> f64 {
+    let pids = stdout(&Command::new("pgrep").args(["-f", pattern]).output().unwrap());
+    pids.split_whitespace()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .map(|st| {
+            // The fields after the command's closing parenthesis; utime and stime are 14 and 15.
+            let rest = &st[st.rfind(')').map_or(0, |i| i + 2)..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            (f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)) / 100.0
+        })
+        .sum()
+}
+
+/// HAProxy sidecars next to web (on node a) and db (on node b), the sidecar model: web's
+/// sidecar takes plain HTTP on 127.0.0.1:15001 (connections to db's sidecar reused) and
+/// 127.0.0.1:15002 (a new connection and a full handshake per request), originating mutual TLS
+/// with web's certificate; db's sidecar terminates it on 15443 with db's and forwards to
+/// 127.0.0.1:8080. The same certificates, authority and TLS 1.3 as the mesh.
+fn start_sidecars(m: &mut MeshNodes) {
+    let pem = |certs: &Path, base: &str, out: &Path| {
+        let mut both = std::fs::read(certs.join(format!("{base}.pem"))).unwrap();
+        both.extend(std::fs::read(certs.join(format!("{base}.key"))).unwrap());
+        std::fs::write(out, both).unwrap();
+    };
+    let ca = m.ca.join("ca.pem");
+    let (web_pem, db_pem) = (m.a.t.dir.join("sidecar-web.pem"), m.b.t.dir.join("sidecar-db.pem"));
+    pem(&m.certs_a, "shop.web", &web_pem);
+    pem(&m.certs_b, "shop.db", &db_pem);
+    let global = "global\n  maxconn 20000\n  nbthread 1\n  ssl-default-bind-options ssl-min-ver TLSv1.3\n  ssl-default-server-options ssl-min-ver TLSv1.3\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n";
+    let client = format!(
+        "{global}frontend pooled\n  bind 127.0.0.1:15001\n  default_backend db\nfrontend each\n  bind 127.0.0.1:15002\n  default_backend db_each\n\
+         backend db\n  http-reuse always\n  server db {db}:15443 ssl crt {w} ca-file {ca} verify required\n\
+         backend db_each\n  http-reuse never\n  option httpclose\n  server db {db}:15443 ssl crt {w} ca-file {ca} verify required no-ssl-reuse\n",
+        db = m.db,
+        w = web_pem.display(),
+        ca = ca.display()
+    );
+    let server = format!(
+        "{global}frontend tls\n  bind :15443 ssl crt {d} ca-file {ca} verify required\n  default_backend app\nbackend app\n  server app 127.0.0.1:8080\n",
+        d = db_pem.display(),
+        ca = ca.display()
+    );
+    for (n, name, cfg) in [(&mut m.a, "sidecar-client.cfg", client), (&mut m.b, "sidecar-server.cfg", server)] {
+        let path = n.t.dir.join(name);
+        std::fs::write(&path, cfg).unwrap();
+        let pod = format!("{}-pod1", n.t.p);
+        let c = Command::new("ip").args(["netns", "exec", &pod, "haproxy", "-db", "-f", path.to_str().unwrap()]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        n.t.children.push(c);
+    }
+}
+
+/// One run of `probe http` from web (pod1 on node a): connections per request, `concurrency`
+/// at once, at most `rate` a second.
+fn mesh_load(m: &MeshNodes, url: &str, seconds: u32, concurrency: u32, rate: Option<u32>) -> Value {
+    let (s, c) = (seconds.to_string(), concurrency.to_string());
+    let mut args = vec!["http", "--url", url, "--duration-s", &s, "--concurrency", &c, "--timeout-ms", "5000", "--json"];
+    let r = rate.map(|r| r.to_string());
+    if let Some(r) = &r {
+        args.extend(["--rate", r.as_str()]);
+    }
+    probe_in(&m.a, 1, &args)
+}
+
+#[test]
+#[ignore = "a benchmark: make bench-mesh (release build)"]
+fn bench_mesh_against_no_mesh_and_sidecars() {
+    let cpu = cpu_model();
+    let ifma = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default().contains("avx512ifma");
+    let rounds: usize = std::env::var("VECTORLB_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    let seconds = 5;
+    // The proxies sign on the cryptomb provider (crypto_mb's batches where the CPU has AVX-512
+    // IFMA, else inline).
+    let mut m = mesh_nodes("vmba", "vmbb", 79, &["--cryptomb"]);
+    start_sidecars(&mut m);
+    let direct = format!("http://{}:8080/", m.db);
+    let members = [m.web.as_str(), m.batch.as_str(), m.db.as_str()];
+    wait_for("the sidecars answer", Duration::from_secs(10), || curl_in(&m.a, 1, "http://127.0.0.1:15001/").is_ok_and(|(c, _)| c == 200));
+    const NONE: &str = "no mesh";
+    const MESH: &str = "vectorlb mesh";
+    const SIDECARS: &str = "sidecars (HAProxy, mutual TLS)";
+    // The fixed load: a rate every system carries (a tenth of this machine's saturation with
+    // no mesh, measured first).
+    let probe_sat = mesh_load(&m, &direct, 3, 16, None);
+    let fixed_rate = ((probe_sat["requests"].as_f64().unwrap() / 3.0) / 10.0).max(100.0) as u32;
+    let mut results: std::collections::BTreeMap<(&str, &str), Vec<Value>> = Default::default();
+    for round in 0..rounds {
+        for system in [NONE, MESH, SIDECARS] {
+            let url = if system == SIDECARS { "http://127.0.0.1:15001/".to_string() } else { direct.clone() };
+            for n in [&m.a, &m.b] {
+                if system == MESH {
+                    mesh_on(n, &members);
+                } else {
+                    let (code, _) = n.t.call("DELETE", "/v1/mesh", None);
+                    assert_eq!(code, 200);
+                }
+            }
+            for (load, conc, rate) in [("fixed", 8, Some(fixed_rate)), ("saturation", 16, None)] {
+                let r = mesh_load(&m, &url, seconds, conc, rate);
+                let rps = r["requests"].as_f64().unwrap() / r["seconds"].as_f64().unwrap_or(seconds as f64);
+                let line = json!({"bench": "mesh", "system": system, "load": load, "rate": rate, "concurrency": conc, "round": round, "seconds": seconds,
+                    "rps": rps.round(), "p50_ms": r["latency_ms"]["p50"], "p99_ms": r["latency_ms"]["p99"], "errors": r["errors"], "cpu": cpu});
+                println!("{line}");
+                assert_eq!(r["errors"], 0, "{system} {load}: {r}");
+                results.entry((system, load)).or_default().push(line);
+            }
+        }
+    }
+    // Full handshakes: a new tunnel per connection (the proxies restarted with --no-pool),
+    // against the sidecar's new mutual-TLS connection per request. Handshakes per CPU second of
+    // the proxies (both nodes) or the sidecars (both pods).
+    for n in [&m.a, &m.b] {
+        mesh_on(n, &members);
+    }
+    for (n, node, certs) in [(&mut m.a, "node-a", m.certs_a.clone()), (&mut m.b, "node-b", m.certs_b.clone())] {
+        stop_proxy(n);
+        start_proxy(n, node, &certs, &["--cryptomb", "--no-pool"]);
+    }
+    let mesh_pattern = |n: &PodNet| format!("mesh --node .* --state {}", n.t.dir.join("mesh-state.json").display());
+    let mut handshakes = std::collections::BTreeMap::new();
+    for system in [MESH, SIDECARS] {
+        let (url, patterns) = if system == MESH {
+            (direct.clone(), vec![mesh_pattern(&m.a), mesh_pattern(&m.b)])
+        } else {
+            for n in [&m.a, &m.b] {
+                n.t.call("DELETE", "/v1/mesh", None);
+            }
+            (
+                "http://127.0.0.1:15002/".to_string(),
+                vec![format!("haproxy -db -f {}", m.a.t.dir.join("sidecar-client.cfg").display()), format!("haproxy -db -f {}", m.b.t.dir.join("sidecar-server.cfg").display())],
+            )
+        };
+        let cpu0: f64 = patterns.iter().map(|p| cpu_seconds_of(p)).sum();
+        let r = mesh_load(&m, &url, seconds, 32, None);
+        let cpu_s: f64 = patterns.iter().map(|p| cpu_seconds_of(p)).sum::<f64>() - cpu0;
+        let n = r["requests"].as_f64().unwrap();
+        let line = json!({"bench": "mesh_handshakes", "system": system, "seconds": seconds, "concurrency": 32, "handshakes_per_s": (n / seconds as f64).round(),
+            "cpu_s": r3(cpu_s), "handshakes_per_cpu_s": (n / cpu_s.max(0.01)).round(), "errors": r["errors"], "cpu": cpu, "avx512ifma": ifma});
+        println!("{line}");
+        assert_eq!(r["errors"], 0, "{system} handshakes: {r}");
+        handshakes.insert(system, n / cpu_s.max(0.01));
+    }
+    let med = |system: &str, load: &str, key: &str| median(results[&(system, load)].iter().map(|l| l[key].as_f64().unwrap()).collect());
+    let summary = json!({"bench": "mesh_summary", "cpu": cpu, "avx512ifma": ifma, "rounds": rounds, "fixed_rate": fixed_rate,
+        "rps_vs_no_mesh": r3(med(MESH, "saturation", "rps") / med(NONE, "saturation", "rps")),
+        "p99_vs_no_mesh": r3(med(MESH, "fixed", "p99_ms") / med(NONE, "fixed", "p99_ms")),
+        "p99_saturation_vs_no_mesh": r3(med(MESH, "saturation", "p99_ms") / med(NONE, "saturation", "p99_ms")),
+        "rps_vs_sidecars": r3(med(MESH, "saturation", "rps") / med(SIDECARS, "saturation", "rps")),
+        "p99_vs_sidecars": r3(med(MESH, "fixed", "p99_ms") / med(SIDECARS, "fixed", "p99_ms")),
+        "handshakes_vs_sidecars": r3(handshakes[MESH] / handshakes[SIDECARS]),
+        "goals": {"rps_vs_no_mesh": ">= 0.9", "p99_vs_no_mesh": "<= 1.2", "rps_vs_sidecars": ">= 1.5", "handshakes_vs_sidecars": ">= 2 (AVX-512 IFMA)"}});
+    println!("{summary}");
 }
