@@ -2430,7 +2430,7 @@ fn start_sidecars(m: &mut MeshNodes) {
     let (web_pem, db_pem) = (m.a.t.dir.join("sidecar-web.pem"), m.b.t.dir.join("sidecar-db.pem"));
     pem(&m.certs_a, "shop.web", &web_pem);
     pem(&m.certs_b, "shop.db", &db_pem);
-    let global = "global\n  maxconn 20000\n  nbthread 1\n  ssl-default-bind-options ssl-min-ver TLSv1.3\n  ssl-default-server-options ssl-min-ver TLSv1.3\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n";
+    let global = "global\n  maxconn 4000\n  nbthread 1\n  ssl-default-bind-options ssl-min-ver TLSv1.3\n  ssl-default-server-options ssl-min-ver TLSv1.3\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n";
     let client = format!(
         "{global}frontend pooled\n  bind 127.0.0.1:15001\n  default_backend db\nfrontend each\n  bind 127.0.0.1:15002\n  default_backend db_each\n\
          backend db\n  http-reuse always\n  server db {db}:15443 ssl crt {w} ca-file {ca} verify required\n\
@@ -2448,7 +2448,8 @@ fn start_sidecars(m: &mut MeshNodes) {
         let path = n.t.dir.join(name);
         std::fs::write(&path, cfg).unwrap();
         let pod = format!("{}-pod1", n.t.p);
-        let c = Command::new("ip").args(["netns", "exec", &pod, "haproxy", "-db", "-f", path.to_str().unwrap()]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let log = std::fs::File::create(n.t.dir.join(format!("{name}.log"))).unwrap();
+        let c = Command::new("ip").args(["netns", "exec", &pod, "haproxy", "-db", "-f", path.to_str().unwrap()]).stdout(Stdio::null()).stderr(log).spawn().unwrap();
         n.t.children.push(c);
     }
 }
@@ -2478,7 +2479,10 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
     start_sidecars(&mut m);
     let direct = format!("http://{}:8080/", m.db);
     let members = [m.web.as_str(), m.batch.as_str(), m.db.as_str()];
-    wait_for("the sidecars answer", Duration::from_secs(10), || curl_in(&m.a, 1, "http://127.0.0.1:15001/").is_ok_and(|(c, _)| c == 200));
+    if !wait_for_ok(|| (curl_in(&m.a, 1, "http://127.0.0.1:15001/").is_ok_and(|(c, _)| c == 200), (), ())).0 {
+        let log = |n: &PodNet, f: &str| std::fs::read_to_string(n.t.dir.join(f)).unwrap_or_default();
+        panic!("the sidecars do not answer: {:?}\nclient: {}\nserver: {}", curl_in(&m.a, 1, "http://127.0.0.1:15001/"), log(&m.a, "sidecar-client.cfg.log"), log(&m.b, "sidecar-server.cfg.log"));
+    }
     const NONE: &str = "no mesh";
     const MESH: &str = "vectorlb mesh";
     const SIDECARS: &str = "sidecars (HAProxy, mutual TLS)";
