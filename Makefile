@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods bench-policy conformance conformance-kubernetes conformance-network-policy k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
+.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods bench-policy bench-mesh conformance conformance-kubernetes conformance-network-policy k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -114,6 +114,16 @@ bench-pods: build k8s-bins
 	@VECTORLB_BENCH_IDLE_US=200 $(CARGO) test --release -q -p vectorlb-testkit --test pods bench_pods -- --ignored --nocapture 2>&1 | grep '"bench":"pods' | tee bench/results/pods.jsonl; test $${PIPESTATUS[0]} -eq 0
 	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/pods-measured-at.txt
 	@$(PY) bench/report.py --machine > bench/results/pods-machine.txt
+
+# The mesh (docs/mesh.md): pod to pod across two nodes with no mesh, vectorlb's node proxies and
+# HAProxy sidecars, at a fixed load and at saturation, and full handshakes per CPU second.
+bench-mesh: build
+	@bash scripts/setup.sh --bench >/dev/null
+	@bash scripts/cni-bins.sh >/dev/null
+	@mkdir -p bench/results
+	@VECTORLB_BENCH_IDLE_US=200 $(CARGO) test --release -q -p vectorlb-testkit --test pods bench_mesh -- --ignored --nocapture 2>&1 | grep '"bench":"mesh' | tee bench/results/mesh.jsonl; test $${PIPESTATUS[0]} -eq 0
+	@echo "$$(git rev-parse --short HEAD) $$(date -u +%Y-%m-%d)" > bench/results/mesh-measured-at.txt
+	@$(PY) bench/report.py --machine > bench/results/mesh-machine.txt
 
 # NetworkPolicy at 0, 100 and 10,000 policies selecting the pods: connections per second to a
 # ClusterIP and pod-to-pod UDP packets per second, vectorlb against kube-network-policies (built

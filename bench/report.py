@@ -855,6 +855,44 @@ def policy_section():
         w(line)
 
 
+def mesh_section():
+    """`make bench-mesh` (bench/results/mesh.jsonl): no mesh, vectorlb's mesh and HAProxy
+    sidecars, pod to pod across two nodes, side by side in one run."""
+    rs = lines("mesh.jsonl")
+    if not rs:
+        return
+    step_head("Mesh: vectorlb's node proxies against no mesh and sidecars", "mesh",
+              "`make bench-mesh`, raw lines in `bench/results/mesh.jsonl`. The two nodes of the mesh test (one-arm topologies joined by "
+              "a link), web's pod on node a to db's on node b (HTTP/1.1, a connection per request, `vectorlb-tools probe http`): "
+              "straight through the data plane (no mesh); steered to each node's `vectorlb mesh` and carried in a mutual-TLS tunnel "
+              "(vectorlb mesh, handshakes on the cryptomb provider); through HAProxy sidecars in both pods originating and terminating "
+              "mutual TLS with the same certificates (the sidecar model). Measured alternately, medians of the rounds; see [mesh.md](mesh.md).")
+    by = {}
+    for r in rs:
+        by.setdefault(r["bench"], []).append(r)
+    if by.get("mesh"):
+        w("| system | load | requests/s | p50 ms | p99 ms | errors | round |")
+        w("|---|---|---|---|---|---|---|")
+        for r in by["mesh"]:
+            load = f"fixed, {r['rate']:,}/s" if r["load"] == "fixed" else f"saturation, {r['concurrency']} at once"
+            w(f"| {r['system']} | {load} | **{r['rps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['errors']} | {r['round']} |")
+        w("")
+    if by.get("mesh_handshakes"):
+        w("| full handshakes (a new mutual-TLS connection per request) | handshakes/s | CPU s of the proxies | handshakes per CPU second |")
+        w("|---|---|---|---|")
+        for r in by["mesh_handshakes"]:
+            w(f"| {r['system']} | {r['handshakes_per_s']:,.0f} | {r['cpu_s']:.2f} | **{r['handshakes_per_cpu_s']:,.0f}** |")
+        w("")
+    for r in by.get("mesh_summary", []):
+        w(f"- **Summary** ({r['rounds']} rounds; AVX-512 IFMA {'present' if r['avx512ifma'] else 'absent'}): rps_vs_no_mesh **{r['rps_vs_no_mesh']}** (goal at least 0.9), "
+          f"p99_vs_no_mesh **{r['p99_vs_no_mesh']}** at the fixed load (goal at most 1.2; at saturation {r['p99_saturation_vs_no_mesh']}), "
+          f"rps_vs_sidecars **{r['rps_vs_sidecars']}** (goal at least 1.5), p99_vs_sidecars {r['p99_vs_sidecars']}, "
+          f"handshakes_vs_sidecars **{r['handshakes_vs_sidecars']}** (goal at least 2 with AVX-512 IFMA).")
+    w("")
+    for line in note("mesh"):
+        w(line)
+
+
 # Sections written by hand (the dispatch analysis; queue sets from their own result file,
 # bench/results/queue-sets.jsonl), then the analysis of the whole page.
 for name in ("dispatch", "queue-sets"):
@@ -863,11 +901,12 @@ for name in ("dispatch", "queue-sets"):
 kubernetes_section()
 pods_section()
 policy_section()
+mesh_section()
 for line in note("analysis"):
     w(line)
 w("## JSON lines of this run\n")
 w("```")
-for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls + lines("kubernetes.jsonl") + [{k: v for k, v in r.items() if k != "runs"} for r in lines("pods.jsonl") + lines("policy.jsonl")]:
+for r in core + scaling + profile + [dict(r, top=f"{len(r['top'])} functions, see bench/results/profile-io.jsonl") for r in profile_io] + [dict(r, trials=f"{len(r.get('trials', []))} trials, see bench/results/rfc2544.jsonl") for r in rfc] + peers + idle + [r for r in memif + memif_focus if r["bench"] != "memif"] + tls + lines("kubernetes.jsonl") + [{k: v for k, v in r.items() if k != "runs"} for r in lines("pods.jsonl") + lines("policy.jsonl") + lines("mesh.jsonl")]:
     w(json.dumps(r, separators=(",", ":")))
 w("```")
 unused = sorted(f[:-3] for f in os.listdir(os.path.join(root, "bench", "notes")) if f.endswith(".md") and f[:-3] not in notes_used)

@@ -2475,13 +2475,19 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
     let seconds = 5;
     // The proxies sign on the cryptomb provider (crypto_mb's batches where the CPU has AVX-512
     // IFMA, else inline).
-    let mut m = mesh_nodes("vmba", "vmbb", 79, &["--cryptomb"]);
+    let threads = std::env::var("VECTORLB_BENCH_MESH_THREADS").unwrap_or_else(|_| "0".into());
+    let mut m = mesh_nodes("vmba", "vmbb", 79, &["--cryptomb", "--threads", &threads]);
     start_sidecars(&mut m);
     let direct = format!("http://{}:8080/", m.db);
     let members = [m.web.as_str(), m.batch.as_str(), m.db.as_str()];
     if !wait_for_ok(|| (curl_in(&m.a, 1, "http://127.0.0.1:15001/").is_ok_and(|(c, _)| c == 200), (), ())).0 {
         let log = |n: &PodNet, f: &str| std::fs::read_to_string(n.t.dir.join(f)).unwrap_or_default();
-        panic!("the sidecars do not answer: {:?}\nclient: {}\nserver: {}", curl_in(&m.a, 1, "http://127.0.0.1:15001/"), log(&m.a, "sidecar-client.cfg.log"), log(&m.b, "sidecar-server.cfg.log"));
+        panic!(
+            "the sidecars do not answer: {:?}\nclient: {}\nserver: {}",
+            curl_in(&m.a, 1, "http://127.0.0.1:15001/"),
+            log(&m.a, "sidecar-client.cfg.log"),
+            log(&m.b, "sidecar-server.cfg.log")
+        );
     }
     const NONE: &str = "no mesh";
     const MESH: &str = "vectorlb mesh";
@@ -2521,7 +2527,7 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
     }
     for (n, node, certs) in [(&mut m.a, "node-a", m.certs_a.clone()), (&mut m.b, "node-b", m.certs_b.clone())] {
         stop_proxy(n);
-        start_proxy(n, node, &certs, &["--cryptomb", "--no-pool"]);
+        start_proxy(n, node, &certs, &["--cryptomb", "--no-pool", "--threads", &threads]);
     }
     let mesh_pattern = |n: &PodNet| format!("mesh --node .* --state {}", n.t.dir.join("mesh-state.json").display());
     let mut handshakes = std::collections::BTreeMap::new();

@@ -134,6 +134,9 @@ struct MeshArgs {
     /// default shares tunnels between two identities).
     #[arg(long)]
     no_pool: bool,
+    /// Threads serving connections (0: one per CPU; 1: everything on one thread).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
 }
 
 #[derive(Subcommand)]
@@ -500,6 +503,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 original_source: !a.no_original_source,
                 provider,
                 no_pool: a.no_pool,
+                threads: a.threads,
             };
             vectorlb_proxy::mesh::run::run(opts).map_err(CliError::Mesh)
         }

@@ -44,6 +44,8 @@ pub struct Options {
     pub provider: Option<crate::config::Provider>,
     /// A tunnel per connection, each with a full handshake (a benchmark's knob).
     pub no_pool: bool,
+    /// Threads serving connections (0: one per CPU; 1: all on one thread, no hand-offs).
+    pub threads: usize,
 }
 
 /// A meshed pod, as the state file lists it.
@@ -176,7 +178,11 @@ pub fn setup_routing(iface: &str) -> io::Result<()> {
 
 /// Runs the node proxy until the process is stopped.
 pub fn run(opts: Options) -> io::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = match opts.threads {
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        0 => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
+        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build()?,
+    };
     rt.block_on(serve(opts))
 }
 
