@@ -2194,7 +2194,7 @@ fn vectorlb_ok(args: &[&str]) {
     assert!(ok(&o), "vectorlb {args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
-fn mesh_nodes(pa: &str, pb: &str, net: u8, proxy_args: &[&str]) -> MeshNodes {
+fn mesh_nodes(pa: &str, pb: &str, net: u8, proxy_args: &[&str], uplink: bool) -> MeshNodes {
     let ta = Topo::new(pa, Shape::OneArm, 1500);
     let tb = ta.another(pb, Shape::OneArm, 1500);
     link_nodes(&ta.ns("lb"), &tb.ns("lb"), net);
@@ -2229,11 +2229,50 @@ fn mesh_nodes(pa: &str, pb: &str, net: u8, proxy_args: &[&str]) -> MeshNodes {
         ],
         "policies": [{"namespace": "shop", "name": "db-from-web", "spec": {"selector": {"matchLabels": {"app": "db"}}, "rules": [{"from": [{"source": {"principals": ["cluster.local/ns/shop/sa/web"]}}]}]}}],
     });
+    if uplink {
+        proxy_uplink(&a, &["10.244.2.0/24"]);
+        proxy_uplink(&b, &["10.244.1.0/24"]);
+    }
     for (n, node, certs) in [(&mut a, "node-a", &certs_a), (&mut b, "node-b", &certs_b)] {
         std::fs::write(n.t.dir.join("mesh-state.json"), state.to_string()).unwrap();
         start_proxy(n, node, certs, proxy_args);
     }
     MeshNodes { a, b, web, batch, plain, db, ca, certs_a, certs_b }
+}
+
+/// The proxy pod's own way to the node's uplink (the deployment docs/mesh.md recommends): a
+/// veth `mesh0` from the proxy pod (node `k`: 169.254.`k`.2) to the node (169.254.`k`.1), the
+/// proxy's tunnels to other nodes' pods through it (from its pod address), and on the node a
+/// routing rule sending tunnels (TCP port 15008) for this node's pods, and replies to the proxy's
+/// own address, to it. Tunnels then cross no data plane; only the pods' own legs do.
+fn proxy_uplink(n: &PodNet, others: &[&str]) {
+    let k = n.k;
+    let (lb, pod) = (n.t.ns("lb"), format!("{}-pod9", n.t.p));
+    let proxy_ip = pod_ip(n, 9, false);
+    let (host_end, pod_end) = (format!("169.254.{k}.1"), format!("169.254.{k}.2"));
+    let table = "15009";
+    let own_pods = format!("10.244.{k}.0/24");
+    let in_lb = |args: &[&str]| {
+        sh(&[&["ip", "netns", "exec", &lb][..], args].concat());
+    };
+    let in_pod = |args: &[&str]| {
+        sh(&[&["ip", "netns", "exec", &pod][..], args].concat());
+    };
+    in_lb(&["ip", "link", "add", "mhost", "type", "veth", "peer", "name", "mesh0"]);
+    in_lb(&["ip", "link", "set", "mesh0", "netns", &pod]);
+    in_lb(&["ip", "addr", "add", &format!("{host_end}/30"), "dev", "mhost"]);
+    in_lb(&["ip", "link", "set", "mhost", "up"]);
+    // The proxy answers from its pods' addresses through mhost: no reverse-path filter there.
+    in_lb(&["sysctl", "-qw", "net.ipv4.conf.mhost.rp_filter=0"]);
+    in_pod(&["ip", "addr", "add", &format!("{pod_end}/30"), "dev", "mesh0"]);
+    in_pod(&["ip", "link", "set", "mesh0", "up"]);
+    for other in others {
+        in_pod(&["ip", "route", "add", other, "via", &host_end, "dev", "mesh0", "src", &proxy_ip]);
+    }
+    in_pod(&["ip", "rule", "add", "iif", "mesh0", "lookup", "15008", "pref", "15008"]);
+    in_lb(&["ip", "route", "add", &format!("{proxy_ip}/32"), "via", &pod_end, "dev", "mhost"]);
+    in_lb(&["ip", "route", "add", &own_pods, "via", &pod_end, "dev", "mhost", "table", table]);
+    in_lb(&["ip", "rule", "add", "ipproto", "tcp", "dport", "15008", "lookup", table, "pref", "100"]);
 }
 
 /// `vectorlb mesh` in node `n`'s proxy pod (pod9), logging to mesh.log; waits until it serves.
@@ -2289,7 +2328,7 @@ fn meshed_pods_on_two_nodes_talk_over_mutual_tls_steered_by_the_data_plane() {
     // network); on each a mesh proxy pod (pod9) running `vectorlb mesh`, the daemon steering
     // meshed pods' TCP to it (PUT /v1/mesh). Node a: web (pod1) and batch (pod2), meshed, and
     // pod3, not meshed. Node b: db (pod1), meshed, serving HTTP on 8080.
-    let MeshNodes { a, b, web, batch, plain, db, ca, certs_a, certs_b } = mesh_nodes("vmsa", "vmsb", 78, &[]);
+    let MeshNodes { a, b, web, batch, plain, db, ca, certs_a, certs_b } = mesh_nodes("vmsa", "vmsb", 78, &[], false);
     let url = format!("http://{db}:8080/");
     // Before the mesh: plain text, straight through, from the client's own address.
     let (_, code, seen) = wait_for_ok(|| match curl_in(&a, 1, &url) {
@@ -2476,7 +2515,10 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
     // The proxies sign on the cryptomb provider (crypto_mb's batches where the CPU has AVX-512
     // IFMA, else inline).
     let threads = std::env::var("VECTORLB_BENCH_MESH_THREADS").unwrap_or_else(|_| "0".into());
-    let mut m = mesh_nodes("vmba", "vmbb", 79, &["--cryptomb", "--threads", &threads]);
+    // The proxies' tunnels take their own way to the uplink (proxy_uplink), unless
+    // VECTORLB_BENCH_MESH_UPLINK=0 (through the data plane, as the pods' own traffic).
+    let uplink = std::env::var("VECTORLB_BENCH_MESH_UPLINK").map_or(true, |v| v != "0");
+    let mut m = mesh_nodes("vmba", "vmbb", 79, &["--cryptomb", "--threads", &threads], uplink);
     start_sidecars(&mut m);
     let direct = format!("http://{}:8080/", m.db);
     let members = [m.web.as_str(), m.batch.as_str(), m.db.as_str()];
