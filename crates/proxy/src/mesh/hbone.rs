@@ -475,6 +475,9 @@ impl Node {
             if transparent(sock.as_raw_fd(), ip.is_ipv4()).is_err() {
                 setopt(sock.as_raw_fd(), libc::IPPROTO_IP, libc::IP_FREEBIND)?;
             }
+            // The port is chosen at connect, for the whole 4-tuple: a bind alone would take a
+            // port of the client's address for every destination, and a busy client's ran out.
+            setopt(sock.as_raw_fd(), libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT)?;
             sock.bind(SocketAddr::new(ip, 0))?;
         }
         let s = sock.connect(to).await?;
