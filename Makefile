@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-pods demo-two-tier demo-kubernetes bench-kubernetes bench-pods bench-policy bench-mesh conformance conformance-kubernetes conformance-network-policy k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
+.PHONY: all setup build install demo demo-pods demo-mesh demo-two-tier demo-kubernetes bench-kubernetes bench-pods bench-policy bench-mesh conformance conformance-kubernetes conformance-network-policy k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -26,12 +26,18 @@ demo: build
 	@python3 demo/queue-sets.py
 	@bash demo/scale-out.sh
 	@bash demo/pods.sh
+	@bash demo/mesh.sh
 	@$(MAKE) --no-print-directory demo-kubernetes
 
 # The pod network: cnitool runs vectorlb-cni for three pods (one with a memif by annotation), a
 # ClusterIP over two of them, asked by the host and a pod. Ends with PODS OK ... (root).
 demo-pods: build
 	@bash demo/pods.sh
+
+# The mesh (docs/mesh.md): two nodes, their node proxies, mutual TLS between them, a denied
+# identity, no nftables rule. Ends with MESH OK ... (root).
+demo-mesh: build
+	@bash demo/mesh.sh
 
 # Three active nodes behind an FRR router (BGP through BIRD, ECMP): one killed, one drained
 # while connections run; prints what broke. Ends with SCALE-OUT OK ... (root).
