@@ -100,6 +100,20 @@ impl Mesh {
     }
 }
 
+impl Mesh {
+    /// As [`Mesh::steer`] for a connection the load balancer has translated to a backend
+    /// (destination NAT, the client's address kept): from `client` to `backend` (address keys),
+    /// the frame's source MAC `from`. A meshed pod's connection to a Service goes to the proxy
+    /// after the backend is chosen, so the proxy sees the backend as its destination.
+    pub fn steer_translated(&self, client: u128, backend: u128, v4: bool, from: Option<&[u8]>) -> Option<u128> {
+        if self.members.is_empty() || from.is_none_or(|f| f == self.proxy_mac) {
+            return None;
+        }
+        let proxy = if v4 { self.proxy4? } else { self.proxy6? };
+        (self.members.contains(&client) && self.members.contains(&backend)).then_some(proxy)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

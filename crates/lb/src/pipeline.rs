@@ -320,9 +320,6 @@ impl Worker {
         if let Err(r) = crate::policy::check_parsed(&self.pol, &self.control.policy_flows, Some(&mut self.pol_cache), b.data(), &info, now) {
             return Verdict::Drop(r);
         }
-        if self.control.mesh_generation() != self.mesh.generation {
-            self.mesh = self.control.mesh();
-        }
         let via = self.mesh.steer(b.data(), &info);
         let snap = self.snap.clone();
         match crate::route::route_via(&snap, b, &info, via) {
@@ -436,6 +433,9 @@ impl Worker {
     fn refresh_policy(&mut self) {
         if self.control.policy_generation() != self.pol.generation {
             self.pol = self.control.policy();
+        }
+        if self.control.mesh_generation() != self.mesh.generation {
+            self.mesh = self.control.mesh();
         }
     }
 
@@ -1320,7 +1320,14 @@ impl Worker {
                     self.flows.table.get_mut::<A>(r).flags |= flag::TOA_DONE;
                     self.insert_toa::<A, B>(b, &h, src, s.cport, hop.mtu as usize);
                 }
-                egress(b, h.l3, hop, A::ETHERTYPE)
+                // A meshed pod's TCP to a meshed backend, the client's address kept: to the
+                // node's mesh proxy ([`crate::mesh`]), the packet as translated.
+                let proxy_hop = if new_src.is_none() && m.proto == proto::TCP {
+                    self.mesh.steer_translated(s.client.key(), baddr.key(), !A::V6, b.data().get(6..12)).and_then(|p| snap.route(p, !A::V6))
+                } else {
+                    None
+                };
+                egress(b, h.l3, proxy_hop.as_ref().unwrap_or(hop), A::ETHERTYPE)
             }
             Mode::Dr => {
                 h.dec_ttl(b.data_mut());

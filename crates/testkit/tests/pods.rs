@@ -2381,6 +2381,16 @@ fn meshed_pods_on_two_nodes_talk_over_mutual_tls_steered_by_the_data_plane() {
             .unwrap_or(0)
     };
 
+    // A Service (a ClusterIP on node a's daemon, NAT to db): the backend chosen, web's
+    // connection goes through the proxies all the same.
+    let (code, body) = a.t.call("POST", "/v1/services", Some(&json!({"vip": "10.96.0.10", "port": 80, "proto": "tcp", "mode": "nat", "backends": [{"addr": db, "port": 8080}]})));
+    assert!(code / 100 == 2, "{code} {body}");
+    let before = streams(&metrics(&b));
+    let (code, seen) = curl_in(&a, 1, "http://10.96.0.10/").unwrap();
+    assert_eq!(code, 200);
+    assert!(seen.starts_with(&format!("{web}:")), "db saw {seen} through the ClusterIP");
+    assert_eq!(streams(&metrics(&b)), before + 1, "the ClusterIP connection did not go through the tunnel");
+
     // Certificates renewed and the authority's key replaced while web keeps connecting (a new
     // connection per request): both anchors trusted first, then certificates from the new
     // authority, then the old one dropped. No request fails.

@@ -40,7 +40,7 @@ wire! {
     PortRates, ServiceStats, ServiceTimeouts, ServiceStatus, Health, BgpStatus, BgpNeighborStatus, DrainStatus, DrainChange, Created, Updated,
     Deleted, model::Reloaded, Saved, HaState, HaStatus, HaChange, HaChanged, SyncStatus, SyncRejected, SyncRefused, SyncBulk, Stats, QueueSetStatus,
     QueueSetXdp, QueueSetQueues, Quantiles, PortStatus, MemifStatus, MemifQueue, Neighbor, Session, SessionPage, NewPod, HostPort, MemifPorts, PodMemif,
-    PodStatus, PolicyChanges, PolicyIdentity, PolicyPrefix, PolicyEndpoint, PolicyDirection, PolicyRule, PolicyPorts, PolicyStatus, PolicyDeniedLog, PolicyDeniedFlow, HistogramOut, TlsOut, ListenerOut, EndpointOut, ClusterOut, DispatchClassOut, DispatchWorkerOut, DispatchOut, StatsOut, SecretsOut,
+    PodStatus, PolicyChanges, PolicyIdentity, PolicyPrefix, PolicyEndpoint, PolicyDirection, PolicyRule, PolicyPorts, PolicyStatus, PolicyDeniedLog, PolicyDeniedFlow, MeshSteering, MeshStatus, HistogramOut, TlsOut, ListenerOut, EndpointOut, ClusterOut, DispatchClassOut, DispatchWorkerOut, DispatchOut, StatsOut, SecretsOut,
     KeyPairsOut, ConfigDigest, ConfigApplied, proxy::Reloaded, ProxyHealth, ErrorKind, OpError, ErrorBody,
 }
 impl<T: Wire> Wire for Vec<T> {}
