@@ -1116,7 +1116,16 @@ impl Worker {
             return None;
         }
         let be = snap.backend(s.backend)?;
-        let hop = be.hop.as_ref()?;
+        // A meshed flow goes to the node's proxy, as on the general path.
+        let steered = if !fnat && m.proto == proto::TCP { self.mesh.steer_translated(src.key(), A::from16(&be.bytes).key(), !A::V6, d.get(6..12)) } else { None };
+        let proxy_hop = match steered {
+            Some(p) => Some(snap.route(p, !A::V6)?),
+            None => None,
+        };
+        let hop = match &proxy_hop {
+            Some(h) => h,
+            None => be.hop.as_ref()?,
+        };
         if hop.vlan.is_some() || end - l3 > hop.mtu as usize || (!fnat && src == A::from16(&be.bytes)) {
             return None;
         }

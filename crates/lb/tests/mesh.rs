@@ -62,4 +62,11 @@ fn a_meshed_pods_connection_to_a_service_goes_to_the_proxy_once_the_backend_is_c
     let (v, out) = lb.run(&reply);
     assert_eq!(v, Verdict::Tx(1), "{out:?}");
     assert_eq!(out[14 + 12..14 + 16], [10, 0, 0, 100], "from the VIP");
+    // The connection's later packets (the fast path's) go to the proxy too.
+    for flags in [vectorlb_packet::tcp::flags::ACK, vectorlb_packet::tcp::flags::ACK | vectorlb_packet::tcp::flags::PSH] {
+        let f = Builder::tcp("10.1.0.11:5000", "10.0.0.100:80", flags).payload(b"GET / HTTP/1.1\r\n\r\n").macs(ROUTER_MAC, INT_MAC).build();
+        let (v, out) = lb.run(&f);
+        assert_eq!((v, &out[..6]), (Verdict::Tx(1), &be_mac(3)[..]), "flags {flags:#x}");
+    }
+    assert!(lb.worker.flows.counters.events.fast_path > 0, "the fast path took them");
 }
