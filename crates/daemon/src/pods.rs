@@ -157,7 +157,7 @@ impl PodTun {
     /// pod).
     fn source_ok(&self, p: &[u8]) -> bool {
         if self.host || self.mesh_proxy.load(Ordering::Relaxed) {
-            return matches!(p.first().map(|b| b >> 4), Some(4 | 6));
+            return true;
         }
         match p.first().map(|b| b >> 4) {
             Some(4) if p.len() >= 20 => self.v4.is_some_and(|a| p[12..16] == a),
