@@ -170,32 +170,30 @@ fn tls_err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-fn contexts(svid: &Svid, bundle: &Bundle, signer: Option<&crate::tls::KeySigner>) -> io::Result<(SslAcceptor, SslConnector)> {
-    let mut a = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
-    a.set_min_proto_version(Some(SslVersion::TLS1_3)).map_err(tls_err)?;
-    a.set_certificate(&svid.chain[0]).map_err(tls_err)?;
+/// What both sides of a tunnel set alike: TLS 1.3 only, the workload's chain and key (signed
+/// through `signer` when given), the trust anchors.
+fn identity(b: &mut boring::ssl::SslContextBuilder, svid: &Svid, bundle: &Bundle, signer: Option<&crate::tls::KeySigner>) -> io::Result<()> {
+    b.set_min_proto_version(Some(SslVersion::TLS1_3)).map_err(tls_err)?;
+    b.set_certificate(&svid.chain[0]).map_err(tls_err)?;
     for c in &svid.chain[1..] {
-        a.add_extra_chain_cert(c.clone()).map_err(tls_err)?;
+        b.add_extra_chain_cert(c.clone()).map_err(tls_err)?;
     }
     match signer {
-        Some(k) => k.install(&mut a, svid.key.clone()).map_err(tls_err)?,
-        None => a.set_private_key(&svid.key).map_err(tls_err)?,
+        Some(k) => k.install(b, svid.key.clone()).map_err(tls_err)?,
+        None => b.set_private_key(&svid.key).map_err(tls_err)?,
     }
-    a.set_cert_store(bundle.store().map_err(tls_err)?);
+    b.set_cert_store(bundle.store().map_err(tls_err)?);
+    Ok(())
+}
+
+fn contexts(svid: &Svid, bundle: &Bundle, signer: Option<&crate::tls::KeySigner>) -> io::Result<(SslAcceptor, SslConnector)> {
+    let mut a = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
+    identity(&mut a, svid, bundle, signer)?;
     a.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
     a.set_alpn_select_callback(|_, client| boring::ssl::select_next_proto(b"\x02h2", client).ok_or(AlpnError::ALERT_FATAL));
     a.set_session_cache_mode(boring::ssl::SslSessionCacheMode::OFF);
     let mut c = SslConnector::builder(SslMethod::tls()).map_err(tls_err)?;
-    c.set_min_proto_version(Some(SslVersion::TLS1_3)).map_err(tls_err)?;
-    c.set_certificate(&svid.chain[0]).map_err(tls_err)?;
-    for x in &svid.chain[1..] {
-        c.add_extra_chain_cert(x.clone()).map_err(tls_err)?;
-    }
-    match signer {
-        Some(k) => k.install(&mut c, svid.key.clone()).map_err(tls_err)?,
-        None => c.set_private_key(&svid.key).map_err(tls_err)?,
-    }
-    c.set_cert_store(bundle.store().map_err(tls_err)?);
+    identity(&mut c, svid, bundle, signer)?;
     c.set_verify(SslVerifyMode::PEER);
     c.set_alpn_protos(b"\x02h2").map_err(tls_err)?;
     Ok((a.build(), c.build()))
