@@ -18,6 +18,7 @@ pub mod gateway_types;
 pub mod health_port;
 pub mod ipam;
 pub mod leader;
+pub mod mesh;
 pub mod metrics;
 pub mod netpol;
 pub mod program;
@@ -49,6 +50,8 @@ pub enum KubeError {
     Start(#[from] controller::StartError),
     #[error("{what}: {error}")]
     Io { what: String, error: std::io::Error },
+    #[error("mesh: {0}")]
+    Mesh(String),
     #[error("metrics '{0}': ADDRESS:PORT")]
     MetricsAddress(String),
 }
@@ -105,16 +108,7 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
     if let Some(addr) = &cfg.metrics {
         serve_metrics(addr, metrics.clone()).await?;
     }
-    // SIGTERM or SIGINT: `stop` turns true.
-    let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(io("SIGTERM"))?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        let _ = stop_tx.send(true);
-    });
+    let mut stop = stop_on_signal()?;
     // The caches are filled before the election: a follower that takes over starts warm.
     let notify = Arc::new(tokio::sync::Notify::new());
     let mut ctl = tokio::select! {
@@ -126,6 +120,34 @@ async fn run_async(o: Opts, cfg: config::KubeConfig) -> Result<(), KubeError> {
     let resync = Duration::from_secs(cfg.resync_seconds.into());
     run_elected(elector, &mut ctl, &notify, resync, &metrics, stop).await;
     Ok(())
+}
+
+/// A flag that turns true at SIGTERM or SIGINT.
+fn stop_on_signal() -> Result<tokio::sync::watch::Receiver<bool>, KubeError> {
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(io("SIGTERM"))?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        let _ = stop_tx.send(true);
+    });
+    Ok(stop)
+}
+
+/// `vectorlb kube mesh`: the mesh's authority and node agent, as its configuration has them
+/// (docs/mesh.md), until SIGTERM or SIGINT. No Lease: one authority runs in the cluster (a
+/// second one would sign the same way from the same Secret) and one node agent per node.
+pub fn run_mesh(config: &std::path::Path, kubeconfig: &Option<PathBuf>) -> Result<(), KubeError> {
+    let cfg = mesh::MeshConfig::load(config).map_err(KubeError::Mesh)?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(io("cannot start the runtime"))?;
+    rt.block_on(async move {
+        let client = client(kubeconfig).await?;
+        let stop = stop_on_signal()?;
+        mesh::run(client, cfg, Arc::new(metrics::Metrics::default()), stop).await.map_err(KubeError::Mesh)
+    })
 }
 
 /// What the leader does: the controller in production, a fake in the tests.

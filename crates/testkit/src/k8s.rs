@@ -310,6 +310,14 @@ impl ControlPlane {
         std::fs::write(self.kubeconfig(user), serde_json::to_vec_pretty(&kc).unwrap()).unwrap();
     }
 
+    /// A user more (a client certificate of `subject`, e.g. `/O=system:nodes/CN=system:node:a`)
+    /// and its kubeconfig, named `name`: it gets what RBAC grants it.
+    pub fn add_user(&self, name: &str, subject: &str) -> PathBuf {
+        issue(&self.dir, name, subject, "extendedKeyUsage=clientAuth\n");
+        self.write_kubeconfig(name);
+        self.kubeconfig(name)
+    }
+
     /// The kubeconfig of one of [`USERS`]: "admin", "controller" (the vectorlb controller's
     /// service account, bound only by deploy/kubernetes RBAC), "kcm", "scheduler".
     pub fn kubeconfig(&self, user: &str) -> PathBuf {

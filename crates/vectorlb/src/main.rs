@@ -186,6 +186,17 @@ enum KubeCmd {
         #[arg(long)]
         identity: Option<String>,
     },
+    /// The mesh's authority (signs workload certificates for the nodes that run them) and node
+    /// agent (a node proxy's state, certificates and steering), as the configuration's
+    /// `[authority]` and `[node]` sections say (docs/mesh.md).
+    Mesh {
+        /// The configuration (TOML; docs/mesh.md).
+        #[arg(long)]
+        config: PathBuf,
+        /// A kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
     /// Print the custom resource definitions (deploy/kubernetes/crds.yaml).
     Crds,
 }
@@ -510,6 +521,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::MeshCa(c) => mesh_ca(c).map_err(|e| CliError::Usage(format!("mesh-ca: {e}"))),
         Cmd::Ctl(a) => Ok(vectorlb::ctl::run(&a)?),
         Cmd::Kube(KubeCmd::Run { config, kubeconfig, identity }) => Ok(vectorlb_kube::run(vectorlb_kube::Opts { config, kubeconfig, identity })?),
+        Cmd::Kube(KubeCmd::Mesh { config, kubeconfig }) => Ok(vectorlb_kube::run_mesh(&config, &kubeconfig)?),
         Cmd::Kube(KubeCmd::Crds) => {
             print!("{}", vectorlb_kube::crd::crds_yaml());
             Ok(())

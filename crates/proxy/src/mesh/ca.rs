@@ -212,7 +212,7 @@ impl Authority {
 }
 
 /// Writes `text` to `path` readable by its owner only (keys), replacing it whole.
-fn write_private(path: &std::path::Path, text: &[u8]) -> std::io::Result<()> {
+pub fn write_private(path: &std::path::Path, text: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
