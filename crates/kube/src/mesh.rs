@@ -46,6 +46,18 @@ pub const NODE_LABEL: &str = "vectorlb.io/mesh-node";
 /// The claim kube-apiserver records for a service account token bound to a Pod: its node.
 pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
 
+/// The shortest lifetime a CertificateSigningRequest may ask for (kube-apiserver refuses less);
+/// the authority may still give less (`max_ttl_seconds`).
+pub const MIN_REQUEST_TTL: Duration = Duration::from_secs(600);
+
+/// An API error's own message (the client's rendering repeats the whole status).
+fn api_error(e: kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        e => e.to_string(),
+    }
+}
+
 /// Istio's AuthorizationPolicy (`security.istio.io/v1`): its spec is taken as the API server
 /// holds it and compiled by the node proxy (the L4 subset, docs/mesh.md).
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -219,8 +231,8 @@ impl MeshConfig {
                 return Err("node.name is empty".into());
             }
             let ttl = Duration::from_secs(n.ttl_seconds.into());
-            if ttl < ca::MIN_TTL || ttl > ca::MAX_TTL {
-                return Err(format!("node.ttl_seconds {}: from {} to {}", n.ttl_seconds, ca::MIN_TTL.as_secs(), ca::MAX_TTL.as_secs()));
+            if ttl < MIN_REQUEST_TTL || ttl > ca::MAX_TTL {
+                return Err(format!("node.ttl_seconds {}: from {} (the API's least) to {}", n.ttl_seconds, MIN_REQUEST_TTL.as_secs(), ca::MAX_TTL.as_secs()));
             }
         }
         Ok(())
@@ -476,14 +488,14 @@ async fn run_authority(client: kube::Client, cfg: MeshConfig, metrics: Arc<Metri
     let bundle = bundle_pem(&cfg, &a, &auth)?;
     let notify = Arc::new(Notify::new());
     let (pods, w) = reflector::store();
-    spawn_reflector(w, Api::<Pod>::all(client.clone()), watcher::Config::default(), notify.clone(), metrics.clone());
+    spawn_reflector(w, Api::<Pod>::all(client.clone()), watcher::Config::default().timeout(crate::watch::WATCH_SECONDS), notify.clone(), metrics.clone());
     let (namespaces, w) = reflector::store();
-    spawn_reflector(w, Api::<Namespace>::all(client.clone()), watcher::Config::default(), notify.clone(), metrics.clone());
+    spawn_reflector(w, Api::<Namespace>::all(client.clone()), watcher::Config::default().timeout(crate::watch::WATCH_SECONDS), notify.clone(), metrics.clone());
     let (csrs, w) = reflector::store();
     spawn_reflector(
         w,
         Api::<CertificateSigningRequest>::all(client.clone()),
-        watcher::Config::default().fields(&format!("spec.signerName={}", cfg.signer)),
+        watcher::Config::default().timeout(crate::watch::WATCH_SECONDS).fields(&format!("spec.signerName={}", cfg.signer)),
         notify.clone(),
         metrics.clone(),
     );
@@ -508,7 +520,7 @@ async fn run_authority(client: kube::Client, cfg: MeshConfig, metrics: Arc<Metri
                         tracing::warn!(request = %name, "mesh: denied: {why}");
                         let body = serde_json::json!({"status": {"conditions": [csr_condition("Denied", "NotAuthorized", &why)]}});
                         if let Err(e) = csr_api.patch_approval(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
-                            tracing::warn!(request = %name, "mesh: cannot deny: {e}");
+                            tracing::warn!(request = %name, "mesh: cannot deny: {}", api_error(e));
                         }
                     }
                     Decision::Sign { id, ttl } => {
@@ -538,11 +550,11 @@ async fn sign(api: &Api<CertificateSigningRequest>, auth: &Authority, csr: &Cert
     };
     if !condition(csr, "Approved") {
         let body = serde_json::json!({"status": {"conditions": [csr_condition("Approved", "OnNode", &format!("the node runs a pod as {id}"))]}});
-        api.patch_approval(name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|e| format!("approve: {e}"))?;
+        api.patch_approval(name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|e| format!("approve: {}", api_error(e)))?;
     }
     let pem = cert.to_pem().map_err(|e| e.to_string())?;
     let body = serde_json::json!({"status": {"certificate": ByteString(pem)}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|e| format!("sign: {e}"))?;
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|e| format!("sign: {}", api_error(e)))?;
     tracing::info!(request = %name, identity = %id, ttl_s = ttl.as_secs(), "mesh: signed");
     Ok(())
 }
@@ -571,16 +583,16 @@ async fn run_node(client: kube::Client, cfg: MeshConfig, metrics: Arc<Metrics>, 
     }
     let notify = Arc::new(Notify::new());
     let (pods, w) = reflector::store();
-    spawn_reflector(w, Api::<Pod>::all(client.clone()), watcher::Config::default(), notify.clone(), metrics.clone());
+    spawn_reflector(w, Api::<Pod>::all(client.clone()), watcher::Config::default().timeout(crate::watch::WATCH_SECONDS), notify.clone(), metrics.clone());
     let (namespaces, w) = reflector::store();
-    spawn_reflector(w, Api::<Namespace>::all(client.clone()), watcher::Config::default(), notify.clone(), metrics.clone());
+    spawn_reflector(w, Api::<Namespace>::all(client.clone()), watcher::Config::default().timeout(crate::watch::WATCH_SECONDS), notify.clone(), metrics.clone());
     let (policies, w) = reflector::store();
-    spawn_reflector(w, Api::<AuthorizationPolicy>::all(client.clone()), watcher::Config::default(), notify.clone(), metrics.clone());
+    spawn_reflector(w, Api::<AuthorizationPolicy>::all(client.clone()), watcher::Config::default().timeout(crate::watch::WATCH_SECONDS), notify.clone(), metrics.clone());
     let (trust, w) = reflector::store();
     spawn_reflector(
         w,
         Api::<ConfigMap>::namespaced(client.clone(), &cfg.namespace),
-        watcher::Config::default().fields(&format!("metadata.name={}", cfg.trust_configmap)),
+        watcher::Config::default().timeout(crate::watch::WATCH_SECONDS).fields(&format!("metadata.name={}", cfg.trust_configmap)),
         notify.clone(),
         metrics.clone(),
     );
@@ -713,7 +725,7 @@ async fn one_certificate(
     if let Some(p) = pending.get(&key) {
         let csr = match api.get_opt(&p.name).await {
             Ok(c) => c,
-            Err(e) => return Err(format!("request {}: {e}", p.name)),
+            Err(e) => return Err(format!("request {}: {}", p.name, api_error(e))),
         };
         let Some(csr) = csr else {
             pending.remove(&key);
@@ -774,7 +786,7 @@ async fn one_certificate(
         },
         status: None,
     };
-    let made = api.create(&PostParams::default(), &csr).await.map_err(|e| format!("asking for {id}: {e}"))?;
+    let made = api.create(&PostParams::default(), &csr).await.map_err(|e| format!("asking for {id}: {}", api_error(e)))?;
     let name = made.metadata.name.unwrap_or_default();
     tracing::info!(identity = %id, request = %name, "mesh: certificate asked for");
     pending.insert(key, Pending { name, key: k, since: Instant::now() });
@@ -885,6 +897,7 @@ mod tests {
             ("[authority]\nnode_user_prefix = \"\"\n", "no node could ask"),
             ("[node]\nname = \"\"\nstate_file = \"/s\"\ncerts_dir = \"/c\"\n", "node.name is empty"),
             ("trust_domain = \"bad domain!\"\n[authority]\n", "trust_domain"),
+            ("[node]\nname = \"n\"\nstate_file = \"/s\"\ncerts_dir = \"/c\"\nttl_seconds = 60\n", "the API's least"),
         ] {
             let e = toml::from_str::<MeshConfig>(text).map_err(|e| e.to_string()).and_then(|c| c.check()).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
@@ -914,7 +927,11 @@ mod tests {
         );
         assert_eq!(w[0].labels.get("app").map(String::as_str), Some("a"));
         let p = placement(&pods, &meshed);
-        assert_eq!(p.accounts("n1").cloned().collect::<Vec<_>>(), vec![("shop".into(), "web".into()), ("shop".into(), "y".into())], "a pending pod's account too: it gets its certificate before it runs");
+        assert_eq!(
+            p.accounts("n1").cloned().collect::<Vec<_>>(),
+            vec![("shop".into(), "web".into()), ("shop".into(), "y".into())],
+            "a pending pod's account too: it gets its certificate before it runs"
+        );
         assert_eq!(p.accounts("n2").cloned().collect::<Vec<_>>(), vec![("shop".into(), "default".into())]);
     }
 

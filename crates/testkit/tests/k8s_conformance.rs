@@ -680,3 +680,278 @@ fn services_on_two_nodes_behave_as_kubernetes_expects() {
             "host_port": true, "external_ip": true, "egress_masquerade": ["192.168.77.201", "fd00:77::201"], "health_check_node_port": [200, 503]}})
     );
 }
+
+/// `kubectl exec` into a Pod of namespace `ns`: its output and whether it succeeded.
+fn exec_in(cp: &ControlPlane, ns: &str, pod: &str, cmd: &str) -> (bool, String) {
+    let o = cp.kubectl(&["-n", ns, "exec", pod, "--", "/bin/sh", "-c", cmd]);
+    (o.status.success(), format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr)))
+}
+
+/// A certificate file's serial number (empty when there is none).
+fn serial(path: &Path) -> String {
+    let o = Command::new("openssl").args(["x509", "-noout", "-serial", "-in"]).arg(path).output().unwrap();
+    if o.status.success() {
+        stdout(&o).trim().to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// The mesh run from Kubernetes objects (docs/mesh.md, "In Kubernetes") on the two-node cluster:
+/// the authority (`vectorlb kube mesh` with `[authority]`, as its service account) keeps its key
+/// in a Secret and signs CertificateSigningRequests; a node agent per node (`[node]`, with the
+/// node's own credentials, group system:nodes) writes its proxy's state from the labelled
+/// namespaces, their Pods and the AuthorizationPolicy objects, keeps a certificate per local
+/// account, and steers the daemon; a node proxy per node (`vectorlb mesh`, in a pod namespace
+/// of its own on the pods port). Checked: each node holds certificates for its own Pods'
+/// accounts only, and the authority refuses a node asking for another's (and anyone not a
+/// node); web on node-1 reaches db on node-2 (directly and by its Service) through the
+/// tunnel, db seeing web's address; batch is refused by db's policy; a Pod outside the mesh
+/// is untouched; no nftables rule anywhere; certificates renewed under load (60 s lifetimes)
+/// fail no request, also across a `kill -9` of the authority; a Pod's removal takes its
+/// account's key off its node.
+#[test]
+fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
+    let _one = one_cluster();
+    let suite_dir = suite();
+    let c = Cluster::start_with(&suite_dir, &[repo().join("deploy/kubernetes/crds-mesh.yaml")]);
+    let cp = &c.cp;
+    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac-mesh.yaml")).unwrap()).unwrap();
+    // The node agents run with each node's credentials (group system:nodes).
+    cp.apply(&[
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "vectorlb-test:mesh-nodes"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vectorlb-mesh-node"},
+            "subjects": [{"kind": "Group", "name": "system:nodes", "apiGroup": "rbac.authorization.k8s.io"}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "vectorlb-test:mesh-nodes", "namespace": "vectorlb-system"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vectorlb-mesh-node"},
+            "subjects": [{"kind": "Group", "name": "system:nodes", "apiGroup": "rbac.authorization.k8s.io"}]}),
+    ])
+    .unwrap();
+    let authority_kc = cp.add_user("mesh-authority", "/CN=system:serviceaccount:vectorlb-system:vectorlb-mesh-authority");
+    let tb = &c._tb;
+    let mut guards = Vec::new();
+    let mut dirs = Vec::new();
+    for (t, k) in [(&c.ta, 1u8), (tb, 2u8)] {
+        // The node proxy's pod: a namespace on the pods port (10.244.k.5, below the kubelet's
+        // range), attached as the plugin would.
+        let pns = t.ns("meshp");
+        sh(&["ip", "netns", "add", &pns]);
+        in_ns(&pns, &["ip", "link", "set", "lo", "up"]);
+        let (code, body) = t.call("POST", "/v1/pods", Some(&json!({"container_id": format!("mesh-proxy-{k}"), "ifname": "eth0", "netns": format!("/var/run/netns/{pns}"), "ips": [format!("10.244.{k}.5/24")], "pod": "vectorlb-system/mesh-proxy"})));
+        assert!(code == 200 || code == 201, "the proxy's pod: {code} {body}");
+        let dir = t.dir.join("mesh");
+        std::fs::create_dir_all(&dir).unwrap();
+        let kc = cp.add_user(&format!("mesh-node-{k}"), &format!("/O=system:nodes/CN=system:node:node-{k}"));
+        let cfg = dir.join("node.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[node]\nname = \"node-{k}\"\nstate_file = \"{d}/state.json\"\ncerts_dir = \"{d}/certs\"\n\n[node.steering]\napi = \"{api}\"\nproxy_container_id = \"mesh-proxy-{k}\"\n",
+                d = dir.display(),
+                api = t.api()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("node.log")).unwrap();
+        guards.push(KillOnDrop(
+            command_in(Some(&t.ns("lb")), Path::new(bin()))
+                .args(["kube", "mesh", "--config", cfg.to_str().unwrap(), "--kubeconfig", kc.to_str().unwrap()])
+                .env("RUST_LOG", "info")
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        ));
+        dirs.push((dir, pns));
+    }
+    let ca_cfg = c.ta.dir.join("mesh/authority.toml");
+    std::fs::write(&ca_cfg, "[authority]\nmax_ttl_seconds = 60\n").unwrap();
+    let start_authority = || {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(c.ta.dir.join("mesh/authority.log")).unwrap();
+        KillOnDrop(
+            command_in(Some(&c.ta.ns("lb")), Path::new(bin()))
+                .args(["kube", "mesh", "--config", ca_cfg.to_str().unwrap(), "--kubeconfig", authority_kc.to_str().unwrap()])
+                .env("RUST_LOG", "info")
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let mut authority = start_authority();
+    let agnhost = std::fs::read_to_string(suite_dir.join("images.txt")).unwrap().lines().find(|l| l.contains("/agnhost:")).unwrap().to_string();
+    let mesh_label = json!({"vectorlb.io/mesh": "enabled"});
+    let pod = |name: &str, ns: &str, sa: &str, node: &str, args: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+            "spec": {"nodeName": node, "serviceAccountName": sa, "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": agnhost, "imagePullPolicy": "Never", "args": args}]}})
+    };
+    let sa = |ns: &str, name: &str| json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}});
+    cp.apply(&[
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": mesh_label}}),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jobs", "labels": mesh_label}}),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "plain"}}),
+    ])
+    .unwrap();
+    cp.apply(&[
+        sa("shop", "web"),
+        sa("shop", "db"),
+        sa("jobs", "batch"),
+        pod("web", "shop", "web", "node-1", json!(["pause"])),
+        pod("batch", "jobs", "batch", "node-1", json!(["pause"])),
+        pod("outsider", "plain", "default", "node-1", json!(["pause"])),
+        pod("db", "shop", "db", "node-2", json!(["netexec", "--http-port=8080", "--udp-port=-1"])),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db", "namespace": "shop"},
+            "spec": {"selector": {"app": "db"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}),
+        json!({"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy", "metadata": {"name": "db-from-web", "namespace": "shop"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}, "action": "ALLOW", "rules": [{"from": [{"source": {"principals": ["cluster.local/ns/shop/sa/web"]}}]}]}}),
+    ])
+    .unwrap();
+    wait_until(Duration::from_secs(90), "the four Pods Running", || {
+        ["shop", "jobs", "plain"]
+            .iter()
+            .map(|ns| cp.get(&["-n", ns, "pods"])["items"].as_array().map_or(0, |a| a.iter().filter(|p| p["status"]["phase"] == "Running").count()))
+            .sum::<usize>()
+            == 4
+    });
+    // Each node's certificates: its own Pods' accounts, no other.
+    let (d1, d2) = (dirs[0].0.join("certs"), dirs[1].0.join("certs"));
+    wait_until(Duration::from_secs(60), "each node's certificates for its Pods' accounts", || {
+        !serial(&d1.join("shop.web.pem")).is_empty()
+            && !serial(&d1.join("jobs.batch.pem")).is_empty()
+            && !serial(&d2.join("shop.db.pem")).is_empty()
+            && d1.join("bundle.pem").exists()
+    });
+    assert!(
+        !d1.join("shop.db.pem").exists() && !d2.join("shop.web.pem").exists() && !d1.join("plain.default.pem").exists(),
+        "no certificate for another node's account, nor outside the mesh"
+    );
+    let bundle = cp.get(&["-n", "vectorlb-system", "configmap", "vectorlb-mesh-trust"])["data"]["bundle.pem"].as_str().unwrap().to_string();
+    assert_eq!(std::fs::read_to_string(d1.join("bundle.pem")).unwrap(), bundle);
+    let secret = cp.get(&["-n", "vectorlb-system", "secret", "vectorlb-mesh-ca"]);
+    assert_eq!(secret["type"], "kubernetes.io/tls", "{secret}");
+    let state: Value = serde_json::from_slice(&std::fs::read(dirs[0].0.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["workloads"].as_array().unwrap().len(), 6, "web, batch and db, both families each: {state}");
+    assert_eq!(state["policies"][0]["name"], "db-from-web", "{state}");
+
+    // The node proxies, in their pods' namespaces, reading what the agents write.
+    for (k, (dir, pns)) in dirs.iter().enumerate() {
+        let log = std::fs::File::create(dir.join("proxy.log")).unwrap();
+        guards.push(KillOnDrop(
+            Command::new("ip")
+                .args(["netns", "exec", pns, bin(), "mesh", "--node", &format!("node-{}", k + 1), "--state"])
+                .arg(dir.join("state.json"))
+                .arg("--certs")
+                .arg(dir.join("certs"))
+                .args(["--steer", "eth0", "--metrics", "127.0.0.1:15020"])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        ));
+    }
+    let metrics = |k: usize| stdout(&Command::new("ip").args(["netns", "exec", &dirs[k].1, "curl", "-s", "-m", "2", "http://127.0.0.1:15020/metrics"]).output().unwrap());
+    wait_until(Duration::from_secs(20), "both proxies serving", || metrics(0).contains("vectorlb_mesh_handshakes_total") && metrics(1).contains("vectorlb_mesh_handshakes_total"));
+    for (t, k) in [(&c.ta, 1), (tb, 2)] {
+        let m = t.call("GET", "/v1/mesh", None).1;
+        assert!(m["enabled"] == true && m["members"] == 6 && m["proxy"] == format!("mesh-proxy-{k}/eth0"), "node-{k}'s steering: {m}");
+    }
+
+    let ip_of = |ns: &str, p: &str| cp.get(&["-n", ns, "pod", p])["status"]["podIP"].as_str().unwrap().to_string();
+    let (web, db, outsider) = (ip_of("shop", "web"), ip_of("shop", "db"), ip_of("plain", "outsider"));
+    let db_svc = cp.get(&["-n", "shop", "service", "db"])["spec"]["clusterIP"].as_str().unwrap().to_string();
+    for url in [format!("http://{db}:8080/clientip"), format!("http://{db_svc}/clientip")] {
+        let seen = wait_for(Duration::from_secs(30), "web reaching db through the mesh", || {
+            let (ok, out) = exec_in(cp, "shop", "web", &format!("curl -sS -m 3 {url}"));
+            ok.then_some(out)
+        });
+        assert!(seen.starts_with(&format!("{web}:")), "db sees web's own address ({url}): {seen}");
+    }
+    let m2 = metrics(1);
+    let pair = m2
+        .lines()
+        .find(|l| l.starts_with("vectorlb_mesh_inbound_streams_total") && l.contains("ns/shop/sa/web") && l.contains("ns/shop/sa/db"))
+        .unwrap_or_else(|| panic!("node-2's proxy carried web to db: {m2}"));
+    assert!(!pair.ends_with(" 0"), "{pair}");
+    assert!(metrics(0).lines().any(|l| l.starts_with("vectorlb_mesh_tunnel_connections_total") && !l.ends_with(" 0")), "node-1 opened a tunnel");
+    let (ok, out) = exec_in(cp, "jobs", "batch", &format!("curl -sS -m 3 http://{db}:8080/clientip"));
+    assert!(!ok, "batch is refused by db's policy: {out}");
+    assert!(metrics(1).lines().any(|l| l.starts_with("vectorlb_mesh_inbound_denied_total") && l.contains("ns/jobs/sa/batch") && !l.ends_with(" 0")), "{}", metrics(1));
+    let (ok, out) = exec_in(cp, "plain", "outsider", &format!("curl -sS -m 3 http://{db}:8080/clientip"));
+    assert!(ok && out.starts_with(&format!("{outsider}:")), "a Pod outside the mesh reaches db as before: {out}");
+    for ns in [c.ta.ns("lb"), tb.ns("lb"), dirs[0].1.clone(), dirs[1].1.clone()] {
+        let o = Command::new("ip").args(["netns", "exec", &ns, "nft", "list", "ruleset"]).output().unwrap();
+        assert!(o.status.success() && stdout(&o).trim().is_empty(), "no nftables rule in {ns}: {}", stdout(&o));
+    }
+
+    // A node asking for an account it runs no Pod of, and someone who is no node: refused by
+    // the authority (what kube-apiserver recorded of the requester, not what it claims).
+    let key = c.ta.dir.join("mesh/stolen.key");
+    let o =
+        Command::new("sh").args(["-c", "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=x -keyout \"$0\" | base64 -w0"]).arg(&key).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let request = stdout(&o).trim().to_string();
+    let ask = |name: &str, identity: &str| {
+        json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name, "annotations": {"vectorlb.io/mesh-identity": identity}},
+            "spec": {"request": request, "signerName": "vectorlb.io/mesh-workload", "usages": ["digital signature", "client auth", "server auth"], "expirationSeconds": 600}})
+    };
+    let create_as = |user: &str, obj: &Value| {
+        let o = cp.kubectl_for(user).run_with(&["create", "-f", "-"], obj.to_string().as_bytes());
+        assert!(o.status.success(), "{user}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    create_as("mesh-node-1", &ask("node-1-asks-for-db", "shop/db"));
+    create_as("admin", &ask("admin-asks-for-web", "shop/web"));
+    let denied = |name: &str| {
+        wait_for(Duration::from_secs(20), "the authority's answer", || {
+            let r = cp.get(&["csr", name]);
+            r["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Denied").map(|c| c["message"].as_str().unwrap_or("").to_string()))
+        })
+    };
+    let why = denied("node-1-asks-for-db");
+    assert!(why.contains("node node-1 has no pod running as db"), "{why}");
+    let why = denied("admin-asks-for-web");
+    assert!(why.contains("not a node"), "{why}");
+    assert!(cp.get(&["csr", "node-1-asks-for-db"])["status"]["certificate"].is_null());
+    // A node cannot approve or sign for itself.
+    let o = cp.kubectl_for("mesh-node-1").run(&["certificate", "approve", "node-1-asks-for-db"]);
+    assert!(!o.status.success(), "a node approving: {}", stdout(&o));
+
+    // Rotation under load: certificates of 60 s renewed at half their life while web keeps
+    // asking; the authority killed (-9) and started again half-way (same Secret, same bundle).
+    let before = (serial(&d1.join("shop.web.pem")), serial(&d2.join("shop.db.pem")));
+    let url = format!("http://{db}:8080/hostname");
+    let load = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            exec_in(
+                cp,
+                "shop",
+                "web",
+                &format!("ok=0; bad=0; for i in $(seq 500); do if [ \"$(curl -s -m 5 {url})\" = db ]; then ok=$((ok+1)); else bad=$((bad+1)); fi; sleep 0.1; done; echo $ok $bad"),
+            )
+        });
+        std::thread::sleep(Duration::from_secs(5));
+        let _ = authority.0.kill();
+        let _ = authority.0.wait();
+        authority = start_authority();
+        h.join().unwrap()
+    });
+    let after = (serial(&d1.join("shop.web.pem")), serial(&d2.join("shop.db.pem")));
+    let counts: Vec<u64> = load.1.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    assert!(load.0 && counts.len() == 2 && counts[1] == 0 && counts[0] == 500, "every request answered across the rotations: {}", load.1);
+    assert!(before.0 != after.0 && before.1 != after.1, "both ends renewed under load: {before:?} -> {after:?}");
+    assert_eq!(cp.get(&["-n", "vectorlb-system", "configmap", "vectorlb-mesh-trust"])["data"]["bundle.pem"], bundle, "the restarted authority is the same one");
+
+    // batch's Pod gone: its key leaves node-1, its address the proxies' state.
+    let o = cp.kubectl(&["-n", "jobs", "delete", "pod", "batch", "--wait=true"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_until(Duration::from_secs(30), "batch's key removed from node-1", || !d1.join("jobs.batch.key").exists() && !d1.join("jobs.batch.pem").exists());
+    let state: Value = serde_json::from_slice(&std::fs::read(dirs[1].0.join("state.json")).unwrap()).unwrap();
+    assert!(state["workloads"].as_array().unwrap().iter().all(|w| w["namespace"] != "jobs"), "{state}");
+    println!(
+        "{}",
+        json!({"mesh_kubernetes": {"requests_under_rotation": counts[0], "failed": counts[1], "renewed": [before, after], "denied": ["other node's account", "not a node"], "nft_rules": 0}})
+    );
+    drop(guards);
+    drop(authority);
+}
