@@ -121,9 +121,15 @@ pub struct GatewayConfig {
     /// The proxies' ports for Gateway listeners, `FIRST-LAST`.
     #[serde(default = "default_ports")]
     pub ports: String,
-    /// The most of them the Gateways of one namespace hold.
+    /// The most of them the Gateways of one namespace hold (the routed ports of its Services
+    /// count too).
     #[serde(default = "default_ports_per_namespace")]
     pub ports_per_namespace: usize,
+    /// The Gateway API for meshes: HTTPRoutes whose parent is a Service are served by these
+    /// proxies, each routed port of the Service's cluster IPs (and NodePorts) sent to them
+    /// (docs/mesh.md, "Routes").
+    #[serde(default)]
+    pub mesh: bool,
     #[serde(default)]
     pub proxies: Vec<ProxyRef>,
 }

@@ -263,13 +263,28 @@ impl Controller {
             place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
             statuses.push((s.clone(), ip));
         }
-        // Cluster IPs and NodePorts of every Service ([cluster_ips]).
+        // The Gateways (and the Services' routes, the Gateway API for meshes): the proxies'
+        // configuration and conditions, each Gateway's L4 service, the routed Service ports.
+        let mut all_ok = true;
+        let (gateway_l4, mesh_routes) = match &mut self.gateway {
+            Some(g) => {
+                let (l4, mesh, ok) = g.round(&alloc, &self.services.state(), &slices_by_svc).await;
+                all_ok &= ok;
+                (l4, mesh)
+            }
+            None => (Vec::new(), crate::gateway_run::MeshRoutes::default()),
+        };
+        // Cluster IPs and NodePorts of every Service ([cluster_ips]); a Service's routed ports
+        // go to the proxies.
         let mut ranges = ranges;
         if let Some(c) = &self.cfg.cluster_ips {
             let cidrs: Vec<ipam::Range> = c.service_cidrs.iter().filter_map(|r| ipam::parse_range(r).ok()).collect();
             for s in self.services.state() {
                 let key = ns_name(s.as_ref());
-                let slices: Vec<SliceIn> = slices_by_svc.get(&key).map(|v| v.iter().map(|sl| slice_in(sl)).collect()).unwrap_or_default();
+                let mut slices: Vec<SliceIn> = slices_by_svc.get(&key).map(|v| v.iter().map(|sl| slice_in(sl)).collect()).unwrap_or_default();
+                if let Some(routed) = mesh_routes.ports.get(&key) {
+                    slices = routed_slices(&s, slices, routed, &mesh_routes.proxies);
+                }
                 for spec in cluster_specs(&s, c, &cidrs) {
                     place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
                 }
@@ -289,15 +304,10 @@ impl Controller {
             ranges.extend(cidrs);
             ranges.extend(c.node_addresses.iter().filter_map(|a| ipam::parse_range(&format!("{a}/{}", if a.is_ipv4() { 32 } else { 128 })).ok()));
         }
-        // The Gateways: the proxies' configuration and conditions, and each one's L4 service.
-        let mut all_ok = true;
-        if let Some(g) = &mut self.gateway {
-            let (l4, ok) = g.round(&alloc, &self.services.state(), &slices_by_svc).await;
-            all_ok &= ok;
-            for (spec, slices) in l4 {
-                let key = spec.key.clone();
-                place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
-            }
+        // The Gateways' L4 services.
+        for (spec, slices) in gateway_l4 {
+            let key = spec.key.clone();
+            place(&self.daemons, &key, &spec, &slices, &mut problems, &mut desired, &mut owner);
         }
         // NetworkPolicy: this node's Pods on every daemon, by difference.
         if let Some(p) = &mut self.netpol {
@@ -663,6 +673,29 @@ fn cluster_specs(s: &Service, c: &ClusterIpConfig, cidrs: &[ipam::Range]) -> Vec
         }
     }
     out
+}
+
+/// A Service's slices with its routed ports (Service port → proxy port) served by the proxies
+/// instead of its endpoints: those ports leave the endpoints' slices, and a slice per family of
+/// the proxies holds them at the proxy ports.
+fn routed_slices(s: &Service, mut slices: Vec<SliceIn>, routed: &BTreeMap<u16, u16>, proxies: &[IpAddr]) -> Vec<SliceIn> {
+    let names: BTreeMap<String, u16> = s
+        .spec
+        .iter()
+        .flat_map(|sp| sp.ports.iter().flatten())
+        .filter_map(|p| routed.get(&u16::try_from(p.port).ok()?).map(|pp| (p.name.clone().unwrap_or_default(), *pp)))
+        .collect();
+    for sl in &mut slices {
+        sl.ports.retain(|(n, _, _)| !names.contains_key(n));
+    }
+    for (fam, v4) in [("IPv4", true), ("IPv6", false)] {
+        let eps: Vec<EndpointIn> =
+            proxies.iter().filter(|a| a.is_ipv4() == v4).map(|a| EndpointIn { addrs: vec![*a], node: None, ready: true, serving: true, terminating: false }).collect();
+        if !eps.is_empty() {
+            slices.push(SliceIn { address_type: fam.into(), ports: names.iter().map(|(n, pp)| (n.clone(), "TCP".to_string(), *pp)).collect(), endpoints: eps });
+        }
+    }
+    slices
 }
 
 /// The ready endpoints of a Service on node `node` (of the family that has most; a

@@ -112,6 +112,11 @@ pub struct World {
     pub proxy_ports: BTreeMap<(String, u16), u16>,
     /// ReferenceGrants: (their namespace, what they allow).
     pub grants: Vec<(String, ReferenceGrantSpec)>,
+    /// namespace/name → the Service's ports that carry HTTP (by `appProtocol`, else by name, as
+    /// Istio selects them): the ports a route with the Service as parent applies to.
+    pub http_ports: BTreeMap<String, BTreeSet<u16>>,
+    /// Whether routes with a Service as parent (the Gateway API for meshes) are ours.
+    pub mesh: bool,
 }
 
 impl World {
@@ -189,6 +194,9 @@ pub struct Out {
     pub route_status: BTreeMap<(&'static str, String), Vec<ParentStatus>>,
     /// Gateway → (listener port, proxy port) the L4 tier forwards.
     pub l4: BTreeMap<String, Vec<(u16, u16)>>,
+    /// Service (namespace/name) with routes → (its port, the proxy port): the cluster IP's
+    /// port goes to the proxies instead of the endpoints.
+    pub mesh: BTreeMap<String, BTreeMap<u16, u16>>,
 }
 
 /// One Gateway listener as checked.
@@ -213,6 +221,61 @@ enum From {
     Nothing,
 }
 
+/// The key of a Service's ports among the proxy ports (beside the Gateways' `namespace/name`).
+pub fn mesh_port_key(svc: &str) -> String {
+    format!("svc:{svc}")
+}
+
+/// Whether a parent reference is a Service (the Gateway API for meshes, GAMMA).
+pub fn is_service_parent(pr: &ObjectRef) -> bool {
+    pr.group.as_deref() == Some("") && pr.kind.as_deref() == Some("Service")
+}
+
+/// The Service ports a route with Service parents applies to: (namespace/name, port) for each
+/// of its producer parents (in its own namespace) that exist; a parent's port if it names one,
+/// else every HTTP port of the Service.
+pub fn mesh_targets(r: &RouteIn<'_>, w: &World) -> Result<BTreeSet<(String, u16)>, (&'static str, String)> {
+    let mut out = BTreeSet::new();
+    for pr in r.parent_refs.iter().filter(|p| is_service_parent(p)) {
+        out.extend(mesh_parent(r, pr, w)?);
+    }
+    Ok(out)
+}
+
+fn mesh_parent(r: &RouteIn<'_>, pr: &ObjectRef, w: &World) -> Result<Vec<(String, u16)>, (&'static str, String)> {
+    let ns = pr.namespace.as_deref().unwrap_or(&r.namespace);
+    if ns != r.namespace {
+        return Err(("UnsupportedValue", format!("Service {ns}/{} is in another namespace: routes for a mesh's consumers are not supported", pr.name)));
+    }
+    let key = format!("{ns}/{}", pr.name);
+    let Some(ports) = w.services.get(&key) else {
+        return Err(("NoMatchingParent", format!("Service {key} does not exist")));
+    };
+    match pr.port.map(|p| u16::try_from(p).unwrap_or(0)) {
+        Some(p) if ports.contains(&p) => Ok(vec![(key, p)]),
+        Some(p) => Err(("NoMatchingParent", format!("Service {key} has no port {p}"))),
+        None => Ok(w.http_ports.get(&key).into_iter().flatten().map(|p| (key.clone(), *p)).collect()),
+    }
+}
+
+/// Whether a Service port carries HTTP: its `appProtocol`, else its name's prefix (Istio's
+/// protocol selection: `http`, `http2`, `grpc`, `h2c`).
+pub fn carries_http(app_protocol: Option<&str>, name: Option<&str>) -> bool {
+    match app_protocol {
+        Some(a) => matches!(a.to_ascii_lowercase().as_str(), "http" | "http2" | "h2c" | "grpc" | "grpc-web" | "kubernetes.io/h2c" | "kubernetes.io/ws"),
+        None => {
+            let n = name.unwrap_or("").to_ascii_lowercase();
+            let prefix = n.split('-').next().unwrap_or("");
+            matches!(prefix, "http" | "http2" | "grpc" | "h2c")
+        }
+    }
+}
+
+/// The proxy listener's name for a Service's port (the Gateway API for meshes).
+pub fn mesh_listener_name(svc: &str, port: u16) -> String {
+    format!("mesh:{svc}:{port}")
+}
+
 /// The proxy listener's name for a Gateway's port.
 pub fn listener_name(gw: &str, port: u16) -> String {
     format!("gw:{gw}:{port}")
@@ -234,6 +297,11 @@ pub fn translate(gateways: &[GatewayIn<'_>], routes: &[RouteIn<'_>], w: &World) 
         let route_key = format!("{}/{}", r.namespace, r.name);
         let mut parents = Vec::new();
         for pr in r.parent_refs {
+            if w.mesh && is_service_parent(pr) {
+                let conds = attach_mesh(r, pr, w, &route_key, &mut out, &mut placed);
+                parents.push((pr.clone(), conds));
+                continue;
+            }
             if pr.group.as_deref().is_some_and(|g| g != GROUP) || pr.kind.as_deref().is_some_and(|k| k != "Gateway") {
                 continue;
             }
@@ -544,48 +612,91 @@ fn attach(
         }
         let listener = listener_name(gw_key, l.port);
         for host in &hs {
-            for (ri, rule) in rules.iter().enumerate() {
-                let action = match (&rule.redirect, &targets[ri]) {
-                    (Some(rd), _) => {
-                        // The specification: no scheme → the listener's; no port → the
-                        // scheme's own port when the scheme is given, else the listener's.
-                        let scheme = rd.scheme.clone().unwrap_or_else(|| if l.https { "https".into() } else { "http".into() });
-                        let port = rd.port.unwrap_or(match rd.scheme.as_deref() {
-                            Some("https") => 443,
-                            Some(_) => 80,
-                            None => l.port,
-                        });
-                        Action::Redirect(ProxyRedirect { status: rd.status, scheme, host: rd.host.clone(), port, path: rd.path.clone() })
-                    }
-                    (None, t) if t.is_empty() => Action::Respond(500),
-                    (None, t) => Action::Split(t.clone()),
-                };
-                for (cl, (_, eps, h2)) in targets[ri].iter().filter_map(|(t, _)| t.as_ref().ok()).filter_map(|n| w_cluster(w, n, r.kind).map(|c| (n.clone(), c))) {
-                    out.clusters.insert(cl, (eps, h2));
-                }
-                let matches = if rule.matches.is_empty() { vec![Match { path: PathKind::Segments("/".into()), headers: Vec::new() }] } else { rule.matches.clone() };
-                for (mi, m) in matches.into_iter().enumerate() {
-                    let (path_rank, path_len) = match &m.path {
-                        PathKind::Exact(p) => (0u8, p.len() as i64),
-                        PathKind::Segments(p) => (1u8, p.trim_end_matches('/').len() as i64),
-                    };
-                    let key: SortKey = (listener.clone(), host_rank(host), path_rank, -path_len, -(m.headers.len() as i64), r.created.clone(), route_key.to_string(), ri, mi);
-                    placed.push((
-                        key,
-                        ProxyRoute {
-                            listener: listener.clone(),
-                            host: host.clone(),
-                            path: m.path,
-                            headers: m.headers,
-                            action: action.clone(),
-                            request_headers: rule.request_headers.clone(),
-                            response_headers: rule.response_headers.clone(),
-                            timeout: rule.timeout,
-                        },
-                    ));
-                }
-            }
+            place_rules(r, rules, &targets, &listener, host, l.https, l.port, w, route_key, out, placed);
         }
+    }
+    vec![cond("Accepted", true, "Accepted", ""), resolved_cond]
+}
+
+/// A route's rules as proxy routes on one listener and host (and the clusters they name).
+#[allow(clippy::too_many_arguments)]
+fn place_rules(
+    r: &RouteIn<'_>,
+    rules: &[Rule],
+    targets: &[Split],
+    listener: &str,
+    host: &Option<String>,
+    https: bool,
+    listener_port: u16,
+    w: &World,
+    route_key: &str,
+    out: &mut Out,
+    placed: &mut Vec<(SortKey, ProxyRoute)>,
+) {
+    for (ri, rule) in rules.iter().enumerate() {
+        let action = match (&rule.redirect, &targets[ri]) {
+            (Some(rd), _) => {
+                // The specification: no scheme → the listener's; no port → the
+                // scheme's own port when the scheme is given, else the listener's.
+                let scheme = rd.scheme.clone().unwrap_or_else(|| if https { "https".into() } else { "http".into() });
+                let port = rd.port.unwrap_or(match rd.scheme.as_deref() {
+                    Some("https") => 443,
+                    Some(_) => 80,
+                    None => listener_port,
+                });
+                Action::Redirect(ProxyRedirect { status: rd.status, scheme, host: rd.host.clone(), port, path: rd.path.clone() })
+            }
+            (None, t) if t.is_empty() => Action::Respond(500),
+            (None, t) => Action::Split(t.clone()),
+        };
+        for (cl, (_, eps, h2)) in targets[ri].iter().filter_map(|(t, _)| t.as_ref().ok()).filter_map(|n| w_cluster(w, n, r.kind).map(|c| (n.clone(), c))) {
+            out.clusters.insert(cl, (eps, h2));
+        }
+        let matches = if rule.matches.is_empty() { vec![Match { path: PathKind::Segments("/".into()), headers: Vec::new() }] } else { rule.matches.clone() };
+        for (mi, m) in matches.into_iter().enumerate() {
+            let (path_rank, path_len) = match &m.path {
+                PathKind::Exact(p) => (0u8, p.len() as i64),
+                PathKind::Segments(p) => (1u8, p.trim_end_matches('/').len() as i64),
+            };
+            let key: SortKey = (listener.to_string(), host_rank(host), path_rank, -path_len, -(m.headers.len() as i64), r.created.clone(), route_key.to_string(), ri, mi);
+            placed.push((
+                key,
+                ProxyRoute {
+                    listener: listener.to_string(),
+                    host: host.clone(),
+                    path: m.path,
+                    headers: m.headers,
+                    action: action.clone(),
+                    request_headers: rule.request_headers.clone(),
+                    response_headers: rule.response_headers.clone(),
+                    timeout: rule.timeout,
+                },
+            ));
+        }
+    }
+}
+
+/// A route with a Service as parent: a proxy listener per port of the Service it applies to
+/// (no host: a Service's clients name it as they like), its rules there, and the port recorded
+/// for the L4 tier.
+fn attach_mesh(r: &RouteIn<'_>, pr: &ObjectRef, w: &World, route_key: &str, out: &mut Out, placed: &mut Vec<(SortKey, ProxyRoute)>) -> Vec<Cond> {
+    let targets = match mesh_parent(r, pr, w) {
+        Ok(t) => t,
+        Err((reason, why)) => return vec![cond("Accepted", false, reason, why), resolved(r, w).1],
+    };
+    let rules = match &r.rules {
+        Ok(rules) => rules,
+        Err(why) => return vec![cond("Accepted", false, "UnsupportedValue", why.clone()), resolved(r, w).1],
+    };
+    let (splits, resolved_cond) = resolved(r, w);
+    for (svc, port) in targets {
+        let Some(proxy_port) = w.proxy_ports.get(&(mesh_port_key(&svc), port)).copied() else { continue };
+        let listener = mesh_listener_name(&svc, port);
+        if !out.listeners.iter().any(|l| l.name == listener) {
+            out.listeners.push(ProxyListener { name: listener.clone(), port: proxy_port, certificates: Vec::new() });
+        }
+        out.mesh.entry(svc.clone()).or_default().insert(port, proxy_port);
+        place_rules(r, rules, &splits, &listener, &None, false, port, w, route_key, out, placed);
     }
     vec![cond("Accepted", true, "Accepted", ""), resolved_cond]
 }

@@ -84,6 +84,15 @@ impl Proxy {
     }
 }
 
+/// The Service ports routed by the proxies (the Gateway API for meshes): their cluster IPs'
+/// traffic on those ports goes to the proxies.
+#[derive(Debug, Clone, Default)]
+pub struct MeshRoutes {
+    /// namespace/name → (Service port → proxy port).
+    pub ports: BTreeMap<String, BTreeMap<u16, u16>>,
+    pub proxies: Vec<IpAddr>,
+}
+
 pub struct GatewayCtl {
     cfg: GatewayConfig,
     client: Client,
@@ -200,14 +209,14 @@ impl GatewayCtl {
             .collect()
     }
 
-    /// One round: translation, proxies, conditions; returns each Gateway's L4 service and
-    /// whether every proxy converged.
+    /// One round: translation, proxies, conditions; returns each Gateway's L4 service, the
+    /// routed Service ports, and whether every proxy converged.
     pub async fn round(
         &mut self,
         alloc: &Allocation,
         services: &[Arc<Service>],
         slices_by_svc: &BTreeMap<String, Vec<Arc<EndpointSlice>>>,
-    ) -> (Vec<(SvcSpec, Vec<SliceIn>)>, bool) {
+    ) -> (Vec<(SvcSpec, Vec<SliceIn>)>, MeshRoutes, bool) {
         let gateways = self.our_gateways();
         if !self.recovered {
             // Once, after a start or a change of leader: the ports the proxies serve now (every
@@ -226,8 +235,7 @@ impl GatewayCtl {
             self.recovered = true;
         }
         let addressed: BTreeSet<String> = gateways.iter().map(|g| key(g.as_ref())).filter(|k| matches!(alloc.services.get(&ipam_key(k)), Some(Outcome::Assigned { .. }))).collect();
-        self.assign_ports(&gateways, &addressed);
-        let world = self.world(services, slices_by_svc);
+        let mut world = self.world(services, slices_by_svc);
         let ins: Vec<GatewayIn> = gateways
             .iter()
             .map(|g| {
@@ -252,6 +260,14 @@ impl GatewayCtl {
         for r in &grpc {
             routes.push(route_in(translate::GRPC_ROUTE, &r.metadata, &r.spec.parent_refs, &r.spec.hostnames, translate::grpc_rules(&r.spec.rules)));
         }
+        // The routed Service ports (the Gateway API for meshes) take proxy ports as Gateways do.
+        let mesh_ports: BTreeSet<(String, u16)> = if self.cfg.mesh {
+            routes.iter().filter_map(|r| translate::mesh_targets(r, &world).ok()).flatten().map(|(svc, p)| (translate::mesh_port_key(&svc), p)).collect()
+        } else {
+            BTreeSet::new()
+        };
+        self.assign_ports(&gateways, &addressed, mesh_ports);
+        world.proxy_ports = self.ports.clone();
         let out = translate::translate(&ins, &routes, &world);
         let text = out.proxy_toml(&self.base, self.cfg.listen);
         let mut ok = true;
@@ -285,27 +301,33 @@ impl GatewayCtl {
         for r in &grpc {
             self.route_status::<GrpcRoute>(r.as_ref(), r.status.as_ref(), r.metadata.generation, out.route_status.get(&(translate::GRPC_ROUTE, key(r.as_ref())))).await;
         }
-        (self.l4(&gateways, &out, alloc), ok)
+        let mesh = MeshRoutes { ports: out.mesh.clone(), proxies: self.proxies.iter().map(|p| p.cfg.address).collect() };
+        (self.l4(&gateways, &out, alloc), mesh, ok)
     }
 
     /// A proxy port for every served listener port of a Gateway that has an address
     /// ([`assign_ports`]).
-    fn assign_ports(&mut self, gateways: &[Arc<Gateway>], addressed: &BTreeSet<String>) {
-        let want: BTreeSet<(String, u16)> = gateways
+    fn assign_ports(&mut self, gateways: &[Arc<Gateway>], addressed: &BTreeSet<String>, mesh: BTreeSet<(String, u16)>) {
+        let mut want: BTreeSet<(String, u16)> = gateways
             .iter()
             .filter(|g| addressed.contains(&key(g.as_ref())))
             .flat_map(|g| listeners_served(&g.spec.listeners).into_iter().map(move |p| (key(g.as_ref()), p)))
             .collect();
+        want.extend(mesh);
         assign_ports(&mut self.ports, want, self.cfg.port_range().unwrap_or((30000, 30999)), self.cfg.ports_per_namespace);
     }
 
     fn world(&self, services: &[Arc<Service>], slices_by_svc: &BTreeMap<String, Vec<Arc<EndpointSlice>>>) -> World {
-        let mut w = World { proxy_ports: self.ports.clone(), ..World::default() };
+        let mut w = World { proxy_ports: self.ports.clone(), mesh: self.cfg.mesh, ..World::default() };
         for s in services {
             let k = key(s.as_ref());
             let ports = s.spec.as_ref().and_then(|sp| sp.ports.clone()).unwrap_or_default();
             let tcp: Vec<_> = ports.iter().filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP").collect();
             w.services.insert(k.clone(), tcp.iter().filter_map(|p| u16::try_from(p.port).ok()).collect());
+            w.http_ports.insert(
+                k.clone(),
+                tcp.iter().filter(|p| translate::carries_http(p.app_protocol.as_deref(), p.name.as_deref())).filter_map(|p| u16::try_from(p.port).ok()).collect(),
+            );
             for p in tcp {
                 let Ok(port) = u16::try_from(p.port) else { continue };
                 let name = p.name.clone().unwrap_or_default();

@@ -392,3 +392,55 @@ fn the_proxy_configuration_is_the_golden_one() {
     }
     assert_eq!(want.lines().count(), got.lines().count(), "the golden file and the output differ in length");
 }
+
+/// The Gateway API for meshes: a route whose parent is a Service is served on a proxy listener
+/// per HTTP port of the Service (its own port when the parent names one), without a host, and
+/// the Service's routed ports are reported for the L4 tier; consumer routes (another
+/// namespace's Service), missing Services and ports are refused; nothing of it without `mesh`.
+#[test]
+fn routes_with_a_service_parent_are_served_on_the_services_http_ports() {
+    assert!(translate::carries_http(Some("http"), Some("x")) && translate::carries_http(None, Some("http-alt")) && translate::carries_http(None, Some("grpc")));
+    assert!(!translate::carries_http(Some("tcp"), Some("http")) && !translate::carries_http(None, Some("tcp")) && !translate::carries_http(None, Some("https")));
+    let mut w = world();
+    w.mesh = true;
+    w.services.insert("shop/echo".into(), vec![80, 8080, 9090]);
+    w.http_ports.insert("shop/echo".into(), [80u16, 8080].into_iter().collect());
+    for (p, pp) in [(80u16, 31001u16), (8080, 31002)] {
+        w.proxy_ports.insert((translate::mesh_port_key("shop/echo"), p), pp);
+    }
+    let route = |name: &str, ns: &str, parent: serde_json::Value| -> HttpRoute {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns, "creationTimestamp": "2026-01-03T00:00:00Z"},
+            "spec": {"parentRefs": [parent], "hostnames": ["ignored.example"], "rules": [
+                {"matches": [{"path": {"type": "Exact", "value": "/v1"}}], "backendRefs": [{"name": "web-v1", "port": 80}]},
+                {"matches": [{"path": {"type": "Exact", "value": "/v2"}}], "backendRefs": [{"name": "web-v2", "port": 80}]}]}}))
+        .unwrap()
+    };
+    let all_ports = route("split", "shop", json!({"group": "", "kind": "Service", "name": "echo"}));
+    let one_port = route("alt", "shop", json!({"group": "", "kind": "Service", "name": "echo", "port": 8080}));
+    let consumer = route("consumer", "elsewhere", json!({"group": "", "kind": "Service", "name": "echo", "namespace": "shop"}));
+    let missing = route("missing", "shop", json!({"group": "", "kind": "Service", "name": "nope"}));
+    let bad_port = route("bad-port", "shop", json!({"group": "", "kind": "Service", "name": "echo", "port": 81}));
+    let routes = [&all_ports, &one_port, &consumer, &missing, &bad_port];
+    let ins: Vec<RouteIn> = routes.iter().map(|r| http_in(r)).collect();
+    assert_eq!(translate::mesh_targets(&ins[0], &w).unwrap(), [("shop/echo".to_string(), 80u16), ("shop/echo".to_string(), 8080)].into_iter().collect());
+    let out = translate::translate(&[], &ins, &w);
+    let names: Vec<(&str, u16)> = out.listeners.iter().map(|l| (l.name.as_str(), l.port)).collect();
+    assert_eq!(names, vec![("mesh:shop/echo:80", 31001), ("mesh:shop/echo:8080", 31002)]);
+    assert_eq!(out.mesh.get("shop/echo").unwrap().iter().map(|(a, b)| (*a, *b)).collect::<Vec<_>>(), vec![(80, 31001), (8080, 31002)]);
+    let on_80: Vec<_> = out.routes.iter().filter(|r| r.listener == "mesh:shop/echo:80").collect();
+    assert_eq!(on_80.len(), 2, "{on_80:?}");
+    assert!(on_80.iter().all(|r| r.host.is_none()), "a Service's routes have no host");
+    assert!(matches!(&on_80[0].path, PathKind::Exact(p) if p == "/v1"));
+    assert_eq!(out.routes.iter().filter(|r| r.listener == "mesh:shop/echo:8080").count(), 4, "both routes on the port named and on all ports");
+    let status = |n: &str| out.route_status.get(&(translate::HTTP_ROUTE, n.to_string())).map(|v| v[0].1.clone()).unwrap_or_default();
+    assert_eq!(cond(&status("shop/split"), "Accepted"), ("Accepted", true));
+    assert_eq!(cond(&status("shop/split"), "ResolvedRefs"), ("ResolvedRefs", true));
+    assert_eq!(cond(&status("elsewhere/consumer"), "Accepted"), ("UnsupportedValue", false));
+    assert_eq!(cond(&status("shop/missing"), "Accepted"), ("NoMatchingParent", false));
+    assert_eq!(cond(&status("shop/bad-port"), "Accepted"), ("NoMatchingParent", false));
+    let text = out.proxy_toml("workers = 1", "0.0.0.0".parse::<IpAddr>().unwrap());
+    vectorlb_proxy::Config::parse(&text).unwrap_or_else(|e| panic!("the proxy takes it: {e}\n{text}"));
+    w.mesh = false;
+    let out = translate::translate(&[], &ins, &w);
+    assert!(out.listeners.is_empty() && out.mesh.is_empty() && out.route_status.is_empty(), "not ours without mesh");
+}
