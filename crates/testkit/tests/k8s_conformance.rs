@@ -73,7 +73,7 @@ fn node_config(t: &Topo, k: u8, other: u8) -> String {
 /// `vectorlb kube` for node `k`, in the node's namespace: its daemon's cluster IPs and
 /// NodePorts (on the node's addresses, masqueraded to its pods port's address: the other node
 /// routes that here).
-fn controller(cp: &ControlPlane, t: &Topo, k: u8) -> Child {
+fn controller(cp: &ControlPlane, t: &Topo, k: u8, more: &str) -> Child {
     let cfg = t.dir.join("kube.toml");
     std::fs::write(
         &cfg,
@@ -81,7 +81,7 @@ fn controller(cp: &ControlPlane, t: &Topo, k: u8) -> Child {
             "lease = \"vectorlb-node-{k}\"\nlease_seconds = 6\nresync_seconds = 5\n\n[[daemons]]\nname = \"node-{k}\"\napi = \"{}\"\n\n\
              [cluster_ips]\nservice_cidrs = [\"10.96.0.0/16\", \"fd00:96::/112\"]\nnode_addresses = [\"192.168.77.{k}\", \"fd00:77::{k}\"]\n\
              masquerade = [\"10.244.{k}.1\", \"fd00:244:{k}::1\"]\ncluster_cidrs = [\"10.244.0.0/16\", \"fd00:244::/32\"]\nnode_name = \"node-{k}\"\n\n\
-             [network_policy]\n",
+             [network_policy]\n{more}",
             t.api()
         ),
     )
@@ -185,8 +185,14 @@ impl Cluster {
         Cluster::start_with(suite_dir, &[])
     }
 
-    /// With more resource definitions, installed before the controllers start.
+    /// With more resource definitions (or other objects), created before the controllers start.
     fn start_with(suite_dir: &Path, crds: &[PathBuf]) -> Cluster {
+        Cluster::start_full(suite_dir, crds, &[], &|_, _| String::new())
+    }
+
+    /// With more objects created before the controllers start, more images on both nodes, and
+    /// more of each node's controller configuration (`controller_more(topology, k)`).
+    fn start_full(suite_dir: &Path, crds: &[PathBuf], more_images: &[PathBuf], controller_more: &dyn Fn(&Topo, u8) -> String) -> Cluster {
         if let Some(why) = unavailable() {
             panic!("{why}");
         }
@@ -236,10 +242,13 @@ impl Cluster {
         cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac.yaml")).unwrap()).unwrap();
         cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac-network-policy.yaml")).unwrap()).unwrap();
         for crd in crds {
-            cp.apply_text(&std::fs::read_to_string(crd).unwrap()).unwrap();
+            // `create`: some definitions (HTTPRoute's) are larger than apply's annotation allows.
+            let o = cp.kubectl(&["create", "-f", crd.to_str().unwrap()]);
+            assert!(o.status.success(), "{}: {}", crd.display(), String::from_utf8_lossy(&o.stderr));
         }
 
-        let images: Vec<PathBuf> = std::fs::read_dir(suite_dir.join("images")).unwrap().flatten().map(|e| e.path()).collect();
+        let mut images: Vec<PathBuf> = std::fs::read_dir(suite_dir.join("images")).unwrap().flatten().map(|e| e.path()).collect();
+        images.extend(more_images.iter().cloned());
         let image_refs: Vec<&Path> = images.iter().map(PathBuf::as_path).collect();
         let coredns_ref = std::fs::read_to_string(suite_dir.join("images.txt")).unwrap().lines().find(|l| l.contains("/coredns:")).unwrap().to_string();
         let mut nodes = Vec::new();
@@ -259,7 +268,7 @@ impl Cluster {
             let kubelet = ClusterKubelet { node_ips: vec![format!("192.168.77.{k}"), format!("fd00:77::{k}")], cluster_dns: DNS_IP.to_string() };
             nodes.push(RealNode::start_node(&cp, &format!("node-{k}"), &t.ns("lb"), &cni_bin, &cni, &image_refs, Some(&kubelet)));
         }
-        let controllers = vec![controller(&cp, &ta, 1), controller(&cp, &tb, 2)];
+        let controllers = vec![controller(&cp, &ta, 1, &controller_more(&ta, 1)), controller(&cp, &tb, 2, &controller_more(&tb, 2))];
         coredns(&cp, &coredns_ref);
         wait_until(Duration::from_secs(120), "CoreDNS ready on both nodes", || {
             let d = cp.get(&["-n", "kube-system", "deployment", "coredns"]);
@@ -954,4 +963,106 @@ fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
     );
     drop(guards);
     drop(authority);
+}
+
+/// A script's one line of output (a cached build's directory), or the script's failure.
+fn built(script: &str) -> PathBuf {
+    let o = Command::new("bash").arg(repo().join(script)).stderr(Stdio::inherit()).output().unwrap();
+    assert!(o.status.success(), "{script} failed (see above)");
+    PathBuf::from(stdout(&o).trim())
+}
+
+/// The Gateway API conformance suite's MESH-HTTP profile (`make conformance-mesh`, and in
+/// `make test`) on the two-node cluster: HTTPRoutes whose parent is a Service, served by a
+/// `vectorlb proxy` in a pod namespace of node-1 (the mesh's route proxy: `[gateway] mesh =
+/// true` in each node's controller), each routed port of the Service's cluster IP sent there
+/// by the daemons; the suite's clients are Istio's echo application (scripts/istio-echo.sh) in
+/// Pods of the meshed test namespaces, which the suite execs into. Prints
+/// `{"conformance": {...}}` and keeps the report.
+#[test]
+fn gateway_api_mesh_conformance() {
+    let _one = one_cluster();
+    let suite_dir = suite();
+    let gw_suite = built("scripts/gateway-conformance.sh");
+    let echo = built("scripts/istio-echo.sh");
+    let crds_dir = built("scripts/gateway-crds.sh");
+    let gomod = std::fs::read_to_string(repo().join("tools/gateway-api/go.mod")).unwrap();
+    let version = gomod.split_whitespace().skip_while(|w| *w != "sigs.k8s.io/gateway-api").nth(1).unwrap_or("?").to_string();
+    let mut crds: Vec<PathBuf> =
+        ["gatewayclasses", "gateways", "httproutes", "grpcroutes", "referencegrants"].iter().map(|k| crds_dir.join(format!("gateway.networking.k8s.io_{k}.yaml"))).collect();
+    crds.push(repo().join("deploy/kubernetes/rbac-gateway.yaml"));
+    // The route proxy: node-1's pod namespace at 10.244.1.6, its admin API on a socket both
+    // nodes' controllers program.
+    let proxy_dir = std::env::temp_dir().join("vectorlb-e2e-kca-meshroutes");
+    let _ = std::fs::remove_dir_all(&proxy_dir);
+    std::fs::create_dir_all(&proxy_dir).unwrap();
+    let (sock, base, cfg) = (proxy_dir.join("admin.sock"), proxy_dir.join("base.toml"), proxy_dir.join("proxy.toml"));
+    std::fs::write(&base, format!("workers = 1\n[admin]\naddress = \"unix:{}\"\n", sock.display())).unwrap();
+    std::fs::copy(&base, &cfg).unwrap();
+    let more = |_: &Topo, _: u8| {
+        format!(
+            "\n[gateway]\nmesh = true\nbase_file = \"{}\"\nports = \"31000-31999\"\n[[gateway.proxies]]\nname = \"routes\"\nadmin = \"unix:{}\"\naddress = \"10.244.1.6\"\n",
+            base.display(),
+            sock.display()
+        )
+    };
+    let c = Cluster::start_full(&suite_dir, &crds, &[echo.join("echo-advanced.tar")], &more);
+    let cp = &c.cp;
+    let pns = c.ta.ns("routes");
+    sh(&["ip", "netns", "add", &pns]);
+    in_ns(&pns, &["ip", "link", "set", "lo", "up"]);
+    let (code, body) = c.ta.call(
+        "POST",
+        "/v1/pods",
+        Some(&json!({"container_id": "mesh-routes", "ifname": "eth0", "netns": format!("/var/run/netns/{pns}"), "ips": ["10.244.1.6/24"], "pod": "vectorlb-system/mesh-routes"})),
+    );
+    assert!(code == 200 || code == 201, "the route proxy's pod: {code} {body}");
+    let log = std::fs::File::create(proxy_dir.join("proxy.log")).unwrap();
+    let _proxy = KillOnDrop(
+        Command::new("ip").args(["netns", "exec", &pns, bin(), "proxy", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap(),
+    );
+    wait_until(Duration::from_secs(10), "the route proxy's admin socket", || sock.exists());
+
+    let report = proxy_dir.join("conformance-report.yaml");
+    let log_path = proxy_dir.join("conformance.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let profiles = "MESH-HTTP";
+    let features = std::env::var("VECTORLB_MESH_FEATURES").unwrap_or_else(|_| "Mesh,HTTPRoute".into());
+    let t = Instant::now();
+    let st = Command::new("ip")
+        .args(["netns", "exec", &c.cp_ns])
+        .arg(gw_suite.join("conformance.test"))
+        .env("KUBECONFIG", cp.kubeconfig("admin"))
+        .args(["-test.v", "-test.timeout", "30m", "-test.run", "TestVectorlbConformance"])
+        .arg(format!("--conformance-profiles={profiles}"))
+        .arg(format!("--supported-features={features}"))
+        .args(["--organization=vectorlb", "--project=vectorlb", "--url=https://vectorlb.invalid/", "--version=dev", "--contact=vectorlb"])
+        .arg(format!("--report-output={}", report.display()))
+        .arg("--cleanup-base-resources=false")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .status()
+        .unwrap();
+    let out = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let (mut passed, mut failed, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
+    for l in out.lines() {
+        let l = l.trim_start();
+        for (tag, list) in [("--- PASS: ", &mut passed), ("--- FAIL: ", &mut failed), ("--- SKIP: ", &mut skipped)] {
+            if let Some(name) = l.strip_prefix(tag).and_then(|r| r.split_whitespace().next()).and_then(|n| n.strip_prefix("TestVectorlbConformance/")) {
+                if !name.contains('/') {
+                    list.push(name.to_string());
+                }
+            }
+        }
+    }
+    let _ = std::fs::copy(&report, std::env::temp_dir().join("vectorlb-mesh-conformance-report.yaml"));
+    let _ = std::fs::copy(&log_path, std::env::temp_dir().join("vectorlb-mesh-conformance.log"));
+    println!(
+        "{}",
+        json!({"conformance": {"suite": format!("sigs.k8s.io/gateway-api {version}"), "profiles": profiles, "features": features, "passed": passed.len(), "failed": failed.len(),
+            "skipped": skipped.len(), "failed_tests": failed, "minutes": t.elapsed().as_secs_f64() / 60.0, "suite_exit": st.code()}})
+    );
+    eprintln!("report: /tmp/vectorlb-mesh-conformance-report.yaml, log /tmp/vectorlb-mesh-conformance.log");
+    assert!(!passed.is_empty(), "the suite passed no test:\n{}", vectorlb_testkit::k8s::tail(&out, 60));
+    assert!(failed.is_empty() && st.success(), "conformance tests failed: {failed:?} (log: /tmp/vectorlb-mesh-conformance.log)\n{}", vectorlb_testkit::k8s::tail(&out, 60));
 }
