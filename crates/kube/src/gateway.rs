@@ -271,9 +271,11 @@ pub fn carries_http(app_protocol: Option<&str>, name: Option<&str>) -> bool {
     }
 }
 
-/// The proxy listener's name for a Service's port (the Gateway API for meshes).
-pub fn mesh_listener_name(svc: &str, port: u16) -> String {
-    format!("mesh:{svc}:{port}")
+/// The proxy listener's name for a routed Service port (the Gateway API for meshes): named by
+/// its proxy port, so that a port given to another Service's port in the same round keeps its
+/// name (the proxy refuses a listener renamed or moved in one reload).
+pub fn mesh_listener_name(proxy_port: u16) -> String {
+    format!("mesh:{proxy_port}")
 }
 
 /// The proxy listener's name for a Gateway's port.
@@ -691,7 +693,7 @@ fn attach_mesh(r: &RouteIn<'_>, pr: &ObjectRef, w: &World, route_key: &str, out:
     let (splits, resolved_cond) = resolved(r, w);
     for (svc, port) in targets {
         let Some(proxy_port) = w.proxy_ports.get(&(mesh_port_key(&svc), port)).copied() else { continue };
-        let listener = mesh_listener_name(&svc, port);
+        let listener = mesh_listener_name(proxy_port);
         if !out.listeners.iter().any(|l| l.name == listener) {
             out.listeners.push(ProxyListener { name: listener.clone(), port: proxy_port, certificates: Vec::new() });
         }

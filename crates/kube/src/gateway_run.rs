@@ -545,7 +545,8 @@ fn tls_pair(s: &Secret) -> Result<(String, String), String> {
 fn assign_ports(ports: &mut BTreeMap<(String, u16), u16>, want: BTreeSet<(String, u16)>, (first, last): (u16, u16), per_namespace: usize) {
     ports.retain(|k, _| want.contains(k));
     let mut used: BTreeSet<u16> = ports.values().copied().collect();
-    let namespace = |k: &(String, u16)| k.0.split_once('/').map_or(String::new(), |(ns, _)| ns.to_string());
+    // A Gateway's key is `namespace/name`, a routed Service's `svc:namespace/name`.
+    let namespace = |k: &(String, u16)| k.0.trim_start_matches("svc:").split_once('/').map_or(String::new(), |(ns, _)| ns.to_string());
     let mut per_ns: BTreeMap<String, usize> = BTreeMap::new();
     for k in ports.keys() {
         *per_ns.entry(namespace(k)).or_default() += 1;

@@ -425,13 +425,13 @@ fn routes_with_a_service_parent_are_served_on_the_services_http_ports() {
     assert_eq!(translate::mesh_targets(&ins[0], &w).unwrap(), [("shop/echo".to_string(), 80u16), ("shop/echo".to_string(), 8080)].into_iter().collect());
     let out = translate::translate(&[], &ins, &w);
     let names: Vec<(&str, u16)> = out.listeners.iter().map(|l| (l.name.as_str(), l.port)).collect();
-    assert_eq!(names, vec![("mesh:shop/echo:80", 31001), ("mesh:shop/echo:8080", 31002)]);
+    assert_eq!(names, vec![("mesh:31001", 31001), ("mesh:31002", 31002)]);
     assert_eq!(out.mesh.get("shop/echo").unwrap().iter().map(|(a, b)| (*a, *b)).collect::<Vec<_>>(), vec![(80, 31001), (8080, 31002)]);
-    let on_80: Vec<_> = out.routes.iter().filter(|r| r.listener == "mesh:shop/echo:80").collect();
+    let on_80: Vec<_> = out.routes.iter().filter(|r| r.listener == "mesh:31001").collect();
     assert_eq!(on_80.len(), 2, "{on_80:?}");
     assert!(on_80.iter().all(|r| r.host.is_none()), "a Service's routes have no host");
     assert!(matches!(&on_80[0].path, PathKind::Exact(p) if p == "/v1"));
-    assert_eq!(out.routes.iter().filter(|r| r.listener == "mesh:shop/echo:8080").count(), 4, "both routes on the port named and on all ports");
+    assert_eq!(out.routes.iter().filter(|r| r.listener == "mesh:31002").count(), 4, "both routes on the port named and on all ports");
     let status = |n: &str| out.route_status.get(&(translate::HTTP_ROUTE, n.to_string())).map(|v| v[0].1.clone()).unwrap_or_default();
     assert_eq!(cond(&status("shop/split"), "Accepted"), ("Accepted", true));
     assert_eq!(cond(&status("shop/split"), "ResolvedRefs"), ("ResolvedRefs", true));

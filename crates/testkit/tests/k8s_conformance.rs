@@ -972,6 +972,11 @@ fn built(script: &str) -> PathBuf {
     PathBuf::from(stdout(&o).trim())
 }
 
+/// What the route proxy implements of the MESH-HTTP profile beyond its core (`Mesh`,
+/// `HTTPRoute`); not: query parameter matches, URL rewrites, filters on backend references,
+/// consumer routes (docs/mesh.md).
+const MESH_FEATURES: &str = "Mesh,HTTPRoute,HTTPRouteResponseHeaderModification,HTTPRouteParentRefPort,MeshClusterIPMatching,MeshHTTPRouteSchemeRedirect,MeshHTTPRouteRedirectPort,MeshHTTPRouteRedirectPath,MeshHTTPRouteNamedRouteRule";
+
 /// The Gateway API conformance suite's MESH-HTTP profile (`make conformance-mesh`, and in
 /// `make test`) on the two-node cluster: HTTPRoutes whose parent is a Service, served by a
 /// `vectorlb proxy` in a pod namespace of node-1 (the mesh's route proxy: `[gateway] mesh =
@@ -1027,7 +1032,7 @@ fn gateway_api_mesh_conformance() {
     let log_path = proxy_dir.join("conformance.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let profiles = "MESH-HTTP";
-    let features = std::env::var("VECTORLB_MESH_FEATURES").unwrap_or_else(|_| "Mesh,HTTPRoute".into());
+    let features = std::env::var("VECTORLB_MESH_FEATURES").unwrap_or_else(|_| MESH_FEATURES.into());
     let t = Instant::now();
     let st = Command::new("ip")
         .args(["netns", "exec", &c.cp_ns])
