@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/vectorlb
 OUT := out
 
-.PHONY: all setup build install demo demo-pods demo-mesh demo-two-tier demo-kubernetes bench-kubernetes bench-pods bench-policy bench-mesh conformance conformance-kubernetes conformance-network-policy k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
+.PHONY: all setup build install demo demo-pods demo-mesh demo-two-tier demo-kubernetes bench-kubernetes bench-pods bench-policy bench-mesh conformance conformance-mesh conformance-kubernetes conformance-network-policy k8s-bins attack-proxy kube-restarts bench-tls bench-dispatch bench-queue-sets demo-offline test test-e2e test-ha fuzz fuzz-api bench bench-core bench-wrk bench-cps-peers bench-quick bench-profile bench-profile-io bench-memif bench-synflood bench-report clean image
 
 all: build
 
@@ -71,6 +71,18 @@ demo-kubernetes: build k8s-bins
 conformance: build k8s-bins
 	@mkdir -p bench/results
 	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes gateway_conformance -- --nocapture 2>&1 | grep '"conformance"' | tee bench/results/conformance.jsonl; test $${PIPESTATUS[0]} -eq 0
+
+# The Gateway API conformance suite's MESH-HTTP profile (the Gateway API for meshes: HTTPRoutes
+# whose parent is a Service) on the two real nodes, the suite's namespaces meshed, its clients
+# Istio's echo application built here (scripts/istio-echo.sh): the summary line in
+# bench/results/mesh-conformance.jsonl, the suite's report in bench/results (root; ~2 min once
+# built, ~1 more to build the echo application). Also part of `make test`. See docs/mesh.md.
+conformance-mesh: build k8s-bins
+	@mkdir -p bench/results
+	@bash scripts/k8s-e2e.sh >/dev/null
+	@bash scripts/istio-echo.sh >/dev/null
+	@$(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance gateway_api_mesh_conformance -- --nocapture 2>&1 | grep '"conformance"' | tee bench/results/mesh-conformance.jsonl; test $${PIPESTATUS[0]} -eq 0
+	@cp /tmp/vectorlb-mesh-conformance-report.yaml bench/results/mesh-conformance-report.yaml
 
 # Kubernetes' own network conformance: the e2e suite's [sig-network] tests (every [Conformance]
 # one, then Services, EndpointSlice, Networking, Conntrack and DNS without what
@@ -202,6 +214,7 @@ test: setup
 	bash scripts/gateway-conformance.sh >/dev/null
 	bash scripts/cni-bins.sh >/dev/null
 	bash scripts/k8s-e2e.sh >/dev/null
+	bash scripts/istio-echo.sh >/dev/null
 	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	bash scripts/asan-memif.sh 2>&1 | tee -a $(OUT).test.log; test $${PIPESTATUS[0]} -eq 0
 	bash scripts/leftovers.sh

@@ -706,6 +706,133 @@ fn serial(path: &Path) -> String {
     }
 }
 
+/// The mesh on the two-node cluster, run from Kubernetes objects (docs/mesh.md, "In
+/// Kubernetes"): the authority (`vectorlb kube mesh` with `[authority]`, as its service
+/// account, 60-s certificates), on each node an agent (`[node]`, with the node's own
+/// credentials, group system:nodes; steering its daemon) and, once started, a node proxy
+/// (`vectorlb mesh`) in a pod namespace of its own on the pods port (10.244.k.5).
+struct MeshRun {
+    /// Per node: the agent's directory (state.json, certs/) and the proxy's namespace.
+    dirs: Vec<(PathBuf, String)>,
+    agents: Vec<KillOnDrop>,
+    proxies: Vec<KillOnDrop>,
+    authority: Option<KillOnDrop>,
+    authority_kc: PathBuf,
+    authority_cfg: PathBuf,
+}
+
+impl MeshRun {
+    fn start(c: &Cluster) -> MeshRun {
+        let cp = &c.cp;
+        cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac-mesh.yaml")).unwrap()).unwrap();
+        // The node agents run with each node's credentials (group system:nodes).
+        cp.apply(&[
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "vectorlb-test:mesh-nodes"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vectorlb-mesh-node"},
+                "subjects": [{"kind": "Group", "name": "system:nodes", "apiGroup": "rbac.authorization.k8s.io"}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "vectorlb-test:mesh-nodes", "namespace": "vectorlb-system"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vectorlb-mesh-node"},
+                "subjects": [{"kind": "Group", "name": "system:nodes", "apiGroup": "rbac.authorization.k8s.io"}]}),
+        ])
+        .unwrap();
+        let authority_kc = cp.add_user("mesh-authority", "/CN=system:serviceaccount:vectorlb-system:vectorlb-mesh-authority");
+        let (mut agents, mut dirs) = (Vec::new(), Vec::new());
+        for (t, k) in [(&c.ta, 1u8), (&c._tb, 2u8)] {
+            // The node proxy's pod: a namespace on the pods port (10.244.k.5, below the
+            // kubelet's range), attached as the plugin would.
+            let pns = t.ns("meshp");
+            sh(&["ip", "netns", "add", &pns]);
+            in_ns(&pns, &["ip", "link", "set", "lo", "up"]);
+            let (code, body) = t.call(
+                "POST",
+                "/v1/pods",
+                Some(&json!({"container_id": format!("mesh-proxy-{k}"), "ifname": "eth0", "netns": format!("/var/run/netns/{pns}"), "ips": [format!("10.244.{k}.5/24")], "pod": "vectorlb-system/mesh-proxy"})),
+            );
+            assert!(code == 200 || code == 201, "the proxy's pod: {code} {body}");
+            let dir = t.dir.join("mesh");
+            std::fs::create_dir_all(&dir).unwrap();
+            let kc = cp.add_user(&format!("mesh-node-{k}"), &format!("/O=system:nodes/CN=system:node:node-{k}"));
+            let cfg = dir.join("node.toml");
+            std::fs::write(
+                &cfg,
+                format!(
+                    "[node]\nname = \"node-{k}\"\nstate_file = \"{d}/state.json\"\ncerts_dir = \"{d}/certs\"\n\n[node.steering]\napi = \"{api}\"\nproxy_container_id = \"mesh-proxy-{k}\"\n",
+                    d = dir.display(),
+                    api = t.api()
+                ),
+            )
+            .unwrap();
+            let log = std::fs::File::create(dir.join("node.log")).unwrap();
+            agents.push(KillOnDrop(
+                command_in(Some(&t.ns("lb")), Path::new(bin()))
+                    .args(["kube", "mesh", "--config", cfg.to_str().unwrap(), "--kubeconfig", kc.to_str().unwrap()])
+                    .env("RUST_LOG", "info")
+                    .stdout(log.try_clone().unwrap())
+                    .stderr(log)
+                    .spawn()
+                    .unwrap(),
+            ));
+            dirs.push((dir, pns));
+        }
+        let authority_cfg = c.ta.dir.join("mesh/authority.toml");
+        std::fs::write(&authority_cfg, "[authority]\nmax_ttl_seconds = 60\n").unwrap();
+        let mut m = MeshRun { dirs, agents, proxies: Vec::new(), authority: None, authority_kc, authority_cfg };
+        m.restart_authority(c);
+        m
+    }
+
+    /// Starts the authority (killing it with SIGKILL first when it runs).
+    fn restart_authority(&mut self, c: &Cluster) {
+        drop(self.authority.take());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(c.ta.dir.join("mesh/authority.log")).unwrap();
+        self.authority = Some(KillOnDrop(
+            command_in(Some(&c.ta.ns("lb")), Path::new(bin()))
+                .args(["kube", "mesh", "--config", self.authority_cfg.to_str().unwrap(), "--kubeconfig", self.authority_kc.to_str().unwrap()])
+                .env("RUST_LOG", "info")
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        ));
+    }
+
+    /// Starts both node proxies once their agents wrote the trust bundle, and waits for them.
+    fn start_proxies(&mut self) {
+        for (dir, _) in &self.dirs {
+            wait_until(Duration::from_secs(60), "the trust bundle on both nodes", || dir.join("certs/bundle.pem").exists() && dir.join("state.json").exists());
+        }
+        for (k, (dir, pns)) in self.dirs.iter().enumerate() {
+            let log = std::fs::File::create(dir.join("proxy.log")).unwrap();
+            self.proxies.push(KillOnDrop(
+                Command::new("ip")
+                    .args(["netns", "exec", pns, bin(), "mesh", "--node", &format!("node-{}", k + 1), "--state"])
+                    .arg(dir.join("state.json"))
+                    .arg("--certs")
+                    .arg(dir.join("certs"))
+                    .args(["--steer", "eth0", "--metrics", "127.0.0.1:15020"])
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .unwrap(),
+            ));
+        }
+        wait_until(Duration::from_secs(20), "both proxies serving", || (0..self.dirs.len()).all(|k| self.metrics(k).contains("vectorlb_mesh_handshakes_total")));
+    }
+
+    /// Node `k`'s proxy's metrics (0: node-1).
+    fn metrics(&self, k: usize) -> String {
+        stdout(&Command::new("ip").args(["netns", "exec", &self.dirs[k].1, "curl", "-s", "-m", "2", "http://127.0.0.1:15020/metrics"]).output().unwrap())
+    }
+}
+
+impl Drop for MeshRun {
+    fn drop(&mut self) {
+        self.proxies.clear();
+        self.agents.clear();
+        drop(self.authority.take());
+    }
+}
+
 /// The mesh run from Kubernetes objects (docs/mesh.md, "In Kubernetes") on the two-node cluster:
 /// the authority (`vectorlb kube mesh` with `[authority]`, as its service account) keeps its key
 /// in a Secret and signs CertificateSigningRequests; a node agent per node (`[node]`, with the
@@ -725,69 +852,9 @@ fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
     let suite_dir = suite();
     let c = Cluster::start_with(&suite_dir, &[repo().join("deploy/kubernetes/crds-mesh.yaml")]);
     let cp = &c.cp;
-    cp.apply_text(&std::fs::read_to_string(repo().join("deploy/kubernetes/rbac-mesh.yaml")).unwrap()).unwrap();
-    // The node agents run with each node's credentials (group system:nodes).
-    cp.apply(&[
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "vectorlb-test:mesh-nodes"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vectorlb-mesh-node"},
-            "subjects": [{"kind": "Group", "name": "system:nodes", "apiGroup": "rbac.authorization.k8s.io"}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "vectorlb-test:mesh-nodes", "namespace": "vectorlb-system"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vectorlb-mesh-node"},
-            "subjects": [{"kind": "Group", "name": "system:nodes", "apiGroup": "rbac.authorization.k8s.io"}]}),
-    ])
-    .unwrap();
-    let authority_kc = cp.add_user("mesh-authority", "/CN=system:serviceaccount:vectorlb-system:vectorlb-mesh-authority");
+    let mut mesh = MeshRun::start(&c);
     let tb = &c._tb;
-    let mut guards = Vec::new();
-    let mut dirs = Vec::new();
-    for (t, k) in [(&c.ta, 1u8), (tb, 2u8)] {
-        // The node proxy's pod: a namespace on the pods port (10.244.k.5, below the kubelet's
-        // range), attached as the plugin would.
-        let pns = t.ns("meshp");
-        sh(&["ip", "netns", "add", &pns]);
-        in_ns(&pns, &["ip", "link", "set", "lo", "up"]);
-        let (code, body) = t.call("POST", "/v1/pods", Some(&json!({"container_id": format!("mesh-proxy-{k}"), "ifname": "eth0", "netns": format!("/var/run/netns/{pns}"), "ips": [format!("10.244.{k}.5/24")], "pod": "vectorlb-system/mesh-proxy"})));
-        assert!(code == 200 || code == 201, "the proxy's pod: {code} {body}");
-        let dir = t.dir.join("mesh");
-        std::fs::create_dir_all(&dir).unwrap();
-        let kc = cp.add_user(&format!("mesh-node-{k}"), &format!("/O=system:nodes/CN=system:node:node-{k}"));
-        let cfg = dir.join("node.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "[node]\nname = \"node-{k}\"\nstate_file = \"{d}/state.json\"\ncerts_dir = \"{d}/certs\"\n\n[node.steering]\napi = \"{api}\"\nproxy_container_id = \"mesh-proxy-{k}\"\n",
-                d = dir.display(),
-                api = t.api()
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.join("node.log")).unwrap();
-        guards.push(KillOnDrop(
-            command_in(Some(&t.ns("lb")), Path::new(bin()))
-                .args(["kube", "mesh", "--config", cfg.to_str().unwrap(), "--kubeconfig", kc.to_str().unwrap()])
-                .env("RUST_LOG", "info")
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        ));
-        dirs.push((dir, pns));
-    }
-    let ca_cfg = c.ta.dir.join("mesh/authority.toml");
-    std::fs::write(&ca_cfg, "[authority]\nmax_ttl_seconds = 60\n").unwrap();
-    let start_authority = || {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(c.ta.dir.join("mesh/authority.log")).unwrap();
-        KillOnDrop(
-            command_in(Some(&c.ta.ns("lb")), Path::new(bin()))
-                .args(["kube", "mesh", "--config", ca_cfg.to_str().unwrap(), "--kubeconfig", authority_kc.to_str().unwrap()])
-                .env("RUST_LOG", "info")
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        )
-    };
-    let mut authority = start_authority();
+    let dirs = mesh.dirs.clone();
     let agnhost = std::fs::read_to_string(suite_dir.join("images.txt")).unwrap().lines().find(|l| l.contains("/agnhost:")).unwrap().to_string();
     let mesh_label = json!({"vectorlb.io/mesh": "enabled"});
     let pod = |name: &str, ns: &str, sa: &str, node: &str, args: Value| {
@@ -844,23 +911,8 @@ fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
     assert_eq!(state["policies"][0]["name"], "db-from-web", "{state}");
 
     // The node proxies, in their pods' namespaces, reading what the agents write.
-    for (k, (dir, pns)) in dirs.iter().enumerate() {
-        let log = std::fs::File::create(dir.join("proxy.log")).unwrap();
-        guards.push(KillOnDrop(
-            Command::new("ip")
-                .args(["netns", "exec", pns, bin(), "mesh", "--node", &format!("node-{}", k + 1), "--state"])
-                .arg(dir.join("state.json"))
-                .arg("--certs")
-                .arg(dir.join("certs"))
-                .args(["--steer", "eth0", "--metrics", "127.0.0.1:15020"])
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        ));
-    }
+    mesh.start_proxies();
     let metrics = |k: usize| stdout(&Command::new("ip").args(["netns", "exec", &dirs[k].1, "curl", "-s", "-m", "2", "http://127.0.0.1:15020/metrics"]).output().unwrap());
-    wait_until(Duration::from_secs(20), "both proxies serving", || metrics(0).contains("vectorlb_mesh_handshakes_total") && metrics(1).contains("vectorlb_mesh_handshakes_total"));
     for (t, k) in [(&c.ta, 1), (tb, 2)] {
         let m = t.call("GET", "/v1/mesh", None).1;
         assert!(m["enabled"] == true && m["members"] == 6 && m["proxy"] == format!("mesh-proxy-{k}/eth0"), "node-{k}'s steering: {m}");
@@ -940,9 +992,7 @@ fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
             )
         });
         std::thread::sleep(Duration::from_secs(5));
-        let _ = authority.0.kill();
-        let _ = authority.0.wait();
-        authority = start_authority();
+        mesh.restart_authority(&c);
         h.join().unwrap()
     });
     let after = (serial(&d1.join("shop.web.pem")), serial(&d2.join("shop.db.pem")));
@@ -961,8 +1011,7 @@ fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
         "{}",
         json!({"mesh_kubernetes": {"requests_under_rotation": counts[0], "failed": counts[1], "renewed": [before, after], "denied": ["other node's account", "not a node"], "nft_rules": 0}})
     );
-    drop(guards);
-    drop(authority);
+    drop(mesh);
 }
 
 /// A script's one line of output (a cached build's directory), or the script's failure.
@@ -996,6 +1045,7 @@ fn gateway_api_mesh_conformance() {
     let mut crds: Vec<PathBuf> =
         ["gatewayclasses", "gateways", "httproutes", "grpcroutes", "referencegrants"].iter().map(|k| crds_dir.join(format!("gateway.networking.k8s.io_{k}.yaml"))).collect();
     crds.push(repo().join("deploy/kubernetes/rbac-gateway.yaml"));
+    crds.push(repo().join("deploy/kubernetes/crds-mesh.yaml"));
     // The route proxy: node-1's pod namespace at 10.244.1.6, its admin API on a socket both
     // nodes' controllers program.
     let proxy_dir = std::env::temp_dir().join("vectorlb-e2e-kca-meshroutes");
@@ -1027,6 +1077,10 @@ fn gateway_api_mesh_conformance() {
         Command::new("ip").args(["netns", "exec", &pns, bin(), "proxy", "--config", cfg.to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap(),
     );
     wait_until(Duration::from_secs(10), "the route proxy's admin socket", || sock.exists());
+    // The mesh itself: the suite's namespaces are labelled into it (its echo Pods' own traffic
+    // goes through the node proxies' mutual-TLS tunnels; routed traffic through the route proxy).
+    let mut mesh = MeshRun::start(&c);
+    mesh.start_proxies();
 
     let report = proxy_dir.join("conformance-report.yaml");
     let log_path = proxy_dir.join("conformance.log");
@@ -1044,10 +1098,22 @@ fn gateway_api_mesh_conformance() {
         .args(["--organization=vectorlb", "--project=vectorlb", "--url=https://vectorlb.invalid/", "--version=dev", "--contact=vectorlb"])
         .arg(format!("--report-output={}", report.display()))
         .arg("--cleanup-base-resources=false")
+        .arg("--namespace-labels=vectorlb.io/mesh=enabled")
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .status()
         .unwrap();
+    // The echo Pods' own connections went through the tunnels.
+    let tunnels: u64 = (0..2)
+        .map(|k| {
+            mesh.metrics(k)
+                .lines()
+                .filter(|l| l.starts_with("vectorlb_mesh_inbound_streams_total") && l.contains("ns/gateway-conformance-mesh/"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum();
+    drop(mesh);
     let out = std::fs::read_to_string(&log_path).unwrap_or_default();
     let (mut passed, mut failed, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
     for l in out.lines() {
@@ -1065,9 +1131,10 @@ fn gateway_api_mesh_conformance() {
     println!(
         "{}",
         json!({"conformance": {"suite": format!("sigs.k8s.io/gateway-api {version}"), "profiles": profiles, "features": features, "passed": passed.len(), "failed": failed.len(),
-            "skipped": skipped.len(), "failed_tests": failed, "minutes": t.elapsed().as_secs_f64() / 60.0, "suite_exit": st.code()}})
+            "skipped": skipped.len(), "failed_tests": failed, "minutes": t.elapsed().as_secs_f64() / 60.0, "suite_exit": st.code(), "mesh_tunnel_streams": tunnels}})
     );
     eprintln!("report: /tmp/vectorlb-mesh-conformance-report.yaml, log /tmp/vectorlb-mesh-conformance.log");
     assert!(!passed.is_empty(), "the suite passed no test:\n{}", vectorlb_testkit::k8s::tail(&out, 60));
     assert!(failed.is_empty() && st.success(), "conformance tests failed: {failed:?} (log: /tmp/vectorlb-mesh-conformance.log)\n{}", vectorlb_testkit::k8s::tail(&out, 60));
+    assert!(tunnels > 0, "the echo Pods' unrouted connections went through the mesh's tunnels");
 }
