@@ -72,7 +72,7 @@ conformance: build k8s-bins
 	@mkdir -p bench/results
 	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes gateway_conformance -- --nocapture 2>&1 | grep '"conformance"' | tee bench/results/conformance.jsonl; test $${PIPESTATUS[0]} -eq 0
 
-# The Gateway API conformance suite's MESH-HTTP profile (the Gateway API for meshes: HTTPRoutes
+# The Gateway API conformance suite's MESH-HTTP and MESH-GRPC profiles (the Gateway API for meshes: routes
 # whose parent is a Service) on the two real nodes, the suite's namespaces meshed, its clients
 # Istio's echo application built here (scripts/istio-echo.sh): the summary line in
 # bench/results/mesh-conformance.jsonl, the suite's report in bench/results (root; ~2 min once

@@ -1021,13 +1021,14 @@ fn built(script: &str) -> PathBuf {
     PathBuf::from(stdout(&o).trim())
 }
 
-/// What the route proxy implements of the MESH-HTTP profile beyond its core (`Mesh`,
-/// `HTTPRoute`); not: query parameter matches, URL rewrites, filters on backend references,
+/// What the route proxy implements of the MESH-HTTP and MESH-GRPC profiles beyond their core
+/// (`Mesh`, `HTTPRoute`, `GRPCRoute`); not: query parameter matches, URL rewrites, filters on backend references,
 /// consumer routes (docs/mesh.md).
-const MESH_FEATURES: &str = "Mesh,HTTPRoute,HTTPRouteResponseHeaderModification,HTTPRouteParentRefPort,MeshClusterIPMatching,MeshHTTPRouteSchemeRedirect,MeshHTTPRouteRedirectPort,MeshHTTPRouteRedirectPath,MeshHTTPRouteNamedRouteRule";
+const MESH_FEATURES: &str = "Mesh,HTTPRoute,GRPCRoute,HTTPRouteResponseHeaderModification,HTTPRouteParentRefPort,MeshClusterIPMatching,MeshHTTPRouteSchemeRedirect,MeshHTTPRouteRedirectPort,MeshHTTPRouteRedirectPath,MeshHTTPRouteNamedRouteRule";
 
-/// The Gateway API conformance suite's MESH-HTTP profile (`make conformance-mesh`, and in
-/// `make test`) on the two-node cluster: HTTPRoutes whose parent is a Service, served by a
+/// The Gateway API conformance suite's MESH-HTTP and MESH-GRPC profiles (`make
+/// conformance-mesh`, and in `make test`) on the two-node cluster: HTTPRoutes and GRPCRoutes
+/// whose parent is a Service, served by a
 /// `vectorlb proxy` in a pod namespace of node-1 (the mesh's route proxy: `[gateway] mesh =
 /// true` in each node's controller), each routed port of the Service's cluster IP sent there
 /// by the daemons; the suite's clients are Istio's echo application (scripts/istio-echo.sh) in
@@ -1085,7 +1086,7 @@ fn gateway_api_mesh_conformance() {
     let report = proxy_dir.join("conformance-report.yaml");
     let log_path = proxy_dir.join("conformance.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let profiles = "MESH-HTTP";
+    let profiles = std::env::var("VECTORLB_MESH_PROFILES").unwrap_or_else(|_| "MESH-HTTP,MESH-GRPC".into());
     let features = std::env::var("VECTORLB_MESH_FEATURES").unwrap_or_else(|_| MESH_FEATURES.into());
     let t = Instant::now();
     let st = Command::new("ip")
