@@ -934,6 +934,19 @@ fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
         .find(|l| l.starts_with("vectorlb_mesh_inbound_streams_total") && l.contains("ns/shop/sa/web") && l.contains("ns/shop/sa/db"))
         .unwrap_or_else(|| panic!("node-2's proxy carried web to db: {m2}"));
     assert!(!pair.ends_with(" 0"), "{pair}");
+    // The same edge on node-2's status page (its JSON, and the page that reads it).
+    let get = |path: &str| stdout(&Command::new("ip").args(["netns", "exec", &dirs[1].1, "curl", "-s", "-m", "2", &format!("http://127.0.0.1:15020{path}")]).output().unwrap());
+    let edges: Value = serde_json::from_str(&get("/v1/edges")).unwrap();
+    assert_eq!(edges["node"], "node-2", "{edges}");
+    assert!(edges["identities"].as_array().unwrap().iter().any(|i| i["identity"] == "spiffe://cluster.local/ns/shop/sa/db"), "{edges}");
+    assert!(
+        edges["edges"].as_array().unwrap().iter().any(|e| e["direction"] == "inbound"
+            && e["source"].as_str().unwrap_or("").ends_with("ns/shop/sa/web")
+            && e["destination"].as_str().unwrap_or("").ends_with("ns/shop/sa/db")
+            && e["streams"].as_u64() > Some(0)),
+        "{edges}"
+    );
+    assert!(get("/").contains("<script src=\"/status.js\">") && get("/status.js").contains("/v1/edges"), "the status page");
     assert!(metrics(0).lines().any(|l| l.starts_with("vectorlb_mesh_tunnel_connections_total") && !l.ends_with(" 0")), "node-1 opened a tunnel");
     let (ok, out) = exec_in(cp, "jobs", "batch", &format!("curl -sS -m 3 http://{db}:8080/clientip"));
     assert!(!ok, "batch is refused by db's policy: {out}");

@@ -84,6 +84,19 @@ pub struct Pair {
     pub failed: AtomicU64,
 }
 
+/// One edge of the mesh: connections from one identity to another, seen in one direction.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Edge {
+    pub direction: &'static str,
+    pub source: String,
+    pub destination: String,
+    pub streams: u64,
+    pub sent_bytes: u64,
+    pub received_bytes: u64,
+    pub denied: u64,
+    pub failed: u64,
+}
+
 /// The node proxy's counters.
 #[derive(Default)]
 pub struct Stats {
@@ -101,6 +114,27 @@ pub struct Stats {
 impl Stats {
     fn pair(map: &Mutex<BTreeMap<(String, String), Arc<Pair>>>, src: &str, dst: &str) -> Arc<Pair> {
         map.lock().unwrap_or_else(|e| e.into_inner()).entry((src.into(), dst.into())).or_default().clone()
+    }
+
+    /// The mesh's edges as this node saw them: per direction and identity pair, its counters
+    /// (the status page's table).
+    pub fn edges(&self) -> Vec<Edge> {
+        let mut v = Vec::new();
+        for (direction, map) in [("inbound", &self.inbound), ("outbound", &self.outbound)] {
+            for ((src, dst), p) in map.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                v.push(Edge {
+                    direction,
+                    source: src.clone(),
+                    destination: dst.clone(),
+                    streams: p.streams.load(Ordering::Relaxed),
+                    sent_bytes: p.bytes_sent.load(Ordering::Relaxed),
+                    received_bytes: p.bytes_received.load(Ordering::Relaxed),
+                    denied: p.denied.load(Ordering::Relaxed),
+                    failed: p.failed.load(Ordering::Relaxed),
+                });
+            }
+        }
+        v
     }
 
     /// The counters in Prometheus' text format.

@@ -10,7 +10,8 @@
 //! * **Its certificates** (`certs`, a directory): `bundle.pem` (the trust anchors) and, per
 //!   identity it holds, `<namespace>.<account>.pem` (the chain, leaf first) and
 //!   `<namespace>.<account>.key`; re-read when a file changes (a rotation).
-//! * **Metrics**: `GET /metrics` on `metrics` (Prometheus text).
+//! * **Metrics**: `GET /metrics` on `metrics` (Prometheus text); the mesh's edges seen here as
+//!   JSON (`GET /v1/edges`) and as a page (`GET /`).
 
 use super::authz::{Authz, Policy};
 use super::ca::{Bundle, Svid};
@@ -213,14 +214,25 @@ pub async fn serve(opts: Options) -> io::Result<()> {
     };
     tracing::info!("mesh: node {} proxy: outbound {}, inbound {}, {} identities", opts.node, outbound.local_addr()?, inbound.local_addr()?, node.identities().len());
     if let Some(addr) = opts.metrics {
-        let n = node.clone();
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let n = n.clone();
-                async move { n.stats.render() }
-            }),
-        );
+        let (n, e) = (node.clone(), node.clone());
+        let name = opts.node.clone();
+        let app = axum::Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let n = n.clone();
+                    async move { n.stats.render() }
+                }),
+            )
+            .route(
+                "/v1/edges",
+                axum::routing::get(move || {
+                    let (e, name) = (e.clone(), name.clone());
+                    async move { axum::Json(status(&name, &e)) }
+                }),
+            )
+            .route("/", axum::routing::get(|| async { page(STATUS_HTML, "text/html; charset=utf-8") }))
+            .route("/status.js", axum::routing::get(|| async { page(STATUS_JS, "text/javascript; charset=utf-8") }));
         let l = tokio::net::TcpListener::bind(addr).await?;
         tokio::spawn(async move { axum::serve(l, app).await });
     }
@@ -264,3 +276,66 @@ pub async fn serve(opts: Options) -> io::Result<()> {
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }
+
+/// The node proxy's status: its node, the identities it holds, the edges it carried.
+fn status(node: &str, n: &Node) -> serde_json::Value {
+    let ids: Vec<serde_json::Value> = n.identities().into_iter().map(|(id, serial)| serde_json::json!({"identity": id.to_string(), "serial": serial})).collect();
+    serde_json::json!({
+        "node": node,
+        "identities": ids,
+        "handshakes": n.stats.handshakes.load(std::sync::atomic::Ordering::Relaxed),
+        "handshake_failures": n.stats.handshake_failures.load(std::sync::atomic::Ordering::Relaxed),
+        "edges": n.stats.edges(),
+    })
+}
+
+/// A static part of the status page, with headers that keep it to this origin.
+fn page(body: &'static str, kind: &'static str) -> axum::response::Response {
+    use axum::http::header;
+    axum::response::IntoResponse::into_response((
+        [(header::CONTENT_TYPE, kind), (header::CONTENT_SECURITY_POLICY, "default-src 'self'"), (header::CACHE_CONTROL, "no-store")],
+        body,
+    ))
+}
+
+const STATUS_HTML: &str = r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>vectorlb mesh</title></head>
+<body>
+<h1>vectorlb mesh: <span id="node"></span></h1>
+<p id="summary"></p>
+<h2>Edges</h2>
+<table id="edges" border="1" cellpadding="4">
+<thead><tr><th>direction</th><th>source</th><th>destination</th><th>connections</th><th>bytes sent</th><th>bytes received</th><th>denied</th><th>failed</th></tr></thead>
+<tbody></tbody></table>
+<h2>Identities held</h2>
+<ul id="ids"></ul>
+<script src="/status.js"></script>
+</body></html>
+"#;
+
+const STATUS_JS: &str = r#"'use strict';
+// The node proxy's edges, from /v1/edges every two seconds; text only (no markup from data).
+function cell(row, text) { const td = document.createElement('td'); td.textContent = String(text); row.appendChild(td); }
+async function refresh() {
+  try {
+    const r = await fetch('/v1/edges', { cache: 'no-store' });
+    const s = await r.json();
+    document.getElementById('node').textContent = s.node;
+    document.getElementById('summary').textContent = `${s.handshakes} handshakes, ${s.handshake_failures} failed; ${s.edges.length} edges`;
+    const body = document.querySelector('#edges tbody');
+    body.replaceChildren();
+    for (const e of s.edges) {
+      const row = document.createElement('tr');
+      for (const v of [e.direction, e.source, e.destination, e.streams, e.sent_bytes, e.received_bytes, e.denied, e.failed]) cell(row, v);
+      body.appendChild(row);
+    }
+    const ids = document.getElementById('ids');
+    ids.replaceChildren();
+    for (const i of s.identities) { const li = document.createElement('li'); li.textContent = `${i.identity} (serial ${i.serial})`; ids.appendChild(li); }
+  } catch (err) {
+    document.getElementById('summary').textContent = `cannot read /v1/edges: ${err}`;
+  }
+}
+refresh();
+setInterval(refresh, 2000);
+"#;
