@@ -56,13 +56,14 @@ k8s-bins:
 # vectorlb's image run by a real kubelet (containerd, runc) behind a LoadBalancer Service; then
 # two real nodes whose pod network and Services are vectorlb's alone (no kube-proxy): a
 # NodePort answered from the other node, externalTrafficPolicy Local, dual stack, a Service
-# without endpoints refusing, client affinity. Ends with KUBERNETES OK (root; ~5 min once
-# built, ~6 more to build the e2e images once).
+# without endpoints refusing, client affinity; then the mesh run from Kubernetes objects on
+# those two nodes (its authority, node agents and proxies; denials; rotation under load).
+# Ends with KUBERNETES OK (root; ~8 min once built, ~6 more to build the e2e images once).
 demo-kubernetes: build k8s-bins
 	@bash scripts/gateway-crds.sh >/dev/null
 	@bash scripts/k8s-e2e.sh >/dev/null
 	@$(CARGO) test --release -q -p vectorlb-testkit --test kubernetes -- services_endpoints gateway_api a_real_kubelet --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0
-	@$(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance services_on_two_nodes -- --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
+	@$(CARGO) test --release -q -p vectorlb-testkit --test k8s_conformance -- services_on_two_nodes a_mesh_run_from_kubernetes_objects --nocapture 2>&1 | grep -E '^(==|\{|test result)'; test $${PIPESTATUS[0]} -eq 0 && echo "KUBERNETES OK"
 
 # The Gateway API conformance suite (its Go module; GATEWAY-HTTP and GATEWAY-GRPC) against the
 # GatewayClass `vectorlb`, its echo servers in Pods run by a real kubelet: passed, failed and
