@@ -877,6 +877,15 @@ def mesh_section():
             load = f"fixed, {r['rate']:,}/s" if r["load"] == "fixed" else f"saturation, {r['concurrency']} at once"
             w(f"| {r['system']} | {load} | **{r['rps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['errors']} | {r['round']} |")
         w("")
+    if by.get("mesh_keepalive"):
+        w("Keep-alive HTTP/1.1 (8 connections each carrying request after request, `vectorlb-tools http-load`; open loop at the fixed load, closed loop at saturation):")
+        w("")
+        w("| system | load | requests/s | p50 ms | p99 ms | errors | round |")
+        w("|---|---|---|---|---|---|---|")
+        for r in by["mesh_keepalive"]:
+            load = f"fixed, {r['rate']:,}/s" if r["load"] == "fixed" else f"saturation, {r['connections']} connections"
+            w(f"| {r['system']} | {load} | **{r['rps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['errors']} | {r['round']} |")
+        w("")
     if by.get("mesh_handshakes"):
         w("| full handshakes (a new mutual-TLS connection per request) | handshakes/s | CPU s of the proxies | handshakes per CPU second |")
         w("|---|---|---|---|")
@@ -887,7 +896,9 @@ def mesh_section():
         w(f"- **Summary** ({r['rounds']} rounds; AVX-512 IFMA {'present' if r['avx512ifma'] else 'absent'}): rps_vs_no_mesh **{r['rps_vs_no_mesh']}** (goal at least 0.9), "
           f"p99_vs_no_mesh **{r['p99_vs_no_mesh']}** at the fixed load (goal at most 1.2; at saturation {r['p99_saturation_vs_no_mesh']}), "
           f"rps_vs_sidecars **{r['rps_vs_sidecars']}** (goal at least 1.5), p99_vs_sidecars {r['p99_vs_sidecars']}, "
-          f"handshakes_vs_sidecars **{r['handshakes_vs_sidecars']}** (goal at least 2 with AVX-512 IFMA).")
+          f"handshakes_vs_sidecars **{r['handshakes_vs_sidecars']}** (goal at least 2 with AVX-512 IFMA)."
+          + (f" Keep-alive: rps_vs_no_mesh **{r['keepalive_rps_vs_no_mesh']}**, p99_vs_no_mesh **{r['keepalive_p99_vs_no_mesh']}** at {r['keepalive_fixed_rate']:,}/s, "
+             f"rps_vs_sidecars **{r['keepalive_rps_vs_sidecars']}**, p99_vs_sidecars {r['keepalive_p99_vs_sidecars']}." if "keepalive_rps_vs_no_mesh" in r else ""))
     w("")
     for line in note("mesh"):
         w(line)

@@ -2552,14 +2552,17 @@ fn start_sidecars(m: &mut MeshNodes) {
     let global = "global\n  maxconn 4000\n  nbthread 1\n  ssl-default-bind-options ssl-min-ver TLSv1.3\n  ssl-default-server-options ssl-min-ver TLSv1.3\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n";
     let client = format!(
         "{global}frontend pooled\n  bind 127.0.0.1:15001\n  default_backend db\nfrontend each\n  bind 127.0.0.1:15002\n  default_backend db_each\n\
+         frontend kept\n  bind 127.0.0.1:15003\n  default_backend db_kept\n\
          backend db\n  http-reuse always\n  server db {db}:15443 ssl crt {w} ca-file {ca} verify required\n\
-         backend db_each\n  http-reuse never\n  option httpclose\n  server db {db}:15443 ssl crt {w} ca-file {ca} verify required no-ssl-reuse\n",
+         backend db_each\n  http-reuse never\n  option httpclose\n  server db {db}:15443 ssl crt {w} ca-file {ca} verify required no-ssl-reuse\n\
+         backend db_kept\n  http-reuse always\n  server db {db}:15444 ssl crt {w} ca-file {ca} verify required\n",
         db = m.db,
         w = web_pem.display(),
         ca = ca.display()
     );
     let server = format!(
-        "{global}frontend tls\n  bind :15443 ssl crt {d} ca-file {ca} verify required\n  default_backend app\nbackend app\n  server app 127.0.0.1:8080\n",
+        "{global}frontend tls\n  bind :15443 ssl crt {d} ca-file {ca} verify required\n  default_backend app\nbackend app\n  server app 127.0.0.1:8080\n\
+         frontend tls_kept\n  bind :15444 ssl crt {d} ca-file {ca} verify required\n  default_backend app_kept\nbackend app_kept\n  http-reuse always\n  server app 127.0.0.1:8081\n",
         d = db_pem.display(),
         ca = ca.display()
     );
@@ -2652,6 +2655,57 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
             }
         }
     }
+    // Keep-alive HTTP/1.1, the usual client (a pool of connections, each carrying request after
+    // request): db's keep-alive server on 8081, `vectorlb-tools http-load` from web (open loop
+    // at the fixed load, closed loop at saturation, 8 connections); the sidecars keep their
+    // connections too (web's HAProxy 127.0.0.1:15003 to db's 15444, on to 8081).
+    let db_pod = format!("{}-pod1", m.b.t.p);
+    let ka_server = Command::new("ip")
+        .args(["netns", "exec", &db_pod, tools(), "probe", "serve-http", "--listen", "[::]:8081", "--name", "pod1", "--keep-alive"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    m.b.t.children.push(ka_server);
+    let ka_direct = format!("{}:8081", m.db);
+    let ka_load = |target: &str, rate: u32| -> Value {
+        let rate = rate.to_string();
+        let o =
+            m.a.in_pod(1, &[tools(), "http-load", "--target", target, "--request", "get=/:1", "--rate", &rate, "--seconds", "6", "--warmup", "1", "--connections", "8", "--json"]);
+        let out = stdout(&o);
+        let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("http-load {target}: {out}{}", String::from_utf8_lossy(&o.stderr)));
+        serde_json::from_str(line).unwrap()
+    };
+    wait_for_ok(|| (ka_load(&ka_direct, 100)["errors"] == 0, (), ()));
+    let ka_sat = ka_load(&ka_direct, 0)["achieved_rps"].as_f64().unwrap_or(0.0);
+    let ka_fixed = ((ka_sat / 10.0).max(100.0)) as u32;
+    let mut ka_results: std::collections::BTreeMap<(&str, &str), Vec<Value>> = Default::default();
+    for round in 0..rounds {
+        for system in [NONE, MESH, SIDECARS] {
+            let target = if system == SIDECARS { "127.0.0.1:15003".to_string() } else { ka_direct.clone() };
+            for n in [&m.a, &m.b] {
+                if system == MESH {
+                    mesh_on(n, &members);
+                } else {
+                    let (code, _) = n.t.call("DELETE", "/v1/mesh", None);
+                    assert_eq!(code, 200);
+                }
+            }
+            for (load, rate) in [("fixed", ka_fixed), ("saturation", 0)] {
+                let r = ka_load(&target, rate);
+                let t = &r["total"];
+                let line = json!({"bench": "mesh_keepalive", "system": system, "load": load, "rate": if rate > 0 { json!(rate) } else { Value::Null }, "connections": 8, "round": round,
+                    "rps": r["achieved_rps"], "p50_ms": t["p50_us"].as_f64().map(|u| r3(u / 1000.0)), "p99_ms": t["p99_us"].as_f64().map(|u| r3(u / 1000.0)),
+                    "errors": r["errors"], "non_2xx": r["non_2xx"], "cpu": cpu});
+                println!("{line}");
+                assert!(
+                    r["errors"].as_f64().unwrap_or(1.0) + r["non_2xx"].as_f64().unwrap_or(1.0) <= r["total"]["requests"].as_f64().unwrap_or(0.0) / 1000.0,
+                    "{system} keep-alive {load}: {r}"
+                );
+                ka_results.entry((system, load)).or_default().push(line);
+            }
+        }
+    }
     // Full handshakes: a new tunnel per connection (the proxies restarted with --no-pool),
     // against the sidecar's new mutual-TLS connection per request. Handshakes per CPU second of
     // the proxies (both nodes) or the sidecars (both pods).
@@ -2687,6 +2741,7 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
         handshakes.insert(system, n / cpu_s.max(0.01));
     }
     let med = |system: &str, load: &str, key: &str| median(results[&(system, load)].iter().map(|l| l[key].as_f64().unwrap()).collect());
+    let ka_med = |system: &str, load: &str, key: &str| median(ka_results[&(system, load)].iter().map(|l| l[key].as_f64().unwrap_or(0.0)).collect());
     let summary = json!({"bench": "mesh_summary", "cpu": cpu, "avx512ifma": ifma, "rounds": rounds, "fixed_rate": fixed_rate,
         "rps_vs_no_mesh": r3(med(MESH, "saturation", "rps") / med(NONE, "saturation", "rps")),
         "p99_vs_no_mesh": r3(med(MESH, "fixed", "p99_ms") / med(NONE, "fixed", "p99_ms")),
@@ -2694,6 +2749,11 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
         "rps_vs_sidecars": r3(med(MESH, "saturation", "rps") / med(SIDECARS, "saturation", "rps")),
         "p99_vs_sidecars": r3(med(MESH, "fixed", "p99_ms") / med(SIDECARS, "fixed", "p99_ms")),
         "handshakes_vs_sidecars": r3(handshakes[MESH] / handshakes[SIDECARS]),
+        "keepalive_fixed_rate": ka_fixed,
+        "keepalive_rps_vs_no_mesh": r3(ka_med(MESH, "saturation", "rps") / ka_med(NONE, "saturation", "rps")),
+        "keepalive_p99_vs_no_mesh": r3(ka_med(MESH, "fixed", "p99_ms") / ka_med(NONE, "fixed", "p99_ms")),
+        "keepalive_rps_vs_sidecars": r3(ka_med(MESH, "saturation", "rps") / ka_med(SIDECARS, "saturation", "rps")),
+        "keepalive_p99_vs_sidecars": r3(ka_med(MESH, "fixed", "p99_ms") / ka_med(SIDECARS, "fixed", "p99_ms")),
         "goals": {"rps_vs_no_mesh": ">= 0.9", "p99_vs_no_mesh": "<= 1.2", "rps_vs_sidecars": ">= 1.5", "handshakes_vs_sidecars": ">= 2 (AVX-512 IFMA)"}});
     println!("{summary}");
 }

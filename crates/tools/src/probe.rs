@@ -50,6 +50,10 @@ pub enum ProbeCmd {
         listen: SocketAddr,
         #[arg(long)]
         name: String,
+        /// Keep HTTP/1.1 connections open for more requests (unless the client asks to
+        /// close); without it every answer closes its connection.
+        #[arg(long)]
+        keep_alive: bool,
     },
     /// UDP flows to a serve-udp service: spread, stickiness, loss, path MTU.
     Udp(UdpArgs),
@@ -201,7 +205,7 @@ pub fn run(cmd: &ProbeCmd) -> Result<(), ToolError> {
         ProbeCmd::Http(a) => http(a),
         ProbeCmd::ServeUdp { listen, name, full } => serve_udp(*listen, name, *full),
         ProbeCmd::ServeTcp { listen, name, idle_timeout_s } => serve_tcp(*listen, name, *idle_timeout_s),
-        ProbeCmd::ServeHttp { listen, name } => serve_http(*listen, name),
+        ProbeCmd::ServeHttp { listen, name, keep_alive } => serve_http(*listen, name, *keep_alive),
         ProbeCmd::Udp(a) => udp(a),
         ProbeCmd::Tcp(a) => tcp(a),
         ProbeCmd::Garbage(a) => garbage(a),
@@ -435,26 +439,45 @@ fn serve_tcp(listen: SocketAddr, name: &str, idle_timeout_s: u64) -> Result<(), 
     Ok(())
 }
 
-fn serve_http(listen: SocketAddr, name: &str) -> Result<(), ToolError> {
+fn serve_http(listen: SocketAddr, name: &str, keep_alive: bool) -> Result<(), ToolError> {
     let l = TcpListener::bind(listen).map_err(io(format!("--listen {listen}")))?;
     let body = Arc::new(format!("{name}\n"));
     for c in l.incoming() {
         let Ok(mut c) = c else { continue };
         // The client's address as this server sees it (`x-client`), for tests of who connects.
         let peer = c.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-        let answer = format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-client: {peer}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+        let answer = |keep: bool| {
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-client: {peer}\r\ncontent-length: {}\r\nconnection: {}\r\n\r\n{body}",
+                body.len(),
+                if keep { "keep-alive" } else { "close" }
+            )
+        };
+        let (close, keep) = (answer(false), answer(true));
         std::thread::spawn(move || {
             c.set_read_timeout(Some(Duration::from_secs(10))).ok();
-            let mut head = Vec::with_capacity(1024);
+            let _ = c.set_nodelay(true);
+            let mut pending: Vec<u8> = Vec::with_capacity(1024);
             let mut buf = [0u8; 4096];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match c.read(&mut buf) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) if head.len() + n > 16384 => return,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
+            loop {
+                // One request head (GETs: no body), possibly behind others already read.
+                let end = loop {
+                    if let Some(i) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) if pending.len() + n > 16384 => return,
+                        Ok(n) => pending.extend_from_slice(&buf[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&pending[..end]).to_ascii_lowercase();
+                pending.drain(..end);
+                let again = keep_alive && head.lines().next().is_some_and(|l| l.trim_end().ends_with("http/1.1")) && !head.contains("\r\nconnection: close");
+                if c.write_all(if again { keep.as_bytes() } else { close.as_bytes() }).is_err() || !again {
+                    return;
                 }
             }
-            let _ = c.write_all(answer.as_bytes());
         });
     }
     Ok(())
