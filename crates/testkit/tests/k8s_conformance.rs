@@ -706,6 +706,21 @@ fn serial(path: &Path) -> String {
     }
 }
 
+/// A node's mesh agent (`vectorlb kube mesh` with a `[node]` configuration) in its namespace,
+/// its log appended to `node.log` beside its configuration.
+fn spawn_agent(t: &Topo, cfg: &Path, kc: &Path) -> KillOnDrop {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(cfg.with_file_name("node.log")).unwrap();
+    KillOnDrop(
+        command_in(Some(&t.ns("lb")), Path::new(bin()))
+            .args(["kube", "mesh", "--config", cfg.to_str().unwrap(), "--kubeconfig", kc.to_str().unwrap()])
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// The mesh on the two-node cluster, run from Kubernetes objects (docs/mesh.md, "In
 /// Kubernetes"): the authority (`vectorlb kube mesh` with `[authority]`, as its service
 /// account, 60-s certificates), on each node an agent (`[node]`, with the node's own
@@ -715,6 +730,8 @@ struct MeshRun {
     /// Per node: the agent's directory (state.json, certs/) and the proxy's namespace.
     dirs: Vec<(PathBuf, String)>,
     agents: Vec<KillOnDrop>,
+    /// Per node: the agent's configuration and kubeconfig.
+    agent_args: Vec<(PathBuf, PathBuf)>,
     proxies: Vec<KillOnDrop>,
     authority: Option<KillOnDrop>,
     authority_kc: PathBuf,
@@ -736,7 +753,7 @@ impl MeshRun {
         ])
         .unwrap();
         let authority_kc = cp.add_user("mesh-authority", "/CN=system:serviceaccount:vectorlb-system:vectorlb-mesh-authority");
-        let (mut agents, mut dirs) = (Vec::new(), Vec::new());
+        let (mut agents, mut dirs, mut agent_args) = (Vec::new(), Vec::new(), Vec::new());
         for (t, k) in [(&c.ta, 1u8), (&c._tb, 2u8)] {
             // The node proxy's pod: a namespace on the pods port (10.244.k.5, below the
             // kubelet's range), attached as the plugin would.
@@ -762,23 +779,22 @@ impl MeshRun {
                 ),
             )
             .unwrap();
-            let log = std::fs::File::create(dir.join("node.log")).unwrap();
-            agents.push(KillOnDrop(
-                command_in(Some(&t.ns("lb")), Path::new(bin()))
-                    .args(["kube", "mesh", "--config", cfg.to_str().unwrap(), "--kubeconfig", kc.to_str().unwrap()])
-                    .env("RUST_LOG", "info")
-                    .stdout(log.try_clone().unwrap())
-                    .stderr(log)
-                    .spawn()
-                    .unwrap(),
-            ));
+            agents.push(spawn_agent(t, &cfg, &kc));
+            agent_args.push((cfg, kc));
             dirs.push((dir, pns));
         }
         let authority_cfg = c.ta.dir.join("mesh/authority.toml");
         std::fs::write(&authority_cfg, "[authority]\nmax_ttl_seconds = 60\n").unwrap();
-        let mut m = MeshRun { dirs, agents, proxies: Vec::new(), authority: None, authority_kc, authority_cfg };
+        let mut m = MeshRun { dirs, agents, agent_args, proxies: Vec::new(), authority: None, authority_kc, authority_cfg };
         m.restart_authority(c);
         m
+    }
+
+    /// Kills node `k`'s agent (SIGKILL; 0: node-1) and starts it again.
+    fn restart_agent(&mut self, c: &Cluster, k: usize) {
+        let t = if k == 0 { &c.ta } else { &c._tb };
+        let (cfg, kc) = self.agent_args[k].clone();
+        self.agents[k] = spawn_agent(t, &cfg, &kc);
     }
 
     /// Starts the authority (killing it with SIGKILL first when it runs).
@@ -844,8 +860,8 @@ impl Drop for MeshRun {
 /// node); web on node-1 reaches db on node-2 (directly and by its Service) through the
 /// tunnel, db seeing web's address; batch is refused by db's policy; a Pod outside the mesh
 /// is untouched; no nftables rule anywhere; certificates renewed under load (60 s lifetimes)
-/// fail no request, also across a `kill -9` of the authority; a Pod's removal takes its
-/// account's key off its node.
+/// fail no request, also across a `kill -9` of the authority; a node agent killed (-9) and
+/// started again goes on; a Pod's removal takes its account's key off its node.
 #[test]
 fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
     let _one = one_cluster();
@@ -1013,6 +1029,19 @@ fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
     assert!(load.0 && counts.len() == 2 && counts[1] == 0 && counts[0] == 500, "every request answered across the rotations: {}", load.1);
     assert!(before.0 != after.0 && before.1 != after.1, "both ends renewed under load: {before:?} -> {after:?}");
     assert_eq!(cp.get(&["-n", "vectorlb-system", "configmap", "vectorlb-mesh-trust"])["data"]["bundle.pem"], bundle, "the restarted authority is the same one");
+
+    // node-1's agent killed (-9) and started again: the certificates it wrote stay in use (web
+    // still reaches db) and it goes on renewing them.
+    let held = serial(&d1.join("shop.web.pem"));
+    mesh.restart_agent(&c, 0);
+    let (ok, out) = exec_in(cp, "shop", "web", &format!("curl -sS -m 3 http://{db}:8080/clientip"));
+    assert!(ok && out.starts_with(&format!("{web}:")), "after the agent's restart: {out}");
+    wait_until(Duration::from_secs(45), "the restarted agent renewing web's certificate", || {
+        let now = serial(&d1.join("shop.web.pem"));
+        !now.is_empty() && now != held
+    });
+    let (ok, out) = exec_in(cp, "shop", "web", &format!("curl -sS -m 3 http://{db}:8080/clientip"));
+    assert!(ok && out.starts_with(&format!("{web}:")), "with the restarted agent's certificate: {out}");
 
     // batch's Pod gone: its key leaves node-1, its address the proxies' state.
     let o = cp.kubectl(&["-n", "jobs", "delete", "pod", "batch", "--wait=true"]);
