@@ -127,7 +127,9 @@ pub struct AuthorityConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
-    /// This node's name (its Node object).
+    /// This node's name (its Node object); default: the environment's `NODE_NAME` (a
+    /// DaemonSet's Pod sets it from `spec.nodeName`).
+    #[serde(default)]
     pub name: String,
     /// The node proxy's state file (`vectorlb mesh --state`).
     pub state_file: PathBuf,
@@ -200,9 +202,19 @@ fn default_tunnel_port() -> u16 {
 impl MeshConfig {
     pub fn load(path: &Path) -> Result<MeshConfig, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let c: MeshConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut c: MeshConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        c.node_name_from(std::env::var("NODE_NAME").ok());
         c.check().map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(c)
+    }
+
+    /// `[node] name` from the environment's `NODE_NAME` when the file leaves it out.
+    pub fn node_name_from(&mut self, env: Option<String>) {
+        if let (Some(n), Some(e)) = (self.node.as_mut(), env) {
+            if n.name.is_empty() {
+                n.name = e.trim().to_string();
+            }
+        }
     }
 
     pub fn check(&self) -> Result<(), String> {
@@ -228,7 +240,7 @@ impl MeshConfig {
         }
         if let Some(n) = &self.node {
             if n.name.is_empty() {
-                return Err("node.name is empty".into());
+                return Err("node.name is empty (and no NODE_NAME in the environment)".into());
             }
             let ttl = Duration::from_secs(n.ttl_seconds.into());
             if ttl < MIN_REQUEST_TTL || ttl > ca::MAX_TTL {
@@ -903,6 +915,13 @@ mod tests {
             assert!(e.contains(want), "{text:?}: {e}");
         }
         assert!(toml::from_str::<MeshConfig>("[authority]\nsecrett = \"x\"\n").is_err(), "unknown fields are refused");
+        let mut c: MeshConfig = toml::from_str("[node]\nstate_file = \"/s\"\ncerts_dir = \"/c\"\n").unwrap();
+        assert!(c.check().unwrap_err().contains("NODE_NAME"));
+        c.node_name_from(Some("node-7".into()));
+        assert_eq!(c.node.as_ref().unwrap().name, "node-7");
+        c.check().unwrap();
+        c.node_name_from(Some("other".into()));
+        assert_eq!(c.node.as_ref().unwrap().name, "node-7", "the file's name wins");
     }
 
     #[test]

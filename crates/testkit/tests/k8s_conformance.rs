@@ -871,6 +871,10 @@ fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
     let mut mesh = MeshRun::start(&c);
     let tb = &c._tb;
     let dirs = mesh.dirs.clone();
+    // The deployment's manifest as kube-apiserver validates it (its Pods are not run here: the
+    // agents and the authority above are the same program with the same configuration).
+    let o = cp.kubectl(&["apply", "--dry-run=server", "-f", repo().join("deploy/kubernetes/mesh.yaml").to_str().unwrap()]);
+    assert!(o.status.success(), "deploy/kubernetes/mesh.yaml: {}", String::from_utf8_lossy(&o.stderr));
     let agnhost = std::fs::read_to_string(suite_dir.join("images.txt")).unwrap().lines().find(|l| l.contains("/agnhost:")).unwrap().to_string();
     let mesh_label = json!({"vectorlb.io/mesh": "enabled"});
     let pod = |name: &str, ns: &str, sa: &str, node: &str, args: Value| {
