@@ -784,7 +784,7 @@ impl MeshRun {
             dirs.push((dir, pns));
         }
         let authority_cfg = c.ta.dir.join("mesh/authority.toml");
-        std::fs::write(&authority_cfg, "[authority]\nmax_ttl_seconds = 60\n").unwrap();
+        std::fs::write(&authority_cfg, "[authority]\nmax_ttl_seconds = 60\nnode_accounts = [\"system:serviceaccount:vectorlb-system:vectorlb-mesh-node\"]\n").unwrap();
         let mut m = MeshRun { dirs, agents, agent_args, proxies: Vec::new(), authority: None, authority_kc, authority_cfg };
         m.restart_authority(c);
         m
@@ -857,7 +857,8 @@ impl Drop for MeshRun {
 /// account, and steers the daemon; a node proxy per node (`vectorlb mesh`, in a pod namespace
 /// of its own on the pods port). Checked: each node holds certificates for its own Pods'
 /// accounts only, and the authority refuses a node asking for another's (and anyone not a
-/// node); web on node-1 reaches db on node-2 (directly and by its Service) through the
+/// node), and a Pod-bound service account token's node is what is authorized; web on node-1
+/// reaches db on node-2 (directly and by its Service) through the
 /// tunnel, db seeing web's address; batch is refused by db's policy; a Pod outside the mesh
 /// is untouched; no nftables rule anywhere; certificates renewed under load (60 s lifetimes)
 /// fail no request, also across a `kill -9` of the authority; a node agent killed (-9) and
@@ -1007,6 +1008,28 @@ fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
     let why = denied("admin-asks-for-web");
     assert!(why.contains("not a node"), "{why}");
     assert!(cp.get(&["csr", "node-1-asks-for-db"])["status"]["certificate"].is_null());
+    // A node agent as deploy/kubernetes/mesh.yaml runs it: a Pod of the service account
+    // vectorlb-mesh-node on node-1 asking with its own token, whose node kube-apiserver records
+    // in the request: signed for web (on node-1), denied for db (on node-2).
+    cp.apply(&[pod("agent", "vectorlb-system", "vectorlb-mesh-node", "node-1", json!(["pause"]))]).unwrap();
+    wait_until(Duration::from_secs(60), "the agent's Pod Running", || cp.get(&["-n", "vectorlb-system", "pod", "agent"])["status"]["phase"] == "Running");
+    for (name, identity) in [("token-asks-for-web", "shop/web"), ("token-asks-for-db", "shop/db")] {
+        let cmd = format!(
+            "curl -sk -o /dev/null -w '%{{http_code}}' -X POST -H \"Authorization: Bearer $(cat /var/run/secrets/kubernetes.io/serviceaccount/token)\" -H 'Content-Type: application/json' --data '{}' https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            ask(name, identity)
+        );
+        let (ok, out) = exec_in(cp, "vectorlb-system", "agent", &cmd);
+        assert!(ok && out.trim() == "201", "{name}: {out}");
+    }
+    let signed = wait_for(Duration::from_secs(20), "the authority signing for the Pod's node", || {
+        let r = cp.get(&["csr", "token-asks-for-web"]);
+        let has = r["status"]["certificate"].as_str().is_some_and(|c| !c.is_empty());
+        has.then_some(r)
+    });
+    assert_eq!(signed["spec"]["extra"]["authentication.kubernetes.io/node-name"][0], "node-1", "{signed}");
+    let why = denied("token-asks-for-db");
+    assert!(why.contains("node node-1 has no pod running as db"), "{why}");
+
     // A node cannot approve or sign for itself.
     let o = cp.kubectl_for("mesh-node-1").run(&["certificate", "approve", "node-1-asks-for-db"]);
     assert!(!o.status.success(), "a node approving: {}", stdout(&o));
@@ -1055,7 +1078,7 @@ fn a_mesh_run_from_kubernetes_objects_on_two_nodes() {
     assert!(state["workloads"].as_array().unwrap().iter().all(|w| w["namespace"] != "jobs"), "{state}");
     println!(
         "{}",
-        json!({"mesh_kubernetes": {"requests_under_rotation": counts[0], "failed": counts[1], "renewed": [before, after], "denied": ["other node's account", "not a node"], "nft_rules": 0}})
+        json!({"mesh_kubernetes": {"requests_under_rotation": counts[0], "failed": counts[1], "renewed": [before, after], "denied": ["other node's account", "not a node", "a node-1 Pod's token for db"], "signed_for_pod_token": "node-1", "nft_rules": 0}})
     );
     drop(mesh);
 }
