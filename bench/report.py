@@ -886,6 +886,15 @@ def mesh_section():
             load = f"fixed, {r['rate']:,}/s" if r["load"] == "fixed" else f"saturation, {r['connections']} connections"
             w(f"| {r['system']} | {load} | **{r['rps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['errors']} | {r['round']} |")
         w("")
+    if by.get("mesh_grpc"):
+        w("gRPC (unary calls on HTTP/2 to Istio's echo server, 8 connections, one call at a time on each, `h2load`; at a fixed rate and at saturation):")
+        w("")
+        w("| system | load | calls/s | p50 ms | p99 ms | errors | round |")
+        w("|---|---|---|---|---|---|---|")
+        for r in by["mesh_grpc"]:
+            load = f"fixed, {r['rate']:,}/s" if r["load"] == "fixed" else f"saturation, {r['connections']} connections"
+            w(f"| {r['system']} | {load} | **{r['rps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['errors']:.0f} | {r['round']} |")
+        w("")
     if by.get("mesh_handshakes"):
         w("| full handshakes (a new mutual-TLS connection per request) | handshakes/s | CPU s of the proxies | handshakes per CPU second |")
         w("|---|---|---|---|")
@@ -898,7 +907,9 @@ def mesh_section():
           f"rps_vs_sidecars **{r['rps_vs_sidecars']}** (goal at least 1.5), p99_vs_sidecars {r['p99_vs_sidecars']}, "
           f"handshakes_vs_sidecars **{r['handshakes_vs_sidecars']}** (goal at least 2 with AVX-512 IFMA)."
           + (f" Keep-alive: rps_vs_no_mesh **{r['keepalive_rps_vs_no_mesh']}**, p99_vs_no_mesh **{r['keepalive_p99_vs_no_mesh']}** at {r['keepalive_fixed_rate']:,}/s, "
-             f"rps_vs_sidecars **{r['keepalive_rps_vs_sidecars']}**, p99_vs_sidecars {r['keepalive_p99_vs_sidecars']}." if "keepalive_rps_vs_no_mesh" in r else ""))
+             f"rps_vs_sidecars **{r['keepalive_rps_vs_sidecars']}**, p99_vs_sidecars {r['keepalive_p99_vs_sidecars']}." if "keepalive_rps_vs_no_mesh" in r else "")
+          + (f" gRPC: rps_vs_no_mesh **{r['grpc_rps_vs_no_mesh']}**, p99_vs_no_mesh **{r['grpc_p99_vs_no_mesh']}** at {r['grpc_fixed_rate']:,}/s, "
+             f"rps_vs_sidecars **{r['grpc_rps_vs_sidecars']}**, p99_vs_sidecars {r['grpc_p99_vs_sidecars']}." if "grpc_rps_vs_no_mesh" in r else ""))
     w("")
     for line in note("mesh"):
         w(line)

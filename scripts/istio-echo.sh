@@ -7,6 +7,7 @@
 # like scripts/gateway-conformance.sh. Prints the directory holding
 #   echo-advanced.tar   the image (ctr -n k8s.io images import)
 #   echo-advanced.ref   its name
+#   echo-server         the server alone (a gRPC and HTTP server for benchmarks)
 #   scripts/istio-echo.sh [--check]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ cache=${VECTORLB_K8S_CACHE:-/var/cache/vectorlb/k8s}
 mod=tools/istio-echo
 key=$(cat $mod/go.mod $mod/go.sum $mod/tools.go tools/gateway-api/go.mod deploy/kubernetes/image/oci.sh "$0" | sha256sum | cut -c1-16)
 dir=$cache/istio-echo-$key
-if [ -s "$dir/echo-advanced.tar" ] && [ -s "$dir/echo-advanced.ref" ]; then
+if [ -s "$dir/echo-advanced.tar" ] && [ -s "$dir/echo-advanced.ref" ] && [ -x "$dir/echo-server" ]; then
     echo "$dir"
     exit 0
 fi
@@ -45,6 +46,7 @@ chmod 0644 "$tmp/rootfs/cert.key"
 chmod 1777 "$tmp/rootfs/tmp"
 find "$tmp/rootfs" -exec touch -h -d @0 {} +
 bash deploy/kubernetes/image/oci.sh "$tmp/rootfs" "$tmp/echo-advanced.tar" "$ref" '["/usr/local/bin/server"]'
+cp "$tmp/rootfs/usr/local/bin/server" "$tmp/echo-server"
 rm -rf "$tmp/.gocache" "$tmp/rootfs"
 mkdir -p "$cache"
 rm -rf "$dir"

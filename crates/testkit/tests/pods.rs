@@ -2555,14 +2555,17 @@ fn start_sidecars(m: &mut MeshNodes) {
          frontend kept\n  bind 127.0.0.1:15003\n  default_backend db_kept\n\
          backend db\n  http-reuse always\n  server db {db}:15443 ssl crt {w} ca-file {ca} verify required\n\
          backend db_each\n  http-reuse never\n  option httpclose\n  server db {db}:15443 ssl crt {w} ca-file {ca} verify required no-ssl-reuse\n\
-         backend db_kept\n  http-reuse always\n  server db {db}:15444 ssl crt {w} ca-file {ca} verify required\n",
+         backend db_kept\n  http-reuse always\n  server db {db}:15444 ssl crt {w} ca-file {ca} verify required\n\
+         frontend grpc\n  bind 127.0.0.1:15004 proto h2\n  default_backend db_grpc\n\
+         backend db_grpc\n  http-reuse always\n  server db {db}:15445 ssl crt {w} ca-file {ca} verify required alpn h2\n",
         db = m.db,
         w = web_pem.display(),
         ca = ca.display()
     );
     let server = format!(
         "{global}frontend tls\n  bind :15443 ssl crt {d} ca-file {ca} verify required\n  default_backend app\nbackend app\n  server app 127.0.0.1:8080\n\
-         frontend tls_kept\n  bind :15444 ssl crt {d} ca-file {ca} verify required\n  default_backend app_kept\nbackend app_kept\n  http-reuse always\n  server app 127.0.0.1:8081\n",
+         frontend tls_kept\n  bind :15444 ssl crt {d} ca-file {ca} verify required\n  default_backend app_kept\nbackend app_kept\n  http-reuse always\n  server app 127.0.0.1:8081\n\
+         frontend tls_grpc\n  bind :15445 ssl crt {d} ca-file {ca} verify required alpn h2\n  default_backend app_grpc\nbackend app_grpc\n  server app 127.0.0.1:7070 proto h2\n",
         d = db_pem.display(),
         ca = ca.display()
     );
@@ -2706,6 +2709,84 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
             }
         }
     }
+    // gRPC (unary calls on HTTP/2, 8 connections, one call at a time on each): Istio's echo
+    // server in db's pod (scripts/istio-echo.sh), h2load from web with an empty EchoRequest,
+    // latencies from its per-request log; the sidecars speak HTTP/2 on both sides (HAProxy's
+    // 127.0.0.1:15004 to db's 15445, on to 7070).
+    let echo_dir = {
+        let o = Command::new("bash").arg(repo().join("scripts/istio-echo.sh")).stderr(Stdio::inherit()).output().unwrap();
+        assert!(o.status.success(), "scripts/istio-echo.sh failed");
+        PathBuf::from(stdout(&o).trim())
+    };
+    let grpc_server = Command::new("ip")
+        .args(["netns", "exec", &db_pod])
+        .arg(echo_dir.join("echo-server"))
+        .args(["--grpc", "7070", "--port", "18090"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    m.b.t.children.push(grpc_server);
+    let body = m.a.t.dir.join("grpc-empty.bin");
+    std::fs::write(&body, [0u8; 5]).unwrap();
+    let grpc_log = m.a.t.dir.join("h2load.log");
+    let grpc_load = |target: &str, rate: u32| -> Value {
+        let _ = std::fs::remove_file(&grpc_log);
+        let url = format!("http://{target}/proto.EchoTestService/Echo");
+        let (b, l) = (body.to_str().unwrap().to_string(), format!("--log-file={}", grpc_log.display()));
+        let mut args = vec!["h2load", "-D", "6", "--warm-up-time=1", "-c", "8", "-m", "1", "-d", &b, "-H", "content-type: application/grpc", "-H", "te: trailers", &l];
+        let per_client = (rate as f64 / 8.0).max(1.0).to_string();
+        if rate > 0 {
+            args.extend(["--rps", &per_client]);
+        }
+        args.push(&url);
+        let o = m.a.in_pod(1, &args);
+        let out = stdout(&o);
+        let field = |line: &str, key: &str| -> f64 {
+            out.lines()
+                .find(|l| l.starts_with(line))
+                .and_then(|l| l.split(',').find(|p| p.contains(key)))
+                .and_then(|p| p.split_whitespace().find_map(|w| w.parse::<f64>().ok()))
+                .unwrap_or(0.0)
+        };
+        let rps = out
+            .lines()
+            .find(|l| l.starts_with("finished in"))
+            .and_then(|l| l.split(',').nth(1))
+            .and_then(|p| p.split_whitespace().next())
+            .and_then(|x| x.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let (ok2xx, failed, errored) = (field("status codes:", "2xx"), field("requests:", "failed"), field("requests:", "errored"));
+        let mut lat: Vec<f64> = std::fs::read_to_string(&grpc_log).unwrap_or_default().lines().filter_map(|l| l.split('\t').nth(2)?.parse::<f64>().ok()).collect();
+        lat.sort_by(|a, b| a.total_cmp(b));
+        let pct = |p: f64| if lat.is_empty() { 0.0 } else { lat[((lat.len() - 1) as f64 * p).round() as usize] / 1000.0 };
+        json!({"rps": rps.round(), "ok": ok2xx, "errors": failed + errored, "p50_ms": r3(pct(0.5)), "p99_ms": r3(pct(0.99)), "calls": lat.len()})
+    };
+    let db_grpc = format!("{}:7070", m.db);
+    wait_for_ok(|| (grpc_load(&db_grpc, 100)["ok"].as_f64() > Some(0.0), (), ()));
+    let grpc_fixed = ((grpc_load(&db_grpc, 0)["rps"].as_f64().unwrap_or(0.0) / 10.0).max(100.0)) as u32;
+    let mut grpc_results: std::collections::BTreeMap<(&str, &str), Vec<Value>> = Default::default();
+    for round in 0..rounds {
+        for system in [NONE, MESH, SIDECARS] {
+            let target = if system == SIDECARS { "127.0.0.1:15004".to_string() } else { db_grpc.clone() };
+            for n in [&m.a, &m.b] {
+                if system == MESH {
+                    mesh_on(n, &members);
+                } else {
+                    let (code, _) = n.t.call("DELETE", "/v1/mesh", None);
+                    assert_eq!(code, 200);
+                }
+            }
+            for (load, rate) in [("fixed", grpc_fixed), ("saturation", 0)] {
+                let r = grpc_load(&target, rate);
+                let line = json!({"bench": "mesh_grpc", "system": system, "load": load, "rate": if rate > 0 { json!(rate) } else { Value::Null }, "connections": 8, "round": round,
+                    "rps": r["rps"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "errors": r["errors"], "cpu": cpu});
+                println!("{line}");
+                assert!(r["ok"].as_f64() > Some(0.0) && r["errors"].as_f64().unwrap_or(1.0) <= r["ok"].as_f64().unwrap_or(0.0) / 1000.0, "{system} gRPC {load}: {r}");
+                grpc_results.entry((system, load)).or_default().push(line);
+            }
+        }
+    }
     // Full handshakes: a new tunnel per connection (the proxies restarted with --no-pool),
     // against the sidecar's new mutual-TLS connection per request. Handshakes per CPU second of
     // the proxies (both nodes) or the sidecars (both pods).
@@ -2742,6 +2823,7 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
     }
     let med = |system: &str, load: &str, key: &str| median(results[&(system, load)].iter().map(|l| l[key].as_f64().unwrap()).collect());
     let ka_med = |system: &str, load: &str, key: &str| median(ka_results[&(system, load)].iter().map(|l| l[key].as_f64().unwrap_or(0.0)).collect());
+    let grpc_med = |system: &str, load: &str, key: &str| median(grpc_results[&(system, load)].iter().map(|l| l[key].as_f64().unwrap_or(0.0)).collect());
     let summary = json!({"bench": "mesh_summary", "cpu": cpu, "avx512ifma": ifma, "rounds": rounds, "fixed_rate": fixed_rate,
         "rps_vs_no_mesh": r3(med(MESH, "saturation", "rps") / med(NONE, "saturation", "rps")),
         "p99_vs_no_mesh": r3(med(MESH, "fixed", "p99_ms") / med(NONE, "fixed", "p99_ms")),
@@ -2754,6 +2836,11 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
         "keepalive_p99_vs_no_mesh": r3(ka_med(MESH, "fixed", "p99_ms") / ka_med(NONE, "fixed", "p99_ms")),
         "keepalive_rps_vs_sidecars": r3(ka_med(MESH, "saturation", "rps") / ka_med(SIDECARS, "saturation", "rps")),
         "keepalive_p99_vs_sidecars": r3(ka_med(MESH, "fixed", "p99_ms") / ka_med(SIDECARS, "fixed", "p99_ms")),
+        "grpc_fixed_rate": grpc_fixed,
+        "grpc_rps_vs_no_mesh": r3(grpc_med(MESH, "saturation", "rps") / grpc_med(NONE, "saturation", "rps")),
+        "grpc_p99_vs_no_mesh": r3(grpc_med(MESH, "fixed", "p99_ms") / grpc_med(NONE, "fixed", "p99_ms")),
+        "grpc_rps_vs_sidecars": r3(grpc_med(MESH, "saturation", "rps") / grpc_med(SIDECARS, "saturation", "rps")),
+        "grpc_p99_vs_sidecars": r3(grpc_med(MESH, "fixed", "p99_ms") / grpc_med(SIDECARS, "fixed", "p99_ms")),
         "goals": {"rps_vs_no_mesh": ">= 0.9", "p99_vs_no_mesh": "<= 1.2", "rps_vs_sidecars": ">= 1.5", "handshakes_vs_sidecars": ">= 2 (AVX-512 IFMA)"}});
     println!("{summary}");
 }
