@@ -135,7 +135,9 @@ bench-pods: build k8s-bins
 	@$(PY) bench/report.py --machine > bench/results/pods-machine.txt
 
 # The mesh (docs/mesh.md): pod to pod across two nodes with no mesh, vectorlb's node proxies and
-# HAProxy sidecars, at a fixed load and at saturation, and full handshakes per CPU second.
+# HAProxy sidecars, at a fixed load and at saturation (HTTP/1.1 with a connection per request
+# and with keep-alive, gRPC unary calls to Istio's echo server), and full handshakes per CPU
+# second; the summary line carries the ratios (root; ~12 min).
 bench-mesh: build
 	@bash scripts/setup.sh --bench >/dev/null
 	@bash scripts/cni-bins.sh >/dev/null
