@@ -683,6 +683,7 @@ fn routed_slices(s: &Service, mut slices: Vec<SliceIn>, routed: &BTreeMap<u16, u
         .spec
         .iter()
         .flat_map(|sp| sp.ports.iter().flatten())
+        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
         .filter_map(|p| routed.get(&u16::try_from(p.port).ok()?).map(|pp| (p.name.clone().unwrap_or_default(), *pp)))
         .collect();
     for sl in &mut slices {
@@ -763,6 +764,27 @@ mod tests {
         let (a, b) = (svc_in(&lb("tenant-a")), svc_in(&lb("tenant-b")));
         assert_eq!(a.sharing.as_deref(), Some("tenant-a/key"));
         assert_ne!(a.sharing, b.sharing, "a guessed key let another namespace's Service onto this address");
+    }
+
+    #[test]
+    fn routed_ports_go_to_the_route_proxies_and_the_others_to_the_endpoints() {
+        let s = svc(json!({"metadata": {"name": "echo", "namespace": "mesh"},
+            "spec": {"clusterIP": "10.96.0.20", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}, {"name": "tcp", "port": 9090, "protocol": "TCP"},
+                                                        {"name": "dns", "port": 80, "protocol": "UDP"}]}}));
+        let ep = |a: &str| EndpointIn { addrs: vec![a.parse().unwrap()], node: None, ready: true, serving: true, terminating: false };
+        let slices = vec![SliceIn {
+            address_type: "IPv4".into(),
+            ports: vec![("http".into(), "TCP".into(), 8080), ("tcp".into(), "TCP".into(), 9090), ("dns".into(), "UDP".into(), 53)],
+            endpoints: vec![ep("10.244.1.10"), ep("10.244.2.10")],
+        }];
+        let routed = BTreeMap::from([(80u16, 31000u16)]);
+        let proxies: Vec<IpAddr> = vec!["10.244.1.6".parse().unwrap()];
+        let out = routed_slices(&s, slices, &routed, &proxies);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0].ports.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(), ["tcp", "dns"], "the UDP port of the same number is not routed");
+        assert_eq!(out[1].ports, vec![("http".to_string(), "TCP".to_string(), 31000)]);
+        assert_eq!(out[1].endpoints.iter().map(|e| e.addrs[0].to_string()).collect::<Vec<_>>(), ["10.244.1.6"]);
+        assert_eq!(out[1].address_type, "IPv4", "no IPv6 slice without an IPv6 proxy");
     }
 
     #[test]
