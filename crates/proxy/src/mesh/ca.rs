@@ -207,7 +207,29 @@ impl Authority {
         if !req.verify(&key).unwrap_or(false) {
             return Err(bad("the request's signature does not verify with its own key"));
         }
+        strong_enough(&key)?;
         self.issue(id, &key, ttl, now)
+    }
+}
+
+/// Whether a requester's key is one a workload certificate may carry: ECDSA on P-256 or P-384
+/// (what workloads make; the tunnels' handshakes sign with them), or RSA of at least 2,048 bits.
+/// A weak key would make the identity forgeable.
+fn strong_enough<K: HasPublic>(key: &PKeyRef<K>) -> Result<(), CaError> {
+    use boring::nid::Nid;
+    use boring::pkey::Id;
+    match key.id() {
+        Id::EC => {
+            let curve = key.ec_key()?.group().curve_name();
+            if matches!(curve, Some(Nid::X9_62_PRIME256V1) | Some(Nid::SECP384R1)) {
+                Ok(())
+            } else {
+                Err(bad("the request's EC key is not on P-256 or P-384"))
+            }
+        }
+        Id::RSA if key.bits() >= 2048 => Ok(()),
+        Id::RSA => Err(bad(format!("the request's RSA key has {} bits, fewer than 2,048", key.bits()))),
+        _ => Err(bad("the request's key is neither ECDSA (P-256, P-384) nor RSA")),
     }
 }
 
@@ -398,6 +420,30 @@ mod tests {
 
     fn id(s: &str) -> SpiffeId {
         s.parse().unwrap()
+    }
+
+    /// A request (PEM) signed by a key made by OpenSSL's command line with these options.
+    fn openssl_request(newkey: &[&str]) -> String {
+        let o = std::process::Command::new("openssl").args(["req", "-new", "-nodes", "-subj", "/CN=x", "-keyout", "/dev/null"]).args(newkey).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    #[test]
+    fn weak_or_unusual_request_keys_are_refused() {
+        let ca = Authority::generate("cluster.local", Duration::from_secs(86_400)).unwrap();
+        let (who, now, ttl) = (id("spiffe://cluster.local/ns/shop/sa/web"), SystemTime::now(), Duration::from_secs(3600));
+        for (opts, ok) in [
+            (&["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"][..], true),
+            (&["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"][..], true),
+            (&["-newkey", "rsa:2048"][..], true),
+            (&["-newkey", "rsa:1024"][..], false),
+            (&["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp256k1"][..], false),
+            (&["-newkey", "ed25519"][..], false),
+        ] {
+            let r = ca.sign_request(&who, openssl_request(opts).as_bytes(), ttl, now);
+            assert_eq!(r.is_ok(), ok, "{opts:?}: {:?}", r.err());
+        }
     }
 
     #[test]
