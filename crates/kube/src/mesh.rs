@@ -752,19 +752,13 @@ async fn one_certificate(
             return Ok(());
         }
         if let Some(cert) = csr.status.as_ref().and_then(|s| s.certificate.as_ref()).filter(|c| !c.0.is_empty()) {
-            let chain = boring::x509::X509::stack_from_pem(&cert.0).map_err(|e| format!("request {}: the certificate: {e}", p.name))?;
-            let svid = Svid::new(p.key.clone(), chain).map_err(|e| format!("request {}: {e}", p.name))?;
-            bundle.verify(&svid.chain[0], &svid.chain[1..]).map_err(|e| format!("request {}: the certificate does not verify with the bundle: {e}", p.name))?;
-            if svid.id.namespace() != ns || svid.id.account() != sa {
-                return Err(format!("request {}: a certificate for {}, not {ns}/{sa}", p.name, svid.id));
-            }
-            let (kp, cp) = cert_paths(dir, ns, sa);
-            ca::write_private(&kp, &p.key.private_key_to_pem_pkcs8().map_err(|e| e.to_string())?).map_err(|e| format!("{}: {e}", kp.display()))?;
-            ca::write_private(&cp, &cert.0).map_err(|e| format!("{}: {e}", cp.display()))?;
-            tracing::info!(identity = %svid.id, serial = %svid.serial(), "mesh: certificate written");
-            let _ = api.delete(&p.name, &DeleteParams::default()).await;
+            // Taken or not, the request is done: a certificate that does not fit (not PEM, not
+            // for this key or identity, not the bundle's) is asked for again, not read forever.
+            let took = take_certificate(dir, bundle, ns, sa, &p.key, &cert.0);
+            let name = p.name.clone();
+            let _ = api.delete(&name, &DeleteParams::default()).await;
             pending.remove(&key);
-            return Ok(());
+            return took.map_err(|e| format!("request {name}: {e}"));
         }
         if p.since.elapsed() > REQUEST_PATIENCE {
             tracing::warn!(request = %p.name, "mesh: no answer from the authority; asking again");
@@ -802,6 +796,22 @@ async fn one_certificate(
     let name = made.metadata.name.unwrap_or_default();
     tracing::info!(identity = %id, request = %name, "mesh: certificate asked for");
     pending.insert(key, Pending { name, key: k, since: Instant::now() });
+    Ok(())
+}
+
+/// Writes an answered request's certificate (PEM chain) and its key for (ns, sa), once the
+/// certificate is for that key and identity and the bundle verifies it.
+fn take_certificate(dir: &Path, bundle: &Bundle, ns: &str, sa: &str, key: &boring::pkey::PKey<boring::pkey::Private>, pem: &[u8]) -> Result<(), String> {
+    let chain = boring::x509::X509::stack_from_pem(pem).map_err(|e| format!("the certificate: {e}"))?;
+    let svid = Svid::new(key.clone(), chain).map_err(|e| e.to_string())?;
+    bundle.verify(&svid.chain[0], &svid.chain[1..]).map_err(|e| format!("the certificate does not verify with the bundle: {e}"))?;
+    if svid.id.namespace() != ns || svid.id.account() != sa {
+        return Err(format!("a certificate for {}, not {ns}/{sa}", svid.id));
+    }
+    let (kp, cp) = cert_paths(dir, ns, sa);
+    ca::write_private(&kp, &key.private_key_to_pem_pkcs8().map_err(|e| e.to_string())?).map_err(|e| format!("{}: {e}", kp.display()))?;
+    ca::write_private(&cp, pem).map_err(|e| format!("{}: {e}", cp.display()))?;
+    tracing::info!(identity = %svid.id, serial = %svid.serial(), "mesh: certificate written");
     Ok(())
 }
 
@@ -1005,6 +1015,33 @@ mod tests {
         let mut other = csr("system:node:n1", Some("shop/web"), json!({}));
         other.spec.signer_name = "kubernetes.io/kube-apiserver-client".into();
         assert_eq!(decide(&other, &c, a, &place), Decision::Done, "another signer's requests are not ours");
+    }
+
+    #[test]
+    fn an_answer_is_written_only_when_it_fits_the_key_the_identity_and_the_bundle() {
+        let dir = std::env::temp_dir().join(format!("vectorlb-mesh-take-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let auth = Authority::generate("cluster.local", Duration::from_secs(3600)).unwrap();
+        let bundle = Bundle::new("cluster.local", vec![auth.certificate().clone()]).unwrap();
+        let key = ca::new_key().unwrap();
+        let web = SpiffeId::new("cluster.local", "shop", "web").unwrap();
+        let signed = |id: &SpiffeId, k: &boring::pkey::PKey<boring::pkey::Private>| auth.issue(id, k, Duration::from_secs(600), SystemTime::now()).unwrap().to_pem().unwrap();
+        let other_key = ca::new_key().unwrap();
+        let stranger = Authority::generate("cluster.local", Duration::from_secs(3600)).unwrap();
+        for (pem, why) in [
+            (b"not a certificate".to_vec(), "empty certificate chain"),
+            (signed(&web, &other_key), "does not belong"),
+            (signed(&SpiffeId::new("cluster.local", "shop", "db").unwrap(), &key), "not shop/web"),
+            (stranger.issue(&web, &key, Duration::from_secs(600), SystemTime::now()).unwrap().to_pem().unwrap(), "does not verify"),
+        ] {
+            let e = take_certificate(&dir, &bundle, "shop", "web", &key, &pem).unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
+            assert!(!dir.join("shop.web.key").exists() && !dir.join("shop.web.pem").exists());
+        }
+        take_certificate(&dir, &bundle, "shop", "web", &key, &signed(&web, &key)).unwrap();
+        assert!(still_good(&dir, "shop", "web", &bundle, SystemTime::now()));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

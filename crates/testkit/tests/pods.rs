@@ -2579,6 +2579,18 @@ fn start_sidecars(m: &mut MeshNodes) {
     }
 }
 
+/// Both nodes' daemons steering the meshed pods to their proxies (`on`), or not.
+fn mesh_switch(m: &MeshNodes, on: bool, members: &[&str]) {
+    for n in [&m.a, &m.b] {
+        if on {
+            mesh_on(n, members);
+        } else {
+            let (code, _) = n.t.call("DELETE", "/v1/mesh", None);
+            assert_eq!(code, 200);
+        }
+    }
+}
+
 /// One run of `probe http` from web (pod1 on node a): connections per request, `concurrency`
 /// at once, at most `rate` a second.
 fn mesh_load(m: &MeshNodes, url: &str, seconds: u32, concurrency: u32, rate: Option<u32>) -> Value {
@@ -2637,14 +2649,7 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
     for round in 0..rounds {
         for system in [NONE, MESH, SIDECARS] {
             let url = if system == SIDECARS { "http://127.0.0.1:15001/".to_string() } else { direct.clone() };
-            for n in [&m.a, &m.b] {
-                if system == MESH {
-                    mesh_on(n, &members);
-                } else {
-                    let (code, _) = n.t.call("DELETE", "/v1/mesh", None);
-                    assert_eq!(code, 200);
-                }
-            }
+            mesh_switch(&m, system == MESH, &members);
             for (load, conc, rate) in [("fixed", 8, Some(fixed_rate)), ("saturation", 16, None)] {
                 let r = mesh_load(&m, &url, seconds, conc, rate);
                 let rps = r["requests"].as_f64().unwrap() / r["seconds"].as_f64().unwrap_or(seconds as f64);
@@ -2686,14 +2691,7 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
     for round in 0..rounds {
         for system in [NONE, MESH, SIDECARS] {
             let target = if system == SIDECARS { "127.0.0.1:15003".to_string() } else { ka_direct.clone() };
-            for n in [&m.a, &m.b] {
-                if system == MESH {
-                    mesh_on(n, &members);
-                } else {
-                    let (code, _) = n.t.call("DELETE", "/v1/mesh", None);
-                    assert_eq!(code, 200);
-                }
-            }
+            mesh_switch(&m, system == MESH, &members);
             for (load, rate) in [("fixed", ka_fixed), ("saturation", 0)] {
                 let r = ka_load(&target, rate);
                 let t = &r["total"];
@@ -2769,14 +2767,7 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
     for round in 0..rounds {
         for system in [NONE, MESH, SIDECARS] {
             let target = if system == SIDECARS { "127.0.0.1:15004".to_string() } else { db_grpc.clone() };
-            for n in [&m.a, &m.b] {
-                if system == MESH {
-                    mesh_on(n, &members);
-                } else {
-                    let (code, _) = n.t.call("DELETE", "/v1/mesh", None);
-                    assert_eq!(code, 200);
-                }
-            }
+            mesh_switch(&m, system == MESH, &members);
             for (load, rate) in [("fixed", grpc_fixed), ("saturation", 0)] {
                 let r = grpc_load(&target, rate);
                 let line = json!({"bench": "mesh_grpc", "system": system, "load": load, "rate": if rate > 0 { json!(rate) } else { Value::Null }, "connections": 8, "round": round,
