@@ -870,31 +870,24 @@ def mesh_section():
     by = {}
     for r in rs:
         by.setdefault(r["bench"], []).append(r)
-    if by.get("mesh"):
-        w("| system | load | requests/s | p50 ms | p99 ms | errors | round |")
+    def load_table(kind, intro, unit, at_saturation):
+        """One table of a load: per system, load and round, the rate and latencies."""
+        if not by.get(kind):
+            return
+        if intro:
+            w(intro)
+            w("")
+        w(f"| system | load | {unit}/s | p50 ms | p99 ms | errors | round |")
         w("|---|---|---|---|---|---|---|")
-        for r in by["mesh"]:
-            load = f"fixed, {r['rate']:,}/s" if r["load"] == "fixed" else f"saturation, {r['concurrency']} at once"
-            w(f"| {r['system']} | {load} | **{r['rps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['errors']} | {r['round']} |")
-        w("")
-    if by.get("mesh_keepalive"):
-        w("Keep-alive HTTP/1.1 (8 connections each carrying request after request, `vectorlb-tools http-load`; open loop at the fixed load, closed loop at saturation):")
-        w("")
-        w("| system | load | requests/s | p50 ms | p99 ms | errors | round |")
-        w("|---|---|---|---|---|---|---|")
-        for r in by["mesh_keepalive"]:
-            load = f"fixed, {r['rate']:,}/s" if r["load"] == "fixed" else f"saturation, {r['connections']} connections"
-            w(f"| {r['system']} | {load} | **{r['rps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['errors']} | {r['round']} |")
-        w("")
-    if by.get("mesh_grpc"):
-        w("gRPC (unary calls on HTTP/2 to Istio's echo server, 8 connections, one call at a time on each, `h2load`; at a fixed rate and at saturation):")
-        w("")
-        w("| system | load | calls/s | p50 ms | p99 ms | errors | round |")
-        w("|---|---|---|---|---|---|---|")
-        for r in by["mesh_grpc"]:
-            load = f"fixed, {r['rate']:,}/s" if r["load"] == "fixed" else f"saturation, {r['connections']} connections"
+        for r in by[kind]:
+            load = f"fixed, {r['rate']:,}/s" if r["load"] == "fixed" else f"saturation, {at_saturation(r)}"
             w(f"| {r['system']} | {load} | **{r['rps']:,.0f}** | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['errors']:.0f} | {r['round']} |")
         w("")
+    load_table("mesh", None, "requests", lambda r: f"{r['concurrency']} at once")
+    load_table("mesh_keepalive", "Keep-alive HTTP/1.1 (8 connections each carrying request after request, `vectorlb-tools http-load`; open loop at the fixed load, closed loop at saturation):",
+               "requests", lambda r: f"{r['connections']} connections")
+    load_table("mesh_grpc", "gRPC (unary calls on HTTP/2 to Istio's echo server, 8 connections, one call at a time on each, `h2load`; at a fixed rate and at saturation):",
+               "calls", lambda r: f"{r['connections']} connections")
     if by.get("mesh_handshakes"):
         w("| full handshakes (a new mutual-TLS connection per request) | handshakes/s | CPU s of the proxies | handshakes per CPU second |")
         w("|---|---|---|---|")
