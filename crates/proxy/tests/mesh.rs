@@ -241,11 +241,22 @@ async fn without_pooling_each_connection_has_a_tunnel_and_a_full_handshake() {
     }
     assert_eq!(m.a.stats.tunnels_opened.load(Ordering::Relaxed), 3);
     assert_eq!(m.b.stats.handshakes.load(Ordering::Relaxed), 3);
+    // Each side checked the other's chain once; the two later handshakes found the same bytes
+    // already verified (each still proved its key).
+    for n in [&m.a, &m.b] {
+        assert_eq!((n.stats.chains_verified.load(Ordering::Relaxed), n.stats.chains_cached.load(Ordering::Relaxed)), (1, 2));
+    }
+    // New certificates (a rotation) start new caches: checked in full once more.
+    let bundle = Bundle::new(TD, vec![m.ca.certificate().clone()]).unwrap();
+    m.b.set_identities(issue(&m.ca, &m.placement, "node-b", &[id("shop", "db")], Duration::from_secs(3600)), bundle).unwrap();
+    call(&m, WEB, "z").await.unwrap();
+    assert_eq!(m.b.stats.chains_verified.load(Ordering::Relaxed), 2);
+    assert_eq!(m.a.stats.chains_verified.load(Ordering::Relaxed), 2, "db's new certificate is new bytes");
     m.a.set_pooling(true);
     for i in 0..3 {
         call(&m, WEB, &format!("y{i}")).await.unwrap();
     }
-    assert_eq!(m.a.stats.tunnels_opened.load(Ordering::Relaxed), 4);
+    assert_eq!(m.a.stats.tunnels_opened.load(Ordering::Relaxed), 5, "four unpooled, then one for three");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

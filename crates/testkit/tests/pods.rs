@@ -2789,29 +2789,34 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
         start_proxy(n, node, &certs, &["--cryptomb", "--no-pool", "--threads", &threads]);
     }
     let mesh_pattern = |n: &PodNet| format!("mesh --node .* --state {}", n.t.dir.join("mesh-state.json").display());
-    let mut handshakes = std::collections::BTreeMap::new();
-    for system in [MESH, SIDECARS] {
-        let (url, patterns) = if system == MESH {
-            (direct.clone(), vec![mesh_pattern(&m.a), mesh_pattern(&m.b)])
-        } else {
-            for n in [&m.a, &m.b] {
-                n.t.call("DELETE", "/v1/mesh", None);
-            }
-            (
-                "http://127.0.0.1:15002/".to_string(),
-                vec![format!("haproxy -db -f {}", m.a.t.dir.join("sidecar-client.cfg").display()), format!("haproxy -db -f {}", m.b.t.dir.join("sidecar-server.cfg").display())],
-            )
-        };
-        let cpu0: f64 = patterns.iter().map(|p| cpu_seconds_of(p)).sum();
-        let r = mesh_load(&m, &url, seconds, 32, None);
-        let cpu_s: f64 = patterns.iter().map(|p| cpu_seconds_of(p)).sum::<f64>() - cpu0;
-        let n = r["requests"].as_f64().unwrap();
-        let line = json!({"bench": "mesh_handshakes", "system": system, "seconds": seconds, "concurrency": 32, "handshakes_per_s": (n / seconds as f64).round(),
-            "cpu_s": r3(cpu_s), "handshakes_per_cpu_s": (n / cpu_s.max(0.01)).round(), "errors": r["errors"], "cpu": cpu, "avx512ifma": ifma});
-        println!("{line}");
-        assert_eq!(r["errors"], 0, "{system} handshakes: {r}");
-        handshakes.insert(system, n / cpu_s.max(0.01));
+    let mut handshakes: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for round in 0..rounds {
+        for system in [MESH, SIDECARS] {
+            mesh_switch(&m, system == MESH, &members);
+            let (url, patterns) = if system == MESH {
+                (direct.clone(), vec![mesh_pattern(&m.a), mesh_pattern(&m.b)])
+            } else {
+                (
+                    "http://127.0.0.1:15002/".to_string(),
+                    vec![
+                        format!("haproxy -db -f {}", m.a.t.dir.join("sidecar-client.cfg").display()),
+                        format!("haproxy -db -f {}", m.b.t.dir.join("sidecar-server.cfg").display()),
+                    ],
+                )
+            };
+            let cpu0: f64 = patterns.iter().map(|p| cpu_seconds_of(p)).sum();
+            let r = mesh_load(&m, &url, seconds, 32, None);
+            let cpu_s: f64 = patterns.iter().map(|p| cpu_seconds_of(p)).sum::<f64>() - cpu0;
+            let n = r["requests"].as_f64().unwrap();
+            let line = json!({"bench": "mesh_handshakes", "system": system, "round": round, "seconds": seconds, "concurrency": 32, "handshakes_per_s": (n / seconds as f64).round(),
+                "cpu_s": r3(cpu_s), "handshakes_per_cpu_s": (n / cpu_s.max(0.01)).round(), "errors": r["errors"], "cpu": cpu, "avx512ifma": ifma});
+            println!("{line}");
+            // As the loads above: reported, and at most one in a thousand.
+            assert!(r["errors"].as_f64().unwrap() <= n / 1000.0, "{system} handshakes: {r}");
+            handshakes.entry(system).or_default().push(n / cpu_s.max(0.01));
+        }
     }
+    let handshakes: std::collections::BTreeMap<&str, f64> = handshakes.into_iter().map(|(k, v)| (k, median(v))).collect();
     let med = |system: &str, load: &str, key: &str| median(results[&(system, load)].iter().map(|l| l[key].as_f64().unwrap()).collect());
     let ka_med = |system: &str, load: &str, key: &str| median(ka_results[&(system, load)].iter().map(|l| l[key].as_f64().unwrap_or(0.0)).collect());
     let grpc_med = |system: &str, load: &str, key: &str| median(grpc_results[&(system, load)].iter().map(|l| l[key].as_f64().unwrap_or(0.0)).collect());

@@ -107,6 +107,9 @@ pub struct Stats {
     pub unknown_destination: AtomicU64,
     pub passthrough: AtomicU64,
     pub over_limit: AtomicU64,
+    /// Peer chains checked in full (their signatures), and answered from [`Verified`].
+    pub chains_verified: AtomicU64,
+    pub chains_cached: AtomicU64,
     pub inbound: Mutex<BTreeMap<(String, String), Arc<Pair>>>,
     pub outbound: Mutex<BTreeMap<(String, String), Arc<Pair>>>,
 }
@@ -148,6 +151,12 @@ impl Stats {
             ("vectorlb_mesh_unknown_destination_total", "Connections for an address that is no meshed pod of this node.", &self.unknown_destination),
             ("vectorlb_mesh_passthrough_total", "Meshed pods' connections to peers outside the mesh, forwarded as they came.", &self.passthrough),
             ("vectorlb_mesh_over_limit_total", "Connections closed at once because the node proxy held its maximum.", &self.over_limit),
+            ("vectorlb_mesh_chains_verified_total", "Peer certificate chains checked in full against the trust bundle.", &self.chains_verified),
+            (
+                "vectorlb_mesh_chains_cached_total",
+                "Peer certificate chains already verified (same bytes, same bundle, inside their validity): not checked again.",
+                &self.chains_cached,
+            ),
         ] {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n", v.load(Ordering::Relaxed)));
         }
@@ -220,15 +229,102 @@ fn identity(b: &mut boring::ssl::SslContextBuilder, svid: &Svid, bundle: &Bundle
     Ok(())
 }
 
-fn contexts(svid: &Svid, bundle: &Bundle, signer: Option<&crate::tls::KeySigner>) -> io::Result<(SslAcceptor, SslConnector)> {
+/// Peer chains a TLS context has verified against its trust anchors, by the SHA-256 of their
+/// DER, with the window in which all of their certificates are valid (Unix seconds). The same
+/// bytes verified against the same anchors with the same purpose verify again while that window
+/// holds (the verification's only other input is the time), so a tunnel's second handshake
+/// from a peer skips the chain's signature check; the peer still proves its key in every
+/// handshake (CertificateVerify). One cache per role (its purpose: client or server) and per
+/// trust bundle: [`Node::set_identities`] makes new ones, so a replaced bundle is never answered
+/// from the old one's results.
+pub(crate) struct Verified {
+    chains: Mutex<HashMap<[u8; 32], (i64, i64)>>,
+    stats: Arc<Stats>,
+}
+
+/// Chains a cache holds before it starts again empty (a node's peers are its mesh's identities).
+const VERIFIED_MAX: usize = 4096;
+
+impl Verified {
+    fn new(stats: Arc<Stats>) -> Arc<Verified> {
+        Arc::new(Verified { chains: Mutex::new(HashMap::new()), stats })
+    }
+
+    /// Whether `key` was verified and `now` is inside its window.
+    fn fresh(&self, key: &[u8; 32], now: i64) -> bool {
+        self.chains.lock().unwrap_or_else(|e| e.into_inner()).get(key).is_some_and(|&(from, until)| from <= now && now <= until)
+    }
+
+    fn remember(&self, key: [u8; 32], from: i64, until: i64) {
+        let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
+        if chains.len() >= VERIFIED_MAX {
+            chains.clear();
+        }
+        chains.insert(key, (from, until));
+    }
+
+    /// BoringSSL's chain check for a handshake, answered from the cache when it can be.
+    fn verify(&self, ctx: &mut boring::x509::X509StoreContextRef) -> bool {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let key = chain_key(ctx);
+        if key.as_ref().is_some_and(|k| self.fresh(k, now)) {
+            self.stats.chains_cached.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if !matches!(ctx.verify_cert(), Ok(true)) {
+            return false;
+        }
+        self.stats.chains_verified.fetch_add(1, Ordering::Relaxed);
+        // The window of the chain as verified: the peer's certificates and the anchor.
+        let window = ctx
+            .chain()
+            .and_then(|chain| chain.iter().try_fold((i64::MIN, i64::MAX), |(from, until), c| Some((from.max(unix_time(c.not_before())?), until.min(unix_time(c.not_after())?)))));
+        if let (Some(key), Some((from, until))) = (key, window) {
+            self.remember(key, from, until);
+        }
+        true
+    }
+}
+
+/// The SHA-256 of the chain the peer sent (its leaf, then the others), each DER length-prefixed.
+fn chain_key(ctx: &boring::x509::X509StoreContextRef) -> Option<[u8; 32]> {
+    let mut h = boring::sha::Sha256::new();
+    let mut add = |c: &boring::x509::X509Ref| -> Option<()> {
+        let der = c.to_der().ok()?;
+        h.update(&(der.len() as u64).to_be_bytes());
+        h.update(&der);
+        Some(())
+    };
+    add(ctx.cert()?)?;
+    if let Some(rest) = ctx.untrusted() {
+        for c in rest {
+            add(c)?;
+        }
+    }
+    Some(h.finish())
+}
+
+fn unix_time(t: &boring::asn1::Asn1TimeRef) -> Option<i64> {
+    let d = boring::asn1::Asn1Time::from_unix(0).ok()?.diff(t).ok()?;
+    Some(i64::from(d.days) * 86_400 + i64::from(d.secs))
+}
+
+/// The caches a generation of contexts shares: (as server, as client).
+type VerifiedPair = (Arc<Verified>, Arc<Verified>);
+
+fn contexts(svid: &Svid, bundle: &Bundle, signer: Option<&crate::tls::KeySigner>, verified: &VerifiedPair) -> io::Result<(SslAcceptor, SslConnector)> {
     let mut a = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).map_err(tls_err)?;
     identity(&mut a, svid, bundle, signer)?;
+    let v = verified.0.clone();
+    a.set_cert_verify_callback(move |ctx| v.verify(ctx));
     a.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
     a.set_alpn_select_callback(|_, client| boring::ssl::select_next_proto(b"\x02h2", client).ok_or(AlpnError::ALERT_FATAL));
     a.set_session_cache_mode(boring::ssl::SslSessionCacheMode::OFF);
     let mut c = SslConnector::builder(SslMethod::tls()).map_err(tls_err)?;
     identity(&mut c, svid, bundle, signer)?;
     c.set_verify(SslVerifyMode::PEER);
+    let v = verified.1.clone();
+    c.set_cert_verify_callback(move |ctx| v.verify(ctx));
     c.set_alpn_protos(b"\x02h2").map_err(tls_err)?;
     Ok((a.build(), c.build()))
 }
@@ -344,12 +440,13 @@ impl Node {
     pub fn set_identities(&self, svids: Vec<Svid>, bundle: Bundle) -> io::Result<()> {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let mut map = HashMap::new();
+        let verified = (Verified::new(self.stats.clone()), Verified::new(self.stats.clone()));
         for svid in svids {
             if svid.id.trust_domain() != bundle.trust_domain() {
                 return Err(tls_err(format!("{} is not in the trust domain {}", svid.id, bundle.trust_domain())));
             }
             bundle.verify(&svid.chain[0], &svid.chain[1..]).map_err(tls_err)?;
-            let (acceptor, connector) = contexts(&svid, &bundle, self.signer.as_ref())?;
+            let (acceptor, connector) = contexts(&svid, &bundle, self.signer.as_ref(), &verified)?;
             map.insert(svid.id.clone(), Arc::new(Loaded { svid, acceptor, connector, generation }));
         }
         self.ids.store(Arc::new(map));
@@ -670,6 +767,24 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verified_chain_counts_only_inside_its_window() {
+        let v = Verified::new(Arc::new(Stats::default()));
+        let (k, other) = ([1u8; 32], [2u8; 32]);
+        v.remember(k, 100, 200);
+        assert!(v.fresh(&k, 100) && v.fresh(&k, 150) && v.fresh(&k, 200));
+        assert!(!v.fresh(&k, 99), "not yet valid");
+        assert!(!v.fresh(&k, 201), "expired since it was verified");
+        assert!(!v.fresh(&other, 150), "other bytes were never verified");
+        for i in 0..VERIFIED_MAX as u32 {
+            let mut key = [0u8; 32];
+            key[..4].copy_from_slice(&i.to_be_bytes());
+            key[31] = 9;
+            v.remember(key, 0, 1);
+        }
+        assert!(v.chains.lock().unwrap().len() <= VERIFIED_MAX, "bounded");
+    }
 
     #[test]
     fn forwarded_addresses_are_read_strictly() {
