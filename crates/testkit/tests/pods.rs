@@ -2658,7 +2658,7 @@ fn bench_mesh_against_no_mesh_and_sidecars() {
                 let r = mesh_load(&m, &url, seconds, conc, rate);
                 let rps = r["requests"].as_f64().unwrap() / r["seconds"].as_f64().unwrap_or(seconds as f64);
                 let line = json!({"bench": "mesh", "system": system, "load": load, "rate": rate, "concurrency": conc, "round": round, "seconds": seconds,
-                    "rps": rps.round(), "p50_ms": r["latency_ms"]["p50"], "p99_ms": r["latency_ms"]["p99"], "errors": r["errors"], "error_kinds": r["error_kinds"], "cpu": cpu});
+                    "rps": rps.round(), "p50_ms": r["latency_ms"]["p50"], "p99_ms": r["latency_ms"]["p99"], "max_ms": r["latency_ms"]["max"], "elapsed_s": r3(r["seconds"].as_f64().unwrap_or(0.0)), "errors": r["errors"], "error_kinds": r["error_kinds"], "cpu": cpu});
                 println!("{line}");
                 // Reported, and at most one in a thousand (a connection a second of 10,000 may
                 // meet a port of its pod still closing).
