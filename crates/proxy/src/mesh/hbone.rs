@@ -15,7 +15,7 @@
 //!   connects to the pod from the client's own address.
 
 use super::authz::{Authz, Decision, Request as AuthzRequest};
-use super::ca::{svid_id, Bundle, Svid};
+use super::ca::{svid_id, system_time, Bundle, Svid};
 use super::identity::SpiffeId;
 use arc_swap::ArcSwap;
 use boring::ssl::{AlpnError, SslAcceptor, SslConnector, SslMethod, SslVerifyMode, SslVersion};
@@ -28,7 +28,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -238,7 +238,7 @@ fn identity(b: &mut boring::ssl::SslContextBuilder, svid: &Svid, bundle: &Bundle
 /// trust bundle: [`Node::set_identities`] makes new ones, so a replaced bundle is never answered
 /// from the old one's results.
 pub(crate) struct Verified {
-    chains: Mutex<HashMap<[u8; 32], (i64, i64)>>,
+    chains: Mutex<HashMap<[u8; 32], (SystemTime, SystemTime)>>,
     stats: Arc<Stats>,
 }
 
@@ -251,11 +251,11 @@ impl Verified {
     }
 
     /// Whether `key` was verified and `now` is inside its window.
-    fn fresh(&self, key: &[u8; 32], now: i64) -> bool {
+    fn fresh(&self, key: &[u8; 32], now: SystemTime) -> bool {
         self.chains.lock().unwrap_or_else(|e| e.into_inner()).get(key).is_some_and(|&(from, until)| from <= now && now <= until)
     }
 
-    fn remember(&self, key: [u8; 32], from: i64, until: i64) {
+    fn remember(&self, key: [u8; 32], from: SystemTime, until: SystemTime) {
         let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
         if chains.len() >= VERIFIED_MAX {
             chains.clear();
@@ -265,7 +265,7 @@ impl Verified {
 
     /// BoringSSL's chain check for a handshake, answered from the cache when it can be.
     fn verify(&self, ctx: &mut boring::x509::X509StoreContextRef) -> bool {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let now = SystemTime::now();
         let key = chain_key(ctx);
         if key.as_ref().is_some_and(|k| self.fresh(k, now)) {
             self.stats.chains_cached.fetch_add(1, Ordering::Relaxed);
@@ -276,9 +276,11 @@ impl Verified {
         }
         self.stats.chains_verified.fetch_add(1, Ordering::Relaxed);
         // The window of the chain as verified: the peer's certificates and the anchor.
-        let window = ctx
-            .chain()
-            .and_then(|chain| chain.iter().try_fold((i64::MIN, i64::MAX), |(from, until), c| Some((from.max(unix_time(c.not_before())?), until.min(unix_time(c.not_after())?)))));
+        let window = ctx.chain().and_then(|chain| {
+            chain.iter().try_fold((SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH + Duration::from_secs(u64::from(u32::MAX))), |(from, until), c| {
+                Some((from.max(system_time(c.not_before()).ok()?), until.min(system_time(c.not_after()).ok()?)))
+            })
+        });
         if let (Some(key), Some((from, until))) = (key, window) {
             self.remember(key, from, until);
         }
@@ -302,11 +304,6 @@ fn chain_key(ctx: &boring::x509::X509StoreContextRef) -> Option<[u8; 32]> {
         }
     }
     Some(h.finish())
-}
-
-fn unix_time(t: &boring::asn1::Asn1TimeRef) -> Option<i64> {
-    let d = boring::asn1::Asn1Time::from_unix(0).ok()?.diff(t).ok()?;
-    Some(i64::from(d.days) * 86_400 + i64::from(d.secs))
 }
 
 /// The caches a generation of contexts shares: (as server, as client).
@@ -772,16 +769,17 @@ mod tests {
     fn a_verified_chain_counts_only_inside_its_window() {
         let v = Verified::new(Arc::new(Stats::default()));
         let (k, other) = ([1u8; 32], [2u8; 32]);
-        v.remember(k, 100, 200);
-        assert!(v.fresh(&k, 100) && v.fresh(&k, 150) && v.fresh(&k, 200));
-        assert!(!v.fresh(&k, 99), "not yet valid");
-        assert!(!v.fresh(&k, 201), "expired since it was verified");
-        assert!(!v.fresh(&other, 150), "other bytes were never verified");
+        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        v.remember(k, at(100), at(200));
+        assert!(v.fresh(&k, at(100)) && v.fresh(&k, at(150)) && v.fresh(&k, at(200)));
+        assert!(!v.fresh(&k, at(99)), "not yet valid");
+        assert!(!v.fresh(&k, at(201)), "expired since it was verified");
+        assert!(!v.fresh(&other, at(150)), "other bytes were never verified");
         for i in 0..VERIFIED_MAX as u32 {
             let mut key = [0u8; 32];
             key[..4].copy_from_slice(&i.to_be_bytes());
             key[31] = 9;
-            v.remember(key, 0, 1);
+            v.remember(key, at(0), at(1));
         }
         assert!(v.chains.lock().unwrap().len() <= VERIFIED_MAX, "bounded");
     }
